@@ -1,0 +1,85 @@
+"""What riffd reports about a transcript: finding classes, the API errors they cause, advice."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class FindingClass(StrEnum):
+    """Every kind of damage riffd reports; the values are the names users see."""
+
+    DUPLICATE_TOOL_RESULT = "duplicate_tool_result"
+    MISSING_TOOL_RESULT = "missing_tool_result"
+    ORPHAN_TOOL_RESULT = "orphan_tool_result"
+    DUPLICATE_TOOL_USE = "duplicate_tool_use"
+    INVALID_TOOL_RESULT = "invalid_tool_result"
+    OOM_RISK = "oom_risk"
+    MALFORMED_LINE = "malformed_line"
+    TORN_TAIL = "torn_tail"
+    DUPLICATE_UUID = "duplicate_uuid"
+    DANGLING_PARENT = "dangling_parent"
+    PARENT_CYCLE = "parent_cycle"
+
+
+# The classes a repair plan edits; the others are reported and never touched.
+REPAIRABLE = frozenset(
+    {
+        FindingClass.DUPLICATE_TOOL_RESULT,
+        FindingClass.MISSING_TOOL_RESULT,
+        FindingClass.ORPHAN_TOOL_RESULT,
+        FindingClass.DUPLICATE_TOOL_USE,
+    }
+)
+
+# Exact texts the Messages API answers with (HTTP 400); `messages.N.content.M:` precedes them.
+API_ERRORS: dict[FindingClass, str] = {
+    FindingClass.MISSING_TOOL_RESULT: (
+        "`tool_use` ids were found without `tool_result` blocks immediately after: {tool_id}"
+    ),
+    FindingClass.ORPHAN_TOOL_RESULT: (
+        "unexpected `tool_use_id` found in `tool_result` blocks: {tool_id}. Each `tool_result` block must "
+        "have a corresponding `tool_use` block in the previous message."
+    ),
+    FindingClass.DUPLICATE_TOOL_RESULT: (
+        "each tool_use must have a single result. Found multiple `tool_result` blocks with id: {tool_id}"
+    ),
+    FindingClass.DUPLICATE_TOOL_USE: "`tool_use` ids must be unique",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem in one file: its class, where it is (1-based lines), and what it would cause."""
+
+    cls: FindingClass
+    path: str
+    lines: tuple[int, ...]
+    message: str
+    uuids: tuple[str, ...] = ()
+    tool_id: str | None = None
+    offset: int | None = None
+    detail: str | None = None  # a sub-type, e.g. invalid_type / missing_field for invalid blocks
+    api_error: str | None = field(default=None)
+
+    @property
+    def line(self) -> int:
+        """The first line the finding names (0 when it names none)."""
+        return self.lines[0] if self.lines else 0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the finding as a JSON-ready dict (the `--json` and manifest form)."""
+        out = asdict(self)
+        out["cls"] = str(self.cls)
+        out["lines"] = list(self.lines)
+        out["uuids"] = list(self.uuids)
+        return {"class" if k == "cls" else k: v for k, v in out.items() if v is not None}
+
+
+def api_error_for(cls: FindingClass, tool_id: str | None) -> str | None:
+    """Given a finding class and tool id, return the API error text it causes, or None."""
+    template = API_ERRORS.get(cls)
+    if template is None:
+        return None
+    return template.format(tool_id=tool_id or "?")

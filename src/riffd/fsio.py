@@ -1,0 +1,132 @@
+"""The one I/O layer riffd reads and writes files through.
+
+Everything that touches a transcript or a backup goes through a `FileSystem` object, so a
+test can hand in a subclass that fails the way real disks and sync clients fail (EIO from a
+OneDrive/Dropbox placeholder under WSL2, ENOSPC on a full disk) without patching our modules.
+Reads are positional (`pread`), so a retried read is exactly the same read.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLOUD_SYNC_HINT = (
+    "this looks like a cloud-synced folder (OneDrive, Dropbox, iCloud) serving a file that is not on "
+    "this device; mark the folder 'always keep on this device' so reads do not fail"
+)
+
+
+class FileSystem:
+    """Thin wrapper over the os calls riffd uses on transcripts and backups; subclass to inject faults."""
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        """Open `path` with os flags and return the descriptor."""
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), mode)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        """Read up to `size` bytes at `offset` without moving the file position."""
+        return os.pread(fd, size, offset)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        """Write `data` at the current position and return how many bytes were written."""
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        """Flush `fd` to stable storage."""
+        os.fsync(fd)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        """Return the status of an open file."""
+        return os.fstat(fd)
+
+    def stat(self, path: str | os.PathLike[str]) -> os.stat_result:
+        """Return the status of `path` without following a final symlink."""
+        return os.lstat(path)
+
+    def replace(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Atomically rename `src` over `dst`."""
+        os.replace(src, dst)
+
+    def unlink(self, path: str | os.PathLike[str]) -> None:
+        """Remove `path`."""
+        os.unlink(path)
+
+    def close(self, fd: int) -> None:
+        """Close a descriptor."""
+        os.close(fd)
+
+
+REAL_FS = FileSystem()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How reads retry EIO: `attempts` tries in all, waiting `first_wait` seconds, then doubling."""
+
+    attempts: int = 3
+    first_wait: float = 0.5
+    max_wait: float = 8.0
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class ReadFailed(OSError):
+    """A read that kept failing with EIO after every retry; the message says what to do."""
+
+
+def is_cloud_sync_error(exc: BaseException) -> bool:
+    """Return True for the I/O errors worth retrying (EIO only; never ENOENT, EACCES, ...)."""
+    return isinstance(exc, OSError) and not isinstance(exc, ReadFailed) and exc.errno == errno.EIO
+
+
+def retrying_call(
+    func: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy = DEFAULT_RETRY,
+    on_retry: Callable[[], None] | None = None,
+) -> T:
+    """Call `func`, retrying EIO per `policy`; raise ReadFailed naming `what` when every try failed.
+
+    The first failure is logged as a warning with the cloud-sync hint, later ones at debug level,
+    so a flaky sync client does not flood the log.
+    """
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_retry is not None:
+            on_retry()
+        exc = state.outcome.exception() if state.outcome else None
+        if state.attempt_number == 1:
+            log.warning("I/O error reading %s (%s); retrying. Hint: %s", what, exc, CLOUD_SYNC_HINT)
+        else:
+            log.debug("I/O error again reading %s (attempt %d): %s", what, state.attempt_number, exc)
+
+    retrying = Retrying(
+        retry=retry_if_exception(is_cloud_sync_error),
+        stop=stop_after_attempt(policy.attempts),
+        wait=wait_exponential(multiplier=policy.first_wait, exp_base=2, max=policy.max_wait),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    try:
+        return retrying(func)
+    except OSError as exc:
+        if not is_cloud_sync_error(exc):
+            raise
+        raise ReadFailed(
+            errno.EIO,
+            f"{what}: I/O error (errno 5) on every one of {policy.attempts} attempts. {CLOUD_SYNC_HINT}; "
+            "then run the command again",
+        ) from exc

@@ -1,0 +1,86 @@
+"""Where things are: Claude Code's folders, riffd's own state, and which files are transcripts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "riffd"
+
+# Folders under a project that hold no transcripts (see shared/transcript-format.md, section 1).
+NEVER_TOUCH_DIRS = frozenset({"tool-results", "memory", ".cache"})
+NEVER_TOUCH_FILES = frozenset({"journal.jsonl"})
+
+
+def claude_config_dir(environ: dict[str, str] | None = None) -> Path:
+    """Return Claude Code's config folder: $CLAUDE_CONFIG_DIR, else ~/.claude."""
+    env = os.environ if environ is None else environ
+    configured = env.get("CLAUDE_CONFIG_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".claude"
+
+
+def default_roots(environ: dict[str, str] | None = None) -> list[Path]:
+    """Return the transcript roots to watch by default: <claude config dir>/projects, plus
+    ~/.config/claude/projects when that exists (some installs use it)."""
+    roots = [claude_config_dir(environ) / "projects"]
+    extra = Path.home() / ".config" / "claude" / "projects"
+    if extra.is_dir() and extra not in roots:
+        roots.append(extra)
+    return roots
+
+
+def state_dir(environ: dict[str, str] | None = None) -> Path:
+    """Return riffd's state folder: $RIFFD_STATE_DIR, else the platform's user state dir."""
+    env = os.environ if environ is None else environ
+    configured = env.get("RIFFD_STATE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_state_dir(APP_NAME))
+
+
+def default_backup_dir(environ: dict[str, str] | None = None) -> Path:
+    """Return where backups go by default: <state dir>/backups."""
+    return state_dir(environ) / "backups"
+
+
+def is_transcript_name(name: str) -> bool:
+    """Return True when a file name is a session or subagent transcript riffd may read."""
+    return name.endswith(".jsonl") and not name.startswith(".") and name not in NEVER_TOUCH_FILES
+
+
+def iter_transcripts(paths: Iterable[Path]) -> Iterator[Path]:
+    """Yield the transcript files named by `paths` (files as given; folders walked, sorted, no symlinked
+    folders followed, never-touch folders skipped). Raise FileNotFoundError for a path that does not exist."""
+    for path in paths:
+        if path.is_file():
+            yield path
+            continue
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: no such file or folder")
+        for folder, dirnames, filenames in os.walk(path, followlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if d not in NEVER_TOUCH_DIRS and not d.startswith("."))
+            for name in sorted(filenames):
+                if is_transcript_name(name):
+                    yield Path(folder) / name
+
+
+def session_id_for(path: Path) -> str:
+    """Return the session a transcript belongs to: the folder name for `<session>/subagents/agent-*.jsonl`,
+    else the file's stem."""
+    if path.parent.name == "subagents":
+        return path.parent.parent.name
+    return path.stem
+
+
+def is_inside(path: Path, folder: Path) -> bool:
+    """Return True when `path` is `folder` or lies below it (after resolving both)."""
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
