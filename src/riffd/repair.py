@@ -1,0 +1,360 @@
+"""Repair planning: the smallest set of line edits that fixes tool pairing, keeping the tree valid.
+
+Pure: the planner gets a scanned file and a way to fetch the bytes of the few lines it names,
+and returns a `RepairPlan`. Rules (see the README):
+- each tool_use keeps exactly one result: the one on the chain the conversation continued from;
+  failing that, a genuine result over a placeholder; failing that, the first in file order;
+- orphan results and repeated tool_use ids are removed the same way, block by block;
+- a line left with no content is removed and its children re-pointed to its parent;
+- a missing result gets one synthetic `is_error` result line right after the tool_use line;
+- malformed lines, torn tails, dangling parents and cycles are never edited; while any of them
+  (or two different lines sharing a uuid) makes the tree uncertain, only duplicate results are
+  removed, because the other repairs depend on knowing the conversation for sure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid as uuid_module
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from riffd.detect import distinct_uses, pair_tools
+from riffd.findings import REPAIRABLE, Finding, FindingClass
+from riffd.plan import Edit, FileIdentity, InsertLine, LineSpan, RemoveLine, ReplaceLine, RepairPlan
+from riffd.reader import BOM, parse_line
+from riffd.scan import ScannedFile
+from riffd.transcript import DANGLING, MALFORMED, NO_PARENT, ResultBlock, TranscriptIndex
+
+SYNTHETIC_RESULT_TEXT = (
+    "[Tool result missing: the tool call never returned a result (interrupted session); "
+    "riffd added this placeholder so the session can resume]"
+)
+
+LineBytes = Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class RepairOptions:
+    """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one)."""
+
+    add_missing_results: bool = True
+    new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))
+
+
+@dataclass
+class _Work:
+    """Block removals and insertions decided so far, before they become line edits."""
+
+    remove_blocks: dict[int, set[int]] = field(default_factory=dict)
+    remove_lines: set[int] = field(default_factory=set)
+    synthetic_after: dict[int, list[str]] = field(default_factory=dict)  # tool_use line -> missing ids
+    fixes: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOptions | None = None) -> RepairPlan:
+    """Given a scanned file (with identity) and a reader of its lines by index, return the repair plan.
+
+    Raise ValueError if the scan was made without `with_identity` (a plan must name what it was made for).
+    """
+    options = options or RepairOptions()
+    if scanned.identity is None:
+        raise ValueError("plan_repair needs a scan made with with_identity=True")
+    index, loaded = scanned.index, scanned.loaded
+    cache: dict[int, bytes] = {}
+
+    def fetch(line: int) -> bytes:
+        if line not in cache:
+            cache[line] = line_bytes(line)
+        return cache[line]
+
+    work = _Work()
+    uncertain = _tree_uncertainty(scanned, fetch)
+    by_class: dict[tuple[FindingClass, str | None], Finding] = {
+        (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
+    }
+    pairing = pair_tools(index, loaded)
+    chain = loaded.on_chain
+
+    for (segment, tool_id), positions in sorted(pairing.results.items()):
+        blocks = [index.results[tool_id][position] for position in positions]
+        if (segment, tool_id) not in pairing.uses:
+            if uncertain:
+                work.notes.append(f"orphan result for {tool_id} left alone: {uncertain}")
+                continue
+            for block in blocks:
+                _remove_block(work, index, block, fetch)
+            _fixed(work, by_class, FindingClass.ORPHAN_TOOL_RESULT, tool_id)
+        elif len(blocks) > 1:
+            keeper = _choose_result(index, blocks, chain)
+            for block in blocks:
+                if block is not keeper:
+                    _remove_block(work, index, block, fetch)
+            _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_RESULT, tool_id)
+
+    for (segment, tool_id), use_lines in sorted(pairing.uses.items()):
+        distinct = distinct_uses(index, use_lines)
+        if len(distinct) > 1:
+            if uncertain:
+                work.notes.append(f"repeated tool_use {tool_id} left alone: {uncertain}")
+            else:
+                on_chain = [line for line in distinct if line in chain]
+                keeper_line = (on_chain or distinct)[0]
+                for line in distinct:
+                    if line != keeper_line:
+                        _remove_tool_use(work, line, tool_id, fetch)
+                _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_USE, tool_id)
+        if (segment, tool_id) in pairing.results:
+            continue
+        if not options.add_missing_results:
+            work.notes.append(f"missing result for {tool_id} not added (adding synthetic results is switched off)")
+        elif uncertain:
+            work.notes.append(f"missing result for {tool_id} not added: {uncertain}")
+        elif index.results.get(tool_id):
+            work.notes.append(
+                f"missing result for {tool_id} not added: a result exists off the loaded conversation "
+                f"(line {index.results[tool_id][0].line + 1}); adding a second one could make things worse"
+            )
+        else:
+            work.synthetic_after.setdefault(distinct[0], []).append(tool_id)
+            _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
+
+    edits = _edits(index, work, fetch, options)
+    return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
+
+
+def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,
+           tool_id: str) -> None:
+    finding = by_class.get((cls, tool_id))
+    if finding is not None and finding not in work.fixes:
+        work.fixes.append(finding)
+
+
+def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes) -> str:
+    """Return why the loaded conversation cannot be trusted for risky repairs, or '' when it can."""
+    index = scanned.index
+    last = len(index) - 1
+    for line, kind in enumerate(index.kinds):
+        if kind == MALFORMED and line != last:
+            return f"line {line + 1} is malformed, so the conversation around it is uncertain"
+    if index.dangling:
+        line = min(index.dangling)
+        return f"line {line + 1} has a dangling parent"
+    if scanned.loaded.cycle_at is not None or any(f.cls is FindingClass.PARENT_CYCLE for f in scanned.findings):
+        return "the parent links loop"
+    for first, repeat in index.duplicate_uuid_lines:
+        if fetch(first).rstrip(b"\r\n") != fetch(repeat).rstrip(b"\r\n"):
+            return f"lines {first + 1} and {repeat + 1} share a uuid but differ"
+    return ""
+
+
+def _choose_result(index: TranscriptIndex, blocks: list[ResultBlock], chain: set[int]) -> ResultBlock:
+    """The result to keep: on the chain the conversation continued from, else genuine, else first."""
+    owners = [block for block in blocks if index.line_of_uuid.get(index.uuids[block.line] or "") == block.line]
+    on_chain = [block for block in owners if block.line in chain]
+    candidates = on_chain or owners or blocks
+    genuine = [block for block in candidates if not block.synthetic]
+    return min(genuine or candidates, key=lambda block: (block.line, block.block))
+
+
+def _remove_block(work: _Work, index: TranscriptIndex, block: ResultBlock, fetch: LineBytes) -> None:
+    line = block.line
+    owner = index.line_of_uuid.get(index.uuids[line] or "")
+    if owner is not None and owner != line and fetch(owner).rstrip(b"\r\n") == fetch(line).rstrip(b"\r\n"):
+        # An identical line written twice: drop the repeat whole; the uuid lives on in the first copy.
+        work.remove_lines.add(line)
+        return
+    work.remove_blocks.setdefault(line, set()).add(block.block)
+
+
+def _remove_tool_use(work: _Work, line: int, tool_id: str, fetch: LineBytes) -> None:
+    obj = _parse(fetch(line))
+    content = obj.get("message", {}).get("content", [])
+    for position, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id:
+            work.remove_blocks.setdefault(line, set()).add(position)
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    obj = parse_line(raw)
+    if not isinstance(obj, dict):
+        raise ValueError("planner asked to edit a line that does not parse")
+    return obj
+
+
+def _edits(index: TranscriptIndex, work: _Work, fetch: LineBytes, options: RepairOptions) -> list[Edit]:
+    edits: list[Edit] = []
+    new_content: dict[int, list[Any]] = {}
+    deleted = set(work.remove_lines)
+    for line, positions in work.remove_blocks.items():
+        if line in deleted:
+            continue
+        obj = _parse(fetch(line))
+        content = obj["message"]["content"]
+        kept = [block for position, block in enumerate(content) if position not in positions]
+        if kept:
+            new_content[line] = kept
+        else:
+            deleted.add(line)
+    # Lines whose uuid disappears with them: their children need a new parent.
+    vanished = {line for line in deleted if index.line_of_uuid.get(index.uuids[line] or "") == line}
+    override: dict[int, str] = {}
+    synthetic_lines: dict[int, bytes] = {}
+    for anchor, tool_ids in work.synthetic_after.items():
+        new_uuid = options.new_uuid()
+        override[anchor] = new_uuid
+        synthetic_lines[anchor] = _synthetic_line(index, anchor, tool_ids, new_uuid, fetch)
+
+    def replacement(line: int) -> str | None | _Keep:
+        """The parent uuid a child of `line` should name once `deleted` lines are gone."""
+        while line in vanished:
+            parent = index.parents[line]
+            if parent >= 0:
+                line = parent
+                continue
+            if parent == NO_PARENT:
+                return index.external_parent.get(line)
+            if parent == DANGLING:
+                return index.dangling[line]
+            return _KEEP
+        return override.get(line) or index.uuids[line]
+
+    repointed = vanished | set(override)
+    children = index.children_of(repointed) if repointed else {}
+    changes: dict[int, dict[str, Any]] = {}
+    for parent_line, kids in children.items():
+        target = replacement(parent_line)
+        if isinstance(target, _Keep):
+            continue
+        for kid in kids:
+            if kid not in deleted:
+                changes.setdefault(kid, {})["parentUuid"] = target
+    for line, logical in index.logical_parent.items():
+        target_line = index.line_of_uuid.get(logical)
+        if target_line in vanished and line not in deleted:
+            target = replacement(target_line)
+            if not isinstance(target, _Keep):
+                changes.setdefault(line, {})["logicalParentUuid"] = target
+    for line, leaf in index.summary_leaf.items():
+        target_line = index.line_of_uuid.get(leaf)
+        if target_line in vanished:
+            target = replacement(target_line)
+            if isinstance(target, str):
+                changes.setdefault(line, {})["leafUuid"] = target
+
+    for line in sorted(deleted):
+        edits.append(RemoveLine(_span(index, line), "nothing left in the line after removing duplicate blocks"))
+    for line in sorted(set(new_content) | set(changes)):
+        raw = fetch(line)
+        edits.append(ReplaceLine(_span(index, line), _edited_line(raw, new_content.get(line), changes.get(line, {})),
+                                 _reason(new_content.get(line) is not None, changes.get(line, {}))))
+    for anchor, new_line in synthetic_lines.items():
+        span = _span(index, anchor)
+        prefix = b"" if _terminated(index, anchor) else b"\n"
+        edits.append(InsertLine(span, prefix + new_line + b"\n", "synthetic result for a tool_use that had none"))
+    return edits
+
+
+class _Keep:
+    """Marker: leave the child's parent as it is (its parent was already unresolved)."""
+
+
+_KEEP = _Keep()
+
+
+def _reason(content_changed: bool, fields: dict[str, Any]) -> str:
+    parts = []
+    if content_changed:
+        parts.append("duplicate or orphan blocks removed")
+    if fields:
+        parts.append("re-pointed " + ", ".join(sorted(fields)) + " past a removed line")
+    return "; ".join(parts)
+
+
+def _span(index: TranscriptIndex, line: int) -> LineSpan:
+    offset, length = index.span(line)
+    return LineSpan(line + 1, offset, length)
+
+
+def _terminated(index: TranscriptIndex, line: int) -> bool:
+    return not (line == len(index) - 1 and index.metrics.unterminated_last_line)
+
+
+def _edited_line(raw: bytes, content: list[Any] | None, fields: dict[str, Any]) -> bytes:
+    """Return `raw` with its content list and/or top-level fields replaced, changing as few bytes as possible.
+
+    Field-only changes are made in place on the bytes and accepted only if the result parses to the
+    intended object; anything else is re-serialised. The BOM, trailing spaces and newline are kept.
+    """
+    terminated = raw.endswith(b"\n")
+    body = raw[:-1] if terminated else raw
+    bom = BOM if body.startswith(BOM) else b""
+    body = body[len(bom) :]
+    stripped = body.rstrip()
+    trailing = body[len(stripped) :]
+    original = _parse(stripped)
+    intended = dict(original)
+    intended.update(fields)
+    if content is not None:
+        intended["message"] = dict(original["message"], content=content)
+    new_body = _substitute_fields(stripped, original, fields) if content is None else None
+    if new_body is None or parse_line(new_body) != intended:
+        new_body = _serialise(intended)
+        if parse_line(new_body) != intended:
+            raise ValueError("re-serialised line does not read back as intended")
+    return bom + new_body + trailing + (b"\n" if terminated else b"")
+
+
+def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, Any]) -> bytes | None:
+    for name, value in fields.items():
+        old = original.get(name)
+        if not isinstance(old, str):
+            return None
+        pattern = re.compile(rb'(?<!\\)"' + re.escape(name.encode()) + rb'"\s*:\s*"' + re.escape(_json_str(old)) + rb'"')
+        matches = pattern.findall(body)
+        if len(matches) != 1:
+            return None
+        new_value = b"null" if value is None else b'"' + _json_str(value) + b'"'
+        key = b'"' + name.encode() + b'":'
+        body = pattern.sub(lambda _match, k=key, v=new_value: k + v, body, count=1)
+    return body
+
+
+def _json_str(text: str) -> bytes:
+    return orjson.dumps(text)[1:-1]
+
+
+def _serialise(obj: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except TypeError:  # integers beyond 64 bits: the standard library writes them as they came
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+
+def _synthetic_line(index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes) -> bytes:
+    """A user line answering `tool_ids` with is_error results, shaped like the lines around it."""
+    source = _parse(fetch(anchor))
+    record: dict[str, Any] = {"parentUuid": index.uuids[anchor], "isSidechain": source.get("isSidechain", False)}
+    for name in ("userType", "cwd", "sessionId", "version", "gitBranch", "agentId", "slug"):
+        if name in source:
+            record[name] = source[name]
+    record["type"] = "user"
+    record["message"] = {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": tool_id, "content": SYNTHETIC_RESULT_TEXT, "is_error": True}
+            for tool_id in tool_ids
+        ],
+    }
+    record["uuid"] = new_uuid
+    if "timestamp" in source:
+        record["timestamp"] = source["timestamp"]
+    record["toolUseResult"] = "Error: " + SYNTHETIC_RESULT_TEXT
+    if index.uses_source_tool_field:
+        record["sourceToolAssistantUUID"] = index.uuids[anchor]
+    return orjson.dumps(record)

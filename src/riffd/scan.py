@@ -1,0 +1,137 @@
+"""Scanning: read a transcript once, index it, and report its findings."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from riffd.detect import LoadedConversation, detect, loaded_conversation, suggestions
+from riffd.findings import Finding
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.plan import FileIdentity
+from riffd.reader import iter_lines, parse_line
+from riffd.transcript import TranscriptIndex
+
+
+@dataclass
+class FileReport:
+    """What a scan found in one file (or the error that stopped it)."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    suggestions: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as a JSON-ready dict."""
+        out: dict[str, Any] = {
+            "path": self.path,
+            "findings": [finding.to_json() for finding in self.findings],
+            "metrics": self.metrics,
+            "suggestions": self.suggestions,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class ScannedFile:
+    """A finished index with its loaded conversation, findings and (when asked for) its identity."""
+
+    index: TranscriptIndex
+    loaded: LoadedConversation
+    findings: list[Finding]
+    identity: FileIdentity | None
+
+
+def index_file(
+    path: str | os.PathLike[str],
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    with_identity: bool = False,
+) -> ScannedFile:
+    """Read `path` once and return its index, loaded conversation and findings.
+
+    With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
+    the file is still what was scanned. Raise OSError (ReadFailed for persistent EIO) on read errors.
+    """
+    name = os.fspath(path)
+    index = TranscriptIndex(name)
+    hasher = hashlib.sha256() if with_identity else None
+    before = fs.stat(name) if with_identity else None
+    add = index.add
+    size = 0
+    for _number, offset, raw, terminated in iter_lines(name, fs=fs, retry=retry, hasher=hasher):
+        add(offset, raw, terminated, parse_line(raw))
+        size = offset + len(raw) + terminated
+    index.finish()
+    if index.dangling:
+        session_file = parent_session_file(Path(name), index.session_id)
+        if session_file is not None:
+            index.resolve_external(uuids_of(session_file, fs=fs, retry=retry))
+    loaded = loaded_conversation(index)
+    findings = detect(index, loaded)
+    identity = None
+    if before is not None and hasher is not None:
+        identity = FileIdentity(name, before.st_dev, before.st_ino, size, before.st_mtime_ns, hasher.hexdigest())
+    return ScannedFile(index, loaded, findings, identity)
+
+
+def parent_session_file(path: Path, session_id: str | None) -> Path | None:
+    """Given a subagent transcript, return its parent session's transcript if it exists, else None.
+
+    Layouts: `<project>/<session>/subagents/agent-<id>.jsonl` (2.1.x) and `<project>/agent-<id>.jsonl`
+    (2.0.x, which names its session only in its lines' `sessionId`).
+    """
+    if not path.name.startswith("agent-"):
+        return None
+    if path.parent.name == "subagents":
+        candidate = path.parent.parent.parent / f"{path.parent.parent.name}.jsonl"
+    elif session_id:
+        candidate = path.parent / f"{session_id}.jsonl"
+    else:
+        return None
+    return candidate if candidate.is_file() else None
+
+
+def uuids_of(path: Path, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY) -> set[str]:
+    """Return the uuids of every line of `path` (unparseable lines skipped)."""
+    found: set[str] = set()
+    for _number, _offset, raw, _terminated in iter_lines(path, fs=fs, retry=retry):
+        obj = parse_line(raw)
+        if isinstance(obj, dict) and isinstance(obj.get("uuid"), str):
+            found.add(obj["uuid"])
+    return found
+
+
+def scan_file(
+    path: Path,
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    backup_dir: str = "",
+) -> FileReport:
+    """Scan one transcript and return its report; read errors become the report's `error`, not exceptions."""
+    try:
+        scanned = index_file(path, fs=fs, retry=retry)
+    except OSError as exc:
+        return FileReport(str(path), error=_describe_error(path, exc))
+    metrics = scanned.index.metrics
+    return FileReport(
+        str(path),
+        scanned.findings,
+        metrics.to_json(),
+        suggestions(str(path), scanned.findings, metrics, backup_dir),
+    )
+
+
+def _describe_error(path: Path, exc: OSError) -> str:
+    if exc.filename is None and str(path) in str(exc):
+        return str(exc)
+    return f"{path}: {exc.strerror or exc}"
