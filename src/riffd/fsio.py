@@ -66,6 +66,30 @@ class FileSystem:
         """Close a descriptor."""
         os.close(fd)
 
+    def fchmod(self, fd: int, mode: int) -> None:
+        """Set the permission bits of an open file."""
+        os.fchmod(fd, mode)
+
+    def fchown(self, fd: int, uid: int, gid: int) -> None:
+        """Set the owner and group of an open file (-1 leaves one unchanged)."""
+        os.fchown(fd, uid, gid)
+
+    def link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Create the hard link `dst` to `src`; fail with EEXIST when `dst` exists."""
+        os.link(src, dst, follow_symlinks=False)
+
+    def mkdir(self, path: str | os.PathLike[str], mode: int = 0o700) -> None:
+        """Create one folder with `mode` (reduced by the umask)."""
+        os.mkdir(path, mode)
+
+    def chmod(self, path: str | os.PathLike[str], mode: int) -> None:
+        """Set the permission bits of `path`."""
+        os.chmod(path, mode)
+
+    def listdir(self, path: str | os.PathLike[str]) -> list[str]:
+        """Return the names in folder `path`."""
+        return os.listdir(path)
+
 
 REAL_FS = FileSystem()
 

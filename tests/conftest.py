@@ -1,0 +1,62 @@
+"""Shared test helpers: make `src/` importable, build small transcripts, and describe files as scanned."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+# Tests run against the working tree, also when riffd is not installed into the interpreter.
+SRC_DIR = Path(__file__).resolve().parent.parent / "src"
+if str(SRC_DIR) not in sys.path:
+    sys.path.insert(0, str(SRC_DIR))
+
+from riffd.plan import FileIdentity, LineSpan  # noqa: E402
+
+
+def identity_of(path: Path) -> FileIdentity:
+    """Given a file, return its FileIdentity as a scan would record it (stat plus sha256 of every byte)."""
+    status = os.stat(path)
+    return FileIdentity(
+        path=str(path),
+        dev=status.st_dev,
+        ino=status.st_ino,
+        size=status.st_size,
+        mtime_ns=status.st_mtime_ns,
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+    )
+
+
+def transcript_line(
+    number: int, session_id: str = "11111111-2222-3333-4444-555555555555", pad: int = 0
+) -> bytes:
+    """Given a line number, return one newline-terminated conversation line (user/assistant alternating)."""
+    record = {
+        "type": "user" if number % 2 else "assistant",
+        "uuid": f"uuid-{number:06d}",
+        "parentUuid": f"uuid-{number - 1:06d}" if number > 1 else None,
+        "sessionId": session_id,
+        "message": {"role": "user" if number % 2 else "assistant", "content": f"line {number} " + "x" * pad},
+    }
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def transcript_bytes(count: int, pad: int = 0) -> bytes:
+    """Given a line count, return a transcript of that many lines (1-based numbers in the content)."""
+    return b"".join(transcript_line(number, pad=pad) for number in range(1, count + 1))
+
+
+def line_spans(data: bytes) -> list[LineSpan]:
+    """Given file bytes, return the LineSpan of every line (the last one may lack its newline)."""
+    spans: list[LineSpan] = []
+    offset = 0
+    number = 1
+    while offset < len(data):
+        end = data.find(b"\n", offset)
+        end = len(data) if end == -1 else end + 1
+        spans.append(LineSpan(number, offset, end - offset))
+        offset = end
+        number += 1
+    return spans

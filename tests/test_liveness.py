@@ -1,0 +1,126 @@
+"""Liveness: Claude Code's session registry with real pids, and the mtime quiet period."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from riffd.liveness import live_session_ids, pid_is_alive, session_liveness
+
+SESSION = "0f5b6c1e-1111-2222-3333-444444444444"
+
+
+def register(claude_dir: Path, session_id: str, pid: int) -> Path:
+    registry = claude_dir / "sessions"
+    registry.mkdir(parents=True, exist_ok=True)
+    entry = registry / f"{pid}.json"
+    entry.write_text(json.dumps({"pid": pid, "sessionId": session_id, "cwd": "/w", "startedAt": 1}))
+    return entry
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: the pid names no process any more
+    return child.pid
+
+
+def old_transcript(folder: Path, name: str = f"{SESSION}.jsonl") -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b'{"type":"user"}\n')
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    return path
+
+
+def test_running_pid_in_registry_is_live(tmp_path: Path) -> None:
+    register(tmp_path, SESSION, os.getpid())
+    assert live_session_ids(tmp_path) == {SESSION}
+    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120)
+    assert live
+    assert str(os.getpid()) in why and SESSION in why
+
+
+def test_dead_pid_in_registry_is_not_live(tmp_path: Path) -> None:
+    pid = dead_pid()
+    register(tmp_path, SESSION, pid)
+    assert live_session_ids(tmp_path) == set()
+    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120)
+    assert not live, why
+
+
+def test_subagent_transcript_belongs_to_its_session(tmp_path: Path) -> None:
+    register(tmp_path, SESSION, os.getpid())
+    agent = old_transcript(tmp_path / "projects" / "p" / SESSION / "subagents", "agent-abc.jsonl")
+    assert session_liveness(agent, tmp_path, quiet_period=0)[0]
+
+
+def test_session_id_given_by_caller_counts(tmp_path: Path) -> None:
+    register(tmp_path, SESSION, os.getpid())
+    other = old_transcript(tmp_path / "projects" / "p", "agent-xyz.jsonl")
+    assert not session_liveness(other, tmp_path, quiet_period=0)[0]
+    assert session_liveness(other, tmp_path, quiet_period=0, session_id=SESSION)[0]
+
+
+def test_malformed_registry_entries_are_ignored(tmp_path: Path) -> None:
+    registry = tmp_path / "sessions"
+    registry.mkdir()
+    (registry / "1.json").write_text("{not json")
+    (registry / "2.json").write_text("[1, 2]")
+    (registry / "3.json").write_text(json.dumps({"pid": os.getpid()}))  # no sessionId
+    (registry / "4.json").write_text(json.dumps({"pid": "12", "sessionId": "a"}))
+    (registry / "5.json").write_text(json.dumps({"pid": 0, "sessionId": "group-zero"}))
+    (registry / "6.json").write_text(json.dumps({"pid": -1, "sessionId": "every-process"}))
+    (registry / "7.json").write_text(json.dumps({"pid": True, "sessionId": "bool"}))
+    (registry / "8.json").write_bytes(b"\xff\xfe\x00")
+    (registry / "9.json").mkdir()
+    (registry / "notes.txt").write_text(json.dumps({"pid": os.getpid(), "sessionId": "not-a-json-name"}))
+    (registry / "10.json").symlink_to(registry / "missing.json")
+    register(tmp_path, SESSION, os.getpid())
+    assert live_session_ids(tmp_path) == {SESSION}
+
+
+def test_pid_taken_from_file_name_when_entry_lacks_it(tmp_path: Path) -> None:
+    registry = tmp_path / "sessions"
+    registry.mkdir()
+    (registry / f"{os.getpid()}.json").write_text(json.dumps({"sessionId": SESSION}))
+    assert live_session_ids(tmp_path) == {SESSION}
+
+
+def test_missing_registry_means_no_live_sessions(tmp_path: Path) -> None:
+    assert live_session_ids(tmp_path / "nowhere") == set()
+
+
+def test_pid_probe() -> None:
+    assert pid_is_alive(os.getpid())
+    assert pid_is_alive(1)  # init exists; EPERM (when not root) must count as alive too
+    assert not pid_is_alive(0)
+    assert not pid_is_alive(-1)
+    assert not pid_is_alive(dead_pid())
+
+
+def test_recent_mtime_is_live_and_old_is_not(tmp_path: Path) -> None:
+    path = old_transcript(tmp_path)
+    now = time.time()
+    live, why = session_liveness(path, tmp_path, quiet_period=120, now=now)
+    assert not live, why
+    os.utime(path, (now - 30, now - 30))
+    live, why = session_liveness(path, tmp_path, quiet_period=120, now=now)
+    assert live and "quiet period" in why
+    assert not session_liveness(path, tmp_path, quiet_period=0, now=now)[0]
+
+
+def test_mtime_in_the_future_is_live(tmp_path: Path) -> None:
+    path = old_transcript(tmp_path)
+    future = time.time() + 600
+    os.utime(path, (future, future))
+    assert session_liveness(path, tmp_path, quiet_period=120)[0]
+
+
+def test_unreadable_mtime_counts_as_live(tmp_path: Path) -> None:
+    live, why = session_liveness(tmp_path / "gone.jsonl", tmp_path, quiet_period=120)
+    assert live and "modification time" in why
