@@ -288,8 +288,9 @@ def _terminated(index: TranscriptIndex, line: int) -> bool:
 def _edited_line(raw: bytes, content: list[Any] | None, fields: dict[str, Any]) -> bytes:
     """Return `raw` with its content list and/or top-level fields replaced, changing as few bytes as possible.
 
-    Field-only changes are made in place on the bytes and accepted only if the result parses to the
-    intended object; anything else is re-serialised. The BOM, trailing spaces and newline are kept.
+    Field-only changes are made in place on the bytes and accepted only if the result reads back as
+    the intended object; anything else is re-serialised. Parsing here is exact (the standard library:
+    orjson would turn integers beyond 64 bits into floats). The BOM, trailing spaces and newline are kept.
     """
     terminated = raw.endswith(b"\n")
     body = raw[:-1] if terminated else raw
@@ -297,17 +298,24 @@ def _edited_line(raw: bytes, content: list[Any] | None, fields: dict[str, Any]) 
     body = body[len(bom) :]
     stripped = body.rstrip()
     trailing = body[len(stripped) :]
-    original = _parse(stripped)
+    original = _exact(stripped)
     intended = dict(original)
     intended.update(fields)
     if content is not None:
         intended["message"] = dict(original["message"], content=content)
     new_body = _substitute_fields(stripped, original, fields) if content is None else None
-    if new_body is None or parse_line(new_body) != intended:
+    if new_body is None or _exact(new_body) != intended:
         new_body = _serialise(intended)
-        if parse_line(new_body) != intended:
+        if _exact(new_body) != intended:
             raise ValueError("re-serialised line does not read back as intended")
     return bom + new_body + trailing + (b"\n" if terminated else b"")
+
+
+def _exact(body: bytes) -> dict[str, Any]:
+    value = json.loads(body)
+    if not isinstance(value, dict):
+        raise ValueError("planner asked to edit a line that is not a JSON object")
+    return value
 
 
 def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, Any]) -> bytes | None:
@@ -332,8 +340,12 @@ def _json_str(text: str) -> bytes:
 def _serialise(obj: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(obj)
-    except TypeError:  # integers beyond 64 bits: the standard library writes them as they came
-        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    except TypeError:  # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: escape non-ASCII instead
+            return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _synthetic_line(index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes) -> bytes:

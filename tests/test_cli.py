@@ -1,0 +1,192 @@
+"""The command line, driven through main(argv) and as a real subprocess."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, build_parser, main
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
+README = Path(__file__).resolve().parents[1] / "README.md"
+SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
+
+
+@pytest.fixture
+def claude_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Claude Code config dir with one project holding a healthy and a damaged copy of real sessions."""
+    claude = tmp_path / "claude"
+    project = claude / "projects" / "-path-to-Demo"
+    project.mkdir(parents=True)
+    (claude / "sessions").mkdir()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    source = CORPUS / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
+    (project / f"{SESSION}.jsonl").write_bytes(source.read_bytes())
+    healthy = CORPUS / "marot-spotter" / "short.jsonl"
+    (project / "short.jsonl").write_bytes(healthy.read_bytes())
+    return claude
+
+
+def damage_with_resumed_duplicate(path: Path) -> int:
+    """Add the synthetic duplicate result a second resuming process writes (transcript-format 4b); return
+    the number of the line added."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    for number, raw in enumerate(lines):
+        record = json.loads(raw)
+        content = (record.get("message") or {}).get("content")
+        if record.get("type") == "user" and isinstance(content, list) and content[0].get("type") == "tool_result":
+            synthetic = dict(record, uuid=str(uuid.uuid4()), toolDenialKind="interrupted")
+            synthetic["message"] = {"role": "user", "content": [{
+                "type": "tool_result", "tool_use_id": content[0]["tool_use_id"],
+                "content": "[Tool call interrupted by a resumed session]", "is_error": True}]}
+            path.write_bytes(b"".join([*lines[:number], orjson.dumps(synthetic) + b"\n", *lines[number:]]))
+            return number + 1
+    raise AssertionError("no tool_result line in the sample")
+
+
+def session_file(claude: Path) -> Path:
+    return claude / "projects" / "-path-to-Demo" / f"{SESSION}.jsonl"
+
+
+def test_scan_of_healthy_default_roots_exits_0(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan"]) == EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "scanned 2 file(s)" in captured.err and "0 finding(s)" in captured.err
+
+
+def test_scan_reports_damage_with_line_and_api_error(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    added = damage_with_resumed_duplicate(session_file(claude_home))
+    assert main(["scan"]) == EXIT_FINDINGS
+    out = capsys.readouterr().out
+    assert f"{session_file(claude_home)}: 1 finding(s)" in out
+    assert re.search(rf"line \d+, {added + 1}: duplicate_tool_result|line {added}, \d+: duplicate_tool_result", out)
+    assert "each tool_use must have a single result" in out
+    assert f"riffd fix {session_file(claude_home)}" in out
+
+
+def test_scan_json_is_a_versioned_document(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    damage_with_resumed_duplicate(session_file(claude_home))
+    assert main(["scan", "--json", str(claude_home / "projects")]) == EXIT_FINDINGS
+    document = json.loads(capsys.readouterr().out)
+    assert document["schema"] == 1
+    assert document["summary"]["files"] == 2 and document["summary"]["findings"] == 1
+    assert document["summary"]["findings_by_class"] == {"duplicate_tool_result": 1}
+    (report,) = document["files"]
+    (finding,) = report["findings"]
+    assert finding["class"] == "duplicate_tool_result" and finding["tool_id"].startswith("toolu_")
+    assert report["metrics"]["duplicates_detected"] == 1
+
+
+def test_scan_of_a_missing_path_exits_2_and_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["scan", str(tmp_path / "nope")]) == EXIT_ERROR
+    assert f"{tmp_path / 'nope'}: no such file or folder" in capsys.readouterr().err
+
+
+def test_unknown_command_exits_2_with_help_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate"]) == EXIT_ERROR
+    assert "riffd --help" in capsys.readouterr().err
+
+
+def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = session_file(claude_home)
+    damage_with_resumed_duplicate(path)
+    damaged = path.read_bytes()
+    assert main(["fix", "--dry-run", "--quiet-period", "0"]) == EXIT_FINDINGS
+    assert path.read_bytes() == damaged  # a dry run writes nothing
+    assert "would repair" in capsys.readouterr().out
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"repaired {path}" in out
+    assert path.read_bytes() != damaged
+    source = CORPUS / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
+    assert path.read_bytes() == source.read_bytes()  # the injected line removed, nothing else touched
+    backups = list((claude_home.parent / "state" / "backups").glob("*.gz"))
+    assert len(backups) == 1 and not backups[0].name.endswith(".jsonl")
+    assert gzip.decompress(backups[0].read_bytes()) == damaged
+    assert main(["scan"]) == EXIT_OK
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_OK  # nothing left to do
+    assert len(list((claude_home.parent / "state" / "backups").glob("*.gz"))) == 1
+
+
+def test_fix_leaves_a_live_session_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = session_file(claude_home)
+    damage_with_resumed_duplicate(path)
+    damaged = path.read_bytes()
+    registry = claude_home / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_FINDINGS
+    assert path.read_bytes() == damaged
+    assert f"skipped {path}: live" in capsys.readouterr().out
+
+
+def test_fix_respects_the_quiet_period(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = session_file(claude_home)
+    damage_with_resumed_duplicate(path)  # just written: modified now
+    damaged = path.read_bytes()
+    assert main(["fix", "--quiet-period", "3600"]) == EXIT_FINDINGS
+    assert path.read_bytes() == damaged
+    assert "live" in capsys.readouterr().out
+
+
+def test_backups_list_and_restore_round_trip(claude_home: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = session_file(claude_home)
+    damage_with_resumed_duplicate(path)
+    damaged = path.read_bytes()
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_OK
+    capsys.readouterr()
+    assert main(["backups", "list", "--json"]) == EXIT_OK
+    (record,) = json.loads(capsys.readouterr().out)
+    assert record["source"] == str(path)
+    assert record["sha256"] == hashlib.sha256(damaged).hexdigest()
+    assert [f["class"] for f in record["findings"]] == ["duplicate_tool_result"]
+    restored = tmp_path / "restored.jsonl"
+    assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_OK
+    assert restored.read_bytes() == damaged
+    assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_ERROR  # no overwrite
+    assert main(["backups", "restore", "20990101T000000.000000Z-nope-abcdef"]) == EXIT_ERROR
+
+
+def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
+    environment = dict(os.environ, HOME=str(tmp_path), RIFFD_STATE_DIR=str(tmp_path / "state"))
+    environment.pop("CLAUDE_CONFIG_DIR", None)
+    result = subprocess.run([sys.executable, "-m", "riffd", "scan"], env=environment, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == EXIT_OK
+    assert "does not exist" in result.stderr
+
+
+def _commands_and_options(parser: argparse.ArgumentParser, command: str = "riffd") -> Iterator[tuple[str, str]]:
+    """Yield (command, long option) for every option, and (command, "") for every (sub)command."""
+    yield command, ""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands_and_options(sub, f"{command} {name}")
+        for option in action.option_strings:
+            if option.startswith("--") and option not in ("--help", "--version"):
+                yield command, option
+
+
+def test_readme_documents_every_command_and_flag() -> None:
+    readme = README.read_text()
+    missing = [
+        f"{command} {option}".strip()
+        for command, option in _commands_and_options(build_parser())
+        if (option and option not in readme) or (not option and command not in readme)
+    ]
+    assert not missing, f"README does not document: {missing}"
