@@ -121,7 +121,7 @@ def test_eio_on_30_percent_of_reads_gives_the_same_findings(tmp_path: Path) -> N
     path = CORPUS / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
     damaged = tmp_path / "d.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
-    damaged.write_bytes(b"".join(lines[:40] + [b"not json at all\n"] + lines[40:]))
+    damaged.write_bytes(b"".join([*lines[:40], b"not json at all\n", *lines[40:]]))
     clean = index_file(damaged)
     noisy = index_file(damaged, fs=FlakyFS(0.3, seed=3), retry=FAST_RETRY)
     assert [f.to_json() for f in noisy.findings] == [f.to_json() for f in clean.findings]

@@ -228,7 +228,9 @@ def run_scan(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if findings else EXIT_OK
 
 
-def _summary(reports: list[FileReport], findings: list[Finding], errors: list[str], seconds: float) -> dict[str, object]:
+def _summary(
+    reports: list[FileReport], findings: list[Finding], errors: list[str], seconds: float
+) -> dict[str, object]:
     by_class = Counter(str(finding.cls) for finding in findings)
     return {
         "files": len(reports),
@@ -379,7 +381,8 @@ def _print_fix_outcome(outcome: dict[str, object]) -> None:
         print(f"skipped {path}: {outcome['reason']}: {outcome['detail']}")
     elif kind in ("failed", "error"):
         print(f"failed {path}: {outcome['detail']}")
-    for note in outcome.get("notes", []) or []:  # type: ignore[union-attr]
+    notes = outcome.get("notes")
+    for note in notes if isinstance(notes, list) else []:
         print(f"  note: {note}")
 
 
@@ -393,10 +396,7 @@ def _store(args: argparse.Namespace) -> BackupStore:
 def run_backups_list(args: argparse.Namespace) -> int:
     """`riffd backups list`: print every backup, oldest first."""
     store = _store(args)
-    if not store.root.is_dir():
-        records = []
-    else:
-        records = store.list()
+    records = store.list() if store.root.is_dir() else []
     if args.json:
         _print_json([
             {"id": r.backup_id, "source": r.source_path, "session": r.session_id, "sha256": r.sha256,

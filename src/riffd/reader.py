@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import orjson
@@ -61,10 +62,11 @@ def iter_lines(
     """Yield (number, offset, bytes, terminated) for each line of `path` from byte `start`.
 
     `bytes` is the line exactly as stored, without its newline (a UTF-8 BOM stays; `parse_line`
-    skips it); `terminated` is False only for a last line with no newline. Memory holds one chunk plus the longest line. `hasher` (hashlib-like)
-    is fed every byte read, in order. Raise ReadFailed when EIO persists, OSError for other errors.
+    skips it); `terminated` is False only for a last line with no newline. Memory holds one chunk
+    plus the longest line. `hasher` (hashlib-like) is fed every byte read, in order.
+    Raise ReadFailed when EIO persists, OSError for other errors.
     """
-    fd = retrying_call(lambda: fs.open(path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
+    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
     try:
         yield from _iter_fd_lines(fd, os.fspath(path), fs, retry, hasher, chunk_size, start, first_number)
     finally:
@@ -85,8 +87,8 @@ def _iter_fd_lines(
     pending = b""
     pending_offset = start
     while True:
-        at = position
-        chunk = retrying_call(lambda: fs.pread(fd, chunk_size, at), what=f"{name} at byte {at}", policy=retry)
+        chunk = retrying_call(partial(fs.pread, fd, chunk_size, position), what=f"{name} at byte {position}",
+                              policy=retry)
         if not chunk:
             break
         if hasher is not None:
@@ -114,15 +116,14 @@ def read_span(
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> bytes:
     """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is shorter."""
-    fd = retrying_call(lambda: fs.open(path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
+    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
     try:
         parts: list[bytes] = []
         got = 0
         while got < length:
             at = offset + got
-            piece = retrying_call(
-                lambda: fs.pread(fd, length - got, at), what=f"{os.fspath(path)} at byte {at}", policy=retry
-            )
+            piece = retrying_call(partial(fs.pread, fd, length - got, at), what=f"{os.fspath(path)} at byte {at}",
+                                  policy=retry)
             if not piece:
                 raise OSError(f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}")
             parts.append(piece)

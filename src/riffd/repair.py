@@ -25,7 +25,7 @@ import orjson
 
 from riffd.detect import distinct_uses, pair_tools
 from riffd.findings import REPAIRABLE, Finding, FindingClass
-from riffd.plan import Edit, FileIdentity, InsertLine, LineSpan, RemoveLine, ReplaceLine, RepairPlan
+from riffd.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.reader import BOM, parse_line
 from riffd.scan import ScannedFile
 from riffd.transcript import DANGLING, MALFORMED, NO_PARENT, ResultBlock, TranscriptIndex
@@ -210,7 +210,7 @@ def _edits(index: TranscriptIndex, work: _Work, fetch: LineBytes, options: Repai
         override[anchor] = new_uuid
         synthetic_lines[anchor] = _synthetic_line(index, anchor, tool_ids, new_uuid, fetch)
 
-    def replacement(line: int) -> str | None | _Keep:
+    def replacement(line: int) -> str | _Keep | None:
         """The parent uuid a child of `line` should name once `deleted` lines are gone."""
         while line in vanished:
             parent = index.parents[line]
@@ -323,13 +323,14 @@ def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, 
         old = original.get(name)
         if not isinstance(old, str):
             return None
-        pattern = re.compile(rb'(?<!\\)"' + re.escape(name.encode()) + rb'"\s*:\s*"' + re.escape(_json_str(old)) + rb'"')
-        matches = pattern.findall(body)
+        key, old_value = re.escape(name.encode()), re.escape(_json_str(old))
+        pattern = re.compile(rb'(?<!\\)"' + key + rb'"\s*:\s*"' + old_value + rb'"')
+        matches = list(pattern.finditer(body))
         if len(matches) != 1:
             return None
         new_value = b"null" if value is None else b'"' + _json_str(value) + b'"'
-        key = b'"' + name.encode() + b'":'
-        body = pattern.sub(lambda _match, k=key, v=new_value: k + v, body, count=1)
+        found = matches[0]
+        body = body[: found.start()] + b'"' + name.encode() + b'":' + new_value + body[found.end() :]
     return body
 
 

@@ -29,7 +29,6 @@ COMPACT_BOUNDARY = 2
 HAS_RESULTS = 4
 HAS_TOOL_USE = 8
 MESSAGE = 16  # a user or assistant line: a candidate for the newest leaf
-HAS_CHILD = 32
 ASSISTANT = 64
 
 # parents[] sentinels (>= 0 is the parent's line index).
@@ -289,21 +288,15 @@ class TranscriptIndex:
         )
 
     def finish(self) -> TranscriptIndex:
-        """Resolve what needs the whole file (dangling parents, children of lines, the torn tail)."""
+        """Resolve what needs the whole file (dangling parents, result lines by anchor, the torn tail)."""
         if self._finished:
             return self
         self._finished = True
-        for parent, children in self._pending.items():
+        for missing_parent, children in self._pending.items():
             for child in children:
                 self.parents[child] = DANGLING
-                self.dangling[child] = parent
+                self.dangling[child] = missing_parent
         self._pending.clear()
-        parents = self.parents
-        flags = self.flags
-        for index in range(len(parents)):
-            parent = parents[index]
-            if parent >= 0:
-                flags[parent] |= HAS_CHILD
         for index in self.result_lines:
             for anchor in self._anchors(index):
                 self.result_children.setdefault(anchor, []).append(index)
