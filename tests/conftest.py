@@ -60,3 +60,51 @@ def line_spans(data: bytes) -> list[LineSpan]:
         offset = end
         number += 1
     return spans
+
+
+# --- corpus and scanning helpers for the detection, repair and property tests -------------------------
+
+CORPUS_DIR = Path(os.environ.get("RIFFD_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"))
+
+
+def corpus_transcripts() -> list[Path]:
+    """Return every real transcript of the corpus (`*.jsonl`, subagent files included), sorted."""
+    return sorted(CORPUS_DIR.rglob("*.jsonl"))
+
+
+def corpus_injection_bases() -> list[Path]:
+    """Return the corpus transcripts damage can be injected into: session files (a subagent file's parents
+    live in its session file) whose last line is complete, so appended lines stay lines."""
+    return [
+        path
+        for path in corpus_transcripts()
+        if path.parent.name != "subagents" and path.read_bytes().endswith(b"\n")
+    ]
+
+
+def corpus_lines(path: Path) -> list[bytes]:
+    """Return the lines of a corpus file, each with its newline (the last one may lack it)."""
+    data = path.read_bytes()
+    return [data[span.offset : span.end] for span in line_spans(data)]
+
+
+def scan_transcript_bytes(directory: Path, data: bytes, name: str = "session.jsonl") -> tuple[Path, object]:
+    """Write `data` as `directory/name`, scan it with its identity, and return (path, ScannedFile)."""
+    from riffd.scan import index_file
+
+    path = directory / name
+    path.write_bytes(data)
+    return path, index_file(path, with_identity=True)
+
+
+def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
+    """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new uuids."""
+    from riffd.reader import read_span
+    from riffd.repair import RepairOptions, plan_repair
+
+    counter = iter(range(1, 1_000_000))
+    options = RepairOptions(
+        add_missing_results=add_missing_results,
+        new_uuid=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
+    )
+    return plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)  # type: ignore[attr-defined]

@@ -324,13 +324,14 @@ def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, 
         if not isinstance(old, str):
             return None
         key, old_value = re.escape(name.encode()), re.escape(_json_str(old))
-        pattern = re.compile(rb'(?<!\\)"' + key + rb'"\s*:\s*"' + old_value + rb'"')
+        pattern = re.compile(rb'(?<!\\)("' + key + rb'"\s*:\s*)"' + old_value + rb'"')
         matches = list(pattern.finditer(body))
         if len(matches) != 1:
             return None
         new_value = b"null" if value is None else b'"' + _json_str(value) + b'"'
         found = matches[0]
-        body = body[: found.start()] + b'"' + name.encode() + b'":' + new_value + body[found.end() :]
+        # Keep the key and the spacing around its colon as written: only the value changes.
+        body = body[: found.start()] + found.group(1) + new_value + body[found.end() :]
     return body
 
 
