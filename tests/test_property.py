@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tempfile
-import warnings
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -15,14 +13,6 @@ import damage
 from conftest import corpus_injection_bases, corpus_lines
 from riffd.plan import RemoveLine
 from test_repair import repair_and_check
-
-with warnings.catch_warnings():
-    # On a failure hypothesis' pytest plugin imports libcst to print a patch; that import warns
-    # (mypy_extensions.TypedDict is deprecated) and the strict warning filter would turn the report
-    # itself into an internal error that hides the falsifying example. Import it once, quietly.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    with contextlib.suppress(ImportError):
-        import libcst  # noqa: F401
 
 BASE_LINES = {path.name: corpus_lines(path) for path in corpus_injection_bases()}
 BASE_LINES["generated-9-segments"] = damage.generated_session(segments=9, turns=2, parallel=2)

@@ -92,10 +92,11 @@ class RepairPlan:
 
 
 def _edit_key(edit: Edit) -> tuple[int, int]:
-    # Inserts sort after the line they follow; a line is removed or replaced at most once.
+    # An insert sits right after the line it follows, so before any edit of the next line, which starts
+    # at the same offset. A line is removed or replaced at most once.
     if isinstance(edit, InsertLine):
-        return (edit.after.end, 1)
-    return (edit.span.offset, 0)
+        return (edit.after.end, 0)
+    return (edit.span.offset, 1)
 
 
 def assemble(edits: tuple[Edit, ...] | list[Edit], size: int) -> Iterator[tuple[int, int] | bytes]:

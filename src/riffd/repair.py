@@ -99,12 +99,12 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
 
     for (segment, tool_id), use_lines in sorted(pairing.uses.items()):
         distinct = distinct_uses(index, use_lines)
+        on_chain = [line for line in distinct if line in chain]
+        keeper_line = (on_chain or distinct)[0]
         if len(distinct) > 1:
             if uncertain:
                 work.notes.append(f"repeated tool_use {tool_id} left alone: {uncertain}")
             else:
-                on_chain = [line for line in distinct if line in chain]
-                keeper_line = (on_chain or distinct)[0]
                 for line in distinct:
                     if line != keeper_line:
                         _remove_tool_use(work, line, tool_id, fetch)
@@ -121,7 +121,7 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
                 f"(line {index.results[tool_id][0].line + 1}); adding a second one could make things worse"
             )
         else:
-            work.synthetic_after.setdefault(distinct[0], []).append(tool_id)
+            work.synthetic_after.setdefault(keeper_line, []).append(tool_id)
             _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
 
     edits = _edits(index, work, fetch, options)
