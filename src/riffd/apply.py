@@ -152,11 +152,20 @@ def temp_path_for(path: Path) -> Path:
 
 
 def remove_stale_temps(
-    folder: Path, older_than_seconds: float, *, fs: FileSystem = REAL_FS, now: float | None = None
+    folder: Path,
+    older_than_seconds: float,
+    *,
+    fs: FileSystem = REAL_FS,
+    now: float | None = None,
+    locked_name: str | None = None,
 ) -> list[Path]:
     """Given a folder, remove riffd's own temp files (`.<name>.riffd-<hex>.tmp`) older than
-    `older_than_seconds` (left by a killed run) and return them; other files are never touched."""
+    `older_than_seconds` (left by a killed run) and return them; other files are never touched.
+
+    Temp files of `locked_name`, the transcript whose lock the caller holds, go at any age: no other
+    riffd run can be writing them."""
     current_time = time.time() if now is None else now
+    own_prefix = f".{locked_name}.riffd-" if locked_name else None
     try:
         names = fs.listdir(folder)
     except OSError as exc:
@@ -169,7 +178,9 @@ def remove_stale_temps(
         candidate = folder / name
         try:
             status = fs.stat(candidate)
-            if not stat.S_ISREG(status.st_mode) or current_time - status.st_mtime < older_than_seconds:
+            old_enough = current_time - status.st_mtime >= older_than_seconds
+            ours = own_prefix is not None and name.startswith(own_prefix)
+            if not stat.S_ISREG(status.st_mode) or not (old_enough or ours):
                 continue
             # Only ever a copy: the original is intact until the rename, after which this name is gone.
             fs.unlink(candidate)
@@ -484,7 +495,7 @@ def _rewrite(
     if not acquired:
         return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
     try:
-        remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
+        remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs, locked_name=path.name)
         live, why = session_liveness(
             path, options.claude_dir, options.quiet_period, session_id=options.session_id, fs=fs
         )
