@@ -76,7 +76,7 @@ class Tree:
             terminated = raw.endswith(b"\n")
             body = raw[:-1] if terminated else raw
             parsed = parse_line(body)
-            index.add(offset, body, terminated, parsed)
+            index.add(offset, body, terminated)
             self.records.append(parsed if isinstance(parsed, dict) else None)
             offset += len(raw)
         self.index = index.finish()

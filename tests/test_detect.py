@@ -17,7 +17,8 @@ from conftest import (
     scan_transcript_bytes,
 )
 from riffd.findings import FindingClass
-from riffd.reader import BOM
+from riffd.reader import BOM, parse_line
+from riffd.transcript import is_placeholder_result
 from riffd.scan import scan_file
 
 # The Messages API's own words (section 3 of the format notes), written out here on purpose.
@@ -95,7 +96,8 @@ def test_resumed_duplicate_names_both_results(tmp_path: Path):
     assert finding.lines == (damaged.marks["synthetic"] + 1, damaged.marks["genuine"] + 1)
     index = scanned.index
     blocks = index.results[damaged.tool_id]
-    assert [(block.line, block.synthetic) for block in blocks] == [
+    records = [parse_line(raw.rstrip(b"\n")) for raw in damaged.lines]
+    assert [(block.line, is_placeholder_result(records[block.line], block.block)) for block in blocks] == [
         (damaged.marks["synthetic"], True),
         (damaged.marks["genuine"], False),
     ]
@@ -206,7 +208,9 @@ def test_is_error_values(tmp_path: Path, is_error, synthetic):
     _path, scanned = scan_transcript_bytes(tmp_path, as_bytes(small_session(result_block=block)))
     assert scanned.findings == []
     (result,) = scanned.index.results[USE_ID]
-    assert result.synthetic is synthetic
+    record = parse_line(_path.read_bytes().splitlines()[result.line])
+    assert isinstance(record, dict)
+    assert is_placeholder_result(record, result.block) is synthetic
 
 
 def test_unknown_record_types_are_kept_out_of_the_tree(tmp_path: Path):

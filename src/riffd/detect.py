@@ -10,28 +10,59 @@ compact boundary starts a new segment: the API sees pairs within a segment, neve
 from __future__ import annotations
 
 import logging
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from riffd.findings import Finding, FindingClass, api_error_for
-from riffd.transcript import COMPACT_BOUNDARY, MESSAGE, NODE, SIDECHAIN, FileMetrics, TranscriptIndex
+from riffd.transcript import BLOCK_BITS, COMPACT_BOUNDARY, MESSAGE, SIDECHAIN, FileMetrics, ResultBlock, TranscriptIndex
 
 log = logging.getLogger(__name__)
 
 OOM_RISK_RESULTS = 100
 
 
+class SegmentMap(Mapping[int, int]):
+    """Read-only view of a loaded conversation's segments: line index -> segment, loaded lines only."""
+
+    def __init__(self, segment: array[int], count: int) -> None:
+        self._segment = segment
+        self._count = count
+
+    def __getitem__(self, line: int) -> int:
+        value = self._segment[line] if 0 <= line < len(self._segment) else -1
+        if value < 0:
+            raise KeyError(line)
+        return value
+
+    def __contains__(self, line: object) -> bool:
+        return isinstance(line, int) and 0 <= line < len(self._segment) and self._segment[line] >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return (line for line, value in enumerate(self._segment) if value >= 0)
+
+    def __len__(self) -> int:
+        return self._count
+
+
 @dataclass
 class LoadedConversation:
     """The lines Claude Code would load: the chain from the newest message to the root, plus spliced lines.
 
-    `segment_of` maps every loaded line index to its segment (0 = after the last compact boundary).
+    `segment[line]` is the line's segment (0 = after the last compact boundary), -1 when not loaded.
     """
 
     leaf: int | None
-    chain: list[int]
-    segment_of: dict[int, int]
+    chain: array[int]
+    segment: array[int]
+    count: int
     cycle_at: int | None = None
+
+    @property
+    def segment_of(self) -> SegmentMap:
+        """The loaded lines and their segments, as a mapping."""
+        return SegmentMap(self.segment, self.count)
 
     @property
     def on_chain(self) -> set[int]:
@@ -39,12 +70,14 @@ class LoadedConversation:
         return set(self.chain)
 
 
-@dataclass
-class Pairing:
-    """Tool uses and results of the loaded conversation, keyed by (segment, tool id)."""
+@dataclass(frozen=True)
+class ToolGroup:
+    """The loaded tool uses and results of one tool id within one segment, when they do not pair 1:1."""
 
-    uses: dict[tuple[int, str], list[int]] = field(default_factory=dict)
-    results: dict[tuple[int, str], list[int]] = field(default_factory=dict)  # positions into index.results[id]
+    segment: int
+    tool_id: str
+    use_lines: list[int]  # lines holding the tool_use (a line written twice appears twice)
+    result_positions: list[int]  # positions into index.results[tool_id]
 
 
 def newest_leaf(index: TranscriptIndex) -> int | None:
@@ -67,56 +100,51 @@ def newest_leaf(index: TranscriptIndex) -> int | None:
 def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
     """Given a finished index, return the conversation Claude Code loads from its newest message."""
     leaf = newest_leaf(index)
-    chain: list[int] = []
-    segment_of: dict[int, int] = {}
-    cycle_at = None
+    segment = array("i", [-1]) * len(index)
+    chain = array("i")
     if leaf is None:
-        return LoadedConversation(None, chain, segment_of)
+        return LoadedConversation(None, chain, segment, 0)
     parents, flags = index.parents, index.flags
-    segment = 0
+    cycle_at = None
+    current_segment = 0
     line = leaf
     while line >= 0:
-        if line in segment_of:
+        if segment[line] >= 0:
             cycle_at = line
             log.warning("%s: parent chain loops at line %d; the walk stops there", index.path, line + 1)
             break
-        segment_of[line] = segment
+        segment[line] = current_segment
         chain.append(line)
         parent = parents[line]
         if parent < 0 and flags[line] & COMPACT_BOUNDARY:
             logical = index.line_of_uuid.get(index.logical_parent.get(line, ""))
             if logical is not None:
-                segment += 1
+                current_segment += 1
                 line = logical
                 continue
         line = parent
+    count = len(chain)
     groups, group_lines = index.groups, index.group_lines
+    seen_groups: set[int] = set()
     for line in chain:
         group = groups[line]
-        if group >= 0:
+        if group >= 0 and group not in seen_groups:
+            seen_groups.add(group)
             for sibling in group_lines[group]:
-                segment_of.setdefault(sibling, segment_of[line])
-    for line, line_segment in list(segment_of.items()):
-        for result_line in index.result_children.get(line, ()):
-            segment_of.setdefault(result_line, line_segment)
-    return LoadedConversation(leaf, chain, segment_of, cycle_at)
-
-
-def pair_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Pairing:
-    """Given an index and its loaded conversation, group the loaded tool uses and results by (segment, id)."""
-    pairing = Pairing()
-    segment_of = loaded.segment_of
-    for tool_id, lines in index.tool_uses.items():
-        for line in lines:
-            segment = segment_of.get(line)
-            if segment is not None:
-                pairing.uses.setdefault((segment, tool_id), []).append(line)
-    for tool_id, blocks in index.results.items():
-        for position, block in enumerate(blocks):
-            segment = segment_of.get(block.line)
-            if segment is not None:
-                pairing.results.setdefault((segment, tool_id), []).append(position)
-    return pairing
+                if segment[sibling] < 0:
+                    segment[sibling] = segment[line]
+                    count += 1
+    # Results hang from a chain line or a sibling (decided before any result is added).
+    spliced = []
+    for result_line in index.result_lines:
+        if segment[result_line] < 0:
+            for anchor in index.anchors(result_line):
+                if segment[anchor] >= 0:
+                    spliced.append((result_line, segment[anchor]))
+                    break
+    for result_line, result_segment in spliced:
+        segment[result_line] = result_segment
+    return LoadedConversation(leaf, chain, segment, count + len(spliced), cycle_at)
 
 
 def distinct_uses(index: TranscriptIndex, lines: list[int]) -> list[int]:
@@ -124,58 +152,91 @@ def distinct_uses(index: TranscriptIndex, lines: list[int]) -> list[int]:
     return [line for line in lines if index.line_of_uuid.get(index.uuids[line] or "") == line]
 
 
+def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterator[ToolGroup]:
+    """Yield the loaded (segment, tool id) groups that are not exactly one tool_use and one result.
+
+    Works id by id, so a healthy file costs a lookup per tool id and builds nothing.
+    """
+    segment = loaded.segment
+    packed, results = index.packed_results, index.results
+    for tool_id, use_lines in index.tool_uses.items():
+        answers = packed.get(tool_id, ())
+        if len(use_lines) == 1 and len(answers) == 1 and segment[use_lines[0]] == segment[answers[0] >> BLOCK_BITS]:
+            continue  # the common case: paired in one segment, or both history off the loaded conversation
+        yield from _grouped(tool_id, use_lines, results[tool_id] if answers else [], segment)
+    for tool_id in packed:
+        if tool_id not in index.tool_uses:
+            yield from _grouped(tool_id, [], results[tool_id], segment)
+
+
+def _grouped(tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]) -> Iterator[ToolGroup]:
+    by_segment: dict[int, tuple[list[int], list[int]]] = {}
+    for line in use_lines:
+        if segment[line] >= 0:
+            by_segment.setdefault(segment[line], ([], []))[0].append(line)
+    for position, block in enumerate(blocks):
+        if segment[block.line] >= 0:
+            by_segment.setdefault(segment[block.line], ([], []))[1].append(position)
+    for group_segment, (uses, positions) in sorted(by_segment.items()):
+        if len(uses) != 1 or len(positions) != 1:
+            yield ToolGroup(group_segment, tool_id, uses, positions)
+
+
 def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> list[Finding]:
     """Given a finished index, return every finding, ordered by line."""
     loaded = loaded or loaded_conversation(index)
-    pairing = pair_tools(index, loaded)
+    groups = list(unpaired_tools(index, loaded))
     findings: list[Finding] = list(index.line_findings)
-    findings += _pairing_findings(index, loaded, pairing)
+    findings += _pairing_findings(index, loaded, groups)
     findings += _tree_findings(index, loaded)
     findings += _oom_findings(index)
-    index.metrics.loaded_lines = len(loaded.segment_of)
+    index.metrics.loaded_lines = loaded.count
     index.metrics.duplicates_detected = sum(
-        len(positions) - 1 for positions in pairing.results.values() if len(positions) > 1
+        len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1
     )
     findings.sort(key=lambda finding: (finding.line, finding.cls))
     return findings
 
 
-def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, pairing: Pairing) -> list[Finding]:
+def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups: list[ToolGroup]) -> list[Finding]:
     path = index.path
     findings: list[Finding] = []
     newest_group = index.groups[loaded.leaf] if loaded.leaf is not None else -1
-    for (segment, tool_id), positions in pairing.results.items():
-        blocks = [index.results[tool_id][position] for position in positions]
-        lines = tuple(sorted({block.line + 1 for block in blocks}))
-        uuids = tuple(index.uuids[block.line] or "" for block in blocks)
-        if (segment, tool_id) not in pairing.uses:
-            findings.append(
-                Finding(
-                    FindingClass.ORPHAN_TOOL_RESULT,
-                    path,
-                    lines,
-                    f"tool_result for {tool_id} answers no tool_use in the loaded conversation",
-                    uuids=uuids,
-                    tool_id=tool_id,
-                    api_error=api_error_for(FindingClass.ORPHAN_TOOL_RESULT, tool_id),
+    for group in groups:
+        tool_id = group.tool_id
+        blocks = [index.results[tool_id][position] for position in group.result_positions]
+        if blocks:
+            lines = tuple(sorted({block.line + 1 for block in blocks}))
+            uuids = tuple(index.uuids[block.line] or "" for block in blocks)
+            if not group.use_lines:
+                findings.append(
+                    Finding(
+                        FindingClass.ORPHAN_TOOL_RESULT,
+                        path,
+                        lines,
+                        f"tool_result for {tool_id} answers no tool_use in the loaded conversation",
+                        uuids=uuids,
+                        tool_id=tool_id,
+                        api_error=api_error_for(FindingClass.ORPHAN_TOOL_RESULT, tool_id),
+                    )
                 )
-            )
-        if len(blocks) > 1:
-            same_line = len(lines) < len(blocks)
-            how = "inside one line" if len(lines) == 1 else ("including a line written twice" if same_line else "")
-            findings.append(
-                Finding(
-                    FindingClass.DUPLICATE_TOOL_RESULT,
-                    path,
-                    lines,
-                    f"tool_use {tool_id} is answered {len(blocks)} times on the loaded conversation {how}".rstrip(),
-                    uuids=uuids,
-                    tool_id=tool_id,
-                    api_error=api_error_for(FindingClass.DUPLICATE_TOOL_RESULT, tool_id),
+            if len(blocks) > 1:
+                same_line = len(lines) < len(blocks)
+                how = "inside one line" if len(lines) == 1 else ("including a line written twice" if same_line else "")
+                findings.append(
+                    Finding(
+                        FindingClass.DUPLICATE_TOOL_RESULT,
+                        path,
+                        lines,
+                        f"tool_use {tool_id} is answered {len(blocks)} times on the loaded conversation {how}".rstrip(),
+                        uuids=uuids,
+                        tool_id=tool_id,
+                        api_error=api_error_for(FindingClass.DUPLICATE_TOOL_RESULT, tool_id),
+                    )
                 )
-            )
-    for (segment, tool_id), use_lines in pairing.uses.items():
-        distinct = distinct_uses(index, use_lines)
+        if not group.use_lines:
+            continue
+        distinct = distinct_uses(index, group.use_lines)
         if len(distinct) > 1:
             findings.append(
                 Finding(
@@ -188,8 +249,8 @@ def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, pairin
                     api_error=api_error_for(FindingClass.DUPLICATE_TOOL_USE, tool_id),
                 )
             )
-        if (segment, tool_id) not in pairing.results:
-            line = use_lines[0]
+        if not blocks:
+            line = group.use_lines[0]
             latest = newest_group >= 0 and index.groups[line] == newest_group
             findings.append(
                 Finding(
@@ -252,13 +313,14 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
     """Return each parent cycle once, as line indexes.
 
     Every cycle holds a line whose parent does not come before it in the file (a loop cannot go
-    backwards all the way round), so only those lines need a walk.
+    backwards all the way round), so only those lines need a walk; lines with no parent (the
+    sentinels are negative) never start one.
     """
-    parents, kinds = index.parents, index.kinds
+    parents = index.parents
     cycles: list[list[int]] = []
     in_cycle: set[int] = set()
     for start in range(len(parents)):
-        if parents[start] < start or kinds[start] != NODE or start in in_cycle:
+        if parents[start] < start or start in in_cycle:
             continue
         seen: dict[int, int] = {}
         path: list[int] = []

@@ -137,6 +137,19 @@ def retrying_call(
         else:
             log.debug("I/O error again reading %s (attempt %d): %s", what, state.attempt_number, exc)
 
+    try:
+        return func()  # the fast path: building tenacity's machinery per read costs more than the read
+    except OSError as exc:
+        if not is_cloud_sync_error(exc):
+            raise
+        first_failure: list[OSError] = [exc]
+
+    def attempt() -> T:
+        # Attempt 1 is the call above; tenacity counts it, so `policy.attempts` stays the total.
+        if first_failure:
+            raise first_failure.pop()
+        return func()
+
     retrying = Retrying(
         retry=retry_if_exception(is_cloud_sync_error),
         stop=stop_after_attempt(policy.attempts),
@@ -145,7 +158,7 @@ def retrying_call(
         reraise=True,
     )
     try:
-        return retrying(func)
+        return retrying(attempt)
     except OSError as exc:
         if not is_cloud_sync_error(exc):
             raise

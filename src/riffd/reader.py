@@ -49,6 +49,68 @@ def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
     return value
 
 
+def iter_raw(
+    path: str | os.PathLike[str],
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    chunk_size: int = CHUNK_SIZE,
+    start: int = 0,
+) -> Iterator[bytes]:
+    """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (positional reads,
+    EIO retried). Raise ReadFailed when EIO persists, OSError for other errors."""
+    name = os.fspath(path)
+    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{name} (open)", policy=retry)
+    try:
+        position = start
+        while True:
+            chunk = retrying_call(partial(fs.pread, fd, chunk_size, position), what=f"{name} at byte {position}",
+                                  policy=retry)
+            if not chunk:
+                return
+            position += len(chunk)
+            yield chunk
+    finally:
+        fs.close(fd)
+
+
+def iter_chunks(
+    path: str | os.PathLike[str],
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    hasher: Any = None,
+    chunk_size: int = CHUNK_SIZE,
+    start: int = 0,
+) -> Iterator[tuple[int, list[bytes], bool]]:
+    """Yield (offset, lines, terminated) batches of `path`'s lines from byte `start`, in order.
+
+    `lines` are the lines' bytes exactly as stored, without their newlines (a UTF-8 BOM stays;
+    `parse_line` skips it), starting at byte `offset`. Every batch is newline-terminated but a
+    last one of a single unterminated line (`terminated` False). Memory holds one chunk plus the
+    longest line. `hasher` (hashlib-like) is fed every byte read, in order. Raise ReadFailed when
+    EIO persists, OSError for other errors.
+    """
+    position = start
+    pending: list[bytes] = []  # pieces of a line not finished yet (no newline read so far)
+    pending_offset = start
+    for chunk in iter_raw(path, fs=fs, retry=retry, chunk_size=chunk_size, start=start):
+        if hasher is not None:
+            hasher.update(chunk)
+        position += len(chunk)
+        if b"\n" not in chunk:
+            pending.append(chunk)  # a long line: join once, when its newline comes
+            continue
+        buffer = b"".join([*pending, chunk]) if pending else chunk
+        lines = buffer.split(b"\n")
+        tail = lines.pop()
+        pending = [tail] if tail else []
+        yield pending_offset, lines, True
+        pending_offset = position - len(tail)
+    if pending:
+        yield pending_offset, [b"".join(pending)], False
+
+
 def iter_lines(
     path: str | os.PathLike[str],
     *,
@@ -61,50 +123,17 @@ def iter_lines(
 ) -> Iterator[tuple[int, int, bytes, bool]]:
     """Yield (number, offset, bytes, terminated) for each line of `path` from byte `start`.
 
-    `bytes` is the line exactly as stored, without its newline (a UTF-8 BOM stays; `parse_line`
-    skips it); `terminated` is False only for a last line with no newline. Memory holds one chunk
-    plus the longest line. `hasher` (hashlib-like) is fed every byte read, in order.
-    Raise ReadFailed when EIO persists, OSError for other errors.
+    The same lines as `iter_chunks`, one at a time, numbered from `first_number`; `terminated` is
+    False only for a last line with no newline.
     """
-    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
-    try:
-        yield from _iter_fd_lines(fd, os.fspath(path), fs, retry, hasher, chunk_size, start, first_number)
-    finally:
-        fs.close(fd)
-
-
-def _iter_fd_lines(
-    fd: int,
-    name: str,
-    fs: FileSystem,
-    retry: RetryPolicy,
-    hasher: Any,
-    chunk_size: int,
-    start: int,
-    number: int,
-) -> Iterator[tuple[int, int, bytes, bool]]:
-    position = start
-    pending = b""
-    pending_offset = start
-    while True:
-        chunk = retrying_call(partial(fs.pread, fd, chunk_size, position), what=f"{name} at byte {position}",
-                              policy=retry)
-        if not chunk:
-            break
-        if hasher is not None:
-            hasher.update(chunk)
-        position += len(chunk)
-        buffer = pending + chunk if pending else chunk
-        pieces = buffer.split(b"\n")
-        pending = pieces.pop()
-        offset = pending_offset
-        for piece in pieces:
-            yield number, offset, piece, True
+    number = first_number
+    for offset, lines, terminated in iter_chunks(
+        path, fs=fs, retry=retry, hasher=hasher, chunk_size=chunk_size, start=start
+    ):
+        for raw in lines:
+            yield number, offset, raw, terminated
             number += 1
-            offset += len(piece) + 1
-        pending_offset = offset
-    if pending:
-        yield number, pending_offset, pending, False
+            offset += len(raw) + 1
 
 
 def read_span(

@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 
-from riffd.detect import distinct_uses, pair_tools
+from riffd.detect import distinct_uses, unpaired_tools
 from riffd.findings import REPAIRABLE, Finding, FindingClass
 from riffd.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.reader import BOM, parse_line
 from riffd.scan import ScannedFile
-from riffd.transcript import DANGLING, MALFORMED, NO_PARENT, ResultBlock, TranscriptIndex
+from riffd.transcript import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
 
 SYNTHETIC_RESULT_TEXT = (
     "[Tool result missing: the tool call never returned a result (interrupted session); "
@@ -78,27 +78,26 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
     by_class: dict[tuple[FindingClass, str | None], Finding] = {
         (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
     }
-    pairing = pair_tools(index, loaded)
     chain = loaded.on_chain
 
-    for (segment, tool_id), positions in sorted(pairing.results.items()):
-        blocks = [index.results[tool_id][position] for position in positions]
-        if (segment, tool_id) not in pairing.uses:
+    for group in unpaired_tools(index, loaded):
+        tool_id = group.tool_id
+        blocks = [index.results[tool_id][position] for position in group.result_positions]
+        if not group.use_lines:
             if uncertain:
                 work.notes.append(f"orphan result for {tool_id} left alone: {uncertain}")
                 continue
             for block in blocks:
                 _remove_block(work, index, block, fetch)
             _fixed(work, by_class, FindingClass.ORPHAN_TOOL_RESULT, tool_id)
-        elif len(blocks) > 1:
-            keeper = _choose_result(index, blocks, chain)
+            continue
+        if len(blocks) > 1:
+            keeper = _choose_result(index, blocks, chain, fetch)
             for block in blocks:
                 if block is not keeper:
                     _remove_block(work, index, block, fetch)
             _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_RESULT, tool_id)
-
-    for (segment, tool_id), use_lines in sorted(pairing.uses.items()):
-        distinct = distinct_uses(index, use_lines)
+        distinct = distinct_uses(index, group.use_lines)
         on_chain = [line for line in distinct if line in chain]
         keeper_line = (on_chain or distinct)[0]
         if len(distinct) > 1:
@@ -109,7 +108,7 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
                     if line != keeper_line:
                         _remove_tool_use(work, line, tool_id, fetch)
                 _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_USE, tool_id)
-        if (segment, tool_id) in pairing.results:
+        if blocks:
             continue
         if not options.add_missing_results:
             work.notes.append(f"missing result for {tool_id} not added (adding synthetic results is switched off)")
@@ -139,8 +138,8 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes) -> str:
     """Return why the loaded conversation cannot be trusted for risky repairs, or '' when it can."""
     index = scanned.index
     last = len(index) - 1
-    for line, kind in enumerate(index.kinds):
-        if kind == MALFORMED and line != last:
+    for line in index.malformed:
+        if line != last:
             return f"line {line + 1} is malformed, so the conversation around it is uncertain"
     if index.dangling:
         line = min(index.dangling)
@@ -153,12 +152,14 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes) -> str:
     return ""
 
 
-def _choose_result(index: TranscriptIndex, blocks: list[ResultBlock], chain: set[int]) -> ResultBlock:
+def _choose_result(
+    index: TranscriptIndex, blocks: list[ResultBlock], chain: set[int], fetch: LineBytes
+) -> ResultBlock:
     """The result to keep: on the chain the conversation continued from, else genuine, else first."""
     owners = [block for block in blocks if index.line_of_uuid.get(index.uuids[block.line] or "") == block.line]
     on_chain = [block for block in owners if block.line in chain]
     candidates = on_chain or owners or blocks
-    genuine = [block for block in candidates if not block.synthetic]
+    genuine = [block for block in candidates if not is_placeholder_result(_parse(fetch(block.line)), block.block)]
     return min(genuine or candidates, key=lambda block: (block.line, block.block))
 
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from riffd.detect import LoadedConversation, detect, loaded_conversation, suggestions
 from riffd.findings import Finding
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.plan import FileIdentity
-from riffd.reader import iter_lines, parse_line
+from riffd.reader import iter_chunks, iter_raw, parse_line
 from riffd.transcript import TranscriptIndex
 
 
@@ -65,16 +68,15 @@ def index_file(
     index = TranscriptIndex(name)
     hasher = hashlib.sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
-    add = index.add
-    size = 0
-    for _number, offset, raw, terminated in iter_lines(name, fs=fs, retry=retry, hasher=hasher):
-        add(offset, raw, terminated, parse_line(raw))
-        size = offset + len(raw) + terminated
+    for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher):
+        index.add_lines(offset, lines, terminated)
     index.finish()
+    size = index.end
     if index.dangling:
         session_file = parent_session_file(Path(name), index.session_id)
         if session_file is not None:
-            index.resolve_external(uuids_of(session_file, fs=fs, retry=retry))
+            wanted = set(index.dangling.values())
+            index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry))
     loaded = loaded_conversation(index)
     findings = detect(index, loaded)
     identity = None
@@ -100,13 +102,35 @@ def parent_session_file(path: Path, session_id: str | None) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def uuids_of(path: Path, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY) -> set[str]:
-    """Return the uuids of every line of `path` (unparseable lines skipped)."""
+def find_uuids(
+    path: Path, wanted: set[str], *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> set[str]:
+    """Return which of the `wanted` uuids are the `uuid` of some line of `path`.
+
+    One regular-expression pass over the raw bytes finds the few lines that mention a wanted uuid;
+    only those are parsed, so this costs about a read of the file.
+    """
+    if not wanted:
+        return set()
+    needle = re.compile(b"|".join(re.escape(orjson.dumps(uuid)) for uuid in sorted(wanted)))
     found: set[str] = set()
-    for _number, _offset, raw, _terminated in iter_lines(path, fs=fs, retry=retry):
-        obj = parse_line(raw)
-        if isinstance(obj, dict) and isinstance(obj.get("uuid"), str):
-            found.add(obj["uuid"])
+
+    def check(buffer: bytes, end: int) -> None:
+        for match in needle.finditer(buffer, 0, end):
+            line_start = buffer.rfind(b"\n", 0, match.start()) + 1
+            line_end = buffer.find(b"\n", match.end(), end)
+            obj = parse_line(buffer[line_start : end if line_end < 0 else line_end])
+            if isinstance(obj, dict) and obj.get("uuid") in wanted:
+                found.add(obj["uuid"])
+
+    carry = b""
+    for chunk in iter_raw(path, fs=fs, retry=retry):
+        buffer = carry + chunk if carry else chunk
+        complete = buffer.rfind(b"\n") + 1  # search whole lines only; the rest waits for its newline
+        check(buffer, complete)
+        carry = buffer[complete:]
+    if carry:
+        check(carry, len(carry))
     return found
 
 

@@ -9,27 +9,23 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from riffd.findings import Finding, FindingClass
-from riffd.reader import Unparsed
+import orjson
 
-# Line kinds.
-BLANK = 0
-MALFORMED = 1
-NODE = 2  # has a uuid: part of the parent tree
-SUMMARY = 3
-OTHER = 4  # metadata, bookkeeping and unknown record types: kept, not in the tree
+from riffd.reader import Unparsed, parse_line
 
-# Line flags.
+# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping, unknown
+# record types, summaries, malformed and blank lines) are kept and have no parent.
 SIDECHAIN = 1
 COMPACT_BOUNDARY = 2
-HAS_RESULTS = 4
-HAS_TOOL_USE = 8
-MESSAGE = 16  # a user or assistant line: a candidate for the newest leaf
-ASSISTANT = 64
+MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
+ASSISTANT = 8
+
+BLOCK_BITS = 32  # results are stored packed: line << BLOCK_BITS | block
 
 # parents[] sentinels (>= 0 is the parent's line index).
 NO_PARENT = -1
@@ -40,13 +36,32 @@ UNRESOLVED = -3
 SYNTHETIC_TEXT = re.compile(r"interrupted|cancel+ed|missing|no result|rejected", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResultBlock:
-    """One tool_result block: which line, which block of its content list, and whether it is a placeholder."""
+    """One tool_result block: which line (0-based index) and which block of its content list."""
 
-    line: int  # line index (0-based)
+    line: int
     block: int
-    synthetic: bool
+
+
+class ResultsView(Mapping[str, list[ResultBlock]]):
+    """Read-only view of the results by tool_use id, unpacked on access (stored as packed ints)."""
+
+    def __init__(self, packed: dict[str, list[int]]) -> None:
+        self._packed = packed
+
+    def __getitem__(self, tool_id: str) -> list[ResultBlock]:
+        mask = (1 << BLOCK_BITS) - 1
+        return [ResultBlock(value >> BLOCK_BITS, value & mask) for value in self._packed[tool_id]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __contains__(self, tool_id: object) -> bool:
+        return tool_id in self._packed
 
 
 @dataclass
@@ -71,29 +86,40 @@ class FileMetrics:
         return dict(self.__dict__)
 
 
-def _result_is_synthetic(block: dict[str, Any], line: dict[str, Any]) -> bool:
-    if "toolDenialKind" in line:
+def is_placeholder_result(record: dict[str, Any], position: int) -> bool:
+    """Given a parsed line and the position of a tool_result block in its content, return True when the
+    block is a placeholder Claude Code made up (interrupt, cancel, a resume that saw no result), not a
+    tool's real output: `is_error` true with such a text, or a line marked with `toolDenialKind`."""
+    if "toolDenialKind" in record:
         return True
-    if block.get("is_error") is not True:
+    message = record.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    block = content[position] if isinstance(content, list) and 0 <= position < len(content) else None
+    if not isinstance(block, dict) or block.get("is_error") is not True:
         return False
-    content = block.get("content")
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict)]
-        content = " ".join(text for text in texts if isinstance(text, str))
-    return isinstance(content, str) and SYNTHETIC_TEXT.search(content[:300]) is not None
+    text = block.get("content")
+    if isinstance(text, list):
+        parts: list[str] = []
+        for part in text:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"][:300])
+                if sum(map(len, parts)) >= 300:
+                    break
+        text = " ".join(parts)
+    return isinstance(text, str) and SYNTHETIC_TEXT.search(text[:300]) is not None
 
 
 class TranscriptIndex:
     """Per-line metadata of one transcript and the maps detection and repair planning need."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, start: int = 0) -> None:
         self.path = path
+        self.start = start  # byte offset of the first line indexed
+        self.end = start  # byte offset just after the last line indexed
         self.offsets = array("q")
-        self.lengths = array("q")
-        self.kinds = bytearray()
         self.flags = bytearray()
-        self.parents = array("q")
-        self.groups = array("q")
+        self.parents = array("i")
+        self.groups = array("i")
         self.uuids: list[str | None] = []
         self.line_of_uuid: dict[str, int] = {}
         self.duplicate_uuid_lines: list[tuple[int, int]] = []  # (first, repeat)
@@ -105,9 +131,10 @@ class TranscriptIndex:
         self.group_of_message: dict[str, int] = {}
         self.group_lines: list[list[int]] = []
         self.tool_uses: dict[str, list[int]] = {}
-        self.results: dict[str, list[ResultBlock]] = {}
+        self.packed_results: dict[str, list[int]] = {}  # tool_use id -> [line << BLOCK_BITS | block]
+        self.results = ResultsView(self.packed_results)
         self.result_lines: list[int] = []
-        self.result_children: dict[int, list[int]] = {}
+        self.malformed: list[int] = []
         self.line_findings: list[Finding] = []
         self.metrics = FileMetrics()
         self.session_id: str | None = None
@@ -118,141 +145,158 @@ class TranscriptIndex:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def number(self, line: int) -> int:
-        """Given a 0-based line index, return its 1-based line number."""
-        return line + 1
-
     # --- building -------------------------------------------------------------------------------
 
-    def add(self, offset: int, raw: bytes, terminated: bool, obj: dict[str, Any] | Unparsed | None) -> None:
-        """Record the next line in file order: its place, its raw bytes' length, its parsed value."""
-        index = len(self.offsets)
-        self.offsets.append(offset)
-        self.lengths.append(len(raw) + terminated)
-        self.metrics.bytes += len(raw) + terminated
-        if not terminated:
+    def add_lines(self, offset: int, pieces: list[bytes], last_terminated: bool = True) -> int:
+        """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting at byte
+        `offset`, each followed by a newline except, when `last_terminated` is False, the last. Return the
+        offset after them.
+
+        This is the hot path of every scan: it binds what it needs to locals once per batch and keeps
+        method calls off the common line (a progress, user or assistant line with one block).
+        """
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        offsets_append, flags_append = self.offsets.append, self.flags.append
+        parents_append, groups_append, uuids_append = self.parents.append, self.groups.append, self.uuids.append
+        line_of_uuid, pending, parents = self.line_of_uuid, self._pending, self.parents
+        group_of_message, group_lines, tool_uses = self.group_of_message, self.group_lines, self.tool_uses
+        claim = line_of_uuid.setdefault
+        find = line_of_uuid.get
+        need_session = self.session_id is None
+        first_index = index = len(self.offsets)
+        terminated_count = len(pieces) if last_terminated else len(pieces) - 1
+        for raw in pieces:
+            offsets_append(offset)
+            offset += len(raw) + 1
+            try:
+                obj = loads(raw)
+            except decode_error:
+                obj = parse_line(raw)
+            if type(obj) is not dict:
+                self._add_unusual(index, offset - len(raw) - 1, raw, obj, index - first_index < terminated_count)
+                index += 1
+                continue
+            uuid = obj.get("uuid")
+            if type(uuid) is not str:
+                flags_append(0)
+                parents_append(NO_PARENT)
+                groups_append(-1)
+                uuids_append(None)
+                leaf = obj.get("leafUuid")
+                if type(leaf) is str:
+                    self.summary_leaf[index] = leaf
+                index += 1
+                continue
+            uuids_append(uuid)
+            first = claim(uuid, index)
+            if first != index:
+                self.duplicate_uuid_lines.append((first, index))
+            elif pending and uuid in pending:
+                for child in pending.pop(uuid):
+                    parents[child] = index
+            parent = obj.get("parentUuid")
+            if parent is None:
+                parents_append(NO_PARENT)
+            elif type(parent) is str:
+                parent_line = find(parent)
+                if parent_line is None:
+                    parents_append(UNRESOLVED)
+                    pending.setdefault(parent, []).append(index)
+                else:
+                    parents_append(parent_line)
+            else:
+                parents_append(NO_PARENT)
+            flags = SIDECHAIN if obj.get("isSidechain") is True else 0
+            line_type = obj.get("type")
+            group = -1
+            if line_type == "assistant" or line_type == "user":
+                message = obj.get("message")
+                if type(message) is dict:
+                    flags |= MESSAGE
+                    content = message.get("content")
+                    if line_type == "assistant":
+                        flags |= ASSISTANT
+                        message_id = message.get("id")
+                        if type(message_id) is str:
+                            group = group_of_message.setdefault(message_id, len(group_lines))
+                            if group == len(group_lines):
+                                group_lines.append([index])
+                            else:
+                                group_lines[group].append(index)
+                        if type(content) is list:
+                            for block in content:
+                                if type(block) is dict and block.get("type") == "tool_use":
+                                    tool_id = block.get("id")
+                                    if type(tool_id) is str and tool_id and not tool_id.isspace():
+                                        tool_uses.setdefault(tool_id, []).append(index)
+                    elif type(content) is list and self._index_results(index, content):
+                        source = obj.get("sourceToolAssistantUUID")
+                        if type(source) is str:
+                            self.uses_source_tool_field = True
+                            if source != parent:
+                                self.source_tool_line[index] = source
+            elif line_type == "system" and obj.get("subtype") == "compact_boundary":
+                flags |= COMPACT_BOUNDARY
+                logical = obj.get("logicalParentUuid")
+                if type(logical) is str:
+                    self.logical_parent[index] = logical
+            if need_session and type(obj.get("sessionId")) is str:
+                self.session_id = obj["sessionId"]
+                need_session = False
+            flags_append(flags)
+            groups_append(group)
+            index += 1
+        if pieces and not last_terminated:
+            offset -= 1
             self.metrics.unterminated_last_line = True
+        self.end = offset
+        return offset
+
+    def add(self, offset: int, raw: bytes, terminated: bool) -> None:
+        """Record one line (its bytes without the newline) at `offset`; see add_lines."""
+        self.add_lines(offset, [raw], terminated)
+
+    def _add_unusual(self, index: int, offset: int, raw: bytes, obj: object, terminated: bool) -> None:
+        """A blank line, a line that does not parse, or JSON that is not an object: kept, and reported."""
         self.parents.append(NO_PARENT)
         self.groups.append(-1)
         self.uuids.append(None)
+        self.flags.append(0)
         if obj is None:
-            self.kinds.append(BLANK)
-            self.flags.append(0)
             self.metrics.blank_lines += 1
             return
-        if isinstance(obj, Unparsed):
-            self.kinds.append(MALFORMED)
-            self.flags.append(0)
-            self._malformed(index, offset, obj.reason, terminated)
-            return
-        uuid = obj.get("uuid")
-        if not isinstance(uuid, str):
-            if obj.get("type") == "summary":
-                self.kinds.append(SUMMARY)
-                leaf = obj.get("leafUuid")
-                if isinstance(leaf, str):
-                    self.summary_leaf[index] = leaf
-            else:
-                self.kinds.append(OTHER)
-            self.flags.append(0)
-            return
-        self.kinds.append(NODE)
-        self.uuids[index] = uuid
-        line_type = obj.get("type")
-        flags = 0
-        if obj.get("isSidechain") is True:
-            flags |= SIDECHAIN
-        if self.session_id is None and isinstance(obj.get("sessionId"), str):
-            self.session_id = obj["sessionId"]
-        self._link(index, uuid, obj.get("parentUuid"))
-        if line_type == "system" and obj.get("subtype") == "compact_boundary":
-            flags |= COMPACT_BOUNDARY
-            logical = obj.get("logicalParentUuid")
-            if isinstance(logical, str):
-                self.logical_parent[index] = logical
-        message = obj.get("message")
-        if line_type in ("user", "assistant") and isinstance(message, dict):
-            flags |= MESSAGE
-            content = message.get("content")
-            if line_type == "assistant":
-                flags |= ASSISTANT
-                message_id = message.get("id")
-                if isinstance(message_id, str):
-                    self._group(index, message_id)
-                if isinstance(content, list) and self._index_tool_uses(index, content):
-                    flags |= HAS_TOOL_USE
-            elif isinstance(content, list) and self._index_results(index, content, obj):
-                flags |= HAS_RESULTS
-                source = obj.get("sourceToolAssistantUUID")
-                if isinstance(source, str):
-                    self.uses_source_tool_field = True
-                    if source != obj.get("parentUuid"):
-                        self.source_tool_line[index] = source
-        self.flags.append(flags)
+        self.malformed.append(index)
+        reason = obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
+        self._malformed(index, offset, reason, terminated)
 
-    def _link(self, index: int, uuid: str, parent: object) -> None:
-        first = self.line_of_uuid.get(uuid)
-        if first is None:
-            self.line_of_uuid[uuid] = index
-            for child in self._pending.pop(uuid, ()):
-                self.parents[child] = index
-        else:
-            self.duplicate_uuid_lines.append((first, index))
-        if isinstance(parent, str):
-            parent_line = self.line_of_uuid.get(parent)
-            if parent_line is None:
-                self.parents[index] = UNRESOLVED
-                self._pending.setdefault(parent, []).append(index)
-            else:
-                self.parents[index] = parent_line
-
-    def _group(self, index: int, message_id: str) -> None:
-        group = self.group_of_message.get(message_id)
-        if group is None:
-            group = len(self.group_lines)
-            self.group_of_message[message_id] = group
-            self.group_lines.append([index])
-        else:
-            self.group_lines[group].append(index)
-        self.groups[index] = group
-
-    def _index_tool_uses(self, index: int, content: list[Any]) -> bool:
+    def _index_results(self, index: int, content: list[Any]) -> bool:
         found = False
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                tool_id = block.get("id")
-                if isinstance(tool_id, str) and tool_id.strip():
-                    self.tool_uses.setdefault(tool_id, []).append(index)
-                    found = True
-        return found
-
-    def _index_results(self, index: int, content: list[Any], line: dict[str, Any]) -> bool:
-        found = False
-        metrics = self.metrics
+        results = self.packed_results
+        packed_line = index << BLOCK_BITS
         for position, block in enumerate(content):
-            if isinstance(block, dict):
-                if block.get("type") != "tool_result":
-                    continue
-                metrics.blocks_processed += 1
-                tool_id = block.get("tool_use_id")
-                if tool_id is None and "tool_use_id" not in block:
-                    self._invalid_block(index, position, "missing_field", "has no tool_use_id")
-                elif not isinstance(tool_id, str):
-                    self._invalid_block(
-                        index, position, "invalid_type", f"tool_use_id is {type(tool_id).__name__}, not a string"
-                    )
-                elif not tool_id.strip():
-                    self._invalid_block(index, position, "missing_field", "tool_use_id is empty")
-                else:
-                    metrics.blocks_valid += 1
-                    synthetic = _result_is_synthetic(block, line)
-                    self.results.setdefault(tool_id, []).append(ResultBlock(index, position, synthetic))
-                    found = True
-            else:
-                metrics.blocks_processed += 1
+            if type(block) is not dict:
                 self._invalid_block(
                     index, position, "invalid_type", f"content block is a JSON {type(block).__name__}, not an object"
                 )
+                continue
+            if block.get("type") != "tool_result":
+                continue
+            tool_id = block.get("tool_use_id")
+            if type(tool_id) is str and tool_id and not tool_id.isspace():
+                entry = results.get(tool_id)
+                if entry is None:
+                    results[tool_id] = [packed_line | position]
+                else:
+                    entry.append(packed_line | position)
+                found = True
+            elif "tool_use_id" not in block:
+                self._invalid_block(index, position, "missing_field", "has no tool_use_id")
+            elif type(tool_id) is not str:
+                self._invalid_block(
+                    index, position, "invalid_type", f"tool_use_id is {type(tool_id).__name__}, not a string"
+                )
+            else:
+                self._invalid_block(index, position, "missing_field", "tool_use_id is empty")
         if found:
             self.result_lines.append(index)
         return found
@@ -297,10 +341,10 @@ class TranscriptIndex:
                 self.parents[child] = DANGLING
                 self.dangling[child] = missing_parent
         self._pending.clear()
-        for index in self.result_lines:
-            for anchor in self._anchors(index):
-                self.result_children.setdefault(anchor, []).append(index)
         self.metrics.lines = len(self.offsets)
+        self.metrics.bytes = self.end - self.start
+        self.metrics.blocks_valid = sum(len(entries) for entries in self.packed_results.values())
+        self.metrics.blocks_processed = self.metrics.blocks_valid + self.metrics.blocks_invalid
         self.metrics.unique_tool_use_ids = len(self.tool_uses)
         if self.line_findings and self.offsets:
             last = len(self.offsets) - 1
@@ -317,7 +361,7 @@ class TranscriptIndex:
                 )
         return self
 
-    def _anchors(self, index: int) -> Iterable[int]:
+    def anchors(self, index: int) -> Iterable[int]:
         """The lines a tool_result line hangs from: its parent, and its sourceToolAssistantUUID line."""
         parent = self.parents[index]
         if parent >= 0:
@@ -343,8 +387,15 @@ class TranscriptIndex:
     # --- queries --------------------------------------------------------------------------------
 
     def span(self, line: int) -> tuple[int, int]:
-        """Return (offset, length) of line index `line`."""
-        return self.offsets[line], self.lengths[line]
+        """Return (offset, length with newline) of line index `line`: lines are contiguous."""
+        offset = self.offsets[line]
+        following = self.offsets[line + 1] if line + 1 < len(self.offsets) else self.end
+        return offset, following - offset
+
+    @property
+    def lengths(self) -> list[int]:
+        """Every line's length with its newline (built on demand; the index does not store them)."""
+        return [self.span(line)[1] for line in range(len(self.offsets))]
 
     def children_of(self, lines: set[int]) -> dict[int, list[int]]:
         """Return, for each line index in `lines`, the indexes of the lines whose parent it is (one pass)."""
