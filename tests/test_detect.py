@@ -18,8 +18,8 @@ from conftest import (
 )
 from riffd.findings import FindingClass
 from riffd.reader import BOM, parse_line
-from riffd.transcript import is_placeholder_result
 from riffd.scan import scan_file
+from riffd.transcript import is_placeholder_result
 
 # The Messages API's own words (section 3 of the format notes), written out here on purpose.
 API_TEXTS = {

@@ -169,7 +169,9 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
             yield from _grouped(tool_id, [], results[tool_id], segment)
 
 
-def _grouped(tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]) -> Iterator[ToolGroup]:
+def _grouped(
+    tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]
+) -> Iterator[ToolGroup]:
     by_segment: dict[int, tuple[list[int], list[int]]] = {}
     for line in use_lines:
         if segment[line] >= 0:

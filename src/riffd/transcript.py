@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffd.findings import Finding, FindingClass
 import orjson
 
+from riffd.findings import Finding, FindingClass
 from riffd.reader import Unparsed, parse_line
 
 # Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping, unknown
