@@ -315,14 +315,13 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
     """Return each parent cycle once, as line indexes.
 
     Every cycle holds a line whose parent does not come before it in the file (a loop cannot go
-    backwards all the way round), so only those lines need a walk; lines with no parent (the
-    sentinels are negative) never start one.
+    backwards all the way round); the index records those lines as it reads, so only they need a walk.
     """
     parents = index.parents
     cycles: list[list[int]] = []
     in_cycle: set[int] = set()
-    for start in range(len(parents)):
-        if parents[start] < start or start in in_cycle:
+    for start in index.forward_parents:
+        if start in in_cycle or parents[start] < 0:
             continue
         seen: dict[int, int] = {}
         path: list[int] = []
@@ -340,8 +339,9 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
 
 def _oom_findings(index: TranscriptIndex) -> list[Finding]:
     findings = []
-    for tool_id, blocks in index.results.items():
-        if len(blocks) > OOM_RISK_RESULTS:
+    for tool_id, packed in index.packed_results.items():
+        if len(packed) > OOM_RISK_RESULTS:
+            blocks = index.results[tool_id]
             log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
                         index.path, tool_id, len(blocks))
             findings.append(

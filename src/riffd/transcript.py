@@ -140,6 +140,8 @@ class TranscriptIndex:
         self.session_id: str | None = None
         self.uses_source_tool_field = False
         self._pending: dict[str, list[int]] = {}
+        self._previous: tuple[str | None, int] = (None, NO_PARENT)  # the last node line's uuid and line
+        self.forward_parents: list[int] = []  # lines whose parent is not before them: where cycles can be
         self._finished = False
 
     def __len__(self) -> int:
@@ -163,6 +165,7 @@ class TranscriptIndex:
         claim = line_of_uuid.setdefault
         find = line_of_uuid.get
         need_session = self.session_id is None
+        previous_uuid, previous_index = self._previous
         first_index = index = len(self.offsets)
         terminated_count = len(pieces) if last_terminated else len(pieces) - 1
         for raw in pieces:
@@ -194,9 +197,12 @@ class TranscriptIndex:
             elif pending and uuid in pending:
                 for child in pending.pop(uuid):
                     parents[child] = index
+                    self.forward_parents.append(child)
             parent = obj.get("parentUuid")
             if parent is None:
                 parents_append(NO_PARENT)
+            elif parent == previous_uuid:  # the usual case: the line just before; no lookup needed
+                parents_append(previous_index)
             elif type(parent) is str:
                 parent_line = find(parent)
                 if parent_line is None:
@@ -204,15 +210,19 @@ class TranscriptIndex:
                     pending.setdefault(parent, []).append(index)
                 else:
                     parents_append(parent_line)
+                    if parent_line == index:
+                        self.forward_parents.append(index)
             else:
                 parents_append(NO_PARENT)
-            flags = SIDECHAIN if obj.get("isSidechain") is True else 0
+            previous_uuid, previous_index = uuid, first
+            flags = 0
             line_type = obj.get("type")
             group = -1
             if line_type == "assistant" or line_type == "user":
                 message = obj.get("message")
                 if type(message) is dict:
-                    flags |= MESSAGE
+                    # Only messages can be the newest leaf, the one thing the sidechain flag decides.
+                    flags = (MESSAGE | SIDECHAIN) if obj.get("isSidechain") is True else MESSAGE
                     content = message.get("content")
                     if line_type == "assistant":
                         flags |= ASSISTANT
@@ -246,6 +256,7 @@ class TranscriptIndex:
             flags_append(flags)
             groups_append(group)
             index += 1
+        self._previous = (previous_uuid, previous_index)
         if pieces and not last_terminated:
             offset -= 1
             self.metrics.unterminated_last_line = True
