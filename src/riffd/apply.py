@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import functools
 import hashlib
 import logging
 import os
@@ -28,7 +27,6 @@ from enum import StrEnum
 from pathlib import Path
 
 from riffd.backup import (
-    CHUNK_SIZE,
     BackupError,
     BackupStore,
     SourceChanged,
@@ -38,10 +36,11 @@ from riffd.backup import (
     write_all,
 )
 from riffd.findings import Finding
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, ReadFailed, RetryPolicy, retrying_call
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, ReadFailed, RetryPolicy
 from riffd.liveness import session_liveness
 from riffd.paths import claude_config_dir, default_backup_dir, is_inside
 from riffd.plan import Edit, FileIdentity, RepairPlan
+from riffd.reader import iter_fd
 
 log = logging.getLogger(__name__)
 
@@ -249,13 +248,11 @@ def _read_range(
     fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
 ) -> Iterable[tuple[int, bytes]]:
     offset = start
-    while offset < end:
-        wanted = min(CHUNK_SIZE, end - offset)
-        chunk = retrying_call(functools.partial(fs.pread, fd, wanted, offset), what=f"{path}", policy=retry)
-        if not chunk:
-            raise _FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
+    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
         yield offset, chunk
         offset += len(chunk)
+    if offset < end:
+        raise _FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
 
 
 def _sample_windows(size: int) -> list[tuple[int, int]]:

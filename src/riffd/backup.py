@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import errno
-import functools
 import hashlib
 import json
 import logging
@@ -29,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
 from riffd.findings import Finding
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.paths import session_id_for
+from riffd.reader import iter_fd
 
 if TYPE_CHECKING:
     from riffd.apply import ApplyOptions, RestoreOutcome
@@ -253,22 +253,16 @@ class BackupStore:
             data_temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE
         )
         try:
-            offset = 0
-            while offset < size:
-                wanted = min(CHUNK_SIZE, size - offset)
-                chunk = retrying_call(
-                    functools.partial(self.fs.pread, fd, wanted, offset),
-                    what=f"{source_path}",
-                    policy=self.retry,
-                )
-                if not chunk:
-                    raise SourceChanged(
-                        f"{source_path}: it is now shorter ({offset} bytes) than when it was scanned "
-                        f"({size} bytes); scan it again"
-                    )
+            copied = 0
+            for chunk in iter_fd(fd, what=str(source_path), fs=self.fs, retry=self.retry, end=size):
                 source_hash.update(chunk)
                 write_all(self.fs, out_fd, compressor.compress(chunk))
-                offset += len(chunk)
+                copied += len(chunk)
+            if copied < size:
+                raise SourceChanged(
+                    f"{source_path}: it is now shorter ({copied} bytes) than when it was scanned "
+                    f"({size} bytes); scan it again"
+                )
             write_all(self.fs, out_fd, compressor.flush())
             self.fs.fsync(out_fd)
         finally:
@@ -279,16 +273,7 @@ class BackupStore:
         decompressor = zlib.decompressobj(31)
         in_fd = self.fs.open(data_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
-            offset = 0
-            while True:
-                chunk = retrying_call(
-                    functools.partial(self.fs.pread, in_fd, CHUNK_SIZE, offset),
-                    what=f"backup {data_path}",
-                    policy=self.retry,
-                )
-                if not chunk:
-                    break
-                offset += len(chunk)
+            for chunk in iter_fd(in_fd, what=f"backup {data_path}", fs=self.fs, retry=self.retry):
                 try:
                     plain = decompressor.decompress(chunk)
                 except zlib.error as exc:
@@ -360,18 +345,7 @@ class BackupStore:
         except FileNotFoundError as exc:
             raise UnknownBackup(f"no backup {backup_id} in {self.root}") from exc
         try:
-            parts: list[bytes] = []
-            offset = 0
-            while True:
-                chunk = retrying_call(
-                    functools.partial(self.fs.pread, fd, CHUNK_SIZE, offset),
-                    what=f"manifest {manifest_path}",
-                    policy=self.retry,
-                )
-                if not chunk:
-                    break
-                parts.append(chunk)
-                offset += len(chunk)
+            parts = list(iter_fd(fd, what=f"manifest {manifest_path}", fs=self.fs, retry=self.retry))
         finally:
             self.fs.close(fd)
         try:

@@ -49,6 +49,33 @@ def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
     return value
 
 
+def iter_fd(
+    fd: int,
+    *,
+    what: str,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    start: int = 0,
+    end: int | None = None,
+    chunk_size: int = CHUNK_SIZE,
+) -> Iterator[bytes]:
+    """Yield the bytes of the open file `fd` from `start` up to `end` (None: to its end) in chunks.
+
+    Reads are positional and EIO is retried (`what` names the file in errors). The file may end
+    before `end`: callers that need exactly that many bytes count them. Raise ReadFailed when EIO
+    persists, OSError for other errors.
+    """
+    position = start
+    while end is None or position < end:
+        wanted = chunk_size if end is None else min(chunk_size, end - position)
+        chunk = retrying_call(partial(fs.pread, fd, wanted, position), what=f"{what} at byte {position}",
+                              policy=retry)
+        if not chunk:
+            return
+        position += len(chunk)
+        yield chunk
+
+
 def iter_raw(
     path: str | os.PathLike[str],
     *,
@@ -57,19 +84,11 @@ def iter_raw(
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
 ) -> Iterator[bytes]:
-    """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (positional reads,
-    EIO retried). Raise ReadFailed when EIO persists, OSError for other errors."""
+    """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see iter_fd)."""
     name = os.fspath(path)
     fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{name} (open)", policy=retry)
     try:
-        position = start
-        while True:
-            chunk = retrying_call(partial(fs.pread, fd, chunk_size, position), what=f"{name} at byte {position}",
-                                  policy=retry)
-            if not chunk:
-                return
-            position += len(chunk)
-            yield chunk
+        yield from iter_fd(fd, what=name, fs=fs, retry=retry, start=start, chunk_size=chunk_size)
     finally:
         fs.close(fd)
 
