@@ -33,6 +33,7 @@ from riffd.backup import (
     UnknownBackup,
     ensure_private_folder,
     fsync_folder,
+    remove_leftover,
     write_all,
 )
 from riffd.findings import Finding
@@ -595,12 +596,7 @@ def _rewrite_locked(
         if temp_fd is not None:
             fs.close(temp_fd)
         if temp_path is not None and not replaced:
-            try:
-                fs.unlink(temp_path)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.warning("could not remove riffd's temp file %s: %s; remove it by hand", temp_path, exc)
+            remove_leftover(fs, temp_path)
         if original_fd is not None:
             fs.close(original_fd)
 
@@ -688,12 +684,7 @@ def _restore_to_new_file(
     except OSError as exc:
         return _failed(destination, exc, stage)
     finally:
-        try:
-            fs.unlink(temp_path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("could not remove riffd's temp file %s: %s; remove it by hand", temp_path, exc)
+        remove_leftover(fs, temp_path)
     return Restored(destination, backup_id, safety_backup_id=None, carried_over_bytes=0)
 
 

@@ -151,13 +151,14 @@ def ensure_private_folder(fs: FileSystem, folder: Path) -> None:
         fs.chmod(path, FOLDER_MODE)
 
 
-def _remove_quietly(fs: FileSystem, path: Path) -> None:
+def remove_leftover(fs: FileSystem, path: Path) -> None:
+    """Remove a temp or partial file riffd made; a file already gone is fine, other errors are logged."""
     try:
         fs.unlink(path)
     except FileNotFoundError:
         return
     except OSError as exc:
-        log.warning("could not remove the partial file %s: %s; remove it by hand", path, exc)
+        log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
 
 
 class BackupStore:
@@ -241,7 +242,7 @@ class BackupStore:
         except BaseException:
             # Whatever went wrong (ENOSPC, EIO, a mismatch, even KeyboardInterrupt): leave no partial backup.
             for leftover in (data_temp, manifest_temp, *reversed(placed)):
-                _remove_quietly(self.fs, leftover)
+                remove_leftover(self.fs, leftover)
             raise
         return self._record_from_manifest(manifest, data_path, manifest_path)
 
@@ -470,7 +471,7 @@ class BackupStore:
         for record in sorted(doomed.values(), key=lambda r: r.backup_id):
             # Manifest first: a crash in between leaves data without a manifest, which is never listed.
             self.fs.unlink(record.manifest_path)
-            _remove_quietly(self.fs, record.data_path)
+            remove_leftover(self.fs, record.data_path)
             removed.append(record)
         self.remove_leftovers(time.time())
         return removed
@@ -502,6 +503,6 @@ class BackupStore:
                 continue
             if not stat.S_ISREG(status.st_mode) or now - status.st_mtime < older_than_seconds:
                 continue
-            _remove_quietly(self.fs, leftover)
+            remove_leftover(self.fs, leftover)
             removed.append(leftover)
         return removed
