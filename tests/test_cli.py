@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+import damage
 from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, build_parser, main
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
@@ -190,3 +192,24 @@ def test_readme_documents_every_command_and_flag() -> None:
         if (option and option not in readme) or (not option and command not in readme)
     ]
     assert not missing, f"README does not document: {missing}"
+
+
+def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The newest message's tool may still be running in a Claude Code that does not register sessions:
+    a placeholder now would become a duplicate when the real result lands."""
+    path = session_file(claude_home)
+    cut = damage.inject_cut_after_tool_use(path.read_bytes().splitlines(keepends=True))
+    path.write_bytes(cut.data)
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_FINDINGS
+    assert path.read_bytes() == cut.data
+    assert "may still be running" in capsys.readouterr().out
+    two_hours_ago = time.time() - 7200
+    os.utime(path, (two_hours_ago, two_hours_ago))
+    assert main(["fix", "--quiet-period", "0"]) == EXIT_OK
+    assert path.read_bytes().startswith(cut.data)
+    added = json.loads(path.read_bytes()[len(cut.data) :])
+    assert added["message"]["content"][0]["tool_use_id"] == cut.tool_id
+    assert added["message"]["content"][0]["is_error"] is True
+    assert main(["scan"]) == EXIT_OK

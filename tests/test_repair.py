@@ -12,6 +12,8 @@ import damage
 from conftest import CORPUS_DIR, corpus_injection_bases, corpus_lines, plan_transcript_repair, scan_transcript_bytes
 from riffd.findings import FindingClass
 from riffd.plan import InsertLine, RemoveLine, ReplaceLine, render
+from riffd.reader import read_span
+from riffd.repair import RepairOptions, plan_repair
 
 TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 KIMUSON = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
@@ -291,3 +293,18 @@ def test_repointed_line_keeps_its_spacing(tmp_path: Path):
     for edit in replaced:
         assert_only_parent_changed(damaged.lines[edit.span.number - 1], edit.new_line, use_uuid)
     assert render(damaged.data, plan.edits) == b"".join(spaced)
+
+
+def test_newest_message_is_left_unanswered_when_asked(tmp_path: Path):
+    """With answer_newest_message off, a tool call in the newest message (its tool may still be running)
+    gets no placeholder, while a result missing mid-conversation still does."""
+    base = corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
+    for injected, expect_insert in ((damage.inject_cut_after_tool_use(base), False),
+                                    (damage.inject_removed_result(base), True)):
+        path, scanned = scan_transcript_bytes(tmp_path, injected.data, name=f"{injected.name}.jsonl")
+        plan = plan_repair(scanned, lambda line, p=path, s=scanned: read_span(p, *s.index.span(line)),
+                           RepairOptions(answer_newest_message=False))
+        inserts = [edit for edit in plan.edits if isinstance(edit, InsertLine)]
+        assert bool(inserts) is expect_insert, injected.name
+        if not expect_insert:
+            assert any("may still be running" in note for note in plan.notes)

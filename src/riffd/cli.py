@@ -12,7 +12,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -35,6 +35,9 @@ EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
 
 REPORT_SCHEMA = 1
 PROGRESS_MIN_FILES = 20
+# A tool_use in the newest message gets a placeholder result only after this long without writes: its tool
+# may still be running in a Claude Code that does not register live sessions.
+IN_FLIGHT_GRACE_SECONDS = 3600.0
 
 log = logging.getLogger("riffd")
 
@@ -327,6 +330,9 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
     if not repairable:
         return {"path": str(path), "outcome": "clean", "_remaining": len(scanned.findings),
                 "unrepaired": [finding.to_json() for finding in scanned.findings]}
+    quiet_for = time.time() - scanned.identity.mtime_ns / 1e9 if scanned.identity else 0.0
+    if quiet_for < IN_FLIGHT_GRACE_SECONDS:
+        repair_options = replace(repair_options, answer_newest_message=False)
     try:
         plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), repair_options)
     except (OSError, ValueError) as exc:

@@ -40,9 +40,15 @@ LineBytes = Callable[[int], bytes]
 
 @dataclass(frozen=True)
 class RepairOptions:
-    """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one)."""
+    """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one).
+
+    `answer_newest_message`: whether a tool_use in the newest message may get a placeholder. Its tool
+    may still be running under a Claude Code that does not register its sessions; a placeholder then
+    becomes a duplicate when the real result arrives, so callers set this only for long-quiet files.
+    """
 
     add_missing_results: bool = True
+    answer_newest_message: bool = True
     new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))
 
 
@@ -112,6 +118,11 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
             continue
         if not options.add_missing_results:
             work.notes.append(f"missing result for {tool_id} not added (adding synthetic results is switched off)")
+        elif not options.answer_newest_message and _in_newest_message(index, loaded.leaf, keeper_line):
+            work.notes.append(
+                f"missing result for {tool_id} not added: it is in the newest message and its tool may still be "
+                "running; riffd adds a placeholder only once the file has been quiet for a long time"
+            )
         elif uncertain:
             work.notes.append(f"missing result for {tool_id} not added: {uncertain}")
         elif index.results.get(tool_id):
@@ -125,6 +136,15 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
 
     edits = _edits(index, work, fetch, options)
     return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
+
+
+def _in_newest_message(index: TranscriptIndex, leaf: int | None, line: int) -> bool:
+    if leaf is None:
+        return False
+    if line == leaf:
+        return True
+    group = index.groups[leaf]
+    return group >= 0 and index.groups[line] == group
 
 
 def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,
