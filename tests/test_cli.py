@@ -213,3 +213,16 @@ def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
     assert added["message"]["content"][0]["tool_use_id"] == cut.tool_id
     assert added["message"]["content"][0]["is_error"] is True
     assert main(["scan"]) == EXIT_OK
+
+
+def test_fix_leaves_a_live_sessions_agent_file_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 2.0.x subagent file is named agent-<id>.jsonl; only its lines' sessionId ties it to the live session."""
+    agent = session_file(claude_home).with_name("agent-1234abcd.jsonl")
+    session_file(claude_home).rename(agent)
+    damage_with_resumed_duplicate(agent)
+    damaged = agent.read_bytes()
+    registry = claude_home / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    assert main(["fix", "--quiet-period", "0", str(agent)]) == EXIT_FINDINGS
+    assert agent.read_bytes() == damaged
+    assert f"skipped {agent}: live" in capsys.readouterr().out

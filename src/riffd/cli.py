@@ -345,7 +345,8 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
                        "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(scanned.findings)}
     if dry_run:
         return base | {"outcome": "would_repair", "_remaining": len(scanned.findings)}
-    outcome = apply_plan(plan, options)
+    # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its agent.
+    outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
     if isinstance(outcome, Repaired):
         return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
                        "backup_path": str(outcome.backup_path),
