@@ -398,7 +398,7 @@ def inject_cut_after_tool_use(lines: Sequence[bytes], choose: Chooser = None) ->
     return Damaged(
         "cut_after_tool_use",
         tree.lines[: line + 1],
-        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "newest_message") for use, tool_id in missing],
+        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "latest_turn") for use, tool_id in missing],
         {"tool_use": line},
         missing[0][1],
     )
@@ -421,13 +421,15 @@ def inject_removed_result(lines: Sequence[bytes], choose: Chooser = None) -> Dam
     damaged = list(tree.lines)
     repoint_children(tree, damaged, result, tree.uuid(use), lambda line: line)
     del damaged[result]
-    index = tree.index
-    leaf = tree.loaded.leaf
-    newest = leaf is not None and index.groups[use] >= 0 and index.groups[use] == index.groups[leaf]
+    # The latest turn is the last assistant message on the chain: until the model answers again, its
+    # tools may still be running, and riffd says so.
+    latest = next(line for line in tree.chain if (tree.records[line] or {}).get("type") == "assistant")
+    message_id = ((tree.records[latest] or {}).get("message") or {}).get("id")
+    in_latest = ((tree.records[use] or {}).get("message") or {}).get("id") == message_id
     return Damaged(
         "removed_result",
         damaged,
-        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "newest_message" if newest else None)],
+        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "latest_turn" if in_latest else None)],
         {"tool_use": use, "former_children": min(tree.children(result)) - 1},
         tool_id,
     )

@@ -197,7 +197,7 @@ def test_readme_documents_every_command_and_flag() -> None:
 def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
     claude_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The newest message's tool may still be running in a Claude Code that does not register sessions:
+    """The latest turn's tool may still be running in a Claude Code that does not register sessions:
     a placeholder now would become a duplicate when the real result lands."""
     path = session_file(claude_home)
     cut = damage.inject_cut_after_tool_use(path.read_bytes().splitlines(keepends=True))

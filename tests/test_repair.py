@@ -296,7 +296,7 @@ def test_repointed_line_keeps_its_spacing(tmp_path: Path):
 
 
 def test_newest_message_is_left_unanswered_when_asked(tmp_path: Path):
-    """With answer_newest_message off, a tool call in the newest message (its tool may still be running)
+    """With answer_newest_message off, a tool call of the latest turn (its tool may still be running)
     gets no placeholder, while a result missing mid-conversation still does."""
     base = corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
     for injected, expect_insert in ((damage.inject_cut_after_tool_use(base), False),

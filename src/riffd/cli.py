@@ -26,7 +26,7 @@ from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots, iter_transcripts
 from riffd.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.reader import read_span
-from riffd.repair import RepairOptions, plan_repair
+from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
 from riffd.scan import FileReport, index_file, scan_file
 
 EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
@@ -35,9 +35,6 @@ EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
 
 REPORT_SCHEMA = 1
 PROGRESS_MIN_FILES = 20
-# A tool_use in the newest message gets a placeholder result only after this long without writes: its tool
-# may still be running in a Claude Code that does not register live sessions.
-IN_FLIGHT_GRACE_SECONDS = 3600.0
 
 log = logging.getLogger("riffd")
 

@@ -16,7 +16,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from riffd.findings import Finding, FindingClass, api_error_for
-from riffd.transcript import BLOCK_BITS, COMPACT_BOUNDARY, MESSAGE, SIDECHAIN, FileMetrics, ResultBlock, TranscriptIndex
+from riffd.transcript import (
+    ASSISTANT,
+    BLOCK_BITS,
+    COMPACT_BOUNDARY,
+    MESSAGE,
+    SIDECHAIN,
+    FileMetrics,
+    ResultBlock,
+    TranscriptIndex,
+)
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +156,25 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
     return LoadedConversation(leaf, chain, segment, count + len(spliced), cycle_at)
 
 
+def latest_turn(index: TranscriptIndex, loaded: LoadedConversation) -> tuple[int, int]:
+    """Return (message group, line) of the last assistant line on the loaded chain: the latest API response.
+
+    Its tool calls may still be running (parallel calls finish in any order, and their results come
+    after it) until the model responds again; (-1, -1) when the chain has no assistant line.
+    """
+    flags, groups = index.flags, index.groups
+    for line in loaded.chain:
+        if flags[line] & ASSISTANT:
+            return groups[line], line
+    return -1, -1
+
+
+def in_latest_turn(index: TranscriptIndex, turn: tuple[int, int], line: int) -> bool:
+    """Return True when `line` belongs to the latest turn found by `latest_turn`."""
+    group, turn_line = turn
+    return line == turn_line or (group >= 0 and index.groups[line] == group)
+
+
 def distinct_uses(index: TranscriptIndex, lines: list[int]) -> list[int]:
     """Drop repeats of a line written twice (same uuid): Claude Code loads a uuid once."""
     return [line for line in lines if index.line_of_uuid.get(index.uuids[line] or "") == line]
@@ -203,7 +231,7 @@ def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> 
 def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups: list[ToolGroup]) -> list[Finding]:
     path = index.path
     findings: list[Finding] = []
-    newest_group = index.groups[loaded.leaf] if loaded.leaf is not None else -1
+    turn = latest_turn(index, loaded)
     for group in groups:
         tool_id = group.tool_id
         blocks = [index.results[tool_id][position] for position in group.result_positions]
@@ -253,17 +281,17 @@ def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups
             )
         if not blocks:
             line = group.use_lines[0]
-            latest = newest_group >= 0 and index.groups[line] == newest_group
+            latest = in_latest_turn(index, turn, line)
             findings.append(
                 Finding(
                     FindingClass.MISSING_TOOL_RESULT,
                     path,
                     (line + 1,),
                     f"tool_use {tool_id} has no tool_result on the loaded conversation"
-                    + (" (newest message: the tool may still be running)" if latest else ""),
+                    + (" (latest turn: the tool may still be running)" if latest else ""),
                     uuids=(index.uuids[line] or "",),
                     tool_id=tool_id,
-                    detail="newest_message" if latest else None,
+                    detail="latest_turn" if latest else None,
                     api_error=api_error_for(FindingClass.MISSING_TOOL_RESULT, tool_id),
                 )
             )

@@ -106,6 +106,17 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
+class IOStats:
+    """Process-wide counts of EIO retries and give-ups, for the health report."""
+
+    def __init__(self) -> None:
+        self.retries = 0
+        self.give_ups = 0
+
+
+IO_STATS = IOStats()
+
+
 class ReadFailed(OSError):
     """A read that kept failing with EIO after every retry; the message says what to do."""
 
@@ -129,6 +140,7 @@ def retrying_call(
     """
 
     def before_sleep(state: RetryCallState) -> None:
+        IO_STATS.retries += 1
         if on_retry is not None:
             on_retry()
         exc = state.outcome.exception() if state.outcome else None
@@ -162,6 +174,7 @@ def retrying_call(
     except OSError as exc:
         if not is_cloud_sync_error(exc):
             raise
+        IO_STATS.give_ups += 1
         raise ReadFailed(
             errno.EIO,
             f"{what}: I/O error (errno 5) on every one of {policy.attempts} attempts. {CLOUD_SYNC_HINT}; "

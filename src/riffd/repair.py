@@ -23,12 +23,16 @@ from typing import Any
 
 import orjson
 
-from riffd.detect import distinct_uses, unpaired_tools
+from riffd.detect import distinct_uses, in_latest_turn, latest_turn, unpaired_tools
 from riffd.findings import REPAIRABLE, Finding, FindingClass
 from riffd.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.reader import BOM, parse_line
 from riffd.scan import ScannedFile
 from riffd.transcript import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
+
+# A tool call of the latest turn gets a placeholder result only after this long without writes: its tool may
+# still be running in a Claude Code that does not register live sessions.
+IN_FLIGHT_GRACE_SECONDS = 3600.0
 
 SYNTHETIC_RESULT_TEXT = (
     "[Tool result missing: the tool call never returned a result (interrupted session); "
@@ -42,13 +46,16 @@ LineBytes = Callable[[int], bytes]
 class RepairOptions:
     """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one).
 
-    `answer_newest_message`: whether a tool_use in the newest message may get a placeholder. Its tool
-    may still be running under a Claude Code that does not register its sessions; a placeholder then
-    becomes a duplicate when the real result arrives, so callers set this only for long-quiet files.
+    `classes`: the finding classes to repair (the others are left alone, with a note).
+    `answer_newest_message`: whether a tool_use of the latest turn (the last assistant message on the
+    chain) may get a placeholder. Its tool may still be running under a Claude Code that does not
+    register its sessions; a placeholder then becomes a duplicate when the real result arrives, so
+    callers set this only for long-quiet files.
     """
 
     add_missing_results: bool = True
     answer_newest_message: bool = True
+    classes: frozenset[FindingClass] = REPAIRABLE
     new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))
 
 
@@ -85,11 +92,15 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
         (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
     }
     chain = loaded.on_chain
+    turn = latest_turn(index, loaded)
 
     for group in unpaired_tools(index, loaded):
         tool_id = group.tool_id
         blocks = [index.results[tool_id][position] for position in group.result_positions]
         if not group.use_lines:
+            if FindingClass.ORPHAN_TOOL_RESULT not in options.classes:
+                work.notes.append(f"orphan result for {tool_id} left alone: its class is not enabled")
+                continue
             if uncertain:
                 work.notes.append(f"orphan result for {tool_id} left alone: {uncertain}")
                 continue
@@ -97,7 +108,9 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
                 _remove_block(work, index, block, fetch)
             _fixed(work, by_class, FindingClass.ORPHAN_TOOL_RESULT, tool_id)
             continue
-        if len(blocks) > 1:
+        if len(blocks) > 1 and FindingClass.DUPLICATE_TOOL_RESULT not in options.classes:
+            work.notes.append(f"duplicate results for {tool_id} left alone: the class is not enabled")
+        elif len(blocks) > 1:
             keeper = _choose_result(index, blocks, chain, fetch)
             for block in blocks:
                 if block is not keeper:
@@ -107,7 +120,9 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
         on_chain = [line for line in distinct if line in chain]
         keeper_line = (on_chain or distinct)[0]
         if len(distinct) > 1:
-            if uncertain:
+            if FindingClass.DUPLICATE_TOOL_USE not in options.classes:
+                work.notes.append(f"repeated tool_use {tool_id} left alone: the class is not enabled")
+            elif uncertain:
                 work.notes.append(f"repeated tool_use {tool_id} left alone: {uncertain}")
             else:
                 for line in distinct:
@@ -116,11 +131,11 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
                 _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_USE, tool_id)
         if blocks:
             continue
-        if not options.add_missing_results:
+        if not options.add_missing_results or FindingClass.MISSING_TOOL_RESULT not in options.classes:
             work.notes.append(f"missing result for {tool_id} not added (adding synthetic results is switched off)")
-        elif not options.answer_newest_message and _in_newest_message(index, loaded.leaf, keeper_line):
+        elif not options.answer_newest_message and in_latest_turn(index, turn, keeper_line):
             work.notes.append(
-                f"missing result for {tool_id} not added: it is in the newest message and its tool may still be "
+                f"missing result for {tool_id} not added: it is in the latest turn and its tool may still be "
                 "running; riffd adds a placeholder only once the file has been quiet for a long time"
             )
         elif uncertain:
@@ -136,15 +151,6 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
 
     edits = _edits(index, work, fetch, options)
     return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
-
-
-def _in_newest_message(index: TranscriptIndex, leaf: int | None, line: int) -> bool:
-    if leaf is None:
-        return False
-    if line == leaf:
-        return True
-    group = index.groups[leaf]
-    return group >= 0 and index.groups[line] == group
 
 
 def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,

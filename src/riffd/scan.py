@@ -70,19 +70,30 @@ def index_file(
     before = fs.stat(name) if with_identity else None
     for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher):
         index.add_lines(offset, lines, terminated)
-    index.finish()
     size = index.end
-    if index.dangling:
-        session_file = parent_session_file(Path(name), index.session_id)
-        if session_file is not None:
-            wanted = set(index.dangling.values())
-            index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry))
-    loaded = loaded_conversation(index)
-    findings = detect(index, loaded)
+    loaded, findings = analyse(index, fs=fs, retry=retry)
     identity = None
     if before is not None and hasher is not None:
         identity = FileIdentity(name, before.st_dev, before.st_ino, size, before.st_mtime_ns, hasher.hexdigest())
     return ScannedFile(index, loaded, findings, identity)
+
+
+def analyse(
+    index: TranscriptIndex, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> tuple[LoadedConversation, list[Finding]]:
+    """Given an index fed with every line read so far, return its loaded conversation and findings.
+
+    A subagent file's parents that live in its session file are looked up there first (that read is
+    I/O, so this is not pure; everything after it is).
+    """
+    index.finish()
+    if index.dangling:
+        session_file = parent_session_file(Path(index.path), index.session_id)
+        if session_file is not None:
+            wanted = set(index.dangling.values())
+            index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry))
+    loaded = loaded_conversation(index)
+    return loaded, detect(index, loaded)
 
 
 def parent_session_file(path: Path, session_id: str | None) -> Path | None:

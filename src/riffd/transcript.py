@@ -142,7 +142,6 @@ class TranscriptIndex:
         self._pending: dict[str, list[int]] = {}
         self._previous: tuple[str | None, int] = (None, NO_PARENT)  # the last node line's uuid and line
         self.forward_parents: list[int] = []  # lines whose parent is not before them: where cycles can be
-        self._finished = False
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -343,21 +342,25 @@ class TranscriptIndex:
         )
 
     def finish(self) -> TranscriptIndex:
-        """Resolve what needs the whole file (dangling parents, result lines by anchor, the torn tail)."""
-        if self._finished:
-            return self
-        self._finished = True
+        """Resolve what needs all lines read so far (dangling parents, counts, the torn tail).
+
+        Lines may be added after `finish`, which may then be called again: parents still missing stay
+        pending, so a parent that arrives later links up (the daemon feeds appends this way).
+        """
+        for child in self.dangling:
+            if self.parents[child] == DANGLING:
+                self.parents[child] = UNRESOLVED
+        self.dangling = {}
         for missing_parent, children in self._pending.items():
             for child in children:
                 self.parents[child] = DANGLING
                 self.dangling[child] = missing_parent
-        self._pending.clear()
         self.metrics.lines = len(self.offsets)
         self.metrics.bytes = self.end - self.start
         self.metrics.blocks_valid = sum(len(entries) for entries in self.packed_results.values())
         self.metrics.blocks_processed = self.metrics.blocks_valid + self.metrics.blocks_invalid
         self.metrics.unique_tool_use_ids = len(self.tool_uses)
-        if self.line_findings and self.offsets:
+        if self.line_findings and self.offsets and self.metrics.unterminated_last_line:
             last = len(self.offsets) - 1
             tail = self.line_findings[-1]
             if tail.cls is FindingClass.MALFORMED_LINE and tail.detail == "unterminated" and tail.line == last + 1:
@@ -389,11 +392,11 @@ class TranscriptIndex:
         Subagent transcripts, compaction agents above all, start from lines of their parent session:
         such a parent is not missing, it lives in the session file.
         """
-        for line, parent in list(self.dangling.items()):
-            if parent in known_uuids:
-                del self.dangling[line]
-                self.parents[line] = NO_PARENT
-                self.external_parent[line] = parent
+        for parent in [parent for parent in self._pending if parent in known_uuids]:
+            for child in self._pending.pop(parent):
+                self.dangling.pop(child, None)
+                self.parents[child] = NO_PARENT
+                self.external_parent[child] = parent
 
     # --- queries --------------------------------------------------------------------------------
 

@@ -1,0 +1,252 @@
+"""riffd's state store (SQLite under the state dir): watermarks, current findings, repairs, counters.
+
+A watermark says how far riffd has read a transcript and how to recognise that file again: its
+device and inode, the offset just after the last complete line, the line count, sha256 of the head
+(the first line, up to 4 KiB) and of the 4 KiB just before the offset, size and mtime. The worker
+writes a file's watermark and its findings in one transaction, after the work they record is done,
+so a crash at any point leaves either the old pair or the new pair, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+FINGERPRINT_BYTES = 4096
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    dev INTEGER NOT NULL, ino INTEGER NOT NULL,
+    offset INTEGER NOT NULL, lines INTEGER NOT NULL,
+    head_len INTEGER NOT NULL, head_sha TEXT NOT NULL,
+    tail_len INTEGER NOT NULL, tail_sha TEXT NOT NULL,
+    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
+    session_id TEXT,
+    findings TEXT NOT NULL DEFAULT '[]',
+    repairable INTEGER NOT NULL DEFAULT 0,
+    processed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS repairs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL, path TEXT NOT NULL, outcome TEXT NOT NULL, reason TEXT,
+    backup_id TEXT, fixes TEXT NOT NULL DEFAULT '{}', detail TEXT
+);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How far a transcript has been read, and how to tell it is still the same file."""
+
+    path: str
+    dev: int
+    ino: int
+    offset: int
+    lines: int
+    head_len: int
+    head_sha: str
+    tail_len: int
+    tail_sha: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class FileState:
+    """A watched file's watermark and the findings of its last processing."""
+
+    watermark: Watermark
+    session_id: str | None
+    findings: list[dict[str, Any]]
+    repairable: int
+    processed_at: float
+
+
+class StateStore:
+    """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL mode)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+
+    def close(self) -> None:
+        """Close the connection (after a checkpoint, so the WAL does not linger)."""
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Run a block in one IMMEDIATE transaction: all of it is stored, or none of it."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    # --- files ------------------------------------------------------------------------------------
+
+    def file(self, path: str) -> FileState | None:
+        """Return the stored state of `path`, or None when riffd has not processed it."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT path, dev, ino, offset, lines, head_len, head_sha, tail_len, tail_sha, size, mtime_ns, "
+                "session_id, findings, repairable, processed_at FROM files WHERE path = ?",
+                (path,),
+            ).fetchone()
+        if row is None:
+            return None
+        return FileState(Watermark(*row[:11]), row[11], json.loads(row[12]), row[13], row[14])
+
+    def save_file(
+        self,
+        watermark: Watermark,
+        session_id: str | None,
+        findings: list[dict[str, Any]],
+        repairable: int,
+        counters: dict[str, int] | None = None,
+    ) -> None:
+        """Store a file's watermark and findings (and bump counters) in one transaction."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO files(path, dev, ino, offset, lines, head_len, head_sha, tail_len, tail_sha, "
+                "size, mtime_ns, session_id, findings, repairable, processed_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    watermark.path, watermark.dev, watermark.ino, watermark.offset, watermark.lines,
+                    watermark.head_len, watermark.head_sha, watermark.tail_len, watermark.tail_sha,
+                    watermark.size, watermark.mtime_ns, session_id, json.dumps(findings), repairable, time.time(),
+                ),
+            )
+            self._bump(db, counters or {})
+
+    def forget_file(self, path: str) -> None:
+        """Drop a file riffd no longer sees (deleted, or no longer under a root)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    def known_files(self) -> dict[str, tuple[int, int, int, int]]:
+        """Return path -> (dev, ino, size, mtime_ns) for every file with a watermark."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, dev, ino, size, mtime_ns FROM files").fetchall()
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+
+    def files_needing_repair(self) -> list[str]:
+        """Return the files whose last processing found something riffd repairs."""
+        with self._lock:
+            rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
+        return [row[0] for row in rows]
+
+    def finding_summary(self) -> tuple[int, int, Counter[str]]:
+        """Return (files watched, files with findings, open findings by class)."""
+        by_class: Counter[str] = Counter()
+        with self._lock:
+            watched = self._db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+            rows = self._db.execute("SELECT findings FROM files WHERE findings != '[]'").fetchall()
+        for (blob,) in rows:
+            by_class.update(finding["class"] for finding in json.loads(blob))
+        return watched, len(rows), by_class
+
+    # --- repairs and counters ---------------------------------------------------------------------
+
+    def record_repair(
+        self, path: str, outcome: str, reason: str | None, backup_id: str | None, fixes: Counter[str], detail: str
+    ) -> None:
+        """Log one repair attempt (repaired / skipped / failed) and count it."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO repairs(time, path, outcome, reason, backup_id, fixes, detail) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (time.time(), path, outcome, reason, backup_id, json.dumps(dict(fixes)), detail),
+            )
+            self._bump(db, {f"repairs.{outcome}": 1})
+
+    def repair_summary(self) -> dict[str, Any]:
+        """Return repairs done and skipped by reason, and findings repaired by class."""
+        done = 0
+        skipped: Counter[str] = Counter()
+        failed: Counter[str] = Counter()
+        repaired_by_class: Counter[str] = Counter()
+        repaired_files: set[str] = set()
+        with self._lock:
+            rows = self._db.execute("SELECT path, outcome, reason, fixes FROM repairs").fetchall()
+        for path, outcome, reason, fixes in rows:
+            if outcome == "repaired":
+                done += 1
+                repaired_files.add(path)
+                repaired_by_class.update(json.loads(fixes))
+            elif outcome == "skipped":
+                skipped[reason or "unknown"] += 1
+            else:
+                failed[reason or "unknown"] += 1
+        return {
+            "done": done,
+            "files_repaired": len(repaired_files),
+            "skipped_by_reason": dict(sorted(skipped.items())),
+            "failed_by_reason": dict(sorted(failed.items())),
+            "findings_repaired_by_class": dict(sorted(repaired_by_class.items())),
+        }
+
+    def bump(self, counters: dict[str, int]) -> None:
+        """Add to named counters."""
+        with self.transaction() as db:
+            self._bump(db, counters)
+
+    @staticmethod
+    def _bump(db: sqlite3.Connection, counters: dict[str, int]) -> None:
+        for name, amount in counters.items():
+            db.execute(
+                "INSERT INTO counters(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                (name, amount),
+            )
+
+    def counters(self) -> dict[str, int]:
+        """Return every counter."""
+        with self._lock:
+            return dict(self._db.execute("SELECT name, value FROM counters").fetchall())
+
+    def set_meta(self, key: str, value: Any) -> None:
+        """Store a small JSON value under `key` (the daemon's status snapshot, for `riffd report`)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def meta(self, key: str) -> Any:
+        """Return the JSON value stored under `key`, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def maintain(self) -> None:
+        """Routine upkeep: let SQLite refresh its statistics and fold the WAL back into the database."""
+        with self._lock:
+            self._db.execute("PRAGMA optimize")
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def prune_repairs(self, keep: int = 10_000) -> None:
+        """Keep only the newest `keep` repair records."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM repairs WHERE id <= (SELECT MAX(id) FROM repairs) - ?", (keep,))
+

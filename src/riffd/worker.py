@@ -1,0 +1,305 @@
+"""The worker: bring one transcript's findings up to date from its watermark, and repair it when idle.
+
+Processing reads only the bytes after the stored watermark, feeding them to the file's index kept in
+memory (an LRU bounded by lines); a file whose index was evicted, or that was truncated, rewritten
+or replaced by someone else, is read again from the start: never silently skipped. Only complete
+lines are consumed: an unfinished last line waits for its newline. The new watermark and findings
+are committed together, after the work they record. Repairs go through the same safe path as
+`riffd fix` (`repair.plan_repair` then `apply.apply_plan`), and riffd's own rewrite updates the
+watermark at once, so the watcher's event for it finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
+from riffd.findings import REPAIRABLE, Finding, FindingClass
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.liveness import session_liveness
+from riffd.reader import iter_chunks, read_span
+from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
+from riffd.scan import analyse, index_file
+from riffd.state import FINGERPRINT_BYTES, StateStore, Watermark
+from riffd.transcript import TranscriptIndex
+
+log = logging.getLogger(__name__)
+
+INDEX_CACHE_LINES = 300_000  # lines of in-memory indexes kept (about 270 bytes a line)
+CHANGED_RETRY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What the worker needs from the configuration."""
+
+    repair: bool = True  # False: report only
+    quiet_period: float = 120.0
+    add_missing_results: bool = True
+    classes: frozenset[FindingClass] = REPAIRABLE
+    backup_dir: Path = Path()
+    claude_dir: Path = Path()
+    roots: tuple[Path, ...] = ()
+    retry: RetryPolicy = DEFAULT_RETRY
+
+
+@dataclass
+class Outcome:
+    """What processing one file did: `kind` is unchanged / appended / read (from the start) / gone / skipped."""
+
+    path: str
+    kind: str
+    lines: int = 0
+    bytes: int = 0
+    findings: int = 0
+    seconds: float = 0.0
+    repair: str | None = None  # repaired / skipped:<reason> / failed:<reason>
+    retry_after: float | None = None  # process again after this many seconds (a repair is waiting)
+    why: str = ""
+
+
+class IndexCache:
+    """Indexes of recently processed files, least recently used evicted past `max_lines` lines in all."""
+
+    def __init__(self, max_lines: int = INDEX_CACHE_LINES) -> None:
+        self.max_lines = max_lines
+        self._indexes: OrderedDict[str, TranscriptIndex] = OrderedDict()
+        self._lines = 0
+
+    def get(self, path: str, end: int) -> TranscriptIndex | None:
+        """Return the index of `path` if it covers exactly the bytes up to `end`, else None."""
+        index = self._indexes.get(path)
+        if index is None or index.end != end:
+            return None
+        self._indexes.move_to_end(path)
+        return index
+
+    def put(self, path: str, index: TranscriptIndex) -> None:
+        """Keep `index` for `path`, evicting the least recently used indexes past the line budget."""
+        self.drop(path)
+        self._indexes[path] = index
+        self._lines += len(index)
+        while self._lines > self.max_lines and len(self._indexes) > 1:
+            _, evicted = self._indexes.popitem(last=False)
+            self._lines -= len(evicted)
+
+    def drop(self, path: str) -> None:
+        """Forget the index of `path`."""
+        index = self._indexes.pop(path, None)
+        if index is not None:
+            self._lines -= len(index)
+
+    def clear(self) -> None:
+        """Forget every index."""
+        self._indexes.clear()
+        self._lines = 0
+
+    @property
+    def lines(self) -> int:
+        """Lines held in all cached indexes."""
+        return self._lines
+
+
+@dataclass
+class Worker:
+    """Processes one file at a time; the daemon's worker thread owns it."""
+
+    store: StateStore
+    settings: WorkerSettings
+    fs: FileSystem = REAL_FS
+    cache: IndexCache = field(default_factory=IndexCache)
+
+    def process(self, path: Path) -> Outcome:
+        """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
+        a file that vanished or cannot be read (the outcome says so)."""
+        started = time.monotonic()
+        name = str(path)
+        try:
+            status = self.fs.stat(name)
+        except FileNotFoundError:
+            self.store.forget_file(name)
+            self.cache.drop(name)
+            return Outcome(name, "gone", seconds=time.monotonic() - started)
+        if not stat.S_ISREG(status.st_mode):
+            return Outcome(name, "skipped", why="not a regular file", seconds=time.monotonic() - started)
+        try:
+            outcome = self._update(name, status)
+        except OSError as exc:
+            log.error("%s: could not read it: %s", name, exc)
+            self.store.bump({"errors.read": 1})
+            return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
+        state = self.store.file(name)
+        if self.settings.repair and state is not None and state.repairable:
+            self._repair(path, state.session_id, outcome)
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _update(self, name: str, status: os.stat_result) -> Outcome:
+        state = self.store.file(name)
+        watermark = state.watermark if state else None
+        start = 0
+        index: TranscriptIndex | None = None
+        kind = "read"
+        why = "new file" if watermark is None else ""
+        if watermark is not None:
+            if (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == (
+                watermark.dev, watermark.ino, watermark.size, watermark.mtime_ns
+            ):
+                return Outcome(name, "unchanged")  # one stat, no read: what a restart costs per untouched file
+            why = self._still_same_file(name, status, watermark)
+            if not why:
+                index = self.cache.get(name, watermark.offset)
+                if index is not None:
+                    start, kind = watermark.offset, "appended"
+                else:
+                    why = "no index in memory: read again from the start"
+            else:
+                log.info("%s: %s; reading it again from the start", name, why)
+                self.store.bump({"rescans.changed_files": 1})
+        if index is None:
+            index = TranscriptIndex(name)
+            self.cache.drop(name)
+        lines_before = len(index)
+        tail_pending = 0
+        for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
+            if terminated:
+                index.add_lines(offset, lines, True)
+            else:
+                tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
+        loaded, findings = analyse(index, fs=self.fs, retry=self.settings.retry)
+        if tail_pending and time.time() - status.st_mtime > self.settings.quiet_period:
+            findings.append(
+                Finding(
+                    FindingClass.TORN_TAIL,
+                    name,
+                    (len(index) + 1,),
+                    "the last line is incomplete (no newline) and nothing has been written for a while: a write "
+                    "was cut off; it is kept as it is",
+                    offset=index.end,
+                )
+            )
+        watermark = self._watermark(name, status, index)
+        repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
+        read_bytes = index.end - start
+        self.store.save_file(
+            watermark,
+            index.session_id,
+            [finding.to_json() for finding in findings],
+            repairable,
+            {"lines.processed": len(index) - lines_before, "bytes.read": read_bytes},
+        )
+        self.cache.put(name, index)
+        del loaded
+        return Outcome(name, kind, lines=len(index) - lines_before, bytes=read_bytes, findings=len(findings), why=why)
+
+    def _still_same_file(self, name: str, status: os.stat_result, watermark: Watermark) -> str:
+        """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
+        if (status.st_dev, status.st_ino) != (watermark.dev, watermark.ino):
+            return "it was replaced by another file"
+        if status.st_size < watermark.offset:
+            return f"it shrank below the {watermark.offset} bytes already read (truncated)"
+        if _digest(name, 0, watermark.head_len, self.fs, self.settings.retry) != watermark.head_sha:
+            return "its first line changed (rewritten)"
+        tail_start = watermark.offset - watermark.tail_len
+        if _digest(name, tail_start, watermark.tail_len, self.fs, self.settings.retry) != watermark.tail_sha:
+            return "bytes before the watermark changed (rewritten)"
+        return ""
+
+    def _watermark(self, name: str, status: os.stat_result, index: TranscriptIndex) -> Watermark:
+        offset = index.end
+        head_len = min(index.span(0)[1], FINGERPRINT_BYTES) if len(index) else 0
+        tail_len = min(offset, FINGERPRINT_BYTES)
+        return Watermark(
+            path=name,
+            dev=status.st_dev,
+            ino=status.st_ino,
+            offset=offset,
+            lines=len(index),
+            head_len=head_len,
+            head_sha=_digest(name, 0, head_len, self.fs, self.settings.retry),
+            tail_len=tail_len,
+            tail_sha=_digest(name, offset - tail_len, tail_len, self.fs, self.settings.retry),
+            size=status.st_size,
+            mtime_ns=status.st_mtime_ns,
+        )
+
+    # --- repairing --------------------------------------------------------------------------------
+
+    def _repair(self, path: Path, session_id: str | None, outcome: Outcome) -> None:
+        settings = self.settings
+        live, why = session_liveness(path, settings.claude_dir, settings.quiet_period, session_id=session_id,
+                                     fs=self.fs)
+        if live:
+            # Not an attempt yet: look again once the quiet period could have passed.
+            outcome.repair = "waiting:live"
+            outcome.retry_after = max(settings.quiet_period / 2, 1.0)
+            log.debug("%s: repair waits: %s", path, why)
+            return
+        scanned = index_file(path, fs=self.fs, retry=settings.retry, with_identity=True)
+        quiet_for = time.time() - scanned.identity.mtime_ns / 1e9 if scanned.identity else 0.0
+        options = RepairOptions(
+            add_missing_results=settings.add_missing_results,
+            answer_newest_message=quiet_for >= IN_FLIGHT_GRACE_SECONDS,
+            classes=settings.classes,
+        )
+        plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line), fs=self.fs,
+                                                           retry=settings.retry), options)
+        if plan.is_empty:
+            outcome.repair = "skipped:nothing_safe_to_do"
+            self.store.record_repair(str(path), "skipped", "nothing_safe_to_do", None, Counter(),
+                                     "; ".join(plan.notes) or "no safe repair")
+            self._mark_not_repairable(str(path))
+            return
+        result = apply_plan(
+            plan,
+            ApplyOptions(backup_dir=settings.backup_dir, claude_dir=settings.claude_dir, roots=settings.roots,
+                         quiet_period=settings.quiet_period, fs=self.fs, retry=settings.retry,
+                         session_id=scanned.index.session_id),
+        )
+        fixes = Counter(str(finding.cls) for finding in plan.fixes)
+        if isinstance(result, Repaired):
+            outcome.repair = "repaired"
+            self.store.record_repair(str(path), "repaired", None, result.backup_id, fixes,
+                                     f"{len(plan.edits)} edit(s); backup {result.backup_id}")
+            log.info("%s: repaired (%s); backup %s", path, ", ".join(f"{k} {v}" for k, v in fixes.items()),
+                     result.backup_id)
+            # Our own rewrite: record the new file now, so its watcher event is a no-op.
+            self.cache.drop(str(path))
+            self._update(str(path), self.fs.stat(str(path)))
+            return
+        if isinstance(result, Skipped):
+            outcome.repair = f"skipped:{result.reason}"
+            self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
+            if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
+                outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
+                    settings.quiet_period / 2, 1.0)
+            else:
+                self._mark_not_repairable(str(path))
+            log.info("%s: repair skipped: %s", path, result.detail)
+            return
+        assert isinstance(result, Failed)
+        outcome.repair = f"failed:{result.reason}"
+        self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
+        self._mark_not_repairable(str(path))
+        log.error("%s: repair failed: %s", path, result.detail)
+
+    def _mark_not_repairable(self, name: str) -> None:
+        """Stop retrying a repair that cannot succeed as things are; the next change of the file re-decides."""
+        state = self.store.file(name)
+        if state is not None:
+            self.store.save_file(state.watermark, state.session_id, state.findings, 0)
+
+
+def _digest(name: str, offset: int, length: int, fs: FileSystem, retry: RetryPolicy) -> str:
+    if length <= 0:
+        return hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(read_span(name, offset, length, fs=fs, retry=retry)).hexdigest()

@@ -1,0 +1,197 @@
+"""The worker: incremental reads from the watermark, detection of rewrites, repairs when idle."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import damage
+from conftest import CORPUS_DIR, corpus_lines
+from riffd.fsio import FileSystem
+from riffd.state import StateStore
+from riffd.worker import IndexCache, Worker, WorkerSettings
+
+BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
+
+
+class CountingFS(FileSystem):
+    """Counts the bytes read, to prove what an append costs."""
+
+    def __init__(self) -> None:
+        self.bytes_read = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        data = super().pread(fd, size, offset)
+        self.bytes_read += len(data)
+        return data
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, StateStore, WorkerSettings]:
+    claude = tmp_path / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    project = claude / "projects" / "-p"
+    project.mkdir(parents=True)
+    settings = WorkerSettings(
+        repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups", claude_dir=claude,
+        roots=(claude / "projects",),
+    )
+    return project, StateStore(tmp_path / "state" / "state.db"), settings
+
+
+def append(path: Path, lines: list[bytes]) -> None:
+    for line in lines:
+        with open(path, "ab") as handle:  # open, write, close per line, as Claude Code does
+            handle.write(line)
+
+
+def test_appends_are_read_from_the_watermark(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    lines = corpus_lines(BASE)
+    path = project / "s.jsonl"
+    append(path, lines[:20])
+    fs = CountingFS()
+    worker = Worker(store, settings, fs=fs)
+    first = worker.process(path)
+    assert first.kind == "read" and first.lines == 20
+    fs.bytes_read = 0
+    append(path, lines[20:21])
+    second = worker.process(path)
+    assert second.kind == "appended" and second.lines == 1 and second.bytes == len(lines[20])
+    # The new line plus two 4 KiB fingerprints: about the line, not the file.
+    assert fs.bytes_read <= len(lines[20]) + 3 * 4096
+    assert store.file(str(path)).watermark.lines == 21  # type: ignore[union-attr]
+
+
+def test_restart_with_unchanged_files_reads_nothing(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(BASE.read_bytes())
+    Worker(store, settings).process(path)
+    fs = CountingFS()
+    again = Worker(store, settings, fs=fs).process(path)  # a fresh worker: as after a restart
+    assert again.kind == "unchanged" and fs.bytes_read == 0
+
+
+def test_unfinished_last_line_waits_for_its_newline(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    lines = corpus_lines(BASE)
+    path = project / "s.jsonl"
+    path.write_bytes(b"".join(lines[:5]) + lines[5][:30])
+    worker = Worker(store, WorkerSettings(**{**settings.__dict__, "quiet_period": 60}))
+    assert worker.process(path).lines == 5
+    state = store.file(str(path))
+    assert state is not None and state.watermark.offset == len(b"".join(lines[:5]))
+    assert not [f for f in state.findings if f["class"] in ("malformed_line", "torn_tail")]
+    append(path, [lines[5][30:]])
+    outcome = worker.process(path)
+    assert outcome.kind == "appended" and outcome.lines == 1
+
+
+def test_a_tail_left_unfinished_past_the_quiet_period_is_a_torn_tail(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    lines = corpus_lines(BASE)
+    path = project / "s.jsonl"
+    path.write_bytes(b"".join(lines[:5]) + lines[5][:30])
+    Worker(store, settings).process(path)  # quiet period 0: the writer is gone
+    state = store.file(str(path))
+    assert state is not None and [f["class"] for f in state.findings].count("torn_tail") == 1
+    assert path.read_bytes() == b"".join(lines[:5]) + lines[5][:30]
+
+
+@pytest.mark.parametrize("change", ["truncate", "rewrite_same_size", "replace"])
+def test_rewrites_by_others_are_read_again_from_the_start(
+    setup: tuple[Path, StateStore, WorkerSettings], change: str
+) -> None:
+    project, store, settings = setup
+    lines = corpus_lines(BASE)
+    path = project / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    worker = Worker(store, settings)
+    worker.process(path)
+    if change == "truncate":
+        with open(path, "r+b") as handle:
+            handle.truncate(len(b"".join(lines[:10])))
+    elif change == "rewrite_same_size":
+        data = bytearray(path.read_bytes())
+        data[5:9] = b"XXXX" if data[5:9] != b"XXXX" else b"YYYY"
+        with open(path, "r+b") as handle:  # same inode, same size, other bytes
+            handle.write(bytes(data))
+    else:
+        replacement = path.with_name("new.tmp")
+        replacement.write_bytes(b"".join(lines[:30]))
+        os.replace(replacement, path)
+    outcome = worker.process(path)
+    assert outcome.kind == "read" and outcome.why
+    assert store.file(str(path)).watermark.size == path.stat().st_size  # type: ignore[union-attr]
+
+
+def test_a_deleted_file_is_forgotten(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(BASE.read_bytes())
+    worker = Worker(store, settings)
+    worker.process(path)
+    path.unlink()
+    assert worker.process(path).kind == "gone"
+    assert store.file(str(path)) is None
+
+
+def test_resumed_duplicate_is_repaired_when_idle_and_only_once(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    path = project / "s.jsonl"
+    worker = Worker(store, settings)
+    for line in damaged.lines:  # written line by line, processed as it grows
+        append(path, [line])
+        worker.process(path)
+    state = store.file(str(path))
+    assert state is not None and state.repairable == 0 and state.findings == []
+    assert path.read_bytes() == BASE.read_bytes() or len(path.read_bytes()) < len(damaged.data)
+    assert store.repair_summary()["done"] == 1
+    assert list(settings.backup_dir.glob("*.gz"))
+    assert worker.process(path).kind == "unchanged"  # riffd's own rewrite is not a second pass
+
+
+def test_live_session_waits(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    session_id = json.loads(damaged.lines[-1])["sessionId"]
+    registry = settings.claude_dir / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    path = project / f"{session_id}.jsonl"
+    path.write_bytes(damaged.data)
+    outcome = Worker(store, settings).process(path)
+    assert outcome.repair == "waiting:live" and outcome.retry_after is not None
+    assert path.read_bytes() == damaged.data
+    registry.unlink()
+    assert Worker(store, settings).process(path).repair == "repaired"
+
+
+def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    path = project / "s.jsonl"
+    path.write_bytes(damaged.data)
+    report_only = WorkerSettings(**{**settings.__dict__, "repair": False})
+    outcome = Worker(store, report_only).process(path)
+    assert outcome.repair is None and path.read_bytes() == damaged.data
+    assert store.file(str(path)).repairable == 1  # type: ignore[union-attr]
+
+
+def test_index_cache_evicts_least_recently_used() -> None:
+    from riffd.transcript import TranscriptIndex
+
+    cache = IndexCache(max_lines=10)
+    for name in ("a", "b", "c"):
+        index = TranscriptIndex(name)
+        index.add_lines(0, [b"{}"] * 4)
+        cache.put(name, index)
+    assert cache.get("a", 12) is None and cache.get("c", 12) is not None and cache.lines == 8
