@@ -18,7 +18,7 @@ from typing import TextIO
 
 import orjson
 
-from riffd import __version__
+from riffd import __version__, config_cli
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.backup import BackupError, BackupStore
 from riffd.findings import REPAIRABLE, Finding
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"riffd {__version__}")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
                         help="how much to log on stderr (default: warning)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="the TOML configuration file (default: $RIFFD_CONFIG, else "
+                        "<user config dir>/riffd/config.toml)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     scan = commands.add_parser("scan", help="report damage in transcripts; changes nothing",
@@ -118,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     prune.add_argument("--max-total-mb", type=float, default=None, metavar="MB",
                        help="then remove the oldest until the store is under this size")
     prune.set_defaults(run=run_backups_prune)
+    # Commands defined in their own modules register below, one line each.
+    config_cli.register(commands)
     return parser
 
 
