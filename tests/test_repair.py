@@ -308,3 +308,14 @@ def test_newest_message_is_left_unanswered_when_asked(tmp_path: Path):
         assert bool(inserts) is expect_insert, injected.name
         if not expect_insert:
             assert any("may still be running" in note for note in plan.notes)
+
+
+def test_plan_is_a_fixed_point_when_a_duplicate_copy_is_what_made_the_tree_uncertain(tmp_path: Path):
+    """Regression (found by test_property): an orphan block added to a result line that had been written twice
+    makes the two copies differ (a shared uuid: uncertain). The plan removes the copy as a duplicate, so it
+    must also remove the orphan in the same plan, not leave it for a second run."""
+    lines = corpus_lines(CORPUS_DIR / "marot-spotter" / "short.jsonl")
+    lines = damage.inject_duplicate_in_line(lines, lambda points: next(p for p in points if p[1] == 10)).lines
+    lines = damage.inject_identical_line(lines, lambda points: next(p for p in points if p[1] == 11)).lines
+    lines = damage.inject_orphan(lines, lambda points: 11).lines
+    repair_and_check(tmp_path, b"".join(lines))

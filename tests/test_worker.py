@@ -195,3 +195,26 @@ def test_index_cache_evicts_least_recently_used() -> None:
         index.add_lines(0, [b"{}"] * 4)
         cache.put(name, index)
     assert cache.get("a", 12) is None and cache.get("c", 12) is not None and cache.lines == 8
+
+
+def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    lines = corpus_lines(BASE)
+    path = project / "s.jsonl"
+    append(path, lines[:10])
+    Worker(store, settings).process(path)
+    append(path, lines[10:12])
+    outcome = Worker(store, settings).process(path)  # a fresh worker: no index in memory
+    assert outcome.kind == "rebuilt" and outcome.lines == 2
+    assert store.counters()["lines.processed"] == 12
+
+
+def test_riffds_own_repair_is_not_counted_as_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    path = project / "s.jsonl"
+    path.write_bytes(damaged.data)
+    outcome = Worker(store, settings).process(path)
+    assert outcome.repair == "repaired"
+    assert store.counters()["lines.processed"] == len(damaged.lines)
+    assert "rescans.changed_files" not in store.counters()

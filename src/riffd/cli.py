@@ -18,7 +18,7 @@ from typing import TextIO
 
 import orjson
 
-from riffd import __version__, config_cli
+from riffd import __version__, config_cli, daemon_cli, service
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.backup import BackupError, BackupStore
 from riffd.findings import REPAIRABLE, Finding
@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "RIFFD_STATE_DIR (riffd's state and backups).",
     )
     parser.add_argument("--version", action="version", version=f"riffd {__version__}")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
-                        help="how much to log on stderr (default: warning)")
+    parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
+                        help="how much to log on stderr (default: warning; for `run`, the config's log.level)")
     parser.add_argument("--config", type=Path, default=None,
                         help="the TOML configuration file (default: $RIFFD_CONFIG, else "
                         "<user config dir>/riffd/config.toml)")
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     prune.set_defaults(run=run_backups_prune)
     # Commands defined in their own modules register below, one line each.
     config_cli.register(commands)
+    service.register(commands)
+    daemon_cli.register(commands)
     return parser
 
 
@@ -131,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        logging.basicConfig(level=args.log_level.upper(), format="riffd: %(levelname)s: %(message)s",
+        logging.basicConfig(level=(args.log_level or "warning").upper(), format="riffd: %(levelname)s: %(message)s",
                             stream=sys.stderr)
         if not hasattr(args, "run"):
             parser.print_help(sys.stderr)

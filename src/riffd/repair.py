@@ -87,35 +87,44 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
         return cache[line]
 
     work = _Work()
-    uncertain = _tree_uncertainty(scanned, fetch)
     by_class: dict[tuple[FindingClass, str | None], Finding] = {
         (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
     }
     chain = loaded.on_chain
     turn = latest_turn(index, loaded)
+    groups = list(unpaired_tools(index, loaded))
 
-    for group in unpaired_tools(index, loaded):
+    # Pass 1: duplicate results. Safe whatever the tree looks like (one result always stays), and done first
+    # so that the certainty of the tree is judged on what this plan leaves, which keeps plans idempotent.
+    for group in groups:
+        blocks = [index.results[group.tool_id][position] for position in group.result_positions]
+        if not group.use_lines or len(blocks) < 2:
+            continue
+        if FindingClass.DUPLICATE_TOOL_RESULT not in options.classes:
+            work.notes.append(f"duplicate results for {group.tool_id} left alone: the class is not enabled")
+            continue
+        keeper = _choose_result(index, blocks, chain, fetch)
+        for block in blocks:
+            if block is not keeper:
+                _remove_block(work, index, block, fetch)
+        _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_RESULT, group.tool_id)
+
+    uncertain = _tree_uncertainty(scanned, fetch, work)
+
+    # Pass 2: what needs a tree riffd can trust.
+    for group in groups:
         tool_id = group.tool_id
         blocks = [index.results[tool_id][position] for position in group.result_positions]
         if not group.use_lines:
             if FindingClass.ORPHAN_TOOL_RESULT not in options.classes:
                 work.notes.append(f"orphan result for {tool_id} left alone: its class is not enabled")
-                continue
-            if uncertain:
+            elif uncertain:
                 work.notes.append(f"orphan result for {tool_id} left alone: {uncertain}")
-                continue
-            for block in blocks:
-                _remove_block(work, index, block, fetch)
-            _fixed(work, by_class, FindingClass.ORPHAN_TOOL_RESULT, tool_id)
-            continue
-        if len(blocks) > 1 and FindingClass.DUPLICATE_TOOL_RESULT not in options.classes:
-            work.notes.append(f"duplicate results for {tool_id} left alone: the class is not enabled")
-        elif len(blocks) > 1:
-            keeper = _choose_result(index, blocks, chain, fetch)
-            for block in blocks:
-                if block is not keeper:
+            else:
+                for block in blocks:
                     _remove_block(work, index, block, fetch)
-            _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_RESULT, tool_id)
+                _fixed(work, by_class, FindingClass.ORPHAN_TOOL_RESULT, tool_id)
+            continue
         distinct = distinct_uses(index, group.use_lines)
         on_chain = [line for line in distinct if line in chain]
         keeper_line = (on_chain or distinct)[0]
@@ -160,8 +169,11 @@ def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding]
         work.fixes.append(finding)
 
 
-def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes) -> str:
-    """Return why the loaded conversation cannot be trusted for risky repairs, or '' when it can."""
+def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> str:
+    """Return why the loaded conversation cannot be trusted for risky repairs, or '' when it can.
+
+    Judged on what the plan leaves: a line sharing a uuid stops counting once the plan removes it.
+    """
     index = scanned.index
     last = len(index) - 1
     for line in index.malformed:
@@ -173,9 +185,22 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes) -> str:
     if scanned.loaded.cycle_at is not None or any(f.cls is FindingClass.PARENT_CYCLE for f in scanned.findings):
         return "the parent links loop"
     for first, repeat in index.duplicate_uuid_lines:
+        if _removed_whole(work, repeat, fetch):
+            continue
         if fetch(first).rstrip(b"\r\n") != fetch(repeat).rstrip(b"\r\n"):
             return f"lines {first + 1} and {repeat + 1} share a uuid but differ"
     return ""
+
+
+def _removed_whole(work: _Work, line: int, fetch: LineBytes) -> bool:
+    """Return True when the plan so far removes `line` or every block of its content."""
+    if line in work.remove_lines:
+        return True
+    positions = work.remove_blocks.get(line)
+    if not positions:
+        return False
+    content = _parse(fetch(line)).get("message", {}).get("content")
+    return isinstance(content, list) and len(positions) >= len(content)
 
 
 def _choose_result(

@@ -153,6 +153,11 @@ class StateStore:
             rows = self._db.execute("SELECT path, dev, ino, size, mtime_ns FROM files").fetchall()
         return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
+    def count_files(self) -> int:
+        """Return how many files have a watermark."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+
     def files_needing_repair(self) -> list[str]:
         """Return the files whose last processing found something riffd repairs."""
         with self._lock:

@@ -11,6 +11,7 @@ watermark at once, so the watcher's event for it finds nothing to do.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import os
@@ -52,7 +53,9 @@ class WorkerSettings:
 
 @dataclass
 class Outcome:
-    """What processing one file did: `kind` is unchanged / appended / read (from the start) / gone / skipped."""
+    """What processing one file did: `kind` is unchanged / appended / rebuilt (the same file read again to
+    rebuild its index) / read (a new or rewritten file) / gone / skipped; `lines` counts lines processed for
+    the first time."""
 
     path: str
     kind: str
@@ -143,10 +146,14 @@ class Worker:
 
     # --- reading ----------------------------------------------------------------------------------
 
-    def _update(self, name: str, status: os.stat_result) -> Outcome:
+    def _update(self, name: str, status: os.stat_result, own_rewrite_new_bytes: int | None = None) -> Outcome:
+        """Read what is new in `name` and commit its watermark and findings. After riffd's own rewrite,
+        `own_rewrite_new_bytes` says how many bytes at its end other writers added (carried over): only
+        their lines are new; the rest was processed before the rewrite."""
         state = self.store.file(name)
         watermark = state.watermark if state else None
         start = 0
+        already = 0  # lines processed before: a rebuild re-reads them, but does not process them again
         index: TranscriptIndex | None = None
         kind = "read"
         why = "new file" if watermark is None else ""
@@ -157,18 +164,18 @@ class Worker:
                 return Outcome(name, "unchanged")  # one stat, no read: what a restart costs per untouched file
             why = self._still_same_file(name, status, watermark)
             if not why:
+                already = watermark.lines
                 index = self.cache.get(name, watermark.offset)
                 if index is not None:
                     start, kind = watermark.offset, "appended"
                 else:
-                    why = "no index in memory: read again from the start"
-            else:
+                    kind, why = "rebuilt", "no index in memory: read from the start to rebuild it"
+            elif own_rewrite_new_bytes is None:
                 log.info("%s: %s; reading it again from the start", name, why)
                 self.store.bump({"rescans.changed_files": 1})
         if index is None:
             index = TranscriptIndex(name)
             self.cache.drop(name)
-        lines_before = len(index)
         tail_pending = 0
         for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
             if terminated:
@@ -190,16 +197,20 @@ class Worker:
         watermark = self._watermark(name, status, index)
         repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
         read_bytes = index.end - start
+        if own_rewrite_new_bytes is not None:
+            already = bisect.bisect_left(index.offsets, index.end - own_rewrite_new_bytes)
+            kind, why = "rebuilt", "riffd's own repair"
+        new_lines = len(index) - already
         self.store.save_file(
             watermark,
             index.session_id,
             [finding.to_json() for finding in findings],
             repairable,
-            {"lines.processed": len(index) - lines_before, "bytes.read": read_bytes},
+            {"lines.processed": new_lines, "bytes.read": read_bytes},
         )
         self.cache.put(name, index)
         del loaded
-        return Outcome(name, kind, lines=len(index) - lines_before, bytes=read_bytes, findings=len(findings), why=why)
+        return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why)
 
     def _still_same_file(self, name: str, status: os.stat_result, watermark: Watermark) -> str:
         """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
@@ -274,7 +285,7 @@ class Worker:
                      result.backup_id)
             # Our own rewrite: record the new file now, so its watcher event is a no-op.
             self.cache.drop(str(path))
-            self._update(str(path), self.fs.stat(str(path)))
+            self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)
             return
         if isinstance(result, Skipped):
             outcome.repair = f"skipped:{result.reason}"

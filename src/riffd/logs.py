@@ -1,0 +1,47 @@
+"""Logging to stderr: one line per event, plain or JSON (for journald and log shippers)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import orjson
+
+# Attributes every LogRecord has; anything else was passed with `extra=` and goes into the JSON line.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and any `extra=` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of JSON."""
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        entry.update({key: value for key, value in record.__dict__.items() if key not in _STANDARD})
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure(level: str, format: str = "plain") -> None:
+    """Send riffd's log to stderr at `level` (debug/info/warning/error) in `format` (plain/json)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("riffd: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # Third-party chatter (a line per inotify event, per scheduler wake-up) stays out of riffd's log.
+    for noisy in ("apscheduler", "watchdog"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

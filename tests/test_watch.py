@@ -1,0 +1,152 @@
+"""The queue, the watcher (real watchdog observers) and reconciliation against watermarks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from riffd.state import StateStore
+from riffd.watcher import TranscriptFilter, Watcher, choose_observer, filesystem_type, reconcile
+from riffd.worker import Worker, WorkerSettings
+from riffd.workqueue import WorkQueue
+
+LINE = b'{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}\n'
+
+
+def test_a_burst_on_one_file_is_processed_once() -> None:
+    queue = WorkQueue(debounce=0.05)
+    for _ in range(50):
+        queue.put("/a.jsonl")
+    queue.put("/b.jsonl")
+    got = [queue.get(1.0), queue.get(1.0), queue.get(0.2)]
+    assert sorted(item[0] for item in got if item) == ["/a.jsonl", "/b.jsonl"]
+    assert got[2] is None
+
+
+def test_debounce_waits_for_quiet_but_not_forever() -> None:
+    queue = WorkQueue(debounce=0.1, max_delay_factor=3)
+    started = time.monotonic()
+    queue.put("/a.jsonl")
+    deadline = started + 0.25
+    while time.monotonic() < deadline:  # keeps writing: the trailing debounce would wait forever
+        queue.put("/a.jsonl")
+        assert queue.get(0.01) is None
+    item = queue.get(1.0)
+    assert item is not None and time.monotonic() - started < 0.6  # capped at 3 x debounce after the first event
+
+
+def test_a_scheduled_retry_waits_its_delay_and_an_event_brings_it_forward() -> None:
+    queue = WorkQueue(debounce=0.01)
+    queue.put("/a.jsonl", delay=30)
+    assert queue.get(0.05) is None
+    queue.put("/a.jsonl")
+    assert queue.get(1.0) is not None
+
+
+def test_get_returns_when_stopped() -> None:
+    queue = WorkQueue(debounce=0.01)
+    stop = threading.Event()
+    stop.set()
+    assert queue.get(5.0, stop) is None
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[Path, TranscriptFilter]:
+    root = tmp_path / "projects"
+    (root / "-p").mkdir(parents=True)
+    return root, TranscriptFilter((root,))
+
+
+def test_filter_takes_transcripts_only(roots: tuple[Path, TranscriptFilter]) -> None:
+    root, transcripts = roots
+    assert transcripts.matches(root / "-p" / "s.jsonl")
+    assert transcripts.matches(root / "-p" / "s" / "subagents" / "agent-a1.jsonl")
+    for other in ("-p/.s.jsonl.riffd-0123456789ab.tmp", "-p/journal.jsonl", "-p/s/tool-results/x.jsonl",
+                  "-p/memory/m.jsonl", "-p/s.jsonl.compact.tmp.ab12", "-p/s.meta.json", "-p/s.jsonl.bak"):
+        assert not transcripts.matches(root / other), other
+    assert not transcripts.matches(root.parent / "elsewhere.jsonl")
+    assert not TranscriptFilter((root,), exclude=("-p/*",)).matches(root / "-p" / "s.jsonl")
+
+
+@pytest.mark.parametrize("kind", ["native", "polling"])
+def test_watcher_reports_appends_new_files_and_new_folders(roots: tuple[Path, TranscriptFilter], kind: str) -> None:
+    root, transcripts = roots
+    seen: set[str] = set()
+    changed = threading.Condition()
+
+    def on_change(path: str) -> None:
+        with changed:
+            seen.add(path)
+            changed.notify_all()
+
+    def wait_for(path: Path) -> bool:
+        with changed:
+            return changed.wait_for(lambda: str(path) in seen, timeout=10)
+
+    existing = root / "-p" / "s.jsonl"
+    existing.write_bytes(LINE)
+    watcher = Watcher(transcripts, on_change, kind, polling_interval=0.1)
+    watcher.start()
+    try:
+        assert watcher.observer_kind == kind
+        with open(existing, "ab") as handle:
+            handle.write(LINE)
+        assert wait_for(existing)
+        new_project = root / "-q" / "t.jsonl"
+        new_project.parent.mkdir()
+        new_project.write_bytes(LINE)
+        assert wait_for(new_project)
+        ignored = root / "-p" / "journal.jsonl"
+        ignored.write_bytes(LINE)
+        sentinel = root / "-p" / "sentinel.jsonl"  # events come in order: once this is seen, so was the other
+        sentinel.write_bytes(LINE)
+        assert wait_for(sentinel)
+        assert str(ignored) not in seen
+    finally:
+        watcher.stop()
+
+
+def test_a_root_that_appears_later_is_watched_after_refresh(tmp_path: Path) -> None:
+    root = tmp_path / "projects"
+    seen: list[str] = []
+    watcher = Watcher(TranscriptFilter((root,)), seen.append, "native")
+    watcher.start()
+    try:
+        assert watcher.watched == set()
+        root.mkdir()
+        watcher.refresh()
+        assert watcher.watched == {root}
+    finally:
+        watcher.stop()
+
+
+def test_reconcile_catches_changes_made_while_not_watching(
+    roots: tuple[Path, TranscriptFilter], tmp_path: Path
+) -> None:
+    root, transcripts = roots
+    store = StateStore(tmp_path / "state.db")
+    worker = Worker(store, WorkerSettings(repair=False))
+    unchanged, appended, deleted = (root / "-p" / f"{name}.jsonl" for name in ("a", "b", "c"))
+    for path in (unchanged, appended, deleted):
+        path.write_bytes(LINE)
+        worker.process(path)
+    queued: list[str] = []
+    assert reconcile(transcripts, store, queued.append) == 0  # everything matches its watermark
+    with open(appended, "ab") as handle:  # "while riffd was down"
+        handle.write(LINE)
+    deleted.unlink()
+    new = root / "-p" / "d.jsonl"
+    new.write_bytes(LINE)
+    assert reconcile(transcripts, store, queued.append) == 3
+    assert sorted(queued) == sorted(map(str, (appended, deleted, new)))
+
+
+def test_auto_polls_network_and_wsl_file_systems(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ndrvfs {tmp_path} 9p rw 0 0\n")
+    assert filesystem_type(tmp_path / "x", mounts) == "9p"
+    assert filesystem_type(Path("/usr"), mounts) == "ext4"
+    assert choose_observer("polling", [Path("/")]) == ("polling", "configured")
