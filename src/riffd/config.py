@@ -139,10 +139,11 @@ class RetryConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TrackerConfig:
-    """The daemon's call tracker: how many calls it allows in a sliding window."""
+    """The tool-call tracker: the recent tool calls kept per session to spot redundant calls."""
 
-    window: float = field(default=300.0, metadata=_meta("Length of the sliding window, in seconds.", gt=0))
-    max_calls: int = field(default=50, metadata=_meta("Calls allowed in one window.", ge=1))
+    window: float = field(default=300.0, metadata=_meta(
+        "Seconds a tool call is remembered; a repeat within this window counts as redundant.", gt=0))
+    max_calls: int = field(default=50, metadata=_meta("Tool calls remembered per session (the oldest go first).", ge=1))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ schema is versioned (`schema`) and documented in the README.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import UTC, datetime
@@ -30,8 +31,8 @@ def percentile(samples: list[float], fraction: float) -> float | None:
     if not samples:
         return None
     ordered = sorted(samples)
-    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
-    return ordered[rank]
+    rank = max(1, math.ceil(fraction * len(ordered)))  # 1-based nearest rank
+    return ordered[min(rank, len(ordered)) - 1]
 
 
 def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None) -> dict[str, Any]:

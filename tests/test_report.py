@@ -1,0 +1,112 @@
+"""Health reports: content, atomic files, pruning; `riffd report` and `riffd status` without a daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import damage
+from conftest import CORPUS_DIR, corpus_lines
+from riffd.cli import main
+from riffd.daemon import StateLock, running_pid
+from riffd.daemon_cli import EXIT_NOT_RUNNING
+from riffd.report import build_report, percentile, read_latest, render_markdown, write_report
+from riffd.state import StateStore
+from riffd.worker import Worker, WorkerSettings
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = [float(n) for n in range(1, 101)]
+    assert percentile(samples, 0.5) == 50.0
+    assert percentile(samples, 0.95) == 95.0
+    assert percentile([], 0.5) is None
+
+
+@pytest.fixture
+def store_with_history(tmp_path: Path) -> tuple[StateStore, Path]:
+    """A store that has seen one damaged file (left open) and one repair."""
+    store = StateStore(tmp_path / "state" / "state.db")
+    damaged = damage.inject_resumed_duplicate(corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"))
+    path = tmp_path / "p" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(damaged.data)
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    store.record_repair("/x.jsonl", "repaired", None, "b1", Counter({"duplicate_tool_result": 2}), "2 edits")
+    store.record_repair("/y.jsonl", "skipped", "live", None, Counter(), "in use")
+    return store, tmp_path
+
+
+def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore, Path]) -> None:
+    store, tmp_path = store_with_history
+    latencies = [0.01, 0.02, 0.03, 1.0]
+    errors = [{"time": time.time(), "message": "boom", "suggestion": "look"}, {"time": 0, "message": "old"}]
+    report = build_report(store, tmp_path / "no-backups", {"running": True, "started": time.time() - 10, "pid": 7,
+                                                           "latencies": latencies, "errors": errors})
+    assert report["schema"] == 1
+    assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1}
+    assert report["findings"]["open"] == {"duplicate_tool_result": 1}
+    assert report["findings"]["repaired"] == {"duplicate_tool_result": 2}
+    assert report["repairs"] == {"done": 1, "skipped": {"live": 1}, "failed": {}}
+    assert report["latency_seconds"]["p95"] == 1.0 and report["latency_seconds"]["samples"] == 4
+    assert [error["message"] for error in report["errors"]] == ["boom"]  # only the last hour
+    assert report["healthy"] is False and any("open finding" in problem for problem in report["problems"])
+    assert report["daemon"]["pid"] == 7 and 9 < report["daemon"]["uptime_seconds"] < 60
+
+
+def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[StateStore, Path]) -> None:
+    store, tmp_path = store_with_history
+    folder = tmp_path / "reports"
+    for second in range(5):
+        report = build_report(store, tmp_path, None)
+        report["generated_at"] = f"2026-11-22T10:00:0{second}+00:00"
+        write_report(report, folder, keep=3)
+    assert sorted(path.name for path in folder.glob("report-*.json")) == [
+        f"report-20261122T10000{second}Z.json" for second in (2, 3, 4)
+    ]
+    assert read_latest(folder) == json.loads((folder / "report-20261122T100004Z.json").read_text())
+    assert not list(folder.glob(".*.tmp"))
+    markdown = (folder / "latest.md").read_text()
+    assert markdown == render_markdown(report) and "needs attention" in markdown and "not running" in markdown
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    return config
+
+
+def test_riffd_report_and_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
+    assert "not running" in capsys.readouterr().out
+    assert main(["--config", str(config), "report", "--json"]) == 1  # no daemon: not healthy
+    report = json.loads(capsys.readouterr().out)
+    assert report["daemon"]["running"] is False
+    assert (tmp_path / "state" / "reports" / "latest.json").exists()
+    assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
+    assert "riffd health report" in capsys.readouterr().out
+
+
+def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
+    lock = StateLock(tmp_path / "state")
+    assert running_pid(tmp_path / "state") is None
+    lock.acquire()
+    try:
+        assert running_pid(tmp_path / "state") == os.getpid()
+    finally:
+        lock.release()
+    assert running_pid(tmp_path / "state") is None
+
+
+def test_a_bad_config_is_reported_with_every_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n")
+    assert main(["--config", str(config), "status"]) == 2
+    err = capsys.readouterr().err
+    assert "watcher.debounse" in err and "log.level" in err
