@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_lines
-from riffd.fsio import FileSystem
+from riffd.fsio import FileSystem, RetryPolicy
+from riffd.scan import scan_file
 from riffd.state import StateStore
 from riffd.worker import IndexCache, Worker, WorkerSettings
 
@@ -154,7 +156,11 @@ def test_resumed_duplicate_is_repaired_when_idle_and_only_once(
         worker.process(path)
     state = store.file(str(path))
     assert state is not None and state.repairable == 0 and state.findings == []
-    assert path.read_bytes() == BASE.read_bytes() or len(path.read_bytes()) < len(damaged.data)
+    assert scan_file(path).findings == []
+    # Only the synthetic result went; the rest is byte for byte (its assistant child is re-pointed).
+    synthetic = damaged.lines[damaged.marks["synthetic"]]
+    assert synthetic not in path.read_bytes()
+    assert len(path.read_bytes().splitlines()) == len(damaged.lines) - 1
     assert store.repair_summary()["done"] == 1
     assert list(settings.backup_dir.glob("*.gz"))
     assert worker.process(path).kind == "unchanged"  # riffd's own rewrite is not a second pass
@@ -218,3 +224,49 @@ def test_riffds_own_repair_is_not_counted_as_new_lines(setup: tuple[Path, StateS
     assert outcome.repair == "repaired"
     assert store.counters()["lines.processed"] == len(damaged.lines)
     assert "rescans.changed_files" not in store.counters()
+
+
+class BrokenReads(FileSystem):
+    """Every read fails with EIO, as a cloud placeholder that never downloads."""
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_persistent_eio_is_a_skip_with_advice_not_a_crash(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(BASE.read_bytes())
+    fast = WorkerSettings(**{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)})
+    outcome = Worker(store, fast, fs=BrokenReads()).process(path)
+    assert outcome.kind == "skipped" and "errno 5" in outcome.why and "3 attempts" in outcome.why
+    assert store.file(str(path)) is None  # nothing recorded as read
+    assert path.read_bytes() == BASE.read_bytes()
+
+
+class FlakyReads(FileSystem):
+    """A third of reads fail once with EIO, then succeed."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise OSError(errno.EIO, "Input/output error")
+        return super().pread(fd, size, offset)
+
+
+def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+    project, store, settings = setup
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    path = project / "s.jsonl"
+    path.write_bytes(damaged.data)
+    fast = WorkerSettings(**{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)})
+    flaky = FlakyReads()
+    outcome = Worker(store, fast, fs=flaky).process(path)
+    assert flaky.calls > 10 and outcome.repair == "repaired"
+    clean_path = project / "clean.jsonl"
+    clean_path.write_bytes(damaged.data)
+    assert Worker(store, fast).process(clean_path).repair == "repaired"
+    assert path.read_bytes() == clean_path.read_bytes()

@@ -71,6 +71,15 @@ def transcript_filter(config: Config) -> TranscriptFilter:
     return TranscriptFilter(config.roots, config.include, config.exclude)
 
 
+def _advice(why: str) -> str:
+    """Plain-words advice for an error the worker met."""
+    if "errno 5" in why or "Input/output error" in why:
+        return "a cloud-synced folder? mark it 'always keep on this device'"
+    if "Permission denied" in why:
+        return "riffd needs read and write access to the transcript and its folder"
+    return "run `riffd scan` on the file for details"
+
+
 class StateLock:
     """An exclusive flock on `<state dir>/riffd.lock` holding the daemon's pid; `riffd status` probes it."""
 
@@ -363,6 +372,8 @@ class Daemon:
         finally:
             self.stats.progress = time.monotonic()
         self.stats.processed += 1
+        if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith("failed"):
+            self.stats.error(f"{path}: {outcome.why or outcome.repair}", _advice(outcome.why))
         if outcome.kind != "unchanged":
             self.stats.latencies.append(time.monotonic() - first_event)
             self._log_outcome(outcome)

@@ -140,7 +140,11 @@ class Worker:
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
         state = self.store.file(name)
         if self.settings.repair and state is not None and state.repairable:
-            self._repair(path, state.session_id, outcome)
+            try:
+                self._repair(path, state.session_id, outcome)
+            except OSError as exc:  # reading it for the repair failed: nothing was written; the next change retries
+                log.error("%s: could not read it to repair it: %s", name, exc)
+                outcome.repair, outcome.why = "failed:io_error", str(exc)
         outcome.seconds = time.monotonic() - started
         return outcome
 
