@@ -192,15 +192,32 @@ def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSett
     assert store.file(str(path)).repairable == 1  # type: ignore[union-attr]
 
 
-def test_index_cache_evicts_least_recently_used() -> None:
+def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
     from riffd.transcript import TranscriptIndex
 
-    cache = IndexCache(max_lines=10)
-    for name in ("a", "b", "c"):
+    def index_of(name: str, lines: int) -> TranscriptIndex:
         index = TranscriptIndex(name)
-        index.add_lines(0, [b"{}"] * 4)
-        cache.put(name, index)
+        index.add_lines(0, [b"{}"] * lines)
+        return index
+
+    cache = IndexCache(max_lines=10, active_seconds=0)
+    for name in ("a", "b", "c"):
+        cache.put(name, index_of(name, 4))
     assert cache.get("a", 12) is None and cache.get("c", 12) is not None and cache.lines == 8
+
+
+def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
+    """A session bigger than the budget must not be re-read in full on every append because another file
+    was processed in between (both are active)."""
+    from riffd.transcript import TranscriptIndex
+
+    cache = IndexCache(max_lines=10, active_seconds=600)
+    big, small = TranscriptIndex("big"), TranscriptIndex("small")
+    big.add_lines(0, [b"{}"] * 50)
+    small.add_lines(0, [b"{}"] * 2)
+    cache.put("big", big)
+    cache.put("small", small)
+    assert cache.get("big", big.end) is big and cache.get("small", small.end) is small
 
 
 def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:

@@ -34,6 +34,7 @@ from riffd.transcript import TranscriptIndex
 log = logging.getLogger(__name__)
 
 INDEX_CACHE_LINES = 300_000  # lines of in-memory indexes kept (about 270 bytes a line)
+ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
 CHANGED_RETRY_SECONDS = 5.0
 
 
@@ -69,35 +70,49 @@ class Outcome:
 
 
 class IndexCache:
-    """Indexes of recently processed files, least recently used evicted past `max_lines` lines in all."""
+    """Indexes of recently processed files, bounded by `max_lines` lines in all.
 
-    def __init__(self, max_lines: int = INDEX_CACHE_LINES) -> None:
+    Past the budget the least recently used indexes go first, but never one used within `active_seconds`:
+    evicting a live session's index would make each of its appends read the whole file again (and two
+    active files would evict each other on every append). So memory stays bounded by the sessions that are
+    actually active, plus the budget.
+    """
+
+    def __init__(self, max_lines: int = INDEX_CACHE_LINES, active_seconds: float = ACTIVE_SECONDS) -> None:
         self.max_lines = max_lines
-        self._indexes: OrderedDict[str, TranscriptIndex] = OrderedDict()
+        self.active_seconds = active_seconds
+        self._indexes: OrderedDict[str, tuple[TranscriptIndex, float]] = OrderedDict()
         self._lines = 0
 
     def get(self, path: str, end: int) -> TranscriptIndex | None:
         """Return the index of `path` if it covers exactly the bytes up to `end`, else None."""
-        index = self._indexes.get(path)
-        if index is None or index.end != end:
+        entry = self._indexes.get(path)
+        if entry is None or entry[0].end != end:
             return None
+        self._indexes[path] = (entry[0], time.monotonic())
         self._indexes.move_to_end(path)
-        return index
+        return entry[0]
 
     def put(self, path: str, index: TranscriptIndex) -> None:
-        """Keep `index` for `path`, evicting the least recently used indexes past the line budget."""
+        """Keep `index` for `path`, then evict least recently used, inactive indexes past the line budget."""
         self.drop(path)
-        self._indexes[path] = index
+        now = time.monotonic()
+        self._indexes[path] = (index, now)
         self._lines += len(index)
-        while self._lines > self.max_lines and len(self._indexes) > 1:
-            _, evicted = self._indexes.popitem(last=False)
-            self._lines -= len(evicted)
+        if self._lines <= self.max_lines:
+            return
+        for name, (old, used) in list(self._indexes.items()):
+            if self._lines <= self.max_lines:
+                break
+            if name != path and now - used >= self.active_seconds:
+                del self._indexes[name]
+                self._lines -= len(old)
 
     def drop(self, path: str) -> None:
         """Forget the index of `path`."""
-        index = self._indexes.pop(path, None)
-        if index is not None:
-            self._lines -= len(index)
+        entry = self._indexes.pop(path, None)
+        if entry is not None:
+            self._lines -= len(entry[0])
 
     def clear(self) -> None:
         """Forget every index."""
