@@ -23,6 +23,7 @@ from tomlkit.items import AoT, Table
 from riffd.config import (
     CONFIG_ENV,
     STATE_DIR_ENV,
+    Config,
     ConfigError,
     config_path,
     example_toml,
@@ -76,6 +77,16 @@ def _print_errors(errors: Sequence[str]) -> None:
     print(f"riffd: {len(errors)} configuration error(s)", file=sys.stderr)
 
 
+def load_or_report(args: argparse.Namespace, overrides: dict[str, object] | None = None) -> Config | None:
+    """Load the configuration named by the global --config (with `overrides`); on errors, print every one
+    on stderr and return None."""
+    try:
+        return load_config(getattr(args, "config", None), overrides=overrides or {})
+    except ConfigError as exc:
+        _print_errors(exc.errors)
+        return None
+
+
 def run_config_init(args: argparse.Namespace) -> int:
     """`riffd config init [--force]`: write the commented example to the config path; never overwrite unless
     --force."""
@@ -111,10 +122,8 @@ def run_config_path(args: argparse.Namespace) -> int:
 def run_config_show(args: argparse.Namespace) -> int:
     """`riffd config show`: print the effective configuration (file, environment and defaults applied) as TOML."""
     exit_ok, exit_error = _exit_codes()
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        _print_errors(exc.errors)
+    config = load_or_report(args)
+    if config is None:
         return exit_error
     where = (f"# Effective riffd configuration, read from {config.source}" if config.source is not None
              else f"# Effective riffd configuration: defaults (no file at {config_path(args.config)})")
@@ -125,10 +134,8 @@ def run_config_show(args: argparse.Namespace) -> int:
 def run_config_validate(args: argparse.Namespace) -> int:
     """`riffd config validate`: print every error and exit 2, or print ok."""
     exit_ok, exit_error = _exit_codes()
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        _print_errors(exc.errors)
+    config = load_or_report(args)
+    if config is None:
         return exit_error
     if config.source is None:
         print(f"riffd: no config file at {config_path(args.config)}; the defaults apply", file=sys.stderr)

@@ -42,17 +42,6 @@ def register(commands: Any) -> None:
     status.set_defaults(run=run_status)
 
 
-def _config(args: argparse.Namespace, overrides: dict[str, object] | None = None) -> Any:
-    from riffd.config import ConfigError, load_config
-
-    try:
-        return load_config(getattr(args, "config", None), overrides=overrides or {})
-    except ConfigError as exc:
-        for error in exc.errors:
-            print(f"riffd: config error: {error}", file=sys.stderr)
-        return None
-
-
 def run_daemon(args: argparse.Namespace) -> int:
     """`riffd run`: run the daemon until it is told to stop."""
     from riffd.cli import EXIT_ERROR
@@ -80,11 +69,12 @@ def run_daemon(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """`riffd report`: write a report now; exit 0 healthy, 1 not."""
     from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+    from riffd.config_cli import load_or_report
     from riffd.daemon import running_pid
     from riffd.report import build_report, render_markdown, write_report
     from riffd.state import StateStore
 
-    config = _config(args)
+    config = load_or_report(args)
     if config is None:
         return EXIT_ERROR
     store = StateStore(config.state_dir / "state.db")
@@ -105,10 +95,11 @@ def run_report(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     """`riffd status`: exit 0 running and healthy, 1 running with problems, 3 not running."""
     from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+    from riffd.config_cli import load_or_report
     from riffd.daemon import running_pid
     from riffd.report import read_latest, render_markdown
 
-    config = _config(args)
+    config = load_or_report(args)
     if config is None:
         return EXIT_ERROR
     pid = running_pid(config.state_dir)
