@@ -195,6 +195,7 @@ class Daemon:
         self._start_watcher()
         self._start_scheduler()
         queued = self._reconcile()
+        self._queue_pending_repairs()
         log.info("riffd %s started (pid %d): %d file(s) to look at; config %s", __version__, os.getpid(), queued,
                  config.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
@@ -334,6 +335,7 @@ class Daemon:
             self._reconcile()
         if self.scheduler is not None:
             self._schedule_jobs()
+        self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
         self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
@@ -349,6 +351,18 @@ class Daemon:
         queued = reconcile(transcript_filter(self.config), self.store, self._on_change)
         self.stats.rescans += 1
         return queued
+
+    def _queue_pending_repairs(self) -> int:
+        """Queue the files whose stored findings are waiting for a repair, when repairs are on; return how many.
+        Their files may never change again, so neither an event nor a rescan would bring them back: after a
+        restart (waiting retries live only in memory) or a reload that switches repairs on, this does."""
+        assert self.store is not None
+        if self.config.repair.mode != "repair":
+            return 0
+        pending = self.store.files_needing_repair()
+        for path in pending:
+            self.queue.put(path)
+        return len(pending)
 
     def _work(self) -> None:
         while not (self.stop.is_set() and not len(self.queue)):

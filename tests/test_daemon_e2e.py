@@ -1,0 +1,644 @@
+"""End to end: `python3 -m riffd --config <tmp>/config.toml run` as a real subprocess.
+
+Each test gets its own transcript root, Claude Code folder and state folder, all named in a TOML file
+(the daemon's environment has no RIFFD_CONFIG, CLAUDE_CONFIG_DIR or RIFFD_STATE_DIR). The test plays
+the service manager: it binds the sd_notify datagram socket and waits for `READY=1` before acting, so
+start-up needs no sleep. Every other wait polls a real condition (a file, a report, a watermark, a
+notify message) in short steps up to a generous deadline, and fails with the daemon's stderr.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+import damage
+from conftest import CORPUS_DIR, SRC_DIR, corpus_lines
+from riffd.scan import scan_file
+from riffd.state import StateStore, Watermark
+
+pytestmark = pytest.mark.slow
+
+DEADLINE = 20.0  # seconds any one condition may take before the test fails
+POLL = 0.05  # seconds between two looks at a condition
+LINE_PAUSE = 0.01  # seconds between two appends of the writer, as a streaming client leaves
+QUIET_PERIOD = 1.0
+REPORT_INTERVAL = 1.0
+STOP_WITHIN = 5.0  # SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
+TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
+PROJECT = "-home-user-project"
+DUPLICATE = "duplicate_tool_result"
+# Variables that would point the daemon at the real user's folders, or at a real service manager.
+SCRUBBED_ENV = ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR", "RIFFD_STATE_DIR", "NOTIFY_SOCKET", "WATCHDOG_USEC",
+                "WATCHDOG_PID")
+# What every test starts from; a test overrides single keys ("section.key": value).
+BASE_SETTINGS: dict[str, object] = {
+    "watcher.observer": "native",
+    "watcher.debounce": 0.05,
+    "watcher.rescan_interval": 60.0,
+    "repair.mode": "repair",
+    "repair.quiet_period": QUIET_PERIOD,
+    "reports.interval": REPORT_INTERVAL,
+}
+
+T = TypeVar("T")
+
+
+# --- the service manager's side of sd_notify ---------------------------------------------------------
+
+
+class NotifyListener:
+    """A bound AF_UNIX datagram socket that collects every sd_notify message, as systemd would receive it."""
+
+    def __init__(self, path: Path) -> None:
+        assert len(os.fsencode(path)) < 100, f"socket path too long for AF_UNIX: {path}"
+        self.path = path
+        self.messages: list[dict[str, str]] = []
+        self.changed = threading.Condition()
+        self._closed = threading.Event()
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(str(path))
+        self._sock.settimeout(POLL)  # so the reader notices close() without a wake-up datagram
+        self._thread = threading.Thread(target=self._read, name=f"notify-{path.name}", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._closed.is_set():
+            try:
+                datagram = self._sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            fields = dict(line.partition("=")[::2] for line in datagram.decode().split("\n") if line)
+            with self.changed:
+                self.messages.append(fields)
+                self.changed.notify_all()
+
+    def find(self, key: str, value: str = "1", start: int = 0) -> int | None:
+        """Return the index of the first message from `start` on that carries `key=value`, or None."""
+        with self.changed:
+            for position in range(start, len(self.messages)):
+                if self.messages[position].get(key) == value:
+                    return position
+        return None
+
+    def count(self, key: str, value: str = "1") -> int:
+        """Return how many messages carried `key=value`."""
+        with self.changed:
+            return sum(1 for message in self.messages if message.get(key) == value)
+
+    def close(self) -> None:
+        """Stop reading and close the socket."""
+        self._closed.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+# --- the sandbox: folders, config, daemons -------------------------------------------------------------
+
+
+def toml_value(value: object) -> str:
+    """Return a Python value as TOML (JSON's strings, numbers, booleans and arrays are valid TOML)."""
+    return json.dumps(value, default=str)  # paths as strings
+
+
+def write_config(path: Path, top: dict[str, object], settings: dict[str, object]) -> None:
+    """Write a riffd config (top-level keys, then "section.key" settings by section) the way editors save:
+    a temp file beside it, renamed over it."""
+    sections: dict[str, list[str]] = {}
+    for dotted, value in settings.items():
+        section, _, key = dotted.partition(".")
+        sections.setdefault(section, []).append(f"{key} = {toml_value(value)}")
+    text = "".join(f"{key} = {toml_value(value)}\n" for key, value in top.items())
+    for section, lines in sections.items():
+        text += f"\n[{section}]\n" + "\n".join(lines) + "\n"
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
+
+
+def daemon_environment(**extra: str) -> dict[str, str]:
+    """The environment for a riffd subprocess: ours minus riffd's and systemd's variables, plus `extra`."""
+    environ = {name: value for name, value in os.environ.items() if name not in SCRUBBED_ENV}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
+    environ.update(extra)
+    return environ
+
+
+def append_like_claude(path: Path, lines: list[bytes], pause: float = LINE_PAUSE,
+                       progress: Callable[[int], None] | None = None) -> None:
+    """Append `lines` as Claude Code does (section 4b): for each line open with O_APPEND, write once, close."""
+    for number, line in enumerate(lines, 1):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+        if progress is not None:
+            progress(number)
+        if pause:
+            time.sleep(pause)  # the writer's cadence, not a wait for the daemon
+
+
+def session_id_of(lines: list[bytes]) -> str:
+    """Return the sessionId the lines of a transcript carry."""
+    for line in lines:
+        session_id = json.loads(line).get("sessionId")
+        if session_id:
+            return str(session_id)
+    raise AssertionError("no line carries a sessionId")
+
+
+def report_time(report: dict[str, Any]) -> float:
+    """Return when a health report was generated, as a Unix time."""
+    return datetime.fromisoformat(report["generated_at"]).timestamp()
+
+
+@dataclass
+class RunningDaemon:
+    """One `riffd run` subprocess, its notify socket and its captured stderr."""
+
+    process: subprocess.Popen[bytes]
+    notify: NotifyListener
+    stderr_path: Path
+    ready_at: int = -1  # index of the READY=1 message that ended start-up
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stderr(self) -> str:
+        """Return what the daemon wrote to stderr so far."""
+        return self.stderr_path.read_text(errors="replace")
+
+    def fail(self, message: str) -> None:
+        """Fail the test with `message` and the daemon's stderr."""
+        pytest.fail(f"{message}\n--- riffd stderr ({self.stderr_path}) ---\n{self.stderr()}", pytrace=False)
+
+    def wait_until(self, condition: Callable[[], T | None], what: str, timeout: float = DEADLINE,
+                   alive: bool = True) -> T:
+        """Poll `condition` every POLL seconds until it returns something truthy and return that; fail after
+        `timeout` seconds, or at once if the daemon exits while it should be `alive`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = condition()
+            if value:
+                return value
+            if alive and self.process.poll() is not None:
+                self.fail(f"riffd exited with {self.process.returncode} while waiting for {what}")
+            if time.monotonic() > deadline:
+                self.fail(f"timed out after {timeout:g} s waiting for {what}")
+            time.sleep(POLL)
+
+    def wait_notified(self, key: str, value: str = "1", after: int = -1, timeout: float = DEADLINE) -> int:
+        """Wait for a `key=value` notify message later than message `after`; return its index."""
+        return self.wait_until(lambda: _plus_one(self.notify.find(key, value, after + 1)),
+                               f"{key}={value} on the notify socket", timeout) - 1
+
+    def stop(self, timeout: float = 10.0) -> float:
+        """Send SIGTERM, wait for the exit, assert it is 0 and return how long it took."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            self.fail(f"riffd did not exit within {timeout:g} s of SIGTERM")
+        elapsed = time.monotonic() - started
+        if code != 0:
+            self.fail(f"riffd exited with {code} after SIGTERM, not 0")
+        return elapsed
+
+    def kill(self) -> None:
+        """SIGKILL the daemon and reap it."""
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+
+def _plus_one(position: int | None) -> int | None:
+    # wait_until wants a truthy value; index 0 is a real answer.
+    return None if position is None else position + 1
+
+
+@dataclass
+class Sandbox:
+    """Temporary Claude Code folder (with one project under projects/), state folder and config file."""
+
+    root: Path
+    daemons: list[RunningDaemon] = field(default_factory=list)
+    stores: list[StateStore] = field(default_factory=list)
+    settings: dict[str, object] = field(default_factory=lambda: dict(BASE_SETTINGS))
+    _starts: Iterator[int] = field(default_factory=itertools.count)
+
+    @property
+    def claude(self) -> Path:
+        return self.root / "claude"
+
+    @property
+    def projects(self) -> Path:
+        return self.claude / "projects"
+
+    @property
+    def project(self) -> Path:
+        return self.projects / PROJECT
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "config.toml"
+
+    @property
+    def backups(self) -> Path:
+        return self.state / "backups"
+
+    def write_config(self, **settings: object) -> None:
+        """Write the config: the base settings with `settings` ("section.key" spelt section__key) applied."""
+        self.settings.update({key.replace("__", "."): value for key, value in settings.items()})
+        write_config(self.config, {"roots": [self.projects], "claude_dir": self.claude, "state_dir": self.state},
+                     self.settings)
+
+    def start(self, watchdog_usec: int = 1_000_000) -> RunningDaemon:
+        """Start `riffd run` on this sandbox and return it once it has sent READY=1."""
+        number = next(self._starts)
+        notify = NotifyListener(self.root / f"notify-{number}.sock")
+        stderr_path = self.root / f"daemon-{number}.stderr"
+        environ = daemon_environment(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC=str(watchdog_usec))
+        with open(stderr_path, "wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "riffd", "--config", str(self.config), "run"],
+                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=environ, cwd=self.root,
+            )
+        daemon = RunningDaemon(process, notify, stderr_path)
+        self.daemons.append(daemon)
+        daemon.ready_at = daemon.wait_notified("READY")
+        return daemon
+
+    def riffd(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+        """Run a riffd command (not the daemon) on this sandbox's config and return its result."""
+        return subprocess.run([sys.executable, "-m", "riffd", "--config", str(self.config), *args],
+                              capture_output=True, text=True, env=daemon_environment(), cwd=self.root,
+                              timeout=timeout, check=False)
+
+    def open_store(self) -> StateStore:
+        """Open the daemon's state store beside it (SQLite in WAL mode: readers do not block its writes)."""
+        store = StateStore(self.state / "state.db")
+        self.stores.append(store)
+        return store
+
+    def report(self) -> dict[str, Any] | None:
+        """Return the latest health report, or None before the first one."""
+        try:
+            report: dict[str, Any] = json.loads((self.state / "reports" / "latest.json").read_bytes())
+        except FileNotFoundError:
+            return None
+        return report
+
+    def report_after(self, moment: float) -> dict[str, Any] | None:
+        """Return the latest report if it was generated after the Unix time `moment` (its time is in whole
+        seconds, cut down, so one second is added), else None."""
+        report = self.report()
+        return report if report is not None and report_time(report) > moment + 1 else None
+
+    def report_where(self, predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+        """Return the latest report if `predicate` holds for it, else None."""
+        report = self.report()
+        return report if report is not None and predicate(report) else None
+
+    def backup_ids(self) -> list[str]:
+        """Return the ids of complete backups: a `.gz` whose `.json` manifest exists."""
+        if not self.backups.is_dir():
+            return []
+        return sorted(data.stem for data in self.backups.glob("*.gz") if data.with_suffix(".json").exists())
+
+    def close(self) -> None:
+        """Kill what a failed test left running and close the notify sockets."""
+        for daemon in self.daemons:
+            if daemon.process.poll() is None:
+                daemon.kill()
+            daemon.notify.close()
+        for store in self.stores:
+            store.close()
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    box = Sandbox(tmp_path)
+    box.project.mkdir(parents=True)
+    (box.claude / "sessions").mkdir()
+    box.write_config()
+    yield box
+    box.close()
+
+
+def watermark_of(store: StateStore, path: Path) -> Watermark | None:
+    """Return the watermark the daemon committed for `path`, or None before its first commit."""
+    state = store.file(str(path))
+    return None if state is None else state.watermark
+
+
+def lines_committed(store: StateStore, path: Path) -> int:
+    """Return how many lines of `path` the daemon has committed."""
+    watermark = watermark_of(store, path)
+    return 0 if watermark is None else watermark.lines
+
+
+def resumed_duplicate() -> damage.Damaged:
+    """A real transcript with the real "resumed session duplicate" of transcript-format section 4b."""
+    return damage.inject_resumed_duplicate(corpus_lines(TOOL_HEAVY))
+
+
+def open_duplicates(report: dict[str, Any]) -> int:
+    return int(report["findings"]["open"].get(DUPLICATE, 0))
+
+
+# --- 1. readiness, watchdog, reload and stop, as systemd sees them ----------------------------------------
+
+
+def test_notify_ready_watchdog_reload_and_stopping(sandbox: Sandbox) -> None:
+    daemon = sandbox.start(watchdog_usec=1_000_000)  # returns only once READY=1 arrived
+    assert "STATUS" in daemon.notify.messages[daemon.ready_at]
+
+    first_ping = daemon.wait_notified("WATCHDOG", after=daemon.ready_at)
+    daemon.wait_notified("WATCHDOG", after=first_ping)  # pings keep coming, not just one
+
+    daemon.process.send_signal(signal.SIGHUP)
+    reloading = daemon.wait_notified("RELOADING", after=daemon.ready_at)
+    assert int(daemon.notify.messages[reloading]["MONOTONIC_USEC"]) > 0
+    daemon.wait_notified("READY", after=reloading)
+
+    daemon.stop()
+    assert daemon.notify.find("STOPPING") is not None
+    assert daemon.notify.count("READY") == 2  # start-up and the reload, nothing else
+
+
+# --- 2. a damaged session written like Claude Code writes is repaired once idle --------------------------
+
+
+def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) -> None:
+    damaged = resumed_duplicate()
+    daemon = sandbox.start()
+    path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
+    append_like_claude(path, damaged.lines)
+    idle_since = path.stat().st_mtime  # riffd cannot have rewritten it yet: that waits for the quiet period
+
+    (backup_id,) = daemon.wait_until(sandbox.backup_ids, "a backup with its manifest")
+    daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
+
+    assert gzip.decompress((sandbox.backups / f"{backup_id}.gz").read_bytes()) == damaged.data
+    manifest = json.loads((sandbox.backups / f"{backup_id}.json").read_text())
+    assert manifest["source_path"] == str(path) and manifest["size"] == len(damaged.data)
+    assert datetime.fromisoformat(manifest["created_at"]).timestamp() >= idle_since + QUIET_PERIOD - 0.01
+    # Every line but the synthetic result stays; the synthetic assistant line only changes its parentUuid.
+    marks = damaged.marks
+    use_uuid = json.loads(damaged.lines[marks["tool_use"]])["uuid"]
+    expected = list(damaged.lines)
+    expected[marks["synthetic_assistant"]] = damage.set_parent(expected[marks["synthetic_assistant"]], use_uuid)
+    del expected[marks["synthetic"]]
+    assert path.read_bytes().splitlines(keepends=True) == expected
+
+    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
+                               "a report counting the repair")
+    assert report["findings"]["repaired"].get(DUPLICATE, 0) >= 1
+    assert open_duplicates(report) == 0
+    daemon.stop()
+
+
+# --- 3. a live session is left alone -------------------------------------------------------------------
+
+
+def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sandbox) -> None:
+    damaged = resumed_duplicate()
+    session_id = session_id_of(damaged.lines)
+    registry = sandbox.claude / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))  # this test process is live
+    daemon = sandbox.start()
+    path = sandbox.project / f"{session_id}.jsonl"
+    append_like_claude(path, damaged.lines)
+    idle_since = path.stat().st_mtime
+
+    # Long past the quiet period, and a few reports later: still untouched, the finding open.
+    report = daemon.wait_until(lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 3 * REPORT_INTERVAL),
+                               "reports from well after the quiet period")
+    assert open_duplicates(report) == 1
+    assert report["repairs"]["done"] == 0
+    assert path.read_bytes() == damaged.data
+    assert sandbox.backup_ids() == []
+
+    registry.unlink()  # the Claude Code process is gone: now the session is idle
+    daemon.wait_until(sandbox.backup_ids, "the repair once the session is no longer registered")
+    daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
+    daemon.stop()
+
+
+def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: Sandbox) -> None:
+    damaged = resumed_duplicate()
+    session_id = session_id_of(damaged.lines)
+    registry = sandbox.claude / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    daemon = sandbox.start()
+    path = sandbox.project / f"{session_id}.jsonl"
+    append_like_claude(path, damaged.lines)
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported")
+    daemon.stop()
+
+    registry.unlink()  # the session ended while riffd was down; its file did not change since
+    daemon = sandbox.start()
+    daemon.wait_until(sandbox.backup_ids, "the repair after the restart")
+    daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
+    daemon.stop()
+
+
+# --- 4. configuration reloads -----------------------------------------------------------------------------
+
+
+def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broken(sandbox: Sandbox) -> None:
+    daemon = sandbox.start()
+    sandbox.write_config(repair__mode="report-only")
+    daemon.process.send_signal(signal.SIGHUP)
+    reloading = daemon.wait_notified("RELOADING", after=daemon.ready_at)
+    ready = daemon.wait_notified("READY", after=reloading)
+
+    damaged = resumed_duplicate()
+    path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
+    append_like_claude(path, damaged.lines)
+    idle_since = path.stat().st_mtime
+    report = daemon.wait_until(lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 2 * REPORT_INTERVAL),
+                               "reports from well after the quiet period")
+    assert report["daemon"]["last_reload"]["ok"] is True
+    assert open_duplicates(report) == 1 and report["repairs"]["done"] == 0
+    assert path.read_bytes() == damaged.data and sandbox.backup_ids() == []
+
+    # A broken file (an unknown key) that would also switch repairs back on: rejected as a whole.
+    sandbox.write_config(repair__mode="repair", watcher__debounse=0.5)
+    broken_at = time.time()
+    daemon.process.send_signal(signal.SIGHUP)
+    reloading = daemon.wait_notified("RELOADING", after=ready)
+    daemon.wait_notified("READY", after=reloading)
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False),
+        "a report of the failed reload")
+    assert report["healthy"] is False
+    assert any("debounse" in error for error in report["daemon"]["last_reload"]["errors"])
+    assert any("reload" in problem for problem in report["problems"])
+    # Still running, still on the old configuration: report-only, so the session stays as it is.
+    report = daemon.wait_until(lambda: sandbox.report_after(broken_at + 2 * REPORT_INTERVAL),
+                               "reports from after the failed reload")
+    assert daemon.process.poll() is None
+    assert open_duplicates(report) == 1 and path.read_bytes() == damaged.data and sandbox.backup_ids() == []
+    daemon.stop()
+
+
+def test_saving_the_config_file_reloads_it_without_a_signal(sandbox: Sandbox) -> None:
+    sandbox.write_config(repair__mode="report-only")
+    daemon = sandbox.start()
+    damaged = resumed_duplicate()
+    path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
+    append_like_claude(path, damaged.lines)
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported")
+
+    saved = time.monotonic()
+    sandbox.write_config(repair__mode="repair")  # an editor's save: a temp file renamed over the config
+    reloading = daemon.wait_notified("RELOADING", after=daemon.ready_at, timeout=5.0)
+    assert time.monotonic() - saved < 5.0
+    daemon.wait_notified("READY", after=reloading)
+    # The new mode takes effect for what is already known: the idle session with an open finding.
+    daemon.wait_until(sandbox.backup_ids, "the repair after switching repair.mode back on")
+    daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
+    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
+                               "a report counting the repair")
+    assert report["daemon"]["last_reload"]["ok"] is True
+    daemon.stop()
+
+
+# --- 5. stopping, and what `riffd status` says -----------------------------------------------------------
+
+
+def test_sigterm_exits_0_promptly_and_status_follows(sandbox: Sandbox) -> None:
+    daemon = sandbox.start()
+    running = sandbox.riffd("status")
+    assert running.returncode in (0, 1), running.stderr
+    assert f"pid {daemon.pid}" in running.stdout
+
+    elapsed = daemon.stop()
+    assert elapsed < STOP_WITHIN, f"SIGTERM took {elapsed:.1f} s"
+    stopped = sandbox.riffd("status")
+    assert stopped.returncode == 3, stopped.stdout + stopped.stderr
+    assert "not running" in stopped.stdout
+
+
+# --- 6. a restart in the middle of a stream of appends ----------------------------------------------------
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
+        sandbox: Sandbox, stop_signal: signal.Signals) -> None:
+    lines = damage.generated_session(segments=8, turns=3, parallel=2)
+    total = len(lines)
+    hold_at = total * 3 // 4  # the writer waits here until the new daemon runs, so the stream spans the restart
+    path = sandbox.project / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
+    daemon = sandbox.start()
+    store = sandbox.open_store()
+    restarted = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        append_like_claude(path, lines[:hold_at], pause=0.015, progress=lambda number: written.__setitem__(0, number))
+        restarted.wait(DEADLINE)
+        append_like_claude(path, lines[hold_at:], pause=0.015)
+
+    writer = threading.Thread(target=write, name="claude-writer")
+    writer.start()
+    try:
+        daemon.wait_until(lambda: lines_committed(store, path) >= 20, "part of the stream committed")
+        if stop_signal == signal.SIGKILL:
+            daemon.kill()
+        else:
+            daemon.stop()
+        at_stop = lines_committed(store, path)
+        daemon = sandbox.start()
+        restarted.set()
+    finally:
+        restarted.set()
+        writer.join(timeout=60)
+    assert not writer.is_alive()
+    assert 20 <= at_stop < total and written[0] == hold_at
+
+    size = path.stat().st_size
+
+    def caught_up() -> bool:
+        watermark = watermark_of(store, path)
+        return watermark is not None and (watermark.lines, watermark.offset) == (total, size)
+
+    daemon.wait_until(caught_up, f"the watermark to reach {total} lines, {size} bytes")
+    daemon.stop()  # and the drain at shutdown processes nothing again
+    watermark = watermark_of(store, path)
+    state = store.file(str(path))
+    counters = store.counters()
+    assert watermark is not None and (watermark.lines, watermark.offset, watermark.size) == (total, size, size)
+    assert counters["lines.processed"] == total  # not more (nothing twice), not less (nothing lost)
+    assert state is not None and state.findings == []
+
+
+# --- 7. changes no event reported are caught by the rescan -----------------------------------------------
+
+
+def test_the_rescan_catches_changes_when_no_event_arrives(sandbox: Sandbox) -> None:
+    sandbox.write_config(watcher__observer="polling", watcher__polling_interval=3600.0,
+                         watcher__rescan_interval=1.0)
+    daemon = sandbox.start()
+    lines = corpus_lines(TOOL_HEAVY)
+    path = sandbox.project / "rescanned.jsonl"
+    store = sandbox.open_store()
+    append_like_claude(path, lines[:10], pause=0)
+    daemon.wait_until(lambda: lines_committed(store, path) == 10, "the new file found by a rescan")
+    append_like_claude(path, lines[10:], pause=0)
+    daemon.wait_until(lambda: lines_committed(store, path) == len(lines), "the appends found by a rescan")
+    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["watcher"]["rescans"] >= 3),
+                               "a report counting the rescans")
+    assert report["watcher"]["observer"] == "polling"
+    assert report["watcher"]["events"] == 0  # nothing came from the observer: the rescans did it all
+    daemon.stop()
+
+
+# --- 8. one daemon per state folder -----------------------------------------------------------------------
+
+
+def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> None:
+    first = sandbox.start()
+    notify = NotifyListener(sandbox.root / "notify-second.sock")
+    try:
+        started = time.monotonic()
+        second = subprocess.run(
+            [sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
+            capture_output=True, text=True, timeout=30, cwd=sandbox.root,
+            env=daemon_environment(NOTIFY_SOCKET=str(notify.path)), check=False,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        notify.close()
+    assert second.returncode == 2, second.stderr
+    assert elapsed < STOP_WITHIN, f"the second daemon took {elapsed:.1f} s to give up"
+    assert f"pid {first.pid}" in second.stderr
+    assert notify.find("READY") is None
+    assert first.process.poll() is None  # the first one is unaffected
+    first.stop()
