@@ -2,6 +2,6 @@
 
 import sys
 
-from riffd.cli import main
+from riffd.entry import main
 
 sys.exit(main())

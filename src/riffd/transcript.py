@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +142,9 @@ class TranscriptIndex:
         self._pending: dict[str, list[int]] = {}
         self._previous: tuple[str | None, int] = (None, NO_PARENT)  # the last node line's uuid and line
         self.forward_parents: list[int] = []  # lines whose parent is not before them: where cycles can be
+        # Called with (line index, parsed record) for every user and assistant message line as it is added:
+        # how the daemon feeds the tool-call tracker without parsing lines twice. None in plain scans.
+        self.observe: Callable[[int, dict[str, Any]], None] | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -164,6 +167,7 @@ class TranscriptIndex:
         claim = line_of_uuid.setdefault
         find = line_of_uuid.get
         need_session = self.session_id is None
+        observe = self.observe
         previous_uuid, previous_index = self._previous
         first_index = index = len(self.offsets)
         terminated_count = len(pieces) if last_terminated else len(pieces) - 1
@@ -222,6 +226,8 @@ class TranscriptIndex:
                 if type(message) is dict:
                     # Only messages can be the newest leaf, the one thing the sidechain flag decides.
                     flags = (MESSAGE | SIDECHAIN) if obj.get("isSidechain") is True else MESSAGE
+                    if observe is not None:
+                        observe(index, obj)
                     content = message.get("content")
                     if line_type == "assistant":
                         flags |= ASSISTANT
