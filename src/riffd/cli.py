@@ -18,13 +18,14 @@ from typing import TextIO
 
 import orjson
 
-from riffd import __version__, config_cli, daemon_cli, service
+from riffd import __version__, config_cli, daemon_cli, export, service, show_cli
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.backup import BackupError, BackupStore
 from riffd.findings import REPAIRABLE, Finding
 from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots, iter_transcripts
 from riffd.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
+from riffd.projects import resolve_target
 from riffd.reader import read_span
 from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
 from riffd.scan import FileReport, index_file, scan_file
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                                "files or folders (default: Claude Code's projects folders).")
     scan.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
     scan.add_argument("--json", action="store_true", help="print one JSON report on stdout")
+    scan.add_argument("--project", action="append", default=[], metavar="PATH",
+                      help="also scan the transcripts of this project's Claude Code folder (repeatable)")
     scan.set_defaults(run=run_scan)
 
     fix = commands.add_parser(
@@ -92,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument("--backup-dir", type=Path, default=None,
                      help="where backups go (default: <state dir>/backups)")
     fix.add_argument("--json", action="store_true", help="print one JSON report on stdout")
+    fix.add_argument("--project", action="append", default=[], metavar="PATH",
+                     help="also repair the transcripts of this project's Claude Code folder (repeatable)")
     fix.set_defaults(run=run_fix)
 
     backups = commands.add_parser("backups", help="list, restore or prune riffd's backups",
@@ -125,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     config_cli.register(commands)
     service.register(commands)
     daemon_cli.register(commands)
+    export.register(commands)
+    show_cli.register(commands)
     return parser
 
 
@@ -150,16 +157,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- scan ----------------------------------------------------------------------------------------
 
 
-def _targets(paths: list[Path]) -> tuple[list[Path], list[str]]:
-    """Return the transcript files named by `paths` (default roots when empty) and errors for bad paths."""
+def _targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
+    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default roots
+    when both are empty) and errors for bad paths."""
     errors: list[str] = []
-    if not paths:
+    files: list[Path] = []
+    for project in projects:
+        try:
+            files.extend(resolve_target(project, default_roots()))
+        except FileNotFoundError as exc:
+            errors.append(str(exc))
+    if not paths and not projects:
         roots = [root for root in default_roots() if root.is_dir()]
         if not roots:
             print(f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
                   "(set CLAUDE_CONFIG_DIR, or pass a file or folder)", file=sys.stderr)
         paths = roots
-    files: list[Path] = []
     for path in paths:
         try:
             files.extend(iter_transcripts([path]))
@@ -211,7 +224,7 @@ def _reports(files: list[Path], backup_dir: Path) -> Iterator[FileReport]:
 def run_scan(args: argparse.Namespace) -> int:
     """`riffd scan`: print findings per file; exit 0 clean, 1 findings, 2 errors."""
     started = time.monotonic()
-    files, errors = _targets(args.paths)
+    files, errors = _targets(args.paths, args.project)
     reports = list(_reports(files, default_backup_dir()))
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
@@ -285,7 +298,7 @@ def _print_json(document: object) -> None:
 
 def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
-    files, errors = _targets(args.paths)
+    files, errors = _targets(args.paths, args.project)
     backup_dir = args.backup_dir or default_backup_dir()
     options = ApplyOptions(
         backup_dir=backup_dir,

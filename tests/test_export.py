@@ -1,0 +1,103 @@
+"""`riffd export`: the active conversation, streamed, robust to bad lines, resumable."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS_DIR
+from riffd.cli import main
+from riffd.export import MANIFEST, Exporter, sidechains_of
+
+DAG = CORPUS_DIR / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
+REAL = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
+
+
+def test_markdown_has_the_active_branch_only(tmp_path: Path) -> None:
+    result = Exporter(tmp_path / "out").export(DAG)
+    assert result.status == "exported"
+    text = Path(result.target or "").read_text()
+    assert "Second attempt" in text and "After compaction" in text and "Final answer" in text
+    assert "First attempt" not in text  # the rewound branch is history, not the conversation
+    assert "compacted here" in text
+    assert text.index("Start") < text.index("Second attempt") < text.index("After compaction")
+
+
+def test_markdown_shows_tool_calls_and_results(tmp_path: Path) -> None:
+    text = Path(Exporter(tmp_path / "out").export(REAL).target or "").read_text()
+    assert "**Tool call:" in text and "**Tool result" in text and "```json" in text
+
+
+def test_jsonl_lines_are_the_source_lines_byte_for_byte(tmp_path: Path) -> None:
+    result = Exporter(tmp_path / "out", "jsonl").export(DAG)
+    exported = Path(result.target or "").read_bytes().splitlines(keepends=True)
+    source = DAG.read_bytes().splitlines(keepends=True)
+    assert set(exported) <= set(source) and len(exported) == 10
+    assert [source.index(line) for line in exported] == sorted(source.index(line) for line in exported)
+
+
+def test_a_malformed_line_is_reported_and_the_export_goes_on(tmp_path: Path) -> None:
+    lines = REAL.read_bytes().splitlines(keepends=True)
+    damaged = tmp_path / "s.jsonl"
+    damaged.write_bytes(b"".join([*lines[:-3], b"{not json\n", *lines[-3:]]))
+    result = Exporter(tmp_path / "out", "jsonl").export(damaged)
+    assert result.status == "exported" and result.bad_lines == [len(lines) - 2]
+    exported = Path(result.target or "").read_bytes().splitlines(keepends=True)
+    assert b"{not json\n" not in exported and set(exported) <= set(lines)
+    markdown = Exporter(tmp_path / "md").export(damaged)
+    assert f"Line(s) {len(lines) - 2} of the source do not parse" in Path(markdown.target or "").read_text()
+
+
+def test_a_rerun_resumes_and_skips_what_is_done(tmp_path: Path) -> None:
+    sources = tmp_path / "src"
+    sources.mkdir()
+    for path in (DAG, REAL, CORPUS_DIR / "marot-spotter" / "short.jsonl"):
+        shutil.copy(path, sources / path.name)
+    out = tmp_path / "out"
+    first = [Exporter(out).export(path) for path in sorted(sources.iterdir())]
+    assert [result.status for result in first] == ["exported"] * 3
+    manifest = json.loads((out / MANIFEST).read_text())
+    # As if the last run stopped before the third session: its entry and file are not there.
+    third = sorted(sources.iterdir())[2]
+    (out / manifest.pop(str(third.resolve()))["file"]).unlink()
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    again = [Exporter(out).export(path) for path in sorted(sources.iterdir())]
+    assert [result.status for result in again] == ["skipped", "skipped", "exported"]
+    with open(sorted(sources.iterdir())[0], "ab") as handle:  # a session that grew is exported again
+        handle.write(DAG.read_bytes().splitlines(keepends=True)[-1])
+    assert Exporter(out).export(sorted(sources.iterdir())[0]).status == "exported"
+
+
+def test_unknown_format_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="md, jsonl"):
+        Exporter(tmp_path, "html")
+
+
+def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / f"{DAG.stem}.md").exists()
+    assert "1 exported" in capsys.readouterr().err
+    assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
+    assert "1 unchanged" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "out")]) == 2
+
+
+def test_sidechains_are_exported_under_their_agent_names(tmp_path: Path) -> None:
+    inline = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+    text = Path(Exporter(tmp_path / "a", sidechains=sidechains_of).export(inline).target or "").read_text()
+    assert text.count("## Subagent: general-purpose") == 5
+    session = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+    text = Path(Exporter(tmp_path / "b", sidechains=sidechains_of).export(session).target or "").read_text()
+    assert "## Subagent: claude-code-guide" in text and "## Subagent: compaction" in text
+
+
+def test_cli_exports_agent_files_inside_their_session_only(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(CORPUS_DIR / "marot-spotter", project)
+    assert main(["export", str(project), "--to", str(tmp_path / "out")]) == 0
+    names = sorted(path.name for path in (tmp_path / "out").glob("*.md"))
+    assert not [name for name in names if name.startswith("agent-")]
+    assert "258c7280-ae70-4798-800f-63464d01a85d.md" in names
