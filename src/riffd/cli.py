@@ -18,10 +18,10 @@ from typing import TextIO
 
 import orjson
 
-from riffd import __version__, config_cli, daemon_cli, export, service, show_cli
+from riffd import __version__, config_cli, daemon_cli, export, hook, service, show_cli
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.backup import BackupError, BackupStore
-from riffd.findings import REPAIRABLE, Finding
+from riffd.findings import INFORMATIONAL, REPAIRABLE, Finding
 from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots, iter_transcripts
 from riffd.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     daemon_cli.register(commands)
     export.register(commands)
     show_cli.register(commands)
+    hook.register(commands)
     return parser
 
 
@@ -245,7 +246,7 @@ def run_scan(args: argparse.Namespace) -> int:
     _print_summary(reports, findings, errors, time.monotonic() - started)
     if errors:
         return EXIT_ERROR
-    return EXIT_FINDINGS if findings else EXIT_OK
+    return EXIT_FINDINGS if any(finding.cls not in INFORMATIONAL for finding in findings) else EXIT_OK
 
 
 def _summary(

@@ -36,6 +36,7 @@ from riffd.fsio import IO_STATS
 from riffd.notify import Notifier
 from riffd.report import build_report, write_report
 from riffd.state import StateStore
+from riffd.tracker import ToolCallTracker
 from riffd.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.worker import Outcome, Worker, WorkerSettings
 from riffd.workqueue import WorkQueue
@@ -45,6 +46,7 @@ log = logging.getLogger("riffd.daemon")
 TICK_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
+TRACKER_PRUNE_SECONDS = 60.0
 LOCK_NAME = "riffd.lock"
 
 
@@ -165,6 +167,7 @@ class Daemon:
         self.lock = StateLock(self.config.state_dir)
         self.store: StateStore | None = None
         self.worker: Worker | None = None
+        self.tracker = ToolCallTracker(self.config.tracker.window, self.config.tracker.max_calls)
         self.watcher: Watcher | None = None
         self.scheduler: BackgroundScheduler | None = None
         self._worker_thread: threading.Thread | None = None
@@ -189,7 +192,7 @@ class Daemon:
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / "state.db")
-        self.worker = Worker(self.store, worker_settings(config))
+        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
         self._start_watcher()
@@ -222,6 +225,7 @@ class Daemon:
             ("report", self.write_report, config.reports.interval),
             ("backup_retention", self._backup_retention, config.backups.retention_interval),
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
+            ("tracker_prune", self._prune_tracker, TRACKER_PRUNE_SECONDS),
         ]
         if config.watcher.rescan_interval > 0:
             jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
@@ -327,6 +331,7 @@ class Daemon:
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
             self.worker.settings = worker_settings(self.config)
+        self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         watch_changed = (new.roots, new.include, new.exclude, new.watcher.observer, new.watcher.polling_interval) != (
             old.roots, old.include, old.exclude, old.watcher.observer, old.watcher.polling_interval)
         if watch_changed and self.watcher is not None:
@@ -427,6 +432,9 @@ class Daemon:
             if removed:
                 log.info("backup retention removed %d backup(s)", len(removed))
 
+    def _prune_tracker(self) -> None:
+        self.tracker.prune(time.time())
+
     def _maintain_state(self) -> None:
         if self.store is not None:
             self.store.maintain()
@@ -453,6 +461,7 @@ class Daemon:
             "errors": list(self.stats.errors),
             "io_retries": IO_STATS.retries,
             "io_give_ups": IO_STATS.give_ups,
+            "tracker": self.tracker.stats(),
         }
 
     def write_report(self) -> Path:

@@ -21,6 +21,7 @@ class FindingClass(StrEnum):
     DUPLICATE_UUID = "duplicate_uuid"
     DANGLING_PARENT = "dangling_parent"
     PARENT_CYCLE = "parent_cycle"
+    REDUNDANT_TOOL_CALL = "redundant_tool_call"
 
 
 # The classes a repair plan edits; the others are reported and never touched.
@@ -32,6 +33,10 @@ REPAIRABLE = frozenset(
         FindingClass.DUPLICATE_TOOL_USE,
     }
 )
+
+# Classes that describe how a session went, not damage: reported, never repaired, and never a reason for
+# `riffd scan` to exit 1 or for a health report to call riffd unhealthy.
+INFORMATIONAL = frozenset({FindingClass.REDUNDANT_TOOL_CALL})
 
 # Exact texts the Messages API answers with (HTTP 400); `messages.N.content.M:` precedes them.
 API_ERRORS: dict[FindingClass, str] = {

@@ -19,6 +19,7 @@ import orjson
 
 from riffd import __version__
 from riffd.backup import BackupStore, write_all
+from riffd.findings import INFORMATIONAL
 from riffd.fsio import IO_STATS, REAL_FS
 from riffd.state import StateStore
 
@@ -52,9 +53,11 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         problems.append("the daemon is not running (`riffd run`, or `riffd service install`)")
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
-    if open_by_class:
-        problems.append(f"{sum(open_by_class.values())} open finding(s) in {with_findings} file(s): `riffd scan` "
-                        "shows them")
+    informational = {name: count for name, count in open_by_class.items() if name in INFORMATIONAL}
+    damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
+    if damage:
+        where = "" if informational else f" in {with_findings} file(s)"  # the store counts files with any finding
+        problems.append(f"{sum(damage.values())} open finding(s){where}: `riffd scan` shows them")
     if (daemon.get("last_reload") or {}).get("ok") is False:
         problems.append("the last configuration reload failed; the previous configuration is still in use")
     uptime = now - float(daemon["started"]) if running and "started" in daemon else None
@@ -81,7 +84,8 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         },
         "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
         "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
-        "findings": {"open": dict(sorted(open_by_class.items())), "repaired": repairs["findings_repaired_by_class"]},
+        "findings": {"open": dict(sorted(damage.items())), "informational": dict(sorted(informational.items())),
+                     "repaired": repairs["findings_repaired_by_class"]},
         "repairs": {
             "done": repairs["done"],
             "skipped": repairs["skipped_by_reason"],
@@ -105,7 +109,19 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
             "lines_per_second": round(lines / uptime, 2) if uptime else None,
             "bytes_per_second": round(read / uptime, 1) if uptime else None,
         },
+        "tracker": _tracker_summary(daemon.get("tracker") or {}),
         "errors": errors,
+    }
+
+
+def _tracker_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    """The tool-call tracker's figures since the daemon started (zeros when it does not run)."""
+    return {
+        "calls_seen": stats.get("calls_seen", 0),
+        "redundant": stats.get("redundant", 0),
+        "by_tool": stats.get("by_tool", {}),
+        "top_sessions": stats.get("top_sessions", []),
+        "bytes_wasted": stats.get("bytes_wasted", 0),
     }
 
 
@@ -129,6 +145,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     """Return a short human-readable summary of a report."""
     daemon, files, repairs = report["daemon"], report["files"], report["repairs"]
     status = "healthy" if report["healthy"] else "needs attention"
+    tracker = report.get("tracker") or _tracker_summary({})  # reports written before the tracker lack it
     lines = [
         f"# riffd health report ({report['generated_at']})",
         "",
@@ -140,6 +157,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
         f"- open findings: {_counts(report['findings']['open'])}",
+        f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
+        f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
+        + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
         f"- repaired findings: {_counts(report['findings']['repaired'])}",
         f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
         f"failed {_counts(repairs['failed'])}",

@@ -18,8 +18,10 @@ import os
 import stat
 import time
 from collections import Counter, OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.findings import REPAIRABLE, Finding, FindingClass
@@ -29,6 +31,7 @@ from riffd.reader import iter_chunks, read_span
 from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
 from riffd.scan import analyse, index_file
 from riffd.state import FINGERPRINT_BYTES, StateStore, Watermark
+from riffd.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript import TranscriptIndex
 
 log = logging.getLogger(__name__)
@@ -133,6 +136,8 @@ class Worker:
     settings: WorkerSettings
     fs: FileSystem = REAL_FS
     cache: IndexCache = field(default_factory=IndexCache)
+    # Fed every message line read (through the index's observer); its repeats become redundant_tool_call findings.
+    tracker: ToolCallTracker | None = None
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
@@ -195,6 +200,10 @@ class Worker:
         if index is None:
             index = TranscriptIndex(name)
             self.cache.drop(name)
+        repeats: dict[str, RedundantCall] = {}
+        if self.tracker is not None:
+            # Lines read again from the start are fed again: the tracker ignores tool_use ids it has seen.
+            index.observe = self._observer(name, index, repeats)
         tail_pending = 0
         for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
             if terminated:
@@ -202,6 +211,9 @@ class Worker:
             else:
                 tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
         loaded, findings = analyse(index, fs=self.fs, retry=self.settings.retry)
+        if self.tracker is not None:
+            findings += _redundant_findings(name, index, state.findings if state else [], repeats)
+            self.tracker.prune(time.time())  # sessions read from history are quiet: forget them at once
         if tail_pending and time.time() - status.st_mtime > self.settings.quiet_period:
             findings.append(
                 Finding(
@@ -261,6 +273,22 @@ class Worker:
             size=status.st_size,
             mtime_ns=status.st_mtime_ns,
         )
+
+    def _observer(self, name: str, index: TranscriptIndex,
+                  repeats: dict[str, RedundantCall]) -> Callable[[int, dict[str, Any]], None]:
+        """Return the index observer that feeds the tracker each message line of `name`, keeping what it finds."""
+        tracker = self.tracker
+        assert tracker is not None
+        fallback = os.path.basename(name).removesuffix(".jsonl")
+
+        def observe(line: int, record: dict[str, Any]) -> None:
+            session_id = record.get("sessionId")
+            if not isinstance(session_id, str):
+                session_id = index.session_id or fallback
+            for found in tracker.feed(session_id, record, line=line, path=name):
+                repeats[found.later_id] = found
+
+        return observe
 
     # --- repairing --------------------------------------------------------------------------------
 
@@ -327,6 +355,44 @@ class Worker:
         state = self.store.file(name)
         if state is not None:
             self.store.save_file(state.watermark, state.session_id, state.findings, 0)
+
+
+def _redundant_findings(name: str, index: TranscriptIndex, stored: list[dict[str, Any]],
+                        repeats: dict[str, RedundantCall]) -> list[Finding]:
+    """Given a file's index, its stored findings and the redundant calls just found in it (by the repeat's
+    tool_use id), return its redundant_tool_call findings: the stored ones and the new ones, each repeat once,
+    dropping repeats no longer in the file and placing each at its lines' current numbers (by uuid)."""
+    kept: dict[str, Finding] = {}
+    for item in stored:
+        if item.get("class") == FindingClass.REDUNDANT_TOOL_CALL and isinstance(item.get("tool_id"), str):
+            kept[item["tool_id"]] = Finding(
+                FindingClass.REDUNDANT_TOOL_CALL, name, tuple(item.get("lines", ())), str(item.get("message", "")),
+                uuids=tuple(item.get("uuids", ())), tool_id=item["tool_id"], detail=item.get("detail"),
+            )
+    for tool_id, record in repeats.items():
+        kept[tool_id] = redundant_finding(record, name)
+    findings: list[Finding] = []
+    for tool_id, finding in kept.items():
+        if tool_id not in index.tool_uses:
+            continue  # the file was rewritten without that call
+        lines = tuple(index.line_of_uuid[uuid] + 1 for uuid in finding.uuids if uuid in index.line_of_uuid)
+        findings.append(replace(finding, lines=lines) if len(lines) == len(finding.lines) else finding)
+    return sorted(findings, key=lambda finding: finding.lines[-1:])
+
+
+def redundant_finding(record: RedundantCall, path: str) -> Finding:
+    """Given a redundant call found in the transcript `path`, return its informational finding."""
+    gap = record.later_time - record.earlier_time
+    return Finding(
+        FindingClass.REDUNDANT_TOOL_CALL,
+        path,
+        tuple(line for line in (record.earlier_line, record.later_line) if line is not None),
+        f"{record.tool} call {record.later_id} repeats the identical call {record.earlier_id} made {gap:.0f} s "
+        f"earlier; about {record.wasted_bytes:,} bytes of result repeated (informational; nothing to repair)",
+        uuids=tuple(uuid for uuid in (record.earlier_uuid, record.later_uuid) if uuid is not None),
+        tool_id=record.later_id,
+        detail=record.tool,
+    )
 
 
 def _digest(name: str, offset: int, length: int, fs: FileSystem, retry: RetryPolicy) -> str:

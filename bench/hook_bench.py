@@ -1,0 +1,174 @@
+"""What the tool-call tracker and the PreToolUse hook cost.
+
+Run by hand from the repository root::
+
+    python3 bench/hook_bench.py                  # about half a minute
+    python3 bench/hook_bench.py --runs 50 --json
+
+1. hook latency: a 10,000-line session in a temporary folder (9,990 old Bash calls two hours ago,
+   then a Read of a small file 60 s ago with its result), and the event of a Read of that file on
+   stdin. Each run is a new process, as Claude Code starts one per tool call: `python3 -m riffd hook
+   pre-tool-use` (warn and cache), the `riffd` console script installed beside this Python (if any),
+   and, for scale, `python3 -c pass`: the interpreter's own start-up on this machine. Wall time from
+   `subprocess.run` to exit; p50 and p95 over `--runs` runs after one warm-up. Bytecode is cached in a
+   temporary PYTHONPYCACHEPREFIX, as an installed package has it; one row runs without any cache.
+2. tracker cost: `ToolCallTracker.feed` in-process on 10,000 tool calls (Read, Grep, Edit, WebFetch,
+   an MCP tool and Bash over 200 files, one call every 2 s, each followed by its result line, about one
+   call in five a repeat); best of 3, in ms per 10,000 calls (results included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from riffd.tracker import ToolCallTracker  # noqa: E402
+
+SESSION = "11111111-2222-3333-4444-555555555555"
+
+
+def stamp(moment: float) -> str:
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def tool_use(tool: str, tool_input: dict[str, Any], tool_id: str, moment: float) -> dict[str, Any]:
+    return {"parentUuid": None, "isSidechain": False, "type": "assistant", "uuid": f"u-{tool_id}",
+            "sessionId": SESSION, "cwd": "/work", "timestamp": stamp(moment),
+            "message": {"id": f"m-{tool_id}", "role": "assistant", "content": [
+                {"type": "tool_use", "id": tool_id, "name": tool, "input": tool_input}]}}
+
+
+def tool_result(tool_id: str, content: str, moment: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"parentUuid": f"u-{tool_id}", "isSidechain": False, "type": "user", "uuid": f"r-{tool_id}",
+            "sessionId": SESSION, "cwd": "/work", "timestamp": stamp(moment),
+            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id,
+                                                     "content": content}]}, **(extra or {})}
+
+
+def percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def build_session(folder: Path) -> tuple[Path, bytes]:
+    """Write the 10,000-line session and return its path and the hook event for the repeated Read."""
+    source = folder / "a.py"
+    text = "import os\n" * 50
+    source.write_text(text)
+    old = time.time() - 7200
+    os.utime(source, (old, old))
+    now = time.time()
+    lines = [tool_use("Bash", {"command": f"echo {n}", "description": "count"}, f"b{n}", old + n * 0.1)
+             for n in range(9_998)]
+    lines.append(tool_use("Read", {"file_path": str(source)}, "r1", now - 60))
+    lines.append(tool_result("r1", text, now - 59, {"toolUseResult": {"type": "text", "file": {
+        "filePath": str(source), "content": text, "numLines": 50, "startLine": 1, "totalLines": 50}}}))
+    transcript = folder / f"{SESSION}.jsonl"
+    transcript.write_bytes(b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines))
+    event = {"session_id": SESSION, "transcript_path": str(transcript), "cwd": "/work", "hook_event_name": "PreToolUse",
+             "tool_name": "Read", "tool_input": {"file_path": str(source)}, "tool_use_id": "current"}
+    return transcript, json.dumps(event).encode()
+
+
+def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | None) -> dict[str, float]:
+    """Run `command` `runs` times after a warm-up; with `pycache`, bytecode is cached there (as an installed
+    package has it), else every run compiles riffd's modules again (PYTHONDONTWRITEBYTECODE, no cache)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    subprocess.run(command, input=stdin, capture_output=True, env=env, check=True)  # warm-up
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, input=stdin, capture_output=True, env=env, check=True)
+        samples.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
+
+
+def hook_latency(runs: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as folder:
+        transcript, event = build_session(Path(folder))
+        lines = transcript.read_bytes().count(b"\n")
+        python = [sys.executable]
+        cache = Path(folder) / "pycache"
+        hook = [*python, "-m", "riffd", "hook", "pre-tool-use"]
+        figures: dict[str, Any] = {"session_lines": lines, "session_bytes": transcript.stat().st_size}
+        figures["python -c pass"] = time_command([*python, "-c", "pass"], b"", runs, cache)
+        figures["python -m riffd hook (warn)"] = time_command(hook, event, runs, cache)
+        figures["python -m riffd hook (cache)"] = time_command([*hook, "--mode", "cache"], event, runs, cache)
+        figures["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
+        script = Path(sys.executable).with_name("riffd")
+        if script.is_file():
+            figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
+                                                                  cache)
+        return figures
+
+
+def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
+    """Feed `calls` tool calls and their results; return ms per 10,000 calls and what was found."""
+    start = time.time()
+    lines: list[dict[str, Any]] = []
+    tools = [
+        ("Read", lambda n: {"file_path": f"/work/src/file{n // 6 % 5}.py"}),
+        ("Grep", lambda n: {"pattern": f"def f{n // 6 % 6}", "path": "/work/src", "output_mode": "content"}),
+        ("Edit", lambda n: {"file_path": f"/work/src/e{n // 6 % 200}.py", "old_string": f"a{n}", "new_string": "b"}),
+        ("WebFetch", lambda n: {"url": f"https://example.com/{n // 6 % 7}", "prompt": "summarise"}),
+        ("mcp__docs__get_page", lambda n: {"url": f"https://docs.example/{n // 6 % 8}", "format": "md"}),
+        ("Bash", lambda n: {"command": "pytest -q"}),
+    ]
+    for n in range(calls):
+        tool, make = tools[n % len(tools)]
+        moment = start + n
+        lines.append(tool_use(tool, make(n), f"t{n}", moment))
+        lines.append(tool_result(f"t{n}", "x" * 2000, moment + 1))
+    best = float("inf")
+    found = 0
+    for _ in range(3):
+        tracker = ToolCallTracker()
+        started = time.perf_counter()
+        for line in lines:
+            tracker.feed(SESSION, line)
+        best = min(best, time.perf_counter() - started)
+        found = tracker.stats()["redundant"]
+    return {"calls": calls, "ms_per_10000_calls": round(best * 1000 * 10_000 / calls, 1), "redundant_found": found}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="hook runs per command (default: 30)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    figures = {"python": sys.version.split()[0], "cores": os.cpu_count(), "hook": hook_latency(args.runs),
+               "tracker": tracker_cost()}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    hook = figures["hook"]
+    print(f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {figures['python']}, "
+          f"{figures['cores']} cores; {args.runs} runs each")
+    for name, value in hook.items():
+        if isinstance(value, dict):
+            print(f"  {name:32} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms")
+    tracker = figures["tracker"]
+    print(f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
+          f"{tracker['redundant_found']} repeats found")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
