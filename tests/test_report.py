@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,17 @@ def test_a_bad_config_is_reported_with_every_error(tmp_path: Path, capsys: pytes
     assert main(["--config", str(config), "status"]) == 2
     err = capsys.readouterr().err
     assert "watcher.debounse" in err and "log.level" in err
+
+
+def test_files_with_only_informational_findings_do_not_count_as_having_findings(tmp_path: Path) -> None:
+    from riffd.state import Watermark
+
+    store = StateStore(tmp_path / "state.db")
+    mark = Watermark("/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
+    store.save_file(mark, "s", [{"class": "redundant_tool_call"}], 0)
+    store.save_file(replace(mark, path="/b.jsonl"), "s", [{"class": "duplicate_tool_result"}], 1)
+    report = build_report(store, tmp_path, None)
+    assert report["files"]["with_findings"] == 1
+    assert report["findings"]["open"] == {"duplicate_tool_result": 1}
+    assert report["findings"]["informational"] == {"redundant_tool_call": 1}
+    assert "1 open finding(s) in 1 file(s)" in " ".join(report["problems"])

@@ -40,7 +40,7 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     """Given the state store, the backup folder and the daemon's snapshot (None when it is not running),
     return the report as a JSON-ready dict."""
     now = time.time()
-    watched, with_findings, open_by_class = store.finding_summary()
+    watched, with_findings, open_by_class = store.finding_summary(frozenset(map(str, INFORMATIONAL)))
     repairs = store.repair_summary()
     counters = store.counters()
     backups = _backup_summary(backup_dir)
@@ -56,8 +56,7 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     informational = {name: count for name, count in open_by_class.items() if name in INFORMATIONAL}
     damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
     if damage:
-        where = "" if informational else f" in {with_findings} file(s)"  # the store counts files with any finding
-        problems.append(f"{sum(damage.values())} open finding(s){where}: `riffd scan` shows them")
+        problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): `riffd scan` shows them")
     if (daemon.get("last_reload") or {}).get("ok") is False:
         problems.append("the last configuration reload failed; the previous configuration is still in use")
     uptime = now - float(daemon["started"]) if running and "started" in daemon else None

@@ -164,15 +164,18 @@ class StateStore:
             rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
         return [row[0] for row in rows]
 
-    def finding_summary(self) -> tuple[int, int, Counter[str]]:
-        """Return (files watched, files with findings, open findings by class)."""
+    def finding_summary(self, informational: frozenset[str] = frozenset()) -> tuple[int, int, Counter[str]]:
+        """Return (files watched, files with findings other than `informational` classes, findings by class)."""
         by_class: Counter[str] = Counter()
+        with_findings = 0
         with self._lock:
             watched = self._db.execute("SELECT COUNT(*) FROM files").fetchone()[0]
             rows = self._db.execute("SELECT findings FROM files WHERE findings != '[]'").fetchall()
         for (blob,) in rows:
-            by_class.update(finding["class"] for finding in json.loads(blob))
-        return watched, len(rows), by_class
+            classes = [finding["class"] for finding in json.loads(blob)]
+            by_class.update(classes)
+            with_findings += any(name not in informational for name in classes)
+        return watched, with_findings, by_class
 
     # --- repairs and counters ---------------------------------------------------------------------
 
