@@ -18,7 +18,7 @@ from typing import TextIO
 
 import orjson
 
-from riffd import __version__, config_cli, daemon_cli, export, hook, service, show_cli
+from riffd import __version__, archive_cli, config_cli, daemon_cli, export, hook, service, show_cli
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
 from riffd.backup import BackupError, BackupStore
 from riffd.findings import INFORMATIONAL, REPAIRABLE, Finding
@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.register(commands)
     show_cli.register(commands)
     hook.register(commands)
+    archive_cli.register(commands)
     return parser
 
 
