@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -287,3 +288,49 @@ def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, Sta
     clean_path.write_bytes(damaged.data)
     assert Worker(store, fast).process(clean_path).repair == "repaired"
     assert path.read_bytes() == clean_path.read_bytes()
+
+
+def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    from riffd.archive import Archive
+
+    project, store, settings = setup
+    archive = Archive(tmp_path / "archive.db")
+    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    path = project / "s.jsonl"
+    half = len(damaged.lines) // 2
+    quiet = WorkerSettings(**{**settings.__dict__, "quiet_period": 3600})  # no repair while it is written
+    append(path, damaged.lines[:half])
+    Worker(store, quiet, archive=archive).process(path)
+    append(path, damaged.lines[half:])
+    Worker(store, quiet, archive=archive).process(path)  # a new worker: rebuilds from the start, archives the rest
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == damaged.data  # every line, once, in order
+    Worker(store, settings, archive=archive).process(path)  # now idle: repaired
+    assert scan_file(path).findings == []
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()  # the repaired file, a new generation
+    assert b"".join(archive.iter_file(file_id, generation=0)) == damaged.data  # the original is still there
+
+
+def test_a_failing_archive_does_not_stop_detection_and_is_caught_up_later(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    from riffd.archive import Archive, ingest_file
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(BASE.read_bytes())
+    archive = Archive(tmp_path / "archive.db", lock_timeout=0.05)
+    blocker = sqlite3.connect(tmp_path / "archive.db", isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # another process holds the archive: every write fails
+    outcome = Worker(store, settings, archive=archive).process(path)
+    assert outcome.kind == "read" and store.counters()["archive.errors"] >= 1
+    assert store.file(str(path)) is not None  # detection went on
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert archive.cursor(str(path)) == (0, 0)
+    ingest_file(archive, path)  # what the daemon's rescan does for files the archive is behind on
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == BASE.read_bytes()
+    assert ingest_file(archive, path) == 0

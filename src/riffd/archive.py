@@ -157,11 +157,11 @@ class _Packer:
 class Archive:
     """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
@@ -406,6 +406,16 @@ class Archive:
                                       _snippet(text, query)))
         return hits
 
+    def behind(self, files: dict[str, int]) -> tuple[int, int]:
+        """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
+        lagging = lagging_bytes = 0
+        for path, offset in files.items():
+            _generation, archived = self.cursor(path)
+            if archived < offset:
+                lagging += 1
+                lagging_bytes += offset - archived
+        return lagging, lagging_bytes
+
     def stats(self) -> dict[str, Any]:
         """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest, newest."""
         with self._lock:
@@ -474,7 +484,7 @@ def ingest_file(archive: Archive, path: Path) -> int:
     """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
     file was rewritten since); return the lines added. Only complete lines are archived."""
     _generation, archived = archive.cursor(str(path))
-    rewritten = archived > 0 and not _still_appended(archive, path, archived)
+    rewritten = archived > 0 and not still_appended(archive, path, archived)
     added = 0
     for offset, lines, terminated in iter_chunks(path, start=0 if rewritten else archived):
         # An unterminated last line is kept too (lossless); restore writes it back without a newline.
@@ -483,8 +493,8 @@ def ingest_file(archive: Archive, path: Path) -> int:
     return added
 
 
-def _still_appended(archive: Archive, path: Path, archived: int) -> bool:
-    """True when `path` still holds, just before byte `archived`, the last line the archive has of it."""
+def still_appended(archive: Archive, path: Path, archived: int) -> bool:
+    """Return True when `path` still holds, just before byte `archived`, the last line the archive has of it."""
     last = archive.last_line(str(path))
     if last is None or path.stat().st_size < archived:
         return False

@@ -29,6 +29,8 @@ from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
+from riffd.archive import Archive, ingest_file
+from riffd.archive_cli import ARCHIVE_NAME
 from riffd.backup import BackupStore
 from riffd.config import Config, ConfigError, config_path, load_config
 from riffd.findings import FindingClass
@@ -166,6 +168,7 @@ class Daemon:
         self.queue = WorkQueue(self.config.watcher.debounce)
         self.lock = StateLock(self.config.state_dir)
         self.store: StateStore | None = None
+        self.archive: Archive | None = None
         self.worker: Worker | None = None
         self.tracker = ToolCallTracker(self.config.tracker.window, self.config.tracker.max_calls)
         self.watcher: Watcher | None = None
@@ -192,7 +195,8 @@ class Daemon:
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / "state.db")
-        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker)
+        self.archive = Archive(config.state_dir / ARCHIVE_NAME)
+        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
         self._start_watcher()
@@ -251,6 +255,9 @@ class Daemon:
                 log.error("could not write the last report: %s", exc)
             self.store.close()
             self.store = None
+        if self.archive is not None:
+            self.archive.close()
+            self.archive = None
         log.info("riffd stopped")
 
     def _drain(self, seconds: float) -> int:
@@ -417,6 +424,7 @@ class Daemon:
     def _rescan(self) -> None:
         if self.watcher is not None:
             self.watcher.refresh()
+        self._catch_up_archive()
         queued = self._reconcile()
         if queued:
             log.info("rescan: %d file(s) changed without an event", queued)
@@ -440,6 +448,24 @@ class Daemon:
             self.store.maintain()
             self.store.prune_repairs()
 
+    def _catch_up_archive(self) -> None:
+        """Archive what the worker read but could not archive (a full disk, a locked database), from the
+        archive's own watermark, so every line is archived once."""
+        if self.archive is None or self.store is None:
+            return
+        for path, offset in self.store.offsets().items():
+            if self.archive.cursor(path)[1] < offset and Path(path).is_file():
+                added = ingest_file(self.archive, Path(path))
+                log.info("%s: archived %d line(s) the archive had missed", path, added)
+
+    def _archive_summary(self) -> dict[str, Any]:
+        if self.archive is None or self.store is None:
+            return {}
+        stats = self.archive.stats()
+        files, lag = self.archive.behind(self.store.offsets())
+        return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
+                "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
+
     def snapshot(self) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
         watcher = self.watcher
@@ -462,6 +488,7 @@ class Daemon:
             "io_retries": IO_STATS.retries,
             "io_give_ups": IO_STATS.give_ups,
             "tracker": self.tracker.stats(),
+            "archive": self._archive_summary(),
         }
 
     def write_report(self) -> Path:

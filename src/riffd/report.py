@@ -109,6 +109,10 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
             "bytes_per_second": round(read / uptime, 1) if uptime else None,
         },
         "tracker": _tracker_summary(daemon.get("tracker") or {}),
+        "archive": {
+            key: (daemon.get("archive") or {}).get(key)
+            for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind")
+        },
         "errors": errors,
     }
 
@@ -159,6 +163,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
         f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
         + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
+        _archive_line(report.get("archive") or {}),
         f"- repaired findings: {_counts(report['findings']['repaired'])}",
         f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
         f"failed {_counts(repairs['failed'])}",
@@ -171,6 +176,15 @@ def render_markdown(report: dict[str, Any]) -> str:
     for error in report["errors"][-5:]:
         lines.append(f"- error: {error['message']}" + (f" ({error['suggestion']})" if error.get("suggestion") else ""))
     return "\n".join(lines) + "\n"
+
+
+def _archive_line(archive: dict[str, Any]) -> str:
+    if archive.get("stored_bytes") is None:
+        return "- archive: -"
+    ratio = f"{archive['ratio']:.1%} of" if archive.get("ratio") is not None else "of"
+    return (f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
+            f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
+            f"{archive['bytes_behind']:,} bytes")
 
 
 def _counts(counts: dict[str, int]) -> str:

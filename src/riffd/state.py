@@ -153,6 +153,11 @@ class StateStore:
             rows = self._db.execute("SELECT path, dev, ino, size, mtime_ns FROM files").fetchall()
         return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
 
+    def offsets(self) -> dict[str, int]:
+        """Return path -> bytes read so far (the watermark's offset) for every file with a watermark."""
+        with self._lock:
+            return dict(self._db.execute("SELECT path, offset FROM files").fetchall())
+
     def count_files(self) -> int:
         """Return how many files have a watermark."""
         with self._lock:

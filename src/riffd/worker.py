@@ -15,6 +15,7 @@ import bisect
 import hashlib
 import logging
 import os
+import sqlite3
 import stat
 import time
 from collections import Counter, OrderedDict
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.apply import ApplyOptions, Failed, Repaired, Skipped, SkipReason, apply_plan
+from riffd.archive import Archive, still_appended
 from riffd.findings import REPAIRABLE, Finding, FindingClass
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.liveness import session_liveness
@@ -138,6 +140,8 @@ class Worker:
     cache: IndexCache = field(default_factory=IndexCache)
     # Fed every message line read (through the index's observer); its repeats become redundant_tool_call findings.
     tracker: ToolCallTracker | None = None
+    # Fed every complete line read, before the state store commits, so nothing is ever read and not archived.
+    archive: Archive | None = None
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
@@ -205,9 +209,11 @@ class Worker:
             # Lines read again from the start are fed again: the tracker ignores tool_use ids it has seen.
             index.observe = self._observer(name, index, repeats)
         tail_pending = 0
+        rewritten = self._archive_rewritten(name, watermark, why, kind, own_rewrite_new_bytes is not None)
         for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
             if terminated:
                 index.add_lines(offset, lines, True)
+                self._archive(name, offset, lines, rewritten and offset == 0)
             else:
                 tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
         loaded, findings = analyse(index, fs=self.fs, retry=self.settings.retry)
@@ -242,6 +248,27 @@ class Worker:
         self.cache.put(name, index)
         del loaded
         return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why)
+
+    def _archive_rewritten(self, name: str, watermark: Watermark | None, why: str, kind: str, own: bool) -> bool:
+        """Whether the archive must start a new generation of `name` (it was rewritten, by anyone)."""
+        if self.archive is None:
+            return False
+        if own or (watermark is not None and why and kind == "read"):
+            return True
+        if watermark is None:  # new to the state store: new to the archive too, or recreated since?
+            _generation, archived = self.archive.cursor(name)
+            return archived > 0 and not still_appended(self.archive, Path(name), archived)
+        return False
+
+    def _archive(self, name: str, offset: int, lines: list[bytes], rewritten: bool) -> None:
+        if self.archive is None:
+            return
+        try:
+            self.archive.add_lines(name, offset, lines, rewritten=rewritten)
+        except (sqlite3.Error, OSError) as exc:
+            # Detection and repairs go on; the archive catches up later from its own watermark (Daemon._rescan).
+            log.error("%s: could not archive lines at byte %d: %s; the next rescan retries", name, offset, exc)
+            self.store.bump({"archive.errors": 1})
 
     def _still_same_file(self, name: str, status: os.stat_result, watermark: Watermark) -> str:
         """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
