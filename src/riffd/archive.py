@@ -125,13 +125,17 @@ class SearchHit:
 
 
 class _Packer:
-    """Appends byte strings to the open pack, stored (re-compressed) at every commit, sealed when full."""
+    """Appends byte strings to the open pack; stores it at every commit (fast zlib level 1 while it grows),
+    and seals it at zlib level 9 once full. The open pack's bytes are kept in memory between commits."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
+    def __init__(self, db: sqlite3.Connection, cached: tuple[int, bytearray] | None) -> None:
         self.db = db
-        row = db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
         self.pack_id: int | None = None
         self.buffer = bytearray()
+        if cached is not None:
+            self.pack_id, self.buffer = cached[0], bytearray(cached[1])
+            return
+        row = db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
         if row is not None:
             self.pack_id = int(row[0])
             data = db.execute("SELECT data FROM packs WHERE id = ?", (self.pack_id,)).fetchone()
@@ -139,7 +143,7 @@ class _Packer:
 
     def add(self, data: bytes) -> tuple[int, int, int]:
         if self.pack_id is None or (len(self.buffer) + len(data) > PACK_BYTES and self.buffer):
-            self.flush()
+            self._store(level=9)  # sealed: never written again, so worth the best compression
             self.pack_id = self.db.execute("INSERT INTO packs(data, raw_size) VALUES (x'', 0)").lastrowid
             self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('open_pack', ?)", (str(self.pack_id),))
             self.buffer = bytearray()
@@ -148,10 +152,15 @@ class _Packer:
         self.buffer += data
         return self.pack_id, offset, len(data)
 
-    def flush(self) -> None:
+    def flush(self) -> tuple[int, bytearray] | None:
+        """Store the open pack; return it to be kept in memory for the next commit."""
+        self._store(level=1)
+        return None if self.pack_id is None else (self.pack_id, self.buffer)
+
+    def _store(self, level: int) -> None:
         if self.pack_id is not None:
             self.db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
-                            (zlib.compress(bytes(self.buffer), 9), len(self.buffer), self.pack_id))
+                            (zlib.compress(bytes(self.buffer), level), len(self.buffer), self.pack_id))
 
 
 class Archive:
@@ -166,6 +175,7 @@ class Archive:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._pack_cache: dict[int, bytes] = {}
+        self._open_pack: tuple[int, bytearray] | None = None  # as committed; None: read it from the database
 
     def close(self) -> None:
         """Close the database."""
@@ -187,11 +197,14 @@ class Archive:
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
         generation from offset 0. Return how many lines were added."""
         with self._lock:
+            # The open pack grows with this batch: a cached copy of it would hide the new lines from readers.
+            self._pack_cache.clear()
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 added = self._add(path, offset, lines, rewritten, last_terminated)
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._open_pack = None  # what was added to it in memory was not committed
                 raise
             self._db.execute("COMMIT")
         return added
@@ -207,7 +220,7 @@ class Archive:
             file_id, generation, archived, count = row
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
-        packer = _Packer(db)
+        packer = _Packer(db, self._open_pack)
         position = offset
         added = added_bytes = 0
         info: dict[str, Any] = {}
@@ -222,7 +235,8 @@ class Archive:
                 added_bytes += end - position
                 archived = end
             position = end
-        packer.flush()
+        self._open_pack = packer.flush()
+        self._pack_cache.clear()  # packs changed (the open one grew, a full one was sealed): cached copies are stale
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
             "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title), "
@@ -334,8 +348,8 @@ class Archive:
         """Return (id, path, session) of the archived files a session id, path or path suffix names."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? "
-                "ORDER BY path", (target, target, f"%/{target}.jsonl")).fetchall()
+                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
+                "ORDER BY path", (target, target, f"%/{_like_literal(target)}.jsonl")).fetchall()
         return [(int(row[0]), str(row[1]), row[2]) for row in rows]
 
     def iter_file(self, file_id: int, generation: int | None = None) -> Iterator[bytes]:
@@ -384,8 +398,8 @@ class Archive:
         )
         params: list[Any] = [_fts_query(query)]
         if project:
-            sql += " AND f.project LIKE ?"
-            params.append(project.rstrip("/") + "%")
+            sql += " AND f.project LIKE ? ESCAPE '\\'"
+            params.append(_like_literal(project.rstrip("/")) + "%")
         if session:
             sql += " AND f.session_id = ?"
             params.append(session)
@@ -463,6 +477,11 @@ class Archive:
 
 def _iso(epoch: int | None) -> str | None:
     return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds") if epoch else None
+
+
+def _like_literal(text: str) -> str:
+    """Escape LIKE's wildcards so user text matches only itself (a session id such as `test_session`)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _fts_query(query: str) -> str:
