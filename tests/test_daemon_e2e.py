@@ -29,6 +29,7 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, SRC_DIR, corpus_lines
+from riffd.archive import Archive
 from riffd.findings import INFORMATIONAL
 from riffd.scan import scan_file
 from riffd.state import StateStore, Watermark
@@ -601,6 +602,12 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
     # the generated session reads the same files every turn: each repeat is reported once, across the restart
     repeats = [item["tool_id"] for item in state.findings if item["class"] in INFORMATIONAL]
     assert repeats and len(repeats) == len(set(repeats))
+    # The archive, fed by the same reads, holds every line exactly once, across the kill and the restart.
+    archive = Archive(store.path.parent / "archive.db")
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    assert archive.stats()["lines"] == total
+    archive.close()
 
 
 # --- 7. changes no event reported are caught by the rescan -----------------------------------------------
