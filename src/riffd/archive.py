@@ -221,6 +221,17 @@ class Archive:
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
         packer = _Packer(db, self._open_pack)
+        # A torn last line (archived without its newline) that the file has completed since: the completed line
+        # takes its row, so the archive keeps one row per line of the file, never a fragment plus the rest, and a
+        # caller feeding the completed line from its start (below the watermark) does not lose the rest.
+        torn = db.execute(
+            "SELECT pack, offset, length, content_id, result_id, unterminated FROM lines WHERE file_id = ? "
+            "AND generation = ? AND number = ? AND unterminated = 1", (file_id, generation, count - 1)).fetchone()
+        fragment = b"" if torn is None else self._rebuild(*torn)
+        torn_at = archived - len(fragment)
+        if torn is not None and lines and offset == archived:  # the bytes after the fragment finish its line
+            lines = [fragment + lines[0], *lines[1:]]
+            offset = torn_at
         position = offset
         added = added_bytes = 0
         info: dict[str, Any] = {}
@@ -228,6 +239,11 @@ class Archive:
         for number, raw in enumerate(lines):
             terminated = last_terminated or number != last
             end = position + len(raw) + terminated
+            if torn is not None and position == torn_at and end > archived:
+                db.execute("DELETE FROM lines WHERE file_id = ? AND generation = ? AND number = ?",
+                           (file_id, generation, count - 1))
+                count, archived, torn = count - 1, torn_at, None
+                added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
                 self._add_line(db, packer, file_id, generation, count, raw, info, terminated)
                 count += 1

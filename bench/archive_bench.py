@@ -1,0 +1,360 @@
+"""What the archive costs: ingest speed against the bare parse rate, search latency, storage against gzip -6.
+
+Run by hand from the repository root::
+
+    python3 bench/archive_bench.py                  # the 1 GB corpus of bench/scan_bench.py (reused if cached)
+    python3 bench/archive_bench.py --quick          # a 100 MB corpus in a temporary folder, 100 queries
+    python3 bench/archive_bench.py --json > result.json
+
+1. ingest: the 1 GB corpus that bench/scan_bench.py builds (its generator, imported: real sessions copied with
+   fresh ids; `bench/out/projects` is reused when its manifest matches, else built and kept). After one read to
+   warm the page cache, each in a fresh child process measured as scan_bench measures (wall time, the child's own
+   peak RSS through scan_bench's launcher): the baseline (read in 1 MiB chunks, split lines, `orjson.loads`
+   every line: scan_bench's BASELINE_CHILD) and `python3 -m riffd --config <tmp>/riffd.toml archive ingest
+   <corpus>` into an empty archive. MB = 10^6 bytes.
+2. search: `--queries` (200) queries on that archive, in-process through `riffd.archive.Archive.search` (limit 20)
+   after 20 warm-up queries. Words are sampled (seeded) from the texts of random lines of the corpus, 4+ letters:
+   a third one word, a third two words, a third one word with a filter (project, session, role or since).
+   Reported: p50, p95, max in ms and the mean hit count.
+3. storage: the archive's size (after `PRAGMA wal_checkpoint(TRUNCATE)`; the -wal and -shm files counted when
+   present) against the raw bytes and against `gzip -6`, file by file (the sum of `gzip -6 -c FILE` sizes, the
+   real gzip binary), for (a) the real corpus (`../shared/corpus/real`, every `*.jsonl`), (b) the real corpus plus
+   `--resumed` (3) resumed copies of each session file (what older Claude Code versions did: the history copied
+   into a new session file with a new sessionId and new line uuids, content and results unchanged), and (c) the
+   1 GB corpus of step 1. Each archive is broken down by SQLite's `dbstat` (bytes per table and index).
+
+Goals (from the issue): the archive, search index included, smaller than gzip -6; search p95 under 50 ms.
+A missed goal is reported, not an error; exit 1 only when a measurement fails. Archives are made in a temporary
+folder (`--tmp`), removed at the end unless `--keep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import scan_bench
+
+MB = 1_000_000
+P95_GOAL_MS = 50.0
+CLEAN_ENV = ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR")
+# The line fields a resumed copy renews; a quoted key followed by `:"` never occurs inside a JSON string value.
+ENVELOPE_IDS = re.compile(
+    rb'"(uuid|parentUuid|logicalParentUuid|leafUuid|sourceToolAssistantUUID|sessionId)"(\s*:\s*)"([^"\\]*)"')
+WORD = re.compile(r"[A-Za-z]{4,}")
+
+
+def resumed_copy(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """Given a session file's bytes, return (a resumed copy of it, the copy's session id): every line's own ids
+    (uuid, parentUuid, logicalParentUuid, leafUuid, sourceToolAssistantUUID) renewed consistently, every sessionId
+    the new one, all other bytes (message content, tool results) unchanged."""
+    ids = scan_bench.IdMaker(rng.getrandbits(64))
+    session_id = ids.uuid()
+    renewed: dict[bytes, bytes] = {}
+
+    def renew(match: re.Match[bytes]) -> bytes:
+        key, colon, value = match.groups()
+        value = session_id if key == b"sessionId" else renewed.setdefault(value, ids.uuid())
+        return b'"' + key + b'"' + colon + b'"' + value + b'"'
+
+    return ENVELOPE_IDS.sub(renew, data), session_id.decode()
+
+
+# --- building ---------------------------------------------------------------------------------------------
+
+
+def big_corpus(args: argparse.Namespace) -> Path:
+    """Return the projects folder of scan_bench's corpus of `args.size_mb` in `args.out` (reused, else built)."""
+    manifest_path = args.out / scan_bench.MANIFEST
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    single = (manifest.get("single") or {}).get("size_mb", 0)  # keep scan_bench's single file as it is
+    namespace = argparse.Namespace(out=args.out, real=args.real, size_mb=args.size_mb, single_mb=single,
+                                   seed=args.seed, rebuild=False)
+    scan_bench.ensure_corpus(namespace)
+    return args.out / "projects"
+
+
+def real_corpus(real: Path, target: Path) -> Path:
+    """Copy every real transcript under `target`; return it."""
+    for source in sorted(real.rglob("*.jsonl")):
+        copy = target / source.relative_to(real)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, copy)
+    return target
+
+
+def resumed_corpus(real: Path, target: Path, copies: int, seed: int) -> Path:
+    """The real corpus plus `copies` resumed copies of each session file (not of subagent files) under `target`."""
+    real_corpus(real, target)
+    rng = random.Random(seed)
+    for source in sorted(real.rglob("*.jsonl")):
+        if source.parent.name == "subagents":
+            continue
+        data = source.read_bytes()
+        for _ in range(copies):
+            copy, session_id = resumed_copy(data, rng)
+            (target / source.parent.relative_to(real) / f"{session_id}.jsonl").write_bytes(copy)
+    return target
+
+
+# --- measuring --------------------------------------------------------------------------------------------
+
+
+def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, Path]:
+    """Run `riffd archive ingest` on `corpus` into a fresh state folder `work/name`; return the run and the db."""
+    state = work / f"state-{name}"
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    config = state / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\n')
+    command = [sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest", str(corpus)]
+    run = scan_bench.run_child(command, state / "ingest.out")
+    if run.exit_code != 0:
+        raise RuntimeError(f"ingest of {corpus} exited {run.exit_code}:\n{run.report['stderr_tail']}")
+    return run, state / "archive.db"
+
+
+def archive_size(db_path: Path) -> dict[str, Any]:
+    """Checkpoint the archive; return its size on disk (db, -wal, -shm) and dbstat's bytes per table/index."""
+    with sqlite3.connect(db_path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        parts = {str(name): int(size) for name, size in
+                 db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC")}
+        free = db.execute("PRAGMA freelist_count").fetchone()[0] * db.execute("PRAGMA page_size").fetchone()[0]
+        packs = db.execute("SELECT COUNT(*), COALESCE(SUM(raw_size), 0), COALESCE(SUM(length(data)), 0) "
+                           "FROM packs").fetchone()
+        envelopes = db.execute("SELECT COALESCE(SUM(length), 0) FROM lines").fetchone()[0]
+        contents = db.execute("SELECT COUNT(*), COALESCE(SUM(length), 0) FROM contents").fetchone()
+    size = sum(path.stat().st_size for path in db_path.parent.glob(db_path.name + "*"))
+    return {"bytes": size, "dbstat": parts, "free_bytes": free, "packs": packs[0], "pack_raw_bytes": packs[1],
+            "pack_stored_bytes": packs[2], "envelope_raw_bytes": envelopes, "contents": contents[0],
+            "content_raw_bytes": contents[1]}
+
+
+def gzip_size(corpus: Path) -> tuple[int, int, int]:
+    """Return (files, raw bytes, sum of `gzip -6 -c FILE` sizes) of every transcript under `corpus`."""
+    files = sorted(corpus.rglob("*.jsonl"))
+    raw = packed = 0
+    for path in files:
+        raw += path.stat().st_size
+        result = subprocess.run(["gzip", "-6", "-c", str(path)], capture_output=True, check=True)
+        packed += len(result.stdout)
+    return len(files), raw, packed
+
+
+def storage(label: str, corpus: Path, db_path: Path) -> dict[str, Any]:
+    """The storage figures of one corpus and its archive."""
+    files, raw, gzipped = gzip_size(corpus)
+    size = archive_size(db_path)
+    row = {"corpus": label, "files": files, "raw_bytes": raw, "gzip6_bytes": gzipped, "archive_bytes": size["bytes"],
+           "archive_ratio": round(size["bytes"] / raw, 4), "gzip6_ratio": round(gzipped / raw, 4), "detail": size}
+    _say(f"  storage {label}: raw {raw / MB:,.1f} MB, archive {size['bytes'] / MB:,.2f} MB "
+         f"({row['archive_ratio']:.1%}), gzip -6 {gzipped / MB:,.2f} MB ({row['gzip6_ratio']:.1%})")
+    return row
+
+
+def sample_queries(corpus: Path, count: int, seed: int) -> list[dict[str, Any]]:
+    """Sample `count` queries (words of real texts in the corpus, some with a filter); seeded."""
+    from riffd.archive import text_of
+
+    rng = random.Random(seed)
+    files = sorted(corpus.rglob("*.jsonl"))
+    words: list[str] = []
+    filters: list[dict[str, Any]] = []
+    while len(words) < 4 * count:
+        path = rng.choice(files)
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            handle.seek(rng.randrange(max(size - 65536, 1)))
+            handle.readline()  # the rest of a line cut by the seek
+            for raw in handle.readlines(65536)[:20]:
+                try:
+                    line = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                message = line.get("message") if isinstance(line, dict) else None
+                if not isinstance(message, dict):
+                    continue
+                text = text_of(message.get("content"))
+                found = WORD.findall(text)[:50]
+                if found:
+                    words.append(rng.choice(found))
+                if isinstance(line.get("cwd"), str) and isinstance(line.get("sessionId"), str):
+                    filters.append({"project": line["cwd"], "session": line["sessionId"], "role": line.get("type"),
+                                    "since": line.get("timestamp")})
+    queries: list[dict[str, Any]] = []
+    for number in range(count):
+        kind = number % 3
+        query: dict[str, Any] = {"query": rng.choice(words)}
+        if kind == 1:
+            query["query"] += " " + rng.choice(words)
+        elif kind == 2 and filters:
+            chosen = rng.choice(filters)
+            key = rng.choice(["project", "session", "role", "since"])
+            if key == "since" and isinstance(chosen["since"], str):
+                query["since"] = int(time.mktime(time.strptime(chosen["since"][:10], "%Y-%m-%d")))
+            elif key in ("project", "session") or chosen["role"] in ("user", "assistant", "system"):
+                query[key] = chosen[key if key != "since" else "project"]
+        queries.append(query)
+    return queries
+
+
+def search_latency(db_path: Path, queries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run every query through Archive.search after a warm-up; return p50, p95, max (ms) and mean hits."""
+    from riffd.archive import Archive
+
+    archive = Archive(db_path)
+    try:
+        for query in queries[:20]:
+            archive.search(**query)
+        times: list[float] = []
+        hits: list[int] = []
+        for query in queries:
+            started = time.perf_counter()
+            found = archive.search(**query)
+            times.append((time.perf_counter() - started) * 1000)
+            hits.append(len(found))
+    finally:
+        archive.close()
+    times.sort()
+    return {"queries": len(queries), "p50_ms": round(statistics.median(times), 2),
+            "p95_ms": round(times[min(len(times) - 1, int(0.95 * len(times)))], 2), "max_ms": round(times[-1], 2),
+            "mean_hits": round(statistics.fmean(hits), 1), "no_hit_queries": hits.count(0)}
+
+
+# --- reporting --------------------------------------------------------------------------------------------
+
+
+def render(result: dict[str, Any]) -> str:
+    """The human table."""
+    ingest_row, baseline = result["ingest"], result["baseline"]
+    search = result["search"]
+    megabytes = format(search["archive_bytes"] / MB, ",.0f")
+    rows = [
+        f"{'measure':44} figure",
+        "-" * 100,
+        f"{'orjson.loads baseline, ' + format(baseline['bytes'] / MB, ',.0f') + ' MB':44} "
+        f"{baseline['mb_per_s']:.1f} MB/s ({baseline['seconds']:.1f} s, {baseline['lines']:,} lines)",
+        f"{'riffd archive ingest, same corpus':44} {ingest_row['mb_per_s']:.1f} MB/s ({ingest_row['seconds']:.1f} s), "
+        f"ratio {ingest_row['mb_per_s'] / baseline['mb_per_s']:.2f}, peak RSS {ingest_row['peak_rss_mb']:.0f} MB",
+        f"{'search, ' + str(search['queries']) + ' queries, archive ' + megabytes + ' MB':44} "
+        f"p50 {search['p50_ms']:.1f} ms, p95 {search['p95_ms']:.1f} ms, max {search['max_ms']:.1f} ms, "
+        f"{search['mean_hits']} hits on average",
+    ]
+    for row in result["storage"]:
+        rows.append(f"{'storage, ' + row['corpus']:44} raw {row['raw_bytes'] / MB:,.1f} MB, archive "
+                    f"{row['archive_bytes'] / MB:,.2f} MB ({row['archive_ratio']:.1%}), gzip -6 per file "
+                    f"{row['gzip6_bytes'] / MB:,.2f} MB ({row['gzip6_ratio']:.1%})")
+    rows.append("")
+    for row in result["storage"]:
+        top = ", ".join(f"{name} {size / MB:,.2f}" for name, size in list(row["detail"]["dbstat"].items())[:6])
+        rows.append(f"dbstat {row['corpus']} (MB): {top}")
+    rows.append("")
+    rows += [f"{'goal met' if goal['met'] else 'goal missed'}: {goal['goal']} (got {goal['value']})"
+             for goal in result["goals"]]
+    rows.append(f"command: {result['command']}")
+    return "\n".join(rows)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    add = parser.add_argument
+    add("--quick", action="store_true", help="a 100 MB corpus in the temporary folder and 100 queries")
+    add("--size-mb", type=float, default=None, help="generated corpus size in MB; default 1024 (100 with --quick)")
+    add("--queries", type=int, default=None, help="search queries; default 200 (100 with --quick)")
+    add("--resumed", type=int, default=3, help="resumed copies per real session for (b); default 3")
+    add("--out", type=Path, default=scan_bench.DEFAULT_OUT, help="scan_bench's corpus cache (not with --quick)")
+    add("--real", type=Path, default=scan_bench.DEFAULT_REAL, help="the real transcripts")
+    add("--tmp", type=Path, default=None, help="where the temporary folder is made")
+    add("--seed", type=int, default=1, help="corpus and query seed; default 1")
+    add("--keep", action="store_true", help="keep the temporary folder (archives, generated corpora)")
+    add("--json", action="store_true", help="print the results as one JSON object on stdout")
+    args = parser.parse_args(argv)
+    args.size_mb = args.size_mb or (100.0 if args.quick else 1024.0)
+    args.queries = args.queries or (100 if args.quick else 200)
+    args.real = args.real.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build or reuse the corpora, measure, print; return 0, or 1 when a measurement fails."""
+    args = parse_args(argv)
+    for key in CLEAN_ENV:
+        os.environ.pop(key, None)  # the children read only the bench's own config
+    about = scan_bench.machine()
+    _say("machine: " + ", ".join(f"{key} {value}" for key, value in about.items()))
+    work = Path(tempfile.mkdtemp(prefix="riffd-archive-bench-", dir=args.tmp))
+    try:
+        if args.quick:
+            args.out = work / "corpus"
+        args.out = args.out.resolve()
+        corpus = big_corpus(args)
+        size, seconds = scan_bench.warm_cache(corpus)
+        _say(f"corpus: {size / MB:,.0f} MB under {corpus} (page cache warmed in {seconds:.1f} s)")
+        results = work / "results"
+        results.mkdir()
+        baseline_run = scan_bench.measure("baseline", [sys.executable, "-c", scan_bench.BASELINE_CHILD, str(corpus)],
+                                          corpus, results, 0, {0})
+        ingest_run, big_db = ingest(corpus, work, "big")
+        _say(f"  ingest   {corpus.name}: {ingest_run.seconds:7.1f} s, "
+             f"peak RSS {ingest_run.peak_rss_kib * 1024 / MB:6.0f} MB")
+        baseline = {"bytes": size, "lines": baseline_run.report["lines"], "seconds": round(baseline_run.seconds, 2),
+                    "mb_per_s": round(size / MB / baseline_run.seconds, 1),
+                    "peak_rss_mb": round(baseline_run.peak_rss_kib * 1024 / MB, 1)}
+        ingest_row = {"bytes": size, "seconds": round(ingest_run.seconds, 2),
+                      "mb_per_s": round(size / MB / ingest_run.seconds, 1),
+                      "peak_rss_mb": round(ingest_run.peak_rss_kib * 1024 / MB, 1)}
+        rows = []
+        real = real_corpus(args.real, work / "real")
+        rows.append(storage("real corpus", real, ingest(real, work, "real")[1]))
+        resumed = resumed_corpus(args.real, work / "resumed", args.resumed, args.seed)
+        rows.append(storage(f"real + {args.resumed} resumed copies", resumed, ingest(resumed, work, "resumed")[1]))
+        rows.append(storage(f"generated {size / MB:,.0f} MB", corpus, big_db))
+        queries = sample_queries(corpus, args.queries, args.seed)
+        search = search_latency(big_db, queries)
+        search["archive_bytes"] = rows[-1]["archive_bytes"]
+        _say(f"  search: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms")
+    except (OSError, RuntimeError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
+        _say(f"failed: {exc}")
+        return 1
+    finally:
+        if args.keep:
+            _say(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    goals = [{"goal": f"{row['corpus']}: archive < gzip -6", "value": f"{row['archive_ratio']:.1%} vs "
+              f"{row['gzip6_ratio']:.1%}", "met": row["archive_bytes"] < row["gzip6_bytes"]} for row in rows]
+    goals.append({"goal": f"search p95 < {P95_GOAL_MS:.0f} ms", "value": search["p95_ms"],
+                  "met": search["p95_ms"] < P95_GOAL_MS})
+    command = " ".join(["python3", "bench/archive_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    result = {"machine": about, "command": command, "baseline": baseline, "ingest": ingest_row, "search": search,
+              "storage": rows, "goals": goals}
+    human = render(result)
+    if args.json:
+        print(human, file=sys.stderr)
+        print(json.dumps(result, indent=2))
+    else:
+        print(human)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

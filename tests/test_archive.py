@@ -1,0 +1,459 @@
+"""The archive: lossless restore, exactly once under kill -9, incremental appends, generations, dedup, search,
+export and stats. Real files in tmp_path, real `riffd` subprocesses, a real SQLite archive."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import CORPUS_DIR, corpus_transcripts, transcript_line
+from damage import generated_session
+from riffd.archive import Archive, ingest_file, normalise
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import archive_bench  # noqa: E402
+import scan_bench  # noqa: E402
+
+# --- helpers ----------------------------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path) -> Path:
+    """Write a config whose state folder is in tmp_path; return its path."""
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    return config
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items()
+                   if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"}
+    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")  # never the user's own projects
+    return environment
+
+
+def _riffd(tmp_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run `python3 -m riffd --config <tmp config> ARGS` as a real subprocess; return it."""
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
+                            capture_output=True, text=True, env=_environment(tmp_path), timeout=120, check=False)
+    if check:
+        assert result.returncode == 0, f"riffd {args} exited {result.returncode}:\n{result.stderr}"
+    return result
+
+
+def _archive(tmp_path: Path) -> Archive:
+    return Archive(tmp_path / "state" / "archive.db")
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _line_count(data: bytes) -> int:
+    """Lines of a file, a last one without newline included."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def _copy_corpus(target: Path) -> dict[Path, str]:
+    """Copy every real transcript (subagents included) under `target`; return copy -> sha256."""
+    copies = {}
+    for source in corpus_transcripts():
+        copy = target / source.relative_to(CORPUS_DIR)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, copy)
+        copies[copy] = _sha(source)
+    return copies
+
+
+def _content_figures(db_path: Path) -> tuple[int, int, int, int]:
+    """(contents rows, their total bytes, packs rows, searchable rows) of an archive database."""
+    with sqlite3.connect(db_path) as db:
+        contents, content_bytes = db.execute("SELECT COUNT(*), COALESCE(SUM(length), 0) FROM contents").fetchone()
+        packs = db.execute("SELECT COUNT(*) FROM packs").fetchone()[0]
+        searchable = db.execute("SELECT COUNT(*) FROM searchable").fetchone()[0]
+    return int(contents), int(content_bytes), int(packs), int(searchable)
+
+
+def _archive_file_count(db_path: Path) -> int:
+    with sqlite3.connect(db_path) as db:
+        return int(db.execute("SELECT COUNT(*) FROM files").fetchone()[0])
+
+
+def _assert_each_line_once(db_path: Path, originals: dict[str, bytes]) -> None:
+    """Every archived file holds its lines 0..n-1 exactly once, in generation 0, n being the file's line count."""
+    with sqlite3.connect(db_path) as db:
+        files = {path: (file_id, generation, lines)
+                 for file_id, path, generation, lines in db.execute("SELECT id, path, generation, lines FROM files")}
+        assert set(files) == set(originals)
+        for path, data in originals.items():
+            file_id, generation, lines = files[path]
+            numbers = [row[0] for row in db.execute(
+                "SELECT number FROM lines WHERE file_id = ? ORDER BY generation, number", (file_id,))]
+            assert generation == 0, f"{path}: a crash must not look like a rewrite"
+            assert numbers == list(range(_line_count(data))), f"{path}: gaps or repeats"
+            assert lines == len(numbers)
+
+
+# --- zero loss --------------------------------------------------------------------------------------------
+
+
+def test_real_corpus_restores_byte_for_byte_after_the_originals_are_deleted(tmp_path: Path) -> None:
+    copies = _copy_corpus(tmp_path / "projects")
+    assert any(not copy.read_bytes().endswith(b"\n") for copy in copies), "the corpus has a file without newline"
+    _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    _assert_each_line_once(tmp_path / "state" / "archive.db", {str(copy): copy.read_bytes() for copy in copies})
+    for copy in copies:
+        copy.unlink()
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        archived_sessions = {row[0] for row in db.execute("SELECT DISTINCT session_id FROM files")}
+    assert None not in archived_sessions
+
+    # By session: every session's files into its own folder.
+    for session in archived_sessions:
+        folder = tmp_path / "by-session" / session
+        folder.mkdir(parents=True)
+        _riffd(tmp_path, "archive", "restore", session, "--to", str(folder))
+    restored_by_session = {path.name: _sha(path) for path in (tmp_path / "by-session").rglob("*.jsonl")}
+    assert len(restored_by_session) == len(copies)
+    assert restored_by_session == {copy.name: digest for copy, digest in copies.items()}
+
+    # By path, one file at a time, to the original place.
+    for copy, digest in copies.items():
+        _riffd(tmp_path, "archive", "restore", str(copy))
+        assert _sha(copy) == digest, copy
+
+
+def _build_generated_corpus(root: Path, size_mb: float, seed: int) -> dict[str, bytes]:
+    sources = [scan_bench.load_source(CORPUS_DIR, relative) for relative in scan_bench.SOURCES]
+    scan_bench.build_corpus(sources, root, size_mb, seed)
+    return {str(path): path.read_bytes() for path in sorted((root / "projects").rglob("*.jsonl"))}
+
+
+@pytest.mark.slow
+def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_path: Path) -> None:
+    originals = _build_generated_corpus(tmp_path, 50, seed=7)
+    command = [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "archive", "ingest",
+               str(tmp_path / "projects")]
+    db_path = tmp_path / "state" / "archive.db"
+    rng = random.Random(11)
+    archived_after_kill: list[int] = []
+    for _round in range(12):
+        process = subprocess.Popen(command, env=_environment(tmp_path), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        try:
+            process.wait(timeout=rng.uniform(0.3, 0.6))
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            with sqlite3.connect(db_path) as db:  # a reader recovers the WAL the killed writer left
+                archived_after_kill.append(int(db.execute("SELECT COUNT(*) FROM lines").fetchone()[0]))
+        else:
+            assert process.returncode == 0
+            break  # finished before its kill: the rest of the work is done
+    # Several kills landed in the middle of the work: each one after more lines were committed than before.
+    assert len(archived_after_kill) >= 3
+    assert len([count for count in archived_after_kill if 0 < count < sum(map(_line_count, originals.values()))]) >= 3
+    assert archived_after_kill == sorted(archived_after_kill)
+    finished = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    assert "archived" in finished.stderr
+    again = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    assert "archived 0 new line(s)" in again.stderr
+
+    _assert_each_line_once(db_path, originals)
+    shutil.rmtree(tmp_path / "projects")
+    archive = _archive(tmp_path)
+    assert archive.files_of("%") == []  # user text is never a LIKE pattern
+    with sqlite3.connect(db_path) as db:
+        ids = dict(db.execute("SELECT path, id FROM files"))
+    for path, data in originals.items():
+        assert hashlib.sha256(b"".join(archive.iter_file(ids[path]))).digest() == hashlib.sha256(data).digest(), path
+    archive.close()
+
+
+# --- incremental, generations -----------------------------------------------------------------------------
+
+
+def test_appends_are_archived_incrementally(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(b"".join(transcript_line(number) for number in range(1, 11)))
+    archive = _archive(tmp_path)
+    assert archive.cursor(str(path)) == (0, 0)
+    assert ingest_file(archive, path) == 10
+    assert archive.cursor(str(path)) == (0, path.stat().st_size)
+    for round_number in range(3):  # each append reads only what is new
+        with open(path, "ab") as out:
+            out.write(transcript_line(11 + 2 * round_number) + transcript_line(12 + 2 * round_number))
+        assert ingest_file(archive, path) == 2
+        assert archive.cursor(str(path)) == (0, path.stat().st_size)
+        assert archive.last_line(str(path)) == transcript_line(12 + 2 * round_number)
+    assert ingest_file(archive, path) == 0
+    archive.close()
+    _assert_each_line_once(archive.path, {str(path): path.read_bytes()})
+    archive = _archive(tmp_path)
+    assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == path.read_bytes()
+    archive.close()
+
+
+def test_a_rewrite_starts_a_new_generation_and_never_erases_archived_lines(tmp_path: Path) -> None:
+    path = tmp_path / "session.jsonl"
+    lines = generated_session(segments=2, turns=2)
+    original = b"".join(lines)
+    path.write_bytes(original)
+    archive = _archive(tmp_path)
+    assert ingest_file(archive, path) == len(lines)
+    file_id = archive.files_of(str(path))[0][0]
+
+    # A repair-like rewrite: one line removed from the middle, a synthetic line appended, file replaced.
+    repaired = b"".join(lines[:3] + lines[4:]) + transcript_line(99)
+    temporary = tmp_path / "session.jsonl.tmp"
+    temporary.write_bytes(repaired)
+    os.replace(temporary, path)
+    assert ingest_file(archive, path) == len(lines)  # every line of the new file, as generation 1
+    assert archive.cursor(str(path)) == (1, len(repaired))
+    assert b"".join(archive.iter_file(file_id)) == repaired
+    assert b"".join(archive.iter_file(file_id, generation=0)) == original
+
+    # A second rewrite that shrinks the file: generation 2; both earlier ones are still whole.
+    path.write_bytes(b"".join(lines[:2]))
+    assert ingest_file(archive, path) == 2
+    assert archive.cursor(str(path)) == (2, len(b"".join(lines[:2])))
+    assert b"".join(archive.iter_file(file_id, generation=0)) == original
+    assert b"".join(archive.iter_file(file_id, generation=1)) == repaired
+    assert b"".join(archive.iter_file(file_id)) == b"".join(lines[:2])
+    archive.close()
+
+
+@pytest.mark.parametrize("completion", ["the writer finishes the line", "the next write starts with a newline",
+                                        "a caller feeds the completed line from its start"])
+def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_line(
+        tmp_path: Path, completion: str) -> None:
+    path = tmp_path / "session.jsonl"
+    whole = b"".join(transcript_line(number) for number in range(1, 4))
+    path.write_bytes(whole[:-30])  # read while Claude Code was writing its third line
+    archive = _archive(tmp_path)
+    assert ingest_file(archive, path) == 3
+    file_id = archive.files_of(str(path))[0][0]
+    assert b"".join(archive.iter_file(file_id)) == whole[:-30]  # no newline added
+
+    if completion == "the next write starts with a newline":
+        whole = whole[:-30] + b"\n" + transcript_line(4)
+    path.write_bytes(whole)
+    if completion == "a caller feeds the completed line from its start":  # as the daemon's worker does
+        archive.add_lines(str(path), len(whole) - len(transcript_line(3)), [transcript_line(3)[:-1]])
+    else:
+        ingest_file(archive, path)
+    assert b"".join(archive.iter_file(file_id)) == whole
+    assert archive.cursor(str(path)) == (0, len(whole))
+    archive.close()
+    _assert_each_line_once(archive.path, {str(path): whole})
+    with sqlite3.connect(archive.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM lines WHERE unterminated = 1").fetchone()[0] == 0
+        assert db.execute("SELECT raw_bytes FROM files").fetchone()[0] == len(whole)
+    archive = _archive(tmp_path)
+    # The completed line is a message again (the fragment a newline cut off stays a malformed line of its own).
+    expected = {1, 2, 4} if completion == "the next write starts with a newline" else {1, 2, 3}
+    assert {hit.line for hit in archive.search("line")} == expected
+    archive.close()
+
+
+# --- dedup ------------------------------------------------------------------------------------------------
+
+
+def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> None:
+    copies = _copy_corpus(tmp_path / "projects")
+    _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    db_path = tmp_path / "state" / "archive.db"
+    first = _content_figures(db_path)
+    with sqlite3.connect(db_path) as db:
+        pack_bytes = db.execute("SELECT SUM(raw_size) FROM packs").fetchone()[0]
+
+    # The same paths again: nothing at all is added.
+    again = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    assert "archived 0 new line(s)" in again.stderr
+    assert _content_figures(db_path) == first
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT SUM(raw_size) FROM packs").fetchone()[0] == pack_bytes
+
+    # The same sessions under other paths (a second machine's copy): envelopes only, no content.
+    shutil.copytree(tmp_path / "projects", tmp_path / "elsewhere")
+    _riffd(tmp_path, "archive", "ingest", str(tmp_path / "elsewhere"))
+    assert _content_figures(db_path)[:2] == first[:2]
+    assert _content_figures(db_path)[3] == first[3]
+    with sqlite3.connect(db_path) as db:
+        envelope_bytes = db.execute("SELECT SUM(length) FROM lines").fetchone()[0]
+        added_packs = db.execute("SELECT SUM(raw_size) FROM packs").fetchone()[0] - pack_bytes
+    assert added_packs == envelope_bytes // 2  # the second copy's envelopes, exactly half of all envelope bytes
+    assert len(copies) * 2 == _archive_file_count(db_path)
+
+
+def test_resumed_copies_add_only_envelopes(tmp_path: Path) -> None:
+    sessions = [path for path in corpus_transcripts() if path.parent.name != "subagents"]
+    for source in sessions:
+        (tmp_path / "projects" / source.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, tmp_path / "projects" / source.parent.name / source.name)
+    _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    db_path = tmp_path / "state" / "archive.db"
+    before = _content_figures(db_path)
+
+    rng = random.Random(3)
+    resumed: dict[Path, bytes] = {}
+    for source in sessions:
+        data, session_id = archive_bench.resumed_copy(source.read_bytes(), rng)
+        target = tmp_path / "resumed" / source.parent.name / f"{session_id}.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        resumed[target] = data
+        # Really a resumed copy: other ids in every line that had them, the same content and result values.
+        for old, new in zip(source.read_bytes().splitlines(), data.splitlines(), strict=True):
+            old_line, new_line = orjson.loads(old), orjson.loads(new)
+            if isinstance(old_line.get("uuid"), str):
+                assert new_line["uuid"] != old_line["uuid"]
+            if isinstance(old_line.get("sessionId"), str):
+                assert new_line["sessionId"] == session_id
+            assert new_line.get("message") == old_line.get("message")
+            assert new_line.get("toolUseResult") == old_line.get("toolUseResult")
+    result = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "resumed"))
+    assert f"archived {sum(_line_count(data) for data in resumed.values())} new line(s)" in result.stderr
+    assert _content_figures(db_path)[:2] == before[:2]
+    assert _content_figures(db_path)[3] == before[3]
+    archive = _archive(tmp_path)
+    for target, data in resumed.items():
+        ((file_id, _path, _session),) = archive.files_of(str(target))
+        assert b"".join(archive.iter_file(file_id)) == data
+    archive.close()
+
+
+# --- search -----------------------------------------------------------------------------------------------
+
+
+def _message_line(session: str, cwd: str, role: str, text: str, stamp: str, number: int) -> bytes:
+    record = {"type": role, "uuid": f"{session}-{number}", "parentUuid": None, "sessionId": session, "cwd": cwd,
+              "timestamp": stamp, "message": {"role": role, "content": text}}
+    return orjson.dumps(record) + b"\n"
+
+
+@pytest.fixture
+def search_archive(tmp_path: Path) -> Path:
+    """Two projects, three sessions, known words, roles and times; ingested through the CLI."""
+    projects = tmp_path / "projects"
+    (projects / "-home-ana-alpha").mkdir(parents=True)
+    (projects / "-home-ana-beta").mkdir(parents=True)
+    (projects / "-home-ana-alpha" / "s-alpha-1.jsonl").write_bytes(
+        _message_line("s-alpha-1", "/home/ana/alpha", "user", "please refactor the quokka parser",
+                      "2025-01-05T10:00:00Z", 1)
+        + _message_line("s-alpha-1", "/home/ana/alpha", "assistant", "The quokka parser is refactored.",
+                        "2025-01-05T10:01:00Z", 2)
+        + _message_line("s-alpha-1", "/home/ana/alpha", "user", "hello   brave\tworld", "2025-01-05T10:02:00Z", 3))
+    (projects / "-home-ana-alpha" / "s-alpha-2.jsonl").write_bytes(
+        _message_line("s-alpha-2", "/home/ana/alpha", "user", "quokka tests fail with \"quotes\" -x NEAR*",
+                      "2025-03-01T09:00:00Z", 1)
+        + _message_line("s-alpha-2", "/home/ana/alpha", "user", "  hello brave world ", "2025-03-01T09:01:00Z", 2))
+    (projects / "-home-ana-beta" / "s-beta.jsonl").write_bytes(
+        _message_line("s-beta", "/home/ana/beta", "assistant", "quokka in the beta project", "2025-06-01T08:00:00Z", 1))
+    _riffd(tmp_path, "archive", "ingest", str(projects))
+    return tmp_path
+
+
+def _cli_search(tmp_path: Path, *args: str) -> list[dict[str, object]]:
+    result = _riffd(tmp_path, "archive", "search", *args, "--json", check=False)
+    assert result.returncode in (0, 1), result.stderr
+    hits = orjson.loads(result.stdout) if result.stdout.strip() else []
+    assert (result.returncode == 0) == bool(hits)
+    return hits
+
+
+def test_search_filters_through_the_cli(search_archive: Path) -> None:
+    tmp_path = search_archive
+    assert {hit["session_id"] for hit in _cli_search(tmp_path, "quokka")} == {"s-alpha-1", "s-alpha-2", "s-beta"}
+    assert {hit["session_id"] for hit in _cli_search(tmp_path, "quokka", "--project", "/home/ana/beta")} == {"s-beta"}
+    assert {hit["line"] for hit in _cli_search(tmp_path, "quokka", "--session", "s-alpha-1")} == {1, 2}
+    assistant = _cli_search(tmp_path, "quokka", "--role", "assistant")
+    assert {(hit["session_id"], hit["role"]) for hit in assistant} == {("s-alpha-1", "assistant"),
+                                                                        ("s-beta", "assistant")}
+    assert {hit["session_id"] for hit in _cli_search(tmp_path, "quokka", "--since", "2025-02-01")} == {"s-alpha-2",
+                                                                                                    "s-beta"}
+    newest_first = _cli_search(tmp_path, "quokka")
+    assert [hit["timestamp"] for hit in newest_first] == sorted((hit["timestamp"] for hit in newest_first),
+                                                                reverse=True)
+    assert "quokka parser" in str(_cli_search(tmp_path, "refactor", "--session", "s-alpha-1")[0]["snippet"])
+    assert _cli_search(tmp_path, "platypus") == []
+
+
+def test_search_in_process_filters_whitespace_variants_and_fts_syntax(search_archive: Path) -> None:
+    archive = _archive(search_archive)
+    assert {hit.session_id for hit in archive.search("quokka parser")} == {"s-alpha-1"}
+    assert {hit.session_id for hit in archive.search("quokka", project="/home/ana/alpha")} == {"s-alpha-1",
+                                                                                             "s-alpha-2"}
+    assert {hit.line for hit in archive.search("quokka", session="s-alpha-2")} == {1}
+    assert {hit.role for hit in archive.search("quokka", role="user")} == {"user"}
+    assert len(archive.search("quokka", since=int(time.mktime((2025, 5, 1, 0, 0, 0, 0, 0, -1))))) == 1
+    assert len(archive.search("quokka", limit=2)) == 2
+
+    # Three byte-different texts that normalise alike: three contents, one search entry.
+    assert normalise("hello   brave\tworld") == normalise("  hello brave world ") == "hello brave world"
+    with sqlite3.connect(archive.path) as db:
+        contents, entries = db.execute("SELECT COUNT(*), COUNT(DISTINCT search_row) FROM contents").fetchone()
+    assert (contents, entries) == (6, 5)
+    assert {(hit.session_id, hit.line) for hit in archive.search("brave world")} == {("s-alpha-1", 3),
+                                                                                   ("s-alpha-2", 2)}
+
+    for query in ['"quotes', 'quokka*', '-x', 'NEAR(quokka tests)', 'quokka AND OR NOT', "'", '"', '*', '()',
+                  'tests: "quotes" -x NEAR*', '^quokka', 'col:quokka', '']:
+        archive.search(query)  # never raises
+    assert {hit.session_id for hit in archive.search('"quotes" -x')} == {"s-alpha-2"}
+    assert {hit.session_id for hit in archive.search("NEAR")} == {"s-alpha-2"}
+    archive.close()
+    assert _cli_search(search_archive, 'fail "with -x NEAR(') != []
+
+
+# --- export, stats ----------------------------------------------------------------------------------------
+
+
+def test_export_json_form_and_stats_figures(tmp_path: Path) -> None:
+    copies = _copy_corpus(tmp_path / "projects")
+    _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    stats = orjson.loads(_riffd(tmp_path, "archive", "stats", "--json").stdout)
+    total = sum(copy.stat().st_size for copy in copies)
+    lines = sum(_line_count(copy.read_bytes()) for copy in copies)
+    assert stats["raw_bytes"] == total
+    assert stats["files"] == len(copies)
+    assert stats["lines"] == lines
+    assert stats["messages"] <= lines
+    assert stats["unique_texts"] <= stats["unique_contents"]
+    # While `stats` runs the database has its -wal and -shm files beside it; they are counted too.
+    assert stats["stored_bytes"] >= (tmp_path / "state" / "archive.db").stat().st_size
+    assert stats["ratio"] == round(stats["stored_bytes"] / total, 4)
+    assert stats["oldest"] <= stats["newest"]
+    human = _riffd(tmp_path, "archive", "stats").stdout
+    assert f"{total:,}" in human
+
+    session = "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    source = next(copy for copy in copies if copy.name == f"{session}.jsonl")
+    (exported,) = orjson.loads(_riffd(tmp_path, "archive", "export", session).stdout)
+    assert exported["session_id"] == session
+    assert exported["project"] == "/path/to/Demo"
+    assert exported["path"] == str(source)
+    originals = [orjson.loads(line) for line in source.read_bytes().splitlines()]
+    expected = [(number, line["message"]["content"]) for number, line in enumerate(originals)
+                if isinstance(line.get("message"), dict) and "content" in line["message"]]
+    assert [(message["index"], message["content"]) for message in exported["messages"]] == expected
+    for message in exported["messages"]:
+        original = originals[message["index"]]
+        assert message["role"] == original["type"]
+        assert message["hash"] == hashlib.sha256(orjson.dumps(original["message"]["content"])).hexdigest()
+        assert set(message) == {"index", "hash", "role", "timestamp", "content"}
+    missing = _riffd(tmp_path, "archive", "export", "no-such-session", check=False)
+    assert missing.returncode == 2
