@@ -41,6 +41,7 @@ import orjson
 from riffd.reader import iter_chunks, parse_line, read_span
 
 PACK_BYTES = 512 * 1024
+SEARCH_BATCH = 200  # matching texts joined to their lines at a time
 CONTENT_MARK = b"\x00"
 RESULT_MARK = b"\x01"
 ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
@@ -57,21 +58,24 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
 CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
+-- Looked up by the first 8 bytes of the SHA-256 as an integer (a small index); the full hash is compared.
 CREATE TABLE IF NOT EXISTS contents (
-    id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, search_row INTEGER,
+    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, hash BLOB NOT NULL, search_row INTEGER,
     pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS contents_search ON contents(search_row);
+CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
+CREATE INDEX IF NOT EXISTS contents_search ON contents(search_row) WHERE search_row IS NOT NULL;
 CREATE TABLE IF NOT EXISTS lines (
     file_id INTEGER NOT NULL, generation INTEGER NOT NULL, number INTEGER NOT NULL,
     pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     content_id INTEGER, result_id INTEGER, role INTEGER, ts INTEGER, unterminated INTEGER,
     PRIMARY KEY (file_id, generation, number)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS lines_content ON lines(content_id);
+CREATE INDEX IF NOT EXISTS lines_content ON lines(content_id) WHERE content_id IS NOT NULL;
 -- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
-CREATE TABLE IF NOT EXISTS searchable (row INTEGER PRIMARY KEY, norm_hash BLOB UNIQUE NOT NULL);
+CREATE TABLE IF NOT EXISTS searchable (row INTEGER PRIMARY KEY, key INTEGER NOT NULL, norm_hash BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS searchable_key ON searchable(key);
 """
 
 
@@ -315,14 +319,15 @@ class Archive:
 
     def _content(self, db: sqlite3.Connection, packer: _Packer, exact: bytes, value: Any) -> int:
         digest = hashlib.sha256(exact).digest()
-        row = db.execute("SELECT id FROM contents WHERE hash = ?", (digest,)).fetchone()
-        if row is not None:
-            return int(row[0])
+        key = _key(digest)
+        for content_id, stored in db.execute("SELECT id, hash FROM contents WHERE key = ?", (key,)):
+            if stored == digest:
+                return int(content_id)
         search_row = self._index_text(db, text_of(value))
         pack, offset, length = packer.add(exact)
         content_id = db.execute(
-            "INSERT INTO contents(hash, search_row, pack, offset, length) VALUES (?, ?, ?, ?, ?)",
-            (digest, search_row, pack, offset, length),
+            "INSERT INTO contents(key, hash, search_row, pack, offset, length) VALUES (?, ?, ?, ?, ?, ?)",
+            (key, digest, search_row, pack, offset, length),
         ).lastrowid
         assert content_id is not None
         return content_id
@@ -333,10 +338,11 @@ class Archive:
         if not text:
             return None
         norm_hash = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        row = db.execute("SELECT row FROM searchable WHERE norm_hash = ?", (norm_hash,)).fetchone()
-        if row is not None:
-            return int(row[0])
-        search_row = db.execute("INSERT INTO searchable(norm_hash) VALUES (?)", (norm_hash,)).lastrowid
+        key = _key(norm_hash)
+        for search_row, stored in db.execute("SELECT row, norm_hash FROM searchable WHERE key = ?", (key,)):
+            if stored == norm_hash:
+                return int(search_row)
+        search_row = db.execute("INSERT INTO searchable(key, norm_hash) VALUES (?, ?)", (key, norm_hash)).lastrowid
         db.execute("INSERT INTO search(rowid, text) VALUES (?, ?)", (search_row, text))
         return search_row
 
@@ -404,36 +410,49 @@ class Archive:
 
     def search(self, query: str, *, project: str | None = None, session: str | None = None,
                role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
-        """Return up to `limit` places where `query` (FTS5 syntax; plain words match all of them) occurs, newest
-        first, filtered by project path prefix, session id, role and time."""
-        sql = (
-            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, c.id "
-            "FROM search JOIN contents c ON c.search_row = search.rowid "
-            "JOIN lines l ON l.content_id = c.id JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
-            "WHERE search MATCH ?"
-        )
-        params: list[Any] = [_fts_query(query)]
+        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
+        prefix, session id, role and time.
+
+        Matching texts are taken newest first (by the order they were archived) in batches, and only each
+        batch is joined to its lines, so a common word costs a batch, not every line it occurs in."""
+        where = ""
+        params: list[Any] = []
         if project:
-            sql += " AND f.project LIKE ? ESCAPE '\\'"
+            where += " AND f.project LIKE ? ESCAPE '\\'"
             params.append(_like_literal(project.rstrip("/")) + "%")
         if session:
-            sql += " AND f.session_id = ?"
+            where += " AND f.session_id = ?"
             params.append(session)
         if role:
-            sql += " AND l.role = ?"
+            where += " AND l.role = ?"
             params.append(ROLES.get(role, -1))
         if since is not None:
-            sql += " AND l.ts >= ?"
+            where += " AND l.ts >= ?"
             params.append(since)
-        sql += " ORDER BY l.ts DESC LIMIT ?"
-        params.append(limit)
+        found: list[tuple[Any, ...]] = []
+        below = None
         with self._lock:
-            rows = self._db.execute(sql, params)
+            while len(found) < limit:
+                rows = self._db.execute(
+                    "SELECT rowid FROM search WHERE search MATCH ?" + (" AND rowid < ?" if below else "")
+                    + " ORDER BY rowid DESC LIMIT ?",
+                    [_fts_query(query), *([below] if below else []), SEARCH_BATCH]).fetchall()
+                if not rows:
+                    break
+                below = rows[-1][0]
+                marks = ",".join("?" * len(rows))
+                found += self._db.execute(
+                    "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, c.id FROM contents c "
+                    "JOIN lines l ON l.content_id = c.id "
+                    "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
+                    f"WHERE c.search_row IN ({marks}){where} ORDER BY l.ts DESC LIMIT ?",
+                    [*(row[0] for row in rows), *params, limit - len(found)]).fetchall()
             hits = []
-            for session_id, project_path, path, number, role_id, ts, content_id in rows.fetchall():
+            for session_id, project_path, path, number, role_id, ts, content_id in found[:limit]:
                 text = normalise(text_of(orjson.loads(self._content_bytes(content_id))))
                 hits.append(SearchHit(session_id, project_path, path, number + 1, ROLE_NAMES.get(role_id), ts,
                                       _snippet(text, query)))
+        hits.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
         return hits
 
     def behind(self, files: dict[str, int]) -> tuple[int, int]:
@@ -493,6 +512,11 @@ class Archive:
 
 def _iso(epoch: int | None) -> str | None:
     return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds") if epoch else None
+
+
+def _key(digest: bytes) -> int:
+    """The first 8 bytes of a SHA-256 as a signed integer: the index key (the full hash is still compared)."""
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _like_literal(text: str) -> str:
