@@ -139,14 +139,15 @@ class _Packer:
     """Appends byte strings to the open pack; stores it at every commit (fast zlib level 1 while it grows),
     and seals it (lzma) once full. The open pack's bytes are kept in memory between commits."""
 
-    def __init__(self, db: sqlite3.Connection, cached: tuple[int, bytearray] | None) -> None:
+    def __init__(self, db: sqlite3.Connection, kind: str, cached: tuple[int, bytearray] | None) -> None:
         self.db = db
+        self.kind = kind  # "envelope" (read only to restore: lzma) or "content" (read by search: zlib 9)
         self.pack_id: int | None = None
         self.buffer = bytearray()
         if cached is not None:
             self.pack_id, self.buffer = cached[0], bytearray(cached[1])
             return
-        row = db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (f"open_pack_{kind}",)).fetchone()
         if row is not None:
             self.pack_id = int(row[0])
             data = db.execute("SELECT data FROM packs WHERE id = ?", (self.pack_id,)).fetchone()
@@ -156,7 +157,8 @@ class _Packer:
         if self.pack_id is None or (len(self.buffer) + len(data) > PACK_BYTES and self.buffer):
             self._store(sealed=True)  # never written again: worth the better compression
             self.pack_id = self.db.execute("INSERT INTO packs(data, raw_size) VALUES (x'', 0)").lastrowid
-            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('open_pack', ?)", (str(self.pack_id),))
+            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                            (f"open_pack_{self.kind}", str(self.pack_id)))
             self.buffer = bytearray()
         assert self.pack_id is not None
         offset = len(self.buffer)
@@ -171,9 +173,15 @@ class _Packer:
     def _store(self, *, sealed: bool) -> None:
         if self.pack_id is not None:
             data = bytes(self.buffer)
-            # Sealed packs: lzma preset 1 (about a quarter smaller than zlib 9 on transcripts, as fast to write,
-            # 4 ms to read back a megabyte). The open pack, rewritten at every commit: zlib 1.
-            packed = lzma.compress(data, preset=1) if sealed else zlib.compress(data, 1)
+            # Sealed envelope packs, read back only to restore: lzma preset 1 (about a quarter smaller than zlib 9
+            # on transcripts, as fast to write). Sealed content packs, read by every search: zlib 9 (several times
+            # faster to read). The open pack, rewritten at every commit: zlib 1.
+            if not sealed:
+                packed = zlib.compress(data, 1)
+            elif self.kind == "envelope":
+                packed = lzma.compress(data, preset=1)
+            else:
+                packed = zlib.compress(data, 9)
             self.db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
                             (packed, len(self.buffer), self.pack_id))
 
@@ -190,7 +198,8 @@ class Archive:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._pack_cache: dict[int, bytes] = {}
-        self._open_pack: tuple[int, bytearray] | None = None  # as committed; None: read it from the database
+        # The open packs as committed, by kind; None: read them from the database.
+        self._open_packs: dict[str, tuple[int, bytearray] | None] = {"envelope": None, "content": None}
 
     def close(self) -> None:
         """Close the database."""
@@ -219,7 +228,7 @@ class Archive:
                 added = self._add(path, offset, lines, rewritten, last_terminated)
             except BaseException:
                 self._db.execute("ROLLBACK")
-                self._open_pack = None  # what was added to it in memory was not committed
+                self._open_packs = {"envelope": None, "content": None}  # what was added in memory was not committed
                 raise
             self._db.execute("COMMIT")
         return added
@@ -235,7 +244,7 @@ class Archive:
             file_id, generation, archived, count = row
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
-        packer = _Packer(db, self._open_pack)
+        packers = {kind: _Packer(db, kind, cached) for kind, cached in self._open_packs.items()}
         # A torn last line (archived without its newline) that the file has completed since: the completed line
         # takes its row, so the archive keeps one row per line of the file, never a fragment plus the rest, and a
         # caller feeding the completed line from its start (below the watermark) does not lose the rest.
@@ -260,13 +269,13 @@ class Archive:
                 count, archived, torn = count - 1, torn_at, None
                 added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
-                self._add_line(db, packer, file_id, generation, count, raw, info, terminated)
+                self._add_line(db, packers, file_id, generation, count, raw, info, terminated)
                 count += 1
                 added += 1
                 added_bytes += end - position
                 archived = end
             position = end
-        self._open_pack = packer.flush()
+        self._open_packs = {kind: packer.flush() for kind, packer in packers.items()}
         self._pack_cache.clear()  # packs changed (the open one grew, a full one was sealed): cached copies are stale
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
@@ -277,8 +286,9 @@ class Archive:
         )
         return added
 
-    def _add_line(self, db: sqlite3.Connection, packer: _Packer, file_id: int, generation: int, number: int,
-                  raw: bytes, info: dict[str, Any], terminated: bool) -> None:
+    def _add_line(self, db: sqlite3.Connection, packers: dict[str, _Packer], file_id: int, generation: int,
+                  number: int, raw: bytes, info: dict[str, Any], terminated: bool) -> None:
+        packer = packers["content"]
         obj = parse_line(raw)
         envelope = raw
         content_id = result_id = None
@@ -305,7 +315,7 @@ class Archive:
                     info["title"] = obj[key]
             if kind == "summary" and isinstance(obj.get("summary"), str):
                 self._index_text(db, obj["summary"])
-        pack, offset, length = packer.add(envelope)
+        pack, offset, length = packers["envelope"].add(envelope)
         db.execute(
             "INSERT INTO lines(file_id, generation, number, pack, offset, length, content_id, result_id, "
             "role, ts, unterminated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
