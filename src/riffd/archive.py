@@ -13,7 +13,7 @@ How a line is stored, losslessly:
 - Each file's lines are recorded in order (file, generation, line number) with role and time (the uuid
   and session are in the envelope): that is how `restore` rebuilds a transcript as it was last archived,
   also after Claude Code deleted it.
-- For search, each distinct content's text is normalised (trimmed, CRLF to LF, runs of spaces and tabs
+- For search, each distinct `message.content` text is normalised (trimmed, CRLF to LF, runs of spaces and tabs
   collapsed to one space) and indexed once per normalised SHA-256 in an FTS5 table, so copies that
   differ only in whitespace are one search entry; the exact bytes are still what is stored and restored.
 
@@ -61,9 +61,11 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
 CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
 -- Looked up by the first 8 bytes of the SHA-256 as an integer (a small index); the full hash is compared.
+-- `role`: of the line that first held the content (a content's role hardly ever varies): lets a role-filtered
+-- search skip texts of other roles without looking at their lines; each hit's own role is still checked.
 CREATE TABLE IF NOT EXISTS contents (
     id INTEGER PRIMARY KEY, key INTEGER NOT NULL, hash BLOB NOT NULL, search_row INTEGER,
-    pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL
+    pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL, role INTEGER
 );
 CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
 CREATE INDEX IF NOT EXISTS contents_search ON contents(search_row) WHERE search_row IS NOT NULL;
@@ -73,7 +75,9 @@ CREATE TABLE IF NOT EXISTS lines (
     content_id INTEGER, result_id INTEGER, role INTEGER, ts INTEGER, unterminated INTEGER,
     PRIMARY KEY (file_id, generation, number)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS lines_content ON lines(content_id) WHERE content_id IS NOT NULL;
+DROP INDEX IF EXISTS lines_content;
+-- Newest occurrence of a content first: search finds each text's latest use with one seek.
+CREATE INDEX IF NOT EXISTS lines_content_ts ON lines(content_id, ts) WHERE content_id IS NOT NULL;
 -- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
 CREATE TABLE IF NOT EXISTS searchable (row INTEGER PRIMARY KEY, key INTEGER NOT NULL, norm_hash BLOB NOT NULL);
@@ -197,6 +201,9 @@ class Archive:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(contents)")}
+        if "role" not in columns:  # an archive made before contents had a role: the filter then checks lines only
+            self._db.execute("ALTER TABLE contents ADD COLUMN role INTEGER")
         self._pack_cache: dict[int, bytes] = {}
         # The open packs as committed, by kind; None: read them from the database.
         self._open_packs: dict[str, tuple[int, bytearray] | None] = {"envelope": None, "content": None}
@@ -295,13 +302,15 @@ class Archive:
         role = ts = None
         if isinstance(obj, dict):
             message = obj.get("message")
-            if isinstance(message, dict) and "content" in message:
-                envelope, content_id = self._cut(db, packer, envelope, b'"content":', message["content"], CONTENT_MARK)
-            if "toolUseResult" in obj:
-                envelope, result_id = self._cut(db, packer, envelope, b'"toolUseResult":', obj["toolUseResult"],
-                                                RESULT_MARK)
             kind = obj.get("type")
             role = ROLES.get(kind) if isinstance(kind, str) else None
+            if isinstance(message, dict) and "content" in message:
+                envelope, content_id = self._cut(db, packer, envelope, b'"content":', message["content"], CONTENT_MARK,
+                                                 role)
+            if "toolUseResult" in obj:
+                # Stored, not indexed: it repeats the tool_result block of message.content, which is indexed.
+                envelope, result_id = self._cut(db, packer, envelope, b'"toolUseResult":', obj["toolUseResult"],
+                                                RESULT_MARK, role, searchable=False)
             ts = _epoch(obj.get("timestamp"))
             if ts is not None:
                 info.setdefault("first_ts", ts)
@@ -324,7 +333,7 @@ class Archive:
         )
 
     def _cut(self, db: sqlite3.Connection, packer: _Packer, envelope: bytes, key: bytes, value: Any,
-             mark: bytes) -> tuple[bytes, int | None]:
+             mark: bytes, role: int | None, *, searchable: bool = True) -> tuple[bytes, int | None]:
         """Cut `value`'s exact bytes (after `key`) out of the envelope; store them once; return both."""
         try:
             exact = orjson.dumps(value)
@@ -335,20 +344,25 @@ class Archive:
         if at < 0 or envelope.find(needle, at + 1) >= 0 or mark in envelope:
             return envelope, None  # not verbatim, or ambiguous: keep it inline
         start = at + len(key)
-        content_id = self._content(db, packer, exact, value)
+        content_id = self._content(db, packer, exact, value, role, searchable)
         return envelope[:start] + mark + envelope[start + len(exact):], content_id
 
-    def _content(self, db: sqlite3.Connection, packer: _Packer, exact: bytes, value: Any) -> int:
+    def _content(self, db: sqlite3.Connection, packer: _Packer, exact: bytes, value: Any, role: int | None,
+                 searchable: bool) -> int:
         digest = hashlib.sha256(exact).digest()
         key = _key(digest)
-        for content_id, stored in db.execute("SELECT id, hash FROM contents WHERE key = ?", (key,)):
+        for content_id, stored, search_row in db.execute(
+                "SELECT id, hash, search_row FROM contents WHERE key = ?", (key,)).fetchall():
             if stored == digest:
+                if searchable and search_row is None:  # first stored unindexed (a toolUseResult): index it now
+                    db.execute("UPDATE contents SET search_row = ? WHERE id = ?",
+                               (self._index_text(db, text_of(value)), content_id))
                 return int(content_id)
-        search_row = self._index_text(db, text_of(value))
+        search_row = self._index_text(db, text_of(value)) if searchable else None
         pack, offset, length = packer.add(exact)
         content_id = db.execute(
-            "INSERT INTO contents(key, hash, search_row, pack, offset, length) VALUES (?, ?, ?, ?, ?, ?)",
-            (key, digest, search_row, pack, offset, length),
+            "INSERT INTO contents(key, hash, search_row, pack, offset, length, role) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (key, digest, search_row, pack, offset, length, role),
         ).lastrowid
         assert content_id is not None
         return content_id
@@ -434,8 +448,9 @@ class Archive:
         """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
         prefix, session id, role and time.
 
-        Matching texts are taken newest first (by the order they were archived) in batches, and only each
-        batch is joined to its lines, so a common word costs a batch, not every line it occurs in."""
+        Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
+        a message are one hit). Texts are taken newest first (by the order they were archived) until `limit` hits
+        are found, each with one index seek, so a common word costs about `limit` seeks, not every line it is in."""
         where = ""
         params: list[Any] = []
         if project:
@@ -452,6 +467,13 @@ class Archive:
             params.append(since)
         found: list[tuple[Any, ...]] = []
         below = None
+        occurrence = (
+            # INDEXED BY: with a filter on files, SQLite would otherwise scan files first, then all their lines.
+            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id "
+            "FROM lines l INDEXED BY lines_content_ts "
+            "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
+            f"WHERE l.content_id = ?{where} ORDER BY l.ts DESC LIMIT 1"
+        )
         with self._lock:
             while len(found) < limit:
                 rows = self._db.execute(
@@ -461,20 +483,26 @@ class Archive:
                 if not rows:
                     break
                 below = rows[-1][0]
-                marks = ",".join("?" * len(rows))
-                found += self._db.execute(
-                    "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, c.id FROM contents c "
-                    "JOIN lines l ON l.content_id = c.id "
-                    "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
-                    f"WHERE c.search_row IN ({marks}){where} ORDER BY l.ts DESC LIMIT ?",
-                    [*(row[0] for row in rows), *params, limit - len(found)]).fetchall()
-            hits = []
+                for (search_row,) in rows:
+                    # Each matching text once, at the newest occurrence (of any of its whitespace variants) that
+                    # passes the filters.
+                    variants = self._db.execute(
+                        "SELECT id FROM contents WHERE search_row = ?"
+                        + (" AND (role = ? OR role IS NULL)" if role else ""),
+                        (search_row, *([ROLES.get(role, -1)] if role else []))).fetchall()
+                    hits = [self._db.execute(occurrence, [variant, *params]).fetchone() for (variant,) in variants]
+                    newest = max((hit for hit in hits if hit is not None), key=lambda hit: hit[5] or 0, default=None)
+                    if newest is not None:
+                        found.append(newest)
+                        if len(found) >= limit:
+                            break
+            results = []
             for session_id, project_path, path, number, role_id, ts, content_id in found[:limit]:
                 text = normalise(text_of(orjson.loads(self._content_bytes(content_id))))
-                hits.append(SearchHit(session_id, project_path, path, number + 1, ROLE_NAMES.get(role_id), ts,
-                                      _snippet(text, query)))
-        hits.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
-        return hits
+                results.append(SearchHit(session_id, project_path, path, number + 1, ROLE_NAMES.get(role_id), ts,
+                                         _snippet(text, query)))
+        results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
+        return results
 
     def behind(self, files: dict[str, int]) -> tuple[int, int]:
         """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
