@@ -422,6 +422,56 @@ class Archive:
             for row in rows:
                 yield self._rebuild(*row)
 
+    def _search_texts_first(self, query: str, where: str, params: list[Any], role: str | None,
+                            limit: int) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = []
+        below = None
+        occurrence = (
+            # INDEXED BY: with a filter on files, SQLite would otherwise scan files first, then all their lines.
+            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id "
+            "FROM lines l INDEXED BY lines_content_ts "
+            "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
+            f"WHERE l.content_id = ?{where} ORDER BY l.ts DESC LIMIT 1"
+        )
+        while len(found) < limit:
+            rows = self._db.execute(
+                "SELECT rowid FROM search WHERE search MATCH ?" + (" AND rowid < ?" if below else "")
+                + " ORDER BY rowid DESC LIMIT ?",
+                [_fts_query(query), *([below] if below else []), SEARCH_BATCH]).fetchall()
+            if not rows:
+                break
+            below = rows[-1][0]
+            for (search_row,) in rows:
+                # The newest occurrence of any of the text's whitespace variants that passes the filters.
+                role_test = " AND (role = ? OR role IS NULL)" if role else ""
+                variants = self._db.execute(
+                    "SELECT id FROM contents WHERE search_row = ?" + role_test,
+                    (search_row, *([ROLES.get(role, -1)] if role else []))).fetchall()
+                hits = [self._db.execute(occurrence, [variant, *params]).fetchone() for (variant,) in variants]
+                newest = max((hit for hit in hits if hit is not None), key=lambda hit: hit[5] or 0, default=None)
+                if newest is not None:
+                    found.append(newest)
+                    if len(found) >= limit:
+                        break
+        return found
+
+    def _search_files_first(self, query: str, where: str, params: list[Any], limit: int) -> list[tuple[Any, ...]]:
+        found: list[tuple[Any, ...]] = []
+        seen: set[int] = set()
+        rows = self._db.execute(
+            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id, c.search_row "
+            "FROM files f JOIN lines l ON l.file_id = f.id AND l.generation = f.generation "
+            "JOIN contents c ON c.id = l.content_id "
+            "WHERE c.search_row IN (SELECT rowid FROM search WHERE search MATCH ?)" + where + " ORDER BY l.ts DESC",
+            [_fts_query(query), *params])
+        for row in rows:
+            if row[7] not in seen:  # each text once, at its newest occurrence
+                seen.add(row[7])
+                found.append(row[:7])
+                if len(found) >= limit:
+                    break
+        return found
+
     def last_line(self, path: str) -> bytes | None:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""
         with self._lock:
@@ -449,8 +499,10 @@ class Archive:
         prefix, session id, role and time.
 
         Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
-        a message are one hit). Texts are taken newest first (by the order they were archived) until `limit` hits
-        are found, each with one index seek, so a common word costs about `limit` seeks, not every line it is in."""
+        a message are one hit). Two plans: with a project or session filter, the lines of those files are taken
+        newest first and kept when their text matches (bounded by the files' size); without, matching texts are
+        taken newest first (by the order they were archived) until `limit` hits are found, each with one index
+        seek for its newest occurrence (bounded by `limit`, not by how often a word occurs)."""
         where = ""
         params: list[Any] = []
         if project:
@@ -465,37 +517,11 @@ class Archive:
         if since is not None:
             where += " AND l.ts >= ?"
             params.append(since)
-        found: list[tuple[Any, ...]] = []
-        below = None
-        occurrence = (
-            # INDEXED BY: with a filter on files, SQLite would otherwise scan files first, then all their lines.
-            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id "
-            "FROM lines l INDEXED BY lines_content_ts "
-            "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
-            f"WHERE l.content_id = ?{where} ORDER BY l.ts DESC LIMIT 1"
-        )
         with self._lock:
-            while len(found) < limit:
-                rows = self._db.execute(
-                    "SELECT rowid FROM search WHERE search MATCH ?" + (" AND rowid < ?" if below else "")
-                    + " ORDER BY rowid DESC LIMIT ?",
-                    [_fts_query(query), *([below] if below else []), SEARCH_BATCH]).fetchall()
-                if not rows:
-                    break
-                below = rows[-1][0]
-                for (search_row,) in rows:
-                    # Each matching text once, at the newest occurrence (of any of its whitespace variants) that
-                    # passes the filters.
-                    variants = self._db.execute(
-                        "SELECT id FROM contents WHERE search_row = ?"
-                        + (" AND (role = ? OR role IS NULL)" if role else ""),
-                        (search_row, *([ROLES.get(role, -1)] if role else []))).fetchall()
-                    hits = [self._db.execute(occurrence, [variant, *params]).fetchone() for (variant,) in variants]
-                    newest = max((hit for hit in hits if hit is not None), key=lambda hit: hit[5] or 0, default=None)
-                    if newest is not None:
-                        found.append(newest)
-                        if len(found) >= limit:
-                            break
+            if project or session:
+                found = self._search_files_first(query, where, params, limit)
+            else:
+                found = self._search_texts_first(query, where, params, role, limit)
             results = []
             for session_id, project_path, path, number, role_id, ts, content_id in found[:limit]:
                 text = normalise(text_of(orjson.loads(self._content_bytes(content_id))))
