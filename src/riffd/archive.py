@@ -425,14 +425,8 @@ class Archive:
     def _search_texts_first(self, query: str, where: str, params: list[Any], role: str | None,
                             limit: int) -> list[tuple[Any, ...]]:
         found: list[tuple[Any, ...]] = []
+        seen: set[int] = set()
         below = None
-        occurrence = (
-            # INDEXED BY: with a filter on files, SQLite would otherwise scan files first, then all their lines.
-            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id "
-            "FROM lines l INDEXED BY lines_content_ts "
-            "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
-            f"WHERE l.content_id = ?{where} ORDER BY l.ts DESC LIMIT 1"
-        )
         while len(found) < limit:
             rows = self._db.execute(
                 "SELECT rowid FROM search WHERE search MATCH ?" + (" AND rowid < ?" if below else "")
@@ -441,16 +435,18 @@ class Archive:
             if not rows:
                 break
             below = rows[-1][0]
-            for (search_row,) in rows:
-                # The newest occurrence of any of the text's whitespace variants that passes the filters.
-                role_test = " AND (role = ? OR role IS NULL)" if role else ""
-                variants = self._db.execute(
-                    "SELECT id FROM contents WHERE search_row = ?" + role_test,
-                    (search_row, *([ROLES.get(role, -1)] if role else []))).fetchall()
-                hits = [self._db.execute(occurrence, [variant, *params]).fetchone() for (variant,) in variants]
-                newest = max((hit for hit in hits if hit is not None), key=lambda hit: hit[5] or 0, default=None)
-                if newest is not None:
-                    found.append(newest)
+            marks = ",".join("?" * len(rows))
+            role_test = " AND (c.role = ? OR c.role IS NULL)" if role else ""
+            batch = self._db.execute(
+                "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, c.id, c.search_row FROM contents c "
+                "JOIN lines l ON l.content_id = c.id "
+                "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
+                f"WHERE c.search_row IN ({marks}){role_test}{where} ORDER BY l.ts DESC",
+                [*(row[0] for row in rows), *([ROLES.get(role, -1)] if role else []), *params])
+            for row in batch:
+                if row[7] not in seen:  # each text once, at its newest occurrence
+                    seen.add(row[7])
+                    found.append(row[:7])
                     if len(found) >= limit:
                         break
         return found
@@ -501,8 +497,8 @@ class Archive:
         Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
         a message are one hit). Two plans: with a project or session filter, the lines of those files are taken
         newest first and kept when their text matches (bounded by the files' size); without, matching texts are
-        taken newest first (by the order they were archived) until `limit` hits are found, each with one index
-        seek for its newest occurrence (bounded by `limit`, not by how often a word occurs)."""
+        taken newest first (by the order they were archived) in batches, each joined to its lines, until `limit`
+        hits are found."""
         where = ""
         params: list[Any] = []
         if project:
