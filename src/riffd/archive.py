@@ -31,7 +31,7 @@ import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -443,12 +443,7 @@ class Archive:
                 "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
                 f"WHERE c.search_row IN ({marks}){role_test}{where} ORDER BY l.ts DESC",
                 [*(row[0] for row in rows), *([ROLES.get(role, -1)] if role else []), *params])
-            for row in batch:
-                if row[7] not in seen:  # each text once, at its newest occurrence
-                    seen.add(row[7])
-                    found.append(row[:7])
-                    if len(found) >= limit:
-                        break
+            _newest_per_text(batch, found, seen, limit)
         return found
 
     def _search_files_first(self, query: str, where: str, params: list[Any], limit: int) -> list[tuple[Any, ...]]:
@@ -460,12 +455,7 @@ class Archive:
             "JOIN contents c ON c.id = l.content_id "
             "WHERE c.search_row IN (SELECT rowid FROM search WHERE search MATCH ?)" + where + " ORDER BY l.ts DESC",
             [_fts_query(query), *params])
-        for row in rows:
-            if row[7] not in seen:  # each text once, at its newest occurrence
-                seen.add(row[7])
-                found.append(row[:7])
-                if len(found) >= limit:
-                    break
+        _newest_per_text(rows, found, seen, limit)
         return found
 
     def last_line(self, path: str) -> bytes | None:
@@ -583,6 +573,18 @@ class Archive:
 
 def _iso(epoch: int | None) -> str | None:
     return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds") if epoch else None
+
+
+def _newest_per_text(rows: Iterable[tuple[Any, ...]], found: list[tuple[Any, ...]], seen: set[int],
+                     limit: int) -> None:
+    """Add to `found` the first row (the newest: rows come newest first) of each text not `seen`, up to `limit`;
+    a row is the hit's seven fields followed by its text's search row."""
+    for row in rows:
+        if len(found) >= limit:
+            return
+        if row[7] not in seen:
+            seen.add(row[7])
+            found.append(row[:7])
 
 
 def _key(digest: bytes) -> int:

@@ -63,12 +63,12 @@ def _open(args: argparse.Namespace) -> Any:
 def run_ingest(args: argparse.Namespace) -> int:
     """`riffd archive ingest`: archive what is new in each transcript; exit 0, or 2 when a file failed."""
     from riffd.archive import ingest_file
-    from riffd.cli import EXIT_ERROR, EXIT_OK, _targets
+    from riffd.cli import EXIT_ERROR, EXIT_OK, transcript_targets
 
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    files, errors = _targets(args.paths)
+    files, errors = transcript_targets(args.paths)
     started, added, size = time.monotonic(), 0, 0
     for number, path in enumerate(files, 1):
         try:

@@ -26,8 +26,7 @@ from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots, iter_transcripts
 from riffd.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.projects import resolve_target
-from riffd.reader import read_span
-from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
+from riffd.repair import RepairOptions, plan_file_repair
 from riffd.scan import FileReport, index_file, scan_file
 
 EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
@@ -159,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- scan ----------------------------------------------------------------------------------------
 
 
-def _targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
+def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
     """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default roots
     when both are empty) and errors for bad paths."""
     errors: list[str] = []
@@ -226,7 +225,7 @@ def _reports(files: list[Path], backup_dir: Path) -> Iterator[FileReport]:
 def run_scan(args: argparse.Namespace) -> int:
     """`riffd scan`: print findings per file; exit 0 clean, 1 findings, 2 errors."""
     started = time.monotonic()
-    files, errors = _targets(args.paths, args.project)
+    files, errors = transcript_targets(args.paths, args.project)
     reports = list(_reports(files, default_backup_dir()))
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
@@ -300,7 +299,7 @@ def _print_json(document: object) -> None:
 
 def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
-    files, errors = _targets(args.paths, args.project)
+    files, errors = transcript_targets(args.paths, args.project)
     backup_dir = args.backup_dir or default_backup_dir()
     options = ApplyOptions(
         backup_dir=backup_dir,
@@ -349,11 +348,8 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
     if not repairable:
         return {"path": str(path), "outcome": "clean", "_remaining": len(scanned.findings),
                 "unrepaired": [finding.to_json() for finding in scanned.findings]}
-    quiet_for = time.time() - scanned.identity.mtime_ns / 1e9 if scanned.identity else 0.0
-    if quiet_for < IN_FLIGHT_GRACE_SECONDS:
-        repair_options = replace(repair_options, answer_newest_message=False)
     try:
-        plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), repair_options)
+        plan = plan_file_repair(scanned, repair_options)
     except (OSError, ValueError) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",
                 "_remaining": len(scanned.findings)}

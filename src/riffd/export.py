@@ -22,8 +22,8 @@ import orjson
 
 from riffd.detect import loaded_conversation
 from riffd.fsio import REAL_FS, retrying_call
-from riffd.reader import iter_chunks, iter_fd, parse_line
-from riffd.scan import analyse
+from riffd.reader import iter_fd, parse_line
+from riffd.scan import index_file
 from riffd.transcript import SIDECHAIN, TranscriptIndex
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,8 @@ def iter_records(path: Path, index: TranscriptIndex, lines: Iterable[int]) -> It
 
 
 def index_of(path: Path) -> TranscriptIndex:
-    """Index every line of `path` (bounded memory: metadata only) and analyse it."""
-    index = TranscriptIndex(str(path))
-    for offset, lines, terminated in iter_chunks(path):
-        index.add_lines(offset, lines, terminated)
-    analyse(index)
-    return index
+    """Index every line of `path` (bounded memory: metadata only) and analyse it, as a scan does."""
+    return index_file(path).index
 
 
 def _text_of(content: Any) -> str:
@@ -246,9 +242,9 @@ def run_export(args: Any) -> int:
     """`riffd export`: exit 0 when every session was exported or already was, 2 when one failed."""
     import sys
 
-    from riffd.cli import EXIT_ERROR, EXIT_OK, _targets
+    from riffd.cli import EXIT_ERROR, EXIT_OK, transcript_targets
 
-    files, errors = _targets(args.paths)
+    files, errors = transcript_targets(args.paths)
     exporter = Exporter(args.to, args.format, sidechains=sidechains_of)
     from riffd.projects import agent_files_of
 

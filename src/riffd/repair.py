@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid as uuid_module
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from riffd.detect import distinct_uses, in_latest_turn, latest_turn, unpaired_tools
 from riffd.findings import REPAIRABLE, Finding, FindingClass
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
-from riffd.reader import BOM, parse_line
+from riffd.reader import BOM, parse_line, read_span
 from riffd.scan import ScannedFile
 from riffd.transcript import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
 
@@ -160,6 +162,29 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
 
     edits = _edits(index, work, fetch, options)
     return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
+
+
+def plan_file_repair(
+    scanned: ScannedFile,
+    options: RepairOptions | None = None,
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    now: float | None = None,
+) -> RepairPlan:
+    """Given a scan made with identity, plan its repair, reading the lines the plan names from the file.
+
+    The one place of the in-flight rule: a tool call of the latest turn gets a placeholder only once the
+    file has been quiet for IN_FLIGHT_GRACE_SECONDS. Raise ValueError for a scan without identity, OSError
+    when a line cannot be read.
+    """
+    options = options or RepairOptions()
+    if scanned.identity is None:
+        raise ValueError("plan_file_repair needs a scan made with with_identity=True")
+    if (time.time() if now is None else now) - scanned.identity.mtime_ns / 1e9 < IN_FLIGHT_GRACE_SECONDS:
+        options = replace(options, answer_newest_message=False)
+    path, index = scanned.identity.path, scanned.index
+    return plan_repair(scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options)
 
 
 def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,

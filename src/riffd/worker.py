@@ -30,7 +30,7 @@ from riffd.findings import REPAIRABLE, Finding, FindingClass
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.liveness import session_liveness
 from riffd.reader import iter_chunks, read_span
-from riffd.repair import IN_FLIGHT_GRACE_SECONDS, RepairOptions, plan_repair
+from riffd.repair import RepairOptions, plan_file_repair
 from riffd.scan import analyse, index_file
 from riffd.state import FINGERPRINT_BYTES, StateStore, Watermark
 from riffd.tracker import RedundantCall, ToolCallTracker
@@ -330,14 +330,8 @@ class Worker:
             log.debug("%s: repair waits: %s", path, why)
             return
         scanned = index_file(path, fs=self.fs, retry=settings.retry, with_identity=True)
-        quiet_for = time.time() - scanned.identity.mtime_ns / 1e9 if scanned.identity else 0.0
-        options = RepairOptions(
-            add_missing_results=settings.add_missing_results,
-            answer_newest_message=quiet_for >= IN_FLIGHT_GRACE_SECONDS,
-            classes=settings.classes,
-        )
-        plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line), fs=self.fs,
-                                                           retry=settings.retry), options)
+        options = RepairOptions(add_missing_results=settings.add_missing_results, classes=settings.classes)
+        plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
         if plan.is_empty:
             outcome.repair = "skipped:nothing_safe_to_do"
             self.store.record_repair(str(path), "skipped", "nothing_safe_to_do", None, Counter(),
