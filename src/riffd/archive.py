@@ -3,19 +3,21 @@
 Claude Code deletes transcripts after 30 days; the archive (SQLite, `<state dir>/archive.db`) keeps them.
 
 How a line is stored, losslessly:
-- Its `message.content` value and its `toolUseResult` value (the bulk of a transcript: text, tool inputs
-  and results) are cut out of the line's bytes exactly as written and stored once each under the SHA-256
-  of those bytes: the same content in another session, or in a resumed copy of a session, costs nothing
-  more. What is left, the envelope (uuids, timestamps, cwd, ...), keeps a one-byte marker where each cut
-  was (a NUL or SOH byte, which a JSON line never holds), so the line is rebuilt byte for byte. A value
-  whose bytes cannot be found verbatim in the line stays in the envelope.
-- Envelopes and contents are compressed in packs of about 512 KiB of input: lzma once full, zlib while open.
-- Each file's lines are recorded in order (file, generation, line number) with role and time (the uuid
-  and session are in the envelope): that is how `restore` rebuilds a transcript as it was last archived,
-  also after Claude Code deleted it.
-- For search, each distinct `message.content` text is normalised (trimmed, CRLF to LF, runs of spaces and tabs
-  collapsed to one space) and indexed once per normalised SHA-256 in an FTS5 table, so copies that
-  differ only in whitespace are one search entry; the exact bytes are still what is stored and restored.
+- Lines go, as written, into packs: about 2 MiB of lines (of any file, in the order they are archived), compressed
+  with lzma once settled (zlib while the open pack still grows). Runs of a file's lines in a pack are recorded
+  with their offsets and lengths, so `restore` rebuilds a transcript byte for byte as it was last archived, also
+  after Claude Code deleted it.
+- A line's pieces of content (each text, thinking, tool input and tool result block of `message.content`, or the
+  content string; and its `toolUseResult`) are found in the line's bytes exactly as written. The first time a
+  piece is seen, it stays in its line and is recorded as a content: its place in the pack, and a key, the first
+  8 bytes of the SHA-256 of its role and its normalised text (trimmed, CRLF as LF, runs of spaces and tabs as
+  one space; the exact bytes when it has no text). When the same bytes come again (a resumed copy, the same file
+  read in another session), they are cut out of the new line and a NUL byte (never in a JSON line) marks the
+  place: they are stored once. Two pieces are the same only when their bytes compare equal, never on the key
+  alone.
+- Search: each normalised text is one FTS5 document (rowid = the id of its first content; copies that differ
+  only in whitespace join it), with a token naming its role. `seen` holds, per text and file, the newest
+  line it occurs on, with its time: that is what search filters and reports.
 
 Exactly once: the archive keeps its own watermark per file (generation, bytes archived) and commits it in
 the same transaction as the lines, skipping lines below it, so a restart, a re-read or a crash in the
@@ -31,8 +33,9 @@ import re
 import sqlite3
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,53 +44,65 @@ import orjson
 
 from riffd.reader import iter_chunks, parse_line, read_span
 
-PACK_BYTES = 512 * 1024
-XZ_MAGIC = b"\xfd7zXZ\x00"
-SEARCH_BATCH = 200  # matching texts joined to their lines at a time
-CONTENT_MARK = b"\x00"
-RESULT_MARK = b"\x01"
+FORMAT = "2"
+PACK_BYTES = 4 * 1024 * 1024
+SEGMENT_BYTES = 128 * 1024
+# lzma preset 6 on a 4 MiB pack: about 20% smaller than preset 1 on 1 MiB; about 7 MB/s to compress, and a pack is
+# compressed once, when it is settled (again only if it is settled while still open, then added to).
+LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 6}]
+ZLIB_MAGIC = 0x78  # the first byte of a zlib stream; lzma packs are raw LZMA2 (their first byte is a chunk header)
+MARK = b"\x00"
+MIN_PIECE = 128  # a piece without text shorter than this stays in its line without a content of its own
+PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
 ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
 ROLE_NAMES = {value: name for name, value in ROLES.items()}
+ROLE_TOKEN = "riffdrole{}"  # added to each indexed text: a role filter is one more FTS term
+BLOCK_FIELDS = (("text", b'"text":'), ("thinking", b'"thinking":'), ("input", b'"input":'),
+                ("content", b'"content":'))
 _SPACES = re.compile(r"[ \t]+")
 
+# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB pages would
+# cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space freed when the open pack is
+# rewritten is given back by `settle`).
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, session_id TEXT, project TEXT, title TEXT,
     first_ts INTEGER, last_ts INTEGER, generation INTEGER NOT NULL DEFAULT 0,
     archived_bytes INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
-    raw_bytes INTEGER NOT NULL DEFAULT 0
+    raw_bytes INTEGER NOT NULL DEFAULT 0, stored_lines INTEGER NOT NULL DEFAULT 0,
+    messages INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
 CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
--- Looked up by the first 8 bytes of the SHA-256 as an integer (a small index); the full hash is compared.
--- `role`: of the line that first held the content (a content's role hardly ever varies): lets a role-filtered
--- search skip texts of other roles without looking at their lines; each hit's own role is still checked.
+-- The open pack, while it grows, in zlib segments: a commit rewrites only the last ones. Empty once settled.
+CREATE TABLE IF NOT EXISTS segments (
+    pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
+) WITHOUT ROWID;
+-- A run: lines first.. of a file's generation held in one pack; `header` (zlib of JSON) has each line's offset
+-- and length in the pack, its cut pieces (content ids in order), and whether the last line has no newline.
+CREATE TABLE IF NOT EXISTS runs (
+    file_id INTEGER NOT NULL, generation INTEGER NOT NULL, first INTEGER NOT NULL, pack INTEGER NOT NULL,
+    header BLOB NOT NULL, PRIMARY KEY (file_id, generation, first)
+) WITHOUT ROWID;
+-- A piece of content, where its bytes were first seen; `text`: its FTS row (NULL: not indexed).
 CREATE TABLE IF NOT EXISTS contents (
-    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, hash BLOB NOT NULL, search_row INTEGER,
-    pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL, role INTEGER
+    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL, text INTEGER
 );
 CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
-CREATE INDEX IF NOT EXISTS contents_search ON contents(search_row) WHERE search_row IS NOT NULL;
-CREATE TABLE IF NOT EXISTS lines (
-    file_id INTEGER NOT NULL, generation INTEGER NOT NULL, number INTEGER NOT NULL,
-    pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
-    content_id INTEGER, result_id INTEGER, role INTEGER, ts INTEGER, unterminated INTEGER,
-    PRIMARY KEY (file_id, generation, number)
+-- Per text and file: the newest line the text occurs on.
+CREATE TABLE IF NOT EXISTS seen (
+    text INTEGER NOT NULL, file_id INTEGER NOT NULL, generation INTEGER NOT NULL, line INTEGER NOT NULL,
+    ts INTEGER, role INTEGER, PRIMARY KEY (text, file_id)
 ) WITHOUT ROWID;
-DROP INDEX IF EXISTS lines_content;
--- Newest occurrence of a content first: search finds each text's latest use with one seek.
-CREATE INDEX IF NOT EXISTS lines_content_ts ON lines(content_id, ts) WHERE content_id IS NOT NULL;
 -- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
-CREATE TABLE IF NOT EXISTS searchable (row INTEGER PRIMARY KEY, key INTEGER NOT NULL, norm_hash BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS searchable_key ON searchable(key);
 """
 
 
-def unpack(data: bytes) -> bytes:
-    """Decompress a pack, lzma (sealed) or zlib (open), told apart by the xz magic bytes."""
-    return lzma.decompress(data) if data.startswith(XZ_MAGIC) else zlib.decompress(data)
+class ArchiveError(Exception):
+    """The archive database cannot be used (made by another version of riffd)."""
 
 
 def normalise(text: str) -> str:
@@ -139,55 +154,132 @@ class SearchHit:
     snippet: str
 
 
-class _Packer:
-    """Appends byte strings to the open pack; stores it at every commit (fast zlib level 1 while it grows),
-    and seals it (lzma) once full. The open pack's bytes are kept in memory between commits."""
+@dataclass
+class _Piece:
+    """A piece of content found in a line: where, its exact bytes, its text and role."""
 
-    def __init__(self, db: sqlite3.Connection, kind: str, cached: tuple[int, bytearray] | None) -> None:
-        self.db = db
-        self.kind = kind  # "envelope" (read only to restore: lzma) or "content" (read by search: zlib 9)
-        self.pack_id: int | None = None
-        self.buffer = bytearray()
-        if cached is not None:
-            self.pack_id, self.buffer = cached[0], bytearray(cached[1])
-            return
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (f"open_pack_{kind}",)).fetchone()
-        if row is not None:
-            self.pack_id = int(row[0])
-            data = db.execute("SELECT data FROM packs WHERE id = ?", (self.pack_id,)).fetchone()
-            self.buffer = bytearray(unpack(data[0])) if data else bytearray()
+    start: int
+    exact: bytes
+    text: str
+    role: int
 
-    def add(self, data: bytes) -> tuple[int, int, int]:
-        if self.pack_id is None or (len(self.buffer) + len(data) > PACK_BYTES and self.buffer):
-            self._store(sealed=True)  # never written again: worth the better compression
-            self.pack_id = self.db.execute("INSERT INTO packs(data, raw_size) VALUES (x'', 0)").lastrowid
-            self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                            (f"open_pack_{self.kind}", str(self.pack_id)))
-            self.buffer = bytearray()
-        assert self.pack_id is not None
-        offset = len(self.buffer)
-        self.buffer += data
-        return self.pack_id, offset, len(data)
 
-    def flush(self) -> tuple[int, bytearray] | None:
-        """Store the open pack; return it to be kept in memory for the next commit."""
-        self._store(sealed=False)
-        return None if self.pack_id is None else (self.pack_id, self.buffer)
+@dataclass
+class _New:
+    """A piece seen for the first time: it stays in its line, at `offset` of the stored line."""
 
-    def _store(self, *, sealed: bool) -> None:
-        if self.pack_id is not None:
-            data = bytes(self.buffer)
-            # Sealed envelope packs, read back only to restore: lzma preset 1 (about a quarter smaller than zlib 9
-            # on transcripts, as fast to write). Sealed content packs, read by every search: zlib 9 (several times
-            # faster to read). The open pack, rewritten at every commit: zlib 1.
-            if not sealed:
-                packed = zlib.compress(data, 1)
-            elif self.kind == "envelope":
-                packed = lzma.compress(data, preset=1)
-            else:
-                packed = zlib.compress(data, 9)
-            self.db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
-                            (packed, len(self.buffer), self.pack_id))
+    key: int
+    offset: int
+    length: int
+    piece: _Piece
+    variant: int | None  # the text id of a content with the same role and normalised text
+
+
+@dataclass
+class _Line:
+    """A line as stored: its bytes (pieces seen before cut out), the ids cut out in order, the text ids of
+    those, its new pieces, its time and role."""
+
+    stored: bytes
+    cut: list[int] = field(default_factory=list)
+    texts: list[int | None] = field(default_factory=list)
+    new: list[_New] = field(default_factory=list)
+    ts: int | None = None
+    role: int = 0
+
+
+def _pieces(raw: bytes, obj: dict[str, Any], role: int) -> list[_Piece]:
+    """Return the pieces of content of a parsed line, each found exactly once in its bytes, in line order, none
+    overlapping another."""
+    found: list[tuple[bytes, Any, str]] = []  # (key bytes, value, searchable text)
+    message = obj.get("message")
+    if isinstance(message, dict) and "content" in message:
+        content = message["content"]
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if isinstance(block.get("text"), str):
+                    found.append((b'"text":', block["text"], block["text"]))
+                elif isinstance(block.get("thinking"), str):
+                    found.append((b'"thinking":', block["thinking"], block["thinking"]))
+                elif "input" in block:
+                    found.append((b'"input":', block["input"], text_of(block)))
+                elif block.get("type") == "tool_result" and "content" in block:
+                    found.append((b'"content":', block["content"], text_of(block["content"])))
+        else:
+            found.append((b'"content":', content, text_of(content)))
+    if obj.get("type") == "summary" and isinstance(obj.get("summary"), str):
+        found.append((b'"summary":', obj["summary"], obj["summary"]))
+    if "toolUseResult" in obj:  # stored, not indexed: it repeats the tool_result block, which is indexed
+        found.append((b'"toolUseResult":', obj["toolUseResult"], ""))
+    pieces = []
+    for key, value, text in found:
+        try:
+            exact = orjson.dumps(value)
+        except TypeError:
+            continue
+        text = normalise(text)
+        if not text and len(exact) < MIN_PIECE:
+            continue
+        needle = key + exact
+        at = raw.find(needle)
+        if at < 0 or raw.find(needle, at + 1) >= 0:
+            continue  # not verbatim, or ambiguous: it stays in its line as it is, unindexed
+        pieces.append(_Piece(at + len(key), exact, text, role))
+    pieces.sort(key=lambda piece: piece.start)
+    kept: list[_Piece] = []
+    for piece in pieces:
+        if not kept or kept[-1].start + len(kept[-1].exact) <= piece.start:
+            kept.append(piece)
+    return kept
+
+
+def _key(piece: _Piece) -> int:
+    """The first 8 bytes of the SHA-256 of the piece's role and normalised text (of its exact bytes without
+    text), as a signed integer: the lookup key. Pieces are the same only when their bytes compare equal."""
+    data = bytes([piece.role]) + piece.text.encode("utf-8", "surrogatepass") if piece.text else b"\xff" + piece.exact
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big", signed=True)
+
+
+def _compress(data: bytes, *, settled: bool) -> bytes:
+    if settled:
+        return lzma.compress(data, format=lzma.FORMAT_RAW, filters=LZMA_FILTERS)
+    return zlib.compress(data, 1)
+
+
+def unpack(data: bytes) -> bytes:
+    """Decompress a pack: zlib (open) or raw LZMA2 (settled), told apart by the first byte."""
+    if data[:1] == bytes([ZLIB_MAGIC]):
+        return zlib.decompress(data)
+    return lzma.decompress(data, format=lzma.FORMAT_RAW, filters=LZMA_FILTERS)
+
+
+@dataclass
+class _OpenPack:
+    """The pack lines are added to: its id, its bytes, how many of them are written as segments (-1: none, the
+    pack's data holds them all, compressed when it was settled)."""
+
+    pack_id: int
+    body: bytearray
+    saved: int
+
+
+class _Run:
+    """The header of a run: each line's offset and length in the pack, cut pieces by line, unterminated last."""
+
+    def __init__(self, pack: int, first: int, header: bytes | None = None) -> None:
+        self.pack, self.first = pack, first
+        data = orjson.loads(zlib.decompress(header)) if header else {}
+        self.offsets: list[int] = data.get("o", [])
+        self.lengths: list[int] = data.get("n", [])
+        self.cuts: dict[int, list[int]] = {int(line): ids for line, ids in data.get("c", {}).items()}
+        self.unterminated = bool(data.get("u"))
+
+    def encode(self) -> bytes:
+        return zlib.compress(orjson.dumps({"o": self.offsets, "n": self.lengths,
+                                           "c": {str(line): ids for line, ids in self.cuts.items()},
+                                           "u": int(self.unterminated)}))
 
 
 class Archive:
@@ -198,15 +290,33 @@ class Archive:
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if "lines" in tables:
+            self._db.close()
+            raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
+                               "which this version cannot read; move it away and run `riffd archive ingest` to "
+                               "archive the transcripts that still exist")
+        if not tables:
+            self._db.execute("PRAGMA page_size = 1024")
+            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(contents)")}
-        if "role" not in columns:  # an archive made before contents had a role: the filter then checks lines only
-            self._db.execute("ALTER TABLE contents ADD COLUMN role INTEGER")
-        self._pack_cache: dict[int, bytes] = {}
-        # The open packs as committed, by kind; None: read them from the database.
-        self._open_packs: dict[str, tuple[int, bytearray] | None] = {"envelope": None, "content": None}
+        self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
+        self._cache: OrderedDict[int, bytes] = OrderedDict()  # settled packs, decompressed
+        self._open: _OpenPack | None = None  # the open pack as committed; None: read it from the database
+        self._pending: _OpenPack | None = None  # the open pack inside the running transaction
+        self._version = -1
+        self._dirty = True  # lines added since the last settle (unknown at first)
+
+    def _fresh(self) -> None:
+        """Forget the packs held in memory when another connection (`riffd archive ingest` beside the daemon)
+        has written since: the open pack may have grown or been settled there."""
+        version = self._db.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version:
+            self._open = None
+            self._cache.clear()
+            self._version = version
 
     def close(self) -> None:
         """Close the database."""
@@ -228,17 +338,74 @@ class Archive:
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
         generation from offset 0. Return how many lines were added."""
         with self._lock:
-            # The open pack grows with this batch: a cached copy of it would hide the new lines from readers.
-            self._pack_cache.clear()
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._fresh()
+                self._pending = self._open_pack()
                 added = self._add(path, offset, lines, rewritten, last_terminated)
+                self._store_open(settled=False)
             except BaseException:
                 self._db.execute("ROLLBACK")
-                self._open_packs = {"envelope": None, "content": None}  # what was added in memory was not committed
+                self._open = self._pending = None  # what was added in memory was not committed
                 raise
             self._db.execute("COMMIT")
+            self._open, self._pending = self._pending, None
+            self._dirty = self._dirty or added > 0
         return added
+
+    def _open_pack(self) -> _OpenPack:
+        if self._open is not None:
+            return _OpenPack(self._open.pack_id, bytearray(self._open.body), self._open.saved)
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
+        if row is None:
+            return self._new_pack()
+        pack_id = int(row[0])
+        data = self._db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()[0]
+        if data:  # settled while open: its segments are written afresh at the next commit
+            return _OpenPack(pack_id, bytearray(unpack(data)), -1)
+        body = bytearray(self._segments(pack_id))
+        return _OpenPack(pack_id, body, len(body))
+
+    def _segments(self, pack_id: int) -> bytes:
+        return b"".join(zlib.decompress(data) for (data,) in self._db.execute(
+            "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)))
+
+    def _new_pack(self) -> _OpenPack:
+        pack_id = self._db.execute("INSERT INTO packs(data, raw_size) VALUES (x'', 0)").lastrowid
+        assert pack_id is not None
+        self._db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('open_pack', ?)", (str(pack_id),))
+        return _OpenPack(pack_id, bytearray(), 0)
+
+    def _store_open(self, *, settled: bool) -> None:
+        """Write the open pack: lzma when settled (its segments go); else only the segments that changed."""
+        current = self._pending
+        assert current is not None
+        db, pack_id, body = self._db, current.pack_id, current.body
+        if settled:
+            db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
+                       (_compress(bytes(body), settled=True), len(body), pack_id))
+            db.execute("DELETE FROM segments WHERE pack = ?", (pack_id,))
+            current.saved = -1
+            return
+        if current.saved < 0:
+            db.execute("UPDATE packs SET data = x'' WHERE id = ?", (pack_id,))
+        first = max(current.saved, 0) // SEGMENT_BYTES
+        db.executemany("INSERT OR REPLACE INTO segments(pack, number, data) VALUES (?, ?, ?)",
+                       [(pack_id, number, _compress(bytes(body[number * SEGMENT_BYTES:(number + 1) * SEGMENT_BYTES]),
+                                                    settled=False))
+                        for number in range(first, -(-len(body) // SEGMENT_BYTES))])
+        db.execute("UPDATE packs SET raw_size = ? WHERE id = ?", (len(body), pack_id))
+        current.saved = len(body)
+
+    def _append(self, data: bytes) -> tuple[int, int]:
+        """Add a stored line to the open pack (settling it first when full); return (pack, offset)."""
+        assert self._pending is not None
+        if len(self._pending.body) + len(data) > PACK_BYTES and self._pending.body:
+            self._store_open(settled=True)
+            self._pending = self._new_pack()
+        body = self._pending.body
+        body += data
+        return self._pending.pack_id, len(body) - len(data)
 
     def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool) -> int:
         db = self._db
@@ -251,155 +418,182 @@ class Archive:
             file_id, generation, archived, count = row
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
-        packers = {kind: _Packer(db, kind, cached) for kind, cached in self._open_packs.items()}
+        run = self._last_run(file_id, generation)
         # A torn last line (archived without its newline) that the file has completed since: the completed line
-        # takes its row, so the archive keeps one row per line of the file, never a fragment plus the rest, and a
-        # caller feeding the completed line from its start (below the watermark) does not lose the rest.
-        torn = db.execute(
-            "SELECT pack, offset, length, content_id, result_id, unterminated FROM lines WHERE file_id = ? "
-            "AND generation = ? AND number = ? AND unterminated = 1", (file_id, generation, count - 1)).fetchone()
-        fragment = b"" if torn is None else self._rebuild(*torn)
+        # takes its place, so the archive keeps one line per line of the file, never a fragment plus the rest, and
+        # a caller feeding the completed line from its start (below the watermark) does not lose the rest.
+        fragment = b""
+        if run is not None and run.unterminated and run.lengths:
+            fragment = self._line(run, len(run.lengths) - 1)
         torn_at = archived - len(fragment)
-        if torn is not None and lines and offset == archived:  # the bytes after the fragment finish its line
+        if fragment and lines and offset == archived:  # the bytes after the fragment finish its line
             lines = [fragment + lines[0], *lines[1:]]
             offset = torn_at
         position = offset
-        added = added_bytes = 0
+        added = added_bytes = messages = 0
         info: dict[str, Any] = {}
+        newest: dict[int, tuple[int, int, int | None, int]] = {}  # text id -> (line, generation, ts, role)
         last = len(lines) - 1
         for number, raw in enumerate(lines):
             terminated = last_terminated or number != last
             end = position + len(raw) + terminated
-            if torn is not None and position == torn_at and end > archived:
-                db.execute("DELETE FROM lines WHERE file_id = ? AND generation = ? AND number = ?",
-                           (file_id, generation, count - 1))
-                count, archived, torn = count - 1, torn_at, None
+            if fragment and position == torn_at and end > archived:
+                assert run is not None
+                run.offsets.pop()
+                run.lengths.pop()
+                run.cuts.pop(len(run.lengths), None)
+                run.unterminated = False
+                count, archived = count - 1, torn_at
                 added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
+                fragment = b""
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
-                self._add_line(db, packers, file_id, generation, count, raw, info, terminated)
+                line = self._prepare(raw, info)
+                pack_id, at = self._append(line.stored)
+                if run is None or run.pack != pack_id:
+                    if run is not None:
+                        self._save_run(file_id, generation, run)
+                    run = _Run(pack_id, count)
+                run.offsets.append(at)
+                run.lengths.append(len(line.stored))
+                if line.cut:
+                    run.cuts[len(run.lengths) - 1] = line.cut
+                run.unterminated = not terminated
+                texts = line.texts + [self._record(new, pack_id, at) for new in line.new]
+                for text_id in filter(None, texts):
+                    newest[text_id] = (count, generation, line.ts, line.role)
+                messages += bool(line.cut or line.new)
                 count += 1
                 added += 1
                 added_bytes += end - position
                 archived = end
             position = end
-        self._open_packs = {kind: packer.flush() for kind, packer in packers.items()}
-        self._pack_cache.clear()  # packs changed (the open one grew, a full one was sealed): cached copies are stale
+        if run is not None:
+            self._save_run(file_id, generation, run)
+        db.executemany(
+            "INSERT INTO seen(text, file_id, generation, line, ts, role) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(text, file_id) DO UPDATE SET generation = excluded.generation, line = excluded.line, "
+            "ts = excluded.ts, role = excluded.role WHERE COALESCE(excluded.ts, 0) >= COALESCE(seen.ts, 0)",
+            [(text, file_id, gen, line, ts, role) for text, (line, gen, ts, role) in newest.items()])
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
+            "stored_lines = stored_lines + ?, messages = messages + ?, "
             "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title), "
             "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) WHERE id = ?",
-            (generation, archived, count, added_bytes, info.get("session"), info.get("project"), info.get("title"),
-             info.get("first_ts"), info.get("last_ts"), file_id),
+            (generation, archived, count, added_bytes, added, messages, info.get("session"), info.get("project"),
+             info.get("title"), info.get("first_ts"), info.get("last_ts"), file_id),
         )
         return added
 
-    def _add_line(self, db: sqlite3.Connection, packers: dict[str, _Packer], file_id: int, generation: int,
-                  number: int, raw: bytes, info: dict[str, Any], terminated: bool) -> None:
-        packer = packers["content"]
+    def _last_run(self, file_id: int, generation: int) -> _Run | None:
+        row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
+                               "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
+        return None if row is None else _Run(row[0], row[1], row[2])
+
+    def _save_run(self, file_id: int, generation: int, run: _Run) -> None:
+        if run.lengths:
+            self._db.execute("INSERT OR REPLACE INTO runs(file_id, generation, first, pack, header) "
+                             "VALUES (?, ?, ?, ?, ?)", (file_id, generation, run.first, run.pack, run.encode()))
+        else:
+            self._db.execute("DELETE FROM runs WHERE file_id = ? AND generation = ? AND first = ?",
+                             (file_id, generation, run.first))
+
+    def _prepare(self, raw: bytes, info: dict[str, Any]) -> _Line:
+        """Given a line, return it as stored: pieces seen before cut out; note what it says of its file."""
         obj = parse_line(raw)
-        envelope = raw
-        content_id = result_id = None
-        role = ts = None
-        if isinstance(obj, dict):
-            message = obj.get("message")
-            kind = obj.get("type")
-            role = ROLES.get(kind) if isinstance(kind, str) else None
-            if isinstance(message, dict) and "content" in message:
-                envelope, content_id = self._cut(db, packer, envelope, b'"content":', message["content"], CONTENT_MARK,
-                                                 role)
-            if "toolUseResult" in obj:
-                # Stored, not indexed: it repeats the tool_result block of message.content, which is indexed.
-                envelope, result_id = self._cut(db, packer, envelope, b'"toolUseResult":', obj["toolUseResult"],
-                                                RESULT_MARK, role, searchable=False)
-            ts = _epoch(obj.get("timestamp"))
-            if ts is not None:
-                info.setdefault("first_ts", ts)
-                info["last_ts"] = ts
-            if isinstance(obj.get("sessionId"), str):
-                info.setdefault("session", obj["sessionId"])
-            if isinstance(obj.get("cwd"), str):
-                info.setdefault("project", obj["cwd"])
-            for key in ("customTitle", "aiTitle", "title", "summary"):
-                if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str):
-                    info["title"] = obj[key]
-            if kind == "summary" and isinstance(obj.get("summary"), str):
-                self._index_text(db, obj["summary"])
-        pack, offset, length = packers["envelope"].add(envelope)
-        db.execute(
-            "INSERT INTO lines(file_id, generation, number, pack, offset, length, content_id, result_id, "
-            "role, ts, unterminated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (file_id, generation, number, pack, offset, length, content_id, result_id, role, ts,
-             None if terminated else 1),
-        )
+        if not isinstance(obj, dict):
+            return _Line(raw)
+        kind = obj.get("type")
+        role = ROLES.get(kind, 0) if isinstance(kind, str) else 0
+        ts = _epoch(obj.get("timestamp"))
+        if ts is not None:
+            info.setdefault("first_ts", ts)
+            info["last_ts"] = ts
+        if isinstance(obj.get("sessionId"), str):
+            info.setdefault("session", obj["sessionId"])
+        if isinstance(obj.get("cwd"), str):
+            info.setdefault("project", obj["cwd"])
+        for key in ("customTitle", "aiTitle", "title", "summary"):
+            if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str):
+                info["title"] = obj[key]
+        line = _Line(b"", ts=ts, role=role)
+        if MARK in raw:
+            line.stored = raw  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
+            return line
+        stored = bytearray()
+        done = 0
+        for piece in _pieces(raw, obj, role):
+            content_key = _key(piece)
+            content_id, text_id = self._find(content_key, piece.exact)
+            if content_id is not None:
+                stored += raw[done:piece.start] + MARK
+                line.cut.append(content_id)
+                line.texts.append(text_id)
+            else:
+                stored += raw[done:piece.start + len(piece.exact)]
+                line.new.append(_New(content_key, len(stored) - len(piece.exact), len(piece.exact), piece, text_id))
+            done = piece.start + len(piece.exact)
+        stored += raw[done:]
+        line.stored = bytes(stored)
+        return line
 
-    def _cut(self, db: sqlite3.Connection, packer: _Packer, envelope: bytes, key: bytes, value: Any,
-             mark: bytes, role: int | None, *, searchable: bool = True) -> tuple[bytes, int | None]:
-        """Cut `value`'s exact bytes (after `key`) out of the envelope; store them once; return both."""
-        try:
-            exact = orjson.dumps(value)
-        except TypeError:
-            return envelope, None
-        needle = key + exact
-        at = envelope.find(needle)
-        if at < 0 or envelope.find(needle, at + 1) >= 0 or mark in envelope:
-            return envelope, None  # not verbatim, or ambiguous: keep it inline
-        start = at + len(key)
-        content_id = self._content(db, packer, exact, value, role, searchable)
-        return envelope[:start] + mark + envelope[start + len(exact):], content_id
+    def _find(self, key: int, exact: bytes) -> tuple[int | None, int | None]:
+        """Return (the id of the content with these exact bytes, or None; the text id of a content with this key,
+        which has the same role and normalised text, or None)."""
+        text_id = None
+        for content_id, pack, offset, length, text in self._db.execute(
+                "SELECT id, pack, offset, length, text FROM contents WHERE key = ?", (key,)).fetchall():
+            if length == len(exact) and self._bytes(pack, offset, length) == exact:
+                return int(content_id), text
+            text_id = text_id or text
+        return None, text_id
 
-    def _content(self, db: sqlite3.Connection, packer: _Packer, exact: bytes, value: Any, role: int | None,
-                 searchable: bool) -> int:
-        digest = hashlib.sha256(exact).digest()
-        key = _key(digest)
-        for content_id, stored, search_row in db.execute(
-                "SELECT id, hash, search_row FROM contents WHERE key = ?", (key,)).fetchall():
-            if stored == digest:
-                if searchable and search_row is None:  # first stored unindexed (a toolUseResult): index it now
-                    db.execute("UPDATE contents SET search_row = ? WHERE id = ?",
-                               (self._index_text(db, text_of(value)), content_id))
-                return int(content_id)
-        search_row = self._index_text(db, text_of(value)) if searchable else None
-        pack, offset, length = packer.add(exact)
-        content_id = db.execute(
-            "INSERT INTO contents(key, hash, search_row, pack, offset, length, role) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (key, digest, search_row, pack, offset, length, role),
-        ).lastrowid
+    def _record(self, new: _New, pack: int, line_at: int) -> int | None:
+        """Record a new content, now at `line_at + new.offset` of `pack`; index its text unless a variant of it
+        is indexed already. Return its text id (None: no text)."""
+        content_id = self._db.execute(
+            "INSERT INTO contents(key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?)",
+            (new.key, pack, line_at + new.offset, new.length, new.variant)).lastrowid
         assert content_id is not None
+        if not new.piece.text or new.variant is not None:
+            return new.variant
+        self._db.execute("UPDATE contents SET text = id WHERE id = ?", (content_id,))
+        self._db.execute("INSERT INTO search(rowid, text) VALUES (?, ?)",
+                         (content_id, f"{new.piece.text}\n{ROLE_TOKEN.format(new.piece.role)}"))
         return content_id
-
-    def _index_text(self, db: sqlite3.Connection, text: str) -> int | None:
-        """Index a text once per normalised SHA-256; return its search row (None for no text)."""
-        text = normalise(text)
-        if not text:
-            return None
-        norm_hash = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
-        key = _key(norm_hash)
-        for search_row, stored in db.execute("SELECT row, norm_hash FROM searchable WHERE key = ?", (key,)):
-            if stored == norm_hash:
-                return int(search_row)
-        search_row = db.execute("INSERT INTO searchable(key, norm_hash) VALUES (?, ?)", (key, norm_hash)).lastrowid
-        db.execute("INSERT INTO search(rowid, text) VALUES (?, ?)", (search_row, text))
-        return search_row
 
     # --- reading ----------------------------------------------------------------------------------
 
     def _pack(self, pack_id: int) -> bytes:
-        data = self._pack_cache.get(pack_id)
+        for current in (self._pending, self._open):
+            if current is not None and current.pack_id == pack_id:
+                return bytes(current.body)
+        data = self._cache.get(pack_id)
         if data is None:
             row = self._db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
-            data = unpack(row[0])
-            if len(self._pack_cache) > 64:
-                self._pack_cache.clear()
-            self._pack_cache[pack_id] = data
+            data = unpack(row[0]) if row[0] else self._segments(pack_id)
+            self._cache[pack_id] = data
+            while len(self._cache) > PACK_CACHE:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(pack_id)
         return data
 
-    def _slice(self, pack: int, offset: int, length: int) -> bytes:
+    def _bytes(self, pack: int, offset: int, length: int) -> bytes:
+        for current in (self._pending, self._open):
+            if current is not None and current.pack_id == pack:
+                return bytes(current.body[offset:offset + length])
         return self._pack(pack)[offset:offset + length]
 
-    def _content_bytes(self, content_id: int) -> bytes:
-        pack, offset, length = self._db.execute(
-            "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
-        return self._slice(pack, offset, length)
+    def _line(self, run: _Run, number: int) -> bytes:
+        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
+        offset, length = run.offsets[number], run.lengths[number]
+        line = self._bytes(run.pack, offset, length)
+        for content_id in run.cuts.get(number, ()):
+            pack, at, size = self._db.execute(
+                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            line = line.replace(MARK, self._bytes(pack, at, size), 1)
+        last = number == len(run.lengths) - 1
+        return line if last and run.unterminated else line + b"\n"
 
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names."""
@@ -412,72 +606,51 @@ class Archive:
     def iter_file(self, file_id: int, generation: int | None = None) -> Iterator[bytes]:
         """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
         with self._lock:
-            self._pack_cache.clear()
+            self._fresh()
             if generation is None:
                 generation = self._db.execute("SELECT generation FROM files WHERE id = ?", (file_id,)).fetchone()[0]
-            rows = self._db.execute(
-                "SELECT pack, offset, length, content_id, result_id, unterminated FROM lines "
-                "WHERE file_id = ? AND generation = ? "
-                "ORDER BY number", (file_id, generation)).fetchall()
-            for row in rows:
-                yield self._rebuild(*row)
-
-    def _search_texts_first(self, query: str, where: str, params: list[Any], role: str | None,
-                            limit: int) -> list[tuple[Any, ...]]:
-        found: list[tuple[Any, ...]] = []
-        seen: set[int] = set()
-        below = None
-        while len(found) < limit:
-            rows = self._db.execute(
-                "SELECT rowid FROM search WHERE search MATCH ?" + (" AND rowid < ?" if below else "")
-                + " ORDER BY rowid DESC LIMIT ?",
-                [_fts_query(query), *([below] if below else []), SEARCH_BATCH]).fetchall()
-            if not rows:
-                break
-            below = rows[-1][0]
-            marks = ",".join("?" * len(rows))
-            role_test = " AND (c.role = ? OR c.role IS NULL)" if role else ""
-            batch = self._db.execute(
-                "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, c.id, c.search_row FROM contents c "
-                "JOIN lines l ON l.content_id = c.id "
-                "JOIN files f ON f.id = l.file_id AND f.generation = l.generation "
-                f"WHERE c.search_row IN ({marks}){role_test}{where} ORDER BY l.ts DESC",
-                [*(row[0] for row in rows), *([ROLES.get(role, -1)] if role else []), *params])
-            _newest_per_text(batch, found, seen, limit)
-        return found
-
-    def _search_files_first(self, query: str, where: str, params: list[Any], limit: int) -> list[tuple[Any, ...]]:
-        found: list[tuple[Any, ...]] = []
-        seen: set[int] = set()
-        rows = self._db.execute(
-            "SELECT f.session_id, f.project, f.path, l.number, l.role, l.ts, l.content_id, c.search_row "
-            "FROM files f JOIN lines l ON l.file_id = f.id AND l.generation = f.generation "
-            "JOIN contents c ON c.id = l.content_id "
-            "WHERE c.search_row IN (SELECT rowid FROM search WHERE search MATCH ?)" + where + " ORDER BY l.ts DESC",
-            [_fts_query(query), *params])
-        _newest_per_text(rows, found, seen, limit)
-        return found
+            runs = [_Run(pack, first, header) for pack, first, header in self._db.execute(
+                "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
+                (file_id, generation)).fetchall()]
+            for run in runs:
+                for number in range(len(run.lengths)):
+                    yield self._line(run, number)
 
     def last_line(self, path: str) -> bytes | None:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT l.pack, l.offset, l.length, l.content_id, l.result_id, l.unterminated FROM lines l "
-                "JOIN files f ON f.id = l.file_id AND f.generation = l.generation WHERE f.path = ? "
-                "ORDER BY l.number DESC LIMIT 1",
-                (path,)).fetchone()
-            if row is None:
-                return None
-            return self._rebuild(*row)
+            self._fresh()
+            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path,)).fetchone()
+            run = None if row is None else self._last_run(row[0], row[1])
+            return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
 
-    def _rebuild(self, pack: int, offset: int, length: int, content_id: int | None, result_id: int | None,
-                 unterminated: int | None) -> bytes:
-        line = self._slice(pack, offset, length)
-        if content_id is not None:
-            line = line.replace(CONTENT_MARK, self._content_bytes(content_id), 1)
-        if result_id is not None:
-            line = line.replace(RESULT_MARK, self._content_bytes(result_id), 1)
-        return line if unterminated else line + b"\n"
+    def settle(self, *, optimize: bool = True) -> bool:
+        """Compress the open pack with lzma (it stays open: a later line reopens it), merge the search index into
+        one segment (`optimize`: it rewrites the whole index) and give freed pages back to the file system.
+        For when feeding pauses: the end of an ingest, a quiet daemon. Return False when nothing was added since
+        the last settle of this connection."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._fresh()
+                row = self._db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
+                if row is not None:
+                    self._pending = self._open_pack()
+                    self._store_open(settled=True)
+                if optimize:
+                    self._db.execute("INSERT INTO search(search) VALUES ('optimize')")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                self._open = self._pending = None
+                raise
+            self._db.execute("COMMIT")
+            self._pending = None
+            self._db.executescript("PRAGMA incremental_vacuum;")  # (execute would free one page only)
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._dirty = False
+        return True
 
     def search(self, query: str, *, project: str | None = None, session: str | None = None,
                role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
@@ -485,10 +658,10 @@ class Archive:
         prefix, session id, role and time.
 
         Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
-        a message are one hit). Two plans: with a project or session filter, the lines of those files are taken
-        newest first and kept when their text matches (bounded by the files' size); without, matching texts are
-        taken newest first (by the order they were archived) in batches, each joined to its lines, until `limit`
-        hits are found."""
+        a message are one hit): the texts archived last are taken first, then the hits are sorted by time."""
+        terms = _fts_query(query)
+        if role:
+            terms += f' "{ROLE_TOKEN.format(ROLES.get(role, 99))}"'
         where = ""
         params: list[Any] = []
         if project:
@@ -497,21 +670,31 @@ class Archive:
         if session:
             where += " AND f.session_id = ?"
             params.append(session)
-        if role:
-            where += " AND l.role = ?"
-            params.append(ROLES.get(role, -1))
         if since is not None:
-            where += " AND l.ts >= ?"
+            where += " AND s.ts >= ?"
             params.append(since)
+        best: dict[int, tuple[Any, ...]] = {}
         with self._lock:
-            if project or session:
-                found = self._search_files_first(query, where, params, limit)
-            else:
-                found = self._search_texts_first(query, where, params, role, limit)
+            self._fresh()
+            rows = self._db.execute(
+                "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts FROM search "
+                "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
+                f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC", [terms, *params])
+            for row in rows:
+                text_id = row[0]
+                if text_id in best:
+                    if (row[6] or 0) > (best[text_id][6] or 0):
+                        best[text_id] = row
+                elif len(best) < limit:
+                    best[text_id] = row
+                else:
+                    break
             results = []
-            for session_id, project_path, path, number, role_id, ts, content_id in found[:limit]:
-                text = normalise(text_of(orjson.loads(self._content_bytes(content_id))))
-                results.append(SearchHit(session_id, project_path, path, number + 1, ROLE_NAMES.get(role_id), ts,
+            for text_id, session_id, project_path, path, line, role_id, ts in best.values():
+                pack, at, size = self._db.execute(
+                    "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
+                text = normalise(text_of(orjson.loads(self._bytes(pack, at, size))))
+                results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
                                          _snippet(text, query)))
         results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
         return results
@@ -531,9 +714,9 @@ class Archive:
         with self._lock:
             db = self._db
             raw = db.execute("SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
-                             "MIN(first_ts), MAX(last_ts) FROM files").fetchone()
-            lines = db.execute("SELECT COUNT(*), COUNT(content_id) FROM lines").fetchone()[0:2]
-            unique = db.execute("SELECT COUNT(*), COUNT(DISTINCT search_row) FROM contents").fetchone()
+                             "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
+                             "COALESCE(SUM(messages), 0) FROM files").fetchone()
+            unique = db.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents").fetchone()
         stored = self.path.stat().st_size + sum(
             path.stat().st_size for path in self.path.parent.glob(self.path.name + "-*") if path.exists())
         return {
@@ -542,8 +725,8 @@ class Archive:
             "ratio": round(stored / raw[0], 4) if raw[0] else None,
             "files": int(raw[1]),
             "sessions": int(raw[2]),
-            "lines": int(lines[0]),
-            "messages": int(lines[1]),
+            "lines": int(raw[5]),
+            "messages": int(raw[6]),
             "unique_contents": int(unique[0]),
             "unique_texts": int(unique[1]),
             "oldest": _iso(raw[3]),
@@ -556,40 +739,25 @@ class Archive:
         out = []
         for file_id, path, session_id in self.files_of(target):
             with self._lock:
-                project, generation = self._db.execute(
-                    "SELECT project, generation FROM files WHERE id = ?", (file_id,)).fetchone()
-                rows = self._db.execute(
-                    "SELECT l.number, l.role, l.ts, c.hash, c.id FROM lines l JOIN contents c "
-                    "ON c.id = l.content_id WHERE l.file_id = ? AND l.generation = ? ORDER BY l.number",
-                    (file_id, generation)).fetchall()
-                messages = [
-                    {"index": number, "hash": digest.hex(), "role": ROLE_NAMES.get(role), "timestamp": _iso(ts),
-                     "content": orjson.loads(self._content_bytes(content_id))}
-                    for number, role, ts, digest, content_id in rows
-                ]
+                project = self._db.execute("SELECT project FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+                messages = []
+                for number, raw in enumerate(self.iter_file(file_id)):
+                    obj = parse_line(raw.rstrip(b"\n"))
+                    message = obj.get("message") if isinstance(obj, dict) else None
+                    if not isinstance(message, dict) or "content" not in message:
+                        continue
+                    assert isinstance(obj, dict)
+                    kind = obj.get("type")
+                    messages.append({
+                        "index": number, "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
+                        "role": ROLE_NAMES.get(ROLES.get(kind, 0)) if isinstance(kind, str) else None,
+                        "timestamp": _iso(_epoch(obj.get("timestamp"))), "content": message["content"]})
             out.append({"session_id": session_id, "project": project, "path": path, "messages": messages})
         return out
 
 
 def _iso(epoch: int | None) -> str | None:
     return datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds") if epoch else None
-
-
-def _newest_per_text(rows: Iterable[tuple[Any, ...]], found: list[tuple[Any, ...]], seen: set[int],
-                     limit: int) -> None:
-    """Add to `found` the first row (the newest: rows come newest first) of each text not `seen`, up to `limit`;
-    a row is the hit's seven fields followed by its text's search row."""
-    for row in rows:
-        if len(found) >= limit:
-            return
-        if row[7] not in seen:
-            seen.add(row[7])
-            found.append(row[:7])
-
-
-def _key(digest: bytes) -> int:
-    """The first 8 bytes of a SHA-256 as a signed integer: the index key (the full hash is still compared)."""
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 def _like_literal(text: str) -> str:

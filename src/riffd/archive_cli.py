@@ -53,11 +53,17 @@ def register(commands: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from riffd.archive import Archive
+    from riffd.archive import Archive, ArchiveError
     from riffd.config_cli import load_or_report
 
     config = load_or_report(args)
-    return None if config is None else Archive(config.state_dir / ARCHIVE_NAME)
+    if config is None:
+        return None
+    try:
+        return Archive(config.state_dir / ARCHIVE_NAME)
+    except ArchiveError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return None
 
 
 def run_ingest(args: argparse.Namespace) -> int:
@@ -84,6 +90,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
+    if added:
+        archive.settle()  # the last pack compressed, the search index merged
     print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
     archive.close()
     return EXIT_ERROR if errors else EXIT_OK

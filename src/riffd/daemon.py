@@ -16,6 +16,7 @@ import fcntl
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 import traceback
@@ -29,7 +30,7 @@ from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
-from riffd.archive import Archive, ingest_file
+from riffd.archive import Archive, ArchiveError, ingest_file
 from riffd.archive_cli import ARCHIVE_NAME
 from riffd.backup import BackupStore
 from riffd.config import Config, ConfigError, config_path, load_config
@@ -49,6 +50,7 @@ TICK_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
 TRACKER_PRUNE_SECONDS = 60.0
+ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
 LOCK_NAME = "riffd.lock"
 
 
@@ -195,7 +197,10 @@ class Daemon:
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / "state.db")
-        self.archive = Archive(config.state_dir / ARCHIVE_NAME)
+        try:
+            self.archive = Archive(config.state_dir / ARCHIVE_NAME)
+        except ArchiveError as exc:  # the rest of riffd works without it
+            log.error("the archive is off: %s", exc)
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
@@ -230,6 +235,7 @@ class Daemon:
             ("backup_retention", self._backup_retention, config.backups.retention_interval),
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
             ("tracker_prune", self._prune_tracker, TRACKER_PRUNE_SECONDS),
+            ("archive_settle", self._settle_archive, ARCHIVE_SETTLE_SECONDS),
         ]
         if config.watcher.rescan_interval > 0:
             jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
@@ -256,6 +262,10 @@ class Daemon:
             self.store.close()
             self.store = None
         if self.archive is not None:
+            try:
+                self.archive.settle(optimize=False)
+            except (sqlite3.Error, OSError) as exc:
+                log.error("could not settle the archive: %s", exc)
             self.archive.close()
             self.archive = None
         log.info("riffd stopped")
@@ -447,6 +457,13 @@ class Daemon:
         if self.store is not None:
             self.store.maintain()
             self.store.prune_repairs()
+
+    def _settle_archive(self) -> None:
+        """Compress the archive's open pack once lines stopped coming for a while (the search index is left to
+        FTS5's own merging: optimising it would rewrite it whole)."""
+        quiet = time.monotonic() - self.stats.progress >= ARCHIVE_SETTLE_SECONDS
+        if self.archive is not None and quiet and self.archive.settle(optimize=False):
+            log.info("archive settled")
 
     def _catch_up_archive(self) -> None:
         """Archive what the worker read but could not archive (a full disk, a locked database), from the
