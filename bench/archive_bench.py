@@ -18,8 +18,9 @@ Run by hand from the repository root::
    Words are sampled (seeded) from the texts of random lines of the corpus, 4+ letters:
    a third one word, a third two words, a third one word with a filter (project, session, role or since).
    Reported: p50, p95, max in ms and the mean hit count.
-3. storage: the archive's size (after `PRAGMA wal_checkpoint(TRUNCATE)`; the -wal and -shm files counted when
-   present) against the raw bytes and against `gzip -6`, file by file (the sum of `gzip -6 -c FILE` sizes, the
+3. storage: the archive's size once its last connection is closed (SQLite then checkpoints and removes the -wal
+   and -shm files; any left would be counted) against the raw bytes and against `gzip -6`, file by file (the sum
+   of `gzip -6 -c FILE` sizes, the
    real gzip binary), for (a) the real corpus (`../shared/corpus/real`, every `*.jsonl`), (b) the real corpus plus
    `--resumed` (3) resumed copies of each session file (what older Claude Code versions did: the history copied
    into a new session file with a new sessionId and new line uuids, content and results unchanged), and (c) the
@@ -130,8 +131,10 @@ def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, Path]:
 
 
 def archive_size(db_path: Path) -> dict[str, Any]:
-    """Checkpoint the archive; return its size on disk (db, -wal, -shm) and dbstat's bytes per table/index."""
-    with sqlite3.connect(db_path) as db:
+    """Checkpoint the archive; return its size on disk once closed (the database, and a -wal or -shm file if one
+    were left) and dbstat's bytes per table/index."""
+    db = sqlite3.connect(db_path)
+    try:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         parts = {str(name): int(size) for name, size in
                  db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC")}
@@ -140,6 +143,8 @@ def archive_size(db_path: Path) -> dict[str, Any]:
                            "FROM packs").fetchone()
         contents = db.execute("SELECT COUNT(*), COALESCE(SUM(length), 0), COUNT(*) FILTER (WHERE text = id) "
                               "FROM contents").fetchone()
+    finally:
+        db.close()  # the last connection: SQLite checkpoints and removes the -wal and -shm files
     size = sum(path.stat().st_size for path in db_path.parent.glob(db_path.name + "*"))
     return {"bytes": size, "dbstat": parts, "free_bytes": free, "packs": packs[0], "pack_raw_bytes": packs[1],
             "pack_stored_bytes": packs[2], "contents": contents[0], "content_raw_bytes": contents[1],

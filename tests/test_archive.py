@@ -219,6 +219,42 @@ def test_appends_are_archived_incrementally(tmp_path: Path) -> None:
     archive.close()
 
 
+def test_two_writers_on_one_archive_never_overwrite_each_other(tmp_path: Path) -> None:
+    """The daemon and `riffd archive ingest` may feed one archive at once: each one's lines, content shared
+    between them and the open pack both grow must survive the other's commits and a settle in between."""
+    first, second = _archive(tmp_path), _archive(tmp_path)
+    paths = [tmp_path / "one.jsonl", tmp_path / "two.jsonl"]
+    written: dict[Path, bytes] = {path: b"" for path in paths}
+    shared = "the same tool output in both sessions " * 8
+    for round_number in range(6):
+        for writer, path in ((first, paths[0]), (second, paths[1])):
+            line = transcript_line(round_number + 1, pad=round_number)
+            if round_number % 2:  # a piece the other writer may have stored first
+                line = line.replace(b'"content":"line', f'"content":"{shared} line'.encode())
+            writer.add_lines(str(path), len(written[path]), [line[:-1]])
+            written[path] += line
+        if round_number == 3:
+            second.settle()  # the open pack compressed by one while the other holds it in memory
+    for reader in (first, second):
+        for path in paths:
+            assert b"".join(reader.iter_file(reader.files_of(str(path))[0][0])) == written[path]
+    first.close()
+    second.close()
+    _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): data for path, data in written.items()})
+
+
+def test_an_archive_of_the_earlier_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    db_path = tmp_path / "state" / "archive.db"
+    db_path.parent.mkdir()
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE lines (file_id INTEGER, number INTEGER)")
+    before = db_path.read_bytes()
+    result = _riffd(tmp_path, "archive", "stats", check=False)
+    assert result.returncode == 2
+    assert "archive format 1" in result.stderr and "move it away" in result.stderr
+    assert db_path.read_bytes() == before  # not touched
+
+
 def test_a_rewrite_starts_a_new_generation_and_never_erases_archived_lines(tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
     lines = generated_session(segments=2, turns=2)
