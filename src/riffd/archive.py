@@ -588,6 +588,26 @@ class Archive:
             self._cache.move_to_end(pack_id)
         return data
 
+    def _head(self, pack: int, end: int) -> bytes:
+        """The first `end` bytes of a pack: a pack not held in memory is decompressed only that far (a search
+        snippet needs one piece; on average half a pack is saved), and not cached."""
+        for current in (self._pending, self._open):
+            if current is not None and current.pack_id == pack:
+                return bytes(current.body[:end])
+        if pack in self._cache:
+            return self._cache[pack][:end]
+        data = self._db.execute("SELECT data FROM packs WHERE id = ?", (pack,)).fetchone()[0]
+        if not data:
+            return self._pack(pack)[:end]
+        head = bytearray()
+        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
+            while len(head) < end:
+                chunk = reader.read(end - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        return bytes(head)
+
     def _bytes(self, pack: int, offset: int, length: int) -> bytes:
         for current in (self._pending, self._open):
             if current is not None and current.pack_id == pack:
@@ -703,7 +723,7 @@ class Archive:
             for text_id, session_id, project_path, path, line, role_id, ts in best.values():
                 pack, at, size = self._db.execute(
                     "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
-                text = normalise(text_of(orjson.loads(self._bytes(pack, at, size))))
+                text = normalise(text_of(orjson.loads(self._head(pack, at + size)[at:])))
                 results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
                                          _snippet(text, query)))
         results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
