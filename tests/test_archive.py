@@ -243,6 +243,29 @@ def test_two_writers_on_one_archive_never_overwrite_each_other(tmp_path: Path) -
     _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): data for path, data in written.items()})
 
 
+def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
+    """The daemon settles its open pack when quiet, then more lines come: after a restart (a new connection
+    reading the open pack from the database) every line must still restore byte for byte."""
+    path = tmp_path / "session.jsonl"
+    written = b""
+    archive = _archive(tmp_path)
+    for number in range(1, 7):
+        line = transcript_line(number, pad=40 * number)
+        archive.add_lines(str(path), len(written), [line[:-1]])
+        written += line
+        if number in (2, 4):
+            assert archive.settle(optimize=False)
+    archive.close()
+    archive = _archive(tmp_path)
+    assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
+    archive.add_lines(str(path), len(written), [transcript_line(7)[:-1]])  # and the reopened pack grows on
+    written += transcript_line(7)
+    archive.close()
+    archive = _archive(tmp_path)
+    assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
+    archive.close()
+
+
 def test_an_archive_of_the_earlier_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
     db_path = tmp_path / "state" / "archive.db"
     db_path.parent.mkdir()

@@ -34,6 +34,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -347,20 +348,29 @@ class Archive:
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
         generation from offset 0. Return how many lines were added."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._fresh()
+            with self._writing():
                 self._pending = self._open_pack()
                 added = self._add(path, offset, lines, rewritten, last_terminated)
                 self._store_open(settled=False)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                self._open = self._pending = None  # what was added in memory was not committed
-                raise
-            self._db.execute("COMMIT")
-            self._open, self._pending = self._pending, None
             self._dirty = self._dirty or added > 0
         return added
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction (the caller holds the lock): on success the open pack as the transaction left
+        it is the committed one; on failure it is forgotten (read again from the database when next needed)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._fresh()
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._open = self._pending = None  # what was added in memory was not committed
+            raise
+        self._db.execute("COMMIT")
+        if self._pending is not None:
+            self._open = self._pending
+        self._pending = None
 
     def _open_pack(self) -> _OpenPack:
         if self._open is not None:
@@ -574,9 +584,9 @@ class Archive:
     # --- reading ----------------------------------------------------------------------------------
 
     def _pack(self, pack_id: int) -> bytes:
-        for current in (self._pending, self._open):
-            if current is not None and current.pack_id == pack_id:
-                return bytes(current.body)
+        held = self._in_memory(pack_id)
+        if held is not None:
+            return bytes(held)
         data = self._cache.get(pack_id)
         if data is None:
             row = self._db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
@@ -591,9 +601,9 @@ class Archive:
     def _head(self, pack: int, end: int) -> bytes:
         """The first `end` bytes of a pack: a pack not held in memory is decompressed only that far (a search
         snippet needs one piece; on average half a pack is saved), and not cached."""
-        for current in (self._pending, self._open):
-            if current is not None and current.pack_id == pack:
-                return bytes(current.body[:end])
+        held = self._in_memory(pack)
+        if held is not None:
+            return bytes(held[:end])
         if pack in self._cache:
             return self._cache[pack][:end]
         data = self._db.execute("SELECT data FROM packs WHERE id = ?", (pack,)).fetchone()[0]
@@ -609,10 +619,17 @@ class Archive:
         return bytes(head)
 
     def _bytes(self, pack: int, offset: int, length: int) -> bytes:
+        held = self._in_memory(pack)
+        if held is not None:
+            return bytes(held[offset:offset + length])
+        return self._pack(pack)[offset:offset + length]
+
+    def _in_memory(self, pack: int) -> bytearray | None:
+        """The bytes of `pack` when it is the open pack (as this transaction has it, else as committed)."""
         for current in (self._pending, self._open):
             if current is not None and current.pack_id == pack:
-                return bytes(current.body[offset:offset + length])
-        return self._pack(pack)[offset:offset + length]
+                return current.body
+        return None
 
     def _line(self, run: _Run, number: int) -> bytes:
         """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
@@ -662,21 +679,13 @@ class Archive:
         with self._lock:
             if not self._dirty:
                 return False
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._fresh()
+            with self._writing():
                 row = self._db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
                 if row is not None:
                     self._pending = self._open_pack()
                     self._store_open(settled=True)
                 if optimize:
                     self._db.execute("INSERT INTO search(search) VALUES ('optimize')")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                self._open = self._pending = None
-                raise
-            self._db.execute("COMMIT")
-            self._pending = None
             self._db.executescript("PRAGMA incremental_vacuum;")  # (execute would free one page only)
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._dirty = False

@@ -136,9 +136,6 @@ def run_search(args: argparse.Namespace) -> int:
     """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1 without."""
     from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-    archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
     since = None
     if args.since:
         try:
@@ -146,6 +143,9 @@ def run_search(args: argparse.Namespace) -> int:
         except ValueError:
             print(f"riffd: error: --since {args.since!r}: expected a date like 2026-11-01", file=sys.stderr)
             return EXIT_ERROR
+    archive = _open(args)  # after the arguments are checked: a bad date leaves no archive open
+    if archive is None:
+        return EXIT_ERROR
     hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,
                           limit=args.limit)
     if args.json:
