@@ -12,9 +12,9 @@ Run by hand from the repository root::
    peak RSS through scan_bench's launcher): the baseline (read in 1 MiB chunks, split lines, `orjson.loads`
    every line: scan_bench's BASELINE_CHILD) and `python3 -m riffd --config <tmp>/riffd.toml archive ingest
    <corpus>` into an empty archive. MB = 10^6 bytes.
-2. search: `--queries` (200) queries on that archive, in-process through `riffd.archive.Archive.search` (limit 20):
-   each on a fresh `Archive` (as one `riffd archive search` run; the goal is judged on this), then all on one
-   `Archive` after 20 warm-up queries (its pack cache warm).
+2. search: `--queries` (200) queries on that archive, in-process through `riffd.archive.store.Archive.search`
+   (limit 20): each on a fresh `Archive` (as one `riffd archive search` run; the goal is judged on this), then all
+   on one `Archive` after 20 warm-up queries (its pack cache warm).
    Words are sampled (seeded) from the texts of random lines of the corpus, 4+ letters:
    a third one word, a third two words, a third one word with a filter (project, session, role or since).
    Reported: p50, p95, max in ms and the mean hit count.
@@ -175,7 +175,7 @@ def storage(label: str, corpus: Path, db_path: Path) -> dict[str, Any]:
 
 def sample_queries(corpus: Path, count: int, seed: int) -> list[dict[str, Any]]:
     """Sample `count` queries (words of real texts in the corpus, some with a filter); seeded."""
-    from riffd.archive import text_of
+    from riffd.archive.store import text_of
 
     rng = random.Random(seed)
     files = sorted(corpus.rglob("*.jsonl"))
@@ -223,7 +223,7 @@ def search_latency(db_path: Path, queries: list[dict[str, Any]]) -> dict[str, An
     """Run every query through Archive.search twice: on one Archive after 20 warm-up queries (its caches warm,
     as in a long-lived process), and on a fresh Archive each (as one `riffd archive search` run: nothing cached
     but the OS page cache). Return p50, p95, max (ms) of each and the mean hit count."""
-    from riffd.archive import Archive
+    from riffd.archive.store import Archive
 
     def figures(times: list[float]) -> dict[str, float]:
         times = sorted(times)

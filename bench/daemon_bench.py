@@ -34,7 +34,7 @@ with the daemon for the two cores and for the database).
    includes inotify, watchdog, the debounce (50 ms), the worker and the SQLite commit. A log line
    with `lines` n covers the next n appends of its file (n > 1: appends coalesced; counted).
 2. append: in-process and exact, no daemon: a ~100 MB session (`--big-mb`), page cache warm. A
-   full `riffd.scan.index_file` of it (best of 3), then a `riffd.worker.Worker` on a real
+   full `riffd.transcript.scan.index_file` of it (best of 3), then a `riffd.daemon.worker.Worker` on a real
    `StateStore` with default settings: its first `process` reads the whole file, then
    `--big-appends` (50) times: append one line, `process` it. Reported: ms per append (median,
    p95, max), the full scan's ms, their ratio (median append / full scan), and the bytes one append
@@ -86,10 +86,10 @@ from typing import Any
 import orjson
 import scan_bench
 
+from riffd.daemon.state import StateStore
+from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
-from riffd.scan import index_file
-from riffd.state import StateStore
-from riffd.worker import Worker, WorkerSettings
+from riffd.transcript.scan import index_file
 
 MB = 1_000_000
 SMALL_SOURCE = "marot-spotter/short.jsonl"

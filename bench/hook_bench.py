@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from riffd.tracker import ToolCallTracker  # noqa: E402
+from riffd.tracker.tracker import ToolCallTracker  # noqa: E402
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 

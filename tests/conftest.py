@@ -13,7 +13,8 @@ SRC_DIR = Path(__file__).resolve().parent.parent / "src"
 if str(SRC_DIR) not in sys.path:
     sys.path.insert(0, str(SRC_DIR))
 
-from riffd.plan import FileIdentity, LineSpan  # noqa: E402
+from riffd.repair.plan import LineSpan  # noqa: E402
+from riffd.transcript.scan import FileIdentity  # noqa: E402
 
 
 def identity_of(path: Path) -> FileIdentity:
@@ -90,7 +91,7 @@ def corpus_lines(path: Path) -> list[bytes]:
 
 def scan_transcript_bytes(directory: Path, data: bytes, name: str = "session.jsonl") -> tuple[Path, object]:
     """Write `data` as `directory/name`, scan it with its identity, and return (path, ScannedFile)."""
-    from riffd.scan import index_file
+    from riffd.transcript.scan import index_file
 
     path = directory / name
     path.write_bytes(data)
@@ -99,8 +100,8 @@ def scan_transcript_bytes(directory: Path, data: bytes, name: str = "session.jso
 
 def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
     """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new uuids."""
-    from riffd.reader import read_span
-    from riffd.repair import RepairOptions, plan_repair
+    from riffd.repair.planner import RepairOptions, plan_repair
+    from riffd.transcript.reader import read_span
 
     counter = iter(range(1, 1_000_000))
     options = RepairOptions(

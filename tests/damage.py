@@ -20,10 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffd.detect import LoadedConversation, loaded_conversation
-from riffd.findings import FindingClass
-from riffd.reader import parse_line
-from riffd.transcript import SIDECHAIN, TranscriptIndex
+from riffd.transcript.detect import LoadedConversation, loaded_conversation
+from riffd.transcript.findings import FindingClass
+from riffd.transcript.index import SIDECHAIN, TranscriptIndex
+from riffd.transcript.reader import parse_line
 
 INTERRUPTED_TEXT = "[Tool call interrupted: the session was resumed before this tool call returned]"
 NO_RESPONSE_TEXT = "No response requested."

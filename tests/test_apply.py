@@ -22,23 +22,13 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC_DIR, identity_of, line_spans, transcript_bytes, transcript_line
-from riffd.apply import (
-    ApplyOptions,
-    Failed,
-    FailReason,
-    Repaired,
-    RepairOutcome,
-    Skipped,
-    SkipReason,
-    apply_plan,
-    lock_path_for,
-    remove_stale_temps,
-    temp_path_for,
-)
-from riffd.backup import BackupStore
-from riffd.findings import Finding, FindingClass
 from riffd.fsio import FileSystem, RetryPolicy
-from riffd.plan import Edit, InsertLine, RemoveLine, RepairPlan, ReplaceLine, render
+from riffd.repair.backup import BackupStore
+from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
+from riffd.repair.outcomes import ApplyOptions, Failed, FailReason, Repaired, RepairOutcome, Skipped, SkipReason
+from riffd.repair.plan import Edit, InsertLine, RemoveLine, RepairPlan, ReplaceLine, render
+from riffd.repair.writer import apply_plan
+from riffd.transcript.findings import Finding, FindingClass
 
 SESSION = "9c0ffee0-1234-5678-9abc-def012345678"
 FAST_RETRY = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.002)
@@ -617,9 +607,11 @@ KILL_CHILD = textwrap.dedent(
     """
     import json, os, sys, time
     from pathlib import Path
-    from riffd.apply import ApplyOptions, apply_plan
+    from riffd.repair.outcomes import ApplyOptions
+    from riffd.repair.writer import apply_plan
     from riffd.fsio import FileSystem
-    from riffd.plan import FileIdentity, LineSpan, RemoveLine, ReplaceLine, InsertLine, RepairPlan
+    from riffd.repair.plan import LineSpan, RemoveLine, ReplaceLine, InsertLine, RepairPlan
+    from riffd.transcript.scan import FileIdentity
 
     class SlowFS(FileSystem):
         # Spreads the run over time so a random kill lands in every step, not only the first.

@@ -20,7 +20,8 @@ import pytest
 
 from conftest import CORPUS_DIR, corpus_transcripts, transcript_line
 from damage import generated_session
-from riffd.archive import Archive, ingest_file, normalise
+from riffd.archive.pieces import normalise
+from riffd.archive.store import Archive, ingest_file
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 if str(BENCH_DIR) not in sys.path:

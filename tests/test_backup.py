@@ -16,10 +16,11 @@ import pytest
 
 from conftest import transcript_bytes
 from riffd import __version__
-from riffd.apply import ApplyOptions, Failed, Restored, Skipped, SkipReason
-from riffd.backup import BackupCorrupt, BackupStore, SourceChanged, UnknownBackup, is_backup_id
-from riffd.findings import Finding, FindingClass
 from riffd.fsio import FileSystem
+from riffd.repair.backup import BackupCorrupt, BackupStore, SourceChanged, UnknownBackup, is_backup_id
+from riffd.repair.outcomes import ApplyOptions, Failed, Restored, Skipped, SkipReason
+from riffd.repair.restore import restore_backup
+from riffd.transcript.findings import Finding, FindingClass
 
 SESSION = "6a1f0c2e-aaaa-bbbb-cccc-000000000001"
 
@@ -230,7 +231,7 @@ def test_restore_to_new_path_is_byte_identical(tmp_path: Path) -> None:
     store = BackupStore(tmp_path / "backups")
     backup_id = backup_of(store, make_source(tmp_path, data))
     target = tmp_path / "restored.jsonl"
-    outcome = store.restore(backup_id, target)
+    outcome = restore_backup(store, backup_id, target)
     assert isinstance(outcome, Restored) and outcome.safety_backup_id is None
     assert target.read_bytes() == data
     assert [name for name in os.listdir(tmp_path) if ".riffd-" in name] == []
@@ -245,12 +246,12 @@ def test_restore_refuses_to_overwrite_unless_told(tmp_path: Path) -> None:
     target.write_bytes(b"precious\n")
     long_ago = time.time() - 3600
     os.utime(target, (long_ago, long_ago))
-    refused = store.restore(backup_id, target)
+    refused = restore_backup(store, backup_id, target)
     assert isinstance(refused, Failed) and refused.reason == "destination_exists"
     assert target.read_bytes() == b"precious\n"
 
     options = ApplyOptions(backup_dir=store.root, claude_dir=tmp_path / "claude", quiet_period=0)
-    outcome = store.restore(backup_id, target, overwrite=True, options=options)
+    outcome = restore_backup(store, backup_id, target, overwrite=True, options=options)
     assert isinstance(outcome, Restored), outcome
     assert target.read_bytes() == data
     assert outcome.safety_backup_id is not None
@@ -268,13 +269,13 @@ def test_restore_over_original_backs_up_current_first(tmp_path: Path) -> None:
     options = ApplyOptions(backup_dir=store.root, claude_dir=claude_dir, quiet_period=120)
 
     # Just written, so inside the quiet period: a restore is a rewrite and waits for an idle session.
-    busy = store.restore(backup_id, options=options)
+    busy = restore_backup(store, backup_id, options=options)
     assert isinstance(busy, Skipped) and busy.reason == SkipReason.LIVE
     assert source.read_bytes() == changed
 
     long_ago = time.time() - 3600
     os.utime(source, (long_ago, long_ago))
-    outcome = store.restore(backup_id, options=options)
+    outcome = restore_backup(store, backup_id, options=options)
     assert isinstance(outcome, Restored), outcome
     assert source.read_bytes() == data
     assert outcome.safety_backup_id is not None
@@ -288,13 +289,13 @@ def test_restore_of_deleted_original_recreates_it(tmp_path: Path) -> None:
     store = BackupStore(tmp_path / "backups")
     backup_id = backup_of(store, source)
     source.unlink()  # Claude Code's cleanupPeriodDays removed it
-    outcome = store.restore(backup_id)
+    outcome = restore_backup(store, backup_id)
     assert isinstance(outcome, Restored)
     assert source.read_bytes() == data
 
 
 def test_restore_unknown_id_fails_cleanly(tmp_path: Path) -> None:
-    outcome = BackupStore(tmp_path / "backups").restore("20200101T000000.000000Z-nope-abcdef")
+    outcome = restore_backup(BackupStore(tmp_path / "backups"), "20200101T000000.000000Z-nope-abcdef")
     assert isinstance(outcome, Failed) and outcome.reason == "not_found"
 
 

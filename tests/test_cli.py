@@ -19,7 +19,8 @@ import orjson
 import pytest
 
 import damage
-from riffd.cli import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, build_parser, main
+from riffd.commands.cli import build_parser, main
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -12,7 +12,8 @@ import pytest
 import tomlkit
 
 from riffd import paths
-from riffd.cli import EXIT_ERROR, EXIT_OK, main
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.config import (
     Config,
     ConfigError,
@@ -23,8 +24,8 @@ from riffd.config import (
     load_config,
     loads_config,
 )
-from riffd.findings import REPAIRABLE, FindingClass
 from riffd.fsio import RetryPolicy
+from riffd.transcript.findings import REPAIRABLE, FindingClass
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "riffd.toml"
 

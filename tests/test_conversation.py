@@ -11,23 +11,20 @@ from typing import Any
 
 import pytest
 
-from riffd.cli import EXIT_ERROR, EXIT_OK, main
-from riffd.conversation import (
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.transcript.conversation import EXTERNAL, ORPHAN, ROOT, SIDECHAIN_ROOT, conversation_of
+from riffd.transcript.projects import agent_files_of
+from riffd.transcript.scan import index_file
+from riffd.transcript.sidechains import (
     BESIDE,
     COMPACTION_AGENT,
-    EXTERNAL,
     INLINE,
-    ORPHAN,
-    ROOT,
-    SIDECHAIN_ROOT,
     SUBAGENTS,
     UNKNOWN_AGENT,
     Sidechain,
-    conversation_of,
     find_sidechains,
 )
-from riffd.projects import agent_files_of
-from riffd.scan import index_file
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 MAROT_SESSION = CORPUS / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
@@ -126,7 +123,7 @@ def test_an_orphan_is_a_root_of_its_own_logged_at_debug(tmp_path: Path, caplog: 
         record("lost-child", "never-written-parent"),
         record("r4", "lost-child", "assistant", [{"type": "text", "text": "after the gap"}]),
     ])
-    with caplog.at_level(logging.DEBUG, logger="riffd.conversation"):
+    with caplog.at_level(logging.DEBUG, logger="riffd.transcript.conversation"):
         conversation = conversation_of(index_file(path).index)
     assert [(root.line, root.kind, root.missing_parent) for root in conversation.roots] == [
         (0, ROOT, None), (2, ORPHAN, "never-written-parent")]
@@ -146,12 +143,12 @@ def test_a_parent_cycle_stops_the_walk_with_a_warning_naming_the_uuid(
     ])
     index = index_file(path).index
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="riffd.conversation"):
+    with caplog.at_level(logging.WARNING, logger="riffd.transcript.conversation"):
         conversation = conversation_of(index)
     assert conversation.cycles == [[1, 2]] or conversation.cycles == [[2, 1]]
     assert conversation.cycle_at in (1, 2)
     assert sorted(conversation.chain) == [1, 2]  # each line once, then the walk stops
-    warnings = [entry.getMessage() for entry in caplog.records if entry.name == "riffd.conversation"]
+    warnings = [entry.getMessage() for entry in caplog.records if entry.name == "riffd.transcript.conversation"]
     assert any("loop-one" in message and "loop-two" in message for message in warnings)
 
 
@@ -162,7 +159,7 @@ def test_a_loop_through_logical_parents_also_stops_with_a_warning(
         record("cb", None, "system", subtype="compact_boundary", logicalParentUuid="after"),
         record("after", "cb", "assistant", [{"type": "text", "text": "a"}]),
     ])
-    with caplog.at_level(logging.WARNING, logger="riffd.conversation"):
+    with caplog.at_level(logging.WARNING, logger="riffd.transcript.conversation"):
         conversation = conversation_of(index_file(path).index)
     assert list(conversation.chain) == [0, 1]  # root to leaf, each line once
     assert conversation.cycle_at == 1

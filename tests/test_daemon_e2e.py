@@ -29,10 +29,10 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, SRC_DIR, corpus_lines
-from riffd.archive import Archive
-from riffd.findings import INFORMATIONAL
-from riffd.scan import scan_file
-from riffd.state import StateStore, Watermark
+from riffd.archive.store import Archive
+from riffd.daemon.state import StateStore, Watermark
+from riffd.transcript.findings import INFORMATIONAL
+from riffd.transcript.scan import scan_file
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ from conftest import (
     corpus_transcripts,
     scan_transcript_bytes,
 )
-from riffd.findings import INFORMATIONAL, FindingClass
-from riffd.reader import BOM, parse_line
-from riffd.scan import scan_file
-from riffd.transcript import is_placeholder_result
+from riffd.transcript.findings import INFORMATIONAL, FindingClass
+from riffd.transcript.index import is_placeholder_result
+from riffd.transcript.reader import BOM, parse_line
+from riffd.transcript.scan import scan_file
 
 # The Messages API's own words (section 3 of the format notes), written out here on purpose.
 API_TEXTS = {

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS_DIR
-from riffd.cli import main
-from riffd.export import MANIFEST, Exporter, sidechains_of
+from riffd.commands.cli import main
+from riffd.commands.export import MANIFEST, Exporter, sidechains_of
 
 DAG = CORPUS_DIR / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
 REAL = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"

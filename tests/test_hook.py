@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import SRC_DIR
-from riffd.hook import CACHE_MAX_CHARS, UsageError, parse_args
+from riffd.tracker.hook import CACHE_MAX_CHARS, UsageError, parse_args
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 TEXT = "import os\n\nprint(os.getcwd())\n"
@@ -201,7 +201,7 @@ def test_arguments() -> None:
 def test_the_console_entry_skips_the_full_command_line(session: tuple[Path, Path, float]) -> None:
     transcript, source, _ = session
     probe = ("import sys; from riffd.entry import main; code = main(['hook', 'pre-tool-use']); "
-             "sys.stderr.write('cli loaded' if 'riffd.cli' in sys.modules else 'light'); sys.exit(code)")
+             "sys.stderr.write('cli loaded' if 'riffd.commands' in sys.modules else 'light'); sys.exit(code)")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60, check=False,
                             input=json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
                             env={**os.environ, "PYTHONPATH": str(SRC_DIR)})

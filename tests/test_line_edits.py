@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from riffd.repair import _edited_line
+from riffd.repair.planner import _edited_line
 
 PARENT = "11111111-1111-4111-8111-111111111111"
 NEW_PARENT = "22222222-2222-4222-8222-222222222222"

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from riffd.liveness import live_session_ids, pid_is_alive, session_liveness
+from riffd.transcript.liveness import live_session_ids, pid_is_alive, session_liveness
 
 SESSION = "0f5b6c1e-1111-2222-3333-444444444444"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from riffd.plan import InsertLine, LineSpan, RemoveLine, ReplaceLine, render
+from riffd.repair.plan import InsertLine, LineSpan, RemoveLine, ReplaceLine, render
 
 ORIGINAL = b"a\nb\nc\n"
 A, B, C = LineSpan(1, 0, 2), LineSpan(2, 2, 2), LineSpan(3, 4, 2)

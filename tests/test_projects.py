@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from riffd.cli import EXIT_ERROR, EXIT_OK, main
-from riffd.projects import (
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.transcript.projects import (
     MAX_FOLDER_NAME,
     agent_files_of,
     find_project_folders,

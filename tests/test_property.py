@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import damage
 from conftest import corpus_injection_bases, corpus_lines
-from riffd.plan import RemoveLine
+from riffd.repair.plan import RemoveLine
 from test_repair import repair_and_check
 
 BASE_LINES = {path.name: corpus_lines(path) for path in corpus_injection_bases()}

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from riffd.fsio import FileSystem, ReadFailed, RetryPolicy
-from riffd.reader import Unparsed, iter_lines, parse_line, read_span
-from riffd.scan import index_file, scan_file
+from riffd.transcript.reader import Unparsed, iter_lines, parse_line, read_span
+from riffd.transcript.scan import index_file, scan_file
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 FAST_RETRY = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.004)

@@ -10,10 +10,10 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_injection_bases, corpus_lines, plan_transcript_repair, scan_transcript_bytes
-from riffd.findings import FindingClass
-from riffd.plan import InsertLine, RemoveLine, ReplaceLine, render
-from riffd.reader import read_span
-from riffd.repair import RepairOptions, plan_repair
+from riffd.repair.plan import InsertLine, RemoveLine, ReplaceLine, render
+from riffd.repair.planner import RepairOptions, plan_repair
+from riffd.transcript.findings import FindingClass
+from riffd.transcript.reader import read_span
 
 TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 KIMUSON = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"

@@ -13,12 +13,12 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_lines
-from riffd.cli import main
-from riffd.daemon import StateLock, running_pid
-from riffd.daemon_cli import EXIT_NOT_RUNNING
-from riffd.report import build_report, percentile, read_latest, render_markdown, write_report
-from riffd.state import StateStore
-from riffd.worker import Worker, WorkerSettings
+from riffd.commands.cli import main
+from riffd.commands.daemon import EXIT_NOT_RUNNING
+from riffd.daemon.lock import StateLock, running_pid
+from riffd.daemon.report import build_report, percentile, read_latest, render_markdown, write_report
+from riffd.daemon.state import StateStore
+from riffd.daemon.worker import Worker, WorkerSettings
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -114,7 +114,7 @@ def test_a_bad_config_is_reported_with_every_error(tmp_path: Path, capsys: pytes
 
 
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(tmp_path: Path) -> None:
-    from riffd.state import Watermark
+    from riffd.daemon.state import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)

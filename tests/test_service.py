@@ -19,13 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from riffd import service
-from riffd.cli import EXIT_ERROR, EXIT_OK, main
-from riffd.notify import Notifier
+from riffd.commands import service
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.daemon import units
+from riffd.daemon.notify import Notifier
 
 REPO = Path(__file__).resolve().parents[1]
 REPO_UNIT = REPO / "systemd" / "riffd.service"
-REPO_PLIST = REPO / "launchd" / f"{service.LAUNCHD_LABEL}.plist.in"
+REPO_PLIST = REPO / "launchd" / f"{units.LAUNCHD_LABEL}.plist.in"
 ENVIRONMENT_NAMES = ("RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "RIFFD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
 
 
@@ -51,7 +53,7 @@ def directive(unit: str, key: str) -> list[str]:
 def test_repo_unit_is_the_template_that_install_renders() -> None:
     """The repository's unit cannot drift from what `riffd service install` writes."""
     unit = REPO_UNIT.read_text()
-    assert unit == service.unit_text("%h/.local/bin/riffd run", {})
+    assert unit == units.unit_text("%h/.local/bin/riffd run", {})
     assert directive(unit, "ExecStart") == ["%h/.local/bin/riffd run"]
     assert directive(unit, "Type") == ["notify"]
     assert directive(unit, "ExecReload") == ["/bin/kill -HUP $MAINPID"]
@@ -67,7 +69,7 @@ def test_every_line_of_the_unit_is_commented() -> None:
 
 def test_repo_plist_is_the_template_that_install_renders() -> None:
     text = REPO_PLIST.read_text()
-    assert text == service.render_plist(["@PYTHON@", "-m", "riffd", "run"], "@LOG_DIR@", {})
+    assert text == units.render_plist(["@PYTHON@", "-m", "riffd", "run"], "@LOG_DIR@", {})
     assert "/Users/" not in text
     assert plistlib.loads(text.encode())["ProgramArguments"] == ["@PYTHON@", "-m", "riffd", "run"]
 
@@ -81,7 +83,7 @@ def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None
     folder.mkdir(parents=True, exist_ok=True)
-    unit = folder / service.UNIT_NAME
+    unit = folder / units.UNIT_NAME
     unit.write_text(unit_text)
     runtime = folder / "runtime"  # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
     runtime.mkdir(mode=0o700, exist_ok=True)
@@ -89,7 +91,7 @@ def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str
     result = subprocess.run([analyze, "verify", "--user", "--man=no", str(unit)], env=environment,
                             capture_output=True, text=True, timeout=60, check=False)
     output = result.stdout + result.stderr
-    problems = [line for line in output.splitlines() if service.UNIT_NAME in line]
+    problems = [line for line in output.splitlines() if units.UNIT_NAME in line]
     if result.returncode != 0:
         problems.append(f"exit {result.returncode}: {output.strip()}")
     return problems
@@ -105,8 +107,8 @@ def test_units_pass_systemd_analyze_verify(home: Path, tmp_path: Path) -> None:
     assert verify_problems(REPO_UNIT.read_text(), tmp_path / "repo", home) == []
 
     odd = str(tmp_path / "odd 100% \"$HOME\" \\ state")
-    rendered = service.render_unit(service.daemon_arguments(sys.executable, tmp_path / "my config.toml"),
-                                   service.service_environment({"RIFFD_STATE_DIR": odd}))
+    rendered = units.render_unit(units.daemon_arguments(sys.executable, tmp_path / "my config.toml"),
+                                   units.service_environment({"RIFFD_STATE_DIR": odd}))
     assert verify_problems(rendered, tmp_path / "rendered", home) == []
 
     # The check fails on real mistakes: a misspelled directive, and a command that does not exist.
@@ -120,7 +122,7 @@ def test_rendered_unit_runs_this_interpreter(home: Path) -> None:
     plan = service.plan_service("linux", sys.executable, None)
     assert plan.path == home / ".config" / "systemd" / "user" / "riffd.service"
     (exec_start,) = directive(plan.content, "ExecStart")
-    assert exec_start == " ".join(service._systemd_quote(word, exec_line=True)
+    assert exec_start == " ".join(units._systemd_quote(word, exec_line=True)
                                   for word in (sys.executable, "-m", "riffd", "run"))
     assert exec_start.endswith(" -m riffd run")
     assert directive(plan.content, "Environment") == []
@@ -142,17 +144,17 @@ def test_rendered_unit_passes_overrides_and_config_as_absolute_paths(
 
 
 def test_unit_quotes_what_systemd_would_expand() -> None:
-    unit = service.render_unit(["/opt/my python/bin/python3", "-m", "riffd", "--config", '/c/50% "$x"', "run"],
+    unit = units.render_unit(["/opt/my python/bin/python3", "-m", "riffd", "--config", '/c/50% "$x"', "run"],
                                {"RIFFD_STATE_DIR": '/s/50% "$x"'})
     assert directive(unit, "ExecStart") == ['"/opt/my python/bin/python3" -m riffd --config "/c/50%% \\"$$x\\"" run']
     assert directive(unit, "Environment") == ['"RIFFD_STATE_DIR=/s/50%% \\"$x\\""']
-    with pytest.raises(service.ServiceError, match="control character"):
-        service.render_unit(["/usr/bin/python3", "-m", "riffd", "--config", "a\nExecStartPre=/bin/rm", "run"], {})
+    with pytest.raises(units.ServiceError, match="control character"):
+        units.render_unit(["/usr/bin/python3", "-m", "riffd", "--config", "a\nExecStartPre=/bin/rm", "run"], {})
 
 
 def test_unit_honours_xdg_config_home(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    assert service.systemd_unit_path() == tmp_path / "xdg" / "systemd" / "user" / "riffd.service"
+    assert units.systemd_unit_path() == tmp_path / "xdg" / "systemd" / "user" / "riffd.service"
 
 
 # --- launchd -------------------------------------------------------------------------------------
@@ -199,11 +201,11 @@ def test_plist_with_this_interpreter_and_no_environment(home: Path) -> None:
 
 
 def test_a_value_that_looks_like_a_placeholder_stays_as_is() -> None:
-    plist = service.render_plist(["/opt/@LOG_DIR@/python3", "-m", "riffd", "run"], "/logs", {"X": "@ENVIRONMENT@"})
+    plist = units.render_plist(["/opt/@LOG_DIR@/python3", "-m", "riffd", "run"], "/logs", {"X": "@ENVIRONMENT@"})
     document = plistlib.loads(plist.encode())
     assert document["ProgramArguments"][0] == "/opt/@LOG_DIR@/python3"
     assert document["EnvironmentVariables"] == {"X": "@ENVIRONMENT@"}
-    unit = service.render_unit(["/opt/@ENVIRONMENT@/python3", "run"], {})
+    unit = units.render_unit(["/opt/@ENVIRONMENT@/python3", "run"], {})
     assert directive(unit, "ExecStart") == ["/opt/@ENVIRONMENT@/python3 run"]
 
 
@@ -213,7 +215,7 @@ def test_repeated_key_check_catches_a_repeat() -> None:
 
 
 def test_unsupported_platform_is_a_clear_error() -> None:
-    with pytest.raises(service.ServiceError, match="no service manager support on 'win32'"):
+    with pytest.raises(units.ServiceError, match="no service manager support on 'win32'"):
         service.plan_service("win32", sys.executable, None)
 
 
@@ -366,7 +368,7 @@ def test_notify_without_socket_does_nothing() -> None:
 
 def test_notify_send_failure_returns_false_and_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")})
-    with caplog.at_level("DEBUG", logger="riffd.notify"):
+    with caplog.at_level("DEBUG", logger="riffd.daemon.notify"):
         assert notifier.watchdog() is False
     assert "could not notify systemd" in caplog.text
 

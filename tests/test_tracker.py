@@ -12,18 +12,12 @@ import pytest
 
 from conftest import CORPUS_DIR
 from riffd.config import TrackerConfig
-from riffd.findings import INFORMATIONAL, REPAIRABLE, FindingClass
-from riffd.report import build_report, render_markdown
-from riffd.state import StateStore
-from riffd.tracker import (
-    DEFAULT_MAX_CALLS,
-    DEFAULT_WINDOW,
-    NEVER_CACHED,
-    RedundantCall,
-    ToolCallTracker,
-    redundant_calls_in,
-)
-from riffd.worker import Worker, WorkerSettings
+from riffd.daemon.report import build_report, render_markdown
+from riffd.daemon.state import StateStore
+from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED
+from riffd.tracker.tracker import DEFAULT_MAX_CALLS, RedundantCall, ToolCallTracker, redundant_calls_in
+from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
 T0 = 1_760_000_000.0
 SESSION = "11111111-2222-3333-4444-555555555555"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from riffd.state import StateStore
-from riffd.watcher import TranscriptFilter, Watcher, choose_observer, filesystem_type, reconcile
-from riffd.worker import Worker, WorkerSettings
-from riffd.workqueue import WorkQueue
+from riffd.daemon.state import StateStore
+from riffd.daemon.watcher import TranscriptFilter, Watcher, choose_observer, filesystem_type, reconcile
+from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.daemon.workqueue import WorkQueue
 
 LINE = b'{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}\n'
 

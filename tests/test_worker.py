@@ -12,10 +12,10 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_lines
+from riffd.daemon.state import StateStore
+from riffd.daemon.worker import IndexCache, Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy
-from riffd.scan import scan_file
-from riffd.state import StateStore
-from riffd.worker import IndexCache, Worker, WorkerSettings
+from riffd.transcript.scan import scan_file
 
 BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 
@@ -194,7 +194,7 @@ def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSett
 
 
 def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
-    from riffd.transcript import TranscriptIndex
+    from riffd.transcript.index import TranscriptIndex
 
     def index_of(name: str, lines: int) -> TranscriptIndex:
         index = TranscriptIndex(name)
@@ -210,7 +210,7 @@ def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
 def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
     """A session bigger than the budget must not be re-read in full on every append because another file
     was processed in between (both are active)."""
-    from riffd.transcript import TranscriptIndex
+    from riffd.transcript.index import TranscriptIndex
 
     cache = IndexCache(max_lines=10, active_seconds=600)
     big, small = TranscriptIndex("big"), TranscriptIndex("small")
@@ -293,7 +293,7 @@ def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, Sta
 def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
-    from riffd.archive import Archive
+    from riffd.archive.store import Archive
 
     project, store, settings = setup
     archive = Archive(tmp_path / "archive.db")
@@ -316,7 +316,7 @@ def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
 def test_a_failing_archive_does_not_stop_detection_and_is_caught_up_later(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
-    from riffd.archive import Archive, ingest_file
+    from riffd.archive.store import Archive, ingest_file
 
     project, store, settings = setup
     path = project / "s.jsonl"

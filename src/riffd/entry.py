@@ -2,7 +2,8 @@
 
 `riffd hook …` runs inside every Claude Code tool call, so it must answer in a few tens of
 milliseconds; it is dispatched from here without importing the full command line (whose imports
-alone take about 130 ms). Every other command goes to `riffd.cli.main`.
+alone take about 130 ms). Every other command, and `riffd hook --help`, goes to
+`riffd.commands.cli.main`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["hook"]:
-        from riffd.hook import main as hook_main
+    if args[:1] == ["hook"] and not {"-h", "--help"} & set(args):
+        from riffd.tracker.hook import main as hook_main
 
         return hook_main(args[1:])
-    from riffd.cli import main as cli_main
+    from riffd.commands.cli import main as cli_main
 
     return cli_main(args)

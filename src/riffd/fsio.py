@@ -4,6 +4,9 @@ Everything that touches a transcript or a backup goes through a `FileSystem` obj
 test can hand in a subclass that fails the way real disks and sync clients fail (EIO from a
 OneDrive/Dropbox placeholder under WSL2, ENOSPC on a full disk) without patching our modules.
 Reads are positional (`pread`), so a retried read is exactly the same read.
+
+The durable-write helpers every writer shares live here too: write all of a buffer, flush a folder's
+entries, create private (0700) folders, and remove riffd's own partial files.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -20,6 +24,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_at
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Opening a path with this flag fails (ELOOP) when its last part is a symlink: riffd never writes through one.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 CLOUD_SYNC_HINT = (
     "this looks like a cloud-synced folder (OneDrive, Dropbox, iCloud) serving a file that is not on "
@@ -180,3 +187,61 @@ def retrying_call(
             f"{what}: I/O error (errno 5) on every one of {policy.attempts} attempts. {CLOUD_SYNC_HINT}; "
             "then run the command again",
         ) from exc
+
+
+FOLDER_MODE = 0o700  # riffd's folders hold whole conversations
+
+
+def write_all(fs: FileSystem, fd: int, payload: bytes | memoryview) -> None:
+    """Write all of `payload` to `fd`, looping over short writes; raise OSError when the disk refuses."""
+    view = memoryview(payload)
+    while view:
+        written = fs.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "write wrote nothing")
+        view = view[written:]
+
+
+def fsync_folder(fs: FileSystem, folder: Path) -> None:
+    """Flush a folder's entries (renames, new files) to disk; filesystems that cannot are skipped."""
+    fd = fs.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fs.fsync(fd)
+    except OSError as exc:
+        # Some filesystems (and all of Windows) refuse fsync on a folder; the rename itself stands.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        fs.close(fd)
+
+
+def ensure_private_folder(fs: FileSystem, folder: Path) -> None:
+    """Create `folder` and any missing parents with mode 0700; folders that exist are left as they are."""
+    missing: list[Path] = []
+    probe = folder
+    while True:
+        try:
+            fs.stat(probe)
+            break
+        except FileNotFoundError:
+            missing.append(probe)
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+    for path in reversed(missing):
+        try:
+            fs.mkdir(path, FOLDER_MODE)
+        except FileExistsError:
+            continue
+        # mkdir's mode is reduced by the umask; backups hold whole conversations, so say it exactly.
+        fs.chmod(path, FOLDER_MODE)
+
+
+def remove_leftover(fs: FileSystem, path: Path) -> None:
+    """Remove a temp or partial file riffd made; a file already gone is fine, other errors are logged."""
+    try:
+        fs.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)

@@ -1,0 +1,126 @@
+"""The pieces of content in a transcript line, as the archive finds, keys and indexes them.
+
+A line's pieces are each text, thinking, tool input and tool result block of `message.content` (or the content
+string), a summary, and its `toolUseResult`. Each is found in the line's bytes exactly as written, so cutting it out
+and putting it back gives the same bytes. A piece is keyed by the first 8 bytes of the SHA-256 of its role and its
+normalised text (trimmed, CRLF as LF, runs of spaces and tabs as one space; the exact bytes when it has no text);
+two pieces are the same only when their bytes compare equal, never on the key alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+MARK = b"\x00"  # where a piece seen before was cut out of a stored line (never in a JSON line)
+MIN_PIECE = 128  # a piece without text shorter than this stays in its line without a content of its own
+ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
+ROLE_NAMES = {value: name for name, value in ROLES.items()}
+ROLE_TOKEN = "riffdrole{}"  # added to each indexed text: a role filter is one more FTS term
+_SPACES = re.compile(r"[ \t]+")
+
+
+def normalise(text: str) -> str:
+    """Return `text` as the archive compares it: trimmed, CRLF as LF, runs of spaces and tabs as one space."""
+    return _SPACES.sub(" ", text.replace("\r\n", "\n")).strip()
+
+
+def text_of(value: Any) -> str:
+    """Return the searchable text of a content value: strings, text blocks, tool inputs and results."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(filter(None, (text_of(part) for part in value)))
+    if isinstance(value, dict):
+        kind = value.get("type")
+        if kind in ("text", None) and isinstance(value.get("text"), str):
+            return str(value["text"])
+        if kind == "thinking":
+            return str(value.get("thinking", ""))
+        if kind == "tool_use":
+            return f"{value.get('name', '')} {orjson.dumps(value.get('input')).decode()}"
+        if kind == "tool_result":
+            return text_of(value.get("content"))
+        if isinstance(value.get("content"), (str, list)):
+            return text_of(value.get("content"))
+        return ""
+    return ""
+
+
+def epoch(stamp: object) -> int | None:
+    """Given a line's `timestamp` (ISO-8601), return it in seconds since the epoch, or None."""
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+@dataclass
+class Piece:
+    """A piece of content found in a line: where, its exact bytes, its text and role."""
+
+    start: int
+    exact: bytes
+    text: str
+    role: int
+
+
+def pieces_of(raw: bytes, obj: dict[str, Any], role: int) -> list[Piece]:
+    """Return the pieces of content of a parsed line, each found exactly once in its bytes, in line order, none
+    overlapping another."""
+    found: list[tuple[bytes, Any, str]] = []  # (key bytes, value, searchable text)
+    message = obj.get("message")
+    if isinstance(message, dict) and "content" in message:
+        content = message["content"]
+        if isinstance(content, list):
+            for block in content:
+                if not isinstance(block, dict):
+                    continue
+                if isinstance(block.get("text"), str):
+                    found.append((b'"text":', block["text"], block["text"]))
+                elif isinstance(block.get("thinking"), str):
+                    found.append((b'"thinking":', block["thinking"], block["thinking"]))
+                elif "input" in block:
+                    found.append((b'"input":', block["input"], text_of(block)))
+                elif block.get("type") == "tool_result" and "content" in block:
+                    found.append((b'"content":', block["content"], text_of(block["content"])))
+        else:
+            found.append((b'"content":', content, text_of(content)))
+    if obj.get("type") == "summary" and isinstance(obj.get("summary"), str):
+        found.append((b'"summary":', obj["summary"], obj["summary"]))
+    if "toolUseResult" in obj:  # stored, not indexed: it repeats the tool_result block, which is indexed
+        found.append((b'"toolUseResult":', obj["toolUseResult"], ""))
+    pieces = []
+    for key, value, text in found:
+        try:
+            exact = orjson.dumps(value)
+        except TypeError:
+            continue
+        text = normalise(text)
+        if not text and len(exact) < MIN_PIECE:
+            continue
+        needle = key + exact
+        at = raw.find(needle)
+        if at < 0 or raw.find(needle, at + 1) >= 0:
+            continue  # not verbatim, or ambiguous: it stays in its line as it is, unindexed
+        pieces.append(Piece(at + len(key), exact, text, role))
+    pieces.sort(key=lambda piece: piece.start)
+    kept: list[Piece] = []
+    for piece in pieces:
+        if not kept or kept[-1].start + len(kept[-1].exact) <= piece.start:
+            kept.append(piece)
+    return kept
+
+
+def content_key(piece: Piece) -> int:
+    """The first 8 bytes of the SHA-256 of the piece's role and normalised text (of its exact bytes without
+    text), as a signed integer: the lookup key. Pieces are the same only when their bytes compare equal."""
+    data = bytes([piece.role]) + piece.text.encode("utf-8", "surrogatepass") if piece.text else b"\xff" + piece.exact
+    return int.from_bytes(hashlib.sha256(data).digest()[:8], "big", signed=True)

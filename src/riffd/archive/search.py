@@ -1,0 +1,100 @@
+"""Search in the archive: every word of a query, filtered by project, session, role and time.
+
+Each normalised text is one FTS5 document (rowid = the id of its first content; copies that differ only in
+whitespace join it), with a token naming its role; `seen` holds, per text and file, the newest line it occurs on,
+with its time. One FTS-driven query applies every filter exactly; each matching text is one hit, at its newest
+occurrence that passes the filters.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from riffd.archive.pieces import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One place a match occurs: session, file, line number, role, time, and a snippet of the text."""
+
+    session_id: str | None
+    project: str | None
+    path: str
+    line: int
+    role: str | None
+    timestamp: int | None
+    snippet: str
+
+
+def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str, *, project: str | None = None,
+           session: str | None = None, role: str | None = None, since: int | None = None,
+           limit: int = 20) -> list[SearchHit]:
+    """Given the archive's connection and a reader of a pack's first bytes, return up to `limit` places where every
+    word of `query` occurs, newest first, filtered by project path prefix, session id, role and time.
+
+    Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
+    a message are one hit): the texts archived last are taken first, then the hits are sorted by time."""
+    terms = fts_query(query)
+    if role:
+        terms += f' "{ROLE_TOKEN.format(ROLES.get(role, 99))}"'
+    where = ""
+    params: list[Any] = []
+    if project:
+        where += " AND f.project LIKE ? ESCAPE '\\'"
+        params.append(like_literal(project.rstrip("/")) + "%")
+    if session:
+        where += " AND f.session_id = ?"
+        params.append(session)
+    if since is not None:
+        where += " AND s.ts >= ?"
+        params.append(since)
+    best: dict[int, tuple[Any, ...]] = {}
+    rows = db.execute(
+        "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts FROM search "
+        "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
+        f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC", [terms, *params])
+    for row in rows:
+        text_id = row[0]
+        if text_id in best:
+            if (row[6] or 0) > (best[text_id][6] or 0):
+                best[text_id] = row
+        elif len(best) < limit:
+            best[text_id] = row
+        else:
+            break
+    results = []
+    for text_id, session_id, project_path, path, line, role_id, ts in best.values():
+        pack, at, size = db.execute(
+            "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
+        text = normalise(text_of(orjson.loads(head(pack, at + size)[at:])))
+        results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
+                                 snippet(text, query)))
+    results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
+    return results
+
+
+def like_literal(text: str) -> str:
+    """Escape LIKE's wildcards so user text matches only itself (a session id such as `test_session`)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def fts_query(query: str) -> str:
+    """Quote each word so user text never breaks FTS5 syntax (plain words: all must match)."""
+    words = re.findall(r"\w+", query)
+    return " ".join(f'"{word}"' for word in words) or '""'
+
+
+def snippet(text: str, query: str, width: int = 80) -> str:
+    """Return about `width` characters of `text` around the first word of `query` it holds."""
+    words = re.findall(r"\w+", query.lower())
+    lowered = text.lower()
+    at = min((lowered.find(word) for word in words if word in lowered), default=0)
+    start = max(0, at - width // 2)
+    piece = text[start:start + width].replace("\n", " ")
+    return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")

@@ -1,0 +1,478 @@
+"""The archive: every line of every transcript kept, deduplicated, compressed and searchable.
+
+Claude Code deletes transcripts after 30 days; the archive (SQLite, `<state dir>/archive.db`) keeps them.
+
+How a line is stored, losslessly: as written, in a pack (riffd.archive.packs), with the pieces of content it shares
+with a line archived before cut out and a NUL byte in their place (riffd.archive.pieces). Runs of a file's lines in
+a pack record where each line is, so `restore` rebuilds a transcript byte for byte as it was last archived, also
+after Claude Code deleted it. A piece seen for the first time stays in its line and is recorded as a content (its
+place and its key); its text is indexed for search (riffd.archive.search).
+
+Exactly once: the archive keeps its own watermark per file (generation, bytes archived) and commits it in
+the same transaction as the lines, skipping lines below it, so a restart, a re-read or a crash in the
+middle archives every line once. A file rewritten by anyone (riffd's repairs included) starts a new
+generation; earlier generations are never erased.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from riffd.archive.packs import PackStore, Run
+from riffd.archive.pieces import MARK, ROLE_NAMES, ROLE_TOKEN, ROLES, Piece, content_key, epoch, pieces_of
+from riffd.archive.search import SearchHit, like_literal, search
+from riffd.transcript.reader import iter_chunks, parse_line, read_span
+
+ARCHIVE_NAME = "archive.db"  # in the state folder
+FORMAT = "2"
+
+# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB pages would
+# cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space freed when the open pack is
+# rewritten is given back by `settle`).
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, session_id TEXT, project TEXT, title TEXT,
+    first_ts INTEGER, last_ts INTEGER, generation INTEGER NOT NULL DEFAULT 0,
+    archived_bytes INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
+    raw_bytes INTEGER NOT NULL DEFAULT 0, stored_lines INTEGER NOT NULL DEFAULT 0,
+    messages INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
+CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
+-- The open pack, while it grows, in zstd segments: a commit rewrites only the last ones. Empty once settled.
+CREATE TABLE IF NOT EXISTS segments (
+    pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
+) WITHOUT ROWID;
+-- A run: lines first.. of a file's generation held in one pack; `header` (zlib of JSON) has each line's place
+-- (gap after the line before it) and length in the pack, its cut pieces (content ids in order), and whether
+-- the last line has no newline.
+CREATE TABLE IF NOT EXISTS runs (
+    file_id INTEGER NOT NULL, generation INTEGER NOT NULL, first INTEGER NOT NULL, pack INTEGER NOT NULL,
+    header BLOB NOT NULL, PRIMARY KEY (file_id, generation, first)
+) WITHOUT ROWID;
+-- A piece of content, where its bytes were first seen; `text`: its FTS row (NULL: not indexed).
+CREATE TABLE IF NOT EXISTS contents (
+    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL, text INTEGER
+);
+CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
+-- Per text and file: the newest line the text occurs on.
+CREATE TABLE IF NOT EXISTS seen (
+    text INTEGER NOT NULL, file_id INTEGER NOT NULL, generation INTEGER NOT NULL, line INTEGER NOT NULL,
+    ts INTEGER, role INTEGER, PRIMARY KEY (text, file_id)
+) WITHOUT ROWID;
+-- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
+"""
+
+
+class ArchiveError(Exception):
+    """The archive database cannot be used (made by another version of riffd)."""
+
+
+@dataclass
+class _New:
+    """A piece seen for the first time: it stays in its line, at `offset` of the stored line."""
+
+    key: int
+    offset: int
+    length: int
+    piece: Piece
+    variant: int | None  # the text id of a content with the same role and normalised text
+
+
+@dataclass
+class _Line:
+    """A line as stored: its bytes (pieces seen before cut out), the ids cut out in order, the text ids of
+    those, its new pieces, its time and role."""
+
+    stored: bytes
+    cut: list[int] = field(default_factory=list)
+    texts: list[int | None] = field(default_factory=list)
+    new: list[_New] = field(default_factory=list)
+    ts: int | None = None
+    role: int = 0
+
+
+class Archive:
+    """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
+
+    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if "lines" in tables:
+            self._db.close()
+            raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
+                               "which this version cannot read; move it away and run `riffd archive ingest` to "
+                               "archive the transcripts that still exist")
+        if not tables:
+            self._db.execute("PRAGMA page_size = 1024")
+            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
+        self._packs = PackStore(self._db)
+        self._dirty = True  # lines added since the last settle (unknown at first)
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    # --- feeding ----------------------------------------------------------------------------------
+
+    def cursor(self, path: str) -> tuple[int, int]:
+        """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
+        with self._lock:
+            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?", (path,)).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def add_lines(self, path: str, offset: int, lines: list[bytes], *, rewritten: bool = False,
+                  last_terminated: bool = True) -> int:
+        """Archive `lines` of `path` starting at byte `offset` (each without its newline; the last one has none
+        in the file when `last_terminated` is False); lines below the file's archive watermark are skipped.
+        `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
+        generation from offset 0. Return how many lines were added."""
+        with self._lock:
+            with self._writing():
+                self._packs.start()
+                added = self._add(path, offset, lines, rewritten, last_terminated)
+                self._packs.store_open(settled=False)
+            self._dirty = self._dirty or added > 0
+        return added
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One write transaction (the caller holds the lock): on success the open pack as the transaction left
+        it is the committed one; on failure it is forgotten (read again from the database when next needed)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._packs.refresh()
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            self._packs.forget()
+            raise
+        self._db.execute("COMMIT")
+        self._packs.commit()
+
+    def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool) -> int:
+        db = self._db
+        row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (path,)).fetchone()
+        if row is None:
+            new_id = db.execute("INSERT INTO files(path) VALUES (?)", (path,)).lastrowid
+            assert new_id is not None
+            file_id, generation, archived, count = new_id, 0, 0, 0
+        else:
+            file_id, generation, archived, count = row
+            if rewritten and offset == 0:
+                generation, archived, count = generation + 1, 0, 0
+        run = self._last_run(file_id, generation)
+        # A torn last line (archived without its newline) that the file has completed since: the completed line
+        # takes its place, so the archive keeps one line per line of the file, never a fragment plus the rest, and
+        # a caller feeding the completed line from its start (below the watermark) does not lose the rest.
+        fragment = b""
+        if run is not None and run.unterminated and run.lengths:
+            fragment = self._line(run, len(run.lengths) - 1)
+        torn_at = archived - len(fragment)
+        if fragment and lines and offset == archived:  # the bytes after the fragment finish its line
+            lines = [fragment + lines[0], *lines[1:]]
+            offset = torn_at
+        position = offset
+        added = added_bytes = messages = 0
+        info: dict[str, Any] = {}
+        newest: dict[int, tuple[int, int, int | None, int]] = {}  # text id -> (line, generation, ts, role)
+        last = len(lines) - 1
+        for number, raw in enumerate(lines):
+            terminated = last_terminated or number != last
+            end = position + len(raw) + terminated
+            if fragment and position == torn_at and end > archived:
+                assert run is not None
+                run.offsets.pop()
+                run.lengths.pop()
+                run.cuts.pop(len(run.lengths), None)
+                run.unterminated = False
+                count, archived = count - 1, torn_at
+                added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
+                fragment = b""
+            if position >= archived:  # below the watermark: archived before (a restart, a re-read)
+                line = self._prepare(raw, info)
+                pack_id, at = self._packs.append(line.stored)
+                if run is None or run.pack != pack_id:
+                    if run is not None:
+                        self._save_run(file_id, generation, run)
+                    run = Run(pack_id, count)
+                run.offsets.append(at)
+                run.lengths.append(len(line.stored))
+                if line.cut:
+                    run.cuts[len(run.lengths) - 1] = line.cut
+                run.unterminated = not terminated
+                texts = line.texts + [self._record(new, pack_id, at) for new in line.new]
+                for text_id in filter(None, texts):
+                    newest[text_id] = (count, generation, line.ts, line.role)
+                messages += bool(line.cut or line.new)
+                count += 1
+                added += 1
+                added_bytes += end - position
+                archived = end
+            position = end
+        if run is not None:
+            self._save_run(file_id, generation, run)
+        db.executemany(
+            "INSERT INTO seen(text, file_id, generation, line, ts, role) VALUES (?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(text, file_id) DO UPDATE SET generation = excluded.generation, line = excluded.line, "
+            "ts = excluded.ts, role = excluded.role WHERE COALESCE(excluded.ts, 0) >= COALESCE(seen.ts, 0)",
+            [(text, file_id, gen, line, ts, role) for text, (line, gen, ts, role) in newest.items()])
+        db.execute(
+            "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
+            "stored_lines = stored_lines + ?, messages = messages + ?, "
+            "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title), "
+            "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) WHERE id = ?",
+            (generation, archived, count, added_bytes, added, messages, info.get("session"), info.get("project"),
+             info.get("title"), info.get("first_ts"), info.get("last_ts"), file_id),
+        )
+        return added
+
+    def _last_run(self, file_id: int, generation: int) -> Run | None:
+        row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
+                               "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
+        return None if row is None else Run(row[0], row[1], row[2])
+
+    def _save_run(self, file_id: int, generation: int, run: Run) -> None:
+        if run.lengths:
+            self._db.execute("INSERT OR REPLACE INTO runs(file_id, generation, first, pack, header) "
+                             "VALUES (?, ?, ?, ?, ?)", (file_id, generation, run.first, run.pack, run.encode()))
+        else:
+            self._db.execute("DELETE FROM runs WHERE file_id = ? AND generation = ? AND first = ?",
+                             (file_id, generation, run.first))
+
+    def _prepare(self, raw: bytes, info: dict[str, Any]) -> _Line:
+        """Given a line, return it as stored: pieces seen before cut out; note what it says of its file."""
+        obj = parse_line(raw)
+        if not isinstance(obj, dict):
+            return _Line(raw)
+        kind = obj.get("type")
+        role = ROLES.get(kind, 0) if isinstance(kind, str) else 0
+        ts = epoch(obj.get("timestamp"))
+        if ts is not None:
+            info.setdefault("first_ts", ts)
+            info["last_ts"] = ts
+        if isinstance(obj.get("sessionId"), str):
+            info.setdefault("session", obj["sessionId"])
+        if isinstance(obj.get("cwd"), str):
+            info.setdefault("project", obj["cwd"])
+        for key in ("customTitle", "aiTitle", "title", "summary"):
+            if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str):
+                info["title"] = obj[key]
+        line = _Line(b"", ts=ts, role=role)
+        if MARK in raw:
+            line.stored = raw  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
+            return line
+        stored = bytearray()
+        done = 0
+        for piece in pieces_of(raw, obj, role):
+            piece_key = content_key(piece)
+            content_id, text_id = self._find(piece_key, piece.exact)
+            if content_id is not None:
+                stored += raw[done:piece.start] + MARK
+                line.cut.append(content_id)
+                line.texts.append(text_id)
+            else:
+                stored += raw[done:piece.start + len(piece.exact)]
+                line.new.append(_New(piece_key, len(stored) - len(piece.exact), len(piece.exact), piece, text_id))
+            done = piece.start + len(piece.exact)
+        stored += raw[done:]
+        line.stored = bytes(stored)
+        return line
+
+    def _find(self, key: int, exact: bytes) -> tuple[int | None, int | None]:
+        """Return (the id of the content with these exact bytes, or None; the text id of a content with this key,
+        which has the same role and normalised text, or None)."""
+        text_id = None
+        for content_id, pack, offset, length, text in self._db.execute(
+                "SELECT id, pack, offset, length, text FROM contents WHERE key = ?", (key,)).fetchall():
+            if length == len(exact) and self._packs.read(pack, offset, length) == exact:
+                return int(content_id), text
+            text_id = text_id or text
+        return None, text_id
+
+    def _record(self, new: _New, pack: int, line_at: int) -> int | None:
+        """Record a new content, now at `line_at + new.offset` of `pack`; index its text unless a variant of it
+        is indexed already. Return its text id (None: no text)."""
+        content_id = self._db.execute(
+            "INSERT INTO contents(key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?)",
+            (new.key, pack, line_at + new.offset, new.length, new.variant)).lastrowid
+        assert content_id is not None
+        if not new.piece.text or new.variant is not None:
+            return new.variant
+        self._db.execute("UPDATE contents SET text = id WHERE id = ?", (content_id,))
+        self._db.execute("INSERT INTO search(rowid, text) VALUES (?, ?)",
+                         (content_id, f"{new.piece.text}\n{ROLE_TOKEN.format(new.piece.role)}"))
+        return content_id
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _line(self, run: Run, number: int) -> bytes:
+        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
+        offset, length = run.offsets[number], run.lengths[number]
+        line = self._packs.read(run.pack, offset, length)
+        for content_id in run.cuts.get(number, ()):
+            pack, at, size = self._db.execute(
+                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            line = line.replace(MARK, self._packs.read(pack, at, size), 1)
+        last = number == len(run.lengths) - 1
+        return line if last and run.unterminated else line + b"\n"
+
+    def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
+        """Return (id, path, session) of the archived files a session id, path or path suffix names."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
+                "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
+        return [(int(row[0]), str(row[1]), row[2]) for row in rows]
+
+    def iter_file(self, file_id: int, generation: int | None = None) -> Iterator[bytes]:
+        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
+        with self._lock:
+            self._packs.refresh()
+            if generation is None:
+                generation = self._db.execute("SELECT generation FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+            runs = [Run(pack, first, header) for pack, first, header in self._db.execute(
+                "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
+                (file_id, generation)).fetchall()]
+            for run in runs:
+                for number in range(len(run.lengths)):
+                    yield self._line(run, number)
+
+    def last_line(self, path: str) -> bytes | None:
+        """Return the last archived line (with newline) of `path`'s latest generation, or None."""
+        with self._lock:
+            self._packs.refresh()
+            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path,)).fetchone()
+            run = None if row is None else self._last_run(row[0], row[1])
+            return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
+
+    def settle(self, *, optimize: bool = True) -> bool:
+        """Compress the open pack at the settled level (it stays open: a later line reopens it), merge the search
+        index into one segment (`optimize`: it rewrites the whole index) and give freed pages back to the file system.
+        For when feeding pauses: the end of an ingest, a quiet daemon. Return False when nothing was added since
+        the last settle of this connection."""
+        with self._lock:
+            if not self._dirty:
+                return False
+            with self._writing():
+                self._packs.settle_open()
+                if optimize:
+                    self._db.execute("INSERT INTO search(search) VALUES ('optimize')")
+            self._db.executescript("PRAGMA incremental_vacuum;")  # (execute would free one page only)
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._dirty = False
+        return True
+
+    def search(self, query: str, *, project: str | None = None, session: str | None = None,
+               role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
+        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
+        prefix, session id, role and time (see riffd.archive.search)."""
+        with self._lock:
+            self._packs.refresh()
+            return search(self._db, self._packs.head, query, project=project, session=session, role=role,
+                          since=since, limit=limit)
+
+    def behind(self, files: dict[str, int]) -> tuple[int, int]:
+        """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
+        lagging = lagging_bytes = 0
+        for path, offset in files.items():
+            _generation, archived = self.cursor(path)
+            if archived < offset:
+                lagging += 1
+                lagging_bytes += offset - archived
+        return lagging, lagging_bytes
+
+    def stats(self) -> dict[str, Any]:
+        """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest, newest."""
+        with self._lock:
+            db = self._db
+            raw = db.execute("SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
+                             "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
+                             "COALESCE(SUM(messages), 0) FROM files").fetchone()
+            unique = db.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents").fetchone()
+        stored = self.path.stat().st_size + sum(
+            path.stat().st_size for path in self.path.parent.glob(self.path.name + "-*") if path.exists())
+        return {
+            "raw_bytes": int(raw[0]),
+            "stored_bytes": stored,
+            "ratio": round(stored / raw[0], 4) if raw[0] else None,
+            "files": int(raw[1]),
+            "sessions": int(raw[2]),
+            "lines": int(raw[5]),
+            "messages": int(raw[6]),
+            "unique_contents": int(unique[0]),
+            "unique_texts": int(unique[1]),
+            "oldest": _iso(raw[3]),
+            "newest": _iso(raw[4]),
+        }
+
+    def export(self, target: str) -> list[dict[str, Any]]:
+        """Return each archived file of a session as the documented JSON form: session id, project, path, and
+        messages with index, hash (SHA-256 of the content's exact bytes), role, timestamp and content."""
+        out = []
+        for file_id, path, session_id in self.files_of(target):
+            with self._lock:
+                project = self._db.execute("SELECT project FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+                messages = []
+                for number, raw in enumerate(self.iter_file(file_id)):
+                    obj = parse_line(raw.rstrip(b"\n"))
+                    message = obj.get("message") if isinstance(obj, dict) else None
+                    if not isinstance(message, dict) or "content" not in message:
+                        continue
+                    assert isinstance(obj, dict)
+                    kind = obj.get("type")
+                    messages.append({
+                        "index": number, "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
+                        "role": ROLE_NAMES.get(ROLES.get(kind, 0)) if isinstance(kind, str) else None,
+                        "timestamp": _iso(epoch(obj.get("timestamp"))), "content": message["content"]})
+            out.append({"session_id": session_id, "project": project, "path": path, "messages": messages})
+        return out
+
+
+def _iso(seconds: int | None) -> str | None:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None
+
+
+def ingest_file(archive: Archive, path: Path) -> int:
+    """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
+    file was rewritten since); return the lines added. Only complete lines are archived."""
+    _generation, archived = archive.cursor(str(path))
+    rewritten = archived > 0 and not still_appended(archive, path, archived)
+    added = 0
+    for offset, lines, terminated in iter_chunks(path, start=0 if rewritten else archived):
+        # An unterminated last line is kept too (lossless); restore writes it back without a newline.
+        added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
+                                   last_terminated=terminated)
+    return added
+
+
+def still_appended(archive: Archive, path: Path, archived: int) -> bool:
+    """Return True when `path` still holds, just before byte `archived`, the last line the archive has of it."""
+    last = archive.last_line(str(path))
+    if last is None or path.stat().st_size < archived:
+        return False
+    try:
+        return read_span(path, archived - len(last), len(last)) == last
+    except OSError:
+        return False

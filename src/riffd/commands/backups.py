@@ -1,0 +1,101 @@
+"""`riffd backups list | restore | prune`: the verified backups riffd takes before each repair."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser, UsageError, print_json
+from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.repair.backup import BackupError, BackupStore
+from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
+from riffd.repair.restore import restore_backup
+
+
+def register(commands: argparse._SubParsersAction[Parser]) -> None:
+    """Add `riffd backups list | restore | prune` to the riffd subcommands."""
+    backups = commands.add_parser("backups", help="list, restore or prune riffd's backups",
+                                  description="Work with the verified backups riffd takes before each repair.")
+    backups.add_argument("--backup-dir", type=Path, default=None,
+                         help="the backup folder (default: <state dir>/backups)")
+    actions = backups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
+    listing = actions.add_parser("list", help="list backups, newest last")
+    listing.add_argument("--json", action="store_true", help="print JSON on stdout")
+    listing.set_defaults(run=run_backups_list)
+    restore = actions.add_parser(
+        "restore",
+        help="put a backup back",
+        description="Write a backup back to its original path (only if that session is idle, and after a "
+        "verified backup of what is there now) or, with --to, to a new file.",
+    )
+    restore.add_argument("backup_id", metavar="ID")
+    restore.add_argument("--to", type=Path, default=None, help="write to this path instead of the original")
+    restore.add_argument("--force", action="store_true", help="with --to: replace an existing file")
+    restore.add_argument("--quiet-period", type=float, default=120.0, metavar="SECONDS",
+                         help="how long the original must be unmodified to count as idle (default: 120)")
+    restore.set_defaults(run=run_backups_restore)
+    prune = actions.add_parser("prune", help="remove old backups (the newest of each file is always kept)")
+    prune.add_argument("--keep", type=int, default=10, metavar="N", help="backups to keep per file (default: 10)")
+    prune.add_argument("--max-age", type=float, default=90, metavar="DAYS",
+                       help="remove backups older than this (default: 90)")
+    prune.add_argument("--max-total-mb", type=float, default=None, metavar="MB",
+                       help="then remove the oldest until the store is under this size")
+    prune.set_defaults(run=run_backups_prune)
+
+
+def _store(args: argparse.Namespace) -> BackupStore:
+    return BackupStore(args.backup_dir or default_backup_dir())
+
+
+def run_backups_list(args: argparse.Namespace) -> int:
+    """`riffd backups list`: print every backup, oldest first."""
+    store = _store(args)
+    records = store.list() if store.root.is_dir() else []
+    if args.json:
+        print_json([
+            {"id": r.backup_id, "source": r.source_path, "session": r.session_id, "sha256": r.sha256,
+             "size": r.size, "created": r.created_at.isoformat(), "reason": r.reason,
+             "findings": list(r.findings), "path": str(r.data_path)}
+            for r in records
+        ])
+        return EXIT_OK
+    for record in records:
+        print(f"{record.backup_id}  {record.created_at:%Y-%m-%d %H:%M:%S}  {record.size:>12,} B  "
+              f"{record.source_path}  ({len(record.findings)} finding(s))")
+    print(f"riffd: {len(records)} backup(s) in {store.root}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_backups_restore(args: argparse.Namespace) -> int:
+    """`riffd backups restore ID [--to PATH]`: put a backup back; exit 0 done, 1 skipped, 2 failed."""
+    store = _store(args)
+    options = ApplyOptions(backup_dir=store.root, claude_dir=claude_config_dir(), roots=tuple(default_roots()),
+                           quiet_period=args.quiet_period)
+    outcome = restore_backup(store, args.backup_id, args.to, overwrite=args.force, options=options)
+    if isinstance(outcome, Skipped):
+        print(f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}", file=sys.stderr)
+        return EXIT_FINDINGS
+    if isinstance(outcome, Failed):
+        print(f"riffd: error: {outcome.detail}", file=sys.stderr)
+        return EXIT_ERROR
+    safety = f" (what was there is backed up as {outcome.safety_backup_id})" if outcome.safety_backup_id else ""
+    print(f"restored {args.backup_id} to {outcome.path}{safety}")
+    return EXIT_OK
+
+
+def run_backups_prune(args: argparse.Namespace) -> int:
+    """`riffd backups prune`: remove old backups, keeping the newest of each file."""
+    store = _store(args)
+    if not store.root.is_dir():
+        print(f"riffd: no backups in {store.root}", file=sys.stderr)
+        return EXIT_OK
+    max_total = int(args.max_total_mb * 1e6) if args.max_total_mb is not None else None
+    try:
+        removed = store.prune(keep_per_file=args.keep, max_age_days=args.max_age, max_total_bytes=max_total)
+    except (ValueError, BackupError) as exc:
+        raise UsageError(f"riffd backups prune: {exc}") from exc
+    for record in removed:
+        print(f"removed {record.backup_id}  {record.source_path}")
+    print(f"riffd: removed {len(removed)} backup(s) from {store.root}", file=sys.stderr)
+    return EXIT_OK

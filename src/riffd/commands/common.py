@@ -1,0 +1,93 @@
+"""What every command shares: the exit codes, the parser class whose mistakes exit 2, the transcript files a
+command's PATH and --project arguments name, a progress line, and JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from riffd.paths import default_roots, iter_transcripts
+from riffd.transcript.projects import resolve_target
+
+EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
+EXIT_FINDINGS = 1  # findings remain
+EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
+
+REPORT_SCHEMA = 1
+PROGRESS_MIN_FILES = 20
+
+
+class UsageError(Exception):
+    """A command-line mistake; the message says what to do instead."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose mistakes raise UsageError (exit 2 with a hint), never sys.exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
+    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default roots
+    when both are empty) and errors for bad paths."""
+    errors: list[str] = []
+    files: list[Path] = []
+    for project in projects:
+        try:
+            files.extend(resolve_target(project, default_roots()))
+        except FileNotFoundError as exc:
+            errors.append(str(exc))
+    if not paths and not projects:
+        roots = [root for root in default_roots() if root.is_dir()]
+        if not roots:
+            print(f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
+                  "(set CLAUDE_CONFIG_DIR, or pass a file or folder)", file=sys.stderr)
+        paths = roots
+    for path in paths:
+        try:
+            files.extend(iter_transcripts([path]))
+        except FileNotFoundError as exc:
+            errors.append(f"{exc}: check the path")
+    return files, errors
+
+
+@dataclass
+class Progress:
+    """A one-line progress counter on stderr, shown only on a terminal and for long runs."""
+
+    total: int
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    done: int = 0
+    bytes_done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def enabled(self) -> bool:
+        return self.total >= PROGRESS_MIN_FILES and self.stream.isatty()
+
+    def step(self, size: int) -> None:
+        self.done += 1
+        self.bytes_done += size
+        if self.enabled:
+            rate = self.bytes_done / 1e6 / max(time.monotonic() - self.started, 1e-6)
+            self.stream.write(f"\rriffd: {self.done}/{self.total} files, {self.bytes_done / 1e6:.0f} MB, "
+                              f"{rate:.0f} MB/s ")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+def print_json(document: object) -> None:
+    """Print `document` on stdout as indented JSON."""
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -1,0 +1,242 @@
+"""`riffd config`: write, locate, show, check and change riffd's TOML configuration file (see riffd.config).
+
+`set` edits the file with tomlkit, so the user's comments, key order and layout survive; the edited text is
+checked before it is written, and it is written atomically (temp file in the same folder, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from tomlkit.items import AoT, Table
+
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.config import (
+    CONFIG_ENV,
+    STATE_DIR_ENV,
+    Config,
+    ConfigError,
+    config_path,
+    example_toml,
+    load_config,
+    loads_config,
+    parse_toml_value,
+)
+
+
+def register(commands: argparse._SubParsersAction[Any]) -> None:
+    """Add `riffd config init | path | show | validate | set` to the subcommands of `riffd`."""
+    config = commands.add_parser(
+        "config",
+        help="create, locate, show, check or change riffd's configuration file",
+        description="Work with riffd's TOML configuration file: --config PATH, else $RIFFD_CONFIG, else "
+        "<user config dir>/riffd/config.toml. Precedence: command-line flag > environment > file > default.",
+    )
+    actions = config.add_subparsers(dest="config_action", metavar="ACTION")
+    init = actions.add_parser("init", help="write the commented example config (every key at its default)")
+    init.add_argument("--force", action="store_true", help="replace an existing config file")
+    init.set_defaults(run=run_config_init)
+    where = actions.add_parser("path", help="print the config file in use and whether it exists")
+    where.set_defaults(run=run_config_path)
+    show = actions.add_parser("show", help="print the effective configuration as TOML")
+    show.set_defaults(run=run_config_show)
+    validate = actions.add_parser("validate", help="check the config file; print every error, or ok")
+    validate.set_defaults(run=run_config_validate)
+    change = actions.add_parser(
+        "set",
+        help="change one key, keeping the file's comments and layout",
+        description="Set KEY (dotted, e.g. watcher.debounce) to VALUE, read as a TOML value when it is one "
+        "(numbers, true/false, [arrays], \"quoted strings\") and as a plain string otherwise. The file keeps its "
+        "comments and layout; it is written only if the result is a valid config, and is created from the "
+        "example when missing.",
+    )
+    change.add_argument("key", metavar="KEY")
+    change.add_argument("value", metavar="VALUE")
+    change.set_defaults(run=run_config_set)
+
+
+def _print_errors(errors: Sequence[str]) -> None:
+    for error in errors:
+        print(f"riffd: error: {error}", file=sys.stderr)
+    print(f"riffd: {len(errors)} configuration error(s)", file=sys.stderr)
+
+
+def load_or_report(args: argparse.Namespace, overrides: dict[str, object] | None = None) -> Config | None:
+    """Load the configuration named by the global --config (with `overrides`); on errors, print every one
+    on stderr and return None."""
+    try:
+        return load_config(getattr(args, "config", None), overrides=overrides or {})
+    except ConfigError as exc:
+        _print_errors(exc.errors)
+        return None
+
+
+def run_config_init(args: argparse.Namespace) -> int:
+    """`riffd config init [--force]`: write the commented example to the config path; never overwrite unless
+    --force."""
+    target = config_path(args.config)
+    if target.exists() and not args.force:
+        print(f"riffd: error: {target} already exists; pass --force to replace it, or change one key with "
+              "`riffd config set KEY VALUE`", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        write_atomically(target, example_toml())
+    except OSError as exc:
+        print(f"riffd: error: {target}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(target)
+    print(f"riffd: wrote the example configuration to {target}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_config_path(args: argparse.Namespace) -> int:
+    """`riffd config path`: print the config file in use on stdout, and where it came from and whether it exists
+    on stderr."""
+    target = config_path(args.config)
+    origin = ("from --config" if args.config is not None else f"from ${CONFIG_ENV}" if os.environ.get(CONFIG_ENV)
+              else "the default location")
+    state = "exists" if target.is_file() else "does not exist (the defaults apply; `riffd config init` writes one)"
+    print(target)
+    print(f"riffd: {origin}; {state}", file=sys.stderr)
+    return EXIT_OK
+
+
+def run_config_show(args: argparse.Namespace) -> int:
+    """`riffd config show`: print the effective configuration (file, environment and defaults applied) as TOML."""
+    config = load_or_report(args)
+    if config is None:
+        return EXIT_ERROR
+    where = (f"# Effective riffd configuration, read from {config.source}" if config.source is not None
+             else f"# Effective riffd configuration: defaults (no file at {config_path(args.config)})")
+    sys.stdout.write(f"{where}\n\n{tomlkit.dumps(config.to_toml_dict())}")
+    return EXIT_OK
+
+
+def run_config_validate(args: argparse.Namespace) -> int:
+    """`riffd config validate`: print every error and exit 2, or print ok."""
+    config = load_or_report(args)
+    if config is None:
+        return EXIT_ERROR
+    if config.source is None:
+        print(f"riffd: no config file at {config_path(args.config)}; the defaults apply", file=sys.stderr)
+    print("ok")
+    return EXIT_OK
+
+
+def run_config_set(args: argparse.Namespace) -> int:
+    """`riffd config set KEY VALUE`: change one key, keeping comments and layout; write only a valid result."""
+    target = config_path(args.config)
+    try:
+        original = target.read_text(encoding="utf-8") if target.exists() else None
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"riffd: error: {target}: cannot read: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    text = example_toml() if original is None else original
+    try:
+        document = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        print(f"riffd: error: {target}: TOML syntax error: {exc}; fix it by hand first (nothing was written)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    parts = args.key.split(".")
+    if not all(parts):
+        print(f"riffd: error: {args.key!r} is not a key; expected a dotted key such as watcher.debounce",
+              file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        _assign(document, parts, parse_toml_value(args.value))
+    except TypeError as exc:
+        print(f"riffd: error: {args.key}: {exc} (nothing was written)", file=sys.stderr)
+        return EXIT_ERROR
+    edited = tomlkit.dumps(document)
+    # A file that is already invalid elsewhere can still be fixed one key at a time: refuse only an edit that
+    # adds an error.
+    errors_before = set(_errors_in(text, target))
+    errors_after = _errors_in(edited, target)
+    added = [error for error in errors_after if error not in errors_before]
+    if added:
+        _print_errors(added)
+        print(f"riffd: {target} is unchanged", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        write_atomically(target, edited)
+    except OSError as exc:
+        print(f"riffd: error: {target}: cannot write: {exc.strerror or exc} (the file is unchanged)", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"riffd: {'set' if original is not None else 'created ' + str(target) + ' with'} {args.key} = "
+          f"{tomlkit.item(parse_toml_value(args.value)).as_string()}", file=sys.stderr)
+    if args.key == "state_dir" and os.environ.get(STATE_DIR_ENV):
+        print(f"riffd: note: ${STATE_DIR_ENV} is set and takes precedence over the file's state_dir",
+              file=sys.stderr)
+    if errors_after:
+        print("riffd: the file still has other errors:", file=sys.stderr)
+        _print_errors(errors_after)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _errors_in(text: str, source: Path) -> list[str]:
+    """Return every configuration error in `text` as a file at `source` (empty when it is valid)."""
+    try:
+        loads_config(text, source=source)
+    except ConfigError as exc:
+        return exc.errors
+    return []
+
+
+def _assign(document: tomlkit.TOMLDocument, parts: list[str], value: object) -> None:
+    """Set the dotted key `parts` in `document` to `value`, creating tables as needed; raise TypeError when a
+    part of the path is a value, not a table."""
+    container: Any = document
+    for depth, part in enumerate(parts[:-1]):
+        if part not in container:
+            container[part] = tomlkit.table()
+        container = container[part]
+        if not isinstance(container, Table | dict):
+            raise TypeError(f"{'.'.join(parts[: depth + 1])} is a value, not a table")
+    name = parts[-1]
+    if container is document and name not in document:
+        # A new top-level key belongs after the last top-level key, not above the first table's comment.
+        plain_keys = [key for key, item in document.body if key is not None and not isinstance(item, Table | AoT)]
+        if plain_keys:
+            document._insert_after(plain_keys[-1], name, value)
+            return
+    container[name] = value
+
+
+def write_atomically(target: Path, text: str) -> None:
+    """Write `text` to `target` so a reader sees the old file or the new one, never half of one: temp file in
+    the same folder, fsync, rename. A symlinked config (dotfile managers) has its link target replaced; the
+    file's permission bits are kept. Raise OSError when that fails (the old file is then untouched)."""
+    real = target.resolve() if target.is_symlink() else target
+    real.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o644
+    fd, temp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temp_name, real)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+        raise
+    # The rename itself must survive a crash too; some file systems cannot fsync a folder, which is fine.
+    with contextlib.suppress(OSError):
+        folder = os.open(real.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)

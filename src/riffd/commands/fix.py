@@ -1,0 +1,165 @@
+"""`riffd fix`: repair tool-result pairing in idle sessions, after a verified backup."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from riffd import __version__
+from riffd.commands.common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    REPORT_SCHEMA,
+    Parser,
+    Progress,
+    print_json,
+    transcript_targets,
+)
+from riffd.fsio import ReadFailed
+from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.repair.outcomes import ApplyOptions, Failed, Repaired, Skipped, SkipReason
+from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
+from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.writer import apply_plan
+from riffd.transcript.findings import REPAIRABLE
+from riffd.transcript.scan import index_file
+
+
+def register(commands: argparse._SubParsersAction[Parser]) -> None:
+    """Add `riffd fix` to the riffd subcommands."""
+    fix = commands.add_parser(
+        "fix",
+        help="repair tool-result pairing in idle sessions, after a verified backup",
+        description="Repair duplicate, orphan and missing tool results and repeated tool_use ids. A file is "
+        "rewritten only if its session is idle (not registered as running by Claude Code, not modified for the "
+        "quiet period), only after a verified backup, and only by atomic replace; every line the repair does "
+        "not name stays byte for byte. Malformed lines, torn tails and broken parent links are reported, "
+        "never edited.",
+    )
+    fix.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
+    fix.add_argument("--dry-run", action="store_true", help="print the planned edits; write nothing")
+    fix.add_argument("--quiet-period", type=float, default=120.0, metavar="SECONDS",
+                     help="how long a file must be unmodified to count as idle (default: 120)")
+    fix.add_argument("--no-synthesize", action="store_true",
+                     help="do not add placeholder results for tool calls that never got one")
+    fix.add_argument("--backup-dir", type=Path, default=None,
+                     help="where backups go (default: <state dir>/backups)")
+    fix.add_argument("--json", action="store_true", help="print one JSON report on stdout")
+    fix.add_argument("--project", action="append", default=[], metavar="PATH",
+                     help="also repair the transcripts of this project's Claude Code folder (repeatable)")
+    fix.set_defaults(run=run_fix)
+
+
+def run_fix(args: argparse.Namespace) -> int:
+    """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
+    files, errors = transcript_targets(args.paths, args.project)
+    backup_dir = args.backup_dir or default_backup_dir()
+    options = ApplyOptions(
+        backup_dir=backup_dir,
+        claude_dir=claude_config_dir(),
+        roots=tuple(default_roots()) + tuple(path for path in args.paths if path.is_dir()),
+        quiet_period=args.quiet_period,
+    )
+    repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
+    results: list[dict[str, object]] = []
+    remaining = 0
+    counts: Counter[str] = Counter()
+    progress = Progress(len(files))
+    for path in files:
+        outcome = _fix_one(path, options, repair_options, args.dry_run)
+        progress.step(path.stat().st_size if path.exists() else 0)
+        counts[str(outcome["outcome"])] += 1
+        remaining += int(outcome.pop("_remaining"))  # type: ignore[call-overload]
+        if outcome["outcome"] == "error" or outcome["outcome"] == "failed":
+            errors.append(str(outcome["detail"]))
+        if outcome["outcome"] != "clean":
+            results.append(outcome)
+            if not args.json:
+                _print_fix_outcome(outcome)
+    progress.close()
+    if args.json:
+        print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run,
+                     "files": results, "summary": dict(sorted(counts.items())), "errors": errors})
+    for error in errors:
+        print(f"riffd: error: {error}", file=sys.stderr)
+    word = "would repair" if args.dry_run else "repaired"
+    print(f"riffd: {len(files)} file(s): {counts['repaired'] + counts['would_repair']} {word}, "
+          f"{counts['skipped']} skipped, {counts['failed'] + counts['error']} failed, "
+          f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain", file=sys.stderr)
+    if errors:
+        return EXIT_ERROR
+    return EXIT_FINDINGS if remaining else EXIT_OK
+
+
+def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, dry_run: bool) -> dict[str, object]:
+    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome."""
+    try:
+        scanned = index_file(path, with_identity=True)
+    except (OSError, ReadFailed) as exc:
+        return {"path": str(path), "outcome": "error", "detail": f"{path}: {exc}", "_remaining": 0}
+    repairable = [finding for finding in scanned.findings if finding.cls in REPAIRABLE]
+    if not repairable:
+        return {"path": str(path), "outcome": "clean", "_remaining": len(scanned.findings),
+                "unrepaired": [finding.to_json() for finding in scanned.findings]}
+    try:
+        plan = plan_file_repair(scanned, repair_options)
+    except (OSError, ValueError) as exc:
+        return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",
+                "_remaining": len(scanned.findings)}
+    left = len(scanned.findings) - len(plan.fixes)
+    base: dict[str, object] = {"path": str(path), "plan": _plan_json(plan), "notes": list(plan.notes)}
+    if plan.is_empty:
+        return base | {"outcome": "skipped", "reason": "nothing_safe_to_do",
+                       "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(scanned.findings)}
+    if dry_run:
+        return base | {"outcome": "would_repair", "_remaining": len(scanned.findings)}
+    # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its agent.
+    outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
+    if isinstance(outcome, Repaired):
+        return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
+                       "backup_path": str(outcome.backup_path),
+                       "carried_over_bytes": outcome.carried_over_bytes, "_remaining": left}
+    if isinstance(outcome, Skipped):
+        result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"
+        return base | {"outcome": result, "reason": str(outcome.reason), "detail": outcome.detail,
+                       "_remaining": len(scanned.findings)}
+    assert isinstance(outcome, Failed)
+    return base | {"outcome": "failed", "reason": str(outcome.reason), "detail": outcome.detail,
+                   "_remaining": len(scanned.findings)}
+
+
+def _plan_json(plan: RepairPlan) -> dict[str, object]:
+    edits = []
+    for edit in plan.edits:
+        if isinstance(edit, RemoveLine):
+            edits.append({"remove_line": edit.span.number, "reason": edit.reason})
+        elif isinstance(edit, ReplaceLine):
+            edits.append({"edit_line": edit.span.number, "reason": edit.reason})
+        elif isinstance(edit, InsertLine):
+            edits.append({"insert_after_line": edit.after.number, "reason": edit.reason})
+    return {"edits": edits, "fixes": [finding.to_json() for finding in plan.fixes]}
+
+
+def _print_fix_outcome(outcome: dict[str, object]) -> None:
+    path, kind = outcome["path"], outcome["outcome"]
+    plan = outcome.get("plan") or {}
+    edits = plan.get("edits", []) if isinstance(plan, dict) else []
+    if kind in ("repaired", "would_repair"):
+        verb = "repaired" if kind == "repaired" else "would repair"
+        print(f"{verb} {path}: {len(edits)} edit(s)")
+        for edit in edits:
+            what = next(iter(edit))
+            print(f"  {what.replace('_', ' ')} {edit[what]}: {edit['reason']}")
+        if kind == "repaired":
+            print(f"  backup: {outcome['backup_id']} ({outcome['backup_path']})")
+    elif kind == "skipped":
+        print(f"skipped {path}: {outcome['reason']}: {outcome['detail']}")
+    elif kind in ("failed", "error"):
+        print(f"failed {path}: {outcome['detail']}")
+    notes = outcome.get("notes")
+    for note in notes if isinstance(notes, list) else []:
+        print(f"  note: {note}")

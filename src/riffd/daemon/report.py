@@ -1,0 +1,231 @@
+"""Health reports: what the daemon has seen and done, written atomically as JSON and Markdown.
+
+A report is built from the state store (files, findings, repairs, counters) and, when the daemon
+runs, its live snapshot (uptime, watcher, queue, latency). Files in the report folder:
+`report-<UTC time>.json` (the newest `keep` are kept), `latest.json` and `latest.md`. The JSON
+schema is versioned (`schema`) and documented in the README.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from riffd import __version__
+from riffd.daemon.state import StateStore
+from riffd.fsio import IO_STATS, REAL_FS, write_all
+from riffd.repair.backup import BackupStore
+from riffd.transcript.findings import INFORMATIONAL
+
+REPORT_SCHEMA = 1
+RECENT_SECONDS = 3600.0
+
+
+def percentile(samples: list[float], fraction: float) -> float | None:
+    """Return the `fraction` percentile (nearest rank) of `samples`, or None when there are none."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(fraction * len(ordered)))  # 1-based nearest rank
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None) -> dict[str, Any]:
+    """Given the state store, the backup folder and the daemon's snapshot (None when it is not running),
+    return the report as a JSON-ready dict."""
+    now = time.time()
+    watched, with_findings, open_by_class = store.finding_summary(frozenset(map(str, INFORMATIONAL)))
+    repairs = store.repair_summary()
+    counters = store.counters()
+    backups = _backup_summary(backup_dir)
+    daemon = daemon or {}
+    running = bool(daemon.get("running"))
+    latencies = [float(value) for value in daemon.get("latencies", [])]
+    errors = [error for error in daemon.get("errors", []) if now - float(error.get("time", 0)) < RECENT_SECONDS]
+    problems = []
+    if not running:
+        problems.append("the daemon is not running (`riffd run`, or `riffd service install`)")
+    if errors:
+        problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
+    informational = {name: count for name, count in open_by_class.items() if name in INFORMATIONAL}
+    damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
+    if damage:
+        problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): `riffd scan` shows them")
+    if (daemon.get("last_reload") or {}).get("ok") is False:
+        problems.append("the last configuration reload failed; the previous configuration is still in use")
+    uptime = now - float(daemon["started"]) if running and "started" in daemon else None
+    lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
+    return {
+        "schema": REPORT_SCHEMA,
+        "generated_at": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
+        "healthy": not problems,
+        "problems": problems,
+        "daemon": {
+            "running": running,
+            "version": daemon.get("version", __version__),
+            "pid": daemon.get("pid"),
+            "uptime_seconds": round(uptime, 1) if uptime is not None else None,
+            "config_path": daemon.get("config_path"),
+            "last_reload": daemon.get("last_reload"),
+        },
+        "watcher": {
+            "roots": daemon.get("roots", []),
+            "observer": daemon.get("observer"),
+            "observer_reason": daemon.get("observer_reason"),
+            "events": daemon.get("events", 0),
+            "rescans": daemon.get("rescans", 0),
+        },
+        "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
+        "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
+        "findings": {"open": dict(sorted(damage.items())), "informational": dict(sorted(informational.items())),
+                     "repaired": repairs["findings_repaired_by_class"]},
+        "repairs": {
+            "done": repairs["done"],
+            "skipped": repairs["skipped_by_reason"],
+            "failed": repairs["failed_by_reason"],
+        },
+        "backups": backups,
+        "io": {
+            "retries": daemon.get("io_retries", IO_STATS.retries),
+            "give_ups": daemon.get("io_give_ups", IO_STATS.give_ups),
+            "read_errors": counters.get("errors.read", 0),
+        },
+        "latency_seconds": {
+            "p50": _round(percentile(latencies, 0.5)),
+            "p95": _round(percentile(latencies, 0.95)),
+            "max": _round(max(latencies) if latencies else None),
+            "samples": len(latencies),
+        },
+        "throughput": {
+            "lines": lines,
+            "bytes": read,
+            "lines_per_second": round(lines / uptime, 2) if uptime else None,
+            "bytes_per_second": round(read / uptime, 1) if uptime else None,
+        },
+        "tracker": _tracker_summary(daemon.get("tracker") or {}),
+        "archive": {
+            key: (daemon.get("archive") or {}).get(key)
+            for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind")
+        },
+        "errors": errors,
+    }
+
+
+def _tracker_summary(stats: dict[str, Any]) -> dict[str, Any]:
+    """The tool-call tracker's figures since the daemon started (zeros when it does not run)."""
+    return {
+        "calls_seen": stats.get("calls_seen", 0),
+        "redundant": stats.get("redundant", 0),
+        "by_tool": stats.get("by_tool", {}),
+        "top_sessions": stats.get("top_sessions", []),
+        "bytes_wasted": stats.get("bytes_wasted", 0),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _backup_summary(backup_dir: Path) -> dict[str, Any]:
+    if not backup_dir.is_dir():
+        return {"count": 0, "bytes": 0, "oldest": None}
+    records = BackupStore(backup_dir).list()
+    oldest = min((record.created_at for record in records), default=None)
+    return {
+        "count": len(records),
+        "bytes": sum(record.stored_bytes for record in records),
+        "oldest": oldest.isoformat(timespec="seconds") if oldest else None,
+    }
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """Return a short human-readable summary of a report."""
+    daemon, files, repairs = report["daemon"], report["files"], report["repairs"]
+    status = "healthy" if report["healthy"] else "needs attention"
+    tracker = report.get("tracker") or _tracker_summary({})  # reports written before the tracker lack it
+    lines = [
+        f"# riffd health report ({report['generated_at']})",
+        "",
+        f"**{status}**" + ("" if report["healthy"] else ": " + "; ".join(report["problems"])),
+        "",
+        f"- daemon: {'running, pid ' + str(daemon['pid']) if daemon['running'] else 'not running'}"
+        + (f", up {daemon['uptime_seconds']:.0f} s" if daemon["uptime_seconds"] else ""),
+        f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
+        f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
+        f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
+        f"- open findings: {_counts(report['findings']['open'])}",
+        f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
+        f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
+        + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
+        _archive_line(report.get("archive") or {}),
+        f"- repaired findings: {_counts(report['findings']['repaired'])}",
+        f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
+        f"failed {_counts(repairs['failed'])}",
+        f"- backups: {report['backups']['count']} ({report['backups']['bytes']:,} bytes), oldest "
+        f"{report['backups']['oldest'] or '-'}",
+        f"- I/O: {report['io']['retries']} retries, {report['io']['give_ups']} give-ups",
+        f"- latency (event to done): p50 {_seconds(report['latency_seconds']['p50'])}, p95 "
+        f"{_seconds(report['latency_seconds']['p95'])}, max {_seconds(report['latency_seconds']['max'])}",
+    ]
+    for error in report["errors"][-5:]:
+        lines.append(f"- error: {error['message']}" + (f" ({error['suggestion']})" if error.get("suggestion") else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _archive_line(archive: dict[str, Any]) -> str:
+    if archive.get("stored_bytes") is None:
+        return "- archive: -"
+    ratio = f"{archive['ratio']:.1%} of" if archive.get("ratio") is not None else "of"
+    return (f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
+            f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
+            f"{archive['bytes_behind']:,} bytes")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
+def write_report(report: dict[str, Any], folder: Path, keep: int) -> Path:
+    """Write the report as `report-<time>.json`, `latest.json` and `latest.md` (each atomically), prune the
+    oldest timestamped reports beyond `keep`, and return the timestamped file's path."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = report["generated_at"].replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
+    data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
+    timestamped = folder / f"report-{stamp}.json"
+    _atomic_write(timestamped, data)
+    _atomic_write(folder / "latest.json", data)
+    _atomic_write(folder / "latest.md", render_markdown(report).encode())
+    reports = sorted(folder.glob("report-*.json"))
+    for old in reports[: max(0, len(reports) - keep)]:
+        old.unlink(missing_ok=True)
+    return timestamped
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        write_all(REAL_FS, fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def read_latest(folder: Path) -> dict[str, Any] | None:
+    """Return the latest report in `folder`, or None when there is none (or it cannot be read)."""
+    try:
+        value = orjson.loads((folder / "latest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,461 @@
+"""`riffd run`: the daemon that watches the roots, keeps findings current, repairs idle sessions, reports.
+
+Lifecycle (after uvicorn): start-up takes the state folder's lock (one daemon per state folder),
+opens the store, starts the worker thread, the watcher and the scheduler, queues every file that
+differs from its watermark, then tells systemd READY. Signal handlers only set flags; the main
+thread sleeps on the stop event and, once a second, handles a requested reload, notices a changed
+config file (editors save by rename, so the file's inode and mtime are compared, which works
+whether or not its folder exists yet), pings the systemd watchdog while the worker makes progress,
+and updates the status line. Shutdown: stop the watcher, stop the scheduler, drain the queue to a
+deadline, write a last report, close the store, exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sqlite3
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from riffd import __version__, logs
+from riffd.archive.store import ARCHIVE_NAME, Archive, ArchiveError, ingest_file
+from riffd.config import Config, ConfigError, config_path, load_config
+from riffd.daemon.lock import StateLock
+from riffd.daemon.notify import Notifier
+from riffd.daemon.report import build_report, write_report
+from riffd.daemon.state import StateStore
+from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
+from riffd.daemon.worker import Outcome, Worker, WorkerSettings
+from riffd.daemon.workqueue import WorkQueue
+from riffd.fsio import IO_STATS
+from riffd.repair.backup import BackupStore
+from riffd.tracker.tracker import ToolCallTracker
+from riffd.transcript.findings import FindingClass
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 1.0
+DRAIN_SECONDS = 10.0
+STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
+TRACKER_PRUNE_SECONDS = 60.0
+ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
+
+
+def worker_settings(config: Config) -> WorkerSettings:
+    """Given the configuration, return what the worker needs."""
+    return WorkerSettings(
+        repair=config.repair.mode == "repair",
+        quiet_period=config.repair.quiet_period,
+        add_missing_results=config.repair.add_missing_results,
+        classes=frozenset(FindingClass(name) for name in config.repair.classes),
+        backup_dir=config.backups.dir,
+        claude_dir=config.claude_dir,
+        roots=config.roots,
+        retry=config.retry.policy,
+    )
+
+
+def transcript_filter(config: Config) -> TranscriptFilter:
+    """Given the configuration, return the filter of watched files."""
+    return TranscriptFilter(config.roots, config.include, config.exclude)
+
+
+def _advice(why: str) -> str:
+    """Plain-words advice for an error the worker met."""
+    if "errno 5" in why or "Input/output error" in why:
+        return "a cloud-synced folder? mark it 'always keep on this device'"
+    if "Permission denied" in why:
+        return "riffd needs read and write access to the transcript and its folder"
+    return "run `riffd scan` on the file for details"
+
+
+@dataclass
+class Stats:
+    """What the daemon counts while it runs (the live part of the health report)."""
+
+    started: float = field(default_factory=time.time)
+    processed: int = 0
+    rescans: int = 0
+    progress: float = field(default_factory=time.monotonic)  # last time the worker finished an item
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
+    errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
+    last_reload: dict[str, Any] | None = None
+
+    def error(self, message: str, suggestion: str = "") -> None:
+        self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion})
+
+
+class Daemon:
+    """One running riffd: configuration, store, queue, worker, watcher and scheduler."""
+
+    def __init__(self, config_flag: Path | None = None, overrides: dict[str, object] | None = None,
+                 environ: dict[str, str] | None = None) -> None:
+        self.config_flag = config_flag
+        self.overrides = dict(overrides or {})
+        self.environ = environ
+        self.config = load_config(config_flag, environ=environ, overrides=self.overrides)
+        self.config_file = config_path(config_flag, environ)
+        self.stop = threading.Event()
+        self.reload_requested = threading.Event()
+        self.stats = Stats()
+        self.notifier = Notifier(environ)
+        self.queue = WorkQueue(self.config.watcher.debounce)
+        self.lock = StateLock(self.config.state_dir)
+        self.store: StateStore | None = None
+        self.archive: Archive | None = None
+        self.worker: Worker | None = None
+        self.tracker = ToolCallTracker(self.config.tracker.window, self.config.tracker.max_calls)
+        self.watcher: Watcher | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self._worker_thread: threading.Thread | None = None
+        self._interrupts = 0
+        self._config_stamp = self._stamp()
+
+    # --- start and stop ---------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown)."""
+        logs.configure(self.config.log.level, self.config.log.format)
+        self.lock.acquire()
+        try:
+            self._install_signal_handlers()
+            self._start()
+            self._serve()
+        finally:
+            self._shutdown()
+            self.lock.release()
+        return 0
+
+    def _start(self) -> None:
+        config = self.config
+        self.store = StateStore(config.state_dir / "state.db")
+        try:
+            self.archive = Archive(config.state_dir / ARCHIVE_NAME)
+        except ArchiveError as exc:  # the rest of riffd works without it
+            log.error("the archive is off: %s", exc)
+        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
+        self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
+        self._worker_thread.start()
+        self._start_watcher()
+        self._start_scheduler()
+        queued = self._reconcile()
+        self._queue_pending_repairs()
+        log.info("riffd %s started (pid %d): %d file(s) to look at; config %s", __version__, os.getpid(), queued,
+                 config.source or "defaults (no file)")
+        self.notifier.ready(self._status_line())
+
+    def _start_watcher(self) -> None:
+        config = self.config
+        self.watcher = Watcher(transcript_filter(config), self._on_change, config.watcher.observer,
+                               config.watcher.polling_interval)
+        self.watcher.start()
+
+    def _start_scheduler(self) -> None:
+        scheduler = BackgroundScheduler(timezone="UTC", job_defaults={
+            "coalesce": True, "max_instances": 1, "misfire_grace_time": 3600,
+        })
+        scheduler.add_listener(self._job_failed, EVENT_JOB_ERROR)
+        self.scheduler = scheduler
+        self._schedule_jobs()
+        scheduler.start()
+
+    def _schedule_jobs(self) -> None:
+        assert self.scheduler is not None
+        config = self.config
+        jobs: list[tuple[str, Any, float]] = [
+            ("report", self.write_report, config.reports.interval),
+            ("backup_retention", self._backup_retention, config.backups.retention_interval),
+            ("state_maintenance", self._maintain_state, 6 * 3600.0),
+            ("tracker_prune", self._prune_tracker, TRACKER_PRUNE_SECONDS),
+            ("archive_settle", self._settle_archive, ARCHIVE_SETTLE_SECONDS),
+        ]
+        if config.watcher.rescan_interval > 0:
+            jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
+        elif self.scheduler.get_job("rescan") is not None:
+            self.scheduler.remove_job("rescan")
+        for job_id, function, seconds in jobs:
+            self.scheduler.add_job(function, "interval", seconds=seconds, id=job_id, replace_existing=True)
+
+    def _shutdown(self) -> None:
+        self.notifier.stopping()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        left = self._drain(DRAIN_SECONDS)
+        if left:
+            log.warning("stopped with %d file(s) still queued; the next start picks them up from their watermarks",
+                        left)
+        if self.store is not None:
+            try:
+                self.write_report()
+            except OSError as exc:
+                log.error("could not write the last report: %s", exc)
+            self.store.close()
+            self.store = None
+        if self.archive is not None:
+            try:
+                self.archive.settle(optimize=False)
+            except (sqlite3.Error, OSError) as exc:
+                log.error("could not settle the archive: %s", exc)
+            self.archive.close()
+            self.archive = None
+        log.info("riffd stopped")
+
+    def _drain(self, seconds: float) -> int:
+        """Let the worker finish what is queued, up to `seconds`; return how many files were left."""
+        deadline = time.monotonic() + seconds
+        pending = self.queue.take_all()
+        for path in pending:
+            self.queue.put(path, delay=0)
+        self.stop.set()
+        self.queue.wake()
+        if self._worker_thread is not None:
+            self._worker_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        return len(self.queue)
+
+    # --- signals and the main loop ----------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_stop_signal)
+        signal.signal(signal.SIGINT, self._on_stop_signal)
+        signal.signal(signal.SIGHUP, self._on_hup)
+
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._interrupts += 1
+        if self._interrupts > 1 and signum == signal.SIGINT:
+            os._exit(130)  # a second Ctrl-C: the user wants out now; the store's WAL keeps it consistent
+        self.stop.set()
+
+    def _on_hup(self, signum: int, frame: FrameType | None) -> None:
+        self.reload_requested.set()
+
+    def _serve(self) -> None:
+        last_ping = last_status = 0.0
+        ping_every = self.notifier.watchdog_interval()
+        while not self.stop.wait(TICK_SECONDS):
+            if self.reload_requested.is_set() or self._stamp() != self._config_stamp:
+                self.reload_requested.clear()
+                self.reload()
+            now = time.monotonic()
+            stalled = len(self.queue) > 0 and now - self.stats.progress > STALL_SECONDS
+            if ping_every is not None and now - last_ping >= ping_every and not stalled:
+                self.notifier.watchdog()
+                last_ping = now
+            if self.notifier.enabled and now - last_status >= 10 * TICK_SECONDS:
+                self.notifier.status(self._status_line())
+                last_status = now
+
+    def _status_line(self) -> str:
+        watched = self.store.count_files() if self.store else 0
+        return (f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
+                f"observer {self.watcher.observer_kind if self.watcher else '-'}")
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        try:
+            status = self.config_file.stat()
+        except OSError:
+            return None
+        return (status.st_ino, status.st_mtime_ns, status.st_size)
+
+    # --- reload -----------------------------------------------------------------------------------
+
+    def reload(self) -> bool:
+        """Read the configuration again; apply it, or keep the running one and say why; return success."""
+        self.notifier.reloading()
+        self._config_stamp = self._stamp()
+        try:
+            new = load_config(self.config_flag, environ=self.environ, overrides=self.overrides)
+        except ConfigError as exc:
+            log.error("configuration reload failed, keeping the running configuration: %s", exc)
+            self.stats.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
+            self.stats.error(f"configuration reload failed: {exc}", "fix the file; `riffd config validate` checks it")
+            self.notifier.ready(self._status_line())
+            return False
+        old, self.config = self.config, new
+        if new.state_dir != old.state_dir:
+            log.warning("state_dir changes take effect at the next start; still using %s", old.state_dir)
+            self.config = replace(new, state_dir=old.state_dir)
+        logs.configure(new.log.level, new.log.format)
+        self.queue.debounce = new.watcher.debounce
+        if self.worker is not None:
+            self.worker.settings = worker_settings(self.config)
+        self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
+        watch_changed = (new.roots, new.include, new.exclude, new.watcher.observer, new.watcher.polling_interval) != (
+            old.roots, old.include, old.exclude, old.watcher.observer, old.watcher.polling_interval)
+        if watch_changed and self.watcher is not None:
+            self.watcher.stop()
+            self._start_watcher()
+            self._reconcile()
+        if self.scheduler is not None:
+            self._schedule_jobs()
+        self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
+        self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
+        log.info("configuration reloaded from %s", new.source or "defaults (no file)")
+        self.notifier.ready(self._status_line())
+        return True
+
+    # --- work -------------------------------------------------------------------------------------
+
+    def _on_change(self, path: str) -> None:
+        self.queue.put(path)
+
+    def _reconcile(self) -> int:
+        assert self.store is not None
+        queued = reconcile(transcript_filter(self.config), self.store, self._on_change)
+        self.stats.rescans += 1
+        return queued
+
+    def _queue_pending_repairs(self) -> int:
+        """Queue the files whose stored findings are waiting for a repair, when repairs are on; return how many.
+        Their files may never change again, so neither an event nor a rescan would bring them back: after a
+        restart (waiting retries live only in memory) or a reload that switches repairs on, this does."""
+        assert self.store is not None
+        if self.config.repair.mode != "repair":
+            return 0
+        pending = self.store.files_needing_repair()
+        for path in pending:
+            self.queue.put(path)
+        return len(pending)
+
+    def _work(self) -> None:
+        while not (self.stop.is_set() and not len(self.queue)):
+            item = self.queue.get(TICK_SECONDS)
+            if item is None:
+                continue
+            path, first_event = item
+            self._process(Path(path), first_event)
+
+    def _process(self, path: Path, first_event: float) -> None:
+        assert self.worker is not None and self.store is not None
+        try:
+            if not transcript_filter(self.config).matches(path):
+                self.store.forget_file(str(path))  # no longer under the roots, or excluded now
+                return
+            outcome = self.worker.process(path)
+        except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
+            log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
+            self.stats.error(f"{path}: {exc}", "run `riffd scan` on it; report the traceback if it persists")
+            return
+        finally:
+            self.stats.progress = time.monotonic()
+        self.stats.processed += 1
+        if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith("failed"):
+            self.stats.error(f"{path}: {outcome.why or outcome.repair}", _advice(outcome.why))
+        if outcome.kind != "unchanged":
+            self.stats.latencies.append(time.monotonic() - first_event)
+            self._log_outcome(outcome)
+        if outcome.retry_after is not None and not self.stop.is_set():  # no waiting retries while draining
+            self.queue.put(str(path), delay=outcome.retry_after)
+
+    def _log_outcome(self, outcome: Outcome) -> None:
+        log.info(
+            "%s: %s, %d line(s), %d byte(s), %d finding(s)%s in %.1f ms",
+            outcome.path, outcome.kind, outcome.lines, outcome.bytes, outcome.findings,
+            f", repair {outcome.repair}" if outcome.repair else "", outcome.seconds * 1000,
+            extra={"path": outcome.path, "outcome": outcome.kind, "lines": outcome.lines, "bytes": outcome.bytes,
+                   "findings": outcome.findings, "repair": outcome.repair, "ms": round(outcome.seconds * 1000, 2)},
+        )
+
+    # --- scheduled jobs ---------------------------------------------------------------------------
+
+    def _job_failed(self, event: JobExecutionEvent) -> None:
+        log.error("scheduled job %s failed: %s", event.job_id, event.exception)
+        self.stats.error(f"scheduled job {event.job_id} failed: {event.exception}")
+
+    def _rescan(self) -> None:
+        if self.watcher is not None:
+            self.watcher.refresh()
+        self._catch_up_archive()
+        queued = self._reconcile()
+        if queued:
+            log.info("rescan: %d file(s) changed without an event", queued)
+
+    def _backup_retention(self) -> None:
+        backups = self.config.backups
+        if backups.dir.is_dir():
+            removed = BackupStore(backups.dir).prune(
+                keep_per_file=backups.keep_per_file,
+                max_age_days=backups.max_age_days,
+                max_total_bytes=int(backups.max_total_mb * 1e6) if backups.max_total_mb else None,
+            )
+            if removed:
+                log.info("backup retention removed %d backup(s)", len(removed))
+
+    def _prune_tracker(self) -> None:
+        self.tracker.prune(time.time())
+
+    def _maintain_state(self) -> None:
+        if self.store is not None:
+            self.store.maintain()
+            self.store.prune_repairs()
+
+    def _settle_archive(self) -> None:
+        """Compress the archive's open pack once lines stopped coming for a while (the search index is left to
+        FTS5's own merging: optimising it would rewrite it whole)."""
+        quiet = time.monotonic() - self.stats.progress >= ARCHIVE_SETTLE_SECONDS
+        if self.archive is not None and quiet and self.archive.settle(optimize=False):
+            log.info("archive settled")
+
+    def _catch_up_archive(self) -> None:
+        """Archive what the worker read but could not archive (a full disk, a locked database), from the
+        archive's own watermark, so every line is archived once."""
+        if self.archive is None or self.store is None:
+            return
+        for path, offset in self.store.offsets().items():
+            if self.archive.cursor(path)[1] < offset and Path(path).is_file():
+                added = ingest_file(self.archive, Path(path))
+                log.info("%s: archived %d line(s) the archive had missed", path, added)
+
+    def _archive_summary(self) -> dict[str, Any]:
+        if self.archive is None or self.store is None:
+            return {}
+        stats = self.archive.stats()
+        files, lag = self.archive.behind(self.store.offsets())
+        return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
+                "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
+
+    def snapshot(self) -> dict[str, Any]:
+        """The daemon's live figures, as the health report and `riffd report` read them."""
+        watcher = self.watcher
+        return {
+            "running": True,
+            "version": __version__,
+            "pid": os.getpid(),
+            "started": self.stats.started,
+            "config_path": str(self.config.source) if self.config.source else None,
+            "last_reload": self.stats.last_reload,
+            "roots": [str(root) for root in self.config.roots],
+            "observer": watcher.observer_kind if watcher else None,
+            "observer_reason": watcher.observer_why if watcher else None,
+            "events": watcher.events if watcher else 0,
+            "rescans": self.stats.rescans,
+            "queue_depth": len(self.queue),
+            "processed": self.stats.processed,
+            "latencies": list(self.stats.latencies),
+            "errors": list(self.stats.errors),
+            "io_retries": IO_STATS.retries,
+            "io_give_ups": IO_STATS.give_ups,
+            "tracker": self.tracker.stats(),
+            "archive": self._archive_summary(),
+        }
+
+    def write_report(self) -> Path:
+        """Write a health report now (the scheduled job, and at shutdown)."""
+        assert self.store is not None
+        snapshot = self.snapshot()
+        self.store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
+                            | {"latencies": snapshot["latencies"][-200:]})
+        report = build_report(self.store, self.config.backups.dir, snapshot)
+        return write_report(report, self.config.reports.dir, self.config.reports.keep)

@@ -1,0 +1,212 @@
+"""Watching the transcript roots: which files count, which observer, and events turned into queue entries.
+
+Events are hints, never the whole truth: `reconcile` compares every transcript under the roots with
+its stored watermark (at start-up and on the rescan schedule), which is what catches changes made
+while riffd was down, events an overflowing inotify queue dropped, and folders where no events
+arrive at all (WSL2 drvfs and 9p, network and FUSE mounts: `auto` polls those).
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+from watchdog.observers.polling import PollingObserver
+
+from riffd.daemon.state import StateStore
+from riffd.paths import NEVER_TOUCH_DIRS, is_transcript_name, iter_transcripts
+
+log = logging.getLogger(__name__)
+
+# File systems where native change events do not arrive (or not reliably): poll them.
+POLL_FILESYSTEMS = frozenset({
+    "9p", "drvfs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "sshfs", "fuse", "fuseblk", "davfs", "afpfs",
+    "virtiofs", "vboxsf", "prl_fs", "vmhgfs",
+})
+INOTIFY_LIMIT_HINT = (
+    "the inotify limit is reached (raise it with `sysctl fs.inotify.max_user_watches=524288` and "
+    "`fs.inotify.max_user_instances=512`); polling instead"
+)
+
+
+@dataclass(frozen=True)
+class TranscriptFilter:
+    """Which files under the roots are transcripts riffd watches (documented in the config example)."""
+
+    roots: tuple[Path, ...]
+    include: tuple[str, ...] = ("*.jsonl",)
+    exclude: tuple[str, ...] = ()
+
+    def matches(self, path: Path) -> bool:
+        """Return True when `path` is a transcript under one of the roots that the patterns admit."""
+        if not is_transcript_name(path.name) or not any(fnmatch.fnmatch(path.name, p) for p in self.include):
+            return False
+        for root in self.roots:
+            try:
+                relative = path.relative_to(root)
+            except ValueError:
+                continue
+            if any(part in NEVER_TOUCH_DIRS or part.startswith(".") for part in relative.parts[:-1]):
+                return False
+            return not any(fnmatch.fnmatch(str(relative), pattern) for pattern in self.exclude)
+        return False
+
+    def transcripts(self) -> Iterable[Path]:
+        """Yield every matching transcript under the roots that exist."""
+        for root in self.roots:
+            if root.is_dir():
+                yield from (path for path in iter_transcripts([root]) if self.matches(path))
+
+
+def filesystem_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
+    """Return the type of the file system holding `path` (Linux), or None when it cannot be told."""
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return None
+    target = str(path.resolve())
+    best, best_type = "", None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount_point = fields[1].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, best_type = mount_point, fields[2]
+    return best_type
+
+
+def choose_observer(kind: str, roots: Iterable[Path]) -> tuple[str, str]:
+    """Given the configured observer kind and the roots, return ("native" | "polling", why)."""
+    if kind in ("native", "polling"):
+        return kind, "configured"
+    for root in roots:
+        fs_type = filesystem_type(root if root.exists() else root.parent)
+        if fs_type is not None and (fs_type in POLL_FILESYSTEMS or fs_type.startswith("fuse.")):
+            return "polling", f"{root} is on {fs_type}, where change events do not arrive reliably"
+    return "native", "local file system"
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        self.watcher.events += 1
+        for raw in (event.src_path, getattr(event, "dest_path", "")):
+            if not raw:
+                continue
+            path = Path(os.fsdecode(raw))
+            if event.is_directory:
+                if event.event_type in ("created", "moved"):
+                    # A new project or subagents folder: files may be written before its watch exists.
+                    self.watcher.enqueue_folder(path)
+            elif self.watcher.filter.matches(path):
+                self.watcher.on_change(str(path))
+
+
+@dataclass
+class Watcher:
+    """A watchdog observer over the roots that feeds `on_change` with changed transcript paths."""
+
+    filter: TranscriptFilter
+    on_change: Callable[[str], None]
+    kind: str = "auto"
+    polling_interval: float = 5.0
+    events: int = 0
+    observer_kind: str = "none"
+    observer_why: str = ""
+    watched: set[Path] = field(default_factory=set)
+    _observer: BaseObserver | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        """Start observing every root that exists (a missing root is picked up by `refresh` later)."""
+        kind, why = choose_observer(self.kind, self.filter.roots)
+        if kind == "native":
+            try:
+                self._start(Observer(), "native", why)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EMFILE):
+                    raise
+                log.warning("native file events unavailable: %s", INOTIFY_LIMIT_HINT)
+                self.stop()
+                why = INOTIFY_LIMIT_HINT
+        self._start(PollingObserver(timeout=self.polling_interval), "polling", why)
+
+    def _start(self, observer: BaseObserver, kind: str, why: str) -> None:
+        with self._lock:
+            self._observer = observer
+            self.observer_kind, self.observer_why = kind, why
+            self.watched = set()
+            observer.start()
+        self.refresh()
+        log.info("watching %s with %s events (%s)", ", ".join(map(str, self.watched)) or "nothing yet", kind, why)
+
+    def refresh(self) -> None:
+        """Watch roots that have appeared since start; raise nothing for roots still missing."""
+        with self._lock:
+            observer = self._observer
+            if observer is None:
+                return
+            for root in self.filter.roots:
+                if root in self.watched or not root.is_dir():
+                    continue
+                try:
+                    observer.schedule(_Handler(self), str(root), recursive=True)
+                    self.watched.add(root)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOSPC, errno.EMFILE):
+                        log.warning("cannot watch %s: %s; the rescan still covers it", root, INOTIFY_LIMIT_HINT)
+                    else:
+                        log.warning("cannot watch %s: %s; the rescan still covers it", root, exc)
+
+    def stop(self) -> None:
+        """Stop the observer and wait for its threads."""
+        with self._lock:
+            observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            if observer.is_alive():
+                observer.join(timeout=10)
+
+    def enqueue_folder(self, folder: Path) -> None:
+        """Queue every transcript already in a folder that just appeared."""
+        if folder.is_dir():
+            for path in iter_transcripts([folder]):
+                if self.filter.matches(path):
+                    self.on_change(str(path))
+
+
+def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None]) -> int:
+    """Queue every transcript whose file differs from its stored watermark, or that riffd has not seen, and
+    every stored file that is gone; return how many were queued. Costs one stat per file, no reads."""
+    known = store.known_files()
+    queued = 0
+    for path in transcript_filter.transcripts():
+        name = str(path)
+        stored = known.pop(name, None)
+        try:
+            status = path.stat()
+        except OSError:
+            continue
+        if stored != (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns):
+            on_change(name)
+            queued += 1
+    for name in known:  # stored, but no longer under the roots or no longer there
+        on_change(name)
+        queued += 1
+    return queued

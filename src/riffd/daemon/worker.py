@@ -1,0 +1,423 @@
+"""The worker: bring one transcript's findings up to date from its watermark, and repair it when idle.
+
+Processing reads only the bytes after the stored watermark, feeding them to the file's index kept in
+memory (an LRU bounded by lines); a file whose index was evicted, or that was truncated, rewritten
+or replaced by someone else, is read again from the start: never silently skipped. Only complete
+lines are consumed: an unfinished last line waits for its newline. The new watermark and findings
+are committed together, after the work they record. Repairs go through the same safe path as
+`riffd fix` (`repair.plan_repair` then `apply.apply_plan`), and riffd's own rewrite updates the
+watermark at once, so the watcher's event for it finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import logging
+import os
+import sqlite3
+import stat
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from riffd.archive.store import Archive, still_appended
+from riffd.daemon.state import FINGERPRINT_BYTES, StateStore, Watermark
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.repair.outcomes import ApplyOptions, Failed, Repaired, Skipped, SkipReason
+from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.writer import apply_plan
+from riffd.tracker.tracker import RedundantCall, ToolCallTracker
+from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.liveness import session_liveness
+from riffd.transcript.reader import iter_chunks, read_span
+from riffd.transcript.scan import analyse, index_file
+
+log = logging.getLogger(__name__)
+
+INDEX_CACHE_LINES = 300_000  # lines of in-memory indexes kept (about 270 bytes a line)
+ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
+CHANGED_RETRY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What the worker needs from the configuration."""
+
+    repair: bool = True  # False: report only
+    quiet_period: float = 120.0
+    add_missing_results: bool = True
+    classes: frozenset[FindingClass] = REPAIRABLE
+    backup_dir: Path = Path()
+    claude_dir: Path = Path()
+    roots: tuple[Path, ...] = ()
+    retry: RetryPolicy = DEFAULT_RETRY
+
+
+@dataclass
+class Outcome:
+    """What processing one file did: `kind` is unchanged / appended / rebuilt (the same file read again to
+    rebuild its index) / read (a new or rewritten file) / gone / skipped; `lines` counts lines processed for
+    the first time."""
+
+    path: str
+    kind: str
+    lines: int = 0
+    bytes: int = 0
+    findings: int = 0
+    seconds: float = 0.0
+    repair: str | None = None  # repaired / skipped:<reason> / failed:<reason>
+    retry_after: float | None = None  # process again after this many seconds (a repair is waiting)
+    why: str = ""
+
+
+class IndexCache:
+    """Indexes of recently processed files, bounded by `max_lines` lines in all.
+
+    Past the budget the least recently used indexes go first, but never one used within `active_seconds`:
+    evicting a live session's index would make each of its appends read the whole file again (and two
+    active files would evict each other on every append). So memory stays bounded by the sessions that are
+    actually active, plus the budget.
+    """
+
+    def __init__(self, max_lines: int = INDEX_CACHE_LINES, active_seconds: float = ACTIVE_SECONDS) -> None:
+        self.max_lines = max_lines
+        self.active_seconds = active_seconds
+        self._indexes: OrderedDict[str, tuple[TranscriptIndex, float]] = OrderedDict()
+        self._lines = 0
+
+    def get(self, path: str, end: int) -> TranscriptIndex | None:
+        """Return the index of `path` if it covers exactly the bytes up to `end`, else None."""
+        entry = self._indexes.get(path)
+        if entry is None or entry[0].end != end:
+            return None
+        self._indexes[path] = (entry[0], time.monotonic())
+        self._indexes.move_to_end(path)
+        return entry[0]
+
+    def put(self, path: str, index: TranscriptIndex) -> None:
+        """Keep `index` for `path`, then evict least recently used, inactive indexes past the line budget."""
+        self.drop(path)
+        now = time.monotonic()
+        self._indexes[path] = (index, now)
+        self._lines += len(index)
+        if self._lines <= self.max_lines:
+            return
+        for name, (old, used) in list(self._indexes.items()):
+            if self._lines <= self.max_lines:
+                break
+            if name != path and now - used >= self.active_seconds:
+                del self._indexes[name]
+                self._lines -= len(old)
+
+    def drop(self, path: str) -> None:
+        """Forget the index of `path`."""
+        entry = self._indexes.pop(path, None)
+        if entry is not None:
+            self._lines -= len(entry[0])
+
+    def clear(self) -> None:
+        """Forget every index."""
+        self._indexes.clear()
+        self._lines = 0
+
+    @property
+    def lines(self) -> int:
+        """Lines held in all cached indexes."""
+        return self._lines
+
+
+@dataclass
+class Worker:
+    """Processes one file at a time; the daemon's worker thread owns it."""
+
+    store: StateStore
+    settings: WorkerSettings
+    fs: FileSystem = REAL_FS
+    cache: IndexCache = field(default_factory=IndexCache)
+    # Fed every message line read (through the index's observer); its repeats become redundant_tool_call findings.
+    tracker: ToolCallTracker | None = None
+    # Fed every complete line read, before the state store commits, so nothing is ever read and not archived.
+    archive: Archive | None = None
+
+    def process(self, path: Path) -> Outcome:
+        """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
+        a file that vanished or cannot be read (the outcome says so)."""
+        started = time.monotonic()
+        name = str(path)
+        try:
+            status = self.fs.stat(name)
+        except FileNotFoundError:
+            self.store.forget_file(name)
+            self.cache.drop(name)
+            return Outcome(name, "gone", seconds=time.monotonic() - started)
+        if not stat.S_ISREG(status.st_mode):
+            return Outcome(name, "skipped", why="not a regular file", seconds=time.monotonic() - started)
+        try:
+            outcome = self._update(name, status)
+        except OSError as exc:
+            log.error("%s: could not read it: %s", name, exc)
+            self.store.bump({"errors.read": 1})
+            return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
+        state = self.store.file(name)
+        if self.settings.repair and state is not None and state.repairable:
+            try:
+                self._repair(path, state.session_id, outcome)
+            except OSError as exc:  # reading it for the repair failed: nothing was written; the next change retries
+                log.error("%s: could not read it to repair it: %s", name, exc)
+                outcome.repair, outcome.why = "failed:io_error", str(exc)
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _update(self, name: str, status: os.stat_result, own_rewrite_new_bytes: int | None = None) -> Outcome:
+        """Read what is new in `name` and commit its watermark and findings. After riffd's own rewrite,
+        `own_rewrite_new_bytes` says how many bytes at its end other writers added (carried over): only
+        their lines are new; the rest was processed before the rewrite."""
+        state = self.store.file(name)
+        watermark = state.watermark if state else None
+        start = 0
+        already = 0  # lines processed before: a rebuild re-reads them, but does not process them again
+        index: TranscriptIndex | None = None
+        kind = "read"
+        why = "new file" if watermark is None else ""
+        if watermark is not None:
+            if (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == (
+                watermark.dev, watermark.ino, watermark.size, watermark.mtime_ns
+            ):
+                return Outcome(name, "unchanged")  # one stat, no read: what a restart costs per untouched file
+            why = self._still_same_file(name, status, watermark)
+            if not why:
+                already = watermark.lines
+                index = self.cache.get(name, watermark.offset)
+                if index is not None:
+                    start, kind = watermark.offset, "appended"
+                else:
+                    kind, why = "rebuilt", "no index in memory: read from the start to rebuild it"
+            elif own_rewrite_new_bytes is None:
+                log.info("%s: %s; reading it again from the start", name, why)
+                self.store.bump({"rescans.changed_files": 1})
+        if index is None:
+            index = TranscriptIndex(name)
+            self.cache.drop(name)
+        repeats: dict[str, RedundantCall] = {}
+        if self.tracker is not None:
+            # Lines read again from the start are fed again: the tracker ignores tool_use ids it has seen.
+            index.observe = self._observer(name, index, repeats)
+        tail_pending = 0
+        rewritten = self._archive_rewritten(name, watermark, why, kind, own_rewrite_new_bytes is not None)
+        for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
+            if terminated:
+                index.add_lines(offset, lines, True)
+                self._archive(name, offset, lines, rewritten and offset == 0)
+            else:
+                tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
+        loaded, findings = analyse(index, fs=self.fs, retry=self.settings.retry)
+        if self.tracker is not None:
+            findings += _redundant_findings(name, index, state.findings if state else [], repeats)
+            self.tracker.prune(time.time())  # sessions read from history are quiet: forget them at once
+        if tail_pending and time.time() - status.st_mtime > self.settings.quiet_period:
+            findings.append(
+                Finding(
+                    FindingClass.TORN_TAIL,
+                    name,
+                    (len(index) + 1,),
+                    "the last line is incomplete (no newline) and nothing has been written for a while: a write "
+                    "was cut off; it is kept as it is",
+                    offset=index.end,
+                )
+            )
+        watermark = self._watermark(name, status, index)
+        repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
+        read_bytes = index.end - start
+        if own_rewrite_new_bytes is not None:
+            already = bisect.bisect_left(index.offsets, index.end - own_rewrite_new_bytes)
+            kind, why = "rebuilt", "riffd's own repair"
+        new_lines = len(index) - already
+        self.store.save_file(
+            watermark,
+            index.session_id,
+            [finding.to_json() for finding in findings],
+            repairable,
+            {"lines.processed": new_lines, "bytes.read": read_bytes},
+        )
+        self.cache.put(name, index)
+        del loaded
+        return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why)
+
+    def _archive_rewritten(self, name: str, watermark: Watermark | None, why: str, kind: str, own: bool) -> bool:
+        """Whether the archive must start a new generation of `name` (it was rewritten, by anyone)."""
+        if self.archive is None:
+            return False
+        if own or (watermark is not None and why and kind == "read"):
+            return True
+        if watermark is None:  # new to the state store: new to the archive too, or recreated since?
+            _generation, archived = self.archive.cursor(name)
+            return archived > 0 and not still_appended(self.archive, Path(name), archived)
+        return False
+
+    def _archive(self, name: str, offset: int, lines: list[bytes], rewritten: bool) -> None:
+        if self.archive is None:
+            return
+        try:
+            self.archive.add_lines(name, offset, lines, rewritten=rewritten)
+        except (sqlite3.Error, OSError) as exc:
+            # Detection and repairs go on; the archive catches up later from its own watermark (Daemon._rescan).
+            log.error("%s: could not archive lines at byte %d: %s; the next rescan retries", name, offset, exc)
+            self.store.bump({"archive.errors": 1})
+
+    def _still_same_file(self, name: str, status: os.stat_result, watermark: Watermark) -> str:
+        """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
+        if (status.st_dev, status.st_ino) != (watermark.dev, watermark.ino):
+            return "it was replaced by another file"
+        if status.st_size < watermark.offset:
+            return f"it shrank below the {watermark.offset} bytes already read (truncated)"
+        if _digest(name, 0, watermark.head_len, self.fs, self.settings.retry) != watermark.head_sha:
+            return "its first line changed (rewritten)"
+        tail_start = watermark.offset - watermark.tail_len
+        if _digest(name, tail_start, watermark.tail_len, self.fs, self.settings.retry) != watermark.tail_sha:
+            return "bytes before the watermark changed (rewritten)"
+        return ""
+
+    def _watermark(self, name: str, status: os.stat_result, index: TranscriptIndex) -> Watermark:
+        offset = index.end
+        head_len = min(index.span(0)[1], FINGERPRINT_BYTES) if len(index) else 0
+        tail_len = min(offset, FINGERPRINT_BYTES)
+        return Watermark(
+            path=name,
+            dev=status.st_dev,
+            ino=status.st_ino,
+            offset=offset,
+            lines=len(index),
+            head_len=head_len,
+            head_sha=_digest(name, 0, head_len, self.fs, self.settings.retry),
+            tail_len=tail_len,
+            tail_sha=_digest(name, offset - tail_len, tail_len, self.fs, self.settings.retry),
+            size=status.st_size,
+            mtime_ns=status.st_mtime_ns,
+        )
+
+    def _observer(self, name: str, index: TranscriptIndex,
+                  repeats: dict[str, RedundantCall]) -> Callable[[int, dict[str, Any]], None]:
+        """Return the index observer that feeds the tracker each message line of `name`, keeping what it finds."""
+        tracker = self.tracker
+        assert tracker is not None
+        fallback = os.path.basename(name).removesuffix(".jsonl")
+
+        def observe(line: int, record: dict[str, Any]) -> None:
+            session_id = record.get("sessionId")
+            if not isinstance(session_id, str):
+                session_id = index.session_id or fallback
+            for found in tracker.feed(session_id, record, line=line, path=name):
+                repeats[found.later_id] = found
+
+        return observe
+
+    # --- repairing --------------------------------------------------------------------------------
+
+    def _repair(self, path: Path, session_id: str | None, outcome: Outcome) -> None:
+        settings = self.settings
+        live, why = session_liveness(path, settings.claude_dir, settings.quiet_period, session_id=session_id,
+                                     fs=self.fs)
+        if live:
+            # Not an attempt yet: look again once the quiet period could have passed.
+            outcome.repair = "waiting:live"
+            outcome.retry_after = max(settings.quiet_period / 2, 1.0)
+            log.debug("%s: repair waits: %s", path, why)
+            return
+        scanned = index_file(path, fs=self.fs, retry=settings.retry, with_identity=True)
+        options = RepairOptions(add_missing_results=settings.add_missing_results, classes=settings.classes)
+        plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
+        if plan.is_empty:
+            outcome.repair = "skipped:nothing_safe_to_do"
+            self.store.record_repair(str(path), "skipped", "nothing_safe_to_do", None, Counter(),
+                                     "; ".join(plan.notes) or "no safe repair")
+            self._mark_not_repairable(str(path))
+            return
+        result = apply_plan(
+            plan,
+            ApplyOptions(backup_dir=settings.backup_dir, claude_dir=settings.claude_dir, roots=settings.roots,
+                         quiet_period=settings.quiet_period, fs=self.fs, retry=settings.retry,
+                         session_id=scanned.index.session_id),
+        )
+        fixes = Counter(str(finding.cls) for finding in plan.fixes)
+        if isinstance(result, Repaired):
+            outcome.repair = "repaired"
+            self.store.record_repair(str(path), "repaired", None, result.backup_id, fixes,
+                                     f"{len(plan.edits)} edit(s); backup {result.backup_id}")
+            log.info("%s: repaired (%s); backup %s", path, ", ".join(f"{k} {v}" for k, v in fixes.items()),
+                     result.backup_id)
+            # Our own rewrite: record the new file now, so its watcher event is a no-op.
+            self.cache.drop(str(path))
+            self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)
+            return
+        if isinstance(result, Skipped):
+            outcome.repair = f"skipped:{result.reason}"
+            self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
+            if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
+                outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
+                    settings.quiet_period / 2, 1.0)
+            else:
+                self._mark_not_repairable(str(path))
+            log.info("%s: repair skipped: %s", path, result.detail)
+            return
+        assert isinstance(result, Failed)
+        outcome.repair = f"failed:{result.reason}"
+        self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
+        self._mark_not_repairable(str(path))
+        log.error("%s: repair failed: %s", path, result.detail)
+
+    def _mark_not_repairable(self, name: str) -> None:
+        """Stop retrying a repair that cannot succeed as things are; the next change of the file re-decides."""
+        state = self.store.file(name)
+        if state is not None:
+            self.store.save_file(state.watermark, state.session_id, state.findings, 0)
+
+
+def _redundant_findings(name: str, index: TranscriptIndex, stored: list[dict[str, Any]],
+                        repeats: dict[str, RedundantCall]) -> list[Finding]:
+    """Given a file's index, its stored findings and the redundant calls just found in it (by the repeat's
+    tool_use id), return its redundant_tool_call findings: the stored ones and the new ones, each repeat once,
+    dropping repeats no longer in the file and placing each at its lines' current numbers (by uuid)."""
+    kept: dict[str, Finding] = {}
+    for item in stored:
+        if item.get("class") == FindingClass.REDUNDANT_TOOL_CALL and isinstance(item.get("tool_id"), str):
+            kept[item["tool_id"]] = Finding(
+                FindingClass.REDUNDANT_TOOL_CALL, name, tuple(item.get("lines", ())), str(item.get("message", "")),
+                uuids=tuple(item.get("uuids", ())), tool_id=item["tool_id"], detail=item.get("detail"),
+            )
+    for tool_id, record in repeats.items():
+        kept[tool_id] = redundant_finding(record, name)
+    findings: list[Finding] = []
+    for tool_id, finding in kept.items():
+        if tool_id not in index.tool_uses:
+            continue  # the file was rewritten without that call
+        lines = tuple(index.line_of_uuid[uuid] + 1 for uuid in finding.uuids if uuid in index.line_of_uuid)
+        findings.append(replace(finding, lines=lines) if len(lines) == len(finding.lines) else finding)
+    return sorted(findings, key=lambda finding: finding.lines[-1:])
+
+
+def redundant_finding(record: RedundantCall, path: str) -> Finding:
+    """Given a redundant call found in the transcript `path`, return its informational finding."""
+    gap = record.later_time - record.earlier_time
+    return Finding(
+        FindingClass.REDUNDANT_TOOL_CALL,
+        path,
+        tuple(line for line in (record.earlier_line, record.later_line) if line is not None),
+        f"{record.tool} call {record.later_id} repeats the identical call {record.earlier_id} made {gap:.0f} s "
+        f"earlier; about {record.wasted_bytes:,} bytes of result repeated (informational; nothing to repair)",
+        uuids=tuple(uuid for uuid in (record.earlier_uuid, record.later_uuid) if uuid is not None),
+        tool_id=record.later_id,
+        detail=record.tool,
+    )
+
+
+def _digest(name: str, offset: int, length: int, fs: FileSystem, retry: RetryPolicy) -> str:
+    if length <= 0:
+        return hashlib.sha256(b"").hexdigest()
+    return hashlib.sha256(read_span(name, offset, length, fs=fs, retry=retry)).hexdigest()

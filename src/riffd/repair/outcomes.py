@@ -1,0 +1,138 @@
+"""What a repair or a restore did: Repaired, Restored, Skipped (on purpose, with a reason) or Failed (with a
+message naming the file and what to do), and the options they ran with."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from riffd.fsio import (
+    DEFAULT_RETRY,
+    REAL_FS,
+    FileSystem,
+    ReadFailed,
+    RetryPolicy,
+)
+from riffd.paths import claude_config_dir, default_backup_dir
+from riffd.repair.plan import Edit
+
+log = logging.getLogger(__name__)
+
+
+class SkipReason(StrEnum):
+    """Why a repair was not attempted; the values are the names users see."""
+
+    LIVE = "live"
+    CHANGED = "changed"
+    SYMLINK = "symlink"
+    HARD_LINKED = "hard_linked"
+    BUSY = "busy"
+    NOTHING_TO_DO = "nothing_to_do"
+
+
+class FailReason(StrEnum):
+    """Why a repair that was attempted could not be completed; the values are the names users see."""
+
+    UNSAFE_BACKUP_DIR = "unsafe_backup_dir"
+    NO_SPACE = "no_space"
+    IO_ERROR = "io_error"
+    PERMISSION = "permission"
+    BACKUP_FAILED = "backup_failed"
+    INVALID_PLAN = "invalid_plan"
+    NOT_FOUND = "not_found"
+    DESTINATION_EXISTS = "destination_exists"
+    LATE_APPEND_FAILED = "late_append_failed"
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """The file now holds the repaired content; `backup_id` names the verified copy of what it held."""
+
+    path: Path
+    backup_id: str
+    backup_path: Path
+    edits: tuple[Edit, ...]
+    carried_over_bytes: int  # bytes appended by another writer while riffd worked, copied verbatim
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Nothing was written to the transcript, on purpose; `detail` says why in words."""
+
+    path: Path
+    reason: SkipReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The repair could not be completed; `detail` names the file and says what to do."""
+
+    path: Path
+    reason: FailReason
+    detail: str
+
+
+@dataclass(frozen=True)
+class Restored:
+    """The backup's bytes are at `path`; `safety_backup_id` names the backup of what was there before."""
+
+    path: Path
+    backup_id: str
+    safety_backup_id: str | None
+    carried_over_bytes: int
+
+
+RepairOutcome = Repaired | Skipped | Failed
+RestoreOutcome = Restored | Skipped | Failed
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    """Where backups go, what counts as live, and the I/O seam; see the module docstring for the sequence."""
+
+    backup_dir: Path = field(default_factory=default_backup_dir)
+    claude_dir: Path = field(default_factory=claude_config_dir)
+    roots: tuple[Path, ...] = ()
+    quiet_period: float = 120.0
+    fs: FileSystem = REAL_FS
+    retry: RetryPolicy = DEFAULT_RETRY
+    session_id: str | None = None
+    stale_temp_seconds: float = 3600.0
+    settle_rounds: int = 6
+
+
+def failure(path: Path, exc: OSError, stage: str, *, replaced: bool = False) -> Failed:
+    state = (
+        "the repaired file is in place but the last step failed"
+        if replaced
+        else "the transcript is untouched"
+    )
+    if isinstance(exc, ReadFailed):
+        return Failed(
+            path, FailReason.IO_ERROR, f"{path}: not repaired while {stage} ({state}): {exc.strerror}"
+        )
+    where = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return Failed(
+            path,
+            FailReason.NO_SPACE,
+            f"{path}: not repaired, no space left on the device while {stage}{where}; {state}. "
+            "Free some space (or choose a backup folder on another disk) and run again.",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return Failed(
+            path,
+            FailReason.PERMISSION,
+            f"{path}: not repaired, permission denied while {stage}{where}: {exc.strerror}; {state}. "
+            "Check that you own the file, its folder and the backup folder.",
+        )
+    return Failed(
+        path,
+        FailReason.IO_ERROR,
+        f"{path}: not repaired, I/O error while {stage}{where}: {exc}; {state}. "
+        "Check the disk and run again.",
+    )

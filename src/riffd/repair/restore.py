@@ -1,0 +1,158 @@
+"""Putting a backup back: to a new file, or over its original through the same safe path as a repair (an idle
+session, a verified backup of what is there now, an atomic replace)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+from riffd.fsio import (
+    NOFOLLOW,
+    FileSystem,
+    RetryPolicy,
+    fsync_folder,
+    remove_leftover,
+    write_all,
+)
+from riffd.repair.backup import BackupError, BackupStore, UnknownBackup
+from riffd.repair.locks import temp_path_for
+from riffd.repair.outcomes import (
+    ApplyOptions,
+    Failed,
+    FailReason,
+    Repaired,
+    Restored,
+    RestoreOutcome,
+    Skipped,
+    SkipReason,
+    failure,
+)
+from riffd.repair.writer import FileChanged, read_range, rewrite
+from riffd.transcript.scan import FileIdentity
+
+log = logging.getLogger(__name__)
+
+
+
+
+def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentity:
+    fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+    try:
+        status = fs.fstat(fd)
+        digest = hashlib.sha256()
+        for _offset, chunk in read_range(fs, fd, 0, status.st_size, path=path, retry=retry):
+            digest.update(chunk)
+    finally:
+        fs.close(fd)
+    return FileIdentity(
+        path=str(path),
+        dev=status.st_dev,
+        ino=status.st_ino,
+        size=status.st_size,
+        mtime_ns=status.st_mtime_ns,
+        sha256=digest.hexdigest(),
+    )
+
+
+def _restore_to_new_file(
+    store: BackupStore, backup_id: str, destination: Path, fs: FileSystem
+) -> RestoreOutcome:
+    temp_path = temp_path_for(destination)
+    stage = f"writing the restored copy beside {destination}"
+    try:
+        temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        try:
+            for chunk in store.iter_bytes(backup_id):
+                write_all(fs, temp_fd, chunk)
+            fs.fsync(temp_fd)
+        finally:
+            fs.close(temp_fd)
+        stage = f"putting the restored copy at {destination}"
+        try:
+            # link() fails when the destination exists: a file that appeared meanwhile is never overwritten.
+            fs.link(temp_path, destination)
+        except FileExistsError:
+            return Skipped(destination, SkipReason.CHANGED, f"{destination}: a file appeared there meanwhile")
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            # Filesystems without hard links: check and rename, accepting a tiny race.
+            if os.path.lexists(destination):
+                return Skipped(
+                    destination, SkipReason.CHANGED, f"{destination}: a file appeared there meanwhile"
+                )
+            fs.replace(temp_path, destination)
+        fsync_folder(fs, destination.parent)
+    except BackupError as exc:
+        return Failed(destination, FailReason.BACKUP_FAILED, f"{exc}; nothing was written to {destination}")
+    except OSError as exc:
+        return failure(destination, exc, stage)
+    finally:
+        remove_leftover(fs, temp_path)
+    return Restored(destination, backup_id, safety_backup_id=None, carried_over_bytes=0)
+
+
+def restore_backup(
+    store: BackupStore,
+    backup_id: str,
+    to: Path | None = None,
+    *,
+    overwrite: bool = False,
+    options: ApplyOptions | None = None,
+) -> RestoreOutcome:
+    """Given a store and backup id, write the backup to `to` (refusing an existing file unless `overwrite`)
+    or back over its original path, which, like a repair, needs an idle session and first takes a verified
+    backup of the current file; return Restored, Skipped or Failed."""
+    effective = options or ApplyOptions(backup_dir=store.root, fs=store.fs, retry=store.retry)
+    fs = effective.fs
+    try:
+        record = store.get(backup_id)
+    except UnknownBackup as exc:
+        return Failed(Path(to or backup_id), FailReason.NOT_FOUND, str(exc))
+    except (BackupError, OSError) as exc:
+        return Failed(Path(to or f"<backup {backup_id}>"), FailReason.BACKUP_FAILED, str(exc))
+    original = Path(record.source_path)
+    destination = Path(to) if to is not None else original
+    is_original = os.path.abspath(destination) == os.path.abspath(original)
+    try:
+        fs.stat(destination)
+    except FileNotFoundError:
+        if not os.path.isdir(destination.parent):
+            return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
+        return _restore_to_new_file(store, backup_id, destination, fs)
+    except OSError as exc:
+        return failure(destination, exc, "reading its status")
+    if not is_original and not overwrite:
+        return Failed(
+            destination,
+            FailReason.DESTINATION_EXISTS,
+            f"{destination}: a file is already there; choose another path or allow overwriting it",
+        )
+    try:
+        current = _identity_now(destination, fs, effective.retry)
+    except FileChanged as exc:
+        return Skipped(destination, SkipReason.CHANGED, f"{destination}: {exc}")
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Skipped(destination, SkipReason.SYMLINK, f"{destination}: it is a symlink")
+        return failure(destination, exc, "reading the current file")
+    outcome = rewrite(
+        destination,
+        current,
+        store.iter_bytes(backup_id),
+        (),
+        effective,
+        edits=(),
+        backup_reason=f"before restoring {backup_id}",
+    )
+    if isinstance(outcome, Repaired):
+        return Restored(
+            destination,
+            backup_id,
+            safety_backup_id=outcome.backup_id,
+            carried_over_bytes=outcome.carried_over_bytes,
+        )
+    return outcome

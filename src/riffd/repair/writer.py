@@ -1,0 +1,427 @@
+"""The one module that rewrites transcripts: apply a repair plan (riffd.repair.restore puts a backup back through it).
+
+The sequence, and why each step is there (shared/transcript-format.md, sections 4 and 4b):
+Claude Code appends by path with O_APPEND and takes no lock, and its in-memory state assumes the
+file is append-only, so riffd only rewrites idle sessions, refuses symlinks and hard links,
+keeps the original open for the whole run, backs up exactly the scanned bytes (verified), writes
+the new file beside the original under a name Claude Code ignores, re-checks inode, size and
+sampled bytes just before the rename, carries complete lines appended meanwhile into the new
+file, and after the rename copies whatever still landed in the old inode. Every failure before
+the rename leaves the original untouched and removes the temp file.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from riffd.fsio import (
+    NOFOLLOW,
+    FileSystem,
+    RetryPolicy,
+    fsync_folder,
+    remove_leftover,
+    write_all,
+)
+from riffd.paths import default_backup_dir, is_inside
+from riffd.repair.backup import BackupError, BackupStore, SourceChanged
+from riffd.repair.locks import PathLock, remove_stale_temps, temp_path_for
+from riffd.repair.outcomes import (
+    ApplyOptions,
+    Failed,
+    FailReason,
+    Repaired,
+    RepairOutcome,
+    Skipped,
+    SkipReason,
+    failure,
+)
+from riffd.repair.plan import Edit, RepairPlan
+from riffd.transcript.findings import Finding
+from riffd.transcript.liveness import session_liveness
+from riffd.transcript.reader import iter_fd
+from riffd.transcript.scan import FileIdentity
+
+log = logging.getLogger(__name__)
+
+
+SAMPLE_WINDOW = 4096
+SAMPLE_COUNT = 6
+# After the rename, the old inode is watched until this many checks in a row saw nothing new.
+LATE_APPEND_QUIET_CHECKS = 3
+LATE_APPEND_MAX_CHECKS = 200
+LATE_APPEND_INTERVAL = 0.005
+
+
+class FileChanged(Exception):
+    """The transcript is not what was planned for any more; becomes Skipped(changed)."""
+
+
+def _project_folder(path: Path) -> Path:
+    # <project>/<session>/subagents/agent-*.jsonl belongs to <project>.
+    if path.parent.name == "subagents":
+        return path.parent.parent.parent
+    return path.parent
+
+
+def _unsafe_backup_dir(path: Path, options: ApplyOptions) -> str | None:
+    forbidden = [*options.roots, options.claude_dir / "projects", _project_folder(path)]
+    for folder in forbidden:
+        if is_inside(options.backup_dir, folder):
+            return (
+                f"{path}: not changed, because the backup folder {options.backup_dir} is inside {folder}, "
+                "where Claude Code lists and deletes files; choose a backup folder outside Claude Code's "
+                f"projects (the default is {default_backup_dir()})"
+            )
+    return None
+
+
+def read_range(
+    fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
+) -> Iterable[tuple[int, bytes]]:
+    offset = start
+    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
+        yield offset, chunk
+        offset += len(chunk)
+    if offset < end:
+        raise FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
+
+
+def _sample_windows(size: int) -> list[tuple[int, int]]:
+    # The first and the last window before the planned size, and a few evenly spread between them.
+    if size <= 0:
+        return []
+    last = max(0, size - SAMPLE_WINDOW)
+    starts = {0, last}
+    for step in range(1, SAMPLE_COUNT - 1):
+        starts.add(last * step // (SAMPLE_COUNT - 1))
+    return [(start, min(SAMPLE_WINDOW, size - start)) for start in sorted(starts)]
+
+
+@dataclass
+class _Copied:
+    sha256: str
+    samples: dict[int, bytes]
+    ends_with_newline: bool
+
+
+def _write_new_content(
+    fs: FileSystem,
+    path: Path,
+    original_fd: int,
+    temp_fd: int,
+    segments: Iterable[tuple[int, int] | bytes],
+    size: int,
+    retry: RetryPolicy,
+) -> _Copied:
+    """Stream the new content into temp_fd; hash every original byte in [0, size) in order (copied or not),
+    so the copy is proven to come from the bytes that were backed up, and keep the sample windows."""
+    source_hash = hashlib.sha256()
+    windows = _sample_windows(size)
+    samples = {start: bytearray(length) for start, length in windows}
+    last_byte = b"\n"
+    hashed_upto = 0
+
+    def consume(start: int, end: int, *, copy: bool) -> None:
+        nonlocal last_byte
+        for offset, chunk in read_range(fs, original_fd, start, end, path=path, retry=retry):
+            source_hash.update(chunk)
+            chunk_end = offset + len(chunk)
+            for window_start, window_length in windows:
+                overlap_start = max(offset, window_start)
+                overlap_end = min(chunk_end, window_start + window_length)
+                if overlap_start < overlap_end:
+                    samples[window_start][overlap_start - window_start : overlap_end - window_start] = chunk[
+                        overlap_start - offset : overlap_end - offset
+                    ]
+            if copy:
+                write_all(fs, temp_fd, chunk)
+            last_byte = chunk[-1:]
+
+    for segment in segments:
+        if isinstance(segment, bytes):
+            write_all(fs, temp_fd, segment)
+            continue
+        start, end = segment
+        if start < hashed_upto or start > end or end > size:
+            raise ValueError(f"copy range {start}..{end} is out of order or beyond the planned size {size}")
+        if start > hashed_upto:
+            consume(hashed_upto, start, copy=False)
+        consume(start, end, copy=True)
+        hashed_upto = end
+    if hashed_upto < size:
+        consume(hashed_upto, size, copy=False)
+    return _Copied(
+        sha256=source_hash.hexdigest(),
+        samples={start: bytes(window) for start, window in samples.items()},
+        ends_with_newline=last_byte == b"\n",
+    )
+
+
+def _copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result) -> None:
+    fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode))
+    try:
+        fs.fchown(temp_fd, original.st_uid, original.st_gid)
+    except PermissionError:
+        # Only root may give a file away; keep at least the group when we are allowed to.
+        try:
+            fs.fchown(temp_fd, -1, original.st_gid)
+        except PermissionError:
+            log.debug("cannot copy the owner of %s to its repaired copy", original)
+
+
+def _settle(
+    fs: FileSystem,
+    path: Path,
+    original_fd: int,
+    temp_fd: int,
+    planned_size: int,
+    copied: _Copied,
+    options: ApplyOptions,
+) -> int:
+    """Re-check the original until a round sees nothing new; carry complete appended lines into the temp
+    file; return the original's size that the temp file now covers. Raise FileChanged when it changed."""
+    held = fs.fstat(original_fd)
+    carried_end = planned_size
+    for round_number in range(options.settle_rounds):
+        current = fs.stat(path)
+        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise FileChanged("it was replaced by another file while riffd worked")
+        size_now = fs.fstat(original_fd).st_size
+        if size_now < carried_end:
+            raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
+        for start, expected in copied.samples.items():
+            actual = b"".join(
+                chunk
+                for _, chunk in read_range(
+                    fs, original_fd, start, start + len(expected), path=path, retry=options.retry
+                )
+            )
+            if actual != expected:
+                raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
+        if size_now == carried_end:
+            return carried_end
+        if not copied.ends_with_newline:
+            # Bytes after an unfinished last line continue that line; the plan may have changed it.
+            raise FileChanged("its last line was unfinished and another writer has been continuing it")
+        tail = b"".join(
+            chunk
+            for _, chunk in read_range(
+                fs, original_fd, carried_end, size_now, path=path, retry=options.retry
+            )
+        )
+        complete = tail[: tail.rfind(b"\n") + 1]
+        if complete:
+            write_all(fs, temp_fd, complete)
+            carried_end += len(complete)
+        # Something was still being written: give the writer a moment, then check again.
+        time.sleep(0.002 * (2**round_number))
+    raise FileChanged(
+        f"another writer kept appending (or left a line unfinished) through {options.settle_rounds} checks"
+    )
+
+
+def _carry_late_appends(
+    fs: FileSystem, path: Path, original_fd: int, new_fd: int, carried_end: int, retry: RetryPolicy
+) -> int:
+    """After the rename, copy what other writers still put into the old inode onto the new file (O_APPEND),
+    watching until it stays quiet; return the old inode's size now covered."""
+    quiet_checks = 0
+    for _ in range(LATE_APPEND_MAX_CHECKS):
+        size_now = fs.fstat(original_fd).st_size
+        if size_now > carried_end:
+            for _offset, chunk in read_range(fs, original_fd, carried_end, size_now, path=path, retry=retry):
+                write_all(fs, new_fd, chunk)
+            carried_end = size_now
+            quiet_checks = 0
+        else:
+            quiet_checks += 1
+            if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
+                break
+        time.sleep(LATE_APPEND_INTERVAL)
+    fs.fsync(new_fd)
+    return carried_end
+
+
+def rewrite(
+    path: Path,
+    source: FileIdentity,
+    segments: Iterable[tuple[int, int] | bytes],
+    findings: Sequence[Finding],
+    options: ApplyOptions,
+    *,
+    edits: tuple[Edit, ...],
+    backup_reason: str,
+) -> RepairOutcome:
+    fs = options.fs
+    unsafe = _unsafe_backup_dir(path, options)
+    if unsafe is not None:
+        return Failed(path, FailReason.UNSAFE_BACKUP_DIR, unsafe)
+    try:
+        status = fs.stat(path)
+    except FileNotFoundError:
+        return Skipped(path, SkipReason.CHANGED, f"{path}: it no longer exists")
+    except OSError as exc:
+        return failure(path, exc, "reading its status")
+    if stat.S_ISLNK(status.st_mode):
+        return Skipped(
+            path, SkipReason.SYMLINK, f"{path}: it is a symlink; repair the file it points to instead"
+        )
+    if not stat.S_ISREG(status.st_mode):
+        return Skipped(path, SkipReason.CHANGED, f"{path}: it is not a regular file")
+    if status.st_nlink > 1:
+        return Skipped(
+            path,
+            SkipReason.HARD_LINKED,
+            f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
+        )
+    store = BackupStore(options.backup_dir, fs=fs, retry=options.retry)
+    lock = PathLock(fs, options.backup_dir, path)
+    try:
+        store.ensure_root()
+        acquired = lock.try_acquire()
+    except OSError as exc:
+        return failure(path, exc, f"preparing the backup folder {options.backup_dir}")
+    if not acquired:
+        return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
+    try:
+        remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs, locked_name=path.name)
+        live, why = session_liveness(
+            path, options.claude_dir, options.quiet_period, session_id=options.session_id, fs=fs
+        )
+        if live:
+            return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why}")
+        return _rewrite_locked(path, source, segments, findings, options, store, edits, backup_reason)
+    finally:
+        lock.release()
+
+
+def _rewrite_locked(
+    path: Path,
+    source: FileIdentity,
+    segments: Iterable[tuple[int, int] | bytes],
+    findings: Sequence[Finding],
+    options: ApplyOptions,
+    store: BackupStore,
+    edits: tuple[Edit, ...],
+    backup_reason: str,
+) -> RepairOutcome:
+    fs = options.fs
+    stage = "opening it"
+    original_fd: int | None = None
+    temp_fd: int | None = None
+    temp_path: Path | None = None
+    replaced = False
+    try:
+        try:
+            original_fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+        except FileNotFoundError:
+            return Skipped(path, SkipReason.CHANGED, f"{path}: it no longer exists")
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return Skipped(path, SkipReason.SYMLINK, f"{path}: it became a symlink")
+            raise
+        held = fs.fstat(original_fd)
+        if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (source.dev, source.ino):
+            return Skipped(
+                path, SkipReason.CHANGED, f"{path}: it was replaced by another file since the scan"
+            )
+        if held.st_nlink > 1:
+            return Skipped(path, SkipReason.HARD_LINKED, f"{path}: it has {held.st_nlink} hard links")
+        if held.st_size < source.size:
+            return Skipped(
+                path,
+                SkipReason.CHANGED,
+                f"{path}: it is shorter ({held.st_size} bytes) than when scanned ({source.size}); scan again",
+            )
+
+        stage = f"backing it up to {options.backup_dir}"
+        try:
+            record = store.create(
+                path, original_fd, source.size, source.sha256, findings, reason=backup_reason
+            )
+        except SourceChanged as exc:
+            return Skipped(path, SkipReason.CHANGED, str(exc))
+
+        stage = "writing the repaired copy beside it"
+        temp_path = temp_path_for(path)
+        # O_APPEND: after the rename this same descriptor appends late lines after anything other writers add.
+        temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+        copied = _write_new_content(fs, path, original_fd, temp_fd, segments, source.size, options.retry)
+        if copied.sha256 != source.sha256:
+            raise FileChanged("its bytes changed between the backup and the rewrite")
+        _copy_mode_and_owner(fs, temp_fd, held)
+        fs.fsync(temp_fd)
+
+        stage = "checking for changes just before replacing it"
+        carried_end = _settle(fs, path, original_fd, temp_fd, source.size, copied, options)
+        fs.fsync(temp_fd)
+
+        stage = "replacing it with the repaired copy"
+        fs.replace(temp_path, path)
+        replaced = True
+        fsync_folder(fs, path.parent)
+
+        stage = "copying lines appended during the replace"
+        try:
+            carried_end = _carry_late_appends(fs, path, original_fd, temp_fd, carried_end, options.retry)
+        except (OSError, FileChanged) as exc:
+            return _late_append_failure(path, record.backup_id, exc)
+        return Repaired(
+            path=path,
+            backup_id=record.backup_id,
+            backup_path=record.data_path,
+            edits=edits,
+            carried_over_bytes=carried_end - source.size,
+        )
+    except FileChanged as exc:
+        return Skipped(path, SkipReason.CHANGED, f"{path}: {exc}; nothing was changed, scan it again")
+    except BackupError as exc:
+        return Failed(path, FailReason.BACKUP_FAILED, f"{exc}; {path} is untouched")
+    except ValueError as exc:
+        return Failed(
+            path, FailReason.INVALID_PLAN, f"{path}: the repair plan is invalid ({exc}); it is untouched"
+        )
+    except OSError as exc:
+        return failure(path, exc, stage, replaced=replaced)
+    finally:
+        if temp_fd is not None:
+            fs.close(temp_fd)
+        if temp_path is not None and not replaced:
+            remove_leftover(fs, temp_path)
+        if original_fd is not None:
+            fs.close(original_fd)
+
+
+def _late_append_failure(path: Path, backup_id: str, exc: BaseException) -> Failed:
+    return Failed(
+        path,
+        FailReason.LATE_APPEND_FAILED,
+        f"{path}: repaired (backup {backup_id}), but lines another writer appended during the replace could "
+        f"not be copied into it ({exc}); compare it with the backup and with the session before resuming",
+    )
+
+
+def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:
+    """Given a repair plan and options, rewrite the planned file safely and return Repaired, Skipped (live,
+    changed, symlink, hard_linked, busy, nothing_to_do) or Failed with a message naming the file; expected
+    failures (ENOSPC, EIO after retries, permissions) are returned, never raised."""
+    path = Path(plan.source.path)
+    if plan.is_empty:
+        return Skipped(path, SkipReason.NOTHING_TO_DO, f"{path}: the plan changes nothing")
+    try:
+        segments = list(plan.segments())
+    except ValueError as exc:
+        return Failed(
+            path, FailReason.INVALID_PLAN, f"{path}: the repair plan is invalid ({exc}); it is untouched"
+        )
+    return rewrite(
+        path, plan.source, segments, plan.fixes, options, edits=plan.edits, backup_reason="repair"
+    )

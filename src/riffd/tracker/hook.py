@@ -1,0 +1,285 @@
+"""`riffd hook pre-tool-use`: a Claude Code PreToolUse hook that notices a tool call repeating a recent one.
+
+Claude Code runs the hook before each tool call, with the call as JSON on stdin (`session_id`,
+`transcript_path`, `cwd`, `hook_event_name`, `tool_name`, `tool_input`, `tool_use_id`), and reads
+the hook's answer from stdout when it exits 0 (https://code.claude.com/docs/en/hooks, "PreToolUse"
+and "JSON output"). The hook reads the session's own transcript backwards from its end, only as
+far as the window reaches, looking for the same call under the tracker's rules (riffd.tracker.calls).
+
+- No earlier call, or a tool the rules never compare: no output; the call runs as usual.
+- `--mode warn` (the default): `hookSpecificOutput.additionalContext` tells the model the call
+  repeats the one made at HH:MM:SS; no `permissionDecision`, so permissions work as usual.
+- `--mode cache`: when nothing could have changed the earlier result (a cacheable tool; for Read
+  the file is unchanged since that read), `permissionDecision: "deny"` stops the call and its
+  `permissionDecisionReason`, which Claude Code shows to the model, holds the earlier result
+  marked `[Cached result from HH:MM:SS]`. Otherwise it warns.
+
+Every failure lets the call run: exit 0 with nothing on stdout, at most one line on stderr. Only
+the standard library and riffd.tracker.calls are imported, and none of the slow modules (orjson's import
+alone takes 9 ms; the few lines in the window parse as fast with `json`): the hook runs inside every
+tool call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+from riffd.tracker.calls import DEFAULT_WINDOW, CallKey, call_key, parse_time, similar
+
+EVENT = "PreToolUse"
+MODES = ("warn", "cache")
+BLOCK_BYTES = 64 * 1024
+CACHE_MAX_CHARS = 9_000  # Claude Code caps hook text given to the model at 10,000 characters
+MTIME_SLACK_SECONDS = 2.0  # coarse file-system clocks: a change this close to the read may predate it on paper
+EXIT_OK = 0
+EXIT_USAGE = 1  # a non-blocking error for Claude Code: it shows the message and runs the call
+USAGE = "usage: riffd hook pre-tool-use [--mode warn|cache] [--window SECONDS]"
+
+
+class Earlier(NamedTuple):
+    """The earlier identical call found in the transcript, with its result."""
+
+    tool_id: str
+    time: float  # of its tool_use line
+    result_time: float | None  # of its tool_result line
+    result: dict[str, Any]  # the tool_result block
+    tool_use_result: Any  # the result line's `toolUseResult`
+
+
+class UsageError(Exception):
+    """Bad hook arguments."""
+
+
+def parse_args(argv: Sequence[str]) -> tuple[str, float]:
+    """Given the arguments after `riffd hook`, return (mode, window seconds); raise UsageError."""
+    args = list(argv)
+    if args[:1] != ["pre-tool-use"]:
+        raise UsageError(f"expected the hook event `pre-tool-use`; {USAGE}")
+    mode, window = "warn", DEFAULT_WINDOW
+    rest = iter(args[1:])
+    for arg in rest:
+        name, _, value = arg.partition("=")
+        if name not in ("--mode", "--window"):
+            raise UsageError(f"unknown argument {arg!r}; {USAGE}")
+        if not value:
+            value = next(rest, "")
+        if name == "--mode":
+            if value not in MODES:
+                raise UsageError(f"--mode must be warn or cache, not {value!r}")
+            mode = value
+        else:
+            try:
+                window = float(value)
+            except ValueError:
+                raise UsageError(f"--window must be a number of seconds, not {value!r}") from None
+            if not window > 0:
+                raise UsageError("--window must be more than 0 seconds")
+    return mode, window
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run `riffd hook ARGS` as Claude Code calls it: the hook event's JSON on stdin, the answer on stdout."""
+    try:
+        mode, window = parse_args(argv)
+    except UsageError as exc:
+        print(f"riffd hook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return run(mode, window, sys.stdin.buffer, sys.stdout)
+
+
+def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
+    """Read one hook event from `stdin` (binary), write the answer (if any) to `stdout` (text); return 0."""
+    try:
+        answer = answer_event(stdin.read(), mode, window)
+    except FileNotFoundError:
+        return EXIT_OK  # a new session has no transcript yet
+    except Exception as exc:  # any failure lets the call run: it must never block the user's session
+        print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
+        return EXIT_OK
+    if answer is not None:
+        stdout.write(json.dumps(answer, ensure_ascii=False))
+        stdout.flush()
+    return EXIT_OK
+
+
+def answer_event(data: bytes, mode: str, window: float, now: float | None = None) -> dict[str, Any] | None:
+    """Given the hook event's JSON, the mode and the window, return the JSON answer, or None to let the call
+    run without a word. Raise ValueError for an event that is not a JSON object, OSError for I/O errors."""
+    event = json.loads(data)
+    if not isinstance(event, dict):
+        raise ValueError("the hook event is not a JSON object")
+    if event.get("hook_event_name", EVENT) != EVENT:
+        return None
+    tool, transcript = event.get("tool_name"), event.get("transcript_path")
+    if not isinstance(tool, str) or not isinstance(transcript, str):
+        return None
+    cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
+    key = call_key(tool, event.get("tool_input"), cwd)
+    if key is None or not key.compared:
+        return None
+    now = time.time() if now is None else now
+    current = event.get("tool_use_id") if isinstance(event.get("tool_use_id"), str) else None
+    agent = event.get("agent_id") if isinstance(event.get("agent_id"), str) else None
+    earlier = find_earlier(os.path.expanduser(transcript), key, now - window, current, agent)
+    if earlier is None:
+        return None
+    when = time.strftime("%H:%M:%S", time.localtime(earlier.result_time or earlier.time))
+    if mode == "cache" and key.cacheable:
+        cached = cached_text(key, earlier)
+        if cached is not None:
+            return {"hookSpecificOutput": {
+                "hookEventName": EVENT,
+                "permissionDecision": "deny",
+                "permissionDecisionReason": (
+                    f"[Cached result from {when}] riffd did not run this {tool} call again: it repeats the identical "
+                    f"call {earlier.tool_id}, and nothing has changed since. Its result:\n{cached}"
+                ),
+            }}
+    return {"hookSpecificOutput": {
+        "hookEventName": EVENT,
+        "additionalContext": (
+            f"riffd: this {tool} call repeats the identical call made at {when} ({now - earlier.time:.0f} s ago, "
+            f"tool_use {earlier.tool_id}); its result is already in the conversation. Reuse it unless something "
+            "may have changed since."
+        ),
+    }}
+
+
+def iter_lines_backwards(path: str) -> Iterator[bytes]:
+    """Yield the lines of `path`, newest first, reading blocks from its end (a line may be unfinished)."""
+    with open(path, "rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        carry = b""
+        while end > 0:
+            start = max(0, end - BLOCK_BYTES)
+            handle.seek(start)
+            pieces = (handle.read(end - start) + carry).split(b"\n")
+            end = start
+            carry = pieces.pop(0) if start > 0 else b""
+            for raw in reversed(pieces):
+                if raw:
+                    yield raw
+        if carry:
+            yield carry
+
+
+def _line_time(raw: bytes) -> float | None:
+    """The `timestamp` of a raw line, read without parsing the line."""
+    at = raw.find(b'"timestamp":')
+    if at < 0:
+        return None
+    start = raw.find(b'"', at + 12, at + 16) + 1  # Claude Code writes no space after the colon; others may
+    stop = raw.find(b'"', start, start + 40) if start > 0 else -1
+    return parse_time(raw[start:stop].decode("ascii", "replace")) if stop > 0 else None
+
+
+def find_earlier(transcript: str, key: CallKey, cutoff: float, current: str | None,
+                 agent: str | None) -> Earlier | None:
+    """Return the newest call in `transcript` made after `cutoff` (seconds since the epoch) that `key` repeats,
+    has a result that is not an error, and whose file (if any) was not written or edited since; else None.
+
+    Lines are read newest first and the scan stops at the first line older than `cutoff`. Only lines of the
+    main conversation count, or of the subagent `agent` when the call is a subagent's.
+    """
+    results: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    changed: set[str] = set()
+    for raw in iter_lines_backwards(transcript):
+        when = _line_time(raw)
+        if when is not None and when < cutoff:
+            break
+        if b'"tool_' not in raw:
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError:  # an unfinished last line, or one that is not JSON
+            continue
+        if not isinstance(record, dict):
+            continue
+        when = parse_time(record.get("timestamp"))  # the line's own, not one nested in its content
+        if when is not None and when < cutoff:
+            break
+        message = record.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if (record.get("agentId") if record.get("isSidechain") is True else None) != agent:
+            continue  # another context: a subagent's, or the main conversation's when this is a subagent
+        if record.get("type") == "user":
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    tool_id = block.get("tool_use_id")
+                    if isinstance(tool_id, str):
+                        results.setdefault(tool_id, (block, record))
+            continue
+        cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
+        for block in reversed(content):
+            if not isinstance(block, dict) or block.get("type") != "tool_use" or block.get("id") == current:
+                continue
+            name = block.get("name")
+            other = call_key(name, block.get("input"), cwd) if isinstance(name, str) else None
+            if other is None:
+                continue
+            tool_id = block.get("id")
+            paired = results.get(tool_id) if isinstance(tool_id, str) else None
+            if paired is not None and paired[0].get("is_error") is not True and similar(other, key) and (
+                key.path is None or key.path not in changed
+            ):
+                return Earlier(str(tool_id), when or cutoff, _line_time_of(paired[1]), paired[0],
+                               paired[1].get("toolUseResult"))
+            if other.mutates and other.path is not None:
+                changed.add(other.path)
+    return None
+
+
+def _line_time_of(record: dict[str, Any]) -> float | None:
+    return parse_time(record.get("timestamp"))
+
+
+def cached_text(key: CallKey, earlier: Earlier) -> str | None:
+    """Return the earlier result's text when it may stand in for running the call again, else None: text only,
+    short enough for the model's hook channel, and for Read only when the file is unchanged since that read
+    (last modified before the read began, and of the size that read saw)."""
+    content = earlier.result.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+                   for part in content):
+            return None  # images and documents cannot travel in a text reason
+        content = "\n".join(part["text"] for part in content)
+    if not isinstance(content, str) or len(content) > CACHE_MAX_CHARS:
+        return None
+    if key.tool == "Read" and not _file_unchanged(key.path, earlier):
+        return None
+    return content
+
+
+def _file_unchanged(path: str | None, earlier: Earlier) -> bool:
+    """Whether the file an earlier Read read is, by its size and mtime, still what that read saw.
+
+    Claude Code does not record the file's mtime, so the read's own time stands in for it: a file last
+    modified before the read began has not changed since. Its size then must match the content the read
+    returned, which `toolUseResult.file` holds when the read covered the whole file; otherwise it is unknown
+    and the call is not served from the cache.
+    """
+    seen = earlier.tool_use_result
+    file_seen = seen.get("file") if isinstance(seen, dict) else None
+    if path is None or not isinstance(file_seen, dict) or seen.get("type") != "text":
+        return False
+    text, first, count, total = (file_seen.get(name) for name in ("content", "startLine", "numLines", "totalLines"))
+    if not isinstance(text, str) or first != 1 or not isinstance(count, int) or count != total:
+        return False
+    status = os.stat(path)
+    if status.st_mtime >= earlier.time - MTIME_SLACK_SECONDS:
+        return False
+    size = len(text.encode())
+    if status.st_size == size:
+        return True
+    if status.st_size == size + 1:  # the read's text may leave out the final newline
+        with open(path, "rb") as handle:
+            handle.seek(size)
+            return handle.read(1) == b"\n"
+    return False

@@ -1,0 +1,408 @@
+"""Detection: the findings of one indexed transcript, judged on the conversation Claude Code loads.
+
+Claude Code resumes a session from its newest message: it walks `parentUuid` to the root, then
+splices in the other lines of each API message on that chain (same `message.id`) and the
+tool_result lines that hang from any of them. Only that loaded conversation goes to the API, so
+tool pairing is checked there; branches left by rewinds and retries are history, not damage. A
+compact boundary starts a new segment: the API sees pairs within a segment, never across one.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from riffd.transcript.findings import Finding, FindingClass, api_error_for
+from riffd.transcript.index import (
+    ASSISTANT,
+    BLOCK_BITS,
+    COMPACT_BOUNDARY,
+    MESSAGE,
+    SIDECHAIN,
+    FileMetrics,
+    ResultBlock,
+    TranscriptIndex,
+)
+
+log = logging.getLogger(__name__)
+
+OOM_RISK_RESULTS = 100
+
+
+class SegmentMap(Mapping[int, int]):
+    """Read-only view of a loaded conversation's segments: line index -> segment, loaded lines only."""
+
+    def __init__(self, segment: array[int], count: int) -> None:
+        self._segment = segment
+        self._count = count
+
+    def __getitem__(self, line: int) -> int:
+        value = self._segment[line] if 0 <= line < len(self._segment) else -1
+        if value < 0:
+            raise KeyError(line)
+        return value
+
+    def __contains__(self, line: object) -> bool:
+        return isinstance(line, int) and 0 <= line < len(self._segment) and self._segment[line] >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return (line for line, value in enumerate(self._segment) if value >= 0)
+
+    def __len__(self) -> int:
+        return self._count
+
+
+@dataclass
+class LoadedConversation:
+    """The lines Claude Code would load: the chain from the newest message to the root, plus spliced lines.
+
+    `segment[line]` is the line's segment (0 = after the last compact boundary), -1 when not loaded.
+    """
+
+    leaf: int | None
+    chain: array[int]
+    segment: array[int]
+    count: int
+    cycle_at: int | None = None
+
+    @property
+    def segment_of(self) -> SegmentMap:
+        """The loaded lines and their segments, as a mapping."""
+        return SegmentMap(self.segment, self.count)
+
+    @property
+    def on_chain(self) -> set[int]:
+        """The line indexes on the plain parent walk from the leaf."""
+        return set(self.chain)
+
+
+@dataclass(frozen=True)
+class ToolGroup:
+    """The loaded tool uses and results of one tool id within one segment, when they do not pair 1:1."""
+
+    segment: int
+    tool_id: str
+    use_lines: list[int]  # lines holding the tool_use (a line written twice appears twice)
+    result_positions: list[int]  # positions into index.results[tool_id]
+
+
+def newest_leaf(index: TranscriptIndex) -> int | None:
+    """Return the index of the newest message line (last in file order) that is not on a sidechain.
+
+    A file that holds only sidechain lines (a subagent transcript) uses its newest message.
+    """
+    flags = index.flags
+    fallback = None
+    for line in range(len(flags) - 1, -1, -1):
+        line_flags = flags[line]
+        if line_flags & MESSAGE:
+            if not line_flags & SIDECHAIN:
+                return line
+            if fallback is None:
+                fallback = line
+    return fallback
+
+
+def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
+    """Given a finished index, return the conversation Claude Code loads from its newest message."""
+    leaf = newest_leaf(index)
+    segment = array("i", [-1]) * len(index)
+    chain = array("i")
+    if leaf is None:
+        return LoadedConversation(None, chain, segment, 0)
+    parents, flags = index.parents, index.flags
+    cycle_at = None
+    current_segment = 0
+    line = leaf
+    while line >= 0:
+        if segment[line] >= 0:
+            cycle_at = line
+            log.warning("%s: parent chain loops at line %d; the walk stops there", index.path, line + 1)
+            break
+        segment[line] = current_segment
+        chain.append(line)
+        parent = parents[line]
+        if parent < 0 and flags[line] & COMPACT_BOUNDARY:
+            logical = index.line_of_uuid.get(index.logical_parent.get(line, ""))
+            if logical is not None:
+                current_segment += 1
+                line = logical
+                continue
+        line = parent
+    count = len(chain)
+    groups, group_lines = index.groups, index.group_lines
+    seen_groups: set[int] = set()
+    for line in chain:
+        group = groups[line]
+        if group >= 0 and group not in seen_groups:
+            seen_groups.add(group)
+            for sibling in group_lines[group]:
+                if segment[sibling] < 0:
+                    segment[sibling] = segment[line]
+                    count += 1
+    # Results hang from a chain line or a sibling (decided before any result is added).
+    spliced = []
+    for result_line in index.result_lines:
+        if segment[result_line] < 0:
+            for anchor in index.anchors(result_line):
+                if segment[anchor] >= 0:
+                    spliced.append((result_line, segment[anchor]))
+                    break
+    for result_line, result_segment in spliced:
+        segment[result_line] = result_segment
+    return LoadedConversation(leaf, chain, segment, count + len(spliced), cycle_at)
+
+
+def latest_turn(index: TranscriptIndex, loaded: LoadedConversation) -> tuple[int, int]:
+    """Return (message group, line) of the last assistant line on the loaded chain: the latest API response.
+
+    Its tool calls may still be running (parallel calls finish in any order, and their results come
+    after it) until the model responds again; (-1, -1) when the chain has no assistant line.
+    """
+    flags, groups = index.flags, index.groups
+    for line in loaded.chain:
+        if flags[line] & ASSISTANT:
+            return groups[line], line
+    return -1, -1
+
+
+def in_latest_turn(index: TranscriptIndex, turn: tuple[int, int], line: int) -> bool:
+    """Return True when `line` belongs to the latest turn found by `latest_turn`."""
+    group, turn_line = turn
+    return line == turn_line or (group >= 0 and index.groups[line] == group)
+
+
+def distinct_uses(index: TranscriptIndex, lines: list[int]) -> list[int]:
+    """Drop repeats of a line written twice (same uuid): Claude Code loads a uuid once."""
+    return [line for line in lines if index.line_of_uuid.get(index.uuids[line] or "") == line]
+
+
+def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterator[ToolGroup]:
+    """Yield the loaded (segment, tool id) groups that are not exactly one tool_use and one result.
+
+    Works id by id, so a healthy file costs a lookup per tool id and builds nothing.
+    """
+    segment = loaded.segment
+    packed, results = index.packed_results, index.results
+    for tool_id, use_lines in index.tool_uses.items():
+        answers = packed.get(tool_id, ())
+        if len(use_lines) == 1 and len(answers) == 1 and segment[use_lines[0]] == segment[answers[0] >> BLOCK_BITS]:
+            continue  # the common case: paired in one segment, or both history off the loaded conversation
+        yield from _grouped(tool_id, use_lines, results[tool_id] if answers else [], segment)
+    for tool_id in packed:
+        if tool_id not in index.tool_uses:
+            yield from _grouped(tool_id, [], results[tool_id], segment)
+
+
+def _grouped(
+    tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]
+) -> Iterator[ToolGroup]:
+    by_segment: dict[int, tuple[list[int], list[int]]] = {}
+    for line in use_lines:
+        if segment[line] >= 0:
+            by_segment.setdefault(segment[line], ([], []))[0].append(line)
+    for position, block in enumerate(blocks):
+        if segment[block.line] >= 0:
+            by_segment.setdefault(segment[block.line], ([], []))[1].append(position)
+    for group_segment, (uses, positions) in sorted(by_segment.items()):
+        if len(uses) != 1 or len(positions) != 1:
+            yield ToolGroup(group_segment, tool_id, uses, positions)
+
+
+def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> list[Finding]:
+    """Given a finished index, return every finding, ordered by line."""
+    loaded = loaded or loaded_conversation(index)
+    groups = list(unpaired_tools(index, loaded))
+    findings: list[Finding] = list(index.line_findings)
+    findings += _pairing_findings(index, loaded, groups)
+    findings += _tree_findings(index, loaded)
+    findings += _oom_findings(index)
+    index.metrics.loaded_lines = loaded.count
+    index.metrics.duplicates_detected = sum(
+        len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1
+    )
+    findings.sort(key=lambda finding: (finding.line, finding.cls))
+    return findings
+
+
+def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups: list[ToolGroup]) -> list[Finding]:
+    path = index.path
+    findings: list[Finding] = []
+    turn = latest_turn(index, loaded)
+    for group in groups:
+        tool_id = group.tool_id
+        blocks = [index.results[tool_id][position] for position in group.result_positions]
+        if blocks:
+            lines = tuple(sorted({block.line + 1 for block in blocks}))
+            uuids = tuple(index.uuids[block.line] or "" for block in blocks)
+            if not group.use_lines:
+                findings.append(
+                    Finding(
+                        FindingClass.ORPHAN_TOOL_RESULT,
+                        path,
+                        lines,
+                        f"tool_result for {tool_id} answers no tool_use in the loaded conversation",
+                        uuids=uuids,
+                        tool_id=tool_id,
+                        api_error=api_error_for(FindingClass.ORPHAN_TOOL_RESULT, tool_id),
+                    )
+                )
+            if len(blocks) > 1:
+                same_line = len(lines) < len(blocks)
+                how = "inside one line" if len(lines) == 1 else ("including a line written twice" if same_line else "")
+                findings.append(
+                    Finding(
+                        FindingClass.DUPLICATE_TOOL_RESULT,
+                        path,
+                        lines,
+                        f"tool_use {tool_id} is answered {len(blocks)} times on the loaded conversation {how}".rstrip(),
+                        uuids=uuids,
+                        tool_id=tool_id,
+                        api_error=api_error_for(FindingClass.DUPLICATE_TOOL_RESULT, tool_id),
+                    )
+                )
+        if not group.use_lines:
+            continue
+        distinct = distinct_uses(index, group.use_lines)
+        if len(distinct) > 1:
+            findings.append(
+                Finding(
+                    FindingClass.DUPLICATE_TOOL_USE,
+                    path,
+                    tuple(line + 1 for line in distinct),
+                    f"tool_use id {tool_id} appears in {len(distinct)} places on the loaded conversation",
+                    uuids=tuple(index.uuids[line] or "" for line in distinct),
+                    tool_id=tool_id,
+                    api_error=api_error_for(FindingClass.DUPLICATE_TOOL_USE, tool_id),
+                )
+            )
+        if not blocks:
+            line = group.use_lines[0]
+            latest = in_latest_turn(index, turn, line)
+            findings.append(
+                Finding(
+                    FindingClass.MISSING_TOOL_RESULT,
+                    path,
+                    (line + 1,),
+                    f"tool_use {tool_id} has no tool_result on the loaded conversation"
+                    + (" (latest turn: the tool may still be running)" if latest else ""),
+                    uuids=(index.uuids[line] or "",),
+                    tool_id=tool_id,
+                    detail="latest_turn" if latest else None,
+                    api_error=api_error_for(FindingClass.MISSING_TOOL_RESULT, tool_id),
+                )
+            )
+    return findings
+
+
+def _tree_findings(index: TranscriptIndex, loaded: LoadedConversation) -> list[Finding]:
+    path = index.path
+    findings: list[Finding] = []
+    for first, repeat in index.duplicate_uuid_lines:
+        uuid = index.uuids[repeat] or ""
+        findings.append(
+            Finding(
+                FindingClass.DUPLICATE_UUID,
+                path,
+                (repeat + 1, first + 1),
+                f"uuid {uuid} of line {repeat + 1} is already used by line {first + 1}; Claude Code loads only one",
+                uuids=(uuid,),
+                offset=index.offsets[repeat],
+            )
+        )
+    for line, parent in sorted(index.dangling.items()):
+        findings.append(
+            Finding(
+                FindingClass.DANGLING_PARENT,
+                path,
+                (line + 1,),
+                f"parentUuid {parent} names no line in this file, so line {line + 1} starts a history of its own "
+                "(resume shows a cut conversation)",
+                uuids=(index.uuids[line] or "",),
+                offset=index.offsets[line],
+            )
+        )
+    for cycle in find_cycles(index):
+        log.warning("%s: parent cycle through lines %s; walks stop there", path, ", ".join(str(c + 1) for c in cycle))
+        findings.append(
+            Finding(
+                FindingClass.PARENT_CYCLE,
+                path,
+                tuple(sorted(line + 1 for line in cycle)),
+                f"parentUuid links loop through {len(cycle)} line(s); walks stop there",
+                uuids=tuple(index.uuids[line] or "" for line in cycle),
+            )
+        )
+    return findings
+
+
+def find_cycles(index: TranscriptIndex) -> list[list[int]]:
+    """Return each parent cycle once, as line indexes.
+
+    Every cycle holds a line whose parent does not come before it in the file (a loop cannot go
+    backwards all the way round); the index records those lines as it reads, so only they need a walk.
+    """
+    parents = index.parents
+    cycles: list[list[int]] = []
+    in_cycle: set[int] = set()
+    for start in index.forward_parents:
+        if start in in_cycle or parents[start] < 0:
+            continue
+        seen: dict[int, int] = {}
+        path: list[int] = []
+        line = start
+        while line >= 0 and line not in seen and line not in in_cycle:
+            seen[line] = len(path)
+            path.append(line)
+            line = parents[line]
+        if line >= 0 and line in seen:
+            cycle = path[seen[line] :]
+            cycles.append(cycle)
+            in_cycle.update(cycle)
+    return cycles
+
+
+def _oom_findings(index: TranscriptIndex) -> list[Finding]:
+    findings = []
+    for tool_id, packed in index.packed_results.items():
+        if len(packed) > OOM_RISK_RESULTS:
+            blocks = index.results[tool_id]
+            log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
+                        index.path, tool_id, len(blocks))
+            findings.append(
+                Finding(
+                    FindingClass.OOM_RISK,
+                    index.path,
+                    tuple(sorted({block.line + 1 for block in blocks}))[:20],
+                    f"tool_use {tool_id} has {len(blocks)} results in this file (more than {OOM_RISK_RESULTS}); "
+                    "loading it may exhaust memory: run `riffd fix` on it",
+                    tool_id=tool_id,
+                )
+            )
+    return findings
+
+
+def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str) -> list[str]:
+    """Given a file's findings, return plain-words advice for the user (empty when nothing helps)."""
+    counts = Counter(finding.cls for finding in findings)
+    advice: list[str] = []
+    duplicates = counts[FindingClass.DUPLICATE_TOOL_RESULT] + counts[FindingClass.DUPLICATE_TOOL_USE]
+    if duplicates >= 3:
+        advice.append(f"{duplicates} duplicates: the session was resumed repeatedly; run `riffd fix {path}`")
+    elif duplicates or counts[FindingClass.MISSING_TOOL_RESULT] or counts[FindingClass.ORPHAN_TOOL_RESULT]:
+        advice.append(f"the session may fail to resume with an API 400; run `riffd fix {path}` once it is closed")
+    if metrics.blocks_invalid >= 5 or counts[FindingClass.MALFORMED_LINE] >= 5:
+        advice.append(
+            "many invalid blocks or lines: the file may be damaged beyond pairing; check it with "
+            f"`riffd scan --json {path}`, and compare with the backups in {backup_dir} (`riffd backups list`)"
+        )
+    if counts[FindingClass.TORN_TAIL]:
+        advice.append("the last line is cut off: if no Claude Code process has this session open, the write was "
+                      "interrupted (crash or kill); riffd keeps the fragment and does not edit it")
+    if counts[FindingClass.DANGLING_PARENT] or counts[FindingClass.PARENT_CYCLE]:
+        advice.append("broken parent links make resume show a cut history; riffd reports them and does not edit them")
+    return advice
+

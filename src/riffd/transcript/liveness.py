@@ -1,0 +1,164 @@
+"""Is a session live? Claude Code's own registry of running processes, then the file's mtime.
+
+A transcript may only be rewritten while no Claude Code process is using it (see
+shared/transcript-format.md, section 4). Two signals, either one is enough to call it live:
+a `<claude dir>/sessions/<pid>.json` entry naming the session whose pid is still running, and a
+modification time inside the quiet period (older releases did not register themselves, and a
+session resumed by a tool we do not know about only shows up as recent writes).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem
+from riffd.paths import session_id_for
+
+log = logging.getLogger(__name__)
+
+# A registry entry is a few hundred bytes; anything far larger is not one.
+_REGISTRY_ENTRY_LIMIT = 1 << 20
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One running Claude Code process as its registry file describes it."""
+
+    session_id: str
+    pid: int
+    registry_file: Path
+
+
+def pid_is_alive(pid: int) -> bool:
+    """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
+    if pid <= 0:
+        # kill(0, ...) and kill(-n, ...) address process groups, never one process.
+        return False
+    if sys.platform == "win32":
+        # os.kill(pid, 0) sends CTRL_C_EVENT on Windows; without a safe probe, assume alive.
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError as exc:
+        # Anything else is unexpected; "alive" is the answer that can only cost a skipped repair.
+        log.warning("cannot tell whether pid %d is running (%s); treating it as running", pid, exc)
+        return True
+    return True
+
+
+def _read_small_file(path: Path, fs: FileSystem) -> bytes:
+    fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+    try:
+        chunks: list[bytes] = []
+        offset = 0
+        while offset < _REGISTRY_ENTRY_LIMIT:
+            chunk = fs.pread(fd, 65536, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        fs.close(fd)
+
+
+def _parse_registration(registry_file: Path, raw: bytes) -> Registration | None:
+    try:
+        entry = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    session_id = entry.get("sessionId")
+    pid = entry.get("pid")
+    if pid is None and registry_file.stem.isdigit():
+        # The file is named after the pid; use that when the entry leaves it out.
+        pid = int(registry_file.stem)
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return None
+    return Registration(session_id=session_id, pid=pid, registry_file=registry_file)
+
+
+def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Registration]:
+    """Given Claude Code's config folder, return the registry entries whose process is running; unreadable
+    or malformed entries are skipped, never raised."""
+    registry = claude_dir / "sessions"
+    try:
+        names = sorted(fs.listdir(registry))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("cannot list Claude Code's session registry %s: %s", registry, exc)
+        return []
+    running: list[Registration] = []
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        registry_file = registry / name
+        try:
+            raw = _read_small_file(registry_file, fs)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ELOOP):
+                log.warning("cannot read session registry entry %s: %s", registry_file, exc)
+            continue
+        registration = _parse_registration(registry_file, raw)
+        if registration is None:
+            log.debug("ignoring malformed session registry entry %s", registry_file)
+            continue
+        if pid_is_alive(registration.pid):
+            running.append(registration)
+    return running
+
+
+def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
+    """Given Claude Code's config folder, return the ids of sessions a running process has registered."""
+    return {registration.session_id for registration in live_registrations(claude_dir, fs)}
+
+
+def session_liveness(
+    path: Path,
+    claude_dir: Path,
+    quiet_period: float,
+    now: float | None = None,
+    *,
+    session_id: str | None = None,
+    fs: FileSystem = REAL_FS,
+) -> tuple[bool, str]:
+    """Given a transcript, return (is_live, why): live when a running process registered its session
+    (from the path, or `session_id` when given) or its mtime is within `quiet_period` seconds (0 turns
+    that rule off); a file whose mtime cannot be read counts as live."""
+    wanted = {session_id_for(path)}
+    if session_id:
+        wanted.add(session_id)
+    for registration in live_registrations(claude_dir, fs):
+        if registration.session_id in wanted:
+            return True, (
+                f"session {registration.session_id} is registered as running by pid {registration.pid} "
+                f"({registration.registry_file})"
+            )
+    current_time = time.time() if now is None else now
+    if quiet_period > 0:
+        try:
+            modified = fs.stat(path).st_mtime_ns / 1e9
+        except OSError as exc:
+            return True, f"cannot read its modification time ({exc}), so it may be in use"
+        age = current_time - modified
+        if age < quiet_period:
+            return True, (
+                f"it was modified {max(age, 0.0):.0f}s ago, within the quiet period of {quiet_period:g}s"
+            )
+        return False, f"no running session registered and last modified {age:.0f}s ago"
+    return False, "no running session registered (quiet period disabled)"

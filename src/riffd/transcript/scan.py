@@ -1,0 +1,183 @@
+"""Scanning: read a transcript once, index it, and report its findings."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.transcript.detect import LoadedConversation, detect, loaded_conversation, suggestions
+from riffd.transcript.findings import Finding
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.reader import iter_chunks, iter_raw, parse_line
+
+
+@dataclass
+class FileReport:
+    """What a scan found in one file (or the error that stopped it)."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    suggestions: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the report as a JSON-ready dict."""
+        out: dict[str, Any] = {
+            "path": self.path,
+            "findings": [finding.to_json() for finding in self.findings],
+            "metrics": self.metrics,
+            "suggestions": self.suggestions,
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class ScannedFile:
+    """A finished index with its loaded conversation, findings and (when asked for) its identity."""
+
+    index: TranscriptIndex
+    loaded: LoadedConversation
+    findings: list[Finding]
+    identity: FileIdentity | None
+
+
+def index_file(
+    path: str | os.PathLike[str],
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    with_identity: bool = False,
+) -> ScannedFile:
+    """Read `path` once and return its index, loaded conversation and findings.
+
+    With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
+    the file is still what was scanned. Raise OSError (ReadFailed for persistent EIO) on read errors.
+    """
+    name = os.fspath(path)
+    index = TranscriptIndex(name)
+    hasher = hashlib.sha256() if with_identity else None
+    before = fs.stat(name) if with_identity else None
+    for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher):
+        index.add_lines(offset, lines, terminated)
+    size = index.end
+    loaded, findings = analyse(index, fs=fs, retry=retry)
+    identity = None
+    if before is not None and hasher is not None:
+        identity = FileIdentity(name, before.st_dev, before.st_ino, size, before.st_mtime_ns, hasher.hexdigest())
+    return ScannedFile(index, loaded, findings, identity)
+
+
+def analyse(
+    index: TranscriptIndex, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> tuple[LoadedConversation, list[Finding]]:
+    """Given an index fed with every line read so far, return its loaded conversation and findings.
+
+    A subagent file's parents that live in its session file are looked up there first (that read is
+    I/O, so this is not pure; everything after it is).
+    """
+    index.finish()
+    if index.dangling:
+        session_file = parent_session_file(Path(index.path), index.session_id)
+        if session_file is not None:
+            wanted = set(index.dangling.values())
+            index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry))
+    loaded = loaded_conversation(index)
+    return loaded, detect(index, loaded)
+
+
+def parent_session_file(path: Path, session_id: str | None) -> Path | None:
+    """Given a subagent transcript, return its parent session's transcript if it exists, else None.
+
+    Layouts: `<project>/<session>/subagents/agent-<id>.jsonl` (2.1.x) and `<project>/agent-<id>.jsonl`
+    (2.0.x, which names its session only in its lines' `sessionId`).
+    """
+    if not path.name.startswith("agent-"):
+        return None
+    if path.parent.name == "subagents":
+        candidate = path.parent.parent.parent / f"{path.parent.parent.name}.jsonl"
+    elif session_id:
+        candidate = path.parent / f"{session_id}.jsonl"
+    else:
+        return None
+    return candidate if candidate.is_file() else None
+
+
+def find_uuids(
+    path: Path, wanted: set[str], *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> set[str]:
+    """Return which of the `wanted` uuids are the `uuid` of some line of `path`.
+
+    One regular-expression pass over the raw bytes finds the few lines that mention a wanted uuid;
+    only those are parsed, so this costs about a read of the file.
+    """
+    if not wanted:
+        return set()
+    needle = re.compile(b"|".join(re.escape(orjson.dumps(uuid)) for uuid in sorted(wanted)))
+    found: set[str] = set()
+
+    def check(buffer: bytes, end: int) -> None:
+        for match in needle.finditer(buffer, 0, end):
+            line_start = buffer.rfind(b"\n", 0, match.start()) + 1
+            line_end = buffer.find(b"\n", match.end(), end)
+            obj = parse_line(buffer[line_start : end if line_end < 0 else line_end])
+            if isinstance(obj, dict) and obj.get("uuid") in wanted:
+                found.add(obj["uuid"])
+
+    carry = b""
+    for chunk in iter_raw(path, fs=fs, retry=retry):
+        buffer = carry + chunk if carry else chunk
+        complete = buffer.rfind(b"\n") + 1  # search whole lines only; the rest waits for its newline
+        check(buffer, complete)
+        carry = buffer[complete:]
+    if carry:
+        check(carry, len(carry))
+    return found
+
+
+def scan_file(
+    path: Path,
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    backup_dir: str = "",
+) -> FileReport:
+    """Scan one transcript and return its report; read errors become the report's `error`, not exceptions."""
+    try:
+        scanned = index_file(path, fs=fs, retry=retry)
+    except OSError as exc:
+        return FileReport(str(path), error=_describe_error(path, exc))
+    metrics = scanned.index.metrics
+    return FileReport(
+        str(path),
+        scanned.findings,
+        metrics.to_json(),
+        suggestions(str(path), scanned.findings, metrics, backup_dir),
+    )
+
+
+def _describe_error(path: Path, exc: OSError) -> str:
+    if exc.filename is None and str(path) in str(exc):
+        return str(exc)
+    return f"{path}: {exc.strerror or exc}"
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What the file was when it was scanned; `apply` refuses to write if it is no longer so."""
+
+    path: str
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    sha256: str  # of bytes [0, size)
