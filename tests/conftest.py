@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,14 @@ if str(SRC_DIR) not in sys.path:
 
 from riffd.repair.plan import LineSpan  # noqa: E402
 from riffd.transcript.scan import FileIdentity  # noqa: E402
+
+
+def dead_pid() -> int:
+    """Return the pid of a process that has exited and been reaped (no process has it now: pids are reused only
+    after the whole range has gone round)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
 
 
 def identity_of(path: Path) -> FileIdentity:

@@ -17,11 +17,12 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, identity_of, line_spans, transcript_bytes, transcript_line
+from conftest import SRC_DIR, dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.backup import BackupStore
 from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
@@ -181,22 +182,52 @@ def test_hard_linked_file_is_skipped(tmp_path: Path) -> None:
     assert_untouched(path, original, options)
 
 
-def test_busy_when_another_run_holds_the_lock(tmp_path: Path) -> None:
+@pytest.mark.parametrize("same_backup_dir", [True, False])
+def test_busy_when_another_run_holds_the_transcript(tmp_path: Path, same_backup_dir: bool) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)
     options = options_for(tmp_path)
     plan = plan_for(path)
-    lock_path = lock_path_for(options.backup_dir, path)
-    lock_path.parent.mkdir(parents=True)
-    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    holder = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a second riffd run would
-        outcome = apply_plan(plan, options)
+        # As a second riffd run would, whatever backup folder it uses (`riffd fix --backup-dir X` beside the daemon).
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        other = options if same_backup_dir else replace(options, backup_dir=tmp_path / "other-backups")
+        outcome = apply_plan(plan, other)
     finally:
         os.close(holder)
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.BUSY
     assert_untouched(path, original, options)
     assert isinstance(apply_plan(plan, options), Repaired)  # released: works again
+
+
+class NoFlockFS(FileSystem):
+    """A filesystem without flock (some network filesystems) for the transcript's folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def flock(self, fd: int, operation: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(self.folder)):
+            raise OSError(errno.ENOLCK, "No locks available")
+        super().flock(fd, operation)
+
+
+def test_a_lock_file_stands_in_where_the_transcript_cannot_be_locked(tmp_path: Path) -> None:
+    original = transcript_bytes(10)
+    path = make_transcript(tmp_path, original)
+    options = replace(options_for(tmp_path), fs=NoFlockFS(path.parent))
+    lock_path = lock_path_for(options.backup_dir, path)
+    lock_path.parent.mkdir(parents=True)
+    holder = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a second run on the same backup folder
+        outcome = apply_plan(plan_for(path), options)
+    finally:
+        os.close(holder)
+    assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.BUSY
+    assert_untouched(path, original, options)
+    assert isinstance(apply_plan(plan_for(path), options), Repaired)
 
 
 def test_invalid_plan_fails_without_writing(tmp_path: Path) -> None:
@@ -395,21 +426,27 @@ def test_file_replaced_during_apply_is_skipped(tmp_path: Path) -> None:
 
 
 class LateWriterFS(FileSystem):
-    """A writer that opened the path just before the rename and writes into the old inode just after."""
+    """A writer that opened the path just before the swap (or the rename) and writes into the old inode just after."""
 
     def __init__(self, line: bytes) -> None:
         self.line = line
 
-    def replace(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    def _late(self, put: Callable[[], None], dst: str | os.PathLike[str]) -> None:
         if not os.fspath(dst).endswith(".jsonl"):  # the backup store renames too
-            super().replace(src, dst)
+            put()
             return
         old_fd = os.open(dst, os.O_WRONLY | os.O_APPEND)
         try:
-            super().replace(src, dst)
+            put()
             os.write(old_fd, self.line)
         finally:
             os.close(old_fd)
+
+    def replace(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        self._late(lambda: super(LateWriterFS, self).replace(src, dst), dst)
+
+    def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        self._late(lambda: super(LateWriterFS, self).exchange(src, dst), dst)
 
 
 def test_line_written_to_old_inode_after_rename_is_carried(tmp_path: Path) -> None:
@@ -570,33 +607,40 @@ def test_permission_denied_fails_cleanly(tmp_path: Path) -> None:
 # -- temp files left by kill -9 --------------------------------------------------------------------
 
 
-def test_remove_stale_temps_matches_only_riffd_temps(tmp_path: Path) -> None:
+def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path) -> None:
     path = tmp_path / f"{SESSION}.jsonl"
     path.write_bytes(b"{}\n")
-    stale = temp_path_for(path)
-    fresh = temp_path_for(path)
-    others = [
-        tmp_path / f"{SESSION}.jsonl.compact.tmp.ab12",  # Claude Code's own temp file
-        tmp_path / ".notes.tmp",
-        tmp_path / "x.riffd-0123456789ab.tmp",  # not dot-prefixed
-        tmp_path / ".x.riffd-0123.tmp",
-    ]
-    long_ago = time.time() - 7200
-    for leftover in (stale, fresh, *others):
-        leftover.write_bytes(b"partial")
-    for leftover in (stale, *others):
-        os.utime(leftover, (long_ago, long_ago))
-    assert remove_stale_temps(tmp_path, 3600) == [stale]
-    assert fresh.exists() and path.exists() and all(other.exists() for other in others)
+    name = path.name
+    of_dead = tmp_path / f".{name}.riffd-{dead_pid()}-0123456789ab.tmp"  # fresh, but its writer is gone
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        of_running = tmp_path / f".{name}.riffd-{sleeper.pid}-0123456789ab.tmp"  # old, but its writer still runs
+        mine = temp_path_for(path)  # this process: running
+        legacy_old = tmp_path / f".{name}.riffd-00000000000a.tmp"  # no pid (an earlier riffd): by age only
+        legacy_fresh = tmp_path / f".{name}.riffd-00000000000b.tmp"
+        others = [
+            tmp_path / f"{SESSION}.jsonl.compact.tmp.ab12",  # Claude Code's own temp file
+            tmp_path / ".notes.tmp",
+            tmp_path / "x.riffd-0123456789ab.tmp",  # not dot-prefixed
+            tmp_path / ".x.riffd-0123.tmp",
+        ]
+        long_ago = time.time() - 7200
+        for leftover in (of_dead, of_running, mine, legacy_old, legacy_fresh, *others):
+            leftover.write_bytes(b"partial")
+        for leftover in (of_running, mine, legacy_old, *others):
+            os.utime(leftover, (long_ago, long_ago))
+        assert sorted(remove_stale_temps(tmp_path, 3600)) == sorted([of_dead, legacy_old])
+        assert all(kept.exists() for kept in (of_running, mine, legacy_fresh, path, *others))
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_apply_removes_stale_temps_of_its_folder(tmp_path: Path) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)
-    stale = temp_path_for(path)
+    stale = path.parent / f".{path.name}.riffd-{dead_pid()}-0123456789ab.tmp"  # a killed run's half a repair
     stale.write_bytes(b"half a repair")
-    long_ago = time.time() - 7200
-    os.utime(stale, (long_ago, long_ago))
     assert isinstance(apply_plan(plan_for(path), options_for(tmp_path)), Repaired)
     assert not stale.exists()
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import transcript_bytes
+from conftest import dead_pid, transcript_bytes
 from riffd import __version__
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_OK
 from riffd.fsio import FileSystem
 from riffd.repair.backup import BackupCorrupt, BackupStore, SourceChanged, UnknownBackup, is_backup_id
 from riffd.repair.outcomes import ApplyOptions, Failed, Restored, Skipped, SkipReason
@@ -71,7 +73,7 @@ class FailingWritesFS(FileSystem):
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
         target = self.paths.get(fd, "")
-        if target.startswith(self.folder) and target.endswith(self.suffix):
+        if target.startswith(self.folder) and self.suffix in target:
             self.count += 1
             if self.fail_on in (0, self.count):
                 raise OSError(self.error, os.strerror(self.error), target)
@@ -172,7 +174,7 @@ def test_changed_source_raises_and_leaves_nothing(tmp_path: Path) -> None:
     assert store.list() == []
 
 
-@pytest.mark.parametrize(("fail_on", "suffix"), [(1, ".gz.tmp"), (0, ".json.tmp")])
+@pytest.mark.parametrize(("fail_on", "suffix"), [(1, ".gz."), (0, ".json.")])
 def test_no_space_leaves_no_partial_backup(tmp_path: Path, fail_on: int, suffix: str) -> None:
     data = transcript_bytes(200)
     source = make_source(tmp_path, data)
@@ -349,3 +351,28 @@ def test_leftovers_of_a_killed_run_are_removed_only_when_old(tmp_path: Path) -> 
     assert sorted(removed) == sorted([old_temp, orphan])
     assert fresh_temp.exists()
     assert store.open_bytes(kept_id) == transcript_bytes(3)
+
+
+def test_temps_of_a_dead_process_go_at_once_and_a_running_ones_never(tmp_path: Path) -> None:
+    store = BackupStore(tmp_path / "backups")
+    kept_id = backup_of(store, make_source(tmp_path, transcript_bytes(3)))
+    of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"  # fresh: a kill -9 just now
+    of_dead_manifest = store.root / f".20200101T000000.000000Z-abc-000001.json.{dead_pid()}.tmp"
+    of_running = store.root / f".20200101T000000.000000Z-abc-000002.gz.{os.getpid()}.tmp"  # old: still being written
+    for leftover in (of_dead, of_dead_manifest, of_running):
+        leftover.write_bytes(b"partial")
+    long_ago = time.time() - 7200
+    os.utime(of_running, (long_ago, long_ago))
+    assert sorted(store.remove_leftovers(time.time())) == sorted([of_dead, of_dead_manifest])
+    assert of_running.exists()
+    assert store.open_bytes(kept_id) == transcript_bytes(3)
+
+
+def test_backups_prune_removes_a_killed_runs_temps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = BackupStore(tmp_path / "backups")
+    backup_of(store, make_source(tmp_path, transcript_bytes(3)))
+    of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"
+    of_dead.write_bytes(b"8 MB of a killed backup")
+    assert main(["backups", "--backup-dir", str(store.root), "prune"]) == EXIT_OK
+    assert not of_dead.exists()
+    assert len(store.list()) == 1

@@ -11,9 +11,13 @@ entries, create private (0700) folders, and remove riffd's own partial files.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import fcntl
 import logging
 import os
+import platform
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +69,12 @@ class FileSystem:
         """Atomically rename `src` over `dst`."""
         os.replace(src, dst)
 
+    def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        """Atomically swap the names `src` and `dst` (both must exist): afterwards `src` names what was at `dst`.
+        Raise OSError: ENOENT when either is missing, EINVAL/ENOTSUP/ENOSYS when this filesystem or system
+        cannot exchange (see `exchange_names`)."""
+        exchange_names(src, dst)
+
     def unlink(self, path: str | os.PathLike[str]) -> None:
         """Remove `path`."""
         os.unlink(path)
@@ -97,8 +107,50 @@ class FileSystem:
         """Return the names in folder `path`."""
         return os.listdir(path)
 
+    def flock(self, fd: int, operation: int) -> None:
+        """Apply or remove an advisory lock on an open file (fcntl.flock)."""
+        fcntl.flock(fd, operation)
+
 
 REAL_FS = FileSystem()
+
+# Errors that mean "this filesystem (or kernel, or libc) cannot exchange two names", not "something is wrong".
+EXCHANGE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
+_RENAME_EXCHANGE = 2  # <linux/fs.h>
+_RENAME_SWAP = 2  # <stdio.h> on macOS, for renamex_np
+_AT_FDCWD = -100
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "ppc64le": 357, "s390x": 347}
+_libc: ctypes.CDLL | None = None
+
+
+def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Swap two names atomically: `renameat2(RENAME_EXCHANGE)` on Linux (glibc's wrapper, else the raw system
+    call), `renamex_np(RENAME_SWAP)` on macOS. Python has no wrapper for either. Raise OSError with the errno;
+    ENOSYS where neither exists."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    source, target = os.fsencode(src), os.fsencode(dst)
+    if sys.platform == "darwin":
+        function = getattr(_libc, "renamex_np", None)
+        result = function(source, target, _RENAME_SWAP) if function is not None else None
+    elif sys.platform.startswith("linux"):
+        function = getattr(_libc, "renameat2", None)
+        if function is not None:
+            result = function(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE)
+        elif platform.machine() in _SYS_RENAMEAT2:  # a libc older than glibc 2.28, or one without the wrapper
+            result = _libc.syscall(_SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target,
+                                   _RENAME_EXCHANGE)
+        else:
+            result = None
+    else:
+        result = None
+    if result is None:
+        raise OSError(errno.ENOSYS, "this system cannot exchange two file names atomically", os.fsdecode(src), None,
+                      os.fsdecode(dst))
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), os.fsdecode(src), None, os.fsdecode(dst))
 
 
 @dataclass(frozen=True)

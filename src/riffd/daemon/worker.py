@@ -33,7 +33,7 @@ from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.liveness import session_liveness
+from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.reader import iter_chunks, read_span
 from riffd.transcript.scan import analyse, index_file
 
@@ -322,8 +322,8 @@ class Worker:
 
     def _repair(self, path: Path, session_id: str | None, outcome: Outcome) -> None:
         settings = self.settings
-        live, why = session_liveness(path, settings.claude_dir, settings.quiet_period, session_id=session_id,
-                                     fs=self.fs)
+        live, why = session_liveness(path, claude_dirs_for(path, settings.claude_dir, settings.roots),
+                                     settings.quiet_period, session_id=session_id, fs=self.fs)
         if live:
             # Not an attempt yet: look again once the quiet period could have passed.
             outcome.repair = "waiting:live"

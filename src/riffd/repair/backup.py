@@ -39,6 +39,7 @@ from riffd.fsio import (
 )
 from riffd.paths import session_id_for
 from riffd.transcript.findings import Finding
+from riffd.transcript.liveness import pid_is_alive
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,8 @@ FILE_MODE = 0o600
 STALE_AFTER_SECONDS = 3600.0
 
 _BACKUP_ID = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}$")
-_STORE_TEMP = re.compile(r"^\.\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}\.(gz|json)\.tmp$")
+# `.<backup id>.gz.<pid>.tmp`: the pid of the writing process (names without one come from earlier versions).
+_STORE_TEMP = re.compile(r"^\.\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}\.(gz|json)(?:\.(?P<pid>[0-9]+))?\.tmp$")
 
 
 class BackupError(Exception):
@@ -157,8 +159,8 @@ class BackupStore:
         created_at = datetime.now(UTC)
         data_path = self.data_path(backup_id)
         manifest_path = self.manifest_path(backup_id)
-        data_temp = self.root / f".{backup_id}{DATA_SUFFIX}.tmp"
-        manifest_temp = self.root / f".{backup_id}{MANIFEST_SUFFIX}.tmp"
+        data_temp = self.root / f".{backup_id}{DATA_SUFFIX}.{os.getpid()}.tmp"
+        manifest_temp = self.root / f".{backup_id}{MANIFEST_SUFFIX}.{os.getpid()}.tmp"
         placed: list[Path] = []
         try:
             source_sha256 = self._write_compressed(source_path, fd, size, data_temp)
@@ -414,8 +416,9 @@ class BackupStore:
     def remove_leftovers(
         self, now: float, older_than_seconds: float = STALE_AFTER_SECONDS
     ) -> builtins.list[Path]:
-        """Remove temp files and manifest-less data files a killed riffd left in the store, once older than
-        `older_than_seconds`; return the paths removed."""
+        """Remove what a killed riffd left in the store and return the paths removed: temp files whose process is
+        gone (at any age; a running process's are never touched), and temp files without a pid and data files
+        without a manifest once older than `older_than_seconds`."""
         try:
             names = self.fs.listdir(self.root)
         except FileNotFoundError:
@@ -423,20 +426,26 @@ class BackupStore:
         name_set = set(names)
         removed: builtins.list[Path] = []
         for name in names:
-            is_temp = bool(_STORE_TEMP.match(name))
+            temp = _STORE_TEMP.match(name)
             is_orphan = (
                 name.endswith(DATA_SUFFIX)
                 and is_backup_id(name[: -len(DATA_SUFFIX)])
                 and f"{name[: -len(DATA_SUFFIX)]}{MANIFEST_SUFFIX}" not in name_set
             )
-            if not (is_temp or is_orphan):
+            if not (temp or is_orphan):
                 continue
             leftover = self.root / name
             try:
                 status = self.fs.stat(leftover)
             except FileNotFoundError:
                 continue
-            if not stat.S_ISREG(status.st_mode) or now - status.st_mtime < older_than_seconds:
+            if not stat.S_ISREG(status.st_mode):
+                continue
+            pid = temp.group("pid") if temp else None
+            if pid is not None:
+                if int(pid) == os.getpid() or pid_is_alive(int(pid)):
+                    continue
+            elif now - status.st_mtime < older_than_seconds:
                 continue
             remove_leftover(self.fs, leftover)
             removed.append(leftover)

@@ -1,8 +1,20 @@
 """The per-transcript lock two riffd runs take before rewriting a file, and riffd's own temp files beside a
-transcript (`.<name>.riffd-<hex>.tmp`), which Claude Code never lists."""
+transcript (`.<name>.riffd-<pid>-<hex>.tmp`), which Claude Code never lists.
+
+The lock is an advisory `flock` on the transcript itself, so it holds whatever backup folder each run uses
+(`riffd fix --backup-dir X` beside the daemon). Claude Code takes no lock and only appends, so the lock never
+blocks it. The repaired copy is locked too from the moment it exists: once it takes the transcript's name, a
+second run that opens that name finds it busy. Where a filesystem has no `flock` (some network filesystems),
+a lock file in the backup folder stands in, which only excludes runs that share that folder.
+
+A temp file's name carries the pid of the process writing it: a temp of a running riffd is never removed; one
+of a process that is gone is removed by the next run that works in its folder, at the daemon's start and by
+`riffd backups prune`.
+"""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import logging
@@ -11,6 +23,7 @@ import re
 import secrets
 import stat
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from riffd.fsio import (
@@ -19,18 +32,32 @@ from riffd.fsio import (
     FileSystem,
     ensure_private_folder,
 )
+from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
 
-# `.<name>.riffd-<12 hex>.tmp`: dot-prefixed and not ending in .jsonl, so Claude Code never lists it.
-TEMP_NAME = re.compile(r"^\..+\.riffd-[0-9a-f]{12}\.tmp$")
-
-
+# `.<name>.riffd-<pid>-<12 hex>.tmp`: dot-prefixed and not ending in .jsonl, so Claude Code never lists it. Names
+# without a pid were made by riffd before 0.1.0's layout; they are removed only when old.
+TEMP_NAME = re.compile(r"^\..+\.riffd-(?:(?P<pid>[0-9]+)-)?[0-9a-f]{12}\.tmp$")
+# flock errors that mean "this filesystem cannot lock", not "someone holds the lock".
+_NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
 def temp_path_for(path: Path) -> Path:
     """Given a transcript path, return a fresh temp name beside it that Claude Code ignores."""
-    return path.parent / f".{path.name}.riffd-{secrets.token_hex(6)}.tmp"
+    return path.parent / f".{path.name}.riffd-{os.getpid()}-{secrets.token_hex(6)}.tmp"
+
+
+def leftover_of_dead_process(name: str, age_seconds: float, older_than_seconds: float) -> bool:
+    """Given a temp file's name and age, return True when no running process can be writing it: its pid is gone,
+    or (a name without a pid) it is older than `older_than_seconds`."""
+    match = TEMP_NAME.match(name)
+    if match is None:
+        return False
+    pid = match.group("pid")
+    if pid is None:
+        return age_seconds >= older_than_seconds
+    return int(pid) != os.getpid() and not pid_is_alive(int(pid))
 
 
 def remove_stale_temps(
@@ -39,15 +66,12 @@ def remove_stale_temps(
     *,
     fs: FileSystem = REAL_FS,
     now: float | None = None,
-    locked_name: str | None = None,
 ) -> list[Path]:
-    """Given a folder, remove riffd's own temp files (`.<name>.riffd-<hex>.tmp`) older than
-    `older_than_seconds` (left by a killed run) and return them; other files are never touched.
-
-    Temp files of `locked_name`, the transcript whose lock the caller holds, go at any age: no other
-    riffd run can be writing them."""
+    """Given a folder, remove riffd's own temp files that no running process writes (see
+    `leftover_of_dead_process`) and return them; other files, and temps of running riffd processes, are never
+    touched. A temp is only ever a copy: the transcript is intact until the swap, after which riffd removes the
+    name itself."""
     current_time = time.time() if now is None else now
-    own_prefix = f".{locked_name}.riffd-" if locked_name else None
     try:
         names = fs.listdir(folder)
     except OSError as exc:
@@ -60,11 +84,10 @@ def remove_stale_temps(
         candidate = folder / name
         try:
             status = fs.stat(candidate)
-            old_enough = current_time - status.st_mtime >= older_than_seconds
-            ours = own_prefix is not None and name.startswith(own_prefix)
-            if not stat.S_ISREG(status.st_mode) or not (old_enough or ours):
+            if not stat.S_ISREG(status.st_mode):
                 continue
-            # Only ever a copy: the original is intact until the rename, after which this name is gone.
+            if not leftover_of_dead_process(name, current_time - status.st_mtime, older_than_seconds):
+                continue
             fs.unlink(candidate)
         except FileNotFoundError:
             continue
@@ -75,37 +98,69 @@ def remove_stale_temps(
     return removed
 
 
+def sweep_stale_temps(roots: Iterable[Path], older_than_seconds: float, *, fs: FileSystem = REAL_FS) -> list[Path]:
+    """Remove the stale temp files (`remove_stale_temps`) in every folder under `roots`; return them."""
+    removed: list[Path] = []
+    for root in roots:
+        for folder, _dirs, _files in os.walk(root):
+            removed += remove_stale_temps(Path(folder), older_than_seconds, fs=fs)
+    return removed
+
+
 def lock_path_for(backup_dir: Path, path: Path) -> Path:
-    """Given the backup folder and a transcript, return the lock file riffd flocks while rewriting it."""
+    """Given the backup folder and a transcript, return the lock file that stands in for a flock of the
+    transcript on filesystems that have none."""
     key = hashlib.sha256(os.fsencode(os.path.join(os.path.realpath(path.parent), path.name))).hexdigest()
     return backup_dir / ".locks" / f"{key[:32]}.lock"
 
 
-class PathLock:
-    """An advisory flock on `<backup dir>/.locks/<hash of path>.lock`: two riffd runs never share a file."""
+def try_flock(fs: FileSystem, fd: int) -> bool | None:
+    """Take an exclusive flock on `fd` without waiting: True when taken, False when another holder has it, None when
+    the filesystem cannot lock. Raise OSError for other errors."""
+    try:
+        fs.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in _NO_FLOCK:
+            return None
+        raise
+    return True
 
-    def __init__(self, fs: FileSystem, backup_dir: Path, path: Path) -> None:
-        self.fs = fs
-        self.lock_path = lock_path_for(backup_dir, path)
-        self.lock_dir = self.lock_path.parent
-        self.fd: int | None = None
+
+class TranscriptLock:
+    """The lock of one transcript while riffd rewrites it: a flock on the descriptor riffd holds open for the
+    whole run, or the lock file of `lock_path_for` where the filesystem cannot flock."""
+
+    def __init__(self, fs: FileSystem, backup_dir: Path, path: Path, fd: int) -> None:
+        self.fs, self.backup_dir, self.path, self.fd = fs, backup_dir, path, fd
+        self._lock_file: int | None = None
 
     def try_acquire(self) -> bool:
-        ensure_private_folder(self.fs, self.lock_dir)
-        fd = self.fs.open(self.lock_path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
+        """Take the lock; return False when another riffd run holds it. Raise OSError when it cannot be taken."""
+        taken = try_flock(self.fs, self.fd)
+        if taken is not None:
+            return taken
+        lock_path = lock_path_for(self.backup_dir, self.path)
+        ensure_private_folder(self.fs, lock_path.parent)
+        lock_fd = self.fs.open(lock_path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.fs.close(fd)
-            return False
+            taken = try_flock(self.fs, lock_fd)
+            if taken is None:
+                raise OSError(errno.ENOLCK, "neither the transcript's filesystem nor the backup folder's can lock "
+                              "files, so two riffd runs could not be kept apart", str(lock_path))
         except OSError:
-            self.fs.close(fd)
+            self.fs.close(lock_fd)
             raise
-        self.fd = fd
+        if not taken:
+            self.fs.close(lock_fd)
+            return False
+        self._lock_file = lock_fd
         return True
 
     def release(self) -> None:
-        if self.fd is not None:
+        """Let go of the lock file, if one stood in (the flock goes with the transcript's descriptor)."""
+        if self._lock_file is not None:
             # Lock files are never deleted: unlinking one while another run waits on it splits the lock.
-            self.fs.close(self.fd)
-            self.fd = None
+            self.fs.close(self._lock_file)
+            self._lock_file = None

@@ -18,6 +18,7 @@ from riffd.fsio import (
 )
 from riffd.paths import claude_config_dir, default_backup_dir
 from riffd.repair.plan import Edit
+from riffd.transcript.liveness import claude_dirs_for
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class SkipReason(StrEnum):
     HARD_LINKED = "hard_linked"
     BUSY = "busy"
     NOTHING_TO_DO = "nothing_to_do"
+    GONE = "gone"
 
 
 class FailReason(StrEnum):
@@ -45,6 +47,15 @@ class FailReason(StrEnum):
     NOT_FOUND = "not_found"
     DESTINATION_EXISTS = "destination_exists"
     LATE_APPEND_FAILED = "late_append_failed"
+    SWAP_BACK_FAILED = "swap_back_failed"
+
+
+class FileChanged(Exception):
+    """The transcript is not what was planned for any more; becomes Skipped(changed)."""
+
+
+class FileGone(Exception):
+    """The transcript was deleted while riffd worked; becomes Skipped(gone), and nothing is re-created."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +115,19 @@ class ApplyOptions:
     stale_temp_seconds: float = 3600.0
     settle_rounds: int = 6
 
+    def claude_dirs(self, path: Path) -> tuple[Path, ...]:
+        """Return every Claude Code folder whose registry of running sessions may name `path`'s session."""
+        return claude_dirs_for(path, self.claude_dir, self.roots)
+
+
+def gone(path: Path) -> Skipped:
+    """The outcome for a transcript deleted while riffd worked on it."""
+    return Skipped(path, SkipReason.GONE, f"{path}: deleted while riffd worked; nothing to do")
+
 
 def failure(path: Path, exc: OSError, stage: str, *, replaced: bool = False) -> Failed:
+    """Given an OSError met while `stage` (a phrase: "backing it up to ..."), return the Failed outcome whose
+    message names the file, what happened, whether the transcript is untouched, and what to do."""
     state = (
         "the repaired file is in place but the last step failed"
         if replaced

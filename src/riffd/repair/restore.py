@@ -23,6 +23,7 @@ from riffd.repair.outcomes import (
     ApplyOptions,
     Failed,
     FailReason,
+    FileChanged,
     Repaired,
     Restored,
     RestoreOutcome,
@@ -30,7 +31,7 @@ from riffd.repair.outcomes import (
     SkipReason,
     failure,
 )
-from riffd.repair.writer import FileChanged, read_range, rewrite
+from riffd.repair.writer import read_range, rewrite
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)

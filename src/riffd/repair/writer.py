@@ -32,18 +32,22 @@ from riffd.fsio import (
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupStore, SourceChanged
-from riffd.repair.locks import PathLock, remove_stale_temps, temp_path_for
+from riffd.repair.locks import TranscriptLock, remove_stale_temps, temp_path_for, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
     Failed,
     FailReason,
+    FileChanged,
+    FileGone,
     Repaired,
     RepairOutcome,
     Skipped,
     SkipReason,
     failure,
+    gone,
 )
 from riffd.repair.plan import Edit, RepairPlan
+from riffd.repair.swap import SwapBackFailed, put_in_place
 from riffd.transcript.findings import Finding
 from riffd.transcript.liveness import session_liveness
 from riffd.transcript.reader import iter_fd
@@ -58,10 +62,6 @@ SAMPLE_COUNT = 6
 LATE_APPEND_QUIET_CHECKS = 3
 LATE_APPEND_MAX_CHECKS = 200
 LATE_APPEND_INTERVAL = 0.005
-
-
-class FileChanged(Exception):
-    """The transcript is not what was planned for any more; becomes Skipped(changed)."""
 
 
 def _project_folder(path: Path) -> Path:
@@ -191,7 +191,10 @@ def _settle(
     held = fs.fstat(original_fd)
     carried_end = planned_size
     for round_number in range(options.settle_rounds):
-        current = fs.stat(path)
+        try:
+            current = fs.stat(path)
+        except FileNotFoundError as exc:
+            raise FileGone("it was deleted while riffd worked") from exc
         if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
             raise FileChanged("it was replaced by another file while riffd worked")
         size_now = fs.fstat(original_fd).st_size
@@ -260,6 +263,8 @@ def rewrite(
     edits: tuple[Edit, ...],
     backup_reason: str,
 ) -> RepairOutcome:
+    """Replace `path` (as scanned: `source`) with the bytes `segments` describe, after a verified backup, under the
+    transcript's lock, only while its session is idle; return Repaired, Skipped or Failed (never raise OSError)."""
     fs = options.fs
     unsafe = _unsafe_backup_dir(path, options)
     if unsafe is not None:
@@ -267,7 +272,7 @@ def rewrite(
     try:
         status = fs.stat(path)
     except FileNotFoundError:
-        return Skipped(path, SkipReason.CHANGED, f"{path}: it no longer exists")
+        return gone(path)
     except OSError as exc:
         return failure(path, exc, "reading its status")
     if stat.S_ISLNK(status.st_mode):
@@ -283,28 +288,43 @@ def rewrite(
             f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
         )
     store = BackupStore(options.backup_dir, fs=fs, retry=options.retry)
-    lock = PathLock(fs, options.backup_dir, path)
     try:
         store.ensure_root()
-        acquired = lock.try_acquire()
     except OSError as exc:
         return failure(path, exc, f"preparing the backup folder {options.backup_dir}")
-    if not acquired:
-        return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
     try:
-        remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs, locked_name=path.name)
-        live, why = session_liveness(
-            path, options.claude_dir, options.quiet_period, session_id=options.session_id, fs=fs
-        )
-        if live:
-            return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why}")
-        return _rewrite_locked(path, source, segments, findings, options, store, edits, backup_reason)
+        original_fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+    except FileNotFoundError:
+        return gone(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return Skipped(path, SkipReason.SYMLINK, f"{path}: it became a symlink")
+        return failure(path, exc, "opening it")
+    try:
+        lock = TranscriptLock(fs, options.backup_dir, path, original_fd)
+        try:
+            acquired = lock.try_acquire()
+        except OSError as exc:
+            return failure(path, exc, "locking it against other riffd runs")
+        if not acquired:
+            return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
+        try:
+            remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
+            live, why = session_liveness(path, options.claude_dirs(path), options.quiet_period,
+                                         session_id=options.session_id, fs=fs)
+            if live:
+                return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why}")
+            return _rewrite_locked(path, original_fd, source, segments, findings, options, store, edits,
+                                   backup_reason)
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        fs.close(original_fd)
 
 
 def _rewrite_locked(
     path: Path,
+    original_fd: int,
     source: FileIdentity,
     segments: Iterable[tuple[int, int] | bytes],
     findings: Sequence[Finding],
@@ -314,24 +334,15 @@ def _rewrite_locked(
     backup_reason: str,
 ) -> RepairOutcome:
     fs = options.fs
-    stage = "opening it"
-    original_fd: int | None = None
+    stage = "reading its status"
     temp_fd: int | None = None
     temp_path: Path | None = None
-    replaced = False
+    replaced = keep_temp = False
     try:
-        try:
-            original_fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
-        except FileNotFoundError:
-            return Skipped(path, SkipReason.CHANGED, f"{path}: it no longer exists")
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return Skipped(path, SkipReason.SYMLINK, f"{path}: it became a symlink")
-            raise
         held = fs.fstat(original_fd)
         if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (source.dev, source.ino):
             return Skipped(
-                path, SkipReason.CHANGED, f"{path}: it was replaced by another file since the scan"
+                path, SkipReason.CHANGED, f"{path}: it was replaced by another file since the scan; scan it again"
             )
         if held.st_nlink > 1:
             return Skipped(path, SkipReason.HARD_LINKED, f"{path}: it has {held.st_nlink} hard links")
@@ -352,8 +363,10 @@ def _rewrite_locked(
 
         stage = "writing the repaired copy beside it"
         temp_path = temp_path_for(path)
-        # O_APPEND: after the rename this same descriptor appends late lines after anything other writers add.
-        temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+        # O_APPEND: once the copy holds the transcript's name, this descriptor adds late lines after anything other
+        # writers add. Readable too, to carry back what they added if the copy has to give the name back.
+        temp_fd = fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+        try_flock(fs, temp_fd)  # a second riffd run that opens the transcript's name after the swap finds it busy
         copied = _write_new_content(fs, path, original_fd, temp_fd, segments, source.size, options.retry)
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
@@ -365,7 +378,11 @@ def _rewrite_locked(
         fs.fsync(temp_fd)
 
         stage = "replacing it with the repaired copy"
-        fs.replace(temp_path, path)
+        try:
+            put_in_place(fs, path, temp_path, held, temp_fd, fs.fstat(temp_fd).st_size)
+        except SwapBackFailed as exc:
+            keep_temp = True
+            return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
         replaced = True
         fsync_folder(fs, path.parent)
 
@@ -381,6 +398,8 @@ def _rewrite_locked(
             edits=edits,
             carried_over_bytes=carried_end - source.size,
         )
+    except FileGone:
+        return gone(path)
     except FileChanged as exc:
         return Skipped(path, SkipReason.CHANGED, f"{path}: {exc}; nothing was changed, scan it again")
     except BackupError as exc:
@@ -394,10 +413,8 @@ def _rewrite_locked(
     finally:
         if temp_fd is not None:
             fs.close(temp_fd)
-        if temp_path is not None and not replaced:
+        if temp_path is not None and not replaced and not keep_temp:
             remove_leftover(fs, temp_path)
-        if original_fd is not None:
-            fs.close(original_fd)
 
 
 def _late_append_failure(path: Path, backup_id: str, exc: BaseException) -> Failed:

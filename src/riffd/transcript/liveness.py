@@ -5,6 +5,11 @@ shared/transcript-format.md, section 4). Two signals, either one is enough to ca
 a `<claude dir>/sessions/<pid>.json` entry naming the session whose pid is still running, and a
 modification time inside the quiet period (older releases did not register themselves, and a
 session resumed by a tool we do not know about only shows up as recent writes).
+
+Each Claude Code config folder has its own `projects/` and its own `sessions/` (shared/filesystems.md), so the
+registry is read in every folder riffd knows of (`claude_dirs_for`): the configured one, `$CLAUDE_CONFIG_DIR`
+(else ~/.claude), the folder above every root that has a `sessions/`, and the one above the `projects/` that
+holds the transcript.
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem
-from riffd.paths import session_id_for
+from riffd.paths import claude_config_dir, session_id_for
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +129,23 @@ def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Regis
     return running
 
 
+def claude_dirs_for(path: Path, claude_dir: Path | None = None, roots: Sequence[Path] = ()) -> tuple[Path, ...]:
+    """Given a transcript, the configured Claude Code folder and the watched roots, return every Claude Code config
+    folder whose `sessions/` registry may name its session: `claude_dir`, $CLAUDE_CONFIG_DIR (else ~/.claude), the
+    folder above each root that has a `sessions/` folder, and the folder above the `projects/` holding `path`."""
+    candidates: list[Path] = [] if claude_dir is None else [claude_dir]
+    candidates.append(claude_config_dir())
+    candidates += [root.parent for root in roots if (root.parent / "sessions").is_dir()]
+    for ancestor in Path(os.path.abspath(path)).parents:
+        if ancestor.name == "projects":
+            candidates.append(ancestor.parent)
+            break
+    unique: dict[str, Path] = {}
+    for folder in candidates:
+        unique.setdefault(os.path.abspath(folder), folder)
+    return tuple(unique.values())
+
+
 def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
     """Given Claude Code's config folder, return the ids of sessions a running process has registered."""
     return {registration.session_id for registration in live_registrations(claude_dir, fs)}
@@ -130,20 +153,22 @@ def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
 
 def session_liveness(
     path: Path,
-    claude_dir: Path,
+    claude_dirs: Path | Iterable[Path],
     quiet_period: float,
     now: float | None = None,
     *,
     session_id: str | None = None,
     fs: FileSystem = REAL_FS,
 ) -> tuple[bool, str]:
-    """Given a transcript, return (is_live, why): live when a running process registered its session
-    (from the path, or `session_id` when given) or its mtime is within `quiet_period` seconds (0 turns
-    that rule off); a file whose mtime cannot be read counts as live."""
+    """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return (is_live, why):
+    live when a running process registered its session (from the path, or `session_id` when given) in any of them,
+    or its mtime is within `quiet_period` seconds (0 turns that rule off); a file whose mtime cannot be read counts
+    as live."""
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)
-    for registration in live_registrations(claude_dir, fs):
+    folders = [claude_dirs] if isinstance(claude_dirs, Path) else list(claude_dirs)
+    for registration in (found for folder in folders for found in live_registrations(folder, fs)):
         if registration.session_id in wanted:
             return True, (
                 f"session {registration.session_id} is registered as running by pid {registration.pid} "
