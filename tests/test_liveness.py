@@ -9,7 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from riffd.transcript.liveness import live_session_ids, pid_is_alive, session_liveness
+import pytest
+
+from conftest import identity_of, line_spans, transcript_bytes
+from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
+from riffd.repair.plan import RemoveLine, RepairPlan
+from riffd.repair.writer import apply_plan
+from riffd.transcript.liveness import claude_dirs_for, live_session_ids, pid_is_alive, session_liveness
 
 SESSION = "0f5b6c1e-1111-2222-3333-444444444444"
 
@@ -124,3 +130,38 @@ def test_mtime_in_the_future_is_live(tmp_path: Path) -> None:
 def test_unreadable_mtime_counts_as_live(tmp_path: Path) -> None:
     live, why = session_liveness(tmp_path / "gone.jsonl", tmp_path, quiet_period=120)
     assert live and "modification time" in why
+
+
+def test_every_claude_folder_riffd_knows_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    configured, from_env, beside_root, holding = (tmp_path / name for name in ("configured", "env", "root", "held"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(from_env))
+    (beside_root / "sessions").mkdir(parents=True)
+    no_registry = tmp_path / "plain"  # a root whose parent has no sessions/ folder is not a Claude folder
+    transcript = old_transcript(holding / "projects" / "p")
+    assert claude_dirs_for(transcript, configured, (beside_root / "projects", no_registry / "projects")) == (
+        configured, from_env, beside_root, holding)
+
+
+def test_a_session_registered_in_a_second_claude_folder_is_never_rewritten(tmp_path: Path) -> None:
+    # The daemon is configured with one Claude folder; the transcript lives under another one, whose running
+    # client registered the session in its own sessions/ (a second CLAUDE_CONFIG_DIR, or ~/.config/claude).
+    first, second = tmp_path / "claude-a", tmp_path / "claude-b"
+    (first / "projects").mkdir(parents=True)
+    data = transcript_bytes(10)
+    path = old_transcript(second / "projects" / "-w", f"{SESSION}.jsonl")
+    path.write_bytes(data)
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    register(second, SESSION, os.getpid())
+    spans = line_spans(data)
+    plan = RepairPlan(identity_of(path), (RemoveLine(spans[1], "duplicate"),))
+    options = ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first,
+                           roots=(first / "projects", second / "projects"), quiet_period=0)
+    outcome = apply_plan(plan, options)
+    assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+    assert str(second / "sessions") in outcome.detail
+    assert path.read_bytes() == data
+    # And with no root naming it: the folder above the transcript's projects/ is asked all the same.
+    outcome = apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first,
+                                            quiet_period=0))
+    assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
