@@ -81,6 +81,25 @@ def test_scan_reports_damage_with_line_and_api_error(claude_home: Path, capsys: 
     assert f"riffd fix {session_file(claude_home)}" in out
 
 
+def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = session_file(claude_home)
+    lines = path.read_bytes().splitlines(keepends=True)
+    cut = max(number for number, line in enumerate(lines) if b'"type":"tool_use"' in line)
+    path.write_bytes(b"".join(lines[: cut + 1]))  # the tool is still running: its result is not written yet
+    registry = claude_home / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    assert main(["scan", str(path)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert f"line {cut + 1}: pending_tool_call: " in out and "may still be running" in out
+    registry.unlink()
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))  # the client is gone and the file quiet: now it is damage
+    assert main(["scan", str(path)]) == EXIT_FINDINGS
+    assert f"line {cut + 1}: missing_tool_result: " in capsys.readouterr().out
+
+
 def test_scan_json_is_a_versioned_document(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     damage_with_resumed_duplicate(session_file(claude_home))
     assert main(["scan", "--json", str(claude_home / "projects")]) == EXIT_FINDINGS

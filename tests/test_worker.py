@@ -12,6 +12,7 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_lines
+from riffd.daemon.report import build_report, render_markdown
 from riffd.daemon.state import StateStore
 from riffd.daemon.worker import IndexCache, Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy
@@ -334,3 +335,45 @@ def test_a_failing_archive_does_not_stop_detection_and_is_caught_up_later(
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == BASE.read_bytes()
     assert ingest_file(archive, path) == 0
+
+
+def running_tool_session(project: Path) -> tuple[Path, str]:
+    """A real session cut right after an assistant's tool_use line: the tool is still running."""
+    lines = corpus_lines(BASE)
+    cut = max(number for number, line in enumerate(lines) if b'"type":"tool_use"' in line)
+    session_id = json.loads(lines[cut])["sessionId"]
+    path = project / f"{session_id}.jsonl"
+    path.write_bytes(b"".join(lines[: cut + 1]))
+    return path, session_id
+
+
+def test_a_running_tool_in_a_live_session_is_pending_not_damage(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    path, session_id = running_tool_session(project)
+    registry = settings.claude_dir / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    before = path.read_bytes()
+    worker = Worker(store, settings)
+    outcome = worker.process(path)
+    assert outcome.repair is None and outcome.retry_after is not None  # judged again later
+    state = store.file(str(path))
+    assert state is not None and state.repairable == 0
+    assert [item["class"] for item in state.findings] == ["pending_tool_call"]
+    report = build_report(store, settings.backup_dir, {"running": True})
+    assert report["healthy"], report["problems"]
+    assert report["findings"]["open"] == {}
+    assert report["findings"]["pending"] == [
+        {"path": str(path), "tool_id": state.findings[0]["tool_id"], "line": state.findings[0]["lines"][0]}]
+    assert "pending tool calls" in render_markdown(report)
+    assert worker.process(path).retry_after is not None  # still live: still pending, nothing written
+    assert path.read_bytes() == before
+
+    registry.unlink()  # the client went away with the tool unanswered: now it is damage
+    outcome = worker.process(path)
+    state = store.file(str(path))
+    assert state is not None and [item["class"] for item in state.findings] == ["missing_tool_result"]
+    report = build_report(store, settings.backup_dir, {"running": True})
+    assert not report["healthy"] and report["findings"]["open"] == {"missing_tool_result": 1}
+    assert report["findings"]["pending"] == []

@@ -20,8 +20,10 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
-from riffd.paths import default_backup_dir
+from riffd.config import RepairConfig
+from riffd.paths import claude_config_dir, default_backup_dir, default_roots
 from riffd.transcript.findings import INFORMATIONAL, Finding
+from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.scan import FileReport, scan_file
 
 
@@ -37,11 +39,17 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     scan.set_defaults(run=run_scan)
 
 
+def _is_live(path: Path, session_id: str | None) -> bool:
+    """Whether a Claude Code process runs the session, or wrote to it within the default quiet period."""
+    folders = claude_dirs_for(path, claude_config_dir(), default_roots())
+    return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
+
+
 def _reports(files: list[Path], backup_dir: Path) -> Iterator[FileReport]:
     progress = Progress(len(files))
     try:
         for path in files:
-            report = scan_file(path, backup_dir=str(backup_dir))
+            report = scan_file(path, backup_dir=str(backup_dir), is_live=_is_live)
             progress.step(int(report.metrics.get("bytes", 0)))
             yield report
     finally:

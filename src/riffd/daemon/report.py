@@ -21,7 +21,7 @@ from riffd import __version__
 from riffd.daemon.state import StateStore
 from riffd.fsio import IO_STATS, REAL_FS, write_all
 from riffd.repair.backup import BackupStore
-from riffd.transcript.findings import INFORMATIONAL
+from riffd.transcript.findings import INFORMATIONAL, FindingClass
 
 REPORT_SCHEMA = 1
 RECENT_SECONDS = 3600.0
@@ -84,7 +84,9 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
         "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
         "findings": {"open": dict(sorted(damage.items())), "informational": dict(sorted(informational.items())),
-                     "repaired": repairs["findings_repaired_by_class"]},
+                     "repaired": repairs["findings_repaired_by_class"],
+                     "pending": [{"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
+                                 for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)]},
         "repairs": {
             "done": repairs["done"],
             "skipped": repairs["skipped_by_reason"],
@@ -160,6 +162,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
         f"- open findings: {_counts(report['findings']['open'])}",
+        _pending_line(report["findings"].get("pending", [])),
         f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
         f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
         + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
@@ -176,6 +179,14 @@ def render_markdown(report: dict[str, Any]) -> str:
     for error in report["errors"][-5:]:
         lines.append(f"- error: {error['message']}" + (f" ({error['suggestion']})" if error.get("suggestion") else ""))
     return "\n".join(lines) + "\n"
+
+
+def _pending_line(pending: list[dict[str, Any]]) -> str:
+    if not pending:
+        return "- pending tool calls: none"
+    shown = ", ".join(f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5])
+    more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+    return f"- pending tool calls (live sessions; their tools may still be running): {shown}{more}"
 
 
 def _archive_line(archive: dict[str, Any]) -> str:

@@ -182,6 +182,14 @@ class StateStore:
             with_findings += any(name not in informational for name in classes)
         return watched, with_findings, by_class
 
+    def findings_of_class(self, name: str, limit: int = 50) -> list[tuple[str, dict[str, Any]]]:
+        """Return up to `limit` (path, finding) pairs of the open findings of class `name`, by path."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, findings FROM files WHERE findings LIKE ? ORDER BY path",
+                                    (f'%"{name}"%',)).fetchall()
+        found = [(path, item) for path, blob in rows for item in json.loads(blob) if item.get("class") == name]
+        return found[:limit]
+
     # --- repairs and counters ---------------------------------------------------------------------
 
     def record_repair(

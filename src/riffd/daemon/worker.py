@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.store import Archive, still_appended
-from riffd.daemon.state import FINGERPRINT_BYTES, StateStore, Watermark
+from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.repair.outcomes import ApplyOptions, Failed, Repaired, Skipped, SkipReason
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
-from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
+from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass, has_latest_turn_calls, pending_while_live
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.reader import iter_chunks, read_span
@@ -164,6 +164,8 @@ class Worker:
             self.store.bump({"errors.read": 1})
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
         state = self.store.file(name)
+        if state is not None and any(item.get("class") == FindingClass.PENDING_TOOL_CALL for item in state.findings):
+            state = self._judge_pending(state, outcome)
         if self.settings.repair and state is not None and state.repairable:
             try:
                 self._repair(path, state.session_id, outcome)
@@ -221,6 +223,8 @@ class Worker:
         if self.tracker is not None:
             findings += _redundant_findings(name, index, state.findings if state else [], repeats)
             self.tracker.prune(time.time())  # sessions read from history are quiet: forget them at once
+        if has_latest_turn_calls(findings):
+            findings = pending_while_live(findings, self._live(Path(name), index.session_id))
         if tail_pending and time.time() - status.st_mtime > self.settings.quiet_period:
             findings.append(
                 Finding(
@@ -317,6 +321,25 @@ class Worker:
                 repeats[found.later_id] = found
 
         return observe
+
+    def _live(self, path: Path, session_id: str | None) -> bool:
+        settings = self.settings
+        return session_liveness(path, claude_dirs_for(path, settings.claude_dir, settings.roots),
+                                settings.quiet_period, session_id=session_id, fs=self.fs)[0]
+
+    def _judge_pending(self, state: FileState, outcome: Outcome) -> FileState:
+        """A file with pending tool calls: while its session is live, look again later; once it is idle, the calls
+        still unanswered become missing_tool_result findings (and may be repaired)."""
+        path = Path(state.watermark.path)
+        live = outcome.kind != "unchanged" or self._live(path, state.session_id)
+        if live:
+            outcome.retry_after = outcome.retry_after or max(self.settings.quiet_period / 2, 1.0)
+            return state
+        findings = pending_while_live([Finding.from_json(item) for item in state.findings], live=False)
+        repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
+        self.store.save_file(state.watermark, state.session_id, [finding.to_json() for finding in findings],
+                             repairable)
+        return replace(state, findings=[finding.to_json() for finding in findings], repairable=repairable)
 
     # --- repairing --------------------------------------------------------------------------------
 

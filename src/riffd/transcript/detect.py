@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from riffd.transcript.findings import Finding, FindingClass, api_error_for
+from riffd.transcript.findings import LATEST_TURN, Finding, FindingClass, api_error_for
 from riffd.transcript.index import (
     ASSISTANT,
     BLOCK_BITS,
@@ -291,7 +291,7 @@ def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups
                     + (" (latest turn: the tool may still be running)" if latest else ""),
                     uuids=(index.uuids[line] or "",),
                     tool_id=tool_id,
-                    detail="latest_turn" if latest else None,
+                    detail=LATEST_TURN if latest else None,
                     api_error=api_error_for(FindingClass.MISSING_TOOL_RESULT, tool_id),
                 )
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import orjson
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.detect import LoadedConversation, detect, loaded_conversation, suggestions
-from riffd.transcript.findings import Finding
+from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line
 
@@ -150,18 +151,24 @@ def scan_file(
     fs: FileSystem = REAL_FS,
     retry: RetryPolicy = DEFAULT_RETRY,
     backup_dir: str = "",
+    is_live: Callable[[Path, str | None], bool] | None = None,
 ) -> FileReport:
-    """Scan one transcript and return its report; read errors become the report's `error`, not exceptions."""
+    """Scan one transcript and return its report; read errors become the report's `error`, not exceptions.
+    `is_live(path, session_id)` says whether its session is live: unanswered tool calls of its latest turn are
+    then pending, not missing (without it, they are missing)."""
     try:
         scanned = index_file(path, fs=fs, retry=retry)
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
     metrics = scanned.index.metrics
+    findings = scanned.findings
+    if is_live is not None and has_latest_turn_calls(findings):
+        findings = pending_while_live(findings, is_live(path, scanned.index.session_id))
     return FileReport(
         str(path),
-        scanned.findings,
+        findings,
         metrics.to_json(),
-        suggestions(str(path), scanned.findings, metrics, backup_dir),
+        suggestions(str(path), findings, metrics, backup_dir),
     )
 
 
