@@ -141,6 +141,7 @@ def test_real_corpus_restores_byte_for_byte_after_the_originals_are_deleted(tmp_
         _riffd(tmp_path, "archive", "restore", session, "--to", str(folder))
     restored_by_session = {path.name: _sha(path) for path in (tmp_path / "by-session").rglob("*.jsonl")}
     assert len(restored_by_session) == len(copies)
+    assert {path.stat().st_mode & 0o777 for path in (tmp_path / "by-session").rglob("*.jsonl")} == {0o600}
     assert restored_by_session == {copy.name: digest for copy, digest in copies.items()}
 
     # By path, one file at a time, to the original place.

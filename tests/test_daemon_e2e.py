@@ -653,3 +653,69 @@ def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> N
     assert notify.find("READY") is None
     assert first.process.poll() is None  # the first one is unaffected
     first.stop()
+
+
+# --- state that heals, and private files -------------------------------------------------------------------
+
+
+def repaired_once(sandbox: Sandbox, daemon: RunningDaemon, name: str) -> Path:
+    """Write a damaged session as Claude Code would and wait until the daemon has repaired it; return its path."""
+    damaged = resumed_duplicate()
+    path = sandbox.project / name
+    append_like_claude(path, damaged.lines)
+    daemon.wait_until(lambda: scan_file(path).findings == [] and path.read_bytes() != damaged.data,
+                      f"{name} to be repaired")
+    return path
+
+
+@pytest.mark.parametrize("database", ["state.db", "archive.db"])
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_a_damaged_database_is_moved_aside_and_repairs_go_on(sandbox: Sandbox, database: str, how: str) -> None:
+    daemon = sandbox.start()
+    repaired_once(sandbox, daemon, f"{session_id_of(resumed_duplicate().lines)}.jsonl")
+    daemon.stop()
+    target = sandbox.state / database
+    if how == "truncated":
+        with open(target, "r+b") as handle:
+            handle.truncate(target.stat().st_size // 2)
+    else:
+        target.write_bytes(os.urandom(target.stat().st_size))
+    before = target.read_bytes()
+
+    daemon = sandbox.start()  # starts all the same
+    repaired_once(sandbox, daemon, "second.jsonl")  # and repairs go on
+    key = database.removesuffix(".db")
+    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["databases"][key]["moved_aside"]),
+                               "a report naming the moved database")
+    [moved] = report["databases"][key]["moved_aside"]
+    assert Path(moved).read_bytes() == before  # kept byte for byte, beside the new one
+    if database == "archive.db":
+        assert any(moved in problem and "riffd archive recover" in problem for problem in report["problems"])
+    for command in (["status"], ["report"], ["archive", "stats"]):
+        result = sandbox.riffd(*command)
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1), (command, result.stderr)
+    assert moved in sandbox.riffd("report").stdout
+    daemon.stop()
+    if database == "archive.db":
+        result = sandbox.riffd("archive", "recover")
+        assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
+        assert f"from {moved} into" in result.stdout
+
+
+def test_every_file_riffd_writes_is_private_whatever_the_folder_mode(sandbox: Sandbox) -> None:
+    sandbox.state.mkdir(mode=0o755)
+    os.chmod(sandbox.state, 0o755)  # a folder given by RIFFD_STATE_DIR that others may list
+    daemon = sandbox.start()
+    repaired_once(sandbox, daemon, f"{session_id_of(resumed_duplicate().lines)}.jsonl")
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1), "a report of the repair")
+    daemon.stop()
+    modes = {str(path.relative_to(sandbox.state)): stat_mode(path) for path in sandbox.state.rglob("*")}
+    assert {"state.db", "archive.db", "riffd.lock", "reports/latest.json"} <= set(modes)
+    assert any(name.startswith("backups/") and name.endswith(".gz") for name in modes)
+    wrong = {name: oct(mode) for name, mode in modes.items()
+             if mode != (0o700 if (sandbox.state / name).is_dir() else 0o600)}
+    assert wrong == {}
+
+
+def stat_mode(path: Path) -> int:
+    return os.lstat(path).st_mode & 0o777

@@ -80,6 +80,9 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / f"{DAG.stem}.md").exists()
     assert "1 exported" in capsys.readouterr().err
+    # An export holds a whole conversation: private whatever the umask (here 022, as on most systems).
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "out").iterdir()} == {
+        f"{DAG.stem}.md": "0o600", MANIFEST: "0o600"}
     assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
     assert "1 unchanged" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "out")]) == 2

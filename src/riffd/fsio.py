@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -106,6 +106,11 @@ class FileSystem:
     def listdir(self, path: str | os.PathLike[str]) -> list[str]:
         """Return the names in folder `path`."""
         return os.listdir(path)
+
+    def entries(self, path: str | os.PathLike[str]) -> list[tuple[str, bool]]:
+        """Return (name, is a folder) for each entry of folder `path`; a symlink is never a folder here."""
+        with os.scandir(path) as found:
+            return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in found]
 
     def flock(self, fd: int, operation: int) -> None:
         """Apply or remove an advisory lock on an open file (fcntl.flock)."""
@@ -287,6 +292,18 @@ def ensure_private_folder(fs: FileSystem, folder: Path) -> None:
             continue
         # mkdir's mode is reduced by the umask; backups hold whole conversations, so say it exactly.
         fs.chmod(path, FOLDER_MODE)
+
+
+def create_private(path: Path) -> BinaryIO:
+    """Open `path` for writing as a new (or emptied) 0600 file, whatever the umask or its earlier mode: riffd's
+    exports, restores and reports hold conversations."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb")
 
 
 def remove_leftover(fs: FileSystem, path: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import platformdirs
+
+from riffd.fsio import REAL_FS, FileSystem
 
 APP_NAME = "riffd"
 
@@ -53,20 +55,39 @@ def is_transcript_name(name: str) -> bool:
     return name.endswith(".jsonl") and not name.startswith(".") and name not in NEVER_TOUCH_FILES
 
 
-def iter_transcripts(paths: Iterable[Path]) -> Iterator[Path]:
+def iter_transcripts(paths: Iterable[Path], on_error: Callable[[OSError], None] | None = None, *,
+                     fs: FileSystem = REAL_FS) -> Iterator[Path]:
     """Yield the transcript files named by `paths` (files as given; folders walked, sorted, no symlinked
-    folders followed, never-touch folders skipped). Raise FileNotFoundError for a path that does not exist."""
+    folders followed, never-touch folders skipped). Raise FileNotFoundError for a path that does not exist. A folder
+    that cannot be listed is never taken for an empty one: its OSError (with the folder as `filename`) goes to
+    `on_error`, or is raised when there is none; a folder deleted meanwhile holds nothing."""
     for path in paths:
         if path.is_file():
             yield path
             continue
         if not path.is_dir():
             raise FileNotFoundError(f"{path}: no such file or folder")
-        for folder, dirnames, filenames in os.walk(path, followlinks=False):
-            dirnames[:] = sorted(d for d in dirnames if d not in NEVER_TOUCH_DIRS and not d.startswith("."))
-            for name in sorted(filenames):
-                if is_transcript_name(name):
-                    yield Path(folder) / name
+        yield from _walk(path, on_error, fs)
+
+
+def _walk(folder: Path, on_error: Callable[[OSError], None] | None, fs: FileSystem) -> Iterator[Path]:
+    try:
+        entries = sorted(fs.entries(folder))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(folder)
+        if on_error is None:
+            raise
+        on_error(exc)
+        return
+    for name, is_folder in entries:
+        if not is_folder and is_transcript_name(name):
+            yield folder / name
+    for name, is_folder in entries:
+        if is_folder and name not in NEVER_TOUCH_DIRS and not name.startswith("."):
+            yield from _walk(folder / name, on_error, fs)
 
 
 def session_id_for(path: Path) -> str:

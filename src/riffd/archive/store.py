@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -30,55 +30,10 @@ import orjson
 
 from riffd.archive.packs import PackStore, Run
 from riffd.archive.pieces import MARK, ROLE_NAMES, ROLE_TOKEN, ROLES, Piece, content_key, epoch, pieces_of
+from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.archive.search import SearchHit, like_literal, search
+from riffd.database import open_checked, reopen_if_damaged
 from riffd.transcript.reader import iter_chunks, parse_line, read_span
-
-ARCHIVE_NAME = "archive.db"  # in the state folder
-FORMAT = "2"
-
-# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB pages would
-# cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space freed when the open pack is
-# rewritten is given back by `settle`).
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS files (
-    id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, session_id TEXT, project TEXT, title TEXT,
-    first_ts INTEGER, last_ts INTEGER, generation INTEGER NOT NULL DEFAULT 0,
-    archived_bytes INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
-    raw_bytes INTEGER NOT NULL DEFAULT 0, stored_lines INTEGER NOT NULL DEFAULT 0,
-    messages INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
-CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
--- The open pack, while it grows, in zstd segments: a commit rewrites only the last ones. Empty once settled.
-CREATE TABLE IF NOT EXISTS segments (
-    pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
-) WITHOUT ROWID;
--- A run: lines first.. of a file's generation held in one pack; `header` (zlib of JSON) has each line's place
--- (gap after the line before it) and length in the pack, its cut pieces (content ids in order), and whether
--- the last line has no newline.
-CREATE TABLE IF NOT EXISTS runs (
-    file_id INTEGER NOT NULL, generation INTEGER NOT NULL, first INTEGER NOT NULL, pack INTEGER NOT NULL,
-    header BLOB NOT NULL, PRIMARY KEY (file_id, generation, first)
-) WITHOUT ROWID;
--- A piece of content, where its bytes were first seen; `text`: its FTS row (NULL: not indexed).
-CREATE TABLE IF NOT EXISTS contents (
-    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
-    length INTEGER NOT NULL, text INTEGER
-);
-CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
--- Per text and file: the newest line the text occurs on.
-CREATE TABLE IF NOT EXISTS seen (
-    text INTEGER NOT NULL, file_id INTEGER NOT NULL, generation INTEGER NOT NULL, line INTEGER NOT NULL,
-    ts INTEGER, role INTEGER, PRIMARY KEY (text, file_id)
-) WITHOUT ROWID;
--- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
-CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
-"""
-
-
-class ArchiveError(Exception):
-    """The archive database cannot be used (made by another version of riffd)."""
 
 
 @dataclass
@@ -108,26 +63,37 @@ class _Line:
 class Archive:
     """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
 
-    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def __init__(self, path: Path, *, lock_timeout: float = 30.0, heal: bool = False, check: bool = False,
+                 read_only: bool = False) -> None:
+        """Open (or create) the archive at `path`. `check` runs SQLite's quick check first (the daemon, at start);
+        a file found damaged is moved aside and a new archive made when `heal`, else DatabaseDamaged is raised.
+        `read_only` opens an existing archive without changing it (`riffd archive recover` reads a damaged one so);
+        raise ArchiveError for an archive of an earlier format."""
         self.path = path
+        self._timeout = lock_timeout
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
-        tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if "lines" in tables:
-            self._db.close()
-            raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
-                               "which this version cannot read; move it away and run `riffd archive ingest` to "
-                               "archive the transcripts that still exist")
-        if not tables:
-            self._db.execute("PRAGMA page_size = 1024")
-            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
+        if read_only:
+            self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                                       isolation_level=None, timeout=lock_timeout)
+            self.moved_aside: Path | None = None
+            self.damage: str | None = None
+        else:
+            self._db, self.moved_aside, self.damage = open_checked(
+                path, lambda target: connect(target, lock_timeout), heal=heal, check=check, advice=RECOVER_ADVICE)
         self._packs = PackStore(self._db)
         self._dirty = True  # lines added since the last settle (unknown at first)
+
+    def reopen_if_damaged(self, error: BaseException) -> bool:
+        """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
+        archive (`riffd archive recover` copies what is readable of the old one). Return True when that happened."""
+        with self._lock:
+            reopened = reopen_if_damaged(self.path, self._db, error, lambda target: connect(target, self._timeout))
+            if reopened is None:
+                return False
+            self._db, self.moved_aside, self.damage = reopened
+            self._packs = PackStore(self._db)
+            self._dirty = True
+        return True
 
     def close(self) -> None:
         """Close the database."""
@@ -171,7 +137,27 @@ class Archive:
         self._db.execute("COMMIT")
         self._packs.commit()
 
-    def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool) -> int:
+    def add_older_generation(self, path: str, lines: list[bytes], *, last_terminated: bool = True) -> int:
+        """Archive `lines` (each without its newline) as a generation of `path` older than every one it has: history
+        recovered from a damaged archive. The file's latest generation and watermark stay as they are. Return how
+        many lines were added."""
+        with self._lock:
+            with self._writing():
+                self._packs.start()
+                added = self._add(path, 0, lines, False, last_terminated, older=True)
+                self._packs.store_open(settled=False)
+            self._dirty = self._dirty or added > 0
+        return added
+
+    def generations(self, file_id: int) -> list[int]:
+        """Return the generations archived of a file, oldest first."""
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT generation FROM runs WHERE file_id = ? ORDER BY generation",
+                                    (file_id,)).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool, *,
+             older: bool = False) -> int:
         db = self._db
         row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (path,)).fetchone()
         if row is None:
@@ -182,7 +168,12 @@ class Archive:
             file_id, generation, archived, count = row
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
-        run = self._last_run(file_id, generation)
+        latest = (generation, archived, count)
+        first = db.execute("SELECT MIN(generation) FROM runs WHERE file_id = ?", (file_id,)).fetchone()[0]
+        older = older and first is not None  # a file with nothing archived yet: these lines are its history so far
+        if older:
+            generation, archived, count = first - 1, 0, 0
+        run = None if older else self._last_run(file_id, generation)
         # A torn last line (archived without its newline) that the file has completed since: the completed line
         # takes its place, so the archive keeps one line per line of the file, never a fragment plus the rest, and
         # a caller feeding the completed line from its start (below the watermark) does not lose the rest.
@@ -238,6 +229,8 @@ class Archive:
             "ON CONFLICT(text, file_id) DO UPDATE SET generation = excluded.generation, line = excluded.line, "
             "ts = excluded.ts, role = excluded.role WHERE COALESCE(excluded.ts, 0) >= COALESCE(seen.ts, 0)",
             [(text, file_id, gen, line, ts, role) for text, (line, gen, ts, role) in newest.items()])
+        if older:
+            generation, archived, count = latest
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
             "stored_lines = stored_lines + ?, messages = messages + ?, "
@@ -338,6 +331,12 @@ class Archive:
         last = number == len(run.lengths) - 1
         return line if last and run.unterminated else line + b"\n"
 
+    def files(self) -> list[tuple[int, str]]:
+        """Return (id, path) of every archived file, in the order they were first archived."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
+        return [(int(row[0]), str(row[1])) for row in rows]
+
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names."""
         with self._lock:
@@ -346,7 +345,7 @@ class Archive:
                 "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
         return [(int(row[0]), str(row[1]), row[2]) for row in rows]
 
-    def iter_file(self, file_id: int, generation: int | None = None) -> Iterator[bytes]:
+    def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
         """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
         with self._lock:
             self._packs.refresh()

@@ -1,20 +1,29 @@
-"""`riffd archive`: ingest, restore, search, stats, export."""
+"""`riffd archive`: ingest, restore, search, stats, export, recover.
+
+A database error never shows a traceback: each command says in one line which file failed and what helps.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
+import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from riffd.archive.store import ARCHIVE_NAME
+from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
 from riffd.commands.config import load_or_report
+from riffd.database import DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies
+from riffd.fsio import create_private
 
 
 def register(commands: Any) -> None:
@@ -52,17 +61,47 @@ def register(commands: Any) -> None:
     export = actions.add_parser("export", help="print a session's messages as JSON")
     export.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
     export.set_defaults(run=run_export)
+    recover = actions.add_parser(
+        "recover", help="copy every readable line of a damaged archive into the current one",
+        description="When riffd finds its archive damaged, it moves it aside (<state dir>/archive.db.damaged-<time>) "
+        "and starts a new one. This copies every file and generation that can still be read from the old one into "
+        "the new one and names what cannot be read; the old file is then renamed to archive.db.recovered-<time>. "
+        "Exit 0: all of it recovered; 1: some parts were unreadable (named); 2: an error.",
+    )
+    recover.add_argument("damaged", nargs="*", type=Path, metavar="FILE",
+                         help="damaged archives to read (default: every archive.db.damaged-* in the state folder)")
+    recover.set_defaults(run=run_recover)
+    for parser in actions.choices.values():
+        parser.set_defaults(run=_one_line_errors(parser.get_default("run")))
+
+
+def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap an archive command so a database error is one line naming the archive and what helps, exit 2."""
+
+    @functools.wraps(run)
+    def guarded(args: argparse.Namespace) -> int:
+        import zstandard  # late: riffd's start-up imports no compression library
+
+        try:
+            return run(args)
+        except (sqlite3.Error, zstandard.ZstdError) as exc:
+            where = getattr(args, "archive_path", "the archive")
+            print(f"riffd: error: {where} cannot be read ({exc}); {RECOVER_ADVICE}", file=sys.stderr)
+            return EXIT_ERROR
+
+    return guarded
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from riffd.archive.store import Archive, ArchiveError
+    from riffd.archive.store import Archive
 
     config = load_or_report(args)
     if config is None:
         return None
+    args.archive_path = config.state_dir / ARCHIVE_NAME
     try:
-        return Archive(config.state_dir / ARCHIVE_NAME)
-    except ArchiveError as exc:
+        return Archive(args.archive_path)
+    except (ArchiveError, DatabaseDamaged) as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return None
 
@@ -120,7 +159,7 @@ def run_restore(args: argparse.Namespace) -> int:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         temp = target.with_name(f".{target.name}.riffd-restore.tmp")
-        with open(temp, "wb") as out:
+        with create_private(temp) as out:
             for line in archive.iter_file(file_id):
                 out.write(line)
             out.flush()
@@ -187,3 +226,54 @@ def run_export(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     sys.stdout.write(orjson.dumps(sessions, option=orjson.OPT_INDENT_2).decode() + "\n")
     return EXIT_OK
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    """`riffd archive recover [FILE...]`: copy what is readable of damaged archives into the current one; exit 0 when
+    all of it was, 1 when parts were unreadable (named), 2 on an error."""
+    from riffd.archive.recover import recover
+    from riffd.archive.store import Archive
+    from riffd.daemon.lock import running_pid
+
+    config = load_or_report(args)
+    if config is None:
+        return EXIT_ERROR
+    args.archive_path = path = config.state_dir / ARCHIVE_NAME
+    sources = list(args.damaged) or damaged_copies(path)
+    if not sources:
+        if running_pid(config.state_dir) is not None:
+            print(f"riffd: nothing to recover: no {path.name}{DAMAGED}* in {config.state_dir} (the running daemon "
+                  "moves a damaged archive aside as soon as it meets it)", file=sys.stderr)
+            return EXIT_OK
+        archive = Archive(path, heal=True, check=True)  # moves a damaged archive aside, if it is
+        sources = [archive.moved_aside] if archive.moved_aside else []
+        archive.close()
+        if not sources:
+            print(f"riffd: nothing to recover: {path} passes SQLite's check and there is no {path.name}{DAMAGED}* "
+                  f"in {config.state_dir}", file=sys.stderr)
+            return EXIT_OK
+    into = Archive(path)
+    partial = False
+    try:
+        for source in sources:
+            if not source.is_file():
+                print(f"riffd: error: {source}: no such file", file=sys.stderr)
+                return EXIT_ERROR
+            result = recover(source, into)
+            for part in result.unreadable:
+                print(f"riffd: unreadable in {source}: {part}", file=sys.stderr)
+            partial = partial or bool(result.unreadable)
+            done = source.with_name(source.name.replace(DAMAGED, ".recovered-", 1))
+            if DAMAGED in source.name and not done.exists():
+                for suffix in ("", *SIDECARS):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rename(f"{source}{suffix}", f"{done}{suffix}")
+            print(f"recovered {result.lines} line(s) in {result.generations} generation(s) of {result.files} file(s) "
+                  f"from {source} into {path}"
+                  + (f"; {result.already_there} generation(s) were there already" if result.already_there else "")
+                  + (f"; {len(result.unreadable)} part(s) unreadable" if result.unreadable else "")
+                  + (f"; the old file is now {done}" if DAMAGED in source.name and done.exists() else ""))
+        into.settle()
+    finally:
+        into.close()
+    return EXIT_FINDINGS if partial else EXIT_OK

@@ -51,9 +51,12 @@ def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple
             print(f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
                   "(set CLAUDE_CONFIG_DIR, or pass a file or folder)", file=sys.stderr)
         paths = roots
+    def unlistable(exc: OSError) -> None:
+        errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); its transcripts were not looked at")
+
     for path in paths:
         try:
-            files.extend(iter_transcripts([path]))
+            files.extend(iter_transcripts([path], on_error=unlistable))
         except FileNotFoundError as exc:
             errors.append(f"{exc}: check the path")
     return files, errors

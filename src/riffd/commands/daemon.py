@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.config import load_or_report
+from riffd.daemon.state import STATE_NAME
+from riffd.database import DatabaseDamaged
 
 EXIT_NOT_RUNNING = 3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
 
@@ -78,13 +81,21 @@ def run_report(args: argparse.Namespace) -> int:
     config = load_or_report(args)
     if config is None:
         return EXIT_ERROR
-    store = StateStore(config.state_dir / "state.db")
     try:
-        snapshot = store.meta("daemon") if running_pid(config.state_dir) else None
-        report = build_report(store, config.backups.dir, snapshot)
-        path = write_report(report, config.reports.dir, config.reports.keep)
-    finally:
-        store.close()
+        store = StateStore(config.state_dir / STATE_NAME)
+        try:
+            snapshot = store.meta("daemon") if running_pid(config.state_dir) else None
+            report = build_report(store, config.backups.dir, snapshot)
+            path = write_report(report, config.reports.dir, config.reports.keep)
+        finally:
+            store.close()
+    except DatabaseDamaged as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except sqlite3.Error as exc:
+        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
+              "(`riffd run` checks its databases at start)", file=sys.stderr)
+        return EXIT_ERROR
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:

@@ -21,7 +21,7 @@ from typing import IO, Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.fsio import REAL_FS, retrying_call
+from riffd.fsio import REAL_FS, create_private, retrying_call
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_fd, parse_line
@@ -144,7 +144,8 @@ class Exporter:
 
     def _save_manifest(self) -> None:
         temp = self.target / f"{MANIFEST}.tmp"
-        temp.write_bytes(orjson.dumps(self._manifest, option=orjson.OPT_INDENT_2))
+        with create_private(temp) as out:
+            out.write(orjson.dumps(self._manifest, option=orjson.OPT_INDENT_2))
         os.replace(temp, self.target / MANIFEST)
 
     def export(self, source: Path) -> ExportResult:
@@ -180,7 +181,7 @@ class Exporter:
         result.bad_lines = [line + 1 for line in index.malformed]
         for number in result.bad_lines:
             log.warning("%s: line %d does not parse; left out of the export", source, number)
-        with open(temp, "wb") as out:
+        with create_private(temp) as out:
             if self.format == "md":
                 self._write_markdown(out, source, index, wanted, result)
             else:

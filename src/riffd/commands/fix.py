@@ -21,7 +21,7 @@ from riffd.commands.common import (
 )
 from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots
-from riffd.repair.outcomes import ApplyOptions, Failed, Repaired, Skipped, SkipReason
+from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.repair.writer import apply_plan
@@ -99,6 +99,9 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
     """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome."""
     try:
         scanned = index_file(path, with_identity=True)
+    except FileNotFoundError:
+        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.GONE),
+                "detail": gone(path).detail, "_remaining": 0}
     except (OSError, ReadFailed) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: {exc}", "_remaining": 0}
     repairable = [finding for finding in scanned.findings if finding.cls in REPAIRABLE]
@@ -107,6 +110,12 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
                 "unrepaired": [finding.to_json() for finding in scanned.findings]}
     try:
         plan = plan_file_repair(scanned, repair_options)
+    except FileNotFoundError:
+        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.GONE),
+                "detail": gone(path).detail, "_remaining": 0}
+    except FileChanged as exc:
+        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.CHANGED), "detail": str(exc),
+                "_remaining": len(scanned.findings)}
     except (OSError, ValueError) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",
                 "_remaining": len(scanned.findings)}

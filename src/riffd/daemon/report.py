@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 
 from riffd import __version__
+from riffd.archive.schema import ARCHIVE_NAME
 from riffd.daemon.state import StateStore
+from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, REAL_FS, write_all
 from riffd.repair.backup import BackupStore
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
@@ -57,6 +59,10 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
     if damage:
         problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): `riffd scan` shows them")
+    moved_state, moved_archive = damaged_copies(store.path), damaged_copies(store.path.parent / ARCHIVE_NAME)
+    if moved_archive:
+        problems.append(f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
+                        "copies its readable lines into the new archive")
     if (daemon.get("last_reload") or {}).get("ok") is False:
         problems.append("the last configuration reload failed; the previous configuration is still in use")
     uptime = now - float(daemon["started"]) if running and "started" in daemon else None
@@ -114,6 +120,11 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "archive": {
             key: (daemon.get("archive") or {}).get(key)
             for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind")
+        },
+        "databases": {
+            "state": {"path": str(store.path), "moved_aside": [str(path) for path in moved_state]},
+            "archive": {"path": str(store.path.parent / ARCHIVE_NAME),
+                        "moved_aside": [str(path) for path in moved_archive]},
         },
         "errors": errors,
     }
@@ -176,6 +187,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- latency (event to done): p50 {_seconds(report['latency_seconds']['p50'])}, p95 "
         f"{_seconds(report['latency_seconds']['p95'])}, max {_seconds(report['latency_seconds']['max'])}",
     ]
+    for name, database in (report.get("databases") or {}).items():
+        if database["moved_aside"]:
+            lines.append(f"- {name} database: damaged earlier, moved aside to {', '.join(database['moved_aside'])}"
+                         + (" (rebuilt by a rescan; delete the old file when you like)" if name == "state" else
+                            " (`riffd archive recover` copies its readable lines into the new archive)"))
     for error in report["errors"][-5:]:
         lines.append(f"- error: {error['message']}" + (f" ({error['suggestion']})" if error.get("suggestion") else ""))
     return "\n".join(lines) + "\n"

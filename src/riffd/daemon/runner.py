@@ -29,17 +29,19 @@ from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
-from riffd.archive.store import ARCHIVE_NAME, Archive, ArchiveError, ingest_file
+from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
+from riffd.archive.store import Archive, ingest_file
 from riffd.config import Config, ConfigError, config_path, load_config
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
 from riffd.daemon.report import build_report, write_report
-from riffd.daemon.state import StateStore
+from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Outcome, Worker, WorkerSettings
 from riffd.daemon.workqueue import WorkQueue
 from riffd.fsio import IO_STATS
-from riffd.repair.backup import BackupStore
+from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
+from riffd.repair.locks import sweep_stale_temps
 from riffd.tracker.tracker import ToolCallTracker
 from riffd.transcript.findings import FindingClass
 
@@ -139,11 +141,16 @@ class Daemon:
 
     def _start(self) -> None:
         config = self.config
-        self.store = StateStore(config.state_dir / "state.db")
+        self.store = StateStore(config.state_dir / STATE_NAME, heal=True)
         try:
-            self.archive = Archive(config.state_dir / ARCHIVE_NAME)
-        except ArchiveError as exc:  # the rest of riffd works without it
+            self.archive = Archive(config.state_dir / ARCHIVE_NAME, heal=True, check=True)
+        except (ArchiveError, sqlite3.Error, OSError) as exc:  # the rest of riffd works without it
             log.error("the archive is off: %s", exc)
+            self.stats.error(f"the archive is off: {exc}", "see the message; repairs and reports go on without it")
+        removed = (sweep_stale_temps(config.roots, STALE_AFTER_SECONDS)
+                   + BackupStore(config.backups.dir).remove_leftovers(time.time()))
+        if removed:
+            log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
@@ -313,9 +320,15 @@ class Daemon:
 
     def _reconcile(self) -> int:
         assert self.store is not None
-        queued = reconcile(transcript_filter(self.config), self.store, self._on_change)
+        queued = reconcile(transcript_filter(self.config), self.store, self._on_change, self._unlistable)
         self.stats.rescans += 1
         return queued
+
+    def _unlistable(self, exc: OSError) -> None:
+        log.error("%s: cannot be listed: %s; transcripts in it are not looked at until it can be", exc.filename,
+                  exc.strerror or exc)
+        self.stats.error(f"{exc.filename}: cannot be listed ({exc.strerror or exc})",
+                         "check the folder's permissions, or the disk or sync client behind it")
 
     def _queue_pending_repairs(self) -> int:
         """Queue the files whose stored findings are waiting for a repair, when repairs are on; return how many.
@@ -344,6 +357,15 @@ class Daemon:
                 self.store.forget_file(str(path))  # no longer under the roots, or excluded now
                 return
             outcome = self.worker.process(path)
+        except sqlite3.Error as exc:
+            if self.store.reopen_if_damaged(exc):
+                self.stats.error(f"{self.store.path} was damaged and moved aside to {self.store.moved_aside}",
+                                 "nothing to do: a rescan fills the new state store again")
+                self._reconcile()
+                return
+            log.error("%s: database error: %s", path, exc)
+            self.stats.error(f"{path}: database error: {exc}", "it is retried at the next change or rescan")
+            return
         except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
             log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
             self.stats.error(f"{path}: {exc}", "run `riffd scan` on it; report the traceback if it persists")
@@ -421,8 +443,12 @@ class Daemon:
     def _archive_summary(self) -> dict[str, Any]:
         if self.archive is None or self.store is None:
             return {}
-        stats = self.archive.stats()
-        files, lag = self.archive.behind(self.store.offsets())
+        try:
+            stats = self.archive.stats()
+            files, lag = self.archive.behind(self.store.offsets())
+        except (sqlite3.Error, OSError) as exc:  # a report is written whatever the archive does
+            self.archive.reopen_if_damaged(exc)
+            return {"error": str(exc)}
         return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
                 "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
 

@@ -10,6 +10,7 @@ so a crash at any point leaves either the old pair or the new pair, never a mix.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -20,6 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.database import open_checked, reopen_if_damaged
+
+log = logging.getLogger(__name__)
+
+STATE_NAME = "state.db"  # in the state folder
 SCHEMA_VERSION = 1
 FINGERPRINT_BYTES = 4096
 
@@ -74,19 +80,43 @@ class FileState:
     processed_at: float
 
 
+HEAL_ADVICE = ("`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
+               "cannot be derived again from the transcripts)")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
 class StateStore:
     """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL mode)."""
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def __init__(self, path: Path, *, heal: bool = False) -> None:
+        """Open (or create) the store at `path`. A damaged file is moved aside and a new store made when `heal`
+        (the daemon: everything in it is derived again by a rescan); otherwise it raises DatabaseDamaged."""
         self.path = path
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        with self.transaction() as db:
-            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        self._db, self.moved_aside, self.damage = open_checked(
+            path, _connect, heal=heal, advice=HEAL_ADVICE)
+
+    def reopen_if_damaged(self, error: BaseException) -> bool:
+        """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
+        store (the caller rescans, which fills it again). Return True when that happened."""
+        with self._lock:
+            reopened = reopen_if_damaged(self.path, self._db, error, _connect)
+            if reopened is None:
+                return False
+            self._db, self.moved_aside, self.damage = reopened
+        return True
 
     def close(self) -> None:
         """Close the connection (after a checkpoint, so the WAL does not linger)."""

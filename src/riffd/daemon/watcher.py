@@ -60,11 +60,12 @@ class TranscriptFilter:
             return not any(fnmatch.fnmatch(str(relative), pattern) for pattern in self.exclude)
         return False
 
-    def transcripts(self) -> Iterable[Path]:
-        """Yield every matching transcript under the roots that exist."""
+    def transcripts(self, on_error: Callable[[OSError], None] | None = None) -> Iterable[Path]:
+        """Yield every matching transcript under the roots that exist; a folder that cannot be listed goes to
+        `on_error` (see iter_transcripts)."""
         for root in self.roots:
             if root.is_dir():
-                yield from (path for path in iter_transcripts([root]) if self.matches(path))
+                yield from (path for path in iter_transcripts([root], on_error) if self.matches(path))
 
 
 def filesystem_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
@@ -191,12 +192,14 @@ class Watcher:
                     self.on_change(str(path))
 
 
-def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None]) -> int:
+def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None],
+              on_error: Callable[[OSError], None] | None = None) -> int:
     """Queue every transcript whose file differs from its stored watermark, or that riffd has not seen, and
-    every stored file that is gone; return how many were queued. Costs one stat per file, no reads."""
+    every stored file that is gone; return how many were queued. Costs one stat per file, no reads. A folder
+    that cannot be listed goes to `on_error` (its files are then looked at one by one, never forgotten)."""
     known = store.known_files()
     queued = 0
-    for path in transcript_filter.transcripts():
+    for path in transcript_filter.transcripts(on_error):
         name = str(path)
         stored = known.pop(name, None)
         try:

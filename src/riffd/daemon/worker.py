@@ -27,7 +27,7 @@ from typing import Any
 from riffd.archive.store import Archive, still_appended
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
-from riffd.repair.outcomes import ApplyOptions, Failed, Repaired, Skipped, SkipReason
+from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
@@ -261,8 +261,11 @@ class Worker:
         if own or (watermark is not None and why and kind == "read"):
             return True
         if watermark is None:  # new to the state store: new to the archive too, or recreated since?
-            _generation, archived = self.archive.cursor(name)
-            return archived > 0 and not still_appended(self.archive, Path(name), archived)
+            try:
+                _generation, archived = self.archive.cursor(name)
+                return archived > 0 and not still_appended(self.archive, Path(name), archived)
+            except (sqlite3.Error, OSError) as exc:
+                self._archive_failed(name, "ask the archive about it", exc)
         return False
 
     def _archive(self, name: str, offset: int, lines: list[bytes], rewritten: bool) -> None:
@@ -271,9 +274,15 @@ class Worker:
         try:
             self.archive.add_lines(name, offset, lines, rewritten=rewritten)
         except (sqlite3.Error, OSError) as exc:
-            # Detection and repairs go on; the archive catches up later from its own watermark (Daemon._rescan).
-            log.error("%s: could not archive lines at byte %d: %s; the next rescan retries", name, offset, exc)
-            self.store.bump({"archive.errors": 1})
+            self._archive_failed(name, f"archive lines at byte {offset}", exc)
+
+    def _archive_failed(self, name: str, what: str, exc: Exception) -> None:
+        """Detection and repairs go on whatever the archive does; it catches up later from its own watermark
+        (Daemon._rescan). A damaged archive is moved aside and a new one started at once."""
+        log.error("%s: could not %s: %s; the next rescan retries", name, what, exc)
+        self.store.bump({"archive.errors": 1})
+        if self.archive is not None and self.archive.reopen_if_damaged(exc):
+            self.store.bump({"archive.moved_aside": 1})
 
     def _still_same_file(self, name: str, status: os.stat_result, watermark: Watermark) -> str:
         """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
@@ -355,7 +364,12 @@ class Worker:
             return
         scanned = index_file(path, fs=self.fs, retry=settings.retry, with_identity=True)
         options = RepairOptions(add_missing_results=settings.add_missing_results, classes=settings.classes)
-        plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
+        try:
+            plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
+        except FileChanged as exc:  # written to since it was read: its event brings it back
+            outcome.repair, outcome.why = f"skipped:{SkipReason.CHANGED}", str(exc)
+            outcome.retry_after = CHANGED_RETRY_SECONDS
+            return
         if plan.is_empty:
             outcome.repair = "skipped:nothing_safe_to_do"
             self.store.record_repair(str(path), "skipped", "nothing_safe_to_do", None, Counter(),

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.repair.outcomes import FileChanged
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.transcript.detect import distinct_uses, in_latest_turn, latest_turn, unpaired_tools
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
@@ -175,16 +176,31 @@ def plan_file_repair(
     """Given a scan made with identity, plan its repair, reading the lines the plan names from the file.
 
     The one place of the in-flight rule: a tool call of the latest turn gets a placeholder only once the
-    file has been quiet for IN_FLIGHT_GRACE_SECONDS. Raise ValueError for a scan without identity, OSError
-    when a line cannot be read.
+    file has been quiet for IN_FLIGHT_GRACE_SECONDS. Raise FileChanged when the file is no longer the one scanned
+    (written to, or replaced), ValueError for a scan without identity, OSError when a line cannot be read.
     """
     options = options or RepairOptions()
     if scanned.identity is None:
         raise ValueError("plan_file_repair needs a scan made with with_identity=True")
     if (time.time() if now is None else now) - scanned.identity.mtime_ns / 1e9 < IN_FLIGHT_GRACE_SECONDS:
         options = replace(options, answer_newest_message=False)
-    path, index = scanned.identity.path, scanned.index
-    return plan_repair(scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options)
+    path, index, identity = scanned.identity.path, scanned.index, scanned.identity
+
+    def unchanged() -> None:
+        status = fs.stat(path)
+        if (status.st_dev, status.st_ino, status.st_mtime_ns) != (identity.dev, identity.ino, identity.mtime_ns) or (
+                status.st_size < identity.size):
+            raise FileChanged(f"{path}: changed during the run (it was written or replaced after riffd read it); "
+                              "scan it again")
+
+    unchanged()
+    try:
+        plan = plan_repair(scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options)
+    except ValueError:
+        unchanged()  # a line that no longer parses because the file changed under the planner: say that
+        raise
+    unchanged()
+    return plan
 
 
 def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,

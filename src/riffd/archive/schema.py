@@ -1,0 +1,86 @@
+"""The archive database's tables, and opening it: created private, set up when new, checked by the daemon.
+
+Tables: `files` (one row per transcript path: its session, project, title, times, generation and the archive's
+own watermark), `packs` and `segments` (riffd.archive.packs), `runs` (where each line of a file's generation is in
+a pack), `contents` (pieces of content, where first seen; riffd.archive.pieces), `seen` (per text and file, the
+newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+ARCHIVE_NAME = "archive.db"  # in the state folder
+FORMAT = "2"
+
+
+class ArchiveError(Exception):
+    """The archive database cannot be used (made by another version of riffd)."""
+
+
+# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB pages would
+# cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space freed when the open pack is
+# rewritten is given back by `settle`).
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, session_id TEXT, project TEXT, title TEXT,
+    first_ts INTEGER, last_ts INTEGER, generation INTEGER NOT NULL DEFAULT 0,
+    archived_bytes INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
+    raw_bytes INTEGER NOT NULL DEFAULT 0, stored_lines INTEGER NOT NULL DEFAULT 0,
+    messages INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
+CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
+-- The open pack, while it grows, in zstd segments: a commit rewrites only the last ones. Empty once settled.
+CREATE TABLE IF NOT EXISTS segments (
+    pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
+) WITHOUT ROWID;
+-- A run: lines first.. of a file's generation held in one pack; `header` (zlib of JSON) has each line's place
+-- (gap after the line before it) and length in the pack, its cut pieces (content ids in order), and whether
+-- the last line has no newline.
+CREATE TABLE IF NOT EXISTS runs (
+    file_id INTEGER NOT NULL, generation INTEGER NOT NULL, first INTEGER NOT NULL, pack INTEGER NOT NULL,
+    header BLOB NOT NULL, PRIMARY KEY (file_id, generation, first)
+) WITHOUT ROWID;
+-- A piece of content, where its bytes were first seen; `text`: its FTS row (NULL: not indexed).
+CREATE TABLE IF NOT EXISTS contents (
+    id INTEGER PRIMARY KEY, key INTEGER NOT NULL, pack INTEGER NOT NULL, offset INTEGER NOT NULL,
+    length INTEGER NOT NULL, text INTEGER
+);
+CREATE INDEX IF NOT EXISTS contents_key ON contents(key);
+-- Per text and file: the newest line the text occurs on.
+CREATE TABLE IF NOT EXISTS seen (
+    text INTEGER NOT NULL, file_id INTEGER NOT NULL, generation INTEGER NOT NULL, line INTEGER NOT NULL,
+    ts INTEGER, role INTEGER, PRIMARY KEY (text, file_id)
+) WITHOUT ROWID;
+-- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
+CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
+"""
+
+
+RECOVER_ADVICE = ("`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
+                  "readable line of the old one into the new one")
+
+
+def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
+    """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format 1."""
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+        if "lines" in tables:
+            raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
+                               "which this version cannot read; move it away and run `riffd archive ingest` to "
+                               "archive the transcripts that still exist")
+        if not tables:
+            db.execute("PRAGMA page_size = 1024")
+            db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.executescript(_SCHEMA)
+        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
+    except BaseException:
+        db.close()
+        raise
+    return db

@@ -1,0 +1,149 @@
+"""Opening riffd's SQLite databases: private files, a health check, and a damaged file moved aside, never deleted.
+
+`state.db` (watermarks, findings, repairs) and `archive.db` (every line of every transcript) live in the state
+folder. Both are created 0600, with their `-wal` and `-shm` (SQLite gives those the database's own mode), whatever
+the folder's mode. A database SQLite cannot open, or whose `PRAGMA quick_check` finds damage, is moved aside as
+`<name>.damaged-<UTC time>` (with its `-wal` and `-shm`, so SQLite can still read it there) and a new one is made:
+the daemon never stops over a damaged database. What to do with the old one is each owner's business (the state
+is rebuilt by a rescan; `riffd archive recover` copies what is readable of an archive).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_MODE = 0o600
+DAMAGED = ".damaged-"
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+class DatabaseDamaged(Exception):
+    """A database file SQLite cannot use; the message names the file, the problem and what to do."""
+
+    def __init__(self, path: Path, problem: str, advice: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} is damaged ({problem}); {advice}")
+
+
+def make_private(path: Path) -> None:
+    """Create `path` as an empty 0600 file when it does not exist, and make it and its sidecars 0600.
+
+    An existing file is changed by path, never opened: closing any descriptor of a database file drops every POSIX
+    lock this process holds on it, which would let another process delete the WAL under an open connection."""
+    try:
+        os.chmod(path, FILE_MODE)
+    except FileNotFoundError:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
+    for suffix in SIDECARS:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", FILE_MODE)
+
+
+def problem_of(db: sqlite3.Connection) -> str | None:
+    """Return what `PRAGMA quick_check` finds wrong with an open database (its first few problems), or None."""
+    try:
+        rows = db.execute("PRAGMA quick_check(3)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    problems = [str(row[0]) for row in rows if row[0] != "ok"]
+    return "; ".join(problems) if problems else None
+
+
+def is_damage_error(exc: BaseException) -> bool:
+    """Return True for the sqlite3 errors that may mean a damaged file (confirm with `problem_of`), not a busy or
+    locked database or a full disk."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text or "corrupt" in text or type(exc) is sqlite3.DatabaseError
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged database and its sidecars to `<name>.damaged-<UTC time>` beside it; return the new path."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}{DAMAGED}{stamp}")
+    counter = 1
+    while target.exists():
+        counter += 1
+        target = path.with_name(f"{path.name}{DAMAGED}{stamp}-{counter}")
+    os.rename(path, target)
+    for suffix in SIDECARS:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(f"{path}{suffix}", f"{target}{suffix}")
+    return target
+
+
+def damaged_copies(path: Path) -> list[Path]:
+    """Return the moved-aside copies of the database `path`, oldest first."""
+    return sorted(candidate for candidate in path.parent.glob(f"{path.name}{DAMAGED}*")
+                  if not candidate.name.endswith(SIDECARS))
+
+
+def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, heal: bool, advice: str,
+                 check: bool = True) -> tuple[sqlite3.Connection, Path | None, str | None]:
+    """Open the database at `path` (a private file) with `connect`, which also sets it up, and (with `check`)
+    run its quick check. An existing empty file counts as damaged: SQLite never leaves one.
+
+    Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a damaged file is
+    moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    problem: str | None = None
+    db: sqlite3.Connection | None = None
+    try:
+        empty = path.stat().st_size == 0 and not os.path.exists(f"{path}-wal")
+    except FileNotFoundError:
+        empty = False
+    if empty:
+        problem = "the file is empty (0 bytes)"
+    else:
+        make_private(path)
+        try:
+            db = connect(path)
+            problem = problem_of(db) if check else None
+        except sqlite3.DatabaseError as exc:
+            problem = str(exc)
+        if problem is None and db is not None:
+            make_private(path)
+            return db, None, None
+        if db is not None:
+            db.close()
+    if not heal:
+        raise DatabaseDamaged(path, problem or "unreadable", advice)
+    moved = move_aside(path)
+    log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
+    make_private(path)
+    db = connect(path)
+    make_private(path)
+    return db, moved, problem
+
+
+def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
+                      connect: Callable[[Path], sqlite3.Connection]) -> tuple[sqlite3.Connection, Path, str] | None:
+    """After `error` on the open database `db` at `path`: when the quick check confirms damage, close it, move the file
+    aside and return (a new connection, where the file went, the problem); otherwise return None (keep using `db`)."""
+    if not is_damage_error(error):
+        return None
+    # A new connection reads the file as it is now; `db` may answer from pages it cached before the damage.
+    checker = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        problem = problem_of(checker)
+    finally:
+        checker.close()
+    if problem is None:
+        return None
+    db.close()
+    moved = move_aside(path)
+    log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
+    make_private(path)
+    new = connect(path)
+    make_private(path)
+    return new, moved, problem

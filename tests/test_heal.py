@@ -1,0 +1,210 @@
+"""State that heals: damaged databases are moved aside, never deleted, never a traceback; the archive's readable
+lines come back with `riffd archive recover`."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from riffd.archive.recover import recover
+from riffd.archive.schema import ARCHIVE_NAME
+from riffd.archive.store import Archive, ingest_file
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.daemon.state import STATE_NAME, StateStore, Watermark
+from riffd.database import DAMAGED, DatabaseDamaged, damaged_copies
+
+
+def truncate(path: Path, fraction: float) -> None:
+    """Cut a file short, as a crash of the disk or a full disk during a copy would."""
+    with open(path, "r+b") as handle:
+        handle.truncate(int(path.stat().st_size * fraction))
+
+
+def fill_with_garbage(path: Path) -> None:
+    size = path.stat().st_size
+    path.write_bytes(random.Random(7).randbytes(size))
+
+
+def damage(path: Path, how: str) -> None:
+    {"truncated": lambda: truncate(path, 0.5), "garbage": lambda: fill_with_garbage(path),
+     "empty": lambda: truncate(path, 0)}[how]()
+
+
+def a_watermark(path: str) -> Watermark:
+    return Watermark(path, 1, 2, 3, 1, 3, "h", 3, "t", 3, 4)
+
+
+def make_state(path: Path) -> None:
+    store = StateStore(path)
+    store.save_file(a_watermark("/p/s.jsonl"), "s", [], 0)
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "empty"])
+def test_a_damaged_state_store_is_moved_aside_and_made_anew(tmp_path: Path, how: str) -> None:
+    path = tmp_path / STATE_NAME
+    make_state(path)
+    damage(path, how)
+    before = path.read_bytes()
+    with pytest.raises(DatabaseDamaged) as refused:  # a command never moves the daemon's files
+        StateStore(path)
+    assert str(path) in str(refused.value) and "riffd run" in str(refused.value)
+    assert path.read_bytes() == before
+    store = StateStore(path, heal=True)
+    try:
+        assert store.moved_aside is not None and store.moved_aside.read_bytes() == before  # kept, byte for byte
+        assert store.moved_aside.name.startswith(f"{STATE_NAME}{DAMAGED}")
+        assert damaged_copies(path) == [store.moved_aside]
+        assert store.file("/p/s.jsonl") is None  # a new, empty store: a rescan fills it again
+        store.save_file(a_watermark("/p/t.jsonl"), "t", [], 0)
+        assert store.file("/p/t.jsonl") is not None
+    finally:
+        store.close()
+
+
+def test_a_store_damaged_while_open_is_moved_aside_on_the_next_error(tmp_path: Path) -> None:
+    path = tmp_path / STATE_NAME
+    store = StateStore(path, heal=True)
+    for number in range(300):
+        store.save_file(a_watermark(f"/p/{number:04d}-{'x' * 200}.jsonl"), "s", [], 0)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as handle:  # another program scribbles over the middle of the file
+        handle.seek(4096)
+        handle.write(b"\xff" * 8192)
+    assert not store.reopen_if_damaged(sqlite3.OperationalError("database is locked"))  # busy is not damage
+    # The error the worker's next query meets (its connection may still answer from pages it cached).
+    assert store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+    assert store.moved_aside is not None and store.moved_aside.exists()
+    store.save_file(a_watermark("/p/new.jsonl"), "s", [], 0)
+    assert store.file("/p/new.jsonl") is not None
+    assert not store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))  # healthy now
+    store.close()
+
+
+def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
+    """Transcripts of random text (little to deduplicate), so an archive of them spans several packs."""
+    rng = random.Random(3)
+    paths = []
+    for number in range(count):
+        session = f"00000000-0000-0000-0000-{number:012d}"
+        path = folder / "projects" / "-p" / f"{session}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(json.dumps({
+            "type": "user", "uuid": f"u{number}-{line}", "sessionId": session,
+            "message": {"role": "user", "content": rng.randbytes(900).hex()}}).encode() + b"\n"
+            for line in range(lines)))
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def archived_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """An archive of 5 transcripts of about 1.8 MB each (three packs), built once for this module."""
+    root = tmp_path_factory.mktemp("archived")
+    transcripts = make_transcripts(root / "claude", 5, 1000)
+    archive = Archive(root / "state" / ARCHIVE_NAME)
+    for path in transcripts:
+        ingest_file(archive, path)
+    archive.settle()
+    archive.close()
+    return root, transcripts
+
+
+@pytest.fixture
+def archived(archived_once: tuple[Path, list[Path]], tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A copy of that archive in a state folder of this test's own, and the transcripts it names (read only)."""
+    root, transcripts = archived_once
+    state = tmp_path / "state"
+    state.mkdir()
+    shutil.copyfile(root / "state" / ARCHIVE_NAME, state / ARCHIVE_NAME)
+    return state / ARCHIVE_NAME, transcripts
+
+
+def test_recover_copies_every_readable_file_and_names_the_rest(
+    archived: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    path, transcripts = archived
+    truncate(path, 0.9)  # the last tenth of the pages lost: some packs go with it, others stay whole
+    before = path.read_bytes()
+    into = Archive(tmp_path / "new.db")
+    try:
+        result = recover(path, into)
+        recovered = {archived_path: b"".join(into.iter_file(file_id)) for file_id, archived_path in into.files()}
+    finally:
+        into.close()
+    assert path.read_bytes() == before  # the damaged file is only read
+    assert 0 < result.files < len(transcripts)
+    assert len(result.unreadable) == len(transcripts) - result.files
+    for transcript in transcripts:  # what comes back is exact; what does not is named
+        if str(transcript) in recovered:
+            assert recovered[str(transcript)] == transcript.read_bytes()
+        else:
+            assert any(str(transcript) in part for part in result.unreadable)
+
+
+def test_recover_puts_older_history_before_what_the_new_archive_holds(
+    archived: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    path, transcripts = archived
+    first = transcripts[0]
+    old = first.read_bytes()
+    shorter = old.splitlines(keepends=True)[:500]
+    into = Archive(tmp_path / "new.db")
+    try:
+        # The new archive took the file as it is now: rewritten shorter since the old archive read it.
+        into.add_lines(str(first), 0, [line.rstrip(b"\n") for line in shorter])
+        ingest_file(into, transcripts[1])  # and this one whole, as the old archive has it
+        result = recover(path, into)
+        [(file_id, _path, _session)] = into.files_of(str(first))
+        generations = into.generations(file_id)
+        assert [b"".join(into.iter_file(file_id, generation)) for generation in generations] == [old, b"".join(shorter)]
+        assert b"".join(into.iter_file(file_id)) == b"".join(shorter)  # the latest generation is still the latest
+        assert result.already_there == 1
+    finally:
+        into.close()
+
+
+def test_archive_commands_say_a_damaged_archive_in_one_line_and_recover_brings_it_back(
+    archived: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, transcripts = archived
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(path.parent))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(transcripts[0].parents[2]))
+    monkeypatch.delenv("RIFFD_CONFIG", raising=False)
+    fill_with_garbage(path)
+    for command in (["archive", "stats"], ["archive", "search", "anything"], ["archive", "restore", "x"]):
+        assert main(command) == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err, err
+        assert "riffd archive recover" in err
+    # With no daemon running, recover moves the damaged file aside itself and names what it could not read.
+    assert main(["archive", "recover"]) == EXIT_FINDINGS
+    captured = capsys.readouterr()
+    assert "unreadable" in captured.err and "recovered 0 line(s)" in captured.out
+    assert [copy.name.split(".recovered-")[0] for copy in path.parent.glob(f"{ARCHIVE_NAME}.recovered-*")] == [
+        ARCHIVE_NAME]
+    assert main(["archive", "stats"]) == EXIT_OK  # a new, working archive
+    capsys.readouterr()
+    assert main(["archive", "recover"]) == EXIT_OK  # nothing left to recover
+    assert "nothing to recover" in capsys.readouterr().err
+
+
+def test_riffd_report_on_a_damaged_state_store_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    make_state(state / STATE_NAME)
+    fill_with_garbage(state / STATE_NAME)
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(state))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    assert main(["report"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(state / STATE_NAME) in err and "riffd run" in err, err
+    assert os.path.exists(state / STATE_NAME)  # a command leaves the daemon's files where they are
