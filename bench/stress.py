@@ -1,0 +1,443 @@
+"""Try to make riffd lose a line: races, kills and filesystem tricks, many rounds each; print rounds and losses.
+
+Run by hand from the repository root (each mode in a fresh temporary folder; nothing of the user's is read)::
+
+    python3 bench/stress.py                          # every mode at its full round count: about 25 minutes
+    python3 bench/stress.py --modes rename,delete    # some modes
+    python3 bench/stress.py --rounds 0.1             # a tenth of each mode's rounds, for a quick look
+    python3 bench/stress.py --json
+
+Transcripts are generated 2.1.x-shaped sessions (tests/damage.py) with the real "resumed session" duplicate of
+shared/transcript-format.md 4b, so every one has something to repair. Appended lines are written as Claude Code
+writes them: open by path with O_APPEND, one write, close. Each appended line has its own uuid, so a line that is
+lost, or kept twice, is found by uuid.
+
+Modes, and what counts as a loss in each:
+
+1. appender (1,000 rounds): `riffd run` (quiet period 0.3 s) on 4 files at once; each round writes a new damaged
+   session and appends 1-8 lines at random moments around the end of the quiet period, while the daemon repairs.
+   Lost: an original line (other than the synthetic result riffd removes) or an appended line not in the file
+   exactly once. Torn: a file not ending in a newline or holding a line that does not parse.
+2. kill-fix (500 rounds): `riffd fix` on a 1.2 MB damaged session, an appender writing meanwhile, SIGKILL at a
+   random moment. Lost/torn as above, and: every backup with a manifest must decompress to its recorded sha256;
+   the next `riffd fix` must leave no temp file and finish the repair.
+3. kill-run (500 rounds): `riffd run` on two damaged sessions with an appender, SIGKILL at a random moment in its
+   first 2 s. Lost/torn as above, and both databases must pass `PRAGMA integrity_check`.
+4. rename (200 rounds): a repair (in-process, through riffd's I/O seam with the swap held back 0-20 ms) while
+   another thread renames a new version over the transcript at a random moment. Lost: the file is not the new
+   version afterwards (riffd's swap threw it away).
+5. delete (200 rounds): the same, deleting the transcript instead. Brought back: the file exists afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import damage  # noqa: E402
+from riffd.fsio import FileSystem  # noqa: E402
+from riffd.repair.outcomes import ApplyOptions, Repaired, Skipped  # noqa: E402
+from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
+from riffd.repair.writer import apply_plan  # noqa: E402
+from riffd.transcript.scan import index_file  # noqa: E402
+
+ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200}
+
+
+@dataclass
+class Tally:
+    """What one mode did and found."""
+
+    mode: str
+    rounds: int = 0
+    lost: int = 0  # lines (or, for rename, new versions) lost
+    torn: int = 0  # files with a torn or unparseable line
+    brought_back: int = 0  # deleted transcripts that exist again
+    bad_backups: int = 0
+    bad_databases: int = 0
+    leftovers: int = 0  # temp files a later run did not clean up
+    repairs: int = 0
+    appended: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def losses(self) -> int:
+        return self.lost + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
+
+    def note(self, text: str) -> None:
+        if len(self.notes) < 10:
+            self.notes.append(text)
+
+
+# --- sessions and the Claude-like appender ----------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """A damaged session on disk and the uuids that must survive."""
+
+    path: Path
+    session_id: str
+    kept: list[str]  # uuids of the original lines riffd must keep
+    synthetic: str  # the uuid of the synthetic result riffd removes
+    appended: list[str] = field(default_factory=list)
+    last_uuid: str = ""
+
+
+def write_session(path: Path, rng: random.Random, segments: int = 4) -> Session:
+    session_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    damaged = damage.inject_resumed_duplicate(damage.generated_session(segments=segments, session_id=session_id))
+    uuids = [json.loads(line).get("uuid") for line in damaged.lines]
+    synthetic = uuids[damaged.marks["synthetic"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(damaged.lines))
+    kept = [value for value in uuids if value and value != synthetic]
+    return Session(path, session_id, kept, synthetic, last_uuid=str(uuids[-1]))
+
+
+def append_like_claude(session: Session, count: int, pause: Callable[[], float] | None = None) -> None:
+    """Append `count` user lines by path (O_APPEND, one write, close), each with its own uuid."""
+    for _ in range(count):
+        if pause is not None:
+            time.sleep(pause())
+        line_uuid = str(uuid.uuid4())
+        record = {"parentUuid": session.last_uuid, "isSidechain": False, "type": "user", "uuid": line_uuid,
+                  "sessionId": session.session_id, "cwd": "/home/user/project", "version": "2.1.39",
+                  "timestamp": "2026-02-01T11:00:00.000Z",
+                  "message": {"role": "user", "content": f"stress append {line_uuid}"}}
+        fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, json.dumps(record, separators=(",", ":")).encode() + b"\n")
+        finally:
+            os.close(fd)
+        session.appended.append(line_uuid)
+        session.last_uuid = line_uuid
+
+
+def check_session(session: Session, tally: Tally) -> bool:
+    """Count what of `session` is lost or torn; return True when it was repaired (the synthetic result gone)."""
+    data = session.path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        tally.torn += 1
+        tally.note(f"{session.path}: torn last line")
+    seen: dict[str, int] = {}
+    for raw in data.splitlines():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            tally.torn += 1
+            tally.note(f"{session.path}: a line does not parse")
+            continue
+        if isinstance(record, dict) and isinstance(record.get("uuid"), str):
+            seen[record["uuid"]] = seen.get(record["uuid"], 0) + 1
+    for wanted in (*session.kept, *session.appended):
+        if seen.get(wanted) != 1:
+            tally.lost += 1
+            tally.note(f"{session.path}: line {wanted} is there {seen.get(wanted, 0)} times")
+    return session.synthetic not in seen
+
+
+# --- a daemon --------------------------------------------------------------------------------------------
+
+
+def write_config(folder: Path, quiet_period: float) -> Path:
+    config = folder / "config.toml"
+    config.write_text(
+        f'roots = ["{folder / "claude" / "projects"}"]\nclaude_dir = "{folder / "claude"}"\n'
+        f'state_dir = "{folder / "state"}"\n[watcher]\nobserver = "native"\ndebounce = 0.02\nrescan_interval = 2.0\n'
+        f"[repair]\nquiet_period = {quiet_period}\n[reports]\ninterval = 30.0\n[log]\nlevel = \"warning\"\n")
+    (folder / "claude" / "sessions").mkdir(parents=True, exist_ok=True)
+    return config
+
+
+def environment() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return env
+
+
+def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(config), "run"],
+                                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=environment())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def synthetic_gone(session: Session) -> bool:
+    return session.synthetic.encode() not in session.path.read_bytes()
+
+
+# --- 1. appender against the daemon ------------------------------------------------------------------------
+
+
+def mode_appender(folder: Path, rounds: int, rng: random.Random) -> Tally:
+    tally = Tally("appender")
+    config = write_config(folder, quiet_period=0.3)
+    daemon = start_daemon(config, folder / "daemon.log")
+    project = folder / "claude" / "projects" / "-home-user-project"
+    lock = threading.Lock()
+    counter = iter(range(rounds))
+
+    def lane(seed: int) -> None:
+        lane_rng = random.Random(seed)
+        while True:
+            with lock:
+                number = next(counter, None)
+            if number is None:
+                return
+            session = write_session(project / f"round-{number:05d}.jsonl", lane_rng, segments=2)
+            append_like_claude(session, lane_rng.randint(1, 8), pause=lambda: lane_rng.uniform(0.0, 0.45))
+            repaired = wait_for(lambda session=session: synthetic_gone(session), 5.0)
+            with lock:
+                tally.rounds += 1
+                tally.appended += len(session.appended)
+                tally.repairs += check_session(session, tally) and repaired
+
+    try:
+        time.sleep(1.0)
+        lanes = [threading.Thread(target=lane, args=(rng.random(),)) for _ in range(4)]
+        for thread in lanes:
+            thread.start()
+        for thread in lanes:
+            thread.join()
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    return tally
+
+
+# --- 2. kill -9 of riffd fix ---------------------------------------------------------------------------------
+
+
+def verify_backups(backups: Path, tally: Tally) -> None:
+    for manifest in backups.glob("*.json"):
+        record = json.loads(manifest.read_text())
+        data = gzip.decompress((backups / record["data_file"]).read_bytes())
+        if hashlib.sha256(data).hexdigest() != record["sha256"] or len(data) != record["size"]:
+            tally.bad_backups += 1
+            tally.note(f"{manifest}: the backup does not match its manifest")
+
+
+def riffd_command(folder: Path, *args: str) -> subprocess.Popen[bytes]:
+    env = environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude"), "RIFFD_STATE_DIR": str(folder / "state")}
+    return subprocess.Popen([sys.executable, "-m", "riffd", *args], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+
+
+def temp_files(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if ".riffd-" in path.name or path.name.endswith(".tmp")]
+
+
+def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
+    tally = Tally("kill-fix")
+    for number in range(rounds):
+        root = folder / f"round-{number:04d}"
+        project = root / "claude" / "projects" / "-home-user-project"
+        (root / "claude" / "sessions").mkdir(parents=True)
+        session = write_session(project / "s.jsonl", rng, segments=120)
+        past = time.time() - 3600
+        os.utime(session.path, (past, past))
+        backups = root / "state" / "backups"
+        fix = riffd_command(root, "fix", "--quiet-period", "0", "--backup-dir", str(backups), str(project))
+        appender = threading.Thread(target=append_like_claude,
+                                    args=(session, rng.randint(1, 5), lambda: rng.uniform(0.0, 0.12)))
+        appender.start()
+        time.sleep(rng.uniform(0.0, 0.9))
+        fix.send_signal(signal.SIGKILL)
+        fix.wait()
+        appender.join()
+        tally.rounds += 1
+        tally.appended += len(session.appended)
+        check_session(session, tally)
+        if backups.exists():
+            verify_backups(backups, tally)
+        # The next run cleans up what the killed one left, and completes the repair.
+        subprocess.run([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir", str(backups),
+                        str(project)], env=environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        left = temp_files(project) + [path for path in temp_files(backups) if path.is_file()]
+        if left:
+            tally.leftovers += len(left)
+            tally.note(f"round {number}: left behind {left}")
+        tally.repairs += check_session(session, tally)
+        verify_backups(backups, tally)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+    return tally
+
+
+# --- 3. kill -9 of riffd run -------------------------------------------------------------------------------
+
+
+def integrity(path: Path) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        db.close()
+
+
+def mode_kill_run(folder: Path, rounds: int, rng: random.Random) -> Tally:
+    tally = Tally("kill-run")
+    config = write_config(folder, quiet_period=0.2)
+    project = folder / "claude" / "projects" / "-home-user-project"
+    sessions: list[Session] = []
+    for number in range(rounds):
+        fresh = [write_session(project / f"r{number:04d}-{index}.jsonl", rng, segments=3) for index in range(2)]
+        sessions += fresh
+        daemon = start_daemon(config, folder / "daemon.log")
+        appender = threading.Thread(target=append_like_claude,
+                                    args=(rng.choice(sessions), rng.randint(1, 4), lambda: rng.uniform(0.0, 0.3)))
+        appender.start()
+        time.sleep(rng.uniform(0.3, 2.0))
+        daemon.send_signal(signal.SIGKILL)
+        daemon.wait()
+        appender.join()
+        tally.rounds += 1
+        for name in ("state.db", "archive.db"):
+            database = folder / "state" / name
+            if database.exists() and integrity(database) != "ok":
+                tally.bad_databases += 1
+                tally.note(f"round {number}: {name} fails its integrity check")
+    for session in sessions:  # every line of every round's files, once all kills are done
+        tally.appended += len(session.appended)
+        tally.repairs += check_session(session, tally)
+    verify_backups(folder / "state" / "backups", tally)
+    return tally
+
+
+# --- 4 and 5. another writer in the replace window ---------------------------------------------------------
+
+
+class HeldSwap(FileSystem):
+    """riffd's I/O seam with the swap (or the rename) held back a random 0-20 ms, widening the window."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        time.sleep(self.rng.uniform(0.0, 0.02))
+        super().exchange(src, dst)
+
+
+def mode_window(folder: Path, rounds: int, rng: random.Random, deleting: bool) -> Tally:
+    tally = Tally("delete" if deleting else "rename")
+    project = folder / "claude" / "projects" / "-home-user-project"
+    (folder / "claude" / "sessions").mkdir(parents=True)
+    for number in range(rounds):
+        session = write_session(project / f"s{number:04d}.jsonl", rng, segments=30)
+        newer = session.path.read_bytes() + b'{"type":"user","uuid":"published-by-another-program"}\n'
+        past = time.time() - 3600
+        os.utime(session.path, (past, past))
+        scanned = index_file(session.path, with_identity=True)
+        plan = plan_file_repair(scanned, RepairOptions())
+        options = ApplyOptions(backup_dir=folder / "state" / "backups", claude_dir=folder / "claude",
+                               quiet_period=0, fs=HeldSwap(rng))
+        delay = rng.uniform(0.0, 0.05)
+
+        def other_program(path: Path = session.path, data: bytes = newer, delay: float = delay) -> None:
+            time.sleep(delay)
+            if deleting:
+                path.unlink()
+            else:
+                staging = path.parent / f".{path.name}.syncthing.tmp"
+                staging.write_bytes(data)
+                os.replace(staging, path)
+
+        thread = threading.Thread(target=other_program)
+        thread.start()
+        outcome = apply_plan(plan, options)
+        thread.join()
+        tally.rounds += 1
+        tally.repairs += isinstance(outcome, Repaired)
+        if deleting and session.path.exists():
+            tally.brought_back += 1
+            tally.note(f"round {number}: the deleted transcript is back ({outcome})")
+        if not deleting and session.path.read_bytes() != newer:
+            tally.lost += 1
+            tally.note(f"round {number}: the new version was thrown away ({outcome})")
+        if not isinstance(outcome, Repaired | Skipped):
+            tally.note(f"round {number}: {outcome}")
+        if temp_files(project):
+            tally.leftovers += 1
+    return tally
+
+
+# --- main -----------------------------------------------------------------------------------------------
+
+
+def run_mode(mode: str, rounds: int, seed: int, keep: bool) -> Tally:
+    folder = Path(tempfile.mkdtemp(prefix=f"riffd-stress-{mode}-"))
+    rng = random.Random(seed)
+    started = time.monotonic()
+    if mode == "appender":
+        tally = mode_appender(folder, rounds, rng)
+    elif mode == "kill-fix":
+        tally = mode_kill_fix(folder, rounds, rng)
+    elif mode == "kill-run":
+        tally = mode_kill_run(folder, rounds, rng)
+    else:
+        tally = mode_window(folder, rounds, rng, deleting=mode == "delete")
+    tally.seconds = time.monotonic() - started
+    if not keep:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+    return tally
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default=",".join(ROUNDS), help=f"comma-separated, of: {', '.join(ROUNDS)}")
+    parser.add_argument("--rounds", type=float, default=1.0, help="a factor on each mode's round count (default 1)")
+    parser.add_argument("--seed", type=int, default=20261123)
+    parser.add_argument("--keep", action="store_true", help="keep each mode's temporary folder")
+    parser.add_argument("--json", action="store_true", help="print the tallies as JSON")
+    args = parser.parse_args()
+    tallies = []
+    for mode in args.modes.split(","):
+        if mode not in ROUNDS:
+            parser.error(f"unknown mode {mode!r}; expected one of {', '.join(ROUNDS)}")
+        rounds = max(1, round(ROUNDS[mode] * args.rounds))
+        print(f"stress: {mode}, {rounds} rounds ...", file=sys.stderr, flush=True)
+        tally = run_mode(mode, rounds, args.seed, args.keep)
+        tallies.append(tally)
+        print(f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  torn {tally.torn}  brought back "
+              f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
+              f"leftovers {tally.leftovers}  (repairs {tally.repairs}, appended lines {tally.appended}, "
+              f"{tally.seconds:.0f} s)", flush=True)
+        for note in tally.notes:
+            print(f"    {note}", flush=True)
+    if args.json:
+        print(json.dumps([{key: value for key, value in vars(tally).items()} for tally in tallies], indent=2))
+    return 1 if any(tally.losses for tally in tallies) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
