@@ -209,9 +209,9 @@ def retrying_call(
             on_retry()
         exc = state.outcome.exception() if state.outcome else None
         if state.attempt_number == 1:
-            log.warning("I/O error reading %s (%s); retrying. Hint: %s", what, exc, CLOUD_SYNC_HINT)
+            log.warning("I/O error on %s (%s); retrying. Hint: %s", what, exc, CLOUD_SYNC_HINT)
         else:
-            log.debug("I/O error again reading %s (attempt %d): %s", what, state.attempt_number, exc)
+            log.debug("I/O error again on %s (attempt %d): %s", what, state.attempt_number, exc)
 
     try:
         return func()  # the fast path: building tenacity's machinery per read costs more than the read
@@ -307,9 +307,9 @@ def create_private(path: Path) -> BinaryIO:
 
 
 def remove_leftover(fs: FileSystem, path: Path) -> None:
-    """Remove a temp or partial file riffd made; a file already gone is fine, other errors are logged."""
+    """Remove a temp or partial file riffd made (EIO retried); a file already gone is fine, other errors are logged."""
     try:
-        fs.unlink(path)
+        retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
     except FileNotFoundError:
         return
     except OSError as exc:

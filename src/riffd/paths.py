@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import platformdirs
 
-from riffd.fsio import REAL_FS, FileSystem
+from riffd.fsio import REAL_FS, FileSystem, retrying_call
 
 APP_NAME = "riffd"
 
@@ -62,17 +63,31 @@ def iter_transcripts(paths: Iterable[Path], on_error: Callable[[OSError], None] 
     that cannot be listed is never taken for an empty one: its OSError (with the folder as `filename`) goes to
     `on_error`, or is raised when there is none; a folder deleted meanwhile holds nothing."""
     for path in paths:
-        if path.is_file():
+        try:
+            # Through the seam, EIO retried: a status that cannot be read is an error, never "no such file".
+            mode = retrying_call(lambda path=path: fs.stat(path), what=f"the status of {path}").st_mode  # type: ignore[misc]
+            if stat.S_ISLNK(mode):
+                mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no such file or folder") from None
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = str(path)
+            if on_error is None:
+                raise
+            on_error(exc)
+            continue
+        if stat.S_ISREG(mode):
             yield path
             continue
-        if not path.is_dir():
-            raise FileNotFoundError(f"{path}: no such file or folder")
+        if not stat.S_ISDIR(mode):
+            raise FileNotFoundError(f"{path}: neither a file nor a folder")
         yield from _walk(path, on_error, fs)
 
 
 def _walk(folder: Path, on_error: Callable[[OSError], None] | None, fs: FileSystem) -> Iterator[Path]:
     try:
-        entries = sorted(fs.entries(folder))
+        entries = sorted(retrying_call(lambda: fs.entries(folder), what=f"the listing of {folder}"))
     except FileNotFoundError:
         return
     except OSError as exc:

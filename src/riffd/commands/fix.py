@@ -131,7 +131,8 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
     if isinstance(outcome, Repaired):
         return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
                        "backup_path": str(outcome.backup_path),
-                       "carried_over_bytes": outcome.carried_over_bytes, "_remaining": left}
+                       "carried_over_bytes": outcome.carried_over_bytes, "warnings": list(outcome.warnings),
+                       "_remaining": left}
     if isinstance(outcome, Skipped):
         result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"
         return base | {"outcome": result, "reason": str(outcome.reason), "detail": outcome.detail,
@@ -165,6 +166,8 @@ def _print_fix_outcome(outcome: dict[str, object]) -> None:
             print(f"  {what.replace('_', ' ')} {edit[what]}: {edit['reason']}")
         if kind == "repaired":
             print(f"  backup: {outcome['backup_id']} ({outcome['backup_path']})")
+            for warning in outcome.get("warnings") or []:  # type: ignore[attr-defined]
+                print(f"  warning: {warning}")
     elif kind == "skipped":
         print(f"skipped {path}: {outcome['reason']}: {outcome['detail']}")
     elif kind in ("failed", "error"):

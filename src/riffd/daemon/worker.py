@@ -389,6 +389,8 @@ class Worker:
                                      f"{len(plan.edits)} edit(s); backup {result.backup_id}")
             log.info("%s: repaired (%s); backup %s", path, ", ".join(f"{k} {v}" for k, v in fixes.items()),
                      result.backup_id)
+            for warning in result.warnings:
+                log.warning("%s", warning)
             # Our own rewrite: record the new file now, so its watcher event is a no-op.
             self.cache.drop(str(path))
             self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)

@@ -67,6 +67,7 @@ class Repaired:
     backup_path: Path
     edits: tuple[Edit, ...]
     carried_over_bytes: int  # bytes appended by another writer while riffd worked, copied verbatim
+    warnings: tuple[str, ...] = ()  # what the user should know although the repair is done
 
 
 @dataclass(frozen=True)
@@ -125,13 +126,14 @@ def gone(path: Path) -> Skipped:
     return Skipped(path, SkipReason.GONE, f"{path}: deleted while riffd worked; nothing to do")
 
 
-def failure(path: Path, exc: OSError, stage: str, *, replaced: bool = False) -> Failed:
+def failure(path: Path, exc: OSError, stage: str, *, replaced: bool = False, checked: bool = False) -> Failed:
     """Given an OSError met while `stage` (a phrase: "backing it up to ..."), return the Failed outcome whose
-    message names the file, what happened, whether the transcript is untouched, and what to do."""
+    message names the file, what happened, whether the transcript is untouched (`checked`: riffd looked after the
+    failure), and what to do."""
     state = (
         "the repaired file is in place but the last step failed"
         if replaced
-        else "the transcript is untouched"
+        else "the transcript is untouched (checked)" if checked else "the transcript is untouched"
     )
     if isinstance(exc, ReadFailed):
         return Failed(

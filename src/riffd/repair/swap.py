@@ -19,18 +19,41 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 import threading
+import time
 import weakref
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from riffd.fsio import EXCHANGE_UNSUPPORTED, NOFOLLOW, FileSystem, write_all
+from riffd.fsio import (
+    DEFAULT_RETRY,
+    EXCHANGE_UNSUPPORTED,
+    NOFOLLOW,
+    FileSystem,
+    RetryPolicy,
+    fsync_folder,
+    remove_leftover,
+    retrying_call,
+    write_all,
+)
+from riffd.repair.backup import BackupError, BackupRecord, BackupStore
+from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import FileChanged, FileGone
+from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
 
 EXCHANGE = "exchange"
 RENAME = "rename"
 _COPY_CHUNK = 1 << 20
+# What a transcript's name holds after a failure (where_is).
+ORIGINAL, COPY, HIDDEN, GONE, OTHER = "original", "copy", "hidden", "gone", "other"
+# After the swap, the old file is watched until this many checks in a row saw nothing new.
+LATE_APPEND_QUIET_CHECKS = 3
+LATE_APPEND_MAX_CHECKS = 200
+LATE_APPEND_INTERVAL = 0.005
+FUSE_HIDDEN = ".fuse_hidden"
 
 # Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an exchange, and why:
 # they get the rename from then on.
@@ -157,3 +180,149 @@ def _exists(fs: FileSystem, path: Path) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int, carried_end: int,
+                       retry: RetryPolicy) -> tuple[int, str | None]:
+    """After the swap, copy what other writers still put into the old file (held open as `original_fd`) onto the new
+    one (`new_fd`, O_APPEND), watching until it stays quiet; return the old file's size now covered, and a warning
+    when the filesystem cannot tell (ESTALE: it dropped the old name at once, as NFS and libfuse's hard_remove do;
+    late appends cannot be carried there, and the quiet period is the protection)."""
+    quiet_checks = 0
+    for _ in range(LATE_APPEND_MAX_CHECKS):
+        try:
+            size_now = fs.fstat(original_fd).st_size
+        except OSError as exc:
+            # ESTALE (NFS, libfuse's hard_remove) or ENOENT (a FUSE layer that lost track of the renamed-over file):
+            # the old file is out of reach, and so is anything still written to it.
+            if exc.errno not in (errno.ESTALE, errno.ENOENT):
+                raise
+            fs.fsync(new_fd)
+            return carried_end, (f"{path}: the filesystem dropped the old file at once (stale file handle), so lines "
+                                 "another writer might still have appended to it cannot be carried over here; riffd "
+                                 "only rewrites sessions idle for the quiet period, which is the protection")
+        if size_now > carried_end:
+            for chunk in iter_fd(original_fd, what=str(path), fs=fs, retry=retry, start=carried_end, end=size_now):
+                write_all(fs, new_fd, chunk)
+                carried_end += len(chunk)
+            quiet_checks = 0
+        else:
+            quiet_checks += 1
+            if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
+                break
+        time.sleep(LATE_APPEND_INTERVAL)
+    fs.fsync(new_fd)
+    return carried_end, None
+
+
+def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | None) -> str:
+    """After a failure, return what `path` holds: ORIGINAL (the file riffd holds open), COPY (riffd's repaired copy),
+    OTHER (another file), HIDDEN (nothing: the filesystem hid the original as `.fuse_hidden*`, which goes when riffd
+    lets go of it) or GONE (nothing: the transcript was deleted).
+
+    Judged on a listing of the folder first: a FUSE kernel may answer a stat of the name from its cache for a moment
+    after the filesystem below hid the file."""
+    folder = path.parent
+    names = set(retrying_call(lambda: fs.listdir(folder), what=f"the listing of {folder}"))
+    held_id = (held.st_dev, held.st_ino)
+    if path.name in names:
+        try:
+            now = retrying_call(lambda: fs.stat(path), what=f"the status of {path}")
+        except FileNotFoundError:
+            now = None
+        if now is not None:
+            if (now.st_dev, now.st_ino) == held_id:
+                return ORIGINAL
+            if new_fd is not None:
+                new = fs.fstat(new_fd)
+                if (now.st_dev, now.st_ino) == (new.st_dev, new.st_ino):
+                    return COPY
+            return OTHER
+    for name in sorted(names):
+        if name.startswith(FUSE_HIDDEN):
+            try:
+                hidden = fs.stat(folder / name)
+            except OSError:
+                continue
+            if (hidden.st_dev, hidden.st_ino) == held_id:
+                return HIDDEN
+    return GONE
+
+
+def put_original_back(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, store: BackupStore,
+                      record: BackupRecord, retry: RetryPolicy = DEFAULT_RETRY) -> str:
+    """The filesystem lost the transcript in a failed rename (where_is says HIDDEN): write it again at `path` from
+    the file riffd still holds open (every byte, appends included), falling back to the verified backup; return
+    where it came from. Raise OSError when neither can be put in place."""
+    sources: list[tuple[str, Callable[[], Iterable[bytes]]]] = [
+        ("the file riffd held open",
+         lambda: iter_fd(original_fd, what=str(path), fs=fs, retry=retry, end=fs.fstat(original_fd).st_size)),
+        (f"the verified backup {record.backup_id}", lambda: store.iter_bytes(record.backup_id)),
+    ]
+    last_error: OSError | None = None
+    for source, chunks in sources:
+        temp = temp_path_for(path)
+        placed = linked = False
+        try:
+            new_fd = fs.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+            try:
+                copied = 0
+                for chunk in chunks():
+                    write_all(fs, new_fd, chunk)
+                    copied += len(chunk)
+                fs.fchmod(new_fd, stat.S_IMODE(held.st_mode))
+                fs.fsync(new_fd)
+                linked = _place_at_empty_name(fs, temp, path, new_fd, retry)
+                placed = True
+                if source.startswith("the file"):
+                    carry_late_appends(fs, path, original_fd, new_fd, copied, retry)
+                fsync_folder(fs, path.parent)
+            finally:
+                fs.close(new_fd)
+        except (OSError, BackupError) as exc:
+            last_error = exc if isinstance(exc, OSError) else OSError(errno.EIO, str(exc))
+            log.error("%s: could not put the transcript back from %s: %s", path, source, exc)
+            continue
+        finally:
+            if not placed or linked:  # closed by now: removing an open file's name is a rename on FUSE
+                remove_leftover(fs, temp)
+        log.error("%s: the filesystem lost the transcript during a failed rename; put back from %s", path, source)
+        return source
+    assert last_error is not None
+    raise last_error
+
+
+def _place_at_empty_name(fs: FileSystem, temp: Path, path: Path, new_fd: int, retry: RetryPolicy) -> bool:
+    """Give the copy at `temp` the name `path`, which holds nothing (where_is said so): a hard link first (never
+    replaces anything, and not a rename: the rename is what just failed), else a rename, retrying EIO. A FUSE
+    kernel may still hold the old name in its cache for a moment (EEXIST although the folder does not list it):
+    that is waited out, a few seconds at most. Return True when linked (`temp` is then still a name of the copy)."""
+    deadline = time.monotonic() + 3.0
+    while True:
+        try:
+            fs.link(temp, path)
+        except FileExistsError:
+            if path.name in fs.listdir(path.parent) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
+        except OSError as exc:
+            log.debug("%s: no hard link here (%s); renaming instead", path, exc)
+            break
+        return True
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            fs.replace(temp, path)
+            return False
+        except OSError as exc:
+            new = fs.fstat(new_fd)
+            try:
+                now = fs.stat(path)
+                if (now.st_dev, now.st_ino) == (new.st_dev, new.st_ino):
+                    return False
+            except FileNotFoundError:
+                pass
+            if exc.errno != errno.EIO or attempt == retry.attempts:
+                raise
+            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+    return False

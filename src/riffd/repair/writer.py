@@ -31,7 +31,7 @@ from riffd.fsio import (
     write_all,
 )
 from riffd.paths import default_backup_dir, is_inside
-from riffd.repair.backup import BackupError, BackupStore, SourceChanged
+from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
 from riffd.repair.locks import TranscriptLock, remove_stale_temps, temp_path_for, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
@@ -47,7 +47,17 @@ from riffd.repair.outcomes import (
     gone,
 )
 from riffd.repair.plan import Edit, RepairPlan
-from riffd.repair.swap import SwapBackFailed, put_in_place
+from riffd.repair.swap import (
+    COPY,
+    GONE,
+    HIDDEN,
+    ORIGINAL,
+    SwapBackFailed,
+    carry_late_appends,
+    put_in_place,
+    put_original_back,
+    where_is,
+)
 from riffd.transcript.findings import Finding
 from riffd.transcript.liveness import session_liveness
 from riffd.transcript.reader import iter_fd
@@ -58,10 +68,6 @@ log = logging.getLogger(__name__)
 
 SAMPLE_WINDOW = 4096
 SAMPLE_COUNT = 6
-# After the rename, the old inode is watched until this many checks in a row saw nothing new.
-LATE_APPEND_QUIET_CHECKS = 3
-LATE_APPEND_MAX_CHECKS = 200
-LATE_APPEND_INTERVAL = 0.005
 
 
 def _project_folder(path: Path) -> Path:
@@ -231,28 +237,6 @@ def _settle(
     )
 
 
-def _carry_late_appends(
-    fs: FileSystem, path: Path, original_fd: int, new_fd: int, carried_end: int, retry: RetryPolicy
-) -> int:
-    """After the rename, copy what other writers still put into the old inode onto the new file (O_APPEND),
-    watching until it stays quiet; return the old inode's size now covered."""
-    quiet_checks = 0
-    for _ in range(LATE_APPEND_MAX_CHECKS):
-        size_now = fs.fstat(original_fd).st_size
-        if size_now > carried_end:
-            for _offset, chunk in read_range(fs, original_fd, carried_end, size_now, path=path, retry=retry):
-                write_all(fs, new_fd, chunk)
-            carried_end = size_now
-            quiet_checks = 0
-        else:
-            quiet_checks += 1
-            if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
-                break
-        time.sleep(LATE_APPEND_INTERVAL)
-    fs.fsync(new_fd)
-    return carried_end
-
-
 def rewrite(
     path: Path,
     source: FileIdentity,
@@ -337,9 +321,10 @@ def _rewrite_locked(
     stage = "reading its status"
     temp_fd: int | None = None
     temp_path: Path | None = None
+    record: BackupRecord | None = None
     replaced = keep_temp = False
+    held = fs.fstat(original_fd)
     try:
-        held = fs.fstat(original_fd)
         if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (source.dev, source.ino):
             return Skipped(
                 path, SkipReason.CHANGED, f"{path}: it was replaced by another file since the scan; scan it again"
@@ -383,12 +368,16 @@ def _rewrite_locked(
         except SwapBackFailed as exc:
             keep_temp = True
             return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
+        except OSError as exc:
+            if where_is(fs, path, held, temp_fd) != COPY:
+                raise
+            log.warning("%s: the filesystem said the replace failed (%s), but the repaired copy is in place", path, exc)
         replaced = True
         fsync_folder(fs, path.parent)
 
         stage = "copying lines appended during the replace"
         try:
-            carried_end = _carry_late_appends(fs, path, original_fd, temp_fd, carried_end, options.retry)
+            carried_end, warning = carry_late_appends(fs, path, original_fd, temp_fd, carried_end, options.retry)
         except (OSError, FileChanged) as exc:
             return _late_append_failure(path, record.backup_id, exc)
         return Repaired(
@@ -397,6 +386,7 @@ def _rewrite_locked(
             backup_path=record.data_path,
             edits=edits,
             carried_over_bytes=carried_end - source.size,
+            warnings=(warning,) if warning else (),
         )
     except FileGone:
         return gone(path)
@@ -409,12 +399,41 @@ def _rewrite_locked(
             path, FailReason.INVALID_PLAN, f"{path}: the repair plan is invalid ({exc}); it is untouched"
         )
     except OSError as exc:
-        return failure(path, exc, stage, replaced=replaced)
+        if record is None or replaced:
+            return failure(path, exc, stage, replaced=replaced)
+        return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
     finally:
         if temp_fd is not None:
             fs.close(temp_fd)
         if temp_path is not None and not replaced and not keep_temp:
             remove_leftover(fs, temp_path)
+
+
+def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, temp_fd: int | None,
+                     store: BackupStore, record: BackupRecord, exc: OSError, stage: str) -> RepairOutcome:
+    """After a failure once the backup exists, look at what the path holds before saying anything: "untouched"
+    only when it is the original still; put back an original the filesystem lost in a failed rename (libfuse
+    hides a renamed-over open file and deletes it when riffd lets go of it)."""
+    where = where_is(fs, path, held, temp_fd)
+    if where == ORIGINAL:
+        return failure(path, exc, stage, checked=True)
+    if where == HIDDEN:
+        try:
+            source = put_original_back(fs, path, held, original_fd, store, record)
+        except OSError as lost:
+            return Failed(path, FailReason.IO_ERROR,
+                          f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
+                          f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
+                          f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
+                          f"{record.backup_id}` puts it back once the disk or sync client works again")
+        return Failed(path, FailReason.IO_ERROR,
+                      f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost the "
+                      f"transcript during the failed rename, and riffd put it back from {source}: it is as it was "
+                      f"(checked). Check the disk or sync client and run again.")
+    if where == GONE:
+        return gone(path)
+    return Skipped(path, SkipReason.CHANGED, f"{path}: another file took its place while riffd worked ({exc}); "
+                   "it is left as it is; scan it again")
 
 
 def _late_append_failure(path: Path, backup_id: str, exc: BaseException) -> Failed:
