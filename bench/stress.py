@@ -27,6 +27,13 @@ Modes, and what counts as a loss in each:
    another thread renames a new version over the transcript at a random moment. Lost: the file is not the new
    version afterwards (riffd's swap threw it away).
 5. delete (200 rounds): the same, deleting the transcript instead. Brought back: the file exists afterwards.
+6. cloud (`--cloud-minutes`, 10): `riffd run` (polling) on a FUSE filesystem of our own (tests/fusefs.py) that fails
+   20% of every operation with EIO, for the whole time, while new damaged sessions arrive and an appender writes
+   to them through the mount (retrying its own failed writes, as a client would). Then the faults stop, the daemon
+   is stopped and `riffd fix` runs once. Lost/torn as above; missing: a transcript not on the filesystem at the
+   end; not identical: a file that is not byte for byte what a clean repair of the same lines gives. Rounds are
+   sessions; "repairs" counts those the daemon repaired while the faults were on. Needs /dev/fuse, fusermount3
+   and mfusepy (the test extras).
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
 from riffd.repair.writer import apply_plan  # noqa: E402
 from riffd.transcript.scan import index_file  # noqa: E402
 
-ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200}
+ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200, "cloud": 0}
 
 
 @dataclass
@@ -75,6 +82,8 @@ class Tally:
     bad_backups: int = 0
     bad_databases: int = 0
     leftovers: int = 0  # temp files a later run did not clean up
+    missing: int = 0  # transcripts no longer on the filesystem
+    not_identical: int = 0  # files that differ from a clean repair of the same lines
     repairs: int = 0
     appended: int = 0
     seconds: float = 0.0
@@ -82,7 +91,8 @@ class Tally:
 
     @property
     def losses(self) -> int:
-        return self.lost + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
+        return (self.lost + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
+                + self.missing + self.not_identical)
 
     def note(self, text: str) -> None:
         if len(self.notes) < 10:
@@ -102,6 +112,7 @@ class Session:
     synthetic: str  # the uuid of the synthetic result riffd removes
     appended: list[str] = field(default_factory=list)
     last_uuid: str = ""
+    lines: list[bytes] = field(default_factory=list)  # the appended lines, as written
 
 
 def write_session(path: Path, rng: random.Random, segments: int = 4) -> Session:
@@ -391,15 +402,125 @@ def mode_window(folder: Path, rounds: int, rng: random.Random, deleting: bool) -
     return tally
 
 
+# --- 6. a cloud-synced folder failing all the time --------------------------------------------------------
+
+
+def append_retrying(session: Session, count: int, rng: random.Random) -> None:
+    """Append like Claude Code, retrying a write the filesystem failed (the test filesystem fails before writing)."""
+    for _ in range(count):
+        time.sleep(rng.uniform(0.0, 0.5))
+        line_uuid = str(uuid.uuid4())
+        record = {"parentUuid": session.last_uuid, "isSidechain": False, "type": "user", "uuid": line_uuid,
+                  "sessionId": session.session_id, "cwd": "/home/user/project", "version": "2.1.39",
+                  "timestamp": "2026-02-01T11:00:00.000Z",
+                  "message": {"role": "user", "content": f"stress append {line_uuid}"}}
+        data = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        for _attempt in range(200):
+            try:
+                fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            try:
+                os.write(fd, data)
+                break
+            except OSError:
+                time.sleep(0.05)
+            finally:
+                os.close(fd)
+        else:
+            raise RuntimeError(f"{session.path}: could not append after 200 tries")
+        session.lines.append(data)
+        session.appended.append(line_uuid)
+        session.last_uuid = line_uuid
+
+
+def clean_repair(data: bytes, scratch: Path) -> bytes:
+    """What `riffd fix` makes of these bytes on a plain local folder."""
+    scratch.write_bytes(data)
+    scanned = index_file(scratch, with_identity=True)
+    from riffd.repair.plan import render
+
+    return render(data, plan_file_repair(scanned, RepairOptions()).edits)
+
+
+def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
+    from fusefs import Mount, fuse_unavailable
+
+    why_not = fuse_unavailable()
+    if why_not:
+        raise SystemExit(f"stress: cloud mode: {why_not}")
+    tally = Tally("cloud")
+    every = ["getattr", "readdir", "open", "create", "read", "write", "fsync", "rename", "unlink", "truncate",
+             "chmod", "utimens", "link", "mkdir"]
+    projects = folder / "claude" / "projects"
+    config = write_config(folder, quiet_period=0.5)
+    config.write_text(config.read_text().replace('observer = "native"', 'observer = "polling"\npolling_interval = 0.5'))
+    sessions: list[Session] = []
+    originals: dict[str, bytes] = {}
+    with Mount(folder / "backing", projects, folder / "faults.json") as mount:
+        (projects / "-home-user-project").mkdir()
+        mount.faults({"ops": every, "errno": 5, "chance": 0.2}, seed=rng.randrange(1 << 30))
+        daemon = start_daemon(config, folder / "daemon.log")
+        deadline = time.monotonic() + minutes * 60
+        writers: list[threading.Thread] = []
+        try:
+            while time.monotonic() < deadline:
+                number = len(sessions)
+                backing = folder / "backing" / "-home-user-project" / f"c{number:04d}.jsonl"
+                written = write_session(backing, rng, segments=3)  # arrives whole, as a sync client publishes it
+                originals[backing.name] = backing.read_bytes()
+                session = Session(projects / "-home-user-project" / backing.name, written.session_id, written.kept,
+                                  written.synthetic, last_uuid=written.last_uuid)
+                sessions.append(session)
+                writer = threading.Thread(target=append_retrying,
+                                          args=(session, rng.randint(1, 6), random.Random(rng.random())))
+                writer.start()
+                writers.append(writer)
+                time.sleep(rng.uniform(5.0, 20.0))
+            for writer in writers:
+                writer.join()
+            time.sleep(5.0)
+            tally.repairs = sum(1 for session in sessions
+                                if session.synthetic.encode() not in (folder / "backing" / "-home-user-project" /
+                                                                     session.path.name).read_bytes())
+        finally:
+            mount.faults()  # the faults stop
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=60)
+        subprocess.run([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir",
+                        str(folder / "state" / "backups"), str(projects)],
+                       env=environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude")},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        scratch = folder / "scratch.jsonl"
+        for session in sessions:
+            tally.rounds += 1
+            tally.appended += len(session.appended)
+            on_disk = folder / "backing" / "-home-user-project" / session.path.name
+            if not on_disk.exists():
+                tally.missing += 1
+                tally.note(f"{session.path.name}: missing")
+                continue
+            check_session(Session(on_disk, session.session_id, session.kept, session.synthetic, session.appended),
+                          tally)
+            expected = clean_repair(originals[session.path.name] + b"".join(session.lines), scratch)
+            if on_disk.read_bytes() != expected:
+                tally.not_identical += 1
+                tally.note(f"{session.path.name}: not what a clean repair of the same lines gives")
+    return tally
+
+
 # --- main -----------------------------------------------------------------------------------------------
 
 
-def run_mode(mode: str, rounds: int, seed: int, keep: bool) -> Tally:
+def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float = 10.0) -> Tally:
     folder = Path(tempfile.mkdtemp(prefix=f"riffd-stress-{mode}-"))
     rng = random.Random(seed)
     started = time.monotonic()
     if mode == "appender":
         tally = mode_appender(folder, rounds, rng)
+    elif mode == "cloud":
+        tally = mode_cloud(folder, cloud_minutes, rng)
     elif mode == "kill-fix":
         tally = mode_kill_fix(folder, rounds, rng)
     elif mode == "kill-run":
@@ -418,6 +539,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=float, default=1.0, help="a factor on each mode's round count (default 1)")
     parser.add_argument("--seed", type=int, default=20261123)
     parser.add_argument("--keep", action="store_true", help="keep each mode's temporary folder")
+    parser.add_argument("--cloud-minutes", type=float, default=10.0, help="how long the cloud mode runs (default 10)")
     parser.add_argument("--json", action="store_true", help="print the tallies as JSON")
     args = parser.parse_args()
     tallies = []
@@ -425,13 +547,16 @@ def main() -> int:
         if mode not in ROUNDS:
             parser.error(f"unknown mode {mode!r}; expected one of {', '.join(ROUNDS)}")
         rounds = max(1, round(ROUNDS[mode] * args.rounds))
-        print(f"stress: {mode}, {rounds} rounds ...", file=sys.stderr, flush=True)
-        tally = run_mode(mode, rounds, args.seed, args.keep)
+        if mode == "cloud":
+            print(f"stress: cloud, {args.cloud_minutes:g} minutes ...", file=sys.stderr, flush=True)
+        if mode != "cloud":
+            print(f"stress: {mode}, {rounds} rounds ...", file=sys.stderr, flush=True)
+        tally = run_mode(mode, rounds, args.seed, args.keep, args.cloud_minutes)
         tallies.append(tally)
         print(f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  torn {tally.torn}  brought back "
               f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
-              f"leftovers {tally.leftovers}  (repairs {tally.repairs}, appended lines {tally.appended}, "
-              f"{tally.seconds:.0f} s)", flush=True)
+              f"leftovers {tally.leftovers}  missing {tally.missing}  not identical {tally.not_identical}  "
+              f"(repairs {tally.repairs}, appended lines {tally.appended}, {tally.seconds:.0f} s)", flush=True)
         for note in tally.notes:
             print(f"    {note}", flush=True)
     if args.json:

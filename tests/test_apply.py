@@ -562,12 +562,19 @@ class NoSpaceFS(FileSystem):
         self.paths[fd] = os.fspath(path)
         return fd
 
-    def write(self, fd: int, data: bytes | memoryview) -> int:
+    def _count(self, fd: int) -> None:
         if self.name_part in self.paths.get(fd, ""):
             if self.allowed <= 0:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self.allowed -= 1
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        self._count(fd)
         return super().write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        self._count(fd)
+        return super().pwrite(fd, data, offset)
 
 
 @pytest.mark.parametrize(
@@ -662,6 +669,9 @@ KILL_CHILD = textwrap.dedent(
         def write(self, fd, data):
             time.sleep(0.0005)
             return super().write(fd, data[:65536])
+        def pwrite(self, fd, data, offset):
+            time.sleep(0.0005)
+            return super().pwrite(fd, data[:65536], offset)
         def fsync(self, fd):
             time.sleep(0.003)
             super().fsync(fd)

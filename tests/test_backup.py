@@ -376,3 +376,14 @@ def test_backups_prune_removes_a_killed_runs_temps(tmp_path: Path, capsys: pytes
     assert main(["backups", "--backup-dir", str(store.root), "prune"]) == EXIT_OK
     assert not of_dead.exists()
     assert len(store.list()) == 1
+
+
+def test_riffd_fix_removes_a_killed_runs_backup_temps_first(tmp_path: Path) -> None:
+    store = BackupStore(tmp_path / "backups")
+    store.ensure_root()
+    of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"
+    of_dead.write_bytes(b"half a backup")
+    clean = tmp_path / "s.jsonl"
+    clean.write_bytes(transcript_bytes(3))
+    assert main(["fix", "--backup-dir", str(store.root), str(clean)]) == EXIT_OK
+    assert not of_dead.exists()

@@ -163,3 +163,36 @@ def test_eio_on_stat_and_listing_gives_the_clean_findings_or_names_the_path(moun
     else:
         assert (code, document["files"], document["summary"]["files"]) == (  # type: ignore[index]
             clean_code, clean["files"], 4)
+
+
+def test_an_error_no_command_expected_is_one_line_naming_the_path(mount: Mount) -> None:
+    backups = mount.mountpoint / "backups"
+    backups.mkdir()
+    mount.faults({"ops": ["readdir"], "glob": "/backups", "errno": errno.EIO})
+    result = subprocess.run([sys.executable, "-m", "riffd", "backups", "--backup-dir", str(backups), "list"],
+                            capture_output=True, text=True, check=False, env=os.environ | {"PYTHONPATH": str(SRC_DIR)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and str(backups) in result.stderr and "run the command again" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_daemon_never_loses_a_transcript_whose_replace_always_fails(tmp_path: Path) -> None:
+    from test_daemon_e2e import Sandbox
+
+    box = Sandbox(tmp_path / "box")
+    with Mount(tmp_path / "backing", box.projects, tmp_path / "faults.json") as mount:
+        try:
+            (box.claude / "sessions").mkdir(parents=True, exist_ok=True)
+            box.write_config(watcher__observer="polling", watcher__polling_interval=0.2)
+            mount.faults({"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}, exchange="refuse")
+            daemon = box.start()
+            path, data = damaged_session(mount)
+            report = daemon.wait_until(lambda: box.report_where(lambda r: r["repairs"]["failed"]),
+                                       "a report of the failed repair")
+            daemon.stop()
+            assert report["repairs"]["failed"] == {"io_error": 1} and report["repairs"]["done"] == 0
+            assert in_backing(mount, path).read_bytes() == data
+            assert not [name for name in os.listdir(path.parent) if name.startswith(".fuse_hidden")]
+            assert "put it back from the file riffd held open" in daemon.stderr()
+        finally:
+            box.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import identity_of, line_spans, transcript_bytes
+from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
 from riffd.repair.plan import RemoveLine, RepairPlan
 from riffd.repair.writer import apply_plan
@@ -165,3 +167,17 @@ def test_a_session_registered_in_a_second_claude_folder_is_never_rewritten(tmp_p
     outcome = apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first,
                                             quiet_period=0))
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+
+
+class UnreadableRegistryFS(FileSystem):
+    def listdir(self, path: str | os.PathLike[str]) -> list[str]:
+        if Path(path).name == "sessions":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), os.fspath(path))
+        return super().listdir(path)
+
+
+def test_a_registry_that_cannot_be_read_means_the_session_may_be_live(tmp_path: Path) -> None:
+    (tmp_path / "sessions").mkdir()
+    fs = UnreadableRegistryFS()
+    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=0, fs=fs)
+    assert live and "cannot be read" in why

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from riffd.daemon.state import StateStore
-from riffd.daemon.watcher import TranscriptFilter, Watcher, choose_observer, filesystem_type, reconcile
+from riffd.daemon.watcher import TranscriptFilter, Watcher, choose_observer, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.daemon.workqueue import WorkQueue
+from riffd.fsio import filesystem_type
 
 LINE = b'{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}\n'
 

@@ -20,6 +20,7 @@ import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
@@ -52,6 +53,10 @@ class FileSystem:
     def write(self, fd: int, data: bytes | memoryview) -> int:
         """Write `data` at the current position and return how many bytes were written."""
         return os.write(fd, data)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        """Write `data` at `offset` without moving the file position; return how many bytes were written."""
+        return os.pwrite(fd, data, offset)
 
     def fsync(self, fd: int) -> None:
         """Flush `fd` to stable storage."""
@@ -259,11 +264,79 @@ def write_all(fs: FileSystem, fd: int, payload: bytes | memoryview) -> None:
         view = view[written:]
 
 
+class OffsetWriter:
+    """Writes a file only this process writes (riffd's copies) at explicit offsets, retrying EIO as cloud-synced
+    folders need: a retried write puts the same bytes at the same place, whether or not the failed one landed (the
+    file's size cannot tell: a FUSE kernel may answer it from its cache)."""
+
+    def __init__(self, fs: FileSystem, fd: int, policy: RetryPolicy = DEFAULT_RETRY, offset: int = 0) -> None:
+        self.fs, self.fd, self.policy, self.offset = fs, fd, policy, offset
+
+    def write(self, payload: bytes | memoryview) -> None:
+        """Write all of `payload` at the current offset; raise OSError when the disk refuses (EIO on every try,
+        ENOSPC, ...)."""
+        view = memoryview(payload)
+        while view:
+            written = retrying_call(partial(self.fs.pwrite, self.fd, view, self.offset), what="riffd's copy",
+                                    policy=self.policy)
+            if written <= 0:
+                raise OSError(errno.EIO, "write wrote nothing")
+            self.offset += written
+            view = view[written:]
+
+
+# Filesystems where files live on another machine or in a user-space server: change events do not arrive reliably
+# (riffd polls), and an I/O error means a server failed for a moment, so riffd retries even an fsync there.
+REMOTE_FILESYSTEMS = frozenset({
+    "9p", "drvfs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "sshfs", "fuse", "fuseblk", "davfs", "afpfs",
+    "virtiofs", "vboxsf", "prl_fs", "vmhgfs",
+})
+
+
+def filesystem_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
+    """Return the type of the file system holding `path` (Linux), or None when it cannot be told."""
+    try:
+        lines = mounts.read_text().splitlines()
+    except OSError:
+        return None
+    try:
+        target = str(Path(path).resolve())
+    except OSError:
+        target = os.path.abspath(path)
+    best, best_type = "", None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        mount_point = fields[1].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, best_type = mount_point, fields[2]
+    return best_type
+
+
+def is_remote(path: Path) -> bool:
+    """Return True when `path` is on a network or FUSE filesystem (see REMOTE_FILESYSTEMS)."""
+    kind = filesystem_type(path)
+    return kind is not None and (kind in REMOTE_FILESYSTEMS or kind.startswith("fuse."))
+
+
+def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy = DEFAULT_RETRY) -> None:
+    """Flush `fd` (a file at `path`) to stable storage. On a network or FUSE filesystem EIO is retried: the server
+    failed for a moment and the request is simply made again. On a local disk it is raised at once: there it means
+    the data may not have reached the disk, and a second fsync would only say so no longer."""
+    if not is_remote(path):
+        fs.fsync(fd)
+        return
+    retrying_call(lambda: fs.fsync(fd), what=f"flushing {path}", policy=policy)
+
+
 def fsync_folder(fs: FileSystem, folder: Path) -> None:
     """Flush a folder's entries (renames, new files) to disk; filesystems that cannot are skipped."""
-    fd = fs.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    fd = retrying_call(lambda: fs.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)),
+                       what=f"the folder {folder}")
     try:
-        fs.fsync(fd)
+        fsync_file(fs, fd, folder)
     except OSError as exc:
         # Some filesystems (and all of Windows) refuse fsync on a folder; the rename itself stands.
         if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):

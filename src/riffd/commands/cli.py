@@ -17,6 +17,14 @@ from riffd.commands import archive, backups, config, daemon, export, fix, hook, 
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
 
 
+def describe_os_error(exc: OSError) -> str:
+    """Given an OSError, return one line naming the path(s), the operation's error and what to do."""
+    where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
+    what = exc.strerror or str(exc)
+    hint = " (a cloud-synced or network folder failing for a moment? run the command again)" if exc.errno == 5 else ""
+    return f"{where}: {what}{hint}" if where else f"{what}{hint}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser for every riffd command."""
     parser = Parser(
@@ -54,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # what no command expected (a disk or sync client failing): one line, never a traceback
+        print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("riffd: interrupted", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from riffd.commands.common import (
 )
 from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, plan_file_repair
@@ -65,6 +67,8 @@ def run_fix(args: argparse.Namespace) -> int:
         quiet_period=args.quiet_period,
     )
     repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
+    if not args.dry_run:  # what a killed riffd left in the backup folder goes now (a running one's stays)
+        BackupStore(backup_dir).remove_leftovers(time.time())
     results: list[dict[str, object]] = []
     remaining = 0
     counts: Counter[str] = Counter()

@@ -20,8 +20,9 @@ each session is the dict `describe` returns:
   `tool_use_id`, `anchor_line`, `anchor_path`, `result_line`, `linked_by`; `agents`: per agent name,
   `sidechains` and `lines`
 - `findings`: as in `riffd scan --json`
-- `redundant_calls`: the tool calls that repeat an earlier identical call, as `riffd.tracker.redundant_calls_in`
-  reports them, and `redundant_calls_note`: null, or why the list is empty without being checked
+- `redundant_calls`: the tool calls that repeat an earlier identical call, as
+  `riffd.tracker.tracker.redundant_calls_in` reports them, and `redundant_calls_note`: always null (kept in the
+  document for readers of schema 1)
 """
 
 from __future__ import annotations

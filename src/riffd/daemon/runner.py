@@ -436,9 +436,14 @@ class Daemon:
         if self.archive is None or self.store is None:
             return
         for path, offset in self.store.offsets().items():
-            if self.archive.cursor(path)[1] < offset and Path(path).is_file():
-                added = ingest_file(self.archive, Path(path))
-                log.info("%s: archived %d line(s) the archive had missed", path, added)
+            try:
+                if self.archive.cursor(path)[1] < offset and Path(path).is_file():
+                    added = ingest_file(self.archive, Path(path))
+                    log.info("%s: archived %d line(s) the archive had missed", path, added)
+            except (OSError, sqlite3.Error) as exc:  # the next rescan tries again; the others go on now
+                log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
+                if isinstance(exc, sqlite3.Error):
+                    self.archive.reopen_if_damaged(exc)
 
     def _archive_summary(self) -> dict[str, Any]:
         if self.archive is None or self.store is None:

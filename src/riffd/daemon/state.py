@@ -234,6 +234,18 @@ class StateStore:
             )
             self._bump(db, {f"repairs.{outcome}": 1})
 
+    def failed_repairs(self, path: str, limit: int = 16) -> tuple[int, float | None]:
+        """Return how many of the last repair attempts of `path` failed in a row, and when the last one did."""
+        with self._lock:
+            rows = self._db.execute("SELECT time, outcome FROM repairs WHERE path = ? ORDER BY id DESC LIMIT ?",
+                                    (path, limit)).fetchall()
+        failed = 0
+        for _time, outcome in rows:
+            if outcome != "failed":
+                break
+            failed += 1
+        return failed, float(rows[0][0]) if failed else None
+
     def repair_summary(self) -> dict[str, Any]:
         """Return repairs done and skipped by reason, and findings repaired by class."""
         done = 0

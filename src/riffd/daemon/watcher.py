@@ -12,6 +12,7 @@ import errno
 import fnmatch
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,15 +24,12 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from riffd.daemon.state import StateStore
+from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
 from riffd.paths import NEVER_TOUCH_DIRS, is_transcript_name, iter_transcripts
 
 log = logging.getLogger(__name__)
 
 # File systems where native change events do not arrive (or not reliably): poll them.
-POLL_FILESYSTEMS = frozenset({
-    "9p", "drvfs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "sshfs", "fuse", "fuseblk", "davfs", "afpfs",
-    "virtiofs", "vboxsf", "prl_fs", "vmhgfs",
-})
 INOTIFY_LIMIT_HINT = (
     "the inotify limit is reached (raise it with `sysctl fs.inotify.max_user_watches=524288` and "
     "`fs.inotify.max_user_instances=512`); polling instead"
@@ -64,27 +62,25 @@ class TranscriptFilter:
         """Yield every matching transcript under the roots that exist; a folder that cannot be listed goes to
         `on_error` (see iter_transcripts)."""
         for root in self.roots:
-            if root.is_dir():
+            if is_folder(root, on_error):
                 yield from (path for path in iter_transcripts([root], on_error) if self.matches(path))
 
 
-def filesystem_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
-    """Return the type of the file system holding `path` (Linux), or None when it cannot be told."""
+def is_folder(path: Path, on_error: Callable[[OSError], None] | None = None) -> bool:
+    """Return True when `path` is a folder now (EIO retried); one whose status cannot be read is not one for now,
+    and goes to `on_error` (or the log): the next refresh or rescan looks again."""
     try:
-        lines = mounts.read_text().splitlines()
-    except OSError:
-        return None
-    target = str(path.resolve())
-    best, best_type = "", None
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount_point = fields[1].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) >= len(best):
-            best, best_type = mount_point, fields[2]
-    return best_type
+        return stat.S_ISDIR(retrying_call(lambda: os.stat(path), what=f"the status of {path}").st_mode)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = str(path)
+        if on_error is not None:
+            on_error(exc)
+        else:
+            log.warning("cannot read the status of %s now: %s; looking again later", path, exc)
+        return False
 
 
 def choose_observer(kind: str, roots: Iterable[Path]) -> tuple[str, str]:
@@ -93,7 +89,7 @@ def choose_observer(kind: str, roots: Iterable[Path]) -> tuple[str, str]:
         return kind, "configured"
     for root in roots:
         fs_type = filesystem_type(root if root.exists() else root.parent)
-        if fs_type is not None and (fs_type in POLL_FILESYSTEMS or fs_type.startswith("fuse.")):
+        if fs_type is not None and (fs_type in REMOTE_FILESYSTEMS or fs_type.startswith("fuse.")):
             return "polling", f"{root} is on {fs_type}, where change events do not arrive reliably"
     return "native", "local file system"
 
@@ -164,7 +160,7 @@ class Watcher:
             if observer is None:
                 return
             for root in self.filter.roots:
-                if root in self.watched or not root.is_dir():
+                if root in self.watched or not is_folder(root):
                     continue
                 try:
                     observer.schedule(_Handler(self), str(root), recursive=True)
@@ -185,11 +181,15 @@ class Watcher:
                 observer.join(timeout=10)
 
     def enqueue_folder(self, folder: Path) -> None:
-        """Queue every transcript already in a folder that just appeared."""
-        if folder.is_dir():
-            for path in iter_transcripts([folder]):
-                if self.filter.matches(path):
-                    self.on_change(str(path))
+        """Queue every transcript already in a folder that just appeared (what cannot be listed now, the rescan
+        catches later)."""
+        if is_folder(folder):
+            try:
+                for path in iter_transcripts([folder], lambda exc: log.warning("%s", exc)):
+                    if self.filter.matches(path):
+                        self.on_change(str(path))
+            except OSError as exc:
+                log.warning("cannot list %s now: %s; the rescan catches it later", folder, exc)
 
 
 def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None],

@@ -26,7 +26,7 @@ from typing import Any
 
 from riffd.archive.store import Archive, still_appended
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.repair.writer import apply_plan
@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 INDEX_CACHE_LINES = 300_000  # lines of in-memory indexes kept (about 270 bytes a line)
 ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
 CHANGED_RETRY_SECONDS = 5.0
+# After a failed repair (the disk or a sync client failing), the file waits before the next attempt, twice as long
+# after each failure in a row: each attempt takes a backup, and one that put the transcript back rewrote it, which
+# would bring the file straight back.
+FAILED_RETRY_SECONDS = 30.0
+FAILED_RETRY_MAX_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -150,11 +155,16 @@ class Worker:
         started = time.monotonic()
         name = str(path)
         try:
-            status = self.fs.stat(name)
+            status = retrying_call(lambda: self.fs.stat(name), what=f"the status of {name}",
+                                   policy=self.settings.retry)
         except FileNotFoundError:
             self.store.forget_file(name)
             self.cache.drop(name)
             return Outcome(name, "gone", seconds=time.monotonic() - started)
+        except OSError as exc:  # EIO on every try: look again at the next change or rescan
+            log.error("%s: could not read its status: %s", name, exc)
+            self.store.bump({"errors.read": 1})
+            return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
         if not stat.S_ISREG(status.st_mode):
             return Outcome(name, "skipped", why="not a regular file", seconds=time.monotonic() - started)
         try:
@@ -354,6 +364,12 @@ class Worker:
 
     def _repair(self, path: Path, session_id: str | None, outcome: Outcome) -> None:
         settings = self.settings
+        failures, failed_at = self.store.failed_repairs(str(path))
+        if failed_at is not None:
+            wait = min(FAILED_RETRY_SECONDS * 2 ** (failures - 1), FAILED_RETRY_MAX_SECONDS) - (time.time() - failed_at)
+            if wait > 0:
+                outcome.repair, outcome.retry_after = "waiting:after_failure", wait
+                return
         live, why = session_liveness(path, claude_dirs_for(path, settings.claude_dir, settings.roots),
                                      settings.quiet_period, session_id=session_id, fs=self.fs)
         if live:

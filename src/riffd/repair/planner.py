@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import FileChanged
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.transcript.detect import distinct_uses, in_latest_turn, latest_turn, unpaired_tools
@@ -187,7 +187,7 @@ def plan_file_repair(
     path, index, identity = scanned.identity.path, scanned.index, scanned.identity
 
     def unchanged() -> None:
-        status = fs.stat(path)
+        status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=retry)
         if (status.st_dev, status.st_ino, status.st_mtime_ns) != (identity.dev, identity.ino, identity.mtime_ns) or (
                 status.st_size < identity.size):
             raise FileChanged(f"{path}: changed during the run (it was written or replaced after riffd read it); "

@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 
 from riffd.fsio import (
@@ -31,7 +32,9 @@ from riffd.fsio import (
     EXCHANGE_UNSUPPORTED,
     NOFOLLOW,
     FileSystem,
+    OffsetWriter,
     RetryPolicy,
+    fsync_file,
     fsync_folder,
     remove_leftover,
     retrying_call,
@@ -84,7 +87,7 @@ def uses_rename(fs: FileSystem, device: int) -> str | None:
 
 
 def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
-                 new_size: int) -> str:
+                 new_size: int, retry: RetryPolicy = DEFAULT_RETRY) -> str:
     """Make `path` name the repaired copy at `temp_path` (open as `new_fd`, `new_size` bytes long), where `held` is
     the status of the original riffd holds open; return EXCHANGE or RENAME, the way it was done.
 
@@ -93,17 +96,23 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
     re-created), FileChanged when another file had taken its place (that file is at `path` again),
     SwapBackFailed when it could not be put back, OSError when the filesystem fails."""
     if uses_rename(fs, held.st_dev) is None:
-        try:
-            fs.exchange(temp_path, path)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT and not _exists(fs, path):
-                raise FileGone("it was deleted while riffd worked") from exc
-            if exc.errno not in EXCHANGE_UNSUPPORTED:
-                raise
-            code = errno.errorcode.get(exc.errno, str(exc.errno))
-            fall_back_to_rename(fs, held.st_dev, path, f"the exchange failed with {code}")
-        else:
-            return _after_exchange(fs, path, temp_path, held, new_fd, new_size)
+        for attempt in range(1, retry.attempts + 1):
+            try:
+                fs.exchange(temp_path, path)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT and not _exists(fs, path):
+                    raise FileGone("it was deleted while riffd worked") from exc
+                if exc.errno in EXCHANGE_UNSUPPORTED:
+                    code = errno.errorcode.get(exc.errno, str(exc.errno))
+                    fall_back_to_rename(fs, held.st_dev, path, f"the exchange failed with {code}")
+                    break
+                # EIO from a cloud-synced folder: again, but only when nothing happened (the names are as they were).
+                if (exc.errno != errno.EIO or attempt == retry.attempts
+                        or where_is(fs, path, held, new_fd) != ORIGINAL or not _exists(fs, temp_path)):
+                    raise
+                time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+            else:
+                return _after_exchange(fs, path, temp_path, held, new_fd, new_size)
     _check_identity(fs, path, held)
     fs.replace(temp_path, path)
     return RENAME
@@ -120,7 +129,7 @@ def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_r
         return RENAME
     if (swapped_out.st_dev, swapped_out.st_ino) == (held.st_dev, held.st_ino):
         try:
-            fs.unlink(temp_path)
+            retrying_call(lambda: fs.unlink(temp_path), what=f"the removal of {temp_path}")
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -264,18 +273,21 @@ def put_original_back(fs: FileSystem, path: Path, held: os.stat_result, original
         temp = temp_path_for(path)
         placed = linked = False
         try:
-            new_fd = fs.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+            new_fd = fs.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
             try:
-                copied = 0
+                writer = OffsetWriter(fs, new_fd, retry)
                 for chunk in chunks():
-                    write_all(fs, new_fd, chunk)
-                    copied += len(chunk)
-                fs.fchmod(new_fd, stat.S_IMODE(held.st_mode))
-                fs.fsync(new_fd)
+                    writer.write(chunk)
+                retrying_call(partial(fs.fchmod, new_fd, stat.S_IMODE(held.st_mode)), what=str(temp), policy=retry)
+                fsync_file(fs, new_fd, temp, retry)
                 linked = _place_at_empty_name(fs, temp, path, new_fd, retry)
                 placed = True
                 if source.startswith("the file"):
-                    carry_late_appends(fs, path, original_fd, new_fd, copied, retry)
+                    append_fd = fs.open(path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
+                    try:
+                        carry_late_appends(fs, path, original_fd, append_fd, writer.offset, retry)
+                    finally:
+                        fs.close(append_fd)
                 fsync_folder(fs, path.parent)
             finally:
                 fs.close(new_fd)

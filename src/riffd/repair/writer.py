@@ -25,10 +25,13 @@ from pathlib import Path
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
+    OffsetWriter,
     RetryPolicy,
+    fsync_file,
     fsync_folder,
+    is_cloud_sync_error,
     remove_leftover,
-    write_all,
+    retrying_call,
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
@@ -122,12 +125,12 @@ def _write_new_content(
     fs: FileSystem,
     path: Path,
     original_fd: int,
-    temp_fd: int,
+    temp: OffsetWriter,
     segments: Iterable[tuple[int, int] | bytes],
     size: int,
     retry: RetryPolicy,
 ) -> _Copied:
-    """Stream the new content into temp_fd; hash every original byte in [0, size) in order (copied or not),
+    """Stream the new content into the temp copy; hash every original byte in [0, size) in order (copied or not),
     so the copy is proven to come from the bytes that were backed up, and keep the sample windows."""
     source_hash = hashlib.sha256()
     windows = _sample_windows(size)
@@ -148,12 +151,12 @@ def _write_new_content(
                         overlap_start - offset : overlap_end - offset
                     ]
             if copy:
-                write_all(fs, temp_fd, chunk)
+                temp.write(chunk)
             last_byte = chunk[-1:]
 
     for segment in segments:
         if isinstance(segment, bytes):
-            write_all(fs, temp_fd, segment)
+            temp.write(segment)
             continue
         start, end = segment
         if start < hashed_upto or start > end or end > size:
@@ -171,10 +174,25 @@ def _write_new_content(
     )
 
 
-def _copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result) -> None:
-    fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode))
+def _create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
+    """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO may exist or
+    not: it is removed, and another name tried)."""
+    for attempt in range(1, retry.attempts + 1):
+        temp_path = temp_path_for(path)
+        try:
+            return temp_path, fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        except OSError as exc:
+            if not is_cloud_sync_error(exc) or attempt == retry.attempts:
+                raise
+            remove_leftover(fs, temp_path)
+            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+    raise AssertionError("unreachable")
+
+
+def _copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy) -> None:
+    retrying_call(lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)), what="riffd's copy", policy=retry)
     try:
-        fs.fchown(temp_fd, original.st_uid, original.st_gid)
+        retrying_call(lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid), what="riffd's copy", policy=retry)
     except PermissionError:
         # Only root may give a file away; keep at least the group when we are allowed to.
         try:
@@ -187,7 +205,7 @@ def _settle(
     fs: FileSystem,
     path: Path,
     original_fd: int,
-    temp_fd: int,
+    temp: OffsetWriter,
     planned_size: int,
     copied: _Copied,
     options: ApplyOptions,
@@ -198,12 +216,12 @@ def _settle(
     carried_end = planned_size
     for round_number in range(options.settle_rounds):
         try:
-            current = fs.stat(path)
+            current = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=options.retry)
         except FileNotFoundError as exc:
             raise FileGone("it was deleted while riffd worked") from exc
         if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
             raise FileChanged("it was replaced by another file while riffd worked")
-        size_now = fs.fstat(original_fd).st_size
+        size_now = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry).st_size
         if size_now < carried_end:
             raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
         for start, expected in copied.samples.items():
@@ -228,7 +246,7 @@ def _settle(
         )
         complete = tail[: tail.rfind(b"\n") + 1]
         if complete:
-            write_all(fs, temp_fd, complete)
+            temp.write(complete)
             carried_end += len(complete)
         # Something was still being written: give the writer a moment, then check again.
         time.sleep(0.002 * (2**round_number))
@@ -320,10 +338,14 @@ def _rewrite_locked(
     fs = options.fs
     stage = "reading its status"
     temp_fd: int | None = None
+    append_fd: int | None = None
     temp_path: Path | None = None
     record: BackupRecord | None = None
     replaced = keep_temp = False
-    held = fs.fstat(original_fd)
+    try:
+        held = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry)
+    except OSError as exc:
+        return failure(path, exc, stage)
     try:
         if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (source.dev, source.ino):
             return Skipped(
@@ -347,24 +369,27 @@ def _rewrite_locked(
             return Skipped(path, SkipReason.CHANGED, str(exc))
 
         stage = "writing the repaired copy beside it"
-        temp_path = temp_path_for(path)
-        # O_APPEND: once the copy holds the transcript's name, this descriptor adds late lines after anything other
-        # writers add. Readable too, to carry back what they added if the copy has to give the name back.
-        temp_fd = fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND | NOFOLLOW, 0o600)
+        # Readable too, to carry back what writers added if the copy has to give the name back.
+        temp_path, temp_fd = _create_temp(fs, path, options.retry)
+        # Late lines are added after the swap through a descriptor of the copy opened with O_APPEND, so they land
+        # after anything other writers add; the copy itself is written at explicit offsets (retries stay exact).
+        append_fd = retrying_call(lambda: fs.open(temp_path, os.O_WRONLY | os.O_APPEND | NOFOLLOW),
+                                  what=str(temp_path), policy=options.retry)
         try_flock(fs, temp_fd)  # a second riffd run that opens the transcript's name after the swap finds it busy
-        copied = _write_new_content(fs, path, original_fd, temp_fd, segments, source.size, options.retry)
+        appender = OffsetWriter(fs, temp_fd, options.retry)
+        copied = _write_new_content(fs, path, original_fd, appender, segments, source.size, options.retry)
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
-        _copy_mode_and_owner(fs, temp_fd, held)
-        fs.fsync(temp_fd)
+        _copy_mode_and_owner(fs, temp_fd, held, options.retry)
+        fsync_file(fs, temp_fd, temp_path, options.retry)
 
         stage = "checking for changes just before replacing it"
-        carried_end = _settle(fs, path, original_fd, temp_fd, source.size, copied, options)
-        fs.fsync(temp_fd)
+        carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
+        fsync_file(fs, temp_fd, temp_path, options.retry)
 
         stage = "replacing it with the repaired copy"
         try:
-            put_in_place(fs, path, temp_path, held, temp_fd, fs.fstat(temp_fd).st_size)
+            put_in_place(fs, path, temp_path, held, temp_fd, fs.fstat(temp_fd).st_size, options.retry)
         except SwapBackFailed as exc:
             keep_temp = True
             return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
@@ -373,11 +398,15 @@ def _rewrite_locked(
                 raise
             log.warning("%s: the filesystem said the replace failed (%s), but the repaired copy is in place", path, exc)
         replaced = True
-        fsync_folder(fs, path.parent)
+        warnings: list[str] = []
+        try:
+            fsync_folder(fs, path.parent)
+        except OSError as exc:  # the new name stands; only how soon it reaches the disk is uncertain
+            warnings.append(f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands")
 
         stage = "copying lines appended during the replace"
         try:
-            carried_end, warning = carry_late_appends(fs, path, original_fd, temp_fd, carried_end, options.retry)
+            carried_end, warning = carry_late_appends(fs, path, original_fd, append_fd, carried_end, options.retry)
         except (OSError, FileChanged) as exc:
             return _late_append_failure(path, record.backup_id, exc)
         return Repaired(
@@ -386,7 +415,7 @@ def _rewrite_locked(
             backup_path=record.data_path,
             edits=edits,
             carried_over_bytes=carried_end - source.size,
-            warnings=(warning,) if warning else (),
+            warnings=(*warnings, *([warning] if warning else [])),
         )
     except FileGone:
         return gone(path)
@@ -403,6 +432,8 @@ def _rewrite_locked(
             return failure(path, exc, stage, replaced=replaced)
         return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
     finally:
+        if append_fd is not None:
+            fs.close(append_fd)
         if temp_fd is not None:
             fs.close(temp_fd)
         if temp_path is not None and not replaced and not keep_temp:

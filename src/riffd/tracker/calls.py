@@ -1,18 +1,13 @@
 """The tool-call tracker's rules: when two tool calls are the same call, and what a call's key and result size are.
 
-Claude Code's model sometimes reads the same file, runs the same search or fetches the same page
-twice within minutes; the second result repeats what the conversation already holds and costs
-context. The tracker keeps, per session, the recent tool calls (tool, normalised input, time,
-size of the result), at most `max_calls` of them and none older than `window` seconds before the
-session's newest call, and records each call that repeats an earlier one (`RedundantCall`).
+A known tool (Read, Grep, Glob, WebFetch, WebSearch, Write, Edit, MultiEdit) is compared on the input fields its
+rule names; tools with side effects (shells, agents, to-do lists, MCP tools whose name holds a side-effect word)
+are never compared; other tools are the same call when more than half of their inputs, or one identifying input,
+are equal. A call's key is its tool and a digest of its normalised input.
 
-Times are the `timestamp` of each tool_use line, and the window is measured from the session's
-newest call, never from the wall clock, so reading a history again gives the same answers; only
-`prune(now)` looks at the clock, to forget sessions that went quiet.
-
-This module is imported by the PreToolUse hook, which must start in a few milliseconds: standard
-library only, and no module that is slow to import (dataclasses, hashlib's OpenSSL, orjson, whose import
-alone takes about 9 ms); the tracker and the hook both import it.
+The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.tracker.hook) both import this module, and the
+hook must start in a few milliseconds: standard library only, and no module that is slow to import (dataclasses,
+hashlib's OpenSSL, orjson, whose import alone takes about 9 ms).
 """
 
 from __future__ import annotations

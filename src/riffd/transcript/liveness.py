@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem
+from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem, retrying_call
 from riffd.paths import claude_config_dir, session_id_for
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,12 @@ def _parse_registration(registry_file: Path, raw: bytes) -> Registration | None:
 
 def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Registration]:
     """Given Claude Code's config folder, return the registry entries whose process is running; unreadable
-    or malformed entries are skipped, never raised."""
+    or malformed entries are skipped. Raise OSError when the registry exists but cannot be listed: a session may
+    then be running unseen."""
     registry = claude_dir / "sessions"
     try:
-        names = sorted(fs.listdir(registry))
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        log.warning("cannot list Claude Code's session registry %s: %s", registry, exc)
+        names = sorted(retrying_call(lambda: fs.listdir(registry), what=f"the listing of {registry}"))
+    except (FileNotFoundError, NotADirectoryError):
         return []
     running: list[Registration] = []
     for name in names:
@@ -168,7 +166,13 @@ def session_liveness(
     if session_id:
         wanted.add(session_id)
     folders = [claude_dirs] if isinstance(claude_dirs, Path) else list(claude_dirs)
-    for registration in (found for folder in folders for found in live_registrations(folder, fs)):
+    registrations: list[Registration] = []
+    for folder in folders:
+        try:
+            registrations += live_registrations(folder, fs)
+        except OSError as exc:  # if in doubt, the session may be live: leave it alone
+            return True, f"Claude Code's session registry {folder / 'sessions'} cannot be read ({exc})"
+    for registration in registrations:
         if registration.session_id in wanted:
             return True, (
                 f"session {registration.session_id} is registered as running by pid {registration.pid} "

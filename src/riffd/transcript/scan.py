@@ -180,7 +180,7 @@ def _describe_error(path: Path, exc: OSError) -> str:
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What the file was when it was scanned; `apply` refuses to write if it is no longer so."""
+    """What the file was when it was scanned; riffd.repair.writer refuses to write if it is no longer so."""
 
     path: str
     dev: int
