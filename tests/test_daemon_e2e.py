@@ -719,3 +719,27 @@ def test_every_file_riffd_writes_is_private_whatever_the_folder_mode(sandbox: Sa
 
 def stat_mode(path: Path) -> int:
     return os.lstat(path).st_mode & 0o777
+
+
+def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once(sandbox: Sandbox) -> None:
+    data = resumed_duplicate().data
+    paths = []
+    for number in range(30):
+        path = sandbox.project / f"s{number:02d}.jsonl"
+        path.write_bytes(data)
+        os.utime(path, (time.time() - 3600, time.time() - 3600))  # idle: both may repair it at once
+        paths.append(path)
+    daemon = sandbox.start()
+    other = sandbox.root / "fix-backups"
+    fix = subprocess.run([sys.executable, "-m", "riffd", "--config", str(sandbox.config), "fix", "--quiet-period",
+                          str(QUIET_PERIOD), "--backup-dir", str(other), "--json", str(sandbox.projects)],
+                         capture_output=True, text=True, env=daemon_environment(), timeout=120, check=False)
+    for path in paths:
+        daemon.wait_until(lambda path=path: scan_file(path).findings == [], f"{path.name} to be repaired")
+    daemon.stop()
+    outcomes = [item["outcome"] for item in json.loads(fix.stdout)["files"]]
+    assert "failed" not in outcomes and "error" not in outcomes, fix.stdout
+    by_fix = len(list(other.glob("*.json"))) if other.exists() else 0
+    by_daemon = len(sandbox.backup_ids())
+    assert by_fix + by_daemon == len(paths), (by_fix, by_daemon)  # one backup per repair: each repaired once
+    assert outcomes.count("repaired") == by_fix
