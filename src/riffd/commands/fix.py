@@ -27,7 +27,7 @@ from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, S
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.repair.writer import apply_plan
-from riffd.transcript.findings import REPAIRABLE
+from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, Finding
 from riffd.transcript.scan import index_file
 
 
@@ -108,9 +108,10 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
                 "detail": gone(path).detail, "_remaining": 0}
     except (OSError, ReadFailed) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: {exc}", "_remaining": 0}
+    damage = _damage(scanned.findings)
     repairable = [finding for finding in scanned.findings if finding.cls in REPAIRABLE]
     if not repairable:
-        return {"path": str(path), "outcome": "clean", "_remaining": len(scanned.findings),
+        return {"path": str(path), "outcome": "clean", "_remaining": len(damage),
                 "unrepaired": [finding.to_json() for finding in scanned.findings]}
     try:
         plan = plan_file_repair(scanned, repair_options)
@@ -119,31 +120,41 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
                 "detail": gone(path).detail, "_remaining": 0}
     except FileChanged as exc:
         return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.CHANGED), "detail": str(exc),
-                "_remaining": len(scanned.findings)}
+                "_remaining": len(damage)}
     except (OSError, ValueError) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",
-                "_remaining": len(scanned.findings)}
-    left = len(scanned.findings) - len(plan.fixes)
+                "_remaining": len(damage)}
     base: dict[str, object] = {"path": str(path), "plan": _plan_json(plan), "notes": list(plan.notes)}
     if plan.is_empty:
         return base | {"outcome": "skipped", "reason": "nothing_safe_to_do",
-                       "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(scanned.findings)}
+                       "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(damage)}
     if dry_run:
-        return base | {"outcome": "would_repair", "_remaining": len(scanned.findings)}
+        return base | {"outcome": "would_repair", "_remaining": len(damage)}
     # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its agent.
     outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
     if isinstance(outcome, Repaired):
+        # Judged on the file riffd wrote, not on what the plan meant to fix.
+        try:
+            left = _damage(index_file(path).findings)
+        except OSError as exc:
+            left = [finding for finding in damage if finding not in plan.fixes]
+            outcome = replace(outcome, warnings=(*outcome.warnings, f"{path}: could not scan it again: {exc}"))
         return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
                        "backup_path": str(outcome.backup_path),
                        "carried_over_bytes": outcome.carried_over_bytes, "warnings": list(outcome.warnings),
-                       "_remaining": left}
+                       "remaining": [finding.to_json() for finding in left], "_remaining": len(left)}
     if isinstance(outcome, Skipped):
         result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"
         return base | {"outcome": result, "reason": str(outcome.reason), "detail": outcome.detail,
-                       "_remaining": len(scanned.findings)}
+                       "_remaining": len(damage)}
     assert isinstance(outcome, Failed)
     return base | {"outcome": "failed", "reason": str(outcome.reason), "detail": outcome.detail,
-                   "_remaining": len(scanned.findings)}
+                   "_remaining": len(damage)}
+
+
+def _damage(findings: list[Finding]) -> list[Finding]:
+    """The findings that count against a file: all but the informational ones."""
+    return [finding for finding in findings if finding.cls not in INFORMATIONAL]
 
 
 def _plan_json(plan: RepairPlan) -> dict[str, object]:

@@ -1,0 +1,44 @@
+"""`riffd fix` judges the file it wrote: its summary and exit code come from scanning the new file."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import damage
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_FINDINGS, EXIT_OK
+from riffd.transcript.scan import scan_file
+
+
+def idle(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (time.time() - 7200, time.time() - 7200))
+    return path
+
+
+def test_a_line_written_twice_is_repaired_and_fix_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    damaged = damage.inject_identical_line(damage.generated_session(segments=2))
+    path = idle(tmp_path / "projects" / "s.jsonl", b"".join(damaged.lines))
+    assert {str(finding.cls) for finding in scan_file(path).findings} == {"duplicate_tool_result", "duplicate_uuid"}
+    assert main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)]) == EXIT_OK
+    document = json.loads(capsys.readouterr().out)
+    [result] = document["files"]
+    assert result["outcome"] == "repaired" and result["remaining"] == []
+    assert scan_file(path).findings == []
+
+
+def test_what_the_repair_leaves_is_counted_from_the_new_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
+    malformed = b"not json\n"  # riffd never edits a malformed line: it remains after the repair
+    path = idle(tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], malformed, *lines[3:]]))
+    assert main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)]) == EXIT_FINDINGS
+    [result] = json.loads(capsys.readouterr().out)["files"]
+    assert [item["class"] for item in result["remaining"]] == [
+        str(finding.cls) for finding in scan_file(path).findings] == ["malformed_line"]
