@@ -17,15 +17,14 @@ from `../shared/corpus/real/` (`--real`) copied with fresh ids by bench/scan_ben
 An appended line is a real user prompt or assistant text line (alternating) with a fresh uuid,
 chained onto the file's last line, written with one `write` in append mode.
 
-The daemon is always the real entry point, `python3 -m riffd --config <tmp>/<part>/config.toml
-run`, with `log.format = "json"`, `log.level = "info"` and `watcher.observer = "native"`, other keys
-at their defaults unless said. It runs under a NOTIFY_SOCKET datagram socket the bench binds, as
-under systemd: READY=1 is sent once start-up reconciliation has queued its files (so the 10 s
-STATUS updates are on too). The bench reads the daemon's stderr in a thread: the worker logs one
-JSON line per file it processed (`path`, `outcome`, `lines`, `ms`); each line is stamped with the
-bench's monotonic clock as it arrives. That is the method used for "processed": it measures the
-daemon without touching its state database while it runs (polling SQLite from here would compete
-with the daemon for the two cores and for the database).
+The daemon is always the real entry point, `python3 -m riffd --config <tmp>/<part>/config.toml run`, with
+`log.format = "json"`, `log.level = "debug"` (a quiet append logs at debug) and `watcher.observer = "native"`,
+other keys at their defaults unless said. It runs under a NOTIFY_SOCKET datagram socket the bench binds, as
+under systemd: READY=1 is sent once start-up reconciliation has queued its files (so the 10 s STATUS updates
+are on too). The bench reads the daemon's stderr in a thread: the worker logs one JSON line per file it
+processed (`path`, `outcome`, `lines`, `ms`); each line is stamped with the bench's monotonic clock as it
+arrives. That is the method used for "processed": it measures the daemon without touching its state database
+while it runs (polling SQLite from here would compete with the daemon for the two cores and for the database).
 
 1. latency: `watcher.debounce = 0.05`; 4 session files in 2 project folders, processed once at
    start; then `--appends` appends (200), one line each, 50 ms apart, round robin over the 4 files
@@ -246,9 +245,9 @@ class Daemon:
         return self.home / "state" / "state.db"
 
     def write_config(self) -> None:
-        """Write the daemon's config: the bench's folders, native events, JSON info log, plus `settings`."""
+        """Write the daemon's config: the bench's folders, native events, JSON debug log, plus `settings`."""
         (self.home / "claude").mkdir(parents=True, exist_ok=True)
-        tables: dict[str, dict[str, Any]] = {"watcher": {"observer": "native"}, "log": {"level": "info",
+        tables: dict[str, dict[str, Any]] = {"watcher": {"observer": "native"}, "log": {"level": "debug",
                                                                                         "format": "json"}}
         for table, values in self.settings.items():
             tables.setdefault(table, {}).update(values)

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, SRC_DIR, corpus_lines
+from conftest import CORPUS_DIR, SRC_DIR, corpus_lines, requires_corpus
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore, Watermark
 from riffd.transcript.findings import INFORMATIONAL
@@ -396,6 +396,7 @@ def test_notify_ready_watchdog_reload_and_stopping(sandbox: Sandbox) -> None:
 # --- 2. a damaged session written like Claude Code writes is repaired once idle --------------------------
 
 
+@requires_corpus
 def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) -> None:
     damaged = resumed_duplicate()
     daemon = sandbox.start()
@@ -428,6 +429,7 @@ def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) 
 # --- 3. a live session is left alone -------------------------------------------------------------------
 
 
+@requires_corpus
 def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sandbox) -> None:
     damaged = resumed_duplicate()
     session_id = session_id_of(damaged.lines)
@@ -452,6 +454,7 @@ def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sand
     daemon.stop()
 
 
+@requires_corpus
 def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: Sandbox) -> None:
     damaged = resumed_duplicate()
     session_id = session_id_of(damaged.lines)
@@ -473,6 +476,7 @@ def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: San
 # --- 4. configuration reloads -----------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broken(sandbox: Sandbox) -> None:
     daemon = sandbox.start()
     sandbox.write_config(repair__mode="report-only")
@@ -510,6 +514,7 @@ def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broke
     daemon.stop()
 
 
+@requires_corpus
 def test_saving_the_config_file_reloads_it_without_a_signal(sandbox: Sandbox) -> None:
     sandbox.write_config(repair__mode="report-only")
     daemon = sandbox.start()
@@ -613,6 +618,7 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
 # --- 7. changes no event reported are caught by the rescan -----------------------------------------------
 
 
+@requires_corpus
 def test_the_rescan_catches_changes_when_no_event_arrives(sandbox: Sandbox) -> None:
     sandbox.write_config(watcher__observer="polling", watcher__polling_interval=3600.0,
                          watcher__rescan_interval=1.0)
@@ -668,6 +674,7 @@ def repaired_once(sandbox: Sandbox, daemon: RunningDaemon, name: str) -> Path:
     return path
 
 
+@requires_corpus
 @pytest.mark.parametrize("database", ["state.db", "archive.db"])
 @pytest.mark.parametrize("how", ["truncated", "garbage"])
 def test_a_damaged_database_is_moved_aside_and_repairs_go_on(sandbox: Sandbox, database: str, how: str) -> None:
@@ -702,6 +709,7 @@ def test_a_damaged_database_is_moved_aside_and_repairs_go_on(sandbox: Sandbox, d
         assert f"from {moved} into" in result.stdout
 
 
+@requires_corpus
 def test_every_file_riffd_writes_is_private_whatever_the_folder_mode(sandbox: Sandbox) -> None:
     sandbox.state.mkdir(mode=0o755)
     os.chmod(sandbox.state, 0o755)  # a folder given by RIFFD_STATE_DIR that others may list
@@ -721,6 +729,7 @@ def stat_mode(path: Path) -> int:
     return os.lstat(path).st_mode & 0o777
 
 
+@requires_corpus
 def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once(sandbox: Sandbox) -> None:
     data = resumed_duplicate().data
     paths = []
@@ -743,3 +752,24 @@ def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once
     by_daemon = len(sandbox.backup_ids())
     assert by_fix + by_daemon == len(paths), (by_fix, by_daemon)  # one backup per repair: each repaired once
     assert outcomes.count("repaired") == by_fix
+
+
+def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_one_as_running(
+        sandbox: Sandbox) -> None:
+    sandbox.write_config(reports__interval=3600.0)  # the scheduled report is an hour away: the first comes anyway
+    started = time.time()
+    daemon = sandbox.start()
+    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid),
+                               "a report of the new daemon", timeout=15)
+    assert report_time(report) >= started - 1 and report["daemon"]["running"]
+    status = sandbox.riffd("status")
+    assert status.returncode == 0 and f"running (pid {daemon.pid})" in status.stdout, status.stdout
+    log = daemon.stderr()
+    assert "in repair mode" in log and "quiet period" in log and "start-up pass done" in log
+    daemon.stop()
+    status = sandbox.riffd("status")
+    assert status.returncode == 3, status.stdout
+    assert "daemon: running" not in status.stdout and "running (pid" not in status.stdout, status.stdout
+    assert "has stopped" in status.stdout
+    document = json.loads(sandbox.riffd("status", "--json").stdout)
+    assert document["running"] is False and document["latest_report"]["daemon"]["running"] is False

@@ -1,10 +1,12 @@
-"""Logging to stderr: one line per event, plain or JSON (for journald and log shippers)."""
+"""Logging to stderr: one line per event, plain (timestamped, unless journald stamps it) or JSON (for log shippers)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -30,13 +32,22 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+def plain_formatter(environ: Mapping[str, str] | None = None) -> logging.Formatter:
+    """Return the plain one-line format: with a local timestamp, unless journald stamps the lines itself (it sets
+    JOURNAL_STREAM for a service's stderr)."""
+    env = os.environ if environ is None else environ
+    if env.get("JOURNAL_STREAM"):
+        return logging.Formatter("riffd: %(levelname)s: %(message)s")
+    return logging.Formatter("%(asctime)s riffd: %(levelname)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S%z")
+
+
 def configure(level: str, format: str = "plain") -> None:
     """Send riffd's log to stderr at `level` (debug/info/warning/error) in `format` (plain/json)."""
     handler = logging.StreamHandler(sys.stderr)
     if format == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("riffd: %(levelname)s: %(message)s"))
+        handler.setFormatter(plain_formatter())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -105,7 +105,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """`riffd status`: exit 0 running and healthy, 1 running with problems, 3 not running."""
+    """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not running."""
     from riffd.daemon.lock import running_pid
     from riffd.daemon.report import read_latest, render_markdown
 
@@ -114,6 +114,8 @@ def run_status(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     pid = running_pid(config.state_dir)
     latest = read_latest(config.reports.dir)
+    if latest is not None and (latest.get("daemon") or {}).get("pid") != pid:
+        latest = as_seen_now(latest, pid)
     if args.json:
         sys.stdout.write(orjson.dumps({"running": pid is not None, "pid": pid, "latest_report": latest},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -125,4 +127,22 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"no report yet in {config.reports.dir}")
     if pid is None:
         return EXIT_NOT_RUNNING
-    return EXIT_OK if latest is not None and latest.get("healthy") else EXIT_FINDINGS
+    if latest is None or latest.get("stale"):
+        print(f"riffd daemon: starting: pid {pid} has not written its first report yet (it does once the files "
+              "found at start are looked at)")
+        return EXIT_OK  # starting is not a problem
+    return EXIT_OK if latest.get("healthy") else EXIT_FINDINGS
+
+
+def as_seen_now(report: dict[str, Any], pid: int | None) -> dict[str, Any]:
+    """Given a report written by a daemon that is no longer the running one (`pid`: the running daemon, or None),
+    return it as true now: that daemon marked stopped, and a problem saying so."""
+    daemon = dict(report.get("daemon") or {})
+    written_by = daemon.get("pid")
+    daemon["running"] = False
+    seen = report.get("generated_at", "?")
+    problem = (f"this report was written at {seen} by riffd pid {written_by}, which has stopped; "
+               + (f"the daemon running now (pid {pid}) has not written one yet" if pid else
+                  "no daemon runs now (`riffd run`, or `riffd service install`)"))
+    return {**report, "daemon": daemon, "healthy": False, "stale": True,
+            "problems": [problem, *[item for item in report.get("problems", []) if "not running" not in item]]}

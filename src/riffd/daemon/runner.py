@@ -30,8 +30,15 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
-from riffd.archive.store import Archive, ingest_file
+from riffd.archive.store import Archive
 from riffd.config import Config, ConfigError, config_path, load_config
+from riffd.daemon.jobs import (
+    INFORMATIONAL_NAMES,
+    archive_summary,
+    backup_retention,
+    catch_up_archive,
+    log_startup_summary,
+)
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
 from riffd.daemon.report import build_report, write_report
@@ -93,6 +100,7 @@ class Stats:
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
     errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
     last_reload: dict[str, Any] | None = None
+    busy: bool = False  # the worker is processing a file
 
     def error(self, message: str, suggestion: str = "") -> None:
         self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion})
@@ -158,8 +166,11 @@ class Daemon:
         self._start_scheduler()
         queued = self._reconcile()
         self._queue_pending_repairs()
-        log.info("riffd %s started (pid %d): %d file(s) to look at; config %s", __version__, os.getpid(), queued,
-                 config.source or "defaults (no file)")
+        mode = (f"repair mode: idle sessions are repaired after a verified backup (quiet period "
+                f"{config.repair.quiet_period:g} s)" if config.repair.mode == "repair"
+                else "report-only mode: nothing is rewritten")
+        log.info("riffd %s started (pid %d) in %s; %d file(s) to look at; config %s", __version__, os.getpid(),
+                 mode, queued, config.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
 
     def _start_watcher(self) -> None:
@@ -251,7 +262,11 @@ class Daemon:
     def _serve(self) -> None:
         last_ping = last_status = 0.0
         ping_every = self.notifier.watchdog_interval()
+        startup_pass_done = False
         while not self.stop.wait(TICK_SECONDS):
+            if not startup_pass_done and not len(self.queue) and not self.stats.busy:
+                startup_pass_done = True
+                self._after_startup_pass()
             if self.reload_requested.is_set() or self._stamp() != self._config_stamp:
                 self.reload_requested.clear()
                 self.reload()
@@ -263,6 +278,15 @@ class Daemon:
             if self.notifier.enabled and now - last_status >= 10 * TICK_SECONDS:
                 self.notifier.status(self._status_line())
                 last_status = now
+
+    def _after_startup_pass(self) -> None:
+        """Once the files found at start are looked at: one summary line, and a first report right away."""
+        assert self.store is not None
+        log_startup_summary(self.store, self.config)
+        try:
+            self.write_report()
+        except (OSError, sqlite3.Error) as exc:
+            log.error("could not write the first report: %s", exc)
 
     def _status_line(self) -> str:
         watched = self.store.count_files() if self.store else 0
@@ -348,7 +372,11 @@ class Daemon:
             if item is None:
                 continue
             path, first_event = item
-            self._process(Path(path), first_event)
+            self.stats.busy = True
+            try:
+                self._process(Path(path), first_event)
+            finally:
+                self.stats.busy = False
 
     def _process(self, path: Path, first_event: float) -> None:
         assert self.worker is not None and self.store is not None
@@ -382,12 +410,19 @@ class Daemon:
             self.queue.put(str(path), delay=outcome.retry_after)
 
     def _log_outcome(self, outcome: Outcome) -> None:
-        log.info(
-            "%s: %s, %d line(s), %d byte(s), %d finding(s)%s in %.1f ms",
+        damage = {name: count for name, count in outcome.classes.items() if name not in INFORMATIONAL_NAMES}
+        # An append with nothing wrong is what Claude Code does all day: DEBUG. Damage and repairs: INFO.
+        quiet = outcome.kind == "appended" and not damage and not outcome.repair
+        found = ", ".join(f"{name} {count}" for name, count in sorted(outcome.classes.items()))
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "%s: %s, %d line(s), %d byte(s), %d finding(s)%s%s in %.1f ms",
             outcome.path, outcome.kind, outcome.lines, outcome.bytes, outcome.findings,
-            f", repair {outcome.repair}" if outcome.repair else "", outcome.seconds * 1000,
+            f" ({found})" if found else "", f", repair {outcome.repair}" if outcome.repair else "",
+            outcome.seconds * 1000,
             extra={"path": outcome.path, "outcome": outcome.kind, "lines": outcome.lines, "bytes": outcome.bytes,
-                   "findings": outcome.findings, "repair": outcome.repair, "ms": round(outcome.seconds * 1000, 2)},
+                   "findings": outcome.findings, "classes": outcome.classes, "repair": outcome.repair,
+                   "why": outcome.why or None, "ms": round(outcome.seconds * 1000, 2)},
         )
 
     # --- scheduled jobs ---------------------------------------------------------------------------
@@ -405,15 +440,7 @@ class Daemon:
             log.info("rescan: %d file(s) changed without an event", queued)
 
     def _backup_retention(self) -> None:
-        backups = self.config.backups
-        if backups.dir.is_dir():
-            removed = BackupStore(backups.dir).prune(
-                keep_per_file=backups.keep_per_file,
-                max_age_days=backups.max_age_days,
-                max_total_bytes=int(backups.max_total_mb * 1e6) if backups.max_total_mb else None,
-            )
-            if removed:
-                log.info("backup retention removed %d backup(s)", len(removed))
+        backup_retention(self.config)
 
     def _prune_tracker(self) -> None:
         self.tracker.prune(time.time())
@@ -431,31 +458,11 @@ class Daemon:
             log.info("archive settled")
 
     def _catch_up_archive(self) -> None:
-        """Archive what the worker read but could not archive (a full disk, a locked database), from the
-        archive's own watermark, so every line is archived once."""
-        if self.archive is None or self.store is None:
-            return
-        for path, offset in self.store.offsets().items():
-            try:
-                if self.archive.cursor(path)[1] < offset and Path(path).is_file():
-                    added = ingest_file(self.archive, Path(path))
-                    log.info("%s: archived %d line(s) the archive had missed", path, added)
-            except (OSError, sqlite3.Error) as exc:  # the next rescan tries again; the others go on now
-                log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
-                if isinstance(exc, sqlite3.Error):
-                    self.archive.reopen_if_damaged(exc)
+        if self.archive is not None and self.store is not None:
+            catch_up_archive(self.archive, self.store)
 
     def _archive_summary(self) -> dict[str, Any]:
-        if self.archive is None or self.store is None:
-            return {}
-        try:
-            stats = self.archive.stats()
-            files, lag = self.archive.behind(self.store.offsets())
-        except (sqlite3.Error, OSError) as exc:  # a report is written whatever the archive does
-            self.archive.reopen_if_damaged(exc)
-            return {"error": str(exc)}
-        return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
-                "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
+        return {} if self.archive is None or self.store is None else archive_summary(self.archive, self.store)
 
     def snapshot(self) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""

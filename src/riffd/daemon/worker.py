@@ -78,6 +78,7 @@ class Outcome:
     repair: str | None = None  # repaired / skipped:<reason> / failed:<reason>
     retry_after: float | None = None  # process again after this many seconds (a repair is waiting)
     why: str = ""
+    classes: dict[str, int] = field(default_factory=dict)  # the file's findings by class after this processing
 
 
 class IndexCache:
@@ -262,7 +263,8 @@ class Worker:
         )
         self.cache.put(name, index)
         del loaded
-        return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why)
+        return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why,
+                       classes=dict(Counter(str(finding.cls) for finding in findings)))
 
     def _archive_rewritten(self, name: str, watermark: Watermark | None, why: str, kind: str, own: bool) -> bool:
         """Whether the archive must start a new generation of `name` (it was rewritten, by anyone)."""

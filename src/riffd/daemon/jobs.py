@@ -1,0 +1,73 @@
+"""The daemon's jobs that need only the parts they are given: backup retention, catching the archive up, the
+archive's figures for the report, and the summary after the start-up pass. riffd.daemon.runner schedules them."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from riffd.archive.store import Archive, ingest_file
+from riffd.config import Config
+from riffd.daemon.state import StateStore
+from riffd.repair.backup import BackupStore
+from riffd.transcript.findings import INFORMATIONAL
+
+log = logging.getLogger(__name__)
+
+INFORMATIONAL_NAMES = frozenset(map(str, INFORMATIONAL))
+
+
+def backup_retention(config: Config) -> None:
+    """Remove backups beyond the configured retention (the newest of each file is always kept)."""
+    backups = config.backups
+    if backups.dir.is_dir():
+        removed = BackupStore(backups.dir).prune(
+            keep_per_file=backups.keep_per_file,
+            max_age_days=backups.max_age_days,
+            max_total_bytes=int(backups.max_total_mb * 1e6) if backups.max_total_mb else None,
+        )
+        if removed:
+            log.info("backup retention removed %d backup(s)", len(removed))
+
+
+def catch_up_archive(archive: Archive, store: StateStore) -> None:
+    """Archive what the worker read but could not archive (a full disk, a locked database), from the archive's own
+    watermark, so every line is archived once; a file that fails now is tried again at the next rescan."""
+    for path, offset in store.offsets().items():
+        try:
+            if archive.cursor(path)[1] < offset and Path(path).is_file():
+                added = ingest_file(archive, Path(path))
+                log.info("%s: archived %d line(s) the archive had missed", path, added)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
+            if isinstance(exc, sqlite3.Error):
+                archive.reopen_if_damaged(exc)
+
+
+def archive_summary(archive: Archive, store: StateStore) -> dict[str, Any]:
+    """The archive's figures for the health report (an error, never an exception: a report is written whatever the
+    archive does)."""
+    try:
+        stats = archive.stats()
+        files, lag = archive.behind(store.offsets())
+    except (sqlite3.Error, OSError) as exc:
+        archive.reopen_if_damaged(exc)
+        return {"error": str(exc)}
+    return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
+            "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
+
+
+def log_startup_summary(store: StateStore, config: Config) -> None:
+    """One line once the files found at start are looked at: files, damage by class, repairs waiting and why."""
+    watched, with_findings, by_class = store.finding_summary(INFORMATIONAL_NAMES)
+    damage = {name: count for name, count in by_class.items() if name not in INFORMATIONAL_NAMES}
+    waiting = store.files_needing_repair()
+    why = ("" if not waiting else " (sessions still live or within the quiet period; repaired once idle)"
+           if config.repair.mode == "repair" else " (report-only mode: nothing is repaired)")
+    log.info("start-up pass done: %d file(s) watched, %d with findings (%s); %d repair(s) waiting%s",
+             watched, with_findings, ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))
+             or "no damage", len(waiting), why,
+             extra={"watched": watched, "with_findings": with_findings, "findings_by_class": damage,
+                    "repairs_waiting": len(waiting)})
