@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 # Tests run against the working tree, also when riffd is not installed into the interpreter.
 SRC_DIR = Path(__file__).resolve().parent.parent / "src"
@@ -74,12 +77,29 @@ def line_spans(data: bytes) -> list[LineSpan]:
 
 # --- corpus and scanning helpers for the detection, repair and property tests -------------------------
 
-CORPUS_DIR = Path(os.environ.get("RIFFD_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"))
+# The real transcripts: the folder RIFFD_CORPUS names (used as given, even when it does not exist, so that
+# `RIFFD_CORPUS=/nonexistent` runs the suite as a plain clone would), else shared/corpus/real beside the checkout.
+# Without them every test that reads them is skipped, all for the one reason below; the others still run.
+NO_CORPUS = "no real transcripts: set RIFFD_CORPUS or put shared/ beside the checkout (../shared/corpus/real)"
+CORPUS_DIR = Path(os.environ.get("RIFFD_CORPUS") or Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real")
+HAVE_CORPUS = CORPUS_DIR.is_dir()
+
+# The one way to skip without the corpus: decorate a test (`@requires_corpus`), a module (`pytestmark =
+# requires_corpus`) or a parameter (`pytest.param(..., marks=requires_corpus)`).
+requires_corpus = pytest.mark.skipif(not HAVE_CORPUS, reason=NO_CORPUS)
 
 
 def corpus_transcripts() -> list[Path]:
     """Return every real transcript of the corpus (`*.jsonl`, subagent files included), sorted."""
     return sorted(CORPUS_DIR.rglob("*.jsonl"))
+
+
+def corpus_transcript_params() -> list:
+    """Return `parametrize` values over every corpus transcript (id: its path in the corpus); without the corpus,
+    one parameter skipped for NO_CORPUS, so the test still collects."""
+    if not HAVE_CORPUS:
+        return [pytest.param(None, id="no-corpus", marks=requires_corpus)]
+    return [pytest.param(path, id=str(path.relative_to(CORPUS_DIR))) for path in corpus_transcripts()]
 
 
 def corpus_injection_bases() -> list[Path]:
@@ -90,6 +110,13 @@ def corpus_injection_bases() -> list[Path]:
         for path in corpus_transcripts()
         if path.parent.name != "subagents" and path.read_bytes().endswith(b"\n")
     ]
+
+
+@functools.cache
+def corpus_base_lines() -> dict[Path, list[bytes]]:
+    """Return the lines of every injection base (corpus_injection_bases), read once per session and shared:
+    call it from a test, never at import, so a module without the corpus still imports."""
+    return {path: corpus_lines(path) for path in corpus_injection_bases()}
 
 
 def corpus_lines(path: Path) -> list[bytes]:

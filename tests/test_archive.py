@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import CORPUS_DIR, corpus_transcripts, transcript_line
+from conftest import CORPUS_DIR, corpus_transcripts, requires_corpus, transcript_line
 from damage import generated_session
 from riffd.archive.pieces import normalise
 from riffd.archive.store import Archive, ingest_file
@@ -123,6 +123,7 @@ def _assert_each_line_once(db_path: Path, originals: dict[str, bytes]) -> None:
 # --- zero loss --------------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_real_corpus_restores_byte_for_byte_after_the_originals_are_deleted(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     assert any(not copy.read_bytes().endswith(b"\n") for copy in copies), "the corpus has a file without newline"
@@ -156,6 +157,7 @@ def _build_generated_corpus(root: Path, size_mb: float, seed: int) -> dict[str, 
     return {str(path): path.read_bytes() for path in sorted((root / "projects").rglob("*.jsonl"))}
 
 
+@requires_corpus
 @pytest.mark.slow
 def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_path: Path) -> None:
     originals = _build_generated_corpus(tmp_path, 50, seed=7)
@@ -346,6 +348,7 @@ def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_l
 # --- dedup ------------------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
@@ -379,6 +382,7 @@ def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> No
     archive.close()
 
 
+@requires_corpus
 def test_resumed_copies_add_only_envelopes(tmp_path: Path) -> None:
     sessions = [path for path in corpus_transcripts() if path.parent.name != "subagents"]
     for source in sessions:
@@ -501,6 +505,7 @@ def test_search_in_process_filters_whitespace_variants_and_fts_syntax(search_arc
 # --- export, stats ----------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_export_json_form_and_stats_figures(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))

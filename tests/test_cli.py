@@ -19,10 +19,10 @@ import orjson
 import pytest
 
 import damage
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 README = Path(__file__).resolve().parents[1] / "README.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
@@ -36,9 +36,9 @@ def claude_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (claude / "sessions").mkdir()
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
     monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
-    source = CORPUS / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
+    source = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
     (project / f"{SESSION}.jsonl").write_bytes(source.read_bytes())
-    healthy = CORPUS / "marot-spotter" / "short.jsonl"
+    healthy = CORPUS_DIR / "marot-spotter" / "short.jsonl"
     (project / "short.jsonl").write_bytes(healthy.read_bytes())
     return claude
 
@@ -64,6 +64,7 @@ def session_file(claude: Path) -> Path:
     return claude / "projects" / "-path-to-Demo" / f"{SESSION}.jsonl"
 
 
+@requires_corpus
 def test_scan_of_healthy_default_roots_exits_0(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scan"]) == EXIT_OK
     captured = capsys.readouterr()
@@ -71,6 +72,7 @@ def test_scan_of_healthy_default_roots_exits_0(claude_home: Path, capsys: pytest
     assert "scanned 2 file(s)" in captured.err and "0 finding(s)" in captured.err
 
 
+@requires_corpus
 def test_scan_reports_damage_with_line_and_api_error(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     added = damage_with_resumed_duplicate(session_file(claude_home))
     assert main(["scan"]) == EXIT_FINDINGS
@@ -81,6 +83,7 @@ def test_scan_reports_damage_with_line_and_api_error(claude_home: Path, capsys: 
     assert f"riffd fix {session_file(claude_home)}" in out
 
 
+@requires_corpus
 def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
     claude_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -100,6 +103,7 @@ def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
     assert f"line {cut + 1}: missing_tool_result: " in capsys.readouterr().out
 
 
+@requires_corpus
 def test_scan_json_is_a_versioned_document(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     damage_with_resumed_duplicate(session_file(claude_home))
     assert main(["scan", "--json", str(claude_home / "projects")]) == EXIT_FINDINGS
@@ -123,6 +127,7 @@ def test_unknown_command_exits_2_with_help_hint(capsys: pytest.CaptureFixture[st
     assert "riffd --help" in capsys.readouterr().err
 
 
+@requires_corpus
 def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)
@@ -134,7 +139,7 @@ def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsy
     out = capsys.readouterr().out
     assert f"repaired {path}" in out
     assert path.read_bytes() != damaged
-    source = CORPUS / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
+    source = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
     assert path.read_bytes() == source.read_bytes()  # the injected line removed, nothing else touched
     backups = list((claude_home.parent / "state" / "backups").glob("*.gz"))
     assert len(backups) == 1 and not backups[0].name.endswith(".jsonl")
@@ -144,6 +149,7 @@ def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsy
     assert len(list((claude_home.parent / "state" / "backups").glob("*.gz"))) == 1
 
 
+@requires_corpus
 def test_fix_leaves_a_live_session_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)
@@ -155,6 +161,7 @@ def test_fix_leaves_a_live_session_alone(claude_home: Path, capsys: pytest.Captu
     assert f"skipped {path}: live" in capsys.readouterr().out
 
 
+@requires_corpus
 def test_fix_respects_the_quiet_period(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)  # just written: modified now
@@ -164,6 +171,7 @@ def test_fix_respects_the_quiet_period(claude_home: Path, capsys: pytest.Capture
     assert "live" in capsys.readouterr().out
 
 
+@requires_corpus
 def test_backups_list_and_restore_round_trip(claude_home: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     path = session_file(claude_home)
@@ -214,6 +222,7 @@ def test_readme_documents_every_command_and_flag() -> None:
     assert not missing, f"README does not document: {missing}"
 
 
+@requires_corpus
 def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
     claude_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -235,6 +244,7 @@ def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
     assert main(["scan"]) == EXIT_OK
 
 
+@requires_corpus
 def test_fix_leaves_a_live_sessions_agent_file_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A 2.0.x subagent file is named agent-<id>.jsonl; only its lines' sessionId ties it to the live session."""
     agent = session_file(claude_home).with_name("agent-1234abcd.jsonl")

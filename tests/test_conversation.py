@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.transcript.conversation import EXTERNAL, ORPHAN, ROOT, SIDECHAIN_ROOT, conversation_of
@@ -26,10 +27,9 @@ from riffd.transcript.sidechains import (
     find_sidechains,
 )
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
-MAROT_SESSION = CORPUS / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-KIMUSON_SESSION = CORPUS / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
-REWIND_COMPACT = CORPUS / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
+MAROT_SESSION = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+KIMUSON_SESSION = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+REWIND_COMPACT = CORPUS_DIR / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
 SESSION_ID = "0badc0de-0000-4000-8000-000000000001"
 
 
@@ -87,6 +87,7 @@ def names_by_path(sidechains: list[Sidechain]) -> dict[str, str]:
 # --- the active chain, branches, roots and cycles -----------------------------------------------------------------
 
 
+@requires_corpus
 def test_rewind_branch_and_compaction_of_the_real_dag_sample() -> None:
     index = index_file(REWIND_COMPACT).index
     conversation = conversation_of(index)
@@ -166,6 +167,7 @@ def test_a_loop_through_logical_parents_also_stops_with_a_warning(
     assert any("uuid after" in entry.getMessage() for entry in caplog.records)
 
 
+@requires_corpus
 def test_parallel_tool_results_are_splits_not_forks() -> None:
     conversation = conversation_of(index_file(MAROT_SESSION).index)
     assert len(conversation.branches) > 100  # results and hook progress hang from their tool_use lines
@@ -177,6 +179,7 @@ def test_parallel_tool_results_are_splits_not_forks() -> None:
 # --- sidechains -------------------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_every_subagent_file_of_the_real_2_1_session_is_named() -> None:
     scanned = index_file(MAROT_SESSION)
     agent_files = agent_files_of(MAROT_SESSION)
@@ -201,6 +204,7 @@ def test_every_subagent_file_of_the_real_2_1_session_is_named() -> None:
     assert [sidechain.agent for sidechain in sidechains] == [COMPACTION_AGENT, "claude-code-guide"]
 
 
+@requires_corpus
 def test_the_task_result_alone_links_a_2_1_agent(tmp_path: Path) -> None:
     """Without the progress lines, the Task result's toolUseResult.agentId names the agent."""
     session = tmp_path / MAROT_SESSION.name
@@ -212,6 +216,7 @@ def test_the_task_result_alone_links_a_2_1_agent(tmp_path: Path) -> None:
     assert (task.agent, task.linked_by) == ("claude-code-guide", "tool_result")
 
 
+@requires_corpus
 def test_inline_sidechains_of_the_real_1_0_session_are_grouped_and_named() -> None:
     scanned = index_file(KIMUSON_SESSION)
     sidechains = find_sidechains(scanned.index)
@@ -275,6 +280,7 @@ def test_meta_json_names_an_agent_nothing_else_links_and_unknown_is_the_last_res
         ("m1", "Plan", "meta", None), ("m2", UNKNOWN_AGENT, "none", None)]
 
 
+@requires_corpus
 def test_a_subagent_file_read_on_its_own_hangs_from_its_session(tmp_path: Path) -> None:
     compaction = MAROT_SESSION.with_suffix("") / "subagents" / "agent-acompact-fffbd0.jsonl"
     roots = conversation_of(index_file(compaction).index).roots
@@ -284,6 +290,7 @@ def test_a_subagent_file_read_on_its_own_hangs_from_its_session(tmp_path: Path) 
 # --- riffd show -----------------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_show_json_documents_the_structure(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(MAROT_SESSION), "--format", "json"]) == EXIT_OK
     document = json.loads(capsys.readouterr().out)
@@ -300,6 +307,7 @@ def test_show_json_documents_the_structure(capsys: pytest.CaptureFixture[str]) -
     assert session["branches"]["forks"] == [] and session["branches"]["tool_splits"] == 185
 
 
+@requires_corpus
 def test_show_text_and_markdown(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", str(REWIND_COMPACT)]) == EXIT_OK
     text = capsys.readouterr().out

@@ -11,9 +11,11 @@ import pytest
 import damage
 from conftest import (
     CORPUS_DIR,
-    corpus_injection_bases,
+    corpus_base_lines,
     corpus_lines,
+    corpus_transcript_params,
     corpus_transcripts,
+    requires_corpus,
     scan_transcript_bytes,
 )
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
@@ -34,9 +36,6 @@ API_TEXTS = {
     FindingClass.DUPLICATE_TOOL_USE: "`tool_use` ids must be unique",
 }
 
-BASES = corpus_injection_bases()
-BASE_LINES = {path: corpus_lines(path) for path in BASES}
-
 
 def finding_keys(findings) -> list[tuple]:
     return sorted((f.cls.value, f.lines, f.tool_id, f.detail) for f in findings)
@@ -46,12 +45,13 @@ def expected_keys(expected: list[damage.Expect]) -> list[tuple]:
     return sorted((e.cls.value, e.lines, e.tool_id, e.detail) for e in expected)
 
 
+@requires_corpus
 def test_corpus_is_there():
     assert len(corpus_transcripts()) >= 11, CORPUS_DIR
     assert any(path.parent.name == "subagents" for path in corpus_transcripts())
 
 
-@pytest.mark.parametrize("path", corpus_transcripts(), ids=lambda path: str(path.relative_to(CORPUS_DIR)))
+@pytest.mark.parametrize("path", corpus_transcript_params())
 def test_real_transcript_gives_no_finding(path: Path):
     report = scan_file(path)
     assert report.error is None
@@ -61,13 +61,14 @@ def test_real_transcript_gives_no_finding(path: Path):
     assert report.metrics["lines"] == len(corpus_lines(path))
 
 
+@requires_corpus
 @pytest.mark.parametrize("name", sorted(damage.INJECTORS))
 def test_injected_damage_gives_exactly_its_findings(name: str, tmp_path: Path):
     injector = damage.INJECTORS[name]
     injected = 0
-    for base in BASES:
+    for base, lines in corpus_base_lines().items():
         try:
-            damaged = injector(BASE_LINES[base], None)
+            damaged = injector(lines, None)
         except damage.NoPoint:
             continue
         injected += 1
@@ -79,6 +80,7 @@ def test_injected_damage_gives_exactly_its_findings(name: str, tmp_path: Path):
     assert injected >= 3, f"{name} found a place in only {injected} corpus files"
 
 
+@requires_corpus
 def test_every_finding_class_has_an_injector():
     base = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
     produced = set()
@@ -88,6 +90,7 @@ def test_every_finding_class_has_an_injector():
     assert produced == set(FindingClass) - INFORMATIONAL  # informational classes are not damage
 
 
+@requires_corpus
 def test_resumed_duplicate_names_both_results(tmp_path: Path):
     damaged = damage.inject_resumed_duplicate(corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"))
     _path, scanned = scan_transcript_bytes(tmp_path, damaged.data)
@@ -253,6 +256,7 @@ def test_terminated_bad_last_line_is_malformed_not_torn(tmp_path: Path):
     assert [(f.cls, f.lines) for f in scanned.findings] == [(FindingClass.MALFORMED_LINE, (5,))]
 
 
+@requires_corpus
 def test_nul_run_is_malformed_with_its_reason(tmp_path: Path):
     damaged = damage.inject_nul_run(corpus_lines(CORPUS_DIR / "marot-spotter" / "short.jsonl"))
     _path, scanned = scan_transcript_bytes(tmp_path, damaged.data)
@@ -264,6 +268,7 @@ def test_nul_run_is_malformed_with_its_reason(tmp_path: Path):
 # --- compaction -----------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_compact_boundary_continues_to_its_logical_parent():
     path = CORPUS_DIR / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
     tree = damage.Tree(corpus_lines(path))
@@ -334,6 +339,7 @@ def test_a_result_across_a_boundary_is_an_orphan_and_leaves_its_use_unanswered(t
 # --- metrics --------------------------------------------------------------------------------------
 
 
+@requires_corpus
 def test_metrics_count_blocks_duplicates_and_ids(tmp_path: Path):
     base = corpus_lines(CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl")
     _path, healthy = scan_transcript_bytes(tmp_path, b"".join(base))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS_DIR
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
 from riffd.commands.export import MANIFEST, Exporter, sidechains_of
 
@@ -16,6 +16,7 @@ DAG = CORPUS_DIR / "daaain-claude-code-log" / "dag_compact_after_rewind.jsonl"
 REAL = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 
 
+@requires_corpus
 def test_markdown_has_the_active_branch_only(tmp_path: Path) -> None:
     result = Exporter(tmp_path / "out").export(DAG)
     assert result.status == "exported"
@@ -26,11 +27,13 @@ def test_markdown_has_the_active_branch_only(tmp_path: Path) -> None:
     assert text.index("Start") < text.index("Second attempt") < text.index("After compaction")
 
 
+@requires_corpus
 def test_markdown_shows_tool_calls_and_results(tmp_path: Path) -> None:
     text = Path(Exporter(tmp_path / "out").export(REAL).target or "").read_text()
     assert "**Tool call:" in text and "**Tool result" in text and "```json" in text
 
 
+@requires_corpus
 def test_jsonl_lines_are_the_source_lines_byte_for_byte(tmp_path: Path) -> None:
     result = Exporter(tmp_path / "out", "jsonl").export(DAG)
     exported = Path(result.target or "").read_bytes().splitlines(keepends=True)
@@ -39,6 +42,7 @@ def test_jsonl_lines_are_the_source_lines_byte_for_byte(tmp_path: Path) -> None:
     assert [source.index(line) for line in exported] == sorted(source.index(line) for line in exported)
 
 
+@requires_corpus
 def test_a_malformed_line_is_reported_and_the_export_goes_on(tmp_path: Path) -> None:
     lines = REAL.read_bytes().splitlines(keepends=True)
     damaged = tmp_path / "s.jsonl"
@@ -51,6 +55,7 @@ def test_a_malformed_line_is_reported_and_the_export_goes_on(tmp_path: Path) -> 
     assert f"Line(s) {len(lines) - 2} of the source do not parse" in Path(markdown.target or "").read_text()
 
 
+@requires_corpus
 def test_a_rerun_resumes_and_skips_what_is_done(tmp_path: Path) -> None:
     sources = tmp_path / "src"
     sources.mkdir()
@@ -76,6 +81,7 @@ def test_unknown_format_is_refused(tmp_path: Path) -> None:
         Exporter(tmp_path, "html")
 
 
+@requires_corpus
 def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / f"{DAG.stem}.md").exists()
@@ -88,6 +94,7 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "out")]) == 2
 
 
+@requires_corpus
 def test_sidechains_are_exported_under_their_agent_names(tmp_path: Path) -> None:
     inline = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
     text = Path(Exporter(tmp_path / "a", sidechains=sidechains_of).export(inline).target or "").read_text()
@@ -97,6 +104,7 @@ def test_sidechains_are_exported_under_their_agent_names(tmp_path: Path) -> None
     assert "## Subagent: claude-code-guide" in text and "## Subagent: compaction" in text
 
 
+@requires_corpus
 def test_cli_exports_agent_files_inside_their_session_only(tmp_path: Path) -> None:
     project = tmp_path / "p"
     shutil.copytree(CORPUS_DIR / "marot-spotter", project)

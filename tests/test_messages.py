@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_lines
+from conftest import CORPUS_DIR, corpus_lines, requires_corpus
 from riffd.commands.fix import _fix_one
 from riffd.fsio import FileSystem
 from riffd.paths import iter_transcripts
@@ -53,6 +53,7 @@ def damaged_copy(tmp_path: Path) -> Path:
     return path
 
 
+@requires_corpus
 def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> None:
     path = damaged_copy(tmp_path)
     path.unlink()
@@ -61,6 +62,7 @@ def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> 
     assert outcome["detail"] == f"{path}: deleted while riffd worked; nothing to do"
 
 
+@requires_corpus
 def test_a_file_replaced_between_the_scan_and_the_plan_is_changed_not_an_internal_error(tmp_path: Path) -> None:
     path = damaged_copy(tmp_path)
     scanned = index_file(path, with_identity=True)

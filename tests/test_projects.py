@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.transcript.projects import (
@@ -19,10 +20,9 @@ from riffd.transcript.projects import (
     resolve_target,
 )
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
-SESSION_SOURCE = CORPUS / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
-MAROT_SESSION = CORPUS / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
+SESSION_SOURCE = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
+MAROT_SESSION = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 
 
 def test_every_character_outside_ascii_letters_and_digits_becomes_a_dash() -> None:
@@ -71,6 +71,7 @@ def claude_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return claude / "projects"
 
 
+@requires_corpus
 def test_resolve_a_file_a_session_id_and_a_project_path(claude_root: Path, tmp_path: Path) -> None:
     (folder,) = claude_root.iterdir()
     roots = [claude_root]
@@ -87,6 +88,7 @@ def test_resolve_a_file_a_session_id_and_a_project_path(claude_root: Path, tmp_p
     assert resolve_target(str(folder), roots, subagents=False) == sorted([folder / f"{SESSION}.jsonl", marot])
 
 
+@requires_corpus
 def test_resolve_says_what_it_tried(claude_root: Path, tmp_path: Path) -> None:
     missing_id = "00000000-1111-2222-3333-444444444444"
     with pytest.raises(FileNotFoundError, match=f"no session {missing_id}.*{claude_root}"):
@@ -108,6 +110,7 @@ def test_agent_files_of_both_layouts(tmp_path: Path) -> None:
                                        tmp_path / "agent-old.jsonl"]
 
 
+@requires_corpus
 def test_scan_project_reads_the_projects_claude_folder(claude_root: Path, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scan", "--project", str(tmp_path / "work" / "my.app")]) == EXIT_OK
@@ -117,6 +120,7 @@ def test_scan_project_reads_the_projects_claude_folder(claude_root: Path, tmp_pa
     assert "no Claude Code project folder" in err and project_folder_name(str(tmp_path / "work")) in err
 
 
+@requires_corpus
 def test_show_by_session_id_and_by_project_path(claude_root: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["show", MAROT_SESSION.stem, "--format", "json"]) == EXIT_OK

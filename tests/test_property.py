@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -10,12 +11,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import damage
-from conftest import corpus_injection_bases, corpus_lines
+from conftest import corpus_base_lines, requires_corpus
 from riffd.repair.plan import RemoveLine
 from test_repair import repair_and_check
 
-BASE_LINES = {path.name: corpus_lines(path) for path in corpus_injection_bases()}
-BASE_LINES["generated-9-segments"] = damage.generated_session(segments=9, turns=2, parallel=2)
+pytestmark = requires_corpus  # the bases are the real transcripts (and one generated session)
+
+
+@functools.cache
+def base_lines() -> dict[str, list[bytes]]:
+    """The transcripts damage is injected into, by name: read when the test first runs, never at import."""
+    bases = {path.name: lines for path, lines in corpus_base_lines().items()}
+    bases["generated-9-segments"] = damage.generated_session(segments=9, turns=2, parallel=2)
+    return bases
 
 
 def holds_tool_blocks(raw: bytes) -> bool:
@@ -28,12 +36,12 @@ def holds_tool_blocks(raw: bytes) -> bool:
 
 @settings(max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    base=st.sampled_from(sorted(BASE_LINES)),
+    base=st.deferred(lambda: st.sampled_from(sorted(base_lines()))),
     names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),
     data=st.data(),
 )
 def test_mixed_damage_is_repaired_soundly(base: str, names: list[str], data: st.DataObject):
-    lines = BASE_LINES[base]
+    lines = base_lines()[base]
     applied = []
     for name in names:
         try:

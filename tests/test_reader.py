@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.fsio import FileSystem, ReadFailed, RetryPolicy
 from riffd.transcript.reader import Unparsed, iter_lines, parse_line, read_span
 from riffd.transcript.scan import index_file, scan_file
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
 FAST_RETRY = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.004)
 
 
@@ -105,10 +105,11 @@ def test_parse_line_marks_damage_unparsed(raw: bytes) -> None:
     assert isinstance(parse_line(raw), Unparsed)
 
 
+@requires_corpus
 @pytest.mark.parametrize("seed", range(5))
 def test_eio_on_30_percent_of_reads_gives_the_clean_result(seed: int) -> None:
     flaky = FlakyFS(0.3, seed=seed)
-    for path in sorted(CORPUS.rglob("*.jsonl")):
+    for path in sorted(CORPUS_DIR.rglob("*.jsonl")):
         clean = list(iter_lines(path, chunk_size=16384))
         digest = hashlib.sha256()
         noisy = list(iter_lines(path, chunk_size=16384, fs=flaky, retry=FAST_RETRY, hasher=digest))
@@ -117,8 +118,9 @@ def test_eio_on_30_percent_of_reads_gives_the_clean_result(seed: int) -> None:
     assert flaky.failures > 30  # the fault really was injected, many times
 
 
+@requires_corpus
 def test_eio_on_30_percent_of_reads_gives_the_same_findings(tmp_path: Path) -> None:
-    path = CORPUS / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+    path = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
     damaged = tmp_path / "d.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     damaged.write_bytes(b"".join([*lines[:40], b"not json at all\n", *lines[40:]]))

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_injection_bases, corpus_lines, plan_transcript_repair, scan_transcript_bytes
+from conftest import (
+    CORPUS_DIR,
+    corpus_base_lines,
+    corpus_lines,
+    plan_transcript_repair,
+    requires_corpus,
+    scan_transcript_bytes,
+)
 from riffd.repair.plan import InsertLine, RemoveLine, ReplaceLine, render
 from riffd.repair.planner import RepairOptions, plan_repair
 from riffd.transcript.findings import FindingClass
@@ -17,8 +24,7 @@ from riffd.transcript.reader import read_span
 
 TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 KIMUSON = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
-BASES = corpus_injection_bases()
-BASE_LINES = {path: corpus_lines(path) for path in BASES}
+pytestmark = requires_corpus  # every test here damages real transcripts
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -91,9 +97,9 @@ def edits_by_kind(plan) -> dict[str, list[int]]:
 @pytest.mark.parametrize("name", sorted(damage.REPAIRABLE_INJECTORS))
 def test_repair_fixes_every_corpus_file(name: str, tmp_path: Path):
     repaired_any = 0
-    for base in BASES:
+    for base, lines in corpus_base_lines().items():
         try:
-            damaged = damage.REPAIRABLE_INJECTORS[name](BASE_LINES[base], None)
+            damaged = damage.REPAIRABLE_INJECTORS[name](lines, None)
         except damage.NoPoint:
             continue
         _scanned, plan, _repaired, rescanned = repair_and_check(tmp_path, damaged.data)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_lines
+from conftest import CORPUS_DIR, corpus_lines, requires_corpus
 from riffd.commands.cli import main
 from riffd.commands.daemon import EXIT_NOT_RUNNING
 from riffd.daemon.lock import StateLock, running_pid
@@ -42,6 +42,7 @@ def store_with_history(tmp_path: Path) -> tuple[StateStore, Path]:
     return store, tmp_path
 
 
+@requires_corpus
 def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore, Path]) -> None:
     store, tmp_path = store_with_history
     latencies = [0.01, 0.02, 0.03, 1.0]
@@ -59,6 +60,7 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
     assert report["daemon"]["pid"] == 7 and 9 < report["daemon"]["uptime_seconds"] < 60
 
 
+@requires_corpus
 def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[StateStore, Path]) -> None:
     store, tmp_path = store_with_history
     folder = tmp_path / "reports"

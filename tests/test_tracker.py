@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CORPUS_DIR
+from conftest import CORPUS_DIR, requires_corpus
 from riffd.config import TrackerConfig
 from riffd.daemon.report import build_report, render_markdown
 from riffd.daemon.state import StateStore
@@ -212,6 +212,7 @@ def chained(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return lines
 
 
+@requires_corpus
 def test_redundant_calls_in_a_whole_transcript(tmp_path: Path) -> None:
     path = tmp_path / f"{SESSION}.jsonl"
     write_session(path, chained([use("Read", READ, "t1", 0), result("t1", "abc", 1), use("Bash", {"command": "ls"},

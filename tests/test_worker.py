@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_lines
+from conftest import CORPUS_DIR, corpus_lines, requires_corpus
 from riffd.daemon.report import build_report, render_markdown
 from riffd.daemon.state import StateStore
 from riffd.daemon.worker import IndexCache, Worker, WorkerSettings
@@ -52,6 +52,7 @@ def append(path: Path, lines: list[bytes]) -> None:
             handle.write(line)
 
 
+@requires_corpus
 def test_appends_are_read_from_the_watermark(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
@@ -70,6 +71,7 @@ def test_appends_are_read_from_the_watermark(setup: tuple[Path, StateStore, Work
     assert store.file(str(path)).watermark.lines == 21  # type: ignore[union-attr]
 
 
+@requires_corpus
 def test_restart_with_unchanged_files_reads_nothing(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     path = project / "s.jsonl"
@@ -80,6 +82,7 @@ def test_restart_with_unchanged_files_reads_nothing(setup: tuple[Path, StateStor
     assert again.kind == "unchanged" and fs.bytes_read == 0
 
 
+@requires_corpus
 def test_unfinished_last_line_waits_for_its_newline(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
@@ -95,6 +98,7 @@ def test_unfinished_last_line_waits_for_its_newline(setup: tuple[Path, StateStor
     assert outcome.kind == "appended" and outcome.lines == 1
 
 
+@requires_corpus
 def test_a_tail_left_unfinished_past_the_quiet_period_is_a_torn_tail(
     setup: tuple[Path, StateStore, WorkerSettings],
 ) -> None:
@@ -108,6 +112,7 @@ def test_a_tail_left_unfinished_past_the_quiet_period_is_a_torn_tail(
     assert path.read_bytes() == b"".join(lines[:5]) + lines[5][:30]
 
 
+@requires_corpus
 @pytest.mark.parametrize("change", ["truncate", "rewrite_same_size", "replace"])
 def test_rewrites_by_others_are_read_again_from_the_start(
     setup: tuple[Path, StateStore, WorkerSettings], change: str
@@ -135,6 +140,7 @@ def test_rewrites_by_others_are_read_again_from_the_start(
     assert store.file(str(path)).watermark.size == path.stat().st_size  # type: ignore[union-attr]
 
 
+@requires_corpus
 def test_a_deleted_file_is_forgotten(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     path = project / "s.jsonl"
@@ -146,6 +152,7 @@ def test_a_deleted_file_is_forgotten(setup: tuple[Path, StateStore, WorkerSettin
     assert store.file(str(path)) is None
 
 
+@requires_corpus
 def test_resumed_duplicate_is_repaired_when_idle_and_only_once(
     setup: tuple[Path, StateStore, WorkerSettings],
 ) -> None:
@@ -168,6 +175,7 @@ def test_resumed_duplicate_is_repaired_when_idle_and_only_once(
     assert worker.process(path).kind == "unchanged"  # riffd's own rewrite is not a second pass
 
 
+@requires_corpus
 def test_live_session_waits(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
@@ -183,6 +191,7 @@ def test_live_session_waits(setup: tuple[Path, StateStore, WorkerSettings]) -> N
     assert Worker(store, settings).process(path).repair == "repaired"
 
 
+@requires_corpus
 def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
@@ -222,6 +231,7 @@ def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
     assert cache.get("big", big.end) is big and cache.get("small", small.end) is small
 
 
+@requires_corpus
 def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
@@ -234,6 +244,7 @@ def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path,
     assert store.counters()["lines.processed"] == 12
 
 
+@requires_corpus
 def test_riffds_own_repair_is_not_counted_as_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
@@ -252,6 +263,7 @@ class BrokenReads(FileSystem):
         raise OSError(errno.EIO, "Input/output error")
 
 
+@requires_corpus
 def test_persistent_eio_is_a_skip_with_advice_not_a_crash(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     path = project / "s.jsonl"
@@ -276,6 +288,7 @@ class FlakyReads(FileSystem):
         return super().pread(fd, size, offset)
 
 
+@requires_corpus
 def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
@@ -291,6 +304,7 @@ def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, Sta
     assert path.read_bytes() == clean_path.read_bytes()
 
 
+@requires_corpus
 def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
@@ -314,6 +328,7 @@ def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
     assert b"".join(archive.iter_file(file_id, generation=0)) == damaged.data  # the original is still there
 
 
+@requires_corpus
 def test_a_failing_archive_does_not_stop_detection_and_is_caught_up_later(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
@@ -347,6 +362,7 @@ def running_tool_session(project: Path) -> tuple[Path, str]:
     return path, session_id
 
 
+@requires_corpus
 def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     setup: tuple[Path, StateStore, WorkerSettings],
 ) -> None:
