@@ -773,3 +773,16 @@ def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_on
     assert "has stopped" in status.stdout
     document = json.loads(sandbox.riffd("status", "--json").stdout)
     assert document["running"] is False and document["latest_report"]["daemon"]["running"] is False
+
+
+def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox) -> None:
+    daemon = sandbox.start()
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report")
+    with open(sandbox.config, "a") as config:
+        config.write("\n[watcher]\ndebounce = 2\n")  # a second [watcher]: not TOML; the daemon keeps its config
+    for command in (["status"], ["report"]):
+        result = sandbox.riffd(*command)
+        assert result.returncode in (0, 1), (command, result.stdout, result.stderr)
+        assert f"config error: {sandbox.config}: line" in result.stderr and "Traceback" not in result.stderr
+    assert f"running (pid {daemon.pid})" in sandbox.riffd("status").stdout
+    daemon.stop()

@@ -15,6 +15,11 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if sys.platform not in ("linux", "darwin"):
+        # riffd relies on POSIX: flock, renameat2/renamex_np, fsync of folders, signals.
+        print(f"riffd: {sys.platform} is not supported: riffd runs on Linux (WSL2 included) and macOS",
+              file=sys.stderr)
+        return 2
     if args[:1] == ["hook"] and not {"-h", "--help"} & set(args):
         from riffd.tracker.hook import main as hook_main
 

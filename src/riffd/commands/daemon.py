@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.commands.config import load_or_report
+from riffd.commands.config import load_despite_errors
 from riffd.daemon.state import STATE_NAME
 from riffd.database import DatabaseDamaged
 
@@ -78,7 +78,7 @@ def run_report(args: argparse.Namespace) -> int:
     from riffd.daemon.report import build_report, render_markdown, write_report
     from riffd.daemon.state import StateStore
 
-    config = load_or_report(args)
+    config = load_despite_errors(args)
     if config is None:
         return EXIT_ERROR
     try:
@@ -109,7 +109,7 @@ def run_status(args: argparse.Namespace) -> int:
     from riffd.daemon.lock import running_pid
     from riffd.daemon.report import read_latest, render_markdown
 
-    config = load_or_report(args)
+    config = load_despite_errors(args)
     if config is None:
         return EXIT_ERROR
     pid = running_pid(config.state_dir)
