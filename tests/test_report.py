@@ -107,12 +107,15 @@ def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
     assert running_pid(tmp_path / "state") is None
 
 
-def test_a_bad_config_is_reported_with_every_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_with_a_bad_config_names_every_error_and_still_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RIFFD_STATE_DIR", raising=False)
     config = tmp_path / "config.toml"
-    config.write_text("[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n")
-    assert main(["--config", str(config), "status"]) == 2
-    err = capsys.readouterr().err
-    assert "watcher.debounse" in err and "log.level" in err
+    config.write_text(f"state_dir = '{tmp_path / 'state'}'\n[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n")
+    assert main(["--config", str(config), "status"]) == 3  # it answers: no daemon runs on that state folder
+    captured = capsys.readouterr()
+    assert "watcher.debounse" in captured.err and "log.level" in captured.err
+    assert f"not running (state {tmp_path / 'state'})" in captured.out  # the folder the file names
 
 
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(tmp_path: Path) -> None:
