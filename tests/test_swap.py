@@ -22,7 +22,7 @@ from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import Failed, FailReason, Repaired, Skipped, SkipReason
 from riffd.repair.plan import render
 from riffd.repair.writer import apply_plan
-from test_apply import make_transcript, options_for, plan_for, temp_files
+from test_apply import append_line, make_transcript, options_for, plan_for, temp_files
 
 Hook = Callable[[Path], None]
 
@@ -50,14 +50,6 @@ def publish_by_rename(path: Path, data: bytes) -> None:
     staging = path.parent / f".{path.name}.syncthing.tmp"
     staging.write_bytes(data)
     os.replace(staging, path)
-
-
-def append_line(path: Path, line: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
 
 
 def test_a_new_version_renamed_over_the_transcript_in_the_window_survives(tmp_path: Path) -> None:

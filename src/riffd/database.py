@@ -118,6 +118,12 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             db.close()
     if not heal:
         raise DatabaseDamaged(path, problem or "unreadable", advice)
+    return _start_anew(path, problem or "unreadable", connect)
+
+
+def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection]
+                ) -> tuple[sqlite3.Connection, Path, str]:
+    """Move the damaged database at `path` aside and open a new, private one there."""
     moved = move_aside(path)
     log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
     make_private(path)
@@ -141,9 +147,4 @@ def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
     if problem is None:
         return None
     db.close()
-    moved = move_aside(path)
-    log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
-    make_private(path)
-    new = connect(path)
-    make_private(path)
-    return new, moved, problem
+    return _start_anew(path, problem, connect)
