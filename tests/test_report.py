@@ -130,3 +130,23 @@ def test_files_with_only_informational_findings_do_not_count_as_having_findings(
     assert report["findings"]["open"] == {"duplicate_tool_result": 1}
     assert report["findings"]["informational"] == {"redundant_tool_call": 1}
     assert "1 open finding(s) in 1 file(s)" in " ".join(report["problems"])
+
+
+def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(tmp_path: Path) -> None:
+    from riffd.daemon.state import Watermark
+
+    store = StateStore(tmp_path / "state.db")
+    mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
+    store.save_file(mark, "s", [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"}], 1)
+    store.save_file(replace(mark, path="/p/torn.jsonl"), "s",
+                    [{"class": "torn_tail", "lines": [40], "message": "cut"},
+                     {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"}], 0)
+    report = build_report(store, tmp_path, {"running": True})
+    by_path = {item["path"]: item for item in report["attention"]}
+    assert set(by_path) == {"/p/waiting.jsonl", "/p/torn.jsonl"}  # informational findings need nothing
+    assert by_path["/p/waiting.jsonl"]["repairable"] and "`riffd fix /p/waiting.jsonl`" in by_path[
+        "/p/waiting.jsonl"]["action"]
+    assert not by_path["/p/torn.jsonl"]["repairable"] and "never edits" in by_path["/p/torn.jsonl"]["action"]
+    text = render_markdown(report)
+    assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
+    assert "needs attention: /p/torn.jsonl line 40: torn_tail" in text

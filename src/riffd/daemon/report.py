@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,9 +24,10 @@ from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, REAL_FS, write_all
 from riffd.repair.backup import BackupStore
-from riffd.transcript.findings import INFORMATIONAL, FindingClass
+from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
 REPORT_SCHEMA = 1
+REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
 
 
@@ -58,7 +60,8 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     informational = {name: count for name, count in open_by_class.items() if name in INFORMATIONAL}
     damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
     if damage:
-        problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): `riffd scan` shows them")
+        problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): each is listed under "
+                        "`attention` with what deals with it")
     moved_state, moved_archive = damaged_copies(store.path), damaged_copies(store.path.parent / ARCHIVE_NAME)
     if moved_archive:
         problems.append(f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
@@ -89,6 +92,7 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         },
         "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
         "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
+        "attention": [attention(path, item, waiting) for path, item, waiting in store.open_findings(INFORMATIONAL)],
         "findings": {"open": dict(sorted(damage.items())), "informational": dict(sorted(informational.items())),
                      "repaired": repairs["findings_repaired_by_class"],
                      "pending": [{"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
@@ -174,6 +178,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
         f"- open findings: {_counts(report['findings']['open'])}",
         _pending_line(report["findings"].get("pending", [])),
+        *_attention_lines(report.get("attention", [])),
         f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
         f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
         + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
@@ -197,12 +202,34 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def attention(path: str, finding: dict[str, Any], waiting: bool) -> dict[str, Any]:
+    """One open finding as the report lists it: the file, the class, the lines, and what deals with it."""
+    cls = str(finding.get("class"))
+    quoted = shlex.quote(path)
+    if cls in REPAIRABLE_NAMES:
+        action = (f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`" if waiting else
+                  f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why")
+    else:
+        action = (f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; Claude Code resumes from the "
+                  "chain it loads, so a session that resumes well may need nothing")
+    return {"path": path, "class": cls, "lines": finding.get("lines", []), "message": finding.get("message", ""),
+            "repairable": cls in REPAIRABLE_NAMES, "action": action}
+
+
 def _pending_line(pending: list[dict[str, Any]]) -> str:
     if not pending:
         return "- pending tool calls: none"
     shown = ", ".join(f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5])
     more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
     return f"- pending tool calls (live sessions; their tools may still be running): {shown}{more}"
+
+
+def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
+    lines = [f"- needs attention: {item['path']} line {', '.join(map(str, item['lines'][:3])) or '-'}: "
+             f"{item['class']}: {item['action']}" for item in items[:shown]]
+    if len(items) > shown:
+        lines.append(f"- and {len(items) - shown} more under `attention` in latest.json")
+    return lines
 
 
 def _archive_line(archive: dict[str, Any]) -> str:

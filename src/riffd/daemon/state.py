@@ -199,6 +199,16 @@ class StateStore:
             rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
         return [row[0] for row in rows]
 
+    def open_findings(self, informational: frozenset[str] = frozenset(),
+                      limit: int = 100) -> list[tuple[str, dict[str, Any], bool]]:
+        """Return up to `limit` (path, finding, waits for a repair) of the open findings outside `informational`."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, findings, repairable FROM files WHERE findings != '[]' "
+                                    "ORDER BY path").fetchall()
+        found = [(path, item, bool(repairable)) for path, blob, repairable in rows for item in json.loads(blob)
+                 if item.get("class") not in informational]
+        return found[:limit]
+
     def finding_summary(self, informational: frozenset[str] = frozenset()) -> tuple[int, int, Counter[str]]:
         """Return (files watched, files with findings other than `informational` classes, findings by class)."""
         by_class: Counter[str] = Counter()
