@@ -786,3 +786,20 @@ def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox
         assert f"config error: {sandbox.config}: line" in result.stderr and "Traceback" not in result.stderr
     assert f"running (pid {daemon.pid})" in sandbox.riffd("status").stdout
     daemon.stop()
+
+
+def test_a_root_created_after_start_is_watched_within_seconds(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
+    (box.claude / "sessions").mkdir(parents=True)  # Claude Code installed, no session yet: no projects/ folder
+    box.write_config(watcher__rescan_interval=3600.0)  # not the rescan: the new root itself must be noticed
+    try:
+        daemon = box.start()
+        box.project.mkdir(parents=True)
+        path = box.project / "first.jsonl"
+        path.write_bytes(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).data)
+        daemon.wait_until(lambda: box.backup_ids() and scan_file(path).findings == [],
+                          "the first session in the new root to be repaired", timeout=15)
+        assert "appeared: watching it" in daemon.stderr()
+        daemon.stop()
+    finally:
+        box.close()

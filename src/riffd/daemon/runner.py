@@ -19,8 +19,7 @@ import sqlite3
 import threading
 import time
 import traceback
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -43,6 +42,7 @@ from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
 from riffd.daemon.report import build_report, write_report
 from riffd.daemon.state import STATE_NAME, StateStore
+from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Outcome, Worker, WorkerSettings
 from riffd.daemon.workqueue import WorkQueue
@@ -78,32 +78,6 @@ def worker_settings(config: Config) -> WorkerSettings:
 def transcript_filter(config: Config) -> TranscriptFilter:
     """Given the configuration, return the filter of watched files."""
     return TranscriptFilter(config.roots, config.include, config.exclude)
-
-
-def _advice(why: str) -> str:
-    """Plain-words advice for an error the worker met."""
-    if "errno 5" in why or "Input/output error" in why:
-        return "a cloud-synced folder? mark it 'always keep on this device'"
-    if "Permission denied" in why:
-        return "riffd needs read and write access to the transcript and its folder"
-    return "run `riffd scan` on the file for details"
-
-
-@dataclass
-class Stats:
-    """What the daemon counts while it runs (the live part of the health report)."""
-
-    started: float = field(default_factory=time.time)
-    processed: int = 0
-    rescans: int = 0
-    progress: float = field(default_factory=time.monotonic)  # last time the worker finished an item
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
-    errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
-    last_reload: dict[str, Any] | None = None
-    busy: bool = False  # the worker is processing a file
-
-    def error(self, message: str, suggestion: str = "") -> None:
-        self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion})
 
 
 class Daemon:
@@ -264,6 +238,7 @@ class Daemon:
         ping_every = self.notifier.watchdog_interval()
         startup_pass_done = False
         while not self.stop.wait(TICK_SECONDS):
+            self._watch_new_roots()
             if not startup_pass_done and not len(self.queue) and not self.stats.busy:
                 startup_pass_done = True
                 self._after_startup_pass()
@@ -278,6 +253,15 @@ class Daemon:
             if self.notifier.enabled and now - last_status >= 10 * TICK_SECONDS:
                 self.notifier.status(self._status_line())
                 last_status = now
+
+    def _watch_new_roots(self) -> None:
+        """A root that did not exist at start (a fresh machine, before the first Claude Code session) is watched
+        within a tick of appearing, and what it already holds is queued."""
+        if self.watcher is None or not self.watcher.missing_roots():
+            return
+        for root in self.watcher.refresh():
+            log.info("%s appeared: watching it", root)
+            self.watcher.enqueue_folder(root)
 
     def _after_startup_pass(self) -> None:
         """Once the files found at start are looked at: one summary line, and a first report right away."""
@@ -402,7 +386,7 @@ class Daemon:
             self.stats.progress = time.monotonic()
         self.stats.processed += 1
         if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith("failed"):
-            self.stats.error(f"{path}: {outcome.why or outcome.repair}", _advice(outcome.why))
+            self.stats.error(f"{path}: {outcome.why or outcome.repair}", advice(outcome.why))
         if outcome.kind != "unchanged":
             self.stats.latencies.append(time.monotonic() - first_event)
             self._log_outcome(outcome)

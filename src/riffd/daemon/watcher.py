@@ -153,23 +153,31 @@ class Watcher:
         self.refresh()
         log.info("watching %s with %s events (%s)", ", ".join(map(str, self.watched)) or "nothing yet", kind, why)
 
-    def refresh(self) -> None:
-        """Watch roots that have appeared since start; raise nothing for roots still missing."""
+    def missing_roots(self) -> list[Path]:
+        """Return the roots not watched yet (they did not exist, or could not be read, when last looked at)."""
+        with self._lock:
+            return [root for root in self.filter.roots if root not in self.watched]
+
+    def refresh(self) -> list[Path]:
+        """Watch roots that have appeared since start and return them; raise nothing for roots still missing."""
+        appeared: list[Path] = []
         with self._lock:
             observer = self._observer
             if observer is None:
-                return
+                return appeared
             for root in self.filter.roots:
                 if root in self.watched or not is_folder(root):
                     continue
                 try:
                     observer.schedule(_Handler(self), str(root), recursive=True)
                     self.watched.add(root)
+                    appeared.append(root)
                 except OSError as exc:
                     if exc.errno in (errno.ENOSPC, errno.EMFILE):
                         log.warning("cannot watch %s: %s; the rescan still covers it", root, INOTIFY_LIMIT_HINT)
                     else:
                         log.warning("cannot watch %s: %s; the rescan still covers it", root, exc)
+        return appeared
 
     def stop(self) -> None:
         """Stop the observer and wait for its threads."""
