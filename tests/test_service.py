@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from riffd import paths
 from riffd.commands import service
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
@@ -125,7 +126,8 @@ def test_rendered_unit_runs_this_interpreter(home: Path) -> None:
     assert exec_start == " ".join(units._systemd_quote(word, exec_line=True)
                                   for word in (sys.executable, "-m", "riffd", "run"))
     assert exec_start.endswith(" -m riffd run")
-    assert directive(plan.content, "Environment") == []
+    # The state folder the CLI uses here is pinned: a service does not see the shell's environment.
+    assert directive(plan.content, "Environment") == [f"RIFFD_STATE_DIR={paths.state_dir()}"]
 
 
 def test_rendered_unit_passes_overrides_and_config_as_absolute_paths(
@@ -196,7 +198,7 @@ def test_plist_with_this_interpreter_and_no_environment(home: Path) -> None:
     plan = service.plan_service("darwin", sys.executable, None, {})
     document = plistlib.loads(plan.content.encode())
     assert document["ProgramArguments"] == [sys.executable, "-m", "riffd", "run"]
-    assert "EnvironmentVariables" not in document
+    assert document["EnvironmentVariables"] == {"RIFFD_STATE_DIR": str(paths.state_dir({}))}
     assert repeated_keys(plan.content) == []
 
 
@@ -279,7 +281,7 @@ def plan_with_commands(tmp_path: Path, *scripts: str) -> service.ServicePlan:
     )
 
 
-def test_a_failing_command_is_reported_and_the_file_stays(
+def test_a_failing_command_is_reported_and_uninstall_still_removes_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = plan_with_commands(tmp_path, "print('reloaded')",
@@ -290,9 +292,11 @@ def test_a_failing_command_is_reported_and_the_file_stays(
     assert "failed (exit 1):\nFailed to connect to bus: No medium found\nhint: start a user manager" in err
     assert f"{plan.path} is written and stays in place" in err
     assert plan.path.read_text() == plan.content
+    # Without a reachable service manager, uninstall still removes what riffd wrote, and says what it could not do.
     assert service.uninstall(plan, dry_run=False) == EXIT_ERROR
-    assert f"{plan.path} stays in place" in capsys.readouterr().err
-    assert plan.path.exists()
+    err = capsys.readouterr().err
+    assert f"removed {plan.path}" in err and "could not be asked to stop and disable the service" in err
+    assert not plan.path.exists()
 
 
 def test_install_status_uninstall_with_working_commands(
@@ -393,3 +397,17 @@ def test_watchdog_interval(listener: tuple[socket.socket, str], usec: str | None
     if pid is not None:
         environ["WATCHDOG_PID"] = {"self": str(os.getpid()), "other": str(os.getpid() + 1)}.get(pid, pid)
     assert Notifier(environ).watchdog_interval() == expected
+
+
+def test_with_xdg_folders_set_the_unit_pins_the_config_file_and_the_state_folder(
+    home: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "xdg-config" / "riffd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("")
+    environ = {"HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+               "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
+    plan = service.plan_service("linux", "/opt/py/bin/python3", None, environ)
+    assert directive(plan.content, "ExecStart") == [f"/opt/py/bin/python3 -m riffd --config {config} run"]
+    assert f"RIFFD_STATE_DIR={tmp_path}/xdg-state/riffd" in directive(plan.content, "Environment")
+    assert f"XDG_STATE_HOME={tmp_path}/xdg-state" in directive(plan.content, "Environment")

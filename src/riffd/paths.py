@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -38,11 +39,15 @@ def default_roots(environ: dict[str, str] | None = None) -> list[Path]:
 
 
 def state_dir(environ: dict[str, str] | None = None) -> Path:
-    """Return riffd's state folder: $RIFFD_STATE_DIR, else the platform's user state dir."""
+    """Return riffd's state folder: $RIFFD_STATE_DIR, else the platform's user state dir ($XDG_STATE_HOME/riffd when
+    set, on Linux), both read from `environ` (default: the process environment)."""
     env = os.environ if environ is None else environ
     configured = env.get("RIFFD_STATE_DIR")
     if configured:
         return Path(configured).expanduser()
+    xdg = env.get("XDG_STATE_HOME", "").strip()
+    if xdg and sys.platform not in ("win32", "darwin"):  # as platformdirs reads it, but from `environ`
+        return Path(xdg).expanduser() / APP_NAME
     return Path(platformdirs.user_state_dir(APP_NAME))
 
 

@@ -15,7 +15,9 @@ from typing import TypeVar
 
 import platformdirs
 
+from riffd import paths
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser
+from riffd.config import ConfigError, config_path, load_config
 from riffd.daemon.units import (
     LAUNCHD_LABEL,
     UNIT_NAME,
@@ -89,8 +91,20 @@ def plan_service(
     """Given sys.platform, the interpreter, the --config value and the environment, return what installing
     the service means there. Raise ServiceError on a platform without systemd or launchd support, or for
     values the service file cannot hold."""
+    env = os.environ if environ is None else environ
+    # A service sees neither the login shell's environment nor its folders: pin the config file the CLI would
+    # read (when there is one), the state folder it would use, and the XDG folders behind both.
+    resolved = config_path(Path(config) if config is not None else None, env)
+    if config is None and resolved.is_file():
+        config = resolved
     arguments = daemon_arguments(python, config)
-    environment = service_environment(environ)
+    environment = service_environment(env)
+    if "RIFFD_STATE_DIR" not in environment:
+        try:
+            environment["RIFFD_STATE_DIR"] = str(load_config(resolved if resolved.is_file() else None,
+                                                             environ=env).state_dir)
+        except ConfigError:
+            environment["RIFFD_STATE_DIR"] = str(paths.state_dir(dict(env)))
     if platform.startswith("linux"):
         systemctl = ("systemctl", "--user")
         return ServicePlan(
@@ -194,14 +208,19 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
             print(f"would run: {command}")
         print("riffd: dry run: nothing removed, nothing run", file=sys.stderr)
         return EXIT_OK
-    if not _run_all(plan.uninstall, plan, f"{plan.path} stays in place"):
-        return EXIT_ERROR
+    # The file goes even when the service manager cannot be asked (no systemd user instance: WSL, containers):
+    # riffd always removes what it wrote, and says what it could not do.
+    stopped = _run_all(plan.uninstall, plan, f"{plan.path} is removed all the same")
     try:
         plan.path.unlink(missing_ok=True)
     except OSError as exc:
         print(f"riffd: error: could not remove {plan.path}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     print(f"riffd: removed {plan.path}", file=sys.stderr)
+    if not stopped:
+        print(f"riffd: error: {plan.manager} could not be asked to stop and disable the service (see above); if a "
+              "riffd daemon still runs, stop it by hand (`riffd status` shows its pid)", file=sys.stderr)
+        return EXIT_ERROR
     if not _run_all(plan.after_uninstall, plan, f"{plan.path} is removed already"):
         return EXIT_ERROR
     return EXIT_OK

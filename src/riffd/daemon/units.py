@@ -19,7 +19,7 @@ import platformdirs
 UNIT_NAME = "riffd.service"
 LAUNCHD_LABEL = "io.github.riffd.riffd"
 # The overrides a service must be told about: it does not see the login shell's environment.
-PASSED_ENVIRONMENT = ("RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "RIFFD_CONFIG")
+PASSED_ENVIRONMENT = ("RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "RIFFD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
 
 
 _SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9/._+:=@,-]+")
