@@ -183,7 +183,8 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     assert document["Label"] == "io.github.riffd.riffd"
     assert document["ProgramArguments"] == [python, "-m", "riffd", "--config", str(tmp_path / "riffd.toml"), "run"]
     assert document["RunAtLoad"] is True
-    assert document["KeepAlive"] == {"SuccessfulExit": False}
+    assert document["KeepAlive"] == {"Crashed": True}  # not after exit 2 (bad config, lock held): no spinning
+    assert document["Nice"] == 10
     assert document["ThrottleInterval"] == 10
     assert document["ProcessType"] == "Background"
     assert plan.log_dir is not None

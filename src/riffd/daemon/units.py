@@ -121,9 +121,9 @@ _UNIT_TEMPLATE = """\
 # riffd: keeps Claude Code session transcripts healthy. A systemd *user* unit that runs `riffd run`.
 #
 # `riffd service install` writes this file to ~/.config/systemd/user/riffd.service (or under
-# $XDG_CONFIG_HOME) with the real command, `<python> -m riffd run`, and with the RIFFD_STATE_DIR,
-# CLAUDE_CONFIG_DIR and RIFFD_CONFIG you have set; then it enables and starts the unit. By hand: copy this
-# file there, set ExecStart= to your riffd, then
+# $XDG_CONFIG_HOME) with the real command, `<python> -m riffd run`, the config file and state folder the CLI
+# uses, and the CLAUDE_CONFIG_DIR, RIFFD_CONFIG and XDG folders you have set; then it enables and starts the
+# unit. By hand: copy this file there, set ExecStart= to your riffd, then
 #   systemctl --user daemon-reload && systemctl --user enable --now riffd.service
 # A user unit runs while you are logged in; `loginctl enable-linger $USER` keeps it running when you are not.
 
@@ -142,7 +142,7 @@ StartLimitBurst=5
 Type=notify
 # Only riffd's main process may send those notifications.
 NotifyAccess=main
-# The daemon. `riffd service install` writes the interpreter that has riffd installed, and --config if given.
+# The daemon. `riffd service install` writes the interpreter that has riffd installed, and the config file.
 ExecStart=@EXEC_START@
 # Written by `riffd service install` from your shell (a service does not see your login shell's environment).
 @ENVIRONMENT@
@@ -150,6 +150,8 @@ ExecStart=@EXEC_START@
 ExecReload=/bin/kill -HUP $MAINPID
 # Restart after a crash or a watchdog timeout, not after a clean stop (riffd exits 0 on SIGTERM).
 Restart=on-failure
+# Nor after exit 2 (a bad configuration, or another daemon holding the state folder): a restart cannot mend it.
+RestartPreventExitStatus=2
 # Seconds between restarts, so a daemon that fails at startup does not spin.
 RestartSec=10
 # READY=1 must arrive within this time, or the start counts as failed.
@@ -199,8 +201,9 @@ _PLIST_TEMPLATE = """\
   riffd: keeps Claude Code session transcripts healthy. A launchd user agent that runs `riffd run`.
 
   `riffd service install` writes this file to ~/Library/LaunchAgents/io.github.riffd.riffd.plist with the
-  interpreter that has riffd installed, your log folder (from platformdirs) and the RIFFD_STATE_DIR,
-  CLAUDE_CONFIG_DIR and RIFFD_CONFIG you have set, then runs `launchctl bootstrap gui/$UID <that file>`.
+  interpreter that has riffd installed, your log folder (from platformdirs), the config file and state
+  folder the CLI uses, and the CLAUDE_CONFIG_DIR, RIFFD_CONFIG and XDG folders you have set, then runs
+  `launchctl bootstrap gui/$UID <that file>`.
   Every key appears once: a plist dict keeps only the last of a repeated key.
 -->
 <plist version="1.0">
@@ -216,11 +219,12 @@ _PLIST_TEMPLATE = """\
 \t<!-- Start when you log in, and when bootstrapped. -->
 \t<key>RunAtLoad</key>
 \t<true/>
-\t<!-- Restart after a crash, not after a clean stop (riffd exits 0 on SIGTERM). -->
+\t<!-- Restart after a crash only: not after a clean stop (exit 0 on SIGTERM), nor after exit 2 (a bad
+\t     configuration, or another daemon holding the state folder), which a restart cannot mend. -->
 \t<key>KeepAlive</key>
 \t<dict>
-\t\t<key>SuccessfulExit</key>
-\t\t<false/>
+\t\t<key>Crashed</key>
+\t\t<true/>
 \t</dict>
 \t<!-- At least 10 seconds between starts, so a daemon that fails at startup does not spin. -->
 \t<key>ThrottleInterval</key>
@@ -228,9 +232,11 @@ _PLIST_TEMPLATE = """\
 \t<!-- After SIGTERM riffd finishes or abandons the repair in hand and flushes its state; SIGKILL after 30 s. -->
 \t<key>ExitTimeOut</key>
 \t<integer>30</integer>
-\t<!-- Background work: macOS may throttle its CPU and I/O. -->
+\t<!-- Background work: macOS may throttle its CPU and I/O; and the lowest share of the CPU beside you. -->
 \t<key>ProcessType</key>
 \t<string>Background</string>
+\t<key>Nice</key>
+\t<integer>10</integer>
 \t<!-- Files riffd creates are yours alone (umask 077, written in decimal). -->
 \t<key>Umask</key>
 \t<integer>63</integer>
