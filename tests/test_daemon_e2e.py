@@ -511,6 +511,14 @@ def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broke
                                "reports from after the failed reload")
     assert daemon.process.poll() is None
     assert open_duplicates(report) == 1 and path.read_bytes() == damaged.data and sandbox.backup_ids() == []
+    # Fixed and reloaded: the config error is over at once, not an hour later.
+    del sandbox.settings["watcher.debounse"]
+    sandbox.write_config(repair__mode="report-only")
+    daemon.process.send_signal(signal.SIGHUP)
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is True),
+        "a report of the good reload")
+    assert not any("reload" in problem or "error(s) in the last hour" in problem for problem in report["problems"])
     daemon.stop()
 
 

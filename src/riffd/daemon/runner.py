@@ -54,6 +54,7 @@ from riffd.transcript.findings import FindingClass
 
 log = logging.getLogger(__name__)
 
+RELOAD_FAILED = "configuration reload failed"
 TICK_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
@@ -295,7 +296,7 @@ class Daemon:
         except ConfigError as exc:
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
             self.stats.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
-            self.stats.error(f"configuration reload failed: {exc}", "fix the file; `riffd config validate` checks it")
+            self.stats.error(f"{RELOAD_FAILED}: {exc}", "fix the file; `riffd config validate` checks it")
             self.notifier.ready(self._status_line())
             return False
         old, self.config = self.config, new
@@ -317,6 +318,10 @@ class Daemon:
             self._schedule_jobs()
         self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
         self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
+        # A config error is over once a good config is loaded: it no longer makes the report unhealthy.
+        self.stats.errors = type(self.stats.errors)(
+            (error for error in self.stats.errors if not error["message"].startswith(RELOAD_FAILED)),
+            maxlen=self.stats.errors.maxlen)
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
         return True
