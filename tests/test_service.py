@@ -181,15 +181,16 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     assert repeated_keys(plan.content) == []
     document = plistlib.loads(plan.content.encode())
     assert document["Label"] == "io.github.riffd.riffd"
-    assert document["ProgramArguments"] == [python, "-m", "riffd", "--config", str(tmp_path / "riffd.toml"), "run"]
+    assert plan.log_dir is not None
+    assert document["ProgramArguments"] == [python, "-m", "riffd", "--config", str(tmp_path / "riffd.toml"), "run",
+                                            "--log-file", str(plan.log_dir / "riffd.log")]  # riffd rotates it
     assert document["RunAtLoad"] is True
     assert document["KeepAlive"] == {"Crashed": True}  # not after exit 2 (bad config, lock held): no spinning
     assert document["Nice"] == 10
     assert document["ThrottleInterval"] == 10
     assert document["ProcessType"] == "Background"
-    assert plan.log_dir is not None
     assert document["StandardOutPath"] == str(plan.log_dir / "riffd.out.log")
-    assert document["StandardErrorPath"] == str(plan.log_dir / "riffd.log")
+    assert document["StandardErrorPath"] == str(plan.log_dir / "riffd.err.log")
     assert document["EnvironmentVariables"] == environ
     assert plan.install == (service.Command(("launchctl", "bootstrap", f"gui/{os.getuid()}", str(plan.path))),)
     assert plan.status.argv == ("launchctl", "print", f"gui/{os.getuid()}/io.github.riffd.riffd")
@@ -198,7 +199,9 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
 def test_plist_with_this_interpreter_and_no_environment(home: Path) -> None:
     plan = service.plan_service("darwin", sys.executable, None, {})
     document = plistlib.loads(plan.content.encode())
-    assert document["ProgramArguments"] == [sys.executable, "-m", "riffd", "run"]
+    assert plan.log_dir is not None
+    log_file = str(plan.log_dir / "riffd.log")
+    assert document["ProgramArguments"] == [sys.executable, "-m", "riffd", "run", "--log-file", log_file]
     assert document["EnvironmentVariables"] == {"RIFFD_STATE_DIR": str(paths.state_dir({}))}
     assert repeated_keys(plan.content) == []
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -41,9 +43,30 @@ def plain_formatter(environ: Mapping[str, str] | None = None) -> logging.Formatt
     return logging.Formatter("%(asctime)s riffd: %(levelname)s: %(message)s", datefmt="%Y-%m-%d %H:%M:%S%z")
 
 
-def configure(level: str, format: str = "plain") -> None:
-    """Send riffd's log to stderr at `level` (debug/info/warning/error) in `format` (plain/json)."""
-    handler = logging.StreamHandler(sys.stderr)
+ROTATE_BYTES = 10 * 1000 * 1000
+ROTATE_KEEP = 3
+
+
+class PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A size-rotated log whose every file (the first and each one after a rollover) is created 0600: log lines
+    name transcripts and projects."""
+
+    def _open(self):  # type: ignore[no-untyped-def]
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+        os.fchmod(fd, 0o600)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
+def configure(level: str, format: str = "plain", file: str = "") -> None:
+    """Send riffd's log at `level` (debug/info/warning/error) in `format` (plain/json) to stderr, or to `file`,
+    rotated by size (ROTATE_BYTES, ROTATE_KEEP old files), private (0600)."""
+    handler: logging.Handler
+    if file:
+        path = Path(file).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler = PrivateRotatingFileHandler(path, maxBytes=ROTATE_BYTES, backupCount=ROTATE_KEEP, encoding="utf-8")
+    else:
+        handler = logging.StreamHandler(sys.stderr)
     if format == "json":
         handler.setFormatter(JsonFormatter())
     else:

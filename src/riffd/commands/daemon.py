@@ -29,6 +29,8 @@ def register(commands: Any) -> None:
         "Usually started by `riffd service install`.",
     )
     run.add_argument("--state-dir", type=Path, default=None, help="riffd's state folder (overrides the config)")
+    run.add_argument("--log-file", type=Path, default=None,
+                     help="log to this file, rotated by size, instead of stderr (overrides log.file)")
     run.set_defaults(run=run_daemon)
 
     report = commands.add_parser(
@@ -59,6 +61,8 @@ def run_daemon(args: argparse.Namespace) -> int:
         overrides["state_dir"] = str(args.state_dir)
     if getattr(args, "log_level", None):
         overrides["log.level"] = args.log_level
+    if args.log_file is not None:
+        overrides["log.file"] = str(args.log_file.expanduser().absolute())
     try:
         daemon = Daemon(getattr(args, "config", None), overrides)
     except ConfigError as exc:

@@ -126,6 +126,7 @@ def plan_service(
         domain = f"gui/{os.getuid()}"
         path = launchd_plist_path()
         log_dir = Path(platformdirs.user_log_dir(APP_NAME))
+        arguments = daemon_arguments(python, config, log_dir / "riffd.log")  # rotated by riffd
         bootout = Command(("launchctl", "bootout", f"{domain}/{LAUNCHD_LABEL}"), may_fail=True)
         bootstrap = Command(("launchctl", "bootstrap", domain, str(path)))
         return ServicePlan(

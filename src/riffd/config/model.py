@@ -126,11 +126,14 @@ class ReportConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class LogConfig:
-    """The daemon's log on stderr."""
+    """The daemon's log: on stderr (journald or a terminal), or in a file riffd rotates by size."""
 
     level: LogLevel = field(default="info", metadata=_meta("How much to log."))
     format: LogFormat = field(default="plain", metadata=_meta(
         "plain = one readable line per event; json = one JSON object per line."))
+    file: str = field(default="", metadata=_meta(
+        'A file to log to instead of stderr ("" = stderr), rotated at 10 MB with 3 old files kept (the launchd '
+        "agent uses this; journald rotates its own)."))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -111,7 +111,7 @@ class Daemon:
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown)."""
-        logs.configure(self.config.log.level, self.config.log.format)
+        logs.configure(self.config.log.level, self.config.log.format, self.config.log.file)
         self.lock.acquire()
         try:
             self._install_signal_handlers()
@@ -303,7 +303,7 @@ class Daemon:
         if new.state_dir != old.state_dir:
             log.warning("state_dir changes take effect at the next start; still using %s", old.state_dir)
             self.config = replace(new, state_dir=old.state_dir)
-        logs.configure(new.log.level, new.log.format)
+        logs.configure(new.log.level, new.log.format, new.log.file)
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
             self.worker.settings = worker_settings(self.config)

@@ -32,13 +32,17 @@ class ServiceError(ValueError):
     """A service file cannot be written for these values; the message says why."""
 
 
-def daemon_arguments(python: str, config: str | os.PathLike[str] | None = None) -> list[str]:
-    """Given an interpreter and an optional config file, return the argv of the daemon: `python -m riffd
-    [--config PATH] run`, with the config path made absolute (a service starts in another folder)."""
+def daemon_arguments(python: str, config: str | os.PathLike[str] | None = None,
+                     log_file: str | os.PathLike[str] | None = None) -> list[str]:
+    """Given an interpreter, an optional config file and log file, return the argv of the daemon: `python -m riffd
+    [--config PATH] run [--log-file PATH]`, paths made absolute (a service starts in another folder)."""
     arguments = [python, "-m", "riffd"]
     if config is not None:
         arguments += ["--config", _absolute(os.fspath(config))]
-    return [*arguments, "run"]
+    arguments.append("run")
+    if log_file is not None:
+        arguments += ["--log-file", _absolute(os.fspath(log_file))]
+    return arguments
 
 
 def service_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -240,12 +244,12 @@ _PLIST_TEMPLATE = """\
 \t<!-- Files riffd creates are yours alone (umask 077, written in decimal). -->
 \t<key>Umask</key>
 \t<integer>63</integer>
-\t<!-- stdout (the daemon prints little). launchd creates these files but never rotates them. -->
+\t<!-- riffd logs to @LOG_DIR@/riffd.log itself (its log-file option), rotated at 10 MB. launchd never rotates
+\t     these two: they hold only what is printed before logging starts (a bad configuration, say). -->
 \t<key>StandardOutPath</key>
 \t<string>@LOG_DIR@/riffd.out.log</string>
-\t<!-- stderr: riffd's log lines. -->
 \t<key>StandardErrorPath</key>
-\t<string>@LOG_DIR@/riffd.log</string>
+\t<string>@LOG_DIR@/riffd.err.log</string>
 @ENVIRONMENT@
 </dict>
 </plist>
