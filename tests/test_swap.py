@@ -157,3 +157,65 @@ def test_a_new_version_that_cannot_be_put_back_is_kept_and_named(tmp_path: Path)
     assert kept.read_bytes() == newer  # the new version, never deleted
     assert path.read_bytes() == render(original, plan.edits)
     assert str(kept) in outcome.detail and "mv " in outcome.detail
+
+
+class FlakyAfterSwapFS(HeldSwapFS):
+    """After the exchange, a client still appends to the old file (through the descriptor it opened before), and the
+    filesystem fails: `fstat` of any descriptor with EIO `fstat_failures` times in a row, and every append to the
+    repaired copy when `writes_fail` (a cloud-synced folder at its worst; riffd's backup folder stays healthy)."""
+
+    def __init__(self, late: bytes, fstat_failures: int = 0, writes_fail: bool = False) -> None:
+        super().__init__(after=self._client_appends)
+        self.late, self.fstat_failures, self.writes_fail = late, fstat_failures, writes_fail
+        self.swapped = False
+        self.copy_appenders: set[int] = set()
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        fd = super().open(path, flags, mode)
+        if flags & os.O_APPEND and ".riffd-" in os.fspath(path):
+            self.copy_appenders.add(fd)
+        return fd
+
+    def _client_appends(self, target: Path) -> None:
+        old_name = next(target.parent / name for name in temp_files(target.parent))
+        append_line(old_name, self.late)  # lands in the old file, which riffd then holds only by descriptor
+        self.swapped = True
+
+    def fstat(self, fd: int) -> os.stat_result:
+        if self.swapped and self.fstat_failures > 0:
+            self.fstat_failures -= 1
+            raise OSError(errno.EIO, "Input/output error")
+        return super().fstat(fd)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.swapped and self.writes_fail and fd in self.copy_appenders:
+            raise OSError(errno.EIO, "Input/output error")
+        return super().write(fd, data)
+
+
+def test_lines_appended_to_the_old_file_are_carried_over_through_io_errors(tmp_path: Path) -> None:
+    original = transcript_bytes(20)
+    path = make_transcript(tmp_path, original)
+    late = transcript_line(99)
+    plan = plan_for(path)
+    # More failures in a row than one call's retries: the copy must go on at the next check, not give up.
+    fs = FlakyAfterSwapFS(late, fstat_failures=5)
+    outcome = apply_plan(plan, options_for(tmp_path, fs=fs))
+    assert isinstance(outcome, Repaired), outcome
+    assert path.read_bytes() == render(original, plan.edits) + late  # the late line, once, whole
+    assert outcome.carried_over_bytes == len(late)
+    assert temp_files(path.parent) == []
+
+
+def test_late_lines_that_cannot_be_copied_are_kept_in_a_second_backup(tmp_path: Path) -> None:
+    original = transcript_bytes(20)
+    path = make_transcript(tmp_path, original)
+    late = transcript_line(99)
+    options = options_for(tmp_path, fs=FlakyAfterSwapFS(late, writes_fail=True))
+    outcome = apply_plan(plan_for(path), options)
+    assert isinstance(outcome, Failed) and outcome.reason == FailReason.LATE_APPEND_FAILED, outcome
+    store = BackupStore(options.backup_dir)
+    before, old_file = store.list()
+    assert store.open_bytes(before.backup_id) == original
+    assert store.open_bytes(old_file.backup_id) == original + late  # every line written to the old file
+    assert f"backup {old_file.backup_id}" in outcome.detail and "riffd backups restore" in outcome.detail

@@ -33,6 +33,7 @@ from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
     OffsetWriter,
+    ReadFailed,
     RetryPolicy,
     fsync_file,
     fsync_folder,
@@ -42,7 +43,7 @@ from riffd.fsio import (
 )
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.locks import temp_path_for
-from riffd.repair.outcomes import FileChanged, FileGone
+from riffd.repair.outcomes import Failed, FailReason, FileChanged, FileGone
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ ORIGINAL, COPY, HIDDEN, GONE, OTHER = "original", "copy", "hidden", "gone", "oth
 LATE_APPEND_QUIET_CHECKS = 3
 LATE_APPEND_MAX_CHECKS = 200
 LATE_APPEND_INTERVAL = 0.005
+LATE_APPEND_MAX_FAILURES = 20  # checks that failed even after their retries
 FUSE_HIDDEN = ".fuse_hidden"
 
 # Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an exchange, and why:
@@ -121,7 +123,7 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
 def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
                     new_size: int) -> str:
     try:
-        swapped_out = fs.stat(temp_path)
+        swapped_out = retrying_call(lambda: fs.stat(temp_path), what=str(temp_path))
     except FileNotFoundError:
         # The filesystem took the exchange for a plain rename: the repaired copy is in place, the original's name
         # is gone (its bytes are in the backup and behind riffd's descriptor).
@@ -196,32 +198,69 @@ def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int
     """After the swap, copy what other writers still put into the old file (held open as `original_fd`) onto the new
     one (`new_fd`, O_APPEND), watching until it stays quiet; return the old file's size now covered, and a warning
     when the filesystem cannot tell (ESTALE: it dropped the old name at once, as NFS and libfuse's hard_remove do;
-    late appends cannot be carried there, and the quiet period is the protection)."""
-    quiet_checks = 0
-    for _ in range(LATE_APPEND_MAX_CHECKS):
+    late appends cannot be carried there, and the quiet period is the protection).
+
+    Every call is retried (EIO), and a check that still fails is made again at the next tick, from the exact byte
+    reached (a short write advances it), so a flaky cloud-synced folder neither stops the copy nor tears a line.
+    Raise OSError only after LATE_APPEND_MAX_FAILURES failed checks: the caller must then keep the old file's bytes
+    (they are reachable only through `original_fd`)."""
+    quiet_checks = failures = 0
+    for _ in range(LATE_APPEND_MAX_CHECKS + LATE_APPEND_MAX_FAILURES):
         try:
-            size_now = fs.fstat(original_fd).st_size
+            size_now = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
+            if size_now > carried_end:
+                for chunk in iter_fd(original_fd, what=str(path), fs=fs, retry=retry, start=carried_end,
+                                     end=size_now):
+                    view = memoryview(chunk)
+                    while view:
+                        written = retrying_call(partial(fs.write, new_fd, view), what=f"the end of {path}",
+                                                policy=retry)
+                        if written <= 0:
+                            raise OSError(errno.EIO, "write wrote nothing")
+                        view = view[written:]
+                        carried_end += written
+                quiet_checks = 0
+            else:
+                quiet_checks += 1
+                if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
+                    break
         except OSError as exc:
             # ESTALE (NFS, libfuse's hard_remove) or ENOENT (a FUSE layer that lost track of the renamed-over file):
             # the old file is out of reach, and so is anything still written to it.
-            if exc.errno not in (errno.ESTALE, errno.ENOENT):
+            if exc.errno in (errno.ESTALE, errno.ENOENT) and not isinstance(exc, ReadFailed):
+                fsync_file(fs, new_fd, path, retry)
+                return carried_end, (f"{path}: the filesystem dropped the old file at once (stale file handle), so "
+                                     "lines another writer might still have appended to it cannot be carried over "
+                                     "here; riffd only rewrites sessions idle for the quiet period, which is the "
+                                     "protection")
+            failures += 1
+            if failures >= LATE_APPEND_MAX_FAILURES:
                 raise
-            fs.fsync(new_fd)
-            return carried_end, (f"{path}: the filesystem dropped the old file at once (stale file handle), so lines "
-                                 "another writer might still have appended to it cannot be carried over here; riffd "
-                                 "only rewrites sessions idle for the quiet period, which is the protection")
-        if size_now > carried_end:
-            for chunk in iter_fd(original_fd, what=str(path), fs=fs, retry=retry, start=carried_end, end=size_now):
-                write_all(fs, new_fd, chunk)
-                carried_end += len(chunk)
-            quiet_checks = 0
-        else:
-            quiet_checks += 1
-            if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
-                break
+            log.debug("%s: copying late lines failed (%s); again at the next check", path, exc)
         time.sleep(LATE_APPEND_INTERVAL)
-    fs.fsync(new_fd)
+    fsync_file(fs, new_fd, path, retry)
     return carried_end, None
+
+
+def late_append_failure(fs: FileSystem, path: Path, original_fd: int, store: BackupStore, backup_id: str,
+                         exc: BaseException, retry: RetryPolicy) -> Failed:
+    """The late lines could not all be copied: the old file, reachable only through `original_fd` once riffd lets
+    go of it, goes whole into a second verified backup, so no line written to it is lost."""
+    try:
+        size = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
+        late = store.create(path, original_fd, size, None, (), reason="lines appended during the replace")
+    except (OSError, BackupError) as kept_exc:
+        where = (f"riffd could not back up the old file either ({kept_exc}): lines written to it during the replace "
+                 f"may be missing; backup {backup_id} holds it as it was before")
+    else:
+        where = (f"the old file, with every line written to it, is in backup {late.backup_id} "
+                 f"(`riffd backups restore {late.backup_id} --to FILE` writes it out); compare the two before resuming")
+    return Failed(
+        path,
+        FailReason.LATE_APPEND_FAILED,
+        f"{path}: repaired (backup {backup_id}), but lines another writer appended during the replace could "
+        f"not all be copied into it ({exc}); {where}",
+    )
 
 
 def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | None) -> str:

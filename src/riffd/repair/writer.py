@@ -57,6 +57,7 @@ from riffd.repair.swap import (
     ORIGINAL,
     SwapBackFailed,
     carry_late_appends,
+    late_append_failure,
     put_in_place,
     put_original_back,
     where_is,
@@ -408,7 +409,7 @@ def _rewrite_locked(
         try:
             carried_end, warning = carry_late_appends(fs, path, original_fd, append_fd, carried_end, options.retry)
         except (OSError, FileChanged) as exc:
-            return _late_append_failure(path, record.backup_id, exc)
+            return late_append_failure(fs, path, original_fd, store, record.backup_id, exc, options.retry)
         return Repaired(
             path=path,
             backup_id=record.backup_id,
@@ -465,15 +466,6 @@ def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_
         return gone(path)
     return Skipped(path, SkipReason.CHANGED, f"{path}: another file took its place while riffd worked ({exc}); "
                    "it is left as it is; scan it again")
-
-
-def _late_append_failure(path: Path, backup_id: str, exc: BaseException) -> Failed:
-    return Failed(
-        path,
-        FailReason.LATE_APPEND_FAILED,
-        f"{path}: repaired (backup {backup_id}), but lines another writer appended during the replace could "
-        f"not be copied into it ({exc}); compare it with the backup and with the session before resuming",
-    )
 
 
 def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:
