@@ -28,12 +28,12 @@ Modes, and what counts as a loss in each:
    version afterwards (riffd's swap threw it away).
 5. delete (200 rounds): the same, deleting the transcript instead. Brought back: the file exists afterwards.
 6. cloud (`--cloud-minutes`, 10): `riffd run` (polling) on a FUSE filesystem of our own (tests/fusefs.py) that fails
-   20% of every operation with EIO, for the whole time, while new damaged sessions arrive and an appender writes
-   to them through the mount (retrying its own failed writes, as a client would). Then the faults stop, the daemon
-   is stopped and `riffd fix` runs once. Lost/torn as above; missing: a transcript not on the filesystem at the
-   end; not identical: a file that is not byte for byte what a clean repair of the same lines gives. Rounds are
-   sessions; "repairs" counts those the daemon repaired while the faults were on. Needs /dev/fuse, fusermount3
-   and mfusepy (the test extras).
+   20% of every operation with EIO, for the whole time, while new damaged sessions arrive and an appender writes to
+   them through the mount (retrying its failed writes and finishing short ones, as Node's appendFile does). Then the
+   faults stop, the daemon is stopped and `riffd fix` runs once. Lost/torn as above; missing: a transcript not on the
+   filesystem at the end; not identical: a file that is not byte for byte what a clean repair of the same lines
+   gives. Rounds are sessions; "repairs" counts those the daemon repaired while the faults were on. Needs /dev/fuse,
+   fusermount3 and mfusepy (the test extras).
 """
 
 from __future__ import annotations
@@ -406,7 +406,8 @@ def mode_window(folder: Path, rounds: int, rng: random.Random, deleting: bool) -
 
 
 def append_retrying(session: Session, count: int, rng: random.Random) -> None:
-    """Append like Claude Code, retrying a write the filesystem failed (the test filesystem fails before writing)."""
+    """Append like Claude Code: retry a write the filesystem failed (the test filesystem fails before writing), and
+    finish a short one."""
     for _ in range(count):
         time.sleep(rng.uniform(0.0, 0.5))
         line_uuid = str(uuid.uuid4())
@@ -415,6 +416,7 @@ def append_retrying(session: Session, count: int, rng: random.Random) -> None:
                   "timestamp": "2026-02-01T11:00:00.000Z",
                   "message": {"role": "user", "content": f"stress append {line_uuid}"}}
         data = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        rest = memoryview(data)
         for _attempt in range(200):
             try:
                 fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
@@ -422,12 +424,15 @@ def append_retrying(session: Session, count: int, rng: random.Random) -> None:
                 time.sleep(0.05)
                 continue
             try:
-                os.write(fd, data)
-                break
+                # A FUSE kernel splits an append at a page boundary, and when the second request fails the write
+                # is short: finish it, as Node's appendFile (Claude Code) does.
+                rest = rest[os.write(fd, rest):]
             except OSError:
                 time.sleep(0.05)
             finally:
                 os.close(fd)
+            if not rest:
+                break
         else:
             raise RuntimeError(f"{session.path}: could not append after 200 tries")
         session.lines.append(data)
