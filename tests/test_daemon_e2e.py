@@ -518,7 +518,8 @@ def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broke
     report = daemon.wait_until(
         lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is True),
         "a report of the good reload")
-    assert not any("reload" in problem or "error(s) in the last hour" in problem for problem in report["problems"])
+    assert not any("reload" in problem or "error(s) in the last hour" in problem for problem in report["problems"]), \
+        (report["problems"], report["errors"])
     daemon.stop()
 
 

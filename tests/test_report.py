@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -76,6 +77,44 @@ def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[Sta
     markdown = (folder / "latest.md").read_text()
     assert markdown == render_markdown(report) and "needs attention" in markdown and "not running" in markdown
 
+
+
+def test_reports_written_at_once_in_the_same_second_all_land(store_with_history: tuple[StateStore, Path]) -> None:
+    # The scheduled job, a reload's report and `riffd report` may write in the same second (they once shared one
+    # temp name, and one of them failed with ENOENT).
+    store, tmp_path = store_with_history
+    folder = tmp_path / "reports"
+    report = build_report(store, tmp_path, None)
+    report["generated_at"] = "2026-11-22T10:00:00+00:00"
+    errors: list[BaseException] = []
+
+    def write_many() -> None:
+        try:
+            for _ in range(50):
+                write_report(report, folder, keep=3)
+        except BaseException as exc:  # any failure fails the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert read_latest(folder) == json.loads((folder / "report-20261122T100000Z.json").read_text())
+    assert not list(folder.glob(".*.tmp"))
+
+
+def test_a_killed_writers_temp_file_is_removed_later(store_with_history: tuple[StateStore, Path]) -> None:
+    store, tmp_path = store_with_history
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    leftover, fresh = folder / ".latest.json.99999-1.tmp", folder / ".latest.json.99998-1.tmp"
+    leftover.write_text("{")
+    fresh.write_text("{")
+    os.utime(leftover, (time.time() - 3600, time.time() - 3600))
+    write_report(build_report(store, tmp_path, None), folder, keep=3)
+    assert not leftover.exists() and fresh.exists()  # a writer of a moment ago may still be at work
 
 def write_config(tmp_path: Path) -> Path:
     config = tmp_path / "config.toml"

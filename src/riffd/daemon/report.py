@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -262,11 +263,16 @@ def write_report(report: dict[str, Any], folder: Path, keep: int) -> Path:
     reports = sorted(folder.glob("report-*.json"))
     for old in reports[: max(0, len(reports) - keep)]:
         old.unlink(missing_ok=True)
+    _remove_old_temps(folder)
     return timestamped
 
 
+TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file is a killed writer's
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    temp = path.with_name(f".{path.name}.tmp")
+    # A name of its own per writer: the daemon's job, a reload's report and `riffd report` may write at once.
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         write_all(REAL_FS, fd, data)
@@ -274,6 +280,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(temp, path)
+
+
+def _remove_old_temps(folder: Path) -> None:
+    now = time.time()
+    for temp in folder.glob(".*.tmp"):
+        try:
+            if now - temp.stat().st_mtime > TEMP_MAX_AGE:
+                temp.unlink()
+        except OSError:
+            pass  # gone already, or not ours to remove: the next report tries again
 
 
 def read_latest(folder: Path) -> dict[str, Any] | None:

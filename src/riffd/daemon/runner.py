@@ -93,6 +93,7 @@ class Daemon:
         self.config_file = config_path(config_flag, environ)
         self.stop = threading.Event()
         self.reload_requested = threading.Event()
+        self._report_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.queue = WorkQueue(self.config.watcher.debounce)
@@ -317,11 +318,12 @@ class Daemon:
         if self.scheduler is not None:
             self._schedule_jobs()
         self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
-        self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
-        # A config error is over once a good config is loaded: it no longer makes the report unhealthy.
+        # A config error is over once a good config is loaded: it no longer makes the report unhealthy. (Before
+        # last_reload says ok, so no report shows a good reload beside the old error.)
         self.stats.errors = type(self.stats.errors)(
             (error for error in self.stats.errors if not error["message"].startswith(RELOAD_FAILED)),
             maxlen=self.stats.errors.maxlen)
+        self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
         return True
@@ -481,8 +483,9 @@ class Daemon:
     def write_report(self) -> Path:
         """Write a health report now (the scheduled job, and at shutdown)."""
         assert self.store is not None
-        snapshot = self.snapshot()
-        self.store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
-                            | {"latencies": snapshot["latencies"][-200:]})
-        report = build_report(self.store, self.config.backups.dir, snapshot)
-        return write_report(report, self.config.reports.dir, self.config.reports.keep)
+        with self._report_lock:
+            snapshot = self.snapshot()
+            self.store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
+                                | {"latencies": snapshot["latencies"][-200:]})
+            report = build_report(self.store, self.config.backups.dir, snapshot)
+            return write_report(report, self.config.reports.dir, self.config.reports.keep)
