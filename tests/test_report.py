@@ -79,10 +79,10 @@ def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[Sta
 
 
 
-def test_reports_written_at_once_in_the_same_second_all_land(store_with_history: tuple[StateStore, Path]) -> None:
+def test_reports_written_at_once_in_the_same_second_all_land(tmp_path: Path) -> None:
     # The scheduled job, a reload's report and `riffd report` may write in the same second (they once shared one
     # temp name, and one of them failed with ENOENT).
-    store, tmp_path = store_with_history
+    store = StateStore(tmp_path / "state" / "state.db")
     folder = tmp_path / "reports"
     report = build_report(store, tmp_path, None)
     report["generated_at"] = "2026-11-22T10:00:00+00:00"
@@ -105,8 +105,8 @@ def test_reports_written_at_once_in_the_same_second_all_land(store_with_history:
     assert not list(folder.glob(".*.tmp"))
 
 
-def test_a_killed_writers_temp_file_is_removed_later(store_with_history: tuple[StateStore, Path]) -> None:
-    store, tmp_path = store_with_history
+def test_a_killed_writers_temp_file_is_removed_later(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state" / "state.db")
     folder = tmp_path / "reports"
     folder.mkdir()
     leftover, fresh = folder / ".latest.json.99999-1.tmp", folder / ".latest.json.99998-1.tmp"
