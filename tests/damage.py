@@ -806,6 +806,7 @@ REPAIRABLE_INJECTORS: dict[str, Injector] = {
     "removed_result": inject_removed_result,
     "orphan": inject_orphan,
     "repeated_tool_use": inject_repeated_tool_use,
+    "torn_tail": inject_torn_tail,
 }
 
 # Damage riffd reports and never edits.
@@ -814,7 +815,6 @@ REPORTED_INJECTORS: dict[str, Injector] = {
     "invalid_type": inject_invalid_type,
     "garbage_line": inject_garbage_line,
     "nul_run": inject_nul_run,
-    "torn_tail": inject_torn_tail,
     "duplicate_uuid": inject_duplicate_uuid,
     "dangling_parent": inject_dangling_parent,
     "cycle": inject_cycle,

@@ -10,7 +10,7 @@ import pytest
 
 import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus
-from riffd.commands.fix import _fix_one
+from riffd.commands.fix import TailKeeper, _fix_one
 from riffd.fsio import FileSystem
 from riffd.paths import iter_transcripts
 from riffd.repair.outcomes import ApplyOptions, FileChanged
@@ -57,7 +57,8 @@ def damaged_copy(tmp_path: Path) -> Path:
 def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> None:
     path = damaged_copy(tmp_path)
     path.unlink()
-    outcome = _fix_one(path, ApplyOptions(backup_dir=tmp_path / "backups"), RepairOptions(), dry_run=False)
+    outcome = _fix_one(path, ApplyOptions(backup_dir=tmp_path / "backups"), RepairOptions(), dry_run=False,
+                       keeper=TailKeeper(tmp_path / "archive.db"))
     assert outcome["outcome"] == "skipped" and outcome["reason"] == "gone"
     assert outcome["detail"] == f"{path}: deleted while riffd worked; nothing to do"
 

@@ -7,12 +7,14 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import damage
 from conftest import corpus_base_lines, requires_corpus
 from riffd.repair.plan import RemoveLine
+from riffd.transcript.findings import FindingClass
 from test_repair import repair_and_check
 
 pytestmark = requires_corpus  # the bases are the real transcripts (and one generated session)
@@ -58,4 +60,9 @@ def test_mixed_damage_is_repaired_soundly(base: str, names: list[str], data: st.
     removed = [edit for edit in plan.edits if isinstance(edit, RemoveLine)]
     for edit in removed:
         raw = original[edit.span.offset : edit.span.end]
+        if edit.span.end == len(original) and not raw.endswith(b"\n"):  # the torn tail: a fragment, cut off
+            assert FindingClass.TORN_TAIL in {finding.cls for finding in plan.fixes}
+            with pytest.raises(ValueError):
+                json.loads(raw)
+            continue
         assert holds_tool_blocks(raw), f"plan removes line {edit.span.number}, which holds no tool block"

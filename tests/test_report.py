@@ -177,15 +177,15 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
     store.save_file(mark, "s", [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"}], 1)
-    store.save_file(replace(mark, path="/p/torn.jsonl"), "s",
-                    [{"class": "torn_tail", "lines": [40], "message": "cut"},
+    store.save_file(replace(mark, path="/p/bad.jsonl"), "s",
+                    [{"class": "malformed_line", "lines": [40], "message": "not JSON"},
                      {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"}], 0)
     report = build_report(store, tmp_path, {"running": True})
     by_path = {item["path"]: item for item in report["attention"]}
-    assert set(by_path) == {"/p/waiting.jsonl", "/p/torn.jsonl"}  # informational findings need nothing
+    assert set(by_path) == {"/p/waiting.jsonl", "/p/bad.jsonl"}  # informational findings need nothing
     assert by_path["/p/waiting.jsonl"]["repairable"] and "`riffd fix /p/waiting.jsonl`" in by_path[
         "/p/waiting.jsonl"]["action"]
-    assert not by_path["/p/torn.jsonl"]["repairable"] and "never edits" in by_path["/p/torn.jsonl"]["action"]
+    assert not by_path["/p/bad.jsonl"]["repairable"] and "never edits" in by_path["/p/bad.jsonl"]["action"]
     text = render_markdown(report)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
-    assert "needs attention: /p/torn.jsonl line 40: torn_tail" in text
+    assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text

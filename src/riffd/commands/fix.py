@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import time
 from collections import Counter
@@ -10,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from riffd import __version__
+from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
+from riffd.archive.store import Archive, ingest_file
 from riffd.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -20,12 +23,13 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
+from riffd.database import DatabaseDamaged
 from riffd.fsio import ReadFailed
-from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.paths import claude_config_dir, default_backup_dir, default_roots, state_dir
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.writer import apply_plan
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, Finding
 from riffd.transcript.scan import index_file
@@ -39,8 +43,9 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         description="Repair duplicate, orphan and missing tool results and repeated tool_use ids. A file is "
         "rewritten only if its session is idle (not registered as running by Claude Code, not modified for the "
         "quiet period), only after a verified backup, and only by atomic replace; every line the repair does "
-        "not name stays byte for byte. Malformed lines, torn tails and broken parent links are reported, "
-        "never edited.",
+        "not name stays byte for byte. A torn last line (a write cut off) is cut off once it is in the backup "
+        "and in riffd's archive. Malformed lines mid-file and broken parent links are reported, never edited "
+        "(`riffd ack` acknowledges them).",
     )
     fix.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
     fix.add_argument("--dry-run", action="store_true", help="print the planned edits; write nothing")
@@ -73,17 +78,21 @@ def run_fix(args: argparse.Namespace) -> int:
     remaining = 0
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
-    for path in files:
-        outcome = _fix_one(path, options, repair_options, args.dry_run)
-        progress.step(path.stat().st_size if path.exists() else 0)
-        counts[str(outcome["outcome"])] += 1
-        remaining += int(outcome.pop("_remaining"))  # type: ignore[call-overload]
-        if outcome["outcome"] == "error" or outcome["outcome"] == "failed":
-            errors.append(str(outcome["detail"]))
-        if outcome["outcome"] != "clean":
-            results.append(outcome)
-            if not args.json:
-                _print_fix_outcome(outcome)
+    keeper = TailKeeper(state_dir() / ARCHIVE_NAME)
+    try:
+        for path in files:
+            outcome = _fix_one(path, options, repair_options, args.dry_run, keeper)
+            progress.step(path.stat().st_size if path.exists() else 0)
+            counts[str(outcome["outcome"])] += 1
+            remaining += int(outcome.pop("_remaining"))  # type: ignore[call-overload]
+            if outcome["outcome"] == "error" or outcome["outcome"] == "failed":
+                errors.append(str(outcome["detail"]))
+            if outcome["outcome"] != "clean":
+                results.append(outcome)
+                if not args.json:
+                    _print_fix_outcome(outcome)
+    finally:
+        keeper.close()
     progress.close()
     if args.json:
         print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run,
@@ -99,7 +108,34 @@ def run_fix(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if remaining else EXIT_OK
 
 
-def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, dry_run: bool) -> dict[str, object]:
+class TailKeeper:
+    """Puts a torn last line into riffd's archive before `fix` cuts it off (the daemon's archive, opened once, only
+    when a plan needs it); a plan whose fragment cannot be archived keeps it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._archive: Archive | None = None
+
+    def checked(self, path: Path, plan: RepairPlan) -> RepairPlan:
+        """Return `plan` once its torn tail is archived, or without that cut when it cannot be."""
+        if not cuts_torn_tail(plan):
+            return plan
+        try:
+            if self._archive is None:
+                self._archive = Archive(self.path)
+            ingest_file(self._archive, path)
+        except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError) as exc:
+            return keep_torn_tail(plan, f"it could not be put in the archive {self.path} first ({exc})")
+        return plan
+
+    def close(self) -> None:
+        """Close the archive, if it was opened."""
+        if self._archive is not None:
+            self._archive.close()
+
+
+def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, dry_run: bool,
+             keeper: TailKeeper) -> dict[str, object]:
     """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome."""
     try:
         scanned = index_file(path, with_identity=True)
@@ -130,6 +166,10 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
                        "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(damage)}
     if dry_run:
         return base | {"outcome": "would_repair", "_remaining": len(damage)}
+    plan = keeper.checked(path, plan)
+    if plan.is_empty:
+        return base | {"plan": _plan_json(plan), "notes": list(plan.notes), "outcome": "skipped",
+                       "reason": "nothing_safe_to_do", "detail": "; ".join(plan.notes), "_remaining": len(damage)}
     # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its agent.
     outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
     if isinstance(outcome, Repaired):

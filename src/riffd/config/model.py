@@ -69,7 +69,7 @@ class RepairConfig:
         "Add a placeholder result for a tool call that never got one (like riffd fix without --no-synthesize)."))
     classes: tuple[FindingClass, ...] = field(
         default=(FindingClass.DUPLICATE_TOOL_RESULT, FindingClass.ORPHAN_TOOL_RESULT,
-                 FindingClass.DUPLICATE_TOOL_USE, FindingClass.MISSING_TOOL_RESULT),
+                 FindingClass.DUPLICATE_TOOL_USE, FindingClass.MISSING_TOOL_RESULT, FindingClass.TORN_TAIL),
         metadata=_meta("The kinds of damage to repair; the others are only reported.", choices=REPAIRABLE))
 
 

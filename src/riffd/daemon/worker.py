@@ -24,11 +24,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from riffd.archive.store import Archive, still_appended
+from riffd.archive.store import Archive, ingest_file, still_appended
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.plan import RepairPlan
+from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass, has_latest_turn_calls, pending_while_live
@@ -243,7 +244,8 @@ class Worker:
                     name,
                     (len(index) + 1,),
                     "the last line is incomplete (no newline) and nothing has been written for a while: a write "
-                    "was cut off; it is kept as it is",
+                    "was cut off; it is cut off once the session is idle, after it is kept in the backup and the "
+                    "archive",
                     offset=index.end,
                 )
             )
@@ -388,8 +390,10 @@ class Worker:
             outcome.repair, outcome.why = f"skipped:{SkipReason.CHANGED}", str(exc)
             outcome.retry_after = CHANGED_RETRY_SECONDS
             return
+        if cuts_torn_tail(plan):
+            plan = self._archive_torn_tail(path, plan)
         if plan.is_empty:
-            outcome.repair = "skipped:nothing_safe_to_do"
+            outcome.repair, outcome.why = "skipped:nothing_safe_to_do", "; ".join(plan.notes) or "no safe repair"
             self.store.record_repair(str(path), "skipped", "nothing_safe_to_do", None, Counter(),
                                      "; ".join(plan.notes) or "no safe repair")
             self._mark_not_repairable(str(path))
@@ -428,6 +432,19 @@ class Worker:
         self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
         self._mark_not_repairable(str(path))
         log.error("%s: repair failed: %s", path, result.detail)
+
+    def _archive_torn_tail(self, path: Path, plan: RepairPlan) -> RepairPlan:
+        """A torn last line is cut off only once the archive holds it (the worker archives complete lines only);
+        return the plan, without that cut when the archive cannot take it."""
+        if self.archive is None:
+            return keep_torn_tail(plan, "the archive is off, and riffd keeps a fragment in the archive before "
+                                        "cutting it off")
+        try:
+            ingest_file(self.archive, path)
+        except (sqlite3.Error, OSError) as exc:
+            self._archive_failed(str(path), "archive its torn last line", exc)
+            return keep_torn_tail(plan, f"it could not be archived first ({exc})")
+        return plan
 
     def _mark_not_repairable(self, name: str) -> None:
         """Stop retrying a repair that cannot succeed as things are; the next change of the file re-decides."""

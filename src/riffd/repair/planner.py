@@ -7,9 +7,11 @@ and returns a `RepairPlan`. Rules (see the README):
 - orphan results and repeated tool_use ids are removed the same way, block by block;
 - a line left with no content is removed and its children re-pointed to its parent;
 - a missing result gets one synthetic `is_error` result line right after the tool_use line;
-- malformed lines, torn tails, dangling parents and cycles are never edited; while any of them
-  (or two different lines sharing a uuid) makes the tree uncertain, only duplicate results are
-  removed, because the other repairs depend on knowing the conversation for sure.
+- a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the backup and the
+  archive first (Claude Code cannot resume past it);
+- malformed lines mid-file, dangling parents and cycles are never edited; while any of them (or two
+  different lines sharing a uuid) makes the tree uncertain, only duplicate results are removed, because
+  the other repairs depend on knowing the conversation for sure.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from riffd.transcript.scan import ScannedFile
 # A tool call of the latest turn gets a placeholder result only after this long without writes: its tool may
 # still be running in a Claude Code that does not register live sessions.
 IN_FLIGHT_GRACE_SECONDS = 3600.0
+
+TORN_TAIL_REASON = "the last line is the fragment of an interrupted write; it is kept in the backup and the archive"
 
 SYNTHETIC_RESULT_TEXT = (
     "[Tool result missing: the tool call never returned a result (interrupted session); "
@@ -162,7 +166,32 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
             _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
 
     edits = _edits(index, work, fetch, options)
+    torn = next((finding for finding in scanned.findings if finding.cls is FindingClass.TORN_TAIL), None)
+    if torn is not None and FindingClass.TORN_TAIL not in options.classes:
+        work.notes.append(f"the torn last line {torn.line} left alone: the class is not enabled")
+    elif torn is not None and torn.line == len(index):
+        span = _span(index, torn.line - 1)
+        edits.append(RemoveLine(span, f"{TORN_TAIL_REASON} ({span.length} bytes, not JSON, no newline)"))
+        work.fixes.append(torn)
     return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
+
+
+def cuts_torn_tail(plan: RepairPlan) -> bool:
+    """Whether `plan` cuts off a torn last line (whose bytes must first be in the archive, as in the backup)."""
+    return any(finding.cls is FindingClass.TORN_TAIL for finding in plan.fixes)
+
+
+def keep_torn_tail(plan: RepairPlan, why: str) -> RepairPlan:
+    """Return `plan` without its cut of the torn last line, saying `why` in its notes."""
+    torn = [finding for finding in plan.fixes if finding.cls is FindingClass.TORN_TAIL]
+    if not torn:
+        return plan
+    edits = tuple(edit for edit in plan.edits
+                  if not (isinstance(edit, RemoveLine) and edit.span.number == torn[0].line
+                          and edit.reason.startswith(TORN_TAIL_REASON)))
+    fixes = tuple(finding for finding in plan.fixes if finding.cls is not FindingClass.TORN_TAIL)
+    return replace(plan, edits=edits, fixes=fixes,
+                   notes=(*plan.notes, f"the torn last line {torn[0].line} is kept: {why}"))
 
 
 def plan_file_repair(

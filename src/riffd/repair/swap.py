@@ -194,7 +194,7 @@ def _exists(fs: FileSystem, path: Path) -> bool:
 
 
 def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int, carried_end: int,
-                       retry: RetryPolicy) -> tuple[int, str | None]:
+                       retry: RetryPolicy, *, cut_tail: int | None = None) -> tuple[int, str | None]:
     """After the swap, copy what other writers still put into the old file (held open as `original_fd`) onto the new
     one (`new_fd`, O_APPEND), watching until it stays quiet; return the old file's size now covered, and a warning
     when the filesystem cannot tell (ESTALE: it dropped the old name at once, as NFS and libfuse's hard_remove do;
@@ -203,12 +203,20 @@ def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int
     Every call is retried (EIO), and a check that still fails is made again at the next tick, from the exact byte
     reached (a short write advances it), so a flaky cloud-synced folder neither stops the copy nor tears a line.
     Raise OSError only after LATE_APPEND_MAX_FAILURES failed checks: the caller must then keep the old file's bytes
-    (they are reachable only through `original_fd`)."""
+    (they are reachable only through `original_fd`).
+
+    `cut_tail`: where an unfinished last line began that the repair cut off. Bytes appended after it continue that
+    line, so they are carried from there: the line comes back whole, as its writer meant it."""
     quiet_checks = failures = 0
+    restored: str | None = None
     for _ in range(LATE_APPEND_MAX_CHECKS + LATE_APPEND_MAX_FAILURES):
         try:
             size_now = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
             if size_now > carried_end:
+                if cut_tail is not None:
+                    carried_end, cut_tail = cut_tail, None
+                    restored = (f"{path}: a writer continued its unfinished last line during the repair, so that line "
+                                "was put back with what followed it")
                 for chunk in iter_fd(original_fd, what=str(path), fs=fs, retry=retry, start=carried_end,
                                      end=size_now):
                     view = memoryview(chunk)
@@ -239,7 +247,7 @@ def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int
             log.debug("%s: copying late lines failed (%s); again at the next check", path, exc)
         time.sleep(LATE_APPEND_INTERVAL)
     fsync_file(fs, new_fd, path, retry)
-    return carried_end, None
+    return carried_end, restored
 
 
 def late_append_failure(fs: FileSystem, path: Path, original_fd: int, store: BackupStore, backup_id: str,

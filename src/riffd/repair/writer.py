@@ -49,7 +49,7 @@ from riffd.repair.outcomes import (
     failure,
     gone,
 )
-from riffd.repair.plan import Edit, RepairPlan
+from riffd.repair.plan import Edit, RemoveLine, RepairPlan
 from riffd.repair.swap import (
     COPY,
     GONE,
@@ -406,8 +406,13 @@ def _rewrite_locked(
             warnings.append(f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands")
 
         stage = "copying lines appended during the replace"
+        # An unfinished last line the plan cut off: a writer that continues it after all gets it back whole.
+        cut_at = None if copied.ends_with_newline else next(
+            (edit.span.offset for edit in edits if isinstance(edit, RemoveLine) and edit.span.end == source.size), None)
+        settled_end = carried_end
         try:
-            carried_end, warning = carry_late_appends(fs, path, original_fd, append_fd, carried_end, options.retry)
+            carried_end, warning = carry_late_appends(fs, path, original_fd, append_fd, carried_end, options.retry,
+                                                      cut_tail=cut_at)
         except (OSError, FileChanged) as exc:
             return late_append_failure(fs, path, original_fd, store, record.backup_id, exc, options.retry)
         return Repaired(
@@ -415,7 +420,9 @@ def _rewrite_locked(
             backup_id=record.backup_id,
             backup_path=record.data_path,
             edits=edits,
-            carried_over_bytes=carried_end - source.size,
+            # The bytes of the new file that follow the planned content (a restored fragment included).
+            carried_over_bytes=settled_end - source.size + carried_end - (
+                cut_at if cut_at is not None and carried_end > settled_end else settled_end),
             warnings=(*warnings, *([warning] if warning else [])),
         )
     except FileGone:

@@ -401,7 +401,8 @@ def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup
         )
     if counts[FindingClass.TORN_TAIL]:
         advice.append("the last line is cut off: if no Claude Code process has this session open, the write was "
-                      "interrupted (crash or kill); riffd keeps the fragment and does not edit it")
+                      f"interrupted (crash or kill); `riffd fix {path}` cuts it off once the session is idle, after "
+                      "keeping it in the backup and the archive")
     if counts[FindingClass.DANGLING_PARENT] or counts[FindingClass.PARENT_CYCLE]:
         advice.append("broken parent links make resume show a cut history; riffd reports them and does not edit them")
     return advice

@@ -32,6 +32,7 @@ REPAIRABLE = frozenset(
         FindingClass.MISSING_TOOL_RESULT,
         FindingClass.ORPHAN_TOOL_RESULT,
         FindingClass.DUPLICATE_TOOL_USE,
+        FindingClass.TORN_TAIL,
     }
 )
 

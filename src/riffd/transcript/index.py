@@ -376,7 +376,8 @@ class TranscriptIndex:
                     self.path,
                     tail.lines,
                     "the last line is incomplete (no newline, not valid JSON): a write was cut off, or is still "
-                    "going on; it is kept as it is",
+                    "going on; once the session is idle, `riffd fix` cuts it off after keeping it in the backup and "
+                    "the archive",
                     offset=tail.offset,
                 )
         return self
