@@ -83,6 +83,18 @@ def load_or_report(args: argparse.Namespace, overrides: dict[str, object] | None
         return None
 
 
+def config_for_folders(args: argparse.Namespace) -> Config:
+    """For commands that only need riffd's folders (scan, fix, backups): the configuration; when the file has
+    errors, the defaults (and the environment), with a one-line note."""
+    try:
+        return load_config(getattr(args, "config", None))
+    except ConfigError as exc:
+        path = config_path(getattr(args, "config", None))
+        print(f"riffd: note: {path} has {len(exc.errors)} error(s) (`riffd config validate` lists them); using the "
+              "default folders", file=sys.stderr)
+        return loads_config("", source=path)
+
+
 def load_despite_errors(args: argparse.Namespace) -> Config | None:
     """For `status` and `report`, which matter most when something is wrong: load the configuration; when the
     file has errors, name every one and go on with the settings that do not come from the file (defaults and the

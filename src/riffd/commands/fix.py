@@ -23,14 +23,16 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
+from riffd.commands.config import config_for_folders
 from riffd.database import DatabaseDamaged
 from riffd.fsio import ReadFailed
-from riffd.paths import claude_config_dir, default_backup_dir, default_roots, state_dir
+from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.writer import apply_plan
+from riffd.transcript.acks import Acknowledged, acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, Finding
 from riffd.transcript.scan import index_file
 
@@ -64,7 +66,9 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
     files, errors = transcript_targets(args.paths, args.project)
-    backup_dir = args.backup_dir or default_backup_dir()
+    config = config_for_folders(args)
+    backup_dir = args.backup_dir or config.backups.dir
+    acks = acknowledged_in(config.state_dir)
     options = ApplyOptions(
         backup_dir=backup_dir,
         claude_dir=claude_config_dir(),
@@ -78,10 +82,10 @@ def run_fix(args: argparse.Namespace) -> int:
     remaining = 0
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
-    keeper = TailKeeper(state_dir() / ARCHIVE_NAME)
+    keeper = TailKeeper(config.state_dir / ARCHIVE_NAME)
     try:
         for path in files:
-            outcome = _fix_one(path, options, repair_options, args.dry_run, keeper)
+            outcome = _fix_one(path, options, repair_options, args.dry_run, keeper, acks)
             progress.step(path.stat().st_size if path.exists() else 0)
             counts[str(outcome["outcome"])] += 1
             remaining += int(outcome.pop("_remaining"))  # type: ignore[call-overload]
@@ -135,8 +139,13 @@ class TailKeeper:
 
 
 def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, dry_run: bool,
-             keeper: TailKeeper) -> dict[str, object]:
-    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome."""
+             keeper: TailKeeper, acks: Acknowledged | None = None) -> dict[str, object]:
+    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome. `_remaining` counts the findings
+    left that are neither informational nor acknowledged in `acks`."""
+    def _damage(findings: list[Finding]) -> list[Finding]:
+        return [finding for finding in findings if finding.cls not in INFORMATIONAL
+                and not (acks and acks.of(str(path), finding.to_json()))]
+
     try:
         scanned = index_file(path, with_identity=True)
     except FileNotFoundError:
@@ -190,11 +199,6 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
     assert isinstance(outcome, Failed)
     return base | {"outcome": "failed", "reason": str(outcome.reason), "detail": outcome.detail,
                    "_remaining": len(damage)}
-
-
-def _damage(findings: list[Finding]) -> list[Finding]:
-    """The findings that count against a file: all but the informational ones."""
-    return [finding for finding in findings if finding.cls not in INFORMATIONAL]
 
 
 def _plan_json(plan: RepairPlan) -> dict[str, object]:

@@ -20,8 +20,10 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
+from riffd.commands.config import config_for_folders
 from riffd.config import RepairConfig
-from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.paths import claude_config_dir, default_roots
+from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
 from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.scan import FileReport, scan_file
@@ -60,27 +62,38 @@ def run_scan(args: argparse.Namespace) -> int:
     """`riffd scan`: print findings per file; exit 0 clean, 1 findings, 2 errors."""
     started = time.monotonic()
     files, errors = transcript_targets(args.paths, args.project)
-    reports = list(_reports(files, default_backup_dir()))
+    config = config_for_folders(args)
+    reports = list(_reports(files, config.backups.dir))
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
+    acks = acknowledged_in(config.state_dir)
+    acked = {id(finding) for finding in findings if acks and acks.of(finding.path, finding.to_json())}
     if args.json:
         print_json({
             "schema": REPORT_SCHEMA,
             "riffd": __version__,
-            "files": [report.to_json() for report in reports if report.findings or report.error],
-            "summary": _summary(reports, findings, errors, time.monotonic() - started),
+            "files": [_report_json(report, acked) for report in reports if report.findings or report.error],
+            "summary": _summary(reports, findings, errors, time.monotonic() - started) | {"acknowledged": len(acked)},
             "errors": errors,
         })
     else:
         for report in reports:
             if report.findings:
-                _print_file_findings(report)
+                _print_file_findings(report, acked)
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
-    _print_summary(reports, findings, errors, time.monotonic() - started)
+    _print_summary(reports, findings, errors, time.monotonic() - started, len(acked))
     if errors:
         return EXIT_ERROR
-    return EXIT_FINDINGS if any(finding.cls not in INFORMATIONAL for finding in findings) else EXIT_OK
+    damage = [finding for finding in findings if finding.cls not in INFORMATIONAL and id(finding) not in acked]
+    return EXIT_FINDINGS if damage else EXIT_OK
+
+
+def _report_json(report: FileReport, acked: set[int]) -> dict[str, object]:
+    out = report.to_json()
+    out["findings"] = [finding.to_json() | ({"acknowledged": True} if id(finding) in acked else {})
+                       for finding in report.findings]
+    return out
 
 
 def _summary(
@@ -98,20 +111,21 @@ def _summary(
     }
 
 
-def _print_file_findings(report: FileReport) -> None:
+def _print_file_findings(report: FileReport, acked: set[int]) -> None:
     print(f"{report.path}: {len(report.findings)} finding(s)")
     for finding in report.findings:
         where = "line " + ", ".join(str(line) for line in finding.lines[:6])
         if len(finding.lines) > 6:
             where += f" (+{len(finding.lines) - 6} more)"
-        print(f"  {where}: {finding.cls}: {finding.message}")
+        print(f"  {where}: {finding.cls}{' (acknowledged)' if id(finding) in acked else ''}: {finding.message}")
         if finding.api_error:
             print(f"    API error on resume: {finding.api_error}")
     for advice in report.suggestions:
         print(f"  suggestion: {advice}")
 
 
-def _print_summary(reports: list[FileReport], findings: list[Finding], errors: list[str], seconds: float) -> None:
+def _print_summary(reports: list[FileReport], findings: list[Finding], errors: list[str], seconds: float,
+                   acknowledged: int) -> None:
     by_class = ", ".join(f"{name} {count}" for name, count in sorted(Counter(str(f.cls) for f in findings).items()))
     size = sum(int(report.metrics.get("bytes", 0)) for report in reports)
     with_findings = sum(1 for report in reports if report.findings)
@@ -119,6 +133,7 @@ def _print_summary(reports: list[FileReport], findings: list[Finding], errors: l
         f"riffd: scanned {len(reports)} file(s), {size / 1e6:.1f} MB in {seconds:.1f} s: "
         f"{len(findings)} finding(s) in {with_findings} file(s)"
         + (f" ({by_class})" if by_class else "")
+        + (f", {acknowledged} of them acknowledged" if acknowledged else "")
         + (f", {len(errors)} error(s)" if errors else ""),
         file=sys.stderr,
     )

@@ -13,6 +13,7 @@ import os
 import shlex
 import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,13 @@ from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, REAL_FS, write_all
 from riffd.repair.backup import BackupStore
+from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
 REPORT_SCHEMA = 1
 REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
+ATTENTION_LISTED = 200  # findings listed under `attention` (all are counted in `findings`)
 
 
 def percentile(samples: list[float], fraction: float) -> float | None:
@@ -45,11 +48,12 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     """Given the state store, the backup folder and the daemon's snapshot (None when it is not running),
     return the report as a JSON-ready dict."""
     now = time.time()
-    watched, with_findings, open_by_class = store.finding_summary(frozenset(map(str, INFORMATIONAL)))
+    daemon = daemon or {}
+    watched = store.count_files()
+    findings = _findings(store, daemon.get("repair_mode"))
     repairs = store.repair_summary()
     counters = store.counters()
     backups = _backup_summary(backup_dir)
-    daemon = daemon or {}
     running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
     errors = [error for error in daemon.get("errors", []) if now - float(error.get("time", 0)) < RECENT_SECONDS]
@@ -58,11 +62,12 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         problems.append("the daemon is not running (`riffd run`, or `riffd service install`)")
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
-    informational = {name: count for name, count in open_by_class.items() if name in INFORMATIONAL}
-    damage = {name: count for name, count in open_by_class.items() if name not in INFORMATIONAL}
+    damage, with_findings = findings["open"], findings["files"]
     if damage:
         problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): each is listed under "
                         "`attention` with what deals with it")
+    if findings["ack_error"]:
+        problems.append(findings["ack_error"])
     moved_state, moved_archive = damaged_copies(store.path), damaged_copies(store.path.parent / ARCHIVE_NAME)
     if moved_archive:
         problems.append(f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
@@ -93,8 +98,11 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         },
         "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
         "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
-        "attention": [attention(path, item, waiting) for path, item, waiting in store.open_findings(INFORMATIONAL)],
-        "findings": {"open": dict(sorted(damage.items())), "informational": dict(sorted(informational.items())),
+        "attention": findings["attention"][:ATTENTION_LISTED],
+        "attention_total": len(findings["attention"]),
+        "findings": {"open": dict(sorted(damage.items())),
+                     "acknowledged": dict(sorted(findings["acknowledged"].items())),
+                     "informational": dict(sorted(findings["informational"].items())),
                      "repaired": repairs["findings_repaired_by_class"],
                      "pending": [{"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
                                  for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)]},
@@ -177,7 +185,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
-        f"- open findings: {_counts(report['findings']['open'])}",
+        f"- open findings: {_counts(report['findings']['open'])}"
+        + (f"; acknowledged: {_counts(report['findings']['acknowledged'])}"
+           if report["findings"].get("acknowledged") else ""),
         _pending_line(report["findings"].get("pending", [])),
         *_attention_lines(report.get("attention", [])),
         f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
@@ -203,18 +213,64 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def attention(path: str, finding: dict[str, Any], waiting: bool) -> dict[str, Any]:
-    """One open finding as the report lists it: the file, the class, the lines, and what deals with it."""
+def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
+    """Every stored finding sorted out: open damage by class (and the files holding it), acknowledged and
+    informational findings by class, and the `attention` list (open first, then acknowledged)."""
+    try:
+        acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
+    except AckFileError as exc:  # a broken file must not hide damage: nothing counts as acknowledged
+        acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
+    damage: Counter[str] = Counter()
+    acknowledged: Counter[str] = Counter()
+    informational: Counter[str] = Counter()
+    files: set[str] = set()
+    listed, later = [], []
+    for path, item, waiting in store.all_findings():
+        cls = str(item.get("class"))
+        if cls in INFORMATIONAL:
+            informational[cls] += 1
+            continue
+        ack = acks.of(path, item) if acks else None
+        if ack is not None:
+            acknowledged[cls] += 1
+            later.append(attention(path, item, waiting, mode, ack))
+        else:
+            damage[cls] += 1
+            files.add(path)
+            listed.append(attention(path, item, waiting, mode))
+    return {"open": damage, "files": len(files), "acknowledged": acknowledged, "informational": informational,
+            "attention": listed + later, "ack_error": ack_error}
+
+
+def attention(path: str, finding: dict[str, Any], waiting: bool, mode: str | None = None,
+              ack: Ack | None = None) -> dict[str, Any]:
+    """One finding as the report lists it: the file, the class, the lines, its state (waiting_for_repair,
+    not_repaired: riffd tried and it was not safe, never_repaired: a class riffd does not edit, acknowledged) and
+    the command that deals with it."""
     cls = str(finding.get("class"))
+    lines = finding.get("lines") or []
     quoted = shlex.quote(path)
-    if cls in REPAIRABLE_NAMES:
-        action = (f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`" if waiting else
-                  f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why")
+    where = shlex.quote(f"{path}:{lines[0]}") if lines else quoted
+    if ack is not None:
+        state = "acknowledged"
+        action = (f"acknowledged {ack.at}" + (f" ({ack.note})" if ack.note else "")
+                  + f"; `riffd ack --undo {where}` counts it again")
+    elif cls in REPAIRABLE_NAMES and mode == "report-only":
+        state = "waiting_for_repair"
+        action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
+    elif cls in REPAIRABLE_NAMES and waiting:
+        state = "waiting_for_repair"
+        action = f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`"
+    elif cls in REPAIRABLE_NAMES:
+        state = "not_repaired"
+        action = (f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
+                  f"`riffd ack {where}` accepts it as it is")
     else:
-        action = (f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; Claude Code resumes from the "
-                  "chain it loads, so a session that resumes well may need nothing")
-    return {"path": path, "class": cls, "lines": finding.get("lines", []), "message": finding.get("message", ""),
-            "repairable": cls in REPAIRABLE_NAMES, "action": action}
+        state = "never_repaired"
+        action = (f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
+                  f"well, `riffd ack {where}` acknowledges it")
+    return {"path": path, "class": cls, "lines": lines, "message": finding.get("message", ""),
+            "repairable": cls in REPAIRABLE_NAMES, "state": state, "action": action}
 
 
 def _pending_line(pending: list[dict[str, Any]]) -> str:
@@ -226,8 +282,9 @@ def _pending_line(pending: list[dict[str, Any]]) -> str:
 
 
 def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
-    lines = [f"- needs attention: {item['path']} line {', '.join(map(str, item['lines'][:3])) or '-'}: "
-             f"{item['class']}: {item['action']}" for item in items[:shown]]
+    lines = [f"- {'acknowledged' if item.get('state') == 'acknowledged' else 'needs attention'}: {item['path']} "
+             f"line {', '.join(map(str, item['lines'][:3])) or '-'}: {item['class']}: {item['action']}"
+             for item in items[:shown]]
     if len(items) > shown:
         lines.append(f"- and {len(items) - shown} more under `attention` in latest.json")
     return lines

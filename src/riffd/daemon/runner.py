@@ -465,6 +465,7 @@ class Daemon:
             "pid": os.getpid(),
             "started": self.stats.started,
             "config_path": str(self.config.source) if self.config.source else None,
+            "repair_mode": self.config.repair.mode,
             "last_reload": self.stats.last_reload,
             "roots": [str(root) for root in self.config.roots],
             "observer": watcher.observer_kind if watcher else None,

@@ -199,15 +199,12 @@ class StateStore:
             rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
         return [row[0] for row in rows]
 
-    def open_findings(self, informational: frozenset[str] = frozenset(),
-                      limit: int = 100) -> list[tuple[str, dict[str, Any], bool]]:
-        """Return up to `limit` (path, finding, waits for a repair) of the open findings outside `informational`."""
+    def all_findings(self) -> list[tuple[str, dict[str, Any], bool]]:
+        """Return (path, finding, whether the file waits for a repair) for every stored finding, by path."""
         with self._lock:
             rows = self._db.execute("SELECT path, findings, repairable FROM files WHERE findings != '[]' "
                                     "ORDER BY path").fetchall()
-        found = [(path, item, bool(repairable)) for path, blob, repairable in rows for item in json.loads(blob)
-                 if item.get("class") not in informational]
-        return found[:limit]
+        return [(path, item, bool(repairable)) for path, blob, repairable in rows for item in json.loads(blob)]
 
     def finding_summary(self, informational: frozenset[str] = frozenset()) -> tuple[int, int, Counter[str]]:
         """Return (files watched, files with findings other than `informational` classes, findings by class)."""
