@@ -145,3 +145,11 @@ def plan_transcript_repair(path: Path, scanned: object, add_missing_results: boo
         new_uuid=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
     )
     return plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the configuration of the person running the tests: the default config path points into an
+    empty folder on Linux (a test that needs a config names one: --config, RIFFD_CONFIG or XDG_CONFIG_HOME)."""
+    monkeypatch.delenv("RIFFD_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))  # Linux; macOS's is fixed

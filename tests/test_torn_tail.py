@@ -141,3 +141,19 @@ def test_a_torn_line_continued_during_the_replace_comes_back_whole(tmp_path: Pat
     assert outcome.carried_over_bytes == len(FRAGMENT + rest)
     assert any("put back" in warning for warning in outcome.warnings)
     assert scan_file(path).findings == []
+
+
+def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
+    path = torn_transcript(tmp_path)
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "elsewhere"}"\n[backups]\ndir = "{tmp_path / "my-backups"}"\n')
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_CONFIG": str(config)}
+    env.pop("RIFFD_STATE_DIR", None)
+    fixed = subprocess.run([sys.executable, "-m", "riffd", "fix", str(path)], capture_output=True, text=True,
+                           env=env, timeout=120, check=False)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert str(tmp_path / "my-backups") in fixed.stdout  # the backup went where the config says
+    assert (tmp_path / "elsewhere" / "archive.db").is_file()  # and the fragment to the configured state folder
+    listed = subprocess.run([sys.executable, "-m", "riffd", "backups", "list"], capture_output=True, text=True,
+                            env=env, timeout=120, check=False)
+    assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr

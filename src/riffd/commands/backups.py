@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser, UsageError, print_json
-from riffd.paths import claude_config_dir, default_backup_dir, default_roots
+from riffd.commands.config import config_for_folders
+from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupError, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
 from riffd.repair.restore import restore_backup
@@ -18,7 +19,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     backups = commands.add_parser("backups", help="list, restore or prune riffd's backups",
                                   description="Work with the verified backups riffd takes before each repair.")
     backups.add_argument("--backup-dir", type=Path, default=None,
-                         help="the backup folder (default: <state dir>/backups)")
+                         help="the backup folder (default: the config's backups.dir, <state dir>/backups)")
     actions = backups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     listing = actions.add_parser("list", help="list backups, newest last")
     listing.add_argument("--json", action="store_true", help="print JSON on stdout")
@@ -45,7 +46,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def _store(args: argparse.Namespace) -> BackupStore:
-    return BackupStore(args.backup_dir or default_backup_dir())
+    """The backup folder: --backup-dir, else the configuration's backups.dir (the daemon's)."""
+    return BackupStore(args.backup_dir or config_for_folders(args).backups.dir)
 
 
 def run_backups_list(args: argparse.Namespace) -> int:

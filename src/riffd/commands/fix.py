@@ -56,7 +56,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     fix.add_argument("--no-synthesize", action="store_true",
                      help="do not add placeholder results for tool calls that never got one")
     fix.add_argument("--backup-dir", type=Path, default=None,
-                     help="where backups go (default: <state dir>/backups)")
+                     help="where backups go (default: the config's backups.dir, <state dir>/backups)")
     fix.add_argument("--json", action="store_true", help="print one JSON report on stdout")
     fix.add_argument("--project", action="append", default=[], metavar="PATH",
                      help="also repair the transcripts of this project's Claude Code folder (repeatable)")
