@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, SRC_DIR, corpus_lines, requires_corpus
+from conftest import CORPUS_DIR, SRC_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore, Watermark
 from riffd.transcript.findings import INFORMATIONAL
@@ -559,7 +559,7 @@ def test_sigterm_exits_0_promptly_and_status_follows(sandbox: Sandbox) -> None:
     assert elapsed < STOP_WITHIN, f"SIGTERM took {elapsed:.1f} s"
     stopped = sandbox.riffd("status")
     assert stopped.returncode == 3, stopped.stdout + stopped.stderr
-    assert "not running" in stopped.stdout
+    assert "riffd daemon: stopped, last seen at" in stopped.stdout
 
 
 # --- 6. a restart in the middle of a stream of appends ----------------------------------------------------
@@ -778,10 +778,37 @@ def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_on
     daemon.stop()
     status = sandbox.riffd("status")
     assert status.returncode == 3, status.stdout
-    assert "daemon: running" not in status.stdout and "running (pid" not in status.stdout, status.stdout
-    assert "has stopped" in status.stdout
+    assert "running" not in status.stdout.replace("no riffd daemon runs", ""), status.stdout
+    assert "riffd daemon: stopped, last seen at" in status.stdout and f"(pid {daemon.pid})" in status.stdout
     document = json.loads(sandbox.riffd("status", "--json").stdout)
-    assert document["running"] is False and document["latest_report"]["daemon"]["running"] is False
+    assert document["running"] is False and document["state"] == "stopped"
+    assert document["report"]["daemon"]["running"] is False and document["report"]["daemon"]["pid"] == daemon.pid
+    latest = sandbox.report()  # the report written at shutdown says so too
+    assert latest is not None and latest["daemon"]["running"] is False
+
+
+def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(sandbox: Sandbox) -> None:
+    sandbox.write_config(reports__interval=3600.0)
+    daemon = sandbox.start()
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report")
+    path = sandbox.project / "s.jsonl"
+    path.write_bytes(transcript_bytes(5) + b'{"type":"user","message":{"role":"us\n' + transcript_line(6))
+    status = daemon.wait_until(lambda: _status_where(sandbox, lambda s: s.returncode == 1),
+                               "status to see the malformed line", timeout=20)
+    assert f"needs attention: {path} line 6: malformed_line" in status.stdout, status.stdout
+    assert f"`riffd ack {path}:6` acknowledges it" in status.stdout
+    assert sandbox.riffd("ack", f"{path}:6").returncode == 0
+    status = sandbox.riffd("status")  # the acknowledgement counts at once
+    assert status.returncode == 0, status.stdout
+    assert f"acknowledged: {path} line 6: malformed_line" in status.stdout
+    assert (sandbox.report() or {}).get("findings", {}).get("open") == {}  # the daemon's last report: before
+    daemon.stop()
+
+
+def _status_where(sandbox: Sandbox, condition: Callable[[subprocess.CompletedProcess[str]], bool]
+                  ) -> subprocess.CompletedProcess[str] | None:
+    result = sandbox.riffd("status")
+    return result if condition(result) else None
 
 
 def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox) -> None:

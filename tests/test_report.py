@@ -75,7 +75,7 @@ def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[Sta
     assert read_latest(folder) == json.loads((folder / "report-20261122T100004Z.json").read_text())
     assert not list(folder.glob(".*.tmp"))
     markdown = (folder / "latest.md").read_text()
-    assert markdown == render_markdown(report) and "needs attention" in markdown and "not running" in markdown
+    assert markdown == render_markdown(report) and "needs attention" in markdown and "no riffd daemon runs" in markdown
 
 
 
@@ -126,13 +126,23 @@ def write_config(tmp_path: Path) -> Path:
 def test_riffd_report_and_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path)
     assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
-    assert "not running" in capsys.readouterr().out
+    assert f"not running; no riffd state in {tmp_path / 'state'} yet" in capsys.readouterr().out
+    assert main(["--config", str(config), "report"]) == 2  # nothing to report on: said, nothing written
+    assert "nothing to report yet" in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # neither command made riffd state
+    # A daemon ran here once and stopped: what it saw is shown as that, never as running.
+    store = StateStore(tmp_path / "state" / "state.db")
+    store.set_meta("daemon", {"running": True, "pid": 999_999_999, "seen_at": time.time() - 60, "latencies": []})
+    store.close()
     assert main(["--config", str(config), "report", "--json"]) == 1  # no daemon: not healthy
     report = json.loads(capsys.readouterr().out)
-    assert report["daemon"]["running"] is False
+    assert report["daemon"]["running"] is False and report["daemon"]["last_seen"]
+    assert any("no riffd daemon runs (last seen at" in problem for problem in report["problems"])
     assert (tmp_path / "state" / "reports" / "latest.json").exists()
     assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
-    assert "riffd health report" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "riffd daemon: stopped, last seen at" in out and "pid 999999999" in out
+    assert "riffd health report" in out and "running" not in out.replace("no riffd daemon runs", "")
 
 
 def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
@@ -154,7 +164,7 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
     assert main(["--config", str(config), "status"]) == 3  # it answers: no daemon runs on that state folder
     captured = capsys.readouterr()
     assert "watcher.debounse" in captured.err and "log.level" in captured.err
-    assert f"not running (state {tmp_path / 'state'})" in captured.out  # the folder the file names
+    assert f"no riffd state in {tmp_path / 'state'} yet" in captured.out  # the folder the file names
 
 
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(tmp_path: Path) -> None:

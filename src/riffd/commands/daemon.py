@@ -12,6 +12,7 @@ import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.config import load_despite_errors
+from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
 from riffd.database import DatabaseDamaged
 
@@ -35,18 +36,22 @@ def register(commands: Any) -> None:
 
     report = commands.add_parser(
         "report", help="write a health report now and print it",
-        description="Build a health report from the state store (and the running daemon's figures), write it to "
-        "the report folder as report-<time>.json, latest.json and latest.md, and print it.",
+        description="Build a health report from the state store and the running daemon's live figures (or a "
+        "stopped daemon's last ones, shown as stopped), write it to the report folder as report-<time>.json, "
+        "latest.json and latest.md, and print it. Exit 0 healthy, 1 not, 2 no state or unreadable state.",
     )
     report.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
     report.set_defaults(run=run_report)
 
     status = commands.add_parser(
         "status", help="is the daemon running, and is all well?",
-        description="Say whether the daemon runs and summarise its latest report. Exit 0: running and healthy; "
-        "1: running, with problems; 3: not running.",
+        description="Say whether the daemon runs, and how things are now: the state store read with the running "
+        "daemon's live figures (a few seconds old at most). Exit 0: running and healthy, or starting; 1: running, "
+        "with problems (each named, with the command that deals with it); 2: riffd's state cannot be read; 3: not "
+        "running (what it last saw is shown as that).",
     )
-    status.add_argument("--json", action="store_true", help="print the latest report as JSON")
+    status.add_argument("--json", action="store_true",
+                        help="print {state, running, pid, report} as JSON (report: the report as of now)")
     status.set_defaults(run=run_status)
 
 
@@ -76,30 +81,57 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def run_report(args: argparse.Namespace) -> int:
-    """`riffd report`: write a report now; exit 0 healthy, 1 not."""
+def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None]:
+    """Return the health report as true now (built from the state store and the running daemon's live figures, or a
+    stopped daemon's last ones, shown as stopped) and the running daemon's pid; the report is None when riffd has
+    no state here yet. Raise DatabaseDamaged or sqlite3.Error when the state cannot be read."""
     from riffd.daemon.lock import running_pid
-    from riffd.daemon.report import build_report, render_markdown, write_report
+    from riffd.daemon.report import build_report
     from riffd.daemon.state import StateStore
+
+    pid = running_pid(config.state_dir)
+    path = config.state_dir / STATE_NAME
+    if not path.exists():
+        return None, pid
+    store = StateStore(path, read_only=True)
+    try:
+        snapshot = store.meta("daemon")
+        if not isinstance(snapshot, dict):
+            snapshot = None
+        elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
+            snapshot = {**snapshot, "running": False}
+        if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
+            snapshot = {"running": True, "starting": True, "pid": pid}  # started a moment ago: no figures yet
+        return build_report(store, config.backups.dir, snapshot), pid
+    finally:
+        store.close()
+
+
+def _state_error(config: Config, exc: Exception) -> int:
+    if isinstance(exc, DatabaseDamaged):
+        print(f"riffd: error: {exc}", file=sys.stderr)
+    else:
+        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
+              "(`riffd run` checks its databases at start)", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """`riffd report`: write a report now; exit 0 healthy, 1 not, 2 when there is no state to report on."""
+    from riffd.daemon.report import render_markdown, write_report
 
     config = load_despite_errors(args)
     if config is None:
         return EXIT_ERROR
     try:
-        store = StateStore(config.state_dir / STATE_NAME)
-        try:
-            snapshot = store.meta("daemon") if running_pid(config.state_dir) else None
-            report = build_report(store, config.backups.dir, snapshot)
-            path = write_report(report, config.reports.dir, config.reports.keep)
-        finally:
-            store.close()
-    except DatabaseDamaged as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
+        report, _pid = current_report(config)
+    except (DatabaseDamaged, sqlite3.Error) as exc:
+        return _state_error(config, exc)
+    if report is None:
+        print(f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
+              file=sys.stderr)
         return EXIT_ERROR
-    except sqlite3.Error as exc:
-        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
-              "(`riffd run` checks its databases at start)", file=sys.stderr)
-        return EXIT_ERROR
+    path = write_report(report, config.reports.dir, config.reports.keep)
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -109,44 +141,40 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not running."""
-    from riffd.daemon.lock import running_pid
-    from riffd.daemon.report import read_latest, render_markdown
+    """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not running, 2 when the
+    state cannot be read."""
+    from riffd.daemon.report import render_markdown
 
     config = load_despite_errors(args)
     if config is None:
         return EXIT_ERROR
-    pid = running_pid(config.state_dir)
-    latest = read_latest(config.reports.dir)
-    if latest is not None and (latest.get("daemon") or {}).get("pid") != pid:
-        latest = as_seen_now(latest, pid)
+    try:
+        report, pid = current_report(config)
+    except (DatabaseDamaged, sqlite3.Error) as exc:
+        return _state_error(config, exc)
+    daemon = (report or {}).get("daemon") or {}
+    starting = pid is not None and bool(daemon.get("starting"))
+    state = "stopped" if pid is None else "starting" if starting else "running"
     if args.json:
-        sys.stdout.write(orjson.dumps({"running": pid is not None, "pid": pid, "latest_report": latest},
+        sys.stdout.write(orjson.dumps({"state": state, "running": pid is not None, "pid": pid, "report": report},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(f"riffd daemon: running (pid {pid})" if pid else f"riffd daemon: not running (state {config.state_dir})")
-        if latest is not None:
-            sys.stdout.write(render_markdown(latest))
+        if pid is None and report is None:
+            print(f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
+                  "service install`)")
+        elif pid is None:
+            last = f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})" if daemon.get("last_seen") else ""
+            print(f"riffd daemon: stopped{last}; state {config.state_dir}")
+        elif starting:
+            print(f"riffd daemon: starting (pid {pid}): looking at the files found at start; health is judged once "
+                  "that pass is done")
         else:
-            print(f"no report yet in {config.reports.dir}")
+            age = daemon.get("figures_age_seconds")
+            print(f"riffd daemon: running (pid {pid})" + (f", figures from {age:.0f} s ago" if age is not None else ""))
+        if report is not None:
+            sys.stdout.write(render_markdown(report))
     if pid is None:
         return EXIT_NOT_RUNNING
-    if latest is None or latest.get("stale"):
-        print(f"riffd daemon: starting: pid {pid} has not written its first report yet (it does once the files "
-              "found at start are looked at)")
+    if starting:
         return EXIT_OK  # starting is not a problem
-    return EXIT_OK if latest.get("healthy") else EXIT_FINDINGS
-
-
-def as_seen_now(report: dict[str, Any], pid: int | None) -> dict[str, Any]:
-    """Given a report written by a daemon that is no longer the running one (`pid`: the running daemon, or None),
-    return it as true now: that daemon marked stopped, and a problem saying so."""
-    daemon = dict(report.get("daemon") or {})
-    written_by = daemon.get("pid")
-    daemon["running"] = False
-    seen = report.get("generated_at", "?")
-    problem = (f"this report was written at {seen} by riffd pid {written_by}, which has stopped; "
-               + (f"the daemon running now (pid {pid}) has not written one yet" if pid else
-                  "no daemon runs now (`riffd run`, or `riffd service install`)"))
-    return {**report, "daemon": daemon, "healthy": False, "stale": True,
-            "problems": [problem, *[item for item in report.get("problems", []) if "not running" not in item]]}
+    return EXIT_OK if report is not None and report.get("healthy") else EXIT_FINDINGS

@@ -11,6 +11,7 @@ from typing import Any
 from riffd.archive.store import Archive, ingest_file
 from riffd.config import Config
 from riffd.daemon.state import StateStore
+from riffd.daemon.worker import Outcome
 from riffd.repair.backup import BackupStore
 from riffd.transcript.findings import INFORMATIONAL
 
@@ -71,3 +72,28 @@ def log_startup_summary(store: StateStore, config: Config) -> None:
              or "no damage", len(waiting), why,
              extra={"watched": watched, "with_findings": with_findings, "findings_by_class": damage,
                     "repairs_waiting": len(waiting)})
+
+
+def log_outcome(outcome: Outcome) -> None:
+    """Log what processing one file did: damage and repairs at INFO, an append with nothing wrong at DEBUG."""
+    damage = {name: count for name, count in outcome.classes.items() if name not in INFORMATIONAL_NAMES}
+    # An append with nothing wrong is what Claude Code does all day: DEBUG. Damage and repairs: INFO.
+    quiet = outcome.kind == "appended" and not damage and not outcome.repair
+    found = ", ".join(f"{name} {count}" for name, count in sorted(outcome.classes.items()))
+    log.log(
+        logging.DEBUG if quiet else logging.INFO,
+        "%s: %s, %d line(s), %d byte(s), %d finding(s)%s%s in %.1f ms",
+        outcome.path, outcome.kind, outcome.lines, outcome.bytes, outcome.findings,
+        f" ({found})" if found else "",
+        (f", repair {outcome.repair}" + (f": {outcome.why}" if outcome.why else "")) if outcome.repair else "",
+        outcome.seconds * 1000,
+        extra={"path": outcome.path, "outcome": outcome.kind, "lines": outcome.lines, "bytes": outcome.bytes,
+               "findings": outcome.findings, "classes": outcome.classes, "repair": outcome.repair,
+               "why": outcome.why or None, "ms": round(outcome.seconds * 1000, 2)},
+    )
+
+
+def store_snapshot(store: StateStore, snapshot: dict[str, Any]) -> None:
+    """Store the daemon's live figures where `status` and `report` read them (the newest 200 latencies)."""
+    store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
+                   | {"latencies": snapshot["latencies"][-200:]})

@@ -32,6 +32,7 @@ from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 REPORT_SCHEMA = 1
 REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
+STUCK_SECONDS = 120.0  # a running daemon refreshes its figures every 30 s at least
 ATTENTION_LISTED = 200  # findings listed under `attention` (all are counted in `findings`)
 
 
@@ -45,8 +46,9 @@ def percentile(samples: list[float], fraction: float) -> float | None:
 
 
 def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None) -> dict[str, Any]:
-    """Given the state store, the backup folder and the daemon's snapshot (None when it is not running),
-    return the report as a JSON-ready dict."""
+    """Given the state store, the backup folder and the daemon's snapshot (its live figures, `running` true only
+    when that daemon runs now; a stopped daemon's last figures; or None when none was ever seen), return the
+    report as a JSON-ready dict."""
     now = time.time()
     daemon = daemon or {}
     watched = store.count_files()
@@ -57,9 +59,13 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
     errors = [error for error in daemon.get("errors", []) if now - float(error.get("time", 0)) < RECENT_SECONDS]
+    seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
     problems = []
     if not running:
-        problems.append("the daemon is not running (`riffd run`, or `riffd service install`)")
+        problems.append(f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)")
+    elif seen_at is not None and now - seen_at > STUCK_SECONDS:
+        problems.append(f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for "
+                        f"{now - seen_at:.0f} s: it may be stuck (its log says more; restarting it is safe)")
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
     damage, with_findings = findings["open"], findings["files"]
@@ -83,6 +89,10 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "problems": problems,
         "daemon": {
             "running": running,
+            "starting": bool(running and daemon.get("starting")),
+            "last_seen": _iso(seen_at),
+            "figures_age_seconds": round(now - seen_at, 1) if seen_at is not None else None,
+            "repair_mode": daemon.get("repair_mode"),
             "version": daemon.get("version", __version__),
             "pid": daemon.get("pid"),
             "uptime_seconds": round(uptime, 1) if uptime is not None else None,
@@ -143,6 +153,17 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     }
 
 
+def _iso(seconds: float | None) -> str | None:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None
+
+
+def _last_seen(daemon: dict[str, Any]) -> str:
+    """' (last seen at <local time>, pid N)' for a stopped daemon's figures, '' when none was ever seen."""
+    if not daemon.get("seen_at"):
+        return ""
+    return f" (last seen at {_iso(float(daemon['seen_at']))}, pid {daemon.get('pid')})"
+
+
 def _tracker_summary(stats: dict[str, Any]) -> dict[str, Any]:
     """The tool-call tracker's figures since the daemon started (zeros when it does not run)."""
     return {
@@ -180,8 +201,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         f"**{status}**" + ("" if report["healthy"] else ": " + "; ".join(report["problems"])),
         "",
-        f"- daemon: {'running, pid ' + str(daemon['pid']) if daemon['running'] else 'not running'}"
-        + (f", up {daemon['uptime_seconds']:.0f} s" if daemon["uptime_seconds"] else ""),
+        f"- daemon: {_daemon_words(daemon)}",
         f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
@@ -240,6 +260,18 @@ def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
             listed.append(attention(path, item, waiting, mode))
     return {"open": damage, "files": len(files), "acknowledged": acknowledged, "informational": informational,
             "attention": listed + later, "ack_error": ack_error}
+
+
+def _daemon_words(daemon: dict[str, Any]) -> str:
+    if not daemon["running"]:
+        last = daemon.get("last_seen")
+        return f"stopped, last seen at {last} (pid {daemon['pid']})" if last else "none has run here yet"
+    words = f"{'starting' if daemon.get('starting') else 'running'}, pid {daemon['pid']}"
+    if daemon.get("uptime_seconds"):
+        words += f", up {daemon['uptime_seconds']:.0f} s"
+    if daemon.get("repair_mode"):
+        words += f", {daemon['repair_mode']} mode"
+    return words
 
 
 def attention(path: str, finding: dict[str, Any], waiting: bool, mode: str | None = None,

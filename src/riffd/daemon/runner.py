@@ -32,11 +32,12 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.config import Config, ConfigError, config_path, load_config
 from riffd.daemon.jobs import (
-    INFORMATIONAL_NAMES,
     archive_summary,
     backup_retention,
     catch_up_archive,
+    log_outcome,
     log_startup_summary,
+    store_snapshot,
 )
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
@@ -44,7 +45,7 @@ from riffd.daemon.report import build_report, write_report
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
-from riffd.daemon.worker import Outcome, Worker, WorkerSettings
+from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.daemon.workqueue import WorkQueue
 from riffd.fsio import IO_STATS
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
@@ -60,6 +61,8 @@ DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
 TRACKER_PRUNE_SECONDS = 60.0
 ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
+SNAPSHOT_SECONDS = 5.0  # the live figures `status` and `report` read are at most this old when something changed
+HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
 
 
 def worker_settings(config: Config) -> WorkerSettings:
@@ -94,6 +97,11 @@ class Daemon:
         self.stop = threading.Event()
         self.reload_requested = threading.Event()
         self._report_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
+        self._startup_done = False
+        self._stopping = False
+        self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
+        self._published: tuple[object, ...] | None = None
+        self._published_at = 0.0
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.queue = WorkQueue(self.config.watcher.debounce)
@@ -135,6 +143,7 @@ class Daemon:
                    + BackupStore(config.backups.dir).remove_leftovers(time.time()))
         if removed:
             log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
+        self.publish(force=True)  # `status` sees this daemon, starting, from now on
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
@@ -169,9 +178,9 @@ class Daemon:
         config = self.config
         jobs: list[tuple[str, Any, float]] = [
             ("report", self.write_report, config.reports.interval),
-            ("backup_retention", self._backup_retention, config.backups.retention_interval),
+            ("backup_retention", lambda: backup_retention(self.config), config.backups.retention_interval),
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
-            ("tracker_prune", self._prune_tracker, TRACKER_PRUNE_SECONDS),
+            ("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
             ("archive_settle", self._settle_archive, ARCHIVE_SETTLE_SECONDS),
         ]
         if config.watcher.rescan_interval > 0:
@@ -183,6 +192,7 @@ class Daemon:
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
+        self._stopping = True  # from here on every snapshot and report says the daemon has stopped
         if self.watcher is not None:
             self.watcher.stop()
         if self.scheduler is not None and self.scheduler.running:
@@ -238,12 +248,12 @@ class Daemon:
     def _serve(self) -> None:
         last_ping = last_status = 0.0
         ping_every = self.notifier.watchdog_interval()
-        startup_pass_done = False
         while not self.stop.wait(TICK_SECONDS):
             self._watch_new_roots()
-            if not startup_pass_done and not len(self.queue) and not self.stats.busy:
-                startup_pass_done = True
+            if not self._startup_done and not len(self.queue) and not self.stats.busy:
+                self._startup_done = True
                 self._after_startup_pass()
+            self.publish()
             if self.reload_requested.is_set() or self._stamp() != self._config_stamp:
                 self.reload_requested.clear()
                 self.reload()
@@ -396,26 +406,9 @@ class Daemon:
             self.stats.error(f"{path}: {outcome.why or outcome.repair}", advice(outcome.why))
         if outcome.kind != "unchanged":
             self.stats.latencies.append(time.monotonic() - first_event)
-            self._log_outcome(outcome)
+            log_outcome(outcome)
         if outcome.retry_after is not None and not self.stop.is_set():  # no waiting retries while draining
             self.queue.put(str(path), delay=outcome.retry_after)
-
-    def _log_outcome(self, outcome: Outcome) -> None:
-        damage = {name: count for name, count in outcome.classes.items() if name not in INFORMATIONAL_NAMES}
-        # An append with nothing wrong is what Claude Code does all day: DEBUG. Damage and repairs: INFO.
-        quiet = outcome.kind == "appended" and not damage and not outcome.repair
-        found = ", ".join(f"{name} {count}" for name, count in sorted(outcome.classes.items()))
-        log.log(
-            logging.DEBUG if quiet else logging.INFO,
-            "%s: %s, %d line(s), %d byte(s), %d finding(s)%s%s in %.1f ms",
-            outcome.path, outcome.kind, outcome.lines, outcome.bytes, outcome.findings,
-            f" ({found})" if found else "",
-            (f", repair {outcome.repair}" + (f": {outcome.why}" if outcome.why else "")) if outcome.repair else "",
-            outcome.seconds * 1000,
-            extra={"path": outcome.path, "outcome": outcome.kind, "lines": outcome.lines, "bytes": outcome.bytes,
-                   "findings": outcome.findings, "classes": outcome.classes, "repair": outcome.repair,
-                   "why": outcome.why or None, "ms": round(outcome.seconds * 1000, 2)},
-        )
 
     # --- scheduled jobs ---------------------------------------------------------------------------
 
@@ -430,12 +423,6 @@ class Daemon:
         queued = self._reconcile()
         if queued:
             log.info("rescan: %d file(s) changed without an event", queued)
-
-    def _backup_retention(self) -> None:
-        backup_retention(self.config)
-
-    def _prune_tracker(self) -> None:
-        self.tracker.prune(time.time())
 
     def _maintain_state(self) -> None:
         if self.store is not None:
@@ -453,14 +440,32 @@ class Daemon:
         if self.archive is not None and self.store is not None:
             catch_up_archive(self.archive, self.store)
 
-    def _archive_summary(self) -> dict[str, Any]:
-        return {} if self.archive is None or self.store is None else archive_summary(self.archive, self.store)
+    def publish(self, *, force: bool = False) -> None:
+        """Store the live figures where `status` and `report` read them: when something changed (at most every
+        SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck daemon from a quiet one."""
+        if self.store is None:
+            return
+        now = time.monotonic()
+        watcher = self.watcher
+        state = (self.stats.processed, len(self.queue), watcher.events if watcher else 0, len(self.stats.errors),
+                 str(self.stats.last_reload), self.stats.rescans, self._startup_done, self._stopping)
+        due = now - self._published_at >= (SNAPSHOT_SECONDS if state != self._published else HEARTBEAT_SECONDS)
+        if not (force or due):
+            return
+        try:
+            store_snapshot(self.store, self.snapshot())
+        except sqlite3.Error as exc:
+            log.warning("could not store the live figures: %s; `riffd status` shows older ones", exc)
+            return
+        self._published, self._published_at = state, now
 
     def snapshot(self) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
         watcher = self.watcher
         return {
-            "running": True,
+            "running": not self._stopping,
+            "starting": not self._startup_done,
+            "seen_at": time.time(),
             "version": __version__,
             "pid": os.getpid(),
             "started": self.stats.started,
@@ -479,15 +484,15 @@ class Daemon:
             "io_retries": IO_STATS.retries,
             "io_give_ups": IO_STATS.give_ups,
             "tracker": self.tracker.stats(),
-            "archive": self._archive_summary(),
+            "archive": self._archive_figures,
         }
 
     def write_report(self) -> Path:
         """Write a health report now (the scheduled job, and at shutdown)."""
         assert self.store is not None
         with self._report_lock:
+            self._archive_figures = {} if self.archive is None else archive_summary(self.archive, self.store)
             snapshot = self.snapshot()
-            self.store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
-                                | {"latencies": snapshot["latencies"][-200:]})
+            store_snapshot(self.store, snapshot)
             report = build_report(self.store, self.config.backups.dir, snapshot)
             return write_report(report, self.config.reports.dir, self.config.reports.keep)

@@ -9,6 +9,7 @@ so a crash at any point leaves either the old pair or the new pair, never a mix.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -97,16 +98,22 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False,
+                           isolation_level=None, timeout=30)
+
+
 class StateStore:
     """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL mode)."""
 
-    def __init__(self, path: Path, *, heal: bool = False) -> None:
+    def __init__(self, path: Path, *, heal: bool = False, read_only: bool = False) -> None:
         """Open (or create) the store at `path`. A damaged file is moved aside and a new store made when `heal`
-        (the daemon: everything in it is derived again by a rescan); otherwise it raises DatabaseDamaged."""
+        (the daemon: everything in it is derived again by a rescan); otherwise it raises DatabaseDamaged.
+        `read_only` opens an existing store without changing it (`riffd status`)."""
         self.path = path
         self._lock = threading.RLock()
         self._db, self.moved_aside, self.damage = open_checked(
-            path, _connect, heal=heal, advice=HEAL_ADVICE)
+            path, _connect_read_only if read_only else _connect, heal=heal and not read_only, advice=HEAL_ADVICE)
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
@@ -121,7 +128,8 @@ class StateStore:
     def close(self) -> None:
         """Close the connection (after a checkpoint, so the WAL does not linger)."""
         with self._lock:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            with contextlib.suppress(sqlite3.OperationalError):  # read-only, or the daemon holds it: its business
+                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
     @contextmanager
