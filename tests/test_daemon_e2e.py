@@ -820,6 +820,9 @@ def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox
         result = sandbox.riffd(*command)
         assert result.returncode in (0, 1), (command, result.stdout, result.stderr)
         assert f"config error: {sandbox.config}: line" in result.stderr and "Traceback" not in result.stderr
+    status = daemon.wait_until(lambda: _status_where(sandbox, lambda s: "last reload, which failed" in s.stdout),
+                               "status to say the daemon runs on its previous config")
+    assert f"- config: the daemon runs on {sandbox.config} as it was before the last reload" in status.stdout
     assert f"running (pid {daemon.pid})" in sandbox.riffd("status").stdout
     daemon.stop()
 

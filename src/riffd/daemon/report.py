@@ -202,6 +202,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"**{status}**" + ("" if report["healthy"] else ": " + "; ".join(report["problems"])),
         "",
         f"- daemon: {_daemon_words(daemon)}",
+        _config_line(daemon),
         f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
@@ -260,6 +261,15 @@ def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
             listed.append(attention(path, item, waiting, mode))
     return {"open": damage, "files": len(files), "acknowledged": acknowledged, "informational": informational,
             "attention": listed + later, "ack_error": ack_error}
+
+
+def _config_line(daemon: dict[str, Any]) -> str:
+    config = daemon.get("config_path") or "defaults (no file)"
+    reload = daemon.get("last_reload") or {}
+    if reload.get("ok") is False:
+        errors = "; ".join(reload.get("errors") or []) or "see the log"
+        return (f"- config: the daemon runs on {config} as it was before the last reload, which failed: {errors}")
+    return f"- config: {config}"
 
 
 def _daemon_words(daemon: dict[str, Any]) -> str:
