@@ -153,3 +153,15 @@ def no_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     empty folder on Linux (a test that needs a config names one: --config, RIFFD_CONFIG or XDG_CONFIG_HOME)."""
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))  # Linux; macOS's is fixed
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts missing: where
+    to get them), instead of one line per skipped test."""
+    reasons: dict[str, int] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{count} test(s) skipped: {reason}", yellow=True)

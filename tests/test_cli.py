@@ -256,3 +256,10 @@ def test_fix_leaves_a_live_sessions_agent_file_alone(claude_home: Path, capsys: 
     assert main(["fix", "--quiet-period", "0", str(agent)]) == EXIT_FINDINGS
     assert agent.read_bytes() == damaged
     assert f"skipped {agent}: live" in capsys.readouterr().out
+
+
+def test_an_unsupported_platform_gets_one_line_not_a_traceback() -> None:
+    code = "import sys; sys.platform = 'win32'; from riffd.entry import main; raise SystemExit(main(['status']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stderr == "riffd: win32 is not supported: riffd runs on Linux (WSL2 included) and macOS\n"
