@@ -5,7 +5,8 @@ Run by hand from the repository root::
     python3 bench/hook_bench.py                  # about half a minute
     python3 bench/hook_bench.py --runs 50 --json
 
-1. hook latency: a 10,000-line session in a temporary folder (9,990 old Bash calls two hours ago,
+1. hook latency (SessionStart too: a registry of 20 sessions, then the resumed one registered to another live
+   process, which makes it warn): a 10,000-line session in a temporary folder (9,990 old Bash calls two hours ago,
    then a Read of a small file 60 s ago with its result), and the event of a Read of that file on
    stdin. Each run is a new process, as Claude Code starts one per tool call: `python3 -m riffd hook
    pre-tool-use` (warn and cache), the `riffd` console script installed beside this Python (if any),
@@ -82,10 +83,11 @@ def build_session(folder: Path) -> tuple[Path, bytes]:
     return transcript, json.dumps(event).encode()
 
 
-def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | None) -> dict[str, float]:
+def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | None,
+                 extra_env: dict[str, str] | None = None) -> dict[str, float]:
     """Run `command` `runs` times after a warm-up; with `pycache`, bytecode is cached there (as an installed
     package has it), else every run compiles riffd's modules again (PYTHONDONTWRITEBYTECODE, no cache)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
@@ -112,11 +114,41 @@ def hook_latency(runs: int) -> dict[str, Any]:
         figures["python -m riffd hook (warn)"] = time_command(hook, event, runs, cache)
         figures["python -m riffd hook (cache)"] = time_command([*hook, "--mode", "cache"], event, runs, cache)
         figures["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
+        figures.update(session_start_latency(Path(folder), runs, cache))
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
             figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
                                                                   cache)
         return figures
+
+
+def session_start_latency(folder: Path, runs: int, cache: Path) -> dict[str, Any]:
+    """The SessionStart hook on a resume: with the session registered to another live process (it warns), and with a
+    registry of 20 other sessions (it says nothing)."""
+    claude = folder / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        for number in range(20):
+            (claude / "sessions" / f"{400000 + number}.json").write_text(json.dumps(
+                {"pid": 400000 + number, "sessionId": f"00000000-0000-4000-8000-{number:012d}", "cwd": "/w",
+                 "startedAt": 1}))
+        transcript = claude / "projects" / "-w" / f"{SESSION}.jsonl"
+        event = json.dumps({"session_id": SESSION, "transcript_path": str(transcript),
+                            "hook_event_name": "SessionStart", "source": "resume", "cwd": "/w"}).encode()
+        hook = [sys.executable, "-m", "riffd", "hook", "session-start"]
+        env = {"CLAUDE_CONFIG_DIR": str(claude)}
+        quiet = time_command(hook, event, runs, cache, env)
+        (claude / "sessions" / f"{other.pid}.json").write_text(json.dumps(
+            {"pid": other.pid, "sessionId": SESSION, "cwd": "/w", "startedAt": 1}))
+        warned = subprocess.run(hook, input=event, capture_output=True, env={**os.environ, **env,
+                                "PYTHONPATH": str(ROOT / "src")}, check=True).stdout
+        assert b"still open in another Claude Code process" in warned, warned
+        return {"python -m riffd hook session-start (no other process)": quiet,
+                "python -m riffd hook session-start (warns)": time_command(hook, event, runs, cache, env)}
+    finally:
+        other.kill()
+        other.wait()
 
 
 def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
@@ -163,7 +195,7 @@ def main() -> int:
           f"{figures['cores']} cores; {args.runs} runs each")
     for name, value in hook.items():
         if isinstance(value, dict):
-            print(f"  {name:32} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms")
+            print(f"  {name:54} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms")
     tracker = figures["tracker"]
     print(f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
           f"{tracker['redundant_found']} repeats found")

@@ -1,9 +1,9 @@
 """The `riffd` console script: a light front door.
 
-`riffd hook …` runs inside every Claude Code tool call, so it must answer in a few tens of
-milliseconds; it is dispatched from here without importing the full command line (whose imports
-alone take about 130 ms). Every other command, and `riffd hook --help`, goes to
-`riffd.commands.cli.main`.
+`riffd hook pre-tool-use` runs inside every Claude Code tool call, and `riffd hook session-start` inside every
+session's start, so they must answer in a few tens of milliseconds; they are dispatched from here without importing
+the full command line (whose imports alone take about 130 ms). Every other command (`riffd hook install` too), and
+`--help`, goes to `riffd.commands.cli.main`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"riffd: {sys.platform} is not supported: riffd runs on Linux (WSL2 included) and macOS",
               file=sys.stderr)
         return 2
-    if args[:1] == ["hook"] and not {"-h", "--help"} & set(args):
+    if args[:2] == ["hook", "pre-tool-use"] and not {"-h", "--help"} & set(args):
         from riffd.tracker.hook import main as hook_main
 
         return hook_main(args[1:])
+    if args[:2] == ["hook", "session-start"] and not {"-h", "--help"} & set(args):
+        from riffd.claude.session_start import main as session_start_main
+
+        return session_start_main(args[1:])
     from riffd.commands.cli import main as cli_main
 
     return cli_main(args)

@@ -1,11 +1,29 @@
-"""`riffd hook pre-tool-use` in the full command line (for `--help` and `riffd hook` run through `python -m
-riffd`); the console script runs riffd.tracker.hook directly, without this parser."""
+"""`riffd hook`: wiring riffd into Claude Code (`install`, `uninstall`) and the hooks Claude Code runs
+(`pre-tool-use`, `session-start`). The console script runs the two hooks directly, without this parser; here they
+are for `--help` and `python -m riffd`."""
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import os
+import shlex
+import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
+from riffd.claude import session_start
+from riffd.claude.settings import (
+    SettingsError,
+    apply,
+    plan_install,
+    plan_uninstall,
+    project_settings_path,
+    user_settings_path,
+)
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.config import config_for_folders
 from riffd.tracker.calls import DEFAULT_WINDOW
 from riffd.tracker.hook import EXIT_USAGE, MODES, run
 
@@ -27,6 +45,28 @@ def register(commands: Any) -> None:
     pre.add_argument("--window", type=float, default=DEFAULT_WINDOW, metavar="SECONDS",
                      help=f"how far back a call counts as recent (default: {DEFAULT_WINDOW:.0f})")
     pre.set_defaults(run=run_command)
+    start = events.add_parser(
+        "session-start", help="warn when the session being resumed is still open in another Claude Code process",
+        description="A SessionStart hook: when the session that starts is registered (<config dir>/sessions/) to "
+        "another live Claude Code process, tell the user, naming that process: resuming while it runs a tool writes "
+        "a second, interrupted result beside the real one. Any error lets the session start.",
+    )
+    start.set_defaults(run=lambda args: session_start.run(sys.stdin.buffer, sys.stdout))
+    for name, verb in (("install", "add"), ("uninstall", "take out")):
+        command = events.add_parser(
+            name, help=f"{verb} riffd's hooks in Claude Code's settings.json",
+            description=f"{verb.capitalize()} riffd's PreToolUse hook (redundant tool calls, warn mode) and "
+            "SessionStart hook (a resume of a session open elsewhere) in Claude Code's user settings "
+            "($CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json) or a project's .claude/settings.json. "
+            "Every other key and hook stays as it is; the previous file is kept in <state dir>/settings-backups/; "
+            "the new one is written atomically. Install twice changes nothing the second time; uninstall after "
+            "install gives the file back byte for byte when nothing else changed in it. A file that does not parse "
+            "is refused.",
+        )
+        command.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
+        command.add_argument("--project", type=Path, metavar="DIR",
+                             help="the project's DIR/.claude/settings.json instead of the user settings")
+        command.set_defaults(run=run_install if name == "install" else run_uninstall)
 
 
 def run_command(args: Any) -> int:
@@ -35,3 +75,58 @@ def run_command(args: Any) -> int:
         print("riffd hook: --window must be more than 0 seconds", file=sys.stderr)
         return EXIT_USAGE
     return run(args.mode, args.window, sys.stdin.buffer, sys.stdout)
+
+
+def riffd_command() -> str:
+    """How Claude Code should run this riffd: the absolute path of the console script that runs now (else the one
+    on PATH), else this Python with `-m riffd`."""
+    script = sys.argv[0] if os.path.basename(sys.argv[0]) == "riffd" else shutil.which("riffd")
+    if script:
+        return shlex.quote(os.path.abspath(script))
+    return f"{shlex.quote(sys.executable)} -m riffd"
+
+
+def _settings_path(args: argparse.Namespace) -> Path:
+    return project_settings_path(args.project) if args.project else user_settings_path()
+
+
+def run_install(args: argparse.Namespace) -> int:
+    """`riffd hook install`: exit 0 added (or there already), 2 refused."""
+    path = _settings_path(args)
+    try:
+        change = plan_install(path, riffd_command())
+    except SettingsError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return _carry_out(args, change, "install")
+
+
+def run_uninstall(args: argparse.Namespace) -> int:
+    """`riffd hook uninstall`: exit 0 taken out (or not there), 2 refused."""
+    path = _settings_path(args)
+    state_dir = config_for_folders(args).state_dir
+    try:
+        change = plan_uninstall(path, state_dir)
+    except SettingsError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return _carry_out(args, change, "uninstall")
+
+
+def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
+    for note in change.notes:
+        print(f"{change.path}: {note}")
+    if not change.changed:
+        print(f"{change.path}: nothing to change")
+        return EXIT_OK
+    if args.dry_run:
+        before = (change.before or b"").decode("utf-8").splitlines(keepends=True)
+        after = (change.after or b"").decode("utf-8").splitlines(keepends=True)
+        sys.stdout.writelines(difflib.unified_diff(before, after, f"{change.path} (now)", f"{change.path} ({kind})"))
+        print(f"riffd: dry run: {change.path} not written", file=sys.stderr)
+        return EXIT_OK
+    saved = apply(change, config_for_folders(args).state_dir, kind)
+    print(f"riffd: {change.path} {'removed' if change.after is None else 'written'}; the previous file is kept in "
+          f"{saved}" + ("; Claude Code picks the hooks up in new sessions (`/hooks` shows them)"
+                        if kind == "install" else ""), file=sys.stderr)
+    return EXIT_OK

@@ -15,32 +15,18 @@ holds the transcript.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem, retrying_call
 from riffd.paths import claude_config_dir, session_id_for
+from riffd.registry import ENTRY_LIMIT, Registration, parse_registration
 
 log = logging.getLogger(__name__)
-
-# A registry entry is a few hundred bytes; anything far larger is not one.
-_REGISTRY_ENTRY_LIMIT = 1 << 20
-
-
-@dataclass(frozen=True)
-class Registration:
-    """One running Claude Code process as its registry file describes it."""
-
-    session_id: str
-    pid: int
-    registry_file: Path
-
 
 def pid_is_alive(pid: int) -> bool:
     """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
@@ -68,7 +54,7 @@ def _read_small_file(path: Path, fs: FileSystem) -> bytes:
     try:
         chunks: list[bytes] = []
         offset = 0
-        while offset < _REGISTRY_ENTRY_LIMIT:
+        while offset < ENTRY_LIMIT:
             chunk = fs.pread(fd, 65536, offset)
             if not chunk:
                 break
@@ -77,25 +63,6 @@ def _read_small_file(path: Path, fs: FileSystem) -> bytes:
         return b"".join(chunks)
     finally:
         fs.close(fd)
-
-
-def _parse_registration(registry_file: Path, raw: bytes) -> Registration | None:
-    try:
-        entry = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(entry, dict):
-        return None
-    session_id = entry.get("sessionId")
-    pid = entry.get("pid")
-    if pid is None and registry_file.stem.isdigit():
-        # The file is named after the pid; use that when the entry leaves it out.
-        pid = int(registry_file.stem)
-    if not isinstance(session_id, str) or not session_id:
-        return None
-    if not isinstance(pid, int) or isinstance(pid, bool):
-        return None
-    return Registration(session_id=session_id, pid=pid, registry_file=registry_file)
 
 
 def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Registration]:
@@ -118,7 +85,7 @@ def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Regis
             if exc.errno not in (errno.ENOENT, errno.ELOOP):
                 log.warning("cannot read session registry entry %s: %s", registry_file, exc)
             continue
-        registration = _parse_registration(registry_file, raw)
+        registration = parse_registration(registry_file, raw)
         if registration is None:
             log.debug("ignoring malformed session registry entry %s", registry_file)
             continue

@@ -1,0 +1,244 @@
+"""riffd's hooks in a Claude Code `settings.json`: added, and taken out again, touching nothing else.
+
+Claude Code reads hooks from `<config dir>/settings.json` (user) and `<project>/.claude/settings.json`:
+`hooks.<Event>` is a list of `{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}` groups. riffd adds
+one group per event (PreToolUse: the redundant-call hook; SessionStart: the live-session warning) and recognises
+its own by the command (`... hook pre-tool-use`, `... hook session-start` run by a riffd executable).
+
+- Install is idempotent: a second run finds riffd's groups and writes nothing.
+- Every other key, group and hook is kept, in its order. The file is written in its own style (indent, final
+  newline), atomically, with its mode, after a copy of the previous file is kept in riffd's state folder.
+- Uninstall takes riffd's groups out (and the `hooks` keys riffd made). When the rest is what it was before
+  the install, the file gets back the exact bytes it had (from that copy).
+- A file that does not parse, or whose `hooks` are not what Claude Code reads, is refused: riffd says where and
+  changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
+HOOK_TIMEOUT_SECONDS = 10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
+
+
+class SettingsError(Exception):
+    """The settings file cannot be changed safely; the message says where and what to do."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """What an install or uninstall does to one settings file: its bytes before and after (equal: nothing)."""
+
+    path: Path
+    before: bytes | None  # None: the file does not exist
+    after: bytes | None  # None: leave it absent
+    notes: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        """Whether the file would change."""
+        return self.before != self.after
+
+
+def riffd_hooks(executable: str) -> dict[str, dict[str, Any]]:
+    """The hook group riffd adds per event, running `executable`."""
+    command = shlex.quote(executable)
+    return {
+        "PreToolUse": {"matcher": PRE_TOOL_USE_MATCHER, "hooks": [
+            {"type": "command", "command": f"{command} hook pre-tool-use --mode warn",
+             "timeout": HOOK_TIMEOUT_SECONDS}]},
+        "SessionStart": {"matcher": "resume", "hooks": [
+            {"type": "command", "command": f"{command} hook session-start", "timeout": HOOK_TIMEOUT_SECONDS}]},
+    }
+
+
+_OURS = re.compile(r"(^|[/\s'\"])riffd['\"]?\s+hook\s+(pre-tool-use|session-start)\b")
+
+
+def is_riffd_group(group: Any) -> bool:
+    """Whether a hook group is riffd's: every hook in it runs `riffd hook pre-tool-use|session-start`."""
+    if not isinstance(group, dict) or not isinstance(group.get("hooks"), list) or not group["hooks"]:
+        return False
+    return all(isinstance(hook, dict) and isinstance(hook.get("command"), str) and _OURS.search(hook["command"])
+               for hook in group["hooks"])
+
+
+def user_settings_path(environ: dict[str, str] | None = None) -> Path:
+    """Claude Code's user settings: $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser() / "settings.json"
+
+
+def project_settings_path(project: Path) -> Path:
+    """A project's shared settings: <project>/.claude/settings.json."""
+    return project.expanduser().absolute() / ".claude" / "settings.json"
+
+
+def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, {}
+    if not raw.strip():
+        return raw, {}
+    try:
+        document = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path}: not UTF-8 text ({exc}); riffd changed nothing") from exc
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); fix it "
+                            "(Claude Code cannot read it either), then run this again; riffd changed nothing") from exc
+    if not isinstance(document, dict):
+        raise SettingsError(f"{path}: holds {type(document).__name__}, not a JSON object; riffd changed nothing")
+    hooks = document.get("hooks")
+    if hooks is not None and not (isinstance(hooks, dict) and all(isinstance(v, list) for v in hooks.values())):
+        raise SettingsError(f"{path}: \"hooks\" is not an object of lists, as Claude Code reads it; riffd changed "
+                            "nothing")
+    return raw, document
+
+
+def _style(raw: bytes | None) -> tuple[int | str, bool]:
+    """The file's indent (2 when it has none to go by) and whether it ends with a newline."""
+    if not raw:
+        return 2, True
+    text = raw.decode("utf-8")
+    found = re.search(r"\n([ \t]+)\S", text)
+    indent: int | str = 2
+    if found:
+        whitespace = found.group(1)
+        indent = len(whitespace) if set(whitespace) == {" "} else whitespace
+    return indent, text.endswith("\n")
+
+
+def _dump(document: dict[str, Any], raw: bytes | None) -> bytes:
+    indent, newline = _style(raw)
+    return (json.dumps(document, indent=indent, ensure_ascii=False) + ("\n" if newline else "")).encode()
+
+
+def plan_install(path: Path, executable: str) -> Change:
+    """What `hook install` does to the settings file at `path`; raise SettingsError when it must not be touched."""
+    raw, document = _load(path)
+    updated = copy.deepcopy(document)
+    hooks = updated.setdefault("hooks", {})
+    notes = []
+    for event, group in riffd_hooks(executable).items():
+        groups = hooks.setdefault(event, [])
+        if any(is_riffd_group(existing) for existing in groups):
+            notes.append(f"{event}: riffd's hook is there already")
+            continue
+        groups.append(group)
+        notes.append(f"{event}: added `{group['hooks'][0]['command']}`")
+    if updated == document:
+        return Change(path, raw, raw, tuple(notes))
+    return Change(path, raw, _dump(updated, raw), tuple(notes))
+
+
+def plan_uninstall(path: Path, state_dir: Path) -> Change:
+    """What `hook uninstall` does: riffd's groups out; the exact bytes of before the install when the rest is as it
+    was then (the copy the install kept in `state_dir`), or no file when there was none."""
+    raw, document = _load(path)
+    if raw is None:
+        return Change(path, None, None, ("no settings file: nothing to take out",))
+    updated = copy.deepcopy(document)
+    hooks = updated.get("hooks") or {}
+    notes = []
+    for event in list(hooks):
+        kept = [group for group in hooks[event] if not is_riffd_group(group)]
+        if len(kept) != len(hooks[event]):
+            notes.append(f"{event}: riffd's hook taken out")
+            hooks[event] = kept
+    if updated == document:
+        return Change(path, raw, raw, ("riffd's hooks are not in it: nothing to take out",))
+    original = _before_install(path, state_dir)
+    if original is not None and _without_empty(updated, original[1]) == original[1]:
+        if original[0] is None:
+            return Change(path, raw, None, (*notes, "there was no settings file before the install: removed again"))
+        return Change(path, raw, original[0], (*notes, "the file is back to its bytes from before the install"))
+    for event in [event for event, groups in hooks.items() if not groups]:
+        del hooks[event]
+    if "hooks" in updated and not updated["hooks"]:
+        del updated["hooks"]
+    return Change(path, raw, _dump(updated, raw), tuple(notes))
+
+
+def _without_empty(updated: dict[str, Any], original: dict[str, Any]) -> dict[str, Any]:
+    """`updated` without the empty event lists and `hooks` object that are not in `original`."""
+    result = copy.deepcopy(updated)
+    hooks = result.get("hooks")
+    if isinstance(hooks, dict):
+        found = original.get("hooks")
+        before: dict[str, Any] = found if isinstance(found, dict) else {}
+        for event in [event for event, groups in hooks.items() if not groups and event not in before]:
+            del hooks[event]
+        if not hooks and "hooks" not in original:
+            del result["hooks"]
+    return result
+
+
+def backup_folder(state_dir: Path, path: Path) -> Path:
+    """Where the copies of one settings file are kept: <state dir>/settings-backups/<hash of its path>/."""
+    key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:16]
+    return state_dir / "settings-backups" / key
+
+
+def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str, Any]] | None:
+    """The newest copy taken by an install: its bytes (None: there was no file) and document; None without one."""
+    folder = backup_folder(state_dir, path)
+    copies = sorted(folder.glob("install-*.json")) if folder.is_dir() else []
+    if not copies:
+        return None
+    if copies[-1].name.endswith("-absent.json"):
+        return None, {}
+    raw = copies[-1].read_bytes()
+    try:
+        document = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return None
+    return (raw, document) if isinstance(document, dict) else None
+
+
+def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
+    """Write `change` (nothing when it changes nothing): first a private copy of the previous file in riffd's state
+    folder (returned), then the new bytes by atomic replace, keeping the file's mode."""
+    if not change.changed:
+        return None
+    folder = backup_folder(state_dir, change.path)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
+    saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
+    _write_atomically(saved, change.before or b"", 0o600)
+    (folder / "path.txt").write_text(str(change.path.absolute()) + "\n")
+    if change.after is None:
+        change.path.unlink(missing_ok=True)
+        return saved
+    try:
+        mode = change.path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o600
+    change.path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(change.path, change.after, mode)
+    return saved
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    temp = path.with_name(f".{path.name}.riffd-{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)

@@ -1,0 +1,193 @@
+"""Wiring riffd into Claude Code: `riffd hook install|uninstall` edit a settings.json as Claude Code writes it, and the
+SessionStart hook warns when the session being resumed is registered to another live process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
+
+# What Claude Code writes: JSON.stringify(settings, null, 2), no newline at the end; here with another tool's hook.
+CLAUDE_SETTINGS = json.dumps({
+    "$schema": "https://json.schemastore.org/claude-code-settings.json",
+    "permissions": {"allow": ["Bash(npm run test:*)", "Read(~/.zshrc)"], "deny": ["Read(./.env)"]},
+    "env": {"CLAUDE_CODE_ENABLE_TELEMETRY": "0"},
+    "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "~/bin/check-bash.sh"}]}],
+              "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},
+    "statusLine": {"type": "command", "command": "~/.claude/statusline.sh"},
+    "model": "opus",
+    "feedbackSurveyState": {"lastShownTime": 1754089764089},
+}, indent=2, ensure_ascii=False).encode()
+
+
+def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess[bytes]:
+    environ = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path / "state"),
+               **env}
+    return subprocess.run([sys.executable, "-m", "riffd", *args], input=stdin, capture_output=True, env=environ,
+                          timeout=60, check=False, cwd=tmp_path)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Path:
+    path = tmp_path / "claude" / "settings.json"
+    path.parent.mkdir()
+    path.write_bytes(CLAUDE_SETTINGS)
+    path.chmod(0o644)
+    return path
+
+
+def test_install_twice_then_uninstall_gives_back_the_same_bytes(tmp_path: Path, settings: Path) -> None:
+    first = riffd(tmp_path, "hook", "install")
+    assert first.returncode == 0, first.stderr
+    installed = json.loads(settings.read_bytes())
+    before = json.loads(CLAUDE_SETTINGS)
+    assert {key: value for key, value in installed.items() if key != "hooks"} == {
+        key: value for key, value in before.items() if key != "hooks"}  # every other key as it was
+    assert installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]  # the other tool's hook first
+    assert installed["hooks"]["Stop"] == before["hooks"]["Stop"]
+    commands = [hook["command"] for event in ("PreToolUse", "SessionStart")
+                for group in installed["hooks"][event] for hook in group["hooks"]]
+    assert any(command.endswith(" hook pre-tool-use --mode warn") for command in commands)
+    assert any(command.endswith(" hook session-start") for command in commands)
+    assert (settings.stat().st_mode & 0o777) == 0o644  # its mode kept
+    assert not settings.read_bytes().endswith(b"\n")  # its style kept
+    once = settings.read_bytes()
+    second = riffd(tmp_path, "hook", "install")
+    assert second.returncode == 0 and b"nothing to change" in second.stdout
+    assert settings.read_bytes() == once
+    removed = riffd(tmp_path, "hook", "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert settings.read_bytes() == CLAUDE_SETTINGS
+    kept = list((tmp_path / "state" / "settings-backups").rglob("install-*.json"))
+    assert [path.read_bytes() for path in kept] == [CLAUDE_SETTINGS]  # the previous file, kept privately
+    assert all((path.stat().st_mode & 0o777) == 0o600 for path in kept)
+
+
+def test_uninstall_after_the_user_changed_something_keeps_the_change(tmp_path: Path, settings: Path) -> None:
+    assert riffd(tmp_path, "hook", "install").returncode == 0
+    document = json.loads(settings.read_bytes())
+    document["model"] = "sonnet"  # the user (or Claude Code) changed a setting since
+    settings.write_text(json.dumps(document, indent=2))
+    assert riffd(tmp_path, "hook", "uninstall").returncode == 0
+    after = json.loads(settings.read_bytes())
+    assert after == {**json.loads(CLAUDE_SETTINGS), "model": "sonnet"}
+
+
+def test_install_without_a_settings_file_creates_it_and_uninstall_removes_it(tmp_path: Path) -> None:
+    (tmp_path / "claude").mkdir()
+    assert riffd(tmp_path, "hook", "install").returncode == 0
+    settings = tmp_path / "claude" / "settings.json"
+    assert set(json.loads(settings.read_bytes())["hooks"]) == {"PreToolUse", "SessionStart"}
+    assert riffd(tmp_path, "hook", "uninstall").returncode == 0
+    assert not settings.exists()
+
+
+def test_a_settings_file_that_does_not_parse_is_refused_untouched(tmp_path: Path, settings: Path) -> None:
+    broken = CLAUDE_SETTINGS.replace(b'"model": "opus",', b'"model": "opus",,')
+    settings.write_bytes(broken)
+    line = broken[: broken.index(b",,")].count(b"\n") + 1  # the line of the stray comma
+    for command in ("install", "uninstall"):
+        result = riffd(tmp_path, "hook", command)
+        assert result.returncode == 2, result.stderr
+        assert f"{settings}: line {line} column".encode() in result.stderr and b"Traceback" not in result.stderr
+        assert settings.read_bytes() == broken
+    settings.write_text('{"hooks": {"PreToolUse": {"matcher": "x"}}}')
+    result = riffd(tmp_path, "hook", "install")
+    assert result.returncode == 2 and b'"hooks" is not an object of lists' in result.stderr
+
+
+def test_dry_run_shows_the_change_and_writes_nothing(tmp_path: Path, settings: Path) -> None:
+    result = riffd(tmp_path, "hook", "install", "--dry-run")
+    assert result.returncode == 0
+    assert b'+    "SessionStart": [' in result.stdout and b"not written" in result.stderr
+    assert settings.read_bytes() == CLAUDE_SETTINGS
+    assert not (tmp_path / "state").exists()
+
+
+def test_project_settings(tmp_path: Path) -> None:
+    project = tmp_path / "app"
+    project.mkdir()
+    assert riffd(tmp_path, "hook", "install", "--project", str(project)).returncode == 0
+    written = json.loads((project / ".claude" / "settings.json").read_bytes())
+    assert set(written["hooks"]) == {"PreToolUse", "SessionStart"}
+    assert not (tmp_path / "claude" / "settings.json").exists()
+
+
+# --- the SessionStart hook -------------------------------------------------------------------------------------
+
+
+def register(claude: Path, pid: int, session_id: str = SESSION) -> Path:
+    """Write the registry entry the way Claude Code does: <config dir>/sessions/<pid>.json."""
+    (claude / "sessions").mkdir(parents=True, exist_ok=True)
+    entry = claude / "sessions" / f"{pid}.json"
+    entry.write_text(json.dumps({"pid": pid, "sessionId": session_id, "cwd": "/home/me/app",
+                                 "startedAt": int(time.time() * 1000) - 60_000}))
+    return entry
+
+
+def event(tmp_path: Path, session_id: str = SESSION) -> bytes:
+    transcript = tmp_path / "claude" / "projects" / "-home-me-app" / f"{session_id}.jsonl"
+    return json.dumps({"session_id": session_id, "transcript_path": str(transcript), "cwd": "/home/me/app",
+                       "hook_event_name": "SessionStart", "source": "resume"}).encode()
+
+
+@pytest.fixture
+def other_claude() -> subprocess.Popen[bytes]:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def test_resuming_a_session_open_in_another_process_is_warned_about(
+        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    register(tmp_path / "claude", other_claude.pid)
+    result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path))
+    assert result.returncode == 0 and result.stderr == b""
+    answer = json.loads(result.stdout)
+    assert f"session {SESSION} is still open in another Claude Code process (pid {other_claude.pid}" in answer[
+        "systemMessage"]
+    assert "in /home/me/app" in answer["systemMessage"]
+    assert answer["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert f"pid {other_claude.pid}" in answer["hookSpecificOutput"]["additionalContext"]
+
+
+def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_itself(
+        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    claude = tmp_path / "claude"
+    register(claude, 999_999_999)  # crashed long ago: its entry stayed
+    register(claude, other_claude.pid, session_id="00000000-0000-4000-8000-000000000000")
+    assert riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path)).stdout == b""
+    # The Claude Code that resumes registers itself too: the hook runs under it, and says nothing.
+    wrapper = ("import os, subprocess, sys, json, pathlib\n"
+               f"entry = pathlib.Path({str(claude)!r}) / 'sessions' / f'{{os.getpid()}}.json'\n"
+               f"entry.write_text(json.dumps({{'pid': os.getpid(), 'sessionId': {SESSION!r}}}))\n"
+               "done = subprocess.run([sys.executable, '-m', 'riffd', 'hook', 'session-start'], input=sys.stdin.buffer"
+               ".read(), capture_output=True)\n"
+               "sys.stdout.buffer.write(done.stdout)\n")
+    result = subprocess.run([sys.executable, "-c", wrapper], input=event(tmp_path), capture_output=True,
+                            env={**os.environ, "CLAUDE_CONFIG_DIR": str(claude)}, timeout=60, check=False)
+    assert result.returncode == 0 and result.stdout == b"", result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("stdin", [b"", b"not json", b"[1, 2]", b'{"session_id": 7}',
+                                   b'{"hook_event_name": "PreToolUse", "session_id": "x"}'])
+def test_bad_input_lets_the_session_start(tmp_path: Path, stdin: bytes) -> None:
+    result = riffd(tmp_path, "hook", "session-start", stdin=stdin)
+    assert result.returncode == 0 and result.stdout == b""
+    assert result.stderr.count(b"\n") <= 1 and b"Traceback" not in result.stderr
+
+
+def test_an_unreadable_registry_lets_the_session_start(tmp_path: Path) -> None:
+    (tmp_path / "claude" / "sessions").mkdir(parents=True)
+    (tmp_path / "claude" / "sessions" / "123.json").write_bytes(b"\x00garbage")
+    (tmp_path / "claude" / "sessions" / "124.json").mkdir()
+    result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path))
+    assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
