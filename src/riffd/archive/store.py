@@ -34,6 +34,7 @@ from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.database import open_checked, reopen_if_damaged
 from riffd.transcript.reader import iter_chunks, parse_line, read_span
+from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
 
 
 @dataclass
@@ -338,12 +339,30 @@ class Archive:
         return [(int(row[0]), str(row[1])) for row in rows]
 
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
-        """Return (id, path, session) of the archived files a session id, path or path suffix names."""
+        """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
+        one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
                 "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
+            if not rows and ID_PREFIX.fullmatch(target):
+                rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
+                                        "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
+                if len({row[2] for row in rows}) > 1:
+                    listed = "; ".join(sorted({f"{row[2]} ({row[1]})" for row in rows})[:10])
+                    raise AmbiguousSession(f"{target}: {len({row[2] for row in rows})} archived sessions start with "
+                                           f"it: {listed}; type more of the id")
         return [(int(row[0]), str(row[1]), row[2]) for row in rows]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every archived session file (subagents' aside): path, session, project, title, first and last times (Unix
+        seconds), raw bytes seen."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
+                                    "FROM files ORDER BY path").fetchall()
+        return [{"file_id": row[0], "path": row[1], "session_id": row[2], "project": row[3], "title": row[4],
+                 "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
+                for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
 
     def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
         """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from riffd import __version__
-from riffd.commands import ack, archive, backups, config, daemon, export, fix, hook, scan, service, show
+from riffd.commands import ack, archive, backups, config, daemon, export, fix, hook, scan, service, sessions, show
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
 
 
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "<user config dir>/riffd/config.toml)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    for command in (scan, fix, ack, backups, config, service, daemon, export, show, hook, archive):
+    for command in (scan, fix, ack, sessions, backups, config, service, daemon, export, show, hook, archive):
         command.register(commands)
     return parser
 

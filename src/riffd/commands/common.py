@@ -4,6 +4,7 @@ command's PATH and --project arguments name, a progress line, and JSON output.""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -55,6 +56,12 @@ def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple
         errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); its transcripts were not looked at")
 
     for path in paths:
+        if not path.exists() and os.sep not in str(path):  # a session id, a unique prefix of one, or `latest`
+            try:
+                files.extend(resolve_target(str(path), default_roots()))
+            except FileNotFoundError as exc:
+                errors.append(f"{exc}; nor is it a file or folder")
+            continue
         try:
             files.extend(iter_transcripts([path], on_error=unlistable))
         except FileNotFoundError as exc:

@@ -57,10 +57,12 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         help="show a session's structure: chain, branches, compactions, sidechains by agent, findings",
         description="Show the structure of a session: its active chain across compactions, branches, roots and "
         "orphans, cycles, sidechains named by their agent, findings and redundant tool calls. Changes nothing. "
-        "SESSION|FILE is a transcript file, a session id (found under the Claude Code roots) or a project path "
-        "(every session of its Claude Code folder).",
+        "SESSION|FILE is a transcript file, a session id or a unique prefix of one (found under the Claude Code "
+        "roots), `latest` (the newest session of the project in the current folder) or a project path (every "
+        "session of its Claude Code folder).",
     )
-    show.add_argument("target", metavar="SESSION|FILE", help="a transcript file, a session id or a project path")
+    show.add_argument("target", metavar="SESSION|FILE",
+                      help="a transcript file, a session id (or a unique prefix), latest, or a project path")
     show.add_argument("--format", choices=FORMATS, default="text",
                       help="text (default), json (one document on stdout) or md (Markdown)")
     show.set_defaults(run=run_show)

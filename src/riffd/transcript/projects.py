@@ -16,6 +16,7 @@ from pathlib import Path
 
 from riffd.paths import is_inside, is_transcript_name, iter_transcripts
 from riffd.transcript.reader import iter_lines, parse_line
+from riffd.transcript.sessions import ID_PREFIX, by_prefix, project_folders, session_files
 
 MAX_FOLDER_NAME = 200  # longer names are cut to this and get `-<hash>` appended
 SESSION_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
@@ -107,15 +108,29 @@ def _is_agent_file(path: Path) -> bool:
 def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) -> list[Path]:
     """Given what a user typed and the transcript roots, return the transcripts it names.
 
-    A file: that file. A session id (UUID): `<root>/<project>/<id>.jsonl` under any root, plus its subagent
-    files when `subagents`. A folder under a root: the transcripts in it. Any other path: a project's working
-    directory (it need not exist any more), giving the transcripts of its Claude Code folder(s); without
-    `subagents`, only the session files. Raise FileNotFoundError saying what was tried when nothing matches.
+    A file: that file. A session id (UUID), or a prefix of one that only one session has:
+    `<root>/<project>/<id>.jsonl` under any root, plus its subagent files when `subagents` (a prefix several sessions
+    have raises AmbiguousSession, listing them). `latest`: the newest session of the project in the current folder.
+    A folder under a root: the transcripts in it. Any other path: a project's working directory (it need not exist
+    any more), giving the transcripts of its Claude Code folder(s); without `subagents`, only the session files.
+    Raise FileNotFoundError saying what was tried when nothing matches.
     """
     path = Path(text).expanduser()
     if path.is_file():
         return [path]
     root_list = ", ".join(str(root) for root in roots) or "(no roots)"
+    if text == "latest" and not path.exists():
+        sessions = session_files(find_project_folders(Path.cwd(), roots))
+        if not sessions:
+            raise FileNotFoundError(f"latest: no session of the project {Path.cwd()} (the current folder) under "
+                                    f"{root_list}")
+        newest = max(sessions, key=lambda file: file.stat().st_mtime)
+        return [newest, *agent_files_of(newest, newest.stem)] if subagents else [newest]
+    if ID_PREFIX.fullmatch(text) and not SESSION_ID.fullmatch(text) and not path.exists():
+        matches = by_prefix(text, session_files(project_folders(roots)))
+        if matches:
+            return [file for session in matches
+                    for file in [session, *(agent_files_of(session, session.stem) if subagents else [])]]
     if SESSION_ID.fullmatch(text) and not path.is_dir():
         sessions = sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")})
         if not sessions:

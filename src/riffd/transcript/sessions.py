@@ -1,0 +1,145 @@
+"""What a session is, in a line: its id, project, title (a title Claude Code gave it, else its first prompt) and
+dates, read from the first lines of its transcript; and finding a session by what a user types (an id prefix,
+`latest`)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from riffd.transcript.reader import parse_line
+
+HEAD_LINES = 400  # the title and project are near the start; the rest of the file is not read
+TITLE_CHARS = 80
+ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,35}")
+_WRAPPERS = re.compile(r"<(command-name|command-message|local-command-stdout|system-reminder)>")
+
+
+@dataclass
+class SessionInfo:
+    """One session as `riffd sessions` lists it."""
+
+    session_id: str
+    project: str | None = None
+    title: str | None = None
+    first_ts: float | None = None
+    last_ts: float | None = None
+
+
+def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
+    """Given a transcript's first lines, return what they say of the session."""
+    info = SessionInfo(fallback_id)
+    prompt = named = None
+    for count, raw in enumerate(lines):
+        if count >= HEAD_LINES:
+            break
+        obj = parse_line(raw.rstrip(b"\r\n"))
+        if not isinstance(obj, dict):
+            continue
+        if info.project is None and isinstance(obj.get("cwd"), str):
+            info.project = obj["cwd"]
+        if isinstance(obj.get("sessionId"), str) and info.session_id == fallback_id:
+            info.session_id = obj["sessionId"]
+        stamp = _epoch(obj.get("timestamp"))
+        if stamp is not None:
+            info.first_ts = info.first_ts if info.first_ts is not None else stamp
+            info.last_ts = stamp
+        kind = obj.get("type")
+        for key in ("customTitle", "aiTitle", "title", "summary"):
+            if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str) and obj[key].strip():
+                named = obj[key]
+        if prompt is None and kind == "user" and not obj.get("isMeta") and not obj.get("isSidechain"):
+            prompt = _prompt_text(obj.get("message"))
+    title = named or prompt
+    info.title = _shorten(title) if title else None
+    return info
+
+
+def describe_file(path: Path) -> SessionInfo:
+    """Read the first lines of the transcript at `path` and return what they say (its mtime as the last date)."""
+    lines: list[bytes] = []
+    with open(path, "rb") as handle:
+        for raw in handle:
+            lines.append(raw)
+            if len(lines) >= HEAD_LINES:
+                break
+    info = describe_lines(lines, path.stem)
+    info.last_ts = path.stat().st_mtime
+    return info
+
+
+def _prompt_text(message: Any) -> str | None:
+    if not isinstance(message, dict):
+        return None
+    content = message.get("content")
+    texts = [content] if isinstance(content, str) else [
+        block.get("text") for block in content or [] if isinstance(block, dict) and block.get("type") == "text"
+    ] if isinstance(content, list) else []
+    for text in texts:
+        if isinstance(text, str) and text.strip() and not _WRAPPERS.search(text):
+            return text
+    return None
+
+
+def _shorten(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1] + "…"
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def local_time(seconds: float | None) -> str:
+    """A moment as riffd prints it everywhere: local time with its offset, to the minute."""
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="minutes")
+
+
+def session_files(folders: Iterable[Path]) -> list[Path]:
+    """The session transcripts (not subagents') directly in the project folders `folders`."""
+    found = []
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        found += [folder / name for name in names
+                  if name.endswith(".jsonl") and not name.startswith(("agent-", ".")) and (folder / name).is_file()]
+    return sorted(found)
+
+
+def project_folders(roots: Iterable[Path]) -> list[Path]:
+    """Every project folder under the transcript roots."""
+    folders = []
+    for root in roots:
+        try:
+            folders += [root / name for name in sorted(os.listdir(root)) if (root / name).is_dir()]
+        except OSError:
+            continue
+    return folders
+
+
+class AmbiguousSession(FileNotFoundError):
+    """An id prefix that more than one session starts with; the message lists them."""
+
+
+def by_prefix(prefix: str, files: Iterable[Path]) -> list[Path]:
+    """The session files whose id starts with `prefix`; raise AmbiguousSession when they are several sessions."""
+    matches = [path for path in files if path.stem.startswith(prefix)]
+    if len({path.stem for path in matches}) > 1:
+        listed = "; ".join(f"{path.stem} ({path.parent.name}, {local_time(path.stat().st_mtime)})"
+                           for path in sorted(matches, key=lambda item: item.stem)[:10])
+        raise AmbiguousSession(f"{prefix}: {len(matches)} sessions start with it: {listed}; type more of the id")
+    return matches
