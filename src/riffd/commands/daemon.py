@@ -81,10 +81,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None]:
-    """Return the health report as true now (built from the state store and the running daemon's live figures, or a
-    stopped daemon's last ones, shown as stopped) and the running daemon's pid; the report is None when riffd has
-    no state here yet. Raise DatabaseDamaged or sqlite3.Error when the state cannot be read."""
+def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
+    """Return the health report as true now (built from the state store and the running daemon's live figures, or
+    a stopped daemon's last ones, shown as stopped), the running daemon's pid, and what latest.html draws
+    (`history`, `repairs`); the report is None when riffd has no state here yet. Raise DatabaseDamaged or
+    sqlite3.Error when the state cannot be read."""
     from riffd.daemon.lock import running_pid
     from riffd.daemon.report import build_report
     from riffd.daemon.state import StateStore
@@ -92,7 +93,7 @@ def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None]:
     pid = running_pid(config.state_dir)
     path = config.state_dir / STATE_NAME
     if not path.exists():
-        return None, pid
+        return None, pid, {}
     store = StateStore(path, read_only=True)
     try:
         snapshot = store.meta("daemon")
@@ -102,7 +103,8 @@ def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None]:
             snapshot = {**snapshot, "running": False}
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
             snapshot = {"running": True, "starting": True, "pid": pid}  # started a moment ago: no figures yet
-        return build_report(store, config.backups.dir, snapshot), pid
+        page = {"history": store.history(), "repairs": store.recent_repairs()}
+        return build_report(store, config.backups.dir, snapshot), pid, page
     finally:
         store.close()
 
@@ -124,14 +126,14 @@ def run_report(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, _pid = current_report(config)
+        report, _pid, page = current_report(config)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
     if report is None:
         print(f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
               file=sys.stderr)
         return EXIT_ERROR
-    path = write_report(report, config.reports.dir, config.reports.keep)
+    path = write_report(report, config.reports.dir, config.reports.keep, page["history"], page["repairs"])
     if args.json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -149,7 +151,7 @@ def run_status(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, pid = current_report(config)
+        report, pid, _page = current_report(config)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
     daemon = (report or {}).get("daemon") or {}

@@ -14,6 +14,7 @@ import shlex
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import orjson
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.daemon.metrics import render_metrics
+from riffd.daemon.page import render_page
 from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, REAL_FS, write_all
@@ -350,9 +352,11 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
 
-def write_report(report: dict[str, Any], folder: Path, keep: int) -> Path:
-    """Write the report as `report-<time>.json`, `latest.json`, `latest.md` and `metrics.prom` (each atomically),
-    prune the oldest timestamped reports beyond `keep`, and return the timestamped file's path."""
+def write_report(report: dict[str, Any], folder: Path, keep: int,
+                 history: Sequence[tuple[int, dict[str, Any]]] = (), repairs: Sequence[dict[str, Any]] = ()) -> Path:
+    """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and `latest.html` (with
+    the hourly `history` and the recent `repairs`), each atomically; prune the oldest timestamped reports beyond
+    `keep`; return the timestamped file's path."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = report["generated_at"].replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
@@ -361,6 +365,7 @@ def write_report(report: dict[str, Any], folder: Path, keep: int) -> Path:
     _atomic_write(folder / "latest.json", data)
     _atomic_write(folder / "latest.md", render_markdown(report).encode())
     _atomic_write(folder / "metrics.prom", render_metrics(report).encode())
+    _atomic_write(folder / "latest.html", render_page(report, history, repairs).encode())
     reports = sorted(folder.glob("report-*.json"))
     for old in reports[: max(0, len(reports) - keep)]:
         old.unlink(missing_ok=True)

@@ -41,6 +41,7 @@ from riffd.daemon.jobs import (
 )
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
+from riffd.daemon.page import history_point
 from riffd.daemon.report import build_report, write_report
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.daemon.stats import Stats, advice
@@ -419,7 +420,8 @@ class Daemon:
     def _rescan(self) -> None:
         if self.watcher is not None:
             self.watcher.refresh()
-        self._catch_up_archive()
+        if self.archive is not None and self.store is not None:
+            catch_up_archive(self.archive, self.store)
         queued = self._reconcile()
         if queued:
             log.info("rescan: %d file(s) changed without an event", queued)
@@ -435,10 +437,6 @@ class Daemon:
         quiet = time.monotonic() - self.stats.progress >= ARCHIVE_SETTLE_SECONDS
         if self.archive is not None and quiet and self.archive.settle(optimize=False):
             log.info("archive settled")
-
-    def _catch_up_archive(self) -> None:
-        if self.archive is not None and self.store is not None:
-            catch_up_archive(self.archive, self.store)
 
     def publish(self, *, force: bool = False) -> None:
         """Store the live figures where `status` and `report` read them: when something changed (at most every
@@ -495,4 +493,6 @@ class Daemon:
             snapshot = self.snapshot()
             store_snapshot(self.store, snapshot)
             report = build_report(self.store, self.config.backups.dir, snapshot)
-            return write_report(report, self.config.reports.dir, self.config.reports.keep)
+            self.store.record_history(history_point(report), time.time())
+            return write_report(report, self.config.reports.dir, self.config.reports.keep,
+                                self.store.history(), self.store.recent_repairs())

@@ -50,7 +50,10 @@ CREATE TABLE IF NOT EXISTS repairs (
     backup_id TEXT, fixes TEXT NOT NULL DEFAULT '{}', detail TEXT
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+-- One point per hour (the last report of that hour) for the charts of latest.html: HISTORY_DAYS of them.
+CREATE TABLE IF NOT EXISTS history (hour INTEGER PRIMARY KEY, point TEXT NOT NULL);
 """
+HISTORY_DAYS = 90
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,30 @@ class StateStore:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def record_history(self, point: dict[str, Any], now: float) -> None:
+        """Keep `point` as this hour's (replacing an earlier one of the same hour); forget hours over HISTORY_DAYS."""
+        hour = int(now // 3600)
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO history(hour, point) VALUES (?, ?)", (hour, json.dumps(point)))
+            db.execute("DELETE FROM history WHERE hour < ?", (hour - HISTORY_DAYS * 24,))
+
+    def history(self) -> list[tuple[int, dict[str, Any]]]:
+        """Return (hour since the epoch, point) for every hour kept, oldest first."""
+        with self._lock:
+            try:
+                rows = self._db.execute("SELECT hour, point FROM history ORDER BY hour").fetchall()
+            except sqlite3.OperationalError:  # a store made before the history, opened read-only: none yet
+                return []
+        return [(int(hour), json.loads(point)) for hour, point in rows]
+
+    def recent_repairs(self, limit: int = 20) -> list[dict[str, Any]]:
+        """Return the newest `limit` repair attempts, newest first: time, path, outcome, reason, backup, fixes."""
+        with self._lock:
+            rows = self._db.execute("SELECT time, path, outcome, reason, backup_id, fixes, detail FROM repairs "
+                                    "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        return [{"time": row[0], "path": row[1], "outcome": row[2], "reason": row[3], "backup_id": row[4],
+                 "fixes": json.loads(row[5]), "detail": row[6]} for row in rows]
 
     def maintain(self) -> None:
         """Routine upkeep: let SQLite refresh its statistics and fold the WAL back into the database."""
