@@ -842,3 +842,30 @@ def test_a_root_created_after_start_is_watched_within_seconds(tmp_path: Path) ->
         daemon.stop()
     finally:
         box.close()
+
+
+@requires_corpus
+def test_notify_command_hears_of_damage_and_of_its_repair(sandbox: Sandbox) -> None:
+    heard = sandbox.root / "heard.jsonl"
+    listener = sandbox.root / "listener.py"
+    listener.write_text("import json, sys\n"
+                        f"with open({str(heard)!r}, 'a') as out:\n"
+                        "    out.write(json.dumps({'summary': sys.argv[-1], 'event': json.load(sys.stdin)}) + '\\n')\n")
+    sandbox.write_config(notify__command=f"{sys.executable} {listener}")
+    daemon = sandbox.start()
+    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "the start-up pass")
+    path = repaired_once(sandbox, daemon, "damaged.jsonl")
+
+    def events() -> list[dict[str, Any]] | None:
+        found = [json.loads(line) for line in heard.read_text().splitlines()] if heard.exists() else []
+        return found if {item["event"]["event"] for item in found} >= {"damaged", "repaired"} else None
+
+    found = daemon.wait_until(events, "the damaged and repaired events")
+    damaged, repaired = (next(item for item in found if item["event"]["event"] == kind)
+                         for kind in ("damaged", "repaired"))
+    assert damaged["event"]["path"] == str(path) and DUPLICATE in damaged["event"]["classes"]
+    assert damaged["summary"] == f"riffd: session damaged: {DUPLICATE} 1 in {path}"
+    assert repaired["event"]["backup_id"] in sandbox.backup_ids()
+    assert repaired["summary"].startswith(f"riffd: repaired {DUPLICATE} 1 in {path} (backup ")
+    assert found.index(damaged) < found.index(repaired)
+    daemon.stop()

@@ -111,6 +111,9 @@ def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path
     canary = tmp_path / "canary.html"
     canary.write_text('<!DOCTYPE html><img src="http://riffd-canary.invalid/pixel.png">')
     subprocess.run([*common, "--dump-dom", canary.as_uri()], capture_output=True, timeout=120, check=False)
+    deadline = time.monotonic() + 10  # the proxy's thread may still be reading the request
+    while not any("riffd-canary.invalid" in request for request in proxy.requests) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert any("riffd-canary.invalid" in request for request in proxy.requests), proxy.requests
 
 

@@ -137,6 +137,15 @@ class LogConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NotifyConfig:
+    """Telling people and other programs when something happens."""
+
+    command: str = field(default="", metadata=_meta(
+        'A command run for "damaged" (new damage in a session), "repaired" and "repair_failed": the event as JSON '
+        'on stdin, a one-line summary as its last argument ("" = none). E.g. "notify-send riffd" on Linux.'))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """riffd's whole configuration, every path resolved; `source` is the file it was read from (None: no file)."""
 
@@ -163,6 +172,7 @@ class Config:
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     reports: ReportConfig
     log: LogConfig = field(default_factory=LogConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     # Where the values came from is not part of the configuration: the same settings read from another file are
     # the same config.
     source: Path | None = field(default=None, compare=False)

@@ -31,6 +31,7 @@ from riffd import __version__, logs
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.config import Config, ConfigError, config_path, load_config
+from riffd.daemon.alerts import Alerts
 from riffd.daemon.jobs import (
     archive_summary,
     backup_retention,
@@ -105,6 +106,7 @@ class Daemon:
         self._published_at = 0.0
         self.stats = Stats()
         self.notifier = Notifier(environ)
+        self.alerts = Alerts(self.config.notify.command)
         self.queue = WorkQueue(self.config.watcher.debounce)
         self.lock = StateLock(self.config.state_dir)
         self.store: StateStore | None = None
@@ -161,7 +163,7 @@ class Daemon:
 
     def _start_watcher(self) -> None:
         config = self.config
-        self.watcher = Watcher(transcript_filter(config), self._on_change, config.watcher.observer,
+        self.watcher = Watcher(transcript_filter(config), self.queue.put, config.watcher.observer,
                                config.watcher.polling_interval)
         self.watcher.start()
 
@@ -320,6 +322,7 @@ class Daemon:
         if self.worker is not None:
             self.worker.settings = worker_settings(self.config)
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
+        self.alerts.command = Alerts(new.notify.command).command
         watch_changed = (new.roots, new.include, new.exclude, new.watcher.observer, new.watcher.polling_interval) != (
             old.roots, old.include, old.exclude, old.watcher.observer, old.watcher.polling_interval)
         if watch_changed and self.watcher is not None:
@@ -341,12 +344,9 @@ class Daemon:
 
     # --- work -------------------------------------------------------------------------------------
 
-    def _on_change(self, path: str) -> None:
-        self.queue.put(path)
-
     def _reconcile(self) -> int:
         assert self.store is not None
-        queued = reconcile(transcript_filter(self.config), self.store, self._on_change, self._unlistable)
+        queued = reconcile(transcript_filter(self.config), self.store, self.queue.put, self._unlistable)
         self.stats.rescans += 1
         return queued
 
@@ -405,6 +405,7 @@ class Daemon:
         self.stats.processed += 1
         if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith("failed"):
             self.stats.error(f"{path}: {outcome.why or outcome.repair}", advice(outcome.why))
+        self.alerts.outcome(outcome, quiet=not self._startup_done)
         if outcome.kind != "unchanged":
             self.stats.latencies.append(time.monotonic() - first_event)
             log_outcome(outcome)

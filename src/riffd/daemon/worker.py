@@ -80,6 +80,9 @@ class Outcome:
     retry_after: float | None = None  # process again after this many seconds (a repair is waiting)
     why: str = ""
     classes: dict[str, int] = field(default_factory=dict)  # the file's findings by class after this processing
+    session_id: str | None = None
+    fixed: dict[str, int] = field(default_factory=dict)  # what a repair fixed, by class
+    backup_id: str | None = None
 
 
 class IndexCache:
@@ -266,7 +269,7 @@ class Worker:
         self.cache.put(name, index)
         del loaded
         return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why,
-                       classes=dict(Counter(str(finding.cls) for finding in findings)))
+                       classes=dict(Counter(str(finding.cls) for finding in findings)), session_id=index.session_id)
 
     def _archive_rewritten(self, name: str, watermark: Watermark | None, why: str, kind: str, own: bool) -> bool:
         """Whether the archive must start a new generation of `name` (it was rewritten, by anyone)."""
@@ -406,7 +409,7 @@ class Worker:
         )
         fixes = Counter(str(finding.cls) for finding in plan.fixes)
         if isinstance(result, Repaired):
-            outcome.repair = "repaired"
+            outcome.repair, outcome.fixed, outcome.backup_id = "repaired", dict(fixes), result.backup_id
             self.store.record_repair(str(path), "repaired", None, result.backup_id, fixes,
                                      f"{len(plan.edits)} edit(s); backup {result.backup_id}")
             log.info("%s: repaired (%s); backup %s", path, ", ".join(f"{k} {v}" for k, v in fixes.items()),
@@ -428,7 +431,7 @@ class Worker:
             log.info("%s: repair skipped: %s", path, result.detail)
             return
         assert isinstance(result, Failed)
-        outcome.repair = f"failed:{result.reason}"
+        outcome.repair, outcome.why = f"failed:{result.reason}", result.detail
         self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
         self._mark_not_repairable(str(path))
         log.error("%s: repair failed: %s", path, result.detail)
