@@ -199,3 +199,31 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     text = render_markdown(report)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
     assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text
+
+
+def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(tmp_path: Path) -> None:
+    from riffd.archive.store import Archive, ingest_file
+    from riffd.daemon.jobs import archive_summary
+    from riffd.daemon.state import Watermark
+
+    claude = tmp_path / "claude"
+    claude.mkdir()
+    (claude / "settings.json").write_text('{"cleanupPeriodDays": 20}')  # deleted after 20 days: warned from 13
+    store = StateStore(tmp_path / "state" / "state.db")
+    archive = Archive(tmp_path / "state" / "archive.db")
+    files = {}
+    for name, days_old in (("old-unarchived", 15), ("old-archived", 15), ("recent", 2)):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(b'{"type":"user","uuid":"u1"}\n')
+        files[name] = path
+        mtime_ns = int((time.time() - days_old * 86400) * 1e9)
+        store.save_file(Watermark(str(path), 1, 1, path.stat().st_size, 1, 0, "", 0, "", path.stat().st_size,
+                                  mtime_ns), "s", [], 0)
+    ingest_file(archive, files["old-archived"])
+    figures = archive_summary(archive, store, claude)
+    assert figures["cleanup_at_risk"] == [str(files["old-unarchived"])] and figures["cleanup_days"] == 20
+    report = build_report(store, tmp_path / "backups", {"running": True, "archive": figures})
+    assert any("1 transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
+               "(cleanupPeriodDays 20)" in problem for problem in report["problems"])
+    archive.close()
+    store.close()

@@ -29,7 +29,7 @@ def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
          "cwd": cwd, "timestamp": "2026-11-20T09:00:05.000Z",
          "message": {"role": "assistant", "content": [{"type": "text", "text": "Sure."}]}},
     ]
-    return b"".join(json.dumps(record).encode() + b"\n" for record in records)
+    return b"".join(json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records)  # as Claude Code
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path]:
@@ -97,3 +97,17 @@ def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_pa
     assert path.read_bytes() == original
     ambiguous = riffd(tmp_path, "archive", "restore", "1af7")
     assert ambiguous.returncode == 2 and "2 archived sessions start with it" in ambiguous.stderr
+
+
+def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: Path) -> None:
+    app, _folder = setup(tmp_path)
+    assert riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    found = riffd(tmp_path, "archive", "search", "release notes")
+    assert found.returncode == 0, found.stderr
+    head, text, where = found.stdout.splitlines()[:3]
+    assert head.startswith(THIRD) and str(app) in head and '"Write the release notes for 2.0"' in head
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", head)  # local time with its offset
+    assert "release notes" in text
+    assert where.endswith(f"claude --resume {THIRD}") and f"cd {app}" in where
+    (hit,) = json.loads(riffd(tmp_path, "archive", "search", "release notes", "--json").stdout)
+    assert hit["title"] == "Write the release notes for 2.0" and hit["resume"] == f"claude --resume {THIRD}"

@@ -30,6 +30,7 @@ class SearchHit:
     role: str | None
     timestamp: int | None
     snippet: str
+    title: str | None = None  # the session's: a title Claude Code gave it, else its first prompt
 
 
 def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str, *, project: str | None = None,
@@ -56,7 +57,7 @@ def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str
         params.append(since)
     best: dict[int, tuple[Any, ...]] = {}
     rows = db.execute(
-        "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts FROM search "
+        "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts, f.title FROM search "
         "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
         f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC", [terms, *params])
     for row in rows:
@@ -69,12 +70,12 @@ def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str
         else:
             break
     results = []
-    for text_id, session_id, project_path, path, line, role_id, ts in best.values():
+    for text_id, session_id, project_path, path, line, role_id, ts, title in best.values():
         pack, at, size = db.execute(
             "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
         text = normalise(text_of(orjson.loads(head(pack, at + size)[at:])))
         results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
-                                 snippet(text, query)))
+                                 snippet(text, query), title))
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results
 

@@ -34,7 +34,7 @@ from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.database import open_checked, reopen_if_damaged
 from riffd.transcript.reader import iter_chunks, parse_line, read_span
-from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
+from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, prompt_text, shorten
 
 
 @dataclass
@@ -235,10 +235,10 @@ class Archive:
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
             "stored_lines = stored_lines + ?, messages = messages + ?, "
-            "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title), "
+            "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title, ?), "
             "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) WHERE id = ?",
             (generation, archived, count, added_bytes, added, messages, info.get("session"), info.get("project"),
-             info.get("title"), info.get("first_ts"), info.get("last_ts"), file_id),
+             info.get("title"), info.get("prompt"), info.get("first_ts"), info.get("last_ts"), file_id),
         )
         return added
 
@@ -273,6 +273,10 @@ class Archive:
         for key in ("customTitle", "aiTitle", "title", "summary"):
             if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str):
                 info["title"] = obj[key]
+        if kind == "user" and "prompt" not in info and not obj.get("isMeta") and not obj.get("isSidechain"):
+            prompt = prompt_text(obj.get("message"))
+            if prompt:
+                info["prompt"] = shorten(prompt)
         line = _Line(b"", ts=ts, role=role)
         if MARK in raw:
             line.stored = raw  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it

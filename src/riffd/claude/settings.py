@@ -242,3 +242,16 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
     finally:
         os.close(fd)
     os.replace(temp, path)
+
+
+CLEANUP_DEFAULT_DAYS = 30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
+
+
+def cleanup_period_days(claude_dir: Path) -> float:
+    """Claude Code's `cleanupPeriodDays` in the user settings of `claude_dir` (30 when unset or unreadable)."""
+    try:
+        value = json.loads((claude_dir / "settings.json").read_bytes()).get("cleanupPeriodDays")
+    except (OSError, ValueError, AttributeError):
+        return CLEANUP_DEFAULT_DAYS
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else (
+        CLEANUP_DEFAULT_DAYS)

@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import functools
 import os
+import shlex
 import sqlite3
 import sys
 import time
@@ -24,6 +25,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript
 from riffd.commands.config import load_or_report
 from riffd.database import DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies
 from riffd.fsio import create_private
+from riffd.transcript.sessions import local_time
 
 
 def register(commands: Any) -> None:
@@ -186,10 +188,16 @@ def run_search(args: argparse.Namespace) -> int:
     hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,
                           limit=args.limit)
     if args.json:
-        sys.stdout.write(orjson.dumps([hit.__dict__ for hit in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(orjson.dumps(
+            [hit.__dict__ | {"time": local_time(hit.timestamp) if hit.timestamp else None,
+                             "resume": f"claude --resume {hit.session_id}" if hit.session_id else None}
+             for hit in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
     for hit in [] if args.json else hits:
-        when = datetime.fromtimestamp(hit.timestamp).strftime("%Y-%m-%d %H:%M") if hit.timestamp else "-"
-        print(f"{hit.session_id or '-'}  {when}  {hit.role or '-':9}  {hit.path}:{hit.line}\n    {hit.snippet}")
+        title = f'"{hit.title}"' if hit.title else "-"
+        print(f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
+              f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
+              + (f"; back to it: cd {shlex.quote(hit.project or '.')} && claude --resume {hit.session_id}"
+                 if hit.session_id else ""))
     archive.close()
     return EXIT_OK if hits else EXIT_FINDINGS
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
 from riffd.archive.store import Archive, ingest_file
+from riffd.claude.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
 from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Outcome
@@ -47,17 +49,27 @@ def catch_up_archive(archive: Archive, store: StateStore) -> None:
                 archive.reopen_if_damaged(exc)
 
 
-def archive_summary(archive: Archive, store: StateStore) -> dict[str, Any]:
+CLEANUP_WARNING_DAYS = 7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
+
+
+def archive_summary(archive: Archive, store: StateStore, claude_dir: Path | None = None) -> dict[str, Any]:
     """The archive's figures for the health report (an error, never an exception: a report is written whatever the
-    archive does)."""
+    archive does), with the transcripts not (fully) archived that Claude Code's cleanup deletes within
+    CLEANUP_WARNING_DAYS (`cleanup_at_risk`, `cleanup_days`)."""
     try:
         stats = archive.stats()
-        files, lag = archive.behind(store.offsets())
+        offsets = store.offsets()
+        files, lag = archive.behind(offsets)
+        days = cleanup_period_days(claude_dir) if claude_dir is not None else CLEANUP_DEFAULT_DAYS
+        horizon = time.time() - (days - CLEANUP_WARNING_DAYS) * 86400
+        at_risk = sorted(path for path, (_dev, _ino, _size, mtime_ns) in store.known_files().items()
+                         if mtime_ns / 1e9 < horizon and archive.cursor(path)[1] < offsets.get(path, 0))
     except (sqlite3.Error, OSError) as exc:
         archive.reopen_if_damaged(exc)
         return {"error": str(exc)}
     return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
-            "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag}
+            "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag,
+            "cleanup_days": days, "cleanup_at_risk": at_risk[:50], "cleanup_at_risk_count": len(at_risk)}
 
 
 def log_startup_summary(store: StateStore, config: Config) -> None:

@@ -81,6 +81,12 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     if moved_archive:
         problems.append(f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
                         "copies its readable lines into the new archive")
+    at_risk = (daemon.get("archive") or {}).get("cleanup_at_risk_count")
+    if at_risk:
+        days = (daemon.get("archive") or {}).get("cleanup_days")
+        problems.append(f"{at_risk} transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
+                        f"(cleanupPeriodDays {days:g}) within a week: `archive.cleanup_at_risk` names them; "
+                        "`riffd archive ingest` archives them now")
     if (daemon.get("last_reload") or {}).get("ok") is False:
         problems.append("the last configuration reload failed; the previous configuration is still in use")
     uptime = now - float(daemon["started"]) if running and "started" in daemon else None
@@ -145,7 +151,8 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "tracker": _tracker_summary(daemon.get("tracker") or {}),
         "archive": {
             key: (daemon.get("archive") or {}).get(key)
-            for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind")
+            for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind",
+                        "cleanup_days", "cleanup_at_risk", "cleanup_at_risk_count")
         },
         "databases": {
             "state": {"path": str(store.path), "moved_aside": [str(path) for path in moved_state]},

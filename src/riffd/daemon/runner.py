@@ -490,7 +490,8 @@ class Daemon:
         """Write a health report now (the scheduled job, and at shutdown)."""
         assert self.store is not None
         with self._report_lock:
-            self._archive_figures = {} if self.archive is None else archive_summary(self.archive, self.store)
+            self._archive_figures = ({} if self.archive is None else
+                                     archive_summary(self.archive, self.store, self.config.claude_dir))
             snapshot = self.snapshot()
             store_snapshot(self.store, snapshot)
             report = build_report(self.store, self.config.backups.dir, snapshot)

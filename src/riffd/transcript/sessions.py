@@ -54,9 +54,9 @@ def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
             if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str) and obj[key].strip():
                 named = obj[key]
         if prompt is None and kind == "user" and not obj.get("isMeta") and not obj.get("isSidechain"):
-            prompt = _prompt_text(obj.get("message"))
+            prompt = prompt_text(obj.get("message"))
     title = named or prompt
-    info.title = _shorten(title) if title else None
+    info.title = shorten(title) if title else None
     return info
 
 
@@ -73,7 +73,8 @@ def describe_file(path: Path) -> SessionInfo:
     return info
 
 
-def _prompt_text(message: Any) -> str | None:
+def prompt_text(message: Any) -> str | None:
+    """The text a user typed in a message (not a command wrapper or a system reminder), or None."""
     if not isinstance(message, dict):
         return None
     content = message.get("content")
@@ -86,7 +87,8 @@ def _prompt_text(message: Any) -> str | None:
     return None
 
 
-def _shorten(text: str) -> str:
+def shorten(text: str) -> str:
+    """`text` on one line, cut to TITLE_CHARS."""
     flat = " ".join(text.split())
     return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1] + "…"
 
