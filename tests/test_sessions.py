@@ -111,3 +111,14 @@ def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: P
     assert where.endswith(f"claude --resume {THIRD}") and f"cd {app}" in where
     (hit,) = json.loads(riffd(tmp_path, "archive", "search", "release notes", "--json").stdout)
     assert hit["title"] == "Write the release notes for 2.0" and hit["resume"] == f"claude --resume {THIRD}"
+
+
+def test_backups_list_takes_a_session_prefix(tmp_path: Path) -> None:
+    _app, folder = setup(tmp_path)
+    for session in (FIRST, THIRD):  # a torn last line: repaired, after a backup
+        path = folder / f"{session}.jsonl"
+        path.write_bytes(path.read_bytes() + b'{"type":"assis')
+        os.utime(path, (time.time() - 7200,) * 2)
+        assert riffd(tmp_path, "fix", str(path)).returncode == 0
+    listed = riffd(tmp_path, "backups", "list", THIRD[:8], "--json")
+    assert [item["session"] for item in json.loads(listed.stdout)] == [THIRD]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser, UsageError, print_json
 from riffd.commands.config import config_for_folders
 from riffd.paths import claude_config_dir, default_roots
-from riffd.repair.backup import BackupError, BackupStore
+from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
 from riffd.repair.restore import restore_backup
+from riffd.transcript.projects import resolve_target
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -22,6 +24,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
                          help="the backup folder (default: the config's backups.dir, <state dir>/backups)")
     actions = backups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     listing = actions.add_parser("list", help="list backups, newest last")
+    listing.add_argument("session", nargs="?", metavar="SESSION",
+                         help="only this session's: an id, a unique prefix of one, latest, or a transcript path")
     listing.add_argument("--json", action="store_true", help="print JSON on stdout")
     listing.set_defaults(run=run_backups_list)
     restore = actions.add_parser(
@@ -54,6 +58,8 @@ def run_backups_list(args: argparse.Namespace) -> int:
     """`riffd backups list`: print every backup, oldest first."""
     store = _store(args)
     records = store.list() if store.root.is_dir() else []
+    if args.session:
+        records = [record for record in records if _names(args.session, record)]
     if args.json:
         print_json([
             {"id": r.backup_id, "source": r.source_path, "session": r.session_id, "sha256": r.sha256,
@@ -67,6 +73,17 @@ def run_backups_list(args: argparse.Namespace) -> int:
               f"{record.source_path}  ({len(record.findings)} finding(s))")
     print(f"riffd: {len(records)} backup(s) in {store.root}", file=sys.stderr)
     return EXIT_OK
+
+
+def _names(session: str, record: BackupRecord) -> bool:
+    """Whether SESSION names the session a backup was taken of."""
+    if session == "latest":
+        try:
+            return record.source_path in {str(path) for path in resolve_target("latest", default_roots())}
+        except FileNotFoundError:
+            return False
+    return (record.session_id.startswith(session) or Path(record.source_path).stem.startswith(session)
+            or os.path.abspath(session) == record.source_path)
 
 
 def run_backups_restore(args: argparse.Namespace) -> int:
