@@ -77,11 +77,16 @@ def test_a_torn_tail_that_cannot_be_archived_first_is_kept_and_said(tmp_path: Pa
     assert "1 finding(s) remain" in result.stderr
 
 
+def worker_settings(tmp_path: Path) -> WorkerSettings:
+    """The daemon's worker on the sandbox of torn_transcript, repairing at once."""
+    claude = tmp_path / "claude"
+    return WorkerSettings(repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups",
+                          claude_dir=claude, roots=(claude / "projects",))
+
+
 def test_the_daemon_cuts_a_torn_tail_once_the_archive_holds_it(tmp_path: Path) -> None:
     path = torn_transcript(tmp_path)
-    claude = tmp_path / "claude"
-    settings = WorkerSettings(repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups",
-                              claude_dir=claude, roots=(claude / "projects",))
+    settings = worker_settings(tmp_path)
     store = StateStore(tmp_path / "state" / "state.db")
     archive = Archive(tmp_path / "state" / "archive.db")
     try:
@@ -102,9 +107,7 @@ def test_the_daemon_cuts_a_torn_tail_once_the_archive_holds_it(tmp_path: Path) -
 
 def test_without_an_archive_the_daemon_keeps_the_torn_tail(tmp_path: Path) -> None:
     path = torn_transcript(tmp_path)
-    claude = tmp_path / "claude"
-    settings = WorkerSettings(repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups",
-                              claude_dir=claude, roots=(claude / "projects",))
+    settings = worker_settings(tmp_path)
     store = StateStore(tmp_path / "state" / "state.db")
     try:
         outcome = Worker(store, settings).process(path)

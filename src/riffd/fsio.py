@@ -11,6 +11,7 @@ entries, create private (0700) folders, and remove riffd's own partial files.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -18,6 +19,7 @@ import logging
 import os
 import platform
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -387,3 +389,23 @@ def remove_leftover(fs: FileSystem, path: Path) -> None:
         return
     except OSError as exc:
         log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
+
+
+def replace_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never half of one: a temp file of this
+    writer's own beside it (pid and thread in its name: writers at once never share one), written whole, given
+    `mode`, fsynced, renamed over `path`. On failure the temp file goes and `path` is untouched."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        try:
+            write_all(REAL_FS, fd, data)
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise

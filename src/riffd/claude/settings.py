@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.fsio import replace_file
+
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
 HOOK_TIMEOUT_SECONDS = 10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
 
@@ -216,7 +218,7 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
-    _write_atomically(saved, change.before or b"", 0o600)
+    replace_file(saved, change.before or b"", 0o600)
     (folder / "path.txt").write_text(str(change.path.absolute()) + "\n")
     if change.after is None:
         change.path.unlink(missing_ok=True)
@@ -226,22 +228,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     except FileNotFoundError:
         mode = 0o600
     change.path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(change.path, change.after, mode)
+    replace_file(change.path, change.after, mode)
     return saved
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    temp = path.with_name(f".{path.name}.riffd-{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fchmod(fd, mode)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
 
 
 CLEANUP_DEFAULT_DAYS = 30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)

@@ -9,9 +9,7 @@ schema is versioned (`schema`) and documented in the README.
 from __future__ import annotations
 
 import math
-import os
 import shlex
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -27,7 +25,7 @@ from riffd.daemon.metrics import render_metrics
 from riffd.daemon.page import render_page
 from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
-from riffd.fsio import IO_STATS, REAL_FS, write_all
+from riffd.fsio import IO_STATS, replace_file
 from riffd.repair.backup import BackupStore
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
@@ -385,14 +383,7 @@ TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file 
 
 def _atomic_write(path: Path, data: bytes) -> None:
     # A name of its own per writer: the daemon's job, a reload's report and `riffd report` may write at once.
-    temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        write_all(REAL_FS, fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    replace_file(path, data)
 
 
 def _remove_old_temps(folder: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import REAL_FS, FileSystem, write_all
+from riffd.fsio import REAL_FS, FileSystem, replace_file
 
 ACKS_NAME = "acknowledged.json"
 _CHUNK = 1 << 16
@@ -82,14 +82,7 @@ def save_acks(state_dir: Path, acks: Iterable[Ack]) -> Path:
     path = acks_path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = orjson.dumps({"acknowledged": [ack.to_json() for ack in acks]}, option=orjson.OPT_INDENT_2) + b"\n"
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        write_all(REAL_FS, fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
+    replace_file(path, data)
     return path
 
 
