@@ -263,3 +263,17 @@ def test_an_unsupported_platform_gets_one_line_not_a_traceback() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert result.stderr == "riffd: win32 is not supported: riffd runs on Linux (WSL2 included) and macOS\n"
+
+
+def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_module() -> None:
+    from riffd.commands.cli import COMMANDS
+
+    full = build_parser()
+    subparsers = next(action for action in full._actions if isinstance(action, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
+    assert helps == {name: text for name, (_module, text) in COMMANDS.items()}
+    code = ("import sys; from riffd.commands.cli import build_parser; build_parser(['--config', 'x.toml', 'status']); "
+            "print(sorted(name for name in sys.modules if name.startswith('riffd.commands.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "riffd.commands.daemon" in loaded and "riffd.commands.archive" not in loaded
+    assert "riffd.commands.config'" not in loaded  # tomlkit and the config editor stay out of status

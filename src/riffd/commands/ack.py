@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, UsageError, print_json
-from riffd.commands.config import load_despite_errors
+from riffd.commands.configured import load_despite_errors
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE
 from riffd.transcript.scan import scan_file

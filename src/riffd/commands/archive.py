@@ -22,7 +22,7 @@ import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
-from riffd.commands.config import load_or_report
+from riffd.commands.configured import load_or_report
 from riffd.database import DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies
 from riffd.fsio import create_private
 from riffd.transcript.sessions import local_time

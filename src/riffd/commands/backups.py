@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser, UsageError, print_json
-from riffd.commands.config import config_for_folders
+from riffd.commands.configured import config_for_folders
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped

@@ -7,14 +7,36 @@ code; nothing here calls sys.exit.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from riffd import __version__
-from riffd.commands import ack, archive, backups, config, daemon, export, fix, hook, scan, service, sessions, show
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
+
+# Each command: the module that registers and runs it, and its one-line help. Only the module of the command that
+# runs is imported (`riffd --help` imports none), so a command starts without the others' imports; a test checks
+# that these lines are the modules' own.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "scan": ("scan", "report damage in transcripts; changes nothing"),
+    "fix": ("fix", "repair tool-result pairing in idle sessions, after a verified backup"),
+    "ack": ("ack", "acknowledge a finding (e.g. a malformed line riffd never edits) so it stops making riffd "
+                   "unhealthy"),
+    "sessions": ("sessions", "list sessions: id, project, title, dates, size, health, archived"),
+    "backups": ("backups", "list, restore or prune riffd's backups"),
+    "config": ("config", "create, locate, show, check or change riffd's configuration file"),
+    "service": ("service", "run `riffd run` as a systemd user service (Linux) or launchd agent (macOS)"),
+    "run": ("daemon", "the daemon: watch, check incrementally, repair when idle, report"),
+    "report": ("daemon", "write a health report now and print it"),
+    "status": ("daemon", "is the daemon running, and is all well?"),
+    "export": ("export", "write each session's active conversation as one readable file"),
+    "show": ("show", "show a session's structure: chain, branches, compactions, sidechains by agent, findings"),
+    "hook": ("hook", "Claude Code hook commands (settings.json runs them)"),
+    "archive": ("archive", "the archive: every conversation kept, deduplicated, searchable"),
+}
+_TAKES_VALUE = {"--config", "--log-level"}
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -25,8 +47,20 @@ def describe_os_error(exc: OSError) -> str:
     return f"{where}: {what}{hint}" if where else f"{what}{hint}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser for every riffd command."""
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (after the global options), or None."""
+    words = iter(argv)
+    for word in words:
+        if word in _TAKES_VALUE:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser: with every command registered, or (given `argv` naming a known command) with that
+    command only; for no command or an unknown one, every command's name and help, to list them."""
     parser = Parser(
         prog="riffd",
         description="Keeps Claude Code session transcripts healthy: finds duplicate, missing and orphan tool "
@@ -44,14 +78,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "<user config dir>/riffd/config.toml)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
-    for command in (scan, fix, ack, sessions, backups, config, service, daemon, export, show, hook, archive):
-        command.register(commands)
+    wanted = None if argv is None else command_of(argv)
+    if argv is not None and wanted not in COMMANDS:
+        for name, (_module, text) in COMMANDS.items():
+            commands.add_parser(name, help=text, add_help=False)
+        return parser
+    modules = dict.fromkeys(module for name, (module, _text) in COMMANDS.items() if argv is None or name == wanted)
+    for module in modules:
+        importlib.import_module(f"riffd.commands.{module}").register(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=(args.log_level or "warning").upper(), format="riffd: %(levelname)s: %(message)s",

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.commands.config import load_despite_errors
+from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
 from riffd.database import DatabaseDamaged

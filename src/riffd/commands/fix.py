@@ -23,7 +23,7 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
-from riffd.commands.config import config_for_folders
+from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
 from riffd.fsio import ReadFailed
 from riffd.paths import claude_config_dir, default_roots

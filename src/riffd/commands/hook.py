@@ -23,7 +23,7 @@ from riffd.claude.settings import (
     user_settings_path,
 )
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
-from riffd.commands.config import config_for_folders
+from riffd.commands.configured import config_for_folders
 from riffd.tracker.calls import DEFAULT_WINDOW
 from riffd.tracker.hook import EXIT_USAGE, MODES, run
 

@@ -20,7 +20,7 @@ from riffd.commands.common import (
     print_json,
     transcript_targets,
 )
-from riffd.commands.config import config_for_folders
+from riffd.commands.configured import config_for_folders
 from riffd.config import RepairConfig
 from riffd.paths import claude_config_dir, default_roots
 from riffd.transcript.acks import acknowledged_in

@@ -13,7 +13,7 @@ from typing import Any
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, print_json
-from riffd.commands.config import config_for_folders
+from riffd.commands.configured import config_for_folders
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.database import DatabaseDamaged
 from riffd.transcript.findings import INFORMATIONAL
