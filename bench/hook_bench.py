@@ -102,6 +102,18 @@ def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | No
     return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
 
 
+def time_command_any(command: list[str], runs: int, pycache: Path, extra_env: dict[str, str]) -> dict[str, float]:
+    """time_command for a command whose exit code is not 0 by design (`status` without a daemon exits 3)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": str(pycache), **extra_env}
+    subprocess.run(command, capture_output=True, env=env, check=False)  # warm-up
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, capture_output=True, env=env, check=False)
+        samples.append((time.perf_counter() - started) * 1000)
+    return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
+
+
 def hook_latency(runs: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         transcript, event = build_session(Path(folder))
@@ -115,6 +127,10 @@ def hook_latency(runs: int) -> dict[str, Any]:
         figures["python -m riffd hook (cache)"] = time_command([*hook, "--mode", "cache"], event, runs, cache)
         figures["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
         figures.update(session_start_latency(Path(folder), runs, cache))
+        state = {"RIFFD_STATE_DIR": str(Path(folder) / "state"), "XDG_CONFIG_HOME": str(Path(folder) / "xdg")}
+        figures["python -m riffd --help"] = time_command([*python, "-m", "riffd", "--help"], b"", runs, cache, state)
+        figures["python -m riffd status (no daemon)"] = time_command_any([*python, "-m", "riffd", "status"], runs,
+                                                                         cache, state)
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
             figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
