@@ -24,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +234,9 @@ def retrying_call(
         if first_failure:
             raise first_failure.pop()
         return func()
+
+    # Imported only now: every command would otherwise pay tenacity's import at start-up for a rare failure.
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     retrying = Retrying(
         retry=retry_if_exception(is_cloud_sync_error),

@@ -12,11 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import orjson
-
-from riffd.paths import default_roots, iter_transcripts
-from riffd.transcript.projects import resolve_target
-
 EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
 EXIT_FINDINGS = 1  # findings remain
 EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
@@ -39,6 +34,9 @@ class Parser(argparse.ArgumentParser):
 def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
     """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default roots
     when both are empty) and errors for bad paths."""
+    from riffd.paths import default_roots, iter_transcripts  # here: commands that take no PATH start without them
+    from riffd.transcript.projects import resolve_target
+
     errors: list[str] = []
     files: list[Path] = []
     for project in projects:
@@ -100,4 +98,6 @@ class Progress:
 
 def print_json(document: object) -> None:
     """Print `document` on stdout as indented JSON."""
+    import orjson
+
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -14,8 +14,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-import tomlkit
-
 from riffd.config.model import Config, Derive, plain_value
 
 
@@ -208,6 +206,7 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 def example_toml() -> str:
     """Return the commented example config (every key at its default, with its meaning), as `riffd config init`
     writes it and config/riffd.toml holds it."""
+    import tomlkit  # only the example needs it: loading a config does not
     lines = [
         "# riffd configuration: every key, at its default, with what it means.",
         "#",

@@ -26,7 +26,6 @@ from riffd.daemon.page import render_page
 from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, replace_file
-from riffd.repair.backup import BackupStore
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
@@ -190,6 +189,8 @@ def _round(value: float | None) -> float | None:
 def _backup_summary(backup_dir: Path) -> dict[str, Any]:
     if not backup_dir.is_dir():
         return {"count": 0, "bytes": 0, "oldest": None}
+    from riffd.repair.backup import BackupStore  # here: `riffd status` starts without the repair machinery
+
     records = BackupStore(backup_dir).list()
     oldest = min((record.created_at for record in records), default=None)
     return {
