@@ -84,7 +84,7 @@ def build_session(folder: Path) -> tuple[Path, bytes]:
 
 
 def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | None,
-                 extra_env: dict[str, str] | None = None) -> dict[str, float]:
+                 extra_env: dict[str, str] | None = None, check: bool = True) -> dict[str, float]:
     """Run `command` `runs` times after a warm-up; with `pycache`, bytecode is cached there (as an installed
     package has it), else every run compiles riffd's modules again (PYTHONDONTWRITEBYTECODE, no cache)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
@@ -93,23 +93,11 @@ def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | No
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
     else:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-    subprocess.run(command, input=stdin, capture_output=True, env=env, check=True)  # warm-up
+    subprocess.run(command, input=stdin, capture_output=True, env=env, check=check)  # warm-up
     samples = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run(command, input=stdin, capture_output=True, env=env, check=True)
-        samples.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
-
-
-def time_command_any(command: list[str], runs: int, pycache: Path, extra_env: dict[str, str]) -> dict[str, float]:
-    """time_command for a command whose exit code is not 0 by design (`status` without a daemon exits 3)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": str(pycache), **extra_env}
-    subprocess.run(command, capture_output=True, env=env, check=False)  # warm-up
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        subprocess.run(command, capture_output=True, env=env, check=False)
+        subprocess.run(command, input=stdin, capture_output=True, env=env, check=check)
         samples.append((time.perf_counter() - started) * 1000)
     return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
 
@@ -129,8 +117,8 @@ def hook_latency(runs: int) -> dict[str, Any]:
         figures.update(session_start_latency(Path(folder), runs, cache))
         state = {"RIFFD_STATE_DIR": str(Path(folder) / "state"), "XDG_CONFIG_HOME": str(Path(folder) / "xdg")}
         figures["python -m riffd --help"] = time_command([*python, "-m", "riffd", "--help"], b"", runs, cache, state)
-        figures["python -m riffd status (no daemon)"] = time_command_any([*python, "-m", "riffd", "status"], runs,
-                                                                         cache, state)
+        figures["python -m riffd status (no daemon)"] = time_command([*python, "-m", "riffd", "status"], b"", runs,
+                                                                     cache, state, check=False)  # exits 3
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
             figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
