@@ -191,3 +191,28 @@ def test_an_unreadable_registry_lets_the_session_start(tmp_path: Path) -> None:
     (tmp_path / "claude" / "sessions" / "124.json").mkdir()
     result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path))
     assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
+
+
+def test_a_symlinked_settings_file_keeps_its_link_and_a_read_only_one_is_refused(tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles" / "claude-settings.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_bytes(CLAUDE_SETTINGS)
+    (tmp_path / "claude").mkdir()
+    link = tmp_path / "claude" / "settings.json"
+    link.symlink_to(dotfiles)
+    assert riffd(tmp_path, "hook", "install").returncode == 0
+    assert link.is_symlink() and "SessionStart" in json.loads(dotfiles.read_bytes())["hooks"]
+    assert riffd(tmp_path, "hook", "uninstall").returncode == 0
+    assert link.is_symlink() and dotfiles.read_bytes() == CLAUDE_SETTINGS
+    dotfiles.chmod(0o444)  # marked read-only: refused, even for root
+    result = riffd(tmp_path, "hook", "install")
+    assert result.returncode == 2 and b"is read-only: riffd changes nothing" in result.stderr
+    assert dotfiles.read_bytes() == CLAUDE_SETTINGS
+
+
+def test_a_key_written_twice_is_refused_rather_than_dropped(tmp_path: Path, settings: Path) -> None:
+    twice = CLAUDE_SETTINGS.replace(b'"model": "opus",', b'"model": "opus",\n  "model": "sonnet",')
+    settings.write_bytes(twice)
+    result = riffd(tmp_path, "hook", "install")
+    assert result.returncode == 2 and b'the key "model" appears twice' in result.stderr
+    assert settings.read_bytes() == twice

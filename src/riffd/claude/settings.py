@@ -94,7 +94,11 @@ def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     if not raw.strip():
         return raw, {}
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        raise SettingsError(f"{path}: the key {exc} appears twice in one object; Claude Code reads only the last, "
+                            "and rewriting the file would drop the other: remove one, then run this again; riffd "
+                            "changed nothing") from exc
     except UnicodeDecodeError as exc:
         raise SettingsError(f"{path}: not UTF-8 text ({exc}); riffd changed nothing") from exc
     except json.JSONDecodeError as exc:
@@ -107,6 +111,18 @@ def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
         raise SettingsError(f"{path}: \"hooks\" is not an object of lists, as Claude Code reads it; riffd changed "
                             "nothing")
     return raw, document
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object with one key twice."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _DuplicateKey(json.dumps(key))
+    return dict(pairs)
 
 
 def _style(raw: bytes | None) -> tuple[int | str, bool]:
@@ -211,9 +227,14 @@ def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str
 
 def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     """Write `change` (nothing when it changes nothing): first a private copy of the previous file in riffd's state
-    folder (returned), then the new bytes by atomic replace, keeping the file's mode."""
+    folder (returned), then the new bytes by atomic replace, keeping the file's mode; a symlinked settings file
+    (a dotfile manager's) has its target replaced, the link stays. Raise SettingsError for a read-only file."""
     if not change.changed:
         return None
+    target = change.path.resolve() if change.path.is_symlink() else change.path  # a dotfile manager's link stays
+    if change.before is not None and not target.stat().st_mode & 0o222:  # marked read-only (root or not)
+        raise SettingsError(f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
+                            "hooks yourself: --dry-run prints them)")
     folder = backup_folder(state_dir, change.path)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
@@ -224,11 +245,11 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
         change.path.unlink(missing_ok=True)
         return saved
     try:
-        mode = change.path.stat().st_mode & 0o7777
+        mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o600
-    change.path.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(change.path, change.after, mode)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    replace_file(target, change.after, mode)
     return saved
 
 

@@ -125,7 +125,11 @@ def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
         sys.stdout.writelines(difflib.unified_diff(before, after, f"{change.path} (now)", f"{change.path} ({kind})"))
         print(f"riffd: dry run: {change.path} not written", file=sys.stderr)
         return EXIT_OK
-    saved = apply(change, config_for_folders(args).state_dir, kind)
+    try:
+        saved = apply(change, config_for_folders(args).state_dir, kind)
+    except SettingsError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     print(f"riffd: {change.path} {'removed' if change.after is None else 'written'}; the previous file is kept in "
           f"{saved}" + ("; Claude Code picks the hooks up in new sessions (`/hooks` shows them)"
                         if kind == "install" else ""), file=sys.stderr)
