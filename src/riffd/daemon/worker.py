@@ -36,7 +36,7 @@ from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass, has_lat
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.reader import iter_chunks, read_span
-from riffd.transcript.scan import analyse, index_file
+from riffd.transcript.scan import analyse_appended, index_file
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +234,7 @@ class Worker:
                 self._archive(name, offset, lines, rewritten and offset == 0)
             else:
                 tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
-        loaded, findings = analyse(index, fs=self.fs, retry=self.settings.retry)
+        findings = analyse_appended(index, fs=self.fs, retry=self.settings.retry)
         if self.tracker is not None:
             findings += _redundant_findings(name, index, state.findings if state else [], repeats)
             self.tracker.prune(time.time())  # sessions read from history are quiet: forget them at once
@@ -267,7 +267,6 @@ class Worker:
             {"lines.processed": new_lines, "bytes.read": read_bytes},
         )
         self.cache.put(name, index)
-        del loaded
         return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why,
                        classes=dict(Counter(str(finding.cls) for finding in findings)), session_id=index.session_id)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from riffd.transcript.findings import LATEST_TURN, Finding, FindingClass, api_error_for
@@ -191,15 +191,17 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
         answers = packed.get(tool_id, ())
         if len(use_lines) == 1 and len(answers) == 1 and segment[use_lines[0]] == segment[answers[0] >> BLOCK_BITS]:
             continue  # the common case: paired in one segment, or both history off the loaded conversation
-        yield from _grouped(tool_id, use_lines, results[tool_id] if answers else [], segment)
+        yield from tool_groups(tool_id, use_lines, results[tool_id] if answers else [], segment)
     for tool_id in packed:
         if tool_id not in index.tool_uses:
-            yield from _grouped(tool_id, [], results[tool_id], segment)
+            yield from tool_groups(tool_id, [], results[tool_id], segment)
 
 
-def _grouped(
+def tool_groups(
     tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]
 ) -> Iterator[ToolGroup]:
+    """Yield the (segment, tool id) groups of one tool id that are not one use and one result: `segment[line]` is
+    a line's segment (any numbering: only equality counts), negative when the line is not loaded."""
     by_segment: dict[int, tuple[list[int], list[int]]] = {}
     for line in use_lines:
         if segment[line] >= 0:
@@ -215,23 +217,44 @@ def _grouped(
 def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> list[Finding]:
     """Given a finished index, return every finding, ordered by line."""
     loaded = loaded or loaded_conversation(index)
+    cycles = find_cycles(index)
+    for cycle in cycles:
+        log.warning("%s: parent cycle through lines %s; walks stop there",
+                    index.path, ", ".join(str(line + 1) for line in cycle))
+    oom = oom_risks(index)
+    for tool_id in oom:
+        log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
+                    index.path, tool_id, len(index.packed_results[tool_id]))
     groups = list(unpaired_tools(index, loaded))
+    return assemble(index, groups, latest_turn(index, loaded), cycles, oom, loaded.count)
+
+
+def assemble(
+    index: TranscriptIndex,
+    groups: list[ToolGroup],
+    turn: tuple[int, int],
+    cycles: list[list[int]],
+    oom: Iterable[str],
+    loaded_count: int,
+) -> list[Finding]:
+    """Given a finished index and what was found on its loaded conversation (the unpaired tool groups, the
+    latest turn, the parent cycles, the tool ids at risk of exhausting memory, how many lines load), return
+    every finding in one order: by line, then class, tool id and lines. Sets the metrics that depend on them."""
     findings: list[Finding] = list(index.line_findings)
-    findings += _pairing_findings(index, loaded, groups)
-    findings += _tree_findings(index, loaded)
-    findings += _oom_findings(index)
-    index.metrics.loaded_lines = loaded.count
+    findings += _pairing_findings(index, turn, groups)
+    findings += _tree_findings(index, cycles)
+    findings += [_oom_finding(index, tool_id) for tool_id in oom]
+    index.metrics.loaded_lines = loaded_count
     index.metrics.duplicates_detected = sum(
         len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1
     )
-    findings.sort(key=lambda finding: (finding.line, finding.cls))
+    findings.sort(key=lambda finding: (finding.line, finding.cls, finding.tool_id or "", finding.lines))
     return findings
 
 
-def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups: list[ToolGroup]) -> list[Finding]:
+def _pairing_findings(index: TranscriptIndex, turn: tuple[int, int], groups: list[ToolGroup]) -> list[Finding]:
     path = index.path
     findings: list[Finding] = []
-    turn = latest_turn(index, loaded)
     for group in groups:
         tool_id = group.tool_id
         blocks = [index.results[tool_id][position] for position in group.result_positions]
@@ -298,7 +321,7 @@ def _pairing_findings(index: TranscriptIndex, loaded: LoadedConversation, groups
     return findings
 
 
-def _tree_findings(index: TranscriptIndex, loaded: LoadedConversation) -> list[Finding]:
+def _tree_findings(index: TranscriptIndex, cycles: list[list[int]]) -> list[Finding]:
     path = index.path
     findings: list[Finding] = []
     for first, repeat in index.duplicate_uuid_lines:
@@ -325,8 +348,7 @@ def _tree_findings(index: TranscriptIndex, loaded: LoadedConversation) -> list[F
                 offset=index.offsets[line],
             )
         )
-    for cycle in find_cycles(index):
-        log.warning("%s: parent cycle through lines %s; walks stop there", path, ", ".join(str(c + 1) for c in cycle))
+    for cycle in cycles:
         findings.append(
             Finding(
                 FindingClass.PARENT_CYCLE,
@@ -365,24 +387,21 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
     return cycles
 
 
-def _oom_findings(index: TranscriptIndex) -> list[Finding]:
-    findings = []
-    for tool_id, packed in index.packed_results.items():
-        if len(packed) > OOM_RISK_RESULTS:
-            blocks = index.results[tool_id]
-            log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
-                        index.path, tool_id, len(blocks))
-            findings.append(
-                Finding(
-                    FindingClass.OOM_RISK,
-                    index.path,
-                    tuple(sorted({block.line + 1 for block in blocks}))[:20],
-                    f"tool_use {tool_id} has {len(blocks)} results in this file (more than {OOM_RISK_RESULTS}); "
-                    "loading it may exhaust memory: run `riffd fix` on it",
-                    tool_id=tool_id,
-                )
-            )
-    return findings
+def oom_risks(index: TranscriptIndex) -> list[str]:
+    """The tool ids with more results in the file than a session can load safely."""
+    return [tool_id for tool_id, packed in index.packed_results.items() if len(packed) > OOM_RISK_RESULTS]
+
+
+def _oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
+    blocks = index.results[tool_id]
+    return Finding(
+        FindingClass.OOM_RISK,
+        index.path,
+        tuple(sorted({block.line + 1 for block in blocks}))[:20],
+        f"tool_use {tool_id} has {len(blocks)} results in this file (more than {OOM_RISK_RESULTS}); "
+        "loading it may exhaust memory: run `riffd fix` on it",
+        tool_id=tool_id,
+    )
 
 
 def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str) -> list[str]:

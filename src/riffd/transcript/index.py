@@ -145,6 +145,11 @@ class TranscriptIndex:
         # Called with (line index, parsed record) for every user and assistant message line as it is added:
         # how the daemon feeds the tool-call tracker without parsing lines twice. None in plain scans.
         self.observe: Callable[[int, dict[str, Any]], None] | None = None
+        # (line index, tool id) of every tool_use and tool_result block added while this is a list: how
+        # incremental detection (riffd.transcript.incremental) learns which ids an append names. None in scans.
+        self.tool_log: list[tuple[int, str]] | None = None
+        # The incremental detector of this index once the daemon has made one (it lives as long as the index).
+        self.incremental: Any = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -167,7 +172,7 @@ class TranscriptIndex:
         claim = line_of_uuid.setdefault
         find = line_of_uuid.get
         need_session = self.session_id is None
-        observe = self.observe
+        observe, tool_log = self.observe, self.tool_log
         previous_uuid, previous_index = self._previous
         first_index = index = len(self.offsets)
         terminated_count = len(pieces) if last_terminated else len(pieces) - 1
@@ -244,6 +249,8 @@ class TranscriptIndex:
                                     tool_id = block.get("id")
                                     if type(tool_id) is str and tool_id and not tool_id.isspace():
                                         tool_uses.setdefault(tool_id, []).append(index)
+                                        if tool_log is not None:
+                                            tool_log.append((index, tool_id))
                     elif type(content) is list and self._index_results(index, content):
                         source = obj.get("sourceToolAssistantUUID")
                         if type(source) is str:
@@ -304,6 +311,9 @@ class TranscriptIndex:
                     results[tool_id] = [packed_line | position]
                 else:
                     entry.append(packed_line | position)
+                self.metrics.blocks_valid += 1
+                if self.tool_log is not None:
+                    self.tool_log.append((index, tool_id))
                 found = True
             elif "tool_use_id" not in block:
                 self._invalid_block(index, position, "missing_field", "has no tool_use_id")
@@ -363,7 +373,6 @@ class TranscriptIndex:
                 self.dangling[child] = missing_parent
         self.metrics.lines = len(self.offsets)
         self.metrics.bytes = self.end - self.start
-        self.metrics.blocks_valid = sum(len(entries) for entries in self.packed_results.values())
         self.metrics.blocks_processed = self.metrics.blocks_valid + self.metrics.blocks_invalid
         self.metrics.unique_tool_use_ids = len(self.tool_uses)
         if self.line_findings and self.offsets and self.metrics.unterminated_last_line:

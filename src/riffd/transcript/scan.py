@@ -15,6 +15,7 @@ import orjson
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.detect import LoadedConversation, detect, loaded_conversation, suggestions
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
+from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line
 
@@ -86,14 +87,59 @@ def analyse(
     A subagent file's parents that live in its session file are looked up there first (that read is
     I/O, so this is not pure; everything after it is).
     """
-    index.finish()
-    if index.dangling:
-        session_file = parent_session_file(Path(index.path), index.session_id)
-        if session_file is not None:
-            wanted = set(index.dangling.values())
-            index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry))
+    _finish(index, None, fs=fs, retry=retry)
     loaded = loaded_conversation(index)
     return loaded, detect(index, loaded)
+
+
+def analyse_appended(
+    index: TranscriptIndex, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> list[Finding]:
+    """Like `analyse`, for an index the daemon keeps and feeds each append: return its findings at the cost of
+    the lines added since the last call (`riffd.transcript.incremental`), not of the whole file."""
+    detector: IncrementalDetection | None = index.incremental
+    if detector is None:
+        search = ExternalSearch()
+        _finish(index, search, fs=fs, retry=retry)
+        detector = index.incremental = IncrementalDetection(index)
+        detector.external = search
+    else:
+        _finish(index, detector.external, fs=fs, retry=retry)
+    return detector.findings()
+
+
+def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSystem, retry: RetryPolicy) -> None:
+    """Finish the index and look up its dangling parents in its session file. With `search` (kept between
+    appends), a parent already looked for is looked for again only in the bytes the session file gained since."""
+    index.finish()
+    wanted = set(index.dangling.values())
+    if not wanted:
+        return
+    session_file = parent_session_file(Path(index.path), index.session_id)
+    if session_file is None:
+        return
+    if search is None:
+        index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry)[0])
+        return
+    # Invariant: every uuid in search.looked_for is absent from the session file's bytes [0, searched_to).
+    size = session_file.stat().st_size
+    if size < search.searched_to:
+        search.looked_for.clear()  # the session file was rewritten: look again from the start
+        search.searched_to = 0
+    again = wanted & search.looked_for
+    new = wanted - search.looked_for
+    found: set[str] = set()
+    reached = [search.searched_to] if again else []
+    if again and size > search.searched_to:
+        more, reached[0] = find_uuids(session_file, again, fs=fs, retry=retry, start=search.searched_to)
+        found |= more
+    if new:
+        more, end = find_uuids(session_file, new, fs=fs, retry=retry)
+        found |= more
+        reached.append(end)
+    search.looked_for = wanted - found
+    search.searched_to = min(reached) if reached else 0
+    index.resolve_external(found)
 
 
 def parent_session_file(path: Path, session_id: str | None) -> Path | None:
@@ -114,15 +160,16 @@ def parent_session_file(path: Path, session_id: str | None) -> Path | None:
 
 
 def find_uuids(
-    path: Path, wanted: set[str], *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
-) -> set[str]:
-    """Return which of the `wanted` uuids are the `uuid` of some line of `path`.
+    path: Path, wanted: set[str], *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, start: int = 0
+) -> tuple[set[str], int]:
+    """Return which of the `wanted` uuids are the `uuid` of some line of `path` from byte `start` (a line's start),
+    and the offset just after the last whole line read (where a later search of what was appended starts).
 
     One regular-expression pass over the raw bytes finds the few lines that mention a wanted uuid;
     only those are parsed, so this costs about a read of the file.
     """
     if not wanted:
-        return set()
+        return set(), start
     needle = re.compile(b"|".join(re.escape(orjson.dumps(uuid)) for uuid in sorted(wanted)))
     found: set[str] = set()
 
@@ -135,14 +182,16 @@ def find_uuids(
                 found.add(obj["uuid"])
 
     carry = b""
-    for chunk in iter_raw(path, fs=fs, retry=retry):
+    offset = start
+    for chunk in iter_raw(path, fs=fs, retry=retry, start=start):
         buffer = carry + chunk if carry else chunk
         complete = buffer.rfind(b"\n") + 1  # search whole lines only; the rest waits for its newline
         check(buffer, complete)
+        offset += complete
         carry = buffer[complete:]
     if carry:
         check(carry, len(carry))
-    return found
+    return found, offset
 
 
 def scan_file(
@@ -176,6 +225,14 @@ def _describe_error(path: Path, exc: OSError) -> str:
     if exc.filename is None and str(path) in str(exc):
         return str(exc)
     return f"{path}: {exc.strerror or exc}"
+
+
+@dataclass
+class ExternalSearch:
+    """What was looked for in a subagent's session file, and how far: kept between appends."""
+
+    looked_for: set[str] = field(default_factory=set)
+    searched_to: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,209 @@
+"""Incremental detection equals a full detection after every appended line.
+
+The daemon judges each append with `riffd.transcript.incremental` (the cost of the append); a full walk
+(`riffd.transcript.scan.analyse`) is the reference. Random transcripts are built from the shapes that
+change what Claude Code loads: rewinds and new roots, multi-line API messages, parallel tool calls with
+results hanging from any line of the message, compact boundaries (their logical parent known, unknown or
+still to come), sidechains, parents that arrive after their child, lines written twice, duplicate and
+missing results, malformed, blank and non-object lines, summaries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import damage
+from riffd.transcript.incremental import IncrementalDetection
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.scan import analyse, analyse_appended
+
+PATH = "/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl"
+SESSION = "0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69"
+
+
+def full_findings(lines: list[bytes]) -> tuple[list[dict[str, Any]], tuple[int, ...]]:
+    index = TranscriptIndex(PATH)
+    index.add_lines(0, lines, True)
+    _loaded, findings = analyse(index)
+    metrics = index.metrics
+    return [finding.to_json() for finding in findings], (
+        metrics.loaded_lines, metrics.duplicates_detected, metrics.blocks_valid, metrics.blocks_processed)
+
+
+def appended_findings(index: TranscriptIndex, offset: int, batch: list[bytes]) -> tuple[list[dict[str, Any]], tuple]:
+    index.add_lines(offset, batch, True)
+    findings = analyse_appended(index)
+    metrics = index.metrics
+    return [finding.to_json() for finding in findings], (
+        metrics.loaded_lines, metrics.duplicates_detected, metrics.blocks_valid, metrics.blocks_processed)
+
+
+def check_line_by_line(lines: list[bytes], batches: list[int]) -> IncrementalDetection:
+    """Feed `lines` in batches of the given sizes (cycled); after each, incremental == full."""
+    index = TranscriptIndex(PATH)
+    offset = 0
+    done = 0
+    step = 0
+    while done < len(lines):
+        size = batches[step % len(batches)] if batches else 1
+        step += 1
+        batch = lines[done : done + size]
+        got = appended_findings(index, offset, batch)
+        offset += sum(len(raw) + 1 for raw in batch)
+        done += len(batch)
+        want = full_findings(lines[:done])
+        assert got == want, f"after line {done} of {len(lines)}:\n" + b"\n".join(lines[:done]).decode()
+    assert isinstance(index.incremental, IncrementalDetection)
+    return index.incremental
+
+
+class Builder:
+    """Draws a random transcript, one line at a time, from a hypothesis data stream."""
+
+    def __init__(self, data: st.DataObject, size: int) -> None:
+        self.data = data
+        self.pool = [f"u{n:04d}-0000-4000-8000-000000000000" for n in range(size + 8)]
+        self.used = 0  # uuids handed out so far (pool order)
+        self.tool_ids: list[str] = []
+        self.message_ids: list[str] = []
+        self.lines: list[bytes] = []
+        self.last: str | None = None  # the newest main-chain uuid
+
+    def draw(self, strategy: st.SearchStrategy, label: str) -> Any:
+        return self.data.draw(strategy, label=label)
+
+    def parent(self) -> str | None:
+        kind = self.draw(st.sampled_from(["last"] * 6 + ["earlier", "root", "unknown", "future"]), "parent")
+        if kind == "last" or (kind == "earlier" and not self.used):
+            return self.last
+        if kind == "earlier":
+            return self.pool[self.draw(st.integers(0, self.used - 1), "earlier")]
+        if kind == "root":
+            return None
+        if kind == "unknown":
+            return "ffffffff-0000-4000-8000-00000000dead"
+        return self.pool[min(self.used + self.draw(st.integers(1, 4), "ahead"), len(self.pool) - 1)]
+
+    def uuid(self) -> str:
+        uuid = self.pool[min(self.used, len(self.pool) - 1)]
+        self.used += 1
+        return uuid
+
+    def emit(self, record: dict[str, Any], chain: bool = True) -> None:
+        record.setdefault("sessionId", SESSION)
+        self.lines.append(orjson.dumps(record))
+        if chain and "uuid" in record and not record.get("isSidechain"):
+            self.last = record["uuid"]
+
+    def tool_id(self, fresh: bool) -> str:
+        if fresh or not self.tool_ids:
+            tool_id = f"toolu_{len(self.tool_ids):04d}"
+            self.tool_ids.append(tool_id)
+            return tool_id
+        return self.tool_ids[self.draw(st.integers(0, len(self.tool_ids) - 1), "tool")]
+
+    def step(self) -> None:
+        kind = self.draw(st.sampled_from([
+            "prompt", "assistant", "assistant", "result", "result", "progress", "compact", "sidechain",
+            "repeat", "summary", "malformed", "blank", "not_object", "bad_block",
+        ]), "kind")
+        base = {"parentUuid": self.parent(), "uuid": self.uuid()}
+        if kind == "prompt":
+            self.emit({**base, "type": "user", "message": {"role": "user", "content": "do it"}})
+        elif kind in ("assistant", "sidechain"):
+            same = self.message_ids and self.draw(st.booleans(), "same message")
+            if not same:
+                self.message_ids.append(f"msg_{len(self.message_ids):04d}")
+            uses = [{"type": "tool_use", "id": self.tool_id(self.draw(st.integers(0, 5), "fresh") > 0),
+                     "name": "Bash", "input": {}} for _ in range(self.draw(st.integers(0, 2), "uses"))]
+            record = {**base, "type": "assistant",
+                      "message": {"id": self.message_ids[-1], "role": "assistant",
+                                  "content": uses or [{"type": "text", "text": "ok"}]}}
+            if kind == "sidechain":
+                record["isSidechain"] = True
+            self.emit(record)
+        elif kind == "result":
+            blocks = []
+            for _ in range(self.draw(st.integers(1, 2), "results")):
+                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_id(
+                    self.draw(st.integers(0, 6), "orphan") == 0), "content": "out"}
+                if self.draw(st.integers(0, 4), "synthetic") == 0:
+                    block.update(is_error=True, content="[Request interrupted by user for tool use]")
+                blocks.append(block)
+            record = {**base, "type": "user", "message": {"role": "user", "content": blocks}}
+            if self.draw(st.integers(0, 3), "source") == 0:
+                record["sourceToolAssistantUUID"] = self.parent() or self.pool[0]
+            self.emit(record)
+        elif kind == "progress":
+            self.emit({**base, "type": "progress", "data": {"type": "hook_progress"}})
+        elif kind == "compact":
+            logical = self.parent() or "ffffffff-0000-4000-8000-00000000beef"
+            self.emit({**base, "parentUuid": None, "type": "system", "subtype": "compact_boundary",
+                       "logicalParentUuid": logical})
+        elif kind == "repeat" and self.lines:
+            self.used -= 1
+            self.lines.append(self.lines[self.draw(st.integers(0, len(self.lines) - 1), "repeat")])
+        elif kind == "summary":
+            self.used -= 1
+            self.emit({"type": "summary", "summary": "t", "leafUuid": self.parent() or self.pool[0]}, chain=False)
+        elif kind == "malformed":
+            self.used -= 1
+            self.lines.append(b'{"type":"user","uuid":"' + self.pool[0].encode() + b'","mess')
+        elif kind == "blank":
+            self.used -= 1
+            self.lines.append(b"")
+        elif kind == "not_object":
+            self.used -= 1
+            self.lines.append(b"[1,2]")
+        else:  # a result block without tool_use_id, or a repeat with nothing to repeat yet
+            self.emit({**base, "type": "user",
+                       "message": {"role": "user", "content": [{"type": "tool_result", "content": "x"}, 3]}})
+
+
+@settings(max_examples=300, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), size=st.integers(1, 60), batches=st.lists(st.integers(1, 3), max_size=4))
+def test_incremental_equals_full_after_every_line(data: st.DataObject, size: int, batches: list[int]):
+    builder = Builder(data, size)
+    for _ in range(size):
+        builder.step()
+    check_line_by_line(builder.lines, batches)
+
+
+@settings(max_examples=60, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4), data=st.data())
+def test_incremental_equals_full_on_damaged_sessions(names: list[str], data: st.DataObject):
+    """Damage of every kind riffd knows, injected into a generated session of 4 compacted segments."""
+    lines = damage.generated_session(segments=4, turns=2, parallel=2)
+    for name in names:
+        try:
+            lines = damage.INJECTORS[name](
+                lines, lambda points, name=name: data.draw(st.sampled_from(points), label=name)).lines
+        except damage.NoPoint:
+            continue
+    whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]  # the daemon indexes whole lines only
+    check_line_by_line(whole, [1])
+
+
+def test_a_growing_session_is_walked_in_full_once(tmp_path: Path):
+    """A session that grows the usual way is judged without a second full walk: each append costs its own
+    lines. Its parallel tool calls' results hang from each call's own line, so each result opens a branch."""
+    lines = damage.generated_session(segments=3, turns=3, parallel=3)
+    whole = [raw.rstrip(b"\n") for raw in lines]
+    detector = check_line_by_line(whole, [1])
+    assert detector.full_walks == 1
+    assert len(whole) > 40
+
+
+def test_a_parent_that_arrives_after_its_child_makes_it_walk_again():
+    lines = [
+        orjson.dumps({"type": "user", "uuid": "b", "parentUuid": "a", "message": {"role": "user", "content": "x"}}),
+        orjson.dumps({"type": "user", "uuid": "a", "parentUuid": None, "message": {"role": "user", "content": "y"}}),
+        orjson.dumps({"type": "user", "uuid": "c", "parentUuid": "b", "message": {"role": "user", "content": "z"}}),
+    ]
+    detector = check_line_by_line(lines, [1])
+    assert detector.full_walks == 2  # the first, and line 2's: it changed line 1's parent
