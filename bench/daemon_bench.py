@@ -32,11 +32,13 @@ while it runs (polling SQLite from here would compete with the daemon for the tw
    the log line for the processing that covered it - the moment just before its `write`. It
    includes inotify, watchdog, the debounce (50 ms), the worker and the SQLite commit. A log line
    with `lines` n covers the next n appends of its file (n > 1: appends coalesced; counted).
-2. append: in-process and exact, no daemon: a ~100 MB session (`--big-mb`), page cache warm. A
-   full `riffd.transcript.scan.index_file` of it (best of 3), then a `riffd.daemon.worker.Worker` on a real
+2. append: in-process and exact, no daemon: sessions of about 10, 100 and 1,000 MB (`--big-mb`), page
+   cache warm; for each, a full `riffd.transcript.scan.index_file` of it (best of 3), then a
+   `riffd.daemon.worker.Worker` on a real
    `StateStore` with default settings: its first `process` reads the whole file, then
    `--big-appends` (50) times: append one line, `process` it. Reported: ms per append (median,
-   p95, max), the full scan's ms, their ratio (median append / full scan), and the bytes one append
+   p95, max), the full scan's ms, their ratio (median append / full scan), the detection work alone (a fresh
+   index of the file fed each appended line, timing only `analyse_appended`), and the bytes one append
    reads (a `riffd.fsio.FileSystem` subclass counts every byte `pread` returns: the new line plus
    the fingerprint reads). Every append must come out "appended" with 1 line, or the run fails.
 3. idle: `--idle-files` (5,000) small files in 100 project folders, default intervals. Once the
@@ -88,7 +90,9 @@ import scan_bench
 from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
-from riffd.transcript.scan import index_file
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.reader import iter_chunks
+from riffd.transcript.scan import analyse_appended, index_file
 
 MB = 1_000_000
 SMALL_SOURCE = "marot-spotter/short.jsonl"
@@ -489,9 +493,22 @@ class CountingFS(FileSystem):
         return data
 
 
-def measure_append(base: Path, corpus: Corpus, size_mb: float, appends: int) -> dict[str, Any]:
-    """In process: a full scan of a big file vs a Worker processing one appended line at a time."""
-    home = base / "append"
+def measure_append(base: Path, corpus: Corpus, sizes_mb: list[float], appends: int) -> dict[str, Any]:
+    """`measure_append_one` for each size, and how flat the cost is from the smallest to the largest file."""
+    runs = [measure_append_one(base, corpus, size_mb, appends) for size_mb in sizes_mb]
+    worker = [run["append_ms_median"] for run in runs]
+    detection = [run["detect_ms_median"] for run in runs]
+    return {
+        "sizes": runs,
+        "flatness_worker": round(max(worker) / min(worker), 2),
+        "flatness_detection": round(max(detection) / min(detection), 2),
+    }
+
+
+def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int) -> dict[str, Any]:
+    """In process: a full scan of a big file vs a Worker processing one appended line at a time, and the
+    detection work alone (`analyse_appended` on an index fed the new line)."""
+    home = base / f"append-{size_mb:g}"
     root = home / "projects"
     started = time.perf_counter()
     path, size = corpus.big_file(root, size_mb)
@@ -531,6 +548,8 @@ def measure_append(base: Path, corpus: Corpus, size_mb: float, appends: int) -> 
                                  f"{outcome.why}")
     finally:
         store.close()
+        del worker
+    detect_times = measure_detection(corpus, path, appends)
     median = statistics.median(times)
     return {
         "file_bytes": size,
@@ -539,13 +558,35 @@ def measure_append(base: Path, corpus: Corpus, size_mb: float, appends: int) -> 
         "worker_first_process_ms": round(first_ms, 1),
         "worker_first_process_bytes_read": first_bytes,
         "appends": appends,
-        "append_ms_median": round(median, 2),
-        "append_ms_p95": round(_percentile(times, 0.95), 2),
-        "append_ms_max": round(max(times), 2),
-        "ratio_append_to_full_scan": round(median / full_ms, 4),
+        "append_ms_median": round(median, 3),
+        "append_ms_p95": round(_percentile(times, 0.95), 3),
+        "append_ms_max": round(max(times), 3),
+        "detect_ms_median": round(statistics.median(detect_times), 3),
+        "detect_ms_max": round(max(detect_times), 3),
+        "ratio_append_to_full_scan": round(median / full_ms, 5),
         "bytes_read_per_append_median": int(statistics.median(reads)),
         "bytes_read_per_append_max": max(reads),
     }
+
+
+def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
+    """Index `path` as the worker does, judge it once in full, then time only `analyse_appended` after each
+    appended line is added to the index (reading and parsing the line are not counted)."""
+    index = TranscriptIndex(str(path))
+    for offset, lines, terminated in iter_chunks(path):
+        index.add_lines(offset, lines, terminated)
+    analyse_appended(index)
+    times = []
+    for _ in range(appends):
+        corpus.append(path)
+        for offset, lines, terminated in iter_chunks(path, start=index.end):
+            index.add_lines(offset, lines, terminated)
+        started = time.perf_counter()
+        findings = analyse_appended(index)
+        times.append((time.perf_counter() - started) * 1000)
+        if findings:
+            raise BenchError(f"{path}: an append made findings: {findings[0].message}")
+    return times
 
 
 # --- 3. idle CPU ------------------------------------------------------------------------------
@@ -658,11 +699,15 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
         out.append((f"append -> processed, {latency['appends']} appends, debounce 50 ms",
                     f"p50 {latency['p50_ms']:.0f} ms, p95 {latency['p95_ms']:.0f} ms, max {latency['max_ms']:.0f} ms"
                     f" (worker p50 {latency['worker_ms_p50']:.1f} ms)"))
-    if append := results.get("append"):
-        out.append((f"one appended line, {append['file_bytes'] / MB:,.0f} MB file ({append['file_lines']:,} lines)",
-                    f"{append['append_ms_median']:.1f} ms (p95 {append['append_ms_p95']:.1f}), full scan "
-                    f"{append['full_scan_ms']:,.0f} ms, ratio {append['ratio_append_to_full_scan']:.4f}, "
-                    f"{append['bytes_read_per_append_median']:,} bytes read"))
+    if appended := results.get("append"):
+        for append in appended["sizes"]:
+            out.append((f"one appended line, {append['file_bytes'] / MB:,.0f} MB file ({append['file_lines']:,} lines)",
+                        f"{append['append_ms_median']:.2f} ms (p95 {append['append_ms_p95']:.2f}), of which detection "
+                        f"{append['detect_ms_median']:.3f} ms; full scan {append['full_scan_ms']:,.0f} ms, "
+                        f"ratio {append['ratio_append_to_full_scan']:.5f}; "
+                        f"{append['bytes_read_per_append_median']:,} bytes read"))
+        out.append(("per-append cost, largest / smallest file",
+                    f"worker {appended['flatness_worker']:.2f}x, detection {appended['flatness_detection']:.2f}x"))
     if idle := results.get("idle"):
         out.append((f"idle CPU, {idle['files']:,} watched files",
                     f"{idle['cpu_s_per_minute']:.2f} CPU s/min, RSS {idle['rss_mb']:.0f} MB "
@@ -697,7 +742,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--quick", action="store_true",
         help="smaller run: 60 appends, 20 MB file, 1,000 idle files for 20 s, 2,000 files to reconcile")
     add("--appends", type=int, help="appends for the latency figure; default 200 (--quick 60)")
-    add("--big-mb", type=float, help="size of the big file in MB; default 100 (--quick 20)")
+    add("--big-mb", help="sizes of the big files in MB, comma-separated; default 10,100,1000 (--quick 10,50)")
     add("--big-appends", type=int, help="appends to the big file; default 50 (--quick 20)")
     add("--idle-files", type=int, help="files watched while idle; default 5000 (--quick 1000)")
     add("--idle-window", type=float, help="seconds of idle measured; default 60 (--quick 20)")
@@ -710,9 +755,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
     args = parser.parse_args(argv)
-    defaults = ({"appends": 60, "big_mb": 20.0, "big_appends": 20, "idle_files": 1000, "idle_window": 20.0,
+    defaults = ({"appends": 60, "big_mb": "10,50", "big_appends": 20, "idle_files": 1000, "idle_window": 20.0,
                  "reconcile_files": 2000} if args.quick else
-                {"appends": 200, "big_mb": 100.0, "big_appends": 50, "idle_files": 5000, "idle_window": 60.0,
+                {"appends": 200, "big_mb": "10,100,1000", "big_appends": 50, "idle_files": 5000, "idle_window": 60.0,
                  "reconcile_files": 10000})
     for key, value in defaults.items():
         if getattr(args, key) is None:
@@ -721,7 +766,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.only) - set(MEASURES)
     if unknown:
         parser.error(f"--only: unknown measure(s) {', '.join(sorted(unknown))}; choose from {', '.join(MEASURES)}")
-    if min(args.appends, args.big_appends, args.idle_files, args.reconcile_files) < 1 or args.big_mb <= 0 \
+    try:
+        args.big_mb = [float(size) for size in str(args.big_mb).split(",") if size.strip()]
+    except ValueError:
+        parser.error(f"--big-mb: {args.big_mb!r} is not a comma-separated list of sizes in MB")
+    if min(args.appends, args.big_appends, args.idle_files, args.reconcile_files) < 1 or min(args.big_mb) <= 0 \
             or args.idle_window <= 0:
         parser.error("counts, sizes and the window must be positive")
     args.real = args.real.resolve()
