@@ -34,6 +34,7 @@ folder (`--tmp`), removed at the end unless `--keep`.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -110,6 +111,62 @@ def resumed_corpus(real: Path, target: Path, copies: int, seed: int) -> Path:
         for _ in range(copies):
             copy, session_id = resumed_copy(data, rng)
             (target / source.parent.relative_to(real) / f"{session_id}.jsonl").write_bytes(copy)
+    return target
+
+
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"] + ["th", "st", "qu", "sh", "ch", "ng"]
+
+
+def word_pool(rng: random.Random, words: int = 50_000, length: int = 16_000_000) -> str:
+    """A long run of words drawn Zipf-like (the n-th word's weight 1/n) from `words` made-up words of 2 to 5
+    syllables: the text a distinct corpus's strings are cut from."""
+    vocabulary = sorted({"".join(rng.choices(SYLLABLES, k=rng.randint(2, 5))) for _ in range(words)})
+    rng.shuffle(vocabulary)
+    weights = [1 / rank for rank in range(1, len(vocabulary) + 1)]
+    drawn = rng.choices(vocabulary, cum_weights=list(itertools.accumulate(weights)), k=length // 7)
+    return " ".join(drawn)
+
+
+def distinct_corpus(source: Path, target: Path, seed: int) -> Path:
+    """A copy of the corpus under `source` whose texts are all distinct: every string of 20 characters or more in
+    a line's message content, tool input or `toolUseResult` is replaced by as many characters cut from a random
+    place of a Zipf-distributed word pool (lines, structure, ids and sizes stay as they are). A corpus of copies of
+    a few sessions has few distinct texts with many occurrences each; this one has as many texts as lines."""
+    rng = random.Random(seed)
+    pool = word_pool(rng)
+    top = len(pool) - 1
+
+    def renew(value: Any) -> Any:
+        if isinstance(value, str):
+            if len(value) < 20:
+                return value
+            size = min(len(value), top // 2)
+            start = rng.randrange(top - size)
+            return pool[start:start + size]
+        if isinstance(value, list):
+            return [renew(item) for item in value]
+        if isinstance(value, dict):
+            return {key: renew(item) if key not in ("type", "id", "tool_use_id", "name") else item
+                    for key, item in value.items()}
+        return value
+
+    for path in sorted(source.rglob("*.jsonl")):
+        copy = target / path.relative_to(source)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "rb") as lines, open(copy, "wb") as out:
+            for raw in lines:
+                try:
+                    line = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    out.write(raw)
+                    continue
+                if isinstance(line, dict):
+                    message = line.get("message")
+                    if isinstance(message, dict) and "content" in message:
+                        line["message"] = dict(message, content=renew(message["content"]))
+                    if "toolUseResult" in line:
+                        line["toolUseResult"] = renew(line["toolUseResult"])
+                out.write(orjson.dumps(line) + b"\n")
     return target
 
 
@@ -260,25 +317,24 @@ def search_latency(db_path: Path, queries: list[dict[str, Any]]) -> dict[str, An
 
 def render(result: dict[str, Any]) -> str:
     """The human table."""
-    ingest_row, baseline = result["ingest"], result["baseline"]
-    search = result["search"]
-    megabytes = format(search["archive_bytes"] / MB, ",.0f")
-    rows = [
-        f"{'measure':44} figure",
-        "-" * 100,
-        f"{'orjson.loads baseline, ' + format(baseline['bytes'] / MB, ',.0f') + ' MB':44} "
-        f"{baseline['mb_per_s']:.1f} MB/s ({baseline['seconds']:.1f} s, {baseline['lines']:,} lines)",
-        f"{'riffd archive ingest, same corpus':44} {ingest_row['mb_per_s']:.1f} MB/s ({ingest_row['seconds']:.1f} s), "
-        f"ratio {ingest_row['mb_per_s'] / baseline['mb_per_s']:.2f}, peak RSS {ingest_row['peak_rss_mb']:.0f} MB",
-        f"{'search, ' + str(search['queries']) + ' queries, archive ' + megabytes + ' MB':44} "
-        f"fresh Archive per query: p50 {search['p50_ms']:.1f} ms, p95 {search['p95_ms']:.1f} ms, "
-        f"max {search['max_ms']:.1f} ms; one warm Archive: p50 {search['warm']['p50_ms']:.1f} ms, "
-        f"p95 {search['warm']['p95_ms']:.1f} ms; {search['mean_hits']} hits on average",
-    ]
+    rows = [f"{'measure':44} figure", "-" * 100]
+    for ingest_row in result["ingest"]:
+        label = f"{ingest_row['corpus']} corpus, {ingest_row['bytes'] / MB:,.0f} MB"
+        rows.append(f"{'ingest, ' + label:44} {ingest_row['mb_per_s']:.1f} MB/s ({ingest_row['seconds']:.1f} s) "
+                    f"against orjson.loads of every line {ingest_row['baseline_mb_per_s']:.1f} MB/s: ratio "
+                    f"{ingest_row['ratio']:.3f}; peak RSS {ingest_row['peak_rss_mb']:.0f} MB")
+    for search in result["search"]:
+        label = (f"search, {search['corpus']}, archive {search['archive_bytes'] / MB:,.0f} MB, "
+                 f"{search['texts']:,} texts")
+        rows.append(f"{label:44} fresh Archive per query: p50 {search['p50_ms']:.1f} ms, "
+                    f"p95 {search['p95_ms']:.1f} ms, max {search['max_ms']:.1f} ms "
+                    f"(goal 50 ms: ratio {search['p95_ms'] / P95_GOAL_MS:.2f}); "
+                    f"one warm Archive: p95 {search['warm']['p95_ms']:.1f} ms; {search['mean_hits']} hits on average")
     for row in result["storage"]:
         rows.append(f"{'storage, ' + row['corpus']:44} raw {row['raw_bytes'] / MB:,.1f} MB, archive "
                     f"{row['archive_bytes'] / MB:,.2f} MB ({row['archive_ratio']:.1%}), gzip -6 per file "
-                    f"{row['gzip6_bytes'] / MB:,.2f} MB ({row['gzip6_ratio']:.1%})")
+                    f"{row['gzip6_bytes'] / MB:,.2f} MB ({row['gzip6_ratio']:.1%}): ratio "
+                    f"{row['archive_bytes'] / row['gzip6_bytes']:.2f}")
     rows.append("")
     for row in result["storage"]:
         top = ", ".join(f"{name} {size / MB:,.2f}" for name, size in list(row["detail"]["dbstat"].items())[:6])
@@ -288,6 +344,15 @@ def render(result: dict[str, Any]) -> str:
              for goal in result["goals"]]
     rows.append(f"command: {result['command']}")
     return "\n".join(rows)
+
+
+def distinct_texts(db_path: Path) -> int:
+    """How many texts the archive's search index holds."""
+    db = sqlite3.connect(db_path)
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM contents WHERE text = id").fetchone()[0])
+    finally:
+        db.close()
 
 
 def _say(message: str) -> None:
@@ -332,27 +397,40 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"corpus: {size / MB:,.0f} MB under {corpus} (page cache warmed in {seconds:.1f} s)")
         results = work / "results"
         results.mkdir()
-        baseline_run = scan_bench.measure("baseline", [sys.executable, "-c", scan_bench.BASELINE_CHILD, str(corpus)],
-                                          corpus, results, 0, {0})
-        ingest_run, big_db = ingest(corpus, work, "big")
-        _say(f"  ingest   {corpus.name}: {ingest_run.seconds:7.1f} s, "
-             f"peak RSS {ingest_run.peak_rss_kib * 1024 / MB:6.0f} MB")
-        baseline = {"bytes": size, "lines": baseline_run.report["lines"], "seconds": round(baseline_run.seconds, 2),
-                    "mb_per_s": round(size / MB / baseline_run.seconds, 1),
-                    "peak_rss_mb": round(baseline_run.peak_rss_kib * 1024 / MB, 1)}
-        ingest_row = {"bytes": size, "seconds": round(ingest_run.seconds, 2),
-                      "mb_per_s": round(size / MB / ingest_run.seconds, 1),
-                      "peak_rss_mb": round(ingest_run.peak_rss_kib * 1024 / MB, 1)}
+        started = time.perf_counter()
+        distinct = distinct_corpus(corpus, work / "distinct" / "projects", args.seed)
+        distinct_size, _seconds = scan_bench.warm_cache(distinct)
+        _say(f"distinct corpus: {distinct_size / MB:,.0f} MB under {distinct} (made in "
+             f"{time.perf_counter() - started:.0f} s)")
+        ingests = []
+        archives = {}
+        for label, folder, folder_size in (("copies", corpus, size), ("distinct", distinct, distinct_size)):
+            baseline_run = scan_bench.measure(f"baseline-{label}", [sys.executable, "-c", scan_bench.BASELINE_CHILD,
+                                                                      str(folder)], folder, results, 0, {0})
+            ingest_run, archives[label] = ingest(folder, work, label)
+            _say(f"  ingest   {label}: {ingest_run.seconds:7.1f} s, "
+                 f"peak RSS {ingest_run.peak_rss_kib * 1024 / MB:6.0f} MB")
+            ingests.append({
+                "corpus": label, "bytes": folder_size, "lines": baseline_run.report["lines"],
+                "baseline_seconds": round(baseline_run.seconds, 2),
+                "baseline_mb_per_s": round(folder_size / MB / baseline_run.seconds, 1),
+                "seconds": round(ingest_run.seconds, 2), "mb_per_s": round(folder_size / MB / ingest_run.seconds, 1),
+                "ratio": round(baseline_run.seconds / ingest_run.seconds, 3),
+                "peak_rss_mb": round(ingest_run.peak_rss_kib * 1024 / MB, 1)})
         rows = []
         real = real_corpus(args.real, work / "real")
         rows.append(storage("real corpus", real, ingest(real, work, "real")[1]))
         resumed = resumed_corpus(args.real, work / "resumed", args.resumed, args.seed)
         rows.append(storage(f"real + {args.resumed} resumed copies", resumed, ingest(resumed, work, "resumed")[1]))
-        rows.append(storage(f"generated {size / MB:,.0f} MB", corpus, big_db))
-        queries = sample_queries(corpus, args.queries, args.seed)
-        search = search_latency(big_db, queries)
-        search["archive_bytes"] = rows[-1]["archive_bytes"]
-        _say(f"  search: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms")
+        rows.append(storage(f"copies {size / MB:,.0f} MB", corpus, archives["copies"]))
+        rows.append(storage(f"distinct {distinct_size / MB:,.0f} MB", distinct, archives["distinct"]))
+        searches = []
+        for label, folder, row in (("copies", corpus, rows[2]), ("distinct", distinct, rows[3])):
+            search = search_latency(archives[label], sample_queries(folder, args.queries, args.seed))
+            search.update(corpus=label, archive_bytes=row["archive_bytes"],
+                          texts=distinct_texts(archives[label]))
+            searches.append(search)
+            _say(f"  search {label}: p50 {search['p50_ms']} ms, p95 {search['p95_ms']} ms")
     except (OSError, RuntimeError, ValueError, KeyError, subprocess.CalledProcessError) as exc:
         _say(f"failed: {exc}")
         return 1
@@ -363,10 +441,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     goals = [{"goal": f"{row['corpus']}: archive < gzip -6", "value": f"{row['archive_ratio']:.1%} vs "
               f"{row['gzip6_ratio']:.1%}", "met": row["archive_bytes"] < row["gzip6_bytes"]} for row in rows]
-    goals.append({"goal": f"search p95 < {P95_GOAL_MS:.0f} ms", "value": search["p95_ms"],
-                  "met": search["p95_ms"] < P95_GOAL_MS})
+    goals.append({"goal": f"search p95 < {P95_GOAL_MS:.0f} ms on the distinct corpus", "value": searches[-1]["p95_ms"],
+                  "met": searches[-1]["p95_ms"] < P95_GOAL_MS})
     command = " ".join(["python3", "bench/archive_bench.py", *(argv if argv is not None else sys.argv[1:])])
-    result = {"machine": about, "command": command, "baseline": baseline, "ingest": ingest_row, "search": search,
+    result = {"machine": about, "command": command, "ingest": ingests, "search": searches,
               "storage": rows, "goals": goals}
     human = render(result)
     if args.json:
