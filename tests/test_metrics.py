@@ -40,3 +40,34 @@ def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path
     assert value[("riffd_event_latency_seconds", (("quantile", "0.5"),))] == 0.2
     assert abs(value[("riffd_report_timestamp_seconds", ())] - time.time()) < 60
     store.close()
+
+
+def test_counters_do_not_go_down_when_old_repair_records_are_pruned(tmp_path: Path) -> None:
+    """Prometheus counters must never decrease: pruning the repairs table keeps what the pruned rows counted."""
+    store = StateStore(tmp_path / "state" / "state.db")
+    for number in range(6):
+        store.record_repair(f"/p/{number}.jsonl", "repaired", None, f"b{number}",
+                            Counter({"duplicate_tool_result": 1}), "done")
+        store.record_repair(f"/p/{number}.jsonl", "skipped", "live", None, Counter(), "in use")
+    store.record_repair("/p/x.jsonl", "failed", "rename.failed", None, Counter(), "EIO")
+    snapshot = {"running": True, "pid": 42, "started": 0, "seen_at": 10**10, "latencies": [], "queue_depth": 0}
+
+    def counters() -> dict[tuple[str, tuple], float]:
+        write_report(build_report(store, tmp_path / "backups", snapshot), tmp_path / "reports", keep=3)
+        text = (tmp_path / "reports" / "metrics.prom").read_text()
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(text) if family.type == "counter"
+                for sample in family.samples}
+
+    before = counters()
+    assert before[("riffd_repairs_total", (("outcome", "repaired"), ("reason", "")))] == 6
+    store.prune_repairs(keep=3)
+    assert len(store.recent_repairs(limit=100)) == 3
+    assert counters() == before
+    store.record_repair("/p/y.jsonl", "skipped", "live", None, Counter(), "in use")
+    store.prune_repairs(keep=1)
+    after = counters()
+    assert after[("riffd_repairs_total", (("outcome", "skipped"), ("reason", "live")))] == 7
+    assert after[("riffd_repairs_total", (("outcome", "failed"), ("reason", "rename.failed")))] == 1
+    assert after[("riffd_findings_repaired_total", (("class", "duplicate_tool_result"),))] == 6
+    store.close()

@@ -265,7 +265,8 @@ class StateStore:
         return failed, float(rows[0][0]) if failed else None
 
     def repair_summary(self) -> dict[str, Any]:
-        """Return repairs done and skipped by reason, and findings repaired by class."""
+        """Return repairs done and skipped by reason, and findings repaired by class, since the store began (records
+        pruned by `prune_repairs` included); `files_repaired` counts the files of the records still kept."""
         done = 0
         skipped: Counter[str] = Counter()
         failed: Counter[str] = Counter()
@@ -273,6 +274,17 @@ class StateStore:
         repaired_files: set[str] = set()
         with self._lock:
             rows = self._db.execute("SELECT path, outcome, reason, fixes FROM repairs").fetchall()
+            pruned = self._db.execute("SELECT name, value FROM counters WHERE name LIKE 'repairs.pruned.%'").fetchall()
+        for name, value in pruned:  # what records pruned long ago counted
+            kind, _, rest = name.removeprefix("repairs.pruned.").partition(".")
+            if kind == "done":
+                done += value
+            elif kind == "class":
+                repaired_by_class[rest] += value
+            elif kind == "skipped":
+                skipped[rest] += value
+            elif kind == "failed":
+                failed[rest] += value
         for path, outcome, reason, fixes in rows:
             if outcome == "repaired":
                 done += 1
@@ -351,7 +363,22 @@ class StateStore:
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def prune_repairs(self, keep: int = 10_000) -> None:
-        """Keep only the newest `keep` repair records."""
+        """Keep only the newest `keep` repair records; what the older ones counted is folded into counters
+        (`repairs.pruned.*`), so the totals of `repair_summary` (Prometheus counters) never go down."""
         with self.transaction() as db:
-            db.execute("DELETE FROM repairs WHERE id <= (SELECT MAX(id) FROM repairs) - ?", (keep,))
+            cut = db.execute("SELECT MAX(id) - ? FROM repairs", (keep,)).fetchone()[0]
+            if cut is None or cut <= 0:
+                return
+            folded: Counter[str] = Counter()
+            for outcome, reason, fixes in db.execute(
+                    "SELECT outcome, reason, fixes FROM repairs WHERE id <= ?", (cut,)).fetchall():
+                if outcome == "repaired":
+                    folded["repairs.pruned.done"] += 1
+                    for name, count in json.loads(fixes).items():
+                        folded[f"repairs.pruned.class.{name}"] += count
+                else:
+                    kind = "skipped" if outcome == "skipped" else "failed"
+                    folded[f"repairs.pruned.{kind}.{reason or 'unknown'}"] += 1
+            self._bump(db, dict(folded))
+            db.execute("DELETE FROM repairs WHERE id <= ?", (cut,))
 
