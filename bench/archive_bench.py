@@ -173,18 +173,26 @@ def distinct_corpus(source: Path, target: Path, seed: int) -> Path:
 # --- measuring --------------------------------------------------------------------------------------------
 
 
-def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, Path]:
-    """Run `riffd archive ingest` on `corpus` into a fresh state folder `work/name`; return the run and the db."""
+def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, scan_bench.Run, int, Path]:
+    """Run `riffd archive ingest --no-compact` on `corpus` into a fresh state folder `work/name`, then `riffd archive
+    compact`; return both runs, the archive's size between them, and the database."""
     state = work / f"state-{name}"
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
     config = state / "riffd.toml"
     config.write_text(f'state_dir = "{state}"\n')
-    command = [sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest", str(corpus)]
-    run = scan_bench.run_child(command, state / "ingest.out")
-    if run.exit_code != 0:
-        raise RuntimeError(f"ingest of {corpus} exited {run.exit_code}:\n{run.report['stderr_tail']}")
-    return run, state / "archive.db"
+    runs = []
+    loose_size = 0
+    for action in (["ingest", "--no-compact", str(corpus)], ["compact"]):
+        command = [sys.executable, "-m", "riffd", "--config", str(config), "archive", *action]
+        run = scan_bench.run_child(command, state / f"{action[0]}.out")
+        if run.exit_code != 0:
+            raise RuntimeError(f"{' '.join(action[:1])} of {corpus} exited {run.exit_code}:\n"
+                               f"{run.report['stderr_tail']}")
+        runs.append(run)
+        if not loose_size:
+            loose_size = archive_size(state / "archive.db")["archive_bytes"]
+    return runs[0], runs[1], loose_size, state / "archive.db"
 
 
 def archive_size(db_path: Path) -> dict[str, Any]:
@@ -322,7 +330,9 @@ def render(result: dict[str, Any]) -> str:
         label = f"{ingest_row['corpus']} corpus, {ingest_row['bytes'] / MB:,.0f} MB"
         rows.append(f"{'ingest, ' + label:44} {ingest_row['mb_per_s']:.1f} MB/s ({ingest_row['seconds']:.1f} s) "
                     f"against orjson.loads of every line {ingest_row['baseline_mb_per_s']:.1f} MB/s: ratio "
-                    f"{ingest_row['ratio']:.3f}; peak RSS {ingest_row['peak_rss_mb']:.0f} MB")
+                    f"{ingest_row['ratio']:.3f}; peak RSS {ingest_row['peak_rss_mb']:.0f} MB; then compact "
+                    f"{ingest_row['compact_seconds']:.1f} s ({ingest_row['archive_bytes_before_compact'] / MB:,.1f} MB "
+                    f"before it), {ingest_row['with_compact_mb_per_s']:.1f} MB/s both together")
     for search in result["search"]:
         label = (f"search, {search['corpus']}, archive {search['archive_bytes'] / MB:,.0f} MB, "
                  f"{search['texts']:,} texts")
@@ -407,21 +417,23 @@ def main(argv: list[str] | None = None) -> int:
         for label, folder, folder_size in (("copies", corpus, size), ("distinct", distinct, distinct_size)):
             baseline_run = scan_bench.measure(f"baseline-{label}", [sys.executable, "-c", scan_bench.BASELINE_CHILD,
                                                                       str(folder)], folder, results, 0, {0})
-            ingest_run, archives[label] = ingest(folder, work, label)
+            ingest_run, compact_run, loose_size, archives[label] = ingest(folder, work, label)
             _say(f"  ingest   {label}: {ingest_run.seconds:7.1f} s, "
-                 f"peak RSS {ingest_run.peak_rss_kib * 1024 / MB:6.0f} MB")
+                 f"peak RSS {ingest_run.peak_rss_kib * 1024 / MB:6.0f} MB; compact {compact_run.seconds:.1f} s")
             ingests.append({
                 "corpus": label, "bytes": folder_size, "lines": baseline_run.report["lines"],
                 "baseline_seconds": round(baseline_run.seconds, 2),
                 "baseline_mb_per_s": round(folder_size / MB / baseline_run.seconds, 1),
                 "seconds": round(ingest_run.seconds, 2), "mb_per_s": round(folder_size / MB / ingest_run.seconds, 1),
                 "ratio": round(baseline_run.seconds / ingest_run.seconds, 3),
+                "archive_bytes_before_compact": loose_size, "compact_seconds": round(compact_run.seconds, 2),
+                "with_compact_mb_per_s": round(folder_size / MB / (ingest_run.seconds + compact_run.seconds), 1),
                 "peak_rss_mb": round(ingest_run.peak_rss_kib * 1024 / MB, 1)})
         rows = []
         real = real_corpus(args.real, work / "real")
-        rows.append(storage("real corpus", real, ingest(real, work, "real")[1]))
+        rows.append(storage("real corpus", real, ingest(real, work, "real")[3]))
         resumed = resumed_corpus(args.real, work / "resumed", args.resumed, args.seed)
-        rows.append(storage(f"real + {args.resumed} resumed copies", resumed, ingest(resumed, work, "resumed")[1]))
+        rows.append(storage(f"real + {args.resumed} resumed copies", resumed, ingest(resumed, work, "resumed")[3]))
         rows.append(storage(f"copies {size / MB:,.0f} MB", corpus, archives["copies"]))
         rows.append(storage(f"distinct {distinct_size / MB:,.0f} MB", distinct, archives["distinct"]))
         searches = []

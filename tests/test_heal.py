@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from riffd.archive.ingest import ingest_file
 from riffd.archive.recover import recover
 from riffd.archive.schema import ARCHIVE_NAME
-from riffd.archive.store import Archive, ingest_file
+from riffd.archive.store import Archive
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.daemon.state import STATE_NAME, StateStore, Watermark

@@ -202,7 +202,8 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
 
 
 def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(tmp_path: Path) -> None:
-    from riffd.archive.store import Archive, ingest_file
+    from riffd.archive.ingest import ingest_file
+    from riffd.archive.store import Archive
     from riffd.daemon.jobs import archive_summary
     from riffd.daemon.state import Watermark
 

@@ -332,7 +332,8 @@ def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
 def test_a_failing_archive_does_not_stop_detection_and_is_caught_up_later(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
-    from riffd.archive.store import Archive, ingest_file
+    from riffd.archive.ingest import ingest_file
+    from riffd.archive.store import Archive
 
     project, store, settings = setup
     path = project / "s.jsonl"

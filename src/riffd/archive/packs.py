@@ -2,7 +2,10 @@
 
 A settled pack is one zstd frame at level 17 (within 5% of lzma preset 6 in size on transcripts, and decompressed in
 under 2 ms where lzma takes 20: every search snippet and every dedup check reads a pack). The open pack, while it
-still grows, is kept in 128 KiB segments at level 3, so a commit rewrites only the last ones. A run header records
+still grows, is kept in 128 KiB segments at level 3, so a commit rewrites only the last ones. A pack filled while
+lines keep coming is stored whole at level 3 ("loose": level 17 compresses about 12 MB/s, level 3 over 1 GB/s, so
+archiving never waits for it) and compressed again at level 17 once the archive is quiet (`tighten`); the two
+differ by about 12% in size on transcripts. A run header records
 where each of a file's lines is in a pack. `PackStore` holds the packs of one database connection: the open pack in
 memory (as committed, and as the running transaction has it) and a few settled packs, decompressed.
 """
@@ -25,6 +28,14 @@ PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
 
 _SETTLED = zstandard.ZstdCompressor(level=SETTLED_LEVEL)
 _OPEN = zstandard.ZstdCompressor(level=OPEN_LEVEL)
+
+
+def tightened(data: bytes) -> bytes | None:
+    """Given a loose pack's frame, return it compressed at the settled level, checked to decompress to the same
+    bytes; None when it does not (never stored)."""
+    raw = unpack(data)
+    tight = compress(raw, settled=True)
+    return tight if unpack(tight) == raw else None
 
 
 def compress(data: bytes, *, settled: bool) -> bytes:
@@ -136,16 +147,20 @@ class PackStore:
         self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('open_pack', ?)", (str(pack_id),))
         return OpenPack(pack_id, bytearray(), 0)
 
-    def store_open(self, *, settled: bool) -> None:
-        """Write the open pack: whole, at the settled level, when settled (its segments go); else only the
-        segments that changed."""
+    def store_open(self, *, settled: bool, loose: bool = False) -> None:
+        """Write the open pack: whole when settled (its segments go), at the settled level, or fast and marked loose
+        with `loose`; else only the segments that changed."""
         current = self.pending
         assert current is not None
         db, pack_id, body = self.db, current.pack_id, current.body
         if settled:
             db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
-                       (compress(bytes(body), settled=True), len(body), pack_id))
+                       (compress(bytes(body), settled=not loose), len(body), pack_id))
             db.execute("DELETE FROM segments WHERE pack = ?", (pack_id,))
+            if loose:
+                db.execute("INSERT OR IGNORE INTO loose(pack) VALUES (?)", (pack_id,))
+            else:
+                db.execute("DELETE FROM loose WHERE pack = ?", (pack_id,))
             current.saved = -1
             return
         if current.saved < 0:
@@ -158,11 +173,32 @@ class PackStore:
         db.execute("UPDATE packs SET raw_size = ? WHERE id = ?", (len(body), pack_id))
         current.saved = len(body)
 
+    def loose_count(self) -> int:
+        """How many packs wait to be compressed at the settled level."""
+        return int(self.db.execute("SELECT COUNT(*) FROM loose").fetchone()[0])
+
+    def next_loose(self) -> tuple[int, bytes] | None:
+        """The oldest loose pack: (its id, its frame), or None."""
+        row = self.db.execute("SELECT loose.pack, packs.data FROM loose JOIN packs ON packs.id = loose.pack "
+                              "ORDER BY loose.pack LIMIT 1").fetchone()
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def replace_loose(self, pack_id: int, data: bytes, tight: bytes | None) -> None:
+        """Inside a write transaction: store `tight` for the loose pack `pack_id` if its frame is still `data` (and
+        `tight`, checked by `tightened`, is smaller), and take it off the loose list; a pack whose frame changed
+        meanwhile stays on it, to be looked at again."""
+        row = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
+        if row is not None and row[0] != data:
+            return
+        if row is not None and tight is not None and len(tight) < len(data):
+            self.db.execute("UPDATE packs SET data = ? WHERE id = ?", (tight, pack_id))
+        self.db.execute("DELETE FROM loose WHERE pack = ?", (pack_id,))
+
     def append(self, data: bytes) -> tuple[int, int]:
         """Add a stored line to the open pack (settling it first when full); return (pack, offset)."""
         assert self.pending is not None
         if len(self.pending.body) + len(data) > PACK_BYTES and self.pending.body:
-            self.store_open(settled=True)
+            self.store_open(settled=True, loose=True)
             self.pending = self._new_pack()
         body = self.pending.body
         body += data

@@ -22,12 +22,14 @@ MIN_PIECE = 128  # a piece without text shorter than this stays in its line with
 ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
 ROLE_NAMES = {value: name for name, value in ROLES.items()}
 ROLE_TOKEN = "riffdrole{}"  # added to each indexed text: a role filter is one more FTS term
-_SPACES = re.compile(r"[ \t]+")
+_SPACES = re.compile(r"\t[ \t]*| [ \t]+")  # the runs `normalise` changes: any with a tab, or of 2+ characters
 
 
 def normalise(text: str) -> str:
     """Return `text` as the archive compares it: trimmed, CRLF as LF, runs of spaces and tabs as one space."""
-    return _SPACES.sub(" ", text.replace("\r\n", "\n")).strip()
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    return _SPACES.sub(" ", text).strip()
 
 
 def text_of(value: Any) -> str:
@@ -50,6 +52,17 @@ def text_of(value: Any) -> str:
             return text_of(value.get("content"))
         return ""
     return ""
+
+
+def title_of(obj: dict[str, Any], kind: object) -> str | None:
+    """The title a line of type `kind` gives its session (the last of its title keys holding a string), or None."""
+    if kind not in ("custom-title", "ai-title", "summary"):
+        return None
+    found = None
+    for key in ("customTitle", "aiTitle", "title", "summary"):
+        if isinstance(obj.get(key), str):
+            found = obj[key]
+    return found
 
 
 def epoch(stamp: object) -> int | None:

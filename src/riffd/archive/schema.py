@@ -1,9 +1,9 @@
 """The archive database's tables, and opening it: created private, set up when new, checked by the daemon.
 
 Tables: `files` (one row per transcript path: its session, project, title, times, generation and the archive's
-own watermark), `packs` and `segments` (riffd.archive.packs), `runs` (where each line of a file's generation is in
-a pack), `contents` (pieces of content, where first seen; riffd.archive.pieces), `seen` (per text and file, the
-newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search).
+own watermark), `packs`, `segments` and `loose` (riffd.archive.packs), `runs` (where each line of a file's
+generation is in a pack), `contents` (pieces of content, where first seen; riffd.archive.pieces), `seen` (per text
+and file, the newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search).
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, ra
 CREATE TABLE IF NOT EXISTS segments (
     pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
 ) WITHOUT ROWID;
+-- Packs filled while lines were coming in, compressed fast, to be compressed again at the settled level when the
+-- archive is quiet (`Archive.compact`). Any riffd reads them: they are ordinary zstd frames.
+CREATE TABLE IF NOT EXISTS loose (pack INTEGER PRIMARY KEY);
 -- A run: lines first.. of a file's generation held in one pack; `header` (zlib of JSON) has each line's place
 -- (gap after the line before it) and length in the pack, its cut pieces (content ids in order), and whether
 -- the last line has no newline.
@@ -78,6 +81,7 @@ def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA cache_size = -32768")  # 32 MiB of pages: the content-key index takes random inserts
         db.executescript(_SCHEMA)
         db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:

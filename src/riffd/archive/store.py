@@ -16,25 +16,21 @@ generation; earlier generations are never erased.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from riffd.archive.packs import PackStore, Run
-from riffd.archive.pieces import MARK, ROLE_NAMES, ROLE_TOKEN, ROLES, Piece, content_key, epoch, pieces_of
+from riffd.archive.packs import PackStore, Run, tightened
+from riffd.archive.pieces import MARK, ROLE_TOKEN, ROLES, Piece, content_key, epoch, pieces_of, title_of
+from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
-from riffd.archive.search import SearchHit, like_literal, search
 from riffd.database import open_checked, reopen_if_damaged
-from riffd.transcript.reader import iter_chunks, parse_line, read_span
-from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, prompt_text, shorten
+from riffd.transcript.reader import parse_line
+from riffd.transcript.sessions import prompt_text, shorten
 
 
 @dataclass
@@ -61,7 +57,7 @@ class _Line:
     role: int = 0
 
 
-class Archive:
+class Archive(Reading):
     """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
 
     def __init__(self, path: Path, *, lock_timeout: float = 30.0, heal: bool = False, check: bool = False,
@@ -83,6 +79,7 @@ class Archive:
                 path, lambda target: connect(target, lock_timeout), heal=heal, check=check, advice=RECOVER_ADVICE)
         self._packs = PackStore(self._db)
         self._dirty = True  # lines added since the last settle (unknown at first)
+        self._next_content: int | None = None  # the next content id, within a write transaction
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
@@ -102,12 +99,6 @@ class Archive:
             self._db.close()
 
     # --- feeding ----------------------------------------------------------------------------------
-
-    def cursor(self, path: str) -> tuple[int, int]:
-        """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
-        with self._lock:
-            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?", (path,)).fetchone()
-        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def add_lines(self, path: str, offset: int, lines: list[bytes], *, rewritten: bool = False,
                   last_terminated: bool = True) -> int:
@@ -189,6 +180,8 @@ class Archive:
         added = added_bytes = messages = 0
         info: dict[str, Any] = {}
         newest: dict[int, tuple[int, int, int | None, int]] = {}  # text id -> (line, generation, ts, role)
+        indexed: list[tuple[int, str]] = []  # search index rows of the contents recorded
+        self._next_content = None
         last = len(lines) - 1
         for number, raw in enumerate(lines):
             terminated = last_terminated or number != last
@@ -214,7 +207,7 @@ class Archive:
                 if line.cut:
                     run.cuts[len(run.lengths) - 1] = line.cut
                 run.unterminated = not terminated
-                texts = line.texts + [self._record(new, pack_id, at) for new in line.new]
+                texts = line.texts + [self._record(new, pack_id, at, indexed) for new in line.new]
                 for text_id in filter(None, texts):
                     newest[text_id] = (count, generation, line.ts, line.role)
                 messages += bool(line.cut or line.new)
@@ -225,6 +218,7 @@ class Archive:
             position = end
         if run is not None:
             self._save_run(file_id, generation, run)
+        db.executemany("INSERT INTO search(rowid, text) VALUES (?, ?)", indexed)
         db.executemany(
             "INSERT INTO seen(text, file_id, generation, line, ts, role) VALUES (?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(text, file_id) DO UPDATE SET generation = excluded.generation, line = excluded.line, "
@@ -241,11 +235,6 @@ class Archive:
              info.get("title"), info.get("prompt"), info.get("first_ts"), info.get("last_ts"), file_id),
         )
         return added
-
-    def _last_run(self, file_id: int, generation: int) -> Run | None:
-        row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
-                               "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
-        return None if row is None else Run(row[0], row[1], row[2])
 
     def _save_run(self, file_id: int, generation: int, run: Run) -> None:
         if run.lengths:
@@ -270,9 +259,9 @@ class Archive:
             info.setdefault("session", obj["sessionId"])
         if isinstance(obj.get("cwd"), str):
             info.setdefault("project", obj["cwd"])
-        for key in ("customTitle", "aiTitle", "title", "summary"):
-            if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str):
-                info["title"] = obj[key]
+        title = title_of(obj, kind)
+        if title is not None:
+            info["title"] = title
         if kind == "user" and "prompt" not in info and not obj.get("isMeta") and not obj.get("isSidechain"):
             prompt = prompt_text(obj.get("message"))
             if prompt:
@@ -309,85 +298,22 @@ class Archive:
             text_id = text_id or text
         return None, text_id
 
-    def _record(self, new: _New, pack: int, line_at: int) -> int | None:
-        """Record a new content, now at `line_at + new.offset` of `pack`; index its text unless a variant of it
-        is indexed already. Return its text id (None: no text)."""
-        content_id = self._db.execute(
-            "INSERT INTO contents(key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?)",
-            (new.key, pack, line_at + new.offset, new.length, new.variant)).lastrowid
-        assert content_id is not None
-        if not new.piece.text or new.variant is not None:
+    def _record(self, new: _New, pack: int, line_at: int, indexed: list[tuple[int, str]]) -> int | None:
+        """Record a new content, now at `line_at + new.offset` of `pack`; unless a variant of its text is indexed
+        already, add its text to `indexed` (rows for the search index, written once per batch). Return its text id
+        (None: no text). Ids are given here, so a content indexed is written once, with its text id."""
+        if self._next_content is None:  # the write lock is held: no other writer takes ids meanwhile
+            self._next_content = int(self._db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM contents").fetchone()[0])
+        content_id = self._next_content
+        self._next_content += 1
+        own_text = bool(new.piece.text) and new.variant is None
+        self._db.execute("INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, ?)",
+                         (content_id, new.key, pack, line_at + new.offset, new.length,
+                          content_id if own_text else new.variant))
+        if not own_text:
             return new.variant
-        self._db.execute("UPDATE contents SET text = id WHERE id = ?", (content_id,))
-        self._db.execute("INSERT INTO search(rowid, text) VALUES (?, ?)",
-                         (content_id, f"{new.piece.text}\n{ROLE_TOKEN.format(new.piece.role)}"))
+        indexed.append((content_id, f"{new.piece.text}\n{ROLE_TOKEN.format(new.piece.role)}"))
         return content_id
-
-    # --- reading ----------------------------------------------------------------------------------
-
-    def _line(self, run: Run, number: int) -> bytes:
-        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
-        offset, length = run.offsets[number], run.lengths[number]
-        line = self._packs.read(run.pack, offset, length)
-        for content_id in run.cuts.get(number, ()):
-            pack, at, size = self._db.execute(
-                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
-            line = line.replace(MARK, self._packs.read(pack, at, size), 1)
-        last = number == len(run.lengths) - 1
-        return line if last and run.unterminated else line + b"\n"
-
-    def files(self) -> list[tuple[int, str]]:
-        """Return (id, path) of every archived file, in the order they were first archived."""
-        with self._lock:
-            rows = self._db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
-        return [(int(row[0]), str(row[1])) for row in rows]
-
-    def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
-        """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
-        one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
-                "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
-            if not rows and ID_PREFIX.fullmatch(target):
-                rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
-                                        "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
-                if len({row[2] for row in rows}) > 1:
-                    listed = "; ".join(sorted({f"{row[2]} ({row[1]})" for row in rows})[:10])
-                    raise AmbiguousSession(f"{target}: {len({row[2] for row in rows})} archived sessions start with "
-                                           f"it: {listed}; type more of the id")
-        return [(int(row[0]), str(row[1]), row[2]) for row in rows]
-
-    def sessions(self) -> list[dict[str, Any]]:
-        """Every archived session file (subagents' aside): path, session, project, title, first and last times (Unix
-        seconds), raw bytes seen."""
-        with self._lock:
-            rows = self._db.execute("SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
-                                    "FROM files ORDER BY path").fetchall()
-        return [{"file_id": row[0], "path": row[1], "session_id": row[2], "project": row[3], "title": row[4],
-                 "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
-                for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
-
-    def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
-        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
-        with self._lock:
-            self._packs.refresh()
-            if generation is None:
-                generation = self._db.execute("SELECT generation FROM files WHERE id = ?", (file_id,)).fetchone()[0]
-            runs = [Run(pack, first, header) for pack, first, header in self._db.execute(
-                "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
-                (file_id, generation)).fetchall()]
-            for run in runs:
-                for number in range(len(run.lengths)):
-                    yield self._line(run, number)
-
-    def last_line(self, path: str) -> bytes | None:
-        """Return the last archived line (with newline) of `path`'s latest generation, or None."""
-        with self._lock:
-            self._packs.refresh()
-            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path,)).fetchone()
-            run = None if row is None else self._last_run(row[0], row[1])
-            return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
 
     def settle(self, *, optimize: bool = True) -> bool:
         """Compress the open pack at the settled level (it stays open: a later line reopens it), merge the search
@@ -406,95 +332,26 @@ class Archive:
             self._dirty = False
         return True
 
-    def search(self, query: str, *, project: str | None = None, session: str | None = None,
-               role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
-        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
-        prefix, session id, role and time (see riffd.archive.search)."""
+    def compact(self, keep_going: Callable[[], bool] = lambda: True,
+                progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+        """Compress the loose packs again at the settled level, one at a time, outside the lock; each is replaced in
+        its own transaction (`PackStore.replace_loose`). Stops when `keep_going()` is false between packs;
+        `progress(done, total)` after each. Return (packs compacted, packs still loose)."""
+        done = 0
         with self._lock:
-            self._packs.refresh()
-            return search(self._db, self._packs.head, query, project=project, session=session, role=role,
-                          since=since, limit=limit)
-
-    def behind(self, files: dict[str, int]) -> tuple[int, int]:
-        """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
-        lagging = lagging_bytes = 0
-        for path, offset in files.items():
-            _generation, archived = self.cursor(path)
-            if archived < offset:
-                lagging += 1
-                lagging_bytes += offset - archived
-        return lagging, lagging_bytes
-
-    def stats(self) -> dict[str, Any]:
-        """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest, newest."""
-        with self._lock:
-            db = self._db
-            raw = db.execute("SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
-                             "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
-                             "COALESCE(SUM(messages), 0) FROM files").fetchone()
-            unique = db.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents").fetchone()
-        stored = self.path.stat().st_size + sum(
-            path.stat().st_size for path in self.path.parent.glob(self.path.name + "-*") if path.exists())
-        return {
-            "raw_bytes": int(raw[0]),
-            "stored_bytes": stored,
-            "ratio": round(stored / raw[0], 4) if raw[0] else None,
-            "files": int(raw[1]),
-            "sessions": int(raw[2]),
-            "lines": int(raw[5]),
-            "messages": int(raw[6]),
-            "unique_contents": int(unique[0]),
-            "unique_texts": int(unique[1]),
-            "oldest": _iso(raw[3]),
-            "newest": _iso(raw[4]),
-        }
-
-    def export(self, target: str) -> list[dict[str, Any]]:
-        """Return each archived file of a session as the documented JSON form: session id, project, path, and
-        messages with index, hash (SHA-256 of the content's exact bytes), role, timestamp and content."""
-        out = []
-        for file_id, path, session_id in self.files_of(target):
+            total = self._packs.loose_count()
+        while keep_going():
             with self._lock:
-                project = self._db.execute("SELECT project FROM files WHERE id = ?", (file_id,)).fetchone()[0]
-                messages = []
-                for number, raw in enumerate(self.iter_file(file_id)):
-                    obj = parse_line(raw.rstrip(b"\n"))
-                    message = obj.get("message") if isinstance(obj, dict) else None
-                    if not isinstance(message, dict) or "content" not in message:
-                        continue
-                    assert isinstance(obj, dict)
-                    kind = obj.get("type")
-                    messages.append({
-                        "index": number, "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
-                        "role": ROLE_NAMES.get(ROLES.get(kind, 0)) if isinstance(kind, str) else None,
-                        "timestamp": _iso(epoch(obj.get("timestamp"))), "content": message["content"]})
-            out.append({"session_id": session_id, "project": project, "path": path, "messages": messages})
-        return out
-
-
-def _iso(seconds: int | None) -> str | None:
-    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None
-
-
-def ingest_file(archive: Archive, path: Path) -> int:
-    """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
-    file was rewritten since); return the lines added. Only complete lines are archived."""
-    _generation, archived = archive.cursor(str(path))
-    rewritten = archived > 0 and not still_appended(archive, path, archived)
-    added = 0
-    for offset, lines, terminated in iter_chunks(path, start=0 if rewritten else archived):
-        # An unterminated last line is kept too (lossless); restore writes it back without a newline.
-        added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
-                                   last_terminated=terminated)
-    return added
-
-
-def still_appended(archive: Archive, path: Path, archived: int) -> bool:
-    """Return True when `path` still holds, just before byte `archived`, the last line the archive has of it."""
-    last = archive.last_line(str(path))
-    if last is None or path.stat().st_size < archived:
-        return False
-    try:
-        return read_span(path, archived - len(last), len(last)) == last
-    except OSError:
-        return False
+                found = self._packs.next_loose()
+            if found is None:
+                break
+            tight = tightened(found[1])
+            with self._lock:
+                with self._writing():
+                    self._packs.replace_loose(found[0], found[1], tight)
+                self._dirty = True  # the freed pages go back at the next settle
+            done += 1
+            if progress is not None:
+                progress(done, total)
+        with self._lock:
+            return done, self._packs.loose_count()

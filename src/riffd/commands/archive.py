@@ -38,6 +38,9 @@ def register(commands: Any) -> None:
     )
     actions = archive.add_subparsers(dest="action", metavar="ACTION")
     ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts (resumes where it stopped)")
+    ingest.add_argument("--no-compact", action="store_true",
+                        help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
+                             "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level")
     ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: Claude Code's projects folders)")
     ingest.set_defaults(run=run_ingest)
@@ -57,6 +60,9 @@ def register(commands: Any) -> None:
     search.add_argument("--limit", type=int, default=20, help="how many hits at most (default 20)")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)
+    compact = actions.add_parser(
+        "compact", help="compress the packs archived fast at the settled level (the daemon does it when quiet)")
+    compact.set_defaults(run=run_compact)
     stats = actions.add_parser("stats", help="sizes, dedup ratio, counts, oldest and newest")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(run=run_stats)
@@ -110,7 +116,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 def run_ingest(args: argparse.Namespace) -> int:
     """`riffd archive ingest`: archive what is new in each transcript; exit 0, or 2 when a file failed."""
-    from riffd.archive.store import ingest_file
+    from riffd.archive.ingest import ingest_file
 
     archive = _open(args)
     if archive is None:
@@ -131,11 +137,40 @@ def run_ingest(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
+    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
+    if not args.no_compact:
+        _compact(archive)
     if added:
         archive.settle()  # the last pack compressed, the search index merged
-    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
     archive.close()
     return EXIT_ERROR if errors else EXIT_OK
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no archive)."""
+    archive = _open(args)
+    if archive is None:
+        return EXIT_ERROR
+    _compact(archive)
+    archive.settle(optimize=False)
+    archive.close()
+    return EXIT_OK
+
+
+def _compact(archive: Any) -> None:
+    """Compact an open `riffd.archive.store.Archive` (imported lazily: the command line starts without it)."""
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            print(f"\rriffd: compressing packs at the settled level: {done}/{total} ", end="", file=sys.stderr)
+
+    done, _left = archive.compact(progress=progress)
+    if sys.stderr.isatty() and done:
+        print(file=sys.stderr)
+    if done:
+        print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
+              file=sys.stderr)
 
 
 def run_restore(args: argparse.Namespace) -> int:

@@ -11,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from riffd import __version__
+from riffd.archive.ingest import ingest_file
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
-from riffd.archive.store import Archive, ingest_file
+from riffd.archive.store import Archive
 from riffd.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,

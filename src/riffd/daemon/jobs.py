@@ -6,20 +6,42 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from riffd.archive.store import Archive, ingest_file
+from riffd.archive.ingest import ingest_file
+from riffd.archive.store import Archive
 from riffd.claude.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
 from riffd.daemon.state import StateStore
-from riffd.daemon.worker import Outcome
+from riffd.daemon.watcher import TranscriptFilter
+from riffd.daemon.worker import Outcome, WorkerSettings
 from riffd.repair.backup import BackupStore
-from riffd.transcript.findings import INFORMATIONAL
+from riffd.transcript.findings import INFORMATIONAL, FindingClass
 
 log = logging.getLogger(__name__)
 
 INFORMATIONAL_NAMES = frozenset(map(str, INFORMATIONAL))
+
+
+def worker_settings(config: Config) -> WorkerSettings:
+    """Given the configuration, return what the worker needs."""
+    return WorkerSettings(
+        repair=config.repair.mode == "repair",
+        quiet_period=config.repair.quiet_period,
+        add_missing_results=config.repair.add_missing_results,
+        classes=frozenset(FindingClass(name) for name in config.repair.classes),
+        backup_dir=config.backups.dir,
+        claude_dir=config.claude_dir,
+        roots=config.roots,
+        retry=config.retry.policy,
+    )
+
+
+def transcript_filter(config: Config) -> TranscriptFilter:
+    """Given the configuration, return the filter of watched files."""
+    return TranscriptFilter(config.roots, config.include, config.exclude)
 
 
 def backup_retention(config: Config) -> None:
@@ -50,6 +72,17 @@ def catch_up_archive(archive: Archive, store: StateStore) -> None:
 
 
 CLEANUP_WARNING_DAYS = 7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
+
+
+def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
+    """The archive after lines stopped coming: the packs filled meanwhile compressed at the settled level (while
+    `keep_going()`), then the open pack (the search index is left to FTS5's own merging: optimising it would
+    rewrite it whole)."""
+    done, left = archive.compact(keep_going)
+    if done:
+        log.info("archive: %d pack(s) compressed at the settled level, %d left", done, left)
+    if archive.settle(optimize=False):
+        log.info("archive settled")
 
 
 def archive_summary(archive: Archive, store: StateStore, claude_dir: Path | None = None) -> dict[str, Any]:

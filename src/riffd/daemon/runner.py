@@ -30,7 +30,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from riffd import __version__, logs
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
-from riffd.config import Config, ConfigError, config_path, load_config
+from riffd.config import ConfigError, config_path, load_config
 from riffd.daemon.alerts import Alerts
 from riffd.daemon.jobs import (
     archive_summary,
@@ -38,7 +38,10 @@ from riffd.daemon.jobs import (
     catch_up_archive,
     log_outcome,
     log_startup_summary,
+    settle_archive,
     store_snapshot,
+    transcript_filter,
+    worker_settings,
 )
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
@@ -46,14 +49,13 @@ from riffd.daemon.page import history_point
 from riffd.daemon.report import build_report, write_report
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.daemon.stats import Stats, advice
-from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
-from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.daemon.watcher import Watcher, reconcile
+from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.fsio import IO_STATS
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.locks import sweep_stale_temps
 from riffd.tracker.tracker import ToolCallTracker
-from riffd.transcript.findings import FindingClass
 
 log = logging.getLogger(__name__)
 
@@ -63,27 +65,9 @@ DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
 TRACKER_PRUNE_SECONDS = 60.0
 ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
+ARCHIVE_COMPACT_SECONDS = 120.0  # loose packs compressed again at most this long per quiet period
 SNAPSHOT_SECONDS = 5.0  # the live figures `status` and `report` read are at most this old when something changed
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
-
-
-def worker_settings(config: Config) -> WorkerSettings:
-    """Given the configuration, return what the worker needs."""
-    return WorkerSettings(
-        repair=config.repair.mode == "repair",
-        quiet_period=config.repair.quiet_period,
-        add_missing_results=config.repair.add_missing_results,
-        classes=frozenset(FindingClass(name) for name in config.repair.classes),
-        backup_dir=config.backups.dir,
-        claude_dir=config.claude_dir,
-        roots=config.roots,
-        retry=config.retry.policy,
-    )
-
-
-def transcript_filter(config: Config) -> TranscriptFilter:
-    """Given the configuration, return the filter of watched files."""
-    return TranscriptFilter(config.roots, config.include, config.exclude)
 
 
 class Daemon:
@@ -433,11 +417,13 @@ class Daemon:
             self.store.prune_repairs()
 
     def _settle_archive(self) -> None:
-        """Compress the archive's open pack once lines stopped coming for a while (the search index is left to
-        FTS5's own merging: optimising it would rewrite it whole)."""
-        quiet = time.monotonic() - self.stats.progress >= ARCHIVE_SETTLE_SECONDS
-        if self.archive is not None and quiet and self.archive.settle(optimize=False):
-            log.info("archive settled")
+        """Once lines stopped coming for ARCHIVE_SETTLE_SECONDS: `settle_archive`, compacting for at most
+        ARCHIVE_COMPACT_SECONDS and only while it stays quiet and the daemon is not stopping."""
+        progress = self.stats.progress
+        if self.archive is not None and time.monotonic() - progress >= ARCHIVE_SETTLE_SECONDS:
+            deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
+            settle_archive(self.archive, lambda: not self._stopping and self.stats.progress == progress
+                           and time.monotonic() < deadline)
 
     def publish(self, *, force: bool = False) -> None:
         """Store the live figures where `status` and `report` read them: when something changed (at most every

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from riffd.archive.store import Archive, ingest_file, still_appended
+from riffd.archive.ingest import ingest_file, still_appended
+from riffd.archive.store import Archive
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason

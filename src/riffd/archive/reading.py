@@ -1,0 +1,175 @@
+"""The archive's reading side: files and sessions, lines as written, search, how far behind, stats, export.
+
+`Reading` is a mixin of `riffd.archive.store.Archive`: its methods use the archive's connection, lock and packs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Generator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from riffd.archive.packs import PackStore, Run
+from riffd.archive.pieces import MARK, ROLE_NAMES, ROLES, epoch
+from riffd.archive.search import SearchHit, like_literal, search
+from riffd.transcript.reader import parse_line
+from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
+
+
+class Reading:
+    """What the archive answers (see the module docstring)."""
+
+    path: Path
+    _db: sqlite3.Connection
+    _lock: threading.RLock
+    _packs: PackStore
+
+    def cursor(self, path: str) -> tuple[int, int]:
+        """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
+        with self._lock:
+            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?", (path,)).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    def _last_run(self, file_id: int, generation: int) -> Run | None:
+        row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
+                               "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
+        return None if row is None else Run(row[0], row[1], row[2])
+
+    def _line(self, run: Run, number: int) -> bytes:
+        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
+        offset, length = run.offsets[number], run.lengths[number]
+        line = self._packs.read(run.pack, offset, length)
+        for content_id in run.cuts.get(number, ()):
+            pack, at, size = self._db.execute(
+                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            line = line.replace(MARK, self._packs.read(pack, at, size), 1)
+        last = number == len(run.lengths) - 1
+        return line if last and run.unterminated else line + b"\n"
+
+    def files(self) -> list[tuple[int, str]]:
+        """Return (id, path) of every archived file, in the order they were first archived."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
+        return [(int(row[0]), str(row[1])) for row in rows]
+
+    def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
+        """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
+        one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
+                "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
+            if not rows and ID_PREFIX.fullmatch(target):
+                rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
+                                        "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
+                if len({row[2] for row in rows}) > 1:
+                    listed = "; ".join(sorted({f"{row[2]} ({row[1]})" for row in rows})[:10])
+                    raise AmbiguousSession(f"{target}: {len({row[2] for row in rows})} archived sessions start with "
+                                           f"it: {listed}; type more of the id")
+        return [(int(row[0]), str(row[1]), row[2]) for row in rows]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """Every archived session file (subagents' aside): path, session, project, title, first and last times (Unix
+        seconds), raw bytes seen."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
+                                    "FROM files ORDER BY path").fetchall()
+        return [{"file_id": row[0], "path": row[1], "session_id": row[2], "project": row[3], "title": row[4],
+                 "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
+                for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
+
+    def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
+        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
+        with self._lock:
+            self._packs.refresh()
+            if generation is None:
+                generation = self._db.execute("SELECT generation FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+            runs = [Run(pack, first, header) for pack, first, header in self._db.execute(
+                "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
+                (file_id, generation)).fetchall()]
+            for run in runs:
+                for number in range(len(run.lengths)):
+                    yield self._line(run, number)
+
+    def last_line(self, path: str) -> bytes | None:
+        """Return the last archived line (with newline) of `path`'s latest generation, or None."""
+        with self._lock:
+            self._packs.refresh()
+            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path,)).fetchone()
+            run = None if row is None else self._last_run(row[0], row[1])
+            return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
+
+    def search(self, query: str, *, project: str | None = None, session: str | None = None,
+               role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
+        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
+        prefix, session id, role and time (see riffd.archive.search)."""
+        with self._lock:
+            self._packs.refresh()
+            return search(self._db, self._packs.head, query, project=project, session=session, role=role,
+                          since=since, limit=limit)
+
+    def behind(self, files: dict[str, int]) -> tuple[int, int]:
+        """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
+        lagging = lagging_bytes = 0
+        for path, offset in files.items():
+            _generation, archived = self.cursor(path)
+            if archived < offset:
+                lagging += 1
+                lagging_bytes += offset - archived
+        return lagging, lagging_bytes
+
+    def stats(self) -> dict[str, Any]:
+        """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest, newest."""
+        with self._lock:
+            db = self._db
+            raw = db.execute("SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
+                             "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
+                             "COALESCE(SUM(messages), 0) FROM files").fetchone()
+            unique = db.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents").fetchone()
+        stored = self.path.stat().st_size + sum(
+            path.stat().st_size for path in self.path.parent.glob(self.path.name + "-*") if path.exists())
+        return {
+            "raw_bytes": int(raw[0]),
+            "stored_bytes": stored,
+            "ratio": round(stored / raw[0], 4) if raw[0] else None,
+            "files": int(raw[1]),
+            "sessions": int(raw[2]),
+            "lines": int(raw[5]),
+            "messages": int(raw[6]),
+            "unique_contents": int(unique[0]),
+            "unique_texts": int(unique[1]),
+            "oldest": _iso(raw[3]),
+            "newest": _iso(raw[4]),
+        }
+
+    def export(self, target: str) -> list[dict[str, Any]]:
+        """Return each archived file of a session as the documented JSON form: session id, project, path, and
+        messages with index, hash (SHA-256 of the content's exact bytes), role, timestamp and content."""
+        out = []
+        for file_id, path, session_id in self.files_of(target):
+            with self._lock:
+                project = self._db.execute("SELECT project FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+                messages = []
+                for number, raw in enumerate(self.iter_file(file_id)):
+                    obj = parse_line(raw.rstrip(b"\n"))
+                    message = obj.get("message") if isinstance(obj, dict) else None
+                    if not isinstance(message, dict) or "content" not in message:
+                        continue
+                    assert isinstance(obj, dict)
+                    kind = obj.get("type")
+                    messages.append({
+                        "index": number, "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
+                        "role": ROLE_NAMES.get(ROLES.get(kind, 0)) if isinstance(kind, str) else None,
+                        "timestamp": _iso(epoch(obj.get("timestamp"))), "content": message["content"]})
+            out.append({"session_id": session_id, "project": project, "path": path, "messages": messages})
+        return out
+
+
+def _iso(seconds: int | None) -> str | None:
+    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None

@@ -1,0 +1,142 @@
+"""Loose packs: packs filled while lines come in are stored fast, then compressed again at the settled level
+(`riffd archive compact`, the end of `riffd archive ingest`, the daemon once quiet) without changing a byte of
+what the archive restores or finds. Real transcripts written in tmp_path, real `riffd` subprocesses, real SQLite."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from riffd.archive.ingest import ingest_file
+from riffd.archive.packs import PACK_BYTES
+from riffd.archive.store import Archive
+
+WORDS = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to") for b in ("ven", "dor", "lix", "mup")
+         for c in ("a", "o", "ert", "ist", "umble")]
+
+
+def write_session(path: Path, lines: int, seed: int) -> bytes:
+    """A session of `lines` prompts and answers with texts of random words (about 2 kB each, all distinct)."""
+    rng = random.Random(seed)
+    session = f"00000000-0000-4000-8000-{seed:012d}"
+    parent = None
+    out = bytearray()
+    for number in range(lines):
+        uuid = f"{seed:08d}-0000-4000-8000-{number:012d}"
+        text = " ".join(rng.choices(WORDS, k=300))
+        role = "user" if number % 2 == 0 else "assistant"
+        record = {"type": role, "uuid": uuid, "parentUuid": parent, "sessionId": session, "cwd": "/home/u/proj",
+                  "timestamp": f"2026-03-01T10:{number // 60 % 60:02d}:{number % 60:02d}.000Z",
+                  "message": {"role": role, "content": [{"type": "text", "text": text}]}}
+        out += orjson.dumps(record) + b"\n"
+        parent = uuid
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(out))
+    return bytes(out)
+
+
+def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
+    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), *args], capture_output=True,
+                            text=True, env=environment, timeout=300, check=False)
+    assert result.returncode == 0, f"riffd {args} exited {result.returncode}:\n{result.stderr}"
+    return result
+
+
+def packs(db_path: Path) -> tuple[int, int]:
+    """(loose packs, bytes of every pack's frame)."""
+    db = sqlite3.connect(db_path)
+    try:
+        return (db.execute("SELECT COUNT(*) FROM loose").fetchone()[0],
+                db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM packs").fetchone()[0])
+    finally:
+        db.close()
+
+
+def restored(tmp_path: Path, session: str, folder: str) -> bytes:
+    (tmp_path / folder).mkdir()
+    riffd(tmp_path, "archive", "restore", session, "--to", str(tmp_path / folder))
+    return next((tmp_path / folder).rglob("*.jsonl")).read_bytes()
+
+
+def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_byte(tmp_path: Path) -> None:
+    transcript = tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000007.jsonl"
+    original = write_session(transcript, 5000, seed=7)
+    assert len(original) > 2 * PACK_BYTES
+    riffd(tmp_path, "archive", "ingest", "--no-compact", str(tmp_path / "projects"))
+    db_path = tmp_path / "state" / "archive.db"
+    loose, loose_bytes = packs(db_path)
+    assert loose >= 2  # the full packs; the open one was settled at the settled level by the ingest's end
+    word = WORDS[5]
+    hits_before = riffd(tmp_path, "archive", "search", word, "--json").stdout
+    assert restored(tmp_path, "00000000", "before") == original
+
+    result = riffd(tmp_path, "archive", "compact")
+    assert f"compressed {loose} pack(s) at the settled level" in result.stderr
+    left, tight_bytes = packs(db_path)
+    assert left == 0 and tight_bytes < loose_bytes
+    assert restored(tmp_path, "00000000", "after") == original
+    assert riffd(tmp_path, "archive", "search", word, "--json").stdout == hits_before
+    assert "compressed" not in riffd(tmp_path, "archive", "compact").stderr  # nothing left to do
+
+
+def test_a_plain_ingest_leaves_no_loose_pack(tmp_path: Path) -> None:
+    write_session(tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000003.jsonl", 5000, 3)
+    riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
+    loose, _size = packs(tmp_path / "state" / "archive.db")
+    assert loose == 0
+
+
+def test_compaction_stops_when_asked_and_never_replaces_a_pack_that_changed(tmp_path: Path) -> None:
+    transcript = tmp_path / "projects" / "p" / "00000000-0000-4000-8000-000000000005.jsonl"
+    original = write_session(transcript, 7000, seed=5)
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        ingest_file(archive, transcript)
+        loose, _size = packs(tmp_path / "archive.db")
+        assert loose >= 3
+        answers = iter([True, False])
+        assert archive.compact(lambda: next(answers)) == (1, loose - 1)
+
+        # A frame that is no longer what was compressed (here: rewritten behind compact's back) is left alone.
+        db = sqlite3.connect(tmp_path / "archive.db")
+        pack_id, data = db.execute("SELECT loose.pack, packs.data FROM loose JOIN packs ON packs.id = loose.pack "
+                                   "ORDER BY loose.pack LIMIT 1").fetchone()
+        db.close()
+        with archive._lock, archive._writing():  # the transaction compact itself uses
+            archive._packs.replace_loose(pack_id, data + b"stale", b"tight")
+        assert packs(tmp_path / "archive.db")[0] == loose - 1
+        assert archive.compact() == (loose - 1, 0)
+        rebuilt = b"".join(archive.iter_file(archive.files()[0][0]))
+        assert hashlib.sha256(rebuilt).digest() == hashlib.sha256(original).digest()
+    finally:
+        archive.close()
+
+
+def test_normalise_changes_only_what_the_definition_says():
+    """The search key's normalisation, sped up (it changes only runs that need it), equals its definition:
+    CRLF as LF, every run of spaces and tabs as one space, trimmed."""
+    import re
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from riffd.archive.pieces import normalise
+
+    runs = re.compile(r"[ \t]+")
+
+    @given(st.text(alphabet=st.sampled_from([" ", "\t", "\r", "\n", "a", "é", "\u3000", "\xa0"]), max_size=30))
+    def same(text: str) -> None:
+        assert normalise(text) == runs.sub(" ", text.replace("\r\n", "\n")).strip()
+
+    same()
