@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -119,11 +120,40 @@ def hook_latency(runs: int) -> dict[str, Any]:
         figures["python -m riffd --help"] = time_command([*python, "-m", "riffd", "--help"], b"", runs, cache, state)
         figures["python -m riffd status (no daemon)"] = time_command([*python, "-m", "riffd", "status"], b"", runs,
                                                                      cache, state, check=False)  # exits 3
+        populated = {**state, "RIFFD_STATE_DIR": str(populated_state(Path(folder) / "populated"))}
+        figures["python -m riffd status, state of 5,000 files (stopped daemon)"] = time_command(
+            [*python, "-m", "riffd", "status"], b"", runs, cache, populated, check=False)  # exits 3: stopped
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
             figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
                                                                   cache)
         return figures
+
+
+def populated_state(folder: Path) -> Path:
+    """A state folder as a daemon leaves it after a while: 5,000 files read (500 with a finding), 2,000 repair
+    records, 90 days of hourly history, and the live figures of a daemon that has stopped."""
+    from riffd.daemon.jobs import store_snapshot
+    from riffd.daemon.state import StateStore, Watermark
+
+    store = StateStore(folder / "state.db")
+    for number in range(5000):
+        path = f"/home/u/.claude/projects/-home-u-p{number % 100}/{number:08d}-0000-4000-8000-000000000000.jsonl"
+        findings = [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice",
+                     "tool_id": f"toolu_{number}"}] if number % 10 == 0 else []
+        store.save_file(Watermark(path, 1, number, 10_000, 40, 4096, "a" * 64, 4096, "b" * 64, 10_000, 0),
+                        f"s{number}", findings, len(findings))
+    for number in range(2000):
+        store.record_repair(f"/p/{number}.jsonl", "repaired" if number % 3 else "skipped", None if number % 3 else
+                            "live", f"b{number}", Counter({"duplicate_tool_result": 1}), "done")
+    now = time.time()
+    for hour in range(90 * 24):
+        store.record_history({"open": hour % 7, "repairs": hour, "archive_bytes": hour * 1000,
+                              "raw_bytes": hour * 9000, "latency_p95": 0.05}, now - hour * 3600)
+    store_snapshot(store, {"running": True, "pid": 2**22 + 7, "started": now - 7200, "seen_at": now - 60,
+                           "latencies": [0.05] * 200, "queue_depth": 0})
+    store.close()
+    return folder
 
 
 def session_start_latency(folder: Path, runs: int, cache: Path) -> dict[str, Any]:
