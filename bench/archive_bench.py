@@ -7,12 +7,16 @@ Run by hand from the repository root::
     python3 bench/archive_bench.py --json > result.json
 
 1. ingest: the 1 GB corpus that bench/scan_bench.py builds (its generator, imported: real sessions copied with
-   fresh ids; `bench/out/projects` is reused when its manifest matches, else built and kept). After one read to
-   warm the page cache, each in a fresh child process measured as scan_bench measures (wall time, the child's own
-   peak RSS through scan_bench's launcher): the baseline (read in 1 MiB chunks, split lines, `orjson.loads`
-   every line: scan_bench's BASELINE_CHILD) and `python3 -m riffd --config <tmp>/riffd.toml archive ingest
-   <corpus>` into an empty archive. MB = 10^6 bytes.
-2. search: `--queries` (200) queries on that archive, in-process through `riffd.archive.store.Archive.search`
+   fresh ids; `bench/out/projects` is reused when its manifest matches, else built and kept), and a corpus of
+   distinct texts made from it (`distinct_corpus`: every string of 20+ characters in a line's content, tool
+   input or `toolUseResult` replaced by as many characters of Zipf-distributed made-up words; structure, ids and
+   sizes kept), whose pieces do not repeat. After one read to warm the page cache, each in a fresh child process
+   measured as scan_bench measures (wall time, the child's own peak RSS through scan_bench's launcher): the
+   baseline (read in 1 MiB chunks, split lines, `orjson.loads` every line: scan_bench's BASELINE_CHILD), then
+   `python3 -m riffd --config <tmp>/riffd.toml archive ingest --no-compact <corpus>` into an empty archive
+   (everything archived; the packs filled meanwhile at zstd level 3), then `riffd archive compact` (those packs
+   at level 17, as the daemon does once quiet). MB = 10^6 bytes.
+2. search: `--queries` (200) queries on each archive, in-process through `riffd.archive.store.Archive.search`
    (limit 20): each on a fresh `Archive` (as one `riffd archive search` run; the goal is judged on this), then all
    on one `Archive` after 20 warm-up queries (its pack cache warm).
    Words are sampled (seeded) from the texts of random lines of the corpus, 4+ letters:
@@ -191,7 +195,7 @@ def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, scan_be
                                f"{run.report['stderr_tail']}")
         runs.append(run)
         if not loose_size:
-            loose_size = archive_size(state / "archive.db")["archive_bytes"]
+            loose_size = archive_size(state / "archive.db")["bytes"]
     return runs[0], runs[1], loose_size, state / "archive.db"
 
 

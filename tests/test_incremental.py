@@ -207,3 +207,77 @@ def test_a_parent_that_arrives_after_its_child_makes_it_walk_again():
     ]
     detector = check_line_by_line(lines, [1])
     assert detector.full_walks == 2  # the first, and line 2's: it changed line 1's parent
+
+
+def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
+    """Found by review: a boundary with no (or a null) logicalParentUuid must not continue at a line whose uuid
+    is the empty string; the full walk did, and the incremental one did not notice the line arriving."""
+    for logical in ({}, {"logicalParentUuid": None}):
+        hi = {"role": "user", "content": "hi"}
+        lines = [
+            orjson.dumps({"type": "user", "uuid": "a", "parentUuid": None, "message": hi}),
+            orjson.dumps({"type": "system", "subtype": "compact_boundary", "uuid": "b", "parentUuid": None, **logical}),
+            orjson.dumps({"type": "user", "uuid": "c", "parentUuid": "b", "message": hi}),
+            orjson.dumps({"type": "progress", "uuid": "", "parentUuid": "a"}),
+        ]
+        check_line_by_line(lines, [1])
+        index = TranscriptIndex(PATH)
+        index.add_lines(0, lines, True)
+        analyse(index)
+        assert index.metrics.loaded_lines == 2  # c and the boundary: nothing before a boundary that names none
+
+
+def subagent_files(tmp_path: Path) -> tuple[Path, Path, str]:
+    session = "11111111-2222-4333-8444-555555555555"
+    (tmp_path / session / "subagents").mkdir(parents=True)
+    return tmp_path / f"{session}.jsonl", tmp_path / session / "subagents" / "agent-a1.jsonl", session
+
+
+def record(session: str, uuid: str, parent: str | None, text: str = "go", **extra: Any) -> bytes:
+    return orjson.dumps({"type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": session,
+                         "message": {"role": "user", "content": text}, **extra})
+
+
+def same_as_full(index: TranscriptIndex, path: Path, lines: list[bytes]) -> None:
+    got = [finding.to_json() for finding in analyse_appended(index)], index.metrics.loaded_lines
+    full = TranscriptIndex(str(path))
+    full.add_lines(0, lines, True)
+    _loaded, findings = analyse(full)
+    assert got == ([finding.to_json() for finding in findings], full.metrics.loaded_lines)
+
+
+def test_a_parent_found_in_the_session_file_yields_to_one_written_later_in_the_agent_file(tmp_path: Path):
+    """Found by review: a subagent line's parent found in its session file, then a line of the agent file itself
+    with that uuid: it is the parent, as a fresh read of the file says."""
+    session_file, agent_file, session = subagent_files(tmp_path)
+    session_file.write_bytes(record(session, "P", None) + b"\n")
+    lines = [record(session, "s1", "P", isSidechain=True),
+             orjson.dumps({"type": "progress", "uuid": "P", "parentUuid": None, "sessionId": session})]
+    index = TranscriptIndex(str(agent_file))
+    offset = 0
+    for done, raw in enumerate(lines, 1):
+        offset = index.add_lines(offset, [raw], True)
+        same_as_full(index, agent_file, lines[:done])
+    assert index.metrics.loaded_lines == 2
+
+
+def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tmp_path: Path):
+    """Found by review: a subagent's dangling parent appended to the session file, which is then rewritten
+    shorter and grows past where it was searched: the parent is found, not reported dangling."""
+    session_file, agent_file, session = subagent_files(tmp_path)
+    session_file.write_bytes(record(session, "q1", None, "p" * 300) + b"\n" + record(session, "q2", None, "p" * 300)
+                             + b"\n")
+    lines = [record(session, "c1", "X", isSidechain=True)]
+    index = TranscriptIndex(str(agent_file))
+    offset = index.add_lines(0, lines, True)
+    assert [finding.cls for finding in analyse_appended(index)] == ["dangling_parent"]
+    with open(session_file, "ab") as handle:
+        handle.write(record(session, "X", None, "p" * 10) + b"\n")
+    session_file.write_bytes(b"\n".join(session_file.read_bytes().split(b"\n")[1:]))  # rewritten without q1
+    with open(session_file, "ab") as handle:
+        handle.write(record(session, "q3", None, "p" * 400) + b"\n")
+    more = [record(session, "c2", "c1", isSidechain=True)]
+    lines += more
+    index.add_lines(offset, more, True)
+    same_as_full(index, agent_file, lines)
+    assert index.dangling == {}

@@ -29,7 +29,7 @@ import orjson
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import FileChanged
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
-from riffd.transcript.detect import distinct_uses, in_latest_turn, latest_turn, unpaired_tools
+from riffd.transcript.detect import distinct_uses, group_blocks, in_latest_turn, latest_turn, unpaired_tools
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.index import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
 from riffd.transcript.reader import BOM, parse_line, read_span
@@ -104,7 +104,7 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
     # Pass 1: duplicate results. Safe whatever the tree looks like (one result always stays), and done first
     # so that the certainty of the tree is judged on what this plan leaves, which keeps plans idempotent.
     for group in groups:
-        blocks = [index.results[group.tool_id][position] for position in group.result_positions]
+        blocks = group_blocks(index, group)
         if not group.use_lines or len(blocks) < 2:
             continue
         if FindingClass.DUPLICATE_TOOL_RESULT not in options.classes:
@@ -121,7 +121,7 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
     # Pass 2: what needs a tree riffd can trust.
     for group in groups:
         tool_id = group.tool_id
-        blocks = [index.results[tool_id][position] for position in group.result_positions]
+        blocks = group_blocks(index, group)
         if not group.use_lines:
             if FindingClass.ORPHAN_TOOL_RESULT not in options.classes:
                 work.notes.append(f"orphan result for {tool_id} left alone: its class is not enabled")

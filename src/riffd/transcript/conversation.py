@@ -147,7 +147,7 @@ def _active_chain(index: TranscriptIndex, in_cycle: set[int]) -> tuple[array[int
         segments.append(segment)
         parent = parents[line]
         if parent < 0 and flags[line] & COMPACT_BOUNDARY:
-            logical = index.line_of_uuid.get(index.logical_parent.get(line, ""))
+            logical = index.logical_line(line)
             if logical is not None:
                 boundaries.append(line)
                 segment += 1
@@ -192,7 +192,7 @@ def _roots(index: TranscriptIndex, parents: array[int], uuids: list[str | None])
             roots.append(Root(line, ORPHAN, missing))
         elif line in index.external_parent:
             roots.append(Root(line, EXTERNAL, index.external_parent[line]))
-        elif index.flags[line] & COMPACT_BOUNDARY and index.logical_parent.get(line, "") in index.line_of_uuid:
+        elif index.flags[line] & COMPACT_BOUNDARY and index.logical_line(line) is not None:
             continue  # continues the conversation through logicalParentUuid
         elif index.flags[line] & SIDECHAIN:
             roots.append(Root(line, SIDECHAIN_ROOT))

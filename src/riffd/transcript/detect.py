@@ -126,7 +126,7 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
         chain.append(line)
         parent = parents[line]
         if parent < 0 and flags[line] & COMPACT_BOUNDARY:
-            logical = index.line_of_uuid.get(index.logical_parent.get(line, ""))
+            logical = index.logical_line(line)
             if logical is not None:
                 current_segment += 1
                 line = logical
@@ -197,6 +197,12 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
             yield from tool_groups(tool_id, [], results[tool_id], segment)
 
 
+def group_blocks(index: TranscriptIndex, group: ToolGroup) -> list[ResultBlock]:
+    """The result blocks of a tool group (the id's results are unpacked once, not once per block)."""
+    results = index.results[group.tool_id] if group.result_positions else []
+    return [results[position] for position in group.result_positions]
+
+
 def tool_groups(
     tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]
 ) -> Iterator[ToolGroup]:
@@ -226,38 +232,44 @@ def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> 
         log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
                     index.path, tool_id, len(index.packed_results[tool_id]))
     groups = list(unpaired_tools(index, loaded))
-    return assemble(index, groups, latest_turn(index, loaded), cycles, oom, loaded.count)
+    return assemble(index, pairing_findings(index, latest_turn(index, loaded), groups), duplicates_of(groups), cycles,
+                    [oom_finding(index, tool_id) for tool_id in oom], loaded.count)
+
+
+def duplicates_of(groups: Iterable[ToolGroup]) -> int:
+    """How many results the groups hold beyond one each (the `duplicates_detected` metric)."""
+    return sum(len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1)
 
 
 def assemble(
     index: TranscriptIndex,
-    groups: list[ToolGroup],
-    turn: tuple[int, int],
+    pairing: list[Finding],
+    duplicates: int,
     cycles: list[list[int]],
-    oom: Iterable[str],
+    oom: list[Finding],
     loaded_count: int,
 ) -> list[Finding]:
-    """Given a finished index and what was found on its loaded conversation (the unpaired tool groups, the
-    latest turn, the parent cycles, the tool ids at risk of exhausting memory, how many lines load), return
-    every finding in one order: by line, then class, tool id and lines. Sets the metrics that depend on them."""
+    """Given a finished index and what was found on its loaded conversation (the pairing findings and how many
+    duplicate results they hold, the parent cycles, the findings of tool ids at risk of exhausting memory, how many
+    lines load), return every finding in one order: by line, then class, tool id and lines. Sets the metrics that
+    depend on them."""
     findings: list[Finding] = list(index.line_findings)
-    findings += _pairing_findings(index, turn, groups)
+    findings += pairing
     findings += _tree_findings(index, cycles)
-    findings += [_oom_finding(index, tool_id) for tool_id in oom]
+    findings += oom
     index.metrics.loaded_lines = loaded_count
-    index.metrics.duplicates_detected = sum(
-        len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1
-    )
+    index.metrics.duplicates_detected = duplicates
     findings.sort(key=lambda finding: (finding.line, finding.cls, finding.tool_id or "", finding.lines))
     return findings
 
 
-def _pairing_findings(index: TranscriptIndex, turn: tuple[int, int], groups: list[ToolGroup]) -> list[Finding]:
+def pairing_findings(index: TranscriptIndex, turn: tuple[int, int], groups: list[ToolGroup]) -> list[Finding]:
+    """The findings of unpaired tool groups; a missing result of the latest `turn` is marked as such."""
     path = index.path
     findings: list[Finding] = []
     for group in groups:
         tool_id = group.tool_id
-        blocks = [index.results[tool_id][position] for position in group.result_positions]
+        blocks = group_blocks(index, group)
         if blocks:
             lines = tuple(sorted({block.line + 1 for block in blocks}))
             uuids = tuple(index.uuids[block.line] or "" for block in blocks)
@@ -392,7 +404,8 @@ def oom_risks(index: TranscriptIndex) -> list[str]:
     return [tool_id for tool_id, packed in index.packed_results.items() if len(packed) > OOM_RISK_RESULTS]
 
 
-def _oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
+def oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
+    """The finding of a tool id with more results than a session can load safely."""
     blocks = index.results[tool_id]
     return Finding(
         FindingClass.OOM_RISK,

@@ -28,10 +28,13 @@ from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
     ToolGroup,
     assemble,
+    duplicates_of,
     find_cycles,
     latest_turn,
     loaded_conversation,
+    oom_finding,
     oom_risks,
+    pairing_findings,
     tool_groups,
 )
 from riffd.transcript.findings import Finding
@@ -92,23 +95,20 @@ class IncrementalDetection:
             self.pos[line] = place
             self.state[line] = CHAIN
         self.waiting: set[str] = set()  # uuids whose arrival changes an earlier decision
-        self.tools_of: dict[int, list[str]] = {}
-        for tool_id, lines in index.tool_uses.items():
-            for line in lines:
-                self.tools_of.setdefault(line, []).append(tool_id)
-        for tool_id, packed in index.packed_results.items():
-            for value in packed:
-                self.tools_of.setdefault(value >> BLOCK_BITS, []).append(tool_id)
+        self._tools_of: dict[int, list[str]] | None = None  # line -> tool ids it names; made when first needed
         self.result_children: dict[int, list[int]] = {}
         for line in index.result_lines:
             self._note_anchors(line)
         for line in loaded.chain:
             self._step(line)  # notes the chain's compact boundaries whose logical parent is not there yet
         self.problems: dict[str, list[ToolGroup]] = {}
+        self.pairing: dict[str, list[Finding]] = {}  # the findings of each problem tool id, made when it changed
+        self.stale: set[str] = set()  # problem tool ids whose findings must be made again
+        self.turn_judged: tuple[int, int] | None = None  # the latest turn the pairing findings were made with
         for tool_id in set(index.tool_uses) | set(index.packed_results):
             self._pair(tool_id)
         self.cycles = find_cycles(index) if index.forward_parents else []
-        self.oom = set(oom_risks(index))
+        self.oom = {tool_id: oom_finding(index, tool_id) for tool_id in oom_risks(index)}
         if index.tool_log is not None:
             index.tool_log.clear()
 
@@ -125,12 +125,11 @@ class IncrementalDetection:
         index = self.index
         parent = index.parents[line]
         if parent < 0 and index.flags[line] & COMPACT_BOUNDARY:
-            logical_uuid = index.logical_parent.get(line, "")
-            logical = index.line_of_uuid.get(logical_uuid)
+            logical = index.logical_line(line)
             if logical is not None:
                 return logical, True
             if line in index.logical_parent:
-                self.waiting.add(logical_uuid)
+                self.waiting.add(index.logical_parent[line])
         return parent, False
 
     # --- appends ----------------------------------------------------------------------------------
@@ -145,8 +144,20 @@ class IncrementalDetection:
                 self._extend(len(index))
         except StartAgain:
             self._rebuild()
-        groups = [group for groups in self.problems.values() for group in groups]
-        return assemble(index, groups, self.turn, self.cycles, sorted(self.oom), self.count)
+        if self.turn != self.turn_judged:  # a missing result is marked as the latest turn's or not
+            self.stale.update(tool_id for tool_id, groups in self.problems.items()
+                              if any(not group.result_positions for group in groups))
+            self.turn_judged = self.turn
+        for tool_id in self.stale:
+            groups = self.problems.get(tool_id)
+            if groups:
+                self.pairing[tool_id] = pairing_findings(index, self.turn, groups)
+            else:
+                self.pairing.pop(tool_id, None)
+        self.stale.clear()
+        pairing = [finding for findings in self.pairing.values() for finding in findings]
+        duplicates = duplicates_of(group for groups in self.problems.values() for group in groups)
+        return assemble(index, pairing, duplicates, self.cycles, list(self.oom.values()), self.count)
 
     def _woken(self) -> bool:
         if not self.waiting:
@@ -166,10 +177,11 @@ class IncrementalDetection:
         self._before = {}  # line -> its segment before this append, for lines that changed
         touched: set[str] = set()
         for line, tool_id in index.tool_log or ():
-            self.tools_of.setdefault(line, []).append(tool_id)
+            if self._tools_of is not None:
+                self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
             if len(index.packed_results.get(tool_id, ())) > OOM_RISK_RESULTS:
-                self.oom.add(tool_id)
+                self.oom[tool_id] = oom_finding(index, tool_id)  # made again only when its lines grow
         if index.tool_log is not None:
             index.tool_log.clear()
         results = index.result_lines
@@ -181,11 +193,27 @@ class IncrementalDetection:
             self._note_anchors(line)
         moved = self._move_leaf(first, count)
         self._settle(moved, range(first, count))
-        for line, segment in self._before.items():
-            if self.seg[line] != segment:
-                touched.update(self.tools_of.get(line, ()))
+        changed = [line for line, segment in self._before.items() if line < first and self.seg[line] != segment]
+        if changed:  # earlier lines that joined, left or moved segment: the tool ids they name are paired again
+            tools_of = self._tools()
+            for line in changed:
+                touched.update(tools_of.get(line, ()))
         for tool_id in touched:
             self._pair(tool_id)
+
+    def _tools(self) -> dict[int, list[str]]:
+        """Line -> the tool ids it names (uses and results), made from the index the first time it is needed: most
+        appends only extend the chain, and the map costs about 90 bytes a line."""
+        if self._tools_of is None:
+            index = self.index
+            self._tools_of = {}
+            for tool_id, lines in index.tool_uses.items():
+                for line in lines:
+                    self._tools_of.setdefault(line, []).append(tool_id)
+            for tool_id, packed in index.packed_results.items():
+                for value in packed:
+                    self._tools_of.setdefault(value >> BLOCK_BITS, []).append(tool_id)
+        return self._tools_of
 
     def _newest_leaf(self, first: int, count: int) -> int | None:
         flags = self.index.flags
@@ -310,3 +338,4 @@ class IncrementalDetection:
             self.problems[tool_id] = groups
         else:
             self.problems.pop(tool_id, None)
+        self.stale.add(tool_id)

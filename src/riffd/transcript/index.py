@@ -125,6 +125,7 @@ class TranscriptIndex:
         self.duplicate_uuid_lines: list[tuple[int, int]] = []  # (first, repeat)
         self.dangling: dict[int, str] = {}
         self.external_parent: dict[int, str] = {}  # parents that live in the parent session's file
+        self.external: set[str] = set()  # those parents' uuids (their children stay pending: see resolve_external)
         self.logical_parent: dict[int, str] = {}
         self.summary_leaf: dict[int, str] = {}  # summary line -> the line it titles
         self.source_tool_line: dict[int, str] = {}  # sourceToolAssistantUUID where it differs from parentUuid
@@ -206,6 +207,7 @@ class TranscriptIndex:
                 for child in pending.pop(uuid):
                     parents[child] = index
                     self.forward_parents.append(child)
+                    self.external_parent.pop(child, None)
             parent = obj.get("parentUuid")
             if parent is None:
                 parents_append(NO_PARENT)
@@ -368,6 +370,8 @@ class TranscriptIndex:
                 self.parents[child] = UNRESOLVED
         self.dangling = {}
         for missing_parent, children in self._pending.items():
+            if missing_parent in self.external:
+                continue
             for child in children:
                 self.parents[child] = DANGLING
                 self.dangling[child] = missing_parent
@@ -402,14 +406,20 @@ class TranscriptIndex:
             if source_line is not None and source_line != parent:
                 yield source_line
 
+    def logical_line(self, line: int) -> int | None:
+        """The line a compact boundary's `logicalParentUuid` names, None when it names none (or no line here)."""
+        uuid = self.logical_parent.get(line)
+        return None if uuid is None else self.line_of_uuid.get(uuid)
+
     def resolve_external(self, known_uuids: set[str]) -> None:
         """Mark dangling parents found in `known_uuids` (the parent session's lines) as cross-file links.
 
         Subagent transcripts, compaction agents above all, start from lines of their parent session:
         such a parent is not missing, it lives in the session file.
         """
-        for parent in [parent for parent in self._pending if parent in known_uuids]:
-            for child in self._pending.pop(parent):
+        for parent in [parent for parent in self._pending if parent in known_uuids and parent not in self.external]:
+            self.external.add(parent)  # still pending: a line of this file with that uuid would be the parent
+            for child in self._pending[parent]:
                 self.dangling.pop(child, None)
                 self.parents[child] = NO_PARENT
                 self.external_parent[child] = parent

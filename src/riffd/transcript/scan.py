@@ -17,7 +17,7 @@ from riffd.transcript.detect import LoadedConversation, detect, loaded_conversat
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.reader import iter_chunks, iter_raw, parse_line
+from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
 
 
 @dataclass
@@ -122,10 +122,14 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
         index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry)[0])
         return
     # Invariant: every uuid in search.looked_for is absent from the session file's bytes [0, searched_to).
-    size = session_file.stat().st_size
-    if size < search.searched_to:
-        search.looked_for.clear()  # the session file was rewritten: look again from the start
+    status = session_file.stat()
+    size = status.st_size
+    head = read_span(session_file, 0, min(size, HEAD_BYTES), fs=fs, retry=retry) if size else b""
+    identity = (status.st_dev, status.st_ino, hashlib.sha256(head).digest())
+    if size < search.searched_to or identity != search.identity:
+        search.looked_for.clear()  # another file, or rewritten: look again from the start
         search.searched_to = 0
+        search.identity = identity
     again = wanted & search.looked_for
     new = wanted - search.looked_for
     found: set[str] = set()
@@ -227,12 +231,16 @@ def _describe_error(path: Path, exc: OSError) -> str:
     return f"{path}: {exc.strerror or exc}"
 
 
+HEAD_BYTES = 4096  # how much of a session file tells a rewrite from an append
+
+
 @dataclass
 class ExternalSearch:
     """What was looked for in a subagent's session file, and how far: kept between appends."""
 
     looked_for: set[str] = field(default_factory=set)
     searched_to: int = 0
+    identity: tuple[int, int, bytes] | None = None  # device, inode and a hash of the first HEAD_BYTES searched
 
 
 @dataclass(frozen=True)
