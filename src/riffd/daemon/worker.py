@@ -41,7 +41,7 @@ from riffd.transcript.scan import analyse_appended, index_file
 
 log = logging.getLogger(__name__)
 
-INDEX_CACHE_LINES = 300_000  # lines of in-memory indexes kept (about 270 bytes a line)
+INDEX_CACHE_LINES = 300_000  # lines of indexes kept in memory (about 270 bytes a line, 60 more for its detector)
 ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
 CHANGED_RETRY_SECONDS = 5.0
 # After a failed repair (the disk or a sync client failing), the file waits before the next attempt, twice as long
