@@ -13,24 +13,21 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from riffd.transcript.building import (  # the line flags and parent sentinels, for the index's readers too
+    ASSISTANT,
+    BLOCK_BITS,
+    COMPACT_BOUNDARY,
+    DANGLING,
+    MESSAGE,
+    NO_PARENT,
+    SIDECHAIN,
+    UNRESOLVED,
+    IndexBuilding,
+)
 from riffd.transcript.findings import Finding, FindingClass
-from riffd.transcript.reader import Unparsed, parse_line
 
-# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping, unknown
-# record types, summaries, malformed and blank lines) are kept and have no parent.
-SIDECHAIN = 1
-COMPACT_BOUNDARY = 2
-MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
-ASSISTANT = 8
-
-BLOCK_BITS = 32  # results are stored packed: line << BLOCK_BITS | block
-
-# parents[] sentinels (>= 0 is the parent's line index).
-NO_PARENT = -1
-DANGLING = -2
-UNRESOLVED = -3
+__all__ = ["ASSISTANT", "BLOCK_BITS", "COMPACT_BOUNDARY", "DANGLING", "MESSAGE", "NO_PARENT", "SIDECHAIN", "UNRESOLVED",
+           "FileMetrics", "ResultBlock", "ResultsView", "TranscriptIndex"]
 
 # Texts Claude Code writes into the placeholder results it makes up (interrupt, cancel, resume).
 SYNTHETIC_TEXT = re.compile(r"interrupted|cancel+ed|missing|no result|rejected", re.IGNORECASE)
@@ -109,7 +106,7 @@ def is_placeholder_result(record: dict[str, Any], position: int) -> bool:
     return isinstance(text, str) and SYNTHETIC_TEXT.search(text[:300]) is not None
 
 
-class TranscriptIndex:
+class TranscriptIndex(IndexBuilding):
     """Per-line metadata of one transcript and the maps detection and repair planning need."""
 
     def __init__(self, path: str, start: int = 0) -> None:
@@ -154,210 +151,6 @@ class TranscriptIndex:
 
     def __len__(self) -> int:
         return len(self.offsets)
-
-    # --- building -------------------------------------------------------------------------------
-
-    def add_lines(self, offset: int, pieces: list[bytes], last_terminated: bool = True) -> int:
-        """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting at byte
-        `offset`, each followed by a newline except, when `last_terminated` is False, the last. Return the
-        offset after them.
-
-        This is the hot path of every scan: it binds what it needs to locals once per batch and keeps
-        method calls off the common line (a progress, user or assistant line with one block).
-        """
-        loads, decode_error = orjson.loads, orjson.JSONDecodeError
-        offsets_append, flags_append = self.offsets.append, self.flags.append
-        parents_append, groups_append, uuids_append = self.parents.append, self.groups.append, self.uuids.append
-        line_of_uuid, pending, parents = self.line_of_uuid, self._pending, self.parents
-        group_of_message, group_lines, tool_uses = self.group_of_message, self.group_lines, self.tool_uses
-        claim = line_of_uuid.setdefault
-        find = line_of_uuid.get
-        need_session = self.session_id is None
-        observe, tool_log = self.observe, self.tool_log
-        previous_uuid, previous_index = self._previous
-        first_index = index = len(self.offsets)
-        terminated_count = len(pieces) if last_terminated else len(pieces) - 1
-        for raw in pieces:
-            offsets_append(offset)
-            offset += len(raw) + 1
-            try:
-                obj = loads(raw)
-            except decode_error:
-                obj = parse_line(raw)
-            if type(obj) is not dict:
-                self._add_unusual(index, offset - len(raw) - 1, raw, obj, index - first_index < terminated_count)
-                index += 1
-                continue
-            uuid = obj.get("uuid")
-            if type(uuid) is not str:
-                flags_append(0)
-                parents_append(NO_PARENT)
-                groups_append(-1)
-                uuids_append(None)
-                leaf = obj.get("leafUuid")
-                if type(leaf) is str:
-                    self.summary_leaf[index] = leaf
-                index += 1
-                continue
-            uuids_append(uuid)
-            first = claim(uuid, index)
-            if first != index:
-                self.duplicate_uuid_lines.append((first, index))
-            elif pending and uuid in pending:
-                for child in pending.pop(uuid):
-                    parents[child] = index
-                    self.forward_parents.append(child)
-                    self.external_parent.pop(child, None)
-            parent = obj.get("parentUuid")
-            if parent is None:
-                parents_append(NO_PARENT)
-            elif parent == previous_uuid:  # the usual case: the line just before; no lookup needed
-                parents_append(previous_index)
-            elif type(parent) is str:
-                parent_line = find(parent)
-                if parent_line is None:
-                    parents_append(UNRESOLVED)
-                    pending.setdefault(parent, []).append(index)
-                else:
-                    parents_append(parent_line)
-                    if parent_line == index:
-                        self.forward_parents.append(index)
-            else:
-                parents_append(NO_PARENT)
-            previous_uuid, previous_index = uuid, first
-            flags = 0
-            line_type = obj.get("type")
-            group = -1
-            if line_type == "assistant" or line_type == "user":
-                message = obj.get("message")
-                if type(message) is dict:
-                    # Only messages can be the newest leaf, the one thing the sidechain flag decides.
-                    flags = (MESSAGE | SIDECHAIN) if obj.get("isSidechain") is True else MESSAGE
-                    if observe is not None:
-                        observe(index, obj)
-                    content = message.get("content")
-                    if line_type == "assistant":
-                        flags |= ASSISTANT
-                        message_id = message.get("id")
-                        if type(message_id) is str:
-                            group = group_of_message.setdefault(message_id, len(group_lines))
-                            if group == len(group_lines):
-                                group_lines.append([index])
-                            else:
-                                group_lines[group].append(index)
-                        if type(content) is list:
-                            for block in content:
-                                if type(block) is dict and block.get("type") == "tool_use":
-                                    tool_id = block.get("id")
-                                    if type(tool_id) is str and tool_id and not tool_id.isspace():
-                                        tool_uses.setdefault(tool_id, []).append(index)
-                                        if tool_log is not None:
-                                            tool_log.append((index, tool_id))
-                    elif type(content) is list and self._index_results(index, content):
-                        source = obj.get("sourceToolAssistantUUID")
-                        if type(source) is str:
-                            self.uses_source_tool_field = True
-                            if source != parent:
-                                self.source_tool_line[index] = source
-            elif line_type == "system" and obj.get("subtype") == "compact_boundary":
-                flags |= COMPACT_BOUNDARY
-                logical = obj.get("logicalParentUuid")
-                if type(logical) is str:
-                    self.logical_parent[index] = logical
-            if need_session and type(obj.get("sessionId")) is str:
-                self.session_id = obj["sessionId"]
-                need_session = False
-            flags_append(flags)
-            groups_append(group)
-            index += 1
-        self._previous = (previous_uuid, previous_index)
-        if pieces and not last_terminated:
-            offset -= 1
-            self.metrics.unterminated_last_line = True
-        self.end = offset
-        return offset
-
-    def add(self, offset: int, raw: bytes, terminated: bool) -> None:
-        """Record one line (its bytes without the newline) at `offset`; see add_lines."""
-        self.add_lines(offset, [raw], terminated)
-
-    def _add_unusual(self, index: int, offset: int, raw: bytes, obj: object, terminated: bool) -> None:
-        """A blank line, a line that does not parse, or JSON that is not an object: kept, and reported."""
-        self.parents.append(NO_PARENT)
-        self.groups.append(-1)
-        self.uuids.append(None)
-        self.flags.append(0)
-        if obj is None:
-            self.metrics.blank_lines += 1
-            return
-        self.malformed.append(index)
-        reason = obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
-        self._malformed(index, offset, reason, terminated)
-
-    def _index_results(self, index: int, content: list[Any]) -> bool:
-        found = False
-        results = self.packed_results
-        packed_line = index << BLOCK_BITS
-        for position, block in enumerate(content):
-            if type(block) is not dict:
-                self._invalid_block(
-                    index, position, "invalid_type", f"content block is a JSON {type(block).__name__}, not an object"
-                )
-                continue
-            if block.get("type") != "tool_result":
-                continue
-            tool_id = block.get("tool_use_id")
-            if type(tool_id) is str and tool_id and not tool_id.isspace():
-                entry = results.get(tool_id)
-                if entry is None:
-                    results[tool_id] = [packed_line | position]
-                else:
-                    entry.append(packed_line | position)
-                self.metrics.blocks_valid += 1
-                if self.tool_log is not None:
-                    self.tool_log.append((index, tool_id))
-                found = True
-            elif "tool_use_id" not in block:
-                self._invalid_block(index, position, "missing_field", "has no tool_use_id")
-            elif type(tool_id) is not str:
-                self._invalid_block(
-                    index, position, "invalid_type", f"tool_use_id is {type(tool_id).__name__}, not a string"
-                )
-            else:
-                self._invalid_block(index, position, "missing_field", "tool_use_id is empty")
-        if found:
-            self.result_lines.append(index)
-        return found
-
-    def _invalid_block(self, index: int, position: int, kind: str, why: str) -> None:
-        self.metrics.blocks_invalid += 1
-        failures = self.metrics.failures_by_type
-        failures[kind] = failures.get(kind, 0) + 1
-        self.line_findings.append(
-            Finding(
-                FindingClass.INVALID_TOOL_RESULT,
-                self.path,
-                (index + 1,),
-                f"tool_result block {position} {why}; it is kept as it is",
-                uuids=(self.uuids[index] or "",),
-                offset=self.offsets[index],
-                detail=kind,
-            )
-        )
-
-    def _malformed(self, index: int, offset: int, reason: str, terminated: bool) -> None:
-        self.metrics.malformed_lines += 1
-        # Whether an unterminated malformed line is the torn tail is known only at `finish`.
-        self.line_findings.append(
-            Finding(
-                FindingClass.MALFORMED_LINE,
-                self.path,
-                (index + 1,),
-                f"line is {reason}; it is kept as it is",
-                offset=offset,
-                detail=None if terminated else "unterminated",
-            )
-        )
 
     def finish(self) -> TranscriptIndex:
         """Resolve what needs all lines read so far (dangling parents, counts, the torn tail).
