@@ -12,7 +12,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from itertools import accumulate, chain, compress, filterfalse, repeat
-from operator import add, attrgetter, ge
+from operator import add, attrgetter, ge, is_
 from typing import Any
 
 from msgspec import UNSET
@@ -121,30 +121,25 @@ class IndexBuilding:
             return False
         line_of_uuid, pending = self.line_of_uuid, self._pending
         node_uuids = list(compress(uuids, uuids))
-        new = dict(zip(node_uuids, compress(lines, uuids), strict=True))
-        if len(new) != len(node_uuids) or not line_of_uuid.keys().isdisjoint(node_uuids):
+        if not line_of_uuid.keys().isdisjoint(node_uuids) or (pending and not pending.keys().isdisjoint(node_uuids)):
             return False
-        if pending and not pending.keys().isdisjoint(node_uuids):
-            return False
-        # Every parent looked up at once, with this batch's lines in: one found at or after its child is a
+        # This batch's lines in, then every parent looked up at once: one found at or after its child is a
         # parent written later (its child waits, then links up: the line-by-line order), so take the batch
-        # back out and leave it to _add_each.
-        line_of_uuid.update(new)
-        line_of_uuid[None] = NO_PARENT  # type: ignore[index]  # parentUuid null: no parent (taken out below)
-        try:
-            parents = array("i", map(line_of_uuid.get, map(_PARENT, records), repeat(UNRESOLVED)))
-        finally:
-            del line_of_uuid[None]  # type: ignore[arg-type]
-        loose = [position for position, uuid in enumerate(uuids) if uuid is None]
-        for position in loose:  # lines without a uuid are not in the tree, whatever their parentUuid says
-            parents[position] = NO_PARENT
-        if any(map(ge, parents, lines)):
+        # back out and leave it to _add_each, as for a uuid written twice in the batch.
+        size = len(line_of_uuid)
+        line_of_uuid.update(zip(node_uuids, compress(lines, uuids), strict=True))
+        parent_uuids = list(map(_PARENT, records))
+        parents = array("i", map(line_of_uuid.get, parent_uuids, repeat(UNRESOLVED)))
+        loose = list(compress(range(count), map(is_, uuids, repeat(None))))
+        for position in chain(loose, compress(range(count), map(is_, parent_uuids, repeat(None)))):
+            parents[position] = NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
+        if len(line_of_uuid) - size != len(node_uuids) or any(map(ge, parents, lines)):
             for uuid in node_uuids:
-                del line_of_uuid[uuid]
+                line_of_uuid.pop(uuid, None)
             return False
         if UNRESOLVED in parents:
             for position in [position for position, parent in enumerate(parents) if parent == UNRESOLVED]:
-                pending.setdefault(records[position].parentUuid, []).append(first_index + position)  # type: ignore[arg-type]
+                pending.setdefault(parent_uuids[position], []).append(first_index + position)
         self.uuids.extend(uuids)  # before the message lines: their findings name their uuid
         self.parents.extend(parents)
         for position in loose:
@@ -163,14 +158,15 @@ class IndexBuilding:
                     if type(record.logicalParentUuid) is str:
                         self.logical_parent[first_index + position] = record.logicalParentUuid
             elif type(record.message) is Message:
-                flags[position], groups[position] = self._message_line(first_index + position, record)
+                # the int the uuid map holds for this line, not a new one: the lists of tool ids and groups share it
+                flags[position], groups[position] = self._message_line(line_of_uuid[record.uuid], record)
         if self.session_id is None:
             self.session_id = next((record.sessionId for record in compress(records, uuids)
                                     if type(record.sessionId) is str), None)
         self.flags.extend(flags)
         self.groups.extend(groups)
         if node_uuids:
-            self._previous = (node_uuids[-1], new[node_uuids[-1]])
+            self._previous = (node_uuids[-1], line_of_uuid[node_uuids[-1]])
         return True
 
     def _add_each(self, records: list[Any], first_index: int, terminated_to: int, wholes: list[Any] | None) -> None:
