@@ -325,3 +325,18 @@ def test_plan_is_a_fixed_point_when_a_duplicate_copy_is_what_made_the_tree_uncer
     lines = damage.inject_identical_line(lines, lambda points: next(p for p in points if p[1] == 11)).lines
     lines = damage.inject_orphan(lines, lambda points: 11).lines
     repair_and_check(tmp_path, b"".join(lines))
+
+
+def test_a_malformed_line_that_cutting_the_torn_tail_leaves_last_still_stops_placeholders(tmp_path: Path) -> None:
+    """Regression (found by test_property): tool calls without results, then a garbage line, then a torn tail.
+    Only the torn tail is exempt from "a malformed line makes the conversation uncertain"; the garbage line, once
+    the cut left it last, was exempt too, so a second repair added the placeholders the first one refused."""
+    lines = damage.generated_session(segments=1, turns=2, parallel=2)
+    lines = damage.INJECTORS["cut_after_tool_use"](lines, lambda points: points[-1]).lines
+    lines = damage.INJECTORS["garbage_line"](lines, lambda points: points[-1]).lines
+    lines = damage.INJECTORS["torn_tail"](lines, lambda points: points[-1]).lines
+    scanned, plan, _repaired, rescanned = repair_and_check(tmp_path, b"".join(lines))
+    assert {finding.cls for finding in scanned.findings} >= {FindingClass.MISSING_TOOL_RESULT, FindingClass.TORN_TAIL}
+    assert [finding.cls for finding in plan.fixes] == [FindingClass.TORN_TAIL]
+    assert any("is malformed, so the conversation around it is uncertain" in note for note in plan.notes)
+    assert FindingClass.MISSING_TOOL_RESULT in {finding.cls for finding in rescanned.findings}

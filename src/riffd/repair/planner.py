@@ -245,9 +245,12 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> st
     Judged on what the plan leaves: a line sharing a uuid stops counting once the plan removes it.
     """
     index = scanned.index
-    last = len(index) - 1
+    # Only a torn last line (no newline: a write cut off) leaves the conversation before it certain; a malformed
+    # line ended by a newline does not, wherever it is (once the torn tail is cut, it would be the last line,
+    # and a second repair would do what the first one refused).
+    torn = len(index) - 1 if index.metrics.unterminated_last_line else -1
     for line in index.malformed:
-        if line != last:
+        if line != torn:
             return f"line {line + 1} is malformed, so the conversation around it is uncertain"
     if index.dangling:
         line = min(index.dangling)
