@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import damage
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
 from test_incremental import Builder
@@ -215,7 +215,7 @@ def test_real_lines_take_the_fast_path_and_index_as_a_full_parse_does(path: Path
     declined = [number for number, raw in enumerate(raw_lines, 1) if raw and fast_record(raw) is None]
     assert declined == [], f"{path}: lines the fast decoder declined"
     fast, whole = TranscriptIndex(str(path)), TranscriptIndex(str(path))
-    whole.observe = lambda line, obj: None  # an observer makes the index parse every line whole
+    whole.reference_parse = True  # every line parsed whole and added one by one
     for index in (fast, whole):
         *complete, tail = raw_lines
         index.add_lines(0, complete, True)
@@ -230,18 +230,23 @@ def test_real_lines_take_the_fast_path_and_index_as_a_full_parse_does(path: Path
 
 def index_state(index: TranscriptIndex) -> dict[str, object]:
     """Everything an index holds (but its observer and the views derived from the rest)."""
-    state = {name: value for name, value in vars(index).items() if name not in ("observe", "results", "incremental")}
+    skip = ("observe", "results", "incremental", "reference_parse")
+    state = {name: value for name, value in vars(index).items() if name not in skip}
     state["metrics"] = vars(index.metrics)
     state["line_findings"] = [finding.to_json() for finding in index.line_findings]
     return state
 
 
-def built(lines: list[bytes], sizes: list[int], *, whole: bool) -> TranscriptIndex:
-    """Index `lines` in batches of `sizes` (cycled); `whole`: with an observer, so every line is parsed whole
-    and added one by one (the reference), else as a scan does (fast decoder, batches added by columns)."""
+def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
+    """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder, batches added by
+    columns when they can be), as the daemon does with its tracker ("observed": lines added one by one, the
+    message lines also parsed whole for the observer), or the reference ("reference": every line parsed whole
+    and added one by one)."""
     index = TranscriptIndex("/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl")
-    if whole:
-        index.observe = lambda line, obj: None
+    seen: list[tuple[int, dict]] = []
+    if how == "observed":
+        index.observe = lambda line, obj: seen.append((line, obj))
+    index.reference_parse = how == "reference"
     offset = done = step = 0
     while done < len(lines):
         batch = lines[done : done + sizes[step % len(sizes)]]
@@ -249,7 +254,15 @@ def built(lines: list[bytes], sizes: list[int], *, whole: bool) -> TranscriptInd
         offset = index.add_lines(offset, batch, True)
         done += len(batch)
         index.finish()
+    if how == "observed":  # the observer saw every message line, whole, in order
+        assert seen == [(line, parse_line(lines[line])) for line in range(len(lines)) if index.flags[line] & MESSAGE]
     return index
+
+
+def assert_built_alike(lines: list[bytes], sizes: list[int]) -> None:
+    reference = index_state(built(lines, sizes, "reference"))
+    assert index_state(built(lines, sizes, "scan")) == reference
+    assert index_state(built(lines, sizes, "observed")) == reference
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -258,7 +271,7 @@ def test_batches_added_by_columns_equal_lines_added_one_by_one(data: st.DataObje
     builder = Builder(data, size)
     for _ in range(size):
         builder.step()
-    assert index_state(built(builder.lines, sizes, whole=False)) == index_state(built(builder.lines, sizes, whole=True))
+    assert_built_alike(builder.lines, sizes)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -274,4 +287,4 @@ def test_damaged_sessions_index_alike_by_columns_and_line_by_line(names: list[st
         except damage.NoPoint:
             continue
     whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]
-    assert index_state(built(whole, sizes, whole=False)) == index_state(built(whole, sizes, whole=True))
+    assert_built_alike(whole, sizes)

@@ -37,6 +37,7 @@ UNRESOLVED = -3
 
 # Columns of a batch of records (TranscriptIndex._add_plain).
 _UUID, _PARENT, _TYPE = attrgetter("uuid"), attrgetter("parentUuid"), attrgetter("type")
+_MESSAGE_TYPES = frozenset({"assistant", "user"})
 _SPECIAL_TYPES = frozenset({"assistant", "user", "system"})  # the types whose lines need more than columns
 _NO_GROUPS = array("i", [-1]) * 4096
 
@@ -72,6 +73,7 @@ class IndexBuilding:
     forward_parents: list[int]
     observe: Callable[[int, dict[str, Any]], None] | None
     tool_log: list[tuple[int, str]] | None
+    reference_parse: bool
 
     def add_lines(self, offset: int, pieces: list[bytes], last_terminated: bool = True) -> int:
         """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting at byte
@@ -89,26 +91,38 @@ class IndexBuilding:
         lengths = list(map(len, pieces))
         offsets.extend(accumulate(chain((offset,), map(add, lengths[:-1], repeat(1)))))
         terminated_to = first_index + (len(pieces) if last_terminated else len(pieces) - 1)
-        if self.observe is None:
-            try:
-                records: list[Any] | None = list(map(decode_record, pieces))
-                deque(map(bytes.decode, filterfalse(bytes.isascii, pieces)), 0)  # UTF-8 of skipped values
-            except DECLINED:
-                records = None
-            if records is None:
+        if self.reference_parse:  # every line parsed whole, added one by one: the reference
+            objs = list(map(parse_line, pieces))
+            self._add_each([record_of(obj) if isinstance(obj, dict) else obj for obj in objs], first_index,
+                           terminated_to, objs)
+        elif self.observe is not None:  # the daemon's tracker wants each message line whole: parse those whole
+            records: list[Any] = self._decode(pieces) or list(map(read_record, pieces))
+            wholes = [parse_line(raw) if type(record) is Record and record.type in _MESSAGE_TYPES else None
+                      for raw, record in zip(pieces, records, strict=True)]
+            self._add_each(records, first_index, terminated_to, wholes)
+        else:
+            fast = self._decode(pieces)
+            if fast is None:
                 self._add_each(list(map(read_record, pieces)), first_index, terminated_to, None)
-            elif not self._add_plain(records, first_index):
-                self._add_each(records, first_index, terminated_to, None)
-        else:  # the daemon's tracker wants each message line whole: parse every line whole
-            wholes: list[Any] = list(map(parse_line, pieces))
-            self._add_each([record_of(obj) if isinstance(obj, dict) else obj for obj in wholes], first_index,
-                           terminated_to, wholes)
+            elif not self._add_plain(fast, first_index):
+                self._add_each(fast, first_index, terminated_to, None)
         offset += sum(lengths) + len(pieces)
         if pieces and not last_terminated:
             offset -= 1
             self.metrics.unterminated_last_line = True
         self.end = offset
         return offset
+
+    @staticmethod
+    def _decode(pieces: list[bytes]) -> list[Record] | None:
+        """Each line's Record from the fast decoder run on the whole batch at once; None when it declines a
+        line of the batch (then `read_record` takes it line by line)."""
+        try:
+            records = list(map(decode_record, pieces))
+            deque(map(bytes.decode, filterfalse(bytes.isascii, pieces)), 0)  # the UTF-8 of skipped values
+        except DECLINED:
+            return None
+        return records
 
     def _add_plain(self, records: list[Record], first_index: int) -> bool:
         """Add a batch of fast-decoded records column by column, if the order of its lines cannot matter:
@@ -229,8 +243,9 @@ class IndexBuilding:
             line_type = record.type
             if line_type == "assistant" or line_type == "user":
                 if type(record.message) is Message:
-                    if observe is not None and wholes is not None:
-                        observe(index, wholes[index - first_index])
+                    whole = wholes[index - first_index] if wholes is not None else None
+                    if observe is not None and isinstance(whole, dict):
+                        observe(index, whole)
                     flags, group = self._message_line(index, record)
             elif line_type == "system" and record.subtype == "compact_boundary":
                 flags = COMPACT_BOUNDARY

@@ -146,6 +146,9 @@ class TranscriptIndex(IndexBuilding):
         # (line index, tool id) of every tool_use and tool_result block added while this is a list: how
         # incremental detection (riffd.transcript.incremental) learns which ids an append names. None in scans.
         self.tool_log: list[tuple[int, str]] | None = None
+        # True: parse every line whole and add lines one by one: the slow reference the tests hold the fast
+        # decoder and the column path to (riffd.transcript.building).
+        self.reference_parse = False
         # The incremental detector of this index once the daemon has made one (it lives as long as the index).
         self.incremental: Any = None
 
