@@ -822,3 +822,14 @@ REPORTED_INJECTORS: dict[str, Injector] = {
 }
 
 INJECTORS: dict[str, Injector] = {**REPAIRABLE_INJECTORS, **REPORTED_INJECTORS}
+
+
+def injected(lines: list[bytes], names: list[str], choose: Callable[[str, list[int]], int]) -> list[bytes]:
+    """`lines` with each named damage injected in turn at the point `choose(name, points)` picks (a name with
+    no point to inject at is skipped)."""
+    for name in names:
+        try:
+            lines = INJECTORS[name](lines, lambda points, name=name: choose(name, points)).lines
+        except NoPoint:
+            continue
+    return lines

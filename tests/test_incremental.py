@@ -179,12 +179,7 @@ def test_incremental_equals_full_after_every_line(data: st.DataObject, size: int
 def test_incremental_equals_full_on_damaged_sessions(names: list[str], data: st.DataObject):
     """Damage of every kind riffd knows, injected into a generated session of 4 compacted segments."""
     lines = damage.generated_session(segments=4, turns=2, parallel=2)
-    for name in names:
-        try:
-            lines = damage.INJECTORS[name](
-                lines, lambda points, name=name: data.draw(st.sampled_from(points), label=name)).lines
-        except damage.NoPoint:
-            continue
+    lines = damage.injected(lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name))
     whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]  # the daemon indexes whole lines only
     check_line_by_line(whole, [1])
 

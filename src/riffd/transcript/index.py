@@ -1,6 +1,6 @@
 """A compact index of one transcript: the tree of lines, API messages, tool uses and results.
 
-The index keeps small per-line metadata in arrays (about 270 bytes a line with the uuid map),
+The index keeps small per-line metadata in arrays (about 260 bytes a line with the uuid map),
 never line contents, so a 1 GB transcript indexes in bounded memory. Lines are fed in file order
 (`add`), then `finish` resolves what needs the whole file. Detection works on the finished index.
 """
