@@ -9,9 +9,8 @@ reference, which `tests/test_records.py` holds the column path to).
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from collections.abc import Callable
-from itertools import accumulate, chain, compress, filterfalse, repeat
+from itertools import accumulate, chain, compress, repeat
 from operator import add, attrgetter, ge, is_
 from typing import Any
 
@@ -19,7 +18,7 @@ from msgspec import UNSET
 
 from riffd.transcript.findings import Finding, FindingClass
 from riffd.transcript.reader import Unparsed, parse_line
-from riffd.transcript.records import DECLINED, Block, Message, Record, decode_record, read_record, record_of
+from riffd.transcript.records import Block, Message, Record, fast_records, read_record, record_of
 
 # Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping, unknown
 # record types, summaries, malformed and blank lines) are kept and have no parent.
@@ -96,12 +95,12 @@ class IndexBuilding:
             self._add_each([record_of(obj) if isinstance(obj, dict) else obj for obj in objs], first_index,
                            terminated_to, objs)
         elif self.observe is not None:  # the daemon's tracker wants each message line whole: parse those whole
-            records: list[Any] = self._decode(pieces) or list(map(read_record, pieces))
+            records: list[Any] = fast_records(pieces) or list(map(read_record, pieces))
             wholes = [parse_line(raw) if type(record) is Record and record.type in _MESSAGE_TYPES else None
                       for raw, record in zip(pieces, records, strict=True)]
             self._add_each(records, first_index, terminated_to, wholes)
         else:
-            fast = self._decode(pieces)
+            fast = fast_records(pieces)
             if fast is None:
                 self._add_each(list(map(read_record, pieces)), first_index, terminated_to, None)
             elif not self._add_plain(fast, first_index):
@@ -112,17 +111,6 @@ class IndexBuilding:
             self.metrics.unterminated_last_line = True
         self.end = offset
         return offset
-
-    @staticmethod
-    def _decode(pieces: list[bytes]) -> list[Record] | None:
-        """Each line's Record from the fast decoder run on the whole batch at once; None when it declines a
-        line of the batch (then `read_record` takes it line by line)."""
-        try:
-            records = list(map(decode_record, pieces))
-            deque(map(bytes.decode, filterfalse(bytes.isascii, pieces)), 0)  # the UTF-8 of skipped values
-        except DECLINED:
-            return None
-        return records
 
     def _add_plain(self, records: list[Record], first_index: int) -> bool:
         """Add a batch of fast-decoded records column by column, if the order of its lines cannot matter:
