@@ -125,8 +125,8 @@ class Tree:
         holding only that result block, the result hanging from the use line, no other use or result."""
         index = self.index
         found = []
-        for tool_id, use_lines in index.tool_uses.items():
-            results = index.results.get(tool_id, [])
+        for tool_id in index.tool_uses:
+            use_lines, results = index.uses_of(tool_id), index.results.get(tool_id, [])
             if len(use_lines) != 1 or len(results) != 1:
                 continue
             use, result = use_lines[0], results[0].line
@@ -145,8 +145,8 @@ class Tree:
         every id lie on one side): cutting the tree there loses history, never half a pair."""
         index = self.index
         spans = []
-        for tool_id, use_lines in index.tool_uses.items():
-            lines = use_lines + [block.line for block in index.results.get(tool_id, [])]
+        for tool_id in index.tool_uses:
+            lines = [*index.uses_of(tool_id), *(block.line for block in index.results.get(tool_id, []))]
             spans.append((min(lines), max(lines)))
         for tool_id, blocks in index.results.items():
             if tool_id not in index.tool_uses:
@@ -386,7 +386,7 @@ def _missing_after_cut(tree: Tree, line: int) -> list[tuple[int, str]]:
         for block in tree.blocks(sibling, "tool_use"):
             tool_id = block.get("id")
             if isinstance(tool_id, str) and all(r.line > line for r in index.results.get(tool_id, [])):
-                missing.append((index.tool_uses[tool_id][0], tool_id))
+                missing.append((index.uses_of(tool_id)[0], tool_id))
     return missing
 
 
@@ -500,7 +500,7 @@ def repeated_use_points(tree: Tree) -> list[int]:
         if not uses or line >= leaf or index.flags[line] & SIDECHAIN:
             continue
         if all(
-            len(index.tool_uses.get(b.get("id"), [])) == 1
+            len(index.uses_of(b.get("id"))) == 1
             and any(r.line in tree.loaded.segment_of for r in index.results.get(b.get("id"), []))
             for b in uses
         ):

@@ -194,7 +194,7 @@ def test_every_subagent_file_of_the_real_2_1_session_is_named() -> None:
     task = next(sidechain for sidechain in sidechains if sidechain.agent_id == "a881341")
     index = scanned.index
     assert task.tool_use_id == "toolu_01VmaERAwhb19LGUwu9GenaK"
-    assert task.anchor == index.tool_uses[task.tool_use_id][0]
+    assert task.anchor == index.uses_of(task.tool_use_id)[0]
     assert task.result_line == index.results[task.tool_use_id][0].line
     assert task.linked_by == "progress" and task.line_count == 10
     compaction = next(sidechain for sidechain in sidechains if sidechain.agent == COMPACTION_AGENT)

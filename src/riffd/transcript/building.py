@@ -40,6 +40,27 @@ _MESSAGE_TYPES = frozenset({"assistant", "user"})
 _SPECIAL_TYPES = frozenset({"assistant", "user", "system"})  # the types whose lines need more than columns
 _NO_GROUPS = array("i", [-1]) * 4096
 
+# The tool maps (tool id -> its lines, or packed result blocks) hold one value as the int itself and several as a
+# list: almost every tool id has one use and one result, and a list of one costs 88 bytes (10 MB on a 1 GB file).
+# `lines_in` reads a value either way; `add_value` is the only writer.
+Lines = int | list[int]
+
+
+def lines_in(value: Lines | tuple[()]) -> list[int] | tuple[int, ...]:
+    """The values a tool map holds for one id, as a sequence (pass `()` for an id it does not hold)."""
+    return (value,) if type(value) is int else value  # type: ignore[return-value]
+
+
+def add_value(mapping: dict[str, Lines], key: str, value: int) -> None:
+    """Add `value` to `key`'s values in a tool map (see `lines_in`)."""
+    entry = mapping.get(key)
+    if entry is None:
+        mapping[key] = value
+    elif type(entry) is int:
+        mapping[key] = [entry, value]
+    else:
+        entry.append(value)  # type: ignore[union-attr]
+
 
 class IndexBuilding:
     """The building half of TranscriptIndex (its attributes are made by TranscriptIndex.__init__)."""
@@ -59,8 +80,8 @@ class IndexBuilding:
     source_tool_line: dict[int, str]
     group_of_message: dict[str, int]
     group_lines: list[list[int]]
-    tool_uses: dict[str, list[int]]
-    packed_results: dict[str, list[int]]
+    tool_uses: dict[str, Lines]
+    packed_results: dict[str, Lines]
     result_lines: list[int]
     malformed: list[int]
     line_findings: list[Finding]
@@ -272,7 +293,7 @@ class IndexBuilding:
                     if type(block) is Block and block.type == "tool_use":
                         tool_id = block.id
                         if type(tool_id) is str and tool_id and not tool_id.isspace():
-                            tool_uses.setdefault(tool_id, []).append(index)
+                            add_value(tool_uses, tool_id, index)
                             if tool_log is not None:
                                 tool_log.append((index, tool_id))
         elif type(content) is list and self._index_results(index, content):
@@ -314,11 +335,7 @@ class IndexBuilding:
                 continue
             tool_id = block.tool_use_id
             if type(tool_id) is str and tool_id and not tool_id.isspace():
-                entry = results.get(tool_id)
-                if entry is None:
-                    results[tool_id] = [packed_line | position]
-                else:
-                    entry.append(packed_line | position)
+                add_value(results, tool_id, packed_line | position)
                 self.metrics.blocks_valid += 1
                 if self.tool_log is not None:
                     self.tool_log.append((index, tool_id))

@@ -25,6 +25,7 @@ from riffd.transcript.index import (
     FileMetrics,
     ResultBlock,
     TranscriptIndex,
+    lines_in,
 )
 
 log = logging.getLogger(__name__)
@@ -188,10 +189,11 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
     segment = loaded.segment
     packed, results = index.packed_results, index.results
     for tool_id, use_lines in index.tool_uses.items():
-        answers = packed.get(tool_id, ())
-        if len(use_lines) == 1 and len(answers) == 1 and segment[use_lines[0]] == segment[answers[0] >> BLOCK_BITS]:
-            continue  # the common case: paired in one segment, or both history off the loaded conversation
-        yield from tool_groups(tool_id, use_lines, results[tool_id] if answers else [], segment)
+        answers = packed.get(tool_id)
+        if type(use_lines) is int and type(answers) is int and segment[use_lines] == segment[answers >> BLOCK_BITS]:
+            continue  # the common case, one use and one result: paired in one segment, or both not loaded
+        blocks = results[tool_id] if answers is not None else []
+        yield from tool_groups(tool_id, lines_in(use_lines), blocks, segment)
     for tool_id in packed:
         if tool_id not in index.tool_uses:
             yield from tool_groups(tool_id, [], results[tool_id], segment)
@@ -204,7 +206,7 @@ def group_blocks(index: TranscriptIndex, group: ToolGroup) -> list[ResultBlock]:
 
 
 def tool_groups(
-    tool_id: str, use_lines: list[int], blocks: Sequence[ResultBlock], segment: array[int]
+    tool_id: str, use_lines: Sequence[int], blocks: Sequence[ResultBlock], segment: array[int]
 ) -> Iterator[ToolGroup]:
     """Yield the (segment, tool id) groups of one tool id that are not one use and one result: `segment[line]` is
     a line's segment (any numbering: only equality counts), negative when the line is not loaded."""
@@ -230,7 +232,7 @@ def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> 
     oom = oom_risks(index)
     for tool_id in oom:
         log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
-                    index.path, tool_id, len(index.packed_results[tool_id]))
+                    index.path, tool_id, index.results.count(tool_id))
     groups = list(unpaired_tools(index, loaded))
     return assemble(index, pairing_findings(index, latest_turn(index, loaded), groups), duplicates_of(groups), cycles,
                     [oom_finding(index, tool_id) for tool_id in oom], loaded.count)
@@ -401,7 +403,7 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
 
 def oom_risks(index: TranscriptIndex) -> list[str]:
     """The tool ids with more results in the file than a session can load safely."""
-    return [tool_id for tool_id, packed in index.packed_results.items() if len(packed) > OOM_RISK_RESULTS]
+    return [tool_id for tool_id, packed in index.packed_results.items() if len(lines_in(packed)) > OOM_RISK_RESULTS]
 
 
 def oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:

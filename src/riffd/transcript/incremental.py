@@ -38,7 +38,15 @@ from riffd.transcript.detect import (
     tool_groups,
 )
 from riffd.transcript.findings import Finding
-from riffd.transcript.index import ASSISTANT, BLOCK_BITS, COMPACT_BOUNDARY, MESSAGE, SIDECHAIN, TranscriptIndex
+from riffd.transcript.index import (
+    ASSISTANT,
+    BLOCK_BITS,
+    COMPACT_BOUNDARY,
+    MESSAGE,
+    SIDECHAIN,
+    TranscriptIndex,
+    lines_in,
+)
 
 # A line's state on the loaded conversation.
 NOT_LOADED = 0
@@ -180,7 +188,7 @@ class IncrementalDetection:
             if self._tools_of is not None:
                 self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
-            if len(index.packed_results.get(tool_id, ())) > OOM_RISK_RESULTS:
+            if index.results.count(tool_id) > OOM_RISK_RESULTS:
                 self.oom[tool_id] = oom_finding(index, tool_id)  # made again only when its lines grow
         if index.tool_log is not None:
             index.tool_log.clear()
@@ -208,10 +216,10 @@ class IncrementalDetection:
             index = self.index
             self._tools_of = {}
             for tool_id, lines in index.tool_uses.items():
-                for line in lines:
+                for line in lines_in(lines):
                     self._tools_of.setdefault(line, []).append(tool_id)
             for tool_id, packed in index.packed_results.items():
-                for value in packed:
+                for value in lines_in(packed):
                     self._tools_of.setdefault(value >> BLOCK_BITS, []).append(tool_id)
         return self._tools_of
 
@@ -331,7 +339,7 @@ class IncrementalDetection:
 
     def _pair(self, tool_id: str) -> None:
         index = self.index
-        uses = index.tool_uses.get(tool_id, [])
+        uses = index.uses_of(tool_id)
         blocks = index.results[tool_id] if tool_id in index.packed_results else []
         groups = list(tool_groups(tool_id, uses, blocks, self.seg))
         if groups:

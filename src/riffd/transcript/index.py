@@ -23,11 +23,13 @@ from riffd.transcript.building import (  # the line flags and parent sentinels, 
     SIDECHAIN,
     UNRESOLVED,
     IndexBuilding,
+    Lines,
+    lines_in,
 )
 from riffd.transcript.findings import Finding, FindingClass
 
 __all__ = ["ASSISTANT", "BLOCK_BITS", "COMPACT_BOUNDARY", "DANGLING", "MESSAGE", "NO_PARENT", "SIDECHAIN", "UNRESOLVED",
-           "FileMetrics", "ResultBlock", "ResultsView", "TranscriptIndex"]
+           "FileMetrics", "Lines", "ResultBlock", "ResultsView", "TranscriptIndex", "lines_in"]
 
 # Texts Claude Code writes into the placeholder results it makes up (interrupt, cancel, resume).
 SYNTHETIC_TEXT = re.compile(r"interrupted|cancel+ed|missing|no result|rejected", re.IGNORECASE)
@@ -44,12 +46,16 @@ class ResultBlock:
 class ResultsView(Mapping[str, list[ResultBlock]]):
     """Read-only view of the results by tool_use id, unpacked on access (stored as packed ints)."""
 
-    def __init__(self, packed: dict[str, list[int]]) -> None:
+    def __init__(self, packed: dict[str, Lines]) -> None:
         self._packed = packed
 
     def __getitem__(self, tool_id: str) -> list[ResultBlock]:
         mask = (1 << BLOCK_BITS) - 1
-        return [ResultBlock(value >> BLOCK_BITS, value & mask) for value in self._packed[tool_id]]
+        return [ResultBlock(value >> BLOCK_BITS, value & mask) for value in lines_in(self._packed[tool_id])]
+
+    def count(self, tool_id: str) -> int:
+        """How many result blocks name `tool_id` (0 when none)."""
+        return len(lines_in(self._packed.get(tool_id, ())))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._packed)
@@ -128,8 +134,8 @@ class TranscriptIndex(IndexBuilding):
         self.source_tool_line: dict[int, str] = {}  # sourceToolAssistantUUID where it differs from parentUuid
         self.group_of_message: dict[str, int] = {}
         self.group_lines: list[list[int]] = []
-        self.tool_uses: dict[str, list[int]] = {}
-        self.packed_results: dict[str, list[int]] = {}  # tool_use id -> [line << BLOCK_BITS | block]
+        self.tool_uses: dict[str, Lines] = {}  # tool_use id -> its lines (one: the int itself; see lines_in)
+        self.packed_results: dict[str, Lines] = {}  # tool_use id -> line << BLOCK_BITS | block (the same way)
         self.results = ResultsView(self.packed_results)
         self.result_lines: list[int] = []
         self.malformed: list[int] = []
@@ -154,6 +160,10 @@ class TranscriptIndex(IndexBuilding):
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    def uses_of(self, tool_id: str) -> list[int] | tuple[int, ...]:
+        """The lines of the tool_use blocks with this id, in file order (empty when none)."""
+        return lines_in(self.tool_uses.get(tool_id, ()))
 
     def finish(self) -> TranscriptIndex:
         """Resolve what needs all lines read so far (dangling parents, counts, the torn tail).
