@@ -11,7 +11,6 @@ class with the sha256 of the line's bytes (a malformed line has no uuid). A line
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -89,6 +88,8 @@ def save_acks(state_dir: Path, acks: Iterable[Ack]) -> Path:
 def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:
     """Return the sha256 of the line starting at byte `offset` of `path` (without its newline), or None when it
     cannot be read."""
+    import hashlib  # here, not at the top: OpenSSL adds about 3.5 MB to every `riffd scan`, which rarely needs it
+
     digest = hashlib.sha256()
     try:
         fd = fs.open(path, os.O_RDONLY)

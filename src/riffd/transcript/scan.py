@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections.abc import Callable
@@ -67,7 +66,7 @@ def index_file(
     """
     name = os.fspath(path)
     index = TranscriptIndex(name)
-    hasher = hashlib.sha256() if with_identity else None
+    hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
     for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher):
         index.add_lines(offset, lines, terminated)
@@ -125,7 +124,7 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
     status = session_file.stat()
     size = status.st_size
     head = read_span(session_file, 0, min(size, HEAD_BYTES), fs=fs, retry=retry) if size else b""
-    identity = (status.st_dev, status.st_ino, hashlib.sha256(head).digest())
+    identity = (status.st_dev, status.st_ino, _sha256(head).digest())
     if size < search.searched_to or identity != search.identity:
         search.looked_for.clear()  # another file, or rewritten: look again from the start
         search.searched_to = 0
@@ -144,6 +143,14 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
     search.looked_for = wanted - found
     search.searched_to = min(reached) if reached else 0
     index.resolve_external(found)
+
+
+def _sha256(data: bytes = b"") -> Any:
+    """hashlib.sha256, imported when first needed: a plain `riffd scan` never hashes, and OpenSSL adds about 2 MB to
+    its peak memory (the 1 GB goal of bench/scan_bench.py)."""
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def parent_session_file(path: Path, session_id: str | None) -> Path | None:
