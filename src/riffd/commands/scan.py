@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from riffd import __version__
 from riffd.commands.common import (
@@ -28,6 +31,9 @@ from riffd.transcript.findings import INFORMATIONAL, Finding
 from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.scan import FileReport, scan_file
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd scan` to the riffd subcommands."""
@@ -38,7 +44,31 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     scan.add_argument("--json", action="store_true", help="print one JSON report on stdout")
     scan.add_argument("--project", action="append", default=[], metavar="PATH",
                       help="also scan the transcripts of this project's Claude Code folder (repeatable)")
+    scan.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
+                      help="scan up to N files at once, in worker processes (default: one per CPU, at most "
+                      f"{MAX_JOBS}; 1 scans every file in this process). Runs under {PARALLEL_MIN_MB} MB use one "
+                      "process whatever N is")
     scan.set_defaults(run=run_scan)
+
+
+MAX_JOBS = 4  # the default's cap: each worker holds one file's index (about 200 MB at 1 GB)
+PARALLEL_MIN_MB = 32  # below this, starting workers costs more than it saves
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes (1 or more)")
+    return value
+
+
+def default_jobs() -> int:
+    """One worker per CPU this process may run on, at most MAX_JOBS."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(MAX_JOBS, cpus))
 
 
 def _is_live(path: Path, session_id: str | None) -> bool:
@@ -47,15 +77,69 @@ def _is_live(path: Path, session_id: str | None) -> bool:
     return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
 
 
-def _reports(files: list[Path], backup_dir: Path) -> Iterator[FileReport]:
+def _scan_one(path: Path, backup_dir: str) -> FileReport:
+    return scan_file(path, backup_dir=backup_dir, is_live=_is_live)
+
+
+def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]:
+    """Every file's report, in the order of `files`: scanned in up to `jobs` worker processes when the run is big
+    enough to gain from them, else here."""
     progress = Progress(len(files))
+    reports: list[FileReport | None] = [None] * len(files)
     try:
-        for path in files:
-            report = scan_file(path, backup_dir=str(backup_dir), is_live=_is_live)
-            progress.step(int(report.metrics.get("bytes", 0)))
-            yield report
+        sizes = [_size(path) for path in files] if jobs > 1 and len(files) > 1 else []
+        if sum(sizes) >= PARALLEL_MIN_MB * 1_000_000:
+            _scan_in_workers(files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress)
+        for number, path in enumerate(files):  # every file here when serial; the rest if a worker died
+            if reports[number] is None:
+                report = reports[number] = _scan_one(path, str(backup_dir))
+                progress.step(int(report.metrics.get("bytes", 0)))
     finally:
         progress.close()
+    return [report for report in reports if report is not None]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0  # scan_file reports the error
+
+
+def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs: int,
+                     reports: list[FileReport | None], progress: Progress) -> None:
+    """Fill `reports` by scanning `files` in `jobs` worker processes, the biggest first (so one big file does not
+    finish alone at the end). A worker that dies (killed, out of memory) leaves its files unscanned, with a
+    warning: the caller scans them here. Workers ignore Ctrl-C; an interrupt cancels what has not started."""
+    import multiprocessing  # here: a serial scan starts without them
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    order = sorted(range(len(files)), key=lambda number: -sizes[number])
+    # fork is the cheapest start, and safe while this process runs no other thread; else (or on macOS) spawn.
+    method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+
+    executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method), initializer=_worker_init)
+    try:
+        pending: dict[Future[FileReport], int] = {
+            executor.submit(_scan_one, files[number], backup_dir): number for number in order
+        }
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                number = pending.pop(future)
+                report = reports[number] = future.result()
+                progress.step(int(report.metrics.get("bytes", 0)))
+    except BrokenProcessPool as exc:
+        left = sum(report is None for report in reports)
+        print(f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
+              file=sys.stderr)
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C: no traceback from every worker
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -63,7 +147,7 @@ def run_scan(args: argparse.Namespace) -> int:
     started = time.monotonic()
     files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
-    reports = list(_reports(files, config.backups.dir))
+    reports = _reports(files, config.backups.dir, args.jobs or default_jobs())
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
     acks = acknowledged_in(config.state_dir)

@@ -1,0 +1,105 @@
+"""`riffd scan --jobs`: files scanned in worker processes give the report a scan in one process gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import transcript_bytes
+
+
+def riffd(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+           "RIFFD_CONFIG": str(tmp_path / "no-config.toml")}
+    return subprocess.Popen([sys.executable, "-m", "riffd", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=tmp_path)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, dict, str]:
+    """Wait for a `riffd scan --json`; return its exit code, its report without the timing, and its stderr."""
+    out, err = process.communicate(timeout=300)
+    report = json.loads(out)
+    del report["summary"]["seconds"]
+    return process.returncode, report, err
+
+
+def make_projects(root: Path, files: int, megabytes: float) -> Path:
+    """`files` transcripts of about `megabytes` each under root/projects; every third one has a garbage line and a
+    repeated line (a malformed line, a duplicate uuid), so the report has findings in some files, not all."""
+    projects = root / "projects"
+    lines = int(megabytes * 1e6 / 1_000)
+    for number in range(files):
+        folder = projects / f"-home-user-proj-{number % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        data = transcript_bytes(lines, pad=900)
+        if number % 3 == 0:
+            first = data.index(b"\n") + 1
+            data = data[:first] + b"{not json\n" + data[:first] + data[first:]
+        (folder / f"{number:08d}-aaaa-bbbb-cccc-dddddddddddd.jsonl").write_bytes(data)
+    (projects / "-home-user-proj-0" / "empty.jsonl").write_bytes(b"")
+    return projects
+
+
+def test_a_parallel_scan_reports_what_a_serial_scan_reports(tmp_path: Path) -> None:
+    projects = make_projects(tmp_path, files=9, megabytes=4.5)  # 40 MB: over the size where workers start
+    serial = finish(riffd(tmp_path, "scan", "--json", "--jobs", "1", str(projects)))
+    parallel = finish(riffd(tmp_path, "scan", "--json", "--jobs", "2", str(projects)))
+    assert serial[0] == parallel[0] == 1
+    assert parallel[1] == serial[1]
+    assert parallel[1]["summary"]["files"] == 10 and parallel[1]["summary"]["files_with_findings"] == 3
+    assert [file["path"] for file in parallel[1]["files"]] == sorted(file["path"] for file in parallel[1]["files"])
+    assert "warning" not in parallel[2]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_leaves_no_file_unscanned(tmp_path: Path) -> None:
+    projects = make_projects(tmp_path, files=12, megabytes=12)
+    serial = finish(riffd(tmp_path, "scan", "--json", "--jobs", "1", str(projects)))
+    process = riffd(tmp_path, "scan", "--json", "--jobs", "2", str(projects))
+    workers = wait_for_workers(process)
+    assert workers, "the scan started no worker process"
+    os.kill(workers[0], signal.SIGKILL)
+    code, report, err = finish(process)
+    assert "a scan worker process died" in err and "in this process" in err
+    assert (code, report) == serial[:2]  # every file scanned, as in one process
+
+
+def test_jobs_must_be_a_positive_number(tmp_path: Path) -> None:
+    for bad in ("0", "-1", "many"):
+        process = riffd(tmp_path, "scan", "--jobs", bad, str(tmp_path))
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 2
+        assert f"argument -j/--jobs: {bad!r} is not a number of processes (1 or more)" in err
+
+
+def wait_for_workers(process: subprocess.Popen[str]) -> list[int]:
+    """The pids of a running scan's worker processes, once it has started them (empty if it never does)."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and process.poll() is None:
+        workers = children.read_text().split() if children.exists() else []
+        if workers:
+            return [int(pid) for pid in workers]
+        time.sleep(0.01)
+    return []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path) -> None:
+    projects = make_projects(tmp_path, files=12, megabytes=12)
+    process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
+    workers = wait_for_workers(process)
+    assert workers, "the scan started no worker process"
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "riffd: interrupted" in err and "Traceback" not in err
+    for pid in workers:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
