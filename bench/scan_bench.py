@@ -26,12 +26,17 @@ What it does:
    small launcher process: see LAUNCHER_CHILD for why not directly):
    - baseline: read every `*.jsonl` in 1 MiB chunks, split lines, `orjson.loads` each line;
      nothing else. This is the practical limit for a Python scanner.
-   - scan: `python3 -m riffd scan --json <root>` (the real console entry point); its stdout
-     goes to a file under `--out`. Exit 0 (clean) or 1 (findings) both count as a
-     measurement; any other exit code fails the run.
-   Both run on the corpus root and on the single file.
-3. Prints the machine, a table (MB/s with MB = 10^6 bytes, the scan/baseline ratio, peak RSS
-   in MB = 10^6 bytes, wall time, lines) and, per goal, "goal met" or "goal missed".
+   - scan: `python3 -m riffd scan --json <root>` (the real console entry point, as a user runs it:
+     on the corpus it scans files in worker processes, one per CPU); its stdout goes to a file
+     under `--out`. Exit 0 (clean) or 1 (findings) both count as a measurement; any other exit
+     code fails the run.
+   - scan, one process (corpus only): the same with `--jobs 1`, so the table shows what the
+     decoder and the index do on one core, beside what the workers add.
+   Each runs on the corpus root and on the single file (one file is always one process).
+3. Prints the machine, a table (MB/s with MB = 10^6 bytes, the scan/baseline ratio of wall
+   times, peak RSS in MB = 10^6 bytes, wall time, CPU time of the process and its workers,
+   lines) and, per goal, "goal met" or "goal missed". The goals are judged on the command as
+   users run it; the one-process ratio is printed beside them.
    `--json` prints the same as one JSON object on stdout (the table then goes to stderr).
 
 Goals (from the issues): ratio scan/baseline at least 1.0; peak RSS under 200 MB, for the
@@ -45,8 +50,8 @@ corpus this run built is removed at the end (it is about `size + single` MB); on
 already there is left alone. `--repeat N` runs every measurement N times (baseline and scan
 interleaved) and reports the fastest run and the highest peak; on a busy machine use 3.
 
-Peak RSS is that of the `riffd scan` process itself (if it ever starts worker processes,
-`ru_maxrss` gives the largest single process, not their sum).
+Peak RSS is that of the largest single process: `ru_maxrss` of `riffd scan` counts its worker
+processes (reaped children) by the largest one, not their sum.
 """
 
 from __future__ import annotations
@@ -143,7 +148,8 @@ _pid, status, usage = os.wait4(pid, 0)
 seconds = time.perf_counter() - started
 code = os.waitstatus_to_exitcode(status)
 with open(sys.argv[1], "w") as out:
-    json.dump({"seconds": seconds, "peak_rss_kib": usage.ru_maxrss, "exit_code": code}, out)
+    json.dump({"seconds": seconds, "peak_rss_kib": usage.ru_maxrss, "exit_code": code,
+               "cpu_seconds": usage.ru_utime + usage.ru_stime}, out)
 sys.exit(code if code >= 0 else 128 - code)
 """
 
@@ -437,6 +443,7 @@ class Run:
     seconds: float
     peak_rss_kib: int
     exit_code: int
+    cpu_seconds: float
     report: dict[str, Any] = field(default_factory=dict)
 
 
@@ -449,6 +456,7 @@ class Measurement:
     bytes: int
     lines: int
     seconds: float
+    cpu_seconds: float
     peak_rss_mb: float
     exit_code: int
     runs: int
@@ -476,7 +484,7 @@ def run_child(command: list[str], stdout_path: Path) -> Run:
     if not usage_path.is_file():
         raise RuntimeError(f"the launcher failed for {command}:\n{stderr_tail}")
     usage = json.loads(usage_path.read_text())
-    run = Run(usage["seconds"], usage["peak_rss_kib"], usage["exit_code"])
+    run = Run(usage["seconds"], usage["peak_rss_kib"], usage["exit_code"], usage["cpu_seconds"])
     try:
         parsed = json.loads(stdout_path.read_bytes())
     except ValueError:
@@ -495,7 +503,7 @@ def measure(what: str, command: list[str], target: Path, results: Path, attempt:
             f"{what} on {target} exited {run.exit_code}:\n{run.report['stderr_tail']}\ncommand: {command}"
         )
     rss_mb = run.peak_rss_kib * 1024 / MB
-    _say(f"  {what:8} {target.name}: {run.seconds:7.1f} s, peak RSS {rss_mb:6.0f} MB")
+    _say(f"  {what:8} {target.name}: {run.seconds:7.1f} s (CPU {run.cpu_seconds:.1f} s), peak RSS {rss_mb:6.0f} MB")
     return run
 
 
@@ -518,34 +526,52 @@ def warm_cache(target: Path) -> tuple[int, float]:
     return size, time.perf_counter() - started
 
 
-def scan_command(target: Path) -> list[str]:
+def scan_command(target: Path, *options: str) -> list[str]:
     """The real console entry point, as a user runs it."""
-    return [sys.executable, "-m", "riffd", "scan", "--json", str(target)]
+    return [sys.executable, "-m", "riffd", "scan", "--json", *options, str(target)]
 
 
-def compare(label: str, target: Path, results: Path, repeat: int) -> tuple[Measurement, Measurement]:
-    """Measure the baseline and `riffd scan` on `target`; return both."""
+def compare(label: str, target: Path, results: Path, repeat: int) -> Pair:
+    """Measure the baseline, `riffd scan` and (on a folder) `riffd scan --jobs 1` on `target`."""
     size, seconds = warm_cache(target)
     _say(f"{label}: {size / MB:,.0f} MB under {target} (page cache warmed in {seconds:.1f} s)")
-    baseline_command = [sys.executable, "-c", BASELINE_CHILD, str(target)]
-    baseline_runs: list[Run] = []
-    scan_runs: list[Run] = []
-    for attempt in range(repeat):  # interleaved, so a noisy neighbour hurts both alike
-        baseline_runs.append(measure("baseline", baseline_command, target, results, attempt, {0}))
-        scan_runs.append(measure("scan", scan_command(target), target, results, attempt, {0, 1}))
-    baseline_run, scan_run = best_of(baseline_runs), best_of(scan_runs)
+    commands = {"baseline": [sys.executable, "-c", BASELINE_CHILD, str(target)], "scan": scan_command(target)}
+    if target.is_dir():
+        commands["scan -j1"] = scan_command(target, "--jobs", "1")
+    runs: dict[str, list[Run]] = {what: [] for what in commands}
+    for attempt in range(repeat):  # interleaved, so a noisy neighbour hurts all alike
+        for what, command in commands.items():
+            runs[what].append(measure(what.replace(" ", ""), command, target, results, attempt,
+                                      {0} if what == "baseline" else {0, 1}))
+    baseline_run = best_of(runs.pop("baseline"))
     lines = int(baseline_run.report["lines"])
     files = int(baseline_run.report["files"])
-    summary = scan_run.report.get("summary") or {}
-    if summary.get("bytes") not in (None, size) or summary.get("files") not in (None, files):
-        _say(f"  note: riffd scan read {summary.get('files')} files, {summary.get('bytes')} bytes; "
-             f"the baseline {files} files, {size} bytes")
-    baseline = Measurement("orjson.loads", label, size, lines, baseline_run.seconds,
+    baseline = Measurement("orjson.loads", label, size, lines, baseline_run.seconds, baseline_run.cpu_seconds,
                            baseline_run.peak_rss_kib * 1024 / MB, 0, repeat, files, None)
-    scan = Measurement("riffd scan", label, size, lines, scan_run.seconds,
-                       scan_run.peak_rss_kib * 1024 / MB, scan_run.exit_code, repeat,
-                       int(summary.get("files", files)), summary.get("findings"))
-    return baseline, scan
+    scans = []
+    for what, scan_runs in runs.items():
+        scan_run = best_of(scan_runs)
+        summary = scan_run.report.get("summary") or {}
+        if summary.get("bytes") not in (None, size) or summary.get("files") not in (None, files):
+            _say(f"  note: {what} read {summary.get('files')} files, {summary.get('bytes')} bytes; "
+                 f"the baseline {files} files, {size} bytes")
+        scans.append(Measurement("riffd " + what.replace("-j1", "--jobs 1"), label, size, lines, scan_run.seconds,
+                                 scan_run.cpu_seconds, scan_run.peak_rss_kib * 1024 / MB, scan_run.exit_code, repeat,
+                                 int(summary.get("files", files)), summary.get("findings")))
+    return Pair(baseline, scans[0], scans[1:])
+
+
+@dataclass
+class Pair:
+    """One target's measurements: the anchor, the scan as users run it, and the other ways of running it."""
+
+    baseline: Measurement
+    scan: Measurement
+    others: list[Measurement]
+
+    def ratio(self, scan: Measurement | None = None) -> float:
+        """A scan's throughput over the baseline's (default: the scan as users run it)."""
+        return (scan or self.scan).mb_per_s / self.baseline.mb_per_s
 
 
 # --- reporting ----------------------------------------------------------------------------------
@@ -573,11 +599,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def goals(pairs: list[tuple[Measurement, Measurement]]) -> list[dict[str, Any]]:
+def goals(pairs: list[Pair]) -> list[dict[str, Any]]:
     """Judge every target against the ratio and the peak RSS goals."""
     verdicts = []
-    for baseline, scan in pairs:
-        ratio = scan.mb_per_s / baseline.mb_per_s
+    for pair in pairs:
+        scan, ratio = pair.scan, pair.ratio()
         verdicts.append({"goal": f"{scan.target}: ratio >= {RATIO_GOAL}", "value": round(ratio, 3),
                          "met": ratio >= RATIO_GOAL})
         verdicts.append({"goal": f"{scan.target}: scan peak RSS < {RSS_GOAL_MB:.0f} MB",
@@ -585,17 +611,17 @@ def goals(pairs: list[tuple[Measurement, Measurement]]) -> list[dict[str, Any]]:
     return verdicts
 
 
-def table(pairs: list[tuple[Measurement, Measurement]]) -> str:
+def table(pairs: list[Pair]) -> str:
     """Render the measurements as a fixed-width table."""
-    header = (f"{'target':8} {'measure':13} {'MB':>7} {'lines':>10} {'wall s':>7} {'MB/s':>7} "
+    header = (f"{'target':8} {'measure':20} {'MB':>7} {'lines':>10} {'wall s':>7} {'CPU s':>6} {'MB/s':>7} "
               f"{'ratio':>6} {'peak RSS MB':>12} {'files':>6} {'findings':>8}")
     rows = [header, "-" * len(header)]
-    for baseline, scan in pairs:
-        ratio = scan.mb_per_s / baseline.mb_per_s
-        for row, shown_ratio in ((baseline, ""), (scan, f"{ratio:.2f}")):
+    for pair in pairs:
+        shown = [(pair.baseline, "")] + [(scan, f"{pair.ratio(scan):.2f}") for scan in (pair.scan, *pair.others)]
+        for row, shown_ratio in shown:
             rows.append(
-                f"{row.target:8} {row.what:13} {row.bytes / MB:7,.0f} {row.lines:10,} {row.seconds:7.1f} "
-                f"{row.mb_per_s:7.1f} {shown_ratio:>6} {row.peak_rss_mb:12.1f} {row.files:>6} "
+                f"{row.target:8} {row.what:20} {row.bytes / MB:7,.0f} {row.lines:10,} {row.seconds:7.1f} "
+                f"{row.cpu_seconds:6.1f} {row.mb_per_s:7.1f} {shown_ratio:>6} {row.peak_rss_mb:12.1f} {row.files:>6} "
                 f"{'' if row.findings is None else row.findings:>8}"
             )
     return "\n".join(rows)
@@ -656,7 +682,10 @@ def main(argv: list[str] | None = None) -> int:
         for verdict in verdicts
     ]
     command = " ".join(["python3", "bench/scan_bench.py", *(argv if argv is not None else sys.argv[1:])])
-    notes = [f"command: {command}", "MB = 10^6 bytes; peak RSS is each measured process's own ru_maxrss"]
+    verdict_lines += [f"for comparison: {pair.scan.target}: {other.what}: ratio {pair.ratio(other):.3f}, "
+                      f"peak RSS {other.peak_rss_mb:.1f} MB" for pair in pairs for other in pair.others]
+    notes = [f"command: {command}", "MB = 10^6 bytes; ratio = scan MB/s over orjson.loads MB/s (wall times); "
+             "peak RSS is ru_maxrss, the largest single process (a worker counts alone)"]
     human = "\n".join([rendered, "", *verdict_lines, *notes])
     if args.json:
         print(human, file=sys.stderr)
@@ -665,9 +694,12 @@ def main(argv: list[str] | None = None) -> int:
             "command": command,
             "corpus": {key: value for key, value in manifest.items() if key in ("corpus", "single")},
             "measurements": [
-                {**asdict(row), "mb_per_s": round(row.mb_per_s, 2)} for pair in pairs for row in pair
+                {**asdict(row), "mb_per_s": round(row.mb_per_s, 2)}
+                for pair in pairs for row in (pair.baseline, pair.scan, *pair.others)
             ],
-            "ratios": {scan.target: round(scan.mb_per_s / baseline.mb_per_s, 3) for baseline, scan in pairs},
+            "ratios": {pair.scan.target: round(pair.ratio(), 3) for pair in pairs},
+            "ratios_one_process": {pair.scan.target: round(pair.ratio(pair.others[0] if pair.others else None), 3)
+                                   for pair in pairs},
             "goals": verdicts,
         }
         print(json.dumps(report, indent=2))
