@@ -167,6 +167,32 @@ def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
         raise OSError(code, os.strerror(code), os.fsdecode(src), None, os.fsdecode(dst))
 
 
+# glibc's mallopt parameter, and the threshold riffd pins it to.
+_M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 1 << 20
+
+
+def pin_mmap_threshold() -> bool:
+    """Keep blocks of 1 MiB and more out of the C heap (glibc); return whether the setting took.
+
+    glibc starts by serving blocks of 128 KiB and more with their own mappings, but each time such a block is freed
+    it raises that threshold to the block's size (up to 32 MB). An index grows big arrays and dict tables by
+    reallocating them, so after the first growth they are made inside the heap, where every copy they leave behind
+    stays resident: a scan of the 1 GB session peaked 5 to 20 MB higher, varying from run to run. A fixed threshold
+    (setting it turns the adjustment off) keeps each big block in its own mapping, grown in place and returned to
+    the system when freed. Batches of lines (256 KiB) stay in the heap. Elsewhere (macOS, musl) this does nothing.
+    """
+    global _libc
+    try:
+        if not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+    except (ValueError, OSError):  # a libc that does not know the name: not glibc
+        return False
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return bool(_libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How reads retry EIO: `attempts` tries in all, waiting `first_wait` seconds, then doubling."""

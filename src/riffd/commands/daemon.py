@@ -60,7 +60,9 @@ def run_daemon(args: argparse.Namespace) -> int:
     from riffd.config import ConfigError
     from riffd.daemon.lock import AlreadyRunning
     from riffd.daemon.runner import Daemon
+    from riffd.fsio import pin_mmap_threshold
 
+    pin_mmap_threshold()  # the daemon keeps indexes for hours: no heap left full of holes (riffd.fsio says why)
     overrides: dict[str, object] = {}
     if args.state_dir is not None:
         overrides["state_dir"] = str(args.state_dir)

@@ -26,7 +26,7 @@ from riffd.commands.common import (
 )
 from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
-from riffd.fsio import ReadFailed
+from riffd.fsio import ReadFailed, pin_mmap_threshold
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
@@ -66,6 +66,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
+    pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
     backup_dir = args.backup_dir or config.backups.dir

@@ -25,6 +25,7 @@ from riffd.commands.common import (
 )
 from riffd.commands.configured import config_for_folders
 from riffd.config import RepairConfig
+from riffd.fsio import pin_mmap_threshold
 from riffd.paths import claude_config_dir, default_roots
 from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
@@ -145,6 +146,7 @@ def _worker_init() -> None:
 def run_scan(args: argparse.Namespace) -> int:
     """`riffd scan`: print findings per file; exit 0 clean, 1 findings, 2 errors."""
     started = time.monotonic()
+    pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
     reports = _reports(files, config.backups.dir, args.jobs or default_jobs())
