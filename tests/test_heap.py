@@ -1,4 +1,4 @@
-"""riffd.fsio.pin_mmap_threshold: once `riffd scan` or `fix` has set it (`run` too), big blocks get their own mappings."""
+"""riffd.fsio.pin_mmap_threshold: once `riffd scan` or `fix` has set it (`run` too), big blocks are mapped alone."""
 
 from __future__ import annotations
 
