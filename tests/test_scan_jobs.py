@@ -74,7 +74,7 @@ def test_a_killed_worker_leaves_no_file_unscanned(tmp_path: Path) -> None:
 def test_jobs_must_be_a_positive_number(tmp_path: Path) -> None:
     for bad in ("0", "-1", "many"):
         process = riffd(tmp_path, "scan", "--jobs", bad, str(tmp_path))
-        out, err = process.communicate(timeout=60)
+        _out, err = process.communicate(timeout=60)
         assert process.returncode == 2
         assert f"argument -j/--jobs: {bad!r} is not a number of processes (1 or more)" in err
 
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path)
     workers = wait_for_workers(process)
     assert workers, "the scan started no worker process"
     process.send_signal(signal.SIGINT)
-    out, err = process.communicate(timeout=120)
+    _out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
     assert "riffd: interrupted" in err and "Traceback" not in err
     for pid in workers:
