@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from conftest import (
     requires_corpus,
     scan_transcript_bytes,
 )
-from riffd.transcript.findings import INFORMATIONAL, FindingClass
+from riffd.transcript.findings import INFORMATIONAL, Finding, FindingClass
 from riffd.transcript.index import is_placeholder_result
 from riffd.transcript.reader import BOM, parse_line
 from riffd.transcript.scan import scan_file
@@ -367,3 +368,15 @@ def test_metrics_count_blocks_duplicates_and_ids(tmp_path: Path):
     _path, scanned = scan_transcript_bytes(tmp_path, many.data)
     assert scanned.index.metrics.duplicates_detected == damage.OOM_EXTRA_RESULTS - 1
     assert scanned.index.metrics.blocks_valid == 12 + damage.OOM_EXTRA_RESULTS - 1
+
+
+def test_a_finding_as_json_is_every_field_in_order_without_nones() -> None:
+    full = Finding(FindingClass.DUPLICATE_TOOL_RESULT, "/p.jsonl", (3, 9), "why", uuids=("u1", "u2"), tool_id="toolu_1",
+                   offset=120, detail="in_line", api_error="400")
+    assert [field.name for field in fields(Finding)][1:] == list(full.to_json())[1:]  # a new field shows up here
+    expected = {("class" if name == "cls" else name): value for name, value in asdict(full).items()}
+    assert full.to_json() == expected | {"class": "duplicate_tool_result", "lines": [3, 9], "uuids": ["u1", "u2"]}
+    assert next(iter(full.to_json())) == "class"
+    bare = Finding(FindingClass.MALFORMED_LINE, "/p.jsonl", (), "why")
+    assert bare.to_json() == {"class": "malformed_line", "path": "/p.jsonl", "lines": [], "message": "why", "uuids": []}
+    assert Finding.from_json(full.to_json()) == full and Finding.from_json(bare.to_json()) == bare

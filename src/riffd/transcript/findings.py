@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -85,12 +85,16 @@ class Finding:
                    offset=item.get("offset"), detail=item.get("detail"), api_error=item.get("api_error"))
 
     def to_json(self) -> dict[str, Any]:
-        """Return the finding as a JSON-ready dict (the `--json` and manifest form)."""
-        out = asdict(self)
-        out["cls"] = str(self.cls)
-        out["lines"] = list(self.lines)
-        out["uuids"] = list(self.uuids)
-        return {"class" if k == "cls" else k: v for k, v in out.items() if v is not None}
+        """Return the finding as a JSON-ready dict (the `--json` and manifest form): its fields in order, `cls` as
+        `class`, None left out. Built field by field (dataclasses.asdict deep-copies: 30 µs a finding, which the
+        daemon paid for every finding of a file at every append)."""
+        out: dict[str, Any] = {"class": str(self.cls), "path": self.path, "lines": list(self.lines),
+                               "message": self.message, "uuids": list(self.uuids)}
+        for name in ("tool_id", "offset", "detail", "api_error"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
 
 
 def api_error_for(cls: FindingClass, tool_id: str | None) -> str | None:
