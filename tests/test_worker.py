@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_lines, requires_corpus
+from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
 from riffd.daemon.report import build_report, render_markdown
 from riffd.daemon.state import StateStore
 from riffd.daemon.worker import IndexCache, Worker, WorkerSettings
@@ -394,3 +394,85 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     report = build_report(store, settings.backup_dir, {"running": True})
     assert not report["healthy"] and report["findings"]["open"] == {"missing_tool_result": 1}
     assert report["findings"]["pending"] == []
+
+
+def _count_findings_writes(store_path: Path) -> sqlite3.Connection:
+    """Make the state store count, in a table of its own, every write of a file's findings (SQLite triggers: the
+    store's own SQL is what is observed)."""
+    db = sqlite3.connect(store_path, isolation_level=None)
+    db.executescript("""
+        CREATE TABLE findings_writes(path TEXT);
+        CREATE TRIGGER findings_inserted AFTER INSERT ON files BEGIN INSERT INTO findings_writes VALUES (new.path); END;
+        CREATE TRIGGER findings_updated AFTER UPDATE OF findings ON files
+            BEGIN INSERT INTO findings_writes VALUES (new.path); END;
+    """)
+    return db
+
+
+def test_appends_to_a_damaged_file_keep_its_findings_true_and_rewrite_them_only_when_they_change(
+    tmp_path: Path, setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    settings = WorkerSettings(repair=False, backup_dir=settings.backup_dir, claude_dir=settings.claude_dir,
+                              roots=settings.roots)
+    path = project / "s.jsonl"
+    lines = transcript_bytes(400).splitlines(keepends=True)
+    for garbage in range(300, 0, -10):  # 30 malformed lines: 30 findings
+        lines.insert(garbage, b"{garbage\n")
+    path.write_bytes(b"".join(lines))
+    writes = _count_findings_writes(tmp_path / "state" / "state.db")
+    worker = Worker(store, settings)
+
+    def stored() -> list[dict]:
+        state = store.file(str(path))
+        assert state is not None
+        return state.findings
+
+    def scanned() -> list[dict]:
+        return [finding.to_json() for finding in scan_file(path).findings]
+
+    assert worker.process(path).findings == 30 and stored() == scanned()
+    assert writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1
+    for number in range(401, 421):  # the chain goes on: the findings stay what they were
+        append(path, [transcript_line(number)])
+        outcome = worker.process(path)
+        assert outcome.kind == "appended" and outcome.findings == 30
+        assert store.file(str(path)).watermark.lines == len(lines) + number - 400  # type: ignore[union-attr]
+    assert stored() == scanned()
+    assert writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1  # the watermark alone
+    append(path, [b"{more garbage\n"])
+    assert worker.process(path).findings == 31
+    assert stored() == scanned() and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 2
+    # A new worker (a restart) knows nothing of what was stored: it writes them once, then no more.
+    worker = Worker(store, settings)
+    append(path, [transcript_line(421)])
+    worker.process(path)
+    append(path, [transcript_line(422)])
+    worker.process(path)
+    assert stored() == scanned() and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 3
+
+
+@requires_corpus
+def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    settings = WorkerSettings(repair=False, quiet_period=0, backup_dir=settings.backup_dir,
+                              claude_dir=settings.claude_dir, roots=settings.roots)
+    path, session_id = running_tool_session(project)
+    registry = settings.claude_dir / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    worker = Worker(store, settings)
+    worker.process(path)
+    assert [item["class"] for item in store.file(str(path)).findings] == ["pending_tool_call"]  # type: ignore[union-attr]
+    registry.unlink()
+    worker.process(path)  # idle: judged missing, stored so
+    assert [item["class"] for item in store.file(str(path)).findings] == ["missing_tool_result"]  # type: ignore[union-attr]
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    last = json.loads(path.read_bytes().splitlines()[-1])
+    note = {"type": "system", "subtype": "informational", "uuid": "00000000-aaaa-bbbb-cccc-111111111111",
+            "parentUuid": last["uuid"], "sessionId": session_id, "content": "note"}
+    append(path, [json.dumps(note).encode() + b"\n"])
+    outcome = worker.process(path)  # live again, the same call unanswered: pending, as a full scan says
+    assert outcome.kind == "appended"
+    assert [item["class"] for item in store.file(str(path)).findings] == ["pending_tool_call"]  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,19 @@ class FileState:
 
     watermark: Watermark
     session_id: str | None
-    findings: list[dict[str, Any]]
+    findings_json: str  # as stored: parsed into `findings` when first asked for (a damaged file has thousands)
     repairable: int
     processed_at: float
+
+    @cached_property
+    def findings(self) -> list[dict[str, Any]]:
+        """The findings, each in its `Finding.to_json` form."""
+        return _loads(self.findings_json)  # type: ignore[no-any-return]
+
+    def may_hold(self, cls: str) -> bool:
+        """False when no finding can be of class `cls` (its name is nowhere in the stored text): a check that
+        costs no parsing."""
+        return f'"{cls}"' in self.findings_json
 
 
 HEAL_ADVICE = ("`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
@@ -104,6 +115,21 @@ def _connect(path: Path) -> sqlite3.Connection:
 def _connect_read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False,
                            isolation_level=None, timeout=30)
+
+
+def _dumps(value: Any) -> str:
+    """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every append of the file
+    (imported here, not at the top: `riffd status` reads the store and starts without it)."""
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _loads(text: str) -> Any:
+    """The findings of a file's row (see _dumps)."""
+    import orjson
+
+    return orjson.loads(text)
 
 
 class StateStore:
@@ -159,18 +185,34 @@ class StateStore:
             ).fetchone()
         if row is None:
             return None
-        return FileState(Watermark(*row[:11]), row[11], json.loads(row[12]), row[13], row[14])
+        return FileState(Watermark(*row[:11]), row[11], row[12], row[13], row[14])
 
     def save_file(
         self,
         watermark: Watermark,
         session_id: str | None,
-        findings: list[dict[str, Any]],
+        findings: list[dict[str, Any]] | None,
         repairable: int,
         counters: dict[str, int] | None = None,
-    ) -> None:
-        """Store a file's watermark and findings (and bump counters) in one transaction."""
+    ) -> bool:
+        """Store a file's watermark and findings (and bump counters) in one transaction. Findings None: they are
+        the ones stored, so only the rest is written; False (nothing written) when the file has no row."""
         with self.transaction() as db:
+            if findings is None:
+                updated = db.execute(
+                    "UPDATE files SET dev = ?, ino = ?, offset = ?, lines = ?, head_len = ?, head_sha = ?, "
+                    "tail_len = ?, tail_sha = ?, size = ?, mtime_ns = ?, session_id = ?, repairable = ?, "
+                    "processed_at = ? WHERE path = ?",
+                    (
+                        watermark.dev, watermark.ino, watermark.offset, watermark.lines, watermark.head_len,
+                        watermark.head_sha, watermark.tail_len, watermark.tail_sha, watermark.size, watermark.mtime_ns,
+                        session_id, repairable, time.time(), watermark.path,
+                    ),
+                )
+                if updated.rowcount != 1:
+                    return False
+                self._bump(db, counters or {})
+                return True
             db.execute(
                 "INSERT OR REPLACE INTO files(path, dev, ino, offset, lines, head_len, head_sha, tail_len, tail_sha, "
                 "size, mtime_ns, session_id, findings, repairable, processed_at) "
@@ -178,10 +220,11 @@ class StateStore:
                 (
                     watermark.path, watermark.dev, watermark.ino, watermark.offset, watermark.lines,
                     watermark.head_len, watermark.head_sha, watermark.tail_len, watermark.tail_sha,
-                    watermark.size, watermark.mtime_ns, session_id, json.dumps(findings), repairable, time.time(),
+                    watermark.size, watermark.mtime_ns, session_id, _dumps(findings), repairable, time.time(),
                 ),
             )
             self._bump(db, counters or {})
+        return True
 
     def forget_file(self, path: str) -> None:
         """Drop a file riffd no longer sees (deleted, or no longer under a root)."""

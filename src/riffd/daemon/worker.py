@@ -154,6 +154,8 @@ class Worker:
     tracker: ToolCallTracker | None = None
     # Fed every complete line read, before the state store commits, so nothing is ever read and not archived.
     archive: Archive | None = None
+    # path -> the findings this worker stored last for it (files with findings only): see _update.
+    _stored: dict[str, list[Finding]] = field(default_factory=dict, repr=False)
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
@@ -166,6 +168,7 @@ class Worker:
         except FileNotFoundError:
             self.store.forget_file(name)
             self.cache.drop(name)
+            self._stored.pop(name, None)
             return Outcome(name, "gone", seconds=time.monotonic() - started)
         except OSError as exc:  # EIO on every try: look again at the next change or rescan
             log.error("%s: could not read its status: %s", name, exc)
@@ -180,7 +183,8 @@ class Worker:
             self.store.bump({"errors.read": 1})
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
         state = self.store.file(name)
-        if state is not None and any(item.get("class") == FindingClass.PENDING_TOOL_CALL for item in state.findings):
+        if state is not None and state.may_hold(FindingClass.PENDING_TOOL_CALL) and any(
+                item.get("class") == FindingClass.PENDING_TOOL_CALL for item in state.findings):
             state = self._judge_pending(state, outcome)
         if self.settings.repair and state is not None and state.repairable:
             try:
@@ -237,7 +241,8 @@ class Worker:
                 tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
         findings = analyse_appended(index, fs=self.fs, retry=self.settings.retry)
         if self.tracker is not None:
-            findings += _redundant_findings(name, index, state.findings if state else [], repeats)
+            stored = state.findings if state and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL) else []
+            findings += _redundant_findings(name, index, stored, repeats)
             self.tracker.prune(time.time())  # sessions read from history are quiet: forget them at once
         if has_latest_turn_calls(findings):
             findings = pending_while_live(findings, self._live(Path(name), index.session_id))
@@ -260,13 +265,14 @@ class Worker:
             already = bisect.bisect_left(index.offsets, index.end - own_rewrite_new_bytes)
             kind, why = "rebuilt", "riffd's own repair"
         new_lines = len(index) - already
-        self.store.save_file(
-            watermark,
-            index.session_id,
-            [finding.to_json() for finding in findings],
-            repairable,
-            {"lines.processed": new_lines, "bytes.read": read_bytes},
-        )
+        # The findings stored last for this file (by this worker): when they are the same, only the watermark is
+        # written, so an append to a file with thousands of findings costs what an append to a clean one does.
+        counters = {"lines.processed": new_lines, "bytes.read": read_bytes}
+        if not (state is not None and self._stored.get(name) == findings
+                and self.store.save_file(watermark, index.session_id, None, repairable, counters)):
+            self.store.save_file(watermark, index.session_id, [finding.to_json() for finding in findings], repairable,
+                                 counters)
+        self._remember(name, findings)
         self.cache.put(name, index)
         return Outcome(name, kind, lines=new_lines, bytes=read_bytes, findings=len(findings), why=why,
                        classes=dict(Counter(str(finding.cls) for finding in findings)), session_id=index.session_id)
@@ -365,7 +371,14 @@ class Worker:
         repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
         self.store.save_file(state.watermark, state.session_id, [finding.to_json() for finding in findings],
                              repairable)
-        return replace(state, findings=[finding.to_json() for finding in findings], repairable=repairable)
+        self._remember(state.watermark.path, findings)
+        return self.store.file(state.watermark.path) or state
+
+    def _remember(self, name: str, findings: list[Finding]) -> None:
+        if findings:
+            self._stored[name] = findings
+        else:
+            self._stored.pop(name, None)
 
     # --- repairing --------------------------------------------------------------------------------
 
@@ -453,7 +466,7 @@ class Worker:
         """Stop retrying a repair that cannot succeed as things are; the next change of the file re-decides."""
         state = self.store.file(name)
         if state is not None:
-            self.store.save_file(state.watermark, state.session_id, state.findings, 0)
+            self.store.save_file(state.watermark, state.session_id, None, 0)  # the same findings, not repairable
 
 
 def _redundant_findings(name: str, index: TranscriptIndex, stored: list[dict[str, Any]],
