@@ -41,6 +41,10 @@ while it runs (polling SQLite from here would compete with the daemon for the tw
    index of the file fed each appended line, timing only `analyse_appended`), and the bytes one append
    reads (a `riffd.fsio.FileSystem` subclass counts every byte `pread` returns: the new line plus
    the fingerprint reads). Every append must come out "appended" with 1 line, or the run fails.
+   damaged: the same on a 10 MB session holding `--findings` (0, 1,000, 10,000) orphan tool results (user
+   lines whose tool_result names no tool_use, chained onto the session: each one finding), `--big-appends`
+   clean appends each. Reported: ms per append (median) with that many findings, and its ratio to the
+   clean session's (goal: an append costs about the same whatever the file's findings).
 3. idle: `--idle-files` (5,000) small files in 100 project folders, default intervals. Once the
    daemon has logged all of them and the state database holds that many watermarks (one query,
    before the window), a 3 s settle, then its CPU time (utime + stime of all its threads, from
@@ -589,6 +593,51 @@ def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
     return times
 
 
+def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int) -> dict[str, Any]:
+    """Per-append cost of a Worker on a 10 MB session holding each count of findings (orphan results)."""
+    runs = []
+    for count in counts:
+        home = base / f"damaged-{count}"
+        root = home / "projects"
+        path, _size = corpus.big_file(root, 10)
+        session_id, parent = _tail_of(path)
+        lines = []
+        for number in range(count):
+            uuid = corpus.ids.uuid().decode()
+            lines.append(orjson.dumps({
+                "type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": session_id, "isSidechain": False,
+                "message": {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_orphan{number:020d}", "content": "lost"}]},
+            }))
+            parent = uuid
+        with open(path, "ab") as handle:
+            handle.write(b"".join(line + b"\n" for line in lines))
+        corpus.tails[str(path)] = (session_id, parent)
+        (home / "claude").mkdir(parents=True, exist_ok=True)
+        store = StateStore(home / "state" / "state.db")
+        worker = Worker(store, WorkerSettings(backup_dir=home / "backups", claude_dir=home / "claude", roots=(root,)))
+        try:
+            first = worker.process(path)
+            if first.findings != count:
+                raise BenchError(f"{path}: {first.findings} findings, not the {count} made")
+            times = []
+            for _ in range(appends):
+                corpus.append(path)
+                started = time.perf_counter()
+                outcome = worker.process(path)
+                times.append((time.perf_counter() - started) * 1000)
+                if outcome.kind != "appended" or outcome.findings != count:
+                    raise BenchError(f"an append was processed as {outcome.kind!r} with {outcome.findings} findings")
+        finally:
+            store.close()
+        runs.append({"findings": count, "append_ms_median": round(statistics.median(times), 3),
+                     "append_ms_max": round(max(times), 3)})
+    clean = runs[0]["append_ms_median"]
+    for run in runs:
+        run["ratio_to_first"] = round(run["append_ms_median"] / clean, 2)
+    return {"file_mb": 10, "runs": runs}
+
+
 # --- 3. idle CPU ------------------------------------------------------------------------------
 
 
@@ -708,6 +757,11 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
                         f"{append['bytes_read_per_append_median']:,} bytes read"))
         out.append(("per-append cost, largest / smallest file",
                     f"worker {appended['flatness_worker']:.2f}x, detection {appended['flatness_detection']:.2f}x"))
+    if damaged := results.get("damaged"):
+        for run in damaged["runs"]:
+            out.append((f"one appended line, {damaged['file_mb']} MB file with {run['findings']:,} findings",
+                        f"{run['append_ms_median']:.2f} ms (max {run['append_ms_max']:.2f}), "
+                        f"{run['ratio_to_first']:.1f}x the first row"))
     if idle := results.get("idle"):
         out.append((f"idle CPU, {idle['files']:,} watched files",
                     f"{idle['cpu_s_per_minute']:.2f} CPU s/min, RSS {idle['rss_mb']:.0f} MB "
@@ -732,7 +786,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-MEASURES = ("latency", "append", "idle", "reconcile")
+MEASURES = ("latency", "append", "damaged", "idle", "reconcile")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -744,6 +798,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--appends", type=int, help="appends for the latency figure; default 200 (--quick 60)")
     add("--big-mb", help="sizes of the big files in MB, comma-separated; default 10,100,1000 (--quick 10,50)")
     add("--big-appends", type=int, help="appends to the big file; default 50 (--quick 20)")
+    add("--findings", default="0,1000,10000", help="findings in the damaged session, comma-separated (the first is "
+        "the reference); default 0,1000,10000")
     add("--idle-files", type=int, help="files watched while idle; default 5000 (--quick 1000)")
     add("--idle-window", type=float, help="seconds of idle measured; default 60 (--quick 20)")
     add("--reconcile-files", type=int, help="files for the start-up figures; default 10000 (--quick 2000)")
@@ -770,6 +826,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.big_mb = [float(size) for size in str(args.big_mb).split(",") if size.strip()]
     except ValueError:
         parser.error(f"--big-mb: {args.big_mb!r} is not a comma-separated list of sizes in MB")
+    try:
+        args.findings = [int(count) for count in str(args.findings).split(",") if count.strip()]
+    except ValueError:
+        parser.error(f"--findings: {args.findings!r} is not a comma-separated list of counts")
+    if not args.findings or min(args.findings) < 0:
+        parser.error("--findings: counts must be 0 or more")
     if min(args.appends, args.big_appends, args.idle_files, args.reconcile_files) < 1 or min(args.big_mb) <= 0 \
             or args.idle_window <= 0:
         parser.error("counts, sizes and the window must be positive")
@@ -794,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "latency": lambda: measure_latency(base, corpus, args.appends, 0.05),
             "append": lambda: measure_append(base, corpus, args.big_mb, args.big_appends),
+            "damaged": lambda: measure_damaged(base, corpus, args.findings, args.big_appends),
             "idle": lambda: measure_idle(base, corpus, args.idle_files, args.idle_window),
             "reconcile": lambda: measure_reconcile(base, corpus, args.reconcile_files),
         }
