@@ -82,7 +82,9 @@ class CountingProxy:
                 return
             connection.settimeout(2)
             try:
-                self.requests.append(connection.recv(4096).split(b"\r\n", 1)[0].decode(errors="replace"))
+                first = connection.recv(4096)
+                if first:  # nothing at all: a connection Chromium opened ahead (a preconnect) and closed unused
+                    self.requests.append(first.split(b"\r\n", 1)[0].decode(errors="replace"))
             except OSError:
                 self.requests.append("?")
             connection.close()
