@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import damage
 from conftest import corpus_transcript_params, corpus_transcripts, requires_corpus
 from riffd.transcript.index import MESSAGE, TranscriptIndex
+from riffd.transcript.piped import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
 from test_incremental import Builder
@@ -237,18 +238,24 @@ def index_state(index: TranscriptIndex) -> dict[str, object]:
 def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
     """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder, batches added by
     columns when they can be), as the daemon does with its tracker ("observed": lines added one by one, the
-    message lines also parsed whole for the observer), or the reference ("reference": every line parsed whole
-    and added one by one)."""
+    message lines also parsed whole for the observer), through the decoder process's messages ("columns": each batch
+    encoded as the child of riffd.transcript.piped does, then added from the message, in this process), or the
+    reference ("reference": every line parsed whole and added one by one)."""
     index = TranscriptIndex("/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl")
     seen: list[tuple[int, dict]] = []
     if how == "observed":
         index.observe = lambda line, obj: seen.append((line, obj))
     index.reference_parse = how == "reference"
+    encoder = BatchEncoder()
     offset = done = step = 0
     while done < len(lines):
         batch = lines[done : done + sizes[step % len(sizes)]]
         step += 1
-        offset = index.add_lines(offset, batch, True)
+        if how == "columns":
+            add_batch(index, encoder.encode(offset, batch, True))
+            offset = index.end
+        else:
+            offset = index.add_lines(offset, batch, True)
         done += len(batch)
         index.finish()
     if how == "observed":  # the observer saw every message line, whole, in order
@@ -260,6 +267,7 @@ def assert_built_alike(lines: list[bytes], sizes: list[int]) -> None:
     reference = index_state(built(lines, sizes, "reference"))
     assert index_state(built(lines, sizes, "scan")) == reference
     assert index_state(built(lines, sizes, "observed")) == reference
+    assert index_state(built(lines, sizes, "columns")) == reference
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -280,3 +288,13 @@ def test_damaged_sessions_index_alike_by_columns_and_line_by_line(names: list[st
     lines = damage.injected(lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name))
     whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]
     assert_built_alike(whole, sizes)
+
+
+def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_progress_line() -> None:
+    session = "5e55104e-0000-4000-8000-00000000c0de"
+    first = {"type": "progress", "uuid": "u-1", "parentUuid": None, "sessionId": session, "data": {"x": 1}}
+    prompt = {"type": "user", "uuid": "u-2", "parentUuid": "u-1", "message": {"role": "user", "content": "hi"}}
+    again = dict(prompt, message={"role": "user", "content": "hi again"})  # the same uuid: line by line, not columns
+    lines = [orjson.dumps(record) for record in (first, prompt, again)]
+    assert_built_alike(lines, [3])
+    assert built(lines, [3], "columns").session_id == session

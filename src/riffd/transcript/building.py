@@ -14,6 +14,7 @@ from itertools import accumulate, chain, compress, repeat
 from operator import add, attrgetter, ge, is_
 from typing import Any
 
+import msgspec
 from msgspec import UNSET
 
 from riffd.transcript.findings import Finding, FindingClass
@@ -60,6 +61,45 @@ def add_value(mapping: dict[str, Lines], key: str, value: int) -> None:
         mapping[key] = [entry, value]
     else:
         entry.append(value)  # type: ignore[union-attr]
+
+
+class Columns(msgspec.Struct, array_like=True, gc=False):
+    """A batch of fast-decoded records as the column path reads them (`batch_columns`): every line's uuid and
+    parent; the whole records of the user, assistant and system lines; the summaries' leaves; the first session
+    id. Plain data, so a decoder process can hand it over (msgpack)."""
+
+    uuids: list[str | None]
+    parents: list[str | None]
+    special: list[int]  # positions of the lines whose type is in _SPECIAL_TYPES
+    records: list[Record]  # their records
+    leaves: list[tuple[int, str]]  # (position, leafUuid) of the lines without a uuid whose leafUuid is a string
+    session: tuple[int, str] | None  # the first line with a uuid whose sessionId is a string, when wanted
+
+
+def batch_columns(records: list[Record], want_session: bool = True) -> Columns:
+    """The Columns of a batch of fast-decoded records (`want_session` False: the index knows its session id)."""
+    uuids = list(map(_UUID, records))
+    special = list(compress(range(len(records)), map(_SPECIAL_TYPES.__contains__, map(_TYPE, records))))
+    leaves = [(position, leaf) for position in compress(range(len(records)), map(is_, uuids, repeat(None)))
+              if type(leaf := records[position].leafUuid) is str]
+    session = next(((position, record.sessionId) for position, record in enumerate(records)
+                    if record.uuid and type(record.sessionId) is str), None) if want_session else None
+    return Columns(uuids, list(map(_PARENT, records)), special, [records[position] for position in special], leaves,
+                   session)
+
+
+def records_of(columns: Columns) -> list[Record]:
+    """A batch's records as `_add_each` reads them, made again from its Columns: the special lines' own records;
+    for the others, their uuid, parent, leaf and the session id (all `_add_each` reads of a line that is not a
+    user, assistant or system line: its type only tells it is none of those)."""
+    records = [Record(uuid, parent) for uuid, parent in zip(columns.uuids, columns.parents, strict=True)]
+    for position, record in zip(columns.special, columns.records, strict=True):
+        records[position] = record
+    for position, leaf in columns.leaves:
+        records[position].leafUuid = leaf
+    if columns.session is not None:
+        records[columns.session[0]].sessionId = columns.session[1]
+    return records
 
 
 class IndexBuilding:
@@ -134,12 +174,30 @@ class IndexBuilding:
         return offset
 
     def _add_plain(self, records: list[Record], first_index: int) -> bool:
-        """Add a batch of fast-decoded records column by column, if the order of its lines cannot matter:
-        every uuid new and distinct, and every parent either absent, or a line before its child, or missing
-        altogether. Return False, having changed nothing, when that does not hold."""
-        count = len(records)
+        """Add a batch of fast-decoded records column by column, if the order of its lines cannot matter (see
+        `add_columns`). Return False, having changed nothing, when it can."""
+        return self._add_columns(batch_columns(records, self.session_id is None), first_index)
+
+    def add_columns(self, offset: int, lengths: list[int], columns: Columns) -> int:
+        """Record a batch of whole lines (each followed by a newline) starting at byte `offset`, given as their
+        lengths and `batch_columns` of their fast-decoded records (how riffd.transcript.piped's decoder process
+        hands over what it read); return the offset after them. The same index as `add_lines` of those lines."""
+        offsets = self.offsets
+        first_index = len(offsets)
+        offsets.extend(accumulate(chain((offset,), map(add, lengths[:-1], repeat(1)))))
+        if not self._add_columns(columns, first_index):
+            self._add_each(records_of(columns), first_index, first_index + len(lengths), None)
+        self.end = offset + sum(lengths) + len(lengths)
+        return self.end
+
+    def _add_columns(self, columns: Columns, first_index: int) -> bool:
+        """Add a batch column by column, if the order of its lines cannot matter: every uuid new and distinct,
+        and every parent either absent, or a line before its child, or missing altogether. Return False,
+        having changed nothing, when that does not hold."""
+        uuids: list[Any] = columns.uuids  # str or None: the fast decoder's types (Any: compress drops the Nones)
+        parent_uuids: list[Any] = columns.parents
+        count = len(uuids)
         lines = range(first_index, first_index + count)
-        uuids = list(map(_UUID, records))  # str or None: the fast decoder's types
         if "" in uuids:
             return False
         line_of_uuid, pending = self.line_of_uuid, self._pending
@@ -151,10 +209,9 @@ class IndexBuilding:
         # back out and leave it to _add_each, as for a uuid written twice in the batch.
         size = len(line_of_uuid)
         line_of_uuid.update(zip(node_uuids, compress(lines, uuids), strict=True))
-        parent_uuids = list(map(_PARENT, records))
         parents = array("i", map(line_of_uuid.get, parent_uuids, repeat(UNRESOLVED)))
-        loose = list(compress(range(count), map(is_, uuids, repeat(None))))
-        for position in chain(loose, compress(range(count), map(is_, parent_uuids, repeat(None)))):
+        for position in chain(compress(range(count), map(is_, uuids, repeat(None))),
+                              compress(range(count), map(is_, parent_uuids, repeat(None)))):
             parents[position] = NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
         if len(line_of_uuid) - size != len(node_uuids) or any(map(ge, parents, lines)):
             for uuid in node_uuids:
@@ -165,14 +222,11 @@ class IndexBuilding:
                 pending.setdefault(parent_uuids[position], []).append(first_index + position)
         self.uuids.extend(uuids)  # before the message lines: their findings name their uuid
         self.parents.extend(parents)
-        for position in loose:
-            leaf = records[position].leafUuid
-            if type(leaf) is str:
-                self.summary_leaf[first_index + position] = leaf
+        for position, leaf in columns.leaves:
+            self.summary_leaf[first_index + position] = leaf
         flags = bytearray(count)
         groups = array("i", _NO_GROUPS[:count]) if count <= len(_NO_GROUPS) else array("i", [-1]) * count
-        for position in compress(range(count), map(_SPECIAL_TYPES.__contains__, map(_TYPE, records))):
-            record = records[position]
+        for position, record in zip(columns.special, columns.records, strict=True):
             if record.uuid is None:
                 continue
             if record.type == "system":
@@ -183,9 +237,8 @@ class IndexBuilding:
             elif type(record.message) is Message:
                 # the int the uuid map holds for this line, not a new one: the lists of tool ids and groups share it
                 flags[position], groups[position] = self._message_line(line_of_uuid[record.uuid], record)
-        if self.session_id is None:
-            self.session_id = next((record.sessionId for record in compress(records, uuids)
-                                    if type(record.sessionId) is str), None)
+        if self.session_id is None and columns.session is not None:
+            self.session_id = columns.session[1]
         self.flags.extend(flags)
         self.groups.extend(groups)
         if node_uuids:
