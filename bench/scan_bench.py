@@ -27,12 +27,13 @@ What it does:
    - baseline: read every `*.jsonl` in 1 MiB chunks, split lines, `orjson.loads` each line;
      nothing else. This is the practical limit for a Python scanner.
    - scan: `python3 -m riffd scan --json <root>` (the real console entry point, as a user runs it:
-     on the corpus it scans files in worker processes, one per CPU); its stdout goes to a file
-     under `--out`. Exit 0 (clean) or 1 (findings) both count as a measurement; any other exit
-     code fails the run.
-   - scan, one process (corpus only): the same with `--jobs 1`, so the table shows what the
-     decoder and the index do on one core, beside what the workers add.
-   Each runs on the corpus root and on the single file (one file is always one process).
+     on the corpus it scans files in worker processes, one per CPU; a single big file is read and
+     decoded by a second process while the first indexes it); its stdout goes to a file under
+     `--out`. Exit 0 (clean) or 1 (findings) both count as a measurement; any other exit code
+     fails the run.
+   - scan, one process: the same with `--jobs 1`, so the table shows what the decoder and the
+     index do on one core, beside what the other processes add.
+   Each runs on the corpus root and on the single file.
 3. Prints the machine, a table (MB/s with MB = 10^6 bytes, the scan/baseline ratio of wall
    times, peak RSS in MB = 10^6 bytes, wall time, CPU time of the process and its workers,
    lines) and, per goal, "goal met" or "goal missed". The goals are judged on the command as
@@ -532,12 +533,11 @@ def scan_command(target: Path, *options: str) -> list[str]:
 
 
 def compare(label: str, target: Path, results: Path, repeat: int) -> Pair:
-    """Measure the baseline, `riffd scan` and (on a folder) `riffd scan --jobs 1` on `target`."""
+    """Measure the baseline, `riffd scan` and `riffd scan --jobs 1` on `target`."""
     size, seconds = warm_cache(target)
     _say(f"{label}: {size / MB:,.0f} MB under {target} (page cache warmed in {seconds:.1f} s)")
-    commands = {"baseline": [sys.executable, "-c", BASELINE_CHILD, str(target)], "scan": scan_command(target)}
-    if target.is_dir():
-        commands["scan -j1"] = scan_command(target, "--jobs", "1")
+    commands = {"baseline": [sys.executable, "-c", BASELINE_CHILD, str(target)], "scan": scan_command(target),
+                "scan -j1": scan_command(target, "--jobs", "1")}
     runs: dict[str, list[Run]] = {what: [] for what in commands}
     for attempt in range(repeat):  # interleaved, so a noisy neighbour hurts all alike
         for what, command in commands.items():

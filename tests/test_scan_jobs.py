@@ -103,3 +103,14 @@ def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path)
     assert "riffd: interrupted" in err and "Traceback" not in err
     for pid in workers:
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+
+
+def test_one_big_file_is_decoded_by_a_second_process_with_the_same_report(tmp_path: Path) -> None:
+    projects = make_projects(tmp_path, files=1, megabytes=40)
+    path = next(projects.rglob("0*.jsonl"))
+    alone = finish(riffd(tmp_path, "scan", "--json", "--jobs", "1", str(path)))
+    process = riffd(tmp_path, "--log-level", "debug", "scan", "--json", str(path))
+    code, report, err = finish(process)
+    assert "read and decoded by a second process" in err and "failed" not in err
+    assert "read and decoded by a second process" not in alone[2]
+    assert (code, report) == alone[:2] and code == 1 and report["summary"]["findings"] == 2

@@ -47,8 +47,9 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
                       help="also scan the transcripts of this project's Claude Code folder (repeatable)")
     scan.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
                       help="scan up to N files at once, in worker processes (default: one per CPU, at most "
-                      f"{MAX_JOBS}; 1 scans every file in this process). Runs under {PARALLEL_MIN_MB} MB use one "
-                      "process whatever N is")
+                      f"{MAX_JOBS}); a file scanned alone of {PARALLEL_MIN_MB} MB or more is read by a second "
+                      f"process while this one indexes it. 1: everything in this process. Runs under "
+                      f"{PARALLEL_MIN_MB} MB of files use one process whatever N is")
     scan.set_defaults(run=run_scan)
 
 
@@ -78,8 +79,8 @@ def _is_live(path: Path, session_id: str | None) -> bool:
     return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
 
 
-def _scan_one(path: Path, backup_dir: str) -> FileReport:
-    return scan_file(path, backup_dir=backup_dir, is_live=_is_live)
+def _scan_one(path: Path, backup_dir: str, decoder_process: bool = False) -> FileReport:
+    return scan_file(path, backup_dir=backup_dir, is_live=_is_live, decoder_process=decoder_process)
 
 
 def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]:
@@ -93,7 +94,7 @@ def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]
             _scan_in_workers(files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress)
         for number, path in enumerate(files):  # every file here when serial; the rest if a worker died
             if reports[number] is None:
-                report = reports[number] = _scan_one(path, str(backup_dir))
+                report = reports[number] = _scan_one(path, str(backup_dir), decoder_process=jobs > 1)
                 progress.step(int(report.metrics.get("bytes", 0)))
     finally:
         progress.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -16,7 +17,10 @@ from riffd.transcript.detect import LoadedConversation, detect, loaded_conversat
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.piped import PIPED_MIN_BYTES, can_pipe, index_piped
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -64,18 +68,29 @@ def index_file(
     fs: FileSystem = REAL_FS,
     retry: RetryPolicy = DEFAULT_RETRY,
     with_identity: bool = False,
+    decoder_process: bool = False,
 ) -> ScannedFile:
     """Read `path` once and return its index, loaded conversation and findings.
 
     With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
-    the file is still what was scanned. Raise OSError (ReadFailed for persistent EIO) on read errors.
+    the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a second
+    process while this one indexes it (riffd.transcript.piped; the same index). Raise OSError (ReadFailed for
+    persistent EIO) on read errors.
     """
     name = os.fspath(path)
-    index = TranscriptIndex(name)
     hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
-    for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher, chunk_size=INDEX_CHUNK):
-        index.add_lines(offset, lines, terminated)
+    index = None
+    if decoder_process and not with_identity and can_pipe() and fs.stat(name).st_size >= PIPED_MIN_BYTES:
+        index = index_piped(name, fs=fs, retry=retry, chunk_size=INDEX_CHUNK)
+        if index is None:
+            log.info("%s: the decoder process failed; reading it again in this process", name)
+        else:
+            log.debug("%s: read and decoded by a second process while this one indexed it", name)
+    if index is None:
+        index = TranscriptIndex(name)
+        for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher, chunk_size=INDEX_CHUNK):
+            index.add_lines(offset, lines, terminated)
     size = index.end
     loaded, findings = analyse(index, fs=fs, retry=retry)
     identity = None
@@ -218,12 +233,13 @@ def scan_file(
     retry: RetryPolicy = DEFAULT_RETRY,
     backup_dir: str = "",
     is_live: Callable[[Path, str | None], bool] | None = None,
+    decoder_process: bool = False,
 ) -> FileReport:
     """Scan one transcript and return its report; read errors become the report's `error`, not exceptions.
     `is_live(path, session_id)` says whether its session is live: unanswered tool calls of its latest turn are
-    then pending, not missing (without it, they are missing)."""
+    then pending, not missing (without it, they are missing). `decoder_process`: see index_file."""
     try:
-        scanned = index_file(path, fs=fs, retry=retry)
+        scanned = index_file(path, fs=fs, retry=retry, decoder_process=decoder_process)
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
     metrics = scanned.index.metrics

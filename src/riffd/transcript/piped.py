@@ -1,0 +1,126 @@
+"""Indexing one big transcript on two cores: a decoder process reads and decodes its lines while this one indexes.
+
+In one process a scan reads, splits and decodes a line in about the time it takes to add it to the index, so a
+second process halves the wait: the child reads the file (riffd.transcript.reader.iter_chunks, with the same
+retries), decodes each batch with the fast decoder and sends its Columns (riffd.transcript.building) as msgpack;
+a batch the fast decoder declines, and an unfinished last line, it sends as the lines themselves. This process
+adds them to the index in file order (`add_columns`, `add_lines`): the same index as `index_file` builds alone,
+which tests/test_piped.py holds it to.
+
+The child is forked, so it starts at once and shares what is loaded; it is used only where forking is safe (Linux,
+this process running no other thread). Anything wrong with the child (it cannot start, it dies, a read fails in
+it) and the file is indexed again here, which then meets the same error itself: the child only ever saves time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sys
+import threading
+from array import array
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.transcript.building import Columns, batch_columns
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.reader import iter_chunks
+from riffd.transcript.records import fast_records
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+PIPED_MIN_BYTES = 32_000_000  # smaller files are indexed in one process: a child would save little
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # <linux/fcntl.h>; Python 3.10+ names it
+
+
+class Batch(msgspec.Struct, array_like=True, gc=False):
+    """One batch of lines from the child: its first byte, then either its line lengths (array 'Q' bytes) and
+    Columns, or the lines themselves (a batch the fast decoder declined, or an unfinished last line)."""
+
+    offset: int
+    lengths: bytes = b""
+    columns: Columns | None = None
+    lines: list[bytes] | None = None
+    terminated: bool = True
+
+
+class BatchEncoder:
+    """The child's half: a batch of lines (as iter_chunks gives them, in file order) -> one message."""
+
+    def __init__(self) -> None:
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._want_session = True  # until a batch has given the first session id
+
+    def encode(self, offset: int, lines: list[bytes], terminated: bool) -> bytes:
+        records = fast_records(lines) if terminated else None
+        if records is None:
+            return self._encode(Batch(offset, lines=lines, terminated=terminated))
+        columns = batch_columns(records, self._want_session)
+        self._want_session = self._want_session and columns.session is None
+        return self._encode(Batch(offset, array("Q", map(len, lines)).tobytes(), columns))
+
+
+_decode_batch = msgspec.msgpack.Decoder(Batch).decode
+
+
+def add_batch(index: TranscriptIndex, message: bytes) -> None:
+    """The parent's half: add one message of the child to the index."""
+    batch = _decode_batch(message)
+    if batch.columns is None:
+        index.add_lines(batch.offset, batch.lines or [], batch.terminated)
+    else:
+        index.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
+
+
+def can_pipe() -> bool:
+    """Whether a decoder process may be forked here: Linux, and no other thread in this process."""
+    return sys.platform.startswith("linux") and threading.active_count() == 1
+
+
+def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY,
+                chunk_size: int) -> TranscriptIndex | None:
+    """Index `path` with a decoder process (see the module); None when that failed, for any reason (the caller
+    then indexes it alone)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    with contextlib.suppress(OSError):  # a pipe of 1 MiB (Linux's limit for anyone), so the child can read ahead
+        fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
+    child = context.Process(target=_decode, args=(sender, path, fs, retry, chunk_size), daemon=True,
+                            name="riffd-decoder")
+    index = TranscriptIndex(path)
+    complete = False  # the child's last message (empty) came: every batch is in
+    try:
+        child.start()
+        sender.close()  # only the child writes: its exit ends the stream
+        while data := receiver.recv_bytes():
+            add_batch(index, data)
+        complete = True
+    except (EOFError, OSError, msgspec.DecodeError):
+        pass  # the child died, failed or could not start
+    finally:
+        receiver.close()
+        sender.close()
+        if not complete and child.is_alive():
+            child.kill()
+        if child.pid is not None:
+            child.join()
+    return index if complete else None
+
+
+def _decode(sender: Connection, path: str, fs: FileSystem, retry: RetryPolicy, chunk_size: int) -> None:
+    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    encoder = BatchEncoder()
+    try:
+        for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry, chunk_size=chunk_size):
+            sender.send_bytes(encoder.encode(offset, lines, terminated))
+        sender.send_bytes(b"")
+    except BaseException:  # the parent reads the file again, and reports what goes wrong
+        os._exit(1)

@@ -1,0 +1,100 @@
+"""riffd.transcript.piped: a big file indexed with a decoder process gives the index one process builds, and a
+decoder that fails or dies costs nothing but the time."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import damage
+from conftest import corpus_transcript_params, transcript_bytes
+from riffd.fsio import FileSystem, RetryPolicy
+from riffd.transcript.piped import PIPED_MIN_BYTES, can_pipe, index_piped
+from riffd.transcript.scan import analyse, index_file, scan_file
+from test_records import index_state
+
+pytestmark = pytest.mark.skipif(not can_pipe(), reason="the decoder process is forked: Linux, one thread")
+
+NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0)
+
+
+def alone(path: Path) -> dict[str, object]:
+    return index_state(index_file(path).index)
+
+
+def piped(path: Path, chunk_size: int, fs: FileSystem | None = None) -> dict[str, object] | None:
+    index = index_piped(str(path), fs=fs or FileSystem(), retry=NO_WAIT, chunk_size=chunk_size)
+    if index is None:
+        return None
+    analyse(index)  # what index_file does after reading: finish, then judge
+    return index_state(index)
+
+
+def damaged_session(tmp_path: Path) -> Path:
+    """A generated session with damage of every kind that changes how lines are added (a uuid written twice, a
+    parent after its child, a cycle, lines that do not parse, a NUL run), ending in a torn line."""
+    lines = damage.generated_session(segments=6, turns=3, parallel=2)
+    names = ["duplicate_uuid", "cycle", "garbage_line", "nul_run", "dangling_parent", "resumed_duplicate",
+             "torn_tail"]
+    lines = damage.injected(lines, names, lambda name, points: points[len(points) // 2])
+    path = tmp_path / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
+    path.write_bytes("\ufeff".encode() + b"".join(lines))  # a BOM: the first batch goes to the reference parse
+    return path
+
+
+@pytest.mark.parametrize("chunk_size", [300, 4096, 1 << 18])
+def test_a_damaged_session_indexes_alike_with_and_without_the_decoder(tmp_path: Path, chunk_size: int) -> None:
+    path = damaged_session(tmp_path)
+    assert not path.read_bytes().endswith(b"\n")
+    assert piped(path, chunk_size) == alone(path)
+
+
+@pytest.mark.parametrize("path", corpus_transcript_params())
+def test_real_transcripts_index_alike_with_and_without_the_decoder(path: Path) -> None:
+    assert piped(path, 8192) == alone(path)
+
+
+class FailsInTheChild(FileSystem):
+    """Reads fail with EIO, or kill the reader, in any process but the one that made this (the decoder)."""
+
+    def __init__(self, how: str) -> None:
+        self.parent = os.getpid()
+        self.how = how
+        self.reads = 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if os.getpid() != self.parent:
+            self.reads += 1
+            if self.how == "eio":
+                raise OSError(errno.EIO, "Input/output error")
+            if self.how == "kill" and self.reads == 3:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().pread(fd, size, offset)
+
+
+@pytest.mark.parametrize("how", ["eio", "kill"])
+def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(tmp_path: Path, how: str) -> None:
+    path = damaged_session(tmp_path)
+    assert index_piped(str(path), fs=FailsInTheChild(how), retry=NO_WAIT, chunk_size=300) is None
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
+    assert big.stat().st_size >= PIPED_MIN_BYTES
+    fs = FailsInTheChild(how)
+    together = index_file(big, fs=fs, retry=NO_WAIT, decoder_process=True)
+    assert index_state(together.index) == alone(big) and together.findings == index_file(big).findings
+
+
+def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_path: Path) -> None:
+    class AlwaysEIO(FileSystem):
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            raise OSError(errno.EIO, "Input/output error")
+
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
+    with_decoder = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT, decoder_process=True)
+    without = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT)
+    assert with_decoder.error is not None and with_decoder.error == without.error
