@@ -1,11 +1,12 @@
 """Indexing one big transcript on two cores: a decoder process reads and decodes its lines while this one indexes.
 
-In one process a scan reads, splits and decodes a line in about the time it takes to add it to the index, so a
-second process halves the wait: the child reads the file (riffd.transcript.reader.iter_chunks, with the same
-retries), decodes each batch with the fast decoder and sends its Columns (riffd.transcript.building) as msgpack;
-a batch the fast decoder declines, and an unfinished last line, it sends as the lines themselves. This process
-adds them to the index in file order (`add_columns`, `add_lines`): the same index as `index_file` builds alone,
-which tests/test_piped.py holds it to.
+In one process a scan spends about two thirds of its time reading, splitting and decoding lines and one third
+adding them to the index, so a second process shares the work: the child reads the file
+(riffd.transcript.reader.iter_chunks, with the same retries), decodes two batches in three with the fast decoder
+and sends their Columns (riffd.transcript.building) as msgpack; the third batch, a batch the fast decoder
+declines and an unfinished last line it sends as the lines themselves, which this process decodes. This process
+adds them all to the index in file order (`add_columns`, `add_lines`): the same index as `index_file` builds
+alone, which tests/test_piped.py and tests/test_records.py hold it to.
 
 The child is forked, so it starts at once and shares what is loaded; it is used only where forking is safe (Linux,
 this process running no other thread). Anything wrong with the child (it cannot start, it dies, a read fails in
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 
 PIPED_MIN_BYTES = 32_000_000  # smaller files are indexed in one process: a child would save little
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # <linux/fcntl.h>; Python 3.10+ names it
+# Every third batch the child sends as lines, for this process to decode: indexing a line costs about half what
+# reading and decoding it does, so this balances the two cores. On the 1 GB session of bench/scan_bench.py,
+# indexing took 1.18 s so, 1.45 s with the child decoding every batch, 1.28 s with every second batch here.
+PARENT_SHARE = 3
 
 
 class Batch(msgspec.Struct, array_like=True, gc=False):
@@ -50,14 +55,17 @@ class Batch(msgspec.Struct, array_like=True, gc=False):
 
 
 class BatchEncoder:
-    """The child's half: a batch of lines (as iter_chunks gives them, in file order) -> one message."""
+    """The child's half: a batch of lines (as iter_chunks gives them, in file order) -> one message: its Columns,
+    or its lines (every PARENT_SHARE-th batch, one the fast decoder declines, an unfinished last line)."""
 
     def __init__(self) -> None:
         self._encode = msgspec.msgpack.Encoder().encode
         self._want_session = True  # until a batch has given the first session id
+        self._count = 0
 
     def encode(self, offset: int, lines: list[bytes], terminated: bool) -> bytes:
-        records = fast_records(lines) if terminated else None
+        self._count += 1
+        records = fast_records(lines) if terminated and self._count % PARENT_SHARE else None
         if records is None:
             return self._encode(Batch(offset, lines=lines, terminated=terminated))
         columns = batch_columns(records, self._want_session)
