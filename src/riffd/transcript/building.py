@@ -202,18 +202,24 @@ class IndexBuilding:
             return False
         line_of_uuid, pending = self.line_of_uuid, self._pending
         node_uuids = list(compress(uuids, uuids))
-        if not line_of_uuid.keys().isdisjoint(node_uuids) or (pending and not pending.keys().isdisjoint(node_uuids)):
+        if pending and not pending.keys().isdisjoint(node_uuids):
             return False
-        # This batch's lines in, then every parent looked up at once: one found at or after its child is a
-        # parent written later (its child waits, then links up: the line-by-line order), so take the batch
-        # back out and leave it to _add_each, as for a uuid written twice in the batch.
-        size = len(line_of_uuid)
-        line_of_uuid.update(zip(node_uuids, compress(lines, uuids), strict=True))
+        # This batch's lines in (setdefault: a uuid already there keeps its line, and says so), then every parent
+        # looked up at once. A uuid not new, or written twice in the batch, or a parent found at or after its child
+        # (a parent written later: its child waits, then links up, the line-by-line order) and the batch is taken
+        # back out, for _add_each.
+        node_lines = list(compress(lines, uuids))
+        claimed = list(map(line_of_uuid.setdefault, node_uuids, node_lines))
+        if claimed != node_lines:
+            for uuid, first, line in zip(node_uuids, claimed, node_lines, strict=True):
+                if first == line:  # put in by this batch
+                    del line_of_uuid[uuid]
+            return False
         parents = array("i", map(line_of_uuid.get, parent_uuids, repeat(UNRESOLVED)))
         for position in chain(compress(range(count), map(is_, uuids, repeat(None))),
                               compress(range(count), map(is_, parent_uuids, repeat(None)))):
             parents[position] = NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
-        if len(line_of_uuid) - size != len(node_uuids) or any(map(ge, parents, lines)):
+        if any(map(ge, parents, lines)):
             for uuid in node_uuids:
                 line_of_uuid.pop(uuid, None)
             return False
