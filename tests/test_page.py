@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from riffd.commands.cli import main
 from riffd.daemon.page import history_point
 from riffd.daemon.report import build_report, write_report
 from riffd.daemon.state import StateStore, Watermark
@@ -63,6 +64,18 @@ def test_the_page_says_what_needs_attention_and_holds_nothing_from_outside(tmp_p
     assert re.findall(r"(?:src|href)=", html) == []
     assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {"http://www.w3.org/2000/svg"}  # a namespace name
     assert "default-src 'none'" in html
+
+
+def test_riffd_report_draws_the_stored_history_and_repairs(tmp_path: Path) -> None:
+    """`riffd report` reads the hours and repairs the page draws (`riffd status` does not read them)."""
+    page_with_history(tmp_path)
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    assert main(["--config", str(config), "report"]) == 1  # open findings, and no daemon runs
+    html = (tmp_path / "state" / "reports" / "latest.html").read_text()
+    assert html.count("<figure>") == 4 and html.count("<polyline") >= 6
+    assert "riffd backups restore 20261124T010000-abc123" in html
 
 
 class CountingProxy:

@@ -12,7 +12,6 @@ entries, create private (0700) folders, and remove riffd's own partial files.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import logging
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 if TYPE_CHECKING:
+    import ctypes
+
     from tenacity import RetryCallState
 
 
@@ -137,23 +138,31 @@ _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "
 _libc: ctypes.CDLL | None = None
 
 
+def _c_library() -> ctypes.CDLL:
+    """The C library, loaded at first use (ctypes is imported then: most commands never call into it)."""
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
 def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Swap two names atomically: `renameat2(RENAME_EXCHANGE)` on Linux (glibc's wrapper, else the raw system
     call), `renamex_np(RENAME_SWAP)` on macOS. Python has no wrapper for either. Raise OSError with the errno;
     ENOSYS where neither exists."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
+    libc = _c_library()
     source, target = os.fsencode(src), os.fsencode(dst)
     if sys.platform == "darwin":
-        function = getattr(_libc, "renamex_np", None)
+        function = getattr(libc, "renamex_np", None)
         result = function(source, target, _RENAME_SWAP) if function is not None else None
     elif sys.platform.startswith("linux"):
-        function = getattr(_libc, "renameat2", None)
+        function = getattr(libc, "renameat2", None)
         if function is not None:
             result = function(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE)
         elif platform.machine() in _SYS_RENAMEAT2:  # a libc older than glibc 2.28, or one without the wrapper
-            result = _libc.syscall(_SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target,
+            result = libc.syscall(_SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target,
                                    _RENAME_EXCHANGE)
         else:
             result = None
@@ -163,6 +172,8 @@ def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
         raise OSError(errno.ENOSYS, "this system cannot exchange two file names atomically", os.fsdecode(src), None,
                       os.fsdecode(dst))
     if result != 0:
+        import ctypes
+
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), os.fsdecode(src), None, os.fsdecode(dst))
 
@@ -182,15 +193,12 @@ def pin_mmap_threshold() -> bool:
     (setting it turns the adjustment off) keeps each big block in its own mapping, grown in place and returned to
     the system when freed. Batches of lines (256 KiB) stay in the heap. Elsewhere (macOS, musl) this does nothing.
     """
-    global _libc
     try:
         if not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"):
             return False
     except (ValueError, OSError):  # a libc that does not know the name: not glibc
         return False
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return bool(_libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    return bool(_c_library().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 @dataclass(frozen=True)

@@ -83,11 +83,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
+def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
     """Return the health report as true now (built from the state store and the running daemon's live figures, or
-    a stopped daemon's last ones, shown as stopped), the running daemon's pid, and what latest.html draws
-    (`history`, `repairs`); the report is None when riffd has no state here yet. Raise DatabaseDamaged or
-    sqlite3.Error when the state cannot be read."""
+    a stopped daemon's last ones, shown as stopped), the running daemon's pid, and, with `page`, what latest.html
+    draws (`history`, `repairs`: 90 days of hourly points, which `status` does not read); the report is None when
+    riffd has no state here yet. Raise DatabaseDamaged or sqlite3.Error when the state cannot be read."""
     from riffd.daemon.lock import running_pid
     from riffd.daemon.report import build_report
     from riffd.daemon.state import StateStore
@@ -105,8 +105,8 @@ def current_report(config: Config) -> tuple[dict[str, Any] | None, int | None, d
             snapshot = {**snapshot, "running": False}
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
             snapshot = {"running": True, "starting": True, "pid": pid}  # started a moment ago: no figures yet
-        page = {"history": store.history(), "repairs": store.recent_repairs()}
-        return build_report(store, config.backups.dir, snapshot), pid, page
+        drawn = {"history": store.history(), "repairs": store.recent_repairs()} if page else {}
+        return build_report(store, config.backups.dir, snapshot), pid, drawn
     finally:
         store.close()
 
@@ -128,7 +128,7 @@ def run_report(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, _pid, page = current_report(config)
+        report, _pid, page = current_report(config, page=True)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
     if report is None:

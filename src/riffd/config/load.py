@@ -4,7 +4,6 @@ error collected with the place its value came from (see riffd.config)."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import sys
@@ -43,6 +42,8 @@ class _Setting:
 
 def _unknown(name: str, origin: str) -> str:
     """Return the error for an unknown dotted key, with the closest known key as a hint."""
+    import difflib  # only for a bad key: every command loads the config
+
     if name in SECTIONS:
         first = dataclasses.fields(SECTIONS[name])[0].name
         return f"{origin}: {name}: is a table, not a value; expected one of its keys, such as {name}.{first}"

@@ -4,7 +4,6 @@ error that names the problem and the expected form), and the commented example f
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import textwrap
@@ -199,6 +198,8 @@ def _check_list(value: object, item_hint: Any, meta: Mapping[str, Any], base: Pa
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:
+    import difflib  # only for a bad value: every command loads the config
+
     close = difflib.get_close_matches(name, candidates, n=1)
     return f' (did you mean "{close[0]}"?)' if close else ""
 

@@ -22,7 +22,6 @@ import orjson
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.daemon.metrics import render_metrics
-from riffd.daemon.page import render_page
 from riffd.daemon.state import StateStore
 from riffd.database import damaged_copies
 from riffd.fsio import IO_STATS, replace_file
@@ -371,6 +370,8 @@ def write_report(report: dict[str, Any], folder: Path, keep: int,
     _atomic_write(folder / "latest.json", data)
     _atomic_write(folder / "latest.md", render_markdown(report).encode())
     _atomic_write(folder / "metrics.prom", render_metrics(report).encode())
+    from riffd.daemon.page import render_page  # `riffd status` builds a report but draws no page
+
     _atomic_write(folder / "latest.html", render_page(report, history, repairs).encode())
     reports = sorted(folder.glob("report-*.json"))
     for old in reports[: max(0, len(reports) - keep)]:

@@ -119,14 +119,14 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
 
 def _dumps(value: Any) -> str:
     """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every append of the file
-    (imported here, not at the top: `riffd status` reads the store and starts without it)."""
+    (imported where used: commands import this module for its names alone)."""
     import orjson
 
     return orjson.dumps(value).decode()
 
 
 def _loads(text: str) -> Any:
-    """The findings of a file's row (see _dumps)."""
+    """The findings of a file's row (see _dumps), or another JSON value the store wrote (a repair's fixes)."""
     import orjson
 
     return orjson.loads(text)
@@ -332,7 +332,7 @@ class StateStore:
             if outcome == "repaired":
                 done += 1
                 repaired_files.add(path)
-                repaired_by_class.update(json.loads(fixes))
+                repaired_by_class.update(_loads(fixes))
             elif outcome == "skipped":
                 skipped[reason or "unknown"] += 1
             else:
