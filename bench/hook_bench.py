@@ -16,6 +16,9 @@ Run by hand from the repository root::
 2. tracker cost: `ToolCallTracker.feed` in-process on 10,000 tool calls (Read, Grep, Edit, WebFetch,
    an MCP tool and Bash over 200 files, one call every 2 s, each followed by its result line, about one
    call in five a repeat); best of 3, in ms per 10,000 calls (results included).
+
+Each latency is printed beside `python3 -c pass` of the same run (its anchor: the ratio says what riffd adds to
+the interpreter), then each goal of GOALS, judged on the p50.
 """
 
 from __future__ import annotations
@@ -39,6 +42,15 @@ sys.path.insert(0, str(ROOT / "src"))
 from riffd.tracker.tracker import ToolCallTracker  # noqa: E402
 
 SESSION = "11111111-2222-3333-4444-555555555555"
+ANCHOR = "python -c pass"
+GOALS = {  # row -> p50 goal in ms
+    "python -m riffd hook (warn)": 50,
+    "python -m riffd hook (cache)": 50,
+    "python -m riffd hook session-start (warns)": 50,
+    "python -m riffd --help": 100,
+    "python -m riffd status (no daemon)": 100,
+    "python -m riffd status, state of 5,000 files (stopped daemon)": 100,
+}
 
 
 def stamp(moment: float) -> str:
@@ -227,9 +239,16 @@ def main() -> int:
     hook = figures["hook"]
     print(f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {figures['python']}, "
           f"{figures['cores']} cores; {args.runs} runs each")
+    anchor = hook[ANCHOR]["p50_ms"]
     for name, value in hook.items():
         if isinstance(value, dict):
-            print(f"  {name:54} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms")
+            print(f"  {name:62} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms   "
+                  f"{value['p50_ms'] / anchor:4.2f}x {ANCHOR}")
+    for name, goal in GOALS.items():
+        got = hook[name]
+        verdict = "met" if got["p50_ms"] < goal else "MISSED"
+        print(f"goal {verdict}: {name}: p50 < {goal} ms (got {got['p50_ms']:.1f}, p95 {got['p95_ms']:.1f}; "
+              f"{ANCHOR} {anchor:.1f})")
     tracker = figures["tracker"]
     print(f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
           f"{tracker['redundant_found']} repeats found")
