@@ -207,7 +207,8 @@ def ingest(corpus: Path, work: Path, name: str) -> tuple[scan_bench.Run, scan_be
 
 def ingest_in_process(corpus: Path, work: Path, repeat: int = 5) -> dict[str, Any]:
     """Ingest every transcript under `corpus` into a fresh archive, `repeat` times (not settled: see the module), and
-    run the baseline (BASELINE_CHILD's loop) as many times, interleaved, in this process; the best of each."""
+    run the baseline as many times, interleaved, in this process (BASELINE_CHILD's work, each file read whole: the
+    files are small); the best of each."""
     from riffd.archive.ingest import ingest_file
     from riffd.archive.store import Archive
 

@@ -21,6 +21,14 @@ from riffd.repair.plan import LineSpan  # noqa: E402
 from riffd.transcript.scan import FileIdentity  # noqa: E402
 
 
+def write_config(tmp_path: Path) -> Path:
+    """A config file naming a state folder, a Claude folder and its projects root, all under `tmp_path`."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    return config
+
+
 def dead_pid() -> int:
     """Return the pid of a process that has exited and been reaped (no process has it now: pids are reused only
     after the whole range has gone round)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_config
 from riffd.commands.cli import main
 from riffd.daemon.page import history_point
 from riffd.daemon.report import build_report, write_report
@@ -69,9 +70,7 @@ def test_the_page_says_what_needs_attention_and_holds_nothing_from_outside(tmp_p
 def test_riffd_report_draws_the_stored_history_and_repairs(tmp_path: Path) -> None:
     """`riffd report` reads the hours and repairs the page draws (`riffd status` does not read them)."""
     page_with_history(tmp_path)
-    config = tmp_path / "config.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
-                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    config = write_config(tmp_path)
     assert main(["--config", str(config), "report"]) == 1  # open findings, and no daemon runs
     html = (tmp_path / "state" / "reports" / "latest.html").read_text()
     assert html.count("<figure>") == 4 and html.count("<polyline") >= 6

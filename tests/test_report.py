@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, corpus_lines, requires_corpus
+from conftest import CORPUS_DIR, corpus_lines, requires_corpus, write_config
 from riffd.commands.cli import main
 from riffd.commands.daemon import EXIT_NOT_RUNNING
 from riffd.daemon.lock import StateLock, running_pid
@@ -115,13 +115,6 @@ def test_a_killed_writers_temp_file_is_removed_later(tmp_path: Path) -> None:
     os.utime(leftover, (time.time() - 3600, time.time() - 3600))
     write_report(build_report(store, tmp_path, None), folder, keep=3)
     assert not leftover.exists() and fresh.exists()  # a writer of a moment ago may still be at work
-
-def write_config(tmp_path: Path) -> Path:
-    config = tmp_path / "config.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
-                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
-    return config
-
 
 def test_riffd_report_and_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path)
