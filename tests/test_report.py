@@ -116,6 +116,7 @@ def test_a_killed_writers_temp_file_is_removed_later(tmp_path: Path) -> None:
     write_report(build_report(store, tmp_path, None), folder, keep=3)
     assert not leftover.exists() and fresh.exists()  # a writer of a moment ago may still be at work
 
+
 def test_riffd_report_and_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path)
     assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
