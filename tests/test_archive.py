@@ -272,6 +272,46 @@ def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
     archive.close()
 
 
+_REFUSE = {
+    # A statement of the transaction fails: SQLite undoes that statement, the transaction stays open.
+    "statement": "CREATE TEMP TRIGGER refuse BEFORE UPDATE ON main.files BEGIN SELECT RAISE(ABORT, 'injected'); END",
+    # The COMMIT itself fails (a deferred foreign key): SQLite leaves the whole transaction open.
+    "commit": "PRAGMA foreign_keys = ON; CREATE TEMP TABLE parent(id INTEGER PRIMARY KEY); "
+              "CREATE TEMP TABLE child(id INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED); "
+              "CREATE TEMP TRIGGER refuse AFTER UPDATE ON main.files BEGIN INSERT INTO child VALUES (1); END",
+}
+
+
+@pytest.mark.parametrize("where", sorted(_REFUSE))
+def test_a_write_that_fails_stores_none_of_its_lines_and_the_next_ones_restore(tmp_path: Path, where: str) -> None:
+    """A write that fails part-way, or at its COMMIT, is rolled back whole: none of its bytes in the open pack
+    (which the transaction grew in memory), the connection usable at once, and the lines archived next, into the
+    same open pack, restore byte for byte, also from a new connection."""
+    path = tmp_path / "session.jsonl"
+    archive = _archive(tmp_path)
+    written = b""
+    for number in range(1, 4):
+        line = transcript_line(number, pad=300)
+        archive.add_lines(str(path), len(written), [line[:-1]])
+        written += line
+    archive._db.executescript(_REFUSE[where])
+    with pytest.raises(sqlite3.IntegrityError):
+        archive.add_lines(str(path), len(written), [transcript_line(4, pad=5000)[:-1]])
+    assert not archive._db.in_transaction
+    archive._db.executescript("DROP TRIGGER refuse; PRAGMA foreign_keys = OFF;")
+    for number in range(4, 7):
+        line = transcript_line(number, pad=300)
+        archive.add_lines(str(path), len(written), [line[:-1]])
+        written += line
+    assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
+    archive.close()
+    assert _pack_bytes(archive.path) == len(written) - written.count(b"\n")  # no stored byte of the failed line
+    _assert_each_line_once(archive.path, {str(path): written})
+    archive = _archive(tmp_path)
+    assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
+    archive.close()
+
+
 def test_an_archive_of_the_earlier_format_is_refused_with_what_to_do(tmp_path: Path) -> None:
     db_path = tmp_path / "state" / "archive.db"
     db_path.parent.mkdir()

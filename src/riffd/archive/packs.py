@@ -105,7 +105,8 @@ class PackStore:
         self.pending = None
 
     def forget(self) -> None:
-        """The transaction rolled back: what was added in memory was not committed (read it again when needed)."""
+        """The transaction rolled back: what was added in memory was not committed (read it again when needed: the
+        transaction added to the committed pack's own bytes)."""
         self.committed = self.pending = None
 
     def settle_open(self) -> None:
@@ -125,8 +126,8 @@ class PackStore:
             self.version = version
 
     def _open_pack(self) -> OpenPack:
-        if self.committed is not None:
-            return OpenPack(self.committed.pack_id, bytearray(self.committed.body), self.committed.saved)
+        if self.committed is not None:  # not copied (4 MiB at most, each transaction): a rollback forgets both
+            return self.committed
         row = self.db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
         if row is None:
             return self._new_pack()

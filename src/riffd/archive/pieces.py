@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import msgspec
 import orjson
+
+from riffd.transcript.reader import parse_line
+from riffd.transcript.sessions import prompt_text, shorten
 
 MARK = b"\x00"  # where a piece seen before was cut out of a stored line (never in a JSON line)
 MIN_PIECE = 128  # a piece without text shorter than this stays in its line without a content of its own
@@ -137,3 +141,39 @@ def content_key(piece: Piece) -> int:
     text), as a signed integer: the lookup key. Pieces are the same only when their bytes compare equal."""
     data = bytes([piece.role]) + piece.text.encode("utf-8", "surrogatepass") if piece.text else b"\xff" + piece.exact
     return int.from_bytes(hashlib.sha256(data).digest()[:8], "big", signed=True)
+
+
+class Parsed(msgspec.Struct, array_like=True, gc=False):
+    """What the archive takes from one line before it looks in the database (`parse`): its time (epoch seconds),
+    role, session id, working folder, title, the prompt it gives a session without a title, and its pieces, each
+    (start, end, key, normalised text), in line order; pieces None: the line is stored as written. The same in this
+    process and from an ingest's reader process (riffd.archive.ingest), which sends it as msgpack."""
+
+    ts: int | None = None
+    role: int = 0
+    session: str | None = None
+    project: str | None = None
+    title: str | None = None
+    prompt: str | None = None
+    pieces: list[tuple[int, int, int, str]] | None = None
+
+
+def parse(raw: bytes, want_prompt: bool) -> Parsed:
+    """Given a line, return what the archive takes from it; its prompt only when `want_prompt` (the first user
+    prompt of a batch names a session without a title) and it is a prompt the user typed."""
+    obj = parse_line(raw)
+    if not isinstance(obj, dict):
+        return Parsed()
+    kind = obj.get("type")
+    role = ROLES.get(kind, 0) if isinstance(kind, str) else 0
+    session, project = obj.get("sessionId"), obj.get("cwd")
+    prompt = None
+    if want_prompt and kind == "user" and not obj.get("isMeta") and not obj.get("isSidechain"):
+        prompt = prompt_text(obj.get("message"))
+        prompt = shorten(prompt) if prompt else None
+    pieces = None
+    if MARK not in raw:  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
+        pieces = [(piece.start, piece.start + len(piece.exact), content_key(piece), piece.text)
+                  for piece in pieces_of(raw, obj, role)]
+    return Parsed(epoch(obj.get("timestamp")), role, session if isinstance(session, str) else None,
+                  project if isinstance(project, str) else None, title_of(obj, kind), prompt, pieces)

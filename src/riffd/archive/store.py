@@ -25,12 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.packs import PackStore, Run, tightened
-from riffd.archive.pieces import MARK, ROLE_TOKEN, ROLES, Piece, content_key, epoch, pieces_of, title_of
+from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.database import open_checked, reopen_if_damaged
-from riffd.transcript.reader import parse_line
-from riffd.transcript.sessions import prompt_text, shorten
 
 
 @dataclass
@@ -40,7 +38,8 @@ class _New:
     key: int
     offset: int
     length: int
-    piece: Piece
+    text: str
+    role: int
     variant: int | None  # the text id of a content with the same role and normalised text
 
 
@@ -101,15 +100,16 @@ class Archive(Reading):
     # --- feeding ----------------------------------------------------------------------------------
 
     def add_lines(self, path: str, offset: int, lines: list[bytes], *, rewritten: bool = False,
-                  last_terminated: bool = True) -> int:
+                  last_terminated: bool = True, prepared: list[Parsed] | None = None) -> int:
         """Archive `lines` of `path` starting at byte `offset` (each without its newline; the last one has none
         in the file when `last_terminated` is False); lines below the file's archive watermark are skipped.
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
-        generation from offset 0. Return how many lines were added."""
+        generation from offset 0. `prepared`: what `riffd.archive.pieces.parse` gave for each line (with every user
+        prompt), when a reader process did that. Return how many lines were added."""
         with self._lock:
             with self._writing():
                 self._packs.start()
-                added = self._add(path, offset, lines, rewritten, last_terminated)
+                added = self._add(path, offset, lines, rewritten, last_terminated, prepared=prepared)
                 self._packs.store_open(settled=False)
             self._dirty = self._dirty or added > 0
         return added
@@ -122,11 +122,12 @@ class Archive(Reading):
         try:
             self._packs.refresh()
             yield
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # (a COMMIT that failed, on a deferred constraint say, leaves it open)
+                self._db.execute("ROLLBACK")
             self._packs.forget()
             raise
-        self._db.execute("COMMIT")
         self._packs.commit()
 
     def add_older_generation(self, path: str, lines: list[bytes], *, last_terminated: bool = True) -> int:
@@ -149,7 +150,7 @@ class Archive(Reading):
         return [int(row[0]) for row in rows]
 
     def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool, *,
-             older: bool = False) -> int:
+             older: bool = False, prepared: list[Parsed] | None = None) -> int:
         db = self._db
         row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (path,)).fetchone()
         if row is None:
@@ -176,6 +177,8 @@ class Archive(Reading):
         if fragment and lines and offset == archived:  # the bytes after the fragment finish its line
             lines = [fragment + lines[0], *lines[1:]]
             offset = torn_at
+            if prepared is not None:
+                prepared = [parse(lines[0], True), *prepared[1:]]
         position = offset
         added = added_bytes = messages = 0
         info: dict[str, Any] = {}
@@ -196,7 +199,7 @@ class Archive(Reading):
                 added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
                 fragment = b""
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
-                line = self._prepare(raw, info)
+                line = self._prepare(raw, info, None if prepared is None else prepared[number])
                 pack_id, at = self._packs.append(line.stored)
                 if run is None or run.pack != pack_id:
                     if run is not None:
@@ -244,47 +247,38 @@ class Archive(Reading):
             self._db.execute("DELETE FROM runs WHERE file_id = ? AND generation = ? AND first = ?",
                              (file_id, generation, run.first))
 
-    def _prepare(self, raw: bytes, info: dict[str, Any]) -> _Line:
-        """Given a line, return it as stored: pieces seen before cut out; note what it says of its file."""
-        obj = parse_line(raw)
-        if not isinstance(obj, dict):
-            return _Line(raw)
-        kind = obj.get("type")
-        role = ROLES.get(kind, 0) if isinstance(kind, str) else 0
-        ts = epoch(obj.get("timestamp"))
+    def _prepare(self, raw: bytes, info: dict[str, Any], parsed: Parsed | None = None) -> _Line:
+        """Given a line (and what `parse` takes from it, when a reader process did that), return it as stored:
+        pieces seen before cut out; note what it says of its file in `info`."""
+        if parsed is None:
+            parsed = parse(raw, "prompt" not in info)
+        ts = parsed.ts
         if ts is not None:
             info.setdefault("first_ts", ts)
             info["last_ts"] = ts
-        if isinstance(obj.get("sessionId"), str):
-            info.setdefault("session", obj["sessionId"])
-        if isinstance(obj.get("cwd"), str):
-            info.setdefault("project", obj["cwd"])
-        title = title_of(obj, kind)
-        if title is not None:
-            info["title"] = title
-        if kind == "user" and "prompt" not in info and not obj.get("isMeta") and not obj.get("isSidechain"):
-            prompt = prompt_text(obj.get("message"))
-            if prompt:
-                info["prompt"] = shorten(prompt)
-        line = _Line(b"", ts=ts, role=role)
-        if MARK in raw:
-            line.stored = raw  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
-            return line
-        stored = bytearray()
-        done = 0
-        for piece in pieces_of(raw, obj, role):
-            piece_key = content_key(piece)
-            content_id, text_id = self._find(piece_key, piece.exact)
+        if parsed.session is not None:
+            info.setdefault("session", parsed.session)
+        if parsed.project is not None:
+            info.setdefault("project", parsed.project)
+        if parsed.title is not None:
+            info["title"] = parsed.title
+        if parsed.prompt is not None and "prompt" not in info:
+            info["prompt"] = parsed.prompt
+        line = _Line(raw, ts=ts, role=parsed.role)
+        segments: list[bytes] = []  # the stored line's parts, when a piece is cut out
+        done = shift = 0  # where the part after the last cut starts; the bytes cut out so far, less their marks
+        for start, end, key, text in parsed.pieces or ():
+            content_id, text_id = self._find(key, raw[start:end])
             if content_id is not None:
-                stored += raw[done:piece.start] + MARK
+                segments += (raw[done:start], MARK)
+                done, shift = end, shift + end - start - len(MARK)
                 line.cut.append(content_id)
                 line.texts.append(text_id)
             else:
-                stored += raw[done:piece.start + len(piece.exact)]
-                line.new.append(_New(piece_key, len(stored) - len(piece.exact), len(piece.exact), piece, text_id))
-            done = piece.start + len(piece.exact)
-        stored += raw[done:]
-        line.stored = bytes(stored)
+                line.new.append(_New(key, start - shift, end - start, text, parsed.role, text_id))
+        if segments:
+            segments.append(raw[done:])
+            line.stored = b"".join(segments)
         return line
 
     def _find(self, key: int, exact: bytes) -> tuple[int | None, int | None]:
@@ -306,13 +300,13 @@ class Archive(Reading):
             self._next_content = int(self._db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM contents").fetchone()[0])
         content_id = self._next_content
         self._next_content += 1
-        own_text = bool(new.piece.text) and new.variant is None
+        own_text = bool(new.text) and new.variant is None
         self._db.execute("INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, ?)",
                          (content_id, new.key, pack, line_at + new.offset, new.length,
                           content_id if own_text else new.variant))
         if not own_text:
             return new.variant
-        indexed.append((content_id, f"{new.piece.text}\n{ROLE_TOKEN.format(new.piece.role)}"))
+        indexed.append((content_id, f"{new.text}\n{ROLE_TOKEN.format(new.role)}"))
         return content_id
 
     def settle(self, *, optimize: bool = True) -> bool:
