@@ -17,9 +17,10 @@ Run by hand from the repository root::
    (everything archived; the packs filled meanwhile at zstd level 3), then `riffd archive compact` (those packs
    at level 17, as the daemon does once quiet). MB = 10^6 bytes.
    And the real corpus itself (`../shared/corpus/real`, 4 MB of distinct real sessions), in this process, since
-   a child's start-up would be most of its time: best of 5 of `ingest_file` on every file into a fresh archive
-   (what `riffd archive ingest --no-compact` does before its `settle`, a fixed cost of about 0.3 s, the open pack
-   compressed at level 17, which would be most of the time at 4 MB), against best of 5 of the same baseline here.
+   a child's start-up would be most of its time: best of 5 of `ingest_files` on every file, with its reader
+   process, into a fresh archive (what `riffd archive ingest --no-compact` does before its `settle`, a fixed cost
+   of about 0.3 s, the open pack compressed at level 17, which would be most of the time at 4 MB), against best of
+   5 of the same baseline here.
 2. search: `--queries` (200) queries on each archive, in-process through `riffd.archive.store.Archive.search`
    (limit 20): each on a fresh `Archive` (as one `riffd archive search` run; the goal is judged on this), then all
    on one `Archive` after 20 warm-up queries (its pack cache warm).
@@ -209,7 +210,7 @@ def ingest_in_process(corpus: Path, work: Path, repeat: int = 5) -> dict[str, An
     """Ingest every transcript under `corpus` into a fresh archive, `repeat` times (not settled: see the module), and
     run the baseline as many times, interleaved, in this process (BASELINE_CHILD's work, each file read whole: the
     files are small); the best of each."""
-    from riffd.archive.ingest import ingest_file
+    from riffd.archive.ingest import ingest_files
     from riffd.archive.store import Archive
 
     files = sorted(corpus.rglob("*.jsonl"))
@@ -221,8 +222,9 @@ def ingest_in_process(corpus: Path, work: Path, repeat: int = 5) -> dict[str, An
         folder.mkdir(parents=True)
         archive = Archive(folder / "archive.db")
         started = time.perf_counter()
-        for path in files:
-            ingest_file(archive, path)
+        for _path, added in ingest_files(archive, files):
+            if isinstance(added, OSError):
+                raise added
         ingest_times.append(time.perf_counter() - started)
         archive.close()
         shutil.rmtree(folder)

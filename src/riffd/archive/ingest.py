@@ -1,24 +1,53 @@
-"""Back-filling the archive from transcript files: what `riffd archive ingest`, `fix` and the daemon's catch-up use."""
+"""Back-filling the archive from transcript files: what `riffd archive ingest`, `fix` and the daemon's catch-up use.
+
+`riffd archive ingest` of many files (`ingest_files`) reads them in a reader process: the reader reads each file
+from where the archive stopped and takes from every line what the archive needs before it looks in the database
+(riffd.archive.pieces.parse: parsing, pieces, their keys and texts, about two fifths of an ingest), while this
+process stores the lines it sends, as `ingest_file` would. The reader only ever saves time: when it fails to read
+a file, that file is archived here (from the archive's own watermark, so every line once); when it dies or cannot
+start, so are the rest. It is forked, so only where forking is safe (riffd.transcript.piped.can_pipe).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import msgspec
+
+from riffd.archive.pieces import Parsed, parse
 from riffd.archive.store import Archive
 from riffd.transcript.reader import iter_chunks, read_span
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+READER_MIN_BYTES = 1_000_000  # a smaller ingest is done in one process: forking a reader would cost more than it saves
+READ_AHEAD = 8_000_000  # bytes of files the reader is given ahead of the one being stored
 
 
 def ingest_file(archive: Archive, path: Path) -> int:
     """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
     file was rewritten since); return the lines added. Only complete lines are archived."""
-    _generation, archived = archive.cursor(str(path))
-    rewritten = archived > 0 and not still_appended(archive, path, archived)
+    start, rewritten = where_to_start(archive, path)
     added = 0
-    for offset, lines, terminated in iter_chunks(path, start=0 if rewritten else archived):
+    for offset, lines, terminated in iter_chunks(path, start=start):
         # An unterminated last line is kept too (lossless); restore writes it back without a newline.
         added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
                                    last_terminated=terminated)
     return added
+
+
+def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
+    """Return (the byte to read `path` from, whether it was rewritten since it was last archived)."""
+    _generation, archived = archive.cursor(str(path))
+    rewritten = archived > 0 and not still_appended(archive, path, archived)
+    return (0 if rewritten else archived), rewritten
 
 
 def still_appended(archive: Archive, path: Path, archived: int) -> bool:
@@ -30,3 +59,152 @@ def still_appended(archive: Archive, path: Path, archived: int) -> bool:
         return read_span(path, archived - len(last), len(last)) == last
     except OSError:
         return False
+
+
+def ingest_files(archive: Archive, paths: list[Path], *,
+                 min_bytes: int = READER_MIN_BYTES) -> Iterator[tuple[Path, int | OSError]]:
+    """Back-fill each transcript of `paths` as `ingest_file` does, with a reader process when they hold `min_bytes`
+    or more and forking is safe (see the module); yield, in order, each path with the lines added or the error met.
+    The archive is the same, row for row, as `ingest_file` on each path makes."""
+    from riffd.transcript.piped import can_pipe
+
+    sizes = [_size(path) for path in paths]
+    if sum(sizes) < min_bytes or not can_pipe():
+        for path in paths:
+            yield path, _ingest_here(archive, path)
+        return
+    yield from _ingest_with_reader(archive, paths, sizes)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _ingest_here(archive: Archive, path: Path) -> int | OSError:
+    try:
+        return ingest_file(archive, path)
+    except OSError as exc:
+        return exc
+
+
+class Batch(msgspec.Struct, array_like=True, gc=False):
+    """One message of the reader: a batch of lines of job `job` from byte `offset`, with what `parse` gave for
+    each; or, `lines` empty, the end of the job (`failed`: reading failed there, the file is archived here)."""
+
+    job: int
+    offset: int = 0
+    lines: list[bytes] = []
+    parsed: list[Parsed] = []
+    terminated: bool = True
+    end: bool = False
+    failed: bool = False
+
+
+class Job(msgspec.Struct, array_like=True):
+    """A file for the reader: its number, path and the byte to read it from."""
+
+    number: int
+    path: str
+    start: int
+
+
+_decode_batch = msgspec.msgpack.Decoder(Batch).decode
+_decode_job = msgspec.msgpack.Decoder(Job | None).decode
+
+
+def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -> Iterator[tuple[Path, int | OSError]]:
+    import multiprocessing
+
+    from riffd.transcript.piped import F_SETPIPE_SZ
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    jobs_in, jobs_out = context.Pipe(duplex=False)
+    with contextlib.suppress(OSError):  # a pipe of 1 MiB, so the reader can read ahead
+        fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
+    reader = context.Process(target=_read, args=(sender, jobs_in), daemon=True, name="riffd-ingest-reader")
+    encode = msgspec.msgpack.Encoder().encode
+    rewritten: dict[int, bool] = {}  # per file handed to the reader: rewritten since it was last archived
+    try:
+        try:
+            reader.start()
+            alive = True
+        except OSError:
+            alive = False
+        sender.close()  # only the reader writes: its exit ends the stream
+        jobs_in.close()
+        sent = 0  # files handed to the reader so far
+        for number, path in enumerate(paths):
+            # The reader reads ahead, up to READ_AHEAD bytes of files, while this process stores. A file that
+            # cannot be looked at is left to be archived here, which meets the error itself.
+            while alive and sent < len(paths) and (sent <= number or sum(sizes[number:sent]) < READ_AHEAD):
+                try:
+                    start, was_rewritten = where_to_start(archive, paths[sent])
+                except OSError:
+                    sent += 1
+                    continue
+                try:
+                    jobs_out.send_bytes(encode(Job(sent, str(paths[sent]), start)))
+                except OSError:
+                    alive = False
+                rewritten[sent] = was_rewritten
+                sent += 1
+            if not alive or number not in rewritten:
+                yield path, _ingest_here(archive, path)
+                continue
+            added = 0
+            try:
+                while True:
+                    batch = _decode_batch(receiver.recv_bytes())
+                    if batch.job != number:
+                        raise msgspec.DecodeError(f"a batch of file {batch.job} while storing file {number}")
+                    if batch.end:
+                        break
+                    added += archive.add_lines(
+                        str(path), batch.offset, batch.lines, rewritten=rewritten[number] and batch.offset == 0,
+                        last_terminated=batch.terminated,
+                        prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
+            except (EOFError, OSError, msgspec.DecodeError):
+                alive = False  # the reader died or could not start: this file and the rest are archived here
+                batch = Batch(number, end=True, failed=True)
+            if batch.failed:  # archived here from the archive's watermark: what the reader's batches stored stays
+                done = _ingest_here(archive, path)
+                yield path, done if isinstance(done, OSError) else added + done
+            else:
+                yield path, added
+    finally:
+        with contextlib.suppress(OSError):
+            jobs_out.send_bytes(encode(None))  # no more files: the reader exits
+        receiver.close()  # a reader still sending meets a broken pipe and exits
+        jobs_out.close()
+        sender.close()
+        jobs_in.close()
+        if reader.pid is not None:
+            reader.join(1.0)
+            if reader.is_alive():
+                reader.kill()
+                reader.join()
+
+
+def _read(sender: Connection, jobs: Connection) -> None:
+    """The reader: for each job, send the file's batches with what `parse` takes from each line, then its end
+    (failed, when reading it failed); exit when the jobs end. Any other error: exit 1 (the parent goes on alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    encode = msgspec.msgpack.Encoder().encode
+    try:
+        while (job := _decode_job(jobs.recv_bytes())) is not None:
+            try:
+                for offset, lines, terminated in iter_chunks(job.path, start=job.start):
+                    # every user prompt: `add_lines` takes the first of the lines it stores
+                    parsed = [parse(raw, True) for raw in lines]
+                    sender.send_bytes(encode(Batch(job.number, offset, lines, parsed, terminated)))
+            except OSError:
+                sender.send_bytes(encode(Batch(job.number, end=True, failed=True)))
+            else:
+                sender.send_bytes(encode(Batch(job.number, end=True)))
+    except BaseException:
+        os._exit(1)
+    os._exit(0)

@@ -116,19 +116,20 @@ def _open(args: argparse.Namespace) -> Any:
 
 def run_ingest(args: argparse.Namespace) -> int:
     """`riffd archive ingest`: archive what is new in each transcript; exit 0, or 2 when a file failed."""
-    from riffd.archive.ingest import ingest_file
+    from riffd.archive.ingest import ingest_files
 
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
     files, errors = transcript_targets(args.paths)
     started, added, size = time.monotonic(), 0, 0
-    for number, path in enumerate(files, 1):
-        try:
-            added += ingest_file(archive, path)
-            size += path.stat().st_size
-        except OSError as exc:
-            errors.append(f"{path}: {exc.strerror or exc}")
+    for number, (path, done) in enumerate(ingest_files(archive, files), 1):
+        if isinstance(done, OSError):
+            errors.append(f"{path}: {done.strerror or done}")
+        else:
+            added += done
+            with contextlib.suppress(OSError):
+                size += path.stat().st_size
         if sys.stderr.isatty():
             rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
             print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",

@@ -1,0 +1,180 @@
+"""`riffd archive ingest` of many files with a reader process (riffd.archive.ingest.ingest_files): the archive it
+makes is the one `ingest_file` makes file by file, row for row; a reader that dies, or cannot read a file, costs
+no line. Real files in tmp_path, a real forked reader, a real SQLite archive."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+
+from conftest import CORPUS_DIR, HAVE_CORPUS, corpus_transcripts, transcript_line
+from damage import generated_session
+from riffd.archive.ingest import ingest_file, ingest_files
+from riffd.archive.packs import unpack
+from riffd.archive.store import Archive
+
+TABLES = {  # every row the archive writes, in a fixed order
+    "files": "SELECT * FROM files ORDER BY id",
+    "runs": "SELECT * FROM runs ORDER BY file_id, generation, first",
+    "contents": "SELECT * FROM contents ORDER BY id",
+    "seen": "SELECT * FROM seen ORDER BY text, file_id",
+    "search": "SELECT * FROM search_data ORDER BY id",
+    "loose": "SELECT * FROM loose ORDER BY pack",
+    "meta": "SELECT * FROM meta ORDER BY key",
+}
+
+
+def _rows(db_path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the archive's tables, the packs decompressed (the open pack's segments joined)."""
+    db = sqlite3.connect(db_path)
+    try:
+        rows = {name: db.execute(query).fetchall() for name, query in TABLES.items()}
+        packs = []
+        for pack_id, data, raw_size in db.execute("SELECT id, data, raw_size FROM packs ORDER BY id").fetchall():
+            body = unpack(data) if data else b"".join(
+                unpack(segment) for (segment,) in db.execute(
+                    "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)))
+            packs.append((pack_id, body, raw_size))
+        rows["packs"] = packs
+        return rows
+    finally:
+        db.close()
+
+
+def _sessions(folder: Path) -> list[Path]:
+    """Transcripts to ingest: the real corpus when there is one, and generated sessions with a resumed copy (pieces
+    seen before), a torn last line and a malformed line, in `folder`."""
+    folder.mkdir()
+    paths = []
+    if HAVE_CORPUS:
+        for source in corpus_transcripts():
+            copy = folder / "real" / source.relative_to(CORPUS_DIR)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, copy)
+            paths.append(copy)
+    for number in range(4):
+        lines = generated_session(segments=6, session_id=f"5e55104e-0000-4000-8000-0000000000{number:02d}")
+        if number == 2:
+            lines.insert(5, b'{"type":"user","message":\n')  # malformed, kept as written
+        path = folder / f"generated-{number}.jsonl"
+        data = b"".join(lines)
+        path.write_bytes(data[:-40] if number == 3 else data)  # the last: a torn last line
+        paths.append(path)
+    return paths
+
+
+def _archive(folder: Path, paths: list[Path], *, reader: bool) -> Path:
+    folder.mkdir()
+    archive = Archive(folder / "archive.db")
+    try:
+        if reader:
+            results = list(ingest_files(archive, paths, min_bytes=0))
+            assert [path for path, _ in results] == paths
+            assert all(isinstance(added, int) and added > 0 for _, added in results), results
+        else:
+            for path in paths:
+                ingest_file(archive, path)
+    finally:
+        archive.close()
+    return folder / "archive.db"
+
+
+def _restored(db_path: Path) -> dict[str, bytes]:
+    archive = Archive(db_path)
+    try:
+        return {path: b"".join(archive.iter_file(file_id)) for file_id, path, *_ in archive.files()}
+    finally:
+        archive.close()
+
+
+def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Path) -> None:
+    """First ingest, then appends (one completing the torn last line, which the archive joins to its fragment),
+    each with and without the reader: the same rows in every table, and every file restores byte for byte."""
+    paths = _sessions(tmp_path / "sessions")
+    alone = _archive(tmp_path / "alone", paths, reader=False)
+    shared = _archive(tmp_path / "reader", paths, reader=True)
+    assert _rows(alone) == _rows(shared)
+    torn = paths[-1]
+    with open(torn, "ab") as out:  # the torn line finished, and more lines
+        out.write(b"".join(generated_session(segments=6, session_id="5e55104e-0000-4000-8000-000000000003"))[-40:])
+        out.write(transcript_line(1) + transcript_line(2))
+    with open(paths[0], "ab") as out:
+        out.write(transcript_line(3))
+    for db_path, reader in ((alone, False), (shared, True)):
+        archive = Archive(db_path)
+        try:
+            if reader:
+                # the completed line takes its fragment's place (not added), and two more
+                assert [added for _, added in ingest_files(archive, paths, min_bytes=0)][-1] == 2
+            else:
+                for path in paths:
+                    ingest_file(archive, path)
+        finally:
+            archive.close()
+    assert _rows(alone) == _rows(shared)
+    assert _restored(shared) == {str(path): path.read_bytes() for path in paths}
+
+
+def test_a_reader_killed_part_way_costs_no_line(tmp_path: Path) -> None:
+    """SIGKILL the reader after the first file: the rest are archived here, every line once, byte for byte."""
+    paths = _sessions(tmp_path / "sessions")
+    archive = Archive(tmp_path / "archive.db")
+    results = []
+    try:
+        for path, added in ingest_files(archive, paths, min_bytes=0):
+            results.append((path, added))
+            for child in multiprocessing.active_children():
+                if child.name == "riffd-ingest-reader":
+                    os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    finally:
+        archive.close()
+    assert [path for path, _ in results] == paths
+    assert all(isinstance(added, int) and added > 0 for _, added in results), results
+    assert _restored(tmp_path / "archive.db") == {str(path): path.read_bytes() for path in paths}
+    assert _rows(tmp_path / "archive.db") == _rows(_archive(tmp_path / "alone", paths, reader=False))
+    assert not [child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"]
+
+
+def test_a_file_the_reader_cannot_read_is_reported_and_the_others_archived(tmp_path: Path) -> None:
+    """A file gone before the reader reads it: the reader reports it, this process tries it and reports the
+    error; the files after it are archived by the reader as usual."""
+    paths = _sessions(tmp_path / "sessions")
+    missing = tmp_path / "sessions" / "gone.jsonl"
+    order = [paths[0], missing, *paths[1:]]
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        results = dict(ingest_files(archive, order, min_bytes=0))
+    finally:
+        archive.close()
+    assert isinstance(results.pop(missing), FileNotFoundError)
+    assert all(isinstance(added, int) and added > 0 for added in results.values())
+    assert _restored(tmp_path / "archive.db") == {str(path): path.read_bytes() for path in paths}
+
+
+def test_titles_and_prompts_are_those_one_process_takes(tmp_path: Path) -> None:
+    """The reader sends every user prompt; the archive keeps the first of each batch it stores, as alone."""
+    path = tmp_path / "session.jsonl"
+    lines = [orjson.dumps({"type": "user", "isMeta": True, "message": {"role": "user", "content": "meta"}}),
+             orjson.dumps({"type": "user", "message": {"role": "user", "content": "the first prompt"}}),
+             orjson.dumps({"type": "user", "message": {"role": "user", "content": "the second prompt"}})]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        assert [added for _, added in ingest_files(archive, [path], min_bytes=0)] == [3]
+        title = archive._db.execute("SELECT title FROM files").fetchone()[0]
+    finally:
+        archive.close()
+    assert title == "the first prompt"
+
+
+@pytest.fixture(autouse=True)
+def _no_reader_left() -> None:
+    yield
+    assert not [child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"]
