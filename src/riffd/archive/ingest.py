@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -129,11 +130,14 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -
     encode = msgspec.msgpack.Encoder().encode
     rewritten: dict[int, bool] = {}  # per file handed to the reader: rewritten since it was last archived
     try:
+        gc.freeze()  # the reader's collections then never touch (and copy) the pages it shares with this process
         try:
             reader.start()
             alive = True
         except OSError:
             alive = False
+        finally:
+            gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
         sent = 0  # files handed to the reader so far

@@ -82,6 +82,9 @@ def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA cache_size = -32768")  # 32 MiB of pages: the content-key index takes random inserts
+        # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs the database,
+        # about a tenth of an ingest's time at 1 MiB
+        db.execute("PRAGMA wal_autocheckpoint = 8192")
         db.executescript(_SCHEMA)
         db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
