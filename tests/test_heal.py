@@ -89,6 +89,31 @@ def test_a_store_damaged_while_open_is_moved_aside_on_the_next_error(tmp_path: P
     store.close()
 
 
+def test_a_locked_database_is_never_called_damaged_nor_moved(tmp_path: Path) -> None:
+    """Another process holding a database past the lock timeout (here: a real connection with an exclusive lock,
+    which even readers wait for) is busy, not damaged: the daemon's healing opens raise the lock error and move
+    nothing. An archive that a writer holds as usual opens at once: opening it to read takes no write lock."""
+    archive_path, state_path = tmp_path / ARCHIVE_NAME, tmp_path / STATE_NAME
+    Archive(archive_path).close()
+    make_state(state_path)
+    for path, reopen in ((archive_path, lambda: Archive(archive_path, heal=True, check=True, lock_timeout=0.2)),
+                         (state_path, lambda: StateStore(state_path, heal=True))):
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.executescript("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE held(x); ")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            reopen()
+        holder.close()
+        assert not damaged_copies(path)
+    writer = sqlite3.connect(archive_path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # the daemon in the middle of a write
+    archive = Archive(archive_path, heal=True, check=True, lock_timeout=0.2)
+    assert archive.moved_aside is None and archive.search("anything") == []
+    archive.close()
+    writer.execute("ROLLBACK")
+    writer.close()
+    assert sorted(path.name for path in tmp_path.iterdir() if DAMAGED in path.name) == []
+
+
 def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
     """Transcripts of random text (little to deduplicate), so an archive of them spans several packs."""
     rng = random.Random(3)

@@ -49,10 +49,13 @@ def make_private(path: Path) -> None:
 
 
 def problem_of(db: sqlite3.Connection) -> str | None:
-    """Return what `PRAGMA quick_check` finds wrong with an open database (its first few problems), or None."""
+    """Return what `PRAGMA quick_check` finds wrong with an open database (its first few problems), or None; raise
+    the error of a database that is only busy (locked by another process), which is no damage."""
     try:
         rows = db.execute("PRAGMA quick_check(3)").fetchall()
     except sqlite3.DatabaseError as exc:
+        if not is_damage_error(exc):
+            raise
         return str(exc)
     problems = [str(row[0]) for row in rows if row[0] != "ok"]
     return "; ".join(problems) if problems else None
@@ -94,7 +97,9 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
     run its quick check. An existing empty file counts as damaged: SQLite never leaves one.
 
     Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a damaged file is
-    moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`)."""
+    moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`). An error
+    that is not damage (the database locked by another process past the timeout, a file that cannot be opened) is
+    raised as it is: a busy database is never called damaged, nor moved."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     problem: str | None = None
     db: sqlite3.Connection | None = None
@@ -110,6 +115,10 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             db = connect(path)
             problem = problem_of(db) if check else None
         except sqlite3.DatabaseError as exc:
+            if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
+                if db is not None:
+                    db.close()
+                raise
             problem = str(exc)
         if problem is None and db is not None:
             make_private(path)

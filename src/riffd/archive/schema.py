@@ -63,6 +63,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='n
 """
 
 
+# Every table and index _SCHEMA makes (FTS5 adds its own tables beside `search`)
+SCHEMA_NAMES = {"meta", "files", "files_session", "packs", "segments", "loose", "runs", "contents", "contents_key",
+                "seen", "search"}
+
 RECOVER_ADVICE = ("`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
                   "readable line of the old one into the new one")
 
@@ -71,12 +75,12 @@ def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
     """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format 1."""
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
     try:
-        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
-        if "lines" in tables:
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}  # tables and indexes
+        if "lines" in names:
             raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
                                "which this version cannot read; move it away and run `riffd archive ingest` to "
                                "archive the transcripts that still exist")
-        if not tables:
+        if not names:
             db.execute("PRAGMA page_size = 1024")
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
@@ -85,8 +89,11 @@ def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
         # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs the database,
         # about a tenth of an ingest's time at 1 MiB
         db.execute("PRAGMA wal_autocheckpoint = 8192")
-        db.executescript(_SCHEMA)
-        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
+        # Only a new or older archive is written to here: opening one to read it (`riffd archive search` beside a
+        # busy daemon) takes no write lock
+        if not names >= SCHEMA_NAMES or db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is None:
+            db.executescript(_SCHEMA)
+            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
         db.close()
         raise

@@ -94,7 +94,12 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
             return run(args)
         except (sqlite3.Error, zstandard.ZstdError) as exc:
             where = getattr(args, "archive_path", "the archive")
-            print(f"riffd: error: {where} cannot be read ({exc}); {RECOVER_ADVICE}", file=sys.stderr)
+            if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+                print(f"riffd: error: {where}: {exc}: another riffd process (the daemon, or a command) held it "
+                      "longer than the 30 s riffd waits; it is not damaged: run the command again (an ingest goes "
+                      "on from where it stopped)", file=sys.stderr)
+            else:
+                print(f"riffd: error: {where} cannot be read ({exc}); {RECOVER_ADVICE}", file=sys.stderr)
             return EXIT_ERROR
 
     return guarded
