@@ -81,6 +81,12 @@ def run_daemon(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except sqlite3.OperationalError as exc:  # the state database locked by another process past the timeout
+        if "locked" not in str(exc):
+            raise
+        print(f"riffd: error: {daemon.config.state_dir / STATE_NAME}: {exc} (not damaged: another process held it "
+              "longer than the 30 s riffd waits); start riffd again", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
