@@ -37,6 +37,41 @@ def dead_pid() -> int:
     return child.pid
 
 
+def live_children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` and that are not zombies (Linux: /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            state, parent = stat[stat.rindex(")") + 2:].split()[:2]
+            if int(parent) == pid and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def live_processes_mentioning(text: str, timeout: float = 5.0) -> list[int]:
+    """The processes (not zombies) whose command line holds `text`, once none is left or `timeout` has passed:
+    what outlives a killed riffd process (a child it forked, say)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if text.encode() in (entry / "cmdline").read_bytes():
+                        found.append(int(entry.name))
+                except OSError:
+                    continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def identity_of(path: Path) -> FileIdentity:
     """Given a file, return its FileIdentity as a scan would record it (stat plus sha256 of every byte)."""
     status = os.stat(path)

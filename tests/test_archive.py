@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import CORPUS_DIR, corpus_transcripts, requires_corpus, transcript_line
+from conftest import CORPUS_DIR, corpus_transcripts, live_processes_mentioning, requires_corpus, transcript_line
 from damage import generated_session
 from riffd.archive.ingest import ingest_file
 from riffd.archive.pieces import normalise
@@ -185,6 +185,8 @@ def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_
     assert len(archived_after_kill) >= 3
     assert len([count for count in archived_after_kill if 0 < count < sum(map(_line_count, originals.values()))]) >= 3
     assert archived_after_kill == sorted(archived_after_kill)
+    # The reader process each ingest forked exits with it: it never waits forever on a pipe the dead one held.
+    assert live_processes_mentioning(str(tmp_path)) == []
     finished = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
     assert "archived" in finished.stderr
     again = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))

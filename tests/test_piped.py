@@ -6,12 +6,15 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import damage
-from conftest import corpus_transcript_params, transcript_bytes
+from conftest import corpus_transcript_params, live_children, live_processes_mentioning, transcript_bytes
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.piped import PIPED_MIN_BYTES, can_pipe, index_piped
 from riffd.transcript.scan import analyse, index_file, scan_file
@@ -98,3 +101,19 @@ def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_pat
     with_decoder = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT, decoder_process=True)
     without = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT)
     assert with_decoder.error is not None and with_decoder.error == without.error
+
+
+def test_a_decoder_whose_parent_is_killed_exits(tmp_path: Path) -> None:
+    """SIGKILL the process indexing a big file as soon as its decoder exists: the decoder, left writing to a pipe
+    no one reads, exits (its copy of the reading end is closed), and never waits forever."""
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(transcript_bytes(40_000, pad=900))  # 38 MB: far more than the pipe holds
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; from riffd.transcript.piped import index_piped; "
+                               "index_piped(sys.argv[1], chunk_size=1 << 18)", str(big)])
+    deadline = time.monotonic() + 30
+    while not (children := live_children(parent.pid)) and parent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert children, "the decoder never started"
+    parent.kill()
+    parent.wait()
+    assert live_processes_mentioning(str(big)) == []

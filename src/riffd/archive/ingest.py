@@ -126,7 +126,8 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -
     jobs_in, jobs_out = context.Pipe(duplex=False)
     with contextlib.suppress(OSError):  # a pipe of 1 MiB, so the reader can read ahead
         fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
-    reader = context.Process(target=_read, args=(sender, jobs_in), daemon=True, name="riffd-ingest-reader")
+    reader = context.Process(target=_read, args=(sender, jobs_in, (receiver, jobs_out)), daemon=True,
+                             name="riffd-ingest-reader")
     encode = msgspec.msgpack.Encoder().encode
     rewritten: dict[int, bool] = {}  # per file handed to the reader: rewritten since it was last archived
     try:
@@ -193,9 +194,13 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -
                 reader.join()
 
 
-def _read(sender: Connection, jobs: Connection) -> None:
+def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:
     """The reader: for each job, send the file's batches with what `parse` takes from each line, then its end
-    (failed, when reading it failed); exit when the jobs end. Any other error: exit 1 (the parent goes on alone)."""
+    (failed, when reading it failed); exit when the jobs end. Any other error: exit 1 (the parent goes on alone).
+    Its copies of the parent's ends of the pipes (`parents`) are closed first: when the parent dies, even by
+    SIGKILL, the next send or wait for a job fails and the reader exits, where it would otherwise wait forever."""
+    for end in parents:
+        end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     encode = msgspec.msgpack.Encoder().encode
     try:

@@ -100,7 +100,7 @@ def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEF
     receiver, sender = context.Pipe(duplex=False)
     with contextlib.suppress(OSError):  # a pipe of 1 MiB (Linux's limit for anyone), so the child can read ahead
         fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
-    child = context.Process(target=_decode, args=(sender, path, fs, retry, chunk_size), daemon=True,
+    child = context.Process(target=_decode, args=(sender, receiver, path, fs, retry, chunk_size), daemon=True,
                             name="riffd-decoder")
     index = TranscriptIndex(path)
     complete = False  # the child's last message (empty) came: every batch is in
@@ -122,8 +122,12 @@ def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEF
     return index if complete else None
 
 
-def _decode(sender: Connection, path: str, fs: FileSystem, retry: RetryPolicy, chunk_size: int) -> None:
-    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it."""
+def _decode(sender: Connection, receiver: Connection, path: str, fs: FileSystem, retry: RetryPolicy,
+            chunk_size: int) -> None:
+    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it. Its copy of
+    the parent's end of the pipe is closed first: when the parent dies, even by SIGKILL, a send then fails and the
+    child exits, where it would otherwise wait on a full pipe forever."""
+    receiver.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     encoder = BatchEncoder()
     try:
