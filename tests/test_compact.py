@@ -140,3 +140,41 @@ def test_normalise_changes_only_what_the_definition_says():
         assert normalise(text) == runs.sub(" ", text.replace("\r\n", "\n")).strip()
 
     same()
+
+
+def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(tmp_path: Path) -> None:
+    """Search reads a piece by decompressing its pack only as far as the piece (`PackStore.span`): from a loose
+    pack (level 3), a compacted one (level 17) and the open pack (in segments), on a fresh connection (nothing held
+    in memory), every piece is the bytes of the whole pack at its place, at the start, middle and end of a pack."""
+    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000005.jsonl"
+    write_session(path, int(PACK_BYTES * 2.5 / 2100), seed=5)
+    archive = Archive(tmp_path / "archive.db")
+    ingest_file(archive, path)
+    archive.close()
+    kinds = set()
+    for compacted in (False, True):
+        archive = Archive(tmp_path / "archive.db")
+        try:
+            if compacted:
+                assert archive.compact()[0] >= 1
+                archive.close()
+                archive = Archive(tmp_path / "archive.db")
+            store = archive._packs
+            rows = archive._db.execute("SELECT contents.pack, offset, length, LENGTH(packs.data), "
+                                       "packs.id IN (SELECT pack FROM loose) FROM contents "
+                                       "JOIN packs ON packs.id = contents.pack ORDER BY contents.id").fetchall()
+            assert len(rows) > 100
+            whole = {pack: store.pack(pack) for pack, *_ in rows}
+            store.cache.clear()  # span reads from the database again
+            framed = set()
+            for pack, offset, length, frame, loose in rows[::7] + rows[-3:]:
+                kinds.add("segments" if not frame else "loose" if loose else "settled")
+                assert store.span(pack, offset, length) == whole[pack][offset:offset + length]
+                if frame:
+                    framed.add(pack)
+            assert framed and not framed & set(store.cache)  # read in part, never whole (which caches it)
+            word = orjson.loads(store.span(*rows[-1][:3])).split()[0]  # a text piece: its JSON string
+            assert archive.search(word)
+        finally:
+            archive.close()
+    assert kinds == {"segments", "loose", "settled"}

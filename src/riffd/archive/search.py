@@ -33,11 +33,12 @@ class SearchHit:
     title: str | None = None  # the session's: a title Claude Code gave it, else its first prompt
 
 
-def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str, *, project: str | None = None,
+def search(db: sqlite3.Connection, span: Callable[[int, int, int], bytes], query: str, *, project: str | None = None,
            session: str | None = None, role: str | None = None, since: int | None = None,
            limit: int = 20) -> list[SearchHit]:
-    """Given the archive's connection and a reader of a pack's first bytes, return up to `limit` places where every
-    word of `query` occurs, newest first, filtered by project path prefix, session id, role and time.
+    """Given the archive's connection and a reader of a pack's bytes (pack, offset, length), return up to `limit`
+    places where every word of `query` occurs, newest first, filtered by project path prefix, session id, role and
+    time.
 
     Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
     a message are one hit): the texts archived last are taken first, then the hits are sorted by time."""
@@ -73,7 +74,7 @@ def search(db: sqlite3.Connection, head: Callable[[int, int], bytes], query: str
     for text_id, session_id, project_path, path, line, role_id, ts, title in best.values():
         pack, at, size = db.execute(
             "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
-        text = normalise(text_of(orjson.loads(head(pack, at + size)[at:])))
+        text = normalise(text_of(orjson.loads(span(pack, at, size))))
         results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
                                  snippet(text, query), title))
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
