@@ -143,7 +143,7 @@ def test_normalise_changes_only_what_the_definition_says():
 
 
 def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(tmp_path: Path) -> None:
-    """Search reads a piece by decompressing its pack only as far as the piece (`PackStore.span`): from a loose
+    """Search reads pieces by decompressing their pack once, as far as the last (`PackStore.spans`): from a loose
     pack (level 3), a compacted one (level 17) and the open pack (in segments), on a fresh connection (nothing held
     in memory), every piece is the bytes of the whole pack at its place, at the start, middle and end of a pack."""
     path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000005.jsonl"
@@ -169,11 +169,13 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(tm
             framed = set()
             for pack, offset, length, frame, loose in rows[::7] + rows[-3:]:
                 kinds.add("segments" if not frame else "loose" if loose else "settled")
-                assert store.span(pack, offset, length) == whole[pack][offset:offset + length]
+                assert store.spans([(pack, offset, length)]) == [whole[pack][offset:offset + length]]
                 if frame:
                     framed.add(pack)
+            several = random.Random(3).sample([row[:3] for row in rows], 40)  # many of a pack, in any order
+            assert store.spans(several) == [whole[pack][offset:offset + length] for pack, offset, length in several]
             assert framed and not framed & set(store.cache)  # read in part, never whole (which caches it)
-            word = orjson.loads(store.span(*rows[-1][:3])).split()[0]  # a text piece: its JSON string
+            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[0]  # a text piece: its JSON string
             assert archive.search(word)
         finally:
             archive.close()

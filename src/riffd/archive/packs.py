@@ -26,7 +26,7 @@ SEGMENT_BYTES = 128 * 1024
 SETTLED_LEVEL = 17
 OPEN_LEVEL = 3
 PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
-SPAN_STEP = 64 * 1024  # what `span` reads and decompresses at a time
+SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
 _SETTLED = zstandard.ZstdCompressor(level=SETTLED_LEVEL)
 _OPEN = zstandard.ZstdCompressor(level=OPEN_LEVEL)
@@ -223,31 +223,47 @@ class PackStore:
             self.cache.move_to_end(pack_id)
         return data
 
-    def span(self, pack: int, offset: int, length: int) -> bytes:
-        """Return `length` bytes of a pack from `offset`, for a search snippet: a settled pack not held in memory is
-        read from the database and decompressed only as far as they go, in steps of SPAN_STEP, and not cached.
-        A whole pack (4 MiB) or its compressed frame read at once costs its page faults in a short-lived process
-        (`riffd archive search`): about a millisecond a snippet, more than the decompression."""
+    def spans(self, wanted: list[tuple[int, int, int]]) -> list[bytes]:
+        """Return the bytes of each (pack, offset, length) of `wanted`, for search snippets: each settled pack not
+        held in memory is read from the database once, and decompressed only as far as the last of its pieces, in
+        steps of SPAN_STEP; it is not cached. A whole pack (4 MiB) or its frame read at once costs its page faults
+        in a short-lived process (`riffd archive search`): about a millisecond a snippet, more than decompressing."""
+        by_pack: dict[int, list[int]] = {}
+        for number, (pack, _offset, _length) in enumerate(wanted):
+            by_pack.setdefault(pack, []).append(number)
+        found = [b""] * len(wanted)
+        for pack, numbers in by_pack.items():
+            ranges = [(wanted[number][1], wanted[number][1] + wanted[number][2]) for number in numbers]
+            for number, data in zip(numbers, self._ranges(pack, ranges), strict=True):
+                found[number] = data
+        return found
+
+    def _ranges(self, pack: int, ranges: list[tuple[int, int]]) -> list[bytes]:
         held = self._in_memory(pack)
-        if held is not None:
-            return bytes(held[offset:offset + length])
-        if pack in self.cache:
-            return self.cache[pack][offset:offset + length]
-        parts: list[bytes] = []
-        position, end = 0, offset + length
-        # (no such row: below, where the error is raised; no frame, the pack in segments: read below)
+        source = held if held is not None else self.cache.get(pack)
+        if source is not None:
+            return [bytes(source[start:end]) for start, end in ranges]
+        parts: list[list[bytes]] = [[] for _ in ranges]
+        position, last = 0, max(end for _start, end in ranges)
+        # (no such row: the error is raised below; no frame, the pack still in segments: read whole below)
         with contextlib.suppress(sqlite3.OperationalError), \
                 self.db.blobopen("packs", "data", pack, readonly=True) as blob, \
-                zstandard.ZstdDecompressor().stream_reader(blob, read_size=SPAN_STEP, closefd=False) as reader:  # type: ignore[arg-type]
-            while position < end:
-                chunk = reader.read(min(SPAN_STEP, end - position))
+                zstandard.ZstdDecompressor().stream_reader(blob, read_size=SPAN_STEP,  # type: ignore[arg-type]
+                                                           closefd=False) as reader:
+            while position < last:
+                chunk = reader.read(min(SPAN_STEP, last - position))
                 if not chunk:
                     break
-                if position + len(chunk) > offset:
-                    parts.append(chunk[max(0, offset - position):end - position])
-                position += len(chunk)
-        found = b"".join(parts)
-        return found if len(found) == length else self.pack(pack)[offset:offset + length]
+                after = position + len(chunk)
+                for (start, end), into in zip(ranges, parts, strict=True):
+                    if start < after and end > position:
+                        into.append(chunk[max(0, start - position):end - position])
+                position = after
+        found = [b"".join(into) for into in parts]
+        if all(len(data) == end - start for data, (start, end) in zip(found, ranges, strict=True)):
+            return found
+        whole = self.pack(pack)
+        return [whole[start:end] for start, end in ranges]
 
     def read(self, pack: int, offset: int, length: int) -> bytes:
         """Return `length` bytes of a pack from `offset`."""

@@ -111,7 +111,7 @@ class Reading:
         prefix, session id, role and time (see riffd.archive.search)."""
         with self._lock:
             self._packs.refresh()
-            return search(self._db, self._packs.span, query, project=project, session=session, role=role,
+            return search(self._db, self._packs.spans, query, project=project, session=session, role=role,
                           since=since, limit=limit)
 
     def behind(self, files: dict[str, int]) -> tuple[int, int]:

@@ -33,10 +33,10 @@ class SearchHit:
     title: str | None = None  # the session's: a title Claude Code gave it, else its first prompt
 
 
-def search(db: sqlite3.Connection, span: Callable[[int, int, int], bytes], query: str, *, project: str | None = None,
-           session: str | None = None, role: str | None = None, since: int | None = None,
+def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]], list[bytes]], query: str, *,
+           project: str | None = None, session: str | None = None, role: str | None = None, since: int | None = None,
            limit: int = 20) -> list[SearchHit]:
-    """Given the archive's connection and a reader of a pack's bytes (pack, offset, length), return up to `limit`
+    """Given the archive's connection and a reader of packs' bytes (each (pack, offset, length)), return up to `limit`
     places where every word of `query` occurs, newest first, filtered by project path prefix, session id, role and
     time.
 
@@ -70,11 +70,13 @@ def search(db: sqlite3.Connection, span: Callable[[int, int, int], bytes], query
             best[text_id] = row
         else:
             break
+    chosen = list(best.values())
+    places = [db.execute("SELECT pack, offset, length FROM contents WHERE id = ?", (row[0],)).fetchone()
+              for row in chosen]
     results = []
-    for text_id, session_id, project_path, path, line, role_id, ts, title in best.values():
-        pack, at, size = db.execute(
-            "SELECT pack, offset, length FROM contents WHERE id = ?", (text_id,)).fetchone()
-        text = normalise(text_of(orjson.loads(span(pack, at, size))))
+    for (_text, session_id, project_path, path, line, role_id, ts, title), piece in zip(
+            chosen, spans(places), strict=True):
+        text = normalise(text_of(orjson.loads(piece)))
         results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
                                  snippet(text, query), title))
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
