@@ -26,14 +26,19 @@ MIN_PIECE = 128  # a piece without text shorter than this stays in its line with
 ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
 ROLE_NAMES = {value: name for name, value in ROLES.items()}
 ROLE_TOKEN = "riffdrole{}"  # added to each indexed text: a role filter is one more FTS term
-_SPACES = re.compile(r"\t[ \t]*| [ \t]+")  # the runs `normalise` changes: any with a tab, or of 2+ characters
+_SPACES = re.compile("  +")  # runs of 2+ spaces; a literal prefix, which `re` searches for fast
 
 
 def normalise(text: str) -> str:
-    """Return `text` as the archive compares it: trimmed, CRLF as LF, runs of spaces and tabs as one space."""
+    """Return `text` as the archive compares it: trimmed, CRLF as LF, runs of spaces and tabs as one space (tabs made
+    spaces first, then runs of spaces made one: twice as fast as one pattern for both on transcripts)."""
     if "\r" in text:
         text = text.replace("\r\n", "\n")
-    return _SPACES.sub(" ", text).strip()
+    if "\t" in text:
+        text = text.replace("\t", " ")
+    if "  " in text:
+        text = _SPACES.sub(" ", text)
+    return text.strip()
 
 
 def text_of(value: Any) -> str:
