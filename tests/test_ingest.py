@@ -70,12 +70,12 @@ def _sessions(folder: Path) -> list[Path]:
     return paths
 
 
-def _archive(folder: Path, paths: list[Path], *, reader: bool) -> Path:
+def _archive(folder: Path, paths: list[Path], *, reader: bool, read_ahead: int = 8_000_000) -> Path:
     folder.mkdir()
     archive = Archive(folder / "archive.db")
     try:
         if reader:
-            results = list(ingest_files(archive, paths, min_bytes=0))
+            results = list(ingest_files(archive, paths, min_bytes=0, read_ahead=read_ahead))
             assert [path for path, _ in results] == paths
             assert all(isinstance(added, int) and added > 0 for _, added in results), results
         else:
@@ -94,12 +94,14 @@ def _restored(db_path: Path) -> dict[str, bytes]:
         archive.close()
 
 
-def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize("read_ahead", [0, 100_000, 8_000_000])
+def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Path, read_ahead: int) -> None:
     """First ingest, then appends (one completing the torn last line, which the archive joins to its fragment),
-    each with and without the reader: the same rows in every table, and every file restores byte for byte."""
+    each with and without the reader (given one file ahead, some, or all): the same rows in every table, and every
+    file restores byte for byte."""
     paths = _sessions(tmp_path / "sessions")
     alone = _archive(tmp_path / "alone", paths, reader=False)
-    shared = _archive(tmp_path / "reader", paths, reader=True)
+    shared = _archive(tmp_path / "reader", paths, reader=True, read_ahead=read_ahead)
     assert _rows(alone) == _rows(shared)
     torn = paths[-1]
     with open(torn, "ab") as out:  # the torn line finished, and more lines
@@ -112,7 +114,8 @@ def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Pa
         try:
             if reader:
                 # the completed line takes its fragment's place (not added), and two more
-                assert [added for _, added in ingest_files(archive, paths, min_bytes=0)][-1] == 2
+                results = list(ingest_files(archive, paths, min_bytes=0, read_ahead=read_ahead))
+                assert [added for _, added in results][-1] == 2
             else:
                 for path in paths:
                     ingest_file(archive, path)

@@ -62,11 +62,12 @@ def still_appended(archive: Archive, path: Path, archived: int) -> bool:
         return False
 
 
-def ingest_files(archive: Archive, paths: list[Path], *,
-                 min_bytes: int = READER_MIN_BYTES) -> Iterator[tuple[Path, int | OSError]]:
+def ingest_files(archive: Archive, paths: list[Path], *, min_bytes: int = READER_MIN_BYTES,
+                 read_ahead: int = READ_AHEAD) -> Iterator[tuple[Path, int | OSError]]:
     """Back-fill each transcript of `paths` as `ingest_file` does, with a reader process when they hold `min_bytes`
-    or more and forking is safe (see the module); yield, in order, each path with the lines added or the error met.
-    The archive is the same, row for row, as `ingest_file` on each path makes."""
+    or more and forking is safe (see the module), given files up to `read_ahead` bytes ahead of the one stored;
+    yield, in order, each path with the lines added or the error met. The archive is the same, row for row, as
+    `ingest_file` on each path makes."""
     from riffd.transcript.piped import can_pipe
 
     sizes = [_size(path) for path in paths]
@@ -74,7 +75,7 @@ def ingest_files(archive: Archive, paths: list[Path], *,
         for path in paths:
             yield path, _ingest_here(archive, path)
         return
-    yield from _ingest_with_reader(archive, paths, sizes)
+    yield from _ingest_with_reader(archive, paths, sizes, read_ahead)
 
 
 def _size(path: Path) -> int:
@@ -116,7 +117,8 @@ _decode_batch = msgspec.msgpack.Decoder(Batch).decode
 _decode_job = msgspec.msgpack.Decoder(Job | None).decode
 
 
-def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -> Iterator[tuple[Path, int | OSError]]:
+def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
+                        read_ahead: int) -> Iterator[tuple[Path, int | OSError]]:
     import multiprocessing
 
     from riffd.transcript.piped import F_SETPIPE_SZ
@@ -141,11 +143,12 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -
             gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
-        sent = 0  # files handed to the reader so far
+        sent = ahead = 0  # files handed to the reader so far; the bytes of those from the one being stored on
         for number, path in enumerate(paths):
-            # The reader reads ahead, up to READ_AHEAD bytes of files, while this process stores. A file that
+            # The reader reads ahead, up to `read_ahead` bytes of files, while this process stores. A file that
             # cannot be looked at is left to be archived here, which meets the error itself.
-            while alive and sent < len(paths) and (sent <= number or sum(sizes[number:sent]) < READ_AHEAD):
+            while alive and sent < len(paths) and (sent <= number or ahead < read_ahead):
+                ahead += sizes[sent]
                 try:
                     start, was_rewritten = where_to_start(archive, paths[sent])
                 except OSError:
@@ -157,6 +160,7 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int]) -
                     alive = False
                 rewritten[sent] = was_rewritten
                 sent += 1
+            ahead -= sizes[number]
             if not alive or number not in rewritten:
                 yield path, _ingest_here(archive, path)
                 continue
