@@ -251,6 +251,25 @@ def test_two_writers_on_one_archive_never_overwrite_each_other(tmp_path: Path) -
     _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): data for path, data in written.items()})
 
 
+def test_two_writers_appending_to_one_file_keep_every_line(tmp_path: Path) -> None:
+    """The daemon and `riffd archive ingest` may append to the same file's archive in turns: each connection keeps
+    the file's last run decoded between its writes, which must not outlive the other's commit (its lines would be
+    dropped from the run when this one saves it)."""
+    first, second = _archive(tmp_path), _archive(tmp_path)
+    path = tmp_path / "one.jsonl"
+    written = b""
+    for number in range(1, 13):
+        writer = first if number % 3 else second  # two by one, one by the other
+        line = transcript_line(number, pad=50 * number)
+        assert writer.add_lines(str(path), len(written), [line[:-1]]) == 1
+        written += line
+    for reader in (first, second):
+        assert b"".join(reader.iter_file(reader.files_of(str(path))[0][0])) == written
+    first.close()
+    second.close()
+    _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): written})
+
+
 def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
     """The daemon settles its open pack when quiet, then more lines come: after a restart (a new connection
     reading the open pack from the database) every line must still restore byte for byte."""
