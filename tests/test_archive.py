@@ -270,6 +270,24 @@ def test_two_writers_appending_to_one_file_keep_every_line(tmp_path: Path) -> No
     _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): written})
 
 
+def test_the_daemon_and_an_ingest_back_filling_one_file_in_turns_keep_every_line(tmp_path: Path) -> None:
+    """As the daemon's catch-up and `riffd archive ingest` do (ingest_file: where to start, which reads the archive,
+    then the lines): the other's lines, committed between two of this one's, are never dropped from the run."""
+    path = tmp_path / "session.jsonl"
+    daemon, command = _archive(tmp_path), _archive(tmp_path)
+    number = 0
+    for writer, count in ((daemon, 10), (command, 10), (daemon, 6), (command, 3), (daemon, 2)):
+        with open(path, "ab") as out:
+            out.write(b"".join(transcript_line(number + offset + 1, pad=30) for offset in range(count)))
+        number += count
+        assert ingest_file(writer, path) == count
+    for reader in (daemon, command):
+        assert b"".join(reader.iter_file(reader.files_of(str(path))[0][0])) == path.read_bytes()
+    daemon.close()
+    command.close()
+    _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): path.read_bytes()})
+
+
 def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
     """The daemon settles its open pack when quiet, then more lines come: after a restart (a new connection
     reading the open pack from the database) every line must still restore byte for byte."""

@@ -26,6 +26,7 @@ SEGMENT_BYTES = 128 * 1024
 SETTLED_LEVEL = 17
 OPEN_LEVEL = 3
 PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
+RUN_CACHE = 16  # the last runs of this many files kept decoded (a run holds up to a pack's lines: a few thousand)
 SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
 _SETTLED = zstandard.ZstdCompressor(level=SETTLED_LEVEL)
@@ -94,6 +95,9 @@ class PackStore:
         self.cache: OrderedDict[int, bytes] = OrderedDict()  # settled packs, decompressed
         self.committed: OpenPack | None = None  # the open pack as committed; None: read it from the database
         self.pending: OpenPack | None = None  # the open pack inside the running transaction
+        # The last run of the (file, generation)s written last through this connection (RUN_CACHE), as committed:
+        # decoding its header at every batch cost a fifth of an ingest of big files. Forgotten with the open pack.
+        self.runs: OrderedDict[tuple[int, int], Run] = OrderedDict()
         self.version = -1
 
     def start(self) -> None:
@@ -108,8 +112,20 @@ class PackStore:
 
     def forget(self) -> None:
         """The transaction rolled back: what was added in memory was not committed (read it again when needed: the
-        transaction added to the committed pack's own bytes)."""
+        transaction added to the committed pack's own bytes and runs)."""
         self.committed = self.pending = None
+        self.runs.clear()
+
+    def keep_run(self, key: tuple[int, int], run: Run | None) -> None:
+        """Remember `run` as the last run of (file, generation) `key` as this transaction leaves it (None: it has
+        none in memory)."""
+        if run is None:
+            self.runs.pop(key, None)
+            return
+        self.runs[key] = run
+        self.runs.move_to_end(key)
+        if len(self.runs) > RUN_CACHE:
+            self.runs.popitem(last=False)
 
     def settle_open(self) -> None:
         """Store the open pack whole at the settled level (it stays open: a later line reopens it)."""
@@ -126,6 +142,7 @@ class PackStore:
             return False
         self.committed = None
         self.cache.clear()
+        self.runs.clear()
         self.version = version
         return True
 

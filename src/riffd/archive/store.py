@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,8 +29,6 @@ from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.database import open_checked, reopen_if_damaged
-
-RUN_CACHE = 16  # the last runs of this many files kept decoded (a run holds up to a pack's lines: a few thousand)
 
 
 @dataclass
@@ -80,10 +77,6 @@ class Archive(Reading):
             self._db, self.moved_aside, self.damage = open_checked(
                 path, lambda target: connect(target, lock_timeout), heal=heal, check=check, advice=RECOVER_ADVICE)
         self._packs = PackStore(self._db)
-        # The last run of the (file, generation)s written last through this connection (RUN_CACHE), as committed:
-        # decoding its header at every batch cost a fifth of an ingest of big files. Forgotten when another
-        # connection writes.
-        self._runs: OrderedDict[tuple[int, int], Run] = OrderedDict()
         self._dirty = True  # lines added since the last settle (unknown at first)
         self._next_content: int | None = None  # the next content id, within a write transaction
 
@@ -96,7 +89,6 @@ class Archive(Reading):
                 return False
             self._db, self.moved_aside, self.damage = reopened
             self._packs = PackStore(self._db)
-            self._runs.clear()
             self._dirty = True
         return True
 
@@ -128,15 +120,15 @@ class Archive(Reading):
         it is the committed one; on failure it is forgotten (read again from the database when next needed)."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            if self._packs.refresh():
-                self._runs.clear()
+            self._packs.refresh()
             yield
             self._db.execute("COMMIT")
         except BaseException:
-            if self._db.in_transaction:  # (a COMMIT that failed, on a deferred constraint say, leaves it open)
-                self._db.execute("ROLLBACK")
-            self._packs.forget()
-            self._runs.clear()  # the runs this transaction changed in memory
+            try:
+                if self._db.in_transaction:  # (a COMMIT that failed, on a deferred constraint say, leaves it open)
+                    self._db.execute("ROLLBACK")
+            finally:
+                self._packs.forget()
             raise
         self._packs.commit()
 
@@ -176,7 +168,7 @@ class Archive(Reading):
         older = older and first is not None  # a file with nothing archived yet: these lines are its history so far
         if older:
             generation, archived, count = first - 1, 0, 0
-        run = None if older else self._runs.get((file_id, generation)) or self._last_run(file_id, generation)
+        run = None if older else self._packs.runs.get((file_id, generation)) or self._last_run(file_id, generation)
         # A torn last line (archived without its newline) that the file has completed since: the completed line
         # takes its place, so the archive keeps one line per line of the file, never a fragment plus the rest, and
         # a caller feeding the completed line from its start (below the watermark) does not lose the rest.
@@ -253,14 +245,11 @@ class Archive(Reading):
         if run.lengths:
             self._db.execute("INSERT OR REPLACE INTO runs(file_id, generation, first, pack, header) "
                              "VALUES (?, ?, ?, ?, ?)", (file_id, generation, run.first, run.pack, run.encode()))
-            self._runs[(file_id, generation)] = run
-            self._runs.move_to_end((file_id, generation))
-            if len(self._runs) > RUN_CACHE:
-                self._runs.popitem(last=False)
+            self._packs.keep_run((file_id, generation), run)
         else:
             self._db.execute("DELETE FROM runs WHERE file_id = ? AND generation = ? AND first = ?",
                              (file_id, generation, run.first))
-            self._runs.pop((file_id, generation), None)
+            self._packs.keep_run((file_id, generation), None)
 
     def _prepare(self, raw: bytes, info: dict[str, Any], parsed: Parsed | None = None) -> _Line:
         """Given a line (and what `parse` takes from it, when a reader process did that), return it as stored:
