@@ -114,6 +114,24 @@ def test_a_locked_database_is_never_called_damaged_nor_moved(tmp_path: Path) -> 
     assert sorted(path.name for path in tmp_path.iterdir() if DAMAGED in path.name) == []
 
 
+def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
+    """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one line, exit 2."""
+    import subprocess
+    import sys
+
+    (tmp_path / "state" / STATE_NAME).mkdir(parents=True)
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
+    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "run"], capture_output=True,
+                            text=True, env=environment, timeout=60, check=False)
+    assert result.returncode == EXIT_ERROR
+    assert "Traceback" not in result.stderr
+    assert f"riffd: error: {tmp_path / 'state' / STATE_NAME}: unable to open database file" in result.stderr
+    assert (tmp_path / "state" / STATE_NAME).is_dir() and not damaged_copies(tmp_path / "state" / STATE_NAME)
+
+
 def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
     """Transcripts of random text (little to deduplicate), so an archive of them spans several packs."""
     rng = random.Random(3)

@@ -126,12 +126,13 @@ def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Pa
 
 
 def test_a_reader_killed_part_way_costs_no_line(tmp_path: Path) -> None:
-    """SIGKILL the reader after the first file: the rest are archived here, every line once, byte for byte."""
+    """SIGKILL the reader after the first file (given one file ahead, it has not read the rest): the rest are
+    archived here, every line once, byte for byte."""
     paths = _sessions(tmp_path / "sessions")
     archive = Archive(tmp_path / "archive.db")
     results = []
     try:
-        for path, added in ingest_files(archive, paths, min_bytes=0):
+        for path, added in ingest_files(archive, paths, min_bytes=0, read_ahead=0):
             results.append((path, added))
             for child in multiprocessing.active_children():
                 if child.name == "riffd-ingest-reader":
@@ -181,3 +182,69 @@ def test_titles_and_prompts_are_those_one_process_takes(tmp_path: Path) -> None:
 def _no_reader_left() -> None:
     yield
     assert not [child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"]
+
+
+def test_thousands_of_small_files_never_stall_the_reader(tmp_path: Path) -> None:
+    """1,500 files of 2 kB (3 MB): the reader is given at most JOBS_AHEAD files ahead, so the pipe of files to
+    read never fills while it waits to send (`riffd archive ingest` in a real process, which must finish)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "projects" / "-p"
+    folder.mkdir(parents=True)
+    for number in range(1500):
+        (folder / f"00000000-0000-4000-8000-{number:012d}.jsonl").write_bytes(
+            b"".join(transcript_line(line, session_id=f"00000000-0000-4000-8000-{number:012d}", pad=200)
+                     for line in range(1, 8)))
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest",
+                             "--no-compact", str(tmp_path / "projects")], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "archived 10500 new line(s) from 1500 file(s)" in result.stderr
+
+
+def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path) -> None:
+    """The same path twice (`riffd archive ingest DIR FILE`): the second finds nothing new, as in one process."""
+    paths = _sessions(tmp_path / "sessions")[-2:]
+    twice = [paths[0], paths[1], paths[0]]
+    alone, shared = Archive(tmp_path / "alone.db"), Archive(tmp_path / "shared.db")
+    try:
+        for archive in (alone, shared):
+            for path in paths:
+                ingest_file(archive, path)
+        paths[0].write_bytes(b"".join(transcript_line(number) for number in range(1, 5)))  # rewritten
+        assert [ingest_file(alone, path) for path in twice] == [4, 0, 0]
+        assert [added for _, added in ingest_files(shared, twice, min_bytes=0)] == [4, 0, 0]
+    finally:
+        alone.close()
+        shared.close()
+    assert _rows(tmp_path / "alone.db") == _rows(tmp_path / "shared.db")
+
+
+def test_a_file_rewritten_after_the_reader_was_given_it_is_read_again_here(tmp_path: Path) -> None:
+    """Where to read a file from is decided before the reader reads it; a file rewritten in between (or archived
+    by the daemon meanwhile) is found so when its lines arrive, and archived here from what it holds now: the
+    same archive as one process that met the rewrite."""
+    paths = _sessions(tmp_path / "sessions")[-3:]
+    alone, shared = Archive(tmp_path / "alone.db"), Archive(tmp_path / "shared.db")
+    try:
+        for archive in (alone, shared):
+            for path in paths:
+                ingest_file(archive, path)
+        for path in paths:
+            with open(path, "ab") as out:
+                out.write(transcript_line(90))
+        rewritten = b"".join(transcript_line(number, pad=70) for number in range(1, 9))
+        results = ingest_files(shared, paths, min_bytes=0)
+        first = next(results)  # the reader has been given every file, and may have read them
+        paths[1].write_bytes(rewritten)
+        rest = list(results)
+        # (the last file's torn last line is finished by the appended line, which takes its place: none added)
+        assert [added for _, added in [first, *rest]] == [ingest_file(alone, path) for path in paths] == [1, 8, 0]
+    finally:
+        alone.close()
+        shared.close()
+    assert _rows(tmp_path / "alone.db") == _rows(tmp_path / "shared.db")
+    assert _restored(tmp_path / "shared.db") == {str(path): path.read_bytes() for path in paths}

@@ -148,11 +148,14 @@ def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
     if not is_damage_error(error):
         return None
     # A new connection reads the file as it is now; `db` may answer from pages it cached before the damage.
-    checker = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        problem = problem_of(checker)
-    finally:
-        checker.close()
+        checker = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            problem = problem_of(checker)
+        finally:
+            checker.close()
+    except sqlite3.Error:  # busy, or cannot be opened now: no damage confirmed, so nothing is moved
+        return None
     if problem is None:
         return None
     db.close()

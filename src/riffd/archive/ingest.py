@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 READER_MIN_BYTES = 1_000_000  # a smaller ingest is done in one process: forking a reader would cost more than it saves
 READ_AHEAD = 8_000_000  # bytes of files the reader is given ahead of the one being stored
+JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which no one else drains)
 
 
 def ingest_file(archive: Archive, path: Path) -> int:
@@ -76,6 +77,13 @@ def ingest_files(archive: Archive, paths: list[Path], *, min_bytes: int = READER
             yield path, _ingest_here(archive, path)
         return
     yield from _ingest_with_reader(archive, paths, sizes, read_ahead)
+
+
+def _where_now(archive: Archive, path: Path) -> tuple[int, bool] | None:
+    try:
+        return where_to_start(archive, path)
+    except OSError:
+        return None
 
 
 def _size(path: Path) -> int:
@@ -131,7 +139,7 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
     reader = context.Process(target=_read, args=(sender, jobs_in, (receiver, jobs_out)), daemon=True,
                              name="riffd-ingest-reader")
     encode = msgspec.msgpack.Encoder().encode
-    rewritten: dict[int, bool] = {}  # per file handed to the reader: rewritten since it was last archived
+    starts: dict[int, tuple[int, bool]] = {}  # per file handed to the reader: `where_to_start` then
     try:
         gc.freeze()  # the reader's collections then never touch (and copy) the pages it shares with this process
         try:
@@ -143,51 +151,60 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
             gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
-        sent = ahead = 0  # files handed to the reader so far; the bytes of those from the one being stored on
+        sent = ahead = 0  # files looked at for the reader so far; the bytes of those from the one being stored on
+        handed: set[str] = set()
         for number, path in enumerate(paths):
-            # The reader reads ahead, up to `read_ahead` bytes of files, while this process stores. A file that
-            # cannot be looked at is left to be archived here, which meets the error itself.
-            while alive and sent < len(paths) and (sent <= number or ahead < read_ahead):
+            # The reader reads ahead, up to `read_ahead` bytes and JOBS_AHEAD files, while this process stores. A
+            # file that cannot be looked at, or is named again, is left to be archived here when its turn comes
+            # (which meets the error itself, or finds nothing new), as one process would.
+            while alive and sent < len(paths) and (
+                    sent <= number or (ahead < read_ahead and sent - number < JOBS_AHEAD)):
                 ahead += sizes[sent]
-                try:
-                    start, was_rewritten = where_to_start(archive, paths[sent])
-                except OSError:
-                    sent += 1
+                sent += 1
+                if str(paths[sent - 1]) in handed:
                     continue
                 try:
-                    jobs_out.send_bytes(encode(Job(sent, str(paths[sent]), start)))
+                    start = where_to_start(archive, paths[sent - 1])
+                except OSError:
+                    continue
+                try:
+                    jobs_out.send_bytes(encode(Job(sent - 1, str(paths[sent - 1]), start[0])))
                 except OSError:
                     alive = False
-                rewritten[sent] = was_rewritten
-                sent += 1
+                handed.add(str(paths[sent - 1]))
+                starts[sent - 1] = start
             ahead -= sizes[number]
-            if not alive or number not in rewritten:
+            if not alive or number not in starts:
                 yield path, _ingest_here(archive, path)
                 continue
             added = 0
+            stale = None  # where to start changed since the reader was given the file (known at its first message)
             try:
                 while True:
                     batch = _decode_batch(receiver.recv_bytes())
                     if batch.job != number:
                         raise msgspec.DecodeError(f"a batch of file {batch.job} while storing file {number}")
+                    if stale is None:  # rewritten, or archived by another process, meanwhile: read again here
+                        stale = _where_now(archive, path) != starts[number]
                     if batch.end:
                         break
-                    added += archive.add_lines(
-                        str(path), batch.offset, batch.lines, rewritten=rewritten[number] and batch.offset == 0,
-                        last_terminated=batch.terminated,
-                        prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
+                    if not stale:
+                        added += archive.add_lines(
+                            str(path), batch.offset, batch.lines,
+                            rewritten=starts[number][1] and batch.offset == 0, last_terminated=batch.terminated,
+                            prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
             except (EOFError, OSError, msgspec.DecodeError):
                 alive = False  # the reader died or could not start: this file and the rest are archived here
                 batch = Batch(number, end=True, failed=True)
-            if batch.failed:  # archived here from the archive's watermark: what the reader's batches stored stays
+            if batch.failed or stale:  # archived here from the archive's watermark: what was stored stays
                 done = _ingest_here(archive, path)
                 yield path, done if isinstance(done, OSError) else added + done
             else:
                 yield path, added
     finally:
+        receiver.close()  # a reader still sending meets a broken pipe and exits
         with contextlib.suppress(OSError):
             jobs_out.send_bytes(encode(None))  # no more files: the reader exits
-        receiver.close()  # a reader still sending meets a broken pipe and exits
         jobs_out.close()
         sender.close()
         jobs_in.close()
@@ -213,7 +230,11 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
                 for offset, lines, terminated in iter_chunks(job.path, start=job.start):
                     # every user prompt: `add_lines` takes the first of the lines it stores
                     parsed = [parse(raw, True) for raw in lines]
-                    sender.send_bytes(encode(Batch(job.number, offset, lines, parsed, terminated)))
+                    try:
+                        message = encode(Batch(job.number, offset, lines, parsed, terminated))
+                    except UnicodeEncodeError:  # a text with a lone surrogate (an escape JSON allows): parsed there
+                        message = encode(Batch(job.number, offset, lines, [], terminated))
+                    sender.send_bytes(message)
             except OSError:
                 sender.send_bytes(encode(Batch(job.number, end=True, failed=True)))
             else:

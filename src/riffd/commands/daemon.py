@@ -81,11 +81,14 @@ def run_daemon(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except sqlite3.OperationalError as exc:  # the state database locked by another process past the timeout
-        if "locked" not in str(exc):
-            raise
-        print(f"riffd: error: {daemon.config.state_dir / STATE_NAME}: {exc} (not damaged: another process held it "
-              "longer than the 30 s riffd waits); start riffd again", file=sys.stderr)
+    except sqlite3.OperationalError as exc:  # the state database busy, or not to be opened: never moved aside
+        where = daemon.config.state_dir / STATE_NAME
+        if "locked" in str(exc):
+            print(f"riffd: error: {where}: {exc} (not damaged: another process held it longer than the 30 s riffd "
+                  "waits); start riffd again", file=sys.stderr)
+        else:
+            print(f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
+                  file=sys.stderr)
         return EXIT_ERROR
 
 
