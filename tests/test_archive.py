@@ -288,6 +288,22 @@ def test_the_daemon_and_an_ingest_back_filling_one_file_in_turns_keep_every_line
     _assert_each_line_once(tmp_path / "state" / "archive.db", {str(path): path.read_bytes()})
 
 
+def test_a_prompt_with_a_lone_surrogate_is_archived_and_titles_its_session(tmp_path: Path) -> None:
+    """JSON may escape a lone surrogate (a prompt cut in the middle of an emoji): the line is archived as written,
+    and the session's title and folder, which SQLite must hold as UTF-8, show U+FFFD in its place."""
+    path = tmp_path / "session.jsonl"
+    path.write_bytes(b'{"type":"user","cwd":"/home/u/caf\\udce9","message":{"role":"user","content":"fix this '
+                     b'\\ud83d"}}\n' + transcript_line(2))
+    archive = _archive(tmp_path)
+    try:
+        assert ingest_file(archive, path) == 2
+        assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == path.read_bytes()
+        assert archive._db.execute("SELECT title, project FROM files").fetchone() == ("fix this \ufffd",
+                                                                                      "/home/u/caf\ufffd")
+    finally:
+        archive.close()
+
+
 def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
     """The daemon settles its open pack when quiet, then more lines come: after a restart (a new connection
     reading the open pack from the database) every line must still restore byte for byte."""

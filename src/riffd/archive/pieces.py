@@ -180,5 +180,17 @@ def parse(raw: bytes, want_prompt: bool) -> Parsed:
     if MARK not in raw:  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
         pieces = [(piece.start, piece.start + len(piece.exact), content_key(piece), piece.text)
                   for piece in pieces_of(raw, obj, role)]
-    return Parsed(epoch(obj.get("timestamp")), role, session if isinstance(session, str) else None,
-                  project if isinstance(project, str) else None, title_of(obj, kind), prompt, pieces)
+    return Parsed(epoch(obj.get("timestamp")), role, _storable(session), _storable(project),
+                  _storable(title_of(obj, kind)), _storable(prompt), pieces)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value: object) -> str | None:
+    """A string of the line for the archive's `files` row, or None: a lone surrogate (JSON may escape one, as a
+    prompt cut in the middle of an emoji) made U+FFFD, since SQLite takes only UTF-8 (the line itself is stored as
+    written; pieces with one are never cut, orjson refusing them)."""
+    if not isinstance(value, str):
+        return None
+    return value if value.isascii() else _SURROGATE.sub("\ufffd", value)
