@@ -15,12 +15,13 @@ import pytest
 
 import damage
 from conftest import corpus_transcript_params, live_children, live_processes_mentioning, transcript_bytes
+from riffd.forking import can_fork
 from riffd.fsio import FileSystem, RetryPolicy
-from riffd.transcript.piped import PIPED_MIN_BYTES, can_pipe, index_piped
+from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.scan import analyse, index_file, scan_file
 from test_records import index_state
 
-pytestmark = pytest.mark.skipif(not can_pipe(), reason="the decoder process is forked: Linux, one thread")
+pytestmark = pytest.mark.skipif(not can_fork(), reason="the decoder process is forked: Linux, one thread")
 
 NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0)
 

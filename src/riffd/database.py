@@ -70,6 +70,15 @@ def is_damage_error(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text or "corrupt" in text or type(exc) is sqlite3.DatabaseError
 
 
+BUSY = "not damaged: another riffd process, the daemon or a command, held it longer than the 30 s riffd waits"
+
+
+def is_busy_error(exc: BaseException) -> bool:
+    """Return True for the sqlite3 error of a database another connection holds locked past the timeout (see BUSY)."""
+    text = str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
+
+
 def move_aside(path: Path) -> Path:
     """Rename a damaged database and its sidecars to `<name>.damaged-<UTC time>` beside it; return the new path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -5,16 +5,14 @@ from where the archive stopped and takes from every line what the archive needs 
 (riffd.archive.pieces.parse: parsing, pieces, their keys and texts, about two fifths of an ingest), while this
 process stores the lines it sends, as `ingest_file` would. The reader only ever saves time: when it fails to read
 a file, that file is archived here (from the archive's own watermark, so every line once); when it dies or cannot
-start, so are the rest. It is forked, so only where forking is safe (riffd.transcript.piped.can_pipe).
+start, so are the rest. It is forked, so only where forking is safe (riffd.forking.can_fork).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +21,7 @@ import msgspec
 
 from riffd.archive.pieces import Parsed, parse
 from riffd.archive.store import Archive
+from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.transcript.reader import iter_chunks, read_span
 
 if TYPE_CHECKING:
@@ -69,10 +68,8 @@ def ingest_files(archive: Archive, paths: list[Path], *, min_bytes: int = READER
     or more and forking is safe (see the module), given files up to `read_ahead` bytes ahead of the one stored;
     yield, in order, each path with the lines added or the error met. The archive is the same, row for row, as
     `ingest_file` on each path makes."""
-    from riffd.transcript.piped import can_pipe
-
     sizes = [_size(path) for path in paths]
-    if sum(sizes) < min_bytes or not can_pipe():
+    if sum(sizes) < min_bytes or not can_fork():
         for path in paths:
             yield path, _ingest_here(archive, path)
         return
@@ -127,15 +124,9 @@ _decode_job = msgspec.msgpack.Decoder(Job | None).decode
 
 def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
                         read_ahead: int) -> Iterator[tuple[Path, int | OSError]]:
-    import multiprocessing
-
-    from riffd.transcript.piped import F_SETPIPE_SZ
-
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
+    context = fork_context()
+    receiver, sender = big_pipe(context)
     jobs_in, jobs_out = context.Pipe(duplex=False)
-    with contextlib.suppress(OSError):  # a pipe of 1 MiB, so the reader can read ahead
-        fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
     reader = context.Process(target=_read, args=(sender, jobs_in, (receiver, jobs_out)), daemon=True,
                              name="riffd-ingest-reader")
     encode = msgspec.msgpack.Encoder().encode
@@ -174,29 +165,10 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
                 handed.add(str(paths[sent - 1]))
                 starts[sent - 1] = start
             ahead -= sizes[number]
-            if not alive or number not in starts:
-                yield path, _ingest_here(archive, path)
-                continue
-            added = 0
-            stale = None  # where to start changed since the reader was given the file (known at its first message)
-            try:
-                while True:
-                    batch = _decode_batch(receiver.recv_bytes())
-                    if batch.job != number:
-                        raise msgspec.DecodeError(f"a batch of file {batch.job} while storing file {number}")
-                    if stale is None:  # rewritten, or archived by another process, meanwhile: read again here
-                        stale = _where_now(archive, path) != starts[number]
-                    if batch.end:
-                        break
-                    if not stale:
-                        added += archive.add_lines(
-                            str(path), batch.offset, batch.lines,
-                            rewritten=starts[number][1] and batch.offset == 0, last_terminated=batch.terminated,
-                            prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
-            except (EOFError, OSError, msgspec.DecodeError):
-                alive = False  # the reader died or could not start: this file and the rest are archived here
-                batch = Batch(number, end=True, failed=True)
-            if batch.failed or stale:  # archived here from the archive's watermark: what was stored stays
+            added, done_here = 0, True
+            if alive and number in starts:
+                added, done_here, alive = _store_batches(archive, receiver, number, path, starts[number])
+            if done_here:  # from the archive's watermark: what the reader's batches stored stays, once
                 done = _ingest_here(archive, path)
                 yield path, done if isinstance(done, OSError) else added + done
             else:
@@ -208,21 +180,40 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
         jobs_out.close()
         sender.close()
         jobs_in.close()
-        if reader.pid is not None:
-            reader.join(1.0)
-            if reader.is_alive():
-                reader.kill()
-                reader.join()
+        reap(reader, 1.0)
+
+
+def _store_batches(archive: Archive, receiver: Connection, number: int, path: Path,
+                   start: tuple[int, bool]) -> tuple[int, bool, bool]:
+    """Store the reader's batches of file `number`, handed to it when `where_to_start` gave `start`; return (the
+    lines added, whether the file is to be archived here after all, whether the reader is still there). Here after
+    all: the reader could not read it, or it was rewritten or archived by another process since it was handed over
+    (its first message shows), or the reader died or fell out of step (then so are the rest)."""
+    added, stale = 0, None
+    try:
+        while True:
+            batch = _decode_batch(receiver.recv_bytes())
+            if batch.job != number:
+                raise msgspec.DecodeError(f"a batch of file {batch.job} while storing file {number}")
+            if stale is None:
+                stale = _where_now(archive, path) != start
+            if batch.end:
+                return added, bool(stale or batch.failed), True
+            if not stale:
+                added += archive.add_lines(
+                    str(path), batch.offset, batch.lines, rewritten=start[1] and batch.offset == 0,
+                    last_terminated=batch.terminated,
+                    prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
+    except (EOFError, OSError, msgspec.DecodeError):
+        return added, True, False
 
 
 def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:
     """The reader: for each job, send the file's batches with what `parse` takes from each line, then its end
     (failed, when reading it failed); exit when the jobs end. Any other error: exit 1 (the parent goes on alone).
     Its copies of the parent's ends of the pipes (`parents`) are closed first: when the parent dies, even by
-    SIGKILL, the next send or wait for a job fails and the reader exits, where it would otherwise wait forever."""
-    for end in parents:
-        end.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    SIGKILL, the next send or wait for a job fails and the reader exits (riffd.forking.as_child)."""
+    as_child(*parents)
     encode = msgspec.msgpack.Encoder().encode
     try:
         while (job := _decode_job(jobs.recv_bytes())) is not None:

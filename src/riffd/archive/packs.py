@@ -134,17 +134,15 @@ class PackStore:
             self.start()
             self.store_open(settled=True)
 
-    def refresh(self) -> bool:
-        """Forget the packs held in memory when another connection (`riffd archive ingest` beside the daemon)
-        has written since: the open pack may have grown or been settled there. Return whether it had."""
+    def refresh(self) -> None:
+        """Forget the packs and runs held in memory when another connection (`riffd archive ingest` beside the
+        daemon) has written since: the open pack may have grown or been settled there."""
         version = self.db.execute("PRAGMA data_version").fetchone()[0]
-        if version == self.version:
-            return False
-        self.committed = None
-        self.cache.clear()
-        self.runs.clear()
-        self.version = version
-        return True
+        if version != self.version:
+            self.committed = None
+            self.cache.clear()
+            self.runs.clear()
+            self.version = version
 
     def _open_pack(self) -> OpenPack:
         if self.committed is not None:  # not copied (4 MiB at most, each transaction): a rollback forgets both

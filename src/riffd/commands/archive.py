@@ -23,7 +23,7 @@ import orjson
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
 from riffd.commands.configured import load_or_report
-from riffd.database import DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies
+from riffd.database import BUSY, DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies, is_busy_error
 from riffd.fsio import create_private
 from riffd.transcript.sessions import local_time
 
@@ -94,10 +94,9 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
             return run(args)
         except (sqlite3.Error, zstandard.ZstdError) as exc:
             where = getattr(args, "archive_path", "the archive")
-            if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
-                print(f"riffd: error: {where}: {exc}: another riffd process (the daemon, or a command) held it "
-                      "longer than the 30 s riffd waits; it is not damaged: run the command again (an ingest goes "
-                      "on from where it stopped)", file=sys.stderr)
+            if is_busy_error(exc):
+                print(f"riffd: error: {where}: {exc} ({BUSY}); run the command again (an ingest goes on from where "
+                      "it stopped)", file=sys.stderr)
             else:
                 print(f"riffd: error: {where} cannot be read ({exc}); {RECOVER_ADVICE}", file=sys.stderr)
             return EXIT_ERROR

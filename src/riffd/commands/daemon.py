@@ -14,7 +14,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
-from riffd.database import DatabaseDamaged
+from riffd.database import BUSY, DatabaseDamaged, is_busy_error
 
 EXIT_NOT_RUNNING = 3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
 
@@ -83,9 +83,8 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     except sqlite3.OperationalError as exc:  # the state database busy, or not to be opened: never moved aside
         where = daemon.config.state_dir / STATE_NAME
-        if "locked" in str(exc):
-            print(f"riffd: error: {where}: {exc} (not damaged: another process held it longer than the 30 s riffd "
-                  "waits); start riffd again", file=sys.stderr)
+        if is_busy_error(exc):
+            print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
         else:
             print(f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
                   file=sys.stderr)

@@ -8,24 +8,20 @@ declines and an unfinished last line it sends as the lines themselves, which thi
 adds them all to the index in file order (`add_columns`, `add_lines`): the same index as `index_file` builds
 alone, which tests/test_piped.py and tests/test_records.py hold it to.
 
-The child is forked, so it starts at once and shares what is loaded; it is used only where forking is safe (Linux,
-this process running no other thread). Anything wrong with the child (it cannot start, it dies, a read fails in
+The child is forked, so it starts at once and shares what is loaded; it is used only where forking is safe
+(riffd.forking.can_fork). Anything wrong with the child (it cannot start, it dies, a read fails in
 it) and the file is indexed again here, which then meets the same error itself: the child only ever saves time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import signal
-import sys
-import threading
 from array import array
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from riffd.forking import as_child, big_pipe, fork_context, reap
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.building import Columns, batch_columns
 from riffd.transcript.index import TranscriptIndex
@@ -36,7 +32,6 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 PIPED_MIN_BYTES = 32_000_000  # smaller files are indexed in one process: a child would save little
-F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # <linux/fcntl.h>; Python 3.10+ names it
 # Every third batch the child sends as lines, for this process to decode: indexing a line costs about half what
 # reading and decoding it does, so this balances the two cores. On the 1 GB session of bench/scan_bench.py,
 # indexing took 1.18 s so, 1.45 s with the child decoding every batch, 1.28 s with every second batch here.
@@ -85,21 +80,12 @@ def add_batch(index: TranscriptIndex, message: bytes) -> None:
         index.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
 
 
-def can_pipe() -> bool:
-    """Whether a decoder process may be forked here: Linux, and no other thread in this process."""
-    return sys.platform.startswith("linux") and threading.active_count() == 1
-
-
 def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY,
                 chunk_size: int) -> TranscriptIndex | None:
     """Index `path` with a decoder process (see the module); None when that failed, for any reason (the caller
     then indexes it alone)."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    with contextlib.suppress(OSError):  # a pipe of 1 MiB (Linux's limit for anyone), so the child can read ahead
-        fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, 1 << 20)
+    context = fork_context()
+    receiver, sender = big_pipe(context)
     child = context.Process(target=_decode, args=(sender, receiver, path, fs, retry, chunk_size), daemon=True,
                             name="riffd-decoder")
     index = TranscriptIndex(path)
@@ -115,20 +101,14 @@ def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEF
     finally:
         receiver.close()
         sender.close()
-        if not complete and child.is_alive():
-            child.kill()
-        if child.pid is not None:
-            child.join()
+        reap(child, None if complete else 0)
     return index if complete else None
 
 
 def _decode(sender: Connection, receiver: Connection, path: str, fs: FileSystem, retry: RetryPolicy,
             chunk_size: int) -> None:
-    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it. Its copy of
-    the parent's end of the pipe is closed first: when the parent dies, even by SIGKILL, a send then fails and the
-    child exits, where it would otherwise wait on a full pipe forever."""
-    receiver.close()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it."""
+    as_child(receiver)
     encoder = BatchEncoder()
     try:
         for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry, chunk_size=chunk_size):

@@ -12,12 +12,13 @@ from typing import Any
 
 import orjson
 
+from riffd.forking import can_fork
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.detect import LoadedConversation, detect, loaded_conversation, suggestions
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.piped import PIPED_MIN_BYTES, can_pipe, index_piped
+from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def index_file(
     hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
     index = None
-    if decoder_process and not with_identity and can_pipe() and fs.stat(name).st_size >= PIPED_MIN_BYTES:
+    if decoder_process and not with_identity and can_fork() and fs.stat(name).st_size >= PIPED_MIN_BYTES:
         index = index_piped(name, fs=fs, retry=retry, chunk_size=INDEX_CHUNK)
         if index is None:
             log.info("%s: the decoder process failed; reading it again in this process", name)
