@@ -446,6 +446,28 @@ def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_l
 
 
 @requires_corpus
+def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path: Path) -> None:
+    """`riffd archive ingest .` (or `fix` of a file named from its folder) and the daemon archive one file once, not
+    under two names; `restore` finds it by the relative path too."""
+    session = tmp_path / "projects" / "-home-user-project" / "5e55104e-0000-4000-8000-0000000000aa.jsonl"
+    session.parent.mkdir(parents=True)
+    session.write_bytes(b"".join(transcript_line(number, pad=40) for number in range(1, 41)))
+
+    def riffd_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args], cwd=folder,
+                                capture_output=True, text=True, env=_environment(tmp_path), timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        return result
+
+    assert "archived 40 new line(s)" in riffd_in(tmp_path / "projects", "archive", "ingest", ".").stderr
+    assert "archived 0 new line(s)" in riffd_in(tmp_path, "archive", "ingest", str(tmp_path / "projects")).stderr
+    assert "archived 0 new line(s)" in riffd_in(session.parent, "archive", "ingest", session.name).stderr
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        assert [row[0] for row in db.execute("SELECT path FROM files")] == [str(session)]
+    riffd_in(tmp_path, "archive", "restore", str(session.relative_to(tmp_path)), "--to", str(tmp_path / "out.jsonl"))
+    assert (tmp_path / "out.jsonl").read_bytes() == session.read_bytes()
+
+
 def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))

@@ -34,7 +34,9 @@ JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which n
 
 def ingest_file(archive: Archive, path: Path) -> int:
     """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
-    file was rewritten since); return the lines added. Only complete lines are archived."""
+    file was rewritten since); return the lines added. Only complete lines are archived. The archive keeps it under
+    its absolute path (`archive_key`), whatever folder the command ran in."""
+    path = archive_key(path)
     start, rewritten = where_to_start(archive, path)
     added = 0
     for offset, lines, terminated in iter_chunks(path, start=start):
@@ -42,6 +44,13 @@ def ingest_file(archive: Archive, path: Path) -> int:
         added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
                                    last_terminated=terminated)
     return added
+
+
+def archive_key(path: Path) -> Path:
+    """Return the path the archive keeps a transcript under: absolute, `..` and `.` resolved, symlinks kept (the
+    daemon's own paths, under its configured roots, are already so); `riffd archive ingest .` and the daemon then
+    archive a file once, not under two names."""
+    return Path(os.path.abspath(path))
 
 
 def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
@@ -68,6 +77,7 @@ def ingest_files(archive: Archive, paths: list[Path], *, min_bytes: int = READER
     or more and forking is safe (see the module), given files up to `read_ahead` bytes ahead of the one stored;
     yield, in order, each path with the lines added or the error met. The archive is the same, row for row, as
     `ingest_file` on each path makes."""
+    paths = [archive_key(path) for path in paths]
     sizes = [_size(path) for path in paths]
     if sum(sizes) < min_bytes or not can_fork():
         for path in paths:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 import threading
 from collections.abc import Generator
@@ -61,10 +62,12 @@ class Reading:
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
         one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
+        absolute = os.path.abspath(target) if os.sep in target else target  # a path as typed, from any folder
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path = ? OR path LIKE ? ESCAPE '\\' "
-                "ORDER BY path", (target, target, f"%/{like_literal(target)}.jsonl")).fetchall()
+                "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "
+                "OR path LIKE ? ESCAPE '\\' ORDER BY path",
+                (target, target, absolute, f"%/{like_literal(target)}.jsonl")).fetchall()
             if not rows and ID_PREFIX.fullmatch(target):
                 rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
                                         "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
