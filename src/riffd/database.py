@@ -11,6 +11,7 @@ is rebuilt by a rescan; `riffd archive recover` copies what is readable of an ar
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
@@ -79,6 +80,32 @@ def is_busy_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
+FULL_BELOW = 1 << 20  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+
+
+def is_full_error(exc: BaseException) -> bool:
+    """Return True for the error of a full disk or an exhausted quota: SQLite's SQLITE_FULL ("database or disk is
+    full"), ENOSPC or EDQUOT. No damage: what was committed before stays, and nothing of the failed step does."""
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(folder: Path) -> int | None:
+    """Return the bytes this user may still write on the filesystem holding `folder`, or None when unknown."""
+    try:
+        status = os.statvfs(folder)
+    except (OSError, AttributeError):  # gone, or no statvfs (Windows)
+        return None
+    return status.f_bavail * status.f_frsize
+
+
+def full_disk_note(folder: Path) -> str:
+    """Return a clause on the filesystem holding `folder`: "the disk holding /x is full (12 KiB free)"."""
+    free = free_bytes(folder)
+    return f"the disk holding {folder} is full" + (f" ({free / 1024:.0f} KiB free)" if free is not None else "")
+
+
 def move_aside(path: Path) -> Path:
     """Rename a damaged database and its sidecars to `<name>.damaged-<UTC time>` beside it; return the new path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -119,6 +146,7 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
     if empty:
         problem = "the file is empty (0 bytes)"
     else:
+        new = not path.exists()
         make_private(path)
         try:
             db = connect(path)
@@ -127,6 +155,8 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
                 if db is not None:
                     db.close()
+                if new and is_full_error(exc):  # made here and never set up (a full disk): not left to look damaged
+                    _remove_if_empty(path)
                 raise
             problem = str(exc)
         if problem is None and db is not None:
@@ -137,6 +167,16 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
     if not heal:
         raise DatabaseDamaged(path, problem or "unreadable", advice)
     return _start_anew(path, problem or "unreadable", connect)
+
+
+def _remove_if_empty(path: Path) -> None:
+    """Remove a database file that holds nothing (0 bytes), with its sidecars."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
+            for suffix in SIDECARS:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{path}{suffix}")
 
 
 def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection]

@@ -23,7 +23,17 @@ import orjson
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
 from riffd.commands.configured import load_or_report
-from riffd.database import BUSY, DAMAGED, SIDECARS, DatabaseDamaged, damaged_copies, is_busy_error
+from riffd.database import (
+    BUSY,
+    DAMAGED,
+    SIDECARS,
+    DatabaseDamaged,
+    damaged_copies,
+    full_disk_note,
+    is_busy_error,
+    is_damage_error,
+    is_full_error,
+)
 from riffd.fsio import create_private
 from riffd.transcript.sessions import local_time
 
@@ -93,12 +103,21 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
         try:
             return run(args)
         except (sqlite3.Error, zstandard.ZstdError) as exc:
-            where = getattr(args, "archive_path", "the archive")
+            where = getattr(args, "archive_path", None)
             if is_busy_error(exc):
-                print(f"riffd: error: {where}: {exc} ({BUSY}); run the command again (an ingest goes on from where "
-                      "it stopped)", file=sys.stderr)
+                print(f"riffd: error: {where or 'the archive'}: {exc} ({BUSY}); run the command again (an ingest "
+                      "goes on from where it stopped)", file=sys.stderr)
+            elif is_full_error(exc):
+                note = full_disk_note(where.parent) if where is not None else "the disk is full"
+                print(f"riffd: error: {where or 'the archive'}: {exc}; {note}. The archive is not damaged: what was "
+                      "archived before is kept, nothing of the step that failed is. Free some space and run the "
+                      "command again (an ingest goes on from where it stopped)", file=sys.stderr)
+            elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):  # a pack that cannot be read
+                print(f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
+                      file=sys.stderr)
             else:
-                print(f"riffd: error: {where} cannot be read ({exc}); {RECOVER_ADVICE}", file=sys.stderr)
+                print(f"riffd: error: {where or 'the archive'}: {exc}; check that the state folder is yours and "
+                      "writable, then run the command again", file=sys.stderr)
             return EXIT_ERROR
 
     return guarded
@@ -126,18 +145,26 @@ def run_ingest(args: argparse.Namespace) -> int:
     if archive is None:
         return EXIT_ERROR
     files, errors = transcript_targets(args.paths)
-    started, added, size = time.monotonic(), 0, 0
-    for number, (path, done) in enumerate(ingest_files(archive, files), 1):
-        if isinstance(done, OSError):
-            errors.append(f"{path}: {done.strerror or done}")
-        else:
-            added += done
-            with contextlib.suppress(OSError):
-                size += path.stat().st_size
-        if sys.stderr.isatty():
-            rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
-            print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
-                  file=sys.stderr)
+    started, added, size, number = time.monotonic(), 0, 0, 0
+    try:
+        for number, (path, done) in enumerate(ingest_files(archive, files), 1):
+            if isinstance(done, OSError):
+                errors.append(f"{path}: {done.strerror or done}")
+            else:
+                added += done
+                with contextlib.suppress(OSError):
+                    size += path.stat().st_size
+            if sys.stderr.isatty():
+                rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
+                print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
+                      file=sys.stderr)
+    except BaseException:
+        # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
+        print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
+              f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
+              "it before the error)", file=sys.stderr)
+        archive.close()
+        raise
     if sys.stderr.isatty():
         print(file=sys.stderr)
     for error in errors:

@@ -14,7 +14,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
-from riffd.database import BUSY, DatabaseDamaged, is_busy_error
+from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
 
 EXIT_NOT_RUNNING = 3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
 
@@ -81,10 +81,13 @@ def run_daemon(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except sqlite3.OperationalError as exc:  # the state database busy, or not to be opened: never moved aside
-        where = daemon.config.state_dir / STATE_NAME
+    except (sqlite3.OperationalError, OSError) as exc:  # the state database busy, or not to be opened: never moved
+        where = daemon.config.state_dir / STATE_NAME   # aside; or the state folder full or not writable
         if is_busy_error(exc):
             print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
+        elif is_full_error(exc):
+            print(f"riffd: error: {exc}; {full_disk_note(daemon.config.state_dir)}: free some space there and start "
+                  "riffd again", file=sys.stderr)
         else:
             print(f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
                   file=sys.stderr)
@@ -96,7 +99,7 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
     a stopped daemon's last ones, shown as stopped), the running daemon's pid, and, with `page`, what latest.html
     draws (`history`, `repairs`: 90 days of hourly points, which `status` does not read); the report is None when
     riffd has no state here yet. Raise DatabaseDamaged or sqlite3.Error when the state cannot be read."""
-    from riffd.daemon.lock import running_pid
+    from riffd.daemon.lock import lock_time, running_pid
     from riffd.daemon.report import build_report
     from riffd.daemon.state import StateStore
 
@@ -112,7 +115,9 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
         elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
             snapshot = {**snapshot, "running": False}
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
-            snapshot = {"running": True, "starting": True, "pid": pid}  # started a moment ago: no figures yet
+            # started a moment ago, no figures yet (or it cannot store any: build_report tells which by the age)
+            snapshot = {"running": True, "starting": True, "pid": pid, "started": lock_time(config.state_dir),
+                        "unpublished": True}
         drawn = {"history": store.history(), "repairs": store.recent_repairs()} if page else {}
         return build_report(store, config.backups.dir, snapshot), pid, drawn
     finally:
@@ -178,8 +183,8 @@ def run_status(args: argparse.Namespace) -> int:
             last = f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})" if daemon.get("last_seen") else ""
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
         elif starting:
-            print(f"riffd daemon: starting (pid {pid}): looking at the files found at start; health is judged once "
-                  "that pass is done")
+            print(f"riffd daemon: starting (pid {pid}): looking at the files found at start" + (
+                "; health is judged once that pass is done" if report is None or report.get("healthy") else ""))
         else:
             age = daemon.get("figures_age_seconds")
             print(f"riffd daemon: running (pid {pid})" + (f", figures from {age:.0f} s ago" if age is not None else ""))
@@ -187,6 +192,6 @@ def run_status(args: argparse.Namespace) -> int:
             sys.stdout.write(render_markdown(report))
     if pid is None:
         return EXIT_NOT_RUNNING
-    if starting:
-        return EXIT_OK  # starting is not a problem
+    if starting and (report is None or report.get("healthy")):
+        return EXIT_OK  # starting is not a problem; one that cannot store its figures (a full disk) is
     return EXIT_OK if report is not None and report.get("healthy") else EXIT_FINDINGS

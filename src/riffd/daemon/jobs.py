@@ -105,18 +105,22 @@ def archive_summary(archive: Archive, store: StateStore, claude_dir: Path | None
             "cleanup_days": days, "cleanup_at_risk": at_risk[:50], "cleanup_at_risk_count": len(at_risk)}
 
 
-def log_startup_summary(store: StateStore, config: Config) -> None:
-    """One line once the files found at start are looked at: files, damage by class, repairs waiting and why."""
+def log_startup_summary(store: StateStore, config: Config, errors: int = 0) -> None:
+    """One line once the files found at start are looked at: files, damage by class, repairs waiting and why, and
+    how many errors the pass met (`riffd status` lists them)."""
     watched, with_findings, by_class = store.finding_summary(INFORMATIONAL_NAMES)
     damage = {name: count for name, count in by_class.items() if name not in INFORMATIONAL_NAMES}
     waiting = store.files_needing_repair()
     why = ("" if not waiting else " (sessions still live or within the quiet period; repaired once idle)"
            if config.repair.mode == "repair" else " (report-only mode: nothing is repaired)")
-    log.info("start-up pass done: %d file(s) watched, %d with findings (%s); %d repair(s) waiting%s",
-             watched, with_findings, ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))
-             or "no damage", len(waiting), why,
-             extra={"watched": watched, "with_findings": with_findings, "findings_by_class": damage,
-                    "repairs_waiting": len(waiting)})
+    failed = (f"; {errors} error(s) on the way (`riffd status` lists them; a file that failed is looked at again at "
+              "its next change or rescan)" if errors else "")
+    (log.warning if errors else log.info)(
+        "start-up pass done: %d file(s) watched, %d with findings (%s); %d repair(s) waiting%s%s",
+        watched, with_findings, ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))
+        or ("no damage" if not errors else "no damage in the files looked at"), len(waiting), why, failed,
+        extra={"watched": watched, "with_findings": with_findings, "findings_by_class": damage,
+               "repairs_waiting": len(waiting), "errors": errors})
 
 
 def log_outcome(outcome: Outcome) -> None:

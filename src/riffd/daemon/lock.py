@@ -63,3 +63,12 @@ def running_pid(state_dir: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def lock_time(state_dir: Path) -> float | None:
+    """Return when the daemon holding `state_dir`'s lock took it (the lock file's mtime: it writes its pid there
+    then), or None."""
+    try:
+        return os.stat(state_dir / LOCK_NAME).st_mtime
+    except OSError:
+        return None

@@ -23,7 +23,7 @@ from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.daemon.metrics import render_metrics
 from riffd.daemon.state import StateStore
-from riffd.database import damaged_copies
+from riffd.database import FULL_BELOW, damaged_copies, free_bytes
 from riffd.fsio import IO_STATS, replace_file
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
@@ -59,12 +59,26 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     latencies = [float(value) for value in daemon.get("latencies", [])]
     errors = [error for error in daemon.get("errors", []) if now - float(error.get("time", 0)) < RECENT_SECONDS]
     seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
+    state_dir = store.path.parent
+    free = free_bytes(state_dir)
+    full = free is not None and free < FULL_BELOW
+    uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
     problems = []
+    if free is not None and full:
+        problems.append(f"the disk holding the state folder {state_dir} is full ({free / 1024:.0f} KiB free): riffd "
+                        "cannot store findings, figures or archived lines; free some space there (riffd goes on by "
+                        "itself, and the next rescan catches up)")
     if not running:
         problems.append(f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)")
     elif seen_at is not None and now - seen_at > STUCK_SECONDS:
         problems.append(f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for "
-                        f"{now - seen_at:.0f} s: it may be stuck (its log says more; restarting it is safe)")
+                        f"{now - seen_at:.0f} s: " + ("it cannot write them (the disk is full)" if full else
+                                                      "it may be stuck (its log says more; restarting it is safe)"))
+    elif daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
+        problems.append(f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures "
+                        "yet: " + ("it cannot write them (the disk is full)" if full else
+                                   "it cannot write to its state folder, or is stuck (its log says which; restarting "
+                                   "it is safe)"))
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
     damage, with_findings = findings["open"], findings["files"]
@@ -85,7 +99,6 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
                         "`riffd archive ingest` archives them now")
     if (daemon.get("last_reload") or {}).get("ok") is False:
         problems.append("the last configuration reload failed; the previous configuration is still in use")
-    uptime = now - float(daemon["started"]) if running and "started" in daemon else None
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
     return {
         "schema": REPORT_SCHEMA,

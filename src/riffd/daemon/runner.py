@@ -20,6 +20,7 @@ import threading
 import time
 import traceback
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -52,6 +53,7 @@ from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
+from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import IO_STATS
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.locks import sweep_stale_temps
@@ -68,6 +70,7 @@ ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is co
 ARCHIVE_COMPACT_SECONDS = 120.0  # loose packs compressed again at most this long per quiet period
 SNAPSHOT_SECONDS = 5.0  # the live figures `status` and `report` read are at most this old when something changed
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
+STORE_FAILING_LOG_SECONDS = 600.0  # while the live figures cannot be stored, the log says so this often
 
 
 class Daemon:
@@ -88,6 +91,8 @@ class Daemon:
         self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
         self._published: tuple[object, ...] | None = None
         self._published_at = 0.0
+        self._unstored_since: float | None = None  # when storing the live figures began to fail
+        self._unstored_logged = 0.0
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.alerts = Alerts(self.config.notify.command)
@@ -191,7 +196,7 @@ class Daemon:
         if self.store is not None:
             try:
                 self.write_report()
-            except OSError as exc:
+            except (OSError, sqlite3.Error) as exc:
                 log.error("could not write the last report: %s", exc)
             self.store.close()
             self.store = None
@@ -265,7 +270,7 @@ class Daemon:
     def _after_startup_pass(self) -> None:
         """Once the files found at start are looked at: one summary line, and a first report right away."""
         assert self.store is not None
-        log_startup_summary(self.store, self.config)
+        log_startup_summary(self.store, self.config, len(self.stats.errors))
         try:
             self.write_report()
         except (OSError, sqlite3.Error) as exc:
@@ -378,17 +383,23 @@ class Daemon:
                 self._reconcile()
                 return
             log.error("%s: database error: %s", path, exc)
-            self.stats.error(f"{path}: database error: {exc}", "it is retried at the next change or rescan")
+            self.stats.error(f"{path}: database error: {exc}", about=str(path), suggestion=(
+                f"{full_disk_note(self.config.state_dir)}: free some space there (the file is looked at again "
+                "then)" if is_full_error(exc)
+                else "it is retried at the next change or rescan"))
             return
         except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
             log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
-            self.stats.error(f"{path}: {exc}", "run `riffd scan` on it; report the traceback if it persists")
+            self.stats.error(f"{path}: {exc}", "run `riffd scan` on it; report the traceback if it persists",
+                             about=str(path))
             return
         finally:
             self.stats.progress = time.monotonic()
         self.stats.processed += 1
         if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith("failed"):
-            self.stats.error(f"{path}: {outcome.why or outcome.repair}", advice(outcome.why))
+            self.stats.error(f"{path}: {outcome.why or outcome.repair}", advice(outcome.why), about=str(path))
+        else:
+            self.stats.resolved(str(path))
         self.alerts.outcome(outcome, quiet=not self._startup_done)
         if outcome.kind != "unchanged":
             self.stats.latencies.append(time.monotonic() - first_event)
@@ -410,6 +421,15 @@ class Daemon:
         queued = self._reconcile()
         if queued:
             log.info("rescan: %d file(s) changed without an event", queued)
+
+    def _rescan_now(self) -> None:
+        """Run the rescan at once, in the scheduler's thread (never beside a scheduled one)."""
+        if self.scheduler is None or not self.scheduler.running:
+            return
+        if self.scheduler.get_job("rescan") is not None:
+            self.scheduler.modify_job("rescan", next_run_time=datetime.now(UTC))
+        else:  # rescans are off (rescan_interval = 0): this one still runs
+            self.scheduler.add_job(self._rescan, id="rescan_once", replace_existing=True)
 
     def _maintain_state(self) -> None:
         if self.store is not None:
@@ -440,9 +460,31 @@ class Daemon:
         try:
             store_snapshot(self.store, self.snapshot())
         except sqlite3.Error as exc:
-            log.warning("could not store the live figures: %s; `riffd status` shows older ones", exc)
+            self._unstored(exc, now)
             return
+        if self._unstored_since is not None:
+            log.info("the live figures are stored again (they could not be for %.0f s); rescanning now for what could "
+                     "not be stored meanwhile", now - self._unstored_since)
+            self._unstored_since = None
+            self.stats.resolved("live figures")
+            self._rescan_now()
         self._published, self._published_at = state, now
+
+    def _unstored(self, exc: sqlite3.Error, now: float) -> None:
+        """The live figures could not be stored: say so at once, then every STORE_FAILING_LOG_SECONDS (not at every
+        tick), with the cause's remedy; `riffd status` tells the same from their age and the state folder's disk."""
+        cause = (f"{full_disk_note(self.config.state_dir)}: free some space there (riffd goes on by itself, and "
+                 "looks at every file again then)" if is_full_error(exc) else "see the errors before this")
+        if self._unstored_since is None:
+            self._unstored_since, self._unstored_logged = now, now
+            log.error("could not store the live figures: %s; %s; `riffd status` shows older ones until then",
+                      exc, cause)
+            self.stats.error(f"could not store the live figures in {self.store.path if self.store else '?'}: {exc}",
+                             cause, about="live figures")
+        elif now - self._unstored_logged >= STORE_FAILING_LOG_SECONDS:
+            self._unstored_logged = now
+            log.error("the live figures still cannot be stored (for %.0f s): %s; %s", now - self._unstored_since,
+                      exc, cause)
 
     def snapshot(self) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
@@ -479,8 +521,14 @@ class Daemon:
             self._archive_figures = ({} if self.archive is None else
                                      archive_summary(self.archive, self.store, self.config.claude_dir))
             snapshot = self.snapshot()
-            store_snapshot(self.store, snapshot)
+            try:  # a state store that cannot be written to (a full disk) still gets its report written, saying so
+                store_snapshot(self.store, snapshot)
+            except sqlite3.Error as exc:
+                self._unstored(exc, time.monotonic())
             report = build_report(self.store, self.config.backups.dir, snapshot)
-            self.store.record_history(history_point(report), time.time())
+            try:
+                self.store.record_history(history_point(report), time.time())
+            except sqlite3.Error as exc:
+                log.error("could not add this report to the history: %s", exc)
             return write_report(report, self.config.reports.dir, self.config.reports.keep,
                                 self.store.history(), self.store.recent_repairs())

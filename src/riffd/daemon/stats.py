@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+ERRORS_KEPT = 50  # the newest errors a running daemon keeps for its report
+
 
 def advice(why: str) -> str:
     """Plain-words advice for an error the worker met."""
@@ -26,10 +28,17 @@ class Stats:
     rescans: int = 0
     progress: float = field(default_factory=time.monotonic)  # last time the worker finished an item
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
-    errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=50))
+    errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))
     last_reload: dict[str, Any] | None = None
     busy: bool = False  # the worker is processing a file
 
-    def error(self, message: str, suggestion: str = "") -> None:
-        """Keep an error (the last 50) with what to do about it, for the report's `errors`."""
-        self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion})
+    def error(self, message: str, suggestion: str = "", about: str | None = None) -> None:
+        """Keep an error (the last 50) with what to do about it, for the report's `errors`; `about` (a file's
+        path, say) lets `resolved` take it back once that went well."""
+        self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion, "about": about})
+
+    def resolved(self, about: str) -> None:
+        """Forget the errors about `about`: the file they name was looked at without error since (a full disk was
+        freed, a cloud file came back), so the report no longer asks for attention to them."""
+        if any(error.get("about") == about for error in self.errors):  # replaced whole: a reader never sees it half
+            self.errors = deque((error for error in self.errors if error.get("about") != about), maxlen=ERRORS_KEPT)
