@@ -445,7 +445,6 @@ def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_l
 # --- dedup ------------------------------------------------------------------------------------------------
 
 
-@requires_corpus
 def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path: Path) -> None:
     """`riffd archive ingest .` (or `fix` of a file named from its folder) and the daemon archive one file once, not
     under two names; `restore` finds it by the relative path too."""
@@ -466,8 +465,11 @@ def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path
         assert [row[0] for row in db.execute("SELECT path FROM files")] == [str(session)]
     riffd_in(tmp_path, "archive", "restore", str(session.relative_to(tmp_path)), "--to", str(tmp_path / "out.jsonl"))
     assert (tmp_path / "out.jsonl").read_bytes() == session.read_bytes()
+    exported = riffd_in(session.parent, "archive", "export", session.name)  # a bare file name, from its folder
+    assert orjson.loads(exported.stdout), exported.stdout
 
 
+@requires_corpus
 def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))

@@ -140,12 +140,13 @@ def test_paths_expand_home_and_relative_paths_are_relative_to_the_file(
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     del environ["RIFFD_STATE_DIR"]
-    path = write(tmp_path / "etc" / "c.toml", 'state_dir = "~/riffd-state"\nroots = ["projects", "~/more"]\n'
+    path = write(tmp_path / "etc" / "c.toml", 'state_dir = "~/riffd-state"\nroots = ["projects", "~/x/../more"]\n'
                                               '[backups]\ndir = "../backups"\n')
     config = load_config(path, environ=environ)
     assert config.state_dir == tmp_path / "home" / "riffd-state"
-    assert config.roots == (tmp_path / "etc" / "projects", tmp_path / "home" / "more")
-    assert config.backups.dir == tmp_path / "etc" / ".." / "backups"
+    # `..` collapsed, as the archive keys a transcript (one file, one path string for the daemon and the commands)
+    assert [str(root) for root in config.roots] == [str(tmp_path / "etc" / "projects"), str(tmp_path / "home" / "more")]
+    assert str(config.backups.dir) == str(tmp_path / "backups")
     assert config.reports.dir == tmp_path / "home" / "riffd-state" / "reports"
 
 

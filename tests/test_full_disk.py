@@ -22,7 +22,7 @@ import pytest
 
 from conftest import SRC_DIR
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore
+from riffd.daemon.state import StateStore, Watermark
 
 SESSIONS = 20
 LINES = 300
@@ -93,10 +93,12 @@ def _sessions(folder: Path) -> dict[Path, bytes]:
     return written
 
 
-def _config(tmp_path: Path) -> Path:
+def _config(tmp_path: Path, extra: str = "") -> Path:
+    """The config file (written once: a daemon reloads a config file that changes)."""
     config = tmp_path / "config.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
-                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    if not config.exists() or extra:
+        config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+                          f'roots = ["{tmp_path / "claude" / "projects"}"]\n{extra}')
     return config
 
 
@@ -166,15 +168,7 @@ def test_ingest_on_a_full_disk_keeps_what_it_stored_and_finishes_once_there_is_r
 def test_a_disk_full_before_the_archive_exists_leaves_no_empty_file_to_be_called_damaged(
         tmp_path: Path, small_disk: SmallDisk) -> None:
     _sessions(tmp_path / "claude" / "projects")
-    filler = small_disk.path / "filler"
-    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:  # take every byte of the disk
-        while os.write(descriptor, b"\0" * 4096):
-            pass
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC
-    finally:
-        os.close(descriptor)
+    filler = _fill(small_disk.path)
     failed = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects"))
     assert failed.returncode == 2 and "is full" in failed.stderr, failed.stderr
     assert "Traceback" not in failed.stderr
@@ -187,19 +181,20 @@ def test_a_disk_full_before_the_archive_exists_leaves_no_empty_file_to_be_called
     assert _leftovers(small_disk.path) == []
 
 
-def _wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(condition, timeout: float, what: str, tell=lambda: "") -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{tell()}")
 
 
 @pytest.mark.slow
 def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
         tmp_path: Path, small_disk: SmallDisk) -> None:
     originals = _sessions(tmp_path / "claude" / "projects")
+    _config(tmp_path, "[reports]\ninterval = 2\n")  # reports fail on the full disk too, and come back
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
         daemon = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
@@ -216,8 +211,10 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
         report = json.loads(_riffd(tmp_path, "status", "--json").stdout)["report"]
         assert not report["healthy"] and any("is full" in problem for problem in report["problems"])
 
-        time.sleep(3)  # a few ticks with the disk still full: the log says it once, not every second
-        assert log_path.read_text().count("could not store the live figures") <= 1
+        time.sleep(5)  # a few ticks and reports with the disk still full: the log says so once, not every second
+        log = log_path.read_text()
+        assert log.count("could not store the live figures") <= 1
+        assert "Traceback" not in log, "a failed report is one line, not a traceback"
 
         small_disk.grow()
 
@@ -225,9 +222,9 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
             result = _riffd(tmp_path, "status")
             return result.returncode == 0 and f"files: {SESSIONS} watched" in result.stdout
 
-        _wait_for(caught_up, 60, "riffd to catch up and call itself healthy")
-        assert "the live figures are stored again" in log_path.read_text() or \
-            "could not store the live figures" not in log_path.read_text()
+        _wait_for(caught_up, 60, "riffd to catch up and call itself healthy",  # not the 15-minute rescan
+                  lambda: _riffd(tmp_path, "status").stdout + "\n" + log_path.read_text()[-4000:])
+        assert "has room again" in log_path.read_text()
     finally:
         daemon.send_signal(signal.SIGTERM)
         code = daemon.wait(timeout=60)
@@ -236,13 +233,17 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
     assert "riffd stopped" in log and "Traceback" not in log
     assert _leftovers(small_disk.path) == []
     assert _archived(small_disk.path / "archive.db") == {str(path): data for path, data in originals.items()}
+    assert "configuration reloaded" not in log
 
 
 def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tmp_path: Path) -> None:
     """A daemon that holds the lock but could never store its figures (its disk was full from the start) is not
     shown as 'starting', healthy, for ever: after STUCK_SECONDS status says it and exits 1."""
     state = tmp_path / "state"
-    StateStore(state / "state.db").close()  # the state a previous run left
+    store = StateStore(state / "state.db")  # the state a previous run left, with a finding still open
+    store.save_file(Watermark("/p/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0), "s",
+                    [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice"}], 1)
+    store.close()
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
         "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
@@ -250,7 +251,8 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tm
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         fresh = _riffd(tmp_path, "status")
-        assert fresh.returncode == 0 and "starting" in fresh.stdout, fresh.stdout  # just started: not a problem
+        # just started: not a problem, nor are the findings the last run left (this pass judges them again)
+        assert fresh.returncode == 0 and "starting" in fresh.stdout, fresh.stdout
         long_ago = time.time() - 600
         os.utime(state / "riffd.lock", (long_ago, long_ago))  # it took the lock ten minutes ago
         stuck = _riffd(tmp_path, "status")
@@ -260,3 +262,84 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tm
     finally:
         holder.kill()
         holder.communicate()
+
+
+def _fill(folder: Path) -> Path:
+    """Take every byte left on the disk holding `folder`; return the filler file."""
+    filler = folder / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(descriptor, b"\0" * 4096):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+def _run_until_started(tmp_path: Path) -> subprocess.Popen[bytes]:
+    log_path = tmp_path / "daemon.log"
+    with open(log_path, "wb") as log_file:
+        daemon = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
+                                  stdout=log_file, stderr=subprocess.STDOUT, env=_environment(tmp_path))
+    _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass",
+              lambda: log_path.read_text()[-3000:])
+    return daemon
+
+
+def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_aside(
+        tmp_path: Path, small_disk: SmallDisk) -> None:
+    (tmp_path / "claude" / "projects").mkdir(parents=True)
+    first = _run_until_started(tmp_path)  # the state a first run leaves
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 0
+    filler = _fill(small_disk.path)
+
+    started = _riffd(tmp_path, "run")
+    assert started.returncode == 2, started.stderr
+    lines = [line for line in started.stderr.splitlines() if "riffd: error" in line]
+    assert len(lines) == 1 and "is full" in lines[0] and "Traceback" not in started.stderr, started.stderr
+    status = _riffd(tmp_path, "status")  # SQLite cannot even read the state without room for its -shm
+    assert status.returncode in (2, 3), status.stdout + status.stderr
+    assert "is full" in status.stdout + status.stderr and "Traceback" not in status.stderr
+
+    filler.unlink()
+    again = _run_until_started(tmp_path)
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(timeout=60) == 0
+    assert _leftovers(small_disk.path) == []
+
+
+@pytest.mark.slow
+def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(tmp_path: Path) -> None:
+    """The archive off at start (here: a folder in its place; in life, a full disk) is not off for the daemon's
+    whole life: each rescan tries again, then archives every line read meanwhile."""
+    originals = _sessions(tmp_path / "claude" / "projects")
+    (tmp_path / "state" / "archive.db").mkdir(parents=True)
+    _config(tmp_path, "[watcher]\nrescan_interval = 1\n")
+    daemon = _run_until_started(tmp_path)
+    log_path = tmp_path / "daemon.log"
+    try:
+        assert "the archive is off" in log_path.read_text()
+        assert _riffd(tmp_path, "status").returncode == 1  # said, not silent
+        (tmp_path / "state" / "archive.db").rmdir()
+        _wait_for(lambda: "the archive is on again" in log_path.read_text(), 30, "the archive to be opened again",
+                  lambda: log_path.read_text()[-3000:])
+
+        def archived_all() -> bool:
+            db = sqlite3.connect(tmp_path / "state" / "archive.db")
+            try:
+                return bool(db.execute("SELECT COALESCE(SUM(lines), 0) FROM files").fetchone()[0] == SESSIONS * LINES)
+            except sqlite3.Error:
+                return False
+            finally:
+                db.close()
+
+        _wait_for(archived_all, 30, "every line read while the archive was off to be archived")
+        _wait_for(lambda: _riffd(tmp_path, "status").returncode == 0, 30, "the error to be taken back",
+                  lambda: _riffd(tmp_path, "status").stdout)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=60) == 0
+    assert _archived(tmp_path / "state" / "archive.db") == {str(path): data for path, data in originals.items()}

@@ -222,3 +222,44 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
                "(cleanupPeriodDays 20)" in problem for problem in report["problems"])
     archive.close()
     store.close()
+
+
+def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> None:
+    """The worker resolves a file's errors while the scheduler and the main thread add and copy theirs."""
+    import threading
+
+    from riffd.daemon.stats import ERRORS_KEPT, Stats
+
+    stats, failures, stop = Stats(), [], threading.Event()
+
+    def keep(about: str) -> None:
+        try:
+            while not stop.is_set():
+                stats.error("boom", "look", about=about)
+                stats.resolved(about)
+        except Exception as exc:
+            failures.append(exc)
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                assert all(isinstance(error, dict) for error in stats.recent_errors())
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=keep, args=(f"/p/{n}.jsonl",)) for n in range(3)]
+    threads += [threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert stats.recent_errors() == [] and stats.errors_met > 0  # each error taken back by its own thread
+    stats.error("kept", about="/p/other.jsonl")
+    stats.resolved("/p/unrelated.jsonl")
+    assert [error["message"] for error in stats.recent_errors()] == ["kept"]
+    for number in range(ERRORS_KEPT + 5):
+        stats.error(f"e{number}")
+    assert len(stats.recent_errors()) == ERRORS_KEPT  # the newest kept

@@ -83,12 +83,20 @@ def is_busy_error(exc: BaseException) -> bool:
 FULL_BELOW = 1 << 20  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
 
 
-def is_full_error(exc: BaseException) -> bool:
+def is_full_error(exc: BaseException, folder: Path | None = None) -> bool:
     """Return True for the error of a full disk or an exhausted quota: SQLite's SQLITE_FULL ("database or disk is
-    full"), ENOSPC or EDQUOT. No damage: what was committed before stays, and nothing of the failed step does."""
+    full"), ENOSPC or EDQUOT; with `folder` (the database's), also an I/O error while that disk has under
+    FULL_BELOW free (SQLite reports some writes ENOSPC failed as "disk I/O error": growing its shared-memory file
+    when it opens a database, say). No damage: what was committed stays, and nothing of the failed step does."""
     if isinstance(exc, sqlite3.Error):
-        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
+            return True
+    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if folder is None or not isinstance(exc, sqlite3.OperationalError | OSError):
+        return False
+    free = free_bytes(folder)
+    return free is not None and free < FULL_BELOW
 
 
 def free_bytes(folder: Path) -> int | None:
@@ -155,7 +163,7 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
                 if db is not None:
                     db.close()
-                if new and is_full_error(exc):  # made here and never set up (a full disk): not left to look damaged
+                if new and is_full_error(exc, path.parent):  # made here, never set up: not left to look damaged
                     _remove_if_empty(path)
                 raise
             problem = str(exc)
@@ -185,7 +193,12 @@ def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Conn
     moved = move_aside(path)
     log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
     make_private(path)
-    db = connect(path)
+    try:
+        db = connect(path)
+    except sqlite3.Error as exc:
+        if is_full_error(exc, path.parent):  # not left empty, to be called damaged and moved aside at the next open
+            _remove_if_empty(path)
+        raise
     make_private(path)
     return db, moved, problem
 

@@ -62,7 +62,8 @@ class Reading:
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
         one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
-        absolute = os.path.abspath(target) if os.sep in target else target  # a path as typed, from any folder
+        # A path as typed, from any folder (a bare file name too)
+        absolute = os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "

@@ -107,7 +107,7 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
             if is_busy_error(exc):
                 print(f"riffd: error: {where or 'the archive'}: {exc} ({BUSY}); run the command again (an ingest "
                       "goes on from where it stopped)", file=sys.stderr)
-            elif is_full_error(exc):
+            elif is_full_error(exc, where.parent if where is not None else None):
                 note = full_disk_note(where.parent) if where is not None else "the disk is full"
                 print(f"riffd: error: {where or 'the archive'}: {exc}; {note}. The archive is not damaged: what was "
                       "archived before is kept, nothing of the step that failed is. Free some space and run the "

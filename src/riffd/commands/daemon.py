@@ -85,9 +85,11 @@ def run_daemon(args: argparse.Namespace) -> int:
         where = daemon.config.state_dir / STATE_NAME   # aside; or the state folder full or not writable
         if is_busy_error(exc):
             print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
-        elif is_full_error(exc):
+        elif is_full_error(exc, daemon.config.state_dir):
             print(f"riffd: error: {exc}; {full_disk_note(daemon.config.state_dir)}: free some space there and start "
                   "riffd again", file=sys.stderr)
+        elif not isinstance(exc, sqlite3.Error):
+            print(f"riffd: error: {exc}", file=sys.stderr)
         else:
             print(f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
                   file=sys.stderr)
@@ -127,6 +129,10 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
 def _state_error(config: Config, exc: Exception) -> int:
     if isinstance(exc, DatabaseDamaged):
         print(f"riffd: error: {exc}", file=sys.stderr)
+    elif is_full_error(exc, config.state_dir):
+        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; {full_disk_note(config.state_dir)}, so even "
+              "reading the state fails (SQLite needs room for its shared-memory file): free some space there",
+              file=sys.stderr)
     else:
         print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
               "(`riffd run` checks its databases at start)", file=sys.stderr)
@@ -184,7 +190,7 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
         elif starting:
             print(f"riffd daemon: starting (pid {pid}): looking at the files found at start" + (
-                "; health is judged once that pass is done" if report is None or report.get("healthy") else ""))
+                f"; but {daemon['blocked']}" if daemon.get("blocked") else "; health is judged once that pass is done"))
         else:
             age = daemon.get("figures_age_seconds")
             print(f"riffd daemon: running (pid {pid})" + (f", figures from {age:.0f} s ago" if age is not None else ""))
@@ -192,6 +198,6 @@ def run_status(args: argparse.Namespace) -> int:
             sys.stdout.write(render_markdown(report))
     if pid is None:
         return EXIT_NOT_RUNNING
-    if starting and (report is None or report.get("healthy")):
-        return EXIT_OK  # starting is not a problem; one that cannot store its figures (a full disk) is
+    if starting:  # not a problem, unless something keeps the daemon itself from working (a full disk)
+        return EXIT_FINDINGS if daemon.get("blocked") else EXIT_OK
     return EXIT_OK if report is not None and report.get("healthy") else EXIT_FINDINGS

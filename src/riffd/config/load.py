@@ -248,6 +248,6 @@ def _derive(key: Key, environ: dict[str, str], state_dir: Path) -> object:
     assert key.derive is not None
     derived = key.derive(environ, state_dir)
     if isinstance(derived, tuple):
-        return tuple(item.absolute() for item in derived)
+        return tuple(Path(os.path.abspath(item)) for item in derived)
     assert isinstance(derived, Path)
-    return derived.absolute()
+    return Path(os.path.abspath(derived))

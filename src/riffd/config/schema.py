@@ -151,7 +151,8 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
         if "\0" in text:
             raise InvalidValue("bad value: the path contains a NUL character")
         path = Path(text).expanduser()
-        return path if path.is_absolute() else base / path
+        # `..` and `.` collapsed, as riffd.archive.ingest.archive_key does: one transcript, one path string
+        return Path(os.path.normpath(path if path.is_absolute() else base / path))
     if get_origin(hint) is Literal:
         choices = [str(choice) for choice in get_args(hint)]
         if not isinstance(value, str):

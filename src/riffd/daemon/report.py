@@ -66,19 +66,25 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     problems = []
     if free is not None and full:
         problems.append(f"the disk holding the state folder {state_dir} is full ({free / 1024:.0f} KiB free): riffd "
-                        "cannot store findings, figures or archived lines; free some space there (riffd goes on by "
-                        "itself, and the next rescan catches up)")
+                        "cannot store findings, figures or archived lines; free some space there" + (
+                            " (riffd goes on by itself, and catches up)" if running else
+                            " before starting riffd"))
+    # What keeps the daemon itself from working: also a problem while it is starting (`status` exits 1 then)
+    blocked = None
+    if running and seen_at is not None and now - seen_at > STUCK_SECONDS:
+        blocked = (f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
+                   + ("it cannot write them (the disk is full)" if full else
+                      "it may be stuck (its log says more; restarting it is safe)"))
+    elif running and daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
+        blocked = (f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
+                   + ("it cannot write them (the disk is full)" if full else
+                      "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"))
+    elif running and full:
+        blocked = problems[0]
     if not running:
         problems.append(f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)")
-    elif seen_at is not None and now - seen_at > STUCK_SECONDS:
-        problems.append(f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for "
-                        f"{now - seen_at:.0f} s: " + ("it cannot write them (the disk is full)" if full else
-                                                      "it may be stuck (its log says more; restarting it is safe)"))
-    elif daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
-        problems.append(f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures "
-                        "yet: " + ("it cannot write them (the disk is full)" if full else
-                                   "it cannot write to its state folder, or is stuck (its log says which; restarting "
-                                   "it is safe)"))
+    elif blocked is not None and blocked not in problems:
+        problems.append(blocked)
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
     damage, with_findings = findings["open"], findings["files"]
@@ -108,6 +114,7 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "daemon": {
             "running": running,
             "starting": bool(running and daemon.get("starting")),
+            "blocked": blocked,
             "last_seen": _iso(seen_at),
             "figures_age_seconds": round(now - seen_at, 1) if seen_at is not None else None,
             "repair_mode": daemon.get("repair_mode"),

@@ -20,12 +20,12 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from apscheduler.events import EVENT_JOB_ERROR, JobExecutionEvent
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
@@ -33,28 +33,24 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, load_config
 from riffd.daemon.alerts import Alerts
+from riffd.daemon.figures import Figures
 from riffd.daemon.jobs import (
-    archive_summary,
     backup_retention,
     catch_up_archive,
     log_outcome,
     log_startup_summary,
     settle_archive,
-    store_snapshot,
     transcript_filter,
     worker_settings,
 )
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
-from riffd.daemon.page import history_point
-from riffd.daemon.report import build_report, write_report
+from riffd.daemon.room import Room
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
-from riffd.database import full_disk_note, is_full_error
-from riffd.fsio import IO_STATS
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.locks import sweep_stale_temps
 from riffd.tracker.tracker import ToolCallTracker
@@ -68,12 +64,9 @@ STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long
 TRACKER_PRUNE_SECONDS = 60.0
 ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
 ARCHIVE_COMPACT_SECONDS = 120.0  # loose packs compressed again at most this long per quiet period
-SNAPSHOT_SECONDS = 5.0  # the live figures `status` and `report` read are at most this old when something changed
-HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
-STORE_FAILING_LOG_SECONDS = 600.0  # while the live figures cannot be stored, the log says so this often
 
 
-class Daemon:
+class Daemon(Figures):
     """One running riffd: configuration, store, queue, worker, watcher and scheduler."""
 
     def __init__(self, config_flag: Path | None = None, overrides: dict[str, object] | None = None,
@@ -91,8 +84,7 @@ class Daemon:
         self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
         self._published: tuple[object, ...] | None = None
         self._published_at = 0.0
-        self._unstored_since: float | None = None  # when storing the live figures began to fail
-        self._unstored_logged = 0.0
+        self.room = Room(self.config.state_dir)  # a full disk under the state folder (riffd.daemon.room)
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.alerts = Alerts(self.config.notify.command)
@@ -126,17 +118,14 @@ class Daemon:
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / STATE_NAME, heal=True)
-        try:
-            self.archive = Archive(config.state_dir / ARCHIVE_NAME, heal=True, check=True)
-        except (ArchiveError, sqlite3.Error, OSError) as exc:  # the rest of riffd works without it
-            log.error("the archive is off: %s", exc)
-            self.stats.error(f"the archive is off: {exc}", "see the message; repairs and reports go on without it")
+        self.publish(force=True)  # `status` sees this daemon, starting, from now on (the archive's check may last)
+        self._open_archive()
         removed = (sweep_stale_temps(config.roots, STALE_AFTER_SECONDS)
                    + BackupStore(config.backups.dir).remove_leftovers(time.time()))
         if removed:
             log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
-        self.publish(force=True)  # `status` sees this daemon, starting, from now on
-        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive)
+        self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive,
+                             on_write_error=self.room.ran_out)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
         self._start_watcher()
@@ -150,6 +139,39 @@ class Daemon:
                  mode, queued, config.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
 
+    def _scheduled_report(self) -> None:
+        """The report job. A report that cannot be written for a full disk is a line in the log and an error in the
+        live figures (not a traceback at every interval), which the next report written takes back."""
+        try:
+            self.write_report()
+        except (OSError, sqlite3.Error) as exc:
+            if not self.room.ran_out(exc):
+                raise
+            advice = self.room.advice(exc, "")
+            log.error("could not write the report: %s; %s", exc, advice)
+            self.stats.resolved("reports")
+            self.stats.error(f"could not write the report to {self.config.reports.dir}: {exc}", advice,
+                             about="reports")
+            return
+        self.stats.resolved("reports")
+
+    def _open_archive(self) -> None:
+        """Open (and check) the archive; when it cannot be opened (a full disk, say), the rest of riffd works
+        without it, and each rescan tries again."""
+        try:
+            self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
+        except (ArchiveError, sqlite3.Error, OSError) as exc:
+            log.error("the archive is off: %s; each rescan tries to open it again", exc)
+            self.room.ran_out(exc)
+            self.stats.resolved("archive")
+            self.stats.error(f"the archive is off: {exc}", self.room.advice(
+                exc, "see the message; repairs and reports go on without it"), about="archive")
+            return
+        self.stats.resolved("archive")
+        if self.worker is not None:
+            self.worker.archive = self.archive
+            log.info("the archive is on again: the rescan archives what was read meanwhile")
+
     def _start_watcher(self) -> None:
         config = self.config
         self.watcher = Watcher(transcript_filter(config), self.queue.put, config.watcher.observer,
@@ -161,6 +183,7 @@ class Daemon:
             "coalesce": True, "max_instances": 1, "misfire_grace_time": 3600,
         })
         scheduler.add_listener(self._job_failed, EVENT_JOB_ERROR)
+        scheduler.add_listener(self._job_done, EVENT_JOB_EXECUTED)
         self.scheduler = scheduler
         self._schedule_jobs()
         scheduler.start()
@@ -169,7 +192,7 @@ class Daemon:
         assert self.scheduler is not None
         config = self.config
         jobs: list[tuple[str, Any, float]] = [
-            ("report", self.write_report, config.reports.interval),
+            ("report", self._scheduled_report, config.reports.interval),
             ("backup_retention", lambda: backup_retention(self.config), config.backups.retention_interval),
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
             ("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
@@ -180,6 +203,9 @@ class Daemon:
         elif self.scheduler.get_job("rescan") is not None:
             self.scheduler.remove_job("rescan")
         for job_id, function, seconds in jobs:
+            job = self.scheduler.get_job(job_id)
+            if job is not None and getattr(job.trigger, "interval", None) == timedelta(seconds=seconds):
+                continue  # unchanged: a reload (an editor saving the config) must not put its next run off again
             self.scheduler.add_job(function, "interval", seconds=seconds, id=job_id, replace_existing=True)
 
     def _shutdown(self) -> None:
@@ -246,6 +272,11 @@ class Daemon:
                 self._startup_done = True
                 self._after_startup_pass()
             self.publish()
+            free = self.room.back()
+            if free is not None:
+                log.info("the state folder %s has room again (%.1f MiB free): rescanning now for what could not be "
+                         "stored meanwhile", self.config.state_dir, free / 2**20)
+                self._rescan_now()
             if self.reload_requested.is_set() or self._stamp() != self._config_stamp:
                 self.reload_requested.clear()
                 self.reload()
@@ -270,7 +301,7 @@ class Daemon:
     def _after_startup_pass(self) -> None:
         """Once the files found at start are looked at: one summary line, and a first report right away."""
         assert self.store is not None
-        log_startup_summary(self.store, self.config, len(self.stats.errors))
+        log_startup_summary(self.store, self.config, self.stats.errors_met)
         try:
             self.write_report()
         except (OSError, sqlite3.Error) as exc:
@@ -299,7 +330,8 @@ class Daemon:
         except ConfigError as exc:
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
             self.stats.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
-            self.stats.error(f"{RELOAD_FAILED}: {exc}", "fix the file; `riffd config validate` checks it")
+            self.stats.error(f"{RELOAD_FAILED}: {exc}", "fix the file; `riffd config validate` checks it",
+                             about=RELOAD_FAILED)
             self.notifier.ready(self._status_line())
             return False
         old, self.config = self.config, new
@@ -323,9 +355,7 @@ class Daemon:
         self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
         # A config error is over once a good config is loaded: it no longer makes the report unhealthy. (Before
         # last_reload says ok, so no report shows a good reload beside the old error.)
-        self.stats.errors = type(self.stats.errors)(
-            (error for error in self.stats.errors if not error["message"].startswith(RELOAD_FAILED)),
-            maxlen=self.stats.errors.maxlen)
+        self.stats.resolved(RELOAD_FAILED)
         self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
@@ -383,10 +413,9 @@ class Daemon:
                 self._reconcile()
                 return
             log.error("%s: database error: %s", path, exc)
-            self.stats.error(f"{path}: database error: {exc}", about=str(path), suggestion=(
-                f"{full_disk_note(self.config.state_dir)}: free some space there (the file is looked at again "
-                "then)" if is_full_error(exc)
-                else "it is retried at the next change or rescan"))
+            self.room.ran_out(exc)
+            self.stats.error(f"{path}: database error: {exc}", self.room.advice(
+                exc, "it is retried at the next change or rescan"), about=str(path))
             return
         except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
             log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
@@ -411,16 +440,24 @@ class Daemon:
 
     def _job_failed(self, event: JobExecutionEvent) -> None:
         log.error("scheduled job %s failed: %s", event.job_id, event.exception)
-        self.stats.error(f"scheduled job {event.job_id} failed: {event.exception}")
+        self.room.ran_out(event.exception)
+        self.stats.error(f"scheduled job {event.job_id} failed: {event.exception}",
+                         self.room.advice(event.exception, "it runs again at its next time"),
+                         about=f"job {event.job_id}")
+
+    def _job_done(self, event: JobExecutionEvent) -> None:
+        self.stats.resolved(f"job {event.job_id}")  # it failed before, and has run well since
 
     def _rescan(self) -> None:
         if self.watcher is not None:
             self.watcher.refresh()
+        if self.archive is None:
+            self._open_archive()
         if self.archive is not None and self.store is not None:
             catch_up_archive(self.archive, self.store)
         queued = self._reconcile()
         if queued:
-            log.info("rescan: %d file(s) changed without an event", queued)
+            log.info("rescan: %d file(s) to look at (changed without an event, or not stored before)", queued)
 
     def _rescan_now(self) -> None:
         """Run the rescan at once, in the scheduler's thread (never beside a scheduled one)."""
@@ -444,91 +481,3 @@ class Daemon:
             deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
             settle_archive(self.archive, lambda: not self._stopping and self.stats.progress == progress
                            and time.monotonic() < deadline)
-
-    def publish(self, *, force: bool = False) -> None:
-        """Store the live figures where `status` and `report` read them: when something changed (at most every
-        SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck daemon from a quiet one."""
-        if self.store is None:
-            return
-        now = time.monotonic()
-        watcher = self.watcher
-        state = (self.stats.processed, len(self.queue), watcher.events if watcher else 0, len(self.stats.errors),
-                 str(self.stats.last_reload), self.stats.rescans, self._startup_done, self._stopping)
-        due = now - self._published_at >= (SNAPSHOT_SECONDS if state != self._published else HEARTBEAT_SECONDS)
-        if not (force or due):
-            return
-        try:
-            store_snapshot(self.store, self.snapshot())
-        except sqlite3.Error as exc:
-            self._unstored(exc, now)
-            return
-        if self._unstored_since is not None:
-            log.info("the live figures are stored again (they could not be for %.0f s); rescanning now for what could "
-                     "not be stored meanwhile", now - self._unstored_since)
-            self._unstored_since = None
-            self.stats.resolved("live figures")
-            self._rescan_now()
-        self._published, self._published_at = state, now
-
-    def _unstored(self, exc: sqlite3.Error, now: float) -> None:
-        """The live figures could not be stored: say so at once, then every STORE_FAILING_LOG_SECONDS (not at every
-        tick), with the cause's remedy; `riffd status` tells the same from their age and the state folder's disk."""
-        cause = (f"{full_disk_note(self.config.state_dir)}: free some space there (riffd goes on by itself, and "
-                 "looks at every file again then)" if is_full_error(exc) else "see the errors before this")
-        if self._unstored_since is None:
-            self._unstored_since, self._unstored_logged = now, now
-            log.error("could not store the live figures: %s; %s; `riffd status` shows older ones until then",
-                      exc, cause)
-            self.stats.error(f"could not store the live figures in {self.store.path if self.store else '?'}: {exc}",
-                             cause, about="live figures")
-        elif now - self._unstored_logged >= STORE_FAILING_LOG_SECONDS:
-            self._unstored_logged = now
-            log.error("the live figures still cannot be stored (for %.0f s): %s; %s", now - self._unstored_since,
-                      exc, cause)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The daemon's live figures, as the health report and `riffd report` read them."""
-        watcher = self.watcher
-        return {
-            "running": not self._stopping,
-            "starting": not self._startup_done,
-            "seen_at": time.time(),
-            "version": __version__,
-            "pid": os.getpid(),
-            "started": self.stats.started,
-            "config_path": str(self.config.source) if self.config.source else None,
-            "repair_mode": self.config.repair.mode,
-            "last_reload": self.stats.last_reload,
-            "roots": [str(root) for root in self.config.roots],
-            "observer": watcher.observer_kind if watcher else None,
-            "observer_reason": watcher.observer_why if watcher else None,
-            "events": watcher.events if watcher else 0,
-            "rescans": self.stats.rescans,
-            "queue_depth": len(self.queue),
-            "processed": self.stats.processed,
-            "latencies": list(self.stats.latencies),
-            "errors": list(self.stats.errors),
-            "io_retries": IO_STATS.retries,
-            "io_give_ups": IO_STATS.give_ups,
-            "tracker": self.tracker.stats(),
-            "archive": self._archive_figures,
-        }
-
-    def write_report(self) -> Path:
-        """Write a health report now (the scheduled job, and at shutdown)."""
-        assert self.store is not None
-        with self._report_lock:
-            self._archive_figures = ({} if self.archive is None else
-                                     archive_summary(self.archive, self.store, self.config.claude_dir))
-            snapshot = self.snapshot()
-            try:  # a state store that cannot be written to (a full disk) still gets its report written, saying so
-                store_snapshot(self.store, snapshot)
-            except sqlite3.Error as exc:
-                self._unstored(exc, time.monotonic())
-            report = build_report(self.store, self.config.backups.dir, snapshot)
-            try:
-                self.store.record_history(history_point(report), time.time())
-            except sqlite3.Error as exc:
-                log.error("could not add this report to the history: %s", exc)
-            return write_report(report, self.config.reports.dir, self.config.reports.keep,
-                                self.store.history(), self.store.recent_repairs())

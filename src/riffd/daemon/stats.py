@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ def advice(why: str) -> str:
 
 @dataclass
 class Stats:
-    """What the daemon counts while it runs (the live part of the health report)."""
+    """What the daemon counts while it runs (the live part of the health report). The worker, the scheduler's
+    threads and the main thread all keep errors here: `errors` is only changed and copied under `_lock`."""
 
     started: float = field(default_factory=time.time)
     processed: int = 0
@@ -29,16 +31,28 @@ class Stats:
     progress: float = field(default_factory=time.monotonic)  # last time the worker finished an item
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=2000))
     errors: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ERRORS_KEPT))
+    errors_met: int = 0  # every error kept since the start, also those the deque has dropped or that were resolved
     last_reload: dict[str, Any] | None = None
     busy: bool = False  # the worker is processing a file
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def error(self, message: str, suggestion: str = "", about: str | None = None) -> None:
         """Keep an error (the last 50) with what to do about it, for the report's `errors`; `about` (a file's
         path, say) lets `resolved` take it back once that went well."""
-        self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion, "about": about})
+        with self._lock:
+            self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion, "about": about})
+            self.errors_met += 1
 
     def resolved(self, about: str) -> None:
-        """Forget the errors about `about`: the file they name was looked at without error since (a full disk was
-        freed, a cloud file came back), so the report no longer asks for attention to them."""
-        if any(error.get("about") == about for error in self.errors):  # replaced whole: a reader never sees it half
-            self.errors = deque((error for error in self.errors if error.get("about") != about), maxlen=ERRORS_KEPT)
+        """Forget the errors about `about`: what they name went well since (a file looked at without error once a
+        full disk was freed, a good configuration loaded), so the report no longer asks for attention to them."""
+        with self._lock:
+            if any(error.get("about") == about for error in self.errors):
+                kept = [error for error in self.errors if error.get("about") != about]
+                self.errors.clear()
+                self.errors.extend(kept)
+
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """A copy of the errors kept, oldest first."""
+        with self._lock:
+            return list(self.errors)

@@ -97,6 +97,8 @@ class Worker:
     tracker: ToolCallTracker | None = None
     # Fed every complete line read, before the state store commits, so nothing is ever read and not archived.
     archive: Archive | None = None
+    # Told every archive write that failed (the daemon's Room: a full disk is followed by a rescan once there is room)
+    on_write_error: Callable[[BaseException], object] | None = None
     # path -> the findings this worker stored last for it (files with findings only): see _update.
     _stored: dict[str, list[Finding]] = field(default_factory=dict, repr=False)
 
@@ -246,6 +248,8 @@ class Worker:
         """Detection and repairs go on whatever the archive does; it catches up later from its own watermark
         (Daemon._rescan). A damaged archive is moved aside and a new one started at once."""
         log.error("%s: could not %s: %s; the next rescan retries", name, what, exc)
+        if self.on_write_error is not None:
+            self.on_write_error(exc)
         self.store.bump({"archive.errors": 1})
         if self.archive is not None and self.archive.reopen_if_damaged(exc):
             self.store.bump({"archive.moved_aside": 1})
