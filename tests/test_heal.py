@@ -97,7 +97,7 @@ def test_a_locked_database_is_never_called_damaged_nor_moved(tmp_path: Path) -> 
     Archive(archive_path).close()
     make_state(state_path)
     for path, reopen in ((archive_path, lambda: Archive(archive_path, heal=True, check=True, lock_timeout=0.2)),
-                         (state_path, lambda: StateStore(state_path, heal=True))):
+                         (state_path, lambda: StateStore(state_path, heal=True, lock_timeout=0.2))):
         holder = sqlite3.connect(path, isolation_level=None)
         holder.executescript("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE held(x); ")
         with pytest.raises(sqlite3.OperationalError, match="locked"):

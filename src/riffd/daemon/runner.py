@@ -365,7 +365,10 @@ class Daemon(Figures):
 
     def _reconcile(self) -> int:
         assert self.store is not None
-        queued = reconcile(transcript_filter(self.config), self.store, self.queue.put, self._unlistable)
+        # Not an event: a file already queued keeps its time (a rescan during a long start-up pass must not put
+        # every waiting file off by another debounce)
+        queued = reconcile(transcript_filter(self.config), self.store,
+                           lambda path: self.queue.put(path, delay=self.queue.debounce), self._unlistable)
         self.stats.rescans += 1
         return queued
 

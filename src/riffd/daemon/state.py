@@ -99,8 +99,11 @@ HEAL_ADVICE = ("`riffd run` moves it aside and makes a new one, filled again by 
                "cannot be derived again from the transcripts)")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+LOCK_TIMEOUT = 30.0  # seconds SQLite waits for another process's lock before it calls the database busy
+
+
+def _connect(path: Path, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -112,9 +115,9 @@ def _connect(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _connect_read_only(path: Path) -> sqlite3.Connection:
+def _connect_read_only(path: Path, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                           isolation_level=None, timeout=30)
+                           isolation_level=None, timeout=lock_timeout)
 
 
 def _dumps(value: Any) -> str:
@@ -135,14 +138,16 @@ def _loads(text: str) -> Any:
 class StateStore:
     """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL mode)."""
 
-    def __init__(self, path: Path, *, heal: bool = False, read_only: bool = False) -> None:
+    def __init__(self, path: Path, *, heal: bool = False, read_only: bool = False,
+                 lock_timeout: float = LOCK_TIMEOUT) -> None:
         """Open (or create) the store at `path`. A damaged file is moved aside and a new store made when `heal`
         (the daemon: everything in it is derived again by a rescan); otherwise it raises DatabaseDamaged.
         `read_only` opens an existing store without changing it (`riffd status`)."""
         self.path = path
         self._lock = threading.RLock()
+        connect = _connect_read_only if read_only else _connect
         self._db, self.moved_aside, self.damage = open_checked(
-            path, _connect_read_only if read_only else _connect, heal=heal and not read_only, advice=HEAL_ADVICE)
+            path, lambda target: connect(target, lock_timeout), heal=heal and not read_only, advice=HEAL_ADVICE)
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
