@@ -121,11 +121,23 @@ def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs:
     # fork is the cheapest start, and safe while this process runs no other thread; else (or on macOS) spawn.
     method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
-    executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method), initializer=_worker_init)
+    # Ctrl-C while the pool starts would leave it half started (its manager thread not running, so it cannot be
+    # shut down): the interrupt waits until every file is handed over, and is raised then.
+    interrupted: list[int] = []
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum)) if in_main else None
     try:
+        executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                                       initializer=_worker_init)
         pending: dict[Future[FileReport], int] = {
             executor.submit(_scan_one, files[number], backup_dir): number for number in order
         }
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    try:
+        if interrupted:
+            raise KeyboardInterrupt
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
