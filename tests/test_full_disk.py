@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -232,8 +233,7 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
                   lambda: _riffd(tmp_path, "status").stdout + "\n" + log_path.read_text()[-4000:])
         assert "has room again" in log_path.read_text()
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        code = daemon.wait(timeout=60)
+        code = _stop(daemon)
     log = log_path.read_text()
     assert code == 0, log[-3000:]
     assert "riffd stopped" in log and "Traceback" not in log
@@ -289,17 +289,30 @@ def _run_until_started(tmp_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "wb") as log_file:
         daemon = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
                                   stdout=log_file, stderr=subprocess.STDOUT, env=_environment(tmp_path))
-    _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass",
-              lambda: log_path.read_text()[-3000:])
+    try:
+        _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass",
+                  lambda: log_path.read_text()[-3000:])
+    except BaseException:
+        _stop(daemon)
+        raise
     return daemon
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> int:
+    """SIGTERM, as systemd stops it; killed when it does not stop within a minute (no test leaves a daemon)."""
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        return daemon.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
+        raise
 
 
 def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_aside(
         tmp_path: Path, small_disk: SmallDisk) -> None:
     (tmp_path / "claude" / "projects").mkdir(parents=True)
-    first = _run_until_started(tmp_path)  # the state a first run leaves
-    first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=60) == 0
+    assert _stop(_run_until_started(tmp_path)) == 0  # the state a first run leaves
     filler = _fill(small_disk.path)
 
     started = _riffd(tmp_path, "run")
@@ -311,9 +324,7 @@ def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_a
     assert "is full" in status.stdout + status.stderr and "Traceback" not in status.stderr
 
     filler.unlink()
-    again = _run_until_started(tmp_path)
-    again.send_signal(signal.SIGTERM)
-    assert again.wait(timeout=60) == 0
+    assert _stop(_run_until_started(tmp_path)) == 0
     assert _leftovers(small_disk.path) == []
 
 
@@ -323,13 +334,14 @@ def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(t
     whole life: each rescan tries again, then archives every line read meanwhile."""
     originals = _sessions(tmp_path / "claude" / "projects")
     (tmp_path / "state" / "archive.db").mkdir(parents=True)
+    (tmp_path / "state" / "archive.db" / "in-the-way").write_text("x")  # (an empty folder is 0 bytes on btrfs)
     _config(tmp_path, "[watcher]\nrescan_interval = 1\n")
     daemon = _run_until_started(tmp_path)
     log_path = tmp_path / "daemon.log"
     try:
         assert "the archive is off" in log_path.read_text()
         assert _riffd(tmp_path, "status").returncode == 1  # said, not silent
-        (tmp_path / "state" / "archive.db").rmdir()
+        shutil.rmtree(tmp_path / "state" / "archive.db")
         _wait_for(lambda: "the archive is on again" in log_path.read_text(), 30, "the archive to be opened again",
                   lambda: log_path.read_text()[-3000:])
 
@@ -346,6 +358,30 @@ def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(t
         _wait_for(lambda: _riffd(tmp_path, "status").returncode == 0, 30, "the error to be taken back",
                   lambda: _riffd(tmp_path, "status").stdout)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        assert daemon.wait(timeout=60) == 0
+        assert _stop(daemon) == 0
     assert _archived(tmp_path / "state" / "archive.db") == {str(path): data for path, data in originals.items()}
+
+
+@pytest.mark.slow
+def test_a_full_reports_folder_elsewhere_is_named_and_the_state_disk_is_not_blamed(
+        tmp_path: Path, small_disk: SmallDisk) -> None:
+    """Here the small disk holds only the reports (`reports.dir`); the state folder has room."""
+    _sessions(tmp_path / "claude" / "projects")
+    reports = small_disk.path
+    _fill(reports)
+    state = tmp_path / "state-elsewhere"
+    (tmp_path / "config.toml").write_text(
+        f'state_dir = "{state}"\nclaude_dir = "{tmp_path / "claude"}"\nroots = ["{tmp_path / "claude" / "projects"}"]\n'
+        f'[reports]\ndir = "{reports}"\ninterval = 1\n')
+    daemon = _run_until_started(tmp_path)
+    try:
+        time.sleep(4)  # a few reports
+        status = _riffd(tmp_path, "status")
+    finally:
+        assert _stop(daemon) == 0
+    log = (tmp_path / "daemon.log").read_text()
+    assert f"the disk holding {reports} is full" in log, log[-3000:]
+    assert f"the disk holding {state} is full" not in log and "has room again" not in log
+    assert "Traceback" not in log
+    assert status.returncode == 1 and f"the state folder {state} is full" not in status.stdout, status.stdout
+    assert f"could not write the report to {reports}" in status.stdout, status.stdout

@@ -477,3 +477,36 @@ def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
     outcome = worker.process(path)  # live again, the same call unanswered: pending, as a full scan says
     assert outcome.kind == "appended"
     assert [item["class"] for item in store.file(str(path)).findings] == ["pending_tool_call"]  # type: ignore[union-attr]
+
+
+def test_lines_read_while_the_archive_could_not_take_them_are_archived_later_never_leaving_a_hole(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    """An archive write that fails (here a real lock held past the timeout; in life a full disk) while the state
+    store moves on: the next append must not be archived after a hole, with the archive's watermark claiming the
+    file whole. The worker archives from the archive's own watermark instead."""
+    from riffd.archive.store import Archive, ArchiveGap
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    lines = [transcript_line(number, pad=200) for number in range(1, 61)]
+    append(path, lines[:20])
+    archive = Archive(tmp_path / "archive.db", lock_timeout=0.05)
+    worker = Worker(store, settings, archive=archive)
+    worker.process(path)
+    append(path, lines[20:40])
+    blocker = sqlite3.connect(tmp_path / "archive.db", isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # these 20 lines cannot be archived when read
+    worker.process(path)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert store.file(str(path)).watermark.lines == 40  # detection went on
+    append(path, lines[40:])
+    worker.process(path)  # the next append: offered from byte past the archive's watermark
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(lines)
+    assert archive.cursor(str(path)) == (0, path.stat().st_size)
+    with pytest.raises(ArchiveGap):  # the archive itself refuses a hole, and stores nothing of it
+        archive.add_lines(str(path), path.stat().st_size + 10, [b'{"type":"user"}'])
+    assert archive.cursor(str(path)) == (0, path.stat().st_size)
+    archive.close()

@@ -83,17 +83,26 @@ def is_busy_error(exc: BaseException) -> bool:
 FULL_BELOW = 1 << 20  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
 
 
+# SQLite's "disk I/O error"s that a full disk gives for writes it does not report as SQLITE_FULL (growing the
+# shared-memory file when it opens a database, above all)
+_WRITE_IOERRS = frozenset(getattr(sqlite3, name) for name in (
+    "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE")
+    if hasattr(sqlite3, name))
+
+
 def is_full_error(exc: BaseException, folder: Path | None = None) -> bool:
     """Return True for the error of a full disk or an exhausted quota: SQLite's SQLITE_FULL ("database or disk is
-    full"), ENOSPC or EDQUOT; with `folder` (the database's), also an I/O error while that disk has under
-    FULL_BELOW free (SQLite reports some writes ENOSPC failed as "disk I/O error": growing its shared-memory file
-    when it opens a database, say). No damage: what was committed stays, and nothing of the failed step does."""
-    if isinstance(exc, sqlite3.Error):
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
-            return True
-    elif isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    full"), ENOSPC or EDQUOT; with `folder` (the database's), also SQLite's write I/O errors while that disk has under
+    FULL_BELOW free (never a read error, a permission or a file that cannot be opened). No damage: what was
+    committed stays, and nothing of the failed step does."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if not isinstance(exc, sqlite3.Error):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code == sqlite3.SQLITE_FULL or "disk is full" in str(exc):
         return True
-    if folder is None or not isinstance(exc, sqlite3.OperationalError | OSError):
+    if folder is None or code not in _WRITE_IOERRS:
         return False
     free = free_bytes(folder)
     return free is not None and free < FULL_BELOW

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from riffd.archive.pieces import Parsed, parse
-from riffd.archive.store import Archive
+from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.transcript.reader import iter_chunks, read_span
 
@@ -37,12 +37,18 @@ def ingest_file(archive: Archive, path: Path) -> int:
     file was rewritten since); return the lines added. Only complete lines are archived. The archive keeps it under
     its absolute path (`archive_key`), whatever folder the command ran in."""
     path = archive_key(path)
-    start, rewritten = where_to_start(archive, path)
     added = 0
-    for offset, lines, terminated in iter_chunks(path, start=start):
-        # An unterminated last line is kept too (lossless); restore writes it back without a newline.
-        added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
-                                   last_terminated=terminated)
+    for attempt in range(3):
+        start, rewritten = where_to_start(archive, path)
+        try:
+            for offset, lines, terminated in iter_chunks(path, start=start):
+                # An unterminated last line is kept too (lossless); restore writes it back without a newline.
+                added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
+                                           last_terminated=terminated)
+            return added
+        except ArchiveGap:  # another process started a new generation meanwhile: read from where it is now
+            if attempt == 2:
+                raise
     return added
 
 

@@ -56,6 +56,17 @@ class _Line:
     role: int = 0
 
 
+class ArchiveGap(Exception):
+    """Lines offered from past the archive's watermark of a file: the bytes between were never archived (a write
+    that failed on a full disk or a lock, lines read while the archive was off). Nothing is stored: the file's
+    lines are archived from its watermark instead (riffd.archive.ingest.ingest_file), never with a hole."""
+
+    def __init__(self, path: str, archived: int, offset: int) -> None:
+        self.path, self.archived, self.offset = path, archived, offset
+        super().__init__(f"{path}: the archive holds it up to byte {archived}, and lines from byte {offset} were "
+                         "offered")
+
+
 class Archive(Reading):
     """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
 
@@ -102,7 +113,8 @@ class Archive(Reading):
     def add_lines(self, path: str, offset: int, lines: list[bytes], *, rewritten: bool = False,
                   last_terminated: bool = True, prepared: list[Parsed] | None = None) -> int:
         """Archive `lines` of `path` starting at byte `offset` (each without its newline; the last one has none
-        in the file when `last_terminated` is False); lines below the file's archive watermark are skipped.
+        in the file when `last_terminated` is False); lines below the file's archive watermark are skipped, and
+        lines past it raise ArchiveGap (nothing stored: the archive never has a hole).
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
         generation from offset 0. `prepared`: what `riffd.archive.pieces.parse` gave for each line (with every user
         prompt), when a reader process did that. Return how many lines were added."""
@@ -181,6 +193,8 @@ class Archive(Reading):
             offset = torn_at
             if prepared is not None:
                 prepared = [parse(lines[0], True), *prepared[1:]]
+        if not older and offset > archived:
+            raise ArchiveGap(path, archived, offset)
         position = offset
         added = added_bytes = messages = 0
         info: dict[str, Any] = {}

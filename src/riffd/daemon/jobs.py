@@ -57,9 +57,11 @@ def backup_retention(config: Config) -> None:
             log.info("backup retention removed %d backup(s)", len(removed))
 
 
-def catch_up_archive(archive: Archive, store: StateStore) -> None:
+def catch_up_archive(archive: Archive, store: StateStore,
+                     failed: Callable[[BaseException], object] | None = None) -> None:
     """Archive what the worker read but could not archive (a full disk, a locked database), from the archive's own
-    watermark, so every line is archived once; a file that fails now is tried again at the next rescan."""
+    watermark, so every line is archived once; a file that fails now is tried again at the next rescan (and its
+    error is told to `failed`: riffd.daemon.room.Room.ran_out)."""
     for path, offset in store.offsets().items():
         try:
             if archive.cursor(path)[1] < offset and Path(path).is_file():
@@ -67,6 +69,8 @@ def catch_up_archive(archive: Archive, store: StateStore) -> None:
                 log.info("%s: archived %d line(s) the archive had missed", path, added)
         except (OSError, sqlite3.Error) as exc:
             log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
+            if failed is not None:
+                failed(exc)
             if isinstance(exc, sqlite3.Error):
                 archive.reopen_if_damaged(exc)
 

@@ -10,6 +10,7 @@ lines could not be stored meanwhile are looked at and archived again without wai
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -37,19 +38,24 @@ class Room:
         self.unstored_since: float | None = None  # when storing the live figures began to fail
         self._unstored_logged = 0.0
 
-    def is_full(self, exc: BaseException) -> bool:
-        """Whether `exc` comes of the state folder's disk being full (riffd.database.is_full_error)."""
+    def is_full(self, exc: BaseException, written: Path | None = None) -> bool:
+        """Whether `exc` comes of the state folder's disk being full (riffd.database.is_full_error): a database
+        error (state.db and archive.db live there), or an OSError of a write to the folder `written` when that is
+        on the same disk (the reports folder on another disk is the caller's to name)."""
+        if isinstance(exc, OSError):
+            return written is not None and _same_disk(written, self.folder) and is_full_error(exc)
         return is_full_error(exc, self.folder)
 
-    def advice(self, exc: BaseException, otherwise: str) -> str:
-        """What to do about `exc`: free space, when it is a full disk; else `otherwise`."""
-        if self.is_full(exc):
+    def advice(self, exc: BaseException, otherwise: str, written: Path | None = None) -> str:
+        """What to do about `exc`: free space, when it is the state folder's disk that is full; else `otherwise`."""
+        if self.is_full(exc, written):
             return f"{full_disk_note(self.folder)}: free some space there (riffd goes on by itself and catches up)"
         return otherwise
 
-    def ran_out(self, exc: BaseException) -> bool:
-        """Note a failed write; return whether it was a full disk (then a rescan follows once there is room)."""
-        if not self.is_full(exc):
+    def ran_out(self, exc: BaseException, written: Path | None = None) -> bool:
+        """Note a failed write (to `written`, when not a database); return whether the state folder's disk is full
+        (then a rescan follows once there is room)."""
+        if not self.is_full(exc, written):
             return False
         with self._lock:
             now = time.monotonic()
@@ -98,3 +104,11 @@ class Room:
                  time.monotonic() - self.unstored_since)
         self.unstored_since = None
         return True
+
+
+
+def _same_disk(folder: Path, other: Path) -> bool:
+    try:
+        return os.stat(folder).st_dev == os.stat(other).st_dev
+    except OSError:
+        return False

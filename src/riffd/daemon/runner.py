@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -51,6 +51,7 @@ from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
+from riffd.database import full_disk_note, is_full_error
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.locks import sweep_stale_temps
 from riffd.tracker.tracker import ToolCallTracker
@@ -78,7 +79,8 @@ class Daemon(Figures):
         self.config_file = config_path(config_flag, environ)
         self.stop = threading.Event()
         self.reload_requested = threading.Event()
-        self._report_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
+        self._report_lock = threading.Lock()
+        self._rescan_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
         self._startup_done = False
         self._stopping = False
         self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
@@ -145,9 +147,12 @@ class Daemon(Figures):
         try:
             self.write_report()
         except (OSError, sqlite3.Error) as exc:
-            if not self.room.ran_out(exc):
+            reports = self.config.reports.dir
+            on_state_disk = self.room.ran_out(exc, written=reports)
+            if not (on_state_disk or is_full_error(exc)):
                 raise
-            advice = self.room.advice(exc, "")
+            advice = (self.room.advice(exc, "", written=reports) if on_state_disk else
+                      f"{full_disk_note(reports)}: free some space there")
             log.error("could not write the report: %s; %s", exc, advice)
             self.stats.resolved("reports")
             self.stats.error(f"could not write the report to {self.config.reports.dir}: {exc}", advice,
@@ -452,24 +457,25 @@ class Daemon(Figures):
         self.stats.resolved(f"job {event.job_id}")  # it failed before, and has run well since
 
     def _rescan(self) -> None:
+        with self._rescan_lock:  # the scheduled rescan and one asked for now (`_rescan_now`) never run together
+            self._rescan_once()
+
+    def _rescan_once(self) -> None:
         if self.watcher is not None:
             self.watcher.refresh()
         if self.archive is None:
             self._open_archive()
         if self.archive is not None and self.store is not None:
-            catch_up_archive(self.archive, self.store)
+            catch_up_archive(self.archive, self.store, self.room.ran_out)
         queued = self._reconcile()
         if queued:
             log.info("rescan: %d file(s) to look at (changed without an event, or not stored before)", queued)
 
     def _rescan_now(self) -> None:
-        """Run the rescan at once, in the scheduler's thread (never beside a scheduled one)."""
-        if self.scheduler is None or not self.scheduler.running:
-            return
-        if self.scheduler.get_job("rescan") is not None:
-            self.scheduler.modify_job("rescan", next_run_time=datetime.now(UTC))
-        else:  # rescans are off (rescan_interval = 0): this one still runs
-            self.scheduler.add_job(self._rescan, id="rescan_once", replace_existing=True)
+        """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running (one that is
+        running may have looked at a file before there was room)."""
+        if self.scheduler is not None and self.scheduler.running:
+            self.scheduler.add_job(self._rescan, id="rescan_now", replace_existing=True)
 
     def _maintain_state(self) -> None:
         if self.store is not None:

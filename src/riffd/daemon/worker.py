@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.ingest import ingest_file, still_appended
-from riffd.archive.store import Archive
+from riffd.archive.store import Archive, ArchiveGap
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
@@ -240,8 +240,13 @@ class Worker:
         if self.archive is None:
             return
         try:
-            self.archive.add_lines(name, offset, lines, rewritten=rewritten)
-        except (sqlite3.Error, OSError) as exc:
+            try:
+                self.archive.add_lines(name, offset, lines, rewritten=rewritten)
+            except ArchiveGap as gap:  # bytes read before were not archived then: from the archive's watermark now
+                added = ingest_file(self.archive, Path(name))
+                log.info("%s: the archive lacked bytes %d to %d (not archived when they were read); archived %d "
+                         "line(s) from the file", name, gap.archived, gap.offset, added)
+        except (sqlite3.Error, OSError, ArchiveGap) as exc:
             self._archive_failed(name, f"archive lines at byte {offset}", exc)
 
     def _archive_failed(self, name: str, what: str, exc: Exception) -> None:
