@@ -385,3 +385,30 @@ def test_a_full_reports_folder_elsewhere_is_named_and_the_state_disk_is_not_blam
     assert "Traceback" not in log
     assert status.returncode == 1 and f"the state folder {state} is full" not in status.stdout, status.stdout
     assert f"could not write the report to {reports}" in status.stdout, status.stdout
+
+
+def test_status_of_a_daemon_finishing_its_queue_says_stopping_not_running(tmp_path: Path) -> None:
+    """Between SIGTERM and its exit (the drain, up to 10 s) the daemon still holds its lock but has said it stops:
+    status says stopping and exits 3, never 'running' beside 'no riffd daemon runs'."""
+    from riffd.daemon.jobs import store_snapshot
+
+    state = tmp_path / "state"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
+        "print('locked', flush=True); time.sleep(60)"), str(state), str(SRC_DIR)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        store = StateStore(state / "state.db")
+        store_snapshot(store, {"running": False, "starting": False, "pid": holder.pid, "seen_at": time.time(),
+                               "started": time.time() - 60, "latencies": []})
+        store.close()
+        status = _riffd(tmp_path, "status")
+        assert status.returncode == 3, status.stdout
+        first = status.stdout.splitlines()[0]
+        assert first.startswith(f"riffd daemon: stopping (pid {holder.pid})"), first
+        assert "running" not in first and "is stopping" in status.stdout
+        assert json.loads(_riffd(tmp_path, "status", "--json").stdout)["state"] == "stopping"
+    finally:
+        holder.kill()
+        holder.communicate()

@@ -116,6 +116,8 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
             snapshot = None
         elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
             snapshot = {**snapshot, "running": False}
+        elif not snapshot.get("running"):  # it said it is stopping, and still holds the lock: finishing the queue
+            snapshot = {**snapshot, "stopping": True}
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
             # started a moment ago, no figures yet (or it cannot store any: build_report tells which by the age)
             snapshot = {"running": True, "starting": True, "pid": pid, "started": lock_time(config.state_dir),
@@ -177,7 +179,8 @@ def run_status(args: argparse.Namespace) -> int:
         return _state_error(config, exc)
     daemon = (report or {}).get("daemon") or {}
     starting = pid is not None and bool(daemon.get("starting"))
-    state = "stopped" if pid is None else "starting" if starting else "running"
+    stopping = pid is not None and report is not None and not daemon.get("running")
+    state = "stopped" if pid is None else "stopping" if stopping else "starting" if starting else "running"
     if args.json:
         sys.stdout.write(orjson.dumps({"state": state, "running": pid is not None, "pid": pid, "report": report},
                                       option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -188,6 +191,8 @@ def run_status(args: argparse.Namespace) -> int:
         elif pid is None:
             last = f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})" if daemon.get("last_seen") else ""
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
+        elif stopping:
+            print(f"riffd daemon: stopping (pid {pid}): finishing what is queued (10 s at most), then it exits")
         elif starting:
             print(f"riffd daemon: starting (pid {pid}): looking at the files found at start" + (
                 f"; but {daemon['blocked']}" if daemon.get("blocked") else "; health is judged once that pass is done"))
@@ -196,7 +201,7 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"riffd daemon: running (pid {pid})" + (f", figures from {age:.0f} s ago" if age is not None else ""))
         if report is not None:
             sys.stdout.write(render_markdown(report))
-    if pid is None:
+    if pid is None or stopping:
         return EXIT_NOT_RUNNING
     if starting:  # not a problem, unless something keeps the daemon itself from working (a full disk)
         return EXIT_FINDINGS if daemon.get("blocked") else EXIT_OK

@@ -81,7 +81,10 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
                       "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"))
     elif running and full:
         blocked = problems[0]
-    if not running:
+    if not running and daemon.get("stopping"):
+        problems.append(f"the riffd daemon (pid {daemon.get('pid')}) is stopping: it finishes what is queued and exits "
+                        "(`riffd run`, or the service, starts it again)")
+    elif not running:
         problems.append(f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)")
     elif blocked is not None and blocked not in problems:
         problems.append(blocked)
