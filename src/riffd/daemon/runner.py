@@ -162,11 +162,12 @@ class Daemon(Figures):
 
     def _open_archive(self) -> None:
         """Open (and check) the archive; when it cannot be opened (a full disk, say), the rest of riffd works
-        without it, and each rescan tries again."""
+        without it, and each rescan tries again (and the settle job, every ARCHIVE_SETTLE_SECONDS, with rescans off).
+        Callers hold `_rescan_lock`, but the daemon's start: no two opens at once."""
         try:
             self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
         except (ArchiveError, sqlite3.Error, OSError) as exc:
-            log.error("the archive is off: %s; each rescan tries to open it again", exc)
+            log.error("the archive is off: %s; riffd tries to open it again at each rescan", exc)
             self.room.ran_out(exc)
             self.stats.resolved("archive")
             self.stats.error(f"the archive is off: {exc}", self.room.advice(
@@ -485,8 +486,15 @@ class Daemon(Figures):
     def _settle_archive(self) -> None:
         """Once lines stopped coming for ARCHIVE_SETTLE_SECONDS: `settle_archive`, compacting for at most
         ARCHIVE_COMPACT_SECONDS and only while it stays quiet and the daemon is not stopping."""
+        if self.archive is None:  # off since the start (with rescans off, nothing else tries again)
+            with self._rescan_lock:
+                if self.archive is None:
+                    self._open_archive()
+                if self.archive is not None and self.store is not None:
+                    catch_up_archive(self.archive, self.store, self.room.ran_out)
+            return
         progress = self.stats.progress
-        if self.archive is not None and time.monotonic() - progress >= ARCHIVE_SETTLE_SECONDS:
+        if time.monotonic() - progress >= ARCHIVE_SETTLE_SECONDS:
             deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
             settle_archive(self.archive, lambda: not self._stopping and self.stats.progress == progress
                            and time.monotonic() < deadline)
