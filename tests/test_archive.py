@@ -662,3 +662,28 @@ def test_export_json_form_and_stats_figures(tmp_path: Path) -> None:
         assert set(message) == {"index", "hash", "role", "timestamp", "content"}
     missing = _riffd(tmp_path, "archive", "export", "no-such-session", check=False)
     assert missing.returncode == 2
+
+
+def test_lines_read_back_after_a_failed_write_are_the_lines_written(tmp_path: Path) -> None:
+    """A copy of the open pack read before it grew must never be read for it later: after a write that fails (a full
+    disk, a lock, a refused gap) the open pack is read again from the database, not from a stale copy (which gave
+    an empty line in place of each line added since, and a wrong torn fragment to join)."""
+    from riffd.archive.store import ArchiveGap
+
+    first = [transcript_line(number, pad=80)[:-1] for number in range(1, 21)]
+    second = [transcript_line(number, session_id="22222222-3333-4444-5555-666666666666", pad=80)[:-1]
+              for number in range(1, 21)]
+    db_path = tmp_path / "archive.db"
+    writer = Archive(db_path)
+    writer.add_lines("/p/a.jsonl", 0, first)
+    writer.close()
+    archive = Archive(db_path)  # a new process: nothing in memory yet
+    ((a_id, _path, _session),) = archive.files_of("/p/a.jsonl")
+    assert list(archive.iter_file(a_id)) == [line + b"\n" for line in first]  # reads the open pack
+    archive.add_lines("/p/b.jsonl", 0, second)  # it grows
+    with pytest.raises(ArchiveGap):  # a write that fails: rolled back
+        archive.add_lines("/p/b.jsonl", 10**6, [b"{}"])
+    ((b_id, _path, _session),) = archive.files_of("/p/b.jsonl")
+    assert list(archive.iter_file(b_id)) == [line + b"\n" for line in second]
+    assert archive.last_line("/p/b.jsonl") == second[-1] + b"\n"
+    archive.close()

@@ -510,3 +510,43 @@ def test_lines_read_while_the_archive_could_not_take_them_are_archived_later_nev
         archive.add_lines(str(path), path.stat().st_size + 10, [b'{"type":"user"}'])
     assert archive.cursor(str(path)) == (0, path.stat().st_size)
     archive.close()
+
+
+def test_a_rewrite_the_archive_missed_starts_a_new_generation_and_mixes_nothing(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    """The file is rewritten (shorter, other lines) while the archive cannot take the rewrite (a lock past the
+    timeout); then lines are appended. The archive must not add them to the old generation after its old lines, nor
+    skip the new file's lines below its old watermark: the old version stays whole, the new one is a new generation."""
+    from riffd.archive.store import Archive, ArchiveMismatch
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    old = [transcript_line(number, pad=100) for number in range(1, 31)]
+    new = [transcript_line(number, session_id="22222222-3333-4444-5555-666666666666", pad=100)
+           for number in range(1, 61)]
+    append(path, old)
+    archive = Archive(tmp_path / "archive.db", lock_timeout=0.05)
+    worker = Worker(store, settings, archive=archive)
+    worker.process(path)
+    replacement = path.with_suffix(".new")
+    replacement.write_bytes(b"".join(new[:20]))
+    os.replace(replacement, path)  # rewritten, by someone else
+    blocker = sqlite3.connect(tmp_path / "archive.db", isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    worker.process(path)  # read again from the start; the archive cannot take it
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    append(path, new[20:])
+    worker.process(path)
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old)
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(new)
+    # The archive itself refuses a line across its watermark that is not the end of its torn last line
+    torn = project / "torn.jsonl"
+    torn.write_bytes(old[0] + old[1][:50])
+    archive.add_lines(str(torn), 0, [old[0][:-1], old[1][:50]], last_terminated=False)
+    with pytest.raises(ArchiveMismatch):
+        archive.add_lines(str(torn), len(old[0]), [new[5][:-1]])
+    assert b"".join(archive.iter_file(archive.files_of(str(torn))[0][0])) == old[0] + old[1][:50]
+    archive.close()

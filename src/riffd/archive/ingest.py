@@ -111,6 +111,8 @@ def _ingest_here(archive: Archive, path: Path) -> int | OSError:
         return ingest_file(archive, path)
     except OSError as exc:
         return exc
+    except ArchiveGap as exc:  # changed by another process at every try: this file is for the next run
+        return OSError(f"the archive of it changed while it was read three times ({exc}); run the ingest again")
 
 
 class Batch(msgspec.Struct, array_like=True, gc=False):
@@ -216,10 +218,13 @@ def _store_batches(archive: Archive, receiver: Connection, number: int, path: Pa
             if batch.end:
                 return added, bool(stale or batch.failed), True
             if not stale:
-                added += archive.add_lines(
-                    str(path), batch.offset, batch.lines, rewritten=start[1] and batch.offset == 0,
-                    last_terminated=batch.terminated,
-                    prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
+                try:
+                    added += archive.add_lines(
+                        str(path), batch.offset, batch.lines, rewritten=start[1] and batch.offset == 0,
+                        last_terminated=batch.terminated,
+                        prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
+                except ArchiveGap:  # another process changed the archive of this file meanwhile: archived here
+                    stale = True
     except (EOFError, OSError, msgspec.DecodeError):
         return added, True, False
 

@@ -115,6 +115,7 @@ class PackStore:
         transaction added to the committed pack's own bytes and runs)."""
         self.committed = self.pending = None
         self.runs.clear()
+        self.cache.clear()  # (a copy of the open pack read before it grew would now be read for it)
 
     def keep_run(self, key: tuple[int, int], run: Run | None) -> None:
         """Remember `run` as the last run of (file, generation) `key` as this transaction leaves it (None: it has
@@ -173,6 +174,9 @@ class PackStore:
         current = self.pending
         assert current is not None
         db, pack_id, body = self.db, current.pack_id, current.body
+        # A copy read before (by `pack`) is out of date now: read after this, it would lack the lines just added,
+        # and give another line's bytes (or none) at their places once the pack is no longer held in memory
+        self.cache.pop(pack_id, None)
         if settled:
             db.execute("UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
                        (compress(bytes(body), settled=not loose), len(body), pack_id))
@@ -232,7 +236,9 @@ class PackStore:
         data = self.cache.get(pack_id)
         if data is None:
             row = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
-            data = unpack(row[0]) if row[0] else self._segments(pack_id)
+            if not row[0]:  # the open pack, still in segments: it grows, so it is never kept in the cache
+                return self._segments(pack_id)
+            data = unpack(row[0])
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)

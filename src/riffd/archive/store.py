@@ -67,6 +67,13 @@ class ArchiveGap(Exception):
                          "offered")
 
 
+class ArchiveMismatch(ArchiveGap):
+    """Lines offered across the archive's watermark of a file that do not line up with what it holds there: a line
+    that straddles the watermark, or that ends at it with other bytes than the archive's last line (the file was
+    rewritten, and the archive never heard of it). Nothing is stored: the file is archived with ingest_file, which
+    sees the rewrite and starts a new generation."""
+
+
 class Archive(Reading):
     """The archive database; thread-safe (one connection behind a lock, SQLite in WAL mode)."""
 
@@ -205,6 +212,12 @@ class Archive(Reading):
         for number, raw in enumerate(lines):
             terminated = last_terminated or number != last
             end = position + len(raw) + terminated
+            if not older and position < archived < end and not (
+                    fragment and position == torn_at and raw.startswith(fragment)):
+                raise ArchiveMismatch(path, archived, position)  # (a torn line is only ever replaced by its end)
+            if (not older and not fragment and position < archived == end and run is not None and run.lengths
+                    and raw + b"\n" * terminated != self._line(run, len(run.lengths) - 1)):
+                raise ArchiveMismatch(path, archived, position)
             if fragment and position == torn_at and end > archived:
                 assert run is not None
                 run.offsets.pop()

@@ -116,8 +116,10 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
             snapshot = None
         elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
             snapshot = {**snapshot, "running": False}
-        elif not snapshot.get("running"):  # it said it is stopping, and still holds the lock: finishing the queue
-            snapshot = {**snapshot, "stopping": True}
+        elif not snapshot.get("running"):  # it said it stops: finishing its queue, if it said so since taking the
+            # lock; else these are the last figures of an earlier daemon that had the same pid
+            stopping = float(snapshot.get("seen_at") or 0) >= (lock_time(config.state_dir) or 0)
+            snapshot = {**snapshot, "stopping": True} if stopping else None
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
             # started a moment ago, no figures yet (or it cannot store any: build_report tells which by the age)
             snapshot = {"running": True, "starting": True, "pid": pid, "started": lock_time(config.state_dir),
@@ -179,7 +181,7 @@ def run_status(args: argparse.Namespace) -> int:
         return _state_error(config, exc)
     daemon = (report or {}).get("daemon") or {}
     starting = pid is not None and bool(daemon.get("starting"))
-    stopping = pid is not None and report is not None and not daemon.get("running")
+    stopping = pid is not None and bool(daemon.get("stopping"))
     state = "stopped" if pid is None else "stopping" if stopping else "starting" if starting else "running"
     if args.json:
         sys.stdout.write(orjson.dumps({"state": state, "running": pid is not None, "pid": pid, "report": report},

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.ingest import ingest_file
-from riffd.archive.store import Archive
+from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
 from riffd.daemon.state import StateStore
@@ -64,10 +64,12 @@ def catch_up_archive(archive: Archive, store: StateStore,
     error is told to `failed`: riffd.daemon.room.Room.ran_out)."""
     for path, offset in store.offsets().items():
         try:
-            if archive.cursor(path)[1] < offset and Path(path).is_file():
+            # Behind, or ahead (a rewrite that shrank the file, which the archive did not take): ingest_file
+            # reads only the last line when nothing is new
+            if archive.cursor(path)[1] != offset and Path(path).is_file():
                 added = ingest_file(archive, Path(path))
                 log.info("%s: archived %d line(s) the archive had missed", path, added)
-        except (OSError, sqlite3.Error) as exc:
+        except (OSError, sqlite3.Error, ArchiveGap) as exc:
             log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
             if failed is not None:
                 failed(exc)

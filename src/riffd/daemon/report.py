@@ -118,6 +118,7 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
             "running": running,
             "starting": bool(running and daemon.get("starting")),
             "blocked": blocked,
+            "stopping": bool(daemon.get("stopping")),
             "last_seen": _iso(seen_at),
             "figures_age_seconds": round(now - seen_at, 1) if seen_at is not None else None,
             "repair_mode": daemon.get("repair_mode"),

@@ -167,7 +167,8 @@ class Daemon(Figures):
         try:
             self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
         except (ArchiveError, sqlite3.Error, OSError) as exc:
-            log.error("the archive is off: %s; riffd tries to open it again at each rescan", exc)
+            log.error("the archive is off: %s; riffd tries to open it again at each rescan (every 5 minutes with "
+                      "rescans off)", exc)
             self.room.ran_out(exc)
             self.stats.resolved("archive")
             self.stats.error(f"the archive is off: {exc}", self.room.advice(

@@ -409,7 +409,7 @@ class Worker:
                                         "cutting it off")
         try:
             ingest_file(self.archive, path)
-        except (sqlite3.Error, OSError) as exc:
+        except (sqlite3.Error, OSError, ArchiveGap) as exc:
             self._archive_failed(str(path), "archive its torn last line", exc)
             return keep_torn_tail(plan, f"it could not be archived first ({exc})")
         return plan
