@@ -126,16 +126,17 @@ def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs:
     interrupted: list[int] = []
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum)) if in_main else None
+    executor = None
     try:
-        executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
-                                       initializer=_worker_init)
-        pending: dict[Future[FileReport], int] = {
-            executor.submit(_scan_one, files[number], backup_dir): number for number in order
-        }
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
-    try:
+        try:
+            executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
+                                           initializer=_worker_init)
+            pending: dict[Future[FileReport], int] = {
+                executor.submit(_scan_one, files[number], backup_dir): number for number in order
+            }
+        finally:
+            if in_main:
+                signal.signal(signal.SIGINT, previous)
         if interrupted:
             raise KeyboardInterrupt
         while pending:
@@ -144,12 +145,13 @@ def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs:
                 number = pending.pop(future)
                 report = reports[number] = future.result()
                 progress.step(int(report.metrics.get("bytes", 0)))
-    except BrokenProcessPool as exc:
+    except BrokenProcessPool as exc:  # (also while files are handed over: a worker killed at once)
         left = sum(report is None for report in reports)
         print(f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
               file=sys.stderr)
     finally:
-        executor.shutdown(wait=True, cancel_futures=True)
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_init() -> None:

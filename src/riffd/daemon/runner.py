@@ -161,9 +161,8 @@ class Daemon(Figures):
         self.stats.resolved("reports")
 
     def _open_archive(self) -> None:
-        """Open (and check) the archive; when it cannot be opened (a full disk, say), the rest of riffd works
-        without it, and each rescan tries again (and the settle job, every ARCHIVE_SETTLE_SECONDS, with rescans off).
-        Callers hold `_rescan_lock`, but the daemon's start: no two opens at once."""
+        """Open (and check) the archive; when it cannot (a full disk, say), riffd works without it, and each rescan
+        and settle job tries again under `_rescan_lock`, so never two opens at once."""
         try:
             self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
         except (ArchiveError, sqlite3.Error, OSError) as exc:
