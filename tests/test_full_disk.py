@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ import pytest
 from conftest import SRC_DIR
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore, Watermark
+from riffd.database import is_full_error
 
 SESSIONS = 20
 LINES = 300
@@ -242,6 +244,21 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
     assert "configuration reloaded" not in log
 
 
+@contextmanager
+def _lock_held(state: Path) -> Iterator[subprocess.Popen[str]]:
+    """A real process holding the state folder's daemon lock (as a daemon does) while the block runs."""
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+        "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
+        "print('locked', flush=True); time.sleep(60)"), str(state), str(SRC_DIR)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
 def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tmp_path: Path) -> None:
     """A daemon that holds the lock but could never store its figures (its disk was full from the start) is not
     shown as 'starting', healthy, for ever: after STUCK_SECONDS status says it and exits 1."""
@@ -250,12 +267,7 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tm
     store.save_file(Watermark("/p/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0), "s",
                     [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice"}], 1)
     store.close()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
-        "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
-        "print('locked', flush=True); time.sleep(60)"), str(state), str(SRC_DIR)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with _lock_held(state):
         fresh = _riffd(tmp_path, "status")
         # just started: not a problem, nor are the findings the last run left (this pass judges them again)
         assert fresh.returncode == 0 and "starting" in fresh.stdout, fresh.stdout
@@ -265,9 +277,7 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tm
         assert stuck.returncode == 1, stuck.stdout
         assert "has stored no figures" in stuck.stdout and "**healthy**" not in stuck.stdout
         assert "health is judged once" not in stuck.stdout
-    finally:
-        holder.kill()
-        holder.communicate()
+
 
 
 def _fill(folder: Path) -> Path:
@@ -393,12 +403,7 @@ def test_status_of_a_daemon_finishing_its_queue_says_stopping_not_running(tmp_pa
     from riffd.daemon.jobs import store_snapshot
 
     state = tmp_path / "state"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
-        "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
-        "print('locked', flush=True); time.sleep(60)"), str(state), str(SRC_DIR)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with _lock_held(state) as holder:
         store = StateStore(state / "state.db")
         store_snapshot(store, {"running": False, "starting": False, "pid": holder.pid, "seen_at": time.time(),
                                "started": time.time() - 60, "latencies": []})
@@ -409,6 +414,22 @@ def test_status_of_a_daemon_finishing_its_queue_says_stopping_not_running(tmp_pa
         assert first.startswith(f"riffd daemon: stopping (pid {holder.pid})"), first
         assert "running" not in first and "is stopping" in status.stdout
         assert json.loads(_riffd(tmp_path, "status", "--json").stdout)["state"] == "stopping"
-    finally:
-        holder.kill()
-        holder.communicate()
+
+
+
+def test_a_damaged_archive_on_a_full_disk_is_moved_aside_once_and_no_empty_one_is_left(
+        tmp_path: Path, small_disk: SmallDisk) -> None:
+    """The daemon moves a damaged archive aside and makes a new one; on a full disk the new one cannot be set up. It
+    must not stay behind empty, to be called damaged and moved aside again at every start."""
+    db_path = small_disk.path / "archive.db"
+    db_path.write_bytes(b"not a database, " * 256)  # damaged
+    filler = _fill(small_disk.path)
+    for _attempt in range(2):  # two starts of the daemon
+        with pytest.raises(sqlite3.Error) as caught:
+            Archive(db_path, heal=True, check=True)
+        assert is_full_error(caught.value, small_disk.path)
+    assert not db_path.exists()
+    assert len(_leftovers(small_disk.path)) == 1  # the damaged one, moved aside once
+    filler.unlink()
+    Archive(db_path, heal=True, check=True).close()
+    assert len(_leftovers(small_disk.path)) == 1

@@ -236,9 +236,8 @@ class PackStore:
         data = self.cache.get(pack_id)
         if data is None:
             row = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
-            if not row[0]:  # the open pack, still in segments: it grows, so it is never kept in the cache
-                return self._segments(pack_id)
-            data = unpack(row[0])
+            # (the open pack, still in segments, is kept too: `store_open` drops the copy whenever it grows)
+            data = unpack(row[0]) if row[0] else self._segments(pack_id)
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)

@@ -106,7 +106,6 @@ class Room:
         return True
 
 
-
 def _same_disk(folder: Path, other: Path) -> bool:
     try:
         return os.stat(folder).st_dev == os.stat(other).st_dev

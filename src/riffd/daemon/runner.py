@@ -79,8 +79,8 @@ class Daemon(Figures):
         self.config_file = config_path(config_flag, environ)
         self.stop = threading.Event()
         self.reload_requested = threading.Event()
-        self._report_lock = threading.Lock()
-        self._rescan_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
+        self._report_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
+        self._rescan_lock = threading.Lock()  # one rescan (or archive reopening) at a time
         self._startup_done = False
         self._stopping = False
         self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
@@ -459,18 +459,19 @@ class Daemon(Figures):
 
     def _rescan(self) -> None:
         with self._rescan_lock:  # the scheduled rescan and one asked for now (`_rescan_now`) never run together
-            self._rescan_once()
+            if self.watcher is not None:
+                self.watcher.refresh()
+            self._catch_up_archive()
+            queued = self._reconcile()
+        if queued:
+            log.info("rescan: %d file(s) to look at (changed without an event, or not stored before)", queued)
 
-    def _rescan_once(self) -> None:
-        if self.watcher is not None:
-            self.watcher.refresh()
+    def _catch_up_archive(self) -> None:
+        """Open the archive when it is off, then archive what it missed (the caller holds `_rescan_lock`)."""
         if self.archive is None:
             self._open_archive()
         if self.archive is not None and self.store is not None:
             catch_up_archive(self.archive, self.store, self.room.ran_out)
-        queued = self._reconcile()
-        if queued:
-            log.info("rescan: %d file(s) to look at (changed without an event, or not stored before)", queued)
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running (one that is
@@ -488,10 +489,7 @@ class Daemon(Figures):
         ARCHIVE_COMPACT_SECONDS and only while it stays quiet and the daemon is not stopping."""
         if self.archive is None:  # off since the start (with rescans off, nothing else tries again)
             with self._rescan_lock:
-                if self.archive is None:
-                    self._open_archive()
-                if self.archive is not None and self.store is not None:
-                    catch_up_archive(self.archive, self.store, self.room.ran_out)
+                self._catch_up_archive()
             return
         progress = self.stats.progress
         if time.monotonic() - progress >= ARCHIVE_SETTLE_SECONDS:
