@@ -687,3 +687,29 @@ def test_lines_read_back_after_a_failed_write_are_the_lines_written(tmp_path: Pa
     assert list(archive.iter_file(b_id)) == [line + b"\n" for line in second]
     assert archive.last_line("/p/b.jsonl") == second[-1] + b"\n"
     archive.close()
+
+
+def test_a_line_ending_at_the_watermark_is_taken_only_when_it_is_the_line_archived_there(tmp_path: Path) -> None:
+    """Lines offered from below a file's archive watermark are skipped as archived before (a restart, a re-read),
+    but a line that ends exactly at the watermark with other bytes than the archive's last line shows the file was
+    rewritten behind the archive's back (same length, other content): refused (ArchiveMismatch), nothing stored, so
+    the caller archives the file as a new generation instead of adding the rest after lines of another version."""
+    from riffd.archive.store import ArchiveMismatch
+
+    lines = [transcript_line(number, pad=40)[:-1] for number in range(1, 6)]
+    other = transcript_line(5, session_id="22222222-3333-4444-5555-666666666666", pad=40)[:-1]
+    assert len(other) == len(lines[4]) and other != lines[4]
+    archive = Archive(tmp_path / "archive.db")
+    archive.add_lines("/p/a.jsonl", 0, lines)
+    last = sum(len(line) + 1 for line in lines[:4])
+    assert archive.add_lines("/p/a.jsonl", last, [lines[4]]) == 0  # the same line again: archived before, skipped
+    assert archive.add_lines("/p/a.jsonl", 0, lines) == 0
+    with pytest.raises(ArchiveMismatch):
+        archive.add_lines("/p/a.jsonl", last, [other, b'{"type":"user"}'])
+    with pytest.raises(ArchiveMismatch):  # also when the line is not the first offered
+        archive.add_lines("/p/a.jsonl", 0, [*lines[:4], other])
+    ((file_id, _path, _session),) = archive.files_of("/p/a.jsonl")
+    assert list(archive.iter_file(file_id)) == [line + b"\n" for line in lines]
+    assert archive.cursor("/p/a.jsonl") == (0, last + len(lines[4]) + 1)
+    assert archive.add_lines("/p/a.jsonl", last + len(lines[4]) + 1, [b'{"type":"user"}']) == 1  # an append: taken
+    archive.close()

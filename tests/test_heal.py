@@ -114,6 +114,74 @@ def test_a_locked_database_is_never_called_damaged_nor_moved(tmp_path: Path) -> 
     assert sorted(path.name for path in tmp_path.iterdir() if DAMAGED in path.name) == []
 
 
+OPENER = """
+import json, sys, time
+from pathlib import Path
+from riffd.archive.store import Archive
+from riffd.daemon.state import StateStore
+kind, folder = sys.argv[1], Path(sys.argv[2])
+number, start, rounds = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+for round in range(rounds):
+    while time.time() < start + round * 0.2:
+        pass
+    path = folder / str(round) / "x.db"
+    try:
+        if kind == "state":
+            opened = StateStore(path, heal=True)
+            opened.set_meta(f"opener {number}", number)  # written through this process's connection
+        else:
+            opened = Archive(path, heal=True, check=True)
+            opened.add_lines(f"/p/{number}.jsonl", 0, [b'{"type":"user"}'])
+        print(json.dumps([round, "ok", str(opened.moved_aside)]), flush=True)
+        opened.close()
+    except Exception as exc:
+        print(json.dumps([round, "error", repr(exc)]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["state", "archive"])
+@pytest.mark.parametrize("start", ["missing", "empty"])
+def test_riffd_processes_opening_a_database_together_never_move_each_others_aside(
+        tmp_path: Path, kind: str, start: str) -> None:
+    """The daemon, `riffd status` and an archive command started at the same moment, on a state folder with no
+    database yet (or an empty file, which counts as damaged): none may find another's database half made and call it
+    damaged, nor move a healthy one aside, and every process's writes land in the one database at the path. Before,
+    3 processes opening together did so in 24 rounds of 30 (a database moved aside under the process writing to it,
+    'disk I/O error', a false 'damaged')."""
+    import subprocess
+    import sys
+    import time
+
+    rounds, openers = 6, 3
+    for round in range(rounds):
+        (tmp_path / str(round)).mkdir()
+        if start == "empty":
+            (tmp_path / str(round) / "x.db").write_bytes(b"")
+    at = time.time() + 1.5  # every process has imported riffd by then (on a slow machine, the rounds still meet)
+    processes = [subprocess.Popen([sys.executable, "-c", OPENER, kind, str(tmp_path), str(number), str(at),
+                                   str(rounds)], stdout=subprocess.PIPE, text=True) for number in range(openers)]
+    results = [json.loads(line) for process in processes for line in process.communicate(timeout=120)[0].splitlines()]
+    assert [result for result in results if result[1] != "ok"] == []
+    assert len(results) == rounds * openers
+    for round in range(rounds):
+        path = tmp_path / str(round) / "x.db"
+        moved = sorted(result[2] for result in results if result[0] == round and result[2] != "None")
+        if start == "empty":  # moved aside once, by one of them; the others open the database it made
+            assert len(moved) == 1 and damaged_copies(path) == [Path(moved[0])]
+            assert Path(moved[0]).stat().st_size == 0
+        else:
+            assert moved == [] and damaged_copies(path) == []
+        db = sqlite3.connect(path)
+        if kind == "state":
+            written = {row[0] for row in db.execute("SELECT key FROM meta WHERE key LIKE 'opener %'")}
+            assert written == {f"opener {number}" for number in range(openers)}
+        else:
+            written = {row[0] for row in db.execute("SELECT path FROM files")}
+            assert written == {f"/p/{number}.jsonl" for number in range(openers)}
+        db.close()
+        assert sorted(name.name for name in path.parent.iterdir() if ".new-" in name.name) == []
+
+
 def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
     """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one line, exit 2."""
     import subprocess

@@ -248,3 +248,47 @@ def test_a_file_rewritten_after_the_reader_was_given_it_is_read_again_here(tmp_p
         shared.close()
     assert _rows(tmp_path / "alone.db") == _rows(tmp_path / "shared.db")
     assert _restored(tmp_path / "shared.db") == {str(path): path.read_bytes() for path in paths}
+
+
+def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_hole(tmp_path: Path) -> None:
+    """The reader's first batch of a file is stored; then another process (the daemon) meets the file rewritten,
+    shorter, and archives it as a new generation; then the reader's next batch arrives, offered from past that
+    generation's watermark. The archive refuses it (ArchiveGap) and the file is archived here from what it holds now:
+    no batch of the old version is put after the new one, and the ingest goes on (before the catch, it ended there)."""
+    import threading
+
+    import msgspec
+
+    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+
+    path = tmp_path / "s.jsonl"
+    old = [transcript_line(number, pad=200) for number in range(1, 41)]
+    new = [transcript_line(number, session_id="22222222-3333-4444-5555-666666666666") for number in range(1, 6)]
+    path.write_bytes(b"".join(old))
+    archive = Archive(tmp_path / "archive.db")
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    start = where_to_start(archive, path)
+    result: list[tuple[int, bool, bool]] = []
+    storing = threading.Thread(target=lambda: result.append(_store_batches(archive, receiver, 7, path, start)))
+    storing.start()
+    encode = msgspec.msgpack.Encoder().encode
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]])))
+    watcher = Archive(tmp_path / "archive.db")
+    for _ in range(500):  # until the first batch is stored
+        if watcher.cursor(str(path))[1] == len(b"".join(old[:20])):
+            break
+        threading.Event().wait(0.01)
+    replacement = path.with_suffix(".new")
+    replacement.write_bytes(b"".join(new))
+    os.replace(replacement, path)
+    assert ingest_file(watcher, path) == 5  # the other process: a new generation, 5 lines
+    sender.send_bytes(encode(Batch(7, len(b"".join(old[:20])), [line[:-1] for line in old[20:]])))
+    sender.send_bytes(encode(Batch(7, end=True)))
+    storing.join(10)
+    assert result == [(20, True, True)]  # 20 lines stored, the rest refused: archived here after all, reader alive
+    assert ingest_file(archive, path) == 0  # what the caller does then: nothing is missing
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old[:20])
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(new)
+    watcher.close()
+    archive.close()

@@ -6,17 +6,24 @@ the folder's mode. A database SQLite cannot open, or whose `PRAGMA quick_check` 
 `<name>.damaged-<UTC time>` (with its `-wal` and `-shm`, so SQLite can still read it there) and a new one is made:
 the daemon never stops over a damaged database. What to do with the old one is each owner's business (the state
 is rebuilt by a rescan; `riffd archive recover` copies what is readable of an archive).
+
+A new database is set up under a name of its own and linked into place whole, so no process ever finds it half made
+(an empty file, which counts as damaged); moving a damaged one aside and making the next is done by one process at
+a time (a lock on the folder), and only while the file is still the one found damaged. Two riffd processes that
+start together (the daemon, `riffd status`, an archive command) therefore never move each other's database aside.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import itertools
 import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -24,6 +31,7 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o600
 DAMAGED = ".damaged-"
 SIDECARS = ("-wal", "-shm", "-journal")
+NEW = ".new-"  # a database being made: `<name>.new-<pid>-<n>`, linked into place as `<name>` when set up
 
 
 class DatabaseDamaged(Exception):
@@ -147,13 +155,17 @@ def damaged_copies(path: Path) -> list[Path]:
 def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, heal: bool, advice: str,
                  check: bool = True) -> tuple[sqlite3.Connection, Path | None, str | None]:
     """Open the database at `path` (a private file) with `connect`, which also sets it up, and (with `check`)
-    run its quick check. An existing empty file counts as damaged: SQLite never leaves one.
+    run its quick check. A missing database is made whole first (`_create`). An existing empty file counts as
+    damaged: SQLite never leaves one, nor does `_create`.
 
     Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a damaged file is
     moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`). An error
     that is not damage (the database locked by another process past the timeout, a file that cannot be opened) is
     raised as it is: a busy database is never called damaged, nor moved."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not os.path.lexists(path):
+        _create(path, connect)
+    judged = _identity(path)
     problem: str | None = None
     db: sqlite3.Connection | None = None
     try:
@@ -163,7 +175,6 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
     if empty:
         problem = "the file is empty (0 bytes)"
     else:
-        new = not path.exists()
         make_private(path)
         try:
             db = connect(path)
@@ -172,8 +183,6 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
                 if db is not None:
                     db.close()
-                if new and is_full_error(exc, path.parent):  # made here, never set up: not left to look damaged
-                    _remove_if_empty(path)
                 raise
             problem = str(exc)
         if problem is None and db is not None:
@@ -183,41 +192,95 @@ def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, h
             db.close()
     if not heal:
         raise DatabaseDamaged(path, problem or "unreadable", advice)
-    return _start_anew(path, problem or "unreadable", connect)
+    return _start_anew(path, problem or "unreadable", connect, judged)
 
 
-def _remove_if_empty(path: Path) -> None:
-    """Remove a database file that holds nothing (0 bytes), with its sidecars."""
-    with contextlib.suppress(OSError):
-        if path.stat().st_size == 0:
-            path.unlink()
-            for suffix in SIDECARS:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{path}{suffix}")
-
-
-def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection]
-                ) -> tuple[sqlite3.Connection, Path, str]:
-    """Move the damaged database at `path` aside and open a new, private one there."""
-    moved = move_aside(path)
-    log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
-    make_private(path)
+def _identity(path: Path) -> tuple[int, int] | None:
+    """Return (device, inode) of the file at `path`, or None when there is none."""
     try:
-        db = connect(path)
-    except sqlite3.Error as exc:
-        if is_full_error(exc, path.parent):  # not left empty, to be called damaged and moved aside at the next open
-            _remove_if_empty(path)
-        raise
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (flock on the folder itself: no lock file to leave behind), so one riffd
+    process at a time moves a database there aside and makes the next; where the filesystem has no such locks,
+    go on without (a healing opener still checks that the file is the one it found damaged)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (the lock goes with the descriptor)
+
+
+def _create(path: Path, connect: Callable[[Path], sqlite3.Connection]) -> None:
+    """Make a new, private database at `path` as a whole: set up by `connect` under a name of its own beside it, its
+    log folded in, then hard-linked into place. Another process opening `path` meanwhile finds nothing (and makes
+    one of its own) or a finished database, never a half-made one; when another process linked its own first, that
+    one is kept and this one removed. A database that cannot be made (a full disk) leaves nothing behind."""
+    temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{next(_NUMBERS)}")
+    make_private(temp)
+    try:
+        db = connect(temp)
+        try:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            db.close()  # (the last connection: SQLite removes an empty -wal and the -shm)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.getsize(f"{temp}-wal") > 0:  # never link a database whose set-up is still in its log
+                raise sqlite3.OperationalError(f"{temp}: the new database's log could not be folded into it")
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass  # another process made it first: its database is the one
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                raise
+            if not os.path.lexists(path):  # a filesystem without hard links: a rename (made first, kept: rarer)
+                os.rename(temp, path)
+    finally:
+        for name in (str(temp), *(f"{temp}{suffix}" for suffix in SIDECARS)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+
+_NUMBERS = itertools.count(1)
+
+
+def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection],
+                judged: tuple[int, int] | None) -> tuple[sqlite3.Connection, Path | None, str | None]:
+    """Move the damaged database at `path` (the file `judged` names) aside and open a new, private one there. When
+    another process has done so since (the file there is another one), open the one it made."""
+    moved: Path | None = None
+    with _folder_lock(path.parent):
+        if judged is not None and _identity(path) == judged:
+            moved = move_aside(path)
+            log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
+        if not os.path.lexists(path):
+            _create(path, connect)
     make_private(path)
-    return db, moved, problem
+    db = connect(path)
+    return (db, moved, problem) if moved is not None else (db, None, None)
 
 
 def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
-                      connect: Callable[[Path], sqlite3.Connection]) -> tuple[sqlite3.Connection, Path, str] | None:
+                      connect: Callable[[Path], sqlite3.Connection]
+                      ) -> tuple[sqlite3.Connection, Path | None, str | None] | None:
     """After `error` on the open database `db` at `path`: when the quick check confirms damage, close it, move the file
-    aside and return (a new connection, where the file went, the problem); otherwise return None (keep using `db`)."""
+    aside and return (a new connection, where the file went, the problem; both None when another process moved it
+    aside first); otherwise return None (keep using `db`)."""
     if not is_damage_error(error):
         return None
+    judged = _identity(path)
     # A new connection reads the file as it is now; `db` may answer from pages it cached before the damage.
     try:
         checker = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
@@ -230,4 +293,4 @@ def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
     if problem is None:
         return None
     db.close()
-    return _start_anew(path, problem, connect)
+    return _start_anew(path, problem, connect, judged)
