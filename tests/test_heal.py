@@ -182,6 +182,57 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
         assert sorted(name.name for name in path.parent.iterdir() if ".new-" in name.name) == []
 
 
+MAKER = """
+import sys
+from pathlib import Path
+from riffd.daemon.state import StateStore
+folder = Path(sys.argv[1])
+for number in range(100000):
+    print(number, flush=True)
+    StateStore(folder / str(number) / "x.db").close()
+"""
+
+
+def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_path: Path) -> None:
+    """kill -9 of a process making state databases one after another: each database there is whole (opens with
+    no damage found, nothing moved aside), and what a killed maker left under its own name is removed by the next
+    opener, unless its process is alive (it may still be making it)."""
+    import subprocess
+    import sys
+    import time
+
+    for attempt in range(3):
+        folder = tmp_path / str(attempt)
+        maker = subprocess.Popen([sys.executable, "-c", MAKER, str(folder)], stdout=subprocess.PIPE, text=True)
+        assert maker.stdout is not None
+        for _ in range(20 + 17 * attempt):  # killed at a different point of a creation each time
+            maker.stdout.readline()
+        time.sleep(0.001 * attempt)
+        maker.kill()
+        maker.wait()
+        maker.stdout.close()
+        for made in sorted(folder.iterdir()):
+            path = made / "x.db"
+            store = StateStore(path)  # no heal: a half-made database would raise DatabaseDamaged
+            store.set_meta("checked", 1)
+            store.close()
+            assert damaged_copies(path) == []
+            assert [name.name for name in made.iterdir() if ".new-" in name.name] == []
+    # What a process that has gone left is removed (its pid no longer exists); what a live one is making is not
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True).stdout)
+    (tmp_path / "gone").mkdir()
+    for name in (f"x.db.new-{gone}-3", f"x.db.new-{gone}-3-wal"):
+        (tmp_path / "gone" / name).write_bytes(b"")
+    StateStore(tmp_path / "gone" / "x.db").close()
+    assert sorted(name.name for name in (tmp_path / "gone").iterdir()) == ["x.db"]
+    alive = tmp_path / "live" / "x.db.new-1-1"  # pid 1 (init) is always alive
+    alive.parent.mkdir()
+    alive.write_bytes(b"")
+    StateStore(tmp_path / "live" / "x.db").close()
+    assert alive.exists()
+
+
 def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
     """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one line, exit 2."""
     import subprocess

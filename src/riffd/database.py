@@ -227,6 +227,7 @@ def _create(path: Path, connect: Callable[[Path], sqlite3.Connection]) -> None:
     log folded in, then hard-linked into place. Another process opening `path` meanwhile finds nothing (and makes
     one of its own) or a finished database, never a half-made one; when another process linked its own first, that
     one is kept and this one removed. A database that cannot be made (a full disk) leaves nothing behind."""
+    _remove_leftovers(path)
     temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{next(_NUMBERS)}")
     make_private(temp)
     try:
@@ -254,6 +255,27 @@ def _create(path: Path, connect: Callable[[Path], sqlite3.Connection]) -> None:
 
 
 _NUMBERS = itertools.count(1)
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Remove what `_create` left of `path` in a process that died mid-way (killed): its `<name>.new-<pid>-<n>`
+    files, when no process has that pid now (never a live one's, which may be making its own)."""
+    for leftover in path.parent.glob(f"{path.name}{NEW}*"):
+        pid = leftover.name[len(path.name) + len(NEW):].split("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(leftover)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's: alive)
+        return True
+    return True
 
 
 def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection],
