@@ -351,6 +351,15 @@ def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(t
     try:
         assert "the archive is off" in log_path.read_text()
         assert _riffd(tmp_path, "status").returncode == 1  # said, not silent
+
+
+        def rescans() -> int:
+            status = _riffd(tmp_path, "status", "--json")
+            return int(json.loads(status.stdout)["report"]["watcher"]["rescans"])
+
+        first = rescans()
+        _wait_for(lambda: rescans() >= first + 3, 30, "three more rescans, each trying the archive again")
+        assert log_path.read_text().count("the archive is off") == 1  # once, not at every try
         shutil.rmtree(tmp_path / "state" / "archive.db")
         _wait_for(lambda: "the archive is on again" in log_path.read_text(), 30, "the archive to be opened again",
                   lambda: log_path.read_text()[-3000:])

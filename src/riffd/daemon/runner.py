@@ -81,8 +81,8 @@ class Daemon(Figures):
         self.reload_requested = threading.Event()
         self._report_lock = threading.Lock()  # one report at a time, so latest.json is always the newest
         self._rescan_lock = threading.Lock()  # one rescan (or archive reopening) at a time
-        self._startup_done = False
-        self._stopping = False
+        self._archive_off = ""  # why the archive could not be opened, as the log said it (once per reason)
+        self._startup_done = self._stopping = False
         self._archive_figures: dict[str, Any] = {}  # computed with each report (costly): the snapshot reuses them
         self._published: tuple[object, ...] | None = None
         self._published_at = 0.0
@@ -166,22 +166,24 @@ class Daemon(Figures):
         try:
             self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
         except (ArchiveError, sqlite3.Error, OSError) as exc:
-            log.error("the archive is off: %s; riffd tries to open it again at each rescan (every 5 minutes with "
-                      "rescans off)", exc)
+            if str(exc) != self._archive_off:  # said once per reason, not at every try (`status` says it always)
+                log.error("the archive is off: %s; riffd tries to open it again at each rescan (every 5 minutes "
+                          "with rescans off)", exc)
+            self._archive_off = str(exc)
             self.room.ran_out(exc)
             self.stats.resolved("archive")
             self.stats.error(f"the archive is off: {exc}", self.room.advice(
                 exc, "see the message; repairs and reports go on without it"), about="archive")
             return
+        self._archive_off = ""
         self.stats.resolved("archive")
         if self.worker is not None:
             self.worker.archive = self.archive
             log.info("the archive is on again: the rescan archives what was read meanwhile")
 
     def _start_watcher(self) -> None:
-        config = self.config
-        self.watcher = Watcher(transcript_filter(config), self.queue.put, config.watcher.observer,
-                               config.watcher.polling_interval)
+        wanted = self.config.watcher
+        self.watcher = Watcher(transcript_filter(self.config), self.queue.put, wanted.observer, wanted.polling_interval)
         self.watcher.start()
 
     def _start_scheduler(self) -> None:
