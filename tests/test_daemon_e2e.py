@@ -869,3 +869,51 @@ def test_notify_command_hears_of_damage_and_of_its_repair(sandbox: Sandbox) -> N
     assert repaired["summary"].startswith(f"riffd: repaired {DUPLICATE} 1 in {path} (backup ")
     assert found.index(damaged) < found.index(repaired)
     daemon.stop()
+
+
+def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandbox: Sandbox) -> None:
+    """The daemon compacts its archive whenever lines stop coming for `archive.settle_after` (here 1 s), and
+    stops compacting as soon as they come again. Bursts of appends (packs filled fast, stored loose) with pauses
+    of about that length between them, so compaction and settling run between bursts and meet the next one: every
+    line of every session stays in the archive byte for byte, and once quiet nothing is left loose."""
+    import random
+
+    sandbox.write_config(archive__settle_after=1.0)
+    rng = random.Random(20261125)
+    letters = "abcdefghijklmnopqrstuvwxyz     "
+    paths = [sandbox.project / f"5e55104e-0000-4000-8000-00000000000{number}.jsonl" for number in range(3)]
+    daemon = sandbox.start()
+    numbers = dict.fromkeys(paths, 0)
+    for _burst in range(5):
+        for _ in range(100):  # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+            path = rng.choice(paths)
+            numbers[path] += 1
+            record = json.loads(transcript_line(numbers[path], session_id=path.stem))
+            record["message"]["content"] += "".join(rng.choices(letters, k=12_000))
+            with open(path, "ab") as out:
+                out.write(json.dumps(record).encode() + b"\n")
+        time.sleep(rng.uniform(0.5, 2.0))
+
+    def archived_whole() -> bool:
+        archive = Archive(sandbox.state / "archive.db", read_only=True)
+        try:
+            return all(archive.cursor(str(path))[1] == path.stat().st_size for path in paths)
+        finally:
+            archive.close()
+
+    daemon.wait_until(archived_whole, "every line archived", timeout=60)
+    daemon.wait_until(lambda: "at the settled level, 0 left" in daemon.stderr().rsplit("appended, ", 1)[-1]
+                      and "archive settled" in daemon.stderr().rsplit("at the settled level, 0 left", 1)[-1],
+                      "the archive compacted and settled once quiet", timeout=90)
+    daemon.stop()
+    assert "maximum number of running instances" not in daemon.stderr()  # a compaction outlasting 1 s is no warning
+    assert "malformed" not in daemon.stderr()
+    archive = Archive(sandbox.state / "archive.db", read_only=True)
+    try:
+        for path in paths:
+            ((file_id, _path, _session),) = archive.files_of(str(path))
+            assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    finally:
+        archive.close()
+    compact = sandbox.riffd("archive", "compact")
+    assert compact.returncode == 0 and "compressed" not in compact.stderr, compact.stderr  # nothing was left loose

@@ -79,3 +79,10 @@ def configure(level: str, format: str = "plain", file: str = "") -> None:
     # Third-party chatter (a line per inotify event, per scheduler wake-up) stays out of riffd's log.
     for noisy in ("apscheduler", "watchdog"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler.scheduler").addFilter(_skipped_run)
+
+
+def _skipped_run(record: logging.LogRecord) -> bool:
+    """Leave out APScheduler's warning that a job's run was skipped because its last run still goes: riffd's jobs
+    run one at a time on purpose (a rescan or the archive's compaction can outlast the job's interval)."""
+    return "maximum number of running instances reached" not in record.getMessage()

@@ -32,6 +32,7 @@ from riffd.config.load import config_path, default_config_path, load_config, loa
 from riffd.config.model import (
     CONFIG_ENV,
     STATE_DIR_ENV,
+    ArchiveConfig,
     BackupConfig,
     Config,
     ConfigError,
@@ -48,6 +49,7 @@ from riffd.config.schema import example_toml
 __all__ = [
     "CONFIG_ENV",
     "STATE_DIR_ENV",
+    "ArchiveConfig",
     "BackupConfig",
     "Config",
     "ConfigError",

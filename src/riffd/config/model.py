@@ -115,6 +115,15 @@ class TrackerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ArchiveConfig:
+    """The archive of every transcript line (`<state_dir>/archive.db`)."""
+
+    settle_after: float = field(default=300.0, metadata=_meta(
+        "Seconds without new lines after which the daemon compresses the archive's last pack at the settled level "
+        "and compacts the packs filled meanwhile (for up to 2 minutes, stopping as soon as lines come in).", gt=0))
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportConfig:
     """The health reports the daemon writes."""
 
@@ -170,6 +179,7 @@ class Config:
     backups: BackupConfig
     retry: RetryConfig = field(default_factory=RetryConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
+    archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     reports: ReportConfig
     log: LogConfig = field(default_factory=LogConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)

@@ -63,7 +63,6 @@ TICK_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
 STALL_SECONDS = 120.0  # a worker with work queued and no progress for this long stops the watchdog pings
 TRACKER_PRUNE_SECONDS = 60.0
-ARCHIVE_SETTLE_SECONDS = 300.0  # quiet this long: the archive's open pack is compressed
 ARCHIVE_COMPACT_SECONDS = 120.0  # loose packs compressed again at most this long per quiet period
 
 
@@ -167,8 +166,8 @@ class Daemon(Figures):
             self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
         except (ArchiveError, sqlite3.Error, OSError) as exc:
             if str(exc) != self._archive_off:  # said once per reason, not at every try (`status` says it always)
-                log.error("the archive is off: %s; riffd tries to open it again at each rescan (every 5 minutes "
-                          "with rescans off)", exc)
+                log.error("the archive is off: %s; riffd tries to open it again at each rescan and every %g s "
+                          "(archive.settle_after)", exc, self.config.archive.settle_after)
             self._archive_off = str(exc)
             self.room.ran_out(exc)
             self.stats.resolved("archive")
@@ -204,7 +203,7 @@ class Daemon(Figures):
             ("backup_retention", lambda: backup_retention(self.config), config.backups.retention_interval),
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
             ("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
-            ("archive_settle", self._settle_archive, ARCHIVE_SETTLE_SECONDS),
+            ("archive_settle", self._settle_archive, config.archive.settle_after),
         ]
         if config.watcher.rescan_interval > 0:
             jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
@@ -487,14 +486,14 @@ class Daemon(Figures):
             self.store.prune_repairs()
 
     def _settle_archive(self) -> None:
-        """Once lines stopped coming for ARCHIVE_SETTLE_SECONDS: `settle_archive`, compacting for at most
+        """Once lines stopped coming for archive.settle_after seconds: `settle_archive`, compacting for at most
         ARCHIVE_COMPACT_SECONDS and only while it stays quiet and the daemon is not stopping."""
         if self.archive is None:  # off since the start (with rescans off, nothing else tries again)
             with self._rescan_lock:
                 self._catch_up_archive()
             return
         progress = self.stats.progress
-        if time.monotonic() - progress >= ARCHIVE_SETTLE_SECONDS:
+        if time.monotonic() - progress >= self.config.archive.settle_after:
             deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
             settle_archive(self.archive, lambda: not self._stopping and self.stats.progress == progress
                            and time.monotonic() < deadline)
