@@ -713,3 +713,49 @@ def test_a_line_ending_at_the_watermark_is_taken_only_when_it_is_the_line_archiv
     assert archive.cursor("/p/a.jsonl") == (0, last + len(lines[4]) + 1)
     assert archive.add_lines("/p/a.jsonl", last + len(lines[4]) + 1, [b'{"type":"user"}']) == 1  # an append: taken
     archive.close()
+
+
+def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_file_again(tmp_path: Path) -> None:
+    """An archive made before holes were refused: lines 21 to 40 were never archived (a write that failed while the
+    daemon's state moved on), then 41 to 60 were, and the watermark claims the whole file. `riffd archive verify`
+    names the file and the line where archive and file part (exit 1), and counts the others for what they are;
+    `--fix` archives the file whole as a new generation, keeping the old one; verify then finds it whole (exit 0)."""
+    project = tmp_path / "claude" / "projects" / "-home-user-app"
+    project.mkdir(parents=True)
+    lines = [transcript_line(number, pad=60) for number in range(1, 61)]
+    holed, whole, behind, rewritten = (project / f"{name}.jsonl" for name in ("holed", "whole", "behind", "rewritten"))
+    for path in (holed, whole, behind, rewritten):
+        path.write_bytes(b"".join(lines))
+    _riffd(tmp_path, "archive", "ingest", str(whole), str(behind), str(rewritten))
+    archive = _archive(tmp_path)
+    archive.add_lines(str(holed), 0, [line[:-1] for line in lines[:20]])
+    archive.close()
+    db = sqlite3.connect(tmp_path / "state" / "archive.db")  # the earlier version's fault, made by hand
+    db.execute("UPDATE files SET archived_bytes = ? WHERE path = ?", (len(b"".join(lines[:40])), str(holed)))
+    db.commit()
+    db.close()
+    archive = _archive(tmp_path)
+    archive.add_lines(str(holed), len(b"".join(lines[:40])), [line[:-1] for line in lines[40:]])
+    archive.close()
+    with open(behind, "ab") as out:
+        out.write(transcript_line(61))
+    rewritten.write_bytes(b"".join(lines[:30]))
+
+    found = _riffd(tmp_path, "archive", "verify", check=False)
+    assert found.returncode == 1, found.stderr
+    assert found.stdout.splitlines() == [
+        f"{holed}: the archive differs from the file: line 21 (from byte {len(b''.join(lines[:20]))}) is not the line "
+        f"archived; `riffd archive verify --fix {holed}` archives it again as a new generation (the old one is kept)"]
+    assert "verified 4 file(s)" in found.stderr and "1 whole, 1 behind, 1 rewritten, 1 differs" in found.stderr
+
+    fixed = _riffd(tmp_path, "archive", "verify", "--fix", str(holed))
+    assert "archived again as a new generation (60 lines; the old one is kept)" in fixed.stdout
+    again = _riffd(tmp_path, "archive", "verify", "--json", str(project))
+    verdicts = {Path(item["path"]).name: item["outcome"] for item in map(orjson.loads, again.stdout.splitlines())}
+    assert verdicts == {"holed.jsonl": "whole", "whole.jsonl": "whole", "behind.jsonl": "behind",
+                        "rewritten.jsonl": "rewritten"}
+    archive = _archive(tmp_path)
+    ((file_id, _path, _session),) = archive.files_of(str(holed))
+    assert b"".join(archive.iter_file(file_id)) == holed.read_bytes()
+    assert archive.generations(file_id) == [0, 1]  # the old generation, hole and all, is kept
+    archive.close()

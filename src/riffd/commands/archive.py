@@ -79,6 +79,20 @@ def register(commands: Any) -> None:
     export = actions.add_parser("export", help="print a session's messages as JSON")
     export.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
     export.set_defaults(run=run_export)
+    verify = actions.add_parser(
+        "verify", help="check the archive against the transcripts that still exist",
+        description="Compare, byte for byte, what the archive holds of each transcript with the file (streaming "
+        "both). A file whose archive differs from it (a hole, a damaged pack) is named with the line where they "
+        "part; --fix archives it again, whole, as a new generation (the old one is kept). Files rewritten since "
+        "they were archived, or with lines not archived yet, are counted, not faults: the daemon archives them. "
+        "Exit 0: no file differs (or --fix mended each); 1: some differ; 2: an error.")
+    verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="transcripts or folders (default: every archived transcript that still exists)")
+    verify.add_argument("--fix", action="store_true",
+                        help="archive each file that differs again, as a new generation")
+    verify.add_argument("--json", action="store_true",
+                        help="print one JSON object per file (the summary stays on stderr)")
+    verify.set_defaults(run=run_verify)
     recover = actions.add_parser(
         "recover", help="copy every readable line of a damaged archive into the current one",
         description="When riffd finds its archive damaged, it moves it aside (<state dir>/archive.db.damaged-<time>) "
@@ -203,6 +217,56 @@ def _compact(archive: Any) -> None:
     if done:
         print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
               file=sys.stderr)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
+    from riffd.archive.verify import FAULTS, archive_again, verify_file
+
+    archive = _open(args)
+    if archive is None:
+        return EXIT_ERROR
+    if args.paths:
+        files, errors = transcript_targets(args.paths)
+    else:
+        files, errors = [Path(name) for _file_id, name in archive.files() if os.path.exists(name)], []
+    counts: dict[str, int] = {}
+    faults = 0
+    try:
+        for number, path in enumerate(files, 1):
+            try:
+                verdict = verify_file(archive, path)
+                fixed = None
+                if verdict.outcome in FAULTS and args.fix:
+                    fixed = archive_again(archive, path)
+            except OSError as exc:
+                errors.append(f"{path}: {exc.strerror or exc}")
+                continue
+            counted = "archived again" if fixed is not None else verdict.outcome
+            counts[counted] = counts.get(counted, 0) + 1
+            if args.json:
+                print(orjson.dumps({"path": str(verdict.path), "outcome": verdict.outcome, "detail": verdict.detail,
+                                    "archived_again": fixed}).decode())
+            elif verdict.outcome in FAULTS:
+                print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
+                      f"{verdict.detail}; " + (f"archived again as a new generation ({fixed} lines; the old one is "
+                      "kept)" if fixed is not None else f"`riffd archive verify --fix {shlex.quote(str(path))}` "
+                      "archives it again as a new generation (the old one is kept)"))
+            faults += verdict.outcome in FAULTS and fixed is None
+            if sys.stderr.isatty():
+                print(f"\rriffd: verified {number}/{len(files)} files ", end="", file=sys.stderr)
+    finally:
+        archive.close()
+    if sys.stderr.isatty() and files:
+        print(file=sys.stderr)
+    for error in errors:
+        print(f"riffd: error: {error}", file=sys.stderr)
+    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs",
+                                                          "archived again", "not archived", "gone") if counts.get(name))
+    print(f"riffd: verified {sum(counts.values())} file(s) against {args.archive_path}" + (f": {said}" if said else "")
+          + (" (behind: lines the daemon has not archived yet; rewritten: archived as a new generation at its next "
+             "pass)" if counts.get("behind") or counts.get("rewritten") else ""), file=sys.stderr)
+    return EXIT_ERROR if errors else EXIT_FINDINGS if faults else EXIT_OK
 
 
 def run_restore(args: argparse.Namespace) -> int:

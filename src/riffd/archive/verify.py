@@ -1,0 +1,79 @@
+"""Checking the archive against the transcripts that still exist: `riffd archive verify`.
+
+The archive's latest generation of a file must be, byte for byte, the file's first `archived_bytes`. A file is:
+- `whole`: it is, and everything in the file is archived;
+- `behind`: it is, and the file has lines the archive has not taken yet (the daemon or an ingest will);
+- `rewritten`: the file no longer holds, just before the archive's watermark, the last line the archive has of it
+  (Claude Code or a repair rewrote it): the next pass archives it as a new generation, the old one stays;
+- `differs`: the file still ends, at the watermark, with the archive's last line, but an earlier line differs, or
+  the archive holds more or fewer bytes than it claims. That is the archive's fault (a hole left by an archive
+  write that failed while the daemon's state moved on, before riffd refused such holes; a damaged pack), and
+  `archive_again` mends it: the file is archived whole as a new generation, and the old one is kept.
+A file never archived, or gone (the archive is then all there is of it), is named as that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from riffd.archive.ingest import archive_key, still_appended
+from riffd.archive.store import Archive
+from riffd.transcript.reader import iter_chunks
+
+FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `verify_file` found: the outcome (see the module), and for `differs` where and how."""
+
+    path: Path
+    outcome: str  # whole, behind, rewritten, differs, not archived, gone
+    detail: str = ""
+
+
+def verify_file(archive: Archive, path: Path) -> Verdict:
+    """Compare the archive's latest generation of `path` with the file, streaming both (memory stays flat). Lines
+    archived meanwhile (the daemon runs beside) are left out; a file the archive took a new generation of meanwhile
+    is looked at again."""
+    path = archive_key(path)
+    for _attempt in range(3):
+        before = archive.cursor(str(path))
+        verdict = _compare(archive, path, *before)
+        if verdict.outcome not in FAULTS or archive.cursor(str(path)) == before:
+            return verdict
+    return verdict
+
+
+def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Verdict:
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return Verdict(path, "gone" if archived else "not archived")
+    if archived == 0:
+        return Verdict(path, "not archived" if size else "whole")
+    if not still_appended(archive, path, archived):
+        return Verdict(path, "rewritten", "the file no longer holds the archive's last line where it ended")
+    file_id = next(file_id for file_id, name, _session in archive.files_of(str(path)) if name == str(path))
+    position = 0
+    with open(path, "rb") as handle:
+        for number, line in enumerate(archive.iter_file(file_id, generation), 1):
+            if position >= archived:  # archived since the watermark was read
+                break
+            if handle.read(len(line)) != line:
+                return Verdict(path, "differs", f"line {number} (from byte {position}) is not the line archived")
+            position += len(line)
+    if position != archived:
+        return Verdict(path, "differs", f"the archive holds {position} bytes of it, not the {archived} it records")
+    return Verdict(path, "whole") if archived == size else Verdict(path, "behind", f"{size - archived} bytes not "
+                                                                                      "archived yet")
+
+
+def archive_again(archive: Archive, path: Path) -> int:
+    """Archive all of `path` as a new generation (the archive's older ones stay); return the lines added."""
+    path = archive_key(path)
+    added = 0
+    for offset, lines, terminated in iter_chunks(path, start=0):
+        added += archive.add_lines(str(path), offset, lines, rewritten=offset == 0, last_terminated=terminated)
+    return added
