@@ -892,6 +892,10 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
             record["message"]["content"] += "".join(rng.choices(letters, k=12_000))
             with open(path, "ab") as out:
                 out.write(json.dumps(record).encode() + b"\n")
+        if _burst == 2:  # while the daemon archives and compacts: what it has archived so far is the files' start
+            verified = sandbox.riffd("archive", "verify", "--json", str(sandbox.project))
+            assert verified.returncode == 0, verified.stdout + verified.stderr
+            assert {json.loads(line)["outcome"] for line in verified.stdout.splitlines()} <= {"whole", "behind"}
         time.sleep(rng.uniform(0.5, 2.0))
 
     def archived_whole() -> bool:
@@ -915,5 +919,7 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
             assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
     finally:
         archive.close()
+    verified = sandbox.riffd("archive", "verify")
+    assert verified.returncode == 0 and "verified 3 file(s)" in verified.stderr and "3 whole" in verified.stderr
     compact = sandbox.riffd("archive", "compact")
     assert compact.returncode == 0 and "compressed" not in compact.stderr, compact.stderr  # nothing was left loose

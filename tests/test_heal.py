@@ -195,11 +195,13 @@ for number in range(100000):
 
 def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_path: Path) -> None:
     """kill -9 of a process making state databases one after another: each database there is whole (opens with
-    no damage found, nothing moved aside), and what a killed maker left under its own name is removed by the next
-    opener, unless its process is alive (it may still be making it)."""
+    no damage found, nothing moved aside). What a killed maker left under its own name stays while it could be a
+    live maker's (in another PID namespace, say) and is removed once it is older than any making takes."""
     import subprocess
     import sys
     import time
+
+    from riffd.database import STALE_AFTER_SECONDS
 
     for attempt in range(3):
         folder = tmp_path / str(attempt)
@@ -217,20 +219,25 @@ def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_pa
             store.set_meta("checked", 1)
             store.close()
             assert damaged_copies(path) == []
-            assert [name.name for name in made.iterdir() if ".new-" in name.name] == []
-    # What a process that has gone left is removed (its pid no longer exists); what a live one is making is not
-    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                              text=True, check=True).stdout)
-    (tmp_path / "gone").mkdir()
-    for name in (f"x.db.new-{gone}-3", f"x.db.new-{gone}-3-wal"):
-        (tmp_path / "gone" / name).write_bytes(b"")
-    StateStore(tmp_path / "gone" / "x.db").close()
-    assert sorted(name.name for name in (tmp_path / "gone").iterdir()) == ["x.db"]
-    alive = tmp_path / "live" / "x.db.new-1-1"  # pid 1 (init) is always alive
-    alive.parent.mkdir()
-    alive.write_bytes(b"")
-    StateStore(tmp_path / "live" / "x.db").close()
-    assert alive.exists()
+    # What a maker left: fresh, it stays; old, it goes (with its sidecars), and the database beside it stays whole
+    (tmp_path / "left").mkdir()
+    names = ["x.db.new-77-ab12", "x.db.new-77-ab12-wal", "x.db.new-78-cd34"]
+    for name in names:
+        (tmp_path / "left" / name).write_bytes(b"")
+    long_ago = time.time() - STALE_AFTER_SECONDS - 60
+    for name in names[:2]:
+        os.utime(tmp_path / "left" / name, (long_ago, long_ago))
+    StateStore(tmp_path / "left" / "x.db").close()
+    assert sorted(name.name for name in (tmp_path / "left").iterdir()) == ["x.db", "x.db.new-78-cd34"]
+
+
+def test_a_read_only_open_of_a_missing_store_makes_nothing(tmp_path: Path) -> None:
+    """`riffd status` reading the state while the daemon moves a damaged store aside must not put a file in its
+    place (an empty one, which the daemon would then call damaged): a missing store is an error, and nothing is
+    made."""
+    with pytest.raises(sqlite3.OperationalError, match="does not exist"):
+        StateStore(tmp_path / "state.db", read_only=True)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:

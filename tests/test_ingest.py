@@ -274,17 +274,20 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     encode = msgspec.msgpack.Encoder().encode
     sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]])))
     watcher = Archive(tmp_path / "archive.db")
-    for _ in range(500):  # until the first batch is stored
+    for _ in range(3000):  # until the first batch is stored
         if watcher.cursor(str(path))[1] == len(b"".join(old[:20])):
             break
         threading.Event().wait(0.01)
+    else:
+        pytest.fail("the first batch was not stored within 30 s")
     replacement = path.with_suffix(".new")
     replacement.write_bytes(b"".join(new))
     os.replace(replacement, path)
     assert ingest_file(watcher, path) == 5  # the other process: a new generation, 5 lines
     sender.send_bytes(encode(Batch(7, len(b"".join(old[:20])), [line[:-1] for line in old[20:]])))
     sender.send_bytes(encode(Batch(7, end=True)))
-    storing.join(10)
+    storing.join(60)
+    assert not storing.is_alive()
     assert result == [(20, True, True)]  # 20 lines stored, the rest refused: archived here after all, reader alive
     assert ingest_file(archive, path) == 0  # what the caller does then: nothing is missing
     ((file_id, _path, _session),) = archive.files_of(str(path))

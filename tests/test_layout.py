@@ -17,8 +17,8 @@ MAX_LINES = 500
 
 # Lower layers never import higher ones; modules of one subpackage may import each other (without a cycle).
 LAYERS = {
-    "riffd": 0, "riffd.fsio": 0, "riffd.logs": 0, "riffd.database": 0, "riffd.registry": 0, "riffd.forking": 0,
-    "riffd.paths": 1,
+    "riffd": 0, "riffd.fsio": 0, "riffd.logs": 0, "riffd.registry": 0, "riffd.forking": 0,
+    "riffd.paths": 1, "riffd.database": 1,
     "riffd.transcript": 2,
     "riffd.config": 3, "riffd.repair": 3, "riffd.archive": 3, "riffd.tracker": 3, "riffd.claude": 3,
     "riffd.daemon": 4,

@@ -18,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import itertools
 import logging
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from riffd.fsio import EXCHANGE_UNSUPPORTED, rename_noreplace
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +45,12 @@ class DatabaseDamaged(Exception):
 
 
 def make_private(path: Path) -> None:
-    """Create `path` as an empty 0600 file when it does not exist, and make it and its sidecars 0600.
+    """Make the existing database `path` and its sidecars 0600 (FileNotFoundError when `path` is gone).
 
-    An existing file is changed by path, never opened: closing any descriptor of a database file drops every POSIX
-    lock this process holds on it, which would let another process delete the WAL under an open connection."""
-    try:
-        os.chmod(path, FILE_MODE)
-    except FileNotFoundError:
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
+    By path, never opened: closing any descriptor of a database file drops every POSIX lock this process holds on
+    it, which would let another process delete the WAL under an open connection. A database is never created
+    here (only `_create` makes one, whole, under a name of its own)."""
+    os.chmod(path, FILE_MODE)
     for suffix in SIDECARS:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(f"{path}{suffix}", FILE_MODE)
@@ -152,47 +151,72 @@ def damaged_copies(path: Path) -> list[Path]:
                   if not candidate.name.endswith(SIDECARS))
 
 
-def open_checked(path: Path, connect: Callable[[Path], sqlite3.Connection], *, heal: bool, advice: str,
-                 check: bool = True) -> tuple[sqlite3.Connection, Path | None, str | None]:
+Connect = Callable[[Path, bool], sqlite3.Connection]  # (path, create): with create False, never makes a file
+EMPTY = "the file is empty (0 bytes)"
+OPEN_TRIES = 20  # looks at a database that another process keeps moving aside or making meanwhile
+STALE_AFTER_SECONDS = 600.0  # a `<name>.new-*` this old was left by a process killed while it made the database
+
+
+def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check: bool = True,
+                 create: bool = True) -> tuple[sqlite3.Connection, Path | None, str | None]:
     """Open the database at `path` (a private file) with `connect`, which also sets it up, and (with `check`)
-    run its quick check. A missing database is made whole first (`_create`). An existing empty file counts as
-    damaged: SQLite never leaves one, nor does `_create`.
+    run its quick check. A missing database is made whole first (`_create`; with `create` False, a missing one is
+    an error). An existing empty file counts as damaged: SQLite never leaves one, nor does `_create`.
 
     Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a damaged file is
     moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`). An error
     that is not damage (the database locked by another process past the timeout, a file that cannot be opened) is
-    raised as it is: a busy database is never called damaged, nor moved."""
+    raised as it is: a busy database is never called damaged, nor moved. A file another process moves aside or
+    makes while this one looks is looked at again, never made here in its place."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not os.path.lexists(path):
-        _create(path, connect)
-    judged = _identity(path)
-    problem: str | None = None
-    db: sqlite3.Connection | None = None
-    try:
-        empty = path.stat().st_size == 0 and not os.path.exists(f"{path}-wal")
-    except FileNotFoundError:
-        empty = False
-    if empty:
-        problem = "the file is empty (0 bytes)"
-    else:
-        make_private(path)
-        try:
-            db = connect(path)
-            problem = problem_of(db) if check else None
-        except sqlite3.DatabaseError as exc:
-            if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
+    _remove_leftovers(path)
+    for _attempt in range(OPEN_TRIES):
+        if not os.path.lexists(path):
+            if not create:
+                raise sqlite3.OperationalError(f"unable to open database file: {path} does not exist")
+            try:
+                _create(path, connect)
+            except FileNotFoundError:  # (the folder emptied meanwhile)
+                continue
+        judged = _identity(path)
+        problem: str | None = None
+        db: sqlite3.Connection | None = None
+        if judged is None:
+            continue
+        if _is_empty(path):
+            problem = EMPTY
+        else:
+            try:
+                make_private(path)
+                db = connect(path, False)
+                problem = problem_of(db) if check else None
+            except FileNotFoundError:  # moved aside by another process meanwhile
+                continue
+            except sqlite3.DatabaseError as exc:
                 if db is not None:
                     db.close()
-                raise
-            problem = str(exc)
-        if problem is None and db is not None:
-            make_private(path)
-            return db, None, None
-        if db is not None:
-            db.close()
-    if not heal:
-        raise DatabaseDamaged(path, problem or "unreadable", advice)
-    return _start_anew(path, problem or "unreadable", connect, judged)
+                if not os.path.lexists(path):  # moved aside by another process meanwhile: look again
+                    continue
+                if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
+                    raise
+                problem = str(exc)
+            else:
+                if problem is None:
+                    return db, None, None
+                db.close()
+        if not heal:
+            raise DatabaseDamaged(path, problem or "unreadable", advice)
+        reopened = _start_anew(path, problem or "unreadable", connect, judged)
+        if reopened is not None:
+            return reopened
+    raise sqlite3.OperationalError(f"unable to open database file: {path} kept being replaced while it was opened")
+
+
+def _is_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0 and not os.path.exists(f"{path}-wal")
+    except FileNotFoundError:
+        return False
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -222,80 +246,86 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # (the lock goes with the descriptor)
 
 
-def _create(path: Path, connect: Callable[[Path], sqlite3.Connection]) -> None:
+def _create(path: Path, connect: Connect) -> None:
     """Make a new, private database at `path` as a whole: set up by `connect` under a name of its own beside it, its
-    log folded in, then hard-linked into place. Another process opening `path` meanwhile finds nothing (and makes
-    one of its own) or a finished database, never a half-made one; when another process linked its own first, that
-    one is kept and this one removed. A database that cannot be made (a full disk) leaves nothing behind."""
-    _remove_leftovers(path)
-    temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{next(_NUMBERS)}")
-    make_private(temp)
+    log folded in, then hard-linked into place (or, on a filesystem without hard links, renamed there with a rename
+    that never replaces a file). Another process opening `path` meanwhile finds nothing (and makes one of its own)
+    or a finished database, never a half-made one; when another process put its own there first, that one is kept
+    and this one removed. A database that cannot be made (a full disk) leaves nothing behind; the error names
+    `path`."""
+    temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{secrets.token_hex(6)}")
     try:
-        db = connect(temp)
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
+    except OSError as exc:  # (named as the database, not the passing name: the log says one reason once)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    try:
+        db = connect(temp, True)
         try:
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             db.close()  # (the last connection: SQLite removes an empty -wal and the -shm)
         with contextlib.suppress(FileNotFoundError):
             if os.path.getsize(f"{temp}-wal") > 0:  # never link a database whose set-up is still in its log
-                raise sqlite3.OperationalError(f"{temp}: the new database's log could not be folded into it")
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            pass  # another process made it first: its database is the one
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-                raise
-            if not os.path.lexists(path):  # a filesystem without hard links: a rename (made first, kept: rarer)
-                os.rename(temp, path)
+                raise sqlite3.OperationalError(f"{path}: the new database's log could not be folded into it")
+        with open(temp, "rb") as made:
+            if made.read(16) != b"SQLite format 3\x00":  # nothing was written: never put an empty file in place
+                raise sqlite3.OperationalError(f"unable to open database file: {path} could not be set up")
+        _put_in_place(temp, path)
     finally:
         for name in (str(temp), *(f"{temp}{suffix}" for suffix in SIDECARS)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name)
 
 
-_NUMBERS = itertools.count(1)
+def _put_in_place(temp: Path, path: Path) -> None:
+    """Give the made database `temp` the name `path` unless another process gave it one first (then theirs stays)."""
+    try:
+        os.link(temp, path)
+        return
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+    try:
+        rename_noreplace(temp, path)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        if exc.errno in EXCHANGE_UNSUPPORTED:
+            raise OSError(exc.errno, "this filesystem has neither hard links nor a rename that never replaces a "
+                          "file, so a database cannot be made here safely; put the state folder on another one "
+                          "(RIFFD_STATE_DIR)", str(path)) from exc
+        raise
 
 
 def _remove_leftovers(path: Path) -> None:
-    """Remove what `_create` left of `path` in a process that died mid-way (killed): its `<name>.new-<pid>-<n>`
-    files, when no process has that pid now (never a live one's, which may be making its own)."""
+    """Remove the `<name>.new-*` files of `path` older than STALE_AFTER_SECONDS: left by a process killed while it
+    made the database (a made one takes milliseconds), whichever process, in whichever PID namespace; a name the
+    killed process had already linked into place is only a second name of the database, and goes too."""
+    now = time.time()
     for leftover in path.parent.glob(f"{path.name}{NEW}*"):
-        pid = leftover.name[len(path.name) + len(NEW):].split("-")[0]
-        if not pid.isdigit() or _alive(int(pid)):
-            continue
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(leftover)
+            if now - leftover.lstat().st_mtime > STALE_AFTER_SECONDS:
+                os.unlink(leftover)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # (another user's: alive)
-        return True
-    return True
-
-
-def _start_anew(path: Path, problem: str, connect: Callable[[Path], sqlite3.Connection],
-                judged: tuple[int, int] | None) -> tuple[sqlite3.Connection, Path | None, str | None]:
-    """Move the damaged database at `path` (the file `judged` names) aside and open a new, private one there. When
-    another process has done so since (the file there is another one), open the one it made."""
-    moved: Path | None = None
+def _start_anew(path: Path, problem: str, connect: Connect, judged: tuple[int, int] | None
+                ) -> tuple[sqlite3.Connection, Path, str] | None:
+    """Move the damaged database at `path` (the file `judged` names) aside and open a new, private one there; return
+    None, moving nothing, when the file there is no longer the one found damaged (another process moved it aside
+    and made a new one meanwhile, or filled an empty one): the caller looks again."""
     with _folder_lock(path.parent):
-        if judged is not None and _identity(path) == judged:
-            moved = move_aside(path)
-            log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
-        if not os.path.lexists(path):
-            _create(path, connect)
+        if judged is None or _identity(path) != judged or (problem == EMPTY and not _is_empty(path)):
+            return None
+        moved = move_aside(path)
+        log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
+        _create(path, connect)
     make_private(path)
-    db = connect(path)
-    return (db, moved, problem) if moved is not None else (db, None, None)
+    return connect(path, False), moved, problem
 
 
-def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
-                      connect: Callable[[Path], sqlite3.Connection]
+def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException, connect: Connect
                       ) -> tuple[sqlite3.Connection, Path | None, str | None] | None:
     """After `error` on the open database `db` at `path`: when the quick check confirms damage, close it, move the file
     aside and return (a new connection, where the file went, the problem; both None when another process moved it
@@ -315,4 +345,5 @@ def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException,
     if problem is None:
         return None
     db.close()
-    return _start_anew(path, problem, connect, judged)
+    reopened = _start_anew(path, problem, connect, judged)
+    return reopened if reopened is not None else (connect(path, False), None, None)

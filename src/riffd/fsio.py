@@ -133,6 +133,8 @@ REAL_FS = FileSystem()
 EXCHANGE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 _RENAME_EXCHANGE = 2  # <linux/fs.h>
 _RENAME_SWAP = 2  # <stdio.h> on macOS, for renamex_np
+_RENAME_NOREPLACE = 1  # <linux/fs.h>
+_RENAME_EXCL = 4  # <stdio.h> on macOS
 _AT_FDCWD = -100
 _SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "ppc64le": 357, "s390x": 347}
 _libc: ctypes.CDLL | None = None
@@ -152,25 +154,35 @@ def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
     """Swap two names atomically: `renameat2(RENAME_EXCHANGE)` on Linux (glibc's wrapper, else the raw system
     call), `renamex_np(RENAME_SWAP)` on macOS. Python has no wrapper for either. Raise OSError with the errno;
     ENOSYS where neither exists."""
+    _rename_with(src, dst, _RENAME_EXCHANGE, _RENAME_SWAP, "exchange two file names atomically")
+
+
+def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Rename `src` to `dst` only when `dst` does not exist, atomically (FileExistsError when it does):
+    `renameat2(RENAME_NOREPLACE)` on Linux, `renamex_np(RENAME_EXCL)` on macOS; ENOSYS where neither exists."""
+    _rename_with(src, dst, _RENAME_NOREPLACE, _RENAME_EXCL, "rename a file without replacing another")
+
+
+def _rename_with(src: str | os.PathLike[str], dst: str | os.PathLike[str], linux_flag: int, mac_flag: int,
+                 what: str) -> None:
     libc = _c_library()
     source, target = os.fsencode(src), os.fsencode(dst)
     if sys.platform == "darwin":
         function = getattr(libc, "renamex_np", None)
-        result = function(source, target, _RENAME_SWAP) if function is not None else None
+        result = function(source, target, mac_flag) if function is not None else None
     elif sys.platform.startswith("linux"):
         function = getattr(libc, "renameat2", None)
         if function is not None:
-            result = function(_AT_FDCWD, source, _AT_FDCWD, target, _RENAME_EXCHANGE)
+            result = function(_AT_FDCWD, source, _AT_FDCWD, target, linux_flag)
         elif platform.machine() in _SYS_RENAMEAT2:  # a libc older than glibc 2.28, or one without the wrapper
             result = libc.syscall(_SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target,
-                                   _RENAME_EXCHANGE)
+                                  linux_flag)
         else:
             result = None
     else:
         result = None
     if result is None:
-        raise OSError(errno.ENOSYS, "this system cannot exchange two file names atomically", os.fsdecode(src), None,
-                      os.fsdecode(dst))
+        raise OSError(errno.ENOSYS, f"this system cannot {what}", os.fsdecode(src), None, os.fsdecode(dst))
     if result != 0:
         import ctypes
 

@@ -71,9 +71,11 @@ RECOVER_ADVICE = ("`riffd run` moves it aside and starts a new archive; then `ri
                   "readable line of the old one into the new one")
 
 
-def connect(path: Path, lock_timeout: float) -> sqlite3.Connection:
-    """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format 1."""
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Connection:
+    """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format 1. With
+    `create` False an absent file is an error, not made (riffd.database makes a new archive whole)."""
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
+                         check_same_thread=False, isolation_level=None, timeout=lock_timeout)
     try:
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}  # tables and indexes
         if "lines" in names:

@@ -93,7 +93,8 @@ class Archive(Reading):
             self.damage: str | None = None
         else:
             self._db, self.moved_aside, self.damage = open_checked(
-                path, lambda target: connect(target, lock_timeout), heal=heal, check=check, advice=RECOVER_ADVICE)
+                path, lambda target, create: connect(target, lock_timeout, create), heal=heal, check=check,
+                advice=RECOVER_ADVICE)
         self._packs = PackStore(self._db)
         self._dirty = True  # lines added since the last settle (unknown at first)
         self._next_content: int | None = None  # the next content id, within a write transaction
@@ -102,7 +103,8 @@ class Archive(Reading):
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
         archive (`riffd archive recover` copies what is readable of the old one). Return True when that happened."""
         with self._lock:
-            reopened = reopen_if_damaged(self.path, self._db, error, lambda target: connect(target, self._timeout))
+            reopened = reopen_if_damaged(self.path, self._db, error,
+                                         lambda target, create: connect(target, self._timeout, create))
             if reopened is None:
                 return False
             self._db, self.moved_aside, self.damage = reopened

@@ -102,8 +102,10 @@ HEAL_ADVICE = ("`riffd run` moves it aside and makes a new one, filled again by 
 LOCK_TIMEOUT = 30.0  # seconds SQLite waits for another process's lock before it calls the database busy
 
 
-def _connect(path: Path, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+def _connect(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
+    """Connect to the store at `path`, setting it up; with `create` False an absent file is an error, not made."""
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
+                         check_same_thread=False, isolation_level=None, timeout=lock_timeout)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
@@ -115,7 +117,7 @@ def _connect(path: Path, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connecti
     return db
 
 
-def _connect_read_only(path: Path, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
+def _connect_read_only(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False,
                            isolation_level=None, timeout=lock_timeout)
 
@@ -147,7 +149,8 @@ class StateStore:
         self._lock = threading.RLock()
         connect = _connect_read_only if read_only else _connect
         self._db, self.moved_aside, self.damage = open_checked(
-            path, lambda target: connect(target, lock_timeout), heal=heal and not read_only, advice=HEAL_ADVICE)
+            path, lambda target, create: connect(target, create, lock_timeout), heal=heal and not read_only,
+            advice=HEAL_ADVICE, create=not read_only)
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
