@@ -880,7 +880,8 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
 
     sandbox.write_config(archive__settle_after=1.0)
     rng = random.Random(20261125)
-    letters = "abcdefghijklmnopqrstuvwxyz     "
+    words = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "nu", "pe", "ra") for b in ("ven", "dor", "lix", "mup")
+             for c in ("a", "o", "ert", "ist")]
     paths = [sandbox.project / f"5e55104e-0000-4000-8000-00000000000{number}.jsonl" for number in range(3)]
     daemon = sandbox.start()
     numbers = dict.fromkeys(paths, 0)
@@ -889,7 +890,7 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
             path = rng.choice(paths)
             numbers[path] += 1
             record = json.loads(transcript_line(numbers[path], session_id=path.stem))
-            record["message"]["content"] += "".join(rng.choices(letters, k=12_000))
+            record["message"]["content"] += " ".join(rng.choices(words, k=2_000))
             with open(path, "ab") as out:
                 out.write(json.dumps(record).encode() + b"\n")
         if _burst == 2:  # while the daemon archives and compacts: what it has archived so far is the files' start

@@ -134,13 +134,13 @@ def assert_agrees(raw: bytes) -> bool:
     return True
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines())
 def test_fast_records_equal_the_reference(raw: bytes) -> None:
     assert_agrees(raw)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(lines()))
 def test_fast_records_equal_the_reference_on_damaged_lines(raw: bytes) -> None:
     assert_agrees(raw)
