@@ -20,13 +20,10 @@ import errno
 import fcntl
 import logging
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-from riffd.fsio import EXCHANGE_UNSUPPORTED, rename_noreplace
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +250,7 @@ def _create(path: Path, connect: Connect) -> None:
     or a finished database, never a half-made one; when another process put its own there first, that one is kept
     and this one removed. A database that cannot be made (a full disk) leaves nothing behind; the error names
     `path`."""
-    temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{secrets.token_hex(6)}")
+    temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{os.urandom(6).hex()}")
     try:
         os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
     except OSError as exc:  # (named as the database, not the passing name: the log says one reason once)
@@ -287,6 +284,8 @@ def _put_in_place(temp: Path, path: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
             raise
+    from riffd.fsio import EXCHANGE_UNSUPPORTED, rename_noreplace  # (here: most filesystems have hard links)
+
     try:
         rename_noreplace(temp, path)
     except FileExistsError:
