@@ -759,3 +759,23 @@ def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_fil
     assert b"".join(archive.iter_file(file_id)) == holed.read_bytes()
     assert archive.generations(file_id) == [0, 1]  # the old generation, hole and all, is kept
     archive.close()
+
+
+def test_archive_ingest_without_a_path_reads_the_roots_the_config_names(tmp_path: Path) -> None:
+    """`riffd archive ingest` with no PATH archives what the daemon watches: the `roots` of the config file, not
+    Claude Code's default folder (which the config replaced)."""
+    mine = tmp_path / "elsewhere" / "-home-user-app" / "s.jsonl"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"".join(transcript_line(number) for number in range(1, 6)))
+    default = tmp_path / "claude" / "projects" / "-home-user-other" / "t.jsonl"
+    default.parent.mkdir(parents=True)
+    default.write_bytes(transcript_line(1))
+    config = tmp_path / "roots.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nroots = ["{tmp_path / "elsewhere"}"]\n')
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
+                            capture_output=True, text=True, env=_environment(tmp_path), timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "archived 5 new line(s) from 1 file(s)" in result.stderr
+    archive = _archive(tmp_path)
+    assert [path for _id, path in archive.files()] == [str(mine)]
+    archive.close()

@@ -52,7 +52,7 @@ def register(commands: Any) -> None:
                         help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
                              "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level")
     ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help="transcripts or folders (default: Claude Code's projects folders)")
+                        help="transcripts or folders (default: the configured roots, which the daemon watches)")
     ingest.set_defaults(run=run_ingest)
     restore = actions.add_parser("restore", help="rebuild a transcript byte for byte as it was last archived")
     restore.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
@@ -144,6 +144,7 @@ def _open(args: argparse.Namespace) -> Any:
     if config is None:
         return None
     args.archive_path = config.state_dir / ARCHIVE_NAME
+    args.roots = [root for root in config.roots if root.is_dir()]  # what the daemon watches (and archives)
     try:
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
@@ -158,7 +159,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    files, errors = transcript_targets(args.paths)
+    files, errors = transcript_targets(args.paths or args.roots)
     started, added, size, number = time.monotonic(), 0, 0, 0
     try:
         for number, (path, done) in enumerate(ingest_files(archive, files), 1):
