@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from riffd.archive.ingest import archive_key, still_appended
+from riffd.archive.ingest import archive_key, ingest_file, still_appended
 from riffd.archive.store import Archive
 from riffd.transcript.reader import iter_chunks
 
@@ -71,9 +71,13 @@ def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Ve
 
 
 def archive_again(archive: Archive, path: Path) -> int:
-    """Archive all of `path` as a new generation (the archive's older ones stay); return the lines added."""
+    """Archive all of `path` as a new generation (the archive's older ones stay); return the lines added. Its first
+    chunk starts the generation; the rest is taken from the archive's watermark as any ingest does, so a daemon
+    archiving the same file meanwhile adds every line once (ArchiveGap when the file keeps changing under it)."""
     path = archive_key(path)
-    added = 0
-    for offset, lines, terminated in iter_chunks(path, start=0):
-        added += archive.add_lines(str(path), offset, lines, rewritten=offset == 0, last_terminated=terminated)
-    return added
+    first = next(iter_chunks(path, start=0), None)
+    if first is None:
+        return 0
+    _offset, lines, terminated = first
+    added = archive.add_lines(str(path), 0, lines, rewritten=True, last_terminated=terminated)
+    return added + ingest_file(archive, path)

@@ -222,6 +222,7 @@ def _compact(archive: Any) -> None:
 
 def run_verify(args: argparse.Namespace) -> int:
     """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
+    from riffd.archive.store import ArchiveGap
     from riffd.archive.verify import FAULTS, archive_again, verify_file
 
     archive = _open(args)
@@ -242,6 +243,9 @@ def run_verify(args: argparse.Namespace) -> int:
                     fixed = archive_again(archive, path)
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
+                continue
+            except ArchiveGap as exc:  # (the daemon archived the same file meanwhile, at every try)
+                errors.append(f"{path}: changed while it was archived again ({exc}); run the command again")
                 continue
             counted = "archived again" if fixed is not None else verdict.outcome
             counts[counted] = counts.get(counted, 0) + 1
