@@ -748,8 +748,9 @@ def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_fil
         f"archived; `riffd archive verify --fix {holed}` archives it again as a new generation (the old one is kept)"]
     assert "verified 4 file(s)" in found.stderr and "1 whole, 1 behind, 1 rewritten, 1 differs" in found.stderr
 
-    fixed = _riffd(tmp_path, "archive", "verify", "--fix", str(holed))
+    fixed = _riffd(tmp_path, "archive", "verify", "--fix", str(holed), str(holed))  # named twice: once
     assert "archived again as a new generation (60 lines; the old one is kept)" in fixed.stdout
+    assert "verified 1 file(s)" in fixed.stderr and "1 archived again" in fixed.stderr
     again = _riffd(tmp_path, "archive", "verify", "--json", str(project))
     verdicts = {Path(item["path"]).name: item["outcome"] for item in map(orjson.loads, again.stdout.splitlines())}
     assert verdicts == {"holed.jsonl": "whole", "whole.jsonl": "whole", "behind.jsonl": "behind",
@@ -779,3 +780,44 @@ def test_archive_ingest_without_a_path_reads_the_roots_the_config_names(tmp_path
     archive = _archive(tmp_path)
     assert [path for _id, path in archive.files()] == [str(mine)]
     archive.close()
+    # Roots that do not exist (yet): said, and nothing taken from Claude Code's folder instead
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nroots = ["{tmp_path / "not-yet"}"]\n')
+    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
+                            capture_output=True, text=True, env=_environment(tmp_path), timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"{tmp_path / 'not-yet'} (in `roots`) does not exist" in result.stderr
+    assert "archived 0 new line(s) from 0 file(s)" in result.stderr
+
+
+def test_a_pack_settled_by_another_process_while_it_is_read_gives_its_lines(tmp_path: Path) -> None:
+    """`riffd archive restore` (or verify) reading the open pack just as the daemon settles it (its segments folded
+    into one frame): the pack's frame and its segments are read as of one moment. Before, they were read by two
+    statements, and a settle committed between them gave a pack of no bytes: restore wrote empty lines and said
+    restored. The settle is made to commit exactly there, by SQLite's own statement trace."""
+    import threading
+
+    from riffd.archive.ingest import ingest_file
+
+    transcript = tmp_path / "s.jsonl"
+    transcript.write_bytes(b"".join(transcript_line(number) for number in range(1, 6)))
+    db_path = tmp_path / "archive.db"
+    writer = Archive(db_path)
+    ingest_file(writer, transcript)  # the open pack, in segments (not settled)
+    reader = Archive(db_path)  # a fresh `riffd archive restore`
+    settled = threading.Event()
+
+    def settle_now(statement: str) -> None:
+        if "segments" in statement and "SELECT" in statement and not settled.is_set():
+            settled.set()
+            daemon = threading.Thread(target=lambda: writer.settle(optimize=False))  # another connection
+            daemon.start()
+            daemon.join()
+
+    reader._db.set_trace_callback(settle_now)
+    ((file_id, _path, _session),) = reader.files_of(str(transcript))
+    restored = b"".join(reader.iter_file(file_id))
+    reader._db.set_trace_callback(None)
+    assert settled.is_set()
+    assert restored == transcript.read_bytes()
+    reader.close()
+    writer.close()

@@ -179,6 +179,9 @@ def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check
         problem: str | None = None
         db: sqlite3.Connection | None = None
         if judged is None:
+            if path.is_symlink() and not os.path.exists(path):
+                raise sqlite3.OperationalError(f"unable to open database file: {path} is a link to nothing "
+                                               f"({os.readlink(path)})")
             continue
         if _is_empty(path):
             problem = EMPTY

@@ -235,9 +235,15 @@ class PackStore:
             return bytes(held)
         data = self.cache.get(pack_id)
         if data is None:
-            row = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
+            # One statement, so one snapshot: the frame and the segments read apart could straddle another process
+            # settling the open pack (its frame read empty, then its segments gone), and give a pack of no bytes
+            rows = self.db.execute("SELECT packs.data, segments.data FROM packs LEFT JOIN segments ON "
+                                   "segments.pack = packs.id WHERE packs.id = ? ORDER BY segments.number",
+                                   (pack_id,)).fetchall()
+            if not rows:
+                raise sqlite3.DatabaseError(f"pack {pack_id} is not in the archive")
             # (the open pack, still in segments, is kept too: `store_open` drops the copy whenever it grows)
-            data = unpack(row[0]) if row[0] else self._segments(pack_id)
+            data = unpack(rows[0][0]) if rows[0][0] else b"".join(unpack(part) for _frame, part in rows if part)
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)

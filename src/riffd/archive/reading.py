@@ -9,7 +9,8 @@ import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,23 @@ class Reading:
     _db: sqlite3.Connection
     _lock: threading.RLock
     _packs: PackStore
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read as of one moment: every read in the block sees the archive as one transaction left it, whatever
+        another process (the daemon) writes meanwhile. The lock is held throughout."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._db.execute("COMMIT")
+
+    def file_id(self, path: str) -> int | None:
+        """Return the id of the archived file `path` (exactly that path), or None."""
+        with self._lock:
+            row = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+        return None if row is None else int(row[0])
 
     def cursor(self, path: str) -> tuple[int, int]:
         """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""

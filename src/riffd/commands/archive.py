@@ -144,7 +144,7 @@ def _open(args: argparse.Namespace) -> Any:
     if config is None:
         return None
     args.archive_path = config.state_dir / ARCHIVE_NAME
-    args.roots = [root for root in config.roots if root.is_dir()]  # what the daemon watches (and archives)
+    args.roots = config.roots  # what the daemon watches (and archives)
     try:
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
@@ -159,7 +159,10 @@ def run_ingest(args: argparse.Namespace) -> int:
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    files, errors = transcript_targets(args.paths or args.roots)
+    if args.paths:
+        files, errors = transcript_targets(args.paths)
+    else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
+        files, errors = _files_under(args.roots)
     started, added, size, number = time.monotonic(), 0, 0, 0
     try:
         for number, (path, done) in enumerate(ingest_files(archive, files), 1):
@@ -220,8 +223,29 @@ def _compact(archive: Any) -> None:
               file=sys.stderr)
 
 
+def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
+    """The transcripts under the configured `roots` that exist, and a line for each root that does not or cannot
+    be looked at."""
+    present, errors = [], []
+    for root in roots:
+        try:
+            if root.is_dir():
+                present.append(root)
+            else:
+                print(f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it", file=sys.stderr)
+        except OSError as exc:
+            errors.append(f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived")
+    if not present:
+        return [], errors
+    files, more = transcript_targets(present)
+    return files, errors + more
+
+
 def run_verify(args: argparse.Namespace) -> int:
     """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
+    import zstandard
+
+    from riffd.archive.ingest import archive_key
     from riffd.archive.store import ArchiveGap
     from riffd.archive.verify import FAULTS, archive_again, verify_file
 
@@ -232,6 +256,7 @@ def run_verify(args: argparse.Namespace) -> int:
         files, errors = transcript_targets(args.paths)
     else:
         files, errors = [Path(name) for _file_id, name in archive.files() if os.path.exists(name)], []
+    files = list(dict.fromkeys(archive_key(path) for path in files))  # a file named twice is verified once
     counts: dict[str, int] = {}
     faults = 0
     try:
@@ -246,6 +271,10 @@ def run_verify(args: argparse.Namespace) -> int:
                 continue
             except ArchiveGap as exc:  # (the daemon archived the same file meanwhile, at every try)
                 errors.append(f"{path}: changed while it was archived again ({exc}); run the command again")
+                continue
+            except zstandard.ZstdError as exc:  # the open pack itself cannot be read: nothing can be added to it
+                errors.append(f"{path}: could not be archived again: the archive's last pack cannot be read ({exc}); "
+                              "riffd has no repair for a pack that SQLite's own check passes; keep the transcript")
                 continue
             counted = "archived again" if fixed is not None else verdict.outcome
             counts[counted] = counts.get(counted, 0) + 1
