@@ -35,9 +35,9 @@ class Verdict:
 
 def verify_file(archive: Archive, path: Path) -> Verdict:
     """Compare the archive's latest generation of `path` with the file, reading the archive as of one moment (lines
-    a running daemon archives meanwhile are not seen) and the file from its start, line by line (the file's line
-    records are held: about a hundred bytes a line). A pack that cannot be read is a fault of the file whose lines
-    are in it."""
+    a running daemon archives meanwhile are not seen) and the file from its start, line by line (the archive's line
+    records of the file are held: a few hundred bytes a line). A pack that cannot be read is a fault of the file
+    whose lines are in it."""
     import zstandard  # (riffd's start-up imports no compression library)
 
     path = archive_key(path)
