@@ -378,3 +378,36 @@ def test_riffd_report_on_a_damaged_state_store_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(state / STATE_NAME) in err and "riffd run" in err, err
     assert os.path.exists(state / STATE_NAME)  # a command leaves the daemon's files where they are
+
+
+def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_another(tmp_path: Path) -> None:
+    """Where `link` fails (EPERM, as on vfat; here riffd's own FUSE filesystem refusing it), a made database is put in
+    place by a rename that never replaces a file: renamed there when nothing is, and when another process's database
+    got there first, that one stays, byte for byte (a plain rename had replaced it). (SQLite's shared memory cannot
+    live on this test filesystem, so the files are plain ones given to the step that names the made database.)"""
+    import errno
+
+    from fusefs import Mount, fuse_unavailable
+    from riffd.database import _put_in_place
+    from riffd.fsio import rename_noreplace
+
+    why_not = fuse_unavailable()
+    if why_not is not None:
+        pytest.skip(why_not)
+    with Mount(tmp_path / "backing", tmp_path / "mnt", tmp_path / "faults.json") as mounted:
+        mounted.faults({"ops": ["link"], "errno": errno.EPERM})
+        path, made = tmp_path / "mnt" / "state.db", tmp_path / "mnt" / "state.db.new-1-ab"
+        made.write_bytes(b"mine")
+        with pytest.raises(PermissionError):
+            os.link(made, tmp_path / "mnt" / "probe")  # (the filesystem has no hard links)
+        _put_in_place(made, path)
+        assert path.read_bytes() == b"mine" and not made.exists()
+        path.write_bytes(b"theirs")
+        made.write_bytes(b"mine")
+        _put_in_place(made, path)  # another process, a moment too late
+        assert path.read_bytes() == b"theirs"
+        # The rename itself refuses to replace (the link's own refusal of an existing name comes first above, so
+        # a database made between the failed link and the rename is tried here, on the rename alone)
+        with pytest.raises(FileExistsError):
+            rename_noreplace(made, path)
+        assert path.read_bytes() == b"theirs" and made.read_bytes() == b"mine"
