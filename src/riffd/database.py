@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o600
 DAMAGED = ".damaged-"
 SIDECARS = ("-wal", "-shm", "-journal")
-NEW = ".new-"  # a database being made: `<name>.new-<pid>-<n>`, linked into place as `<name>` when set up
+NEW = ".new-"  # a database being made: `<name>.new-<pid>-<random>`, linked into place as `<name>` when set up
 
 
 class DatabaseDamaged(Exception):

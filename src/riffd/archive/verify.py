@@ -14,11 +14,11 @@ A file never archived, or gone (the archive is then all there is of it), is name
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from riffd.archive.ingest import archive_key, ingest_file, still_appended
-from riffd.archive.store import Archive
+from riffd.archive.store import Archive, ArchiveGap
 from riffd.transcript.reader import iter_chunks
 
 FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
@@ -31,6 +31,27 @@ class Verdict:
     path: Path
     outcome: str  # whole, behind, rewritten, differs, not archived, gone
     detail: str = ""
+    archived_again: int | None = None  # the lines archived again by `check_file` with `fix`
+    error: str | None = None  # why it could not be verified or archived again (then `outcome` is empty)
+
+
+def check_file(archive: Archive, path: Path, *, fix: bool) -> Verdict:
+    """`verify_file`, and with `fix` a file that differs archived again (`archive_again`); what stopped either is
+    the verdict's `error`, one line."""
+    import zstandard
+
+    try:
+        verdict = verify_file(archive, path)
+        if verdict.outcome in FAULTS and fix:
+            return replace(verdict, archived_again=archive_again(archive, path))
+        return verdict
+    except OSError as exc:
+        return Verdict(path, "", error=f"{path}: {exc.strerror or exc}")
+    except ArchiveGap as exc:  # (the daemon archived the same file meanwhile, at every try)
+        return Verdict(path, "", error=f"{path}: changed while it was archived again ({exc}); run the command again")
+    except zstandard.ZstdError as exc:  # the open pack itself cannot be read: nothing can be added to it
+        return Verdict(path, "", error=f"{path}: could not be archived again: the archive's last pack cannot be read "
+                       f"({exc}); riffd has no repair for a pack that SQLite's own check passes; keep the transcript")
 
 
 def verify_file(archive: Archive, path: Path) -> Verdict:

@@ -81,11 +81,12 @@ def register(commands: Any) -> None:
     export.set_defaults(run=run_export)
     verify = actions.add_parser(
         "verify", help="check the archive against the transcripts that still exist",
-        description="Compare, byte for byte, what the archive holds of each transcript with the file (streaming "
-        "both). A file whose archive differs from it (a hole, a damaged pack) is named with the line where they "
-        "part; --fix archives it again, whole, as a new generation (the old one is kept). Files rewritten since "
-        "they were archived, or with lines not archived yet, are counted, not faults: the daemon archives them. "
-        "Exit 0: no file differs (or --fix mended each); 1: some differ; 2: an error.")
+        description="Compare, byte for byte, what the archive holds of each transcript with the file (the "
+        "archive as of one moment, the file line by line). A file whose archive differs from it (a hole, a damaged "
+        "pack) is named with the line where they part; --fix archives it again, whole, as a new generation (the "
+        "old one is kept). Files rewritten since they were archived, or with lines not archived yet, are counted, "
+        "not faults: the daemon archives them. Exit 0: no file differs (or --fix mended each); 1: some differ; "
+        "2: an error.")
     verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: every archived transcript that still exists)")
     verify.add_argument("--fix", action="store_true",
@@ -243,11 +244,8 @@ def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
 
 def run_verify(args: argparse.Namespace) -> int:
     """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
-    import zstandard
-
     from riffd.archive.ingest import archive_key
-    from riffd.archive.store import ArchiveGap
-    from riffd.archive.verify import FAULTS, archive_again, verify_file
+    from riffd.archive.verify import FAULTS, check_file
 
     archive = _open(args)
     if archive is None:
@@ -261,21 +259,11 @@ def run_verify(args: argparse.Namespace) -> int:
     faults = 0
     try:
         for number, path in enumerate(files, 1):
-            try:
-                verdict = verify_file(archive, path)
-                fixed = None
-                if verdict.outcome in FAULTS and args.fix:
-                    fixed = archive_again(archive, path)
-            except OSError as exc:
-                errors.append(f"{path}: {exc.strerror or exc}")
+            verdict = check_file(archive, path, fix=args.fix)
+            if verdict.error is not None:
+                errors.append(verdict.error)
                 continue
-            except ArchiveGap as exc:  # (the daemon archived the same file meanwhile, at every try)
-                errors.append(f"{path}: changed while it was archived again ({exc}); run the command again")
-                continue
-            except zstandard.ZstdError as exc:  # the open pack itself cannot be read: nothing can be added to it
-                errors.append(f"{path}: could not be archived again: the archive's last pack cannot be read ({exc}); "
-                              "riffd has no repair for a pack that SQLite's own check passes; keep the transcript")
-                continue
+            fixed = verdict.archived_again
             counted = "archived again" if fixed is not None else verdict.outcome
             counts[counted] = counts.get(counted, 0) + 1
             if args.json:
