@@ -28,6 +28,7 @@ from riffd.repair.backup import BackupStore
 from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
 from riffd.repair.outcomes import ApplyOptions, Failed, FailReason, Repaired, RepairOutcome, Skipped, SkipReason
 from riffd.repair.plan import Edit, InsertLine, RemoveLine, RepairPlan, ReplaceLine, render
+from riffd.repair.recovery import recover_and_sweep
 from riffd.repair.writer import apply_plan
 from riffd.transcript.findings import Finding, FindingClass
 
@@ -773,8 +774,8 @@ def test_kill_9_leaves_original_or_complete_repair_with_backup(tmp_path: Path) -
             outcomes["original"] += 1
         if backup_dir.exists():
             assert not any(name.endswith(".jsonl") for name in os.listdir(backup_dir))
-        # Whatever the kill left behind, the next run cleans up its temp file and completes.
-        remove_stale_temps(path.parent, 0)
+        # Whatever the kill left behind, the next run finishes or undoes the swap, removes its temp file, completes.
+        recover_and_sweep([path.parent], 0)
         assert temp_files(path.parent) == []
         if data == original:
             outcome = apply_plan(

@@ -153,7 +153,7 @@ def test_a_new_version_that_cannot_be_put_back_is_kept_and_named(tmp_path: Path)
     fs = SwapBackFailsFS(before=lambda target: publish_by_rename(target, newer))
     outcome = apply_plan(plan, options_for(tmp_path, fs=fs))
     assert isinstance(outcome, Failed) and outcome.reason == FailReason.SWAP_BACK_FAILED, outcome
-    [kept] = [path.parent / name for name in temp_files(path.parent)]
+    [kept] = [path.parent / name for name in temp_files(path.parent) if name.endswith(".tmp")]
     assert kept.read_bytes() == newer  # the new version, never deleted
     assert path.read_bytes() == render(original, plan.edits)
     assert str(kept) in outcome.detail and "mv " in outcome.detail
@@ -177,7 +177,7 @@ class FlakyAfterSwapFS(HeldSwapFS):
         return fd
 
     def _client_appends(self, target: Path) -> None:
-        old_name = next(target.parent / name for name in temp_files(target.parent))
+        old_name = next(target.parent / name for name in temp_files(target.parent) if name.endswith(".tmp"))
         append_line(old_name, self.late)  # lands in the old file, which riffd then holds only by descriptor
         self.swapped = True
 

@@ -26,12 +26,13 @@ from riffd.commands.common import (
 )
 from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
-from riffd.fsio import ReadFailed, pin_mmap_threshold
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, Finding
@@ -78,8 +79,13 @@ def run_fix(args: argparse.Namespace) -> int:
         quiet_period=args.quiet_period,
     )
     repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
+    recovered: list[str] = []
     if not args.dry_run:  # what a killed riffd left in the backup folder goes now (a running one's stays)
         BackupStore(backup_dir).remove_leftovers(time.time())
+        for folder in sorted({path.parent for path in files}):  # and swaps it left half done beside transcripts
+            recovered += recover_folder(REAL_FS, folder, DEFAULT_RETRY)
+        for line in recovered:
+            print(line)
     results: list[dict[str, object]] = []
     remaining = 0
     counts: Counter[str] = Counter()
@@ -100,8 +106,12 @@ def run_fix(args: argparse.Namespace) -> int:
     finally:
         keeper.close()
     progress.close()
+    for result in results:  # a writer held the old file: it may have let go by now
+        journal = result.get("pending_swap")
+        if isinstance(journal, str) and recover(REAL_FS, Path(journal), DEFAULT_RETRY) is not None:
+            result["pending_swap"] = None
     if args.json:
-        print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run,
+        print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run, "recovered": recovered,
                      "files": results, "summary": dict(sorted(counts.items())), "errors": errors})
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
@@ -193,6 +203,7 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
         return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
                        "backup_path": str(outcome.backup_path),
                        "carried_over_bytes": outcome.carried_over_bytes, "warnings": list(outcome.warnings),
+                       "pending_swap": str(outcome.pending_swap) if outcome.pending_swap else None,
                        "remaining": [finding.to_json() for finding in left], "_remaining": len(left)}
     if isinstance(outcome, Skipped):
         result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"

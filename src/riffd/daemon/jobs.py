@@ -17,7 +17,8 @@ from riffd.config import Config
 from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.daemon.worker import Outcome, WorkerSettings
-from riffd.repair.backup import BackupStore
+from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
+from riffd.repair.recovery import recover_and_sweep
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,15 @@ def worker_settings(config: Config) -> WorkerSettings:
 def transcript_filter(config: Config) -> TranscriptFilter:
     """Given the configuration, return the filter of watched files."""
     return TranscriptFilter(config.roots, config.include, config.exclude)
+
+
+def clean_leftovers(config: Config) -> None:
+    """At the daemon's start: finish or undo the swaps killed riffd runs left under the roots, and remove the temp
+    files of riffd processes that are gone (beside transcripts and in the backup folder)."""
+    removed = (recover_and_sweep(config.roots, STALE_AFTER_SECONDS, retry=config.retry.policy)
+               + BackupStore(config.backups.dir).remove_leftovers(time.time()))
+    if removed:
+        log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
 
 
 def backup_retention(config: Config) -> None:

@@ -37,6 +37,7 @@ from riffd.daemon.figures import Figures
 from riffd.daemon.jobs import (
     backup_retention,
     catch_up_archive,
+    clean_leftovers,
     log_outcome,
     log_startup_summary,
     settle_archive,
@@ -52,8 +53,6 @@ from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.database import full_disk_note, is_full_error
-from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
-from riffd.repair.locks import sweep_stale_temps
 from riffd.tracker.tracker import ToolCallTracker
 
 log = logging.getLogger(__name__)
@@ -121,10 +120,7 @@ class Daemon(Figures):
         self.store = StateStore(config.state_dir / STATE_NAME, heal=True)
         self.publish(force=True)  # `status` sees this daemon, starting, from now on (the archive's check may last)
         self._open_archive()
-        removed = (sweep_stale_temps(config.roots, STALE_AFTER_SECONDS)
-                   + BackupStore(config.backups.dir).remove_leftovers(time.time()))
-        if removed:
-            log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
+        clean_leftovers(config)
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive,
                              on_write_error=self.room.ran_out)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
@@ -204,6 +200,7 @@ class Daemon(Figures):
             ("state_maintenance", self._maintain_state, 6 * 3600.0),
             ("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
             ("archive_settle", self._settle_archive, config.archive.settle_after),
+            ("finish_swaps", self._finish_swaps, 10.0),  # hand-overs a writer held up (riffd.repair.handover)
         ]
         if config.watcher.rescan_interval > 0:
             jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
@@ -214,6 +211,10 @@ class Daemon(Figures):
             if job is not None and getattr(job.trigger, "interval", None) == timedelta(seconds=seconds):
                 continue  # unchanged: a reload (an editor saving the config) must not put its next run off again
             self.scheduler.add_job(function, "interval", seconds=seconds, id=job_id, replace_existing=True)
+
+    def _finish_swaps(self) -> None:
+        if self.worker is not None:
+            self.worker.finish_pending_swaps()
 
     def _shutdown(self) -> None:
         self.notifier.stopping()

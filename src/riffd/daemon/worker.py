@@ -17,6 +17,7 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
 from riffd.repair.plan import RepairPlan
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.recovery import recover
 from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass, has_latest_turn_calls, pending_while_live
@@ -101,6 +103,23 @@ class Worker:
     on_write_error: Callable[[BaseException], object] | None = None
     # path -> the findings this worker stored last for it (files with findings only): see _update.
     _stored: dict[str, list[Finding]] = field(default_factory=dict, repr=False)
+    # The journals of repairs whose old file a writer still held (riffd.repair.handover): finish_pending_swaps.
+    pending_swaps: set[Path] = field(default_factory=set, repr=False)
+    _pending_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def finish_pending_swaps(self) -> None:
+        """Carry what writers put into the old files of repairs that had to leave them (the scheduler's job); forget
+        the hand-overs that are done."""
+        with self._pending_lock:
+            pending = sorted(self.pending_swaps)
+        for journal in pending:
+            try:
+                recover(self.fs, journal, self.settings.retry)
+            except OSError as exc:
+                log.warning("%s: could not finish the hand-over of a repair yet: %s", journal, exc)
+            if not journal.exists():
+                with self._pending_lock:
+                    self.pending_swaps.discard(journal)
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
@@ -381,6 +400,9 @@ class Worker:
                      result.backup_id)
             for warning in result.warnings:
                 log.warning("%s", warning)
+            if result.pending_swap is not None:
+                with self._pending_lock:
+                    self.pending_swaps.add(result.pending_swap)
             # Our own rewrite: record the new file now, so its watcher event is a no-op.
             self.cache.drop(str(path))
             self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)

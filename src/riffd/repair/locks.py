@@ -23,7 +23,6 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from riffd.fsio import (
@@ -78,9 +77,12 @@ def remove_stale_temps(
         log.warning("cannot list %s to clean up riffd temp files: %s", folder, exc)
         return []
     removed: list[Path] = []
+    present = set(names)
     for name in names:
         if not TEMP_NAME.match(name):
             continue
+        if name.removesuffix(".tmp") + ".swap" in present:
+            continue  # a swap's journal names it: it may hold the original (riffd.repair.recovery decides)
         candidate = folder / name
         try:
             status = fs.stat(candidate)
@@ -95,15 +97,6 @@ def remove_stale_temps(
             log.warning("cannot remove the stale riffd temp file %s: %s", candidate, exc)
             continue
         removed.append(candidate)
-    return removed
-
-
-def sweep_stale_temps(roots: Iterable[Path], older_than_seconds: float, *, fs: FileSystem = REAL_FS) -> list[Path]:
-    """Remove the stale temp files (`remove_stale_temps`) in every folder under `roots`; return them."""
-    removed: list[Path] = []
-    for root in roots:
-        for folder, _dirs, _files in os.walk(root):
-            removed += remove_stale_temps(Path(folder), older_than_seconds, fs=fs)
     return removed
 
 

@@ -18,6 +18,7 @@ from riffd.fsio import (
     write_all,
 )
 from riffd.repair.backup import BackupError, BackupStore, UnknownBackup
+from riffd.repair.copy import read_range
 from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import (
     ApplyOptions,
@@ -31,7 +32,7 @@ from riffd.repair.outcomes import (
     SkipReason,
     failure,
 )
-from riffd.repair.writer import read_range, rewrite
+from riffd.repair.writer import rewrite
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)

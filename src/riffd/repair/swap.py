@@ -19,11 +19,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shlex
 import stat
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -42,6 +44,7 @@ from riffd.fsio import (
     write_all,
 )
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
+from riffd.repair.journal import Journal
 from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import Failed, FailReason, FileChanged, FileGone
 from riffd.transcript.reader import iter_fd
@@ -59,6 +62,7 @@ LATE_APPEND_MAX_CHECKS = 200
 LATE_APPEND_INTERVAL = 0.005
 LATE_APPEND_MAX_FAILURES = 20  # checks that failed even after their retries
 FUSE_HIDDEN = ".fuse_hidden"
+OLD_SUFFIX = ".old"  # the original's own hard link while lines written to it late are carried (rename only)
 
 # Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an exchange, and why:
 # they get the rename from then on.
@@ -89,14 +93,15 @@ def uses_rename(fs: FileSystem, device: int) -> str | None:
 
 
 def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
-                 new_size: int, retry: RetryPolicy = DEFAULT_RETRY) -> str:
+                 new_size: int, journal: Journal, retry: RetryPolicy = DEFAULT_RETRY) -> str:
     """Make `path` name the repaired copy at `temp_path` (open as `new_fd`, `new_size` bytes long), where `held` is
     the status of the original riffd holds open; return EXCHANGE or RENAME, the way it was done.
 
-    After an exchange the original's old name (now `temp_path`) is removed: its bytes stay reachable through the
-    descriptor riffd holds, for lines appended late. Raise FileGone when the transcript vanished (nothing is
-    re-created), FileChanged when another file had taken its place (that file is at `path` again),
-    SwapBackFailed when it could not be put back, OSError when the filesystem fails."""
+    The original keeps a name of riffd's (`journal.record.old_name`: the temp name after an exchange, a hard link
+    before a rename) for the hand-over of lines written to it late; the journal says where before anything moves.
+    Raise FileGone when the transcript vanished (nothing is re-created), FileChanged when another file had taken its
+    place (that file is at `path` again), SwapBackFailed when it could not be put back, OSError when the filesystem
+    fails."""
     if uses_rename(fs, held.st_dev) is None:
         for attempt in range(1, retry.attempts + 1):
             try:
@@ -114,29 +119,37 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
                     raise
                 time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
             else:
-                return _after_exchange(fs, path, temp_path, held, new_fd, new_size)
+                return _after_exchange(fs, path, temp_path, held, new_fd, new_size, journal, retry)
     _check_identity(fs, path, held)
-    fs.replace(temp_path, path)
+    keep = temp_path.with_name(temp_path.name.removesuffix(".tmp") + OLD_SUFFIX)
+    journal.update(replace(journal.record, old_name=str(keep)), retry)
+    try:
+        fs.link(path, keep)
+    except OSError as exc:
+        # No hard links here: the original's bytes stay reachable only through riffd's descriptor.
+        log.debug("%s: no hard link for the original here (%s)", path, exc)
+        journal.update(replace(journal.record, old_name=None), retry)
+    try:
+        _check_identity(fs, path, held)
+        fs.replace(temp_path, path)
+    except BaseException:
+        if where_is(fs, path, held, new_fd) != COPY:
+            remove_leftover(fs, keep)  # the original is still at its name (or lost, and put back from riffd's fd)
+        raise
     return RENAME
 
 
 def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
-                    new_size: int) -> str:
+                    new_size: int, journal: Journal, retry: RetryPolicy) -> str:
     try:
         swapped_out = retrying_call(lambda: fs.stat(temp_path), what=str(temp_path))
     except FileNotFoundError:
         # The filesystem took the exchange for a plain rename: the repaired copy is in place, the original's name
         # is gone (its bytes are in the backup and behind riffd's descriptor).
+        journal.update(replace(journal.record, old_name=None), retry)
         fall_back_to_rename(fs, held.st_dev, path, "it accepted an exchange and performed a plain rename")
         return RENAME
     if (swapped_out.st_dev, swapped_out.st_ino) == (held.st_dev, held.st_ino):
-        try:
-            retrying_call(lambda: fs.unlink(temp_path), what=f"the removal of {temp_path}")
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("%s: repaired, but the original's old name %s could not be removed (%s); riffd backed it "
-                        "up, and the next run in this folder removes it", path, temp_path, exc)
         return EXCHANGE
     # Another program put its own file at the transcript's name in the window: it must stay there.
     try:
@@ -146,7 +159,7 @@ def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_r
             exc.errno or errno.EIO,
             f"another program put a new version of it in place while riffd was replacing it, and riffd could not "
             f"put that version back ({exc.strerror or exc}): it is at {temp_path}, and {path} holds riffd's "
-            f"repaired copy; move it back with: mv {str(temp_path)!r} {str(path)!r}",
+            f"repaired copy; move it back with: mv {shlex.quote(str(temp_path))} {shlex.quote(str(path))}",
         ) from exc
     appended = _carry_tail(fs, new_fd, new_size, path)
     raise FileChanged(

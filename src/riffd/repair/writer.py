@@ -13,36 +13,35 @@ the rename leaves the original untouched and removes the temp file.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import stat
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
     OffsetWriter,
-    RetryPolicy,
     fsync_file,
     fsync_folder,
-    is_cloud_sync_error,
     remove_leftover,
     retrying_call,
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
-from riffd.repair.locks import TranscriptLock, remove_stale_temps, temp_path_for, try_flock
+from riffd.repair.copy import Copied, copy_mode_and_owner, create_temp, read_range, write_new_content
+from riffd.repair.finish import Planned, hand_over
+from riffd.repair.handover import Handover, LineConflict, hangs_from, split_lines
+from riffd.repair.journal import Journal, SwapRecord, journal_path_for
+from riffd.repair.locks import TranscriptLock, remove_stale_temps, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
     Failed,
     FailReason,
     FileChanged,
     FileGone,
-    Repaired,
     RepairOutcome,
     Skipped,
     SkipReason,
@@ -50,28 +49,24 @@ from riffd.repair.outcomes import (
     gone,
 )
 from riffd.repair.plan import Edit, RemoveLine, RepairPlan
+from riffd.repair.recovery import recover_folder, unfinished_swap
 from riffd.repair.swap import (
     COPY,
     GONE,
     HIDDEN,
     ORIGINAL,
     SwapBackFailed,
-    carry_late_appends,
-    late_append_failure,
     put_in_place,
     put_original_back,
     where_is,
 )
 from riffd.transcript.findings import Finding
 from riffd.transcript.liveness import session_liveness
-from riffd.transcript.reader import iter_fd
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
 
 
-SAMPLE_WINDOW = 4096
-SAMPLE_COUNT = 6
 
 
 def _project_folder(path: Path) -> Path:
@@ -93,122 +88,13 @@ def _unsafe_backup_dir(path: Path, options: ApplyOptions) -> str | None:
     return None
 
 
-def read_range(
-    fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
-) -> Iterable[tuple[int, bytes]]:
-    offset = start
-    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
-        yield offset, chunk
-        offset += len(chunk)
-    if offset < end:
-        raise FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
-
-
-def _sample_windows(size: int) -> list[tuple[int, int]]:
-    # The first and the last window before the planned size, and a few evenly spread between them.
-    if size <= 0:
-        return []
-    last = max(0, size - SAMPLE_WINDOW)
-    starts = {0, last}
-    for step in range(1, SAMPLE_COUNT - 1):
-        starts.add(last * step // (SAMPLE_COUNT - 1))
-    return [(start, min(SAMPLE_WINDOW, size - start)) for start in sorted(starts)]
-
-
-@dataclass
-class _Copied:
-    sha256: str
-    samples: dict[int, bytes]
-    ends_with_newline: bool
-
-
-def _write_new_content(
-    fs: FileSystem,
-    path: Path,
-    original_fd: int,
-    temp: OffsetWriter,
-    segments: Iterable[tuple[int, int] | bytes],
-    size: int,
-    retry: RetryPolicy,
-) -> _Copied:
-    """Stream the new content into the temp copy; hash every original byte in [0, size) in order (copied or not),
-    so the copy is proven to come from the bytes that were backed up, and keep the sample windows."""
-    source_hash = hashlib.sha256()
-    windows = _sample_windows(size)
-    samples = {start: bytearray(length) for start, length in windows}
-    last_byte = b"\n"
-    hashed_upto = 0
-
-    def consume(start: int, end: int, *, copy: bool) -> None:
-        nonlocal last_byte
-        for offset, chunk in read_range(fs, original_fd, start, end, path=path, retry=retry):
-            source_hash.update(chunk)
-            chunk_end = offset + len(chunk)
-            for window_start, window_length in windows:
-                overlap_start = max(offset, window_start)
-                overlap_end = min(chunk_end, window_start + window_length)
-                if overlap_start < overlap_end:
-                    samples[window_start][overlap_start - window_start : overlap_end - window_start] = chunk[
-                        overlap_start - offset : overlap_end - offset
-                    ]
-            if copy:
-                temp.write(chunk)
-            last_byte = chunk[-1:]
-
-    for segment in segments:
-        if isinstance(segment, bytes):
-            temp.write(segment)
-            continue
-        start, end = segment
-        if start < hashed_upto or start > end or end > size:
-            raise ValueError(f"copy range {start}..{end} is out of order or beyond the planned size {size}")
-        if start > hashed_upto:
-            consume(hashed_upto, start, copy=False)
-        consume(start, end, copy=True)
-        hashed_upto = end
-    if hashed_upto < size:
-        consume(hashed_upto, size, copy=False)
-    return _Copied(
-        sha256=source_hash.hexdigest(),
-        samples={start: bytes(window) for start, window in samples.items()},
-        ends_with_newline=last_byte == b"\n",
-    )
-
-
-def _create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
-    """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO may exist or
-    not: it is removed, and another name tried)."""
-    for attempt in range(1, retry.attempts + 1):
-        temp_path = temp_path_for(path)
-        try:
-            return temp_path, fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
-        except OSError as exc:
-            if not is_cloud_sync_error(exc) or attempt == retry.attempts:
-                raise
-            remove_leftover(fs, temp_path)
-            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
-    raise AssertionError("unreachable")
-
-
-def _copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy) -> None:
-    retrying_call(lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)), what="riffd's copy", policy=retry)
-    try:
-        retrying_call(lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid), what="riffd's copy", policy=retry)
-    except PermissionError:
-        # Only root may give a file away; keep at least the group when we are allowed to.
-        try:
-            fs.fchown(temp_fd, -1, original.st_gid)
-        except PermissionError:
-            log.debug("cannot copy the owner of %s to its repaired copy", original)
-
-
 def _settle(
     fs: FileSystem,
     path: Path,
     original_fd: int,
     temp: OffsetWriter,
     planned_size: int,
-    copied: _Copied,
+    copied: Copied,
     options: ApplyOptions,
 ) -> int:
     """Re-check the original until a round sees nothing new; carry complete appended lines into the temp
@@ -246,6 +132,11 @@ def _settle(
             )
         )
         complete = tail[: tail.rfind(b"\n") + 1]
+        for line in split_lines(complete):
+            parent = hangs_from(line, copied.removed)
+            if parent is not None:
+                raise LineConflict(f"a line appended while riffd worked hangs from {parent}, a line the repair "
+                                   "removes: a client has the session open")
         if complete:
             temp.write(complete)
             carried_end += len(complete)
@@ -312,7 +203,11 @@ def rewrite(
         if not acquired:
             return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
         try:
+            recover_folder(fs, path.parent, options.retry)  # what a killed run left half swapped here
             remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
+            if unfinished_swap(fs, path):
+                return Skipped(path, SkipReason.BUSY, f"{path}: riffd is still carrying lines a writer put into the "
+                               "old file of its last repair; it tries again once that writer lets go of it")
             live, why = session_liveness(path, options.claude_dirs(path), options.quiet_period,
                                          session_id=options.session_id, fs=fs)
             if live:
@@ -342,6 +237,7 @@ def _rewrite_locked(
     append_fd: int | None = None
     temp_path: Path | None = None
     record: BackupRecord | None = None
+    journal: Journal | None = None
     replaced = keep_temp = False
     try:
         held = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry)
@@ -371,26 +267,45 @@ def _rewrite_locked(
 
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
-        temp_path, temp_fd = _create_temp(fs, path, options.retry)
+        temp_path, temp_fd = create_temp(fs, path, options.retry)
         # Late lines are added after the swap through a descriptor of the copy opened with O_APPEND, so they land
         # after anything other writers add; the copy itself is written at explicit offsets (retries stay exact).
-        append_fd = retrying_call(lambda: fs.open(temp_path, os.O_WRONLY | os.O_APPEND | NOFOLLOW),
+        append_fd = retrying_call(lambda: fs.open(temp_path, os.O_RDWR | os.O_APPEND | NOFOLLOW),
                                   what=str(temp_path), policy=options.retry)
         try_flock(fs, temp_fd)  # a second riffd run that opens the transcript's name after the swap finds it busy
         appender = OffsetWriter(fs, temp_fd, options.retry)
-        copied = _write_new_content(fs, path, original_fd, appender, segments, source.size, options.retry)
+        copied = write_new_content(fs, path, original_fd, appender, segments, source.size, options.retry)
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
-        _copy_mode_and_owner(fs, temp_fd, held, options.retry)
+        copy_mode_and_owner(fs, temp_fd, held, options.retry)
         fsync_file(fs, temp_fd, temp_path, options.retry)
 
         stage = "checking for changes just before replacing it"
+        settle_from = appender.offset
         carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
         fsync_file(fs, temp_fd, temp_path, options.retry)
 
+        stage = "checking once more that its session is idle"
+        live, why = session_liveness(path, options.claude_dirs(path), options.quiet_period,
+                                     session_id=options.session_id, fs=fs)
+        if live:
+            return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why} (seen just before the "
+                           "swap); nothing was changed")
+
+        stage = "recording the swap beside it"
+        copy_status = fs.fstat(temp_fd)
+        # An unfinished last line the plan cut off: a writer that continues it after all gets it back whole.
+        cut_at = None if copied.ends_with_newline else next(
+            (edit.span.offset for edit in edits if isinstance(edit, RemoveLine) and edit.span.end == source.size), None)
+        journal = Journal.create(fs, journal_path_for(temp_path), SwapRecord(
+            path=str(path), copy_name=str(temp_path), old_name=str(temp_path), old_id=(held.st_dev, held.st_ino),
+            copy_id=(copy_status.st_dev, copy_status.st_ino), settled_end=carried_end,
+            copy_size=copy_status.st_size, cut_at=cut_at, removed=tuple(sorted(copied.removed)),
+            backup_dir=str(options.backup_dir), backup_id=record.backup_id, pid=os.getpid()), options.retry)
+
         stage = "replacing it with the repaired copy"
         try:
-            put_in_place(fs, path, temp_path, held, temp_fd, fs.fstat(temp_fd).st_size, options.retry)
+            put_in_place(fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry)
         except SwapBackFailed as exc:
             keep_temp = True
             return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
@@ -406,25 +321,10 @@ def _rewrite_locked(
             warnings.append(f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands")
 
         stage = "copying lines appended during the replace"
-        # An unfinished last line the plan cut off: a writer that continues it after all gets it back whole.
-        cut_at = None if copied.ends_with_newline else next(
-            (edit.span.offset for edit in edits if isinstance(edit, RemoveLine) and edit.span.end == source.size), None)
-        settled_end = carried_end
-        try:
-            carried_end, warning = carry_late_appends(fs, path, original_fd, append_fd, carried_end, options.retry,
-                                                      cut_tail=cut_at)
-        except (OSError, FileChanged) as exc:
-            return late_append_failure(fs, path, original_fd, store, record.backup_id, exc, options.retry)
-        return Repaired(
-            path=path,
-            backup_id=record.backup_id,
-            backup_path=record.data_path,
-            edits=edits,
-            # The bytes of the new file that follow the planned content (a restored fragment included).
-            carried_over_bytes=settled_end - source.size + carried_end - (
-                cut_at if cut_at is not None and carried_end > settled_end else settled_end),
-            warnings=(*warnings, *([warning] if warning else [])),
-        )
+        handover = Handover(fs, journal, original_fd, append_fd, options.retry)
+        journal = None  # the hand-over decides what becomes of it
+        planned = Planned(source.size, source.sha256, copied.samples, settle_from)
+        return hand_over(fs, handover, planned, store, record, edits, warnings, options)
     except FileGone:
         return gone(path)
     except FileChanged as exc:
@@ -439,6 +339,8 @@ def _rewrite_locked(
         if record is None or replaced:
             return failure(path, exc, stage, replaced=replaced)
         return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
+    except LineConflict as exc:
+        return Skipped(path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed")
     finally:
         if append_fd is not None:
             fs.close(append_fd)
@@ -446,6 +348,8 @@ def _rewrite_locked(
             fs.close(temp_fd)
         if temp_path is not None and not replaced and not keep_temp:
             remove_leftover(fs, temp_path)
+        if journal is not None and not replaced:
+            journal.remove()
 
 
 def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, temp_fd: int | None,

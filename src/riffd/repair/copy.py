@@ -1,0 +1,154 @@
+"""The repaired copy: streamed beside the transcript from the plan's segments, every original byte hashed on the
+way (the copy provably comes from the bytes that were backed up), sample windows kept for the checks just before
+and after the swap, and the original's mode and owner given to it."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from riffd.fsio import (
+    NOFOLLOW,
+    FileSystem,
+    OffsetWriter,
+    RetryPolicy,
+    is_cloud_sync_error,
+    remove_leftover,
+    retrying_call,
+)
+from riffd.repair.handover import split_lines, uuids_of
+from riffd.repair.locks import temp_path_for
+from riffd.repair.outcomes import FileChanged
+from riffd.transcript.reader import iter_fd
+
+log = logging.getLogger(__name__)
+
+SAMPLE_WINDOW = 4096
+SAMPLE_COUNT = 6
+
+
+def read_range(
+    fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
+) -> Iterable[tuple[int, bytes]]:
+    """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends sooner."""
+    offset = start
+    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
+        yield offset, chunk
+        offset += len(chunk)
+    if offset < end:
+        raise FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
+
+
+def _sample_windows(size: int) -> list[tuple[int, int]]:
+    # The first and the last window before the planned size, and a few evenly spread between them.
+    if size <= 0:
+        return []
+    last = max(0, size - SAMPLE_WINDOW)
+    starts = {0, last}
+    for step in range(1, SAMPLE_COUNT - 1):
+        starts.add(last * step // (SAMPLE_COUNT - 1))
+    return [(start, min(SAMPLE_WINDOW, size - start)) for start in sorted(starts)]
+
+
+@dataclass
+class Copied:
+    """What writing the copy learnt of the original: the sha256 of its planned bytes, its sample windows, whether its
+    last line ended, and the uuids of the lines the copy leaves out."""
+
+    sha256: str
+    samples: dict[int, bytes]
+    ends_with_newline: bool
+    removed: frozenset[str]  # uuids of the lines the new content leaves out
+
+
+def write_new_content(
+    fs: FileSystem,
+    path: Path,
+    original_fd: int,
+    temp: OffsetWriter,
+    segments: Iterable[tuple[int, int] | bytes],
+    size: int,
+    retry: RetryPolicy,
+) -> Copied:
+    """Stream the new content into the temp copy; hash every original byte in [0, size) in order (copied or not),
+    so the copy is proven to come from the bytes that were backed up, and keep the sample windows."""
+    source_hash = hashlib.sha256()
+    windows = _sample_windows(size)
+    samples = {start: bytearray(length) for start, length in windows}
+    last_byte = b"\n"
+    hashed_upto = 0
+    left_out: list[bytes] = []  # the original lines the new content drops or replaces
+    written: list[bytes] = []  # the new lines it adds
+
+    def consume(start: int, end: int, *, copy: bool) -> None:
+        nonlocal last_byte
+        for offset, chunk in read_range(fs, original_fd, start, end, path=path, retry=retry):
+            source_hash.update(chunk)
+            if not copy:
+                left_out.append(chunk)
+            chunk_end = offset + len(chunk)
+            for window_start, window_length in windows:
+                overlap_start = max(offset, window_start)
+                overlap_end = min(chunk_end, window_start + window_length)
+                if overlap_start < overlap_end:
+                    samples[window_start][overlap_start - window_start : overlap_end - window_start] = chunk[
+                        overlap_start - offset : overlap_end - offset
+                    ]
+            if copy:
+                temp.write(chunk)
+            last_byte = chunk[-1:]
+
+    for segment in segments:
+        if isinstance(segment, bytes):
+            temp.write(segment)
+            written.append(segment)
+            continue
+        start, end = segment
+        if start < hashed_upto or start > end or end > size:
+            raise ValueError(f"copy range {start}..{end} is out of order or beyond the planned size {size}")
+        if start > hashed_upto:
+            consume(hashed_upto, start, copy=False)
+        consume(start, end, copy=True)
+        hashed_upto = end
+    if hashed_upto < size:
+        consume(hashed_upto, size, copy=False)
+    return Copied(
+        sha256=source_hash.hexdigest(),
+        samples={start: bytes(window) for start, window in samples.items()},
+        ends_with_newline=last_byte == b"\n",
+        removed=frozenset(uuids_of(split_lines(b"".join(left_out))) - uuids_of(written)),
+    )
+
+
+def create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
+    """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO may exist or
+    not: it is removed, and another name tried)."""
+    for attempt in range(1, retry.attempts + 1):
+        temp_path = temp_path_for(path)
+        try:
+            return temp_path, fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        except OSError as exc:
+            if not is_cloud_sync_error(exc) or attempt == retry.attempts:
+                raise
+            remove_leftover(fs, temp_path)
+            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+    raise AssertionError("unreachable")
+
+
+def copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy) -> None:
+    """Give riffd's copy the original's mode, and its owner where this process may."""
+    retrying_call(lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)), what="riffd's copy", policy=retry)
+    try:
+        retrying_call(lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid), what="riffd's copy", policy=retry)
+    except PermissionError:
+        # Only root may give a file away; keep at least the group when we are allowed to.
+        try:
+            fs.fchown(temp_fd, -1, original.st_gid)
+        except PermissionError:
+            log.debug("cannot copy the owner of %s to its repaired copy", original)
