@@ -119,6 +119,14 @@ class Worker:
             log.error("%s: could not read its status: %s", name, exc)
             self.store.bump({"errors.read": 1})
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
+        if stat.S_ISLNK(status.st_mode):
+            # A link to a transcript the walk reaches by no other path (riffd.paths): read and archived through the
+            # link; its repair is skipped as `symlink` (the planner), so the report names it.
+            try:
+                status = retrying_call(lambda: os.stat(name), what=f"the status of {name}", policy=self.settings.retry)
+            except OSError as exc:
+                return Outcome(name, "skipped", why=f"a symlink to nothing readable ({exc})",
+                               seconds=time.monotonic() - started)
         if not stat.S_ISREG(status.st_mode):
             return Outcome(name, "skipped", why="not a regular file", seconds=time.monotonic() - started)
         try:
@@ -355,6 +363,9 @@ class Worker:
         try:
             plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
         except FileChanged as exc:  # written to since it was read: its event brings it back
+            if exc.reason is not SkipReason.CHANGED:  # a symlink: said in the report, not tried again and again
+                self._skipped(path, Skipped(path, exc.reason, str(exc)), outcome)
+                return
             outcome.repair, outcome.why = f"skipped:{SkipReason.CHANGED}", str(exc)
             outcome.retry_after = CHANGED_RETRY_SECONDS
             return
@@ -386,20 +397,24 @@ class Worker:
             self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)
             return
         if isinstance(result, Skipped):
-            outcome.repair = f"skipped:{result.reason}"
-            self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
-            if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
-                outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
-                    settings.quiet_period / 2, 1.0)
-            else:
-                self._mark_not_repairable(str(path))
-            log.info("%s: repair skipped: %s", path, result.detail)
+            self._skipped(path, result, outcome)
             return
         assert isinstance(result, Failed)
         outcome.repair, outcome.why = f"failed:{result.reason}", result.detail
         self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
         self._mark_not_repairable(str(path))
         log.error("%s: repair failed: %s", path, result.detail)
+
+    def _skipped(self, path: Path, result: Skipped, outcome: Outcome) -> None:
+        """Record a repair skipped on purpose; one that may succeed soon (live, changed, busy) is tried again."""
+        outcome.repair = f"skipped:{result.reason}"
+        self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
+        if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
+            outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
+                self.settings.quiet_period / 2, 1.0)
+        else:
+            self._mark_not_repairable(str(path))
+        log.info("%s: repair skipped: %s", path, result.detail)
 
     def _archive_torn_tail(self, path: Path, plan: RepairPlan) -> RepairPlan:
         """A torn last line is cut off only once the archive holds it (the worker archives complete lines only);
