@@ -44,7 +44,7 @@ def folder_matches(folder_name: str, project_path: str) -> bool:
     return folder_name.startswith(full[:MAX_FOLDER_NAME] + "-")
 
 
-def _spellings(project_path: str | os.PathLike[str]) -> list[str]:
+def spellings(project_path: str | os.PathLike[str]) -> list[str]:
     """The absolute forms of a project path Claude Code may have recorded: as given, and symlinks resolved
     (Claude Code names the folder after its process's working directory, which the OS reports resolved)."""
     given = os.path.abspath(os.path.expanduser(os.fspath(project_path)))
@@ -59,7 +59,7 @@ def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[P
     for root in roots:
         if not root.is_dir():
             continue
-        for spelling in _spellings(project_path):
+        for spelling in spellings(project_path):
             full = _sanitized(spelling)
             if len(full) <= MAX_FOLDER_NAME:
                 candidates = [root / full]
@@ -143,7 +143,7 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
         return files if subagents else [file for file in files if not _is_agent_file(file)]
     folders = find_project_folders(path, roots)
     if not folders:
-        tried = ", ".join(dict.fromkeys(project_folder_name(spelling) for spelling in _spellings(path)))
+        tried = ", ".join(dict.fromkeys(project_folder_name(spelling) for spelling in spellings(path)))
         what = "no such file, and no" if not path.exists() else "not a transcript file, and no"
         raise FileNotFoundError(
             f"{text}: {what} Claude Code project folder for it: looked for {tried} in {root_list} "
