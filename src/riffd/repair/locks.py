@@ -14,6 +14,7 @@ of a process that is gone is removed by the next run that works in its folder, a
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import hashlib
@@ -32,6 +33,7 @@ from riffd.fsio import (
     FileSystem,
     ensure_private_folder,
 )
+from riffd.paths import iter_transcripts
 from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
@@ -99,11 +101,16 @@ def remove_stale_temps(
 
 
 def sweep_stale_temps(roots: Iterable[Path], older_than_seconds: float, *, fs: FileSystem = REAL_FS) -> list[Path]:
-    """Remove the stale temp files (`remove_stale_temps`) in every folder under `roots`; return them."""
+    """Remove the stale temp files (`remove_stale_temps`) in every transcript folder under `roots` (the folders
+    riffd.paths walks: symlinked ones followed, where a repair writes its temp file too); return them."""
+    folders: list[Path] = []
+    walked = iter_transcripts([root for root in roots if root.is_dir()], lambda exc: log.warning(
+        "cannot look for riffd temp files in %s: %s", exc.filename, exc.strerror or exc), fs=fs,
+        on_folder=folders.append)
+    collections.deque(walked, maxlen=0)  # the walk is what is wanted, not the transcripts it names
     removed: list[Path] = []
-    for root in roots:
-        for folder, _dirs, _files in os.walk(root):
-            removed += remove_stale_temps(Path(folder), older_than_seconds, fs=fs)
+    for folder in folders:
+        removed += remove_stale_temps(folder, older_than_seconds, fs=fs)
     return removed
 
 

@@ -101,6 +101,19 @@ def agent_files_of(session_path: Path, session_id: str | None = None) -> list[Pa
     return files
 
 
+def _once(paths: list[Path]) -> list[Path]:
+    """`paths` without a second name of one file (two symlinked project folders, or a link and its target), the
+    real path kept before a link's."""
+    seen: set[tuple[int, int]] = set()
+    kept: set[Path] = set()
+    for path in sorted(paths, key=lambda path: path.parent.is_symlink()):
+        status = path.stat()
+        if (status.st_dev, status.st_ino) not in seen:
+            seen.add((status.st_dev, status.st_ino))
+            kept.add(path)
+    return [path for path in paths if path in kept]
+
+
 def _is_agent_file(path: Path) -> bool:
     return path.name.startswith("agent-")
 
@@ -132,7 +145,7 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
             return [file for session in matches
                     for file in [session, *(agent_files_of(session, session.stem) if subagents else [])]]
     if SESSION_ID.fullmatch(text) and not path.is_dir():
-        sessions = sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")})
+        sessions = _once(sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")}))
         if not sessions:
             raise FileNotFoundError(f"no session {text}: looked for <project folder>/{text}.jsonl under {root_list}")
         if not subagents:
