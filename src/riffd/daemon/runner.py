@@ -104,17 +104,18 @@ class Daemon(Figures):
     # --- start and stop ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown)."""
+        """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown; EXIT_RESTART or 2 after the state
+        folder was deleted under it: riffd.daemon.lock)."""
         logs.configure(self.config.log.level, self.config.log.format, self.config.log.file)
-        self.lock.acquire()
+        self.lock.acquire(on_lost=self.stop.set)  # its state folder deleted under it: stop (riffd.daemon.lock)
         try:
             self._install_signal_handlers()
             self._start()
             self._serve()
         finally:
             self._shutdown()
-            self.lock.release()
-        return 0
+            code = self.lock.finish()
+        return code
 
     def _start(self) -> None:
         config = self.config
