@@ -247,3 +247,30 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
         daemon.stop()
     finally:
         box.close()
+
+
+def test_a_real_observer_sees_a_new_project_under_a_symlinked_root(tmp_path: Path) -> None:
+    (tmp_path / "disk" / "projects").mkdir(parents=True)
+    (tmp_path / "claude").mkdir()
+    root = tmp_path / "claude" / "projects"
+    root.symlink_to(tmp_path / "disk" / "projects")  # ~/.claude/projects on another disk
+    arrived = threading.Event()
+    path = root / "-work-new" / "s.jsonl"
+    watcher = Watcher(TranscriptFilter((root,)), lambda name: arrived.set() if name == str(path) else None,
+                      kind="native")
+    watcher.start()
+    try:
+        path.parent.mkdir()
+        path.write_bytes(b'{"type":"user"}\n')
+        assert arrived.wait(10)
+    finally:
+        watcher.stop()
+
+
+@requires_corpus
+def test_a_root_and_a_link_to_it_are_scanned_once(tree: LinkedTree, capsys: pytest.CaptureFixture[str]) -> None:
+    tree.dangling.unlink()
+    alias = tree.root.parent / "projects-alias"
+    alias.symlink_to(tree.root)  # ~/.config/claude/projects as a link to ~/.claude/projects, say
+    assert main(["scan", str(tree.root), str(alias)]) == EXIT_FINDINGS
+    assert "scanned 2 file(s)" in capsys.readouterr().err

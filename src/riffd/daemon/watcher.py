@@ -184,8 +184,12 @@ class Watcher:
             for root in self.filter.roots:
                 if root in self.watched or not is_folder(root):
                     continue
+                # A root that is a symlink (~/.claude/projects on another disk) is watched in its real folder: an
+                # observer watching the link would see the link, not the folder.
+                target = Path(os.path.realpath(root))
+                alias = (target, root) if target != Path(os.path.abspath(root)) else None
                 try:
-                    observer.schedule(_Handler(self), str(root), recursive=True)
+                    observer.schedule(_Handler(self, alias), str(target), recursive=True)
                     self.watched.add(root)
                     appeared.append(root)
                 except OSError as exc:
