@@ -187,10 +187,11 @@ def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
     Why that is the proof: Claude Code writes a session's lines into the project folder named after the working
     directory it started in (riffd.transcript.projects), under a session id that can change while the process runs
     (/clear, a fork, a resume start a new one, and the registry entry may keep the old id), so the id alone proves
-    nothing; the project does, and a resume of another project's session is refused (Claude Code says to `cd` there
-    first). Claude Code keeps no transcript open between writes, so /proc/<pid>/fd proves nothing either. The
-    folders are compared by name (both spellings of `cwd`, long names by prefix) and by device and inode (a
-    symlinked `projects/` or project folder), at a few stats per entry. No `cwd`: nothing is proven."""
+    nothing; the project does, and a resume of another project's session is refused ("This conversation is from a
+    different directory. To resume, run: cd ...", anthropics/claude-code#74953). Claude Code keeps no transcript
+    open between writes, so /proc/<pid>/fd proves nothing either. The folders are compared by name (both spellings
+    of `cwd`, long names by prefix) and by device and inode (a symlinked `projects/` or project folder), at a few
+    stats per entry. No `cwd`: nothing is proven."""
     if registration.cwd is None:
         return True
     project = project_folder_of(Path(os.path.abspath(path)))
@@ -266,10 +267,11 @@ def session_liveness(
                 return True, (f"session {registration.session_id} is registered as running by pid "
                               f"{registration.pid} ({entry.registry_file})")
             if may_write(registration, folder, path):
+                where = (f"in {registration.cwd}, the project of this transcript" if registration.cwd else
+                         "and names no working folder")
                 return True, (f"pid {registration.pid} ({entry.registry_file}) runs session "
-                              f"{registration.session_id} in {registration.cwd or 'an unnamed folder'}, the project "
-                              "of this transcript: it may be writing it (Claude Code changes session id on /clear, "
-                              "a fork or a resume)")
+                              f"{registration.session_id} {where}: it may be writing it (Claude Code changes session "
+                              "id on /clear, a fork or a resume)")
     current_time = time.time() if now is None else now
     if quiet_period > 0:
         try:
