@@ -233,6 +233,8 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
     disk = tmp_path / "disk"
     (disk / "early").mkdir(parents=True)
     (box.projects / "-work-early").symlink_to(disk / "early")  # there at start
+    gone = box.projects / "-work-gone"
+    gone.symlink_to(tmp_path / "unmounted")  # a link it cannot follow: named in the report, never silent
     try:
         daemon = box.start()
         (disk / "late").mkdir()
@@ -244,6 +246,9 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
             daemon.wait_until(lambda real=real: scan_file(real).findings == [] and real,  # type: ignore[misc]
                               f"the session in the linked folder {folder} repaired")
         assert len(box.backup_ids()) == 2
+        report = daemon.wait_until(lambda: box.report_where(lambda r: any(
+            str(gone) in error["message"] for error in r["errors"])), "the report naming the link to nothing")
+        assert not report["healthy"]
         daemon.stop()
     finally:
         box.close()
