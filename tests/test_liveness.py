@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,22 +75,22 @@ def test_session_id_given_by_caller_counts(tmp_path: Path) -> None:
     assert session_liveness(other, tmp_path, quiet_period=0, session_id=SESSION)[0]
 
 
-def test_malformed_registry_entries_are_ignored(tmp_path: Path) -> None:
+def test_malformed_registry_entries_of_processes_that_are_gone_are_ignored(tmp_path: Path) -> None:
     registry = tmp_path / "sessions"
     registry.mkdir()
-    (registry / "1.json").write_text("{not json")
-    (registry / "2.json").write_text("[1, 2]")
-    (registry / "3.json").write_text(json.dumps({"pid": os.getpid()}))  # no sessionId
-    (registry / "4.json").write_text(json.dumps({"pid": "12", "sessionId": "a"}))
-    (registry / "5.json").write_text(json.dumps({"pid": 0, "sessionId": "group-zero"}))
-    (registry / "6.json").write_text(json.dumps({"pid": -1, "sessionId": "every-process"}))
-    (registry / "7.json").write_text(json.dumps({"pid": True, "sessionId": "bool"}))
-    (registry / "8.json").write_bytes(b"\xff\xfe\x00")
-    (registry / "9.json").mkdir()
+    gone = dead_pid()
+    (registry / f"{gone}.json").write_text("{not json")
+    (registry / "x.json").write_text(json.dumps({"pid": 0, "sessionId": "group-zero"}))
+    (registry / "y.json").write_text(json.dumps({"pid": -1, "sessionId": "every-process"}))
+    (registry / "z.json").write_text(json.dumps({"pid": True, "sessionId": "bool"}))
+    (registry / "w.json").write_bytes(b"\xff\xfe\x00")
     (registry / "notes.txt").write_text(json.dumps({"pid": os.getpid(), "sessionId": "not-a-json-name"}))
-    (registry / "10.json").symlink_to(registry / "missing.json")
+    (registry / f".{os.getpid()}.json").write_text("{")  # a hidden name: not an entry
+    (registry / "v.json").symlink_to(registry / "missing.json")
     register(tmp_path, SESSION, os.getpid())
     assert live_session_ids(tmp_path) == {SESSION}
+    other = old_transcript(tmp_path / "projects" / "-elsewhere", "0f5b6c1e-9999-2222-3333-444444444444.jsonl")
+    assert not session_liveness(other, tmp_path, quiet_period=0)[0]  # the live entry is of another project
 
 
 def test_pid_taken_from_file_name_when_entry_lacks_it(tmp_path: Path) -> None:
@@ -181,3 +182,123 @@ def test_a_registry_that_cannot_be_read_means_the_session_may_be_live(tmp_path: 
     fs = UnreadableRegistryFS()
     live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=0, fs=fs)
     assert live and "cannot be read" in why
+
+
+# --- failing closed: an entry of a running process counts unless it is proven another session's ---------------
+
+PROJECT = "/work/demo"  # Claude Code's folder for it: -work-demo
+OTHER_SESSION = "0f5b6c1e-aaaa-bbbb-cccc-444444444444"
+
+
+def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Path) -> None:
+    """Write `<pid>.json` as the review found it: imperfect, or naming another session of the same project."""
+    registry.mkdir(parents=True, exist_ok=True)
+    whole = json.dumps({"pid": pid, "sessionId": SESSION, "cwd": PROJECT, "startedAt": 1})
+    entry = registry / f"{pid}.json"
+    if kind == "empty":
+        entry.write_bytes(b"")
+    elif kind == "half_written":
+        entry.write_text(whole[: len(whole) // 2])
+    elif kind == "symlink":
+        elsewhere.write_text(whole)
+        entry.symlink_to(elsewhere)
+    elif kind == "over_1_mib":
+        entry.write_text(json.dumps({"pid": pid, "sessionId": SESSION, "cwd": PROJECT, "pad": "x" * (1 << 20)}))
+    elif kind == "pid_as_string":
+        entry.write_text(json.dumps({"pid": str(pid), "sessionId": SESSION, "cwd": PROJECT}))
+    elif kind == "new_session_id_same_project":  # after /clear or a fork the entry names another id
+        entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": PROJECT}))
+    elif kind == "no_cwd_other_session":
+        entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION}))
+    else:
+        raise AssertionError(kind)
+
+
+IMPERFECT = ["empty", "half_written", "symlink", "over_1_mib", "pid_as_string", "new_session_id_same_project",
+             "no_cwd_other_session"]
+
+
+@pytest.fixture
+def running_client() -> Iterator[int]:
+    """A real running process standing in for a `claude` process (only its pid matters to the registry)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("kind", IMPERFECT)
+def test_an_imperfect_entry_of_a_running_process_keeps_the_session_live(
+    tmp_path: Path, kind: str, running_client: int
+) -> None:
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    entry_of_running_process(claude / "sessions", kind, running_client, tmp_path / "entry.json")
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert live, why
+    assert str(running_client) in why
+
+
+@pytest.mark.parametrize("kind", IMPERFECT)
+def test_an_imperfect_entry_of_a_process_that_is_gone_counts_for_nothing(tmp_path: Path, kind: str) -> None:
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    entry_of_running_process(claude / "sessions", kind, dead_pid(), tmp_path / "entry.json")
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert not live, why
+
+
+@pytest.mark.parametrize("kind", IMPERFECT)
+def test_a_repair_waits_for_an_imperfect_entry_of_a_running_client(
+    tmp_path: Path, kind: str, running_client: int
+) -> None:
+    claude = tmp_path / "claude"
+    data = transcript_bytes(10)
+    path = old_transcript(claude / "projects" / "-work-demo")
+    path.write_bytes(data)
+    os.utime(path, (time.time() - 3600,) * 2)
+    entry_of_running_process(claude / "sessions", kind, running_client, tmp_path / "entry.json")
+    plan = RepairPlan(identity_of(path), (RemoveLine(line_spans(data)[1], "duplicate"),))
+    outcome = apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=claude,
+                                            roots=(claude / "projects",), quiet_period=0))
+    assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+    assert path.read_bytes() == data
+
+
+def test_another_session_of_another_project_is_proven_not_this_one(tmp_path: Path, running_client: int) -> None:
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    (claude / "sessions").mkdir(parents=True)
+    (claude / "sessions" / f"{running_client}.json").write_text(
+        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": "/work/other"}))
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert not live, why
+    # Its subagent files too, and the project matched whichever way its path is spelled (here through a symlink).
+    agent = old_transcript(claude / "projects" / "-work-demo" / SESSION / "subagents", "agent-a1.jsonl")
+    assert not session_liveness(agent, claude, quiet_period=0)[0]
+    (claude / "sessions" / f"{running_client}.json").write_text(
+        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": PROJECT}))
+    assert session_liveness(agent, claude, quiet_period=0)[0]
+
+
+def test_a_project_folder_reached_through_a_symlinked_projects_is_the_same_project(
+    tmp_path: Path, running_client: int
+) -> None:
+    # ~/.claude/projects is a link to another disk; the transcript is named by its real path, the running client
+    # works in its project under a new session id: it may be writing it.
+    claude, disk = tmp_path / "claude", tmp_path / "disk"
+    (disk / "projects" / "-work-demo").mkdir(parents=True)
+    claude.mkdir()
+    (claude / "projects").symlink_to(disk / "projects")
+    path = old_transcript(disk / "projects" / "-work-demo")
+    entry_of_running_process(claude / "sessions", "new_session_id_same_project", running_client, tmp_path / "e")
+    live, why = session_liveness(path, claude_dirs_for(path, claude), quiet_period=0)
+    assert live, why
+    # A project folder that is itself a link to a folder of another name: compared by device and inode.
+    (disk / "projects" / "-work-demo").rename(disk / "demo-on-disk")
+    (claude / "projects" / "-work-demo").symlink_to(disk / "demo-on-disk")
+    moved = disk / "demo-on-disk" / path.name
+    live, why = session_liveness(moved, claude_dirs_for(moved, claude), quiet_period=0)
+    assert live, why

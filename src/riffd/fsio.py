@@ -117,10 +117,11 @@ class FileSystem:
         """Return the names in folder `path`."""
         return os.listdir(path)
 
-    def entries(self, path: str | os.PathLike[str]) -> list[tuple[str, bool]]:
-        """Return (name, is a folder) for each entry of folder `path`; a symlink is never a folder here."""
+    def entries(self, path: str | os.PathLike[str]) -> list[tuple[str, bool, bool]]:
+        """Return (name, is a folder, is a symlink) for each entry of folder `path`, from the listing alone where
+        the filesystem says (no stat per entry); a symlink is never a folder here."""
         with os.scandir(path) as found:
-            return [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in found]
+            return [(entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()) for entry in found]
 
     def flock(self, fd: int, operation: int) -> None:
         """Apply or remove an advisory lock on an open file (fcntl.flock)."""

@@ -53,17 +53,23 @@ def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple
     def unlistable(exc: OSError) -> None:
         errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); its transcripts were not looked at")
 
+    walked: list[Path] = []
     for path in paths:
         if not path.exists() and os.sep not in str(path):  # a session id, a unique prefix of one, or `latest`
             try:
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:
                 errors.append(f"{exc}; nor is it a file or folder")
-            continue
-        try:
-            files.extend(iter_transcripts([path], on_error=unlistable))
-        except FileNotFoundError as exc:
-            errors.append(f"{exc}: check the path")
+        elif not os.path.lexists(path):
+            errors.append(f"{path}: no such file or folder: check the path")
+        elif path.exists() and not (path.is_file() or path.is_dir()):
+            errors.append(f"{path}: neither a file nor a folder: check the path")
+        else:
+            walked.append(path)
+    try:  # one walk: a folder reached from two paths (a root and a link to it) is read once
+        files.extend(iter_transcripts(walked, on_error=unlistable))
+    except FileNotFoundError as exc:
+        errors.append(f"{exc}: check the path")
     return files, errors
 
 

@@ -58,7 +58,7 @@ def register(commands: Any) -> None:
 def run_daemon(args: argparse.Namespace) -> int:
     """`riffd run`: run the daemon until it is told to stop."""
     from riffd.config import ConfigError
-    from riffd.daemon.lock import AlreadyRunning
+    from riffd.daemon.lock import EXIT_RESTART, AlreadyRunning, restart_in_place
     from riffd.daemon.runner import Daemon
     from riffd.fsio import pin_mmap_threshold
 
@@ -77,7 +77,11 @@ def run_daemon(args: argparse.Namespace) -> int:
             print(f"riffd: config error: {error}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        return daemon.run()
+        code = daemon.run()
+        if code == EXIT_RESTART:  # its state folder was deleted under it: the same command again, same pid
+            restart_in_place()
+            return EXIT_FINDINGS  # not started again: a service manager restarts it (exit 2 would stop that)
+        return code
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -195,6 +199,9 @@ def run_status(args: argparse.Namespace) -> int:
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
         elif stopping:
             print(f"riffd daemon: stopping (pid {pid}): finishing what is queued (10 s at most), then it exits")
+        elif report is None:
+            print(f"riffd daemon: running (pid {pid}), but there is no state in {config.state_dir}: it started a "
+                  "moment ago, or the folder was deleted under it (it then starts again in place within seconds)")
         elif starting:
             print(f"riffd daemon: starting (pid {pid}): looking at the files found at start" + (
                 f"; but {daemon['blocked']}" if daemon.get("blocked") else "; health is judged once that pass is done"))

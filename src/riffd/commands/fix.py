@@ -176,7 +176,7 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
         return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.GONE),
                 "detail": gone(path).detail, "_remaining": 0}
     except FileChanged as exc:
-        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.CHANGED), "detail": str(exc),
+        return {"path": str(path), "outcome": "skipped", "reason": str(exc.reason), "detail": str(exc),
                 "_remaining": len(damage)}
     except (OSError, ValueError) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",

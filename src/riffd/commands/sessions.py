@@ -47,8 +47,11 @@ def run_sessions(args: argparse.Namespace) -> int:
         print(f"riffd: error: no archive at {config.state_dir / ARCHIVE_NAME} (the daemon makes it), or it cannot "
               "be read; nothing deleted can be listed", file=sys.stderr)
         return EXIT_ERROR
+    def unfollowed(exc: OSError) -> None:
+        print(f"riffd: note: {exc.filename}: {exc.strerror}; its sessions are not listed", file=sys.stderr)
+
     folders = (find_project_folders(Path(args.project).expanduser().absolute(), config.roots) if args.project
-               else project_folders(config.roots))
+               else project_folders(config.roots, unfollowed))
     rows = (_deleted(archived or [], args.project) if args.deleted
             else _on_disk(session_files(folders), {item["path"] for item in archived or []},
                           _health(config.state_dir / STATE_NAME)))

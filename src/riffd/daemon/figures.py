@@ -56,6 +56,12 @@ class Figures:
     _published: tuple[object, ...] | None
     _published_at: float
 
+    def status_line(self) -> str:
+        """One line for the service manager's status: files watched, queued, processed, and the observer."""
+        watched = self.store.count_files() if self.store else 0
+        return (f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
+                f"observer {self.watcher.observer_kind if self.watcher else '-'}")
+
     def publish(self, *, force: bool = False) -> None:
         """Store the live figures where `status` and `report` read them: when something changed (at most every
         SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck daemon from a quiet one."""

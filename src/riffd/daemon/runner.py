@@ -103,17 +103,18 @@ class Daemon(Figures):
     # --- start and stop ---------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown)."""
+        """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown; EXIT_RESTART or 2 after the state
+        folder was deleted under it: riffd.daemon.lock)."""
         logs.configure(self.config.log.level, self.config.log.format, self.config.log.file)
-        self.lock.acquire()
+        self.lock.acquire(on_lost=self.stop.set)  # its state folder deleted under it: stop (riffd.daemon.lock)
         try:
             self._install_signal_handlers()
             self._start()
             self._serve()
         finally:
             self._shutdown()
-            self.lock.release()
-        return 0
+            code = self.lock.finish()
+        return code
 
     def _start(self) -> None:
         config = self.config
@@ -134,7 +135,7 @@ class Daemon(Figures):
                 else "report-only mode: nothing is rewritten")
         log.info("riffd %s started (pid %d) in %s; %d file(s) to look at; config %s", __version__, os.getpid(),
                  mode, queued, config.source or "defaults (no file)")
-        self.notifier.ready(self._status_line())
+        self.notifier.ready(self.status_line())
 
     def _scheduled_report(self) -> None:
         """The report job. A report that cannot be written for a full disk is a line in the log and an error in the
@@ -214,7 +215,7 @@ class Daemon(Figures):
 
     def _finish_swaps(self) -> None:
         if self.worker is not None:
-            self.worker.finish_pending_swaps()
+            self.worker.pending_swaps.finish(self.worker.fs, self.config.retry.policy)
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
@@ -294,7 +295,7 @@ class Daemon(Figures):
                 self.notifier.watchdog()
                 last_ping = now
             if self.notifier.enabled and now - last_status >= 10 * TICK_SECONDS:
-                self.notifier.status(self._status_line())
+                self.notifier.status(self.status_line())
                 last_status = now
 
     def _watch_new_roots(self) -> None:
@@ -314,11 +315,6 @@ class Daemon(Figures):
             self.write_report()
         except (OSError, sqlite3.Error) as exc:
             log.error("could not write the first report: %s", exc)
-
-    def _status_line(self) -> str:
-        watched = self.store.count_files() if self.store else 0
-        return (f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
-                f"observer {self.watcher.observer_kind if self.watcher else '-'}")
 
     def _stamp(self) -> tuple[int, int, int] | None:
         try:
@@ -340,7 +336,7 @@ class Daemon(Figures):
             self.stats.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
             self.stats.error(f"{RELOAD_FAILED}: {exc}", "fix the file; `riffd config validate` checks it",
                              about=RELOAD_FAILED)
-            self.notifier.ready(self._status_line())
+            self.notifier.ready(self.status_line())
             return False
         old, self.config = self.config, new
         if new.state_dir != old.state_dir:
@@ -366,7 +362,7 @@ class Daemon(Figures):
         self.stats.resolved(RELOAD_FAILED)
         self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
-        self.notifier.ready(self._status_line())
+        self.notifier.ready(self.status_line())
         return True
 
     # --- work -------------------------------------------------------------------------------------
@@ -376,7 +372,8 @@ class Daemon(Figures):
         # Not an event: a file already queued keeps its time (a rescan during a long start-up pass must not put
         # every waiting file off by another debounce)
         queued = reconcile(transcript_filter(self.config), self.store,
-                           lambda path: self.queue.put(path, delay=self.queue.debounce), self._unlistable)
+                           lambda path: self.queue.put(path, delay=self.queue.debounce), self._unlistable,
+                           self.watcher)
         self.stats.rescans += 1
         return queued
 

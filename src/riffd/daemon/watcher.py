@@ -8,6 +8,7 @@ arrive at all (WSL2 drvfs and 9p, network and FUSE mounts: `auto` polls those).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import logging
@@ -20,12 +21,12 @@ from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from riffd.daemon.state import StateStore
 from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
-from riffd.paths import NEVER_TOUCH_DIRS, is_transcript_name, iter_transcripts
+from riffd.paths import NEVER_TOUCH_DIRS, LinkHandler, is_transcript_name, iter_transcripts
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,13 @@ class TranscriptFilter:
             return not any(fnmatch.fnmatch(str(relative), pattern) for pattern in self.exclude)
         return False
 
-    def transcripts(self, on_error: Callable[[OSError], None] | None = None) -> Iterable[Path]:
-        """Yield every matching transcript under the roots that exist; a folder that cannot be listed goes to
-        `on_error` (see iter_transcripts)."""
-        for root in self.roots:
-            if is_folder(root, on_error):
-                yield from (path for path in iter_transcripts([root], on_error) if self.matches(path))
+    def transcripts(self, on_error: Callable[[OSError], None] | None = None,
+                    on_link: LinkHandler | None = None) -> Iterable[Path]:
+        """Yield every matching transcript under the roots that exist, symlinked folders followed, each real file
+        once (one walk over all roots); a folder that cannot be listed goes to `on_error`, each symlinked folder
+        followed to `on_link` (see iter_transcripts)."""
+        roots = [root for root in self.roots if is_folder(root, on_error)]
+        yield from (path for path in iter_transcripts(roots, on_error, on_link=on_link) if self.matches(path))
 
 
 def is_folder(path: Path, on_error: Callable[[OSError], None] | None = None) -> bool:
@@ -94,9 +96,17 @@ def choose_observer(kind: str, roots: Iterable[Path]) -> tuple[str, str]:
     return "native", "local file system"
 
 
+def _is_folder_link(path: Path) -> bool:
+    return path.is_symlink() and path.is_dir()
+
+
 class _Handler(FileSystemEventHandler):
-    def __init__(self, watcher: Watcher) -> None:
+    """Events of one watch to the watcher; those of a symlinked folder's target (`alias`: target, link) are named
+    through the link, as the walk names its files."""
+
+    def __init__(self, watcher: Watcher, alias: tuple[Path, Path] | None = None) -> None:
         self.watcher = watcher
+        self.alias = alias
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
@@ -106,9 +116,13 @@ class _Handler(FileSystemEventHandler):
             if not raw:
                 continue
             path = Path(os.fsdecode(raw))
-            if event.is_directory:
+            if self.alias is not None:
+                target, link = self.alias
+                path = link / path.relative_to(target) if path.is_relative_to(target) else path
+            if event.is_directory or (event.event_type in ("created", "moved") and _is_folder_link(path)):
                 if event.event_type in ("created", "moved"):
-                    # A new project or subagents folder: files may be written before its watch exists.
+                    # A new project or subagents folder, or a link to one: files may be written before its watch
+                    # exists.
                     self.watcher.enqueue_folder(path)
             elif self.watcher.filter.matches(path):
                 self.watcher.on_change(str(path))
@@ -126,6 +140,8 @@ class Watcher:
     observer_kind: str = "none"
     observer_why: str = ""
     watched: set[Path] = field(default_factory=set)
+    # Symlinked folders under the roots, each watched on its own (an observer does not follow links): link -> watch
+    linked: dict[Path, ObservedWatch] = field(default_factory=dict)
     _observer: BaseObserver | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -148,7 +164,7 @@ class Watcher:
         with self._lock:
             self._observer = observer
             self.observer_kind, self.observer_why = kind, why
-            self.watched = set()
+            self.watched, self.linked = set(), {}
             observer.start()
         self.refresh()
         log.info("watching %s with %s events (%s)", ", ".join(map(str, self.watched)) or "nothing yet", kind, why)
@@ -168,8 +184,12 @@ class Watcher:
             for root in self.filter.roots:
                 if root in self.watched or not is_folder(root):
                     continue
+                # A root that is a symlink (~/.claude/projects on another disk) is watched in its real folder: an
+                # observer watching the link would see the link, not the folder.
+                target = Path(os.path.realpath(root))
+                alias = (target, root) if target != Path(os.path.abspath(root)) else None
                 try:
-                    observer.schedule(_Handler(self), str(root), recursive=True)
+                    observer.schedule(_Handler(self, alias), str(target), recursive=True)
                     self.watched.add(root)
                     appeared.append(root)
                 except OSError as exc:
@@ -178,6 +198,30 @@ class Watcher:
                     else:
                         log.warning("cannot watch %s: %s; the rescan still covers it", root, exc)
         return appeared
+
+    def watch_links(self, links: Iterable[Path], *, only: bool = False) -> None:
+        """Watch each symlinked folder in `links` (found by a walk of the roots) that is not watched yet; with `only`
+        (`links` is every link a whole walk found), stop watching the links no longer there. A link that cannot be
+        watched is logged: the rescan still covers it."""
+        with self._lock:
+            observer = self._observer
+            if observer is None:
+                return
+            wanted = set(links)
+            for link in sorted(wanted - self.linked.keys()):
+                # The real folder is watched (an observer watching the link would not follow it), its events
+                # renamed to the link's paths.
+                target = Path(os.path.realpath(link))
+                try:
+                    self.linked[link] = observer.schedule(_Handler(self, (target, link)), str(target), recursive=True)
+                    log.info("watching %s, a symlink to %s", link, target)
+                except OSError as exc:
+                    log.warning("cannot watch %s (a symlink to %s): %s; the rescan still covers it", link,
+                                os.path.realpath(link), exc)
+            for link in sorted(self.linked.keys() - wanted) if only else ():
+                with contextlib.suppress(KeyError, OSError):
+                    observer.unschedule(self.linked[link])
+                del self.linked[link]
 
     def stop(self) -> None:
         """Stop the observer and wait for its threads."""
@@ -192,22 +236,27 @@ class Watcher:
         """Queue every transcript already in a folder that just appeared (what cannot be listed now, the rescan
         catches later)."""
         if is_folder(folder):
+            links = [folder] if folder.is_symlink() else []
             try:
-                for path in iter_transcripts([folder], lambda exc: log.warning("%s", exc)):
+                for path in iter_transcripts([folder], lambda exc: log.warning("%s", exc),
+                                             on_link=lambda link, _target: links.append(link)):
                     if self.filter.matches(path):
                         self.on_change(str(path))
             except OSError as exc:
                 log.warning("cannot list %s now: %s; the rescan catches it later", folder, exc)
+            self.watch_links(links)
 
 
 def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None],
-              on_error: Callable[[OSError], None] | None = None) -> int:
+              on_error: Callable[[OSError], None] | None = None, watcher: Watcher | None = None) -> int:
     """Queue every transcript whose file differs from its stored watermark, or that riffd has not seen, and
     every stored file that is gone; return how many were queued. Costs one stat per file, no reads. A folder
-    that cannot be listed goes to `on_error` (its files are then looked at one by one, never forgotten)."""
+    that cannot be listed goes to `on_error` (its files are then looked at one by one, never forgotten). The
+    symlinked folders the walk followed are handed to `watcher`, which watches them (and no others)."""
     known = store.known_files()
     queued = 0
-    for path in transcript_filter.transcripts(on_error):
+    links: list[Path] = []
+    for path in transcript_filter.transcripts(on_error, lambda link, _target: links.append(link)):
         name = str(path)
         stored = known.pop(name, None)
         try:
@@ -220,4 +269,6 @@ def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change:
     for name in known:  # stored, but no longer under the roots or no longer there
         on_change(name)
         queued += 1
+    if watcher is not None:
+        watcher.watch_links(links, only=True)
     return queued

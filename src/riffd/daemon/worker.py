@@ -17,7 +17,6 @@ import logging
 import os
 import sqlite3
 import stat
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
 from riffd.repair.plan import RepairPlan
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
-from riffd.repair.recovery import recover
+from riffd.repair.recovery import PendingSwaps
 from riffd.repair.writer import apply_plan
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass, has_latest_turn_calls, pending_while_live
@@ -103,23 +102,8 @@ class Worker:
     on_write_error: Callable[[BaseException], object] | None = None
     # path -> the findings this worker stored last for it (files with findings only): see _update.
     _stored: dict[str, list[Finding]] = field(default_factory=dict, repr=False)
-    # The journals of repairs whose old file a writer still held (riffd.repair.handover): finish_pending_swaps.
-    pending_swaps: set[Path] = field(default_factory=set, repr=False)
-    _pending_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def finish_pending_swaps(self) -> None:
-        """Carry what writers put into the old files of repairs that had to leave them (the scheduler's job); forget
-        the hand-overs that are done."""
-        with self._pending_lock:
-            pending = sorted(self.pending_swaps)
-        for journal in pending:
-            try:
-                recover(self.fs, journal, self.settings.retry)
-            except OSError as exc:
-                log.warning("%s: could not finish the hand-over of a repair yet: %s", journal, exc)
-            if not journal.exists():
-                with self._pending_lock:
-                    self.pending_swaps.discard(journal)
+    # The repairs whose old file a writer still held (riffd.repair.handover); the scheduler finishes them.
+    pending_swaps: PendingSwaps = field(default_factory=PendingSwaps, repr=False)
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never raises for
@@ -138,6 +122,14 @@ class Worker:
             log.error("%s: could not read its status: %s", name, exc)
             self.store.bump({"errors.read": 1})
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
+        if stat.S_ISLNK(status.st_mode):
+            # A link to a transcript the walk reaches by no other path (riffd.paths): read and archived through the
+            # link; its repair is skipped as `symlink` (the planner), so the report names it.
+            try:
+                status = retrying_call(lambda: os.stat(name), what=f"the status of {name}", policy=self.settings.retry)
+            except OSError as exc:
+                return Outcome(name, "skipped", why=f"a symlink to nothing readable ({exc})",
+                               seconds=time.monotonic() - started)
         if not stat.S_ISREG(status.st_mode):
             return Outcome(name, "skipped", why="not a regular file", seconds=time.monotonic() - started)
         try:
@@ -374,6 +366,9 @@ class Worker:
         try:
             plan = plan_file_repair(scanned, options, fs=self.fs, retry=settings.retry)
         except FileChanged as exc:  # written to since it was read: its event brings it back
+            if exc.reason is not SkipReason.CHANGED:  # a symlink: said in the report, not tried again and again
+                self._skipped(path, Skipped(path, exc.reason, str(exc)), outcome)
+                return
             outcome.repair, outcome.why = f"skipped:{SkipReason.CHANGED}", str(exc)
             outcome.retry_after = CHANGED_RETRY_SECONDS
             return
@@ -401,27 +396,30 @@ class Worker:
             for warning in result.warnings:
                 log.warning("%s", warning)
             if result.pending_swap is not None:
-                with self._pending_lock:
-                    self.pending_swaps.add(result.pending_swap)
+                self.pending_swaps.add(result.pending_swap)
             # Our own rewrite: record the new file now, so its watcher event is a no-op.
             self.cache.drop(str(path))
             self._update(str(path), self.fs.stat(str(path)), own_rewrite_new_bytes=result.carried_over_bytes)
             return
         if isinstance(result, Skipped):
-            outcome.repair = f"skipped:{result.reason}"
-            self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
-            if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
-                outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
-                    settings.quiet_period / 2, 1.0)
-            else:
-                self._mark_not_repairable(str(path))
-            log.info("%s: repair skipped: %s", path, result.detail)
+            self._skipped(path, result, outcome)
             return
         assert isinstance(result, Failed)
         outcome.repair, outcome.why = f"failed:{result.reason}", result.detail
         self.store.record_repair(str(path), "failed", str(result.reason), None, Counter(), result.detail)
         self._mark_not_repairable(str(path))
         log.error("%s: repair failed: %s", path, result.detail)
+
+    def _skipped(self, path: Path, result: Skipped, outcome: Outcome) -> None:
+        """Record a repair skipped on purpose; one that may succeed soon (live, changed, busy) is tried again."""
+        outcome.repair = f"skipped:{result.reason}"
+        self.store.record_repair(str(path), "skipped", str(result.reason), None, Counter(), result.detail)
+        if result.reason in (SkipReason.LIVE, SkipReason.CHANGED, SkipReason.BUSY):
+            outcome.retry_after = CHANGED_RETRY_SECONDS if result.reason is not SkipReason.LIVE else max(
+                self.settings.quiet_period / 2, 1.0)
+        else:
+            self._mark_not_repairable(str(path))
+        log.info("%s: repair skipped: %s", path, result.detail)
 
     def _archive_torn_tail(self, path: Path, plan: RepairPlan) -> RepairPlan:
         """A torn last line is cut off only once the archive holds it (the worker archives complete lines only);

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
+import stat
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -15,10 +17,12 @@ from riffd.fsio import (
     FileSystem,
     ReadFailed,
     RetryPolicy,
+    retrying_call,
 )
 from riffd.paths import claude_config_dir, default_backup_dir
 from riffd.repair.plan import Edit
 from riffd.transcript.liveness import claude_dirs_for
+from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +54,36 @@ class FailReason(StrEnum):
     SWAP_BACK_FAILED = "swap_back_failed"
 
 
+def symlink_detail(path: Path) -> str:
+    """What a user reads when a transcript's path is a symlink: riffd never rewrites a link, and which file to repair
+    instead (the link's final target, when it can be told)."""
+    target = os.path.realpath(path)
+    if target == os.path.abspath(path) or not os.path.exists(target):
+        return f"{path}: it is a symlink; riffd never rewrites a link: repair the file it points to instead"
+    return (f"{path}: it is a symlink to {target}; riffd never rewrites a link: repair the file it points to "
+            f"instead (`riffd fix {target}`)")
+
+
 class FileChanged(Exception):
-    """The transcript is not what was planned for any more; becomes Skipped(changed)."""
+    """The transcript is not what was planned for any more; becomes Skipped(`reason`): changed, or symlink when its
+    path now names a symlink (a link is never rewritten: the file it points to is the one to repair)."""
+
+    def __init__(self, message: str, reason: SkipReason = SkipReason.CHANGED) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def still_as_scanned(identity: FileIdentity, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    """Given a transcript's identity as scanned, return when its path still names that file, grown or not; raise
+    FileChanged (reason symlink when the path is a link) when it was written to in place or replaced since."""
+    path = identity.path
+    status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=retry)
+    if stat.S_ISLNK(status.st_mode):
+        raise FileChanged(symlink_detail(Path(path)), SkipReason.SYMLINK)
+    if (status.st_dev, status.st_ino, status.st_mtime_ns) != (identity.dev, identity.ino, identity.mtime_ns) or (
+            status.st_size < identity.size):
+        raise FileChanged(f"{path}: changed during the run (it was written or replaced after riffd read it); "
+                          "scan it again")
 
 
 class FileGone(Exception):

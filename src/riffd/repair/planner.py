@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
-from riffd.repair.outcomes import FileChanged
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.repair.outcomes import still_as_scanned
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.transcript.detect import distinct_uses, group_blocks, in_latest_turn, latest_turn, unpaired_tools
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
@@ -216,11 +216,7 @@ def plan_file_repair(
     path, index, identity = scanned.identity.path, scanned.index, scanned.identity
 
     def unchanged() -> None:
-        status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=retry)
-        if (status.st_dev, status.st_ino, status.st_mtime_ns) != (identity.dev, identity.ino, identity.mtime_ns) or (
-                status.st_size < identity.size):
-            raise FileChanged(f"{path}: changed during the run (it was written or replaced after riffd read it); "
-                              "scan it again")
+        still_as_scanned(identity, fs, retry)
 
     unchanged()
     try:

@@ -6,10 +6,12 @@ folder.
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from riffd.fsio import (
     remove_leftover,
     write_all,
 )
+from riffd.paths import iter_transcripts
 from riffd.repair.backup import BackupError, BackupStore
 from riffd.repair.handover import (
     carry_back,
@@ -271,13 +274,45 @@ def recover_folder(fs: FileSystem, folder: Path, retry: RetryPolicy) -> list[str
     return done
 
 
+class PendingSwaps:
+    """The journals of repairs whose old file a writer still held when the repair ended: added by the thread that
+    repairs, finished by another (the daemon's scheduler)."""
+
+    def __init__(self) -> None:
+        self._journals: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def add(self, journal: Path) -> None:
+        """Remember a hand-over to finish later."""
+        with self._lock:
+            self._journals.add(journal)
+
+    def finish(self, fs: FileSystem, retry: RetryPolicy) -> None:
+        """Carry what writers put into those old files since; forget the hand-overs that are done."""
+        with self._lock:
+            pending = sorted(self._journals)
+        for journal in pending:
+            try:
+                recover(fs, journal, retry)
+            except OSError as exc:
+                log.warning("%s: could not finish the hand-over of a repair yet: %s", journal, exc)
+            if not journal.exists():
+                with self._lock:
+                    self._journals.discard(journal)
+
+
 def recover_and_sweep(roots: Iterable[Path], older_than_seconds: float, *, fs: FileSystem = REAL_FS,
                       retry: RetryPolicy = DEFAULT_RETRY) -> list[Path]:
-    """In every folder under `roots`, finish or undo the interrupted swaps, then remove riffd's stale temp files
-    (`riffd.repair.locks.remove_stale_temps`); return the temp files removed."""
+    """In every transcript folder under `roots` (the folders riffd.paths walks: symlinked ones followed), finish or
+    undo the interrupted swaps, then remove riffd's stale temp files (`riffd.repair.locks.remove_stale_temps`);
+    return the temp files removed."""
+    folders: list[Path] = []
+    walked = iter_transcripts([root for root in roots if root.is_dir()], lambda exc: log.warning(
+        "cannot look for riffd temp files in %s: %s", exc.filename, exc.strerror or exc), fs=fs,
+        on_folder=folders.append)
+    collections.deque(walked, maxlen=0)  # the walk is what is wanted, not the transcripts it names
     removed: list[Path] = []
-    for root in roots:
-        for folder, _dirs, _files in os.walk(root):
-            recover_folder(fs, Path(folder), retry)
-            removed += remove_stale_temps(Path(folder), older_than_seconds, fs=fs)
+    for folder in folders:
+        recover_folder(fs, folder, retry)
+        removed += remove_stale_temps(folder, older_than_seconds, fs=fs)
     return removed

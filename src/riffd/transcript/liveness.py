@@ -2,9 +2,15 @@
 
 A transcript may only be rewritten while no Claude Code process is using it (see
 shared/transcript-format.md, section 4). Two signals, either one is enough to call it live:
-a `<claude dir>/sessions/<pid>.json` entry naming the session whose pid is still running, and a
-modification time inside the quiet period (older releases did not register themselves, and a
-session resumed by a tool we do not know about only shows up as recent writes).
+a `<claude dir>/sessions/<pid>.json` entry of a running process that is not proven to be another
+session's, and a modification time inside the quiet period (older releases did not register themselves,
+and a session resumed by a tool we do not know about only shows up as recent writes).
+
+The registry is read failing closed: an entry whose process runs (its pid from the JSON, a number or a
+string of digits, or from the file name) counts for this transcript when it names this session, when it
+cannot be read whole (empty, cut short, over 1 MiB, not JSON, no sessionId: then it counts for every
+session of its folder), and when it names another session in this transcript's project (`may_write`).
+An entry of a process that is gone counts for nothing, so a crashed client's leftovers block nothing.
 
 Each Claude Code config folder has its own `projects/` and its own `sessions/` (shared/filesystems.md), so the
 registry is read in every folder riffd knows of (`claude_dirs_for`): the configured one, `$CLAUDE_CONFIG_DIR`
@@ -14,19 +20,24 @@ holds the transcript.
 
 from __future__ import annotations
 
-import errno
+import json
 import logging
 import os
+import re
+import stat
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem, retrying_call
+from riffd.fsio import REAL_FS, FileSystem, retrying_call
 from riffd.paths import claude_config_dir, session_id_for
 from riffd.registry import ENTRY_LIMIT, Registration, parse_registration
+from riffd.transcript.projects import find_project_folders, folder_matches, spellings
 
 log = logging.getLogger(__name__)
+_DIGITS = re.compile(r"[0-9]+")
 
 def pid_is_alive(pid: int) -> bool:
     """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
@@ -49,49 +60,154 @@ def pid_is_alive(pid: int) -> bool:
     return True
 
 
-def _read_small_file(path: Path, fs: FileSystem) -> bytes:
-    fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+class EntryUnreadable(Exception):
+    """A registry entry that cannot be read whole as one (empty, cut short, too large, not a regular file)."""
+
+
+def _read_entry(path: Path, fs: FileSystem) -> bytes:
+    """The bytes of one registry entry, through a symlink too (O_NONBLOCK: a link to a FIFO never blocks); raise
+    EntryUnreadable for one that is not a regular file or is over ENTRY_LIMIT, OSError when it cannot be read."""
+    fd = fs.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        if not stat.S_ISREG(fs.fstat(fd).st_mode):
+            raise EntryUnreadable("not a regular file")
         chunks: list[bytes] = []
         offset = 0
-        while offset < ENTRY_LIMIT:
+        while offset <= ENTRY_LIMIT:
             chunk = fs.pread(fd, 65536, offset)
             if not chunk:
                 break
             chunks.append(chunk)
             offset += len(chunk)
+        if offset > ENTRY_LIMIT:
+            raise EntryUnreadable(f"over {ENTRY_LIMIT // 2**20} MiB")
         return b"".join(chunks)
     finally:
         fs.close(fd)
 
 
-def live_registrations(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[Registration]:
-    """Given Claude Code's config folder, return the registry entries whose process is running; unreadable
-    or malformed entries are skipped. Raise OSError when the registry exists but cannot be listed: a session may
-    then be running unseen."""
+@dataclass(frozen=True)
+class RunningEntry:
+    """A registry entry that names a running process: its pid (from the JSON, else the file name `<pid>.json`)
+    and what it says, or None with `trouble` when it cannot be read whole (then it may be any session's)."""
+
+    registry_file: Path
+    pid: int
+    registration: Registration | None
+    trouble: str = ""
+
+
+def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
+    """The pids an entry names: its `pid` (a number, or digits in a string) and its file name's `<pid>`."""
+    pids: list[int] = []
+    entry: object = None
+    if raw is not None:
+        try:
+            entry = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            entry = None
+    named = entry.get("pid") if isinstance(entry, dict) else None
+    if isinstance(named, int) and not isinstance(named, bool):
+        pids.append(named)
+    elif isinstance(named, str) and _DIGITS.fullmatch(named.strip()):
+        pids.append(int(named.strip()))
+    if _DIGITS.fullmatch(registry_file.stem):
+        pids.append(int(registry_file.stem))
+    return list(dict.fromkeys(pid for pid in pids if pid > 0))
+
+
+def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | None:
+    """The entry read whole, with the running `pid` (a pid written as a string counts), or None."""
+    registration = parse_registration(registry_file, raw)
+    if registration is None:
+        try:
+            entry = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str) or not entry["sessionId"]:
+            return None
+        registration = Registration(entry["sessionId"], pid, registry_file,
+                                    entry["cwd"] if isinstance(entry.get("cwd"), str) else None)
+    return registration if registration.pid == pid else Registration(
+        registration.session_id, pid, registry_file, registration.cwd, registration.started_at)
+
+
+def running_entries(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[RunningEntry]:
+    """Given Claude Code's config folder, return its registry entries (`sessions/<pid>.json`) whose process is
+    running, each read whole or not (an empty, cut, oversized or unreadable entry of a running pid is kept, with
+    why: fail closed); an entry of a process that is gone is left out. Raise OSError when the registry exists but
+    cannot be listed: a session may then be running unseen."""
     registry = claude_dir / "sessions"
     try:
         names = sorted(retrying_call(lambda: fs.listdir(registry), what=f"the listing of {registry}"))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    running: list[Registration] = []
+    running: list[RunningEntry] = []
     for name in names:
         if not name.endswith(".json") or name.startswith("."):
             continue
         registry_file = registry / name
+        raw: bytes | None = None
+        trouble = ""
         try:
-            raw = _read_small_file(registry_file, fs)
+            raw = _read_entry(registry_file, fs)
+        except FileNotFoundError:
+            if not os.path.lexists(registry_file):
+                continue  # removed since the listing: its process has exited
+            trouble = "a symlink to nothing"
+        except EntryUnreadable as exc:
+            trouble = str(exc)
         except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ELOOP):
-                log.warning("cannot read session registry entry %s: %s", registry_file, exc)
+            trouble = f"cannot be read ({exc.strerror or exc})"
+        alive = [pid for pid in _pids_named(registry_file, raw) if pid_is_alive(pid)]
+        if not alive:
             continue
-        registration = parse_registration(registry_file, raw)
+        registration = _registration(registry_file, raw, alive[0]) if raw is not None else None
         if registration is None:
-            log.debug("ignoring malformed session registry entry %s", registry_file)
-            continue
-        if pid_is_alive(registration.pid):
-            running.append(registration)
+            trouble = trouble or ("empty" if not raw else "not a whole entry with a sessionId (cut short, or "
+                                  "being written)")
+            log.debug("session registry entry %s names running pid %d but %s", registry_file, alive[0], trouble)
+        running.append(RunningEntry(registry_file, alive[0], registration, trouble))
     return running
+
+
+def project_folder_of(path: Path) -> Path:
+    """Given a transcript, return the project folder that holds it (`<project>/<session>/subagents/agent-*.jsonl`
+    belongs to `<project>`)."""
+    if path.parent.name == "subagents":
+        return path.parent.parent.parent
+    return path.parent
+
+
+def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
+    """Given a running process's complete registry entry (in `claude_dir`) naming another session, return False only
+    when it is proven not to write the transcript `path`: its `cwd` names a project whose Claude Code folder is
+    not the one holding `path`.
+
+    Why that is the proof: Claude Code writes a session's lines into the project folder named after the working
+    directory it started in (riffd.transcript.projects), under a session id that can change while the process runs
+    (/clear, a fork, a resume start a new one, and the registry entry may keep the old id), so the id alone proves
+    nothing; the project does, and a resume of another project's session is refused ("This conversation is from a
+    different directory. To resume, run: cd ...", anthropics/claude-code#74953). Claude Code keeps no transcript
+    open between writes, so /proc/<pid>/fd proves nothing either. The folders are compared by name (both spellings
+    of `cwd`, long names by prefix) and by device and inode (a symlinked `projects/` or project folder), at a few
+    stats per entry. No `cwd`: nothing is proven."""
+    if registration.cwd is None:
+        return True
+    project = project_folder_of(Path(os.path.abspath(path)))
+    if any(folder_matches(project.name, spelling) for spelling in spellings(registration.cwd)):
+        return True
+    try:
+        held = os.stat(project)
+    except OSError:
+        return True  # cannot compare: not proven
+    for folder in find_project_folders(registration.cwd, [claude_dir / "projects"]):
+        try:
+            if os.path.samestat(os.stat(folder), held):
+                return True
+        except OSError:
+            return True
+    return False
 
 
 def claude_dirs_for(path: Path, claude_dir: Path | None = None, roots: Sequence[Path] = ()) -> tuple[Path, ...]:
@@ -112,8 +228,9 @@ def claude_dirs_for(path: Path, claude_dir: Path | None = None, roots: Sequence[
 
 
 def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
-    """Given Claude Code's config folder, return the ids of sessions a running process has registered."""
-    return {registration.session_id for registration in live_registrations(claude_dir, fs)}
+    """Given Claude Code's config folder, return the ids of sessions a running process has registered (entries
+    read whole)."""
+    return {entry.registration.session_id for entry in running_entries(claude_dir, fs) if entry.registration}
 
 
 def session_liveness(
@@ -126,25 +243,35 @@ def session_liveness(
     fs: FileSystem = REAL_FS,
 ) -> tuple[bool, str]:
     """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return (is_live, why):
-    live when a running process registered its session (from the path, or `session_id` when given) in any of them,
-    or its mtime is within `quiet_period` seconds (0 turns that rule off); a file whose mtime cannot be read counts
-    as live."""
+    live (fail closed) when a running process has an entry in any of them that is not proven another session's:
+    one naming its session (from the path, or `session_id` when given), one that cannot be read whole, or one whose
+    process may write it (`may_write`: same project); or when its mtime is within `quiet_period` seconds (0 turns
+    that rule off); a file whose mtime cannot be read counts as live. An entry of a process that is gone counts
+    for nothing."""
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)
     folders = [claude_dirs] if isinstance(claude_dirs, Path) else list(claude_dirs)
-    registrations: list[Registration] = []
     for folder in folders:
         try:
-            registrations += live_registrations(folder, fs)
+            entries = running_entries(folder, fs)
         except OSError as exc:  # if in doubt, the session may be live: leave it alone
             return True, f"Claude Code's session registry {folder / 'sessions'} cannot be read ({exc})"
-    for registration in registrations:
-        if registration.session_id in wanted:
-            return True, (
-                f"session {registration.session_id} is registered as running by pid {registration.pid} "
-                f"({registration.registry_file})"
-            )
+        for entry in entries:
+            registration = entry.registration
+            if registration is None:
+                return True, (f"{entry.registry_file} names the running pid {entry.pid} but is {entry.trouble}, so "
+                              f"it may be this session's (every session of {folder} waits while that process runs; "
+                              "delete the entry if no Claude Code process uses it)")
+            if registration.session_id in wanted:
+                return True, (f"session {registration.session_id} is registered as running by pid "
+                              f"{registration.pid} ({entry.registry_file})")
+            if may_write(registration, folder, path):
+                where = (f"in {registration.cwd}, the project of this transcript" if registration.cwd else
+                         "and names no working folder")
+                return True, (f"pid {registration.pid} ({entry.registry_file}) runs session "
+                              f"{registration.session_id} {where}: it may be writing it (Claude Code changes session "
+                              "id on /clear, a fork or a resume)")
     current_time = time.time() if now is None else now
     if quiet_period > 0:
         try:

@@ -44,7 +44,7 @@ def folder_matches(folder_name: str, project_path: str) -> bool:
     return folder_name.startswith(full[:MAX_FOLDER_NAME] + "-")
 
 
-def _spellings(project_path: str | os.PathLike[str]) -> list[str]:
+def spellings(project_path: str | os.PathLike[str]) -> list[str]:
     """The absolute forms of a project path Claude Code may have recorded: as given, and symlinks resolved
     (Claude Code names the folder after its process's working directory, which the OS reports resolved)."""
     given = os.path.abspath(os.path.expanduser(os.fspath(project_path)))
@@ -59,7 +59,7 @@ def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[P
     for root in roots:
         if not root.is_dir():
             continue
-        for spelling in _spellings(project_path):
+        for spelling in spellings(project_path):
             full = _sanitized(spelling)
             if len(full) <= MAX_FOLDER_NAME:
                 candidates = [root / full]
@@ -101,6 +101,19 @@ def agent_files_of(session_path: Path, session_id: str | None = None) -> list[Pa
     return files
 
 
+def _once(paths: list[Path]) -> list[Path]:
+    """`paths` without a second name of one file (two symlinked project folders, or a link and its target), the
+    real path kept before a link's."""
+    seen: set[tuple[int, int]] = set()
+    kept: set[Path] = set()
+    for path in sorted(paths, key=lambda path: path.parent.is_symlink()):
+        status = path.stat()
+        if (status.st_dev, status.st_ino) not in seen:
+            seen.add((status.st_dev, status.st_ino))
+            kept.add(path)
+    return [path for path in paths if path in kept]
+
+
 def _is_agent_file(path: Path) -> bool:
     return path.name.startswith("agent-")
 
@@ -132,7 +145,7 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
             return [file for session in matches
                     for file in [session, *(agent_files_of(session, session.stem) if subagents else [])]]
     if SESSION_ID.fullmatch(text) and not path.is_dir():
-        sessions = sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")})
+        sessions = _once(sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")}))
         if not sessions:
             raise FileNotFoundError(f"no session {text}: looked for <project folder>/{text}.jsonl under {root_list}")
         if not subagents:
@@ -143,7 +156,7 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
         return files if subagents else [file for file in files if not _is_agent_file(file)]
     folders = find_project_folders(path, roots)
     if not folders:
-        tried = ", ".join(dict.fromkeys(project_folder_name(spelling) for spelling in _spellings(path)))
+        tried = ", ".join(dict.fromkeys(project_folder_name(spelling) for spelling in spellings(path)))
         what = "no such file, and no" if not path.exists() else "not a transcript file, and no"
         raise FileNotFoundError(
             f"{text}: {what} Claude Code project folder for it: looked for {tried} in {root_list} "

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -122,15 +123,34 @@ def session_files(folders: Iterable[Path]) -> list[Path]:
     return sorted(found)
 
 
-def project_folders(roots: Iterable[Path]) -> list[Path]:
-    """Every project folder under the transcript roots."""
-    folders = []
+def project_folders(roots: Iterable[Path], on_error: Callable[[OSError], None] | None = None) -> list[Path]:
+    """Every project folder under the transcript roots, symlinked ones too, each real folder once (by device and
+    inode; by its real path when it also has one there). A link that cannot be followed (to nothing, say) goes to
+    `on_error` as an OSError naming it."""
+    found: list[tuple[Path, bool, tuple[int, int]]] = []
     for root in roots:
         try:
-            folders += [root / name for name in sorted(os.listdir(root)) if (root / name).is_dir()]
+            names = sorted(os.listdir(root))
         except OSError:
             continue
-    return folders
+        for name in names:
+            path = root / name
+            try:
+                status = os.stat(path)
+            except OSError as exc:
+                if on_error is not None and os.path.islink(path):
+                    on_error(OSError(exc.errno, f"a symlink to {os.readlink(path)} that cannot be followed "
+                                                f"({exc.strerror})", str(path)))
+                continue
+            if stat.S_ISDIR(status.st_mode):
+                found.append((path, os.path.islink(path), (status.st_dev, status.st_ino)))
+    seen: set[tuple[int, int]] = set()
+    kept: set[Path] = set()
+    for path, _is_link, key in sorted(found, key=lambda item: item[1]):  # real folders before links (stable)
+        if key not in seen:
+            seen.add(key)
+            kept.add(path)
+    return [path for path, _is_link, _key in found if path in kept]
 
 
 class AmbiguousSession(FileNotFoundError):
