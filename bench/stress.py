@@ -34,6 +34,14 @@ Modes, and what counts as a loss in each:
    filesystem at the end; not identical: a file that is not byte for byte what a clean repair of the same lines
    gives. Rounds are sessions; "repairs" counts those the daemon repaired while the faults were on. Needs /dev/fuse,
    fusermount3 and mfusepy (the test extras).
+7. resume (200 rounds, bench/stress_swap.py): `riffd fix` on a 100 MB session (`--resume-mb`) while, at a random
+   moment, a client resumes it as Claude Code does: registers in sessions/<pid>.json, reads it, and appends a line
+   hanging from the newest line it loaded (the synthetic result the repair removes, where still there). Dangling: a
+   line whose parent is not in the file.
+8. holder (200 rounds): a writer holds the transcript open across the swap and writes through that descriptor up to
+   2.5 s later, another appends by path; the next `riffd fix` finishes a hand-over the first had to leave.
+9. kill-swap (200 rounds): riffd killed 0-5 ms after its exchange while a writer writes into the old file; the next
+   `riffd fix` must finish the swap. Lost, dangling, brought back (the removed line again) and leftovers count.
 """
 
 from __future__ import annotations
@@ -67,7 +75,8 @@ from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
 from riffd.repair.writer import apply_plan  # noqa: E402
 from riffd.transcript.scan import index_file  # noqa: E402
 
-ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200, "cloud": 0}
+ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200, "resume": 200,
+          "holder": 200, "kill-swap": 200, "cloud": 0}
 
 
 @dataclass
@@ -77,6 +86,7 @@ class Tally:
     mode: str
     rounds: int = 0
     lost: int = 0  # lines (or, for rename, new versions) lost
+    dangling: int = 0  # lines whose parentUuid names no line of the file
     torn: int = 0  # files with a torn or unparseable line
     brought_back: int = 0  # deleted transcripts that exist again
     bad_backups: int = 0
@@ -91,7 +101,7 @@ class Tally:
 
     @property
     def losses(self) -> int:
-        return (self.lost + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
+        return (self.lost + self.dangling + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
                 + self.missing + self.not_identical)
 
     def note(self, text: str) -> None:
@@ -518,7 +528,8 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
 # --- main -----------------------------------------------------------------------------------------------
 
 
-def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float = 10.0) -> Tally:
+def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float = 10.0,
+             resume_mb: float = 100.0) -> Tally:
     folder = Path(tempfile.mkdtemp(prefix=f"riffd-stress-{mode}-"))
     rng = random.Random(seed)
     started = time.monotonic()
@@ -530,6 +541,15 @@ def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float
         tally = mode_kill_fix(folder, rounds, rng)
     elif mode == "kill-run":
         tally = mode_kill_run(folder, rounds, rng)
+    elif mode in ("resume", "holder", "kill-swap"):
+        import stress_swap
+
+        if mode == "resume":
+            tally = stress_swap.mode_resume(folder, rounds, rng, resume_mb)
+        elif mode == "holder":
+            tally = stress_swap.mode_holder(folder, rounds, rng)
+        else:
+            tally = stress_swap.mode_kill_swap(folder, rounds, rng)
     else:
         tally = mode_window(folder, rounds, rng, deleting=mode == "delete")
     tally.seconds = time.monotonic() - started
@@ -545,6 +565,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=20261123)
     parser.add_argument("--keep", action="store_true", help="keep each mode's temporary folder")
     parser.add_argument("--cloud-minutes", type=float, default=10.0, help="how long the cloud mode runs (default 10)")
+    parser.add_argument("--resume-mb", type=float, default=100.0,
+                        help="the size of the session the resume mode repairs, in MB (default 100)")
     parser.add_argument("--json", action="store_true", help="print the tallies as JSON")
     args = parser.parse_args()
     tallies = []
@@ -556,9 +578,10 @@ def main() -> int:
             print(f"stress: cloud, {args.cloud_minutes:g} minutes ...", file=sys.stderr, flush=True)
         if mode != "cloud":
             print(f"stress: {mode}, {rounds} rounds ...", file=sys.stderr, flush=True)
-        tally = run_mode(mode, rounds, args.seed, args.keep, args.cloud_minutes)
+        tally = run_mode(mode, rounds, args.seed, args.keep, args.cloud_minutes, args.resume_mb)
         tallies.append(tally)
-        print(f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  torn {tally.torn}  brought back "
+        print(f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  dangling {tally.dangling}  torn {tally.torn}  "
+              f"brought back "
               f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
               f"leftovers {tally.leftovers}  missing {tally.missing}  not identical {tally.not_identical}  "
               f"(repairs {tally.repairs}, appended lines {tally.appended}, {tally.seconds:.0f} s)", flush=True)
