@@ -10,6 +10,7 @@ skips sessions already done from the same source and resumes with the next.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +22,7 @@ from typing import IO, Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.fsio import REAL_FS, create_private, retrying_call
+from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_fd, parse_line
@@ -132,7 +133,7 @@ class Exporter:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"unknown export format {self.format!r}; expected one of {', '.join(FORMATS)}")
-        self.target.mkdir(parents=True, exist_ok=True)
+        ensure_private_folder(REAL_FS, self.target)  # 0700 whatever the umask: exports hold conversations
         self._manifest = self._load_manifest()
 
     def _load_manifest(self) -> dict[str, Any]:
@@ -157,10 +158,14 @@ class Exporter:
         stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
         key = str(source.resolve())
         done = self._manifest.get(key)
+        if done is not None and not (isinstance(done, dict) and self._is_plain_name(done.get("file"))):
+            log.warning("%s: the entry for %s names %r, not a file of this folder; ignored", self.target / MANIFEST,
+                        key, done.get("file") if isinstance(done, dict) else done)
+            done = None
         name = f"{source.stem}.{self.format}"
         if done and done.get("stamp") == stamp and (self.target / done["file"]).exists():
             return ExportResult(key, str(self.target / done["file"]), "skipped", detail="unchanged since exported")
-        if done and done.get("file"):
+        if done:
             name = done["file"]
         elif (self.target / name).exists():
             name = f"{source.parent.name}--{source.stem}.{self.format}"  # two projects, one session name
@@ -172,7 +177,16 @@ class Exporter:
         self._save_manifest()
         return result
 
+    def _is_plain_name(self, name: object) -> bool:
+        """Whether a manifest entry's file is a name riffd gives: one file right in the target folder (never a path
+        that leads out of it, nor a hidden name like the manifest's own or a temporary file's)."""
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or os.sep in name:
+            return False
+        return "\0" not in name and (self.target / name).parent.resolve() == self.target.resolve()
+
     def _write(self, source: Path, destination: Path) -> ExportResult:
+        if destination.parent.resolve() != self.target.resolve():  # the one check every write passes
+            raise OSError(errno.EINVAL, f"{destination} is not in {self.target}; riffd writes exports only there")
         index = index_of(source)
         wanted = conversation_lines(index)
         temp = destination.with_name(f".{destination.name}.tmp")
