@@ -14,14 +14,13 @@ import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds, transcript_targets
 from riffd.commands.configured import load_or_report
 from riffd.database import (
     BUSY,
@@ -66,7 +65,8 @@ def register(commands: Any) -> None:
     search.add_argument("--session", default=None, help="only this session id")
     search.add_argument("--role", choices=["user", "assistant", "system", "summary"], default=None,
                         help="only messages of this role")
-    search.add_argument("--since", default=None, metavar="DATE", help="only messages from this date on (YYYY-MM-DD)")
+    search.add_argument("--since", type=date_seconds, default=None, metavar="DATE",
+                        help="only messages from this date on (YYYY-MM-DD)")
     search.add_argument("--limit", type=int, default=20, help="how many hits at most (default 20)")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)
@@ -328,14 +328,8 @@ def run_restore(args: argparse.Namespace) -> int:
 def run_search(args: argparse.Namespace) -> int:
     """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1 without."""
 
-    since = None
-    if args.since:
-        try:
-            since = int(datetime.fromisoformat(args.since).timestamp())
-        except ValueError:
-            print(f"riffd: error: --since {args.since!r}: expected a date like 2026-11-01", file=sys.stderr)
-            return EXIT_ERROR
-    archive = _open(args)  # after the arguments are checked: a bad date leaves no archive open
+    since = args.since  # a Unix time (date_seconds)
+    archive = _open(args)
     if archive is None:
         return EXIT_ERROR
     hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,

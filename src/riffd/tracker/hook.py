@@ -23,6 +23,7 @@ tool call.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -77,8 +78,8 @@ def parse_args(argv: Sequence[str]) -> tuple[str, float]:
                 window = float(value)
             except ValueError:
                 raise UsageError(f"--window must be a number of seconds, not {value!r}") from None
-            if not window > 0:
-                raise UsageError("--window must be more than 0 seconds")
+            if not (window > 0 and math.isfinite(window)):
+                raise UsageError(f"--window must be a finite number of seconds, more than 0, not {value!r}")
     return mode, window
 
 
