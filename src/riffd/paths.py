@@ -1,4 +1,5 @@
-"""Where things are: Claude Code's folders, riffd's own state, and which files are transcripts."""
+"""Where things are: Claude Code's folders, riffd's own state, and which files are transcripts; and how riffd names a
+path to a person (a file name that is not UTF-8 included) and in a command it advises."""
 
 from __future__ import annotations
 
@@ -125,3 +126,31 @@ def is_inside(path: Path, folder: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def shell_word(text: str | os.PathLike[str]) -> str:
+    """Return `text` as one word a POSIX shell reads back as it is: shlex.quote's form; a name with bytes that are not
+    UTF-8 (held as surrogate escapes) in bash's and zsh's $'...', its bytes as \\xNN, so the command names the real
+    file."""
+    import shlex  # advice only: most commands never print one
+
+    text = os.fspath(text)
+    if not any("\udc80" <= char <= "\udcff" for char in text):
+        return shlex.quote(text)
+    escaped = []
+    for char in text:
+        if "\udc80" <= char <= "\udcff":
+            escaped.append(f"\\x{ord(char) - 0xDC00:02x}")
+        elif char in "\\'":
+            escaped.append("\\" + char)
+        elif char < " " or char == "\x7f":
+            escaped.append(f"\\x{ord(char):02x}")
+        else:
+            escaped.append(char)
+    return "$'" + "".join(escaped) + "'"
+
+
+def shell_command(*words: str | os.PathLike[str]) -> str:
+    """Return a command riffd advises, every word quoted by `shell_word`: what a user copies runs as meant, whatever a
+    session id or a path holds."""
+    return " ".join(map(shell_word, words))

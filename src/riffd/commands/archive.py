@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import functools
 import os
-import shlex
 import sqlite3
 import sys
 import time
@@ -34,6 +33,7 @@ from riffd.database import (
     is_full_error,
 )
 from riffd.fsio import create_private
+from riffd.paths import shell_command
 from riffd.transcript.sessions import local_time
 
 
@@ -270,10 +270,11 @@ def run_verify(args: argparse.Namespace) -> int:
                 print(orjson.dumps({"path": str(verdict.path), "outcome": verdict.outcome, "detail": verdict.detail,
                                     "archived_again": fixed}).decode())
             elif verdict.outcome in FAULTS:
+                again = shell_command("riffd", "archive", "verify", "--fix", path)
                 print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
                       f"{verdict.detail}; " + (f"archived again as a new generation ({fixed} lines; the old one is "
-                      "kept)" if fixed is not None else f"`riffd archive verify --fix {shlex.quote(str(path))}` "
-                      "archives it again as a new generation (the old one is kept)"))
+                      "kept)" if fixed is not None else f"`{again}` archives it again as a new generation (the old one "
+                      "is kept)"))
             faults += verdict.outcome in FAULTS and fixed is None
             if sys.stderr.isatty():
                 print(f"\rriffd: verified {number}/{len(files)} files ", end="", file=sys.stderr)
@@ -337,14 +338,14 @@ def run_search(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(
             [hit.__dict__ | {"time": local_time(hit.timestamp) if hit.timestamp else None,
-                             "resume": f"claude --resume {hit.session_id}" if hit.session_id else None}
+                             "resume": shell_command("claude", "--resume", hit.session_id) if hit.session_id else None}
              for hit in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
     for hit in [] if args.json else hits:
         title = f'"{hit.title}"' if hit.title else "-"
         print(f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
               f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
-              + (f"; back to it: cd {shlex.quote(hit.project or '.')} && claude --resume {hit.session_id}"
-                 if hit.session_id else ""))
+              + (f"; back to it: {shell_command('cd', hit.project or '.')} && "
+                 f"{shell_command('claude', '--resume', hit.session_id)}" if hit.session_id else ""))
     archive.close()
     return EXIT_OK if hits else EXIT_FINDINGS
 
