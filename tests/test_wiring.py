@@ -28,12 +28,12 @@ CLAUDE_SETTINGS = json.dumps({
 }, indent=2, ensure_ascii=False).encode()
 
 
-def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", umask: int | None = None,
+def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", umask: int | None = None, timeout: float = 60,
           **env: str) -> subprocess.CompletedProcess[bytes]:
     environ = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path / "state"),
                **env}
     return subprocess.run([sys.executable, "-m", "riffd", *args], input=stdin, capture_output=True, env=environ,
-                          timeout=60, check=False, cwd=tmp_path,
+                          timeout=timeout, check=False, cwd=tmp_path,
                           preexec_fn=None if umask is None else lambda: os.umask(umask))
 
 
@@ -243,3 +243,14 @@ def test_the_copies_of_settings_are_private_whatever_the_umask(tmp_path: Path, s
     assert {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_file()} == {
         path.name: "0o600" for path in made if path.is_file()}
     assert any(path.name == "path.txt" for path in made)
+
+
+def test_a_registry_entry_that_is_a_fifo_never_holds_the_session_start(
+        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    (tmp_path / "claude" / "sessions").mkdir(parents=True)
+    os.mkfifo(tmp_path / "claude" / "sessions" / "1.json")  # read, it would wait for a writer that never comes
+    register(tmp_path / "claude", other_claude.pid)
+    started = time.monotonic()
+    result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path), timeout=10)
+    assert time.monotonic() - started < 5
+    assert result.returncode == 0 and f"pid {other_claude.pid}".encode() in result.stdout
