@@ -33,7 +33,7 @@ from riffd.database import (
     is_full_error,
 )
 from riffd.fsio import create_private
-from riffd.paths import shell_command
+from riffd.paths import display_json, shell_command
 from riffd.transcript.sessions import local_time
 
 
@@ -267,8 +267,8 @@ def run_verify(args: argparse.Namespace) -> int:
             counted = "archived again" if fixed is not None else verdict.outcome
             counts[counted] = counts.get(counted, 0) + 1
             if args.json:
-                print(orjson.dumps({"path": str(verdict.path), "outcome": verdict.outcome, "detail": verdict.detail,
-                                    "archived_again": fixed}).decode())
+                print(display_json({"path": str(verdict.path), "outcome": verdict.outcome,
+                                    "detail": verdict.detail, "archived_again": fixed}).decode())
             elif verdict.outcome in FAULTS:
                 again = shell_command("riffd", "archive", "verify", "--fix", path)
                 print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
@@ -336,10 +336,10 @@ def run_search(args: argparse.Namespace) -> int:
     hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,
                           limit=args.limit)
     if args.json:
-        sys.stdout.write(orjson.dumps(
+        sys.stdout.write(display_json(
             [hit.__dict__ | {"time": local_time(hit.timestamp) if hit.timestamp else None,
                              "resume": shell_command("claude", "--resume", hit.session_id) if hit.session_id else None}
-             for hit in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
+             for hit in hits], orjson.OPT_INDENT_2).decode() + "\n")
     for hit in [] if args.json else hits:
         title = f'"{hit.title}"' if hit.title else "-"
         print(f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
@@ -359,7 +359,7 @@ def run_stats(args: argparse.Namespace) -> int:
     stats = archive.stats()
     archive.close()
     if args.json:
-        sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(display_json(stats, orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK
     ratio = f"{stats['ratio']:.1%}" if stats["ratio"] is not None else "-"
     print(f"raw bytes seen:   {stats['raw_bytes']:,}\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
@@ -380,7 +380,7 @@ def run_export(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"riffd: error: nothing archived for {args.session!r}", file=sys.stderr)
         return EXIT_ERROR
-    sys.stdout.write(orjson.dumps(sessions, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(display_json(sessions, orjson.OPT_INDENT_2).decode() + "\n")
     return EXIT_OK
 
 

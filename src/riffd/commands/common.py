@@ -136,4 +136,6 @@ def print_json(document: object) -> None:
     """Print `document` on stdout as indented JSON."""
     import orjson
 
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    from riffd.paths import display_json
+
+    sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")

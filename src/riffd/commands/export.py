@@ -23,6 +23,7 @@ import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
+from riffd.paths import display_path, key_path, path_key
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_fd, parse_line
@@ -157,7 +158,9 @@ class Exporter:
             return ExportResult(str(source), None, "failed", detail=f"{source}: {exc.strerror or exc}")
         stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
         key = str(source.resolve())
-        done = self._manifest.get(key)
+        done = self._manifest.get(path_key(key))  # names kept as riffd.paths.path_key writes them
+        if isinstance(done, dict) and isinstance(done.get("file"), str):
+            done = done | {"file": key_path(done["file"])}
         if done is not None and not (isinstance(done, dict) and self._is_plain_name(done.get("file"))):
             log.warning("%s: the entry for %s names %r, not a file of this folder; ignored", self.target / MANIFEST,
                         key, done.get("file") if isinstance(done, dict) else done)
@@ -173,7 +176,8 @@ class Exporter:
             result = self._write(source, self.target / name)
         except OSError as exc:
             return ExportResult(key, None, "failed", detail=f"{source}: {exc.strerror or exc}")
-        self._manifest[key] = {"file": name, "stamp": stamp, "lines": result.lines, "bad_lines": result.bad_lines}
+        self._manifest[path_key(key)] = {"file": path_key(name), "stamp": stamp, "lines": result.lines,
+                                         "bad_lines": result.bad_lines}
         self._save_manifest()
         return result
 
@@ -207,7 +211,8 @@ class Exporter:
 
     def _write_markdown(self, out: IO[bytes], source: Path, index: TranscriptIndex, lines: list[int],
                         result: ExportResult) -> None:
-        out.write(f"# Session {index.session_id or source.stem}\n\nSource: `{source}`\n\n".encode())
+        out.write(f"# Session {display_path(index.session_id or source.stem)}\n\nSource: `{display_path(source)}`\n\n"
+                  .encode())
         if result.bad_lines:
             named = ", ".join(map(str, result.bad_lines))
             out.write(f"*Line(s) {named} of the source do not parse and are left out.*\n\n".encode())
@@ -216,10 +221,10 @@ class Exporter:
                 continue  # loaded lines parsed when indexed; only a file changed meanwhile gets here
             text = render_markdown_record(record)
             if text:
-                out.write(text.encode() + b"\n")
+                out.write(display_path(text).encode() + b"\n")
                 result.lines += 1
         for name, agent_file, side_lines in self.sidechains(source, index) if self.sidechains else []:
-            out.write(f"\n## Subagent: {name}\n\n".encode())
+            out.write(f"\n## Subagent: {display_path(name)}\n\n".encode())
             side_path, side_index = source, index
             if agent_file is not None:
                 side_path, side_index = agent_file, index_of(agent_file)
@@ -227,7 +232,7 @@ class Exporter:
             for _line, _raw, record in iter_records(side_path, side_index, side_lines):
                 text = render_markdown_record(record) if isinstance(record, dict) else ""
                 if text:
-                    out.write(text.encode() + b"\n")
+                    out.write(display_path(text).encode() + b"\n")
 
     def _write_jsonl(self, out: IO[bytes], source: Path, index: TranscriptIndex, lines: list[int],
                      result: ExportResult) -> None:
