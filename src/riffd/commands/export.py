@@ -183,8 +183,10 @@ class Exporter:
 
     def _is_plain_name(self, name: object) -> bool:
         """Whether a manifest entry's file is a name riffd gives: one file right in the target folder (never a path
-        that leads out of it, nor a hidden name like the manifest's own or a temporary file's)."""
-        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name or os.sep in name:
+        that leads out of it, nor the manifest's own name or a temporary file's)."""
+        if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or "/" in name or os.sep in name:
+            return False
+        if name.startswith(".") and name.endswith(".tmp"):
             return False
         return "\0" not in name and (self.target / name).parent.resolve() == self.target.resolve()
 

@@ -8,20 +8,21 @@ duplicates. The rule, cheap because the scan has read the file already (shared/t
   attachment, progress) with a string `uuid`, a string `sessionId` and a `parentUuid` (a string or null);
 - and the file is mostly such text: lines that are not JSON are fewer than the lines with a uuid.
 
-The first test reads a few lines by offset (the index knows which lines have a uuid); a file with no line that has
-both a uuid and a sessionId fails it without any read.
+The first test reads a few lines by offset (the index knows which lines are user or assistant messages, and which
+have a uuid); a file with no line that has both a uuid and a sessionId fails it without any read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.reader import parse_line
 
 NOT_A_TRANSCRIPT = "not a Claude Code transcript"
 CONVERSATION_TYPES = frozenset({"user", "assistant", "system", "attachment", "progress"})
-SAMPLED_LINES = 8  # lines with a uuid read to find one of Claude Code's shape
+SAMPLED_LINES = 8  # lines read to find one of Claude Code's shape
 RECORD_SHAPE = "a user, assistant, system, attachment or progress record with uuid, parentUuid and sessionId"
 
 
@@ -34,7 +35,7 @@ def transcript_doubt(index: TranscriptIndex, line_bytes: Callable[[int], bytes])
     if lines and malformed + index.metrics.blank_lines == lines:
         return f"none of its {lines} line(s) is JSON (a binary file, or text of another kind)"
     if index.session_id is None or not any(
-            is_claude_record(line_bytes(line)) for line in _lines_with_uuid(index, SAMPLED_LINES)):
+            is_claude_record(line_bytes(line)) for line in _candidates(index, SAMPLED_LINES)):
         return f"no line is a Claude Code record ({RECORD_SHAPE})"
     if malformed > with_uuid:
         return f"{malformed} of its {lines} lines are not JSON, more than the {with_uuid} with a uuid"
@@ -49,12 +50,11 @@ def is_claude_record(raw: bytes) -> bool:
             and "parentUuid" in record and (record["parentUuid"] is None or isinstance(record["parentUuid"], str)))
 
 
-def _lines_with_uuid(index: TranscriptIndex, most: int) -> list[int]:
-    """The first `most` lines (0-based) that have a uuid."""
-    found: list[int] = []
-    for line, uuid in enumerate(index.uuids):
-        if uuid is not None:
-            found.append(line)
-            if len(found) == most:
-                break
-    return found
+def _candidates(index: TranscriptIndex, most: int) -> list[int]:
+    """The first `most` lines (0-based) most likely to be Claude Code records: user and assistant messages (a line
+    of a record type riffd does not know may have a uuid too), else lines with a uuid."""
+    for wanted in (lambda line: index.flags[line] & MESSAGE, lambda line: index.uuids[line] is not None):
+        found = list(islice(filter(wanted, range(len(index))), most))
+        if found:
+            return found
+    return []
