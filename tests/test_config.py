@@ -501,3 +501,22 @@ def test_config_set_through_a_symlink_keeps_the_link(isolated: Path, tmp_path: P
     assert main(["--config", str(isolated), "config", "set", "log.level", "warning"]) == EXIT_OK
     assert isolated.is_symlink()
     assert load_config(real).log.level == "warning"
+
+
+@pytest.mark.parametrize("command", ["notify-send 'riffd", 'notify-send "riffd', "notify-send riffd\\"])
+def test_a_notify_command_that_does_not_split_into_words_is_refused(
+    isolated: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    write(isolated, f"[notify]\ncommand = {tomlkit.item(command).as_string()}\n")
+    assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert f"{isolated}: notify.command: bad value: " in err and "expected a command line" in err
+    with pytest.raises(ConfigError, match=r"notify\.command: bad value"):
+        load_config(isolated)
+
+    write(isolated, "")
+    assert main(["--config", str(isolated), "config", "set", "notify.command", command]) == EXIT_ERROR
+    assert "notify.command: bad value" in capsys.readouterr().err
+    assert isolated.read_text(encoding="utf-8") == ""
+    assert main(["--config", str(isolated), "config", "set", "notify.command", "notify-send 'riffd says'"]) == EXIT_OK
+    assert load_config(isolated).notify.command == "notify-send 'riffd says'"

@@ -924,3 +924,23 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
     assert verified.returncode == 0 and "verified 3 file(s)" in verified.stderr and "3 whole" in verified.stderr
     compact = sandbox.riffd("archive", "compact")
     assert compact.returncode == 0 and "compressed" not in compact.stderr, compact.stderr  # nothing was left loose
+
+
+def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_reload(sandbox: Sandbox) -> None:
+    sandbox.write_config(notify__command="notify-send 'riffd")
+    started = subprocess.run([sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
+                             capture_output=True, text=True, env=daemon_environment(), cwd=sandbox.root, timeout=30,
+                             check=False)
+    assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
+    assert f"config error: {sandbox.config}: notify.command: bad value" in started.stderr
+
+    sandbox.write_config(notify__command="notify-send riffd")
+    daemon = sandbox.start()
+    sandbox.write_config(notify__command='notify-send "riffd')
+    daemon.process.send_signal(signal.SIGHUP)
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False),
+        "a report of the failed reload")
+    assert any("notify.command: bad value" in error for error in report["daemon"]["last_reload"]["errors"])
+    assert daemon.process.poll() is None
+    daemon.stop()

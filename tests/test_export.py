@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS_DIR, requires_corpus
+from conftest import CORPUS_DIR, SRC_DIR, requires_corpus, transcript_bytes
 from riffd.commands.cli import main
 from riffd.commands.export import MANIFEST, Exporter, sidechains_of
 
@@ -112,3 +116,43 @@ def test_cli_exports_agent_files_inside_their_session_only(tmp_path: Path) -> No
     names = sorted(path.name for path in (tmp_path / "out").glob("*.md"))
     assert not [name for name in names if name.startswith("agent-")]
     assert "258c7280-ae70-4798-800f-63464d01a85d.md" in names
+
+
+def run_riffd(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m riffd ARGS` as a user would (with `umask`, when given)."""
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=environ,
+                          timeout=60, check=False, preexec_fn=None if umask is None else lambda: os.umask(umask))
+
+
+def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path) -> None:
+    source = tmp_path / "projects" / "session.jsonl"
+    source.parent.mkdir()
+    source.write_bytes(transcript_bytes(4))
+    out = tmp_path / "out"
+    assert run_riffd("export", "--to", str(out), str(source)).returncode == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    manifest = json.loads((out / MANIFEST).read_text())
+    for entry in manifest.values():
+        entry["file"] = "../victim.txt"  # tampered with (or written by a careless script)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    source.write_bytes(transcript_bytes(6))  # changed since: exported again
+
+    done = run_riffd("export", "--to", str(out), str(source))
+
+    assert done.returncode == 0, done.stderr
+    assert victim.read_text() == "the user's own file\n"
+    assert "not a file of this folder; ignored" in done.stderr
+    assert any("line 6" in path.read_text() for path in out.glob("*.md"))  # exported, into the folder
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "projects", "victim.txt"]
+
+
+def test_the_folders_made_for_an_export_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    source = tmp_path / "session.jsonl"
+    source.write_bytes(transcript_bytes(2))
+    done = run_riffd("export", "--to", str(tmp_path / "a" / "b"), str(source), umask=0)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "a" / "b" / "session.md").stat().st_mode) == 0o600

@@ -78,11 +78,11 @@ def event(transcript: Path, tool: str, tool_input: dict[str, Any], tool_id: str 
             "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input, "tool_use_id": tool_id}
 
 
-def run_hook(stdin: bytes, *args: str) -> subprocess.CompletedProcess[bytes]:
+def run_hook(stdin: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     """Run the hook as settings.json would: a new process, the event on stdin."""
     env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
     return subprocess.run([sys.executable, "-m", "riffd", "hook", "pre-tool-use", *args], input=stdin,
-                          capture_output=True, env=env, timeout=60, check=False)
+                          capture_output=True, env=env, timeout=timeout, check=False)
 
 
 def answer(result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
@@ -207,3 +207,19 @@ def test_the_console_entry_skips_the_full_command_line(session: tuple[Path, Path
                             env={**os.environ, "PYTHONPATH": str(SRC_DIR)})
     assert result.returncode == 0 and result.stderr == b"light"
     assert "additionalContext" in json.loads(result.stdout)["hookSpecificOutput"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_a_transcript_path_that_is_not_a_regular_file_never_blocks_the_call(tmp_path: Path, kind: str) -> None:
+    transcript = tmp_path / "session.jsonl"
+    if kind == "fifo":
+        os.mkfifo(transcript)  # opening it for reading would wait for a writer that never comes
+    elif kind == "folder":
+        transcript.mkdir()
+    else:
+        transcript = Path("/dev/zero")  # endless
+    started = time.monotonic()
+    result = run_hook(json.dumps(event(transcript, "Read", {"file_path": "/work/a.py"})).encode(), timeout=10)
+    assert time.monotonic() - started < 5
+    assert result.returncode == 0 and result.stdout == b""
+    assert b"not a regular file" in result.stderr and len(result.stderr.splitlines()) == 1

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from riffd.repair.planner import _edited_line
+from riffd.repair.line_edit import edited_line
 
 PARENT = "11111111-1111-4111-8111-111111111111"
 NEW_PARENT = "22222222-2222-4222-8222-222222222222"
@@ -16,13 +16,13 @@ def test_repoint_changes_only_the_parent_value() -> None:
     raw = b'{"parentUuid":"%s","type":"assistant","uuid":"u","message":{"content":"caf\xc3\xa9 \\u00e9"}}\n' % (
         PARENT.encode()
     )
-    edited = _edited_line(raw, None, {"parentUuid": NEW_PARENT})
+    edited = edited_line(raw, None, {"parentUuid": NEW_PARENT})
     assert edited == raw.replace(PARENT.encode(), NEW_PARENT.encode())
 
 
 def test_repoint_to_null_for_a_new_root() -> None:
     raw = b'{"parentUuid":"%s","uuid":"u"}' % PARENT.encode()
-    assert _edited_line(raw, None, {"parentUuid": None}) == b'{"parentUuid":null,"uuid":"u"}'
+    assert edited_line(raw, None, {"parentUuid": None}) == b'{"parentUuid":null,"uuid":"u"}'
 
 
 def test_a_nested_lookalike_key_is_not_edited() -> None:
@@ -30,7 +30,7 @@ def test_a_nested_lookalike_key_is_not_edited() -> None:
     raw = (
         b'{"toolUseResult":{"parentUuid":"%s"},"parentUuid":"%s","uuid":"u"}\n' % (PARENT.encode(), PARENT.encode())
     )
-    edited = json.loads(_edited_line(raw, None, {"parentUuid": NEW_PARENT}))
+    edited = json.loads(edited_line(raw, None, {"parentUuid": NEW_PARENT}))
     assert edited == {"toolUseResult": {"parentUuid": PARENT}, "parentUuid": NEW_PARENT, "uuid": "u"}
 
 
@@ -47,7 +47,7 @@ def test_edited_lines_keep_values_orjson_would_change(extra: bytes) -> None:
         PARENT.encode()
     ) + b'{"type":"text","text":"t"}]},' + extra + b"}\n"
     original = json.loads(raw)
-    edited = _edited_line(raw, [{"type": "text", "text": "t"}], {"parentUuid": NEW_PARENT})
+    edited = edited_line(raw, [{"type": "text", "text": "t"}], {"parentUuid": NEW_PARENT})
     assert edited.endswith(b"\n") and edited.count(b"\n") == 1
     edited.decode("utf-8")  # always valid UTF-8, even with a lone surrogate escape in the line
     expected = dict(original, parentUuid=NEW_PARENT, message={"content": [{"type": "text", "text": "t"}]})
@@ -56,5 +56,5 @@ def test_edited_lines_keep_values_orjson_would_change(extra: bytes) -> None:
 
 def test_bom_and_trailing_carriage_return_are_kept() -> None:
     raw = b'\xef\xbb\xbf{"parentUuid":"%s","uuid":"u"}\r\n' % PARENT.encode()
-    edited = _edited_line(raw, None, {"parentUuid": NEW_PARENT})
+    edited = edited_line(raw, None, {"parentUuid": NEW_PARENT})
     assert edited == raw.replace(PARENT.encode(), NEW_PARENT.encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -27,11 +28,13 @@ CLAUDE_SETTINGS = json.dumps({
 }, indent=2, ensure_ascii=False).encode()
 
 
-def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", **env: str) -> subprocess.CompletedProcess[bytes]:
+def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", umask: int | None = None, timeout: float = 60,
+          **env: str) -> subprocess.CompletedProcess[bytes]:
     environ = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path / "state"),
                **env}
     return subprocess.run([sys.executable, "-m", "riffd", *args], input=stdin, capture_output=True, env=environ,
-                          timeout=60, check=False, cwd=tmp_path)
+                          timeout=timeout, check=False, cwd=tmp_path,
+                          preexec_fn=None if umask is None else lambda: os.umask(umask))
 
 
 @pytest.fixture
@@ -216,3 +219,38 @@ def test_a_key_written_twice_is_refused_rather_than_dropped(tmp_path: Path, sett
     result = riffd(tmp_path, "hook", "install")
     assert result.returncode == 2 and b'the key "model" appears twice' in result.stderr
     assert settings.read_bytes() == twice
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
+def test_install_run_as_root_keeps_the_owner_and_mode_of_the_users_file(tmp_path: Path, settings: Path) -> None:
+    os.chown(settings, 1234, 5678)  # the user's file, as `sudo riffd hook install` finds it
+    settings.chmod(0o640)
+    for command in ("install", "uninstall"):
+        result = riffd(tmp_path, "hook", command)
+        assert result.returncode == 0, result.stderr
+        status = settings.stat()
+        assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (1234, 5678, 0o640), command
+    assert settings.read_bytes() == CLAUDE_SETTINGS
+
+
+def test_the_copies_of_settings_are_private_whatever_the_umask(tmp_path: Path, settings: Path) -> None:
+    result = riffd(tmp_path, "hook", "install", umask=0)
+    assert result.returncode == 0, result.stderr
+    backups = tmp_path / "state" / "settings-backups"
+    made = [tmp_path / "state", backups, *backups.rglob("*")]
+    assert {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_dir()} == {
+        path.name: "0o700" for path in made if path.is_dir()}
+    assert {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_file()} == {
+        path.name: "0o600" for path in made if path.is_file()}
+    assert any(path.name == "path.txt" for path in made)
+
+
+def test_a_registry_entry_that_is_a_fifo_never_holds_the_session_start(
+        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    (tmp_path / "claude" / "sessions").mkdir(parents=True)
+    os.mkfifo(tmp_path / "claude" / "sessions" / "1.json")  # read, it would wait for a writer that never comes
+    register(tmp_path / "claude", other_claude.pid)
+    started = time.monotonic()
+    result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path), timeout=10)
+    assert time.monotonic() - started < 5
+    assert result.returncode == 0 and f"pid {other_claude.pid}".encode() in result.stdout

@@ -443,15 +443,20 @@ def remove_leftover(fs: FileSystem, path: Path) -> None:
         log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
 
 
-def replace_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+def replace_file(path: Path, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:
     """Write `data` to `path` so a reader sees the old file or the new one, never half of one: a temp file of this
     writer's own beside it (pid and thread in its name: writers at once never share one), written whole, given
-    `mode`, fsynced, renamed over `path`. On failure the temp file goes and `path` is untouched."""
+    `mode` (and the `owner` uid and gid, when given: a file root replaces in a user's folder stays the user's),
+    fsynced, renamed over `path`. On failure (PermissionError when the owner cannot be given) the temp file goes and
+    `path` is untouched."""
     temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         try:
             write_all(REAL_FS, fd, data)
+            status = os.fstat(fd)
+            if owner is not None and (status.st_uid, status.st_gid) != owner:
+                os.fchown(fd, *owner)  # before the mode: a change of owner clears the set-id bits
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 import os
@@ -31,7 +32,10 @@ class JsonFormatter(logging.Formatter):
         entry.update({key: value for key, value in record.__dict__.items() if key not in _STANDARD})
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except TypeError:  # a path that is not UTF-8: the standard library escapes its surrogates
+            return json.dumps(entry, default=str)
 
 
 def plain_formatter(environ: Mapping[str, str] | None = None) -> logging.Formatter:
@@ -64,7 +68,9 @@ def configure(level: str, format: str = "plain", file: str = "") -> None:
     if file:
         path = Path(file).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handler = PrivateRotatingFileHandler(path, maxBytes=ROTATE_BYTES, backupCount=ROTATE_KEEP, encoding="utf-8")
+        # errors: a path that is not UTF-8 is logged with \\udcff escapes, not a logging error
+        handler = PrivateRotatingFileHandler(path, maxBytes=ROTATE_BYTES, backupCount=ROTATE_KEEP, encoding="utf-8",
+                                             errors="backslashreplace")
     else:
         handler = logging.StreamHandler(sys.stderr)
     if format == "json":

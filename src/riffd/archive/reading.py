@@ -20,6 +20,7 @@ import orjson
 from riffd.archive.packs import PackStore, Run
 from riffd.archive.pieces import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.search import SearchHit, like_literal, search
+from riffd.paths import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
 
@@ -46,13 +47,14 @@ class Reading:
     def file_id(self, path: str) -> int | None:
         """Return the id of the archived file `path` (exactly that path), or None."""
         with self._lock:
-            row = self._db.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            row = self._db.execute("SELECT id FROM files WHERE path = ?", (path_key(path),)).fetchone()
         return None if row is None else int(row[0])
 
     def cursor(self, path: str) -> tuple[int, int]:
         """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
         with self._lock:
-            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?", (path,)).fetchone()
+            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?",
+                                   (path_key(path),)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def _last_run(self, file_id: int, generation: int) -> Run | None:
@@ -75,18 +77,19 @@ class Reading:
         """Return (id, path) of every archived file, in the order they were first archived."""
         with self._lock:
             rows = self._db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
-        return [(int(row[0]), str(row[1])) for row in rows]
+        return [(int(row[0]), key_path(row[1])) for row in rows]
 
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
         one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
         # A path as typed, from any folder (a bare file name too)
         absolute = os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
+        key = path_key(target)  # paths are stored so (riffd.paths): a name that is not UTF-8 too
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "
                 "OR path LIKE ? ESCAPE '\\' ORDER BY path",
-                (target, target, absolute, f"%/{like_literal(target)}.jsonl")).fetchall()
+                (key, key, path_key(absolute), f"%/{like_literal(key.removeprefix(KEY_MARK))}.jsonl")).fetchall()
             if not rows and ID_PREFIX.fullmatch(target):
                 rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
                                         "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
@@ -94,7 +97,7 @@ class Reading:
                     listed = "; ".join(sorted({f"{row[2]} ({row[1]})" for row in rows})[:10])
                     raise AmbiguousSession(f"{target}: {len({row[2] for row in rows})} archived sessions start with "
                                            f"it: {listed}; type more of the id")
-        return [(int(row[0]), str(row[1]), row[2]) for row in rows]
+        return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
 
     def sessions(self) -> list[dict[str, Any]]:
         """Every archived session file (subagents' aside): path, session, project, title, first and last times (Unix
@@ -102,8 +105,8 @@ class Reading:
         with self._lock:
             rows = self._db.execute("SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
                                     "FROM files ORDER BY path").fetchall()
-        return [{"file_id": row[0], "path": row[1], "session_id": row[2], "project": row[3], "title": row[4],
-                 "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
+        return [{"file_id": row[0], "path": key_path(row[1]), "session_id": row[2], "project": row[3],
+                 "title": row[4], "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
                 for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
 
     def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
@@ -123,7 +126,7 @@ class Reading:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""
         with self._lock:
             self._packs.refresh()
-            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path,)).fetchone()
+            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path_key(path),)).fetchone()
             run = None if row is None else self._last_run(row[0], row[1])
             return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
 

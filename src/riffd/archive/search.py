@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from riffd.archive.pieces import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
+from riffd.paths import key_path
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]],
     for (_text, session_id, project_path, path, line, role_id, ts, title), piece in zip(
             chosen, spans(places), strict=True):
         text = normalise(text_of(orjson.loads(piece)))
-        results.append(SearchHit(session_id, project_path, path, line + 1, ROLE_NAMES.get(role_id), ts,
+        results.append(SearchHit(session_id, project_path, key_path(path), line + 1, ROLE_NAMES.get(role_id), ts,
                                  snippet(text, query), title))
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results

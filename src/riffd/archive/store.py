@@ -29,6 +29,7 @@ from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.database import open_checked, reopen_if_damaged
+from riffd.paths import path_key
 
 
 @dataclass
@@ -175,9 +176,10 @@ class Archive(Reading):
     def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool, *,
              older: bool = False, prepared: list[Parsed] | None = None) -> int:
         db = self._db
-        row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (path,)).fetchone()
+        key = path_key(path)  # a name that is not UTF-8 too (riffd.paths)
+        row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (key,)).fetchone()
         if row is None:
-            new_id = db.execute("INSERT INTO files(path) VALUES (?)", (path,)).lastrowid
+            new_id = db.execute("INSERT INTO files(path) VALUES (?)", (key,)).lastrowid
             assert new_id is not None
             file_id, generation, archived, count = new_id, 0, 0, 0
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -117,9 +118,9 @@ def registrations(folders: list[Path]) -> Iterator[Registration]:
             if not name.endswith(".json") or name.startswith("."):
                 continue
             path = folder / "sessions" / name
-            try:
-                with open(path, "rb") as handle:
-                    raw = handle.read(ENTRY_LIMIT)
+            try:  # without blocking, and only a regular file: a FIFO there must not hold the session's start
+                with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+                    raw = handle.read(ENTRY_LIMIT) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else b""
             except OSError:
                 continue
             registration = parse_registration(path, raw)

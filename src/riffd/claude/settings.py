@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from riffd.fsio import replace_file
+from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
 HOOK_TIMEOUT_SECONDS = 10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
@@ -236,20 +236,29 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
         raise SettingsError(f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
                             "hooks yourself: --dry-run prints them)")
     folder = backup_folder(state_dir, change.path)
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_folder(REAL_FS, folder)  # 0700, whatever the umask: copies of the user's settings
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)
-    (folder / "path.txt").write_text(str(change.path.absolute()) + "\n")
+    replace_file(folder / "path.txt", (str(change.path.absolute()) + "\n").encode(), 0o600)
     if change.after is None:
         change.path.unlink(missing_ok=True)
         return saved
-    try:
-        mode = target.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o600
     target.parent.mkdir(parents=True, exist_ok=True)
-    replace_file(target, change.after, mode)
+    try:  # the new file keeps the old one's mode and owner (riffd run by root must not take a user's file)
+        status = target.stat()
+        mode = status.st_mode & 0o7777
+    except FileNotFoundError:  # a new file: private, and its folder's owner's
+        status, mode = target.parent.stat(), 0o600
+    owner = (status.st_uid, status.st_gid)
+    try:
+        replace_file(target, change.after, mode, owner=owner)
+    except PermissionError as exc:
+        if owner == (os.geteuid(), os.getegid()):
+            raise
+        raise SettingsError(f"{change.path}: cannot write it with its owner (uid {status.st_uid}, gid "
+                            f"{status.st_gid}) kept ({exc.strerror}); riffd changed nothing: run this as its "
+                            "owner") from exc
     return saved
 
 

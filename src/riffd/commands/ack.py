@@ -10,6 +10,7 @@ from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, UsageError, print_json
 from riffd.commands.configured import load_despite_errors
+from riffd.paths import shell_command
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE
 from riffd.transcript.scan import scan_file
@@ -76,8 +77,8 @@ def run_ack(args: argparse.Namespace) -> int:
             acks = kept
             continue
         if not found:
-            print(f"riffd: error: {path}:{line}: no finding names this line; `riffd scan {path}` lists its findings",
-                  file=sys.stderr)
+            print(f"riffd: error: {path}:{line}: no finding names this line; "
+                  f"`{shell_command('riffd', 'scan', path)}` lists its findings", file=sys.stderr)
             status = EXIT_ERROR
             continue
         known = {(ack.path, ack.key) for ack in acks}

@@ -9,19 +9,17 @@ import argparse
 import contextlib
 import functools
 import os
-import shlex
 import sqlite3
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds, transcript_targets
 from riffd.commands.configured import load_or_report
 from riffd.database import (
     BUSY,
@@ -35,6 +33,7 @@ from riffd.database import (
     is_full_error,
 )
 from riffd.fsio import create_private
+from riffd.paths import display_json, shell_command
 from riffd.transcript.sessions import local_time
 
 
@@ -66,7 +65,8 @@ def register(commands: Any) -> None:
     search.add_argument("--session", default=None, help="only this session id")
     search.add_argument("--role", choices=["user", "assistant", "system", "summary"], default=None,
                         help="only messages of this role")
-    search.add_argument("--since", default=None, metavar="DATE", help="only messages from this date on (YYYY-MM-DD)")
+    search.add_argument("--since", type=date_seconds, default=None, metavar="DATE",
+                        help="only messages from this date on (YYYY-MM-DD)")
     search.add_argument("--limit", type=int, default=20, help="how many hits at most (default 20)")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)
@@ -267,13 +267,14 @@ def run_verify(args: argparse.Namespace) -> int:
             counted = "archived again" if fixed is not None else verdict.outcome
             counts[counted] = counts.get(counted, 0) + 1
             if args.json:
-                print(orjson.dumps({"path": str(verdict.path), "outcome": verdict.outcome, "detail": verdict.detail,
-                                    "archived_again": fixed}).decode())
+                print(display_json({"path": str(verdict.path), "outcome": verdict.outcome,
+                                    "detail": verdict.detail, "archived_again": fixed}).decode())
             elif verdict.outcome in FAULTS:
+                again = shell_command("riffd", "archive", "verify", "--fix", path)
                 print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
                       f"{verdict.detail}; " + (f"archived again as a new generation ({fixed} lines; the old one is "
-                      "kept)" if fixed is not None else f"`riffd archive verify --fix {shlex.quote(str(path))}` "
-                      "archives it again as a new generation (the old one is kept)"))
+                      "kept)" if fixed is not None else f"`{again}` archives it again as a new generation (the old one "
+                      "is kept)"))
             faults += verdict.outcome in FAULTS and fixed is None
             if sys.stderr.isatty():
                 print(f"\rriffd: verified {number}/{len(files)} files ", end="", file=sys.stderr)
@@ -328,29 +329,23 @@ def run_restore(args: argparse.Namespace) -> int:
 def run_search(args: argparse.Namespace) -> int:
     """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1 without."""
 
-    since = None
-    if args.since:
-        try:
-            since = int(datetime.fromisoformat(args.since).timestamp())
-        except ValueError:
-            print(f"riffd: error: --since {args.since!r}: expected a date like 2026-11-01", file=sys.stderr)
-            return EXIT_ERROR
-    archive = _open(args)  # after the arguments are checked: a bad date leaves no archive open
+    since = args.since  # a Unix time (date_seconds)
+    archive = _open(args)
     if archive is None:
         return EXIT_ERROR
     hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,
                           limit=args.limit)
     if args.json:
-        sys.stdout.write(orjson.dumps(
+        sys.stdout.write(display_json(
             [hit.__dict__ | {"time": local_time(hit.timestamp) if hit.timestamp else None,
-                             "resume": f"claude --resume {hit.session_id}" if hit.session_id else None}
-             for hit in hits], option=orjson.OPT_INDENT_2).decode() + "\n")
+                             "resume": shell_command("claude", "--resume", hit.session_id) if hit.session_id else None}
+             for hit in hits], orjson.OPT_INDENT_2).decode() + "\n")
     for hit in [] if args.json else hits:
         title = f'"{hit.title}"' if hit.title else "-"
         print(f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
               f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
-              + (f"; back to it: cd {shlex.quote(hit.project or '.')} && claude --resume {hit.session_id}"
-                 if hit.session_id else ""))
+              + (f"; back to it: {shell_command('cd', hit.project or '.')} && "
+                 f"{shell_command('claude', '--resume', hit.session_id)}" if hit.session_id else ""))
     archive.close()
     return EXIT_OK if hits else EXIT_FINDINGS
 
@@ -364,7 +359,7 @@ def run_stats(args: argparse.Namespace) -> int:
     stats = archive.stats()
     archive.close()
     if args.json:
-        sys.stdout.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(display_json(stats, orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK
     ratio = f"{stats['ratio']:.1%}" if stats["ratio"] is not None else "-"
     print(f"raw bytes seen:   {stats['raw_bytes']:,}\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
@@ -385,7 +380,7 @@ def run_export(args: argparse.Namespace) -> int:
     if not sessions:
         print(f"riffd: error: nothing archived for {args.session!r}", file=sys.stderr)
         return EXIT_ERROR
-    sys.stdout.write(orjson.dumps(sessions, option=orjson.OPT_INDENT_2).decode() + "\n")
+    sys.stdout.write(display_json(sessions, orjson.OPT_INDENT_2).decode() + "\n")
     return EXIT_OK
 
 

@@ -7,7 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser, UsageError, print_json
+from riffd.commands.common import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    Parser,
+    UsageError,
+    nonnegative_number,
+    print_json,
+)
 from riffd.commands.configured import config_for_folders
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
@@ -37,14 +45,14 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     restore.add_argument("backup_id", metavar="ID")
     restore.add_argument("--to", type=Path, default=None, help="write to this path instead of the original")
     restore.add_argument("--force", action="store_true", help="with --to: replace an existing file")
-    restore.add_argument("--quiet-period", type=float, default=120.0, metavar="SECONDS",
+    restore.add_argument("--quiet-period", type=nonnegative_number, default=120.0, metavar="SECONDS",
                          help="how long the original must be unmodified to count as idle (default: 120)")
     restore.set_defaults(run=run_backups_restore)
     prune = actions.add_parser("prune", help="remove old backups (the newest of each file is always kept)")
     prune.add_argument("--keep", type=int, default=10, metavar="N", help="backups to keep per file (default: 10)")
-    prune.add_argument("--max-age", type=float, default=90, metavar="DAYS",
+    prune.add_argument("--max-age", type=nonnegative_number, default=90, metavar="DAYS",
                        help="remove backups older than this (default: 90)")
-    prune.add_argument("--max-total-mb", type=float, default=None, metavar="MB",
+    prune.add_argument("--max-total-mb", type=nonnegative_number, default=None, metavar="MB",
                        help="then remove the oldest until the store is under this size")
     prune.set_defaults(run=run_backups_prune)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from riffd import __version__
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
+from riffd.paths import use_display_streams
 
 # Each command: the module that registers and runs it, and its one-line help. Only the module of the command that
 # runs is imported (`riffd --help` imports none), so a command starts without the others' imports; a test checks
@@ -92,6 +93,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    use_display_streams()  # a file name that is not UTF-8 prints as \xff escapes, never a traceback
     parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)

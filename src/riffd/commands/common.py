@@ -4,6 +4,7 @@ command's PATH and --project arguments name, a progress line, and JSON output.""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -29,6 +30,41 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
+def nonnegative_number(text: str) -> float:
+    """argparse type of an amount (seconds, days, megabytes): a finite number of 0 or more; anything else (nan, inf,
+    a negative number) is refused with the option named, exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of 0 or more")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse type of an amount that must be more than 0 (a window of time): as nonnegative_number, 0 refused."""
+    value = nonnegative_number(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not more than 0")
+    return value
+
+
+def date_seconds(text: str) -> int:
+    """argparse type of a date (YYYY-MM-DD, or an ISO 8601 time; local time unless it names its offset): the Unix
+    time it starts at. Dates at the ends of the calendar, where local time cannot be computed, are taken as UTC."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a date; expected one like 2026-11-01") from None
+    try:
+        return int(moment.timestamp())
+    except (OverflowError, ValueError, OSError):  # e.g. 0001-01-01 east of UTC: the local day starts in year 0
+        return int((moment.replace(tzinfo=moment.tzinfo or UTC) - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds())
 
 
 def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
@@ -106,4 +142,6 @@ def print_json(document: object) -> None:
     """Print `document` on stdout as indented JSON."""
     import orjson
 
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    from riffd.paths import display_json
+
+    sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")

@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
@@ -164,7 +162,7 @@ def run_report(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     path = write_report(report, config.reports.dir, config.reports.keep, page["history"], page["repairs"])
     if args.json:
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(report)
     else:
         sys.stdout.write(render_markdown(report))
     print(f"riffd: report written to {path}", file=sys.stderr)
@@ -188,8 +186,7 @@ def run_status(args: argparse.Namespace) -> int:
     stopping = pid is not None and bool(daemon.get("stopping"))
     state = "stopped" if pid is None else "stopping" if stopping else "starting" if starting else "running"
     if args.json:
-        sys.stdout.write(orjson.dumps({"state": state, "running": pid is not None, "pid": pid, "report": report},
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json({"state": state, "running": pid is not None, "pid": pid, "report": report})
     else:
         if pid is None and report is None:
             print(f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "

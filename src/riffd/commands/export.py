@@ -10,6 +10,7 @@ skips sessions already done from the same source and resumes with the next.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +22,8 @@ from typing import IO, Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.fsio import REAL_FS, create_private, retrying_call
+from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
+from riffd.paths import display_path, key_path, path_key
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_fd, parse_line
@@ -132,7 +134,7 @@ class Exporter:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"unknown export format {self.format!r}; expected one of {', '.join(FORMATS)}")
-        self.target.mkdir(parents=True, exist_ok=True)
+        ensure_private_folder(REAL_FS, self.target)  # 0700 whatever the umask: exports hold conversations
         self._manifest = self._load_manifest()
 
     def _load_manifest(self) -> dict[str, Any]:
@@ -156,11 +158,17 @@ class Exporter:
             return ExportResult(str(source), None, "failed", detail=f"{source}: {exc.strerror or exc}")
         stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
         key = str(source.resolve())
-        done = self._manifest.get(key)
+        done = self._manifest.get(path_key(key))  # names kept as riffd.paths.path_key writes them
+        if isinstance(done, dict) and isinstance(done.get("file"), str):
+            done = done | {"file": key_path(done["file"])}
+        if done is not None and not (isinstance(done, dict) and self._is_plain_name(done.get("file"))):
+            log.warning("%s: the entry for %s names %r, not a file of this folder; ignored", self.target / MANIFEST,
+                        key, done.get("file") if isinstance(done, dict) else done)
+            done = None
         name = f"{source.stem}.{self.format}"
         if done and done.get("stamp") == stamp and (self.target / done["file"]).exists():
             return ExportResult(key, str(self.target / done["file"]), "skipped", detail="unchanged since exported")
-        if done and done.get("file"):
+        if done:
             name = done["file"]
         elif (self.target / name).exists():
             name = f"{source.parent.name}--{source.stem}.{self.format}"  # two projects, one session name
@@ -168,11 +176,23 @@ class Exporter:
             result = self._write(source, self.target / name)
         except OSError as exc:
             return ExportResult(key, None, "failed", detail=f"{source}: {exc.strerror or exc}")
-        self._manifest[key] = {"file": name, "stamp": stamp, "lines": result.lines, "bad_lines": result.bad_lines}
+        self._manifest[path_key(key)] = {"file": path_key(name), "stamp": stamp, "lines": result.lines,
+                                         "bad_lines": result.bad_lines}
         self._save_manifest()
         return result
 
+    def _is_plain_name(self, name: object) -> bool:
+        """Whether a manifest entry's file is a name riffd gives: one file right in the target folder (never a path
+        that leads out of it, nor the manifest's own name or a temporary file's)."""
+        if not isinstance(name, str) or name in ("", ".", "..", MANIFEST) or "/" in name or os.sep in name:
+            return False
+        if name.startswith(".") and name.endswith(".tmp"):
+            return False
+        return "\0" not in name and (self.target / name).parent.resolve() == self.target.resolve()
+
     def _write(self, source: Path, destination: Path) -> ExportResult:
+        if destination.parent.resolve() != self.target.resolve():  # the one check every write passes
+            raise OSError(errno.EINVAL, f"{destination} is not in {self.target}; riffd writes exports only there")
         index = index_of(source)
         wanted = conversation_lines(index)
         temp = destination.with_name(f".{destination.name}.tmp")
@@ -193,7 +213,8 @@ class Exporter:
 
     def _write_markdown(self, out: IO[bytes], source: Path, index: TranscriptIndex, lines: list[int],
                         result: ExportResult) -> None:
-        out.write(f"# Session {index.session_id or source.stem}\n\nSource: `{source}`\n\n".encode())
+        out.write(f"# Session {display_path(index.session_id or source.stem)}\n\nSource: `{display_path(source)}`\n\n"
+                  .encode())
         if result.bad_lines:
             named = ", ".join(map(str, result.bad_lines))
             out.write(f"*Line(s) {named} of the source do not parse and are left out.*\n\n".encode())
@@ -202,10 +223,10 @@ class Exporter:
                 continue  # loaded lines parsed when indexed; only a file changed meanwhile gets here
             text = render_markdown_record(record)
             if text:
-                out.write(text.encode() + b"\n")
+                out.write(display_path(text).encode() + b"\n")
                 result.lines += 1
         for name, agent_file, side_lines in self.sidechains(source, index) if self.sidechains else []:
-            out.write(f"\n## Subagent: {name}\n\n".encode())
+            out.write(f"\n## Subagent: {display_path(name)}\n\n".encode())
             side_path, side_index = source, index
             if agent_file is not None:
                 side_path, side_index = agent_file, index_of(agent_file)
@@ -213,7 +234,7 @@ class Exporter:
             for _line, _raw, record in iter_records(side_path, side_index, side_lines):
                 text = render_markdown_record(record) if isinstance(record, dict) else ""
                 if text:
-                    out.write(text.encode() + b"\n")
+                    out.write(display_path(text).encode() + b"\n")
 
     def _write_jsonl(self, out: IO[bytes], source: Path, index: TranscriptIndex, lines: list[int],
                      result: ExportResult) -> None:

@@ -21,6 +21,7 @@ from riffd.commands.common import (
     REPORT_SCHEMA,
     Parser,
     Progress,
+    nonnegative_number,
     print_json,
     transcript_targets,
 )
@@ -53,7 +54,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     )
     fix.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
     fix.add_argument("--dry-run", action="store_true", help="print the planned edits; write nothing")
-    fix.add_argument("--quiet-period", type=float, default=120.0, metavar="SECONDS",
+    fix.add_argument("--quiet-period", type=nonnegative_number, default=120.0, metavar="SECONDS",
                      help="how long a file must be unmodified to count as idle (default: 120)")
     fix.add_argument("--no-synthesize", action="store_true",
                      help="do not add placeholder results for tool calls that never got one")

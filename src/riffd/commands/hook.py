@@ -22,10 +22,10 @@ from riffd.claude.settings import (
     project_settings_path,
     user_settings_path,
 )
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.common import EXIT_ERROR, EXIT_OK, positive_number
 from riffd.commands.configured import config_for_folders
 from riffd.tracker.calls import DEFAULT_WINDOW
-from riffd.tracker.hook import EXIT_USAGE, MODES, run
+from riffd.tracker.hook import MODES, run
 
 
 def register(commands: Any) -> None:
@@ -42,7 +42,7 @@ def register(commands: Any) -> None:
         "earlier result when nothing could have changed it. Any error lets the call run.",
     )
     pre.add_argument("--mode", choices=MODES, default="warn", help="warn (default) or cache")
-    pre.add_argument("--window", type=float, default=DEFAULT_WINDOW, metavar="SECONDS",
+    pre.add_argument("--window", type=positive_number, default=DEFAULT_WINDOW, metavar="SECONDS",
                      help=f"how far back a call counts as recent (default: {DEFAULT_WINDOW:.0f})")
     pre.set_defaults(run=run_command)
     start = events.add_parser(
@@ -71,9 +71,6 @@ def register(commands: Any) -> None:
 
 def run_command(args: Any) -> int:
     """`riffd hook pre-tool-use` reached through the full command line: the same code as the console script."""
-    if not args.window > 0:
-        print("riffd hook: --window must be more than 0 seconds", file=sys.stderr)
-        return EXIT_USAGE
     return run(args.mode, args.window, sys.stdin.buffer, sys.stdout)
 
 

@@ -31,6 +31,7 @@ from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
 from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.scan import FileReport, scan_file
+from riffd.transcript.shape import NOT_A_TRANSCRIPT
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -213,7 +214,8 @@ def _summary(
 
 
 def _print_file_findings(report: FileReport, acked: set[int]) -> None:
-    print(f"{report.path}: {len(report.findings)} finding(s)")
+    label = f" ({NOT_A_TRANSCRIPT}: {report.not_a_transcript})" if report.not_a_transcript else ""
+    print(f"{report.path}: {len(report.findings)} finding(s){label}")
     for finding in report.findings:
         where = "line " + ", ".join(str(line) for line in finding.lines[:6])
         if len(finding.lines) > 6:

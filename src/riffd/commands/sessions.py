@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sqlite3
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, print_json
 from riffd.commands.configured import config_for_folders
 from riffd.daemon.state import STATE_NAME, StateStore
 from riffd.database import DatabaseDamaged
+from riffd.paths import shell_command
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.projects import find_project_folders
 from riffd.transcript.sessions import describe_file, describe_lines, local_time, project_folders, session_files
@@ -64,7 +64,8 @@ def run_sessions(args: argparse.Namespace) -> int:
         print(f"{row['session_id']}  {local_time(row.get('last_ts'))}  {row.get('project') or '-'}  {size}  "
               f"{row['health']}  {'archived' if row['archived'] else 'not archived'}  {row.get('title') or '-'}")
         if args.deleted:
-            print(f"    deleted; `riffd archive restore {row['session_id'][:8]}` brings it back to {row['path']}")
+            print(f"    deleted; `{shell_command('riffd', 'archive', 'restore', row['session_id'][:8])}` brings it "
+                  f"back to {row['path']}")
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
     print(f"riffd: {len(rows)} {what}" + ("" if args.deleted or archived is not None else
                                           "; no archive yet (the daemon makes it)"), file=sys.stderr)
@@ -130,7 +131,7 @@ def _on_disk(files: list[Path], archived: set[str], health: dict[str, int]) -> l
         rows.append({"session_id": info.session_id, "path": str(path), "project": info.project, "title": info.title,
                      "first_ts": info.first_ts, "last_ts": info.last_ts, "bytes": size,
                      "health": "-" if not health else f"{findings} finding(s)" if findings else "ok",
-                     "archived": str(path) in archived, "resume": f"claude --resume {info.session_id}"})
+                     "archived": str(path) in archived, "resume": shell_command("claude", "--resume", info.session_id)})
     return rows
 
 
@@ -144,5 +145,5 @@ def _deleted(archived: list[dict[str, Any]], project: str | None) -> list[dict[s
         rows.append({"session_id": session, "path": item["path"], "project": item["project"], "title": item["title"],
                      "first_ts": item["first_ts"], "last_ts": item["last_ts"], "bytes": item["raw_bytes"],
                      "health": "deleted", "archived": True,
-                     "restore": f"riffd archive restore {shlex.quote(session)}"})
+                     "restore": shell_command("riffd", "archive", "restore", session)})
     return rows

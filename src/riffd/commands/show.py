@@ -34,10 +34,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from riffd import __version__
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.common import EXIT_ERROR, EXIT_OK, print_json
 from riffd.paths import default_roots
 from riffd.tracker.tracker import redundant_calls_in
 from riffd.transcript.conversation import Conversation, conversation_of
@@ -84,7 +82,7 @@ def run_show(args: argparse.Namespace) -> int:
             errors.append(f"{path}: {exc.strerror or exc}")
     if args.format == "json":
         document = {"schema": SHOW_SCHEMA, "riffd": __version__, "sessions": sessions, "errors": errors}
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_json(document)
     else:
         render = render_markdown if args.format == "md" else render_text
         sys.stdout.write("\n".join(render(session) for session in sessions))

@@ -29,10 +29,11 @@ Derive = Callable[[dict[str, str], Path], object]
 
 
 def _meta(doc: str, *, gt: float | None = None, ge: float | None = None, choices: frozenset[Any] | None = None,
-          derive: Derive | None = None) -> dict[str, Any]:
-    """Return a config key's field metadata: its meaning (shown in the example file), its bounds, and for a folder
-    whose default ("" or []) is computed at load time, the function that computes it."""
-    return {"doc": doc, "gt": gt, "ge": ge, "choices": choices, "derive": derive}
+          derive: Derive | None = None, command: bool = False) -> dict[str, Any]:
+    """Return a config key's field metadata: its meaning (shown in the example file), its bounds, for a folder
+    whose default ("" or []) is computed at load time the function that computes it, and whether the string is a
+    command line (split into words as a shell does, so it must split)."""
+    return {"doc": doc, "gt": gt, "ge": ge, "choices": choices, "derive": derive, "command": command}
 
 
 class ConfigError(Exception):
@@ -151,7 +152,8 @@ class NotifyConfig:
 
     command: str = field(default="", metadata=_meta(
         'A command run for "damaged" (new damage in a session), "repaired" and "repair_failed": the event as JSON '
-        'on stdin, a one-line summary as its last argument ("" = none). E.g. "notify-send riffd" on Linux.'))
+        'on stdin, a one-line summary as its last argument ("" = none). E.g. "notify-send riffd" on Linux.',
+        command=True))
 
 
 @dataclass(frozen=True, kw_only=True)

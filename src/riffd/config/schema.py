@@ -96,6 +96,8 @@ def _form(hint: Any, meta: Mapping[str, Any], *, derived: bool = False) -> str:
         if isinstance(item, type) and issubclass(item, Enum):
             return "a list of any of " + ", ".join(f'"{choice}"' for choice in _choices(item, meta))
         return "a list of strings"
+    if meta.get("command"):
+        return "a command line as a string, its words split as a shell does (quotes closed, no trailing \\)"
     return "a string"
 
 
@@ -164,6 +166,13 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
         return _check_list(value, get_args(hint)[0], meta, base)
     if not isinstance(value, str):
         raise InvalidValue(f"wrong type: {describe_value(value)}")
+    if meta.get("command"):
+        import shlex  # only for a command: every command loads the config
+
+        try:
+            shlex.split(value)
+        except ValueError as exc:  # the daemon runs the command by these words: a line that does not split is none
+            raise InvalidValue(f"bad value: {describe_value(value)}: {str(exc).lower()}") from None
     return value
 
 

@@ -13,6 +13,8 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
+from riffd.paths import shell_command
+
 WIDTH, HEIGHT, PAD, LEFT = 560, 180, 36, 64
 COLOURS = ("#d1495b", "#2e86ab", "#edae49", "#00798c", "#6a4c93", "#3d9970", "#8d6a9f", "#ff851b")
 
@@ -160,4 +162,5 @@ def _commands(action: str) -> str:
 def _backup(backup_id: str | None) -> str:
     if not backup_id:
         return "-"
-    return f"<code>{escape(backup_id)}</code><br><code>riffd backups restore {escape(backup_id)}</code>"
+    restore = shell_command("riffd", "backups", "restore", backup_id)
+    return f"<code>{escape(backup_id)}</code><br><code>{escape(restore)}</code>"

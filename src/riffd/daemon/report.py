@@ -9,7 +9,6 @@ schema is versioned (`schema`) and documented in the README.
 from __future__ import annotations
 
 import math
-import shlex
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from riffd.daemon.metrics import render_metrics
 from riffd.daemon.state import StateStore
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
 from riffd.fsio import IO_STATS, replace_file
+from riffd.paths import displayed, shell_word
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
@@ -323,8 +323,8 @@ def attention(path: str, finding: dict[str, Any], waiting: bool, mode: str | Non
     the command that deals with it."""
     cls = str(finding.get("class"))
     lines = finding.get("lines") or []
-    quoted = shlex.quote(path)
-    where = shlex.quote(f"{path}:{lines[0]}") if lines else quoted
+    quoted = shell_word(path)
+    where = shell_word(f"{path}:{lines[0]}") if lines else quoted
     if ack is not None:
         state = "acknowledged"
         action = (f"acknowledged {ack.at}" + (f" ({ack.note})" if ack.note else "")
@@ -387,6 +387,7 @@ def write_report(report: dict[str, Any], folder: Path, keep: int,
     the hourly `history` and the recent `repairs`), each atomically; prune the oldest timestamped reports beyond
     `keep`; return the timestamped file's path."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    report, repairs = displayed(report), displayed(repairs)  # a path that is not UTF-8 shown as display_path does
     stamp = report["generated_at"].replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
     timestamped = folder / f"report-{stamp}.json"

@@ -1,5 +1,8 @@
 """riffd's state store (SQLite under the state dir): watermarks, current findings, repairs, counters.
 
+Paths are stored as `riffd.paths.path_key` writes them (a file name that is not UTF-8 included), and read back as
+the paths they are; so is a repair's detail, which names its file.
+
 A watermark says how far riffd has read a transcript and how to recognise that file again: its
 device and inode, the offset just after the last complete line, the line count, sha256 of the head
 (the first line, up to 4 KiB) and of the 4 KiB just before the offset, size and mtime. The worker
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.database import open_checked, reopen_if_damaged
+from riffd.paths import key_path, path_key
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +128,24 @@ def _connect_read_only(path: Path, create: bool, lock_timeout: float = LOCK_TIME
 
 def _dumps(value: Any) -> str:
     """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every append of the file
-    (imported where used: commands import this module for its names alone)."""
+    (imported where used: commands import this module for its names alone); a path that is not UTF-8 (which orjson
+    refuses) by the standard library, as an escaped surrogate that reads back as the same path."""
     import orjson
 
-    return orjson.dumps(value).decode()
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, separators=(",", ":"))
 
 
 def _loads(text: str) -> Any:
     """The findings of a file's row (see _dumps), or another JSON value the store wrote (a repair's fixes)."""
     import orjson
 
-    return orjson.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # an escaped surrogate (see _dumps)
+        return json.loads(text)
 
 
 class StateStore:
@@ -189,11 +200,11 @@ class StateStore:
             row = self._db.execute(
                 "SELECT path, dev, ino, offset, lines, head_len, head_sha, tail_len, tail_sha, size, mtime_ns, "
                 "session_id, findings, repairable, processed_at FROM files WHERE path = ?",
-                (path,),
+                (path_key(path),),
             ).fetchone()
         if row is None:
             return None
-        return FileState(Watermark(*row[:11]), row[11], row[12], row[13], row[14])
+        return FileState(Watermark(key_path(row[0]), *row[1:11]), row[11], row[12], row[13], row[14])
 
     def save_file(
         self,
@@ -214,7 +225,7 @@ class StateStore:
                     (
                         watermark.dev, watermark.ino, watermark.offset, watermark.lines, watermark.head_len,
                         watermark.head_sha, watermark.tail_len, watermark.tail_sha, watermark.size, watermark.mtime_ns,
-                        session_id, repairable, time.time(), watermark.path,
+                        session_id, repairable, time.time(), path_key(watermark.path),
                     ),
                 )
                 if updated.rowcount != 1:
@@ -226,7 +237,7 @@ class StateStore:
                 "size, mtime_ns, session_id, findings, repairable, processed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    watermark.path, watermark.dev, watermark.ino, watermark.offset, watermark.lines,
+                    path_key(watermark.path), watermark.dev, watermark.ino, watermark.offset, watermark.lines,
                     watermark.head_len, watermark.head_sha, watermark.tail_len, watermark.tail_sha,
                     watermark.size, watermark.mtime_ns, session_id, _dumps(findings), repairable, time.time(),
                 ),
@@ -237,18 +248,19 @@ class StateStore:
     def forget_file(self, path: str) -> None:
         """Drop a file riffd no longer sees (deleted, or no longer under a root)."""
         with self.transaction() as db:
-            db.execute("DELETE FROM files WHERE path = ?", (path,))
+            db.execute("DELETE FROM files WHERE path = ?", (path_key(path),))
 
     def known_files(self) -> dict[str, tuple[int, int, int, int]]:
         """Return path -> (dev, ino, size, mtime_ns) for every file with a watermark."""
         with self._lock:
             rows = self._db.execute("SELECT path, dev, ino, size, mtime_ns FROM files").fetchall()
-        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+        return {key_path(row[0]): (row[1], row[2], row[3], row[4]) for row in rows}
 
     def offsets(self) -> dict[str, int]:
         """Return path -> bytes read so far (the watermark's offset) for every file with a watermark."""
         with self._lock:
-            return dict(self._db.execute("SELECT path, offset FROM files").fetchall())
+            rows = self._db.execute("SELECT path, offset FROM files").fetchall()
+        return {key_path(path): offset for path, offset in rows}
 
     def count_files(self) -> int:
         """Return how many files have a watermark."""
@@ -259,14 +271,15 @@ class StateStore:
         """Return the files whose last processing found something riffd repairs."""
         with self._lock:
             rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
-        return [row[0] for row in rows]
+        return [key_path(row[0]) for row in rows]
 
     def all_findings(self) -> list[tuple[str, dict[str, Any], bool]]:
         """Return (path, finding, whether the file waits for a repair) for every stored finding, by path."""
         with self._lock:
             rows = self._db.execute("SELECT path, findings, repairable FROM files WHERE findings != '[]' "
                                     "ORDER BY path").fetchall()
-        return [(path, item, bool(repairable)) for path, blob, repairable in rows for item in json.loads(blob)]
+        return [(key_path(path), item, bool(repairable)) for path, blob, repairable in rows
+                for item in json.loads(blob)]
 
     def finding_summary(self, informational: frozenset[str] = frozenset()) -> tuple[int, int, Counter[str]]:
         """Return (files watched, files with findings other than `informational` classes, findings by class)."""
@@ -286,7 +299,8 @@ class StateStore:
         with self._lock:
             rows = self._db.execute("SELECT path, findings FROM files WHERE findings LIKE ? ORDER BY path",
                                     (f'%"{name}"%',)).fetchall()
-        found = [(path, item) for path, blob in rows for item in json.loads(blob) if item.get("class") == name]
+        found = [(key_path(path), item) for path, blob in rows for item in json.loads(blob)
+                 if item.get("class") == name]
         return found[:limit]
 
     # --- repairs and counters ---------------------------------------------------------------------
@@ -299,7 +313,7 @@ class StateStore:
             db.execute(
                 "INSERT INTO repairs(time, path, outcome, reason, backup_id, fixes, detail) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), path, outcome, reason, backup_id, json.dumps(dict(fixes)), detail),
+                (time.time(), path_key(path), outcome, reason, backup_id, json.dumps(dict(fixes)), path_key(detail)),
             )
             self._bump(db, {f"repairs.{outcome}": 1})
 
@@ -307,7 +321,7 @@ class StateStore:
         """Return how many of the last repair attempts of `path` failed in a row, and when the last one did."""
         with self._lock:
             rows = self._db.execute("SELECT time, outcome FROM repairs WHERE path = ? ORDER BY id DESC LIMIT ?",
-                                    (path, limit)).fetchall()
+                                    (path_key(path), limit)).fetchall()
         failed = 0
         for _time, outcome in rows:
             if outcome != "failed":
@@ -404,8 +418,8 @@ class StateStore:
         with self._lock:
             rows = self._db.execute("SELECT time, path, outcome, reason, backup_id, fixes, detail FROM repairs "
                                     "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [{"time": row[0], "path": row[1], "outcome": row[2], "reason": row[3], "backup_id": row[4],
-                 "fixes": json.loads(row[5]), "detail": row[6]} for row in rows]
+        return [{"time": row[0], "path": key_path(row[1]), "outcome": row[2], "reason": row[3], "backup_id": row[4],
+                 "fixes": json.loads(row[5]), "detail": None if row[6] is None else key_path(row[6])} for row in rows]
 
     def maintain(self) -> None:
         """Routine upkeep: let SQLite refresh its statistics and fold the WAL back into the database."""

@@ -7,6 +7,8 @@ and returns a `RepairPlan`. Rules (see the README):
 - orphan results and repeated tool_use ids are removed the same way, block by block;
 - a line left with no content is removed and its children re-pointed to its parent;
 - a missing result gets one synthetic `is_error` result line right after the tool_use line;
+- a file riffd does not recognise as a Claude Code transcript (riffd.transcript.shape) gets an empty plan that says
+  why: nothing in it is edited, a torn last line included;
 - a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the backup and the
   archive first (Claude Code cannot resume past it);
 - malformed lines mid-file, dangling parents and cycles are never edited; while any of them (or two
@@ -16,8 +18,6 @@ and returns a `RepairPlan`. Rules (see the README):
 
 from __future__ import annotations
 
-import json
-import re
 import time
 import uuid as uuid_module
 from collections.abc import Callable
@@ -27,13 +27,15 @@ from typing import Any
 import orjson
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.repair.line_edit import edited_line
 from riffd.repair.outcomes import still_as_scanned
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
 from riffd.transcript.detect import distinct_uses, group_blocks, in_latest_turn, latest_turn, unpaired_tools
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.index import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
-from riffd.transcript.reader import BOM, parse_line, read_span
+from riffd.transcript.reader import parse_line, read_span
 from riffd.transcript.scan import ScannedFile
+from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
 # A tool call of the latest turn gets a placeholder result only after this long without writes: its tool may
 # still be running in a Claude Code that does not register live sessions.
@@ -93,6 +95,9 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
             cache[line] = line_bytes(line)
         return cache[line]
 
+    doubt = transcript_doubt(index, fetch)
+    if doubt:
+        return RepairPlan(scanned.identity, (), (), (f"{NOT_A_TRANSCRIPT}: {doubt}; left as it is",))
     work = _Work()
     by_class: dict[tuple[FindingClass, str | None], Finding] = {
         (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
@@ -372,7 +377,7 @@ def _edits(index: TranscriptIndex, work: _Work, fetch: LineBytes, options: Repai
         edits.append(RemoveLine(_span(index, line), "nothing left in the line after removing duplicate blocks"))
     for line in sorted(set(new_content) | set(changes)):
         raw = fetch(line)
-        edits.append(ReplaceLine(_span(index, line), _edited_line(raw, new_content.get(line), changes.get(line, {})),
+        edits.append(ReplaceLine(_span(index, line), edited_line(raw, new_content.get(line), changes.get(line, {})),
                                  _reason(new_content.get(line) is not None, changes.get(line, {}))))
     for anchor, new_line in synthetic_lines.items():
         span = _span(index, anchor)
@@ -404,71 +409,6 @@ def _span(index: TranscriptIndex, line: int) -> LineSpan:
 
 def _terminated(index: TranscriptIndex, line: int) -> bool:
     return not (line == len(index) - 1 and index.metrics.unterminated_last_line)
-
-
-def _edited_line(raw: bytes, content: list[Any] | None, fields: dict[str, Any]) -> bytes:
-    """Return `raw` with its content list and/or top-level fields replaced, changing as few bytes as possible.
-
-    Field-only changes are made in place on the bytes and accepted only if the result reads back as
-    the intended object; anything else is re-serialised. Parsing here is exact (the standard library:
-    orjson would turn integers beyond 64 bits into floats). The BOM, trailing spaces and newline are kept.
-    """
-    terminated = raw.endswith(b"\n")
-    body = raw[:-1] if terminated else raw
-    bom = BOM if body.startswith(BOM) else b""
-    body = body[len(bom) :]
-    stripped = body.rstrip()
-    trailing = body[len(stripped) :]
-    original = _exact(stripped)
-    intended = dict(original)
-    intended.update(fields)
-    if content is not None:
-        intended["message"] = dict(original["message"], content=content)
-    new_body = _substitute_fields(stripped, original, fields) if content is None else None
-    if new_body is None or _exact(new_body) != intended:
-        new_body = _serialise(intended)
-        if _exact(new_body) != intended:
-            raise ValueError("re-serialised line does not read back as intended")
-    return bom + new_body + trailing + (b"\n" if terminated else b"")
-
-
-def _exact(body: bytes) -> dict[str, Any]:
-    value = json.loads(body)
-    if not isinstance(value, dict):
-        raise ValueError("planner asked to edit a line that is not a JSON object")
-    return value
-
-
-def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, Any]) -> bytes | None:
-    for name, value in fields.items():
-        old = original.get(name)
-        if not isinstance(old, str):
-            return None
-        key, old_value = re.escape(name.encode()), re.escape(_json_str(old))
-        pattern = re.compile(rb'(?<!\\)("' + key + rb'"\s*:\s*)"' + old_value + rb'"')
-        matches = list(pattern.finditer(body))
-        if len(matches) != 1:
-            return None
-        new_value = b"null" if value is None else b'"' + _json_str(value) + b'"'
-        found = matches[0]
-        # Keep the key and the spacing around its colon as written: only the value changes.
-        body = body[: found.start()] + found.group(1) + new_value + body[found.end() :]
-    return body
-
-
-def _json_str(text: str) -> bytes:
-    return orjson.dumps(text)[1:-1]
-
-
-def _serialise(obj: dict[str, Any]) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except TypeError:  # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-        try:
-            return text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8: escape non-ASCII instead
-            return json.dumps(obj, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 def _synthetic_line(index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes) -> bytes:

@@ -7,6 +7,7 @@ import errno
 import hashlib
 import logging
 import os
+import stat
 from pathlib import Path
 
 from riffd.fsio import (
@@ -120,13 +121,16 @@ def restore_backup(
     destination = Path(to) if to is not None else original
     is_original = os.path.abspath(destination) == os.path.abspath(original)
     try:
-        fs.stat(destination)
+        status = fs.stat(destination)
     except FileNotFoundError:
         if not os.path.isdir(destination.parent):
             return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
         return _restore_to_new_file(store, backup_id, destination, fs)
     except OSError as exc:
         return failure(destination, exc, "reading its status")
+    if stat.S_ISDIR(status.st_mode):  # never a file to replace, --force or not
+        return Failed(destination, FailReason.DESTINATION_EXISTS,
+                      f"{destination}: a folder is there; give the path of a file, e.g. {destination / original.name}")
     if not is_original and not overwrite:
         return Failed(
             destination,

@@ -22,8 +22,12 @@ tool call.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
+import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -77,8 +81,8 @@ def parse_args(argv: Sequence[str]) -> tuple[str, float]:
                 window = float(value)
             except ValueError:
                 raise UsageError(f"--window must be a number of seconds, not {value!r}") from None
-            if not window > 0:
-                raise UsageError("--window must be more than 0 seconds")
+            if not (window > 0 and math.isfinite(window)):
+                raise UsageError(f"--window must be a finite number of seconds, more than 0, not {value!r}")
     return mode, window
 
 
@@ -150,9 +154,24 @@ def answer_event(data: bytes, mode: str, window: float, now: float | None = None
     }}
 
 
+def open_regular(path: str) -> io.BufferedReader:
+    """Open `path` for reading (binary) if it is a regular file; raise OSError if it is anything else. A FIFO, a
+    device or a folder named as the transcript would block the hook, or never end: opened without blocking, looked
+    at, then closed (FileNotFoundError for a path that does not exist)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file, so not a transcript", path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def iter_lines_backwards(path: str) -> Iterator[bytes]:
-    """Yield the lines of `path`, newest first, reading blocks from its end (a line may be unfinished)."""
-    with open(path, "rb") as handle:
+    """Yield the lines of `path` (a regular file: see open_regular), newest first, reading blocks from its end (a line
+    may be unfinished)."""
+    with open_regular(path) as handle:
         end = handle.seek(0, os.SEEK_END)
         carry = b""
         while end > 0:
@@ -273,13 +292,13 @@ def _file_unchanged(path: str | None, earlier: Earlier) -> bool:
     if not isinstance(text, str) or first != 1 or not isinstance(count, int) or count != total:
         return False
     status = os.stat(path)
-    if status.st_mtime >= earlier.time - MTIME_SLACK_SECONDS:
+    if not stat.S_ISREG(status.st_mode) or status.st_mtime >= earlier.time - MTIME_SLACK_SECONDS:
         return False
     size = len(text.encode())
     if status.st_size == size:
         return True
     if status.st_size == size + 1:  # the read's text may leave out the final newline
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             handle.seek(size)
             return handle.read(1) == b"\n"
     return False

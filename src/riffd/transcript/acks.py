@@ -11,6 +11,7 @@ class with the sha256 of the line's bytes (a malformed line has no uuid). A line
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -57,10 +58,10 @@ def load_acks(state_dir: Path) -> list[Ack]:
     file cannot be read or is not what riffd writes."""
     path = acks_path(state_dir)
     try:
-        data = orjson.loads(path.read_bytes())
+        data = _loads(path.read_bytes())
     except FileNotFoundError:
         return []
-    except (OSError, orjson.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise AckFileError(f"{path}: cannot be read ({exc}); fix or remove it (it only holds acknowledgements, "
                            "made again with `riffd ack FILE:LINE`)") from exc
     items = data.get("acknowledged") if isinstance(data, dict) else None
@@ -80,9 +81,22 @@ def save_acks(state_dir: Path, acks: Iterable[Ack]) -> Path:
     """Write the acknowledgements to `state_dir` atomically (private: they name transcripts); return the file."""
     path = acks_path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = orjson.dumps({"acknowledged": [ack.to_json() for ack in acks]}, option=orjson.OPT_INDENT_2) + b"\n"
+    document = {"acknowledged": [ack.to_json() for ack in acks]}
+    try:
+        data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
+    except TypeError:  # a path that is not UTF-8: the standard library escapes it, and reads it back the same
+        data = json.dumps(document, indent=2).encode() + b"\n"
     replace_file(path, data)
     return path
+
+
+def _loads(data: bytes) -> Any:
+    """The acknowledgements file's JSON (orjson; the standard library for the escaped surrogates of a path that is
+    not UTF-8, which orjson refuses: see save_acks); raise ValueError when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from riffd.paths import shell_command
 from riffd.transcript.findings import LATEST_TURN, Finding, FindingClass, api_error_for
 from riffd.transcript.index import (
     ASSISTANT,
@@ -423,19 +424,21 @@ def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup
     """Given a file's findings, return plain-words advice for the user (empty when nothing helps)."""
     counts = Counter(finding.cls for finding in findings)
     advice: list[str] = []
+    fix = shell_command("riffd", "fix", path)
     duplicates = counts[FindingClass.DUPLICATE_TOOL_RESULT] + counts[FindingClass.DUPLICATE_TOOL_USE]
     if duplicates >= 3:
-        advice.append(f"{duplicates} duplicates: the session was resumed repeatedly; run `riffd fix {path}`")
+        advice.append(f"{duplicates} duplicates: the session was resumed repeatedly; run `{fix}`")
     elif duplicates or counts[FindingClass.MISSING_TOOL_RESULT] or counts[FindingClass.ORPHAN_TOOL_RESULT]:
-        advice.append(f"the session may fail to resume with an API 400; run `riffd fix {path}` once it is closed")
+        advice.append(f"the session may fail to resume with an API 400; run `{fix}` once it is closed")
     if metrics.blocks_invalid >= 5 or counts[FindingClass.MALFORMED_LINE] >= 5:
         advice.append(
             "many invalid blocks or lines: the file may be damaged beyond pairing; check it with "
-            f"`riffd scan --json {path}`, and compare with the backups in {backup_dir} (`riffd backups list`)"
+            f"`{shell_command('riffd', 'scan', '--json', path)}`, and compare with the backups in {backup_dir} "
+            "(`riffd backups list`)"
         )
     if counts[FindingClass.TORN_TAIL]:
         advice.append("the last line is cut off: if no Claude Code process has this session open, the write was "
-                      f"interrupted (crash or kill); `riffd fix {path}` cuts it off once the session is idle, after "
+                      f"interrupted (crash or kill); `{fix}` cuts it off once the session is idle, after "
                       "keeping it in the backup and the archive")
     if counts[FindingClass.DANGLING_PARENT] or counts[FindingClass.PARENT_CYCLE]:
         advice.append("broken parent links make resume show a cut history; riffd reports them and does not edit them")

@@ -20,6 +20,7 @@ from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
+from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,7 @@ class FileReport:
     metrics: dict[str, Any] = field(default_factory=dict)
     suggestions: list[str] = field(default_factory=list)
     error: str | None = None
+    not_a_transcript: str = ""  # why the file is not recognised as a Claude Code transcript (riffd never edits it)
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""
@@ -44,6 +46,8 @@ class FileReport:
         }
         if self.error is not None:
             out["error"] = self.error
+        if self.not_a_transcript:
+            out["not_a_transcript"] = self.not_a_transcript
         return out
 
 
@@ -243,16 +247,18 @@ def scan_file(
         scanned = index_file(path, fs=fs, retry=retry, decoder_process=decoder_process)
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
-    metrics = scanned.index.metrics
+    index = scanned.index
     findings = scanned.findings
     if is_live is not None and has_latest_turn_calls(findings):
-        findings = pending_while_live(findings, is_live(path, scanned.index.session_id))
-    return FileReport(
-        str(path),
-        findings,
-        metrics.to_json(),
-        suggestions(str(path), findings, metrics, backup_dir),
-    )
+        findings = pending_while_live(findings, is_live(path, index.session_id))
+    try:  # findings in a file riffd will not edit are labelled so (a read of a few lines)
+        doubt = transcript_doubt(index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry)) if (
+            findings) else ""
+    except OSError as exc:
+        return FileReport(str(path), error=_describe_error(path, exc))
+    advice = suggestions(str(path), findings, index.metrics, backup_dir) if not doubt else [
+        f"riffd does not edit this file: it is {NOT_A_TRANSCRIPT} ({doubt})"]
+    return FileReport(str(path), findings, index.metrics.to_json(), advice, not_a_transcript=doubt)
 
 
 def _describe_error(path: Path, exc: OSError) -> str:
