@@ -101,8 +101,8 @@ class Tally:
 
     @property
     def losses(self) -> int:
-        return (self.lost + self.dangling + self.torn + self.brought_back + self.bad_backups + self.bad_databases + self.leftovers
-                + self.missing + self.not_identical)
+        return (self.lost + self.dangling + self.torn + self.brought_back + self.bad_backups + self.bad_databases
+                + self.leftovers + self.missing + self.not_identical)
 
     def note(self, text: str) -> None:
         if len(self.notes) < 10:

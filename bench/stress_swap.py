@@ -23,11 +23,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import damage
-from riffd.repair.planner import RepairOptions, plan_file_repair
-from riffd.repair.plan import render
-from riffd.transcript.scan import index_file
 from stress import Tally, environment
+
+import damage
+from riffd.repair.plan import render
+from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.transcript.scan import index_file
 
 PROJECT = "-home-user-project"
 
@@ -196,7 +197,7 @@ def mode_holder(folder: Path, rounds: int, rng: random.Random) -> Tally:
         fix = riffd_fix(root, path, wait=False)
         delay, by_path = rng.uniform(0.0, 2.5), rng.uniform(0.0, 1.0)
 
-        def by_name(pause: float = by_path) -> None:
+        def by_name(pause: float = by_path, path: Path = path, written: list[bytes] = written) -> None:
             time.sleep(pause)
             line = client_line(template.session_id, last_uuid(path.read_bytes()))
             written.append(line)
