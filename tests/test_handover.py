@@ -413,3 +413,72 @@ def test_a_journal_that_cannot_be_written_stops_the_repair_before_the_swap(tmp_p
     assert path.read_bytes() == original
     assert riffd_names(path.parent) == []
     assert BackupStore(tmp_path / "state" / "backups").list()  # the backup was taken before
+
+
+class FlakyFolderFS(FileSystem):
+    """Fails a seeded 30% of the calls on the transcript's folder with EIO (a cloud-synced folder at its worst);
+    riffd's backup folder stays healthy."""
+
+    def __init__(self, folder: Path, seed: int) -> None:
+        self.folder, self.rng = str(folder), random.Random(seed)
+        self.fds: set[int] = set()
+
+    def _fail(self, target: object) -> None:
+        inside = (target in self.fds) if isinstance(target, int) else os.fspath(target).startswith(self.folder)
+        if inside and self.rng.random() < 0.3:
+            raise OSError(errno.EIO, "Input/output error")
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        self._fail(path)
+        fd = super().open(path, flags, mode)
+        if os.fspath(path).startswith(self.folder):
+            self.fds.add(fd)
+        return fd
+
+    def close(self, fd: int) -> None:
+        self.fds.discard(fd)
+        super().close(fd)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self._fail(fd)
+        return super().pread(fd, size, offset)
+
+    def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
+        self._fail(fd)
+        return super().pwrite(fd, data, offset)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        self._fail(fd)
+        return super().write(fd, data)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        self._fail(fd)
+        return super().fstat(fd)
+
+    def stat(self, path: str | os.PathLike[str]) -> os.stat_result:
+        self._fail(path)
+        return super().stat(path)
+
+    def unlink(self, path: str | os.PathLike[str]) -> None:
+        self._fail(path)
+        super().unlink(path)
+
+    def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        self._fail(dst)
+        super().exchange(src, dst)
+
+
+@pytest.mark.parametrize("seed", [*range(8), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(8, 60))])
+def test_a_repair_under_30_percent_eio_leaves_nothing_beside_the_transcript(tmp_path: Path, seed: int) -> None:
+    original = transcript_bytes(200, pad=40)
+    path = make_transcript(tmp_path, original)
+    plan = plan_for(path)
+    outcome = apply_plan(plan, options_for(tmp_path, fs=FlakyFolderFS(path.parent, seed)))
+    if isinstance(outcome, Repaired) and outcome.pending_swap is None:
+        assert riffd_names(path.parent) == [], outcome
+        assert path.read_bytes() == render(original, plan.edits)
+    else:
+        # Anything else is finished or undone by the next run, leaving the transcript whole.
+        recover_and_sweep([path.parent], 0, retry=FAST)
+        assert riffd_names(path.parent) == [], outcome
+        assert path.read_bytes() in (original, render(original, plan.edits)), outcome

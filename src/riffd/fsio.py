@@ -305,6 +305,7 @@ def retrying_call(
         ) from exc
 
 
+REMOVE_ATTEMPTS = 5  # of remove_leftover, each retrying EIO as its policy says
 FOLDER_MODE = 0o700  # riffd's folders hold whole conversations
 
 
@@ -434,13 +435,19 @@ def create_private(path: Path) -> BinaryIO:
 
 
 def remove_leftover(fs: FileSystem, path: Path) -> None:
-    """Remove a temp or partial file riffd made (EIO retried); a file already gone is fine, other errors are logged."""
-    try:
-        retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
+    """Remove a temp or partial file riffd made (EIO retried, patiently: a cloud-synced folder at its worst fails one
+    call in three); a file already gone is fine, other errors are logged."""
+    for attempt in range(REMOVE_ATTEMPTS):
+        try:
+            retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if is_cloud_sync_error(exc.__cause__ or exc) and attempt + 1 < REMOVE_ATTEMPTS:
+                continue
+            log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
+            return
 
 
 def replace_file(path: Path, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:

@@ -66,6 +66,8 @@ from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
 
+LOOK_ATTEMPTS = 5
+
 
 
 
@@ -357,7 +359,17 @@ def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_
     """After a failure once the backup exists, look at what the path holds before saying anything: "untouched"
     only when it is the original still; put back an original the filesystem lost in a failed rename (libfuse
     hides a renamed-over open file and deletes it when riffd lets go of it)."""
-    where = where_is(fs, path, held, temp_fd)
+    for attempt in range(LOOK_ATTEMPTS):  # a flaky folder fails the look too: each try retries EIO already
+        try:
+            where = where_is(fs, path, held, temp_fd)
+            break
+        except OSError as look:
+            if attempt + 1 == LOOK_ATTEMPTS:
+                return Failed(path, FailReason.IO_ERROR,
+                              f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not "
+                              f"look at what its name holds now either ({look.strerror or look}); the verified backup "
+                              f"{record.backup_id} holds the transcript as it was; run riffd again once the folder "
+                              "answers")
     if where == ORIGINAL:
         return failure(path, exc, stage, checked=True)
     if where == HIDDEN:
