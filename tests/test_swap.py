@@ -172,7 +172,7 @@ class FlakyAfterSwapFS(HeldSwapFS):
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
-        if flags & os.O_APPEND and ".riffd-" in os.fspath(path):
+        if flags & os.O_APPEND:  # riffd appends late lines to the repaired file through such a descriptor
             self.copy_appenders.add(fd)
         return fd
 

@@ -30,6 +30,7 @@ from riffd.database import DatabaseDamaged
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
+from riffd.repair.handover import PENDING
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
@@ -109,8 +110,11 @@ def run_fix(args: argparse.Namespace) -> int:
     progress.close()
     for result in results:  # a writer held the old file: it may have let go by now
         journal = result.get("pending_swap")
-        if isinstance(journal, str) and recover(REAL_FS, Path(journal), DEFAULT_RETRY) is not None:
-            result["pending_swap"] = None
+        if isinstance(journal, str):
+            settled = recover(REAL_FS, Path(journal), DEFAULT_RETRY)
+            if settled is not None and settled.state != PENDING:
+                result["pending_swap"] = None
+                result["warnings"] = [*result.get("warnings", []), settled.detail]  # type: ignore[misc]
     if args.json:
         print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run, "recovered": recovered,
                      "files": results, "summary": dict(sorted(counts.items())), "errors": errors})

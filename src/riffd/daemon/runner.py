@@ -462,6 +462,7 @@ class Daemon(Figures):
                 self.watcher.refresh()
             self._catch_up_archive()
             queued = self._reconcile()
+            clean_leftovers(self.config)  # swaps a killed `riffd fix` left, which no event brings here
         if queued:
             log.info("rescan: %d file(s) to look at (changed without an event, or not stored before)", queued)
 

@@ -22,7 +22,7 @@ from riffd.fsio import (
     remove_leftover,
     retrying_call,
 )
-from riffd.repair.handover import split_lines, uuids_of
+from riffd.repair.lines import split_lines, uuids_of
 from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import FileChanged
 from riffd.transcript.reader import iter_fd
@@ -65,6 +65,7 @@ class Copied:
     samples: dict[int, bytes]
     ends_with_newline: bool
     removed: frozenset[str]  # uuids of the lines the new content leaves out
+    inserted: frozenset[str]  # uuids of the lines it adds
 
 
 def write_new_content(
@@ -123,6 +124,7 @@ def write_new_content(
         samples={start: bytes(window) for start, window in samples.items()},
         ends_with_newline=last_byte == b"\n",
         removed=frozenset(uuids_of(split_lines(b"".join(left_out))) - uuids_of(written)),
+        inserted=frozenset(uuids_of(written) - uuids_of(split_lines(b"".join(left_out)))),
     )
 
 

@@ -1,340 +1,309 @@
-"""After the swap: the file that gave up the transcript's name keeps a name of riffd's until every line written to it
-is carried onto the file that took the name, and an interrupted swap is finished or undone from what is on disk.
+"""After the swap, what is on disk decides: the swap is finished (the old file's late lines carried onto the
+transcript until no process writes the old file), undone (the name given back to the old file, with what was
+written to the copy meanwhile), or left pending for a later look. One function, `settle`, does it for the repair
+itself right after its exchange, for the daemon's pending job and for the next run after riffd was killed.
 
 Claude Code opens the transcript by path for each append. A writer that opened it just before the swap writes into
-the old file just after; so does a process that holds it open for longer. Before the swap riffd writes a journal
-beside the transcript (`.<name>.riffd-<pid>-<hex>.swap`, flocked while riffd works on it); after it, the old file
-stays under riffd's name (the temp name the exchange gave it, or a hard link where the filesystem only renames)
-while riffd carries what lands in it, until no process holds it open for writing (Linux: /proc/*/fd; elsewhere, a
-quiet second), and only then loses that name. riffd killed at any instant leaves the journal and both files: the
-next riffd run in that folder (the daemon's start, `riffd fix`, any repair there) finishes the swap (carries the
-lines the new file lacks) or undoes it (the swap never happened, or a line hangs from one the repair removed).
+the old file just after; so does a process that holds it open for longer. So the old file keeps riffd's name (the
+temp name the exchange gave it, or a hard link where the filesystem only renames) while its lines are carried,
+until no other process holds it open for writing (Linux: /proc, by device and inode; elsewhere: one quiet second).
 
-A line that hangs from a line the repair removed proves a client read the old file: the swap is undone (the old
-file takes the name back, with every line written to either file) and the repair reported as skipped, live.
+Three findings undo a swap, each meaning the repair must not stand: the old file was truncated or rewritten in place
+just before the swap (its writer's version wins), a Claude Code process registered the session just as the names
+were swapped (it may have loaded the old file; after a crash, a session live then is waited for instead), or a line
+written to either file since hangs from a line the repair removed (a client loaded the old file: its lines would
+dangle in the repaired one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import logging
 import os
-import time
-from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
-from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, retrying_call, write_all
-from riffd.repair.journal import UNDO, Journal, SwapRecord
+from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, retrying_call
+from riffd.repair.carry import carry_back, carry_forward, holders_of, verify_forward
+from riffd.repair.journal import CHECKED, SWAP, UNDO, Journal, Pair, SwapRecord
+from riffd.repair.lines import LineConflict, read_bytes
+from riffd.transcript.liveness import session_liveness
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
 
-# How long a repair waits for writers that still hold the old file open before it leaves the rest to a later
-# run (the daemon's next pass over pending swaps, the next `riffd fix`).
-HOLD_WAIT = 2.0
-POLL_INTERVAL = 0.01
-# Where no process table can be read (macOS): the old file must stay unchanged this long before its name goes.
+FINISHED, UNDONE, PENDING, ABANDONED, KEPT_OTHER, GONE = (
+    "finished", "undone", "pending", "abandoned", "kept_other", "gone")
+# Where no process table can be read (macOS): the file must stay unchanged this long before its name goes.
 QUIET_WITHOUT_PROC = 1.0
-_PROC = Path("/proc")
 
 
-# -- who still writes a file --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SwapResult:
+    """What `settle` made of a swap: `state` (FINISHED, UNDONE, PENDING, ABANDONED: it had not happened, KEPT_OTHER:
+    another program's version took the name back, GONE: the transcript was deleted or replaced since), why in words,
+    for an undo whether the file had changed (else: live), and the bytes carried onto the transcript."""
 
-
-def writers_holding(name: Path) -> list[int] | None:
-    """Given the name of a file, return the pids of other processes that hold it open for writing, or None where no
-    process table can be read (no /proc). Processes whose descriptors this user cannot read are not seen: another
-    user's process does not write a user's transcripts."""
-    if not _PROC.is_dir():
-        return None
-    wanted = os.fsencode(os.path.join(os.path.realpath(name.parent), name.name))
-    mine = os.getpid()
-    holders: list[int] = []
-    for entry in os.scandir(_PROC):
-        if not entry.name.isdigit() or int(entry.name) == mine:
-            continue
-        fd_folder = f"/proc/{entry.name}/fd"
-        try:
-            descriptors = os.listdir(fd_folder)
-        except OSError:
-            continue
-        for descriptor in descriptors:
-            try:
-                target = os.readlink(os.fsencode(f"{fd_folder}/{descriptor}"))
-            except OSError:
-                continue
-            if target != wanted:
-                continue
-            if _opened_for_writing(entry.name, descriptor):
-                holders.append(int(entry.name))
-                break
-    return holders
-
-
-def _opened_for_writing(pid: str, descriptor: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/fdinfo/{descriptor}", "rb") as info:
-            for line in info:
-                if line.startswith(b"flags:"):
-                    return int(line.split()[1], 8) & os.O_ACCMODE != os.O_RDONLY
-    except (OSError, ValueError):
-        pass
-    return True  # cannot tell: a writer, which only makes riffd wait
-
-
-# -- lines ----------------------------------------------------------------------------------------------------------
-
-
-def split_lines(data: bytes) -> list[bytes]:
-    """Given bytes, return their lines, each with its newline (the last may lack it); only b"\\n" ends a line."""
-    lines: list[bytes] = []
-    start = 0
-    while start < len(data):
-        end = data.find(b"\n", start)
-        end = len(data) if end == -1 else end + 1
-        lines.append(data[start:end])
-        start = end
-    return lines
-
-
-def hangs_from(line: bytes, removed: frozenset[str]) -> str | None:
-    """Given one line and the uuids a repair removed, return the removed uuid it hangs from, or None."""
-    if not removed:
-        return None
-    try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    for key in ("parentUuid", "logicalParentUuid"):
-        parent = record.get(key)
-        if isinstance(parent, str) and parent in removed:
-            return parent
-    return None
-
-
-def uuids_of(lines: Iterable[bytes]) -> set[str]:
-    """Given lines, return the uuids they carry."""
-    found: set[str] = set()
-    for line in lines:
-        try:
-            record = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("uuid"), str):
-            found.add(record["uuid"])
-    return found
-
-
-def read_bytes(fs: FileSystem, fd: int, start: int, end: int, what: str, retry: RetryPolicy) -> bytes:
-    """Return the bytes of the open file `fd` in [start, end) (fewer when it ends sooner), retrying EIO."""
-    return b"".join(iter_fd(fd, what=what, fs=fs, retry=retry, start=start, end=end))
-
-
-def missing_lines(source: bytes, present: bytes) -> list[bytes]:
-    """Given the lines one file gained after the swap (`source`) and the lines the other gained (`present`), return
-    those of `source` the other lacks, in order, counting repeats (a line written twice is carried twice)."""
-    have = Counter(split_lines(present))
-    missing = []
-    for line in split_lines(source):
-        if have[line] > 0:
-            have[line] -= 1
-        else:
-            missing.append(line)
-    return missing
-
-
-# -- the hand-over ---------------------------------------------------------------------------------------------------
-
-
-class LineConflict(Exception):
-    """A line written after the repair began hangs from a line the repair removed: a client read the old file."""
-
-
-@dataclass
-class Handover:
-    """The old file (`old_fd`, at `record.old_name`) and the new one (`new_fd`, at the transcript's name) after the
-    swap; `carried` is how much of the old file the new one holds, `direct` what others wrote straight to the new
-    one since the swap (they are compared against removed uuids too)."""
-
-    fs: FileSystem
-    journal: Journal
-    old_fd: int
-    new_fd: int  # opened with O_APPEND
-    retry: RetryPolicy
+    state: str
+    detail: str
+    changed: bool = False
     carried: int = 0
-    seen_new: int = 0
-    restored: str | None = None
-    carried_lines: Counter[bytes] | None = None
-    carried_bytes: int = 0  # appended to the new file by this hand-over
-
-    def __post_init__(self) -> None:
-        record = self.journal.record
-        self.carried = record.settled_end
-        self.seen_new = record.copy_size
-        self.carried_lines = Counter()
-
-    @property
-    def record(self) -> SwapRecord:
-        """The swap as journaled."""
-        return self.journal.record
-
-    def carry(self, *, final: bool = False) -> int:
-        """Carry the whole lines (with `final`, every byte) the old file gained onto the new one; raise LineConflict
-        when a line written to either file since the swap hangs from a removed line. Return the bytes carried."""
-        record = self.record
-        removed = frozenset(record.removed)
-        path = record.path
-        new_size = retrying_call(lambda: self.fs.fstat(self.new_fd), what=path, policy=self.retry).st_size
-        if new_size > self.seen_new:
-            gained = read_bytes(self.fs, self.new_fd, self.seen_new, new_size, path, self.retry)
-            for line in split_lines(gained):
-                if line.endswith(b"\n") and self._is_direct(line) and hangs_from(line, removed):
-                    raise LineConflict(f"a line written to it after the swap hangs from {hangs_from(line, removed)}, "
-                                       "a line the repair removed")
-            self.seen_new = new_size - (len(gained) - gained.rfind(b"\n") - 1)
-        old_size = retrying_call(lambda: self.fs.fstat(self.old_fd), what=path, policy=self.retry).st_size
-        if old_size <= self.carried:
-            return 0
-        start = self.carried
-        if record.cut_at is not None and self.carried == record.settled_end:
-            # Bytes after an unfinished last line the repair cut off continue that line: it comes back whole.
-            start = record.cut_at
-            self.restored = (f"{path}: a writer continued its unfinished last line during the repair, so that line "
-                             "was put back with what followed it")
-        tail = read_bytes(self.fs, self.old_fd, start, old_size, path, self.retry)
-        whole = tail if final else tail[: tail.rfind(b"\n") + 1]
-        if not whole:
-            return 0
-        for line in split_lines(whole):
-            parent = hangs_from(line, removed)
-            if parent is not None:
-                raise LineConflict(f"a line written to the old file during the repair hangs from {parent}, a line "
-                                   "the repair removed")
-        self._append(whole)
-        assert self.carried_lines is not None
-        self.carried_lines.update(split_lines(whole))
-        self.carried = start + len(whole)
-        self.carried_bytes += len(whole)
-        return len(whole)
-
-    def carried_over(self, source_size: int) -> int:
-        """The bytes of the new file that follow the planned content: lines appended before the swap (the original
-        was `source_size` bytes when scanned) and those carried after it (a restored fragment included)."""
-        return self.record.settled_end - source_size + self.carried_bytes
-
-    def release_old_name(self) -> None:
-        """Remove the old file's name of riffd's: every line written to it is in the new file."""
-        record = self.record
-        unlink_if(self.fs, record.old_name, record.old_id)
-
-    def release_copy_name(self) -> None:
-        """After an undo, remove the name riffd's copy has (the old file holds every line written to it)."""
-        record = self.record
-        unlink_if(self.fs, record.copy_name, record.copy_id)
-
-    def _is_direct(self, line: bytes) -> bool:
-        assert self.carried_lines is not None
-        return self.carried_lines[line] == 0
-
-    def _append(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            written = retrying_call(partial(self.fs.write, self.new_fd, view), what=f"the end of {self.record.path}",
-                                    policy=self.retry)
-            if written <= 0:
-                raise OSError(errno.EIO, "write wrote nothing")
-            view = view[written:]
-
-    def watch(self, deadline: float) -> bool:
-        """Carry what the old file gains until no other process holds it open for writing (then carry the rest, an
-        unfinished last line too); return False when writers still hold it at `deadline` (monotonic)."""
-        old_name = self.record.old_name
-        quiet_since = time.monotonic()
-        while True:
-            if self.carry():
-                quiet_since = time.monotonic()
-            holders = writers_holding(Path(old_name)) if old_name is not None else None
-            if holders == [] or (holders is None and time.monotonic() - quiet_since >= QUIET_WITHOUT_PROC):
-                self.carry(final=True)
-                fsync_file(self.fs, self.new_fd, Path(self.record.path), self.retry)
-                return True
-            if time.monotonic() >= deadline:
-                fsync_file(self.fs, self.new_fd, Path(self.record.path), self.retry)
-                return False
-            time.sleep(POLL_INTERVAL)
-
-    def verify(self) -> None:
-        """Check that every line the old file gained after the swap point is in the new file; raise OSError when
-        one is not (the old file's name then stays, with the journal, for a later run)."""
-        record = self.record
-        old_end = self.fs.fstat(self.old_fd).st_size
-        new_end = self.fs.fstat(self.new_fd).st_size
-        start = record.settled_end if record.cut_at is None or self.carried == record.settled_end else record.cut_at
-        gained = read_bytes(self.fs, self.old_fd, start, old_end, record.path, self.retry)
-        present = read_bytes(self.fs, self.new_fd, record.copy_size, new_end, record.path, self.retry)
-        lacking = missing_lines(gained, present)
-        if lacking:
-            raise OSError(errno.EIO, f"{len(lacking)} line(s) written to the old file are not in the new one")
+    holders: tuple[int, ...] = ()
 
 
-def undo_exchange(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, retry: RetryPolicy) -> None:
-    """Give the transcript's name back to the old file (the journal says so first), then carry onto it what was
-    written straight to the new file since the swap. Raise OSError when the names cannot be swapped back."""
-    record = journal.record
-    journal.update(replace(record, phase=UNDO), retry)
-    path, old_name = Path(record.path), record.old_name
-    assert old_name is not None
-    if old_name == record.copy_name:
-        fs.exchange(old_name, path)
-    else:
-        fs.replace(old_name, path)  # the old file's hard link takes the name back; the copy's name is gone
-    fsync_folder(fs, path.parent)
-    carry_back(fs, record, old_fd, new_fd, retry)
-
-
-def carry_back(fs: FileSystem, record: SwapRecord, old_fd: int, new_fd: int, retry: RetryPolicy) -> int:
-    """After an undo: append to the transcript (the old file again) the lines the new file gained since the swap
-    that the old file lacks; return the bytes."""
-    new_end = fs.fstat(new_fd).st_size
-    old_end = fs.fstat(old_fd).st_size
-    gained_new = read_bytes(fs, new_fd, record.copy_size, new_end, record.path, retry)
-    gained_old = read_bytes(fs, old_fd, record.settled_end, old_end, record.path, retry)
-    lacking = b"".join(missing_lines(gained_new, gained_old))
-    if not lacking:
-        return 0
-    out_fd = fs.open(record.path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
+def identity_of(fs: FileSystem, path: Path) -> Pair | None:
+    """Return (device, inode) of what `path` names (not following a symlink), or None when nothing does."""
     try:
-        status = fs.fstat(out_fd)
-        if (status.st_dev, status.st_ino) != record.old_id:
-            raise OSError(errno.ESTALE, f"{record.path} is not the old file any more")
-        write_all(fs, out_fd, lacking)
-        fsync_file(fs, out_fd, Path(record.path), retry)
-    finally:
-        fs.close(out_fd)
-    return len(lacking)
-
-
-def identity_of(fs: FileSystem, name: str | None) -> tuple[int, int] | None:
-    if name is None:
-        return None
-    try:
-        status = retrying_call(lambda: fs.stat(name), what=f"the status of {name}")
+        status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}")
     except FileNotFoundError:
         return None
     return status.st_dev, status.st_ino
 
 
-def unlink_if(fs: FileSystem, name: str | None, identity: tuple[int, int]) -> None:
-    if name is not None and identity_of(fs, name) == identity:
+def unlink_if(fs: FileSystem, path: Path | None, identity: Pair) -> None:
+    """Remove the name `path` when it names the file `identity` (never another's file)."""
+    if path is not None and identity_of(fs, path) == identity:
         with contextlib.suppress(FileNotFoundError):
-            retrying_call(lambda: fs.unlink(name), what=f"the removal of {name}")
+            retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
 
 
+def open_as(fs: FileSystem, path: Path, flags: int, identity: Pair) -> int:
+    """Open `path` and check it is the file `identity`; raise FileNotFoundError when it is not (any more)."""
+    fd = retrying_call(lambda: fs.open(path, flags | NOFOLLOW), what=str(path))
+    status = fs.fstat(fd)
+    if (status.st_dev, status.st_ino) != identity:
+        fs.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "not the file the journal names any more", str(path))
+    return fd
+
+
+def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+    """Given a locked journal (the caller holds the transcript's lock too), finish, undo or leave its swap as what is
+    on disk says, and return what it did. Raise OSError when the disk fails; the journal then stays for the next
+    look."""
+    record = journal.record
+    transcript = journal.name(record.transcript)
+    at_transcript = identity_of(fs, transcript)
+    old_at = journal.name(record.old_name) if record.old_name else None
+    at_old = identity_of(fs, old_at) if old_at else None
+    if record.phase == SWAP:
+        if at_transcript == record.old_id:
+            # The swap never happened: the copy (and the original's extra link) go.
+            unlink_if(fs, journal.name(record.copy_name), record.copy_id)
+            if old_at is not None and old_at.name != record.copy_name:
+                unlink_if(fs, old_at, record.old_id)
+            journal.remove()
+            return SwapResult(ABANDONED, f"{transcript}: the swap had not happened; the transcript was never changed")
+        if (at_transcript == record.copy_id and record.old_name == record.copy_name
+                and at_old not in (record.old_id, None)):
+            return _keep_other(fs, journal, retry)  # the exchange swapped out another program's new version
+        if at_transcript == record.copy_id:
+            if at_old == record.old_id:
+                verdict = _check_after_swap(fs, journal, retry)
+                if verdict is not None:
+                    return verdict
+            journal.update(retry, phase=CHECKED)
+            record = journal.record
+    if record.phase == CHECKED and at_transcript == record.copy_id:
+        if at_old != record.old_id:
+            journal.remove()  # the old file has no name (an exchange taken for a rename): nothing left to carry
+            return SwapResult(FINISHED, f"{transcript}: repaired; the old file had no name left to carry lines from")
+        return _finish(fs, journal, retry)
+    if record.phase == UNDO:
+        if at_transcript == record.copy_id and at_old == record.old_id:
+            _swap_back(fs, journal, retry)  # the undo's own swap had not happened
+            at_transcript = record.old_id
+        if at_transcript == record.old_id:
+            return _finish_undo(fs, journal, retry)
+    return _orphaned(fs, journal, retry, at_transcript)
+
+
+def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult | None:
+    """The checks a swap must pass to stand, else it is undone: the old file as planned, no session live. Return
+    None when it passes."""
+    record = journal.record
+    transcript = journal.name(record.transcript)
+    assert record.old_name is not None
+    old_fd = open_as(fs, journal.name(record.old_name), os.O_RDONLY, record.old_id)
+    try:
+        changed = _changed(fs, old_fd, record, str(transcript), retry)
+    finally:
+        fs.close(old_fd)
+    if changed is not None:
+        return undo(fs, journal, retry, f"{transcript}: {changed} just before riffd swapped in its repaired copy, so "
+                    "riffd gave the transcript back as its writer left it; scan it again", changed=True)
+    live, why = session_liveness(transcript, [Path(folder) for folder in record.claude_dirs], 0,
+                                 session_id=record.session_id, fs=fs)
+    if not live:
+        return None
+    # Live just after the swap (or, after a crash, before the swap was checked): it may have loaded the old file.
+    # Giving that file its name back loses nothing: what was written to the copy is carried onto it.
+    return undo(fs, journal, retry, f"{transcript}: the session may be in use: {why} (seen just after the swap), so "
+                "riffd undid the repair; the transcript is as its writers left it")
+
+
+def _changed(fs: FileSystem, fd: int, record: SwapRecord, what: str, retry: RetryPolicy) -> str | None:
+    """Return how the old file changed other than by appends since it was planned for, or None."""
+    size = retrying_call(lambda: fs.fstat(fd), what=what, policy=retry).st_size
+    if size < record.settled_end:
+        return f"it was truncated to {size} bytes"
+    planned, settled = hashlib.sha256(), hashlib.sha256()
+    for chunk in iter_fd(fd, what=what, fs=fs, retry=retry, end=record.source_size):
+        planned.update(chunk)
+    settled.update(read_bytes(fs, fd, record.source_size, record.settled_end, what, retry))
+    if planned.hexdigest() != record.source_sha256 or settled.hexdigest() != record.settled_sha256:
+        return "its bytes were rewritten in place"
+    return None
+
+
+def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+    """Carry the old file's late lines onto the transcript until no process writes the old file; then check them
+    and remove its name. Undo on a line that hangs from a removed one."""
+    record = journal.record
+    transcript = journal.name(record.transcript)
+    assert record.old_name is not None
+    old_at = journal.name(record.old_name)
+    old_fd = open_as(fs, old_at, os.O_RDONLY, record.old_id)
+    try:
+        new_fd = open_as(fs, transcript, os.O_RDWR | os.O_APPEND, record.copy_id)
+        try:
+            try:
+                carry_forward(fs, journal, old_fd, new_fd, retry)
+            except LineConflict as exc:
+                return undo(fs, journal, retry, f"{transcript}: the session is in use: {exc}; riffd undid the repair, "
+                            "so the transcript is as its writers left it")
+            holders = holders_of(record.old_id, old_fd, fs)
+            if holders:
+                return SwapResult(PENDING, f"{transcript}: process(es) {', '.join(map(str, holders))} still hold the "
+                                  f"old file open for writing; riffd keeps it as {old_at} and carries what they write",
+                                  holders=tuple(holders))
+            carry_forward(fs, journal, old_fd, new_fd, retry, final=True)
+            fsync_file(fs, new_fd, transcript, retry)
+            verify_forward(fs, journal, old_fd, new_fd, retry)
+        finally:
+            fs.close(new_fd)
+    finally:
+        fs.close(old_fd)
+    unlink_if(fs, old_at, record.old_id)
+    journal.remove()
+    record = journal.record
+    carried = sum(end - start for start, end in record.carried_at)
+    return SwapResult(FINISHED, f"{transcript}: repaired" + (
+        f"; {carried} byte(s) written to the old file were carried over" if carried else ""), carried=carried)
+
+
+def undo(fs: FileSystem, journal: Journal, retry: RetryPolicy, detail: str, *, changed: bool = False) -> SwapResult:
+    """Give the transcript's name back to the old file (the journal says so first), then carry onto it what was
+    written to the copy since the swap. Raise OSError when the names cannot be swapped back."""
+    record = journal.record
+    if record.old_name is None:
+        return SwapResult(PENDING, f"{detail.split(';')[0]}; but this filesystem keeps no name for the old file, so "
+                          "the repair cannot be undone: the old file is in the backup (`riffd backups list`)")
+    journal.update(retry, phase=UNDO, notes=(*record.notes, detail))
+    _swap_back(fs, journal, retry)
+    result = _finish_undo(fs, journal, retry)
+    return SwapResult(UNDONE if result.state == UNDONE else PENDING,
+                      detail if result.state == UNDONE else f"{detail} ({result.detail})", changed=changed,
+                      holders=result.holders)
+
+
+def _swap_back(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> None:
+    """The names of an undo: the old file takes the transcript's name; the copy keeps (or takes) riffd's copy name,
+    so what writers still put into it can be carried."""
+    record = journal.record
+    assert record.old_name is not None
+    transcript, old_at, copy_at = (journal.name(record.transcript), journal.name(record.old_name),
+                                   journal.name(record.copy_name))
+    if record.old_name == record.copy_name:
+        fs.exchange(old_at, transcript)
+    else:
+        if identity_of(fs, copy_at) != record.copy_id:
+            fs.link(transcript, copy_at)  # the copy keeps a name of riffd's before it gives up the transcript's
+        fs.replace(old_at, transcript)
+    fsync_folder(fs, transcript.parent)
+
+
+def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+    record = journal.record
+    transcript, copy_at = journal.name(record.transcript), journal.name(record.copy_name)
+    detail = record.notes[-1] if record.notes else f"{transcript}: the repair was undone"
+    if identity_of(fs, copy_at) == record.copy_id:
+        old_fd = open_as(fs, transcript, os.O_RDWR | os.O_APPEND, record.old_id)
+        try:
+            copy_fd = open_as(fs, copy_at, os.O_RDONLY, record.copy_id)
+            try:
+                carry_back(fs, journal, old_fd, copy_fd, retry)
+                holders = holders_of(record.copy_id, copy_fd, fs)
+                if holders:
+                    return SwapResult(PENDING, f"{transcript}: undone; process(es) {', '.join(map(str, holders))} "
+                                      f"still write riffd's copy {copy_at}: riffd carries what they write",
+                                      holders=tuple(holders))
+                carry_back(fs, journal, old_fd, copy_fd, retry, final=True)
+                fsync_file(fs, old_fd, transcript, retry)
+            finally:
+                fs.close(copy_fd)
+        finally:
+            fs.close(old_fd)
+        unlink_if(fs, copy_at, record.copy_id)
+    journal.remove()
+    return SwapResult(UNDONE, detail)
+
+
+def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+    """The name riffd swapped out held another program's new version (put there in the instant before the swap):
+    it takes the transcript's name back, with anything written to riffd's copy meanwhile."""
+    record = journal.record
+    transcript, copy_at = journal.name(record.transcript), journal.name(record.copy_name)
+    fs.exchange(copy_at, transcript)
+    fsync_folder(fs, transcript.parent)
+    copy_fd = open_as(fs, copy_at, os.O_RDONLY, record.copy_id)
+    try:
+        other_fd = retrying_call(lambda: fs.open(transcript, os.O_WRONLY | os.O_APPEND | NOFOLLOW),
+                                 what=str(transcript))
+        try:
+            size = fs.fstat(copy_fd).st_size
+            appended = read_bytes(fs, copy_fd, record.copy_size, size, str(copy_at), retry)
+            if appended:
+                from riffd.fsio import write_all
+
+                write_all(fs, other_fd, appended)
+                fsync_file(fs, other_fd, transcript, retry)
+        finally:
+            fs.close(other_fd)
+    finally:
+        fs.close(copy_fd)
+    unlink_if(fs, copy_at, record.copy_id)
+    journal.remove()
+    return SwapResult(KEPT_OTHER, f"{transcript}: another program put a new version of it in place while riffd was "
+                      "replacing it; that version is kept" + (f" (with {len(appended)} bytes written to riffd's copy "
+                                                              "meanwhile)" if appended else ""))
+
+
+def _orphaned(fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcript: Pair | None) -> SwapResult:
+    """The transcript was deleted, or replaced by another file, since the swap: riffd's files of it (which may hold
+    lines written to them) go into the backup store, never back under the transcript's name."""
+    from riffd.repair.backup import BackupError, BackupStore
+
+    record = journal.record
+    transcript = journal.name(record.transcript)
+    kept: list[str] = []
+    for name, identity in ((record.old_name, record.old_id), (record.copy_name, record.copy_id)):
+        if name is None or identity_of(fs, journal.name(name)) != identity:
+            continue
+        fd = open_as(fs, journal.name(name), os.O_RDONLY, identity)
+        try:
+            saved = BackupStore(Path(record.backup_dir), fs=fs, retry=retry).create(
+                transcript, fd, fs.fstat(fd).st_size, None, (), reason="riffd's file of an interrupted repair")
+        except BackupError as exc:
+            raise OSError(errno.EIO, f"could not back up {journal.name(name)} ({exc}); it is left there") from exc
+        finally:
+            fs.close(fd)
+        kept.append(saved.backup_id)
+        unlink_if(fs, journal.name(name), identity)
+    journal.remove()
+    what = "deleted" if at_transcript is None else "replaced by another file"
+    return SwapResult(GONE, f"{transcript}: it was {what} after riffd swapped in its repaired copy" + (
+        f"; riffd's files of that repair, with every line written to them, are in backup(s) {', '.join(kept)}"
+        if kept else ""))

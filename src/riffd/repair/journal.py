@@ -1,17 +1,23 @@
-"""The swap journal: what a repair records beside the transcript before it swaps the names, so that a riffd run
-killed at any instant afterwards leaves enough on disk for the next run to finish or undo the swap
-(`riffd.repair.recovery`).
+"""The swap journal: what a repair records beside the transcript before it swaps the names, so that whoever looks at
+the swap next (the repair itself, the daemon's pending job, the next `riffd fix` or daemon start) can finish or undo
+it from what is on disk (`riffd.repair.handover`).
 
-One record per line, appended and flushed before riffd acts on it; the last whole line counts. The process working
-on a swap holds an flock on its journal, so no other riffd run takes it over while it works.
+A journal is written whole under a staging name, locked, and renamed into place. Each later state is a whole record
+appended on a line of its own and flushed before riffd acts on it; the last whole record counts (an append that
+fails is cut off again). Files are named by their names alone: every file of a swap is in the journal's own
+folder, so a journal is read the same whatever path led to it, and it can name nothing elsewhere. A journal that is
+not this user's, or names a file that is not riffd's own, is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -21,27 +27,50 @@ from riffd.transcript.reader import iter_fd
 
 JOURNAL_SUFFIX = ".swap"
 STAGING_SUFFIX = ".new"  # a journal being written (`<name>.swap.new`), never read: removed once its pid is gone
-SWAP, UNDO = "swap", "undo"
+OLD_SUFFIX = ".old"  # the original's own hard link while lines written to it are carried (rename only)
+SWAP, CHECKED, UNDO = "swap", "checked", "undo"
+# riffd's own names beside a transcript: `.<transcript>.riffd-<pid>-<12 hex>.<suffix>`
+_RIFFD_NAME = re.compile(r"^\.(?P<transcript>.+)\.riffd-[0-9]+-[0-9a-f]{12}\.(?:tmp|old)$")
+
+Pair = tuple[int, int]
 
 
 @dataclass(frozen=True)
 class SwapRecord:
-    """What a swap needs to be finished or undone by another process: the names, the two files' identities, how
-    much of the old file the copy holds, and the uuids of the lines the repair removed."""
+    """One state of a swap: the names (in the journal's folder), the two files' identities, what the copy was made
+    from, what the repair removed and inserted, and how far lines were handed over since."""
 
-    path: str  # the transcript
-    copy_name: str  # riffd's copy before the swap (after an exchange: the old file)
-    old_name: str | None  # where the old file is once the copy holds the transcript's name (None: nowhere)
-    old_id: tuple[int, int]
-    copy_id: tuple[int, int]
-    settled_end: int  # the old file's bytes [0, settled_end) are in the copy (as planned)
+    transcript: str
+    copy_name: str  # riffd's copy before the swap; after an exchange it names the old file
+    old_name: str | None  # where the old file is while the copy holds the transcript's name (None: nowhere)
+    old_id: Pair
+    copy_id: Pair
+    source_size: int  # the original's bytes [0, source_size) were planned for, with this sha256
+    source_sha256: str
+    settled_end: int  # [source_size, settled_end): lines appended before the swap, in the copy too (this sha256)
+    settled_sha256: str
     copy_size: int  # the copy's size when it took the name
     cut_at: int | None  # where an unfinished last line began that the repair cut off
-    removed: tuple[str, ...]  # uuids of lines the repair removed
+    removed: tuple[str, ...]  # uuids of the lines the repair removed
+    inserted: tuple[str, ...]  # uuids of the lines the repair added (placeholder results)
+    session_id: str | None
+    claude_dirs: tuple[str, ...]  # where a running Claude Code registers this session
     backup_dir: str
     backup_id: str
     pid: int
-    phase: str = SWAP  # UNDO once riffd gives the name back to the old file
+    phase: str = SWAP  # CHECKED once the swap is known to stand; UNDO once the name goes back to the old file
+    # The hand-over of the old file's late lines onto the new one: from where (-1: not begun), up to where, the
+    # ranges of the new file they landed in, and a carry under way (old start, old end, new size before).
+    carry_from: int = -1
+    carried: int = -1
+    carried_at: tuple[Pair, ...] = ()
+    carrying: tuple[int, int, int] | None = None
+    # After an undo, the same for the copy's direct lines onto the old file: up to where in the copy, the inserted
+    # lines carried before them, and a carry under way (copy start, copy end, old size before).
+    back_carried: int = -1
+    back_inserted: tuple[str, ...] = ()
+    back_carrying: tuple[int, int, int] | None = None
+    notes: tuple[str, ...] = field(default=())
 
     def encode(self) -> bytes:
         """Return the record as one journal line."""
@@ -49,13 +78,33 @@ class SwapRecord:
 
     @classmethod
     def decode(cls, line: bytes) -> SwapRecord:
-        """Given one journal line, return its record; raise ValueError when it is not one."""
+        """Given one journal line, return its record; raise ValueError when it is not one of riffd's."""
         try:
-            fields = orjson.loads(line)
-            return cls(**{**fields, "old_id": tuple(fields["old_id"]), "copy_id": tuple(fields["copy_id"]),
-                          "removed": tuple(fields["removed"])})
-        except (orjson.JSONDecodeError, TypeError, KeyError) as exc:
+            fields: dict[str, Any] = orjson.loads(line)
+            record = cls(**{
+                **fields,
+                "old_id": tuple(fields["old_id"]), "copy_id": tuple(fields["copy_id"]),
+                "removed": tuple(fields["removed"]), "inserted": tuple(fields["inserted"]),
+                "claude_dirs": tuple(fields["claude_dirs"]),
+                "carried_at": tuple(tuple(pair) for pair in fields.get("carried_at", ())),
+                "carrying": tuple(fields["carrying"]) if fields.get("carrying") else None,
+                "back_inserted": tuple(fields.get("back_inserted", ())),
+                "back_carrying": tuple(fields["back_carrying"]) if fields.get("back_carrying") else None,
+                "notes": tuple(fields.get("notes", ())),
+            })
+        except (orjson.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"not a swap record: {exc}") from exc
+        record.check_names()
+        return record
+
+    def check_names(self) -> None:
+        """Raise ValueError unless the copy's and the old file's names are riffd's own, of this transcript."""
+        if "/" in self.transcript or self.transcript in ("", ".", ".."):
+            raise ValueError(f"not a transcript's name: {self.transcript!r}")
+        for name in (self.copy_name, self.old_name):
+            match = None if name is None else _RIFFD_NAME.match(name)
+            if name is not None and (match is None or match.group("transcript") != self.transcript):
+                raise ValueError(f"{name!r} is not a name riffd gives {self.transcript}")
 
 
 def journal_path_for(copy_name: Path) -> Path:
@@ -68,18 +117,31 @@ def copy_name_for(journal: Path) -> Path:
     return journal.with_name(journal.name.removesuffix(JOURNAL_SUFFIX) + ".tmp")
 
 
+def old_name_for(copy_name: Path) -> Path:
+    """Given riffd's copy, return the name the original's hard link takes before a plain rename."""
+    return copy_name.with_name(copy_name.name.removesuffix(".tmp") + OLD_SUFFIX)
+
+
 class Journal:
-    """The swap journal of one repair: records appended, one per line (the last whole one counts), flocked by the
-    process working on it so that no other riffd run finishes a swap still under way."""
+    """The journal of one swap, open and locked by the process working on it."""
 
     def __init__(self, fs: FileSystem, path: Path, fd: int, record: SwapRecord) -> None:
         self.fs, self.path, self.fd, self.record = fs, path, fd, record
 
+    @property
+    def folder(self) -> Path:
+        """The folder of the transcript, of riffd's files beside it, and of this journal."""
+        return self.path.parent
+
+    def name(self, name: str) -> Path:
+        """Given a name from the record, return its path in the journal's folder."""
+        return self.folder / name
+
     @classmethod
     def create(cls, fs: FileSystem, path: Path, record: SwapRecord, retry: RetryPolicy) -> Journal:
-        """Write a new journal holding `record`, locked, and flushed to disk with its folder entry. It is written whole
-        under a name no other run looks at, then renamed into place: a run that finds it finds it locked and
-        complete."""
+        """Write a new journal holding `record`, locked, and flushed to disk with its folder entry: written whole
+        under a name no other run reads, then renamed into place, so a run that finds it finds it locked and
+        whole."""
         staging = path.with_name(path.name + STAGING_SUFFIX)
         fd = fs.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
         journal = cls(fs, staging, fd, record)
@@ -96,18 +158,27 @@ class Journal:
         return journal
 
     def _append(self, record: SwapRecord, retry: RetryPolicy) -> None:
-        size = self.fs.fstat(self.fd).st_size
-        data = record.encode()
+        size = retrying_call(lambda: self.fs.fstat(self.fd), what=str(self.path), policy=retry).st_size
+        data = record.encode() if size == 0 else b"\n" + record.encode()
         written = 0
-        while written < len(data):
-            written += retrying_call(partial(self.fs.pwrite, self.fd, data[written:], size + written),
-                                     what=str(self.path), policy=retry)
-        fsync_file(self.fs, self.fd, self.path, retry)
+        try:
+            while written < len(data):
+                written += retrying_call(partial(self.fs.pwrite, self.fd, data[written:], size + written),
+                                         what=str(self.path), policy=retry)
+            fsync_file(self.fs, self.fd, self.path, retry)
+        except OSError:
+            with contextlib.suppress(OSError):  # a half record must not glue onto the next one
+                os.ftruncate(self.fd, size)
+            raise
 
-    def update(self, record: SwapRecord, retry: RetryPolicy) -> None:
-        """Record a new state (the phase) of the swap, flushed before anything acts on it."""
+    def update(self, retry: RetryPolicy, **changes: Any) -> SwapRecord:
+        """Record a new state of the swap (the fields `changes` names), flushed before anything acts on it."""
+        from dataclasses import replace
+
+        record = replace(self.record, **changes)
         self._append(record, retry)
         self.record = record
+        return record
 
     def close(self) -> None:
         """Let go of the journal (and its lock), leaving it on disk for a later run."""
@@ -118,21 +189,27 @@ class Journal:
     def remove(self) -> None:
         """Remove the journal: the swap is finished or undone."""
         try:
-            retrying_call(lambda: self.fs.unlink(self.path), what=f"the removal of {self.path}")
-        except FileNotFoundError:
-            pass
+            remove_leftover(self.fs, self.path)
         finally:
             self.close()
 
 
-def read_journal(fs: FileSystem, path: Path) -> SwapRecord | None:
-    """Given a journal, return its last whole record, or None when it holds none (torn while it was written)."""
-    fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+def read_journal(fs: FileSystem, path: Path, fd: int | None = None) -> SwapRecord | None:
+    """Given a journal (and a descriptor of it), return its last whole record; None when it holds none, or when it
+    is not this user's (riffd never acts on a journal another user could have written)."""
+    own = fd is None
+    if fd is None:
+        fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
     try:
+        if fs.fstat(fd).st_uid != os.geteuid():
+            return None
         data = b"".join(iter_fd(fd, what=str(path), fs=fs))
     finally:
-        fs.close(fd)
+        if own:
+            fs.close(fd)
     for line in reversed(data.split(b"\n")):
+        if not line.strip():
+            continue
         try:
             return SwapRecord.decode(line)
         except ValueError:

@@ -25,7 +25,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from riffd.fsio import (
     write_all,
 )
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
-from riffd.repair.journal import Journal
+from riffd.repair.journal import Journal, old_name_for
 from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import Failed, FailReason, FileChanged, FileGone
 from riffd.transcript.reader import iter_fd
@@ -62,7 +61,6 @@ LATE_APPEND_MAX_CHECKS = 200
 LATE_APPEND_INTERVAL = 0.005
 LATE_APPEND_MAX_FAILURES = 20  # checks that failed even after their retries
 FUSE_HIDDEN = ".fuse_hidden"
-OLD_SUFFIX = ".old"  # the original's own hard link while lines written to it late are carried (rename only)
 
 # Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an exchange, and why:
 # they get the rename from then on.
@@ -121,14 +119,20 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
             else:
                 return _after_exchange(fs, path, temp_path, held, new_fd, new_size, journal, retry)
     _check_identity(fs, path, held)
-    keep = temp_path.with_name(temp_path.name.removesuffix(".tmp") + OLD_SUFFIX)
-    journal.update(replace(journal.record, old_name=str(keep)), retry)
+    keep = old_name_for(temp_path)
+    journal.update(retry, old_name=keep.name)
     try:
         fs.link(path, keep)
+        linked = fs.stat(keep)
+        if (linked.st_dev, linked.st_ino) != (held.st_dev, held.st_ino):
+            # A filesystem whose inode numbers follow names (some FUSE layers): the link cannot be told from
+            # another file later, so it is no name riffd can rely on.
+            remove_leftover(fs, keep)
+            raise OSError(errno.EXDEV, "a hard link here does not keep the file's inode number")
     except OSError as exc:
-        # No hard links here: the original's bytes stay reachable only through riffd's descriptor.
+        # No usable hard link here: the original's bytes stay reachable only through riffd's descriptor.
         log.debug("%s: no hard link for the original here (%s)", path, exc)
-        journal.update(replace(journal.record, old_name=None), retry)
+        journal.update(retry, old_name=None)
     try:
         _check_identity(fs, path, held)
         fs.replace(temp_path, path)
@@ -146,7 +150,7 @@ def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_r
     except FileNotFoundError:
         # The filesystem took the exchange for a plain rename: the repaired copy is in place, the original's name
         # is gone (its bytes are in the backup and behind riffd's descriptor).
-        journal.update(replace(journal.record, old_name=None), retry)
+        journal.update(retry, old_name=None)
         fall_back_to_rename(fs, held.st_dev, path, "it accepted an exchange and performed a plain rename")
         return RENAME
     if (swapped_out.st_dev, swapped_out.st_ino) == (held.st_dev, held.st_ino):

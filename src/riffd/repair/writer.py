@@ -13,6 +13,7 @@ the rename leaves the original untouched and removes the temp file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import stat
@@ -32,9 +33,9 @@ from riffd.fsio import (
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
 from riffd.repair.copy import Copied, copy_mode_and_owner, create_temp, read_range, write_new_content
-from riffd.repair.finish import Planned, hand_over
-from riffd.repair.handover import Handover, LineConflict, hangs_from, split_lines
+from riffd.repair.finish import hand_over
 from riffd.repair.journal import Journal, SwapRecord, journal_path_for
+from riffd.repair.lines import LineConflict, hangs_from, split_lines
 from riffd.repair.locks import TranscriptLock, remove_stale_temps, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
@@ -205,7 +206,7 @@ def rewrite(
         if not acquired:
             return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
         try:
-            recover_folder(fs, path.parent, options.retry)  # what a killed run left half swapped here
+            recover_folder(fs, path.parent, options.retry, holding=path)  # swaps a killed run left here
             remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
             if unfinished_swap(fs, path):
                 return Skipped(path, SkipReason.BUSY, f"{path}: riffd is still carrying lines a writer put into the "
@@ -236,7 +237,6 @@ def _rewrite_locked(
     fs = options.fs
     stage = "reading its status"
     temp_fd: int | None = None
-    append_fd: int | None = None
     temp_path: Path | None = None
     record: BackupRecord | None = None
     journal: Journal | None = None
@@ -270,10 +270,6 @@ def _rewrite_locked(
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
         temp_path, temp_fd = create_temp(fs, path, options.retry)
-        # Late lines are added after the swap through a descriptor of the copy opened with O_APPEND, so they land
-        # after anything other writers add; the copy itself is written at explicit offsets (retries stay exact).
-        append_fd = retrying_call(lambda: fs.open(temp_path, os.O_RDWR | os.O_APPEND | NOFOLLOW),
-                                  what=str(temp_path), policy=options.retry)
         try_flock(fs, temp_fd)  # a second riffd run that opens the transcript's name after the swap finds it busy
         appender = OffsetWriter(fs, temp_fd, options.retry)
         copied = write_new_content(fs, path, original_fd, appender, segments, source.size, options.retry)
@@ -283,7 +279,6 @@ def _rewrite_locked(
         fsync_file(fs, temp_fd, temp_path, options.retry)
 
         stage = "checking for changes just before replacing it"
-        settle_from = appender.offset
         carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
         fsync_file(fs, temp_fd, temp_path, options.retry)
 
@@ -299,23 +294,44 @@ def _rewrite_locked(
         # An unfinished last line the plan cut off: a writer that continues it after all gets it back whole.
         cut_at = None if copied.ends_with_newline else next(
             (edit.span.offset for edit in edits if isinstance(edit, RemoveLine) and edit.span.end == source.size), None)
+        settled = hashlib.sha256(b"".join(chunk for _, chunk in read_range(
+            fs, original_fd, source.size, carried_end, path=path, retry=options.retry)))
         journal = Journal.create(fs, journal_path_for(temp_path), SwapRecord(
-            path=str(path), copy_name=str(temp_path), old_name=str(temp_path), old_id=(held.st_dev, held.st_ino),
-            copy_id=(copy_status.st_dev, copy_status.st_ino), settled_end=carried_end,
-            copy_size=copy_status.st_size, cut_at=cut_at, removed=tuple(sorted(copied.removed)),
-            backup_dir=str(options.backup_dir), backup_id=record.backup_id, pid=os.getpid()), options.retry)
+            transcript=path.name, copy_name=temp_path.name, old_name=temp_path.name,
+            old_id=(held.st_dev, held.st_ino), copy_id=(copy_status.st_dev, copy_status.st_ino),
+            source_size=source.size, source_sha256=source.sha256, settled_end=carried_end,
+            settled_sha256=settled.hexdigest(), copy_size=copy_status.st_size, cut_at=cut_at,
+            removed=tuple(sorted(copied.removed)), inserted=tuple(sorted(copied.inserted)),
+            session_id=options.session_id, claude_dirs=tuple(map(os.path.abspath, options.claude_dirs(path))),
+            backup_dir=os.path.abspath(options.backup_dir), backup_id=record.backup_id, pid=os.getpid()),
+            options.retry)
 
         stage = "replacing it with the repaired copy"
+        failed_swap: OSError | None = None
         try:
             put_in_place(fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry)
         except SwapBackFailed as exc:
-            keep_temp = True
+            keep_temp = True  # another program's version is at riffd's name: the journal keeps it from any sweep
+            journal.close()
+            journal = None
             return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
+        except (FileGone, FileChanged):
+            raise
         except OSError as exc:
-            if where_is(fs, path, held, temp_fd) != COPY:
-                raise
-            log.warning("%s: the filesystem said the replace failed (%s), but the repaired copy is in place", path, exc)
-        replaced = True
+            try:
+                where = _look(fs, path, held, temp_fd)
+            except OSError as look:  # what happened is unknown: the journal and riffd's names stay for the next run
+                keep_temp = True
+                journal.close()
+                journal = None
+                return Failed(path, FailReason.IO_ERROR, f"{path}: I/O error while {stage}: {exc.strerror or exc}, "
+                              f"and riffd could not look at what its name holds now ({look.strerror or look}); "
+                              f"riffd's journal beside it lets the next run finish or undo the swap; the verified "
+                              f"backup {record.backup_id} holds the transcript as it was")
+            if where != COPY:
+                raise  # the swap did not happen (or the filesystem lost the original): judged below
+            failed_swap = exc  # the copy holds the name: the hand-over takes it from here
+        replaced = True  # from here on the journal, not this function, decides what becomes of riffd's files
         warnings: list[str] = []
         try:
             fsync_folder(fs, path.parent)
@@ -323,10 +339,9 @@ def _rewrite_locked(
             warnings.append(f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands")
 
         stage = "copying lines appended during the replace"
-        handover = Handover(fs, journal, original_fd, append_fd, options.retry)
-        journal = None  # the hand-over decides what becomes of it
-        planned = Planned(source.size, source.sha256, copied.samples, settle_from)
-        return hand_over(fs, handover, planned, store, record, edits, warnings, options)
+        settling, journal = journal, None
+        return hand_over(fs, settling, original_fd, source.size, store, record, edits, warnings, options,
+                         failed_swap)
     except FileGone:
         return gone(path)
     except FileChanged as exc:
@@ -344,8 +359,6 @@ def _rewrite_locked(
     except LineConflict as exc:
         return Skipped(path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed")
     finally:
-        if append_fd is not None:
-            fs.close(append_fd)
         if temp_fd is not None:
             fs.close(temp_fd)
         if temp_path is not None and not replaced and not keep_temp:
@@ -354,22 +367,29 @@ def _rewrite_locked(
             journal.remove()
 
 
+def _look(fs: FileSystem, path: Path, held: os.stat_result, temp_fd: int | None) -> str:
+    """`where_is`, made again while a flaky folder fails it (each try retries EIO already)."""
+    for attempt in range(LOOK_ATTEMPTS):
+        try:
+            return where_is(fs, path, held, temp_fd)
+        except OSError:
+            if attempt + 1 == LOOK_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, temp_fd: int | None,
                      store: BackupStore, record: BackupRecord, exc: OSError, stage: str) -> RepairOutcome:
     """After a failure once the backup exists, look at what the path holds before saying anything: "untouched"
     only when it is the original still; put back an original the filesystem lost in a failed rename (libfuse
     hides a renamed-over open file and deletes it when riffd lets go of it)."""
-    for attempt in range(LOOK_ATTEMPTS):  # a flaky folder fails the look too: each try retries EIO already
-        try:
-            where = where_is(fs, path, held, temp_fd)
-            break
-        except OSError as look:
-            if attempt + 1 == LOOK_ATTEMPTS:
-                return Failed(path, FailReason.IO_ERROR,
-                              f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not "
-                              f"look at what its name holds now either ({look.strerror or look}); the verified backup "
-                              f"{record.backup_id} holds the transcript as it was; run riffd again once the folder "
-                              "answers")
+    try:
+        where = _look(fs, path, held, temp_fd)
+    except OSError as look:
+        return Failed(path, FailReason.IO_ERROR,
+                      f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not look at "
+                      f"what its name holds now either ({look.strerror or look}); the verified backup "
+                      f"{record.backup_id} holds the transcript as it was; run riffd again once the folder answers")
     if where == ORIGINAL:
         return failure(path, exc, stage, checked=True)
     if where == HIDDEN:
