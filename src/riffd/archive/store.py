@@ -300,6 +300,7 @@ class Archive(Reading):
         line = _Line(raw, ts=ts, role=parsed.role)
         segments: list[bytes] = []  # the stored line's parts, when a piece is cut out
         done = shift = 0  # where the part after the last cut starts; the bytes cut out so far, less their marks
+        fresh: dict[int, tuple[int, int]] = {}  # key -> span of a new piece: a second copy stays in its line
         for start, end, key, text in parsed.pieces or ():
             content_id, text_id = self._find(key, raw[start:end])
             if content_id is not None:
@@ -307,7 +308,8 @@ class Archive(Reading):
                 done, shift = end, shift + end - start - len(MARK)
                 line.cut.append(content_id)
                 line.texts.append(text_id)
-            else:
+            elif key not in fresh or raw[slice(*fresh[key])] != raw[start:end]:
+                fresh[key] = (start, end)
                 line.new.append(_New(key, start - shift, end - start, text, parsed.role, text_id))
         if segments:
             segments.append(raw[done:])
