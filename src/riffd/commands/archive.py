@@ -85,7 +85,9 @@ def register(commands: Any) -> None:
         "archive as of one moment, the file line by line). A file whose archive differs from it (a hole, a damaged "
         "pack) is named with the line where they part; --fix archives it again, whole, as a new generation (the "
         "old one is kept). Files rewritten since they were archived, or with lines not archived yet, are counted, "
-        "not faults: the daemon archives them. Exit 0: no file differs (or --fix mended each); 1: some differ; "
+        "not faults: the daemon archives them. Without PATH, every pack is read too, and each damaged one is named "
+        "with the archived files (deleted sessions too) whose lines it holds, and what can be done for each. Exit 0: "
+        "no file differs (or --fix mended each) and no pack is damaged; 1: some differ, or a pack is damaged; "
         "2: an error.")
     verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: every archived transcript that still exists)")
@@ -115,8 +117,15 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
     def guarded(args: argparse.Namespace) -> int:
         import zstandard  # late: riffd's start-up imports no compression library
 
+        from riffd.archive.packs import PackDamaged
+
         try:
             return run(args)
+        except PackDamaged as exc:
+            print(f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "
+                  "verify` names every damaged pack, the sessions whose lines it holds and what can be done for "
+                  "each", file=sys.stderr)
+            return EXIT_ERROR
         except (sqlite3.Error, zstandard.ZstdError) as exc:
             where = getattr(args, "archive_path", None)
             if is_busy_error(exc):
@@ -245,7 +254,7 @@ def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
 def run_verify(args: argparse.Namespace) -> int:
     """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
     from riffd.archive.ingest import archive_key
-    from riffd.archive.verify import FAULTS, check_file
+    from riffd.archive.verify import FAULTS, check_file, damaged_packs
 
     archive = _open(args)
     if archive is None:
@@ -258,6 +267,18 @@ def run_verify(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     faults = 0
     try:
+        if not args.paths:  # the whole archive: its packs too, with the files of deleted sessions they hold
+            for damage, users in damaged_packs(archive):
+                faults += 1
+                counts["damaged pack"] = counts.get("damaged pack", 0) + 1
+                if args.json:
+                    print(orjson.dumps({"pack": damage.packs[0], "outcome": "damaged", "detail": str(damage),
+                                        "files": [user.__dict__ for user in users]}).decode())
+                    continue
+                print(f"pack {damage.packs[0]} of the archive is damaged: {damage}; it holds lines of "
+                      f"{len(users)} archived file generation(s), or pieces of them:")
+                for user in users:
+                    print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
         for number, path in enumerate(files, 1):
             verdict = check_file(archive, path, fix=args.fix)
             if verdict.error is not None:
@@ -283,9 +304,10 @@ def run_verify(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
-    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs",
-                                                          "archived again", "not archived", "gone") if counts.get(name))
-    print(f"riffd: verified {sum(counts.values())} file(s) against {args.archive_path}" + (f": {said}" if said else "")
+    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs", "archived again",
+                                                          "not archived", "gone", "damaged pack") if counts.get(name))
+    checked = sum(count for name, count in counts.items() if name != "damaged pack")
+    print(f"riffd: verified {checked} file(s) against {args.archive_path}" + (f": {said}" if said else "")
           + (" (behind: lines the daemon has not archived yet; rewritten: archived as a new generation at its next "
              "pass)" if counts.get("behind") or counts.get("rewritten") else ""), file=sys.stderr)
     return EXIT_ERROR if errors else EXIT_FINDINGS if faults else EXIT_OK
@@ -411,7 +433,8 @@ def run_recover(args: argparse.Namespace) -> int:
         archive.close()
         if not sources:
             print(f"riffd: nothing to recover: {path} passes SQLite's check and there is no {path.name}{DAMAGED}* "
-                  f"in {config.state_dir}", file=sys.stderr)
+                  f"in {config.state_dir} (a damaged pack inside it, which SQLite's check does not see, is named by "
+                  "`riffd archive verify`)", file=sys.stderr)
             return EXIT_OK
     into = Archive(path)
     partial = False
