@@ -64,6 +64,35 @@ def flip(db_path: Path, pack: int, at: float, count: int = 16) -> None:
     db.close()
 
 
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
+@pytest.mark.parametrize("at", [0.3, 0.5, 0.7])
+def test_a_damaged_pack_is_never_restored_as_other_bytes_nor_in_part(tmp_path: Path, at: float) -> None:
+    """Before, a flip at 0.3 of the pack restored 16 changed lines and exited 0. Now `restore --to` exits 2 naming
+    the pack and leaves nothing in the folder, and `restore --force` over the original leaves it as it was."""
+    path = _project(tmp_path) / REAL.name
+    shutil.copyfile(REAL, path)
+    assert _riffd(tmp_path, "archive", "ingest").returncode == 0
+    flip(tmp_path / "state" / "archive.db", 1, at)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = _riffd(tmp_path, "archive", "restore", REAL.stem, "--to", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "pack 1 of the archive cannot be read" in result.stderr
+    assert f"nothing was written to {out / REAL.name}" in result.stderr
+    assert "`riffd archive verify` names every damaged pack" in result.stderr
+    assert _leftovers(out) == []
+
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    over = _riffd(tmp_path, "archive", "restore", REAL.stem, "--force")
+    assert over.returncode == 2, over.stderr
+    assert path.read_bytes() == REAL.read_bytes()
+    assert _leftovers(path.parent) == [REAL.name]
+
+
 def test_verify_names_the_damaged_pack_with_its_sessions_and_fix_archives_what_still_exists(tmp_path: Path) -> None:
     """Two sessions whose lines are in one pack; one transcript deleted since. `riffd archive verify` names the pack,
     each session and what can be done (exit 1); search still answers; `--fix` archives the one that exists again, in
@@ -102,9 +131,13 @@ def test_verify_names_the_damaged_pack_with_its_sessions_and_fix_archives_what_s
         in fixed.stdout
     out = tmp_path / "out"
     (out / "kept").mkdir(parents=True)
+    (out / "gone").mkdir()
     restored = _riffd(tmp_path, "archive", "restore", REAL.stem, "--to", str(out / "kept"))
     assert restored.returncode == 0, restored.stderr
     assert (out / "kept" / REAL.name).read_bytes() == REAL.read_bytes()
+    refused = _riffd(tmp_path, "archive", "restore", str(gone), "--to", str(out / "gone"))
+    assert refused.returncode == 2 and "pack 1" in refused.stderr
+    assert _leftovers(out / "gone") == []
     again = _riffd(tmp_path, "archive", "verify", "--json", str(kept))
     assert again.returncode == 0 and orjson.loads(again.stdout)["outcome"] == "whole"
 

@@ -34,7 +34,6 @@ from riffd.database import (
     is_damage_error,
     is_full_error,
 )
-from riffd.fsio import create_private
 from riffd.transcript.sessions import local_time
 
 
@@ -54,11 +53,22 @@ def register(commands: Any) -> None:
     ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: the configured roots, which the daemon watches)")
     ingest.set_defaults(run=run_ingest)
-    restore = actions.add_parser("restore", help="rebuild a transcript byte for byte as it was last archived")
+    restore = actions.add_parser(
+        "restore", help="rebuild a transcript byte for byte as it was last archived",
+        description="Write each archived file of a session back, byte for byte as it was last archived, checked "
+        "against the checksums archived with it (a file the archive cannot give whole is not restored). A file that "
+        "is there is replaced only with --force, and then as `riffd backups restore` replaces one: only while its "
+        "session is idle, after a verified backup of it. Exit 0: restored; 1: skipped (live or changed); 2: failed "
+        "or refused.")
     restore.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
-    restore.add_argument("--to", type=Path, default=None,
-                         help="write here (a folder, or a file for a single transcript) instead of the original path")
-    restore.add_argument("--force", action="store_true", help="replace files that exist")
+    restore.add_argument("--to", type=Path, default=None, metavar="PATH",
+                         help="write here (a folder, or a file for a single transcript) instead of the original path; "
+                              "files that share a name keep their paths below the folder they share")
+    restore.add_argument("--force", action="store_true",
+                         help="replace files that exist (only while their session is idle, after a backup of each)")
+    restore.add_argument("--quiet-period", type=float, default=None, metavar="SECONDS",
+                         help="how long a file to replace must be unmodified to count as idle (default: the config's "
+                              "repair.quiet_period, 120)")
     restore.set_defaults(run=run_restore)
     search = actions.add_parser("search", help="find words in every archived conversation")
     search.add_argument("query", metavar="QUERY", help="words that must all occur")
@@ -155,6 +165,7 @@ def _open(args: argparse.Namespace) -> Any:
         return None
     args.archive_path = config.state_dir / ARCHIVE_NAME
     args.roots = config.roots  # what the daemon watches (and archives)
+    args.loaded_config = config
     try:
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
@@ -314,37 +325,16 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    """`riffd archive restore SESSION`: write the archived transcript(s) back; refuse to overwrite unless --force."""
+    """`riffd archive restore SESSION`: write the archived transcript(s) back (riffd.commands.archive_restore)."""
+    from riffd.commands.archive_restore import restore_files
 
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    files = archive.files_of(args.session)
-    if not files:
-        print(f"riffd: error: nothing archived for {args.session!r} (a session id or an archived path)",
-              file=sys.stderr)
-        return EXIT_ERROR
-    failed = 0
-    for file_id, path, _session in files:
-        target = Path(path)
-        if args.to is not None:
-            target = args.to / Path(path).name if (args.to.is_dir() or len(files) > 1) else args.to
-        if target.exists() and not args.force:
-            print(f"riffd: error: {target} exists; use --to for another place, or --force to replace it",
-                  file=sys.stderr)
-            failed += 1
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temp = target.with_name(f".{target.name}.riffd-restore.tmp")
-        with create_private(temp) as out:
-            for line in archive.iter_file(file_id):
-                out.write(line)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-        print(f"restored {path} -> {target}")
-    archive.close()
-    return EXIT_ERROR if failed else EXIT_OK
+    try:
+        return restore_files(archive, args)
+    finally:
+        archive.close()
 
 
 def run_search(args: argparse.Namespace) -> int:
