@@ -259,7 +259,9 @@ def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_pa
 
 
 def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
-    """Transcripts of random text (little to deduplicate), so an archive of them spans several packs."""
+    """Transcripts of random bytes (little to deduplicate), so an archive of them spans several packs. They are in a
+    field of their own, not in the message: as a text, each would be one 1,800-character word of the search index,
+    which would then fill most of the file and leave the packs away from its end."""
     rng = random.Random(3)
     paths = []
     for number in range(count):
@@ -267,8 +269,8 @@ def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
         path = folder / "projects" / "-p" / f"{session}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"".join(json.dumps({
-            "type": "user", "uuid": f"u{number}-{line}", "sessionId": session,
-            "message": {"role": "user", "content": rng.randbytes(900).hex()}}).encode() + b"\n"
+            "type": "user", "uuid": f"u{number}-{line}", "sessionId": session, "data": rng.randbytes(900).hex(),
+            "message": {"role": "user", "content": "random data"}}).encode() + b"\n"
             for line in range(lines)))
         paths.append(path)
     return paths

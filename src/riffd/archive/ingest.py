@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from riffd.archive.packs import PackDamaged
 from riffd.archive.pieces import Parsed, parse
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
@@ -26,6 +28,8 @@ from riffd.transcript.reader import iter_chunks, read_span
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+
+log = logging.getLogger(__name__)
 
 READER_MIN_BYTES = 1_000_000  # a smaller ingest is done in one process: forking a reader would cost more than it saves
 READ_AHEAD = 8_000_000  # bytes of files the reader is given ahead of the one being stored
@@ -60,9 +64,15 @@ def archive_key(path: Path) -> Path:
 
 
 def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
-    """Return (the byte to read `path` from, whether it was rewritten since it was last archived)."""
+    """Return (the byte to read `path` from, whether it is to be archived from its start as a new generation: it was
+    rewritten since it was last archived, or the archive's last line of it is in a damaged pack, so where its
+    generation ends cannot be checked)."""
     _generation, archived = archive.cursor(str(path))
-    rewritten = archived > 0 and not still_appended(archive, path, archived)
+    try:
+        rewritten = archived > 0 and not still_appended(archive, path, archived)
+    except PackDamaged as exc:
+        log.warning("%s: archived from its start as a new generation: %s", path, exc)
+        rewritten = True
     return (0 if rewritten else archived), rewritten
 
 

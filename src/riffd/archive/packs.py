@@ -5,14 +5,17 @@ under 2 ms where lzma takes 20: every search snippet and every dedup check reads
 still grows, is kept in 128 KiB segments at level 3, so a commit rewrites only the last ones. A pack filled while
 lines keep coming is stored whole at level 3 ("loose": level 17 compresses about 12 MB/s, level 3 over 1 GB/s, so
 archiving never waits for it) and compressed again at level 17 once the archive is quiet (`tighten`); the two
-differ by about 12% in size on transcripts. A run header records
-where each of a file's lines is in a pack. `PackStore` holds the packs of one database connection: the open pack in
-memory (as committed, and as the running transaction has it) and a few settled packs, decompressed.
+differ by about 12% in size on transcripts. Every frame carries zstd's checksum of its bytes, so a pack whose stored
+bytes were damaged (which SQLite's own check does not see in a blob) is refused when read, never read as other bytes:
+`PackDamaged` names it. A run header records where each of a file's lines is in a pack, and a checksum of the file's
+bytes through its last line, which a restore checks. `PackStore` holds the packs of one database connection: the
+open pack in memory (as committed, and as the running transaction has it) and a few settled packs, decompressed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import zlib
 from collections import OrderedDict
@@ -29,14 +32,29 @@ PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
 RUN_CACHE = 16  # the last runs of this many files kept decoded (a run holds up to a pack's lines: a few thousand)
 SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
-_SETTLED = zstandard.ZstdCompressor(level=SETTLED_LEVEL)
-_OPEN = zstandard.ZstdCompressor(level=OPEN_LEVEL)
+log = logging.getLogger(__name__)
+
+_SETTLED = zstandard.ZstdCompressor(level=SETTLED_LEVEL, write_checksum=True)
+_OPEN = zstandard.ZstdCompressor(level=OPEN_LEVEL, write_checksum=True)
+
+
+class PackDamaged(Exception):
+    """Lines of the archive cannot be read as they were archived: a pack that does not decompress (or not to the
+    bytes its checksum names), the record of a run of lines that cannot be decoded, or lines that read back other
+    than a run's checksum says. `packs` names the packs concerned (empty when none is known)."""
+
+    def __init__(self, packs: tuple[int, ...], detail: str) -> None:
+        self.packs, self.detail = packs, detail
+        super().__init__(detail)
 
 
 def tightened(data: bytes) -> bytes | None:
     """Given a loose pack's frame, return it compressed at the settled level, checked to decompress to the same
-    bytes; None when it does not (never stored)."""
-    raw = unpack(data)
+    bytes; None when it does not, or the frame cannot be read (a damaged pack: never rewritten)."""
+    try:
+        raw = unpack(data)
+    except zstandard.ZstdError:
+        return None
     tight = compress(raw, settled=True)
     return tight if unpack(tight) == raw else None
 
@@ -62,28 +80,39 @@ class OpenPack:
 
 
 class Run:
-    """The header of a run: each line's offset and length in the pack, cut pieces by line, unterminated last."""
+    """The header of a run: each line's offset and length in the pack, cut pieces by line, unterminated last, and
+    `crc`: the CRC-32 of the lines of the file's generation as written, without their newlines (which restore adds,
+    as the run says), from its first line through this run's last (None: archived by a riffd that did not record
+    it). Raise PackDamaged when the header cannot be decoded."""
 
     def __init__(self, pack: int, first: int, header: bytes | None = None) -> None:
         self.pack, self.first = pack, first
-        data = orjson.loads(zlib.decompress(header)) if header else {}
-        self.lengths: list[int] = data.get("n", [])
-        # "g": each line's gap after the line before it (the first: its offset); mostly 0, so it packs small
-        self.offsets: list[int] = []
-        end = 0
-        for gap, length in zip(data.get("g", []), self.lengths, strict=True):
-            self.offsets.append(end + gap)
-            end += gap + length
-        self.cuts: dict[int, list[int]] = {int(line): ids for line, ids in data.get("c", {}).items()}
+        try:
+            data = orjson.loads(zlib.decompress(header)) if header else {}
+            self.lengths: list[int] = data.get("n", [])
+            # "g": each line's gap after the line before it (the first: its offset); mostly 0, so it packs small
+            self.offsets: list[int] = []
+            end = 0
+            for gap, length in zip(data.get("g", []), self.lengths, strict=True):
+                self.offsets.append(end + gap)
+                end += gap + length
+            self.cuts: dict[int, list[int]] = {int(line): ids for line, ids in data.get("c", {}).items()}
+        except (zlib.error, orjson.JSONDecodeError, ValueError, TypeError, AttributeError) as exc:
+            raise PackDamaged((pack,), f"the record of where lines {first + 1}.. are in pack {pack} cannot be read "
+                              f"({exc})") from exc
         self.unterminated = bool(data.get("u"))
+        self.crc: int | None = data.get("h")
 
     def encode(self) -> bytes:
-        """Return the header as stored: zlib of JSON with gaps, lengths, cut pieces and the unterminated flag."""
+        """Return the header as stored: zlib of JSON with gaps, lengths, cut pieces, the unterminated flag and the
+        checksum."""
         ends = [0] + [offset + length for offset, length in zip(self.offsets, self.lengths, strict=True)]
         gaps = [offset - end for offset, end in zip(self.offsets, ends, strict=False)]
-        return zlib.compress(orjson.dumps({"g": gaps, "n": self.lengths,
-                                           "c": {str(line): ids for line, ids in self.cuts.items()},
-                                           "u": int(self.unterminated)}))
+        header = {"g": gaps, "n": self.lengths, "c": {str(line): ids for line, ids in self.cuts.items()},
+                  "u": int(self.unterminated)}
+        if self.crc is not None:
+            header["h"] = self.crc
+        return zlib.compress(orjson.dumps(header))
 
 
 class PackStore:
@@ -99,6 +128,7 @@ class PackStore:
         # decoding its header at every batch cost a fifth of an ingest of big files. Forgotten with the open pack.
         self.runs: OrderedDict[tuple[int, int], Run] = OrderedDict()
         self.version = -1
+        self.damaged: set[int] = set()  # packs found unreadable through this connection
 
     def start(self) -> None:
         """Take the open pack into the running transaction: lines are about to be appended to it."""
@@ -152,15 +182,20 @@ class PackStore:
         if row is None:
             return self._new_pack()
         pack_id = int(row[0])
-        data = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()[0]
-        if data:  # settled while open: its segments are written afresh at the next commit
-            return OpenPack(pack_id, bytearray(unpack(data)), -1)
-        body = bytearray(self._segments(pack_id))
+        try:
+            data = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()[0]
+            if data:  # settled while open: its segments are written afresh at the next commit
+                return OpenPack(pack_id, bytearray(unpack(data)), -1)
+            body = bytearray(b"".join(unpack(part) for (part,) in self.db.execute(
+                "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,))))
+        except zstandard.ZstdError as exc:
+            # Lines are never added to a damaged pack (they would share its fate): it is left as it is, for
+            # `riffd archive verify` to name, and a new pack is begun
+            log.error("archive: pack %d, the one lines were being added to, cannot be read (%s); lines go to a new "
+                      "pack from now on; `riffd archive verify` names the sessions it holds lines of", pack_id, exc)
+            self.damaged.add(pack_id)
+            return self._new_pack()
         return OpenPack(pack_id, body, len(body))
-
-    def _segments(self, pack_id: int) -> bytes:
-        return b"".join(unpack(data) for (data,) in self.db.execute(
-            "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)))
 
     def _new_pack(self) -> OpenPack:
         pack_id = self.db.execute("INSERT INTO packs(data, raw_size) VALUES (x'', 0)").lastrowid
@@ -243,7 +278,11 @@ class PackStore:
             if not rows:
                 raise sqlite3.DatabaseError(f"pack {pack_id} is not in the archive")
             # (the open pack, still in segments, is kept too: `store_open` drops the copy whenever it grows)
-            data = unpack(rows[0][0]) if rows[0][0] else b"".join(unpack(part) for _frame, part in rows if part)
+            try:
+                data = unpack(rows[0][0]) if rows[0][0] else b"".join(unpack(part) for _frame, part in rows if part)
+            except zstandard.ZstdError as exc:
+                self.damaged.add(pack_id)
+                raise PackDamaged((pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})") from exc
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)
@@ -251,18 +290,24 @@ class PackStore:
             self.cache.move_to_end(pack_id)
         return data
 
-    def spans(self, wanted: list[tuple[int, int, int]]) -> list[bytes]:
-        """Return the bytes of each (pack, offset, length) of `wanted`, for search snippets: each settled pack not
-        held in memory is read from the database once, and decompressed only as far as the last of its pieces, in
-        steps of SPAN_STEP; it is not cached. A whole pack (4 MiB) or its frame read at once costs its page faults
-        in a short-lived process (`riffd archive search`): about a millisecond a snippet, more than decompressing."""
+    def spans(self, wanted: list[tuple[int, int, int]]) -> list[bytes | PackDamaged]:
+        """Return the bytes of each (pack, offset, length) of `wanted`, for search snippets (PackDamaged for those of
+        a pack that cannot be read): each settled pack not held in memory is read from the database once, and
+        decompressed only as far as the last of its pieces, in steps of SPAN_STEP; it is not cached. A whole pack
+        (4 MiB) or its frame read at once costs its page faults in a short-lived process (`riffd archive search`):
+        about a millisecond a snippet, more than decompressing."""
         by_pack: dict[int, list[int]] = {}
         for number, (pack, _offset, _length) in enumerate(wanted):
             by_pack.setdefault(pack, []).append(number)
-        found = [b""] * len(wanted)
+        found: list[bytes | PackDamaged] = [b""] * len(wanted)
         for pack, numbers in by_pack.items():
             ranges = [(wanted[number][1], wanted[number][1] + wanted[number][2]) for number in numbers]
-            for number, data in zip(numbers, self._ranges(pack, ranges), strict=True):
+            parts: list[bytes | PackDamaged]
+            try:
+                parts = list(self._ranges(pack, ranges))
+            except PackDamaged as exc:
+                parts = [exc] * len(numbers)
+            for number, data in zip(numbers, parts, strict=True):
                 found[number] = data
         return found
 
@@ -273,8 +318,9 @@ class PackStore:
             return [bytes(source[start:end]) for start, end in ranges]
         parts: list[list[bytes]] = [[] for _ in ranges]
         position, last = 0, max(end for _start, end in ranges)
-        # (no such row: the error is raised below; no frame, the pack still in segments: read whole below)
-        with contextlib.suppress(sqlite3.OperationalError), \
+        # (no such row: the error is raised below; no frame, the pack still in segments, or a frame that cannot be
+        # read: read whole below, which names a damaged pack)
+        with contextlib.suppress(sqlite3.OperationalError, zstandard.ZstdError), \
                 self.db.blobopen("packs", "data", pack, readonly=True) as blob, \
                 zstandard.ZstdDecompressor().stream_reader(blob, read_size=SPAN_STEP,  # type: ignore[arg-type]
                                                            closefd=False) as reader:
@@ -292,6 +338,17 @@ class PackStore:
             return found
         whole = self.pack(pack)
         return [whole[start:end] for start, end in ranges]
+
+    def readable(self, pack_id: int) -> None:
+        """Read and decompress a pack (its checksum checked), not kept: raise PackDamaged when it cannot be."""
+        rows = self.db.execute("SELECT packs.data, segments.data FROM packs LEFT JOIN segments ON segments.pack = "
+                               "packs.id WHERE packs.id = ? ORDER BY segments.number", (pack_id,)).fetchall()
+        try:
+            for frame in [rows[0][0]] if rows and rows[0][0] else [part for _frame, part in rows if part]:
+                unpack(frame)
+        except zstandard.ZstdError as exc:
+            self.damaged.add(pack_id)
+            raise PackDamaged((pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})") from exc
 
     def read(self, pack: int, offset: int, length: int) -> bytes:
         """Return `length` bytes of a pack from `offset`."""

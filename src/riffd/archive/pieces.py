@@ -2,15 +2,20 @@
 
 A line's pieces are each text, thinking, tool input and tool result block of `message.content` (or the content
 string), a summary, and its `toolUseResult`. Each is found in the line's bytes exactly as written, so cutting it out
-and putting it back gives the same bytes. A piece is keyed by the first 8 bytes of the SHA-256 of its role and its
-normalised text (trimmed, CRLF as LF, runs of spaces and tabs as one space; the exact bytes when it has no text);
-two pieces are the same only when their bytes compare equal, never on the key alone.
+and putting it back gives the same bytes: where the value written as Claude Code writes it (compact, as orjson
+writes it) occurs once in the line, there; otherwise (JSON other tools wrote, with spaces or other escapes, or a value
+whose bytes occur twice in the line, as a tool result's in its `toolUseResult`) at the place the line's own structure
+gives it (`value_spans`). A piece is keyed by the first 8 bytes of the SHA-256 of its role and its normalised text
+(trimmed, CRLF as LF, runs of spaces and tabs as one space; the exact bytes when it has no text); two pieces are the
+same only when their bytes compare equal, never on the key alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,7 +23,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from riffd.transcript.reader import parse_line
+from riffd.transcript.reader import BOM, parse_line
 from riffd.transcript.sessions import prompt_text, shorten
 
 MARK = b"\x00"  # where a piece seen before was cut out of a stored line (never in a JSON line)
@@ -97,48 +102,136 @@ class Piece:
 def pieces_of(raw: bytes, obj: dict[str, Any], role: int) -> list[Piece]:
     """Return the pieces of content of a parsed line, each found exactly once in its bytes, in line order, none
     overlapping another."""
-    found: list[tuple[bytes, Any, str]] = []  # (key bytes, value, searchable text)
+    found: list[tuple[tuple[str | int, ...], bytes, Any, str]] = []  # (where in the line, key, value, text)
     message = obj.get("message")
     if isinstance(message, dict) and "content" in message:
         content = message["content"]
         if isinstance(content, list):
-            for block in content:
+            for number, block in enumerate(content):
                 if not isinstance(block, dict):
                     continue
                 if isinstance(block.get("text"), str):
-                    found.append((b'"text":', block["text"], block["text"]))
+                    found.append((("message", "content", number, "text"), b'"text":', block["text"], block["text"]))
                 elif isinstance(block.get("thinking"), str):
-                    found.append((b'"thinking":', block["thinking"], block["thinking"]))
+                    found.append((("message", "content", number, "thinking"), b'"thinking":', block["thinking"],
+                                  block["thinking"]))
                 elif "input" in block:
-                    found.append((b'"input":', block["input"], text_of(block)))
+                    found.append((("message", "content", number, "input"), b'"input":', block["input"],
+                                  text_of(block)))
                 elif block.get("type") == "tool_result" and "content" in block:
-                    found.append((b'"content":', block["content"], text_of(block["content"])))
+                    found.append((("message", "content", number, "content"), b'"content":', block["content"],
+                                  text_of(block["content"])))
         else:
-            found.append((b'"content":', content, text_of(content)))
+            found.append((("message", "content"), b'"content":', content, text_of(content)))
     if obj.get("type") == "summary" and isinstance(obj.get("summary"), str):
-        found.append((b'"summary":', obj["summary"], obj["summary"]))
+        found.append((("summary",), b'"summary":', obj["summary"], obj["summary"]))
     if "toolUseResult" in obj:  # stored, not indexed: it repeats the tool_result block, which is indexed
-        found.append((b'"toolUseResult":', obj["toolUseResult"], ""))
+        found.append((("toolUseResult",), b'"toolUseResult":', obj["toolUseResult"], ""))
     pieces = []
-    for key, value, text in found:
+    spans: dict[tuple[str | int, ...], tuple[int, int]] | None = None
+    for where, key, value, text in found:
         try:
             exact = orjson.dumps(value)
         except TypeError:
-            continue
+            continue  # (a lone surrogate: it stays in its line as it is, unindexed, as SQLite takes only UTF-8)
         text = normalise(text)
         if not text and len(exact) < MIN_PIECE:
             continue
         needle = key + exact
         at = raw.find(needle)
-        if at < 0 or raw.find(needle, at + 1) >= 0:
-            continue  # not verbatim, or ambiguous: it stays in its line as it is, unindexed
-        pieces.append(Piece(at + len(key), exact, text, role))
+        if at >= 0 and raw.find(needle, at + 1) < 0:  # written as Claude Code writes it, once: the fast way
+            pieces.append(Piece(at + len(key), exact, text, role))
+            continue
+        if spans is None:
+            spans = value_spans(raw)
+        start, end = spans.get(where, (0, 0))
+        exact = raw[start:end]
+        if end and (text or len(exact) >= MIN_PIECE) and _same_value(exact, value):
+            pieces.append(Piece(start, exact, text, role))
     pieces.sort(key=lambda piece: piece.start)
     kept: list[Piece] = []
     for piece in pieces:
         if not kept or kept[-1].start + len(kept[-1].exact) <= piece.start:
             kept.append(piece)
     return kept
+
+
+_BLOCK = {"text": None, "thinking": None, "input": None, "content": None}
+# The values a piece can be: member names to look into (None: only the value's span), a list: each element so
+_PIECE_PLACES: dict[str, Any] = {"message": {"content": [_BLOCK]}, "summary": None, "toolUseResult": None}
+# The standard library's C scanner: (value, end) of the JSON value at a place of a text
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_SPACE = re.compile("[ \t\n\r]+")
+
+
+def _past_space(text: str, at: int) -> int:
+    """The place of the first character from `at` on that is not JSON whitespace."""
+    space = _SPACE.match(text, at)
+    return at if space is None else space.end()
+
+
+def value_spans(raw: bytes) -> dict[tuple[str | int, ...], tuple[int, int]]:
+    """Given a line that holds a JSON object, return the byte span of each value a piece can be, by where it is
+    (("message", "content", 2, "text"), ("toolUseResult",), ...); a member named twice: the last, as a parse takes.
+    Empty when the line is not JSON the standard library's scanner takes."""
+    # Latin-1 gives one character per byte, so places in the text are byte offsets: the scanner needs only the
+    # structure, and the values it builds of non-ASCII strings are never used
+    text = raw.decode("latin-1")
+    found: dict[tuple[str | int, ...], tuple[int, int]] = {}
+    try:
+        _walk(text, _past_space(text, len(BOM) if raw.startswith(BOM) else 0), _PIECE_PLACES, (), found)
+    except (StopIteration, ValueError, IndexError, RecursionError):
+        return {}
+    return found
+
+
+def _walk(text: str, at: int, places: Any, where: tuple[str | int, ...],
+          found: dict[tuple[str | int, ...], tuple[int, int]]) -> int:
+    """Go over the JSON value at `at`, noting in `found` the span of each value `places` names; return its end."""
+    if text[at] == "{" and isinstance(places, dict):
+        at = _past_space(text, at + 1)
+        closing = "}"
+        while text[at] != closing:
+            if text[at] != '"':
+                raise ValueError("a member name expected")
+            name, at = _SCAN(text, at)
+            at = _past_space(text, at)
+            if text[at] != ":":
+                raise ValueError("':' expected")
+            start = _past_space(text, at + 1)
+            if name in places:
+                end = _walk(text, start, places[name], (*where, name), found)
+                found[(*where, name)] = (start, end)
+            else:
+                end = _SCAN(text, start)[1]
+            at = _past_space(text, end)
+            if text[at] == ",":
+                at = _past_space(text, at + 1)
+            elif text[at] != closing:
+                raise ValueError("',' expected")
+        return at + 1
+    if text[at] == "[" and isinstance(places, list):
+        at = _past_space(text, at + 1)
+        number = 0
+        while text[at] != "]":
+            end = _walk(text, at, places[0], (*where, number), found)
+            found[(*where, number)] = (at, end)
+            number += 1
+            at = _past_space(text, end)
+            if text[at] == ",":
+                at = _past_space(text, at + 1)
+            elif text[at] != "]":
+                raise ValueError("',' expected")
+        return at + 1
+    return int(_SCAN(text, at)[1])
+
+
+def _same_value(exact: bytes, value: Any) -> bool:
+    """Whether `exact` is JSON for `value` (a span found by structure, checked against the parse)."""
+    try:
+        return bool(orjson.loads(exact) == value)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def content_key(piece: Piece) -> int:

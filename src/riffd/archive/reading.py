@@ -9,7 +9,8 @@ import hashlib
 import os
 import sqlite3
 import threading
-from collections.abc import Generator, Iterator
+import zlib
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from riffd.archive.packs import PackStore, Run
+from riffd.archive.packs import PackDamaged, PackStore, Run
 from riffd.archive.pieces import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.paths import KEY_MARK, key_path, path_key
@@ -63,15 +64,34 @@ class Reading:
         return None if row is None else Run(row[0], row[1], row[2])
 
     def _line(self, run: Run, number: int) -> bytes:
-        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated)."""
+        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated); raise
+        PackDamaged when a pack it needs cannot be read."""
+        line = self._content(run, number)
+        last = number == len(run.lengths) - 1
+        return line if last and run.unterminated else line + b"\n"
+
+    def _content(self, run: Run, number: int) -> bytes:
+        """Line `number` of a run without its newline (`_line`)."""
         offset, length = run.offsets[number], run.lengths[number]
         line = self._packs.read(run.pack, offset, length)
         for content_id in run.cuts.get(number, ()):
-            pack, at, size = self._db.execute(
-                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            place = self._db.execute("SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            if place is None:
+                raise PackDamaged((run.pack,), f"line {run.first + number + 1} (in pack {run.pack}) names a piece of "
+                                  f"content the archive does not have ({content_id})")
+            pack, at, size = place
             line = line.replace(MARK, self._packs.read(pack, at, size), 1)
-        last = number == len(run.lengths) - 1
-        return line if last and run.unterminated else line + b"\n"
+        return line
+
+    def _packs_of(self, run: Run) -> tuple[int, ...]:
+        """The packs a run's lines are read from: its own, then those of the pieces cut out of them."""
+        ids = sorted({content_id for cut in run.cuts.values() for content_id in cut})
+        found: set[int] = set()
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            found.update(row[0] for row in self._db.execute(
+                f"SELECT DISTINCT pack FROM contents WHERE id IN ({','.join('?' * len(part))})", part))
+        return (run.pack, *sorted(found - {run.pack}))
 
     def files(self) -> list[tuple[int, str]]:
         """Return (id, path) of every archived file, in the order they were first archived."""
@@ -110,17 +130,91 @@ class Reading:
                 for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
 
     def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
-        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte."""
-        with self._lock:
+        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte, read as
+        of one moment and checked as they go: each run's lines against the checksum archived with them (runs archived
+        by a riffd that recorded none are not checked), and the latest generation against the file's record of its
+        bytes and lines. Raise PackDamaged, after the lines read so far, when they cannot be read or differ: a caller
+        that writes them somewhere must keep nothing of a file that raised."""
+        with self._lock, self._read_transaction():
             self._packs.refresh()
-            if generation is None:
-                generation = self._db.execute("SELECT generation FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+            latest, archived, lines = self._db.execute(
+                "SELECT generation, archived_bytes, lines FROM files WHERE id = ?", (file_id,)).fetchone()
+            generation = latest if generation is None else generation
             runs = [Run(pack, first, header) for pack, first, header in self._db.execute(
                 "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
                 (file_id, generation)).fetchall()]
+            crc = size = count = 0
             for run in runs:
+                if run.first != count:
+                    raise PackDamaged((), f"lines {count + 1} to {run.first} are not in the archive (generation "
+                                      f"{generation})")
+                last = len(run.lengths) - 1
                 for number in range(len(run.lengths)):
-                    yield self._line(run, number)
+                    line = self._content(run, number)
+                    crc = zlib.crc32(line, crc)
+                    if number != last or not run.unterminated:
+                        line += b"\n"
+                    size += len(line)
+                    count += 1
+                    yield line
+                if run.crc is not None and run.crc != crc:
+                    packs = self._packs_of(run)
+                    raise PackDamaged(packs, f"lines {run.first + 1} to {count} read back other than they were "
+                                      f"archived (their checksum differs): pack {run.pack} is damaged"
+                                      + (f", or one of packs {', '.join(map(str, packs[1:]))}, which hold pieces of "
+                                         "them" if len(packs) > 1 else ""))
+            if generation == latest and (size, count) != (archived, lines):
+                raise PackDamaged((), f"the archive holds {count} line(s), {size} bytes, of it, not the {lines} "
+                                  f"line(s), {archived} bytes, it records")
+
+    @contextmanager
+    def _read_transaction(self) -> Iterator[None]:
+        """Read as of one moment (the lock held), unless a transaction is open already (`snapshot`)."""
+        if self._db.in_transaction:
+            yield
+            return
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    def damaged_packs(self) -> list[PackDamaged]:
+        """Decompress every pack (each frame's checksum checked, where it has one) and return the error of each that
+        cannot be read, by pack id."""
+        damaged = []
+        with self._lock:
+            ids = [int(row[0]) for row in self._db.execute("SELECT id FROM packs ORDER BY id").fetchall()]
+        for pack_id in ids:
+            with self._lock:
+                try:
+                    self._packs.readable(pack_id)
+                except PackDamaged as exc:
+                    damaged.append(exc)
+        return damaged
+
+    def pack_users(self, packs: Iterable[int]) -> list[tuple[str, str | None, int]]:
+        """Return (path, session id, generation) of each archived generation of a file that has lines in `packs`, or
+        pieces of its lines cut out of them (each run's record decoded: for naming damage, not for a hot path)."""
+        wanted = set(packs)
+        users: set[tuple[str, str | None, int]] = set()
+        with self._lock, self._read_transaction():
+            pieces: set[int] = set()
+            for pack in wanted:
+                pieces.update(row[0] for row in self._db.execute("SELECT id FROM contents WHERE pack = ?", (pack,)))
+            for path, session, generation, pack, first, header in self._db.execute(
+                    "SELECT files.path, files.session_id, runs.generation, runs.pack, runs.first, runs.header "
+                    "FROM runs JOIN files ON files.id = runs.file_id"):
+                if pack in wanted:
+                    users.add((path, session, generation))
+                    continue
+                try:
+                    run = Run(pack, first, header)
+                except PackDamaged:
+                    continue
+                if pieces and any(content_id in pieces for cut in run.cuts.values() for content_id in cut):
+                    users.add((path, session, generation))
+        return sorted(users, key=lambda user: (user[0], user[2]))
 
     def last_line(self, path: str) -> bytes | None:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""

@@ -20,10 +20,11 @@ from pathlib import Path
 
 import zstandard
 
+from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive
 
 # What reading a damaged database or pack may raise besides OSError.
-_READ_ERRORS = (sqlite3.Error, zstandard.ZstdError, ValueError, KeyError, TypeError, IndexError)
+_READ_ERRORS = (sqlite3.Error, zstandard.ZstdError, PackDamaged, ValueError, KeyError, TypeError, IndexError)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from riffd.archive.packs import PackDamaged
 from riffd.archive.pieces import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
 from riffd.paths import key_path
 
@@ -34,12 +35,13 @@ class SearchHit:
     title: str | None = None  # the session's: a title Claude Code gave it, else its first prompt
 
 
-def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]], list[bytes]], query: str, *,
+def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]], list[bytes | PackDamaged]],
+           query: str, *,
            project: str | None = None, session: str | None = None, role: str | None = None, since: int | None = None,
            limit: int = 20) -> list[SearchHit]:
-    """Given the archive's connection and a reader of packs' bytes (each (pack, offset, length)), return up to `limit`
-    places where every word of `query` occurs, newest first, filtered by project path prefix, session id, role and
-    time.
+    """Given the archive's connection and a reader of packs' bytes (each (pack, offset, length); PackDamaged for a
+    pack that cannot be read), return up to `limit` places where every word of `query` occurs, newest first, filtered
+    by project path prefix, session id, role and time (a hit whose text is in a damaged pack says so as its snippet).
 
     Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
     a message are one hit): the texts archived last are taken first, then the hits are sorted by time."""
@@ -77,9 +79,14 @@ def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]],
     results = []
     for (_text, session_id, project_path, path, line, role_id, ts, title), piece in zip(
             chosen, spans(places), strict=True):
-        text = normalise(text_of(orjson.loads(piece)))
-        results.append(SearchHit(session_id, project_path, key_path(path), line + 1, ROLE_NAMES.get(role_id), ts,
-                                 snippet(text, query), title))
+        try:
+            if isinstance(piece, PackDamaged):
+                raise piece
+            shown = snippet(normalise(text_of(orjson.loads(piece))), query)
+        except (PackDamaged, orjson.JSONDecodeError) as exc:  # (a damaged pack archived without checksums)
+            shown = f"(the text cannot be shown: {exc}; `riffd archive verify` names the damaged packs)"
+        results.append(SearchHit(session_id, project_path, key_path(path), line + 1, ROLE_NAMES.get(role_id), ts, shown,
+                                 title))
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results
 

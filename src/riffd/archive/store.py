@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from riffd.archive.packs import PackStore, Run, tightened
+from riffd.archive.packs import PackDamaged, PackStore, Run, tightened
 from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
@@ -62,10 +63,10 @@ class ArchiveGap(Exception):
     that failed on a full disk or a lock, lines read while the archive was off). Nothing is stored: the file's
     lines are archived from its watermark instead (riffd.archive.ingest.ingest_file), never with a hole."""
 
-    def __init__(self, path: str, archived: int, offset: int) -> None:
+    def __init__(self, path: str, archived: int, offset: int, why: str = "") -> None:
         self.path, self.archived, self.offset = path, archived, offset
         super().__init__(f"{path}: the archive holds it up to byte {archived}, and lines from byte {offset} were "
-                         "offered")
+                         f"offered{f'; {why}' if why else ''}")
 
 
 class ArchiveMismatch(ArchiveGap):
@@ -166,6 +167,21 @@ class Archive(Reading):
             self._dirty = self._dirty or added > 0
         return added
 
+    def add_generation(self, path: str, chunks: Iterable[tuple[int, list[bytes], bool]]) -> int:
+        """Archive a whole file as a new generation of `path` from `chunks` (riffd.transcript.reader.iter_chunks of it
+        from its start: offset, lines without newlines, whether the last has one) in one transaction, so the new
+        generation is there whole or not at all: an error on the way (a full disk, the file failing to read) leaves
+        the archive as it was. Other writers wait meanwhile (up to the lock timeout). Return the lines added."""
+        added = 0
+        with self._lock:
+            with self._writing():
+                self._packs.start()
+                for offset, lines, terminated in chunks:
+                    added += self._add(path, offset, lines, offset == 0, terminated)
+                self._packs.store_open(settled=False)
+            self._dirty = self._dirty or added > 0
+        return added
+
     def generations(self, file_id: int) -> list[int]:
         """Return the generations archived of a file, oldest first."""
         with self._lock:
@@ -192,12 +208,15 @@ class Archive(Reading):
         if older:
             generation, archived, count = first - 1, 0, 0
         run = None if older else self._packs.runs.get((file_id, generation)) or self._last_run(file_id, generation)
+        # The generation's checksum so far (riffd.archive.packs.Run.crc), carried on by each line added
+        crc = 0 if run is None else run.crc
+        skip = 0  # the bytes of the next line that the checksum holds already (a torn line's fragment)
         # A torn last line (archived without its newline) that the file has completed since: the completed line
         # takes its place, so the archive keeps one line per line of the file, never a fragment plus the rest, and
         # a caller feeding the completed line from its start (below the watermark) does not lose the rest.
         fragment = b""
         if run is not None and run.unterminated and run.lengths:
-            fragment = self._line(run, len(run.lengths) - 1)
+            fragment = self._last_of(path, run, archived)
         torn_at = archived - len(fragment)
         if fragment and lines and offset == archived:  # the bytes after the fragment finish its line
             lines = [fragment + lines[0], *lines[1:]]
@@ -220,7 +239,7 @@ class Archive(Reading):
                     fragment and position == torn_at and raw.startswith(fragment)):
                 raise ArchiveMismatch(path, archived, position)  # (a torn line is only ever replaced by its end)
             if (not older and not fragment and position < archived == end and run is not None and run.lengths
-                    and raw + b"\n" * terminated != self._line(run, len(run.lengths) - 1)):
+                    and raw + b"\n" * terminated != self._last_of(path, run, archived)):
                 raise ArchiveMismatch(path, archived, position)
             if fragment and position == torn_at and end > archived:
                 assert run is not None
@@ -230,7 +249,7 @@ class Archive(Reading):
                 run.unterminated = False
                 count, archived = count - 1, torn_at
                 added, added_bytes = added - 1, added_bytes - len(fragment)  # replaced, not added
-                fragment = b""
+                skip, fragment = len(fragment), b""  # (the line starts with it, and the checksum holds it)
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
                 line = self._prepare(raw, info, None if prepared is None else prepared[number])
                 pack_id, at = self._packs.append(line.stored)
@@ -238,6 +257,9 @@ class Archive(Reading):
                     if run is not None:
                         self._save_run(file_id, generation, run)
                     run = Run(pack_id, count)
+                if crc is not None:
+                    crc = zlib.crc32(raw[skip:] if skip else raw, crc)
+                skip, run.crc = 0, crc
                 run.offsets.append(at)
                 run.lengths.append(len(line.stored))
                 if line.cut:
@@ -272,6 +294,15 @@ class Archive(Reading):
         )
         return added
 
+    def _last_of(self, path: str, run: Run, archived: int) -> bytes:
+        """The last line of a file's last run, which lines offered at its end are checked against; ArchiveMismatch
+        when it cannot be read (a damaged pack): the file is then archived from its start as a new generation
+        (riffd.archive.ingest.where_to_start), never appended to a generation whose end cannot be checked."""
+        try:
+            return self._line(run, len(run.lengths) - 1)
+        except PackDamaged as exc:
+            raise ArchiveMismatch(path, archived, archived, f"its last archived line cannot be read ({exc})") from exc
+
     def _save_run(self, file_id: int, generation: int, run: Run) -> None:
         if run.lengths:
             self._db.execute("INSERT OR REPLACE INTO runs(file_id, generation, first, pack, header) "
@@ -302,6 +333,7 @@ class Archive(Reading):
         line = _Line(raw, ts=ts, role=parsed.role)
         segments: list[bytes] = []  # the stored line's parts, when a piece is cut out
         done = shift = 0  # where the part after the last cut starts; the bytes cut out so far, less their marks
+        fresh: dict[int, tuple[int, int]] = {}  # key -> span of a new piece: a second copy stays in its line
         for start, end, key, text in parsed.pieces or ():
             content_id, text_id = self._find(key, raw[start:end])
             if content_id is not None:
@@ -309,7 +341,8 @@ class Archive(Reading):
                 done, shift = end, shift + end - start - len(MARK)
                 line.cut.append(content_id)
                 line.texts.append(text_id)
-            else:
+            elif key not in fresh or raw[slice(*fresh[key])] != raw[start:end]:
+                fresh[key] = (start, end)
                 line.new.append(_New(key, start - shift, end - start, text, parsed.role, text_id))
         if segments:
             segments.append(raw[done:])
@@ -322,8 +355,12 @@ class Archive(Reading):
         text_id = None
         for content_id, pack, offset, length, text in self._db.execute(
                 "SELECT id, pack, offset, length, text FROM contents WHERE key = ?", (key,)).fetchall():
-            if length == len(exact) and self._packs.read(pack, offset, length) == exact:
-                return int(content_id), text
+            if length == len(exact) and pack not in self._packs.damaged:
+                try:
+                    if self._packs.read(pack, offset, length) == exact:
+                        return int(content_id), text
+                except PackDamaged:  # never cut out again: the new line keeps the piece, and archiving goes on
+                    pass
             text_id = text_id or text
         return None, text_id
 

@@ -10,14 +10,19 @@ The archive's latest generation of a file must be, byte for byte, the file's fir
   write that failed while the daemon's state moved on, before riffd refused such holes; a damaged pack), and
   `archive_again` mends it: the file is archived whole as a new generation, and the old one is kept.
 A file never archived, or gone (the archive is then all there is of it), is named as that.
+
+`damaged_packs` decompresses every pack (zstd checks each frame's checksum) and names each that cannot be read with
+the archived files whose lines it holds or needs, and what can be done for each.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from riffd.archive.ingest import archive_key, ingest_file, still_appended
+from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.transcript.reader import iter_chunks
 
@@ -35,11 +40,45 @@ class Verdict:
     error: str | None = None  # why it could not be verified or archived again (then `outcome` is empty)
 
 
+@dataclass(frozen=True)
+class PackUser:
+    """An archived generation of a file that has lines in a damaged pack, or pieces of lines cut out of it."""
+
+    path: str
+    session_id: str | None
+    generation: int
+    latest: bool  # the file's latest generation (what `riffd archive restore` writes)
+    exists: bool  # the transcript is still there
+
+    def advice(self, fixing: bool = False) -> str:
+        """What the user can do about it (`fixing`: `riffd archive verify --fix` is at it), in words."""
+        which = f"generation {self.generation}" + (" (its latest)" if self.latest else " (an earlier one)")
+        if not self.latest:
+            return f"{which}: the latest generation does not need this pack; the earlier one cannot be restored whole"
+        if self.exists:
+            return f"{which}: the transcript still exists: " + (
+                "it is archived again as a new generation below" if fixing else
+                f"`riffd archive verify --fix {self.path}` archives it again as a new generation")
+        return (f"{which}: the transcript is gone, so these lines are lost from the archive; `riffd archive restore` "
+                f"refuses it rather than write part of it; `riffd backups list {self.session_id or self.path}` shows "
+                "riffd's own backups of it")
+
+
+def damaged_packs(archive: Archive) -> list[tuple[PackDamaged, list[PackUser]]]:
+    """Return each pack of the archive that cannot be read, with the file generations that need it."""
+    found: list[tuple[PackDamaged, list[PackUser]]] = []
+    damaged = archive.damaged_packs()
+    latest = {path: archive.cursor(path)[0] for _file_id, path in archive.files()} if damaged else {}
+    for damage in damaged:
+        users = [PackUser(path, session, generation, latest.get(path) == generation, os.path.exists(path))
+                 for path, session, generation in archive.pack_users(damage.packs)]
+        found.append((damage, users))
+    return found
+
+
 def check_file(archive: Archive, path: Path, *, fix: bool) -> Verdict:
     """`verify_file`, and with `fix` a file that differs archived again (`archive_again`); what stopped either is
     the verdict's `error`, one line."""
-    import zstandard
-
     try:
         verdict = verify_file(archive, path)
         if verdict.outcome in FAULTS and fix:
@@ -49,24 +88,19 @@ def check_file(archive: Archive, path: Path, *, fix: bool) -> Verdict:
         return Verdict(path, "", error=f"{path}: {exc.strerror or exc}")
     except ArchiveGap as exc:  # (the daemon archived the same file meanwhile, at every try)
         return Verdict(path, "", error=f"{path}: changed while it was archived again ({exc}); run the command again")
-    except zstandard.ZstdError as exc:  # the open pack itself cannot be read: nothing can be added to it
-        return Verdict(path, "", error=f"{path}: could not be archived again: the archive's last pack cannot be read "
-                       f"({exc}); riffd has no repair for a pack that SQLite's own check passes; keep the transcript")
 
 
 def verify_file(archive: Archive, path: Path) -> Verdict:
     """Compare the archive's latest generation of `path` with the file, reading the archive as of one moment (lines
     a running daemon archives meanwhile are not seen) and the file from its start, line by line (the archive's line
     records of the file are held: a few hundred bytes a line). A pack that cannot be read is a fault of the file
-    whose lines are in it."""
-    import zstandard  # (riffd's start-up imports no compression library)
-
+    whose lines are in it (or needed by them), and so is one whose lines read back other than they were archived."""
     path = archive_key(path)
     try:
         with archive.snapshot():
             return _compare(archive, path, *archive.cursor(str(path)))
-    except zstandard.ZstdError as exc:
-        return Verdict(path, "differs", f"a pack holding its lines cannot be read ({exc})")
+    except PackDamaged as exc:
+        return Verdict(path, "differs", f"the archive cannot give its lines as archived: {exc}")
 
 
 def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Verdict:
@@ -94,13 +128,10 @@ def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Ve
 
 
 def archive_again(archive: Archive, path: Path) -> int:
-    """Archive all of `path` as a new generation (the archive's older ones stay); return the lines added. Its first
-    chunk starts the generation; the rest is taken from the archive's watermark as any ingest does, so a daemon
-    archiving the same file meanwhile adds every line once (ArchiveGap when the file keeps changing under it)."""
+    """Archive all of `path` as a new generation (the archive's older ones stay); return the lines added. The file as
+    read now is archived in one transaction (never a part of it: an error leaves the archive as it was); what was
+    appended since is then taken from the archive's watermark as any ingest does, so a daemon archiving the same file
+    meanwhile adds every line once (ArchiveGap when the file keeps changing under it)."""
     path = archive_key(path)
-    first = next(iter_chunks(path, start=0), None)
-    if first is None:
-        return 0
-    _offset, lines, terminated = first
-    added = archive.add_lines(str(path), 0, lines, rewritten=True, last_terminated=terminated)
+    added = archive.add_generation(str(path), iter_chunks(path, start=0))
     return added + ingest_file(archive, path)

@@ -32,7 +32,6 @@ from riffd.database import (
     is_damage_error,
     is_full_error,
 )
-from riffd.fsio import create_private
 from riffd.paths import display_json, shell_command
 from riffd.transcript.sessions import local_time
 
@@ -53,11 +52,22 @@ def register(commands: Any) -> None:
     ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: the configured roots, which the daemon watches)")
     ingest.set_defaults(run=run_ingest)
-    restore = actions.add_parser("restore", help="rebuild a transcript byte for byte as it was last archived")
+    restore = actions.add_parser(
+        "restore", help="rebuild a transcript byte for byte as it was last archived",
+        description="Write each archived file of a session back, byte for byte as it was last archived, checked "
+        "against the checksums archived with it (a file the archive cannot give whole is not restored). A file that "
+        "is there is replaced only with --force, and then as `riffd backups restore` replaces one: only while its "
+        "session is idle, after a verified backup of it. Exit 0: restored; 1: skipped (live or changed); 2: failed "
+        "or refused.")
     restore.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
-    restore.add_argument("--to", type=Path, default=None,
-                         help="write here (a folder, or a file for a single transcript) instead of the original path")
-    restore.add_argument("--force", action="store_true", help="replace files that exist")
+    restore.add_argument("--to", type=Path, default=None, metavar="PATH",
+                         help="write here (a folder, or a file for a single transcript) instead of the original path; "
+                              "files that share a name keep their paths below the folder they share")
+    restore.add_argument("--force", action="store_true",
+                         help="replace files that exist (only while their session is idle, after a backup of each)")
+    restore.add_argument("--quiet-period", type=float, default=None, metavar="SECONDS",
+                         help="how long a file to replace must be unmodified to count as idle (default: the config's "
+                              "repair.quiet_period, 120)")
     restore.set_defaults(run=run_restore)
     search = actions.add_parser("search", help="find words in every archived conversation")
     search.add_argument("query", metavar="QUERY", help="words that must all occur")
@@ -85,7 +95,9 @@ def register(commands: Any) -> None:
         "archive as of one moment, the file line by line). A file whose archive differs from it (a hole, a damaged "
         "pack) is named with the line where they part; --fix archives it again, whole, as a new generation (the "
         "old one is kept). Files rewritten since they were archived, or with lines not archived yet, are counted, "
-        "not faults: the daemon archives them. Exit 0: no file differs (or --fix mended each); 1: some differ; "
+        "not faults: the daemon archives them. Without PATH, every pack is read too, and each damaged one is named "
+        "with the archived files (deleted sessions too) whose lines it holds, and what can be done for each. Exit 0: "
+        "no file differs (or --fix mended each) and no pack is damaged; 1: some differ, or a pack is damaged; "
         "2: an error.")
     verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="transcripts or folders (default: every archived transcript that still exists)")
@@ -115,8 +127,15 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
     def guarded(args: argparse.Namespace) -> int:
         import zstandard  # late: riffd's start-up imports no compression library
 
+        from riffd.archive.packs import PackDamaged
+
         try:
             return run(args)
+        except PackDamaged as exc:
+            print(f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "
+                  "verify` names every damaged pack, the sessions whose lines it holds and what can be done for "
+                  "each", file=sys.stderr)
+            return EXIT_ERROR
         except (sqlite3.Error, zstandard.ZstdError) as exc:
             where = getattr(args, "archive_path", None)
             if is_busy_error(exc):
@@ -146,6 +165,7 @@ def _open(args: argparse.Namespace) -> Any:
         return None
     args.archive_path = config.state_dir / ARCHIVE_NAME
     args.roots = config.roots  # what the daemon watches (and archives)
+    args.loaded_config = config
     try:
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
@@ -245,7 +265,7 @@ def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
 def run_verify(args: argparse.Namespace) -> int:
     """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
     from riffd.archive.ingest import archive_key
-    from riffd.archive.verify import FAULTS, check_file
+    from riffd.archive.verify import FAULTS, check_file, damaged_packs
 
     archive = _open(args)
     if archive is None:
@@ -258,6 +278,18 @@ def run_verify(args: argparse.Namespace) -> int:
     counts: dict[str, int] = {}
     faults = 0
     try:
+        if not args.paths:  # the whole archive: its packs too, with the files of deleted sessions they hold
+            for damage, users in damaged_packs(archive):
+                faults += 1
+                counts["damaged pack"] = counts.get("damaged pack", 0) + 1
+                if args.json:
+                    print(orjson.dumps({"pack": damage.packs[0], "outcome": "damaged", "detail": str(damage),
+                                        "files": [user.__dict__ for user in users]}).decode())
+                    continue
+                print(f"pack {damage.packs[0]} of the archive is damaged: {damage}; it holds lines of "
+                      f"{len(users)} archived file generation(s), or pieces of them:")
+                for user in users:
+                    print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
         for number, path in enumerate(files, 1):
             verdict = check_file(archive, path, fix=args.fix)
             if verdict.error is not None:
@@ -284,46 +316,26 @@ def run_verify(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
-    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs",
-                                                          "archived again", "not archived", "gone") if counts.get(name))
-    print(f"riffd: verified {sum(counts.values())} file(s) against {args.archive_path}" + (f": {said}" if said else "")
+    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs", "archived again",
+                                                          "not archived", "gone", "damaged pack") if counts.get(name))
+    checked = sum(count for name, count in counts.items() if name != "damaged pack")
+    print(f"riffd: verified {checked} file(s) against {args.archive_path}" + (f": {said}" if said else "")
           + (" (behind: lines the daemon has not archived yet; rewritten: archived as a new generation at its next "
              "pass)" if counts.get("behind") or counts.get("rewritten") else ""), file=sys.stderr)
     return EXIT_ERROR if errors else EXIT_FINDINGS if faults else EXIT_OK
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    """`riffd archive restore SESSION`: write the archived transcript(s) back; refuse to overwrite unless --force."""
+    """`riffd archive restore SESSION`: write the archived transcript(s) back (riffd.commands.archive_restore)."""
+    from riffd.commands.archive_restore import restore_files
 
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    files = archive.files_of(args.session)
-    if not files:
-        print(f"riffd: error: nothing archived for {args.session!r} (a session id or an archived path)",
-              file=sys.stderr)
-        return EXIT_ERROR
-    failed = 0
-    for file_id, path, _session in files:
-        target = Path(path)
-        if args.to is not None:
-            target = args.to / Path(path).name if (args.to.is_dir() or len(files) > 1) else args.to
-        if target.exists() and not args.force:
-            print(f"riffd: error: {target} exists; use --to for another place, or --force to replace it",
-                  file=sys.stderr)
-            failed += 1
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temp = target.with_name(f".{target.name}.riffd-restore.tmp")
-        with create_private(temp) as out:
-            for line in archive.iter_file(file_id):
-                out.write(line)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temp, target)
-        print(f"restored {path} -> {target}")
-    archive.close()
-    return EXIT_ERROR if failed else EXIT_OK
+    try:
+        return restore_files(archive, args)
+    finally:
+        archive.close()
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -406,7 +418,8 @@ def run_recover(args: argparse.Namespace) -> int:
         archive.close()
         if not sources:
             print(f"riffd: nothing to recover: {path} passes SQLite's check and there is no {path.name}{DAMAGED}* "
-                  f"in {config.state_dir}", file=sys.stderr)
+                  f"in {config.state_dir} (a damaged pack inside it, which SQLite's check does not see, is named by "
+                  "`riffd archive verify`)", file=sys.stderr)
             return EXIT_OK
     into = Archive(path)
     partial = False

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from riffd import __version__
 from riffd.archive.ingest import ingest_file
+from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.commands.common import (
@@ -145,7 +146,7 @@ class TailKeeper:
             if self._archive is None:
                 self._archive = Archive(self.path)
             ingest_file(self._archive, path)
-        except (ArchiveError, ArchiveGap, DatabaseDamaged, sqlite3.Error, OSError) as exc:
+        except (ArchiveError, ArchiveGap, DatabaseDamaged, PackDamaged, sqlite3.Error, OSError) as exc:
             return keep_torn_tail(plan, f"it could not be put in the archive {self.path} first ({exc})")
         return plan
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.ingest import ingest_file
+from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
@@ -79,7 +80,7 @@ def catch_up_archive(archive: Archive, store: StateStore,
             if archive.cursor(path)[1] != offset and Path(path).is_file():
                 added = ingest_file(archive, Path(path))
                 log.info("%s: archived %d line(s) the archive had missed", path, added)
-        except (OSError, sqlite3.Error, ArchiveGap) as exc:
+        except (OSError, sqlite3.Error, ArchiveGap, PackDamaged) as exc:
             log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
             if failed is not None:
                 failed(exc)

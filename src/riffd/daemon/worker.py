@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.ingest import ingest_file, still_appended
+from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
@@ -243,7 +244,7 @@ class Worker:
             try:
                 _generation, archived = self.archive.cursor(name)
                 return archived > 0 and not still_appended(self.archive, Path(name), archived)
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, PackDamaged) as exc:
                 self._archive_failed(name, "ask the archive about it", exc)
         return False
 
@@ -257,7 +258,7 @@ class Worker:
                 added = ingest_file(self.archive, Path(name))
                 log.info("%s: the archive lacked bytes %d to %d (not archived when they were read); archived %d "
                          "line(s) from the file", name, gap.archived, gap.offset, added)
-        except (sqlite3.Error, OSError, ArchiveGap) as exc:
+        except (sqlite3.Error, OSError, ArchiveGap, PackDamaged) as exc:
             self._archive_failed(name, f"archive lines at byte {offset}", exc)
 
     def _archive_failed(self, name: str, what: str, exc: Exception) -> None:
@@ -429,7 +430,7 @@ class Worker:
                                         "cutting it off")
         try:
             ingest_file(self.archive, path)
-        except (sqlite3.Error, OSError, ArchiveGap) as exc:
+        except (sqlite3.Error, OSError, ArchiveGap, PackDamaged) as exc:
             self._archive_failed(str(path), "archive its torn last line", exc)
             return keep_torn_tail(plan, f"it could not be archived first ({exc})")
         return plan

@@ -1,5 +1,6 @@
 """Putting a backup back: to a new file, or over its original through the same safe path as a repair (an idle
-session, a verified backup of what is there now, an atomic replace)."""
+session, a verified backup of what is there now, an atomic replace). `put_back` does it for any bytes: a backup's, or
+a transcript riffd's archive rebuilds (`riffd archive restore`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import logging
 import os
 import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from riffd.fsio import (
@@ -39,8 +41,6 @@ from riffd.transcript.scan import FileIdentity
 log = logging.getLogger(__name__)
 
 
-
-
 def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentity:
     fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
     try:
@@ -60,16 +60,27 @@ def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentit
     )
 
 
-def _restore_to_new_file(
-    store: BackupStore, backup_id: str, destination: Path, fs: FileSystem
-) -> RestoreOutcome:
+def _give_folder_owner(fs: FileSystem, fd: int, folder: Path) -> None:
+    """A new file gets the owner of its folder, so riffd run as root leaves a user's restored transcript theirs; where
+    only root may give a file away, it stays the writer's."""
+    owner, mine = fs.stat(folder), fs.fstat(fd)
+    if (owner.st_uid, owner.st_gid) == (mine.st_uid, mine.st_gid):
+        return
+    try:
+        fs.fchown(fd, owner.st_uid, owner.st_gid)
+    except PermissionError:
+        log.debug("cannot give the restored %s the owner of %s", fd, folder)
+
+
+def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path, fs: FileSystem) -> RestoreOutcome:
     temp_path = temp_path_for(destination)
     stage = f"writing the restored copy beside {destination}"
     try:
         temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
         try:
-            for chunk in store.iter_bytes(backup_id):
+            for chunk in chunks:
                 write_all(fs, temp_fd, chunk)
+            _give_folder_owner(fs, temp_fd, destination.parent)
             fs.fsync(temp_fd)
         finally:
             fs.close(temp_fd)
@@ -95,7 +106,7 @@ def _restore_to_new_file(
         return failure(destination, exc, stage)
     finally:
         remove_leftover(fs, temp_path)
-    return Restored(destination, backup_id, safety_backup_id=None, carried_over_bytes=0)
+    return Restored(destination, label, safety_backup_id=None, carried_over_bytes=0)
 
 
 def restore_backup(
@@ -110,7 +121,6 @@ def restore_backup(
     or back over its original path, which, like a repair, needs an idle session and first takes a verified
     backup of the current file; return Restored, Skipped or Failed."""
     effective = options or ApplyOptions(backup_dir=store.root, fs=store.fs, retry=store.retry)
-    fs = effective.fs
     try:
         record = store.get(backup_id)
     except UnknownBackup as exc:
@@ -120,44 +130,48 @@ def restore_backup(
     original = Path(record.source_path)
     destination = Path(to) if to is not None else original
     is_original = os.path.abspath(destination) == os.path.abspath(original)
+    return put_back(lambda: store.iter_bytes(backup_id), destination, backup_id, replace=is_original or overwrite,
+                    options=effective, reason=f"before restoring {backup_id}", file_name=original.name)
+
+
+def put_back(chunks: Callable[[], Iterable[bytes]], destination: Path, label: str, *, replace: bool,
+             options: ApplyOptions, reason: str, file_name: str = "session.jsonl") -> RestoreOutcome:
+    """Write the bytes `chunks()` gives (`label` names them in the outcome) to `destination`: as a new file (with the
+    owner of its folder; never over a file that appears meanwhile), or, when `replace`, over the file there as a
+    repair rewrites one (`rewrite`: only while its session is idle, under its lock, after a verified backup of what
+    is there, noted as `reason`; lines appended meanwhile are kept after it). Return Restored, Skipped or Failed; an
+    error the chunks raise propagates, and then nothing was written to `destination`."""
+    fs = options.fs
     try:
         status = fs.stat(destination)
     except FileNotFoundError:
         if not os.path.isdir(destination.parent):
             return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
-        return _restore_to_new_file(store, backup_id, destination, fs)
+        return _restore_to_new_file(chunks(), label, destination, fs)
     except OSError as exc:
         return failure(destination, exc, "reading its status")
     if stat.S_ISDIR(status.st_mode):  # never a file to replace, --force or not
         return Failed(destination, FailReason.DESTINATION_EXISTS,
-                      f"{destination}: a folder is there; give the path of a file, e.g. {destination / original.name}")
-    if not is_original and not overwrite:
+                      f"{destination}: a folder is there; give the path of a file, e.g. {destination / file_name}")
+    if not replace:
         return Failed(
             destination,
             FailReason.DESTINATION_EXISTS,
             f"{destination}: a file is already there; choose another path or allow overwriting it",
         )
     try:
-        current = _identity_now(destination, fs, effective.retry)
+        current = _identity_now(destination, fs, options.retry)
     except FileChanged as exc:
         return Skipped(destination, SkipReason.CHANGED, f"{destination}: {exc}")
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return Skipped(destination, SkipReason.SYMLINK, f"{destination}: it is a symlink")
         return failure(destination, exc, "reading the current file")
-    outcome = rewrite(
-        destination,
-        current,
-        store.iter_bytes(backup_id),
-        (),
-        effective,
-        edits=(),
-        backup_reason=f"before restoring {backup_id}",
-    )
+    outcome = rewrite(destination, current, chunks(), (), options, edits=(), backup_reason=reason)
     if isinstance(outcome, Repaired):
         return Restored(
             destination,
-            backup_id,
+            label,
             safety_backup_id=outcome.backup_id,
             carried_over_bytes=outcome.carried_over_bytes,
         )
