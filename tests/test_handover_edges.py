@@ -423,3 +423,30 @@ def test_a_journal_naming_the_transcript_itself_is_refused(tmp_path: Path) -> No
     journal.write_bytes(json.dumps(record).encode() + b"\n")
     recover_and_sweep([path.parent], 0, retry=FAST)
     assert path.read_bytes() == original
+
+
+@pytest.mark.parametrize("what", ["deleted", "replaced"])
+def test_a_transcript_deleted_or_replaced_just_after_the_swap_keeps_riffds_files_in_a_backup(
+        tmp_path: Path, what: str) -> None:
+    from riffd.repair.backup import BackupStore
+    from test_swap import HeldSwapFS, publish_by_rename
+
+    original = transcript_bytes(40)
+    path = make_transcript(tmp_path, original)
+    newer = transcript_bytes(45)
+
+    def after(target: Path) -> None:
+        if what == "deleted":
+            target.unlink()
+        else:
+            publish_by_rename(target, newer)
+
+    options = options_for(tmp_path, fs=HeldSwapFS(after=after))
+    outcome = apply_plan(plan_for(path), options)
+    assert isinstance(outcome, Skipped), outcome
+    assert outcome.reason == (SkipReason.GONE if what == "deleted" else SkipReason.CHANGED), outcome
+    assert path.exists() == (what == "replaced") and (what == "deleted" or path.read_bytes() == newer)
+    assert names(path.parent) == []
+    kept = [BackupStore(options.backup_dir).open_bytes(record.backup_id) for record in
+            BackupStore(options.backup_dir).list()]
+    assert original in kept  # the old file, and the copy, are in the backup store

@@ -60,8 +60,10 @@ def hand_over(
             result = settle(fs, journal, options.retry)
         except OSError as exc:
             failures += 1
-            if (exc.errno == errno.EIO or isinstance(exc, ReadFailed)) and failures < MAX_FAILED_LOOKS:
-                time.sleep(POLL_INTERVAL)  # a flaky folder: the journal says how far it got, so look again
+            # A flaky folder, or a name that changed under the look (the transcript deleted or replaced just after
+            # the swap): the journal says how far it got, so look again.
+            if (exc.errno in (errno.EIO, errno.ENOENT) or isinstance(exc, ReadFailed)) and failures < MAX_FAILED_LOOKS:
+                time.sleep(POLL_INTERVAL)
                 continue
             journal.close()  # the journal and riffd's names stay: the next look finishes or undoes the swap
             if failed_swap is not None:
@@ -91,7 +93,7 @@ def _outcome(journal: Journal, result: SwapResult, source_size: int, backup: Bac
     if result.state == KEPT_OTHER:
         return Skipped(path, SkipReason.CHANGED, result.detail)
     if result.state == GONE:
-        return gone(path) if "deleted" in result.detail else Skipped(path, SkipReason.CHANGED, result.detail)
+        return Skipped(path, SkipReason.CHANGED, result.detail) if result.changed else gone(path)
     notes = [*warnings, *record.notes]
     pending: Path | None = None
     if result.state == PENDING:

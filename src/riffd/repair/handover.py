@@ -306,4 +306,4 @@ def _orphaned(fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcrip
     what = "deleted" if at_transcript is None else "replaced by another file"
     return SwapResult(GONE, f"{transcript}: it was {what} after riffd swapped in its repaired copy" + (
         f"; riffd's files of that repair, with every line written to them, are in backup(s) {', '.join(kept)}"
-        if kept else ""))
+        if kept else ""), changed=at_transcript is not None)
