@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 import orjson
 
 from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, remove_leftover, retrying_call
+from riffd.paths import key_path, path_key
 from riffd.repair.locks import try_flock
 from riffd.transcript.reader import iter_fd
 
@@ -73,14 +75,14 @@ class SwapRecord:
     notes: tuple[str, ...] = field(default=())
 
     def encode(self) -> bytes:
-        """Return the record as one journal line."""
-        return orjson.dumps(asdict(self)) + b"\n"
+        """Return the record as one journal line (names that are not valid text kept exactly: riffd.paths.path_key)."""
+        return orjson.dumps(_texts(asdict(self), path_key)) + b"\n"
 
     @classmethod
     def decode(cls, line: bytes) -> SwapRecord:
         """Given one journal line, return its record; raise ValueError when it is not one of riffd's."""
         try:
-            fields: dict[str, Any] = orjson.loads(line)
+            fields: dict[str, Any] = _texts(orjson.loads(line), key_path)
             record = cls(**{
                 **fields,
                 "old_id": tuple(fields["old_id"]), "copy_id": tuple(fields["copy_id"]),
@@ -105,6 +107,17 @@ class SwapRecord:
             match = None if name is None else _RIFFD_NAME.match(name)
             if name is not None and (match is None or match.group("transcript") != self.transcript):
                 raise ValueError(f"{name!r} is not a name riffd gives {self.transcript}")
+
+
+def _texts(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` with every string in it (in lists and dict values too) passed through `change`."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, list | tuple):
+        return [_texts(item, change) for item in value]
+    if isinstance(value, dict):
+        return {key: _texts(item, change) for key, item in value.items()}
+    return value
 
 
 def journal_path_for(copy_name: Path) -> Path:
