@@ -58,6 +58,14 @@ class Reading:
                                    (path_key(path),)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
+    def restore_time(self, file_id: int) -> int | None:
+        """The modification time (ns) to give an archived file written back: its time when it ended where the archive
+        does, else the time of its last line (None: neither is known)."""
+        with self._lock:
+            mtime_ns, last_ts = self._db.execute("SELECT mtime_ns, last_ts FROM files WHERE id = ?",
+                                                 (file_id,)).fetchone()
+        return int(mtime_ns) if mtime_ns is not None else int(last_ts) * 10**9 if last_ts is not None else None
+
     def _last_run(self, file_id: int, generation: int) -> Run | None:
         row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
                                "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
