@@ -11,7 +11,6 @@ import functools
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -174,92 +173,20 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    """`riffd archive ingest`: archive what is new in each transcript; exit 0, or 2 when a file failed."""
-    from riffd.archive.ingest import ingest_files
+    """`riffd archive ingest`: archive what is new in each transcript and the files kept whole beside them
+    (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
+    from riffd.commands.archive_ingest import run_ingest as ingest
 
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    if args.paths:
-        files, errors = transcript_targets(args.paths)
-    else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
-        files, errors = _files_under(args.roots)
-    started, added, size, number = time.monotonic(), 0, 0, 0
-    try:
-        for number, (path, done) in enumerate(ingest_files(archive, files), 1):
-            if isinstance(done, OSError):
-                errors.append(f"{path}: {done.strerror or done}")
-            else:
-                added += done
-                with contextlib.suppress(OSError):
-                    size += path.stat().st_size
-            if sys.stderr.isatty():
-                rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
-                print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
-                      file=sys.stderr)
-    except BaseException:
-        # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
-        print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
-              f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
-              "it before the error)", file=sys.stderr)
-        archive.close()
-        raise
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    for error in errors:
-        print(f"riffd: error: {error}", file=sys.stderr)
-    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
-    if not args.no_compact:
-        _compact(archive)
-    if added:
-        archive.settle()  # the last pack compressed, the search index merged
-    archive.close()
-    return EXIT_ERROR if errors else EXIT_OK
+    return EXIT_ERROR if archive is None else ingest(args, archive)
 
 
 def run_compact(args: argparse.Namespace) -> int:
     """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no archive)."""
+    from riffd.commands.archive_ingest import run_compact as compact
+
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    _compact(archive)
-    archive.settle(optimize=False)
-    archive.close()
-    return EXIT_OK
-
-
-def _compact(archive: Any) -> None:
-    """Compact an open `riffd.archive.store.Archive` (imported lazily: the command line starts without it)."""
-    started = time.monotonic()
-
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\rriffd: compressing packs at the settled level: {done}/{total} ", end="", file=sys.stderr)
-
-    done, _left = archive.compact(progress=progress)
-    if sys.stderr.isatty() and done:
-        print(file=sys.stderr)
-    if done:
-        print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
-              file=sys.stderr)
-
-
-def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
-    """The transcripts under the configured `roots` that exist, and a line for each root that does not or cannot
-    be looked at."""
-    present, errors = [], []
-    for root in roots:
-        try:
-            if root.is_dir():
-                present.append(root)
-            else:
-                print(f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it", file=sys.stderr)
-        except OSError as exc:
-            errors.append(f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived")
-    if not present:
-        return [], errors
-    files, more = transcript_targets(present)
-    return files, errors + more
+    return EXIT_ERROR if archive is None else compact(args, archive)
 
 
 def run_verify(args: argparse.Namespace) -> int:
