@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -98,3 +99,37 @@ def test_restore_to_a_folder_writes_the_session_tree_below_the_folder_its_files_
     expected = {path.relative_to(claude): value for path, value in snapshot(tree.files()).items()}
     written = [path for path in out.rglob("*") if path.is_file()]
     assert {path.relative_to(out): value for path, value in snapshot(written).items()} == expected
+
+
+def test_verify_compares_every_kind_of_file_and_fix_mends_a_damaged_one(tmp_path: Path) -> None:
+    tree = _ingested(tmp_path)
+    verified = _riffd(tmp_path, "archive", "verify", "--json")
+    assert verified.returncode == 0, verified.stderr
+    outcomes = {(item["kind"], item["outcome"]) for item in map(json.loads, verified.stdout.splitlines())}
+    assert outcomes == {(kind, "whole") for kind in ("transcript", "tool-result", "subagent-meta", "file-history",
+                                                     "tasks", "plan")}
+    # Other bytes of the same size and time as the version archived: the archive no longer tells the file
+    meta = next(path for path in tree.whole if path.name.endswith(".meta.json"))
+    status = meta.stat()
+    meta.write_bytes(meta.read_bytes().replace(b"general", b"GENERAL"))
+    os.utime(meta, ns=(status.st_atime_ns, status.st_mtime_ns))
+    differs = _riffd(tmp_path, "archive", "verify")
+    assert differs.returncode == 1
+    assert f"{meta}: the archive differs from the file: byte 15 on is not version 1 as archived" in differs.stdout
+    assert _riffd(tmp_path, "archive", "verify", "--fix").returncode == 0
+    assert _riffd(tmp_path, "archive", "verify").returncode == 0
+    # A frame of a saved output damaged inside the archive: named, and stored afresh from the file by --fix
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        blob, frame = db.execute("SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1").fetchone()
+        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob))
+    damaged = _riffd(tmp_path, "archive", "verify")
+    assert damaged.returncode == 1
+    assert "a file kept whole is damaged in the archive" in damaged.stdout and "1 damaged file" in damaged.stderr
+    fixed = _riffd(tmp_path, "archive", "verify", "--fix")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    again = _riffd(tmp_path, "archive", "verify")
+    assert again.returncode == 0, again.stdout + again.stderr
+    delete_like_cleanup(tree)
+    restored = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert restored.returncode == 0, restored.stderr
+    assert all(output.read_bytes() == tree.tool_results()[1].read_bytes() for output in tree.tool_results())

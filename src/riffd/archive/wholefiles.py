@@ -90,9 +90,11 @@ class WholeFiles:
     # --- storing ----------------------------------------------------------------------------------
 
     def keep(self, found: SessionFile, *, settle: float = 0.0, fs: FileSystem = REAL_FS,
-             now: float | None = None) -> Kept:
+             now: float | None = None, again: bool = False) -> Kept:
         """Archive the file `found` as it is now, unless the archive holds it as it is; raise OSError when it cannot
-        be read, sqlite3.Error when the archive cannot be written (see the module for the rest)."""
+        be read, sqlite3.Error when the archive cannot be written (see the module for the rest). `again`
+        (`riffd archive verify --fix`): archive it even if the archive says it holds it, and store the frames of its
+        bytes afresh when the blob they hash to cannot be read back whole."""
         base, relative = path_key(found.base), path_key(found.relative)
         try:
             status = fs.stat(found.path)
@@ -101,7 +103,7 @@ class WholeFiles:
         if not stat.S_ISREG(status.st_mode):
             return Kept("skipped")
         latest = self.latest(base, relative)
-        if latest is not None and (latest.size, latest.mtime_ns, latest.mode) == (
+        if not again and latest is not None and (latest.size, latest.mtime_ns, latest.mode) == (
                 status.st_size, status.st_mtime_ns, status.st_mode):
             return Kept("unchanged", version=latest.version)
         age = (time.time() if now is None else now) - status.st_mtime_ns / 1e9
@@ -119,13 +121,14 @@ class WholeFiles:
             if _moved(before, fs.fstat(fd)) or _moved(before, status):
                 return Kept("changing", retry_after=max(settle, 0.5))
             sha256 = digest.digest()
-            if latest is not None and (latest.sha256, latest.mode, latest.mtime_ns) == (
+            if not again and latest is not None and (latest.sha256, latest.mode, latest.mtime_ns) == (
                     sha256, before.st_mode, before.st_mtime_ns):
                 return Kept("unchanged", version=latest.version)
+            healing = again and self._unreadable(sha256)
             with self._writing():
                 blob, stored = self._blob(sha256), 0
-                if blob is None:
-                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path)
+                if blob is None or healing:  # (healing: the same bytes by their hash, for every version of them)
+                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob)
                     if blob is None:  # the bytes changed between the two reads
                         self._db.execute("ROLLBACK")
                         return Kept("changing", retry_after=max(settle, 0.5))
@@ -149,17 +152,34 @@ class WholeFiles:
                     self._db.execute("ROLLBACK")
                 raise
 
+    def _unreadable(self, sha256: bytes) -> bool:
+        """Whether the blob of these bytes is held but cannot be read back whole."""
+        with self._lock:
+            row = self._db.execute("SELECT id, size FROM blobs WHERE hash = ?", (sha256,)).fetchone()
+        if row is None:
+            return False
+        probe = Version(None, "", "", "", 0, int(row[0]), sha256, int(row[1]), 0, 0, 0)
+        try:
+            for _chunk in self.content(probe):
+                pass
+        except PackDamaged:
+            return True
+        return False
+
     def _blob(self, sha256: bytes) -> int | None:
         row = self._db.execute("SELECT id FROM blobs WHERE hash = ?", (sha256,)).fetchone()
         return None if row is None else int(row[0])
 
-    def _store_blob(self, fs: FileSystem, fd: int, status: os.stat_result, sha256: bytes,
-                    path: Path) -> tuple[int | None, int]:
-        """Inside the transaction: the file's bytes as a new blob's frames; (its id, bytes stored), or (None, 0) when
-        they no longer hash to `sha256`."""
-        cursor = self._db.execute("INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)", (sha256, status.st_size))
-        blob = cursor.lastrowid
-        assert blob is not None
+    def _store_blob(self, fs: FileSystem, fd: int, status: os.stat_result, sha256: bytes, path: Path,
+                    blob: int | None = None) -> tuple[int | None, int]:
+        """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as that blob's frames
+        afresh); (its id, bytes stored), or (None, 0) when they no longer hash to `sha256`."""
+        if blob is None:
+            blob = self._db.execute("INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
+                                    (sha256, status.st_size)).lastrowid
+            assert blob is not None
+        else:
+            self._db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
         digest, stored = hashlib.sha256(), 0
         for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path)):
             digest.update(chunk)

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds, transcript_targets
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds
 from riffd.commands.configured import load_or_report
 from riffd.database import (
     BUSY,
@@ -89,19 +89,21 @@ def register(commands: Any) -> None:
     export.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
     export.set_defaults(run=run_export)
     verify = actions.add_parser(
-        "verify", help="check the archive against the transcripts that still exist",
+        "verify", help="check the archive against the transcripts and session files that still exist",
         description="Compare, byte for byte, what the archive holds of each transcript with the file (the "
-        "archive as of one moment, the file line by line). A file whose archive differs from it (a hole, a damaged "
-        "pack) is named with the line where they part; --fix archives it again, whole, as a new generation (the "
-        "old one is kept). Files rewritten since they were archived, or with lines not archived yet, are counted, "
-        "not faults: the daemon archives them. Without PATH, every pack is read too, and each damaged one is named "
-        "with the archived files (deleted sessions too) whose lines it holds, and what can be done for each. Exit 0: "
-        "no file differs (or --fix mended each) and no pack is damaged; 1: some differ, or a pack is damaged; "
-        "2: an error.")
+        "archive as of one moment, the file line by line), and of each file kept whole (saved tool outputs, "
+        "subagents' settings, checkpoints, task lists, plans) with its newest version. A file whose archive differs "
+        "from it (a hole, a damaged pack) is named with the line or byte where they part; --fix archives it again "
+        "(a transcript as a new generation; the old one is kept). Files changed since they were archived, or with "
+        "lines not archived yet, are counted, not faults: the daemon archives them. Without PATH, every pack and "
+        "every file kept whole is read back too, and each damaged one is named with the archived files (deleted "
+        "sessions too) it holds, and what can be done for each. Exit 0: no file differs (or --fix mended each) and "
+        "nothing is damaged; 1: some differ, or something is damaged; 2: an error.")
     verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help="transcripts or folders (default: every archived transcript that still exists)")
+                        help="transcripts or folders, with their sessions' files kept whole (default: every archived "
+                             "transcript that still exists, and every session file)")
     verify.add_argument("--fix", action="store_true",
-                        help="archive each file that differs again, as a new generation")
+                        help="archive each file that differs again (a transcript as a new generation)")
     verify.add_argument("--json", action="store_true",
                         help="print one JSON object per file (the summary stays on stderr)")
     verify.set_defaults(run=run_verify)
@@ -190,66 +192,12 @@ def run_compact(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
-    from riffd.archive.ingest import archive_key
-    from riffd.archive.verify import FAULTS, check_file, damaged_packs
+    """`riffd archive verify`: compare the archive with the transcripts and the files kept whole
+    (riffd.commands.archive_verify); exit 0, 1 (files differ), 2 (error)."""
+    from riffd.commands.archive_verify import run_verify as verify
 
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    if args.paths:
-        files, errors = transcript_targets(args.paths)
-    else:
-        files, errors = [Path(name) for _file_id, name in archive.files() if os.path.exists(name)], []
-    files = list(dict.fromkeys(archive_key(path) for path in files))  # a file named twice is verified once
-    counts: dict[str, int] = {}
-    faults = 0
-    try:
-        if not args.paths:  # the whole archive: its packs too, with the files of deleted sessions they hold
-            for damage, users in damaged_packs(archive):
-                faults += 1
-                counts["damaged pack"] = counts.get("damaged pack", 0) + 1
-                if args.json:
-                    print(orjson.dumps({"pack": damage.packs[0], "outcome": "damaged", "detail": str(damage),
-                                        "files": [user.__dict__ for user in users]}).decode())
-                    continue
-                print(f"pack {damage.packs[0]} of the archive is damaged: {damage}; it holds lines of "
-                      f"{len(users)} archived file generation(s), or pieces of them:")
-                for user in users:
-                    print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
-        for number, path in enumerate(files, 1):
-            verdict = check_file(archive, path, fix=args.fix)
-            if verdict.error is not None:
-                errors.append(verdict.error)
-                continue
-            fixed = verdict.archived_again
-            counted = "archived again" if fixed is not None else verdict.outcome
-            counts[counted] = counts.get(counted, 0) + 1
-            if args.json:
-                print(display_json({"path": str(verdict.path), "outcome": verdict.outcome,
-                                    "detail": verdict.detail, "archived_again": fixed}).decode())
-            elif verdict.outcome in FAULTS:
-                again = shell_command("riffd", "archive", "verify", "--fix", path)
-                print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
-                      f"{verdict.detail}; " + (f"archived again as a new generation ({fixed} lines; the old one is "
-                      "kept)" if fixed is not None else f"`{again}` archives it again as a new generation (the old one "
-                      "is kept)"))
-            faults += verdict.outcome in FAULTS and fixed is None
-            if sys.stderr.isatty():
-                print(f"\rriffd: verified {number}/{len(files)} files ", end="", file=sys.stderr)
-    finally:
-        archive.close()
-    if sys.stderr.isatty() and files:
-        print(file=sys.stderr)
-    for error in errors:
-        print(f"riffd: error: {error}", file=sys.stderr)
-    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs", "archived again",
-                                                          "not archived", "gone", "damaged pack") if counts.get(name))
-    checked = sum(count for name, count in counts.items() if name != "damaged pack")
-    print(f"riffd: verified {checked} file(s) against {args.archive_path}" + (f": {said}" if said else "")
-          + (" (behind: lines the daemon has not archived yet; rewritten: archived as a new generation at its next "
-             "pass)" if counts.get("behind") or counts.get("rewritten") else ""), file=sys.stderr)
-    return EXIT_ERROR if errors else EXIT_FINDINGS if faults else EXIT_OK
+    return EXIT_ERROR if archive is None else verify(args, archive)
 
 
 def run_restore(args: argparse.Namespace) -> int:

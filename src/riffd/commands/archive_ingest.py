@@ -47,7 +47,7 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
                       file=sys.stderr)
         if sys.stderr.isatty():
             print(file=sys.stderr)
-        kept = keep_whole_files(archive, _session_files_of(args, archive, files, errors), errors)
+        kept = keep_whole_files(archive, session_files_of(args, archive, files, errors), errors)
     except BaseException:
         # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
         print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
@@ -68,7 +68,7 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
     return EXIT_ERROR if errors else EXIT_OK
 
 
-def _session_files_of(args: argparse.Namespace, archive: Any, transcripts: list[Path],
+def session_files_of(args: argparse.Namespace, archive: Any, transcripts: list[Path],
                       errors: list[str]) -> Iterator[SessionFile]:
     """The files kept whole that an ingest takes: without PATH every one under the roots and in the config folders;
     with PATHs, those of the sessions of the transcripts found there (and of their plans)."""
