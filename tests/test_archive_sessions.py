@@ -133,3 +133,39 @@ def test_verify_compares_every_kind_of_file_and_fix_mends_a_damaged_one(tmp_path
     restored = _riffd(tmp_path, "archive", "restore", tree.session_id)
     assert restored.returncode == 0, restored.stderr
     assert all(output.read_bytes() == tree.tool_results()[1].read_bytes() for output in tree.tool_results())
+
+
+def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    partial = build_session(claude, seed=2, project="-home-user-other")
+    partial.tool_results()[0].unlink()  # deleted by its own age before riffd ever saw it
+    assert _riffd(tmp_path, "archive", "ingest").returncode == 0
+    listed = _riffd(tmp_path, "sessions", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["session_id"]: row for row in json.loads(listed.stdout)["sessions"]}
+    assert rows[tree.session_id]["holds"] == {
+        "transcript": True, "subagents": 1, "saved_outputs": 2, "subagent_settings": 1, "checkpoints": 3,
+        "task_files": 1, "plans": 1, "todo_files": 0, "other_files": 0}
+    assert rows[tree.session_id]["whole"] is True and rows[partial.session_id]["whole"] is True  # as on disk
+    checkpoint = next(path for path in tree.whole if path.parent.parent.name == "file-history")
+    checkpoint.write_bytes(b"changed since\n")
+    text = _riffd(tmp_path, "sessions").stdout
+    line = next(line for line in text.splitlines() if line.startswith(tree.session_id))
+    assert ("archived, not whole (transcript, subagents: 1, saved outputs: 2, subagent settings: 1, checkpoints: 3"
+            in line)
+
+    delete_like_cleanup(tree)
+    delete_like_cleanup(partial)
+    deleted = {row["session_id"]: row for row in json.loads(_riffd(tmp_path, "sessions", "--deleted",
+                                                                    "--json").stdout)["sessions"]}
+    assert deleted[tree.session_id]["whole"] is True
+    # its transcripts name two saved outputs, and the archive holds one
+    assert deleted[partial.session_id]["whole"] is False
+    assert deleted[partial.session_id]["holds"]["saved_outputs"] == 1
+
+    stats = json.loads(_riffd(tmp_path, "archive", "stats", "--json").stdout)
+    assert stats["kinds"]["tool-result"] == {"files": 3, "versions": 3, "bytes": 3 * 144_000}
+    assert stats["kinds"]["transcript"]["files"] == 2 and stats["kinds"]["subagent"]["files"] == 2
+    assert stats["kinds"]["file-history"]["files"] == 6 and stats["whole_files"]["blobs"] < 15
+    assert stats["raw_all_bytes"] > stats["raw_bytes"] > 0

@@ -137,6 +137,18 @@ class Reading:
                  "title": row[4], "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
                 for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
 
+    def all_files(self) -> list[tuple[int, str, str | None]]:
+        """Return (id, path, session) of every archived file."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path, session_id FROM files ORDER BY id").fetchall()
+        return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
+
+    def archived_bytes(self) -> dict[str, int]:
+        """Every archived path with the bytes of it the archive holds (its latest generation)."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, archived_bytes FROM files").fetchall()
+        return {key_path(path): int(size) for path, size in rows}
+
     def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
         """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte, read as
         of one moment and checked as they go: each run's lines against the checksum archived with them (runs archived

@@ -255,6 +255,17 @@ class WholeFiles:
                                     (session_id,)).fetchall()
         return [row[0] for row in rows]
 
+    def all_slugs(self) -> dict[str, list[str]]:
+        """Session id -> the plan slugs its lines name, for every session."""
+        if not self.present:
+            return {}
+        with self._lock:
+            rows = self._db.execute("SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug").fetchall()
+        found: dict[str, list[str]] = {}
+        for session_id, slug in rows:
+            found.setdefault(session_id, []).append(slug)
+        return found
+
     def held(self) -> dict[str, tuple[int, int, int]]:
         """Every path the archive holds (its newest version): path -> (size, mtime_ns, mode), for a rescan to compare
         files with, one stat each."""
