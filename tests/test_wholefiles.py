@@ -3,6 +3,7 @@ stored. Real files, a real SQLite archive, riffd's I/O seam for reads that chang
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sqlite3
@@ -17,7 +18,7 @@ import pytest
 from conftest import SRC_DIR
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive
-from riffd.fsio import FileSystem
+from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
 from sessiontree import build_session
 
@@ -178,7 +179,7 @@ STORE_AND_STALL = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from riffd.archive.store import Archive
-    from riffd.fsio import FileSystem
+    from riffd.fsio import FileSystem, RetryPolicy
     from riffd.transcript.sessionfiles import classify
     claude, path, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     class Stall(FileSystem):
@@ -238,4 +239,27 @@ def test_an_archive_made_before_whole_files_gains_their_tables_and_keeps_its_lin
     ((file_id, _path, _session),) = archive.files_of(str(transcript))
     assert b"".join(archive.iter_file(file_id)) == transcript.read_bytes()
     assert archive.restore_time(file_id) is None
+    archive.close()
+
+
+def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
+    """A cloud-synced folder failing a read for a moment (EIO) costs a retry, not the file."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+
+    class Flaky(FileSystem):
+        failures = 0
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            if Flaky.failures < 2:
+                Flaky.failures += 1
+                raise OSError(errno.EIO, "Input/output error")
+            return super().pread(fd, size, offset)
+
+    archive = Archive(tmp_path / "archive.db")
+    kept = archive.whole.keep(_found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01))
+    assert (kept.outcome, Flaky.failures) == ("stored", 2)
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
     archive.close()

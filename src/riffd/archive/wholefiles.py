@@ -31,7 +31,7 @@ from typing import Any
 import zstandard
 
 from riffd.archive.packs import PackDamaged
-from riffd.fsio import NOFOLLOW, REAL_FS, FileSystem, retrying_call
+from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.paths import key_path, path_key
 from riffd.transcript.sessionfiles import PLAN, SessionFile
 
@@ -90,14 +90,15 @@ class WholeFiles:
     # --- storing ----------------------------------------------------------------------------------
 
     def keep(self, found: SessionFile, *, settle: float = 0.0, fs: FileSystem = REAL_FS,
-             now: float | None = None, again: bool = False) -> Kept:
+             retry: RetryPolicy = DEFAULT_RETRY, now: float | None = None, again: bool = False) -> Kept:
         """Archive the file `found` as it is now, unless the archive holds it as it is; raise OSError when it cannot
         be read, sqlite3.Error when the archive cannot be written (see the module for the rest). `again`
         (`riffd archive verify --fix`): archive it even if the archive says it holds it, and store the frames of its
-        bytes afresh when the blob they hash to cannot be read back whole."""
+        bytes afresh when the blob they hash to cannot be read back whole. Reads that fail with EIO are tried again as
+        `retry` says."""
         base, relative = path_key(found.base), path_key(found.relative)
         try:
-            status = fs.stat(found.path)
+            status = retrying_call(lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry)
         except FileNotFoundError:
             return Kept("gone")
         if not stat.S_ISREG(status.st_mode):
@@ -116,7 +117,7 @@ class WholeFiles:
         try:
             before = fs.fstat(fd)
             digest = hashlib.sha256()
-            for chunk in _chunks(fs, fd, before.st_size, found.path):
+            for chunk in _chunks(fs, fd, before.st_size, found.path, retry):
                 digest.update(chunk)
             if _moved(before, fs.fstat(fd)) or _moved(before, status):
                 return Kept("changing", retry_after=max(settle, 0.5))
@@ -128,7 +129,7 @@ class WholeFiles:
             with self._writing():
                 blob, stored = self._blob(sha256), 0
                 if blob is None or healing:  # (healing: the same bytes by their hash, for every version of them)
-                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob)
+                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
                     if blob is None:  # the bytes changed between the two reads
                         self._db.execute("ROLLBACK")
                         return Kept("changing", retry_after=max(settle, 0.5))
@@ -171,7 +172,7 @@ class WholeFiles:
         return None if row is None else int(row[0])
 
     def _store_blob(self, fs: FileSystem, fd: int, status: os.stat_result, sha256: bytes, path: Path,
-                    blob: int | None = None) -> tuple[int | None, int]:
+                    blob: int | None, retry: RetryPolicy) -> tuple[int | None, int]:
         """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as that blob's frames
         afresh); (its id, bytes stored), or (None, 0) when they no longer hash to `sha256`."""
         if blob is None:
@@ -181,7 +182,7 @@ class WholeFiles:
         else:
             self._db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
         digest, stored = hashlib.sha256(), 0
-        for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path)):
+        for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path, retry)):
             digest.update(chunk)
             frame = _COMPRESSOR.compress(chunk)
             stored += len(frame)
@@ -365,12 +366,13 @@ def _moved(before: os.stat_result, after: os.stat_result) -> bool:
     return (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino)
 
 
-def _chunks(fs: FileSystem, fd: int, size: int, path: Path) -> Iterator[bytes]:
-    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried); fewer when it is shorter now."""
+def _chunks(fs: FileSystem, fd: int, size: int, path: Path, retry: RetryPolicy) -> Iterator[bytes]:
+    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried as `retry` says); fewer when it is shorter
+    now."""
     offset = 0
     while offset < size:
         chunk = retrying_call(lambda at=offset: fs.pread(fd, min(CHUNK_BYTES, size - at), at),  # type: ignore[misc]
-                              what=f"reading {path} at byte {offset}")
+                              what=f"reading {path} at byte {offset}", policy=retry)
         if not chunk:
             return
         offset += len(chunk)

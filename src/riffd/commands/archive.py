@@ -44,7 +44,8 @@ def register(commands: Any) -> None:
         "transcript the daemon reads, so nothing is lost when Claude Code deletes old sessions.",
     )
     actions = archive.add_subparsers(dest="action", metavar="ACTION")
-    ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts (resumes where it stopped)")
+    ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts and their sessions' other "
+                                "files (resumes where it stopped)")
     ingest.add_argument("--no-compact", action="store_true",
                         help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
                              "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level")
@@ -52,18 +53,22 @@ def register(commands: Any) -> None:
                         help="transcripts or folders (default: the configured roots, which the daemon watches)")
     ingest.set_defaults(run=run_ingest)
     restore = actions.add_parser(
-        "restore", help="rebuild a transcript byte for byte as it was last archived",
-        description="Write each archived file of a session back, byte for byte as it was last archived, checked "
-        "against the checksums archived with it (a file the archive cannot give whole is not restored). A file that "
-        "is there is replaced only with --force, and then as `riffd backups restore` replaces one: only while its "
-        "session is idle, after a verified backup of it. Exit 0: restored; 1: skipped (live or changed); 2: failed "
-        "or refused.")
-    restore.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
+        "restore", help="bring a whole session back, byte for byte as it was last archived",
+        description="Write every file of a session back (its transcripts, saved tool outputs, subagents' settings, "
+        "checkpoints, task list and plans) where `claude --resume` finds it, byte for byte as last archived, with its "
+        "modification time, checked against the checksums archived with it (a file the archive cannot give whole is "
+        "not restored). Only what is missing is written: a file that is there and the same is left, as is a "
+        "transcript that has only grown; one that differs is named and left, unless --force: then it is replaced "
+        "only while its session is idle, after a verified backup of it. Exit 0: every file is there now; 1: one was "
+        "skipped (live or changed) or differs; 2: one failed or the archive cannot give it whole.")
+    restore.add_argument("session", metavar="SESSION",
+                         help="a session id (or a prefix only one session has), or an archived transcript's path")
     restore.add_argument("--to", type=Path, default=None, metavar="PATH",
                          help="write here (a folder, or a file for a single transcript) instead of the original path; "
-                              "files that share a name keep their paths below the folder they share")
+                              "the files keep their paths below the folder they all share")
     restore.add_argument("--force", action="store_true",
-                         help="replace files that exist (only while their session is idle, after a backup of each)")
+                         help="replace files that exist and differ (only while their session is idle, after a "
+                              "backup of each)")
     restore.add_argument("--quiet-period", type=float, default=None, metavar="SECONDS",
                          help="how long a file to replace must be unmodified to count as idle (default: the config's "
                               "repair.quiet_period, 120)")

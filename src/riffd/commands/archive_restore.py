@@ -196,9 +196,13 @@ def _compare(item: Item, target: Path, *, exact: bool) -> bool:
             while block := handle.read(1 << 20):
                 digest.update(block)
             return digest.digest() == item.sha256
-        for chunk in item.chunks():
-            if handle.read(len(chunk)) != chunk:
-                return False
+        chunks = iter(item.chunks())
+        try:
+            for chunk in chunks:
+                if handle.read(len(chunk)) != chunk:
+                    return False
+        finally:
+            getattr(chunks, "close", lambda: None)()  # (a transcript's lines hold the archive's lock while open)
         return not (exact and handle.read(1))
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
+from riffd.fsio import DEFAULT_RETRY, RetryPolicy
 from riffd.transcript.sessionfiles import SessionFile, all_session_files
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ class Keeper:
     settle: float
     store: StateStore
     on_write_error: Callable[[BaseException], object] | None = None
+    retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
 
     def process(self, archive: Archive | None, found: SessionFile) -> float | None:
         """Archive the file `found` if it settled and is new or changed; return when to look at it again (seconds),
@@ -39,7 +41,7 @@ class Keeper:
         if archive is None:
             return None
         try:
-            kept = archive.whole.keep(found, settle=self.settle)
+            kept = archive.whole.keep(found, settle=self.settle, retry=self.retry)
         except OSError as exc:
             log.warning("%s: could not read it to archive it: %s; looked at again at its next change or rescan",
                         found.path, exc)

@@ -125,7 +125,7 @@ class Daemon(Figures):
         clean_leftovers(config)
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive,
                              on_write_error=self.room.ran_out)
-        self.keeper = Keeper(config.watcher.file_settle, self.store, self.room.ran_out)
+        self.keeper = Keeper(config.watcher.file_settle, self.store, self.room.ran_out, config.retry.policy)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
         self._start_watcher()
@@ -341,7 +341,7 @@ class Daemon(Figures):
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
             self.worker.settings = worker_settings(self.config)
-            self.keeper.settle = new.watcher.file_settle
+            self.keeper.settle, self.keeper.retry = new.watcher.file_settle, new.retry.policy
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         self.alerts.command = Alerts(new.notify.command).command
         watch_changed = transcript_filter(new) != transcript_filter(old) or (
