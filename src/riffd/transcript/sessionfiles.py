@@ -8,7 +8,8 @@ Measured with the real client (2.1.332; shared/transcript-format.md, section 1, 
 - in the config folder (`<X>` for a root `<X>/projects`, and the configured `claude_dir`): `file-history/<session>/`
   (the pre-edit copies `/rewind` uses), `tasks/<session>/` (the session's task list, read again on resume),
   `plans/<slug>.md` (a plan written in plan mode, named by the `slug` the session's lines carry) and, from releases
-  before the task lists, `todos/<session>-agent-<id>.json`.
+  before the task lists, `todos/<session>-agent-<id>.json`. A task list's `.highwatermark` (the highest task id it
+  gave) is kept with it.
 Claude Code deletes each of these by age (the session folder and `file-history/<session>/` with the session, a saved
 output by its own age even while its session is resumed), so the archive is all there is of them afterwards. Dot
 files (locks, temp files) and files being replaced under a temp name are not the session's.
@@ -39,6 +40,7 @@ KINDS = (SUBAGENT_META, TOOL_RESULT, SESSION_OTHER, FILE_HISTORY, TASKS, PLAN, T
 CONFIG_FOLDERS = ("file-history", "tasks", "plans", "todos")
 
 _TEMP = re.compile(r"\.tmp(\.|$)")
+HIGH_WATER_MARK = ".highwatermark"
 _TODOS = re.compile(rf"^({SESSION_ID.pattern})-agent-.+\.json$")
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
@@ -66,8 +68,9 @@ def config_folders(roots: Iterable[Path], claude_dir: Path | None = None) -> lis
 
 
 def is_kept_name(name: str) -> bool:
-    """Whether a file of this name in a session's folders is the session's (not a lock, a dot file or a temp)."""
-    return not name.startswith(".") and not _TEMP.search(name)
+    """Whether a file of this name in a session's folders is the session's (not a lock, a dot file or a temp; but
+    a task list's `.highwatermark`, the highest task id it gave, which the client carries with its tasks)."""
+    return (not name.startswith(".") or name == HIGH_WATER_MARK) and not _TEMP.search(name)
 
 
 def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> SessionFile | None:
