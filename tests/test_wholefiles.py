@@ -17,6 +17,7 @@ import pytest
 
 from conftest import SRC_DIR
 from riffd.archive.packs import PackDamaged
+from riffd.archive.recover import recover
 from riffd.archive.store import Archive
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
@@ -263,3 +264,36 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
     (version,) = archive.whole.session_versions(tree.session_id)
     assert b"".join(archive.whole.content(version)) == output.read_bytes()
     archive.close()
+
+
+def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(tmp_path: Path) -> None:
+    """A damaged archive moved aside holds the only copy of the files of deleted sessions: `riffd archive recover`
+    copies every version it can read into the new archive, older than what the new one took meanwhile, and names
+    the rest."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    old = Archive(tmp_path / "old.db")
+    for path in tree.whole:
+        old.whole.keep(_found(claude, path))
+    old.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
+    output = tree.tool_results()[0]
+    (damaged,) = [version for version in old.whole.session_versions(tree.session_id) if version.path == output]
+    old.close()
+    with sqlite3.connect(tmp_path / "old.db") as db:  # its saved output's frame damaged (the other file shares it)
+        db.execute("UPDATE blob_chunks SET data = x'00' WHERE blob = ?", (damaged.blob,))
+    task = claude / "tasks" / tree.session_id / "1.json"
+    first = task.read_bytes()
+    task.write_bytes(b'{"id":"1","status":"completed"}')  # the new archive took a later version meanwhile
+    new = Archive(tmp_path / "new.db")
+    new.whole.keep(_found(claude, task))
+    result = recover(tmp_path / "old.db", new)
+    assert result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2  # both outputs: one blob
+    assert all(str(output.name) in part or str(tree.tool_results()[1].name) in part for part in result.unreadable)
+    versions = [version for version in new.whole.session_versions(tree.session_id, every=True) if version.path == task]
+    assert [b"".join(new.whole.content(version)) for version in versions] == [first, task.read_bytes()]
+    newest = {version.path: version for version in new.whole.session_versions(tree.session_id)}
+    assert b"".join(new.whole.content(newest[task])) == task.read_bytes()
+    for path in tree.whole:
+        if path.parent.name not in ("tool-results", "tasks"):
+            assert b"".join(new.whole.content(newest[path])) == path.read_bytes()  # the plan too, by its slug
+    new.close()

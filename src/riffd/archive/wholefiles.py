@@ -204,6 +204,55 @@ class WholeFiles:
              status.st_mtime_ns, int(time.time())))
         return version
 
+    def add_older(self, version: Version, chunks: Iterable[bytes]) -> bool:
+        """Add a version recovered from another archive (riffd.archive.recover) below every version this one holds of
+        its path, so the newest stays the newest; return False when this archive holds those bytes, mode and time
+        at that path already. Raise PackDamaged, adding nothing, when `chunks` are not the version's bytes."""
+        base, relative = path_key(version.base), path_key(version.relative)
+        with self._writing():
+            held = self._db.execute("SELECT MIN(version) FROM session_files JOIN blobs ON blobs.id = blob WHERE "
+                                    "base = ? AND path = ? AND (blobs.hash, mode, mtime_ns) = (?, ?, ?)",
+                                    (base, relative, version.sha256, version.mode, version.mtime_ns)).fetchone()[0]
+            if held is not None:
+                return False
+            blob = self._blob(version.sha256)
+            if blob is None:
+                blob = self._db.execute("INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
+                                        (version.sha256, version.size)).lastrowid
+                assert blob is not None
+                digest, stored = hashlib.sha256(), 0
+                for number, chunk in enumerate(chunks):
+                    digest.update(chunk)
+                    frame = _COMPRESSOR.compress(chunk)
+                    stored += len(frame)
+                    self._db.execute("INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
+                                     (blob, number, frame))
+                if digest.digest() != version.sha256:
+                    raise PackDamaged((), f"{version.path} (version {version.version}): the bytes recovered are not "
+                                      "the ones archived")
+                self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
+            lowest = self._db.execute("SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
+                                      (base, relative)).fetchone()[0]
+            self._db.execute(
+                "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (version.session_id, version.kind, base, relative, version.version if lowest is None else lowest - 1,
+                 blob, version.size, version.mode, version.mtime_ns, version.seen))
+        return True
+
+    def every_version(self) -> list[Version]:
+        """Every version of every file, newest first per path (what a recovery copies)."""
+        if not self.present:
+            return []
+        with self._lock:
+            rows = self._db.execute(_SELECT_VERSIONS + "ORDER BY base, path, version DESC").fetchall()
+        return [_version(row) for row in rows]
+
+    def record_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
+        """Record, in a transaction of its own, that the session's lines name these plan slugs."""
+        with self._writing():
+            self.note_slugs(session_id, slugs)
+
     def note_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
         """Inside the caller's write transaction: record that the session's lines name these plan slugs."""
         self._db.executemany("INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",

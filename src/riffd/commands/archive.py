@@ -339,6 +339,7 @@ def run_recover(args: argparse.Namespace) -> int:
             print(f"recovered {result.lines} line(s) in {result.generations} generation(s) of {result.files} file(s) "
                   f"from {source} into {path}"
                   + (f"; {result.already_there} generation(s) were there already" if result.already_there else "")
+                  + (f"; {result.versions} version(s) of files kept whole" if result.versions else "")
                   + (f"; {len(result.unreadable)} part(s) unreadable" if result.unreadable else "")
                   + (f"; the old file is now {done}" if DAMAGED in source.name and done.exists() else ""))
         into.settle()
