@@ -169,3 +169,18 @@ def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(tmp
     assert stats["kinds"]["transcript"]["files"] == 2 and stats["kinds"]["subagent"]["files"] == 2
     assert stats["kinds"]["file-history"]["files"] == 6 and stats["whole_files"]["blobs"] < 15
     assert stats["raw_all_bytes"] > stats["raw_bytes"] > 0
+
+
+def test_a_file_the_archive_cannot_give_whole_is_not_restored_and_nothing_is_left(tmp_path: Path) -> None:
+    tree = _ingested(tmp_path)
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        blob, frame = db.execute("SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1").fetchone()
+        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob))
+    delete_like_cleanup(tree)
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 2
+    for output in tree.tool_results():  # the two saved outputs share the damaged blob
+        assert f"riffd: error: {output}: not restored, the archive cannot give it whole" in result.stderr
+        assert not output.exists()
+    assert sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []  # no temp left either
+    assert tree.main.exists() and all(path.exists() for path in tree.whole if path.parent.name != "tool-results")
