@@ -215,7 +215,7 @@ def test_files_that_share_a_name_are_restored_apart_into_one_folder(tmp_path: Pa
     result = _riffd(tmp_path, "archive", "restore", SESSION, "--to", str(out), "--force")
     assert result.returncode == 0, result.stderr
     projects = tmp_path / "claude" / "projects"
-    assert f"4 archived files share names, so each is restored under its path below {projects}" in result.stderr
+    assert f"4 archived files are restored under their paths below {projects}" in result.stderr
     restored = {path.relative_to(out): path.read_bytes() for path in out.rglob("*.jsonl")}
     assert restored == {path.relative_to(projects): data for path, data in written.items()}
     assert len(result.stdout.splitlines()) == 4

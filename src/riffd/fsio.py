@@ -101,6 +101,10 @@ class FileSystem:
         """Set the owner and group of an open file (-1 leaves one unchanged)."""
         os.fchown(fd, uid, gid)
 
+    def futimens(self, fd: int, mtime_ns: int) -> None:
+        """Set an open file's modification time (its access time with it)."""
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+
     def link(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         """Create the hard link `dst` to `src`; fail with EEXIST when `dst` exists."""
         os.link(src, dst, follow_symlinks=False)

@@ -210,9 +210,17 @@ class TranscriptWalk:
 
 def session_id_for(path: Path) -> str:
     """Return the session a transcript belongs to: the folder name for `<session>/subagents/agent-*.jsonl`,
-    else the file's stem."""
-    if path.parent.name == "subagents":
+    else the file's stem; for a session's other files (riffd.transcript.sessionfiles: `<session>/tool-results/...`,
+    `file-history/<session>/...`, `todos/<session>-agent-...`), the session id its path holds."""
+    if path.parent.name == "subagents" and path.suffix == ".jsonl":
         return path.parent.parent.name
+    if path.suffix != ".jsonl":
+        import re  # (only for the files beside transcripts)
+
+        session = re.compile("[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+        for name in [folder.name for folder in path.parents] + [path.name]:
+            if found := session.match(name):
+                return found.group()
     return path.stem
 
 

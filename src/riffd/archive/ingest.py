@@ -49,11 +49,23 @@ def ingest_file(archive: Archive, path: Path) -> int:
                 # An unterminated last line is kept too (lossless); restore writes it back without a newline.
                 added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
                                            last_terminated=terminated)
+            note_time(archive, path)
             return added
         except ArchiveGap:  # another process started a new generation meanwhile: read from where it is now
             if attempt == 2:
                 raise
     return added
+
+
+def note_time(archive: Archive, path: Path) -> None:
+    """Record the file's modification time in the archive when the archive holds it whole (what `riffd archive
+    restore` gives the file back); a file that grew since it was read is noted when it is archived next."""
+    try:
+        status = path.stat()
+    except OSError:
+        return
+    if archive.cursor(str(path))[1] == status.st_size:
+        archive.note_mtime(str(path), status.st_size, status.st_mtime_ns)
 
 
 def archive_key(path: Path) -> Path:
@@ -200,6 +212,7 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
                 done = _ingest_here(archive, path)
                 yield path, done if isinstance(done, OSError) else added + done
             else:
+                note_time(archive, path)
                 yield path, added
     finally:
         receiver.close()  # a reader still sending meets a broken pipe and exits

@@ -243,8 +243,9 @@ def content_key(piece: Piece) -> int:
 
 class Parsed(msgspec.Struct, array_like=True, gc=False):
     """What the archive takes from one line before it looks in the database (`parse`): its time (epoch seconds),
-    role, session id, working folder, title, the prompt it gives a session without a title, and its pieces, each
-    (start, end, key, normalised text), in line order; pieces None: the line is stored as written. The same in this
+    role, session id, working folder, title, the prompt it gives a session without a title, its pieces, each
+    (start, end, key, normalised text), in line order (None: the line is stored as written), and the slug that names
+    its session's plan file. The same in this
     process and from an ingest's reader process (riffd.archive.ingest), which sends it as msgpack."""
 
     ts: int | None = None
@@ -254,6 +255,7 @@ class Parsed(msgspec.Struct, array_like=True, gc=False):
     title: str | None = None
     prompt: str | None = None
     pieces: list[tuple[int, int, int, str]] | None = None
+    slug: str | None = None  # the name of the session's plan file (riffd.transcript.sessionfiles)
 
 
 def parse(raw: bytes, want_prompt: bool) -> Parsed:
@@ -274,7 +276,7 @@ def parse(raw: bytes, want_prompt: bool) -> Parsed:
         pieces = [(piece.start, piece.start + len(piece.exact), content_key(piece), piece.text)
                   for piece in pieces_of(raw, obj, role)]
     return Parsed(epoch(obj.get("timestamp")), role, _storable(session), _storable(project),
-                  _storable(title_of(obj, kind)), _storable(prompt), pieces)
+                  _storable(title_of(obj, kind)), _storable(prompt), pieces, _storable(obj.get("slug")))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -58,6 +58,14 @@ class Reading:
                                    (path_key(path),)).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
+    def restore_time(self, file_id: int) -> int | None:
+        """The modification time (ns) to give an archived file written back: its time when it ended where the archive
+        does, else the time of its last line (None: neither is known)."""
+        with self._lock:
+            mtime_ns, last_ts = self._db.execute("SELECT mtime_ns, last_ts FROM files WHERE id = ?",
+                                                 (file_id,)).fetchone()
+        return int(mtime_ns) if mtime_ns is not None else int(last_ts) * 10**9 if last_ts is not None else None
+
     def _last_run(self, file_id: int, generation: int) -> Run | None:
         row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
                                "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
@@ -128,6 +136,18 @@ class Reading:
         return [{"file_id": row[0], "path": key_path(row[1]), "session_id": row[2], "project": row[3],
                  "title": row[4], "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
                 for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
+
+    def all_files(self) -> list[tuple[int, str, str | None]]:
+        """Return (id, path, session) of every archived file."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, path, session_id FROM files ORDER BY id").fetchall()
+        return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
+
+    def archived_bytes(self) -> dict[str, int]:
+        """Every archived path with the bytes of it the archive holds (its latest generation)."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, archived_bytes FROM files").fetchall()
+        return {key_path(path): int(size) for path, size in rows}
 
     def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
         """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte, read as

@@ -36,6 +36,7 @@ class Recovery:
     lines: int = 0
     already_there: int = 0
     unreadable: list[str] = field(default_factory=list)
+    versions: int = 0  # of files kept whole (riffd.archive.wholefiles)
 
 
 def readable_copy(damaged: Path, folder: Path) -> Path:
@@ -88,9 +89,28 @@ def _recover(damaged: Path, into: Archive) -> Recovery:
             if readable:
                 result.files += 1
                 _merge(into, path, readable, result)
+        _recover_whole(source, into, result)
     finally:
         source.close()
     return result
+
+
+def _recover_whole(source: Archive, into: Archive, result: Recovery) -> None:
+    """Copy every readable version of every file kept whole, below what the new archive holds of its path, and the
+    plan slugs of the sessions."""
+    try:
+        versions = source.whole.every_version()
+        slugs = source.whole.all_slugs()
+    except _READ_ERRORS as exc:
+        result.unreadable.append(f"the list of files kept whole: {exc}")
+        return
+    for version in versions:
+        try:
+            result.versions += into.whole.add_older(version, source.whole.content(version))
+        except (*_READ_ERRORS, OSError) as exc:
+            result.unreadable.append(f"{version.path} (version {version.version}): {exc}")
+    for session_id, names in slugs.items():
+        into.whole.record_slugs(session_id, names)
 
 
 def _merge(into: Archive, path: str, generations: list[list[bytes]], result: Recovery) -> None:

@@ -3,7 +3,15 @@
 Tables: `files` (one row per transcript path: its session, project, title, times, generation and the archive's
 own watermark), `packs`, `segments` and `loose` (riffd.archive.packs), `runs` (where each line of a file's
 generation is in a pack), `contents` (pieces of content, where first seen; riffd.archive.pieces), `seen` (per text
-and file, the newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search).
+and file, the newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search); for the files of a
+session kept whole (riffd.archive.wholefiles), `blobs` and `blob_chunks` (content by SHA-256, in zstd frames),
+`session_files` (every version of every path) and `plan_slugs` (the plan names a session's lines carry).
+
+An archive of this format made before the whole files were kept gains them when first opened for writing: the
+missing tables are created (`CREATE TABLE IF NOT EXISTS`) and `files` gets its `mtime_ns` column (ALTER TABLE ADD
+COLUMN, which rewrites nothing); what it held stays as it was. Opened read-only, such an archive holds no whole
+files (`WholeFiles.present`), and a riffd from before reads the new archive as it always did (it never looks at
+the new tables).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ CREATE TABLE IF NOT EXISTS files (
     first_ts INTEGER, last_ts INTEGER, generation INTEGER NOT NULL DEFAULT 0,
     archived_bytes INTEGER NOT NULL DEFAULT 0, lines INTEGER NOT NULL DEFAULT 0,
     raw_bytes INTEGER NOT NULL DEFAULT 0, stored_lines INTEGER NOT NULL DEFAULT 0,
-    messages INTEGER NOT NULL DEFAULT 0
+    messages INTEGER NOT NULL DEFAULT 0, mtime_ns INTEGER
 );
 CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
 CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
@@ -60,12 +68,30 @@ CREATE TABLE IF NOT EXISTS seen (
 ) WITHOUT ROWID;
 -- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
+-- Whole files by the SHA-256 of their bytes; `stored`: the bytes their frames take.
+CREATE TABLE IF NOT EXISTS blobs (
+    id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, size INTEGER NOT NULL, stored INTEGER NOT NULL
+);
+-- A blob's bytes, 1 MiB of them per zstd frame (with its checksum), in order.
+CREATE TABLE IF NOT EXISTS blob_chunks (
+    blob INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (blob, number)
+);
+-- Every version of every file of a session kept whole: its path is `path` below the folder `base`.
+CREATE TABLE IF NOT EXISTS session_files (
+    id INTEGER PRIMARY KEY, session_id TEXT, kind TEXT NOT NULL, base TEXT NOT NULL, path TEXT NOT NULL,
+    version INTEGER NOT NULL, blob INTEGER NOT NULL, size INTEGER NOT NULL, mode INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL, seen INTEGER NOT NULL, UNIQUE (base, path, version)
+);
+CREATE INDEX IF NOT EXISTS session_files_session ON session_files(session_id);
+CREATE TABLE IF NOT EXISTS plan_slugs (
+    session_id TEXT NOT NULL, slug TEXT NOT NULL, PRIMARY KEY (session_id, slug)
+) WITHOUT ROWID;
 """
 
 
 # Every table and index _SCHEMA makes (FTS5 adds its own tables beside `search`)
 SCHEMA_NAMES = {"meta", "files", "files_session", "packs", "segments", "loose", "runs", "contents", "contents_key",
-                "seen", "search"}
+                "seen", "search", "blobs", "blob_chunks", "session_files", "session_files_session", "plan_slugs"}
 
 RECOVER_ADVICE = ("`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
                   "readable line of the old one into the new one")
@@ -95,6 +121,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         # busy daemon) takes no write lock
         if not names >= SCHEMA_NAMES or db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is None:
             db.executescript(_SCHEMA)
+            if "mtime_ns" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
+                db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")  # made before riffd recorded it
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
         db.close()

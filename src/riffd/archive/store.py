@@ -29,6 +29,7 @@ from riffd.archive.packs import PackDamaged, PackStore, Run, tightened
 from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
+from riffd.archive.wholefiles import WholeFiles
 from riffd.database import open_checked, reopen_if_damaged
 from riffd.paths import path_key
 
@@ -98,8 +99,10 @@ class Archive(Reading):
                 path, lambda target, create: connect(target, lock_timeout, create), heal=heal, check=check,
                 advice=RECOVER_ADVICE)
         self._packs = PackStore(self._db)
+        self.whole = WholeFiles(self._db, self._lock)  # the session's other files (riffd.archive.wholefiles)
         self._dirty = True  # lines added since the last settle (unknown at first)
         self._next_content: int | None = None  # the next content id, within a write transaction
+        self._mtimes: dict[str, tuple[int, int]] = {}  # path -> (bytes, mtime_ns) last recorded through this object
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
         """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
@@ -111,6 +114,8 @@ class Archive(Reading):
                 return False
             self._db, self.moved_aside, self.damage = reopened
             self._packs = PackStore(self._db)
+            self.whole = WholeFiles(self._db, self._lock)
+            self._mtimes.clear()
             self._dirty = True
         return True
 
@@ -122,17 +127,19 @@ class Archive(Reading):
     # --- feeding ----------------------------------------------------------------------------------
 
     def add_lines(self, path: str, offset: int, lines: list[bytes], *, rewritten: bool = False,
-                  last_terminated: bool = True, prepared: list[Parsed] | None = None) -> int:
+                  last_terminated: bool = True, prepared: list[Parsed] | None = None,
+                  mtime_ns: int | None = None) -> int:
         """Archive `lines` of `path` starting at byte `offset` (each without its newline; the last one has none
         in the file when `last_terminated` is False); lines below the file's archive watermark are skipped, and
         lines past it raise ArchiveGap (nothing stored: the archive never has a hole).
         `rewritten`: the file was rewritten (not appended to) since it was last archived, so start a new
         generation from offset 0. `prepared`: what `riffd.archive.pieces.parse` gave for each line (with every user
-        prompt), when a reader process did that. Return how many lines were added."""
+        prompt), when a reader process did that. `mtime_ns`: the file's modification time when it ended with these
+        lines (None: not known; restore then gives it the time of its last line). Return how many lines were added."""
         with self._lock:
             with self._writing():
                 self._packs.start()
-                added = self._add(path, offset, lines, rewritten, last_terminated, prepared=prepared)
+                added = self._add(path, offset, lines, rewritten, last_terminated, prepared=prepared, mtime_ns=mtime_ns)
                 self._packs.store_open(settled=False)
             self._dirty = self._dirty or added > 0
         return added
@@ -190,7 +197,7 @@ class Archive(Reading):
         return [int(row[0]) for row in rows]
 
     def _add(self, path: str, offset: int, lines: list[bytes], rewritten: bool, last_terminated: bool, *,
-             older: bool = False, prepared: list[Parsed] | None = None) -> int:
+             older: bool = False, prepared: list[Parsed] | None = None, mtime_ns: int | None = None) -> int:
         db = self._db
         key = path_key(path)  # a name that is not UTF-8 too (riffd.paths)
         row = db.execute("SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (key,)).fetchone()
@@ -284,15 +291,34 @@ class Archive(Reading):
             [(text, file_id, gen, line, ts, role) for text, (line, gen, ts, role) in newest.items()])
         if older:
             generation, archived, count = latest
+        # The time is that of the file ending where the archive now does: unknown (NULL) unless the caller knows it
+        known = mtime_ns if not older and position == archived else None
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
             "stored_lines = stored_lines + ?, messages = messages + ?, "
             "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title, ?), "
-            "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts) WHERE id = ?",
+            "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts), "
+            "mtime_ns = CASE WHEN ? OR ? THEN mtime_ns ELSE ? END WHERE id = ?",
             (generation, archived, count, added_bytes, added, messages, info.get("session"), info.get("project"),
-             info.get("title"), info.get("prompt"), info.get("first_ts"), info.get("last_ts"), file_id),
+             info.get("title"), info.get("prompt"), info.get("first_ts"), info.get("last_ts"), older,
+             added == 0 and known is None, known, file_id),
         )
+        if known is not None:
+            self._mtimes[key] = (archived, known)
+        if info.get("slugs") and info.get("session"):
+            self.whole.note_slugs(info["session"], info["slugs"])
         return added
+
+    def note_mtime(self, path: str, end: int, mtime_ns: int) -> None:
+        """Record the modification time of `path` when it ended at byte `end`, if the archive holds it up to there (a
+        file whose last lines were archived before the time that goes with them was known)."""
+        key = path_key(path)
+        if self._mtimes.get(key) == (end, mtime_ns):
+            return
+        with self._lock:
+            self._db.execute("UPDATE files SET mtime_ns = ? WHERE path = ? AND archived_bytes = ?",
+                             (mtime_ns, key, end))
+            self._mtimes[key] = (end, mtime_ns)
 
     def _last_of(self, path: str, run: Run, archived: int) -> bytes:
         """The last line of a file's last run, which lines offered at its end are checked against; ArchiveMismatch
@@ -330,6 +356,8 @@ class Archive(Reading):
             info["title"] = parsed.title
         if parsed.prompt is not None and "prompt" not in info:
             info["prompt"] = parsed.prompt
+        if parsed.slug is not None:
+            info.setdefault("slugs", set()).add(parsed.slug)
         line = _Line(raw, ts=ts, role=parsed.role)
         segments: list[bytes] = []  # the stored line's parts, when a piece is cut out
         done = shift = 0  # where the part after the last cut starts; the bytes cut out so far, less their marks

@@ -11,6 +11,11 @@ The archive's latest generation of a file must be, byte for byte, the file's fir
   `archive_again` mends it: the file is archived whole as a new generation, and the old one is kept.
 A file never archived, or gone (the archive is then all there is of it), is named as that.
 
+A file kept whole (riffd.archive.wholefiles) is compared, byte for byte, with its newest version: `whole`; `behind`
+when the file has changed since (another size or time: the daemon takes it as a new version); `differs` when it has
+the size and time of the version but other bytes, or the version cannot be read back, which `--fix` mends by
+archiving it again (a blob that cannot be read gets its frames afresh from the file's bytes).
+
 `damaged_packs` decompresses every pack (zstd checks each frame's checksum) and names each that cannot be read with
 the archived files whose lines it holds or needs, and what can be done for each.
 """
@@ -24,7 +29,9 @@ from pathlib import Path
 from riffd.archive.ingest import archive_key, ingest_file, still_appended
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
+from riffd.paths import path_key
 from riffd.transcript.reader import iter_chunks
+from riffd.transcript.sessionfiles import SessionFile
 
 FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
 
@@ -38,6 +45,52 @@ class Verdict:
     detail: str = ""
     archived_again: int | None = None  # the lines archived again by `check_file` with `fix`
     error: str | None = None  # why it could not be verified or archived again (then `outcome` is empty)
+
+
+def check_whole(archive: Archive, found: SessionFile, *, fix: bool) -> Verdict:
+    """`verify_whole`, and with `fix` a file that differs archived again; what stopped either is the error."""
+    try:
+        verdict = verify_whole(archive, found)
+        if verdict.outcome in FAULTS and fix:
+            kept = archive.whole.keep(found, again=True)
+            return replace(verdict, archived_again=kept.version) if kept.version else replace(
+                verdict, outcome="", error=f"{found.path}: {kept.outcome} while it was archived again; run the "
+                                           "command again")
+        return verdict
+    except OSError as exc:
+        return Verdict(found.path, "", error=f"{found.path}: {exc.strerror or exc}")
+
+
+def verify_whole(archive: Archive, found: SessionFile) -> Verdict:
+    """Compare the newest version the archive holds of a file kept whole with the file, byte for byte."""
+    latest = archive.whole.latest(path_key(found.base), path_key(found.relative))
+    try:
+        status = os.lstat(found.path)
+    except FileNotFoundError:
+        return Verdict(found.path, "gone" if latest else "not archived")
+    if latest is None:
+        return Verdict(found.path, "not archived")
+    same_time = (status.st_size, status.st_mtime_ns) == (latest.size, latest.mtime_ns)
+    try:
+        with open(found.path, "rb") as handle:
+            position = 0
+            for chunk in archive.whole.content(latest):
+                read = handle.read(len(chunk))
+                if read != chunk:
+                    position += next((at for at, (one, other) in enumerate(zip(read, chunk, strict=False))
+                                      if one != other), min(len(read), len(chunk)))
+                    break
+                position += len(chunk)
+            else:
+                if not handle.read(1):
+                    return Verdict(found.path, "whole")
+    except PackDamaged as exc:
+        return Verdict(found.path, "differs", f"the archive cannot give its version {latest.version}: {exc}")
+    if not same_time:
+        return Verdict(found.path, "behind", f"changed since version {latest.version} was archived (the daemon "
+                                             "takes it as a new version)")
+    return Verdict(found.path, "differs", f"byte {position} on is not version {latest.version} as archived, "
+                                          "though its size and time are")
 
 
 @dataclass(frozen=True)

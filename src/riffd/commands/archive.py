@@ -11,7 +11,6 @@ import functools
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds, transcript_targets
+from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds
 from riffd.commands.configured import load_or_report
 from riffd.database import (
     BUSY,
@@ -45,7 +44,8 @@ def register(commands: Any) -> None:
         "transcript the daemon reads, so nothing is lost when Claude Code deletes old sessions.",
     )
     actions = archive.add_subparsers(dest="action", metavar="ACTION")
-    ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts (resumes where it stopped)")
+    ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts and their sessions' other "
+                                "files (resumes where it stopped)")
     ingest.add_argument("--no-compact", action="store_true",
                         help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
                              "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level")
@@ -53,18 +53,22 @@ def register(commands: Any) -> None:
                         help="transcripts or folders (default: the configured roots, which the daemon watches)")
     ingest.set_defaults(run=run_ingest)
     restore = actions.add_parser(
-        "restore", help="rebuild a transcript byte for byte as it was last archived",
-        description="Write each archived file of a session back, byte for byte as it was last archived, checked "
-        "against the checksums archived with it (a file the archive cannot give whole is not restored). A file that "
-        "is there is replaced only with --force, and then as `riffd backups restore` replaces one: only while its "
-        "session is idle, after a verified backup of it. Exit 0: restored; 1: skipped (live or changed); 2: failed "
-        "or refused.")
-    restore.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
+        "restore", help="bring a whole session back, byte for byte as it was last archived",
+        description="Write every file of a session back (its transcripts, saved tool outputs, subagents' settings, "
+        "checkpoints, task list and plans) where `claude --resume` finds it, byte for byte as last archived, with its "
+        "modification time, checked against the checksums archived with it (a file the archive cannot give whole is "
+        "not restored). Only what is missing is written: a file that is there and the same is left, as is a "
+        "transcript that has only grown; one that differs is named and left, unless --force: then it is replaced "
+        "only while its session is idle, after a verified backup of it. Exit 0: every file is there now; 1: one was "
+        "skipped (live or changed) or differs; 2: one failed or the archive cannot give it whole.")
+    restore.add_argument("session", metavar="SESSION",
+                         help="a session id (or a prefix only one session has), or an archived transcript's path")
     restore.add_argument("--to", type=Path, default=None, metavar="PATH",
                          help="write here (a folder, or a file for a single transcript) instead of the original path; "
-                              "files that share a name keep their paths below the folder they share")
+                              "the files keep their paths below the folder they all share")
     restore.add_argument("--force", action="store_true",
-                         help="replace files that exist (only while their session is idle, after a backup of each)")
+                         help="replace files that exist and differ (only while their session is idle, after a "
+                              "backup of each)")
     restore.add_argument("--quiet-period", type=float, default=None, metavar="SECONDS",
                          help="how long a file to replace must be unmodified to count as idle (default: the config's "
                               "repair.quiet_period, 120)")
@@ -90,19 +94,21 @@ def register(commands: Any) -> None:
     export.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
     export.set_defaults(run=run_export)
     verify = actions.add_parser(
-        "verify", help="check the archive against the transcripts that still exist",
+        "verify", help="check the archive against the transcripts and session files that still exist",
         description="Compare, byte for byte, what the archive holds of each transcript with the file (the "
-        "archive as of one moment, the file line by line). A file whose archive differs from it (a hole, a damaged "
-        "pack) is named with the line where they part; --fix archives it again, whole, as a new generation (the "
-        "old one is kept). Files rewritten since they were archived, or with lines not archived yet, are counted, "
-        "not faults: the daemon archives them. Without PATH, every pack is read too, and each damaged one is named "
-        "with the archived files (deleted sessions too) whose lines it holds, and what can be done for each. Exit 0: "
-        "no file differs (or --fix mended each) and no pack is damaged; 1: some differ, or a pack is damaged; "
-        "2: an error.")
+        "archive as of one moment, the file line by line), and of each file kept whole (saved tool outputs, "
+        "subagents' settings, checkpoints, task lists, plans) with its newest version. A file whose archive differs "
+        "from it (a hole, a damaged pack) is named with the line or byte where they part; --fix archives it again "
+        "(a transcript as a new generation; the old one is kept). Files changed since they were archived, or with "
+        "lines not archived yet, are counted, not faults: the daemon archives them. Without PATH, every pack and "
+        "every file kept whole is read back too, and each damaged one is named with the archived files (deleted "
+        "sessions too) it holds, and what can be done for each. Exit 0: no file differs (or --fix mended each) and "
+        "nothing is damaged; 1: some differ, or something is damaged; 2: an error.")
     verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help="transcripts or folders (default: every archived transcript that still exists)")
+                        help="transcripts or folders, with their sessions' files kept whole (default: every archived "
+                             "transcript that still exists, and every session file)")
     verify.add_argument("--fix", action="store_true",
-                        help="archive each file that differs again, as a new generation")
+                        help="archive each file that differs again (a transcript as a new generation)")
     verify.add_argument("--json", action="store_true",
                         help="print one JSON object per file (the summary stays on stderr)")
     verify.set_defaults(run=run_verify)
@@ -174,155 +180,29 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    """`riffd archive ingest`: archive what is new in each transcript; exit 0, or 2 when a file failed."""
-    from riffd.archive.ingest import ingest_files
+    """`riffd archive ingest`: archive what is new in each transcript and the files kept whole beside them
+    (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
+    from riffd.commands.archive_ingest import run_ingest as ingest
 
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    if args.paths:
-        files, errors = transcript_targets(args.paths)
-    else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
-        files, errors = _files_under(args.roots)
-    started, added, size, number = time.monotonic(), 0, 0, 0
-    try:
-        for number, (path, done) in enumerate(ingest_files(archive, files), 1):
-            if isinstance(done, OSError):
-                errors.append(f"{path}: {done.strerror or done}")
-            else:
-                added += done
-                with contextlib.suppress(OSError):
-                    size += path.stat().st_size
-            if sys.stderr.isatty():
-                rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
-                print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
-                      file=sys.stderr)
-    except BaseException:
-        # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
-        print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
-              f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
-              "it before the error)", file=sys.stderr)
-        archive.close()
-        raise
-    if sys.stderr.isatty():
-        print(file=sys.stderr)
-    for error in errors:
-        print(f"riffd: error: {error}", file=sys.stderr)
-    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
-    if not args.no_compact:
-        _compact(archive)
-    if added:
-        archive.settle()  # the last pack compressed, the search index merged
-    archive.close()
-    return EXIT_ERROR if errors else EXIT_OK
+    return EXIT_ERROR if archive is None else ingest(args, archive)
 
 
 def run_compact(args: argparse.Namespace) -> int:
     """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no archive)."""
+    from riffd.commands.archive_ingest import run_compact as compact
+
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    _compact(archive)
-    archive.settle(optimize=False)
-    archive.close()
-    return EXIT_OK
-
-
-def _compact(archive: Any) -> None:
-    """Compact an open `riffd.archive.store.Archive` (imported lazily: the command line starts without it)."""
-    started = time.monotonic()
-
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
-            print(f"\rriffd: compressing packs at the settled level: {done}/{total} ", end="", file=sys.stderr)
-
-    done, _left = archive.compact(progress=progress)
-    if sys.stderr.isatty() and done:
-        print(file=sys.stderr)
-    if done:
-        print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
-              file=sys.stderr)
-
-
-def _files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
-    """The transcripts under the configured `roots` that exist, and a line for each root that does not or cannot
-    be looked at."""
-    present, errors = [], []
-    for root in roots:
-        try:
-            if root.is_dir():
-                present.append(root)
-            else:
-                print(f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it", file=sys.stderr)
-        except OSError as exc:
-            errors.append(f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived")
-    if not present:
-        return [], errors
-    files, more = transcript_targets(present)
-    return files, errors + more
+    return EXIT_ERROR if archive is None else compact(args, archive)
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """`riffd archive verify`: compare the archive with the transcripts; exit 0, 1 (files differ), 2 (error)."""
-    from riffd.archive.ingest import archive_key
-    from riffd.archive.verify import FAULTS, check_file, damaged_packs
+    """`riffd archive verify`: compare the archive with the transcripts and the files kept whole
+    (riffd.commands.archive_verify); exit 0, 1 (files differ), 2 (error)."""
+    from riffd.commands.archive_verify import run_verify as verify
 
     archive = _open(args)
-    if archive is None:
-        return EXIT_ERROR
-    if args.paths:
-        files, errors = transcript_targets(args.paths)
-    else:
-        files, errors = [Path(name) for _file_id, name in archive.files() if os.path.exists(name)], []
-    files = list(dict.fromkeys(archive_key(path) for path in files))  # a file named twice is verified once
-    counts: dict[str, int] = {}
-    faults = 0
-    try:
-        if not args.paths:  # the whole archive: its packs too, with the files of deleted sessions they hold
-            for damage, users in damaged_packs(archive):
-                faults += 1
-                counts["damaged pack"] = counts.get("damaged pack", 0) + 1
-                if args.json:
-                    print(orjson.dumps({"pack": damage.packs[0], "outcome": "damaged", "detail": str(damage),
-                                        "files": [user.__dict__ for user in users]}).decode())
-                    continue
-                print(f"pack {damage.packs[0]} of the archive is damaged: {damage}; it holds lines of "
-                      f"{len(users)} archived file generation(s), or pieces of them:")
-                for user in users:
-                    print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
-        for number, path in enumerate(files, 1):
-            verdict = check_file(archive, path, fix=args.fix)
-            if verdict.error is not None:
-                errors.append(verdict.error)
-                continue
-            fixed = verdict.archived_again
-            counted = "archived again" if fixed is not None else verdict.outcome
-            counts[counted] = counts.get(counted, 0) + 1
-            if args.json:
-                print(display_json({"path": str(verdict.path), "outcome": verdict.outcome,
-                                    "detail": verdict.detail, "archived_again": fixed}).decode())
-            elif verdict.outcome in FAULTS:
-                again = shell_command("riffd", "archive", "verify", "--fix", path)
-                print(("\r" if sys.stderr.isatty() else "") + f"{verdict.path}: the archive differs from the file: "
-                      f"{verdict.detail}; " + (f"archived again as a new generation ({fixed} lines; the old one is "
-                      "kept)" if fixed is not None else f"`{again}` archives it again as a new generation (the old one "
-                      "is kept)"))
-            faults += verdict.outcome in FAULTS and fixed is None
-            if sys.stderr.isatty():
-                print(f"\rriffd: verified {number}/{len(files)} files ", end="", file=sys.stderr)
-    finally:
-        archive.close()
-    if sys.stderr.isatty() and files:
-        print(file=sys.stderr)
-    for error in errors:
-        print(f"riffd: error: {error}", file=sys.stderr)
-    said = ", ".join(f"{counts[name]} {name}" for name in ("whole", "behind", "rewritten", "differs", "archived again",
-                                                          "not archived", "gone", "damaged pack") if counts.get(name))
-    checked = sum(count for name, count in counts.items() if name != "damaged pack")
-    print(f"riffd: verified {checked} file(s) against {args.archive_path}" + (f": {said}" if said else "")
-          + (" (behind: lines the daemon has not archived yet; rewritten: archived as a new generation at its next "
-             "pass)" if counts.get("behind") or counts.get("rewritten") else ""), file=sys.stderr)
-    return EXIT_ERROR if errors else EXIT_FINDINGS if faults else EXIT_OK
+    return EXIT_ERROR if archive is None else verify(args, archive)
 
 
 def run_restore(args: argparse.Namespace) -> int:
@@ -363,21 +243,40 @@ def run_search(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    """`riffd archive stats`: print the archive's figures."""
+    """`riffd archive stats`: print the archive's figures, with the files it holds counted by kind."""
 
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
     stats = archive.stats()
+    whole = archive.whole.stats()
+    transcripts: dict[str, dict[str, int]] = {}
+    for path, size in archive.archived_bytes().items():
+        kind = transcripts.setdefault("subagent" if "/subagents/" in path or os.path.basename(path).startswith(
+            "agent-") else "transcript", {"files": 0, "bytes": 0})
+        kind["files"] += 1
+        kind["bytes"] += size
     archive.close()
+    stats["kinds"] = transcripts | whole["kinds"]  # files (and versions, for files kept whole) and bytes by kind
+    stats["whole_files"] = {"blobs": whole["blobs"], "bytes": whole["blob_bytes"], "stored": whole["stored_bytes"]}
+    # `raw_bytes` and `ratio` count the lines; these count the files kept whole (every version) too
+    stats["raw_all_bytes"] = stats["raw_bytes"] + sum(kind["bytes"] for kind in whole["kinds"].values())
+    stats["ratio_all"] = round(stats["stored_bytes"] / stats["raw_all_bytes"], 4) if stats["raw_all_bytes"] else None
     if args.json:
         sys.stdout.write(display_json(stats, orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK
-    ratio = f"{stats['ratio']:.1%}" if stats["ratio"] is not None else "-"
-    print(f"raw bytes seen:   {stats['raw_bytes']:,}\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
+    ratio = f"{stats['ratio_all']:.1%}" if stats["ratio_all"] is not None else "-"
+    print(f"raw bytes seen:   {stats['raw_all_bytes']:,} ({stats['raw_bytes']:,} in lines, the rest in files kept "
+          f"whole)\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
           f"sessions: {stats['sessions']}, files: {stats['files']}, lines: {stats['lines']}\n"
           f"messages: {stats['messages']}, unique contents: {stats['unique_contents']}, "
           f"unique texts: {stats['unique_texts']}\noldest: {stats['oldest'] or '-'}, newest: {stats['newest'] or '-'}")
+    for kind, counts in stats["kinds"].items():
+        versions = f" in {counts['versions']:,} version(s)" if "versions" in counts else ""
+        print(f"{kind + ':':17} {counts['files']:,} file(s){versions}, {counts['bytes']:,} bytes")
+    if whole["blobs"]:
+        print(f"files kept whole: {whole['blob_bytes']:,} distinct bytes in {whole['blobs']:,} blob(s), "
+              f"{whole['stored_bytes']:,} bytes stored ({whole['stored_bytes'] / whole['blob_bytes']:.1%})")
     return EXIT_OK
 
 
@@ -440,6 +339,7 @@ def run_recover(args: argparse.Namespace) -> int:
             print(f"recovered {result.lines} line(s) in {result.generations} generation(s) of {result.files} file(s) "
                   f"from {source} into {path}"
                   + (f"; {result.already_there} generation(s) were there already" if result.already_there else "")
+                  + (f"; {result.versions} version(s) of files kept whole" if result.versions else "")
                   + (f"; {len(result.unreadable)} part(s) unreadable" if result.unreadable else "")
                   + (f"; the old file is now {done}" if DAMAGED in source.name and done.exists() else ""))
         into.settle()

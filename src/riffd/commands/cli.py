@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fix": ("fix", "repair tool-result pairing in idle sessions, after a verified backup"),
     "ack": ("ack", "acknowledge a finding (e.g. a malformed line riffd never edits) so it stops making riffd "
                    "unhealthy"),
-    "sessions": ("sessions", "list sessions: id, project, title, dates, size, health, archived"),
+    "sessions": ("sessions", "list sessions: id, project, title, dates, size, health, what the archive holds"),
     "backups": ("backups", "list, restore or prune riffd's backups"),
     "config": ("config", "create, locate, show, check or change riffd's configuration file"),
     "service": ("service", "run `riffd run` as a systemd user service (Linux) or launchd agent (macOS)"),

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sqlite3
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.archive.holdings import Holdings, whole_when_deleted
+from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, print_json
@@ -18,16 +22,18 @@ from riffd.database import DatabaseDamaged
 from riffd.paths import shell_command
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.projects import find_project_folders
+from riffd.transcript.sessionfiles import config_folders
 from riffd.transcript.sessions import describe_file, describe_lines, local_time, project_folders, session_files
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd sessions` to the riffd subcommands."""
     sessions = commands.add_parser(
-        "sessions", help="list sessions: id, project, title, dates, size, health, archived",
+        "sessions", help="list sessions: id, project, title, dates, size, health, what the archive holds",
         description="List the sessions under the transcript roots, newest first: id, last activity (local time), "
-        "project, size, health (riffd's findings, from the daemon's state), whether the archive holds it, and its "
-        "title (a title Claude Code gave it, else its first prompt). --deleted lists the sessions whose transcript "
+        "project, size, health (riffd's findings, from the daemon's state), what the archive holds of it "
+        "(transcript, subagents, saved outputs, checkpoints, task files, plans) and whether that is all of it, and "
+        "its title (a title Claude Code gave it, else its first prompt). --deleted lists the sessions whose transcript "
         "is gone (Claude Code deletes them after cleanupPeriodDays, 30 by default) but the archive holds, with the "
         "command that brings each back. Any SESSION argument of riffd also takes a unique prefix of an id, and "
         "`latest` (the newest session of the project in the current folder).",
@@ -42,8 +48,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 def run_sessions(args: argparse.Namespace) -> int:
     """`riffd sessions`: exit 0, 2 when the archive is needed (--deleted) and cannot be read."""
     config = config_for_folders(args)
-    archived = _archived(config.state_dir / ARCHIVE_NAME)
-    if archived is None and args.deleted:
+    view = _archived(config.state_dir / ARCHIVE_NAME, args.deleted)
+    if view is None and args.deleted:
         print(f"riffd: error: no archive at {config.state_dir / ARCHIVE_NAME} (the daemon makes it), or it cannot "
               "be read; nothing deleted can be listed", file=sys.stderr)
         return EXIT_ERROR
@@ -52,9 +58,10 @@ def run_sessions(args: argparse.Namespace) -> int:
 
     folders = (find_project_folders(Path(args.project).expanduser().absolute(), config.roots) if args.project
                else project_folders(config.roots, unfollowed))
-    rows = (_deleted(archived or [], args.project) if args.deleted
-            else _on_disk(session_files(folders), {item["path"] for item in archived or []},
-                          _health(config.state_dir / STATE_NAME)))
+    configs = config_folders(config.roots, config.claude_dir)
+    rows = (_deleted(view, args.project) if args.deleted and view is not None
+            else _on_disk(session_files(folders), view, _health(config.state_dir / STATE_NAME), list(config.roots),
+                          configs))
     rows.sort(key=lambda row: row.get("last_ts") or 0, reverse=True)
     if args.json:
         print_json({"sessions": rows})
@@ -62,17 +69,26 @@ def run_sessions(args: argparse.Namespace) -> int:
     for row in rows:
         size = f"{row['bytes'] / 1e6:.1f} MB" if row.get("bytes") is not None else "-"
         print(f"{row['session_id']}  {local_time(row.get('last_ts'))}  {row.get('project') or '-'}  {size}  "
-              f"{row['health']}  {'archived' if row['archived'] else 'not archived'}  {row.get('title') or '-'}")
+              f"{row['health']}  {_held_words(row)}  {row.get('title') or '-'}")
         if args.deleted:
             print(f"    deleted; `{shell_command('riffd', 'archive', 'restore', row['session_id'][:8])}` brings it "
                   f"back to {row['path']}")
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
-    print(f"riffd: {len(rows)} {what}" + ("" if args.deleted or archived is not None else
+    print(f"riffd: {len(rows)} {what}" + ("" if args.deleted or view is not None else
                                           "; no archive yet (the daemon makes it)"), file=sys.stderr)
     return EXIT_OK
 
 
-def _archived(path: Path) -> list[dict[str, Any]] | None:
+@dataclass
+class ArchiveView:
+    """The archive's session files (`items`), what it holds of each session, and for deleted ones whether whole."""
+
+    items: list[dict[str, Any]]
+    holdings: Holdings
+    deleted_whole: dict[str, bool]
+
+
+def _archived(path: Path, deleted: bool) -> ArchiveView | None:
     if not path.exists():
         return None
     try:
@@ -80,8 +96,12 @@ def _archived(path: Path) -> list[dict[str, Any]] | None:
     except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError):
         return None
     try:
-        return _with_titles(archive)
-    except (sqlite3.Error, OSError):
+        items, holdings = _with_titles(archive), Holdings.of(archive)
+        gone = {item["session_id"] for item in items if deleted and item["session_id"]
+                and not os.path.exists(item["path"])}
+        return ArchiveView(items, holdings, {session: whole_when_deleted(archive, session, holdings)
+                                             for session in gone})
+    except (sqlite3.Error, OSError, PackDamaged):
         return None
     finally:
         archive.close()
@@ -93,12 +113,22 @@ def _with_titles(archive: Archive) -> list[dict[str, Any]]:
     for item in items:
         if not item["title"] and not os.path.exists(item["path"]):
             lines = []
-            for line in archive.iter_file(item["file_id"]):
-                lines.append(line)
-                if len(lines) >= 400:
-                    break
+            with contextlib.closing(archive.iter_file(item["file_id"])) as archived:  # (it holds the lock while open)
+                for line in archived:
+                    lines.append(line)
+                    if len(lines) >= 400:
+                        break
             item["title"] = describe_lines(lines, item["session_id"] or "").title
     return items
+
+
+def _held_words(row: dict[str, Any]) -> str:
+    """What the archive holds of a session, in words: `archived whole (transcript, 2 subagents, ...)`."""
+    if not row["archived"]:
+        return "not archived"
+    holds = row["holds"]
+    parts = [f"{name.replace('_', ' ')}: {count}" for name, count in holds.items() if name != "transcript" and count]
+    return ("archived whole" if row["whole"] else "archived, not whole") + f" ({', '.join(['transcript', *parts])})"
 
 
 def _health(path: Path) -> dict[str, int]:
@@ -119,7 +149,9 @@ def _health(path: Path) -> dict[str, int]:
         store.close()
 
 
-def _on_disk(files: list[Path], archived: set[str], health: dict[str, int]) -> list[dict[str, Any]]:
+def _on_disk(files: list[Path], view: ArchiveView | None, health: dict[str, int], roots: list[Path],
+             configs: list[Path]) -> list[dict[str, Any]]:
+    archived = {item["path"] for item in view.items} if view is not None else set()
     rows = []
     for path in files:
         try:
@@ -128,22 +160,27 @@ def _on_disk(files: list[Path], archived: set[str], health: dict[str, int]) -> l
         except OSError:
             continue
         findings = health.get(str(path))
+        held = str(path) in archived
         rows.append({"session_id": info.session_id, "path": str(path), "project": info.project, "title": info.title,
                      "first_ts": info.first_ts, "last_ts": info.last_ts, "bytes": size,
                      "health": "-" if not health else f"{findings} finding(s)" if findings else "ok",
-                     "archived": str(path) in archived, "resume": shell_command("claude", "--resume", info.session_id)})
+                     "archived": held, "resume": shell_command("claude", "--resume", info.session_id),
+                     "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
+                     "whole": held and view is not None and view.holdings.whole_on_disk(
+                         path.stem, path, roots, configs)})
     return rows
 
 
-def _deleted(archived: list[dict[str, Any]], project: str | None) -> list[dict[str, Any]]:
+def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
     wanted = str(Path(project).expanduser().absolute()) if project else None
     rows = []
-    for item in archived:
+    for item in view.items:
         if os.path.exists(item["path"]) or (wanted and item["project"] != wanted):
             continue
         session = item["session_id"] or Path(item["path"]).stem
         rows.append({"session_id": session, "path": item["path"], "project": item["project"], "title": item["title"],
                      "first_ts": item["first_ts"], "last_ts": item["last_ts"], "bytes": item["raw_bytes"],
                      "health": "deleted", "archived": True,
-                     "restore": shell_command("riffd", "archive", "restore", session)})
+                     "restore": shell_command("riffd", "archive", "restore", session),
+                     "holds": view.holdings.holds(session, True), "whole": view.deleted_whole.get(session, False)})
     return rows

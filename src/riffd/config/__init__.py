@@ -28,7 +28,14 @@ the environment variable) the value came from, e.g.
 one of: observer, polling_interval, debounce, rescan_interval`.
 """
 
-from riffd.config.load import config_path, default_config_path, load_config, loads_config, parse_toml_value
+from riffd.config.load import (
+    config_path,
+    default_config_path,
+    file_stamp,
+    load_config,
+    loads_config,
+    parse_toml_value,
+)
 from riffd.config.model import (
     CONFIG_ENV,
     STATE_DIR_ENV,
@@ -63,6 +70,7 @@ __all__ = [
     "config_path",
     "default_config_path",
     "example_toml",
+    "file_stamp",
     "load_config",
     "loads_config",
     "parse_toml_value",

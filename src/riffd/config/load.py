@@ -146,6 +146,16 @@ def config_path(flag: Path | None, environ: Mapping[str, str] | None = None) -> 
     return _locate(flag, environ)[0]
 
 
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """Return what tells a config file saved again from the one read (editors save by rename): its inode, mtime and
+    size; None when it cannot be read (absent, or its folder not there yet)."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return (status.st_ino, status.st_mtime_ns, status.st_size)
+
+
 def _locate(flag: Path | None, environ: Mapping[str, str] | None) -> tuple[Path, bool]:
     """Return the config file in use and whether it was named explicitly (by flag or environment)."""
     env = os.environ if environ is None else environ

@@ -56,6 +56,10 @@ class WatcherConfig:
         "Seconds a burst of changes to one file must settle before the file is looked at.", ge=0))
     rescan_interval: float = field(default=900.0, metadata=_meta(
         "Seconds between full rescans, which catch changes no event reported (0 = never rescan).", ge=0))
+    file_settle: float = field(default=2.0, metadata=_meta(
+        "Seconds a file the archive keeps whole beside the transcripts (a saved tool output, a checkpoint, a "
+        "subagent's settings) must stay unchanged before the daemon takes it; a file still being written is looked "
+        "at again then.", ge=0))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@ archive's figures for the report, and the summary after the start-up pass. riffd
 
 from __future__ import annotations
 
+import functools
 import logging
 import sqlite3
 import time
@@ -21,6 +22,7 @@ from riffd.daemon.worker import Outcome, WorkerSettings
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.recovery import recover_and_sweep
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
+from riffd.transcript.sessionfiles import config_folders
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,11 @@ def worker_settings(config: Config) -> WorkerSettings:
     )
 
 
+@functools.lru_cache(maxsize=4)  # (asked for each file processed: a config is frozen)
 def transcript_filter(config: Config) -> TranscriptFilter:
     """Given the configuration, return the filter of watched files."""
-    return TranscriptFilter(config.roots, config.include, config.exclude)
+    return TranscriptFilter(config.roots, config.include, config.exclude,
+                            tuple(config_folders(config.roots, config.claude_dir)))
 
 
 def clean_leftovers(config: Config) -> None:

@@ -31,7 +31,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from riffd import __version__, logs
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
-from riffd.config import ConfigError, config_path, load_config
+from riffd.config import ConfigError, config_path, file_stamp, load_config
 from riffd.daemon.alerts import Alerts
 from riffd.daemon.figures import Figures
 from riffd.daemon.jobs import (
@@ -44,6 +44,7 @@ from riffd.daemon.jobs import (
     transcript_filter,
     worker_settings,
 )
+from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
 from riffd.daemon.room import Room
@@ -98,7 +99,7 @@ class Daemon(Figures):
         self.scheduler: BackgroundScheduler | None = None
         self._worker_thread: threading.Thread | None = None
         self._interrupts = 0
-        self._config_stamp = self._stamp()
+        self._config_stamp = file_stamp(self.config_file)
 
     # --- start and stop ---------------------------------------------------------------------------
 
@@ -124,6 +125,7 @@ class Daemon(Figures):
         clean_leftovers(config)
         self.worker = Worker(self.store, worker_settings(config), tracker=self.tracker, archive=self.archive,
                              on_write_error=self.room.ran_out)
+        self.keeper = Keeper(config.watcher.file_settle, self.store, self.room.ran_out, config.retry.policy)
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
         self._start_watcher()
@@ -286,7 +288,7 @@ class Daemon(Figures):
                 log.info("the state folder %s has room again (%.1f MiB free): rescanning now for what could not be "
                          "stored meanwhile", self.config.state_dir, free / 2**20)
                 self._rescan_now()
-            if self.reload_requested.is_set() or self._stamp() != self._config_stamp:
+            if self.reload_requested.is_set() or file_stamp(self.config_file) != self._config_stamp:
                 self.reload_requested.clear()
                 self.reload()
             now = time.monotonic()
@@ -316,19 +318,12 @@ class Daemon(Figures):
         except (OSError, sqlite3.Error) as exc:
             log.error("could not write the first report: %s", exc)
 
-    def _stamp(self) -> tuple[int, int, int] | None:
-        try:
-            status = self.config_file.stat()
-        except OSError:
-            return None
-        return (status.st_ino, status.st_mtime_ns, status.st_size)
-
     # --- reload -----------------------------------------------------------------------------------
 
     def reload(self) -> bool:
         """Read the configuration again; apply it, or keep the running one and say why; return success."""
         self.notifier.reloading()
-        self._config_stamp = self._stamp()
+        self._config_stamp = file_stamp(self.config_file)
         try:
             new = load_config(self.config_flag, environ=self.environ, overrides=self.overrides)
         except ConfigError as exc:
@@ -346,10 +341,11 @@ class Daemon(Figures):
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
             self.worker.settings = worker_settings(self.config)
+            self.keeper.settle, self.keeper.retry = new.watcher.file_settle, new.retry.policy
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         self.alerts.command = Alerts(new.notify.command).command
-        watch_changed = (new.roots, new.include, new.exclude, new.watcher.observer, new.watcher.polling_interval) != (
-            old.roots, old.include, old.exclude, old.watcher.observer, old.watcher.polling_interval)
+        watch_changed = transcript_filter(new) != transcript_filter(old) or (
+            new.watcher.observer, new.watcher.polling_interval) != (old.watcher.observer, old.watcher.polling_interval)
         if watch_changed and self.watcher is not None:
             self.watcher.stop()
             self._start_watcher()
@@ -373,7 +369,8 @@ class Daemon(Figures):
         # every waiting file off by another debounce)
         queued = reconcile(transcript_filter(self.config), self.store,
                            lambda path: self.queue.put(path, delay=self.queue.debounce), self._unlistable,
-                           self.watcher)
+                           self.watcher) + reconcile_files(transcript_filter(self.config), self.archive,
+                                                           self.queue.put, self._unlistable)
         self.stats.rescans += 1
         return queued
 
@@ -411,7 +408,11 @@ class Daemon(Figures):
         assert self.worker is not None and self.store is not None
         try:
             if not transcript_filter(self.config).matches(path):
-                self.store.forget_file(str(path))  # no longer under the roots, or excluded now
+                found = transcript_filter(self.config).session_file(path)  # a file kept whole (riffd.daemon.keeper)
+                if found is not None and (again := self.keeper.process(self.archive, found)) and not self.stop.is_set():
+                    self.queue.put(str(path), delay=again)
+                elif found is None:
+                    self.store.forget_file(str(path))  # no longer under the roots, or excluded now
                 return
             outcome = self.worker.process(path)
         except sqlite3.Error as exc:

@@ -27,6 +27,7 @@ from watchdog.observers.polling import PollingObserver
 from riffd.daemon.state import StateStore
 from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
 from riffd.paths import NEVER_TOUCH_DIRS, LinkHandler, is_transcript_name, iter_transcripts
+from riffd.transcript.sessionfiles import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,31 @@ INOTIFY_LIMIT_HINT = (
 
 @dataclass(frozen=True)
 class TranscriptFilter:
-    """Which files under the roots are transcripts riffd watches (documented in the config example)."""
+    """Which files under the roots are transcripts riffd watches (documented in the config example), and which files
+    of sessions it keeps whole (riffd.transcript.sessionfiles: in the session folders under the roots, and in the
+    config folders `configs`)."""
 
     roots: tuple[Path, ...]
     include: tuple[str, ...] = ("*.jsonl",)
     exclude: tuple[str, ...] = ()
+    configs: tuple[Path, ...] = ()
+
+    @property
+    def watched_folders(self) -> tuple[Path, ...]:
+        """The folders to watch: the roots, and the config folders' sub-folders that hold sessions' files."""
+        return self.roots + tuple(config / name for config in self.configs for name in CONFIG_FOLDERS)
+
+    def session_file(self, path: Path) -> SessionFile | None:
+        """Return what file of a session `path` is, when it is one the archive keeps whole and the patterns do not
+        exclude (matched against its path relative to its root, as transcripts are)."""
+        found = classify(path, self.roots, self.configs)
+        if found is None or not self.exclude:
+            return found
+        for root in self.roots:
+            if path.is_relative_to(root):
+                relative = str(path.relative_to(root))
+                return None if any(fnmatch.fnmatch(relative, pattern) for pattern in self.exclude) else found
+        return found
 
     def matches(self, path: Path) -> bool:
         """Return True when `path` is a transcript under one of the roots that the patterns admit."""
@@ -124,7 +145,7 @@ class _Handler(FileSystemEventHandler):
                     # A new project or subagents folder, or a link to one: files may be written before its watch
                     # exists.
                     self.watcher.enqueue_folder(path)
-            elif self.watcher.filter.matches(path):
+            elif self.watcher.filter.matches(path) or self.watcher.filter.session_file(path) is not None:
                 self.watcher.on_change(str(path))
 
 
@@ -172,7 +193,7 @@ class Watcher:
     def missing_roots(self) -> list[Path]:
         """Return the roots not watched yet (they did not exist, or could not be read, when last looked at)."""
         with self._lock:
-            return [root for root in self.filter.roots if root not in self.watched]
+            return [root for root in self.filter.watched_folders if root not in self.watched]
 
     def refresh(self) -> list[Path]:
         """Watch roots that have appeared since start and return them; raise nothing for roots still missing."""
@@ -181,7 +202,7 @@ class Watcher:
             observer = self._observer
             if observer is None:
                 return appeared
-            for root in self.filter.roots:
+            for root in self.filter.watched_folders:
                 if root in self.watched or not is_folder(root):
                     continue
                 # A root that is a symlink (~/.claude/projects on another disk) is watched in its real folder: an
@@ -233,14 +254,17 @@ class Watcher:
                 observer.join(timeout=10)
 
     def enqueue_folder(self, folder: Path) -> None:
-        """Queue every transcript already in a folder that just appeared (what cannot be listed now, the rescan
-        catches later)."""
+        """Queue every transcript, and every file of a session kept whole, already in a folder that just appeared
+        (what cannot be listed now, the rescan catches later)."""
         if is_folder(folder):
             links = [folder] if folder.is_symlink() else []
             try:
                 for path in iter_transcripts([folder], lambda exc: log.warning("%s", exc),
                                              on_link=lambda link, _target: links.append(link)):
                     if self.filter.matches(path):
+                        self.on_change(str(path))
+                for path in iter_files_below(folder, lambda exc: log.warning("%s", exc)):
+                    if not is_transcript_name(path.name) and self.filter.session_file(path) is not None:
                         self.on_change(str(path))
             except OSError as exc:
                 log.warning("cannot list %s now: %s; the rescan catches it later", folder, exc)

@@ -193,9 +193,16 @@ class Worker:
         for offset, lines, terminated in iter_chunks(name, fs=self.fs, retry=self.settings.retry, start=start):
             if terminated:
                 index.add_lines(offset, lines, True)
-                self._archive(name, offset, lines, rewritten and offset == 0)
+                # The file's time goes with these lines when they end where the file ended when it was looked at
+                self._archive(name, offset, lines, rewritten and offset == 0,
+                              status.st_mtime_ns if index.end == status.st_size else None)
             else:
                 tail_pending = len(lines[0])  # an unfinished last line: wait for its newline
+        if self.archive is not None and index.end == status.st_size:
+            try:
+                self.archive.note_mtime(name, index.end, status.st_mtime_ns)  # (held already: nothing written)
+            except sqlite3.Error as exc:
+                self._archive_failed(name, "record its modification time", exc)
         findings = analyse_appended(index, fs=self.fs, retry=self.settings.retry)
         if self.tracker is not None:
             stored = state.findings if state and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL) else []
@@ -248,12 +255,12 @@ class Worker:
                 self._archive_failed(name, "ask the archive about it", exc)
         return False
 
-    def _archive(self, name: str, offset: int, lines: list[bytes], rewritten: bool) -> None:
+    def _archive(self, name: str, offset: int, lines: list[bytes], rewritten: bool, mtime_ns: int | None) -> None:
         if self.archive is None:
             return
         try:
             try:
-                self.archive.add_lines(name, offset, lines, rewritten=rewritten)
+                self.archive.add_lines(name, offset, lines, rewritten=rewritten, mtime_ns=mtime_ns)
             except ArchiveGap as gap:  # bytes read before were not archived then: from the archive's watermark now
                 added = ingest_file(self.archive, Path(name))
                 log.info("%s: the archive lacked bytes %d to %d (not archived when they were read); archived %d "

@@ -4,12 +4,13 @@ a transcript riffd's archive rebuilds (`riffd archive restore`)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from riffd.fsio import (
@@ -36,6 +37,7 @@ from riffd.repair.outcomes import (
     failure,
 )
 from riffd.repair.writer import rewrite
+from riffd.transcript.liveness import session_liveness
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -72,7 +74,8 @@ def _give_folder_owner(fs: FileSystem, fd: int, folder: Path) -> None:
         log.debug("cannot give the restored %s the owner of %s", fd, folder)
 
 
-def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path, fs: FileSystem) -> RestoreOutcome:
+def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path, fs: FileSystem, *,
+                         mode: int = 0o600, mtime_ns: int | None = None) -> RestoreOutcome:
     temp_path = temp_path_for(destination)
     stage = f"writing the restored copy beside {destination}"
     try:
@@ -81,6 +84,10 @@ def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path,
             for chunk in chunks:
                 write_all(fs, temp_fd, chunk)
             _give_folder_owner(fs, temp_fd, destination.parent)
+            if mode != 0o600:
+                fs.fchmod(temp_fd, mode)
+            if mtime_ns is not None:
+                fs.futimens(temp_fd, mtime_ns)  # (a link keeps it: the same file)
             fs.fsync(temp_fd)
         finally:
             fs.close(temp_fd)
@@ -135,19 +142,21 @@ def restore_backup(
 
 
 def put_back(chunks: Callable[[], Iterable[bytes]], destination: Path, label: str, *, replace: bool,
-             options: ApplyOptions, reason: str, file_name: str = "session.jsonl") -> RestoreOutcome:
+             options: ApplyOptions, reason: str, file_name: str = "session.jsonl",
+             mtime_ns: int | None = None) -> RestoreOutcome:
     """Write the bytes `chunks()` gives (`label` names them in the outcome) to `destination`: as a new file (with the
     owner of its folder; never over a file that appears meanwhile), or, when `replace`, over the file there as a
     repair rewrites one (`rewrite`: only while its session is idle, under its lock, after a verified backup of what
-    is there, noted as `reason`; lines appended meanwhile are kept after it). Return Restored, Skipped or Failed; an
-    error the chunks raise propagates, and then nothing was written to `destination`."""
+    is there, noted as `reason`; lines appended meanwhile are kept after it). `mtime_ns`: the modification time to
+    give it (a replaced file only when nothing was appended meanwhile). Return Restored, Skipped or Failed; an error
+    the chunks raise propagates, and then nothing was written to `destination`."""
     fs = options.fs
     try:
         status = fs.stat(destination)
     except FileNotFoundError:
         if not os.path.isdir(destination.parent):
             return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
-        return _restore_to_new_file(chunks(), label, destination, fs)
+        return _restore_to_new_file(chunks(), label, destination, fs, mtime_ns=mtime_ns)
     except OSError as exc:
         return failure(destination, exc, "reading its status")
     if stat.S_ISDIR(status.st_mode):  # never a file to replace, --force or not
@@ -167,8 +176,11 @@ def put_back(chunks: Callable[[], Iterable[bytes]], destination: Path, label: st
         if exc.errno == errno.ELOOP:
             return Skipped(destination, SkipReason.SYMLINK, f"{destination}: it is a symlink")
         return failure(destination, exc, "reading the current file")
-    outcome = rewrite(destination, current, chunks(), (), options, edits=(), backup_reason=reason)
+    written = _Counted(chunks())
+    outcome = rewrite(destination, current, written, (), options, edits=(), backup_reason=reason)
     if isinstance(outcome, Repaired):
+        if mtime_ns is not None and not outcome.carried_over_bytes:
+            _set_time_if(destination, written.size, mtime_ns, fs)
         return Restored(
             destination,
             label,
@@ -176,3 +188,98 @@ def put_back(chunks: Callable[[], Iterable[bytes]], destination: Path, label: st
             carried_over_bytes=outcome.carried_over_bytes,
         )
     return outcome
+
+
+class _Counted:
+    """The chunks of a restore, counting the bytes they give."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks, self.size = chunks, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.size += len(chunk)
+            yield chunk
+
+
+def _set_time_if(path: Path, size: int, mtime_ns: int, fs: FileSystem) -> None:
+    """Give `path` the modification time `mtime_ns` if it still holds `size` bytes (nothing appended since it was
+    written); a file that cannot be opened keeps its time."""
+    try:
+        fd = fs.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if fs.fstat(fd).st_size == size:
+            fs.futimens(fd, mtime_ns)
+    except OSError as exc:
+        log.debug("cannot give %s its archived modification time: %s", path, exc)
+    finally:
+        fs.close(fd)
+
+
+def put_back_file(chunks: Callable[[], Iterable[bytes]], destination: Path, label: str, *, mode: int, mtime_ns: int,
+                  replace: bool, options: ApplyOptions, reason: str) -> RestoreOutcome:
+    """Write a session's file kept whole (a saved tool output, a checkpoint: riffd.archive.wholefiles) to
+    `destination`: as a new file, `mode`'s bits for its owner only, with the owner of its folder and the time
+    `mtime_ns` (never over a file that appears meanwhile); or, when `replace`, over the file there: only while its
+    session is idle (`options.session_id`), after a verified backup of it (noted as `reason`), and only if it is still
+    the file backed up when the new one is renamed over it (its owner kept). Return Restored, Skipped or Failed; an
+    error the chunks raise propagates, and then nothing was written to `destination`."""
+    fs, private = options.fs, stat.S_IMODE(mode) & 0o700 or 0o600
+    try:
+        status = fs.stat(destination)
+    except FileNotFoundError:
+        if not os.path.isdir(destination.parent):
+            return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
+        return _restore_to_new_file(chunks(), label, destination, fs, mode=private, mtime_ns=mtime_ns)
+    except OSError as exc:
+        return failure(destination, exc, "reading its status")
+    if not stat.S_ISREG(status.st_mode):
+        return Skipped(destination, SkipReason.SYMLINK if stat.S_ISLNK(status.st_mode) else SkipReason.CHANGED,
+                       f"{destination}: not a regular file; riffd never replaces it")
+    if not replace:
+        return Failed(destination, FailReason.DESTINATION_EXISTS, f"{destination}: a file is already there")
+    live, why = session_liveness(destination, options.claude_dirs(destination), options.quiet_period,
+                                 session_id=options.session_id, fs=fs)
+    if live:
+        return Skipped(destination, SkipReason.LIVE, f"{destination}: {why}")
+    try:
+        fd = fs.open(destination, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return failure(destination, exc, "opening the current file")
+    try:
+        before = fs.fstat(fd)
+        backup = BackupStore(options.backup_dir, fs=fs, retry=options.retry).create(
+            destination, fd, before.st_size, reason=reason)
+    except BackupError as exc:
+        return Failed(destination, FailReason.BACKUP_FAILED, f"{exc}; {destination} was not replaced")
+    except OSError as exc:
+        return failure(destination, exc, f"backing it up to {options.backup_dir}")
+    finally:
+        fs.close(fd)
+    temp_path = temp_path_for(destination)
+    try:
+        temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+        try:
+            for chunk in chunks():
+                write_all(fs, temp_fd, chunk)
+            with contextlib.suppress(PermissionError):
+                fs.fchown(temp_fd, before.st_uid, before.st_gid)
+            fs.fchmod(temp_fd, private)
+            fs.futimens(temp_fd, mtime_ns)
+            fs.fsync(temp_fd)
+        finally:
+            fs.close(temp_fd)
+        now = fs.stat(destination)
+        if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != (
+                before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns):
+            return Skipped(destination, SkipReason.CHANGED, f"{destination}: it changed while it was backed up; "
+                           f"not replaced (the backup {backup.backup_id} holds what was there)")
+        fs.replace(temp_path, destination)
+        fsync_folder(fs, destination.parent)
+    except OSError as exc:
+        return failure(destination, exc, f"writing the restored copy beside {destination}")
+    finally:
+        remove_leftover(fs, temp_path)
+    return Restored(destination, label, safety_backup_id=backup.backup_id, carried_over_bytes=0)

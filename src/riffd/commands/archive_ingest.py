@@ -1,0 +1,165 @@
+"""`riffd archive ingest` and `riffd archive compact`: back-filling the archive, lines and whole files, and
+compressing what was archived fast."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
+from riffd.paths import session_id_for
+from riffd.transcript.projects import SESSION_ID
+from riffd.transcript.sessionfiles import (
+    SessionFile,
+    all_session_files,
+    config_folders,
+    plan_files,
+    session_files,
+)
+
+
+def run_ingest(args: argparse.Namespace, archive: Any) -> int:
+    """`riffd archive ingest`: archive what is new in each transcript, then the files kept whole beside them; exit 0,
+    or 2 when a file failed."""
+    from riffd.archive.ingest import ingest_files
+
+    if args.paths:
+        files, errors = transcript_targets(args.paths)
+    else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
+        files, errors = files_under(args.roots)
+    started, added, size, number = time.monotonic(), 0, 0, 0
+    try:
+        for number, (path, done) in enumerate(ingest_files(archive, files), 1):
+            if isinstance(done, OSError):
+                errors.append(f"{path}: {done.strerror or done}")
+            else:
+                added += done
+                with contextlib.suppress(OSError):
+                    size += path.stat().st_size
+            if sys.stderr.isatty():
+                rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
+                print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
+                      file=sys.stderr)
+        if sys.stderr.isatty():
+            print(file=sys.stderr)
+        kept = keep_whole_files(archive, session_files_of(args, archive, files, errors), errors)
+    except BaseException:
+        # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
+        print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
+              f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
+              "it before the error)", file=sys.stderr)
+        archive.close()
+        raise
+    for error in errors:
+        print(f"riffd: error: {error}", file=sys.stderr)
+    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
+    print(f"riffd: kept {kept[0]} file(s) of the sessions whole ({kept[1]} new or changed, {kept[2] / 1e6:.2f} MB "
+          "stored)", file=sys.stderr)
+    if not args.no_compact:
+        compact(archive)
+    if added:
+        archive.settle()  # the last pack compressed, the search index merged
+    archive.close()
+    return EXIT_ERROR if errors else EXIT_OK
+
+
+def session_files_of(args: argparse.Namespace, archive: Any, transcripts: list[Path],
+                      errors: list[str]) -> Iterator[SessionFile]:
+    """The files kept whole that an ingest takes: without PATH every one under the roots and in the config folders;
+    with PATHs, those of the sessions of the transcripts found there (and of their plans)."""
+    config = args.loaded_config
+
+    def unlistable(exc: OSError) -> None:
+        errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); the files in it were not archived")
+
+    if not args.paths:
+        roots = [root for root in args.roots if root.is_dir()]
+        yield from all_session_files(roots, config_folders(args.roots, config.claude_dir), unlistable)
+        return
+    sessions: dict[str, set[Path]] = {}
+    for path in transcripts:
+        session = session_id_for(path)
+        if SESSION_ID.fullmatch(session):
+            project = path.parents[2] if path.parent.name == "subagents" else path.parent
+            sessions.setdefault(session, set()).add(project)
+    roots = list(dict.fromkeys([folder.parent for folders in sessions.values() for folder in folders]
+                               + list(args.roots)))
+    configs = config_folders(roots, config.claude_dir)
+    for session, folders in sorted(sessions.items()):
+        yield from session_files(session, sorted(folders), roots, configs, unlistable)
+    yield from plan_files(sorted({slug for session in sessions for slug in archive.whole.slugs(session)}),
+                          configs)
+
+
+def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[str]) -> tuple[int, int, int]:
+    """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest does not wait for
+    a file to settle); return (files looked at, versions added, bytes stored). A file that cannot be read is an
+    error; one that changes while it is read each time is named, for the daemon or the next ingest."""
+    looked = added = stored = 0
+    for number, item in enumerate(found, 1):
+        looked = number
+        for _attempt in range(3):
+            try:
+                kept = archive.whole.keep(item)
+            except OSError as exc:
+                errors.append(f"{item.path}: {exc.strerror or exc}")
+                break
+            if kept.outcome != "changing":
+                added += kept.outcome in ("stored", "known")
+                stored += kept.stored_bytes
+                break
+        else:
+            errors.append(f"{item.path}: it changed while it was read, three times; the daemon or the next ingest "
+                          "takes it once it stays as it is")
+        if sys.stderr.isatty() and number % 100 == 0:
+            print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
+    if sys.stderr.isatty() and looked >= 100:
+        print(file=sys.stderr)
+    return looked, added, stored
+
+
+def run_compact(args: argparse.Namespace, archive: Any) -> int:
+    """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0."""
+    compact(archive)
+    archive.settle(optimize=False)
+    archive.close()
+    return EXIT_OK
+
+
+def compact(archive: Any) -> None:
+    """Compact an open `riffd.archive.store.Archive`, with a progress line on a terminal."""
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            print(f"\rriffd: compressing packs at the settled level: {done}/{total} ", end="", file=sys.stderr)
+
+    done, _left = archive.compact(progress=progress)
+    if sys.stderr.isatty() and done:
+        print(file=sys.stderr)
+    if done:
+        print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
+              file=sys.stderr)
+
+
+def files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
+    """The transcripts under the configured `roots` that exist, and a line for each root that does not or cannot
+    be looked at."""
+    present, errors = [], []
+    for root in roots:
+        try:
+            if root.is_dir():
+                present.append(root)
+            else:
+                print(f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it", file=sys.stderr)
+        except OSError as exc:
+            errors.append(f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived")
+    if not present:
+        return [], errors
+    files, more = transcript_targets(present)
+    return files, errors + more

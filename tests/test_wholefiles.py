@@ -1,0 +1,299 @@
+"""The files of a session kept whole: stored once by content, every version kept, taken once settled, never half
+stored. Real files, a real SQLite archive, riffd's I/O seam for reads that change under it, a real kill -9."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SRC_DIR
+from riffd.archive.packs import PackDamaged
+from riffd.archive.recover import recover
+from riffd.archive.store import Archive
+from riffd.fsio import FileSystem, RetryPolicy
+from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
+from sessiontree import build_session
+
+
+def _found(claude: Path, path: Path) -> SessionFile:
+    found = classify(path, [claude / "projects"], [claude])
+    assert found is not None, path
+    return found
+
+
+def _count(archive_path: Path, table: str) -> int:
+    with sqlite3.connect(archive_path) as db:
+        return int(db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree, other = build_session(claude), build_session(claude, seed=2)
+    archive = Archive(tmp_path / "archive.db")
+    outcomes = [archive.whole.keep(found).outcome
+                for found in all_session_files([claude / "projects"], [claude])]
+    assert outcomes.count("stored") + outcomes.count("known") == len(tree.whole) + len(other.whole) - 1  # one plan
+    # The 144,000-byte output is in both saved outputs of both sessions: one blob, compressed to a fraction
+    blobs = archive.whole.stats()
+    assert blobs["blobs"] == len({path.read_bytes() for path in tree.whole + other.whole})
+    assert blobs["stored_bytes"] < 20_000
+    for path in (path for path in tree.whole if path.parent.name != "plans"):  # (a plan: by its slug, below)
+        (version,) = [item for item in archive.whole.session_versions(tree.session_id) if item.path == path]
+        assert b"".join(archive.whole.content(version)) == path.read_bytes()
+        status = path.stat()
+        assert (version.size, version.mode, version.mtime_ns) == (status.st_size, status.st_mode, status.st_mtime_ns)
+    assert not [version for version in archive.whole.session_versions(tree.session_id) if version.kind == "plan"]
+    archive.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())  # its lines name the plan's slug
+    (plan,) = [version for version in archive.whole.session_versions(tree.session_id) if version.kind == "plan"]
+    assert b"".join(archive.whole.content(plan)) == (claude / "plans" / plan.path.name).read_bytes()
+    assert archive.whole.counts()[tree.session_id] == {"tool-result": 2, "subagent-meta": 1, "file-history": 3,
+                                                       "tasks": 1, "plan": 1}
+    archive.close()
+
+
+def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not_read(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    task = claude / "tasks" / tree.session_id / "1.json"
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.keep(_found(claude, task)).outcome == "stored"
+    first = task.read_bytes()
+
+    class Counting(FileSystem):
+        reads = 0
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            Counting.reads += 1
+            return super().pread(fd, size, offset)
+
+    assert archive.whole.keep(_found(claude, task), fs=Counting()).outcome == "unchanged"
+    assert Counting.reads == 0  # one stat, compared with the newest version
+    task.write_bytes(b'{"id":"1","status":"completed"}')
+    os.utime(task, ns=(1, 1_700_000_000_000_000_000))
+    kept = archive.whole.keep(_found(claude, task))
+    assert (kept.outcome, kept.version) == ("stored", 2)
+    versions = [version for version in archive.whole.session_versions(tree.session_id, every=True)
+                if version.path == task]
+    assert [b"".join(archive.whole.content(version)) for version in versions] == [first, task.read_bytes()]
+    assert versions[1].mtime_ns == 1_700_000_000_000_000_000
+    (newest,) = [version for version in archive.whole.session_versions(tree.session_id) if version.path == task]
+    assert newest.version == 2
+    archive.close()
+
+
+def test_a_file_written_just_now_waits_for_the_settle_time(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    os.utime(output)  # written now
+    archive = Archive(tmp_path / "archive.db")
+    kept = archive.whole.keep(_found(claude, output), settle=2.0)
+    assert kept.outcome == "settling" and kept.retry_after is not None and 1.5 < kept.retry_after <= 2.0
+    assert _count(tmp_path / "archive.db", "session_files") == 0
+    assert archive.whole.keep(_found(claude, output), settle=2.0, now=time.time() + 2.5).outcome == "stored"
+    archive.close()
+
+
+class GrowsWhileRead(FileSystem):
+    """Appends to the file it reads at the `at`-th read: a writer the settle time did not see."""
+
+    def __init__(self, path: Path, at: int) -> None:
+        self.path, self.at, self.reads = path, at, 0
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self.reads += 1
+        if self.reads == self.at:
+            with open(self.path, "ab") as out:
+                out.write(b"more\n")
+        return super().pread(fd, size, offset)
+
+
+@pytest.mark.parametrize("at", [1, 2])  # while it is hashed; while it is stored
+def test_a_file_that_changes_while_it_is_read_is_not_stored(tmp_path: Path, at: int) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.keep(_found(claude, output), fs=GrowsWhileRead(output, at)).outcome == "changing"
+    for table in ("blobs", "blob_chunks", "session_files"):
+        assert _count(tmp_path / "archive.db", table) == 0, table
+    os.utime(output, ns=(1, time.time_ns() - 10**10))
+    assert archive.whole.keep(_found(claude, output)).outcome == "stored"
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    archive.close()
+
+
+def test_a_large_file_is_read_and_stored_a_chunk_at_a_time(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    big = tree.folder / "tool-results" / "b1g0utput.txt"
+    big.write_bytes(os.urandom(1 << 20) + b"".join(b"%08d\n" % number for number in range(600_000)))
+    os.utime(big, ns=(1, time.time_ns() - 10**10))
+
+    class Largest(FileSystem):
+        largest = 0
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            Largest.largest = max(Largest.largest, size)
+            return super().pread(fd, size, offset)
+
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.keep(_found(claude, big), fs=Largest()).outcome == "stored"
+    assert Largest.largest == 1 << 20
+    assert _count(tmp_path / "archive.db", "blob_chunks") == -(-big.stat().st_size // (1 << 20))
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert max(len(chunk) for chunk in archive.whole.content(version)) == 1 << 20
+    assert b"".join(archive.whole.content(version)) == big.read_bytes()
+    archive.close()
+
+
+def test_a_damaged_frame_is_refused_never_read_as_other_bytes(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    archive = Archive(tmp_path / "archive.db")
+    for path in tree.whole:
+        archive.whole.keep(_found(claude, path))
+    output = tree.tool_results()[0]
+    (version,) = [item for item in archive.whole.session_versions(tree.session_id) if item.path == output]
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        (frame,) = db.execute("SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)).fetchone()
+        damaged = bytearray(frame)
+        damaged[len(damaged) // 2] ^= 0xFF
+        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (bytes(damaged), version.blob))
+    with pytest.raises(PackDamaged, match=str(output.name)):
+        b"".join(archive.whole.content(version))
+    assert [found.blob for found, _why in archive.whole.damaged()] == [version.blob]
+    archive.close()
+
+
+STORE_AND_STALL = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from riffd.archive.store import Archive
+    from riffd.fsio import FileSystem, RetryPolicy
+    from riffd.transcript.sessionfiles import classify
+    claude, path, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    class Stall(FileSystem):
+        reads = 0
+        def pread(self, fd, size, offset):
+            Stall.reads += 1
+            if Stall.reads == 8:  # inside the store's transaction, frames of it written
+                marker.write_text("storing")
+                time.sleep(60)
+            return super().pread(fd, size, offset)
+    archive = Archive(Path(sys.argv[4]))
+    archive.whole.keep(classify(path, [claude / "projects"], [claude]), fs=Stall())
+""")
+
+
+@pytest.mark.slow
+def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    big = tree.folder / "tool-results" / "b1g0utput.txt"
+    big.write_bytes(b"".join(b"%08d\n" % number for number in range(1_000_000)))  # 9 MB: 9 frames
+    os.utime(big, ns=(1, time.time_ns() - 10**10))
+    marker, archive_path = tmp_path / "marker", tmp_path / "archive.db"
+    Archive(archive_path).close()
+    writer = subprocess.Popen([sys.executable, "-c", STORE_AND_STALL, str(claude), str(big), str(marker),
+                               str(archive_path)], env={**os.environ, "PYTHONPATH": str(SRC_DIR)})
+    deadline = time.monotonic() + 30
+    while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.exists(), "the store never began"
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    for table in ("blobs", "blob_chunks", "session_files"):
+        assert _count(archive_path, table) == 0, table
+    archive = Archive(archive_path)
+    assert archive.whole.keep(_found(claude, big)).outcome == "stored"
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert b"".join(archive.whole.content(version)) == big.read_bytes()
+    archive.close()
+
+
+def test_an_archive_made_before_whole_files_gains_their_tables_and_keeps_its_lines(tmp_path: Path) -> None:
+    transcript = tmp_path / "session.jsonl"
+    transcript.write_bytes(b'{"type":"user","sessionId":"s"}\n')
+    archive = Archive(tmp_path / "archive.db")
+    archive.add_lines(str(transcript), 0, [transcript.read_bytes().rstrip(b"\n")])
+    archive.close()
+    with sqlite3.connect(tmp_path / "archive.db") as db:  # as the riffd before this one left it
+        db.executescript("DROP TABLE blobs; DROP TABLE blob_chunks; DROP TABLE session_files; DROP TABLE plan_slugs; "
+                         "ALTER TABLE files DROP COLUMN mtime_ns;")
+    reader = Archive(tmp_path / "archive.db", read_only=True)
+    assert not reader.whole.present and reader.whole.session_versions("s") == [] and reader.whole.counts() == {}
+    assert len(reader.sessions()) == 1
+    reader.close()
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.present
+    ((file_id, _path, _session),) = archive.files_of(str(transcript))
+    assert b"".join(archive.iter_file(file_id)) == transcript.read_bytes()
+    assert archive.restore_time(file_id) is None
+    archive.close()
+
+
+def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
+    """A cloud-synced folder failing a read for a moment (EIO) costs a retry, not the file."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+
+    class Flaky(FileSystem):
+        failures = 0
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            if Flaky.failures < 2:
+                Flaky.failures += 1
+                raise OSError(errno.EIO, "Input/output error")
+            return super().pread(fd, size, offset)
+
+    archive = Archive(tmp_path / "archive.db")
+    kept = archive.whole.keep(_found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01))
+    assert (kept.outcome, Flaky.failures) == ("stored", 2)
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    archive.close()
+
+
+def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(tmp_path: Path) -> None:
+    """A damaged archive moved aside holds the only copy of the files of deleted sessions: `riffd archive recover`
+    copies every version it can read into the new archive, older than what the new one took meanwhile, and names
+    the rest."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    old = Archive(tmp_path / "old.db")
+    for path in tree.whole:
+        old.whole.keep(_found(claude, path))
+    old.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
+    output = tree.tool_results()[0]
+    (damaged,) = [version for version in old.whole.session_versions(tree.session_id) if version.path == output]
+    old.close()
+    with sqlite3.connect(tmp_path / "old.db") as db:  # its saved output's frame damaged (the other file shares it)
+        db.execute("UPDATE blob_chunks SET data = x'00' WHERE blob = ?", (damaged.blob,))
+    task = claude / "tasks" / tree.session_id / "1.json"
+    first = task.read_bytes()
+    task.write_bytes(b'{"id":"1","status":"completed"}')  # the new archive took a later version meanwhile
+    new = Archive(tmp_path / "new.db")
+    new.whole.keep(_found(claude, task))
+    result = recover(tmp_path / "old.db", new)
+    assert result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2  # both outputs: one blob
+    assert all(str(output.name) in part or str(tree.tool_results()[1].name) in part for part in result.unreadable)
+    versions = [version for version in new.whole.session_versions(tree.session_id, every=True) if version.path == task]
+    assert [b"".join(new.whole.content(version)) for version in versions] == [first, task.read_bytes()]
+    newest = {version.path: version for version in new.whole.session_versions(tree.session_id)}
+    assert b"".join(new.whole.content(newest[task])) == task.read_bytes()
+    for path in tree.whole:
+        if path.parent.name not in ("tool-results", "tasks"):
+            assert b"".join(new.whole.content(newest[path])) == path.read_bytes()  # the plan too, by its slug
+    new.close()
