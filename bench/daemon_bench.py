@@ -1,4 +1,5 @@
-"""What `riffd run` costs: append latency, incremental cost on a big file, idle CPU, start-up reconciliation.
+"""What `riffd run` costs: append latency, incremental cost on a big file, idle CPU, start-up
+reconciliation.
 
 Run by hand from the repository root::
 
@@ -17,14 +18,16 @@ from `../shared/corpus/real/` (`--real`) copied with fresh ids by bench/scan_ben
 An appended line is a real user prompt or assistant text line (alternating) with a fresh uuid,
 chained onto the file's last line, written with one `write` in append mode.
 
-The daemon is always the real entry point, `python3 -m riffd --config <tmp>/<part>/config.toml run`, with
-`log.format = "json"`, `log.level = "debug"` (a quiet append logs at debug) and `watcher.observer = "native"`,
-other keys at their defaults unless said. It runs under a NOTIFY_SOCKET datagram socket the bench binds, as
-under systemd: READY=1 is sent once start-up reconciliation has queued its files (so the 10 s STATUS updates
-are on too). The bench reads the daemon's stderr in a thread: the worker logs one JSON line per file it
-processed (`path`, `outcome`, `lines`, `ms`); each line is stamped with the bench's monotonic clock as it
-arrives. That is the method used for "processed": it measures the daemon without touching its state database
-while it runs (polling SQLite from here would compete with the daemon for the two cores and for the database).
+The daemon is always the real entry point, `python3 -m riffd --config <tmp>/<part>/config.toml run`,
+with `log.format = "json"`, `log.level = "debug"` (a quiet append logs at debug) and
+`watcher.observer = "native"`, other keys at their defaults unless said. It runs under a
+NOTIFY_SOCKET datagram socket the bench binds, as under systemd: READY=1 is sent once start-up
+reconciliation has queued its files (so the 10 s STATUS updates are on too). The bench reads the
+daemon's stderr in a thread: the worker logs one JSON line per file it processed (`path`, `outcome`,
+`lines`, `ms`); each line is stamped with the bench's monotonic clock as it arrives. That is the
+method used for "processed": it measures the daemon without touching its state database while it
+runs (polling SQLite from here would compete with the daemon for the two cores and for the
+database).
 
 1. latency: `watcher.debounce = 0.05`; 4 session files in 2 project folders, processed once at
    start; then `--appends` appends (200), one line each, 50 ms apart, round robin over the 4 files
@@ -32,19 +35,19 @@ while it runs (polling SQLite from here would compete with the daemon for the tw
    the log line for the processing that covered it - the moment just before its `write`. It
    includes inotify, watchdog, the debounce (50 ms), the worker and the SQLite commit. A log line
    with `lines` n covers the next n appends of its file (n > 1: appends coalesced; counted).
-2. append: in-process and exact, no daemon: sessions of about 10, 100 and 1,000 MB (`--big-mb`), page
-   cache warm; for each, a full `riffd.transcript.scan.index_file` of it (best of 3), then a
-   `riffd.daemon.worker.Worker` on a real
-   `StateStore` with default settings: its first `process` reads the whole file, then
-   `--big-appends` (50) times: append one line, `process` it. Reported: ms per append (median,
-   p95, max), the full scan's ms, their ratio (median append / full scan), the detection work alone (a fresh
-   index of the file fed each appended line, timing only `analyse_appended`), and the bytes one append
-   reads (a `riffd.fsio.FileSystem` subclass counts every byte `pread` returns: the new line plus
-   the fingerprint reads). Every append must come out "appended" with 1 line, or the run fails.
-   damaged: the same on a 10 MB session holding `--findings` (0, 1,000, 10,000) orphan tool results (user
-   lines whose tool_result names no tool_use, chained onto the session: each one finding), `--big-appends`
-   clean appends each. Reported: ms per append (median) with that many findings, and its ratio to the
-   clean session's (goal: an append costs about the same whatever the file's findings).
+2. append: in-process and exact, no daemon: sessions of about 10, 100 and 1,000 MB (`--big-mb`),
+   page cache warm; for each, a full `riffd.transcript.scan.index_file` of it (best of 3), then a
+   `riffd.daemon.worker.Worker` on a real `StateStore` with default settings: its first `process`
+   reads the whole file, then `--big-appends` (50) times: append one line, `process` it. Reported:
+   ms per append (median, p95, max), the full scan's ms, their ratio (median append / full scan),
+   the detection work alone (a fresh index of the file fed each appended line, timing only
+   `analyse_appended`), and the bytes one append reads (a `riffd.fsio.FileSystem` subclass counts
+   every byte `pread` returns: the new line plus the fingerprint reads). Every append must come out
+   "appended" with 1 line, or the run fails. damaged: the same on a 10 MB session holding
+   `--findings` (0, 1,000, 10,000) orphan tool results (user lines whose tool_result names no
+   tool_use, chained onto the session: each one finding), `--big-appends` clean appends each.
+   Reported: ms per append (median) with that many findings, and its ratio to the clean session's
+   (goal: an append costs about the same whatever the file's findings).
 3. idle: `--idle-files` (5,000) small files in 100 project folders, default intervals. Once the
    daemon has logged all of them and the state database holds that many watermarks (one query,
    before the window), a 3 s settle, then its CPU time (utime + stime of all its threads, from
@@ -102,7 +105,14 @@ MB = 1_000_000
 SMALL_SOURCE = "marot-spotter/short.jsonl"
 BIG_SOURCE = scan_bench.SINGLE_SOURCE  # the real 2.1.39 session
 PROJECTS = 100
-CLEAN_ENV = ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+CLEAN_ENV = (
+    "RIFFD_CONFIG",
+    "RIFFD_STATE_DIR",
+    "CLAUDE_CONFIG_DIR",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+)
 STARTED = re.compile(r"started \(pid \d+\): (\d+) file\(s\) to look at")
 
 
@@ -133,7 +143,9 @@ class Corpus:
         self.small = scan_bench.load_source(real, SMALL_SOURCE)
         self._big: scan_bench.SessionSource | None = None
         self.user_line, self.assistant_line = self._append_templates(real / BIG_SOURCE)
-        self.tails: dict[str, tuple[str, str]] = {}  # path -> (session id, uuid of its last main-chain line)
+        self.tails: dict[
+            str, tuple[str, str]
+        ] = {}  # path -> (session id, uuid of its last main-chain line)
         self.appended = 0
 
     @staticmethod
@@ -143,23 +155,36 @@ class Corpus:
             for raw in handle:
                 line = orjson.loads(raw)
                 message = line.get("message")
-                if line.get("type") == "user" and user is None and isinstance(message.get("content"), str):
+                if (
+                    line.get("type") == "user"
+                    and user is None
+                    and isinstance(message.get("content"), str)
+                ):
                     user = line
-                elif line.get("type") == "assistant" and assistant is None and [
-                    part.get("type") for part in message.get("content", [])
-                ] == ["text"]:
+                elif (
+                    line.get("type") == "assistant"
+                    and assistant is None
+                    and [part.get("type") for part in message.get("content", [])] == ["text"]
+                ):
                     assistant = line
                 if user and assistant:
                     return user, assistant
-        raise BenchError(f"{path}: no user prompt and assistant text line to use as append templates")
+        raise BenchError(
+            f"{path}: no user prompt and assistant text line to use as append templates"
+        )
 
-    def small_files(self, root: Path, count: int, projects: int = PROJECTS) -> tuple[list[Path], int]:
-        """Write `count` one-copy sessions of the small sample over `projects` folders; return (paths, bytes)."""
+    def small_files(
+        self, root: Path, count: int, projects: int = PROJECTS
+    ) -> tuple[list[Path], int]:
+        """Write `count` one-copy sessions of the small sample over `projects` folders; return
+        (paths, bytes)."""
         paths = []
         total = 0
         for number in range(count):
             folder = root / f"-home-user-proj-{number % projects}"
-            path, written, _copies = scan_bench.write_session(self.small, folder, 0, self.ids, subagents=False)
+            path, written, _copies = scan_bench.write_session(
+                self.small, folder, 0, self.ids, subagents=False
+            )
             paths.append(path)
             total += written
         return paths, total
@@ -169,26 +194,40 @@ class Corpus:
         if self._big is None:
             self._big = scan_bench.load_source(self.real, BIG_SOURCE)
         folder = root / "-home-user-proj-big"
-        path, written, _copies = scan_bench.write_session(self._big, folder, int(size_mb * MB), self.ids,
-                                                          subagents=False)
+        path, written, _copies = scan_bench.write_session(
+            self._big, folder, int(size_mb * MB), self.ids, subagents=False
+        )
         return path, written
 
     def append(self, path: Path) -> float:
-        """Append one valid line to `path` with one write; return time.monotonic() just before the write."""
+        """Append one valid line to `path` with one write; return time.monotonic() just before the
+        write."""
         name = str(path)
         if name not in self.tails:
             self.tails[name] = _tail_of(path)
         session_id, parent = self.tails[name]
         uuid = self.ids.uuid().decode()
         if self.appended % 2 == 0:
-            line = dict(self.user_line, message={"role": "user", "content": f"bench prompt {self.appended}"})
+            line = dict(
+                self.user_line, message={"role": "user", "content": f"bench prompt {self.appended}"}
+            )
         else:
-            message = dict(self.assistant_line["message"], id=self.ids.like(b"msg_" + b"x" * 24).decode(),
-                           content=[{"type": "text", "text": f"bench reply {self.appended}"}])
-            line = dict(self.assistant_line, message=message,
-                        requestId=self.ids.like(b"req_" + b"x" * 24).decode())
-        line.update(parentUuid=parent, uuid=uuid, sessionId=session_id,
-                    timestamp=time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()))
+            message = dict(
+                self.assistant_line["message"],
+                id=self.ids.like(b"msg_" + b"x" * 24).decode(),
+                content=[{"type": "text", "text": f"bench reply {self.appended}"}],
+            )
+            line = dict(
+                self.assistant_line,
+                message=message,
+                requestId=self.ids.like(b"req_" + b"x" * 24).decode(),
+            )
+        line.update(
+            parentUuid=parent,
+            uuid=uuid,
+            sessionId=session_id,
+            timestamp=time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+        )
         data = orjson.dumps(line) + b"\n"
         self.tails[name] = (session_id, uuid)
         self.appended += 1
@@ -211,7 +250,11 @@ def _tail_of(path: Path) -> tuple[str, str]:
         if not raw.strip():
             continue
         line = orjson.loads(raw)
-        if isinstance(line.get("uuid"), str) and line.get("isSidechain") is not True and line.get("sessionId"):
+        if (
+            isinstance(line.get("uuid"), str)
+            and line.get("isSidechain") is not True
+            and line.get("sessionId")
+        ):
             return line["sessionId"], line["uuid"]
     raise BenchError(f"{path}: no main-chain line to append to")
 
@@ -229,7 +272,8 @@ def warm(paths: list[Path]) -> None:
 
 @dataclass
 class Daemon:
-    """One `riffd run` child on its own temp roots, state folder and config; its log and notify messages."""
+    """One `riffd run` child on its own temp roots, state folder and config; its log and notify
+    messages."""
 
     home: Path
     roots: list[Path]
@@ -253,10 +297,13 @@ class Daemon:
         return self.home / "state" / "state.db"
 
     def write_config(self) -> None:
-        """Write the daemon's config: the bench's folders, native events, JSON debug log, plus `settings`."""
+        """Write the daemon's config: the bench's folders, native events, JSON debug log, plus
+        `settings`."""
         (self.home / "claude").mkdir(parents=True, exist_ok=True)
-        tables: dict[str, dict[str, Any]] = {"watcher": {"observer": "native"}, "log": {"level": "debug",
-                                                                                        "format": "json"}}
+        tables: dict[str, dict[str, Any]] = {
+            "watcher": {"observer": "native"},
+            "log": {"level": "debug", "format": "json"},
+        }
         for table, values in self.settings.items():
             tables.setdefault(table, {}).update(values)
         lines = [
@@ -270,7 +317,8 @@ class Daemon:
         self.config_path.write_text("\n".join(lines) + "\n")
 
     def start(self) -> None:
-        """Spawn `python3 -m riffd --config ... run` under a notify socket; start reading its stderr."""
+        """Spawn `python3 -m riffd --config ... run` under a notify socket; start reading its
+        stderr."""
         if not self.config_path.exists():
             self.write_config()
         self._starts += 1
@@ -283,10 +331,18 @@ class Daemon:
         self.log, self.other_stderr, self.notices, self.ready = [], [], [], None
         command = [sys.executable, "-m", "riffd", "--config", str(self.config_path), "run"]
         self.spawned = time.monotonic()
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, env=env, cwd=self.home)
-        self._threads = [threading.Thread(target=self._read_log, args=(self.process,), daemon=True),
-                         threading.Thread(target=self._read_notices, args=(self._socket,), daemon=True)]
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=self.home,
+        )
+        self._threads = [
+            threading.Thread(target=self._read_log, args=(self.process,), daemon=True),
+            threading.Thread(target=self._read_notices, args=(self._socket,), daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -322,24 +378,34 @@ class Daemon:
 
     def processed(self, path: str | None = None) -> list[tuple[float, dict[str, Any]]]:
         """The worker's log lines so far (one per processed file), optionally for one path only."""
-        return [(arrived, entry) for arrived, entry in list(self.log)
-                if "outcome" in entry and (path is None or entry.get("path") == path)]
+        return [
+            (arrived, entry)
+            for arrived, entry in list(self.log)
+            if "outcome" in entry and (path is None or entry.get("path") == path)
+        ]
 
     def wait(self, what: str, done: Callable[[], bool], timeout: float) -> float:
-        """Poll `done` (which reads only what the bench already holds) every 50 ms; return when it held."""
+        """Poll `done` (which reads only what the bench already holds) every 50 ms; return when it
+        held."""
         deadline = time.monotonic() + timeout
         while not done():
             if self.process is not None and self.process.poll() is not None:
-                raise BenchError(f"the daemon exited ({self.process.returncode}) while waiting for {what}:\n"
-                                 + self.stderr_tail())
+                raise BenchError(
+                    f"the daemon exited ({self.process.returncode}) while waiting for {what}:\n"
+                    + self.stderr_tail()
+                )
             if time.monotonic() > deadline:
-                raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}\n" + self.stderr_tail())
+                raise BenchError(
+                    f"timed out after {timeout:.0f} s waiting for {what}\n" + self.stderr_tail()
+                )
             time.sleep(0.05)
         return time.monotonic()
 
     def stderr_tail(self) -> str:
         """The last lines of the daemon's stderr, for error messages."""
-        lines = self.other_stderr[-15:] + [orjson.dumps(entry).decode() for _, entry in self.log[-5:]]
+        lines = self.other_stderr[-15:] + [
+            orjson.dumps(entry).decode() for _, entry in self.log[-5:]
+        ]
         return "\n".join(lines)
 
     def stop(self, timeout: float = 30.0) -> int:
@@ -356,7 +422,9 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 process.kill()  # our own child, by its pid
                 process.wait()
-                raise BenchError(f"the daemon did not stop within {timeout:.0f} s of SIGTERM") from None
+                raise BenchError(
+                    f"the daemon did not stop within {timeout:.0f} s of SIGTERM"
+                ) from None
         finally:
             if self._socket is not None:
                 self._socket.close()
@@ -372,7 +440,9 @@ class Daemon:
     def cpu_seconds(self) -> float:
         """User + system CPU time of the daemon, all threads, from /proc/<pid>/stat."""
         text = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = text[text.rindex(")") + 2:].split()  # the name may hold spaces; fields after it start at 3
+        fields = text[
+            text.rindex(")") + 2 :
+        ].split()  # the name may hold spaces; fields after it start at 3
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def memory_mb(self) -> tuple[float, float]:
@@ -392,7 +462,8 @@ class Daemon:
         raise BenchError("/proc/<pid>/io has no rchar")
 
     def started_queued(self) -> int | None:
-        """The number of files start-up reconciliation queued, from the daemon's "started" log line."""
+        """The number of files start-up reconciliation queued, from the daemon's "started" log
+        line."""
         for _, entry in list(self.log):
             match = STARTED.search(str(entry.get("message", "")))
             if match:
@@ -400,8 +471,11 @@ class Daemon:
         return None
 
     def count_watermarks(self) -> int:
-        """How many files the state database holds (one read query; SQLite WAL lets the daemon go on)."""
-        with contextlib.closing(sqlite3.connect(f"file:{self.state_db}?mode=ro", uri=True, timeout=30)) as db:
+        """How many files the state database holds (one read query; SQLite WAL lets the daemon go
+        on)."""
+        with contextlib.closing(
+            sqlite3.connect(f"file:{self.state_db}?mode=ro", uri=True, timeout=30)
+        ) as db:
             return int(db.execute("SELECT COUNT(*) FROM files").fetchone()[0])
 
     def counters(self) -> dict[str, int]:
@@ -415,7 +489,11 @@ class Daemon:
 
 def _all_read(daemon: Daemon, count: int) -> Callable[[], bool]:
     def done() -> bool:
-        return len({entry["path"] for _, entry in daemon.processed() if entry["outcome"] == "read"}) >= count
+        return (
+            len({entry["path"] for _, entry in daemon.processed() if entry["outcome"] == "read"})
+            >= count
+        )
+
     return done
 
 
@@ -423,7 +501,8 @@ def _all_read(daemon: Daemon, count: int) -> Callable[[], bool]:
 
 
 def measure_latency(base: Path, corpus: Corpus, appends: int, spacing: float) -> dict[str, Any]:
-    """Append one line every `spacing` s round robin to 4 files; return latency from append to processed."""
+    """Append one line every `spacing` s round robin to 4 files; return latency from append to
+    processed."""
     home = base / "latency"
     root = home / "projects"
     paths, _ = corpus.small_files(root, 4, projects=2)
@@ -442,8 +521,14 @@ def measure_latency(base: Path, corpus: Corpus, appends: int, spacing: float) ->
                 time.sleep(pause)
 
         def covered() -> bool:
-            return sum(entry.get("lines", 0) for _, entry in daemon.processed()
-                       if entry["outcome"] != "read" and entry["path"] in sent) >= appends
+            return (
+                sum(
+                    entry.get("lines", 0)
+                    for _, entry in daemon.processed()
+                    if entry["outcome"] != "read" and entry["path"] in sent
+                )
+                >= appends
+            )
 
         daemon.wait(f"{appends} appended lines to be processed", covered, 30)
         time.sleep(0.3)  # a stray extra log line would show up as a second, line-less processing
@@ -456,7 +541,9 @@ def measure_latency(base: Path, corpus: Corpus, appends: int, spacing: float) ->
                 if entry["outcome"] == "read":
                     continue
                 if entry["outcome"] != "appended":
-                    raise BenchError(f"{name}: an append was processed as {entry['outcome']!r}: {entry}")
+                    raise BenchError(
+                        f"{name}: an append was processed as {entry['outcome']!r}: {entry}"
+                    )
                 lines = int(entry["lines"])
                 coalesced += lines > 1
                 worker_ms.append(float(entry["ms"]))
@@ -497,8 +584,11 @@ class CountingFS(FileSystem):
         return data
 
 
-def measure_append(base: Path, corpus: Corpus, sizes_mb: list[float], appends: int) -> dict[str, Any]:
-    """`measure_append_one` for each size, and how flat the cost is from the smallest to the largest file."""
+def measure_append(
+    base: Path, corpus: Corpus, sizes_mb: list[float], appends: int
+) -> dict[str, Any]:
+    """`measure_append_one` for each size, and how flat the cost is from the smallest to the largest
+    file."""
     runs = [measure_append_one(base, corpus, size_mb, appends) for size_mb in sizes_mb]
     worker = [run["append_ms_median"] for run in runs]
     detection = [run["detect_ms_median"] for run in runs]
@@ -510,8 +600,8 @@ def measure_append(base: Path, corpus: Corpus, sizes_mb: list[float], appends: i
 
 
 def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int) -> dict[str, Any]:
-    """In process: a full scan of a big file vs a Worker processing one appended line at a time, and the
-    detection work alone (`analyse_appended` on an index fed the new line)."""
+    """In process: a full scan of a big file vs a Worker processing one appended line at a time, and
+    the detection work alone (`analyse_appended` on an index fed the new line)."""
     home = base / f"append-{size_mb:g}"
     root = home / "projects"
     started = time.perf_counter()
@@ -529,8 +619,11 @@ def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int)
     (home / "claude").mkdir(parents=True, exist_ok=True)
     store = StateStore(home / "state" / "state.db")
     fs = CountingFS()
-    worker = Worker(store, WorkerSettings(backup_dir=home / "backups", claude_dir=home / "claude", roots=(root,)),
-                    fs=fs)
+    worker = Worker(
+        store,
+        WorkerSettings(backup_dir=home / "backups", claude_dir=home / "claude", roots=(root,)),
+        fs=fs,
+    )
     try:
         started = time.perf_counter()
         first = worker.process(path)
@@ -548,8 +641,10 @@ def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int)
             times.append((time.perf_counter() - started) * 1000)
             reads.append(fs.read_bytes)
             if outcome.kind != "appended" or outcome.lines != 1:
-                raise BenchError(f"an append was processed as {outcome.kind!r} with {outcome.lines} line(s): "
-                                 f"{outcome.why}")
+                raise BenchError(
+                    f"an append was processed as {outcome.kind!r} with {outcome.lines} line(s): "
+                    f"{outcome.why}"
+                )
     finally:
         store.close()
         del worker
@@ -574,8 +669,9 @@ def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int)
 
 
 def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
-    """Index `path` as the worker does, judge it once in full, then time only `analyse_appended` after each
-    appended line is added to the index (reading and parsing the line are not counted)."""
+    """Index `path` as the worker does, judge it once in full, then time only `analyse_appended`
+    after each appended line is added to the index (reading and parsing the line are not
+    counted)."""
     index = TranscriptIndex(str(path))
     for offset, lines, terminated in iter_chunks(path):
         index.add_lines(offset, lines, terminated)
@@ -594,7 +690,8 @@ def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
 
 
 def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int) -> dict[str, Any]:
-    """Per-append cost of a Worker on a 10 MB session holding each count of findings (orphan results)."""
+    """Per-append cost of a Worker on a 10 MB session holding each count of findings (orphan
+    results)."""
     runs = []
     for count in counts:
         home = base / f"damaged-{count}"
@@ -604,18 +701,37 @@ def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int)
         lines = []
         for number in range(count):
             uuid = corpus.ids.uuid().decode()
-            lines.append(orjson.dumps({
-                "type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": session_id, "isSidechain": False,
-                "message": {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": f"toolu_orphan{number:020d}", "content": "lost"}]},
-            }))
+            lines.append(
+                orjson.dumps(
+                    {
+                        "type": "user",
+                        "uuid": uuid,
+                        "parentUuid": parent,
+                        "sessionId": session_id,
+                        "isSidechain": False,
+                        "message": {
+                            "role": "user",
+                            "content": [
+                                {
+                                    "type": "tool_result",
+                                    "tool_use_id": f"toolu_orphan{number:020d}",
+                                    "content": "lost",
+                                }
+                            ],
+                        },
+                    }
+                )
+            )
             parent = uuid
         with open(path, "ab") as handle:
             handle.write(b"".join(line + b"\n" for line in lines))
         corpus.tails[str(path)] = (session_id, parent)
         (home / "claude").mkdir(parents=True, exist_ok=True)
         store = StateStore(home / "state" / "state.db")
-        worker = Worker(store, WorkerSettings(backup_dir=home / "backups", claude_dir=home / "claude", roots=(root,)))
+        worker = Worker(
+            store,
+            WorkerSettings(backup_dir=home / "backups", claude_dir=home / "claude", roots=(root,)),
+        )
         try:
             first = worker.process(path)
             if first.findings != count:
@@ -627,11 +743,18 @@ def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int)
                 outcome = worker.process(path)
                 times.append((time.perf_counter() - started) * 1000)
                 if outcome.kind != "appended" or outcome.findings != count:
-                    raise BenchError(f"an append was processed as {outcome.kind!r} with {outcome.findings} findings")
+                    raise BenchError(
+                        f"an append was processed as {outcome.kind!r} with {outcome.findings} findings"
+                    )
         finally:
             store.close()
-        runs.append({"findings": count, "append_ms_median": round(statistics.median(times), 3),
-                     "append_ms_max": round(max(times), 3)})
+        runs.append(
+            {
+                "findings": count,
+                "append_ms_median": round(statistics.median(times), 3),
+                "append_ms_max": round(max(times), 3),
+            }
+        )
     clean = runs[0]["append_ms_median"]
     for run in runs:
         run["ratio_to_first"] = round(run["append_ms_median"] / clean, 2)
@@ -642,7 +765,8 @@ def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int)
 
 
 def measure_idle(base: Path, corpus: Corpus, files: int, window: float) -> dict[str, Any]:
-    """CPU seconds per minute of a daemon watching `files` processed files, over `window` s of quiet."""
+    """CPU seconds per minute of a daemon watching `files` processed files, over `window` s of
+    quiet."""
     home = base / "idle"
     root = home / "projects"
     started = time.perf_counter()
@@ -659,7 +783,9 @@ def measure_idle(base: Path, corpus: Corpus, files: int, window: float) -> dict[
         time.sleep(3.0)
         log_before = len(daemon.log)
         cpu_before, clock_before = daemon.cpu_seconds(), time.monotonic()
-        _say(f"  all {files:,} files processed in {processing:.1f} s; measuring {window:.0f} s of idle")
+        _say(
+            f"  all {files:,} files processed in {processing:.1f} s; measuring {window:.0f} s of idle"
+        )
         time.sleep(window)
         cpu_after, clock_after = daemon.cpu_seconds(), time.monotonic()
         rss, peak = daemon.memory_mb()
@@ -708,7 +834,9 @@ def measure_reconcile(base: Path, corpus: Corpus, files: int) -> dict[str, Any]:
         daemon.wait("the started log line", lambda: daemon.started_queued() is not None, 30)
         queued = daemon.started_queued() or 0
         if queued:
-            empty = daemon.wait(f"{queued} queued file(s)", lambda: len(daemon.processed()) >= queued, 120)
+            empty = daemon.wait(
+                f"{queued} queued file(s)", lambda: len(daemon.processed()) >= queued, 120
+            )
         else:
             empty = daemon.ready
         second_ready, second_empty = daemon.ready - daemon.spawned, empty - daemon.spawned
@@ -730,7 +858,8 @@ def measure_reconcile(base: Path, corpus: Corpus, files: int) -> dict[str, Any]:
         "restart_queue_empty_s": round(second_empty, 2),
         "restart_queued": queued,
         "restart_bytes_read_counter_growth": grew,
-        "restart_lines_processed_growth": after.get("lines.processed", 0) - before.get("lines.processed", 0),
+        "restart_lines_processed_growth": after.get("lines.processed", 0)
+        - before.get("lines.processed", 0),
         "restart_rchar": rchar,
         "restart_rss_mb": round(rss, 1),
         "restart_peak_rss_mb": round(peak, 1),
@@ -745,35 +874,63 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
     """The table: (measure, figure)."""
     out = []
     if latency := results.get("latency"):
-        out.append((f"append -> processed, {latency['appends']} appends, debounce 50 ms",
-                    f"p50 {latency['p50_ms']:.0f} ms, p95 {latency['p95_ms']:.0f} ms, max {latency['max_ms']:.0f} ms"
-                    f" (worker p50 {latency['worker_ms_p50']:.1f} ms)"))
+        out.append(
+            (
+                f"append -> processed, {latency['appends']} appends, debounce 50 ms",
+                f"p50 {latency['p50_ms']:.0f} ms, p95 {latency['p95_ms']:.0f} ms, max {latency['max_ms']:.0f} ms"
+                f" (worker p50 {latency['worker_ms_p50']:.1f} ms)",
+            )
+        )
     if appended := results.get("append"):
         for append in appended["sizes"]:
-            out.append((f"one appended line, {append['file_bytes'] / MB:,.0f} MB file ({append['file_lines']:,} lines)",
-                        f"{append['append_ms_median']:.2f} ms (p95 {append['append_ms_p95']:.2f}), of which detection "
-                        f"{append['detect_ms_median']:.3f} ms; full scan {append['full_scan_ms']:,.0f} ms, "
-                        f"ratio {append['ratio_append_to_full_scan']:.5f}; "
-                        f"{append['bytes_read_per_append_median']:,} bytes read"))
-        out.append(("per-append cost, largest / smallest file",
-                    f"worker {appended['flatness_worker']:.2f}x, detection {appended['flatness_detection']:.2f}x"))
+            out.append(
+                (
+                    f"one appended line, {append['file_bytes'] / MB:,.0f} MB file ({append['file_lines']:,} lines)",
+                    f"{append['append_ms_median']:.2f} ms (p95 {append['append_ms_p95']:.2f}), of which detection "
+                    f"{append['detect_ms_median']:.3f} ms; full scan {append['full_scan_ms']:,.0f} ms, "
+                    f"ratio {append['ratio_append_to_full_scan']:.5f}; "
+                    f"{append['bytes_read_per_append_median']:,} bytes read",
+                )
+            )
+        out.append(
+            (
+                "per-append cost, largest / smallest file",
+                f"worker {appended['flatness_worker']:.2f}x, detection {appended['flatness_detection']:.2f}x",
+            )
+        )
     if damaged := results.get("damaged"):
         for run in damaged["runs"]:
-            out.append((f"one appended line, {damaged['file_mb']} MB file with {run['findings']:,} findings",
-                        f"{run['append_ms_median']:.2f} ms (max {run['append_ms_max']:.2f}), "
-                        f"{run['ratio_to_first']:.1f}x the first row"))
+            out.append(
+                (
+                    f"one appended line, {damaged['file_mb']} MB file with {run['findings']:,} findings",
+                    f"{run['append_ms_median']:.2f} ms (max {run['append_ms_max']:.2f}), "
+                    f"{run['ratio_to_first']:.1f}x the first row",
+                )
+            )
     if idle := results.get("idle"):
-        out.append((f"idle CPU, {idle['files']:,} watched files",
-                    f"{idle['cpu_s_per_minute']:.2f} CPU s/min, RSS {idle['rss_mb']:.0f} MB "
-                    f"(peak {idle['peak_rss_mb']:.0f} MB)"))
+        out.append(
+            (
+                f"idle CPU, {idle['files']:,} watched files",
+                f"{idle['cpu_s_per_minute']:.2f} CPU s/min, RSS {idle['rss_mb']:.0f} MB "
+                f"(peak {idle['peak_rss_mb']:.0f} MB)",
+            )
+        )
     if rec := results.get("reconcile"):
-        out.append((f"first start, {rec['files']:,} new files",
-                    f"READY {rec['first_start_ready_s']:.2f} s, "
-                    f"all processed {rec['first_start_all_processed_s']:.1f} s"))
-        out.append((f"restart, {rec['files']:,} unchanged files",
-                    f"READY {rec['restart_ready_s']:.2f} s, queue empty {rec['restart_queue_empty_s']:.2f} s, "
-                    f"bytes.read +{rec['restart_bytes_read_counter_growth']:,} "
-                    f"(rchar {rec['restart_rchar'] / MB:.1f} MB vs {rec['files_bytes'] / MB:.0f} MB of files)"))
+        out.append(
+            (
+                f"first start, {rec['files']:,} new files",
+                f"READY {rec['first_start_ready_s']:.2f} s, "
+                f"all processed {rec['first_start_all_processed_s']:.1f} s",
+            )
+        )
+        out.append(
+            (
+                f"restart, {rec['files']:,} unchanged files",
+                f"READY {rec['restart_ready_s']:.2f} s, queue empty {rec['restart_queue_empty_s']:.2f} s, "
+                f"bytes.read +{rec['restart_bytes_read_counter_growth']:,} "
+                f"(rchar {rec['restart_rchar'] / MB:.1f} MB vs {rec['files_bytes'] / MB:.0f} MB of files)",
+            )
+        )
     return out
 
 
@@ -793,35 +950,77 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     add = parser.add_argument
-    add("--quick", action="store_true",
-        help="smaller run: 60 appends, 20 MB file, 1,000 idle files for 20 s, 2,000 files to reconcile")
+    add(
+        "--quick",
+        action="store_true",
+        help="smaller run: 60 appends, 20 MB file, 1,000 idle files for 20 s, 2,000 files to reconcile",
+    )
     add("--appends", type=int, help="appends for the latency figure; default 200 (--quick 60)")
-    add("--big-mb", help="sizes of the big files in MB, comma-separated; default 10,100,1000 (--quick 10,50)")
+    add(
+        "--big-mb",
+        help="sizes of the big files in MB, comma-separated; default 10,100,1000 (--quick 10,50)",
+    )
     add("--big-appends", type=int, help="appends to the big file; default 50 (--quick 20)")
-    add("--findings", default="0,1000,10000", help="findings in the damaged session, comma-separated (the first is "
-        "the reference); default 0,1000,10000")
+    add(
+        "--findings",
+        default="0,1000,10000",
+        help="findings in the damaged session, comma-separated (the first is "
+        "the reference); default 0,1000,10000",
+    )
     add("--idle-files", type=int, help="files watched while idle; default 5000 (--quick 1000)")
     add("--idle-window", type=float, help="seconds of idle measured; default 60 (--quick 20)")
-    add("--reconcile-files", type=int, help="files for the start-up figures; default 10000 (--quick 2000)")
-    add("--only", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}")
-    add("--real", type=Path, default=scan_bench.DEFAULT_REAL,
-        help=f"real transcripts; default {scan_bench.DEFAULT_REAL}")
+    add(
+        "--reconcile-files",
+        type=int,
+        help="files for the start-up figures; default 10000 (--quick 2000)",
+    )
+    add(
+        "--only", default=",".join(MEASURES), help=f"comma-separated subset of {','.join(MEASURES)}"
+    )
+    add(
+        "--real",
+        type=Path,
+        default=scan_bench.DEFAULT_REAL,
+        help=f"real transcripts; default {scan_bench.DEFAULT_REAL}",
+    )
     add("--seed", type=int, default=1, help="seed of the generated ids; default 1")
-    add("--tmp", type=Path, default=None, help="make the temporary folder under this folder (default: the system's)")
+    add(
+        "--tmp",
+        type=Path,
+        default=None,
+        help="make the temporary folder under this folder (default: the system's)",
+    )
     add("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
     args = parser.parse_args(argv)
-    defaults = ({"appends": 60, "big_mb": "10,50", "big_appends": 20, "idle_files": 1000, "idle_window": 20.0,
-                 "reconcile_files": 2000} if args.quick else
-                {"appends": 200, "big_mb": "10,100,1000", "big_appends": 50, "idle_files": 5000, "idle_window": 60.0,
-                 "reconcile_files": 10000})
+    defaults = (
+        {
+            "appends": 60,
+            "big_mb": "10,50",
+            "big_appends": 20,
+            "idle_files": 1000,
+            "idle_window": 20.0,
+            "reconcile_files": 2000,
+        }
+        if args.quick
+        else {
+            "appends": 200,
+            "big_mb": "10,100,1000",
+            "big_appends": 50,
+            "idle_files": 5000,
+            "idle_window": 60.0,
+            "reconcile_files": 10000,
+        }
+    )
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(args.only) - set(MEASURES)
     if unknown:
-        parser.error(f"--only: unknown measure(s) {', '.join(sorted(unknown))}; choose from {', '.join(MEASURES)}")
+        parser.error(
+            f"--only: unknown measure(s) {', '.join(sorted(unknown))}; choose from {', '.join(MEASURES)}"
+        )
     try:
         args.big_mb = [float(size) for size in str(args.big_mb).split(",") if size.strip()]
     except ValueError:
@@ -832,15 +1031,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--findings: {args.findings!r} is not a comma-separated list of counts")
     if not args.findings or min(args.findings) < 0:
         parser.error("--findings: counts must be 0 or more")
-    if min(args.appends, args.big_appends, args.idle_files, args.reconcile_files) < 1 or min(args.big_mb) <= 0 \
-            or args.idle_window <= 0:
+    if (
+        min(args.appends, args.big_appends, args.idle_files, args.reconcile_files) < 1
+        or min(args.big_mb) <= 0
+        or args.idle_window <= 0
+    ):
         parser.error("counts, sizes and the window must be positive")
     args.real = args.real.resolve()
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the measurements on a temp folder, print them; return 0, or 1 when a measurement fails."""
+    """Run the measurements on a temp folder, print them; return 0, or 1 when a measurement
+    fails."""
     args = parse_args(argv)
     if not Path("/proc/self/stat").exists():
         _say("this bench reads /proc: Linux only")
@@ -875,12 +1078,25 @@ def main(argv: list[str] | None = None) -> int:
             _say(f"kept {base}")
         else:
             shutil.rmtree(base, ignore_errors=True)
-    command = " ".join(["python3", "bench/daemon_bench.py", *(argv if argv is not None else sys.argv[1:])])
-    human = "\n".join([table(results), "", f"command: {command}",
-                       "latency: JSON log line arrival - write; CPU from /proc/<pid>/stat; MB = 10^6 bytes"])
+    command = " ".join(
+        ["python3", "bench/daemon_bench.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    human = "\n".join(
+        [
+            table(results),
+            "",
+            f"command: {command}",
+            "latency: JSON log line arrival - write; CPU from /proc/<pid>/stat; MB = 10^6 bytes",
+        ]
+    )
     if args.json:
         print(human, file=sys.stderr)
-        print(json.dumps({"machine": about, "command": command, "results": results, "failed": failed}, indent=2))
+        print(
+            json.dumps(
+                {"machine": about, "command": command, "results": results, "failed": failed},
+                indent=2,
+            )
+        )
     else:
         print(human)
     return 1 if failed else 0

@@ -5,20 +5,21 @@ Run by hand from the repository root::
     python3 bench/hook_bench.py                  # about half a minute
     python3 bench/hook_bench.py --runs 50 --json
 
-1. hook latency (SessionStart too: a registry of 20 sessions, then the resumed one registered to another live
-   process, which makes it warn): a 10,000-line session in a temporary folder (9,990 old Bash calls two hours ago,
-   then a Read of a small file 60 s ago with its result), and the event of a Read of that file on
-   stdin. Each run is a new process, as Claude Code starts one per tool call: `python3 -m riffd hook
-   pre-tool-use` (warn and cache), the `riffd` console script installed beside this Python (if any),
-   and, for scale, `python3 -c pass`: the interpreter's own start-up on this machine. Wall time from
-   `subprocess.run` to exit; p50 and p95 over `--runs` runs after one warm-up. Bytecode is cached in a
-   temporary PYTHONPYCACHEPREFIX, as an installed package has it; one row runs without any cache.
+1. hook latency (SessionStart too: a registry of 20 sessions, then the resumed one registered to
+   another live process, which makes it warn): a 10,000-line session in a temporary folder (9,990
+   old Bash calls two hours ago, then a Read of a small file 60 s ago with its result), and the
+   event of a Read of that file on stdin. Each run is a new process, as Claude Code starts one per
+   tool call: `python3 -m riffd hook pre-tool-use` (warn and cache), the `riffd` console script
+   installed beside this Python (if any), and, for scale, `python3 -c pass`: the interpreter's own
+   start-up on this machine. Wall time from `subprocess.run` to exit; p50 and p95 over `--runs` runs
+   after one warm-up. Bytecode is cached in a temporary PYTHONPYCACHEPREFIX, as an installed package
+   has it; one row runs without any cache.
 2. tracker cost: `ToolCallTracker.feed` in-process on 10,000 tool calls (Read, Grep, Edit, WebFetch,
-   an MCP tool and Bash over 200 files, one call every 2 s, each followed by its result line, about one
-   call in five a repeat); best of 3, in ms per 10,000 calls (results included).
+   an MCP tool and Bash over 200 files, one call every 2 s, each followed by its result line, about
+   one call in five a repeat); best of 3, in ms per 10,000 calls (results included).
 
-Each latency is printed beside `python3 -c pass` of the same run (its anchor: the ratio says what riffd adds to
-the interpreter), then each goal of GOALS, judged on the p50.
+Each latency is printed beside `python3 -c pass` of the same run (its anchor: the ratio says what
+riffd adds to the interpreter), then each goal of GOALS, judged on the p50.
 """
 
 from __future__ import annotations
@@ -54,21 +55,47 @@ GOALS = {  # row -> p50 goal in ms
 
 
 def stamp(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(moment, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def tool_use(tool: str, tool_input: dict[str, Any], tool_id: str, moment: float) -> dict[str, Any]:
-    return {"parentUuid": None, "isSidechain": False, "type": "assistant", "uuid": f"u-{tool_id}",
-            "sessionId": SESSION, "cwd": "/work", "timestamp": stamp(moment),
-            "message": {"id": f"m-{tool_id}", "role": "assistant", "content": [
-                {"type": "tool_use", "id": tool_id, "name": tool, "input": tool_input}]}}
+    return {
+        "parentUuid": None,
+        "isSidechain": False,
+        "type": "assistant",
+        "uuid": f"u-{tool_id}",
+        "sessionId": SESSION,
+        "cwd": "/work",
+        "timestamp": stamp(moment),
+        "message": {
+            "id": f"m-{tool_id}",
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": tool_id, "name": tool, "input": tool_input}],
+        },
+    }
 
 
-def tool_result(tool_id: str, content: str, moment: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"parentUuid": f"u-{tool_id}", "isSidechain": False, "type": "user", "uuid": f"r-{tool_id}",
-            "sessionId": SESSION, "cwd": "/work", "timestamp": stamp(moment),
-            "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id,
-                                                     "content": content}]}, **(extra or {})}
+def tool_result(
+    tool_id: str, content: str, moment: float, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "parentUuid": f"u-{tool_id}",
+        "isSidechain": False,
+        "type": "user",
+        "uuid": f"r-{tool_id}",
+        "sessionId": SESSION,
+        "cwd": "/work",
+        "timestamp": stamp(moment),
+        "message": {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": content}],
+        },
+        **(extra or {}),
+    }
 
 
 def percentile(samples: list[float], fraction: float) -> float:
@@ -77,29 +104,65 @@ def percentile(samples: list[float], fraction: float) -> float:
 
 
 def build_session(folder: Path) -> tuple[Path, bytes]:
-    """Write the 10,000-line session and return its path and the hook event for the repeated Read."""
+    """Write the 10,000-line session and return its path and the hook event for the repeated
+    Read."""
     source = folder / "a.py"
     text = "import os\n" * 50
     source.write_text(text)
     old = time.time() - 7200
     os.utime(source, (old, old))
     now = time.time()
-    lines = [tool_use("Bash", {"command": f"echo {n}", "description": "count"}, f"b{n}", old + n * 0.1)
-             for n in range(9_998)]
+    lines = [
+        tool_use("Bash", {"command": f"echo {n}", "description": "count"}, f"b{n}", old + n * 0.1)
+        for n in range(9_998)
+    ]
     lines.append(tool_use("Read", {"file_path": str(source)}, "r1", now - 60))
-    lines.append(tool_result("r1", text, now - 59, {"toolUseResult": {"type": "text", "file": {
-        "filePath": str(source), "content": text, "numLines": 50, "startLine": 1, "totalLines": 50}}}))
+    lines.append(
+        tool_result(
+            "r1",
+            text,
+            now - 59,
+            {
+                "toolUseResult": {
+                    "type": "text",
+                    "file": {
+                        "filePath": str(source),
+                        "content": text,
+                        "numLines": 50,
+                        "startLine": 1,
+                        "totalLines": 50,
+                    },
+                }
+            },
+        )
+    )
     transcript = folder / f"{SESSION}.jsonl"
-    transcript.write_bytes(b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines))
-    event = {"session_id": SESSION, "transcript_path": str(transcript), "cwd": "/work", "hook_event_name": "PreToolUse",
-             "tool_name": "Read", "tool_input": {"file_path": str(source)}, "tool_use_id": "current"}
+    transcript.write_bytes(
+        b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)
+    )
+    event = {
+        "session_id": SESSION,
+        "transcript_path": str(transcript),
+        "cwd": "/work",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Read",
+        "tool_input": {"file_path": str(source)},
+        "tool_use_id": "current",
+    }
     return transcript, json.dumps(event).encode()
 
 
-def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | None,
-                 extra_env: dict[str, str] | None = None, check: bool = True) -> dict[str, float]:
-    """Run `command` `runs` times after a warm-up; with `pycache`, bytecode is cached there (as an installed
-    package has it), else every run compiles riffd's modules again (PYTHONDONTWRITEBYTECODE, no cache)."""
+def time_command(
+    command: list[str],
+    stdin: bytes,
+    runs: int,
+    pycache: Path | None,
+    extra_env: dict[str, str] | None = None,
+    check: bool = True,
+) -> dict[str, float]:
+    """Run `command` `runs` times after a warm-up; with `pycache`, bytecode is cached there (as an
+    installed package has it), else every run compiles riffd's modules again
+    (PYTHONDONTWRITEBYTECODE, no cache)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(extra_env or {})}
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -112,7 +175,10 @@ def time_command(command: list[str], stdin: bytes, runs: int, pycache: Path | No
         started = time.perf_counter()
         subprocess.run(command, input=stdin, capture_output=True, env=env, check=check)
         samples.append((time.perf_counter() - started) * 1000)
-    return {"p50_ms": round(statistics.median(samples), 1), "p95_ms": round(percentile(samples, 0.95), 1)}
+    return {
+        "p50_ms": round(statistics.median(samples), 1),
+        "p95_ms": round(percentile(samples, 0.95), 1),
+    }
 
 
 def hook_latency(runs: int) -> dict[str, Any]:
@@ -122,76 +188,151 @@ def hook_latency(runs: int) -> dict[str, Any]:
         python = [sys.executable]
         cache = Path(folder) / "pycache"
         hook = [*python, "-m", "riffd", "hook", "pre-tool-use"]
-        figures: dict[str, Any] = {"session_lines": lines, "session_bytes": transcript.stat().st_size}
+        figures: dict[str, Any] = {
+            "session_lines": lines,
+            "session_bytes": transcript.stat().st_size,
+        }
         figures["python -c pass"] = time_command([*python, "-c", "pass"], b"", runs, cache)
         figures["python -m riffd hook (warn)"] = time_command(hook, event, runs, cache)
-        figures["python -m riffd hook (cache)"] = time_command([*hook, "--mode", "cache"], event, runs, cache)
+        figures["python -m riffd hook (cache)"] = time_command(
+            [*hook, "--mode", "cache"], event, runs, cache
+        )
         figures["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
         figures.update(session_start_latency(Path(folder), runs, cache))
-        state = {"RIFFD_STATE_DIR": str(Path(folder) / "state"), "XDG_CONFIG_HOME": str(Path(folder) / "xdg")}
-        figures["python -m riffd --help"] = time_command([*python, "-m", "riffd", "--help"], b"", runs, cache, state)
-        figures["python -m riffd status (no daemon)"] = time_command([*python, "-m", "riffd", "status"], b"", runs,
-                                                                     cache, state, check=False)  # exits 3
+        state = {
+            "RIFFD_STATE_DIR": str(Path(folder) / "state"),
+            "XDG_CONFIG_HOME": str(Path(folder) / "xdg"),
+        }
+        figures["python -m riffd --help"] = time_command(
+            [*python, "-m", "riffd", "--help"], b"", runs, cache, state
+        )
+        figures["python -m riffd status (no daemon)"] = time_command(
+            [*python, "-m", "riffd", "status"], b"", runs, cache, state, check=False
+        )  # exits 3
         populated = {**state, "RIFFD_STATE_DIR": str(populated_state(Path(folder) / "populated"))}
         figures["python -m riffd status, state of 5,000 files (stopped daemon)"] = time_command(
-            [*python, "-m", "riffd", "status"], b"", runs, cache, populated, check=False)  # exits 3: stopped
+            [*python, "-m", "riffd", "status"], b"", runs, cache, populated, check=False
+        )  # exits 3: stopped
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
-            figures["riffd hook (console script)"] = time_command([str(script), "hook", "pre-tool-use"], event, runs,
-                                                                  cache)
+            figures["riffd hook (console script)"] = time_command(
+                [str(script), "hook", "pre-tool-use"], event, runs, cache
+            )
         return figures
 
 
 def populated_state(folder: Path) -> Path:
-    """A state folder as a daemon leaves it after a while: 5,000 files read (500 with a finding), 2,000 repair
-    records, 90 days of hourly history, and the live figures of a daemon that has stopped."""
+    """A state folder as a daemon leaves it after a while: 5,000 files read (500 with a finding),
+    2,000 repair records, 90 days of hourly history, and the live figures of a daemon that has
+    stopped."""
     from riffd.daemon.jobs import store_snapshot
     from riffd.daemon.state import StateStore, Watermark
 
     store = StateStore(folder / "state.db")
     for number in range(5000):
         path = f"/home/u/.claude/projects/-home-u-p{number % 100}/{number:08d}-0000-4000-8000-000000000000.jsonl"
-        findings = [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice",
-                     "tool_id": f"toolu_{number}"}] if number % 10 == 0 else []
-        store.save_file(Watermark(path, 1, number, 10_000, 40, 4096, "a" * 64, 4096, "b" * 64, 10_000, 0),
-                        f"s{number}", findings, len(findings))
+        findings = (
+            [
+                {
+                    "class": "duplicate_tool_result",
+                    "lines": [7, 9],
+                    "message": "answered twice",
+                    "tool_id": f"toolu_{number}",
+                }
+            ]
+            if number % 10 == 0
+            else []
+        )
+        store.save_file(
+            Watermark(path, 1, number, 10_000, 40, 4096, "a" * 64, 4096, "b" * 64, 10_000, 0),
+            f"s{number}",
+            findings,
+            len(findings),
+        )
     for number in range(2000):
-        store.record_repair(f"/p/{number}.jsonl", "repaired" if number % 3 else "skipped", None if number % 3 else
-                            "live", f"b{number}", Counter({"duplicate_tool_result": 1}), "done")
+        store.record_repair(
+            f"/p/{number}.jsonl",
+            "repaired" if number % 3 else "skipped",
+            None if number % 3 else "live",
+            f"b{number}",
+            Counter({"duplicate_tool_result": 1}),
+            "done",
+        )
     now = time.time()
     for hour in range(90 * 24):
-        store.record_history({"open": hour % 7, "repairs": hour, "archive_bytes": hour * 1000,
-                              "raw_bytes": hour * 9000, "latency_p95": 0.05}, now - hour * 3600)
-    store_snapshot(store, {"running": True, "pid": 2**22 + 7, "started": now - 7200, "seen_at": now - 60,
-                           "latencies": [0.05] * 200, "queue_depth": 0})
+        store.record_history(
+            {
+                "open": hour % 7,
+                "repairs": hour,
+                "archive_bytes": hour * 1000,
+                "raw_bytes": hour * 9000,
+                "latency_p95": 0.05,
+            },
+            now - hour * 3600,
+        )
+    store_snapshot(
+        store,
+        {
+            "running": True,
+            "pid": 2**22 + 7,
+            "started": now - 7200,
+            "seen_at": now - 60,
+            "latencies": [0.05] * 200,
+            "queue_depth": 0,
+        },
+    )
     store.close()
     return folder
 
 
 def session_start_latency(folder: Path, runs: int, cache: Path) -> dict[str, Any]:
-    """The SessionStart hook on a resume: with the session registered to another live process (it warns), and with a
-    registry of 20 other sessions (it says nothing)."""
+    """The SessionStart hook on a resume: with the session registered to another live process (it
+    warns), and with a registry of 20 other sessions (it says nothing)."""
     claude = folder / "claude"
     (claude / "sessions").mkdir(parents=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         for number in range(20):
-            (claude / "sessions" / f"{400000 + number}.json").write_text(json.dumps(
-                {"pid": 400000 + number, "sessionId": f"00000000-0000-4000-8000-{number:012d}", "cwd": "/w",
-                 "startedAt": 1}))
+            (claude / "sessions" / f"{400000 + number}.json").write_text(
+                json.dumps(
+                    {
+                        "pid": 400000 + number,
+                        "sessionId": f"00000000-0000-4000-8000-{number:012d}",
+                        "cwd": "/w",
+                        "startedAt": 1,
+                    }
+                )
+            )
         transcript = claude / "projects" / "-w" / f"{SESSION}.jsonl"
-        event = json.dumps({"session_id": SESSION, "transcript_path": str(transcript),
-                            "hook_event_name": "SessionStart", "source": "resume", "cwd": "/w"}).encode()
+        event = json.dumps(
+            {
+                "session_id": SESSION,
+                "transcript_path": str(transcript),
+                "hook_event_name": "SessionStart",
+                "source": "resume",
+                "cwd": "/w",
+            }
+        ).encode()
         hook = [sys.executable, "-m", "riffd", "hook", "session-start"]
         env = {"CLAUDE_CONFIG_DIR": str(claude)}
         quiet = time_command(hook, event, runs, cache, env)
-        (claude / "sessions" / f"{other.pid}.json").write_text(json.dumps(
-            {"pid": other.pid, "sessionId": SESSION, "cwd": "/w", "startedAt": 1}))
-        warned = subprocess.run(hook, input=event, capture_output=True, env={**os.environ, **env,
-                                "PYTHONPATH": str(ROOT / "src")}, check=True).stdout
+        (claude / "sessions" / f"{other.pid}.json").write_text(
+            json.dumps({"pid": other.pid, "sessionId": SESSION, "cwd": "/w", "startedAt": 1})
+        )
+        warned = subprocess.run(
+            hook,
+            input=event,
+            capture_output=True,
+            env={**os.environ, **env, "PYTHONPATH": str(ROOT / "src")},
+            check=True,
+        ).stdout
         assert b"still open in another Claude Code process" in warned, warned
-        return {"python -m riffd hook session-start (no other process)": quiet,
-                "python -m riffd hook session-start (warns)": time_command(hook, event, runs, cache, env)}
+        return {
+            "python -m riffd hook session-start (no other process)": quiet,
+            "python -m riffd hook session-start (warns)": time_command(
+                hook, event, runs, cache, env
+            ),
+        }
     finally:
         other.kill()
         other.wait()
@@ -203,10 +344,27 @@ def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
     lines: list[dict[str, Any]] = []
     tools = [
         ("Read", lambda n: {"file_path": f"/work/src/file{n // 6 % 5}.py"}),
-        ("Grep", lambda n: {"pattern": f"def f{n // 6 % 6}", "path": "/work/src", "output_mode": "content"}),
-        ("Edit", lambda n: {"file_path": f"/work/src/e{n // 6 % 200}.py", "old_string": f"a{n}", "new_string": "b"}),
+        (
+            "Grep",
+            lambda n: {
+                "pattern": f"def f{n // 6 % 6}",
+                "path": "/work/src",
+                "output_mode": "content",
+            },
+        ),
+        (
+            "Edit",
+            lambda n: {
+                "file_path": f"/work/src/e{n // 6 % 200}.py",
+                "old_string": f"a{n}",
+                "new_string": "b",
+            },
+        ),
         ("WebFetch", lambda n: {"url": f"https://example.com/{n // 6 % 7}", "prompt": "summarise"}),
-        ("mcp__docs__get_page", lambda n: {"url": f"https://docs.example/{n // 6 % 8}", "format": "md"}),
+        (
+            "mcp__docs__get_page",
+            lambda n: {"url": f"https://docs.example/{n // 6 % 8}", "format": "md"},
+        ),
         ("Bash", lambda n: {"command": "pytest -q"}),
     ]
     for n in range(calls):
@@ -223,7 +381,11 @@ def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
             tracker.feed(SESSION, line)
         best = min(best, time.perf_counter() - started)
         found = tracker.stats()["redundant"]
-    return {"calls": calls, "ms_per_10000_calls": round(best * 1000 * 10_000 / calls, 1), "redundant_found": found}
+    return {
+        "calls": calls,
+        "ms_per_10000_calls": round(best * 1000 * 10_000 / calls, 1),
+        "redundant_found": found,
+    }
 
 
 def main() -> int:
@@ -231,27 +393,39 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30, help="hook runs per command (default: 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
-    figures = {"python": sys.version.split()[0], "cores": os.cpu_count(), "hook": hook_latency(args.runs),
-               "tracker": tracker_cost()}
+    figures = {
+        "python": sys.version.split()[0],
+        "cores": os.cpu_count(),
+        "hook": hook_latency(args.runs),
+        "tracker": tracker_cost(),
+    }
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
     hook = figures["hook"]
-    print(f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {figures['python']}, "
-          f"{figures['cores']} cores; {args.runs} runs each")
+    print(
+        f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {figures['python']}, "
+        f"{figures['cores']} cores; {args.runs} runs each"
+    )
     anchor = hook[ANCHOR]["p50_ms"]
     for name, value in hook.items():
         if isinstance(value, dict):
-            print(f"  {name:62} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms   "
-                  f"{value['p50_ms'] / anchor:4.2f}x {ANCHOR}")
+            print(
+                f"  {name:62} p50 {value['p50_ms']:6.1f} ms   p95 {value['p95_ms']:6.1f} ms   "
+                f"{value['p50_ms'] / anchor:4.2f}x {ANCHOR}"
+            )
     for name, goal in GOALS.items():
         got = hook[name]
         verdict = "met" if got["p50_ms"] < goal else "MISSED"
-        print(f"goal {verdict}: {name}: p50 < {goal} ms (got {got['p50_ms']:.1f}, p95 {got['p95_ms']:.1f}; "
-              f"{ANCHOR} {anchor:.1f})")
+        print(
+            f"goal {verdict}: {name}: p50 < {goal} ms (got {got['p50_ms']:.1f}, p95 {got['p95_ms']:.1f}; "
+            f"{ANCHOR} {anchor:.1f})"
+        )
     tracker = figures["tracker"]
-    print(f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
-          f"{tracker['redundant_found']} repeats found")
+    print(
+        f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
+        f"{tracker['redundant_found']} repeats found"
+    )
     return 0
 
 

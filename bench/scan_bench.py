@@ -196,7 +196,9 @@ class SessionSource:
         return len(self.ids)
 
 
-def _tokenize(data: bytes, slot_of: dict[bytes, int], ids: list[bytes], root_at: int | None) -> Template:
+def _tokenize(
+    data: bytes, slot_of: dict[bytes, int], ids: list[bytes], root_at: int | None
+) -> Template:
     literals: list[bytes] = []
     slots: list[int] = []
     cut = 0
@@ -283,14 +285,18 @@ class IdMaker:
         return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}".encode()
 
     def like(self, original: bytes) -> bytes:
-        """Return a fresh id shaped like `original` (a UUID, or `prefix_` + base62 of the same length)."""
+        """Return a fresh id shaped like `original` (a UUID, or `prefix_` + base62 of the same
+        length)."""
         if original[8:9] == b"-":
             return self.uuid()
         prefix, _, rest = original.partition(b"_")
         return prefix + b"_" + "".join(self.rng.choices(BASE62, k=len(rest))).encode()
 
-    def copy_values(self, source: SessionSource, session_id: bytes, chain_to: bytes | None) -> list[bytes]:
-        """Return the slot values of one copy: fresh ids, the file's session id, the root's parent link."""
+    def copy_values(
+        self, source: SessionSource, session_id: bytes, chain_to: bytes | None
+    ) -> list[bytes]:
+        """Return the slot values of one copy: fresh ids, the file's session id, the root's parent
+        link."""
         values = [self.like(original) for original in source.ids]
         for slot in source.session_slots:
             values[slot] = session_id
@@ -328,8 +334,11 @@ def write_session(
     return path, written, copies
 
 
-def build_corpus(sources: list[SessionSource], root: Path, size_mb: float, seed: int) -> dict[str, Any]:
-    """Write session files of 0.5-50 MB under `root/projects` until they total `size_mb`; return the stats."""
+def build_corpus(
+    sources: list[SessionSource], root: Path, size_mb: float, seed: int
+) -> dict[str, Any]:
+    """Write session files of 0.5-50 MB under `root/projects` until they total `size_mb`; return the
+    stats."""
     rng = random.Random(seed)
     ids = IdMaker(seed + 1)
     target_total = int(size_mb * MB)
@@ -389,7 +398,9 @@ def ensure_corpus(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text())
     elif out.is_dir() and any(out.iterdir()):
-        raise SystemExit(f"{out} is not empty and has no {MANIFEST}: refusing to write a corpus there")
+        raise SystemExit(
+            f"{out} is not empty and has no {MANIFEST}: refusing to write a corpus there"
+        )
     if manifest.get("version") != BUILD_VERSION or manifest.get("real") != str(args.real):
         manifest = {"version": BUILD_VERSION, "real": str(args.real)}
     wanted = {
@@ -413,7 +424,9 @@ def ensure_corpus(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         size_mb, folder = wanted[part]
         shutil.rmtree(out / folder, ignore_errors=True)
         manifest.pop(part, None)
-        manifest_path.write_text(json.dumps(manifest, indent=2))  # a half-built part is never reused
+        manifest_path.write_text(
+            json.dumps(manifest, indent=2)
+        )  # a half-built part is never reused
         if size_mb <= 0:
             manifest[part] = {"size_mb": size_mb, "seed": args.seed}
         elif part == "corpus":
@@ -471,7 +484,8 @@ class Measurement:
 
 
 def run_child(command: list[str], stdout_path: Path) -> Run:
-    """Run `command` with stdout into `stdout_path`; return its wall time, own peak RSS and exit code.
+    """Run `command` with stdout into `stdout_path`; return its wall time, own peak RSS and exit
+    code.
 
     Raise RuntimeError when the launcher itself fails.
     """
@@ -479,8 +493,13 @@ def run_child(command: list[str], stdout_path: Path) -> Run:
     usage_path = stdout_path.with_suffix(".usage")
     usage_path.unlink(missing_ok=True)
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
-        subprocess.run([sys.executable, "-c", LAUNCHER_CHILD, str(usage_path), *command],
-                       stdout=stdout, stderr=stderr, cwd=REPO, check=False)
+        subprocess.run(
+            [sys.executable, "-c", LAUNCHER_CHILD, str(usage_path), *command],
+            stdout=stdout,
+            stderr=stderr,
+            cwd=REPO,
+            check=False,
+        )
     stderr_tail = stderr_path.read_text(errors="replace")[-2000:]
     if not usage_path.is_file():
         raise RuntimeError(f"the launcher failed for {command}:\n{stderr_tail}")
@@ -496,15 +515,20 @@ def run_child(command: list[str], stdout_path: Path) -> Run:
     return run
 
 
-def measure(what: str, command: list[str], target: Path, results: Path, attempt: int, ok_codes: set[int]) -> Run:
-    """Run `command` once; return the run. Raise RuntimeError when its exit code is not in `ok_codes`."""
+def measure(
+    what: str, command: list[str], target: Path, results: Path, attempt: int, ok_codes: set[int]
+) -> Run:
+    """Run `command` once; return the run. Raise RuntimeError when its exit code is not in
+    `ok_codes`."""
     run = run_child(command, results / f"{what}-{target.name}-{attempt}.out")
     if run.exit_code not in ok_codes:
         raise RuntimeError(
             f"{what} on {target} exited {run.exit_code}:\n{run.report['stderr_tail']}\ncommand: {command}"
         )
     rss_mb = run.peak_rss_kib * 1024 / MB
-    _say(f"  {what:8} {target.name}: {run.seconds:7.1f} s (CPU {run.cpu_seconds:.1f} s), peak RSS {rss_mb:6.0f} MB")
+    _say(
+        f"  {what:8} {target.name}: {run.seconds:7.1f} s (CPU {run.cpu_seconds:.1f} s), peak RSS {rss_mb:6.0f} MB"
+    )
     return run
 
 
@@ -516,7 +540,8 @@ def best_of(runs: list[Run]) -> Run:
 
 
 def warm_cache(target: Path) -> tuple[int, float]:
-    """Read every transcript under `target` once so both measurements start from a warm page cache."""
+    """Read every transcript under `target` once so both measurements start from a warm page
+    cache."""
     paths = [target] if target.is_file() else sorted(target.rglob("*.jsonl"))
     started = time.perf_counter()
     size = 0
@@ -536,34 +561,71 @@ def compare(label: str, target: Path, results: Path, repeat: int) -> Pair:
     """Measure the baseline, `riffd scan` and `riffd scan --jobs 1` on `target`."""
     size, seconds = warm_cache(target)
     _say(f"{label}: {size / MB:,.0f} MB under {target} (page cache warmed in {seconds:.1f} s)")
-    commands = {"baseline": [sys.executable, "-c", BASELINE_CHILD, str(target)], "scan": scan_command(target),
-                "scan -j1": scan_command(target, "--jobs", "1")}
+    commands = {
+        "baseline": [sys.executable, "-c", BASELINE_CHILD, str(target)],
+        "scan": scan_command(target),
+        "scan -j1": scan_command(target, "--jobs", "1"),
+    }
     runs: dict[str, list[Run]] = {what: [] for what in commands}
     for attempt in range(repeat):  # interleaved, so a noisy neighbour hurts all alike
         for what, command in commands.items():
-            runs[what].append(measure(what.replace(" ", ""), command, target, results, attempt,
-                                      {0} if what == "baseline" else {0, 1}))
+            runs[what].append(
+                measure(
+                    what.replace(" ", ""),
+                    command,
+                    target,
+                    results,
+                    attempt,
+                    {0} if what == "baseline" else {0, 1},
+                )
+            )
     baseline_run = best_of(runs.pop("baseline"))
     lines = int(baseline_run.report["lines"])
     files = int(baseline_run.report["files"])
-    baseline = Measurement("orjson.loads", label, size, lines, baseline_run.seconds, baseline_run.cpu_seconds,
-                           baseline_run.peak_rss_kib * 1024 / MB, 0, repeat, files, None)
+    baseline = Measurement(
+        "orjson.loads",
+        label,
+        size,
+        lines,
+        baseline_run.seconds,
+        baseline_run.cpu_seconds,
+        baseline_run.peak_rss_kib * 1024 / MB,
+        0,
+        repeat,
+        files,
+        None,
+    )
     scans = []
     for what, scan_runs in runs.items():
         scan_run = best_of(scan_runs)
         summary = scan_run.report.get("summary") or {}
         if summary.get("bytes") not in (None, size) or summary.get("files") not in (None, files):
-            _say(f"  note: {what} read {summary.get('files')} files, {summary.get('bytes')} bytes; "
-                 f"the baseline {files} files, {size} bytes")
-        scans.append(Measurement("riffd " + what.replace("-j1", "--jobs 1"), label, size, lines, scan_run.seconds,
-                                 scan_run.cpu_seconds, scan_run.peak_rss_kib * 1024 / MB, scan_run.exit_code, repeat,
-                                 int(summary.get("files", files)), summary.get("findings")))
+            _say(
+                f"  note: {what} read {summary.get('files')} files, {summary.get('bytes')} bytes; "
+                f"the baseline {files} files, {size} bytes"
+            )
+        scans.append(
+            Measurement(
+                "riffd " + what.replace("-j1", "--jobs 1"),
+                label,
+                size,
+                lines,
+                scan_run.seconds,
+                scan_run.cpu_seconds,
+                scan_run.peak_rss_kib * 1024 / MB,
+                scan_run.exit_code,
+                repeat,
+                int(summary.get("files", files)),
+                summary.get("findings"),
+            )
+        )
     return Pair(baseline, scans[0], scans[1:])
 
 
 @dataclass
 class Pair:
-    """One target's measurements: the anchor, the scan as users run it, and the other ways of running it."""
+    """One target's measurements: the anchor, the scan as users run it, and the other ways of
+    running it."""
 
     baseline: Measurement
     scan: Measurement
@@ -587,7 +649,9 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass  # not Linux: platform's answer stands
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    )
     return {
         "cpu": cpu,
         "cores": os.cpu_count(),
@@ -604,20 +668,34 @@ def goals(pairs: list[Pair]) -> list[dict[str, Any]]:
     verdicts = []
     for pair in pairs:
         scan, ratio = pair.scan, pair.ratio()
-        verdicts.append({"goal": f"{scan.target}: ratio >= {RATIO_GOAL}", "value": round(ratio, 3),
-                         "met": ratio >= RATIO_GOAL})
-        verdicts.append({"goal": f"{scan.target}: scan peak RSS < {RSS_GOAL_MB:.0f} MB",
-                         "value": round(scan.peak_rss_mb, 1), "met": scan.peak_rss_mb < RSS_GOAL_MB})
+        verdicts.append(
+            {
+                "goal": f"{scan.target}: ratio >= {RATIO_GOAL}",
+                "value": round(ratio, 3),
+                "met": ratio >= RATIO_GOAL,
+            }
+        )
+        verdicts.append(
+            {
+                "goal": f"{scan.target}: scan peak RSS < {RSS_GOAL_MB:.0f} MB",
+                "value": round(scan.peak_rss_mb, 1),
+                "met": scan.peak_rss_mb < RSS_GOAL_MB,
+            }
+        )
     return verdicts
 
 
 def table(pairs: list[Pair]) -> str:
     """Render the measurements as a fixed-width table."""
-    header = (f"{'target':8} {'measure':20} {'MB':>7} {'lines':>10} {'wall s':>7} {'CPU s':>6} {'MB/s':>7} "
-              f"{'ratio':>6} {'peak RSS MB':>12} {'files':>6} {'findings':>8}")
+    header = (
+        f"{'target':8} {'measure':20} {'MB':>7} {'lines':>10} {'wall s':>7} {'CPU s':>6} {'MB/s':>7} "
+        f"{'ratio':>6} {'peak RSS MB':>12} {'files':>6} {'findings':>8}"
+    )
     rows = [header, "-" * len(header)]
     for pair in pairs:
-        shown = [(pair.baseline, "")] + [(scan, f"{pair.ratio(scan):.2f}") for scan in (pair.scan, *pair.others)]
+        shown = [(pair.baseline, "")] + [
+            (scan, f"{pair.ratio(scan):.2f}") for scan in (pair.scan, *pair.others)
+        ]
         for row, shown_ratio in shown:
             rows.append(
                 f"{row.target:8} {row.what:20} {row.bytes / MB:7,.0f} {row.lines:10,} {row.seconds:7.1f} "
@@ -640,11 +718,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     add = parser.add_argument
     add("--size-mb", type=float, default=1024, help="corpus size in MB (10^6 bytes); default 1024")
-    add("--single-mb", type=float, default=1024, help="one big file of this many MB; 0: none; default 1024")
+    add(
+        "--single-mb",
+        type=float,
+        default=1024,
+        help="one big file of this many MB; 0: none; default 1024",
+    )
     add("--out", type=Path, default=DEFAULT_OUT, help=f"corpus cache folder; default {DEFAULT_OUT}")
     add("--real", type=Path, default=DEFAULT_REAL, help=f"real transcripts; default {DEFAULT_REAL}")
     add("--seed", type=int, default=1, help="seed of the corpus layout and ids; default 1")
-    add("--repeat", type=int, default=1, help="runs per measurement (the fastest is kept); default 1")
+    add(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs per measurement (the fastest is kept); default 1",
+    )
     add("--keep", action="store_true", help="keep a corpus this run builds, for later runs")
     add("--rebuild", action="store_true", help="build the corpus even if a matching one is cached")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
@@ -657,7 +745,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Build or reuse the corpus, measure, print; return 0, or 1 when the build or a measurement fails."""
+    """Build or reuse the corpus, measure, print; return 0, or 1 when the build or a measurement
+    fails."""
     args = parse_args(argv)
     about = machine()
     _say("machine: " + ", ".join(f"{key} {value}" for key, value in about.items()))
@@ -668,7 +757,9 @@ def main(argv: list[str] | None = None) -> int:
         results.mkdir(exist_ok=True)
         pairs = [compare("corpus", args.out / "projects", results, args.repeat)]
         if args.single_mb > 0:
-            pairs.append(compare("single", args.out / manifest["single"]["path"], results, args.repeat))
+            pairs.append(
+                compare("single", args.out / manifest["single"]["path"], results, args.repeat)
+            )
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         _say(f"failed: {exc}")
         return 1
@@ -681,25 +772,39 @@ def main(argv: list[str] | None = None) -> int:
         f"{'goal met' if verdict['met'] else 'goal missed'}: {verdict['goal']} (got {verdict['value']})"
         for verdict in verdicts
     ]
-    command = " ".join(["python3", "bench/scan_bench.py", *(argv if argv is not None else sys.argv[1:])])
-    verdict_lines += [f"for comparison: {pair.scan.target}: {other.what}: ratio {pair.ratio(other):.3f}, "
-                      f"peak RSS {other.peak_rss_mb:.1f} MB" for pair in pairs for other in pair.others]
-    notes = [f"command: {command}", "MB = 10^6 bytes; ratio = scan MB/s over orjson.loads MB/s (wall times); "
-             "peak RSS is ru_maxrss, the largest single process (a worker counts alone)"]
+    command = " ".join(
+        ["python3", "bench/scan_bench.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    verdict_lines += [
+        f"for comparison: {pair.scan.target}: {other.what}: ratio {pair.ratio(other):.3f}, "
+        f"peak RSS {other.peak_rss_mb:.1f} MB"
+        for pair in pairs
+        for other in pair.others
+    ]
+    notes = [
+        f"command: {command}",
+        "MB = 10^6 bytes; ratio = scan MB/s over orjson.loads MB/s (wall times); "
+        "peak RSS is ru_maxrss, the largest single process (a worker counts alone)",
+    ]
     human = "\n".join([rendered, "", *verdict_lines, *notes])
     if args.json:
         print(human, file=sys.stderr)
         report = {
             "machine": about,
             "command": command,
-            "corpus": {key: value for key, value in manifest.items() if key in ("corpus", "single")},
+            "corpus": {
+                key: value for key, value in manifest.items() if key in ("corpus", "single")
+            },
             "measurements": [
                 {**asdict(row), "mb_per_s": round(row.mb_per_s, 2)}
-                for pair in pairs for row in (pair.baseline, pair.scan, *pair.others)
+                for pair in pairs
+                for row in (pair.baseline, pair.scan, *pair.others)
             ],
             "ratios": {pair.scan.target: round(pair.ratio(), 3) for pair in pairs},
-            "ratios_one_process": {pair.scan.target: round(pair.ratio(pair.others[0] if pair.others else None), 3)
-                                   for pair in pairs},
+            "ratios_one_process": {
+                pair.scan.target: round(pair.ratio(pair.others[0] if pair.others else None), 3)
+                for pair in pairs
+            },
             "goals": verdicts,
         }
         print(json.dumps(report, indent=2))

@@ -1,47 +1,54 @@
-"""Try to make riffd lose a line: races, kills and filesystem tricks, many rounds each; print rounds and losses.
+"""Try to make riffd lose a line: races, kills and filesystem tricks, many rounds each; print rounds
+and losses.
 
 Run by hand from the repository root (each mode in a fresh temporary folder; nothing of the user's is read)::
 
-    python3 bench/stress.py                          # every mode at its full round count: about 25 minutes
-    python3 bench/stress.py --modes rename,delete    # some modes
-    python3 bench/stress.py --rounds 0.1             # a tenth of each mode's rounds, for a quick look
-    python3 bench/stress.py --json
+    python3 bench/stress.py                          # every mode at its full round count: about 25
+    minutes python3 bench/stress.py --modes rename,delete    # some modes python3 bench/stress.py
+    --rounds 0.1             # a tenth of each mode's rounds, for a quick look python3
+    bench/stress.py --json
 
-Transcripts are generated 2.1.x-shaped sessions (tests/damage.py) with the real "resumed session" duplicate of
-shared/transcript-format.md 4b, so every one has something to repair. Appended lines are written as Claude Code
-writes them: open by path with O_APPEND, one write, close. Each appended line has its own uuid, so a line that is
-lost, or kept twice, is found by uuid.
+Transcripts are generated 2.1.x-shaped sessions (tests/damage.py) with the real "resumed session"
+duplicate of shared/transcript-format.md 4b, so every one has something to repair. Appended lines
+are written as Claude Code writes them: open by path with O_APPEND, one write, close. Each appended
+line has its own uuid, so a line that is lost, or kept twice, is found by uuid.
 
 Modes, and what counts as a loss in each:
 
-1. appender (1,000 rounds): `riffd run` (quiet period 0.3 s) on 4 files at once; each round writes a new damaged
-   session and appends 1-8 lines at random moments around the end of the quiet period, while the daemon repairs.
-   Lost: an original line (other than the synthetic result riffd removes) or an appended line not in the file
-   exactly once. Torn: a file not ending in a newline or holding a line that does not parse.
-2. kill-fix (500 rounds): `riffd fix` on a 1.2 MB damaged session, an appender writing meanwhile, SIGKILL at a
-   random moment. Lost/torn as above, and: every backup with a manifest must decompress to its recorded sha256;
-   the next `riffd fix` must leave no temp file and finish the repair.
-3. kill-run (500 rounds): `riffd run` on two damaged sessions with an appender, SIGKILL at a random moment in its
-   first 2 s. Lost/torn as above, and both databases must pass `PRAGMA integrity_check`.
-4. rename (200 rounds): a repair (in-process, through riffd's I/O seam with the swap held back 0-20 ms) while
-   another thread renames a new version over the transcript at a random moment. Lost: the file is not the new
-   version afterwards (riffd's swap threw it away).
-5. delete (200 rounds): the same, deleting the transcript instead. Brought back: the file exists afterwards.
-6. cloud (`--cloud-minutes`, 10): `riffd run` (polling) on a FUSE filesystem of our own (tests/fusefs.py) that fails
-   20% of every operation with EIO, for the whole time, while new damaged sessions arrive and an appender writes to
-   them through the mount (retrying its failed writes and finishing short ones, as Node's appendFile does). Then the
-   faults stop, the daemon is stopped and `riffd fix` runs once. Lost/torn as above; missing: a transcript not on the
-   filesystem at the end; not identical: a file that is not byte for byte what a clean repair of the same lines
-   gives. Rounds are sessions; "repairs" counts those the daemon repaired while the faults were on. Needs /dev/fuse,
-   fusermount3 and mfusepy (the test extras).
-7. resume (200 rounds, bench/stress_swap.py): `riffd fix` on a 100 MB session (`--resume-mb`) while, at a random
-   moment, a client resumes it as Claude Code does: registers in sessions/<pid>.json, reads it, and appends a line
-   hanging from the newest line it loaded (the synthetic result the repair removes, where still there). Dangling: a
-   line whose parent is not in the file.
-8. holder (200 rounds): a writer holds the transcript open across the swap and writes through that descriptor up to
-   2.5 s later, another appends by path; the next `riffd fix` finishes a hand-over the first had to leave.
-9. kill-swap (200 rounds): riffd killed 0-5 ms after its exchange while a writer writes into the old file; the next
-   `riffd fix` must finish the swap. Lost, dangling, brought back (the removed line again) and leftovers count.
+1. appender (1,000 rounds): `riffd run` (quiet period 0.3 s) on 4 files at once; each round writes a
+   new damaged session and appends 1-8 lines at random moments around the end of the quiet period,
+   while the daemon repairs. Lost: an original line (other than the synthetic result riffd removes)
+   or an appended line not in the file exactly once. Torn: a file not ending in a newline or holding
+   a line that does not parse.
+2. kill-fix (500 rounds): `riffd fix` on a 1.2 MB damaged session, an appender writing meanwhile,
+   SIGKILL at a random moment. Lost/torn as above, and: every backup with a manifest must decompress
+   to its recorded sha256; the next `riffd fix` must leave no temp file and finish the repair.
+3. kill-run (500 rounds): `riffd run` on two damaged sessions with an appender, SIGKILL at a random
+   moment in its first 2 s. Lost/torn as above, and both databases must pass `PRAGMA
+   integrity_check`.
+4. rename (200 rounds): a repair (in-process, through riffd's I/O seam with the swap held back 0-20
+   ms) while another thread renames a new version over the transcript at a random moment. Lost: the
+   file is not the new version afterwards (riffd's swap threw it away).
+5. delete (200 rounds): the same, deleting the transcript instead. Brought back: the file exists
+   afterwards.
+6. cloud (`--cloud-minutes`, 10): `riffd run` (polling) on a FUSE filesystem of our own
+   (tests/fusefs.py) that fails 20% of every operation with EIO, for the whole time, while new
+   damaged sessions arrive and an appender writes to them through the mount (retrying its failed
+   writes and finishing short ones, as Node's appendFile does). Then the faults stop, the daemon is
+   stopped and `riffd fix` runs once. Lost/torn as above; missing: a transcript not on the
+   filesystem at the end; not identical: a file that is not byte for byte what a clean repair of the
+   same lines gives. Rounds are sessions; "repairs" counts those the daemon repaired while the
+   faults were on. Needs /dev/fuse, fusermount3 and mfusepy (the test extras).
+7. resume (200 rounds, bench/stress_swap.py): `riffd fix` on a 100 MB session (`--resume-mb`) while,
+   at a random moment, a client resumes it as Claude Code does: registers in sessions/<pid>.json,
+   reads it, and appends a line hanging from the newest line it loaded (the synthetic result the
+   repair removes, where still there). Dangling: a line whose parent is not in the file.
+8. holder (200 rounds): a writer holds the transcript open across the swap and writes through that
+   descriptor up to 2.5 s later, another appends by path; the next `riffd fix` finishes a hand-over
+   the first had to leave.
+9. kill-swap (200 rounds): riffd killed 0-5 ms after its exchange while a writer writes into the old
+   file; the next `riffd fix` must finish the swap. Lost, dangling, brought back (the removed line
+   again) and leftovers count.
 """
 
 from __future__ import annotations
@@ -75,8 +82,17 @@ from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
 from riffd.repair.writer import apply_plan  # noqa: E402
 from riffd.transcript.scan import index_file  # noqa: E402
 
-ROUNDS = {"appender": 1000, "kill-fix": 500, "kill-run": 500, "rename": 200, "delete": 200, "resume": 200,
-          "holder": 200, "kill-swap": 200, "cloud": 0}
+ROUNDS = {
+    "appender": 1000,
+    "kill-fix": 500,
+    "kill-run": 500,
+    "rename": 200,
+    "delete": 200,
+    "resume": 200,
+    "holder": 200,
+    "kill-swap": 200,
+    "cloud": 0,
+}
 
 
 @dataclass
@@ -101,15 +117,25 @@ class Tally:
 
     @property
     def losses(self) -> int:
-        return (self.lost + self.dangling + self.torn + self.brought_back + self.bad_backups + self.bad_databases
-                + self.leftovers + self.missing + self.not_identical)
+        return (
+            self.lost
+            + self.dangling
+            + self.torn
+            + self.brought_back
+            + self.bad_backups
+            + self.bad_databases
+            + self.leftovers
+            + self.missing
+            + self.not_identical
+        )
 
     def note(self, text: str) -> None:
         if len(self.notes) < 10:
             self.notes.append(text)
 
 
-# --- sessions and the Claude-like appender ----------------------------------------------------------------
+# --- sessions and the Claude-like appender
+# ----------------------------------------------------------------
 
 
 @dataclass
@@ -127,7 +153,9 @@ class Session:
 
 def write_session(path: Path, rng: random.Random, segments: int = 4) -> Session:
     session_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-    damaged = damage.inject_resumed_duplicate(damage.generated_session(segments=segments, session_id=session_id))
+    damaged = damage.inject_resumed_duplicate(
+        damage.generated_session(segments=segments, session_id=session_id)
+    )
     uuids = [json.loads(line).get("uuid") for line in damaged.lines]
     synthetic = uuids[damaged.marks["synthetic"]]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,16 +164,25 @@ def write_session(path: Path, rng: random.Random, segments: int = 4) -> Session:
     return Session(path, session_id, kept, synthetic, last_uuid=str(uuids[-1]))
 
 
-def append_like_claude(session: Session, count: int, pause: Callable[[], float] | None = None) -> None:
+def append_like_claude(
+    session: Session, count: int, pause: Callable[[], float] | None = None
+) -> None:
     """Append `count` user lines by path (O_APPEND, one write, close), each with its own uuid."""
     for _ in range(count):
         if pause is not None:
             time.sleep(pause())
         line_uuid = str(uuid.uuid4())
-        record = {"parentUuid": session.last_uuid, "isSidechain": False, "type": "user", "uuid": line_uuid,
-                  "sessionId": session.session_id, "cwd": "/home/user/project", "version": "2.1.39",
-                  "timestamp": "2026-02-01T11:00:00.000Z",
-                  "message": {"role": "user", "content": f"stress append {line_uuid}"}}
+        record = {
+            "parentUuid": session.last_uuid,
+            "isSidechain": False,
+            "type": "user",
+            "uuid": line_uuid,
+            "sessionId": session.session_id,
+            "cwd": "/home/user/project",
+            "version": "2.1.39",
+            "timestamp": "2026-02-01T11:00:00.000Z",
+            "message": {"role": "user", "content": f"stress append {line_uuid}"},
+        }
         fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
         try:
             os.write(fd, json.dumps(record, separators=(",", ":")).encode() + b"\n")
@@ -156,7 +193,8 @@ def append_like_claude(session: Session, count: int, pause: Callable[[], float] 
 
 
 def check_session(session: Session, tally: Tally) -> bool:
-    """Count what of `session` is lost or torn; return True when it was repaired (the synthetic result gone)."""
+    """Count what of `session` is lost or torn; return True when it was repaired (the synthetic
+    result gone)."""
     data = session.path.read_bytes()
     if data and not data.endswith(b"\n"):
         tally.torn += 1
@@ -178,7 +216,8 @@ def check_session(session: Session, tally: Tally) -> bool:
     return session.synthetic not in seen
 
 
-# --- a daemon --------------------------------------------------------------------------------------------
+# --- a daemon
+# --------------------------------------------------------------------------------------------
 
 
 def write_config(folder: Path, quiet_period: float) -> Path:
@@ -186,22 +225,31 @@ def write_config(folder: Path, quiet_period: float) -> Path:
     config.write_text(
         f'roots = ["{folder / "claude" / "projects"}"]\nclaude_dir = "{folder / "claude"}"\n'
         f'state_dir = "{folder / "state"}"\n[watcher]\nobserver = "native"\ndebounce = 0.02\nrescan_interval = 2.0\n'
-        f"[repair]\nquiet_period = {quiet_period}\n[reports]\ninterval = 30.0\n[log]\nlevel = \"warning\"\n")
+        f'[repair]\nquiet_period = {quiet_period}\n[reports]\ninterval = 30.0\n[log]\nlevel = "warning"\n'
+    )
     (folder / "claude" / "sessions").mkdir(parents=True, exist_ok=True)
     return config
 
 
 def environment() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET")
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     return env
 
 
 def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(config), "run"],
-                                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=environment())
+        return subprocess.Popen(
+            [sys.executable, "-m", "riffd", "--config", str(config), "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            env=environment(),
+        )
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
@@ -217,7 +265,8 @@ def synthetic_gone(session: Session) -> bool:
     return session.synthetic.encode() not in session.path.read_bytes()
 
 
-# --- 1. appender against the daemon ------------------------------------------------------------------------
+# --- 1. appender against the daemon
+# ------------------------------------------------------------------------
 
 
 def mode_appender(folder: Path, rounds: int, rng: random.Random) -> Tally:
@@ -236,7 +285,9 @@ def mode_appender(folder: Path, rounds: int, rng: random.Random) -> Tally:
             if number is None:
                 return
             session = write_session(project / f"round-{number:05d}.jsonl", lane_rng, segments=2)
-            append_like_claude(session, lane_rng.randint(1, 8), pause=lambda: lane_rng.uniform(0.0, 0.45))
+            append_like_claude(
+                session, lane_rng.randint(1, 8), pause=lambda: lane_rng.uniform(0.0, 0.45)
+            )
             repaired = wait_for(lambda session=session: synthetic_gone(session), 5.0)
             with lock:
                 tally.rounds += 1
@@ -256,7 +307,8 @@ def mode_appender(folder: Path, rounds: int, rng: random.Random) -> Tally:
     return tally
 
 
-# --- 2. kill -9 of riffd fix ---------------------------------------------------------------------------------
+# --- 2. kill -9 of riffd fix
+# ---------------------------------------------------------------------------------
 
 
 def verify_backups(backups: Path, tally: Tally) -> None:
@@ -269,13 +321,23 @@ def verify_backups(backups: Path, tally: Tally) -> None:
 
 
 def riffd_command(folder: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude"), "RIFFD_STATE_DIR": str(folder / "state")}
-    return subprocess.Popen([sys.executable, "-m", "riffd", *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    env = environment() | {
+        "CLAUDE_CONFIG_DIR": str(folder / "claude"),
+        "RIFFD_STATE_DIR": str(folder / "state"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "riffd", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def temp_files(folder: Path) -> list[Path]:
-    return [path for path in folder.rglob("*") if ".riffd-" in path.name or path.name.endswith(".tmp")]
+    return [
+        path for path in folder.rglob("*") if ".riffd-" in path.name or path.name.endswith(".tmp")
+    ]
 
 
 def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
@@ -288,9 +350,13 @@ def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
         past = time.time() - 3600
         os.utime(session.path, (past, past))
         backups = root / "state" / "backups"
-        fix = riffd_command(root, "fix", "--quiet-period", "0", "--backup-dir", str(backups), str(project))
-        appender = threading.Thread(target=append_like_claude,
-                                    args=(session, rng.randint(1, 5), lambda: rng.uniform(0.0, 0.12)))
+        fix = riffd_command(
+            root, "fix", "--quiet-period", "0", "--backup-dir", str(backups), str(project)
+        )
+        appender = threading.Thread(
+            target=append_like_claude,
+            args=(session, rng.randint(1, 5), lambda: rng.uniform(0.0, 0.12)),
+        )
         appender.start()
         time.sleep(rng.uniform(0.0, 0.9))
         fix.send_signal(signal.SIGKILL)
@@ -302,9 +368,23 @@ def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
         if backups.exists():
             verify_backups(backups, tally)
         # The next run cleans up what the killed one left, and completes the repair.
-        subprocess.run([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir", str(backups),
-                        str(project)], env=environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "riffd",
+                "fix",
+                "--quiet-period",
+                "0",
+                "--backup-dir",
+                str(backups),
+                str(project),
+            ],
+            env=environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         left = temp_files(project) + [path for path in temp_files(backups) if path.is_file()]
         if left:
             tally.leftovers += len(left)
@@ -315,7 +395,8 @@ def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
     return tally
 
 
-# --- 3. kill -9 of riffd run -------------------------------------------------------------------------------
+# --- 3. kill -9 of riffd run
+# -------------------------------------------------------------------------------
 
 
 def integrity(path: Path) -> str:
@@ -332,11 +413,16 @@ def mode_kill_run(folder: Path, rounds: int, rng: random.Random) -> Tally:
     project = folder / "claude" / "projects" / "-home-user-project"
     sessions: list[Session] = []
     for number in range(rounds):
-        fresh = [write_session(project / f"r{number:04d}-{index}.jsonl", rng, segments=3) for index in range(2)]
+        fresh = [
+            write_session(project / f"r{number:04d}-{index}.jsonl", rng, segments=3)
+            for index in range(2)
+        ]
         sessions += fresh
         daemon = start_daemon(config, folder / "daemon.log")
-        appender = threading.Thread(target=append_like_claude,
-                                    args=(rng.choice(sessions), rng.randint(1, 4), lambda: rng.uniform(0.0, 0.3)))
+        appender = threading.Thread(
+            target=append_like_claude,
+            args=(rng.choice(sessions), rng.randint(1, 4), lambda: rng.uniform(0.0, 0.3)),
+        )
         appender.start()
         time.sleep(rng.uniform(0.3, 2.0))
         daemon.send_signal(signal.SIGKILL)
@@ -355,11 +441,13 @@ def mode_kill_run(folder: Path, rounds: int, rng: random.Random) -> Tally:
     return tally
 
 
-# --- 4 and 5. another writer in the replace window ---------------------------------------------------------
+# --- 4 and 5. another writer in the replace window
+# ---------------------------------------------------------
 
 
 class HeldSwap(FileSystem):
-    """riffd's I/O seam with the swap (or the rename) held back a random 0-20 ms, widening the window."""
+    """riffd's I/O seam with the swap (or the rename) held back a random 0-20 ms, widening the
+    window."""
 
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
@@ -375,16 +463,24 @@ def mode_window(folder: Path, rounds: int, rng: random.Random, deleting: bool) -
     (folder / "claude" / "sessions").mkdir(parents=True)
     for number in range(rounds):
         session = write_session(project / f"s{number:04d}.jsonl", rng, segments=30)
-        newer = session.path.read_bytes() + b'{"type":"user","uuid":"published-by-another-program"}\n'
+        newer = (
+            session.path.read_bytes() + b'{"type":"user","uuid":"published-by-another-program"}\n'
+        )
         past = time.time() - 3600
         os.utime(session.path, (past, past))
         scanned = index_file(session.path, with_identity=True)
         plan = plan_file_repair(scanned, RepairOptions())
-        options = ApplyOptions(backup_dir=folder / "state" / "backups", claude_dir=folder / "claude",
-                               quiet_period=0, fs=HeldSwap(rng))
+        options = ApplyOptions(
+            backup_dir=folder / "state" / "backups",
+            claude_dir=folder / "claude",
+            quiet_period=0,
+            fs=HeldSwap(rng),
+        )
         delay = rng.uniform(0.0, 0.05)
 
-        def other_program(path: Path = session.path, data: bytes = newer, delay: float = delay) -> None:
+        def other_program(
+            path: Path = session.path, data: bytes = newer, delay: float = delay
+        ) -> None:
             time.sleep(delay)
             if deleting:
                 path.unlink()
@@ -412,19 +508,27 @@ def mode_window(folder: Path, rounds: int, rng: random.Random, deleting: bool) -
     return tally
 
 
-# --- 6. a cloud-synced folder failing all the time --------------------------------------------------------
+# --- 6. a cloud-synced folder failing all the time
+# --------------------------------------------------------
 
 
 def append_retrying(session: Session, count: int, rng: random.Random) -> None:
-    """Append like Claude Code: retry a write the filesystem failed (the test filesystem fails before writing), and
-    finish a short one."""
+    """Append like Claude Code: retry a write the filesystem failed (the test filesystem fails
+    before writing), and finish a short one."""
     for _ in range(count):
         time.sleep(rng.uniform(0.0, 0.5))
         line_uuid = str(uuid.uuid4())
-        record = {"parentUuid": session.last_uuid, "isSidechain": False, "type": "user", "uuid": line_uuid,
-                  "sessionId": session.session_id, "cwd": "/home/user/project", "version": "2.1.39",
-                  "timestamp": "2026-02-01T11:00:00.000Z",
-                  "message": {"role": "user", "content": f"stress append {line_uuid}"}}
+        record = {
+            "parentUuid": session.last_uuid,
+            "isSidechain": False,
+            "type": "user",
+            "uuid": line_uuid,
+            "sessionId": session.session_id,
+            "cwd": "/home/user/project",
+            "version": "2.1.39",
+            "timestamp": "2026-02-01T11:00:00.000Z",
+            "message": {"role": "user", "content": f"stress append {line_uuid}"},
+        }
         data = json.dumps(record, separators=(",", ":")).encode() + b"\n"
         rest = memoryview(data)
         for _attempt in range(200):
@@ -434,9 +538,9 @@ def append_retrying(session: Session, count: int, rng: random.Random) -> None:
                 time.sleep(0.05)
                 continue
             try:
-                # A FUSE kernel splits an append at a page boundary, and when the second request fails the write
-                # is short: finish it, as Node's appendFile (Claude Code) does.
-                rest = rest[os.write(fd, rest):]
+                # A FUSE kernel splits an append at a page boundary, and when the second request
+                # fails the write is short: finish it, as Node's appendFile (Claude Code) does.
+                rest = rest[os.write(fd, rest) :]
             except OSError:
                 time.sleep(0.05)
             finally:
@@ -466,11 +570,29 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
     if why_not:
         raise SystemExit(f"stress: cloud mode: {why_not}")
     tally = Tally("cloud")
-    every = ["getattr", "readdir", "open", "create", "read", "write", "fsync", "rename", "unlink", "truncate",
-             "chmod", "utimens", "link", "mkdir"]
+    every = [
+        "getattr",
+        "readdir",
+        "open",
+        "create",
+        "read",
+        "write",
+        "fsync",
+        "rename",
+        "unlink",
+        "truncate",
+        "chmod",
+        "utimens",
+        "link",
+        "mkdir",
+    ]
     projects = folder / "claude" / "projects"
     config = write_config(folder, quiet_period=0.5)
-    config.write_text(config.read_text().replace('observer = "native"', 'observer = "polling"\npolling_interval = 0.5'))
+    config.write_text(
+        config.read_text().replace(
+            'observer = "native"', 'observer = "polling"\npolling_interval = 0.5'
+        )
+    )
     sessions: list[Session] = []
     originals: dict[str, bytes] = {}
     with Mount(folder / "backing", projects, folder / "faults.json") as mount:
@@ -483,30 +605,55 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
             while time.monotonic() < deadline:
                 number = len(sessions)
                 backing = folder / "backing" / "-home-user-project" / f"c{number:04d}.jsonl"
-                written = write_session(backing, rng, segments=3)  # arrives whole, as a sync client publishes it
+                written = write_session(
+                    backing, rng, segments=3
+                )  # arrives whole, as a sync client publishes it
                 originals[backing.name] = backing.read_bytes()
-                session = Session(projects / "-home-user-project" / backing.name, written.session_id, written.kept,
-                                  written.synthetic, last_uuid=written.last_uuid)
+                session = Session(
+                    projects / "-home-user-project" / backing.name,
+                    written.session_id,
+                    written.kept,
+                    written.synthetic,
+                    last_uuid=written.last_uuid,
+                )
                 sessions.append(session)
-                writer = threading.Thread(target=append_retrying,
-                                          args=(session, rng.randint(1, 6), random.Random(rng.random())))
+                writer = threading.Thread(
+                    target=append_retrying,
+                    args=(session, rng.randint(1, 6), random.Random(rng.random())),
+                )
                 writer.start()
                 writers.append(writer)
                 time.sleep(rng.uniform(5.0, 20.0))
             for writer in writers:
                 writer.join()
             time.sleep(5.0)
-            tally.repairs = sum(1 for session in sessions
-                                if session.synthetic.encode() not in (folder / "backing" / "-home-user-project" /
-                                                                     session.path.name).read_bytes())
+            tally.repairs = sum(
+                1
+                for session in sessions
+                if session.synthetic.encode()
+                not in (folder / "backing" / "-home-user-project" / session.path.name).read_bytes()
+            )
         finally:
             mount.faults()  # the faults stop
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
-        subprocess.run([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir",
-                        str(folder / "state" / "backups"), str(projects)],
-                       env=environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude")},
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "riffd",
+                "fix",
+                "--quiet-period",
+                "0",
+                "--backup-dir",
+                str(folder / "state" / "backups"),
+                str(projects),
+            ],
+            env=environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
         scratch = folder / "scratch.jsonl"
         for session in sessions:
             tally.rounds += 1
@@ -516,8 +663,12 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
                 tally.missing += 1
                 tally.note(f"{session.path.name}: missing")
                 continue
-            check_session(Session(on_disk, session.session_id, session.kept, session.synthetic, session.appended),
-                          tally)
+            check_session(
+                Session(
+                    on_disk, session.session_id, session.kept, session.synthetic, session.appended
+                ),
+                tally,
+            )
             expected = clean_repair(originals[session.path.name] + b"".join(session.lines), scratch)
             if on_disk.read_bytes() != expected:
                 tally.not_identical += 1
@@ -525,11 +676,18 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
     return tally
 
 
-# --- main -----------------------------------------------------------------------------------------------
+# --- main
+# -----------------------------------------------------------------------------------------------
 
 
-def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float = 10.0,
-             resume_mb: float = 100.0) -> Tally:
+def run_mode(
+    mode: str,
+    rounds: int,
+    seed: int,
+    keep: bool,
+    cloud_minutes: float = 10.0,
+    resume_mb: float = 100.0,
+) -> Tally:
     folder = Path(tempfile.mkdtemp(prefix=f"riffd-stress-{mode}-"))
     rng = random.Random(seed)
     started = time.monotonic()
@@ -560,13 +718,26 @@ def run_mode(mode: str, rounds: int, seed: int, keep: bool, cloud_minutes: float
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modes", default=",".join(ROUNDS), help=f"comma-separated, of: {', '.join(ROUNDS)}")
-    parser.add_argument("--rounds", type=float, default=1.0, help="a factor on each mode's round count (default 1)")
+    parser.add_argument(
+        "--modes", default=",".join(ROUNDS), help=f"comma-separated, of: {', '.join(ROUNDS)}"
+    )
+    parser.add_argument(
+        "--rounds", type=float, default=1.0, help="a factor on each mode's round count (default 1)"
+    )
     parser.add_argument("--seed", type=int, default=20261123)
     parser.add_argument("--keep", action="store_true", help="keep each mode's temporary folder")
-    parser.add_argument("--cloud-minutes", type=float, default=10.0, help="how long the cloud mode runs (default 10)")
-    parser.add_argument("--resume-mb", type=float, default=100.0,
-                        help="the size of the session the resume mode repairs, in MB (default 100)")
+    parser.add_argument(
+        "--cloud-minutes",
+        type=float,
+        default=10.0,
+        help="how long the cloud mode runs (default 10)",
+    )
+    parser.add_argument(
+        "--resume-mb",
+        type=float,
+        default=100.0,
+        help="the size of the session the resume mode repairs, in MB (default 100)",
+    )
     parser.add_argument("--json", action="store_true", help="print the tallies as JSON")
     args = parser.parse_args()
     tallies = []
@@ -580,15 +751,22 @@ def main() -> int:
             print(f"stress: {mode}, {rounds} rounds ...", file=sys.stderr, flush=True)
         tally = run_mode(mode, rounds, args.seed, args.keep, args.cloud_minutes, args.resume_mb)
         tallies.append(tally)
-        print(f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  dangling {tally.dangling}  torn {tally.torn}  "
-              f"brought back "
-              f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
-              f"leftovers {tally.leftovers}  missing {tally.missing}  not identical {tally.not_identical}  "
-              f"(repairs {tally.repairs}, appended lines {tally.appended}, {tally.seconds:.0f} s)", flush=True)
+        print(
+            f"  {mode:9} rounds {tally.rounds:5}  lost {tally.lost}  dangling {tally.dangling}  torn {tally.torn}  "
+            f"brought back "
+            f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
+            f"leftovers {tally.leftovers}  missing {tally.missing}  not identical {tally.not_identical}  "
+            f"(repairs {tally.repairs}, appended lines {tally.appended}, {tally.seconds:.0f} s)",
+            flush=True,
+        )
         for note in tally.notes:
             print(f"    {note}", flush=True)
     if args.json:
-        print(json.dumps([{key: value for key, value in vars(tally).items()} for tally in tallies], indent=2))
+        print(
+            json.dumps(
+                [{key: value for key, value in vars(tally).items()} for tally in tallies], indent=2
+            )
+        )
     return 1 if any(tally.losses for tally in tallies) else 0
 
 

@@ -1,10 +1,11 @@
-"""The stress modes of the swap's edges (bench/stress.py runs them): a client resuming during a repair, a writer
-holding the old file across the swap, and riffd killed right after the exchange.
+"""The stress modes of the swap's edges (bench/stress.py runs them): a client resuming during a
+repair, a writer holding the old file across the swap, and riffd killed right after the exchange.
 
-Counted in each: lost (a line not in the transcript exactly once: an original line riffd was not asked to remove, or
-an appended one), dangling (a line whose parentUuid names no line of the file: a client's line carried onto a repair
-that removed its parent), leftovers (riffd's names beside the transcript once the next run is done), and brought
-back (the synthetic line riffd removes appears again after a repair).
+Counted in each: lost (a line not in the transcript exactly once: an original line riffd was not
+asked to remove, or an appended one), dangling (a line whose parentUuid names no line of the file: a
+client's line carried onto a repair that removed its parent), leftovers (riffd's names beside the
+transcript once the next run is done), and brought back (the synthetic line riffd removes appears
+again after a repair).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ PROJECT = "-home-user-project"
 
 @dataclass
 class Template:
-    """A damaged session written once and copied into each round: its bytes, what a clean repair makes of them, and
-    the uuid of the line the repair removes."""
+    """A damaged session written once and copied into each round: its bytes, what a clean repair
+    makes of them, and the uuid of the line the repair removes."""
 
     original: bytes
     repaired: bytes
@@ -45,8 +46,8 @@ class Template:
 
 
 def make_template(folder: Path, megabytes: float) -> Template:
-    """A generated 2.1.x session of about `megabytes` MB with the resumed duplicate of transcript-format 4b at its
-    last tool call (the repair removes the synthetic result there)."""
+    """A generated 2.1.x session of about `megabytes` MB with the resumed duplicate of
+    transcript-format 4b at its last tool call (the repair removes the synthetic result there)."""
     session_id = str(uuid.uuid4())
     segments = max(3, round(megabytes * 1e6 / 10_000))
     lines = damage.generated_session(segments=segments, session_id=session_id)
@@ -62,19 +63,29 @@ def make_template(folder: Path, megabytes: float) -> Template:
 
 def client_line(session_id: str, parent: str) -> bytes:
     line_uuid = str(uuid.uuid4())
-    record = {"parentUuid": parent, "isSidechain": False, "type": "user", "uuid": line_uuid, "sessionId": session_id,
-              "cwd": "/home/user/project", "version": "2.1.332", "timestamp": "2026-11-26T11:00:00.000Z",
-              "message": {"role": "user", "content": f"stress {line_uuid}"}}
+    record = {
+        "parentUuid": parent,
+        "isSidechain": False,
+        "type": "user",
+        "uuid": line_uuid,
+        "sessionId": session_id,
+        "cwd": "/home/user/project",
+        "version": "2.1.332",
+        "timestamp": "2026-11-26T11:00:00.000Z",
+        "message": {"role": "user", "content": f"stress {line_uuid}"},
+    }
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def last_uuid(data: bytes) -> str:
-    return str(json.loads(data[data.rstrip(b"\n").rfind(b"\n") + 1:])["uuid"])
+    return str(json.loads(data[data.rstrip(b"\n").rfind(b"\n") + 1 :])["uuid"])
 
 
-def check(tally: Tally, round_name: str, path: Path, template: Template, written: list[bytes]) -> None:
-    """Count what the round lost, left dangling or brought back: the transcript must be the original or its repair,
-    followed by every line written during the round, each once."""
+def check(
+    tally: Tally, round_name: str, path: Path, template: Template, written: list[bytes]
+) -> None:
+    """Count what the round lost, left dangling or brought back: the transcript must be the original
+    or its repair, followed by every line written during the round, each once."""
     data = path.read_bytes()
     if data.startswith(template.repaired):
         head = template.repaired
@@ -83,9 +94,11 @@ def check(tally: Tally, round_name: str, path: Path, template: Template, written
         head = template.original
     else:
         tally.lost += 1
-        tally.note(f"{round_name}: the transcript is neither the original nor its repair, plus lines")
+        tally.note(
+            f"{round_name}: the transcript is neither the original nor its repair, plus lines"
+        )
         return
-    tail = data[len(head):].splitlines(keepends=True)
+    tail = data[len(head) :].splitlines(keepends=True)
     if sorted(tail) != sorted(written):
         tally.lost += 1
         tally.note(f"{round_name}: {len(written)} line(s) written, {len(tail)} after the head")
@@ -111,9 +124,23 @@ def leftovers(tally: Tally, round_name: str, project: Path) -> None:
 
 def riffd_fix(root: Path, path: Path, *, wait: bool = True) -> subprocess.Popen[bytes]:
     env = environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")}
-    process = subprocess.Popen([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir",
-                                str(root / "backups"), str(path)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "riffd",
+            "fix",
+            "--quiet-period",
+            "0",
+            "--backup-dir",
+            str(root / "backups"),
+            str(path),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     if wait:
         process.wait()
     return process
@@ -141,26 +168,37 @@ def calibrate(folder: Path, template: Template) -> float:
     return duration
 
 
-# --- a client resuming during a repair -----------------------------------------------------------------------
+# --- a client resuming during a repair
+# -----------------------------------------------------------------------
 
 
 def mode_resume(folder: Path, rounds: int, rng: random.Random, megabytes: float) -> Tally:
-    """`riffd fix` (quiet period 0) on a ~`megabytes` MB session; at a random moment of it a client resumes the
-    session as Claude Code does: it registers in sessions/<pid>.json, reads the file, and appends a prompt line
-    hanging from the newest line it loaded; where the synthetic result the repair removes was still there, from
-    that line (the removed leaf)."""
+    """`riffd fix` (quiet period 0) on a ~`megabytes` MB session; at a random moment of it a client
+    resumes the session as Claude Code does: it registers in sessions/<pid>.json, reads the file,
+    and appends a prompt line hanging from the newest line it loaded; where the synthetic result the
+    repair removes was still there, from that line (the removed leaf)."""
     tally = Tally("resume")
     template = make_template(folder, megabytes)
     duration = calibrate(folder, template)
-    tally.note(f"{len(template.original) / 1e6:.0f} MB session; riffd fix takes {duration:.1f} s alone")
+    tally.note(
+        f"{len(template.original) / 1e6:.0f} MB session; riffd fix takes {duration:.1f} s alone"
+    )
     for number in range(rounds):
         root, path = new_round(folder, number, template)
         fix = riffd_fix(root, path, wait=False)
         time.sleep(rng.uniform(0.0, duration))
         sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         registry = root / "claude" / "sessions" / f"{sleeper.pid}.json"
-        registry.write_text(json.dumps({"pid": sleeper.pid, "sessionId": template.session_id,
-                                        "cwd": "/home/user/project", "startedAt": int(time.time() * 1000)}))
+        registry.write_text(
+            json.dumps(
+                {
+                    "pid": sleeper.pid,
+                    "sessionId": template.session_id,
+                    "cwd": "/home/user/project",
+                    "startedAt": int(time.time() * 1000),
+                }
+            )
+        )
         loaded = path.read_bytes()
         parent = template.removed if template.removed.encode() in loaded else last_uuid(loaded)
         line = client_line(template.session_id, parent)
@@ -181,13 +219,15 @@ def mode_resume(folder: Path, rounds: int, rng: random.Random, megabytes: float)
     return tally
 
 
-# --- a writer holding the old file across the swap ------------------------------------------------------------
+# --- a writer holding the old file across the swap
+# ------------------------------------------------------------
 
 
 def mode_holder(folder: Path, rounds: int, rng: random.Random) -> Tally:
-    """A writer opens the transcript before `riffd fix` starts and writes one line through that descriptor at a
-    random moment up to 2.5 s later (past the swap, and past riffd's 2 s wait in some rounds), while another appends
-    by path; then the next `riffd fix` finishes what the first had to leave."""
+    """A writer opens the transcript before `riffd fix` starts and writes one line through that
+    descriptor at a random moment up to 2.5 s later (past the swap, and past riffd's 2 s wait in
+    some rounds), while another appends by path; then the next `riffd fix` finishes what the first
+    had to leave."""
     tally = Tally("holder")
     template = make_template(folder, 1.2)
     for number in range(rounds):
@@ -197,7 +237,9 @@ def mode_holder(folder: Path, rounds: int, rng: random.Random) -> Tally:
         fix = riffd_fix(root, path, wait=False)
         delay, by_path = rng.uniform(0.0, 2.5), rng.uniform(0.0, 1.0)
 
-        def by_name(pause: float = by_path, path: Path = path, written: list[bytes] = written) -> None:
+        def by_name(
+            pause: float = by_path, path: Path = path, written: list[bytes] = written
+        ) -> None:
             time.sleep(pause)
             line = client_line(template.session_id, last_uuid(path.read_bytes()))
             written.append(line)
@@ -225,7 +267,8 @@ def mode_holder(folder: Path, rounds: int, rng: random.Random) -> Tally:
     return tally
 
 
-# --- riffd killed right after the exchange -------------------------------------------------------------------
+# --- riffd killed right after the exchange
+# -------------------------------------------------------------------
 
 KILLED = textwrap.dedent(
     """
@@ -254,17 +297,29 @@ KILLED = textwrap.dedent(
 
 
 def mode_kill_swap(folder: Path, rounds: int, rng: random.Random) -> Tally:
-    """riffd repairs a session and is killed 0-5 ms after its exchange, while a writer that opened the transcript
-    before writes into the old file and another appends by path; the next `riffd fix` finishes the swap."""
+    """riffd repairs a session and is killed 0-5 ms after its exchange, while a writer that opened
+    the transcript before writes into the old file and another appends by path; the next `riffd fix`
+    finishes the swap."""
     tally = Tally("kill-swap")
     template = make_template(folder, 1.2)
     env = environment()
     for number in range(rounds):
         root, path = new_round(folder, number, template)
         held = os.open(path, os.O_WRONLY | os.O_APPEND)
-        child = subprocess.Popen([sys.executable, "-c", KILLED, str(path), str(root / "backups"),
-                                  str(root / "claude"), str(rng.uniform(0.0, 0.005))], stdout=subprocess.PIPE,
-                                 text=True, env=env)
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                KILLED,
+                str(path),
+                str(root / "backups"),
+                str(root / "claude"),
+                str(rng.uniform(0.0, 0.005)),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert child.stdout is not None
         child.stdout.readline()
         written: list[bytes] = []
@@ -287,4 +342,3 @@ def mode_kill_swap(folder: Path, rounds: int, rng: random.Random) -> Tally:
         leftovers(tally, f"round {number}", path.parent)
         shutil.rmtree(root)
     return tally
-

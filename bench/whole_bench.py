@@ -1,28 +1,31 @@
-"""What whole sessions cost the archive: the files Claude Code keeps beside the transcripts, stored and measured.
+"""What whole sessions cost the archive: the files Claude Code keeps beside the transcripts, stored
+and measured.
 
 Run by hand from the repository root (also part of bench/archive_bench.py, as its last section)::
 
     python3 bench/whole_bench.py            # about a minute
     python3 bench/whole_bench.py --json
 
-The corpus: every real session of `../shared/corpus/real` (with its subagents) and `--resumed` (3) resumed copies of
-each, laid out as the client 2.1.332 lays out a session (transcript-format.md, section 1), with the files beside
-them made as the client makes them:
-- saved outputs, `<session>/tool-results/<short random id>.txt`: every tool result of 2,000 characters or more in
-  the session's lines (the client saves those over about 30,000; the real corpus has few), and two large outputs
-  per session, as a `cat` of 3 to 8 of riffd's source files and a `pytest -v` log of riffd's test names (50 to 300 kB);
-  one of them read twice (the same bytes in a second file);
-- checkpoints, `file-history/<session>/<hash>@v<N>`: 4 of riffd's source files per session, each in 2 or 3
-  versions a line apart (sessions pick from the same files, so some copies are in several sessions);
+The corpus: every real session of `../shared/corpus/real` (with its subagents) and `--resumed` (3)
+resumed copies of each, laid out as the client 2.1.332 lays out a session (transcript-format.md,
+section 1), with the files beside them made as the client makes them:
+- saved outputs, `<session>/tool-results/<short random id>.txt`: every tool result of 2,000
+  characters or more in the session's lines (the client saves those over about 30,000; the real
+  corpus has few), and two large outputs per session, as a `cat` of 3 to 8 of riffd's source files
+  and a `pytest -v` log of riffd's test names (50 to 300 kB); one of them read twice (the same bytes
+  in a second file);
+- checkpoints, `file-history/<session>/<hash>@v<N>`: 4 of riffd's source files per session, each in
+  2 or 3 versions a line apart (sessions pick from the same files, so some copies are in several
+  sessions);
 - a subagent's settings beside each subagent transcript, 3 task files, a plan.
 The resumed copies get no files of their own (their history is a copy).
 
-Measured: (1) the store rate: `WholeFiles.keep` of every file into a fresh archive, in this process, best of 3 (MB
-of files per second, each file hashed once and, when new, read again while compressed), of the corpus's files and of
-`--outputs-mb` (100) MB of distinct large saved outputs (build and test logs, 2 MB each); (2) the storage: `riffd
-archive ingest` of the whole corpus (lines and files, then compacted as the command does) against `gzip -6` of every
-file (the sum of `gzip -6 -c FILE` sizes; the real gzip binary), for the transcripts and the files apart too.
-MB = 10^6 bytes.
+Measured: (1) the store rate: `WholeFiles.keep` of every file into a fresh archive, in this process,
+best of 3 (MB of files per second, each file hashed once and, when new, read again while
+compressed), of the corpus's files and of `--outputs-mb` (100) MB of distinct large saved outputs
+(build and test logs, 2 MB each); (2) the storage: `riffd archive ingest` of the whole corpus (lines
+and files, then compacted as the command does) against `gzip -6` of every file (the sum of `gzip -6
+-c FILE` sizes; the real gzip binary), for the transcripts and the files apart too. MB = 10^6 bytes.
 """
 
 from __future__ import annotations
@@ -78,20 +81,27 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path], list[Path]]:
-    """Lay the corpus out under the config folder `claude`; return (the transcripts, the files kept whole)."""
+    """Lay the corpus out under the config folder `claude`; return (the transcripts, the files kept
+    whole)."""
     from archive_bench import resumed_copy
 
     rng = random.Random(seed)
     sources = sorted((REPO / "src").rglob("*.py"))
-    tests = [f"tests/{path.name}::{name}" for path in sorted((REPO / "tests").glob("test_*.py"))
-             for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)]
+    tests = [
+        f"tests/{path.name}::{name}"
+        for path in sorted((REPO / "tests").glob("test_*.py"))
+        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
+    ]
     transcripts: list[Path] = []
     whole: list[Path] = []
     for source in sorted(real.rglob("*.jsonl")):
         if source.parent.name == "subagents":
             continue
-        session = source.stem if SESSION_ID.fullmatch(source.stem) else str(uuid.UUID(int=rng.getrandbits(128),
-                                                                                           version=4))
+        session = (
+            source.stem
+            if SESSION_ID.fullmatch(source.stem)
+            else str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        )
         project = claude / "projects" / f"-real-{source.parent.name}"
         main = project / f"{session}.jsonl"
         _write(main, source.read_bytes())
@@ -103,11 +113,21 @@ def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path]
             _write(copy, agent.read_bytes())
             transcripts.append(copy)
             meta = copy.with_name(agent.stem + ".meta.json")
-            _write(meta, orjson.dumps({"agentType": "general-purpose", "description": f"Agent {agent.stem}"}))
+            _write(
+                meta,
+                orjson.dumps(
+                    {"agentType": "general-purpose", "description": f"Agent {agent.stem}"}
+                ),
+            )
             whole.append(meta)
         outputs = [text.encode() for path in [source, *agents] for text in _tool_results(path)]
-        cat = b"".join(path.read_bytes() for path in rng.sample(sources, rng.randint(3, 8)))[:300_000]
-        log = "".join(f"{rng.choice(tests)} PASSED [{rng.randrange(100):3d}%]\n" for _ in range(rng.randint(600, 3000)))
+        cat = b"".join(path.read_bytes() for path in rng.sample(sources, rng.randint(3, 8)))[
+            :300_000
+        ]
+        log = "".join(
+            f"{rng.choice(tests)} PASSED [{rng.randrange(100):3d}%]\n"
+            for _ in range(rng.randint(600, 3000))
+        )
         outputs += [cat, log.encode(), cat]  # the `cat` read twice: the same bytes in a second file
         for data in outputs:
             path = folder / "tool-results" / f"{_short_id(rng)}.txt"
@@ -125,11 +145,25 @@ def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path]
                 whole.append(path)
         for number in range(1, 4):
             path = claude / "tasks" / session / f"{number}.json"
-            _write(path, orjson.dumps({"id": str(number), "subject": f"Task {number} of {session[:8]}",
-                                       "status": rng.choice(["pending", "completed"]), "blocks": []}))
+            _write(
+                path,
+                orjson.dumps(
+                    {
+                        "id": str(number),
+                        "subject": f"Task {number} of {session[:8]}",
+                        "status": rng.choice(["pending", "completed"]),
+                        "blocks": [],
+                    }
+                ),
+            )
             whole.append(path)
         plan = claude / "plans" / f"plan-{session[:8]}.md"
-        _write(plan, ("# Plan\n\n" + "".join(f"{step}. {rng.choice(tests)}\n" for step in range(1, 30))).encode())
+        _write(
+            plan,
+            (
+                "# Plan\n\n" + "".join(f"{step}. {rng.choice(tests)}\n" for step in range(1, 30))
+            ).encode(),
+        )
         whole.append(plan)
         for _ in range(resumed):
             copy, copy_id = resumed_copy(source.read_bytes(), rng)
@@ -140,8 +174,10 @@ def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path]
 
 def gzip6(paths: list[Path]) -> int:
     """The sum of `gzip -6 -c FILE` sizes."""
-    return sum(len(subprocess.run(["gzip", "-6", "-c", str(path)], capture_output=True, check=True).stdout)
-               for path in paths)
+    return sum(
+        len(subprocess.run(["gzip", "-6", "-c", str(path)], capture_output=True, check=True).stdout)
+        for path in paths
+    )
 
 
 def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> dict[str, Any]:
@@ -163,61 +199,105 @@ def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> 
         archive.close()
         shutil.rmtree(folder)
     distinct = sum(len(data) for data in {path.read_bytes() for path in whole})
-    return {"files": len(whole), "bytes": size, "distinct_bytes": distinct, "stored_bytes": stored,
-            "seconds": round(min(times), 3), "mb_per_s": round(size / MB / min(times), 1)}
+    return {
+        "files": len(whole),
+        "bytes": size,
+        "distinct_bytes": distinct,
+        "stored_bytes": stored,
+        "seconds": round(min(times), 3),
+        "mb_per_s": round(size / MB / min(times), 1),
+    }
 
 
 def large_outputs(folder: Path, size_mb: float, seed: int) -> list[Path]:
-    """Saved outputs of a heavy session: `size_mb` MB of distinct build and test logs, 2 MB each (lines of test
-    names, durations and hex ids: text that compresses as real logs do, not repeats)."""
+    """Saved outputs of a heavy session: `size_mb` MB of distinct build and test logs, 2 MB each
+    (lines of test names, durations and hex ids: text that compresses as real logs do, not
+    repeats)."""
     rng = random.Random(seed)
-    tests = [f"tests/{path.name}::{name}" for path in sorted((REPO / "tests").glob("test_*.py"))
-             for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)]
+    tests = [
+        f"tests/{path.name}::{name}"
+        for path in sorted((REPO / "tests").glob("test_*.py"))
+        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
+    ]
     paths = []
     for _output in range(max(1, int(size_mb / 2))):
-        lines = [f"{rng.choice(tests)} {rng.choice(['PASSED', 'PASSED', 'PASSED', 'FAILED', 'SKIPPED'])} "
-                 f"in {rng.random() * 3:.3f}s [{rng.getrandbits(40):010x}] worker gw{rng.randrange(8)}\n"
-                 for _ in range(2 * MB // 90)]
+        lines = [
+            f"{rng.choice(tests)} {rng.choice(['PASSED', 'PASSED', 'PASSED', 'FAILED', 'SKIPPED'])} "
+            f"in {rng.random() * 3:.3f}s [{rng.getrandbits(40):010x}] worker gw{rng.randrange(8)}\n"
+            for _ in range(2 * MB // 90)
+        ]
         path = folder / f"{_short_id(rng)}.txt"
-        _write(path, "".join(lines).encode()[:2 * MB])
+        _write(path, "".join(lines).encode()[: 2 * MB])
         paths.append(path)
         del lines
     return paths
 
 
 def storage(claude: Path, transcripts: list[Path], whole: list[Path], work: Path) -> dict[str, Any]:
-    """`riffd archive ingest` of the whole corpus; its size once closed against gzip -6 of every file."""
+    """`riffd archive ingest` of the whole corpus; its size once closed against gzip -6 of every
+    file."""
     state = work / "state"
     config = work / "riffd.toml"
-    config.write_text(f'state_dir = "{state}"\nclaude_dir = "{claude}"\nroots = ["{claude / "projects"}"]\n')
-    environment = {key: value for key, value in os.environ.items()
-                   if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR")}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), environment.get("PYTHONPATH")]))
+    config.write_text(
+        f'state_dir = "{state}"\nclaude_dir = "{claude}"\nroots = ["{claude / "projects"}"]\n'
+    )
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR")
+    }
+    environment["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO / "src"), environment.get("PYTHONPATH")])
+    )
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
-                            capture_output=True, text=True, env=environment, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
     seconds = time.perf_counter() - started
     if result.returncode != 0:
-        raise RuntimeError(f"riffd archive ingest exited {result.returncode}: {result.stderr[-2000:]}")
+        raise RuntimeError(
+            f"riffd archive ingest exited {result.returncode}: {result.stderr[-2000:]}"
+        )
     from archive_bench import archive_size
 
     size = archive_size(state / "archive.db")
     lines_raw = sum(path.stat().st_size for path in transcripts)
     files_raw = sum(path.stat().st_size for path in whole)
     lines_gzip, files_gzip = gzip6(transcripts), gzip6(whole)
-    blobs = sum(value for name, value in size["dbstat"].items() if name.startswith(("blob", "sqlite_autoindex_blob")))
-    return {"transcripts": len(transcripts), "files": len(whole), "raw_bytes": lines_raw + files_raw,
-            "transcript_bytes": lines_raw, "file_bytes": files_raw, "gzip6_bytes": lines_gzip + files_gzip,
-            "gzip6_transcript_bytes": lines_gzip, "gzip6_file_bytes": files_gzip, "archive_bytes": size["bytes"],
-            "archive_blob_bytes": blobs, "ingest_seconds": round(seconds, 2),
-            "ratio": round(size["bytes"] / (lines_gzip + files_gzip), 3), "dbstat": size["dbstat"]}
+    blobs = sum(
+        value
+        for name, value in size["dbstat"].items()
+        if name.startswith(("blob", "sqlite_autoindex_blob"))
+    )
+    return {
+        "transcripts": len(transcripts),
+        "files": len(whole),
+        "raw_bytes": lines_raw + files_raw,
+        "transcript_bytes": lines_raw,
+        "file_bytes": files_raw,
+        "gzip6_bytes": lines_gzip + files_gzip,
+        "gzip6_transcript_bytes": lines_gzip,
+        "gzip6_file_bytes": files_gzip,
+        "archive_bytes": size["bytes"],
+        "archive_blob_bytes": blobs,
+        "ingest_seconds": round(seconds, 2),
+        "ratio": round(size["bytes"] / (lines_gzip + files_gzip), 3),
+        "dbstat": size["dbstat"],
+    }
 
 
 def measure(real: Path, resumed: int, seed: int, outputs_mb: float, work: Path) -> dict[str, Any]:
     """Build the corpus under `work`, measure, return the figures."""
     claude = work / "claude"
     transcripts, whole = build(real, claude, resumed, seed)
-    result = {"store": store_rate(claude, whole, work), "storage": storage(claude, transcripts, whole, work)}
+    result = {
+        "store": store_rate(claude, whole, work),
+        "storage": storage(claude, transcripts, whole, work),
+    }
     heavy = claude / "projects" / "-heavy" / str(uuid.UUID(int=seed, version=4)) / "tool-results"
     outputs = large_outputs(heavy, outputs_mb, seed)
     result["store_large"] = store_rate(claude, outputs, work) | {"gzip6_bytes": gzip6(outputs)}
@@ -227,33 +307,44 @@ def measure(real: Path, resumed: int, seed: int, outputs_mb: float, work: Path) 
 def render(result: dict[str, Any]) -> str:
     """The human lines."""
     store, row, large = result["store"], result["storage"], result["store_large"]
-    return "\n".join([
-        f"whole files, store: {large['files']} distinct saved outputs of 2 MB, {large['bytes'] / MB:.0f} MB in "
-        f"{large['seconds']:.2f} s: {large['mb_per_s']:.1f} MB/s, {large['stored_bytes'] / MB:.1f} MB stored "
-        f"({large['stored_bytes'] / large['bytes']:.1%}; gzip -6 {large['gzip6_bytes'] / MB:.1f} MB, "
-        f"{large['gzip6_bytes'] / large['bytes']:.1%}; best of 3, in this process)",
-        f"whole sessions, store: {store['files']} files, {store['bytes'] / MB:.1f} MB "
-        f"({store['distinct_bytes'] / MB:.1f} MB distinct) in {store['seconds']:.2f} s: {store['mb_per_s']:.1f} MB/s, "
-        f"{store['stored_bytes'] / MB:.2f} MB stored (best of 3, in this process)",
-        f"whole sessions, storage: {row['transcripts']} transcripts {row['transcript_bytes'] / MB:.1f} MB + "
-        f"{row['files']} files {row['file_bytes'] / MB:.1f} MB = {row['raw_bytes'] / MB:.1f} MB; archive "
-        f"{row['archive_bytes'] / MB:.2f} MB ({row['archive_bytes'] / row['raw_bytes']:.1%}; blobs "
-        f"{row['archive_blob_bytes'] / MB:.2f} MB) against gzip -6 per file {row['gzip6_bytes'] / MB:.2f} MB "
-        f"({row['gzip6_bytes'] / row['raw_bytes']:.1%}; transcripts {row['gzip6_transcript_bytes'] / MB:.2f}, files "
-        f"{row['gzip6_file_bytes'] / MB:.2f}): ratio {row['ratio']:.2f} (goal < 1: "
-        f"{'met' if row['ratio'] < 1 else 'missed'}); `riffd archive ingest` {row['ingest_seconds']:.1f} s"])
+    return "\n".join(
+        [
+            f"whole files, store: {large['files']} distinct saved outputs of 2 MB, {large['bytes'] / MB:.0f} MB in "
+            f"{large['seconds']:.2f} s: {large['mb_per_s']:.1f} MB/s, {large['stored_bytes'] / MB:.1f} MB stored "
+            f"({large['stored_bytes'] / large['bytes']:.1%}; gzip -6 {large['gzip6_bytes'] / MB:.1f} MB, "
+            f"{large['gzip6_bytes'] / large['bytes']:.1%}; best of 3, in this process)",
+            f"whole sessions, store: {store['files']} files, {store['bytes'] / MB:.1f} MB "
+            f"({store['distinct_bytes'] / MB:.1f} MB distinct) in {store['seconds']:.2f} s: {store['mb_per_s']:.1f} MB/s, "
+            f"{store['stored_bytes'] / MB:.2f} MB stored (best of 3, in this process)",
+            f"whole sessions, storage: {row['transcripts']} transcripts {row['transcript_bytes'] / MB:.1f} MB + "
+            f"{row['files']} files {row['file_bytes'] / MB:.1f} MB = {row['raw_bytes'] / MB:.1f} MB; archive "
+            f"{row['archive_bytes'] / MB:.2f} MB ({row['archive_bytes'] / row['raw_bytes']:.1%}; blobs "
+            f"{row['archive_blob_bytes'] / MB:.2f} MB) against gzip -6 per file {row['gzip6_bytes'] / MB:.2f} MB "
+            f"({row['gzip6_bytes'] / row['raw_bytes']:.1%}; transcripts {row['gzip6_transcript_bytes'] / MB:.2f}, files "
+            f"{row['gzip6_file_bytes'] / MB:.2f}): ratio {row['ratio']:.2f} (goal < 1: "
+            f"{'met' if row['ratio'] < 1 else 'missed'}); `riffd archive ingest` {row['ingest_seconds']:.1f} s",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure and print; return 0, or 1 when a measurement fails."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--real", type=Path, default=REPO.parent / "shared" / "corpus" / "real")
-    parser.add_argument("--resumed", type=int, default=3, help="resumed copies per real session; default 3")
+    parser.add_argument(
+        "--resumed", type=int, default=3, help="resumed copies per real session; default 3"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--outputs-mb", type=float, default=100.0,
-                        help="MB of large saved outputs to store; default 100")
+    parser.add_argument(
+        "--outputs-mb",
+        type=float,
+        default=100.0,
+        help="MB of large saved outputs to store; default 100",
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="where the temporary folder is made")
-    parser.add_argument("--json", action="store_true", help="print the results as one JSON object on stdout")
+    parser.add_argument(
+        "--json", action="store_true", help="print the results as one JSON object on stdout"
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="riffd-whole-bench-", dir=args.tmp))
     try:
@@ -263,7 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result["command"] = " ".join(["python3", "bench/whole_bench.py", *(argv if argv is not None else sys.argv[1:])])
+    result["command"] = " ".join(
+        ["python3", "bench/whole_bench.py", *(argv if argv is not None else sys.argv[1:])]
+    )
     print(render(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, indent=2))

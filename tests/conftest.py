@@ -1,4 +1,5 @@
-"""Shared test helpers: make `src/` importable, build small transcripts, and describe files as scanned."""
+"""Shared test helpers: make `src/` importable, build small transcripts, and describe files as
+scanned."""
 
 from __future__ import annotations
 
@@ -22,16 +23,19 @@ from riffd.transcript.scan import FileIdentity  # noqa: E402
 
 
 def write_config(tmp_path: Path) -> Path:
-    """A config file naming a state folder, a Claude folder and its projects root, all under `tmp_path`."""
+    """A config file naming a state folder, a Claude folder and its projects root, all under
+    `tmp_path`."""
     config = tmp_path / "config.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
-                      f'roots = ["{tmp_path / "claude" / "projects"}"]\n')
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+        f'roots = ["{tmp_path / "claude" / "projects"}"]\n'
+    )
     return config
 
 
 def dead_pid() -> int:
-    """Return the pid of a process that has exited and been reaped (no process has it now: pids are reused only
-    after the whole range has gone round)."""
+    """Return the pid of a process that has exited and been reaped (no process has it now: pids are
+    reused only after the whole range has gone round)."""
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
@@ -46,15 +50,15 @@ def live_children(pid: int) -> list[int]:
                 stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            state, parent = stat[stat.rindex(")") + 2:].split()[:2]
+            state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
             if int(parent) == pid and state != "Z":
                 found.append(int(entry.name))
     return found
 
 
 def live_processes_mentioning(text: str, timeout: float = 5.0) -> list[int]:
-    """The processes (not zombies) whose command line holds `text`, once none is left or `timeout` has passed:
-    what outlives a killed riffd process (a child it forked, say)."""
+    """The processes (not zombies) whose command line holds `text`, once none is left or `timeout`
+    has passed: what outlives a killed riffd process (a child it forked, say)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -73,7 +77,8 @@ def live_processes_mentioning(text: str, timeout: float = 5.0) -> list[int]:
 
 
 def identity_of(path: Path) -> FileIdentity:
-    """Given a file, return its FileIdentity as a scan would record it (stat plus sha256 of every byte)."""
+    """Given a file, return its FileIdentity as a scan would record it (stat plus sha256 of every
+    byte)."""
     status = os.stat(path)
     return FileIdentity(
         path=str(path),
@@ -88,19 +93,24 @@ def identity_of(path: Path) -> FileIdentity:
 def transcript_line(
     number: int, session_id: str = "11111111-2222-3333-4444-555555555555", pad: int = 0
 ) -> bytes:
-    """Given a line number, return one newline-terminated conversation line (user/assistant alternating)."""
+    """Given a line number, return one newline-terminated conversation line (user/assistant
+    alternating)."""
     record = {
         "type": "user" if number % 2 else "assistant",
         "uuid": f"uuid-{number:06d}",
         "parentUuid": f"uuid-{number - 1:06d}" if number > 1 else None,
         "sessionId": session_id,
-        "message": {"role": "user" if number % 2 else "assistant", "content": f"line {number} " + "x" * pad},
+        "message": {
+            "role": "user" if number % 2 else "assistant",
+            "content": f"line {number} " + "x" * pad,
+        },
     }
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def transcript_bytes(count: int, pad: int = 0) -> bytes:
-    """Given a line count, return a transcript of that many lines (1-based numbers in the content)."""
+    """Given a line count, return a transcript of that many lines (1-based numbers in the
+    content)."""
     return b"".join(transcript_line(number, pad=pad) for number in range(1, count + 1))
 
 
@@ -118,17 +128,22 @@ def line_spans(data: bytes) -> list[LineSpan]:
     return spans
 
 
-# --- corpus and scanning helpers for the detection, repair and property tests -------------------------
+# --- corpus and scanning helpers for the detection, repair and property tests
+# -------------------------
 
-# The real transcripts: the folder RIFFD_CORPUS names (used as given, even when it does not exist, so that
-# `RIFFD_CORPUS=/nonexistent` runs the suite as a plain clone would), else shared/corpus/real beside the checkout.
-# Without them every test that reads them is skipped, all for the one reason below; the others still run.
+# The real transcripts: the folder RIFFD_CORPUS names (used as given, even when it does not exist,
+# so that `RIFFD_CORPUS=/nonexistent` runs the suite as a plain clone would), else
+# shared/corpus/real beside the checkout. Without them every test that reads them is skipped, all
+# for the one reason below; the others still run.
 NO_CORPUS = "no real transcripts: set RIFFD_CORPUS or put shared/ beside the checkout (../shared/corpus/real)"
-CORPUS_DIR = Path(os.environ.get("RIFFD_CORPUS") or Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real")
+CORPUS_DIR = Path(
+    os.environ.get("RIFFD_CORPUS")
+    or Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
+)
 HAVE_CORPUS = CORPUS_DIR.is_dir()
 
-# The one way to skip without the corpus: decorate a test (`@requires_corpus`), a module (`pytestmark =
-# requires_corpus`) or a parameter (`pytest.param(..., marks=requires_corpus)`).
+# The one way to skip without the corpus: decorate a test (`@requires_corpus`), a module
+# (`pytestmark = requires_corpus`) or a parameter (`pytest.param(..., marks=requires_corpus)`).
 requires_corpus = pytest.mark.skipif(not HAVE_CORPUS, reason=NO_CORPUS)
 
 
@@ -138,16 +153,18 @@ def corpus_transcripts() -> list[Path]:
 
 
 def corpus_transcript_params() -> list:
-    """Return `parametrize` values over every corpus transcript (id: its path in the corpus); without the corpus,
-    one parameter skipped for NO_CORPUS, so the test still collects."""
+    """Return `parametrize` values over every corpus transcript (id: its path in the corpus);
+    without the corpus, one parameter skipped for NO_CORPUS, so the test still collects."""
     if not HAVE_CORPUS:
         return [pytest.param(None, id="no-corpus", marks=requires_corpus)]
-    return [pytest.param(path, id=str(path.relative_to(CORPUS_DIR))) for path in corpus_transcripts()]
+    return [
+        pytest.param(path, id=str(path.relative_to(CORPUS_DIR))) for path in corpus_transcripts()
+    ]
 
 
 def corpus_injection_bases() -> list[Path]:
-    """Return the corpus transcripts damage can be injected into: session files (a subagent file's parents
-    live in its session file) whose last line is complete, so appended lines stay lines."""
+    """Return the corpus transcripts damage can be injected into: session files (a subagent file's
+    parents live in its session file) whose last line is complete, so appended lines stay lines."""
     return [
         path
         for path in corpus_transcripts()
@@ -157,8 +174,8 @@ def corpus_injection_bases() -> list[Path]:
 
 @functools.cache
 def corpus_base_lines() -> dict[Path, list[bytes]]:
-    """Return the lines of every injection base (corpus_injection_bases), read once per session and shared:
-    call it from a test, never at import, so a module without the corpus still imports."""
+    """Return the lines of every injection base (corpus_injection_bases), read once per session and
+    shared: call it from a test, never at import, so a module without the corpus still imports."""
     return {path: corpus_lines(path) for path in corpus_injection_bases()}
 
 
@@ -168,8 +185,11 @@ def corpus_lines(path: Path) -> list[bytes]:
     return [data[span.offset : span.end] for span in line_spans(data)]
 
 
-def scan_transcript_bytes(directory: Path, data: bytes, name: str = "session.jsonl") -> tuple[Path, object]:
-    """Write `data` as `directory/name`, scan it with its identity, and return (path, ScannedFile)."""
+def scan_transcript_bytes(
+    directory: Path, data: bytes, name: str = "session.jsonl"
+) -> tuple[Path, object]:
+    """Write `data` as `directory/name`, scan it with its identity, and return (path,
+    ScannedFile)."""
     from riffd.transcript.scan import index_file
 
     path = directory / name
@@ -178,7 +198,8 @@ def scan_transcript_bytes(directory: Path, data: bytes, name: str = "session.jso
 
 
 def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
-    """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new uuids."""
+    """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new
+    uuids."""
     from riffd.repair.planner import RepairOptions, plan_repair
     from riffd.transcript.reader import read_span
 
@@ -191,16 +212,21 @@ def plan_transcript_repair(path: Path, scanned: object, add_missing_results: boo
 
 
 @pytest.fixture(autouse=True)
-def no_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reads the configuration of the person running the tests: the default config path points into an
-    empty folder on Linux (a test that needs a config names one: --config, RIFFD_CONFIG or XDG_CONFIG_HOME)."""
+def no_user_config(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads the configuration of the person running the tests: the default config path
+    points into an empty folder on Linux (a test that needs a config names one: --config,
+    RIFFD_CONFIG or XDG_CONFIG_HOME)."""
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))  # Linux; macOS's is fixed
+    monkeypatch.setenv(
+        "XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config"))
+    )  # Linux; macOS's is fixed
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts missing: where
-    to get them), instead of one line per skipped test."""
+    """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts
+    missing: where to get them), instead of one line per skipped test."""
     reasons: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         if isinstance(report.longrepr, tuple):

@@ -1,4 +1,5 @@
-"""Damage injectors for tests: each takes the lines of a healthy transcript and returns them damaged.
+"""Damage injectors for tests: each takes the lines of a healthy transcript and returns them
+damaged.
 
 Lines are bytes with their newline, as stored. An injector reads the file's tree (the riffd index
 and the conversation Claude Code would load) to find a point where its damage produces exactly the
@@ -28,7 +29,15 @@ from riffd.transcript.reader import parse_line
 INTERRUPTED_TEXT = "[Tool call interrupted: the session was resumed before this tool call returned]"
 NO_RESPONSE_TEXT = "No response requested."
 OOM_EXTRA_RESULTS = 101
-FIELDS_OF_NEIGHBOURS = ("isSidechain", "userType", "cwd", "sessionId", "version", "gitBranch", "slug")
+FIELDS_OF_NEIGHBOURS = (
+    "isSidechain",
+    "userType",
+    "cwd",
+    "sessionId",
+    "version",
+    "gitBranch",
+    "slug",
+)
 
 
 class NoPoint(LookupError):
@@ -47,7 +56,8 @@ class Expect:
 
 @dataclass
 class Damaged:
-    """Damaged lines, the findings they must give, and the lines a test wants to look at (0-based)."""
+    """Damaged lines, the findings they must give, and the lines a test wants to look at
+    (0-based)."""
 
     name: str
     lines: list[bytes]
@@ -100,12 +110,18 @@ class Tree:
 
     def blocks(self, line: int, kind: str) -> list[dict[str, Any]]:
         """The content blocks of `kind` (tool_use, tool_result, ...) of a line."""
-        return [b for b in self.content(line) or [] if isinstance(b, dict) and b.get("type") == kind]
+        return [
+            b for b in self.content(line) or [] if isinstance(b, dict) and b.get("type") == kind
+        ]
 
     def is_prompt(self, line: int) -> bool:
         """A user line that holds only text: a typed prompt."""
         record = self.records[line]
-        if not record or record.get("type") != "user" or not isinstance(record.get("message"), dict):
+        if (
+            not record
+            or record.get("type") != "user"
+            or not isinstance(record.get("message"), dict)
+        ):
             return False
         content = record["message"].get("content")
         if isinstance(content, str):
@@ -121,8 +137,9 @@ class Tree:
         return [kid for kid, parent in enumerate(self.index.parents) if parent == line]
 
     def pairs(self) -> list[tuple[int, int, str]]:
-        """(tool_use line, result line, id) for each loaded single pair: one use block, one result line
-        holding only that result block, the result hanging from the use line, no other use or result."""
+        """(tool_use line, result line, id) for each loaded single pair: one use block, one result
+        line holding only that result block, the result hanging from the use line, no other use or
+        result."""
         index = self.index
         found = []
         for tool_id in index.tool_uses:
@@ -146,7 +163,10 @@ class Tree:
         index = self.index
         spans = []
         for tool_id in index.tool_uses:
-            lines = [*index.uses_of(tool_id), *(block.line for block in index.results.get(tool_id, []))]
+            lines = [
+                *index.uses_of(tool_id),
+                *(block.line for block in index.results.get(tool_id, [])),
+            ]
             spans.append((min(lines), max(lines)))
         for tool_id, blocks in index.results.items():
             if tool_id not in index.tool_uses:
@@ -164,7 +184,11 @@ class Tree:
         """True when no other line names this line's uuid except as its parentUuid."""
         needle = self.uuid(line).encode()
         pointer = b'"parentUuid":"' + needle + b'"'
-        return all(raw.count(needle) == raw.count(pointer) for other, raw in enumerate(self.lines) if other != line)
+        return all(
+            raw.count(needle) == raw.count(pointer)
+            for other, raw in enumerate(self.lines)
+            if other != line
+        )
 
     def new_uuid(self, salt: str) -> str:
         """A uuid that depends only on the file's bytes and `salt`."""
@@ -184,20 +208,26 @@ class Tree:
 
 
 def dumps(record: dict[str, Any]) -> bytes:
-    """One compact JSON line with its newline, written the way Claude Code writes (UTF-8, no escapes)."""
+    """One compact JSON line with its newline, written the way Claude Code writes (UTF-8, no
+    escapes)."""
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def set_parent(raw: bytes, parent: str | None) -> bytes:
     """Return `raw` with only the value of its parentUuid changed (every other byte kept)."""
     new_value = b"null" if parent is None else b'"' + parent.encode() + b'"'
-    edited, count = re.subn(rb'("parentUuid"\s*:\s*)(?:null|"[^"]*")', lambda m: m.group(1) + new_value, raw)
+    edited, count = re.subn(
+        rb'("parentUuid"\s*:\s*)(?:null|"[^"]*")', lambda m: m.group(1) + new_value, raw
+    )
     assert count == 1, f"expected one parentUuid field, found {count}"
     return edited
 
 
-def repoint_children(tree: Tree, lines: list[bytes], line: int, new_parent: str, shift: Callable[[int], int]) -> None:
-    """Point every child of `line` (a line of `tree`) at `new_parent`, in `lines` (indexes via `shift`)."""
+def repoint_children(
+    tree: Tree, lines: list[bytes], line: int, new_parent: str, shift: Callable[[int], int]
+) -> None:
+    """Point every child of `line` (a line of `tree`) at `new_parent`, in `lines` (indexes via
+    `shift`)."""
     for kid in tree.children(line):
         lines[shift(kid)] = set_parent(lines[shift(kid)], new_parent)
 
@@ -227,12 +257,20 @@ Chooser = Callable[[Sequence[Any]], Any] | None
 
 
 def _resumed_lines(tree: Tree, use: int, tool_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Process B's two lines of section 4b: the synthetic interrupted result and "No response requested."."""
+    """Process B's two lines of section 4b: the synthetic interrupted result and "No response
+    requested."."""
     synthetic_uuid = tree.new_uuid(f"resumed-result-{use}")
     result: dict[str, Any] = {"parentUuid": tree.uuid(use), **tree.neighbours(use), "type": "user"}
     result["message"] = {
         "role": "user",
-        "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": INTERRUPTED_TEXT, "is_error": True}],
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "content": INTERRUPTED_TEXT,
+                "is_error": True,
+            }
+        ],
     }
     result["uuid"] = synthetic_uuid
     result["timestamp"] = (tree.records[use] or {}).get("timestamp", "2026-01-01T00:00:00.000Z")
@@ -240,7 +278,11 @@ def _resumed_lines(tree: Tree, use: int, tool_id: str) -> tuple[dict[str, Any], 
     result["toolDenialKind"] = "interrupted"
     if tree.index.uses_source_tool_field:
         result["sourceToolAssistantUUID"] = tree.uuid(use)
-    assistant: dict[str, Any] = {"parentUuid": synthetic_uuid, **tree.neighbours(use), "type": "assistant"}
+    assistant: dict[str, Any] = {
+        "parentUuid": synthetic_uuid,
+        **tree.neighbours(use),
+        "type": "assistant",
+    }
     assistant["message"] = {
         "id": "msg_" + tree.new_uuid(f"resumed-message-{use}").replace("-", "")[:24],
         "type": "message",
@@ -265,7 +307,12 @@ def _inject_resumed(tree: Tree, point: tuple[int, int, str], name: str) -> Damag
         name,
         lines,
         [Expect(FindingClass.DUPLICATE_TOOL_RESULT, (result + 1, genuine + 1), tool_id)],
-        {"tool_use": use, "synthetic": result, "synthetic_assistant": result + 1, "genuine": genuine},
+        {
+            "tool_use": use,
+            "synthetic": result,
+            "synthetic_assistant": result + 1,
+            "genuine": genuine,
+        },
         tool_id,
     )
 
@@ -283,19 +330,23 @@ def inject_resumed_duplicate(lines: Sequence[bytes], choose: Chooser = None) -> 
 
 
 def parallel_duplicate_points(tree: Tree) -> list[tuple[int, int, str]]:
-    """Single pairs of a parallel tool call whose result is loaded but off the plain walk from the leaf."""
+    """Single pairs of a parallel tool call whose result is loaded but off the plain walk from the
+    leaf."""
     return [pair for pair in tree.pairs() if pair[1] not in tree.on_chain]
 
 
 def inject_parallel_duplicate(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """Section 4b's duplicate on a parallel call whose result hangs off the walk: neither result is on
-    the chain, so the genuine one must win over the placeholder."""
+    """Section 4b's duplicate on a parallel call whose result hangs off the walk: neither result is
+    on the chain, so the genuine one must win over the placeholder."""
     tree = Tree(lines)
-    return _inject_resumed(tree, _pick(parallel_duplicate_points(tree), choose), "parallel_duplicate")
+    return _inject_resumed(
+        tree, _pick(parallel_duplicate_points(tree), choose), "parallel_duplicate"
+    )
 
 
 def loaded_pair_points(tree: Tree) -> list[tuple[int, int, str]]:
-    """Single pairs whose result line comes before the newest message (so a copy does not become it)."""
+    """Single pairs whose result line comes before the newest message (so a copy does not become
+    it)."""
     leaf = tree.loaded.leaf if tree.loaded.leaf is not None else -1
     return [pair for pair in tree.pairs() if pair[1] < leaf]
 
@@ -318,7 +369,8 @@ def inject_duplicate_in_line(lines: Sequence[bytes], choose: Chooser = None) -> 
 
 
 def inject_identical_line(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """A result line written twice, byte for byte. Two lines share a uuid, so duplicate_uuid comes too."""
+    """A result line written twice, byte for byte. Two lines share a uuid, so duplicate_uuid comes
+    too."""
     tree = Tree(lines)
     _use, result, tool_id = _pick(loaded_pair_points(tree), choose)
     damaged = [*tree.lines[: result + 1], tree.lines[result], *tree.lines[result + 1 :]]
@@ -364,7 +416,8 @@ def inject_many_results(lines: Sequence[bytes], choose: Chooser = None) -> Damag
 
 
 def cut_points(tree: Tree) -> list[int]:
-    """On-chain tool_use lines that end their API message and whose tool calls are answered only later."""
+    """On-chain tool_use lines that end their API message and whose tool calls are answered only
+    later."""
     index = tree.index
     points = []
     for line in tree.chain:
@@ -385,7 +438,9 @@ def _missing_after_cut(tree: Tree, line: int) -> list[tuple[int, str]]:
     for sibling in sorted(siblings):
         for block in tree.blocks(sibling, "tool_use"):
             tool_id = block.get("id")
-            if isinstance(tool_id, str) and all(r.line > line for r in index.results.get(tool_id, [])):
+            if isinstance(tool_id, str) and all(
+                r.line > line for r in index.results.get(tool_id, [])
+            ):
                 missing.append((index.uses_of(tool_id)[0], tool_id))
     return missing
 
@@ -398,7 +453,10 @@ def inject_cut_after_tool_use(lines: Sequence[bytes], choose: Chooser = None) ->
     return Damaged(
         "cut_after_tool_use",
         tree.lines[: line + 1],
-        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "latest_turn") for use, tool_id in missing],
+        [
+            Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "latest_turn")
+            for use, tool_id in missing
+        ],
         {"tool_use": line},
         missing[0][1],
     )
@@ -423,13 +481,22 @@ def inject_removed_result(lines: Sequence[bytes], choose: Chooser = None) -> Dam
     del damaged[result]
     # The latest turn is the last assistant message on the chain: until the model answers again, its
     # tools may still be running, and riffd says so.
-    latest = next(line for line in tree.chain if (tree.records[line] or {}).get("type") == "assistant")
+    latest = next(
+        line for line in tree.chain if (tree.records[line] or {}).get("type") == "assistant"
+    )
     message_id = ((tree.records[latest] or {}).get("message") or {}).get("id")
     in_latest = ((tree.records[use] or {}).get("message") or {}).get("id") == message_id
     return Damaged(
         "removed_result",
         damaged,
-        [Expect(FindingClass.MISSING_TOOL_RESULT, (use + 1,), tool_id, "latest_turn" if in_latest else None)],
+        [
+            Expect(
+                FindingClass.MISSING_TOOL_RESULT,
+                (use + 1,),
+                tool_id,
+                "latest_turn" if in_latest else None,
+            )
+        ],
         {"tool_use": use, "former_children": min(tree.children(result)) - 1},
         tool_id,
     )
@@ -440,7 +507,9 @@ def inject_removed_result(lines: Sequence[bytes], choose: Chooser = None) -> Dam
 
 def chain_result_points(tree: Tree) -> list[int]:
     """Result lines on the chain."""
-    return sorted(line for line in tree.index.result_lines if line in tree.on_chain and tree.content(line))
+    return sorted(
+        line for line in tree.index.result_lines if line in tree.on_chain and tree.content(line)
+    )
 
 
 def _append_block(tree: Tree, line: int, block: Any) -> list[bytes]:
@@ -454,7 +523,11 @@ def inject_orphan(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
     tree = Tree(lines)
     line = _pick(chain_result_points(tree), choose)
     tool_id = tree.new_tool_id(f"orphan-{line}")
-    block = {"type": "tool_result", "tool_use_id": tool_id, "content": "output of a call compaction dropped"}
+    block = {
+        "type": "tool_result",
+        "tool_use_id": tool_id,
+        "content": "output of a call compaction dropped",
+    }
     return Damaged(
         "orphan",
         _append_block(tree, line, block),
@@ -491,7 +564,8 @@ def inject_invalid_type(lines: Sequence[bytes], choose: Chooser = None) -> Damag
 
 
 def repeated_use_points(tree: Tree) -> list[int]:
-    """On-chain tool_use lines before the newest message whose calls are all answered on the loaded conversation."""
+    """On-chain tool_use lines before the newest message whose calls are all answered on the loaded
+    conversation."""
     index = tree.index
     leaf = tree.loaded.leaf if tree.loaded.leaf is not None else -1
     points = []
@@ -509,7 +583,8 @@ def repeated_use_points(tree: Tree) -> list[int]:
 
 
 def inject_repeated_tool_use(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """A copy of an assistant tool_use line (fresh uuid and message.id) inserted on the chain below it."""
+    """A copy of an assistant tool_use line (fresh uuid and message.id) inserted on the chain below
+    it."""
     tree = Tree(lines)
     line = _pick(repeated_use_points(tree), choose)
     record = dict(tree.records[line] or {})
@@ -534,7 +609,9 @@ def inject_repeated_tool_use(lines: Sequence[bytes], choose: Chooser = None) -> 
 
 def position_points(tree: Tree) -> list[int]:
     """Places a new line can go (before line i), keeping an unterminated last line last."""
-    last = len(tree.lines) if not tree.lines or tree.lines[-1].endswith(b"\n") else len(tree.lines) - 1
+    last = (
+        len(tree.lines) if not tree.lines or tree.lines[-1].endswith(b"\n") else len(tree.lines) - 1
+    )
     return list(range(1, last + 1))
 
 
@@ -542,11 +619,17 @@ def _insert_malformed(lines: Sequence[bytes], choose: Chooser, raw: bytes, name:
     tree = Tree(lines)
     position = _pick(position_points(tree), choose)
     damaged = [*tree.lines[:position], raw, *tree.lines[position:]]
-    return Damaged(name, damaged, [Expect(FindingClass.MALFORMED_LINE, (position + 1,))], {"malformed": position})
+    return Damaged(
+        name,
+        damaged,
+        [Expect(FindingClass.MALFORMED_LINE, (position + 1,))],
+        {"malformed": position},
+    )
 
 
 def inject_garbage_line(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """A torn fragment that a later write closed with its leading newline: a malformed line mid-file."""
+    """A torn fragment that a later write closed with its leading newline: a malformed line
+    mid-file."""
     fragment = b'{"parentUuid":"0b7d1c2e-aaaa-4bbb-8ccc-123456789abc","type":"user","message":{"role":"us\n'
     return _insert_malformed(lines, choose, fragment, "garbage_line")
 
@@ -604,11 +687,17 @@ def inject_dangling_parent(lines: Sequence[bytes], choose: Chooser = None) -> Da
     line = _pick(dangling_points(tree), choose)
     damaged = list(tree.lines)
     damaged[line] = set_parent(damaged[line], tree.new_uuid(f"dangling-{line}"))
-    return Damaged("dangling_parent", damaged, [Expect(FindingClass.DANGLING_PARENT, (line + 1,))], {"dangling": line})
+    return Damaged(
+        "dangling_parent",
+        damaged,
+        [Expect(FindingClass.DANGLING_PARENT, (line + 1,))],
+        {"dangling": line},
+    )
 
 
 def cycle_points(tree: Tree) -> list[tuple[int, int]]:
-    """(prompt, newer chain line up to 3 steps above it) pairs: the prompt's parent becomes that line."""
+    """(prompt, newer chain line up to 3 steps above it) pairs: the prompt's parent becomes that
+    line."""
     points = []
     for line in tree.clean_cut_prompts():
         at = tree.chain.index(line)
@@ -626,11 +715,14 @@ def inject_cycle(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
     damaged[line] = set_parent(damaged[line], tree.uuid(target))
     at, top = tree.chain.index(line), tree.chain.index(target)
     loop = tuple(sorted(number + 1 for number in tree.chain[top : at + 1]))
-    return Damaged("cycle", damaged, [Expect(FindingClass.PARENT_CYCLE, loop)], {"loop_start": line})
+    return Damaged(
+        "cycle", damaged, [Expect(FindingClass.PARENT_CYCLE, loop)], {"loop_start": line}
+    )
 
 
 def inject_oom_off_chain(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """More than 100 results for one id, all on an abandoned branch: a memory risk the API never sees."""
+    """More than 100 results for one id, all on an abandoned branch: a memory risk the API never
+    sees."""
     tree = Tree(lines)
     _use, result, tool_id = _pick(loaded_pair_points(tree), choose)
     branch_uuid = tree.new_uuid(f"oom-branch-{result}")
@@ -638,7 +730,10 @@ def inject_oom_off_chain(lines: Sequence[bytes], choose: Chooser = None) -> Dama
         "parentUuid": tree.uuid(result),
         **tree.neighbours(result),
         "type": "user",
-        "message": {"role": "user", "content": "a prompt on a branch that was rewound (riffd test)"},
+        "message": {
+            "role": "user",
+            "content": "a prompt on a branch that was rewound (riffd test)",
+        },
         "uuid": branch_uuid,
     }
     record = tree.records[result] or {}
@@ -646,7 +741,9 @@ def inject_oom_off_chain(lines: Sequence[bytes], choose: Chooser = None) -> Dama
     parent = branch_uuid
     for number in range(OOM_EXTRA_RESULTS):
         copy = dict(record, parentUuid=parent, uuid=tree.new_uuid(f"oom-{result}-{number}"))
-        if "sourceToolAssistantUUID" in copy:  # 2.1.x: it equals parentUuid; the use line must not adopt these
+        if (
+            "sourceToolAssistantUUID" in copy
+        ):  # 2.1.x: it equals parentUuid; the use line must not adopt these
             copy["sourceToolAssistantUUID"] = parent
         new_lines.append(dumps(copy))
         parent = copy["uuid"]
@@ -665,11 +762,14 @@ def inject_oom_off_chain(lines: Sequence[bytes], choose: Chooser = None) -> Dama
 
 
 def generated_session(
-    segments: int = 9, turns: int = 3, parallel: int = 2, session_id: str = "5e55104e-0000-4000-8000-00000000c0de"
+    segments: int = 9,
+    turns: int = 3,
+    parallel: int = 2,
+    session_id: str = "5e55104e-0000-4000-8000-00000000c0de",
 ) -> list[bytes]:
-    """A 2.1.x-shaped session: `segments` stretches separated by compact boundaries, each with `turns`
-    prompts answered by `parallel` tool calls streamed as one message, each result hanging off its own
-    tool_use line (section 4b), then a closing text line."""
+    """A 2.1.x-shaped session: `segments` stretches separated by compact boundaries, each with
+    `turns` prompts answered by `parallel` tool calls streamed as one message, each result hanging
+    off its own tool_use line (section 4b), then a closing text line."""
     lines: list[bytes] = []
     counter = 0
     base = {
@@ -684,7 +784,9 @@ def generated_session(
     def new_uuid() -> str:
         nonlocal counter
         counter += 1
-        return str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, f"riffd-generated:{session_id}:{counter}"))
+        return str(
+            uuid_module.uuid5(uuid_module.NAMESPACE_URL, f"riffd-generated:{session_id}:{counter}")
+        )
 
     def stamp() -> str:
         return f"2026-02-01T10:{counter // 60 % 60:02d}:{counter % 60:02d}.000Z"
@@ -725,7 +827,10 @@ def generated_session(
                 "parentUuid": parent,
                 **base,
                 "type": "user",
-                "message": {"role": "user", "content": f"segment {segment} turn {turn}: look around"},
+                "message": {
+                    "role": "user",
+                    "content": f"segment {segment} turn {turn}: look around",
+                },
                 "uuid": new_uuid(),
                 "timestamp": stamp(),
             }
@@ -745,7 +850,12 @@ def generated_session(
                         "role": "assistant",
                         "model": "claude-x",
                         "content": [
-                            {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": f"/f{call}"}}
+                            {
+                                "type": "tool_use",
+                                "id": tool_id,
+                                "name": "Read",
+                                "input": {"file_path": f"/f{call}"},
+                            }
                         ],
                         "stop_reason": "tool_use" if call == parallel - 1 else None,
                     },
@@ -762,7 +872,11 @@ def generated_session(
                     "message": {
                         "role": "user",
                         "content": [
-                            {"tool_use_id": tool_id, "type": "tool_result", "content": f"contents of {tool_id}"}
+                            {
+                                "tool_use_id": tool_id,
+                                "type": "tool_result",
+                                "content": f"contents of {tool_id}",
+                            }
                         ],
                     },
                     "uuid": new_uuid(),
@@ -824,9 +938,11 @@ REPORTED_INJECTORS: dict[str, Injector] = {
 INJECTORS: dict[str, Injector] = {**REPAIRABLE_INJECTORS, **REPORTED_INJECTORS}
 
 
-def injected(lines: list[bytes], names: list[str], choose: Callable[[str, list[int]], int]) -> list[bytes]:
-    """`lines` with each named damage injected in turn at the point `choose(name, points)` picks (a name with
-    no point to inject at is skipped)."""
+def injected(
+    lines: list[bytes], names: list[str], choose: Callable[[str, list[int]], int]
+) -> list[bytes]:
+    """`lines` with each named damage injected in turn at the point `choose(name, points)` picks (a
+    name with no point to inject at is skipped)."""
     for name in names:
         try:
             lines = INJECTORS[name](lines, lambda points, name=name: choose(name, points)).lines

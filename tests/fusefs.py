@@ -1,23 +1,24 @@
 """A FUSE filesystem of our own for the tests: a passthrough to a real folder that fails on purpose.
 
-It behaves like the cloud-sync and network folders of shared/filesystems.md: libfuse's high-level API (so
-renaming over, or unlinking, a file that is still open hides it as `.fuse_hiddenNNNN`), EIO or ESTALE on chosen
-operations and paths with a seeded chance, and (with `exchange = "drop"`) a layer that accepts RENAME_EXCHANGE and
-performs a plain rename, as mfusepy does by default; with `exchange = "refuse"`, one that answers EINVAL.
+It behaves like the cloud-sync and network folders of shared/filesystems.md: libfuse's high-level
+API (so renaming over, or unlinking, a file that is still open hides it as `.fuse_hiddenNNNN`), EIO
+or ESTALE on chosen operations and paths with a seeded chance, and (with `exchange = "drop"`) a
+layer that accepts RENAME_EXCHANGE and performs a plain rename, as mfusepy does by default; with
+`exchange = "refuse"`, one that answers EINVAL.
 
 The filesystem runs in its own process (`python tests/fusefs.py BACKING MOUNTPOINT CONTROL`), so a test that hangs
 or fails can always unmount it. The faults are read from the JSON file CONTROL whenever it changes::
 
-    {"seed": 1, "exchange": "honour" | "drop" | "refuse",
-     "rules": [{"ops": ["rename", "getattr"], "glob": "*.jsonl", "errno": 5, "chance": 0.1, "times": 3,
-                "unlinked": false}]}
+    {"seed": 1, "exchange": "honour" | "drop" | "refuse", "rules": [{"ops": ["rename", "getattr"],
+     "glob": "*.jsonl", "errno": 5, "chance": 0.1, "times": 3, "unlinked": false}]}
 
-A rule applies to an operation in `ops` on a path matching `glob` (fnmatch on the path inside the mount, "/"
-first), with `chance` (1 = always), at most `times` times (absent: no limit). With `unlinked`, it applies only to
-an open file whose last name is gone (`getattr` of such a handle gives ESTALE on NFS, and with `hard_remove`,
-which `Mount(..., hard_remove=True)` sets: then an open file renamed over or unlinked really goes).
-`Mount` (a context manager) mounts, rewrites CONTROL and unmounts; tests that need FUSE use the `fuse` fixture,
-which skips them with one reason where /dev/fuse or fusermount3 is missing.
+A rule applies to an operation in `ops` on a path matching `glob` (fnmatch on the path inside the
+mount, "/" first), with `chance` (1 = always), at most `times` times (absent: no limit). With
+`unlinked`, it applies only to an open file whose last name is gone (`getattr` of such a handle
+gives ESTALE on NFS, and with `hard_remove`, which `Mount(..., hard_remove=True)` sets: then an open
+file renamed over or unlinked really goes). `Mount` (a context manager) mounts, rewrites CONTROL and
+unmounts; tests that need FUSE use the `fuse` fixture, which skips them with one reason where
+/dev/fuse or fusermount3 is missing.
 """
 
 from __future__ import annotations
@@ -42,20 +43,27 @@ RENAME_EXCHANGE = 2
 def fuse_unavailable() -> str | None:
     """Return why FUSE tests cannot run here, or None when they can."""
     if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse on this machine (FUSE tests need it; .ci/run installs fuse3 where it can)"
+        return (
+            "no /dev/fuse on this machine (FUSE tests need it; .ci/run installs fuse3 where it can)"
+        )
     if shutil.which("fusermount3") is None:
         return "no fusermount3 (Debian's fuse3 package; .ci/run installs it where it can)"
     try:
         import mfusepy  # noqa: F401
     except (ImportError, OSError) as exc:
-        return f"the mfusepy binding cannot load libfuse 3 ({exc}); install fuse3 and the test extras"
+        return (
+            f"the mfusepy binding cannot load libfuse 3 ({exc}); install fuse3 and the test extras"
+        )
     return None
 
 
 class Mount:
-    """A mounted faulty passthrough of `backing` at `mountpoint`; `faults(...)` changes its faults."""
+    """A mounted faulty passthrough of `backing` at `mountpoint`; `faults(...)` changes its
+    faults."""
 
-    def __init__(self, backing: Path, mountpoint: Path, control: Path, *, hard_remove: bool = False) -> None:
+    def __init__(
+        self, backing: Path, mountpoint: Path, control: Path, *, hard_remove: bool = False
+    ) -> None:
         self.backing, self.mountpoint, self.control = backing, mountpoint, control
         self.hard_remove = hard_remove
         self.process: subprocess.Popen[bytes] | None = None
@@ -73,18 +81,31 @@ class Mount:
         if not self.control.exists():
             self.faults()
         with open(self.log, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, __file__, str(self.backing), str(self.mountpoint),
-                                             str(self.control), "hard_remove" if self.hard_remove else ""],
-                                            stdout=log, stderr=log)
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    str(self.backing),
+                    str(self.mountpoint),
+                    str(self.control),
+                    "hard_remove" if self.hard_remove else "",
+                ],
+                stdout=log,
+                stderr=log,
+            )
         deadline = time.monotonic() + 10
         while not os.path.ismount(self.mountpoint):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test filesystem did not mount: {self.log.read_text(errors='replace')}")
+                raise RuntimeError(
+                    f"the test filesystem did not mount: {self.log.read_text(errors='replace')}"
+                )
             time.sleep(0.02)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], check=False, capture_output=True)
+        subprocess.run(
+            ["fusermount3", "-u", "-z", str(self.mountpoint)], check=False, capture_output=True
+        )
         if self.process is not None:
             try:
                 self.process.wait(timeout=10)
@@ -93,10 +114,13 @@ class Mount:
                 self.process.wait()
 
 
-# --- the filesystem process -----------------------------------------------------------------------------
+# --- the filesystem process
+# -----------------------------------------------------------------------------
 
 
-def serve(backing: str, mountpoint: str, control: str, options: str = "") -> None:  # pragma: no cover
+def serve(
+    backing: str, mountpoint: str, control: str, options: str = ""
+) -> None:  # pragma: no cover
     import mfusepy
 
     class Faults:
@@ -149,11 +173,25 @@ def serve(backing: str, mountpoint: str, control: str, options: str = "") -> Non
 
         def getattr(self, path: str | None, fh: int | None = None) -> dict[str, Any]:
             status = os.fstat(fh) if fh is not None else os.lstat(self._full(path or "/"))
-            faults.check("getattr", path if path is not None else self.paths.get(fh or -1),
-                         unlinked=fh is not None and status.st_nlink == 0)
-            return {key: getattr(status, key) for key in (
-                "st_atime_ns", "st_ctime_ns", "st_mtime_ns", "st_gid", "st_mode", "st_nlink", "st_size", "st_uid",
-                "st_ino")}
+            faults.check(
+                "getattr",
+                path if path is not None else self.paths.get(fh or -1),
+                unlinked=fh is not None and status.st_nlink == 0,
+            )
+            return {
+                key: getattr(status, key)
+                for key in (
+                    "st_atime_ns",
+                    "st_ctime_ns",
+                    "st_mtime_ns",
+                    "st_gid",
+                    "st_mode",
+                    "st_nlink",
+                    "st_size",
+                    "st_uid",
+                    "st_ino",
+                )
+            }
 
         def readdir(self, path: str, fh: int) -> list[str]:
             faults.check("readdir", path)
@@ -225,7 +263,9 @@ def serve(backing: str, mountpoint: str, control: str, options: str = "") -> Non
         def chown(self, path: str | None, uid: int, gid: int, fh: int | None = None) -> int:
             return 0
 
-        def utimens(self, path: str | None, times: tuple[int, int] | None = None, fh: int | None = None) -> int:
+        def utimens(
+            self, path: str | None, times: tuple[int, int] | None = None, fh: int | None = None
+        ) -> int:
             faults.check("utimens", path)
             os.utime(self._full(path or "/"), ns=times)
             return 0
@@ -237,9 +277,21 @@ def serve(backing: str, mountpoint: str, control: str, options: str = "") -> Non
 
         def statfs(self, path: str) -> dict[str, int]:
             stv = os.statvfs(self._full(path))
-            return {key: getattr(stv, key) for key in (
-                "f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_flag",
-                "f_frsize", "f_namemax")}
+            return {
+                key: getattr(stv, key)
+                for key in (
+                    "f_bavail",
+                    "f_bfree",
+                    "f_blocks",
+                    "f_bsize",
+                    "f_favail",
+                    "f_ffree",
+                    "f_files",
+                    "f_flag",
+                    "f_frsize",
+                    "f_namemax",
+                )
+            }
 
         def rename(self, old: str, new: str, flags: int = 0) -> int:
             if flags & RENAME_EXCHANGE and faults.exchange == "refuse":
@@ -258,11 +310,17 @@ def serve(backing: str, mountpoint: str, control: str, options: str = "") -> Non
             return 0
 
     class FlagPassingFUSE(mfusepy.FUSE):
-        """mfusepy drops rename's flags; pass them on, so the filesystem itself decides what it honours."""
+        """mfusepy drops rename's flags; pass them on, so the filesystem itself decides what it
+        honours."""
 
         def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
-            return int(self.operations.rename(old.decode(self.encoding, self.errors),
-                                              new.decode(self.encoding, self.errors), flags))
+            return int(
+                self.operations.rename(
+                    old.decode(self.encoding, self.errors),
+                    new.decode(self.encoding, self.errors),
+                    flags,
+                )
+            )
 
     extra = {"hard_remove": True} if options == "hard_remove" else {}
     FlagPassingFUSE(Passthrough(), mountpoint, foreground=True, nothreads=False, **extra)

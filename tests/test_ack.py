@@ -1,5 +1,6 @@
-"""`riffd ack`: a finding riffd never edits can be acknowledged; it stays listed, marked so, and stops counting
-against health, across appends, until the line changes or the acknowledgement is taken back."""
+"""`riffd ack`: a finding riffd never edits can be acknowledged; it stays listed, marked so, and
+stops counting against health, across appends, until the line changes or the acknowledgement is
+taken back."""
 
 from __future__ import annotations
 
@@ -22,15 +23,28 @@ def damaged(tmp_path: Path) -> Path:
     project = tmp_path / "claude" / "projects" / "-home-me-app"
     project.mkdir(parents=True)
     path = project / "11111111-2222-3333-4444-555555555555.jsonl"
-    path.write_bytes(transcript_bytes(5) + GARBAGE + b"".join(transcript_line(n) for n in range(6, 10)))
+    path.write_bytes(
+        transcript_bytes(5) + GARBAGE + b"".join(transcript_line(n) for n in range(6, 10))
+    )
     return path
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-           "RIFFD_CONFIG": str(tmp_path / "no-config.toml")}
-    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=env,
-                          timeout=120, check=False, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+    )
 
 
 def test_an_acknowledged_malformed_line_is_listed_but_no_longer_counts(tmp_path: Path) -> None:
@@ -47,7 +61,11 @@ def test_an_acknowledged_malformed_line_is_listed_but_no_longer_counts(tmp_path:
     assert "1 of them acknowledged" in scan.stderr
     listed = riffd(tmp_path, "ack", "--list", "--json")
     (entry,) = json.loads(listed.stdout)["acknowledged"]
-    assert entry["path"] == str(path) and entry["class"] == "malformed_line" and entry["note"] == "resumes fine"
+    assert (
+        entry["path"] == str(path)
+        and entry["class"] == "malformed_line"
+        and entry["note"] == "resumes fine"
+    )
     # Claude Code goes on appending: the same line is still the acknowledged one.
     with open(path, "ab") as handle:
         handle.write(transcript_line(10))
@@ -58,14 +76,19 @@ def test_an_acknowledged_malformed_line_is_listed_but_no_longer_counts(tmp_path:
     assert riffd(tmp_path, "scan", str(path)).returncode == 1
 
 
-def test_a_relative_path_and_a_moved_line_are_still_the_acknowledged_finding(tmp_path: Path) -> None:
+def test_a_relative_path_and_a_moved_line_are_still_the_acknowledged_finding(
+    tmp_path: Path,
+) -> None:
     path = damaged(tmp_path)
     relative = path.relative_to(tmp_path)
     assert riffd(tmp_path, "ack", f"{relative}:6").returncode == 0
-    # Lines that come before it now (a rewrite by another tool) move it to line 8: it is recognised by its bytes.
+    # Lines that come before it now (a rewrite by another tool) move it to line 8: it is recognised
+    # by its bytes.
     path.write_bytes(b"\n\n" + path.read_bytes())
     scan = riffd(tmp_path, "scan", str(relative))
-    assert scan.returncode == 0 and "line 8: malformed_line (acknowledged)" in scan.stdout, scan.stdout
+    assert scan.returncode == 0 and "line 8: malformed_line (acknowledged)" in scan.stdout, (
+        scan.stdout
+    )
 
 
 def test_undo_makes_it_count_again(tmp_path: Path) -> None:
@@ -80,14 +103,19 @@ def test_undo_makes_it_count_again(tmp_path: Path) -> None:
 
 def test_mistakes_get_one_line_that_says_what_to_do(tmp_path: Path) -> None:
     path = damaged(tmp_path)
-    for target, expected in ((f"{path}:x", "is not FILE:LINE"), (f"{path}:0", "is not FILE:LINE"),
-                             (f"{path}:2", "no finding names this line; `riffd scan"),
-                             (f"{tmp_path}/nope.jsonl:3", "no such transcript")):
+    for target, expected in (
+        (f"{path}:x", "is not FILE:LINE"),
+        (f"{path}:0", "is not FILE:LINE"),
+        (f"{path}:2", "no finding names this line; `riffd scan"),
+        (f"{tmp_path}/nope.jsonl:3", "no such transcript"),
+    ):
         result = riffd(tmp_path, "ack", target)
         assert result.returncode == 2, (target, result.stdout, result.stderr)
         assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
-    assert not (tmp_path / "state" / "acknowledged.json").exists() or json.loads(
-        (tmp_path / "state" / "acknowledged.json").read_text())["acknowledged"] == []
+    assert (
+        not (tmp_path / "state" / "acknowledged.json").exists()
+        or json.loads((tmp_path / "state" / "acknowledged.json").read_text())["acknowledged"] == []
+    )
 
 
 def test_the_report_lists_acknowledged_findings_apart_and_stays_healthy(tmp_path: Path) -> None:
@@ -98,7 +126,9 @@ def test_the_report_lists_acknowledged_findings_apart_and_stays_healthy(tmp_path
     store.save_file(Watermark(str(path), 1, 1, 0, 0, 0, "", 0, "", 0, 0), "s", findings, 0)
     report = build_report(store, tmp_path / "state" / "backups", {"running": True})
     assert report["healthy"], report["problems"]
-    assert report["findings"]["open"] == {} and report["findings"]["acknowledged"] == {"malformed_line": 1}
+    assert report["findings"]["open"] == {} and report["findings"]["acknowledged"] == {
+        "malformed_line": 1
+    }
     (item,) = report["attention"]
     assert item["state"] == "acknowledged" and f"riffd ack --undo {path}:6" in item["action"]
     assert f"- acknowledged: {path} line 6: malformed_line" in render_markdown(report)

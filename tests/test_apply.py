@@ -26,7 +26,15 @@ from conftest import SRC_DIR, dead_pid, identity_of, line_spans, transcript_byte
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.backup import BackupStore
 from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
-from riffd.repair.outcomes import ApplyOptions, Failed, FailReason, Repaired, RepairOutcome, Skipped, SkipReason
+from riffd.repair.outcomes import (
+    ApplyOptions,
+    Failed,
+    FailReason,
+    Repaired,
+    RepairOutcome,
+    Skipped,
+    SkipReason,
+)
 from riffd.repair.plan import Edit, InsertLine, RemoveLine, RepairPlan, ReplaceLine, render
 from riffd.repair.recovery import recover_and_sweep
 from riffd.repair.writer import apply_plan
@@ -58,7 +66,9 @@ def plan_for(path: Path, edits: list[Edit] | None = None) -> RepairPlan:
             ReplaceLine(spans[3], b'{"type":"user","uuid":"replaced"}\n', "fix"),
             InsertLine(spans[5], b'{"type":"user","uuid":"inserted"}\n', "missing result"),
         ]
-    finding = Finding(FindingClass.DUPLICATE_TOOL_RESULT, str(path), (2,), "two results", tool_id="toolu_9")
+    finding = Finding(
+        FindingClass.DUPLICATE_TOOL_RESULT, str(path), (2,), "two results", tool_id="toolu_9"
+    )
     return RepairPlan(source=identity_of(path), edits=tuple(edits), fixes=(finding,))
 
 
@@ -165,7 +175,9 @@ def test_symlink_is_skipped(tmp_path: Path) -> None:
     link = real.with_name("linked.jsonl")
     link.symlink_to(real)
     plan = plan_for(real)
-    linked_plan = RepairPlan(source=dataclasses.replace(plan.source, path=str(link)), edits=plan.edits)
+    linked_plan = RepairPlan(
+        source=dataclasses.replace(plan.source, path=str(link)), edits=plan.edits
+    )
     options = options_for(tmp_path)
     outcome = apply_plan(linked_plan, options)
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.SYMLINK
@@ -191,9 +203,12 @@ def test_busy_when_another_run_holds_the_transcript(tmp_path: Path, same_backup_
     plan = plan_for(path)
     holder = os.open(path, os.O_RDONLY)
     try:
-        # As a second riffd run would, whatever backup folder it uses (`riffd fix --backup-dir X` beside the daemon).
+        # As a second riffd run would, whatever backup folder it uses (`riffd fix --backup-dir X`
+        # beside the daemon).
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        other = options if same_backup_dir else replace(options, backup_dir=tmp_path / "other-backups")
+        other = (
+            options if same_backup_dir else replace(options, backup_dir=tmp_path / "other-backups")
+        )
         outcome = apply_plan(plan, other)
     finally:
         os.close(holder)
@@ -247,7 +262,11 @@ def test_invalid_plan_fails_without_writing(tmp_path: Path) -> None:
 def test_backup_dir_inside_projects_is_refused(tmp_path: Path, where: str) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)
-    backup_dir = tmp_path / "claude" / "projects" / "riffd-backups" if where == "root" else path.parent / "bk"
+    backup_dir = (
+        tmp_path / "claude" / "projects" / "riffd-backups"
+        if where == "root"
+        else path.parent / "bk"
+    )
     options = options_for(tmp_path, backup_dir=backup_dir)
     outcome = apply_plan(plan_for(path), options)
     assert isinstance(outcome, Failed) and outcome.reason == FailReason.UNSAFE_BACKUP_DIR
@@ -427,7 +446,8 @@ def test_file_replaced_during_apply_is_skipped(tmp_path: Path) -> None:
 
 
 class LateWriterFS(FileSystem):
-    """A writer that opened the path just before the swap (or the rename) and writes into the old inode just after."""
+    """A writer that opened the path just before the swap (or the rename) and writes into the old
+    inode just after."""
 
     def __init__(self, line: bytes) -> None:
         self.line = line
@@ -461,7 +481,8 @@ def test_line_written_to_old_inode_after_rename_is_carried(tmp_path: Path) -> No
     assert outcome.carried_over_bytes == len(late)
 
 
-# -- a real concurrent appender ---------------------------------------------------------------------
+# -- a real concurrent appender
+# ---------------------------------------------------------------------
 
 
 def test_concurrent_appender_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -477,11 +498,15 @@ def test_concurrent_appender_loses_and_duplicates_nothing(tmp_path: Path) -> Non
         appended = [transcript_line(10_000 + round_number * 100 + i) for i in range(20)]
         start = threading.Event()
 
-        def writer(lines: list[bytes] = appended, target: Path = path, go: threading.Event = start) -> None:
+        def writer(
+            lines: list[bytes] = appended, target: Path = path, go: threading.Event = start
+        ) -> None:
             go.wait()
             for line in lines:
                 append_line(target, line)
-                time.sleep(rng.random() * 0.01)  # bursts and pauses, so some lines land after the rename
+                time.sleep(
+                    rng.random() * 0.01
+                )  # bursts and pauses, so some lines land after the rename
 
         thread = threading.Thread(target=writer)
         thread.start()
@@ -505,7 +530,8 @@ def test_concurrent_appender_loses_and_duplicates_nothing(tmp_path: Path) -> Non
     assert repaired >= 5 and raced_the_rename >= 3, (repaired, raced_the_rename)
 
 
-# -- disks that fail --------------------------------------------------------------------------------
+# -- disks that fail
+# --------------------------------------------------------------------------------
 
 
 class FlakyReadsFS(FileSystem):
@@ -536,7 +562,10 @@ def test_flaky_reads_give_the_same_result_as_a_clean_run(tmp_path: Path) -> None
     assert isinstance(outcome, Repaired), outcome
     assert fs.failures > 5
     assert flaky_path.read_bytes() == clean_path.read_bytes()
-    assert BackupStore(tmp_path / "flaky" / "state" / "backups").open_bytes(outcome.backup_id) == original
+    assert (
+        BackupStore(tmp_path / "flaky" / "state" / "backups").open_bytes(outcome.backup_id)
+        == original
+    )
 
 
 def test_persistent_eio_fails_naming_the_file_and_retries(tmp_path: Path) -> None:
@@ -551,7 +580,8 @@ def test_persistent_eio_fails_naming_the_file_and_retries(tmp_path: Path) -> Non
 
 
 class NoSpaceFS(FileSystem):
-    """Raises ENOSPC on writes to files whose path contains `name_part`, after `allowed` writes succeeded."""
+    """Raises ENOSPC on writes to files whose path contains `name_part`, after `allowed` writes
+    succeeded."""
 
     def __init__(self, name_part: str, allowed: int = 0) -> None:
         self.name_part = name_part
@@ -589,7 +619,11 @@ def test_no_space_fails_cleanly(tmp_path: Path, name_part: str, allowed: int) ->
     options = options_for(tmp_path, fs=NoSpaceFS(name_part, allowed))
     outcome = apply_plan(plan_for(path), options)
     assert isinstance(outcome, Failed) and outcome.reason == FailReason.NO_SPACE
-    assert str(path) in outcome.detail and "no space" in outcome.detail and "untouched" in outcome.detail
+    assert (
+        str(path) in outcome.detail
+        and "no space" in outcome.detail
+        and "untouched" in outcome.detail
+    )
     assert path.read_bytes() == original
     assert temp_files(path.parent) == []
     if name_part == "backups":
@@ -619,12 +653,18 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
     path = tmp_path / f"{SESSION}.jsonl"
     path.write_bytes(b"{}\n")
     name = path.name
-    of_dead = tmp_path / f".{name}.riffd-{dead_pid()}-0123456789ab.tmp"  # fresh, but its writer is gone
+    of_dead = (
+        tmp_path / f".{name}.riffd-{dead_pid()}-0123456789ab.tmp"
+    )  # fresh, but its writer is gone
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        of_running = tmp_path / f".{name}.riffd-{sleeper.pid}-0123456789ab.tmp"  # old, but its writer still runs
+        of_running = (
+            tmp_path / f".{name}.riffd-{sleeper.pid}-0123456789ab.tmp"
+        )  # old, but its writer still runs
         mine = temp_path_for(path)  # this process: running
-        legacy_old = tmp_path / f".{name}.riffd-00000000000a.tmp"  # no pid (an earlier riffd): by age only
+        legacy_old = (
+            tmp_path / f".{name}.riffd-00000000000a.tmp"
+        )  # no pid (an earlier riffd): by age only
         legacy_fresh = tmp_path / f".{name}.riffd-00000000000b.tmp"
         others = [
             tmp_path / f"{SESSION}.jsonl.compact.tmp.ab12",  # Claude Code's own temp file
@@ -647,7 +687,9 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
 def test_apply_removes_stale_temps_of_its_folder(tmp_path: Path) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)
-    stale = path.parent / f".{path.name}.riffd-{dead_pid()}-0123456789ab.tmp"  # a killed run's half a repair
+    stale = (
+        path.parent / f".{path.name}.riffd-{dead_pid()}-0123456789ab.tmp"
+    )  # a killed run's half a repair
     stale.write_bytes(b"half a repair")
     assert isinstance(apply_plan(plan_for(path), options_for(tmp_path)), Repaired)
     assert not stale.exists()
@@ -763,7 +805,9 @@ def test_kill_9_leaves_original_or_complete_repair_with_backup(tmp_path: Path) -
         child.stdout.close()
 
         data = path.read_bytes()
-        assert data in (original, repaired), f"round {rounds}: the file is neither original nor repaired"
+        assert data in (original, repaired), (
+            f"round {rounds}: the file is neither original nor repaired"
+        )
         if data == repaired:
             outcomes["repaired"] += 1
             store = BackupStore(backup_dir)
@@ -774,7 +818,8 @@ def test_kill_9_leaves_original_or_complete_repair_with_backup(tmp_path: Path) -
             outcomes["original"] += 1
         if backup_dir.exists():
             assert not any(name.endswith(".jsonl") for name in os.listdir(backup_dir))
-        # Whatever the kill left behind, the next run finishes or undoes the swap, removes its temp file, completes.
+        # Whatever the kill left behind, the next run finishes or undoes the swap, removes its temp
+        # file, completes.
         recover_and_sweep([path.parent], 0)
         assert temp_files(path.parent) == []
         if data == original:

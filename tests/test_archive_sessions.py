@@ -1,6 +1,7 @@
-"""`riffd archive ingest` and `riffd archive restore` of whole sessions: every file Claude Code keeps for a session
-comes back byte for byte with its modification time, only what is missing is put back, and nothing is replaced
-without --force and a backup. Real files laid out as the client writes them, real `riffd` subprocesses."""
+"""`riffd archive ingest` and `riffd archive restore` of whole sessions: every file Claude Code
+keeps for a session comes back byte for byte with its modification time, only what is missing is put
+back, and nothing is replaced without --force and a backup. Real files laid out as the client writes
+them, real `riffd` subprocesses."""
 
 from __future__ import annotations
 
@@ -17,11 +18,20 @@ from sessiontree import SessionTree, build_session, delete_like_cleanup, snapsho
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"}
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
+    }
     environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")  # never the user's own folder
-    return subprocess.run([sys.executable, "-m", "riffd", "--config", str(write_config(tmp_path)), *args],
-                          capture_output=True, text=True, env=environment, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(write_config(tmp_path)), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=180,
+        check=False,
+    )
 
 
 def _ingested(tmp_path: Path) -> SessionTree:
@@ -29,7 +39,9 @@ def _ingested(tmp_path: Path) -> SessionTree:
     build_session(tmp_path / "claude", seed=2)  # another session, which no restore below touches
     result = _riffd(tmp_path, "archive", "ingest")
     assert result.returncode == 0, result.stderr
-    assert "kept 15 file(s) of the sessions whole (15 new or changed" in result.stderr  # 7 + 7 + one shared plan
+    assert (
+        "kept 15 file(s) of the sessions whole (15 new or changed" in result.stderr
+    )  # 7 + 7 + one shared plan
     return tree
 
 
@@ -39,18 +51,27 @@ def test_a_session_deleted_by_the_cleanup_comes_back_whole_by_its_id_prefix(tmp_
     delete_like_cleanup(tree)
     result = _riffd(tmp_path, "archive", "restore", tree.session_id[:8])
     assert result.returncode == 0, result.stderr
-    assert snapshot(tree.files()) == before  # every file's bytes and modification time, the transcripts' too
-    assert not tree.ignored[0].exists() or tree.ignored[0].stat().st_size == 0  # (the client's lock: not kept)
+    assert (
+        snapshot(tree.files()) == before
+    )  # every file's bytes and modification time, the transcripts' too
+    assert (
+        not tree.ignored[0].exists() or tree.ignored[0].stat().st_size == 0
+    )  # (the client's lock: not kept)
     restored = [line.split(" -> ")[1] for line in result.stdout.splitlines()]
-    assert restored[-1] == str(tree.main)  # the transcript last: once `claude --resume` sees it, all is there
+    assert restored[-1] == str(
+        tree.main
+    )  # the transcript last: once `claude --resume` sees it, all is there
     assert len(restored) == len(tree.files()) - 2  # the task list and the plan were never deleted
-    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {0o600}  # the client's were 0644
+    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {
+        0o600
+    }  # the client's were 0644
     assert "2 already there" in result.stderr
 
 
 def test_a_saved_output_deleted_by_its_own_age_is_put_back_alone(tmp_path: Path) -> None:
-    """The client deletes each saved output by its own age while the transcript stays and is resumed: restore puts
-    back only what is missing and leaves the transcript, which has grown since it was archived, as it is."""
+    """The client deletes each saved output by its own age while the transcript stays and is
+    resumed: restore puts back only what is missing and leaves the transcript, which has grown since
+    it was archived, as it is."""
     tree = _ingested(tmp_path)
     output = tree.tool_results()[0]
     before = snapshot([output])
@@ -65,7 +86,9 @@ def test_a_saved_output_deleted_by_its_own_age_is_put_back_alone(tmp_path: Path)
     assert (tree.main.stat().st_ino, tree.main.stat().st_size) == (status.st_ino, status.st_size)
 
 
-def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_backup(tmp_path: Path) -> None:
+def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_backup(
+    tmp_path: Path,
+) -> None:
     tree = _ingested(tmp_path)
     checkpoint = next(path for path in tree.whole if path.parent.parent.name == "file-history")
     archived = checkpoint.read_bytes()
@@ -74,7 +97,10 @@ def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_bac
     os.utime(checkpoint, (long_ago, long_ago))
     left = _riffd(tmp_path, "archive", "restore", tree.session_id)
     assert left.returncode == 1, left.stderr
-    assert f"riffd: {checkpoint} exists and differs from the archive's copy; left as it is" in left.stderr
+    assert (
+        f"riffd: {checkpoint} exists and differs from the archive's copy; left as it is"
+        in left.stderr
+    )
     assert checkpoint.read_bytes() == b"edited by hand\n"
     assert left.stdout == ""
 
@@ -83,19 +109,28 @@ def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_bac
     assert checkpoint.read_bytes() == archived
     (backup,) = json.loads(_riffd(tmp_path, "backups", "list", "--json").stdout)
     assert backup["source"] == str(checkpoint) and backup["session"] == tree.session_id
-    assert f"restored {checkpoint} -> {checkpoint} (what was there is backed up as {backup['id']})" in forced.stdout
-    assert forced.stdout.count("restored") == 1  # the files that are the same are left alone, --force or not
+    assert (
+        f"restored {checkpoint} -> {checkpoint} (what was there is backed up as {backup['id']})"
+        in forced.stdout
+    )
+    assert (
+        forced.stdout.count("restored") == 1
+    )  # the files that are the same are left alone, --force or not
 
 
-def test_restore_to_a_folder_writes_the_session_tree_below_the_folder_its_files_share(tmp_path: Path) -> None:
+def test_restore_to_a_folder_writes_the_session_tree_below_the_folder_its_files_share(
+    tmp_path: Path,
+) -> None:
     tree = _ingested(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     result = _riffd(tmp_path, "archive", "restore", tree.session_id, "--to", str(out))
     assert result.returncode == 0, result.stderr
     claude = tmp_path / "claude"
-    assert f"riffd: note: {len(tree.files())} archived files are restored under their paths below {claude}" in \
-        result.stderr
+    assert (
+        f"riffd: note: {len(tree.files())} archived files are restored under their paths below {claude}"
+        in result.stderr
+    )
     expected = {path.relative_to(claude): value for path, value in snapshot(tree.files()).items()}
     written = [path for path in out.rglob("*") if path.is_file()]
     assert {path.relative_to(out): value for path, value in snapshot(written).items()} == expected
@@ -105,26 +140,42 @@ def test_verify_compares_every_kind_of_file_and_fix_mends_a_damaged_one(tmp_path
     tree = _ingested(tmp_path)
     verified = _riffd(tmp_path, "archive", "verify", "--json")
     assert verified.returncode == 0, verified.stderr
-    outcomes = {(item["kind"], item["outcome"]) for item in map(json.loads, verified.stdout.splitlines())}
-    assert outcomes == {(kind, "whole") for kind in ("transcript", "tool-result", "subagent-meta", "file-history",
-                                                     "tasks", "plan")}
-    # Other bytes of the same size and time as the version archived: the archive no longer tells the file
+    outcomes = {
+        (item["kind"], item["outcome"]) for item in map(json.loads, verified.stdout.splitlines())
+    }
+    assert outcomes == {
+        (kind, "whole")
+        for kind in ("transcript", "tool-result", "subagent-meta", "file-history", "tasks", "plan")
+    }
+    # Other bytes of the same size and time as the version archived: the archive no longer tells the
+    # file
     meta = next(path for path in tree.whole if path.name.endswith(".meta.json"))
     status = meta.stat()
     meta.write_bytes(meta.read_bytes().replace(b"general", b"GENERAL"))
     os.utime(meta, ns=(status.st_atime_ns, status.st_mtime_ns))
     differs = _riffd(tmp_path, "archive", "verify")
     assert differs.returncode == 1
-    assert f"{meta}: the archive differs from the file: byte 15 on is not version 1 as archived" in differs.stdout
+    assert (
+        f"{meta}: the archive differs from the file: byte 15 on is not version 1 as archived"
+        in differs.stdout
+    )
     assert _riffd(tmp_path, "archive", "verify", "--fix").returncode == 0
     assert _riffd(tmp_path, "archive", "verify").returncode == 0
-    # A frame of a saved output damaged inside the archive: named, and stored afresh from the file by --fix
+    # A frame of a saved output damaged inside the archive: named, and stored afresh from the file
+    # by --fix
     with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
-        blob, frame = db.execute("SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1").fetchone()
-        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob))
+        blob, frame = db.execute(
+            "SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1"
+        ).fetchone()
+        db.execute(
+            "UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob)
+        )
     damaged = _riffd(tmp_path, "archive", "verify")
     assert damaged.returncode == 1
-    assert "a file kept whole is damaged in the archive" in damaged.stdout and "1 damaged file" in damaged.stderr
+    assert (
+        "a file kept whole is damaged in the archive" in damaged.stdout
+        and "1 damaged file" in damaged.stderr
+    )
     fixed = _riffd(tmp_path, "archive", "verify", "--fix")
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     again = _riffd(tmp_path, "archive", "verify")
@@ -132,10 +183,14 @@ def test_verify_compares_every_kind_of_file_and_fix_mends_a_damaged_one(tmp_path
     delete_like_cleanup(tree)
     restored = _riffd(tmp_path, "archive", "restore", tree.session_id)
     assert restored.returncode == 0, restored.stderr
-    assert all(output.read_bytes() == tree.tool_results()[1].read_bytes() for output in tree.tool_results())
+    assert all(
+        output.read_bytes() == tree.tool_results()[1].read_bytes() for output in tree.tool_results()
+    )
 
 
-def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(tmp_path: Path) -> None:
+def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(
+    tmp_path: Path,
+) -> None:
     claude = tmp_path / "claude"
     tree = build_session(claude)
     partial = build_session(claude, seed=2, project="-home-user-other")
@@ -145,20 +200,36 @@ def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(tmp
     assert listed.returncode == 0, listed.stderr
     rows = {row["session_id"]: row for row in json.loads(listed.stdout)["sessions"]}
     assert rows[tree.session_id]["holds"] == {
-        "transcript": True, "subagents": 1, "saved_outputs": 2, "subagent_settings": 1, "checkpoints": 3,
-        "task_files": 1, "plans": 1, "todo_files": 0, "other_files": 0}
-    assert rows[tree.session_id]["whole"] is True and rows[partial.session_id]["whole"] is True  # as on disk
+        "transcript": True,
+        "subagents": 1,
+        "saved_outputs": 2,
+        "subagent_settings": 1,
+        "checkpoints": 3,
+        "task_files": 1,
+        "plans": 1,
+        "todo_files": 0,
+        "other_files": 0,
+    }
+    assert (
+        rows[tree.session_id]["whole"] is True and rows[partial.session_id]["whole"] is True
+    )  # as on disk
     checkpoint = next(path for path in tree.whole if path.parent.parent.name == "file-history")
     checkpoint.write_bytes(b"changed since\n")
     text = _riffd(tmp_path, "sessions").stdout
     line = next(line for line in text.splitlines() if line.startswith(tree.session_id))
-    assert ("archived, not whole (transcript, subagents: 1, saved outputs: 2, subagent settings: 1, checkpoints: 3"
-            in line)
+    assert (
+        "archived, not whole (transcript, subagents: 1, saved outputs: 2, subagent settings: 1, checkpoints: 3"
+        in line
+    )
 
     delete_like_cleanup(tree)
     delete_like_cleanup(partial)
-    deleted = {row["session_id"]: row for row in json.loads(_riffd(tmp_path, "sessions", "--deleted",
-                                                                    "--json").stdout)["sessions"]}
+    deleted = {
+        row["session_id"]: row
+        for row in json.loads(_riffd(tmp_path, "sessions", "--deleted", "--json").stdout)[
+            "sessions"
+        ]
+    }
     assert deleted[tree.session_id]["whole"] is True
     # its transcripts name two saved outputs, and the archive holds one
     assert deleted[partial.session_id]["whole"] is False
@@ -171,16 +242,29 @@ def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(tmp
     assert stats["raw_all_bytes"] > stats["raw_bytes"] > 0
 
 
-def test_a_file_the_archive_cannot_give_whole_is_not_restored_and_nothing_is_left(tmp_path: Path) -> None:
+def test_a_file_the_archive_cannot_give_whole_is_not_restored_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
     tree = _ingested(tmp_path)
     with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
-        blob, frame = db.execute("SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1").fetchone()
-        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob))
+        blob, frame = db.execute(
+            "SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1"
+        ).fetchone()
+        db.execute(
+            "UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob)
+        )
     delete_like_cleanup(tree)
     result = _riffd(tmp_path, "archive", "restore", tree.session_id)
     assert result.returncode == 2
     for output in tree.tool_results():  # the two saved outputs share the damaged blob
-        assert f"riffd: error: {output}: not restored, the archive cannot give it whole" in result.stderr
+        assert (
+            f"riffd: error: {output}: not restored, the archive cannot give it whole"
+            in result.stderr
+        )
         assert not output.exists()
-    assert sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []  # no temp left either
-    assert tree.main.exists() and all(path.exists() for path in tree.whole if path.parent.name != "tool-results")
+    assert (
+        sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []
+    )  # no temp left either
+    assert tree.main.exists() and all(
+        path.exists() for path in tree.whole if path.parent.name != "tool-results"
+    )

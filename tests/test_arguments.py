@@ -1,5 +1,6 @@
-"""Arguments at their edges, as a user types them: a clear error and exit 2, never a traceback, and never a value
-that switches a protection off (nan or a negative quiet period would make every file count as idle)."""
+"""Arguments at their edges, as a user types them: a clear error and exit 2, never a traceback, and
+never a value that switches a protection off (nan or a negative quiet period would make every file
+count as idle)."""
 
 from __future__ import annotations
 
@@ -24,29 +25,53 @@ FLOAT_OPTIONS = [  # (the words before the option, the option)
 
 
 def riffd(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {name: value for name, value in os.environ.items() if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")}
-    environ.update(PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")])),
-                   RIFFD_STATE_DIR=str(tmp_path / "state"), CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), **env)
-    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=environ,
-                          cwd=tmp_path, timeout=60, check=False)
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
+    }
+    environ.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")])),
+        RIFFD_STATE_DIR=str(tmp_path / "state"),
+        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+        **env,
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize(("words", "option"), FLOAT_OPTIONS, ids=lambda item: " ".join(item) if isinstance(
-    item, tuple) else item)
+@pytest.mark.parametrize(
+    ("words", "option"),
+    FLOAT_OPTIONS,
+    ids=lambda item: " ".join(item) if isinstance(item, tuple) else item,
+)
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "-inf", "ten"])
-def test_a_number_option_refuses_what_is_not_a_finite_amount(tmp_path: Path, words: tuple[str, ...], option: str,
-                                                            value: str) -> None:
+def test_a_number_option_refuses_what_is_not_a_finite_amount(
+    tmp_path: Path, words: tuple[str, ...], option: str, value: str
+) -> None:
     (tmp_path / "state" / "backups").mkdir(parents=True)
     result = riffd(tmp_path, *words, f"{option}={value}")
     assert result.returncode == 2, (result.stdout, result.stderr)
-    assert f"argument {option}: '{value}' is not a" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        f"argument {option}: '{value}' is not a" in result.stderr
+        and "Traceback" not in result.stderr
+    )
 
 
 def test_the_hook_refuses_a_window_that_is_not_finite(capsys: pytest.CaptureFixture[str]) -> None:
     for value in ("nan", "inf", "-5", "0"):
         with pytest.raises(UsageError, match="--window must be"):
             parse_args(["pre-tool-use", "--window", value])  # as Claude Code runs it
-        assert main(["hook", "pre-tool-use", "--window", value]) == 2  # through the full command line
+        assert (
+            main(["hook", "pre-tool-use", "--window", value]) == 2
+        )  # through the full command line
         assert f"argument --window: '{value}' is not" in capsys.readouterr().err
     assert parse_args(["pre-tool-use", "--window", "0.5"]) == ("warn", 0.5)
 
@@ -54,7 +79,9 @@ def test_the_hook_refuses_a_window_that_is_not_finite(capsys: pytest.CaptureFixt
 def test_since_takes_the_first_day_of_the_calendar(tmp_path: Path) -> None:
     transcript = tmp_path / "claude" / "projects" / "-p" / "session.jsonl"
     transcript.parent.mkdir(parents=True)
-    transcript.write_bytes(transcript_bytes(4).replace(b'{"type"', b'{"timestamp":"2026-01-02T03:04:05.000Z","type"'))
+    transcript.write_bytes(
+        transcript_bytes(4).replace(b'{"type"', b'{"timestamp":"2026-01-02T03:04:05.000Z","type"')
+    )
     assert riffd(tmp_path, "archive", "ingest", str(transcript)).returncode == 0
     for zone in ("UTC", "Asia/Tokyo", "America/New_York"):
         result = riffd(tmp_path, "archive", "search", "line", "--since", "0001-01-01", TZ=zone)
@@ -79,5 +106,8 @@ def test_restoring_a_backup_onto_a_folder_says_a_folder_is_there(tmp_path: Path)
     folder.mkdir()
     result = riffd(tmp_path, "backups", "restore", backup_id, "--to", str(folder), "--force")
     assert result.returncode == 2
-    assert f"{folder}: a folder is there; give the path of a file, e.g. {folder / 'session.jsonl'}" in result.stderr
+    assert (
+        f"{folder}: a folder is there; give the path of a file, e.g. {folder / 'session.jsonl'}"
+        in result.stderr
+    )
     assert "I/O error" not in result.stderr and list(folder.iterdir()) == []

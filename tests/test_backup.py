@@ -1,4 +1,5 @@
-"""The backup store: verified gzip copies with manifests, nothing partial left behind, restore and prune."""
+"""The backup store: verified gzip copies with manifests, nothing partial left behind, restore and
+prune."""
 
 from __future__ import annotations
 
@@ -19,7 +20,13 @@ from riffd import __version__
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_OK
 from riffd.fsio import FileSystem
-from riffd.repair.backup import BackupCorrupt, BackupStore, SourceChanged, UnknownBackup, is_backup_id
+from riffd.repair.backup import (
+    BackupCorrupt,
+    BackupStore,
+    SourceChanged,
+    UnknownBackup,
+    is_backup_id,
+)
 from riffd.repair.outcomes import ApplyOptions, Failed, Restored, Skipped, SkipReason
 from riffd.repair.restore import restore_backup
 from riffd.transcript.findings import Finding, FindingClass
@@ -28,7 +35,9 @@ SESSION = "6a1f0c2e-aaaa-bbbb-cccc-000000000001"
 
 
 def finding_for(path: Path) -> Finding:
-    return Finding(FindingClass.DUPLICATE_TOOL_RESULT, str(path), (3, 7), "two results", tool_id="toolu_1")
+    return Finding(
+        FindingClass.DUPLICATE_TOOL_RESULT, str(path), (3, 7), "two results", tool_id="toolu_1"
+    )
 
 
 def make_source(tmp_path: Path, data: bytes, name: str = f"{SESSION}.jsonl") -> Path:
@@ -56,7 +65,8 @@ def store_files(root: Path) -> list[str]:
 
 
 class FailingWritesFS(FileSystem):
-    """Raises `error` on the `fail_on`-th write to a file under `folder` (1-based; 0 = every write)."""
+    """Raises `error` on the `fail_on`-th write to a file under `folder` (1-based; 0 = every
+    write)."""
 
     def __init__(self, folder: Path, error: int, fail_on: int = 0, suffix: str = "") -> None:
         self.folder = str(folder)
@@ -81,7 +91,8 @@ class FailingWritesFS(FileSystem):
 
 
 class CorruptingFS(FileSystem):
-    """Flips one bit in the first write to the backup folder: a disk that silently returns bad data."""
+    """Flips one bit in the first write to the backup folder: a disk that silently returns bad
+    data."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = str(folder)
@@ -110,7 +121,12 @@ def test_backup_is_verified_private_gzip_with_manifest(tmp_path: Path) -> None:
     fd = os.open(source, os.O_RDONLY)
     try:
         record = store.create(
-            source, fd, len(data), hashlib.sha256(data).hexdigest(), [finding_for(source)], reason="repair"
+            source,
+            fd,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
+            [finding_for(source)],
+            reason="repair",
         )
     finally:
         os.close(fd)
@@ -270,7 +286,8 @@ def test_restore_over_original_backs_up_current_first(tmp_path: Path) -> None:
     claude_dir = tmp_path / "claude"
     options = ApplyOptions(backup_dir=store.root, claude_dir=claude_dir, quiet_period=120)
 
-    # Just written, so inside the quiet period: a restore is a rewrite and waits for an idle session.
+    # Just written, so inside the quiet period: a restore is a rewrite and waits for an idle
+    # session.
     busy = restore_backup(store, backup_id, options=options)
     assert isinstance(busy, Skipped) and busy.reason == SkipReason.LIVE
     assert source.read_bytes() == changed
@@ -297,7 +314,9 @@ def test_restore_of_deleted_original_recreates_it(tmp_path: Path) -> None:
 
 
 def test_restore_unknown_id_fails_cleanly(tmp_path: Path) -> None:
-    outcome = restore_backup(BackupStore(tmp_path / "backups"), "20200101T000000.000000Z-nope-abcdef")
+    outcome = restore_backup(
+        BackupStore(tmp_path / "backups"), "20200101T000000.000000Z-nope-abcdef"
+    )
     assert isinstance(outcome, Failed) and outcome.reason == "not_found"
 
 
@@ -312,10 +331,14 @@ def test_prune_keeps_newest_per_file_and_removes_by_count_and_age(tmp_path: Path
     assert sorted(record.backup_id for record in removed) == first_ids[:3]
     assert [record.backup_id for record in store.list()] == sorted(first_ids[3:] + second_ids)
     for backup_id in first_ids[:3]:
-        assert not store.data_path(backup_id).exists() and not store.manifest_path(backup_id).exists()
+        assert (
+            not store.data_path(backup_id).exists() and not store.manifest_path(backup_id).exists()
+        )
 
     # A year later everything is past max age, yet the newest backup of each file stays.
-    removed = store.prune(keep_per_file=10, max_age_days=90, now=datetime.now(UTC) + timedelta(days=365))
+    removed = store.prune(
+        keep_per_file=10, max_age_days=90, now=datetime.now(UTC) + timedelta(days=365)
+    )
     assert [record.backup_id for record in removed] == [first_ids[3]]
     assert {record.backup_id for record in store.list()} == {first_ids[4], second_ids[0]}
 
@@ -356,9 +379,13 @@ def test_leftovers_of_a_killed_run_are_removed_only_when_old(tmp_path: Path) -> 
 def test_temps_of_a_dead_process_go_at_once_and_a_running_ones_never(tmp_path: Path) -> None:
     store = BackupStore(tmp_path / "backups")
     kept_id = backup_of(store, make_source(tmp_path, transcript_bytes(3)))
-    of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"  # fresh: a kill -9 just now
+    of_dead = (
+        store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"
+    )  # fresh: a kill -9 just now
     of_dead_manifest = store.root / f".20200101T000000.000000Z-abc-000001.json.{dead_pid()}.tmp"
-    of_running = store.root / f".20200101T000000.000000Z-abc-000002.gz.{os.getpid()}.tmp"  # old: still being written
+    of_running = (
+        store.root / f".20200101T000000.000000Z-abc-000002.gz.{os.getpid()}.tmp"
+    )  # old: still being written
     for leftover in (of_dead, of_dead_manifest, of_running):
         leftover.write_bytes(b"partial")
     long_ago = time.time() - 7200
@@ -368,7 +395,9 @@ def test_temps_of_a_dead_process_go_at_once_and_a_running_ones_never(tmp_path: P
     assert store.open_bytes(kept_id) == transcript_bytes(3)
 
 
-def test_backups_prune_removes_a_killed_runs_temps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_backups_prune_removes_a_killed_runs_temps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = BackupStore(tmp_path / "backups")
     backup_of(store, make_source(tmp_path, transcript_bytes(3)))
     of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"

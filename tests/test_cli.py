@@ -29,7 +29,8 @@ SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 @pytest.fixture
 def claude_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Claude Code config dir with one project holding a healthy and a damaged copy of real sessions."""
+    """A Claude Code config dir with one project holding a healthy and a damaged copy of real
+    sessions."""
     claude = tmp_path / "claude"
     project = claude / "projects" / "-path-to-Demo"
     project.mkdir(parents=True)
@@ -44,18 +45,32 @@ def claude_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def damage_with_resumed_duplicate(path: Path) -> int:
-    """Add the synthetic duplicate result a second resuming process writes (transcript-format 4b); return
-    the number of the line added."""
+    """Add the synthetic duplicate result a second resuming process writes (transcript-format 4b);
+    return the number of the line added."""
     lines = path.read_bytes().splitlines(keepends=True)
     for number, raw in enumerate(lines):
         record = json.loads(raw)
         content = (record.get("message") or {}).get("content")
-        if record.get("type") == "user" and isinstance(content, list) and content[0].get("type") == "tool_result":
+        if (
+            record.get("type") == "user"
+            and isinstance(content, list)
+            and content[0].get("type") == "tool_result"
+        ):
             synthetic = dict(record, uuid=str(uuid.uuid4()), toolDenialKind="interrupted")
-            synthetic["message"] = {"role": "user", "content": [{
-                "type": "tool_result", "tool_use_id": content[0]["tool_use_id"],
-                "content": "[Tool call interrupted by a resumed session]", "is_error": True}]}
-            path.write_bytes(b"".join([*lines[:number], orjson.dumps(synthetic) + b"\n", *lines[number:]]))
+            synthetic["message"] = {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": content[0]["tool_use_id"],
+                        "content": "[Tool call interrupted by a resumed session]",
+                        "is_error": True,
+                    }
+                ],
+            }
+            path.write_bytes(
+                b"".join([*lines[:number], orjson.dumps(synthetic) + b"\n", *lines[number:]])
+            )
             return number + 1
     raise AssertionError("no tool_result line in the sample")
 
@@ -65,7 +80,9 @@ def session_file(claude: Path) -> Path:
 
 
 @requires_corpus
-def test_scan_of_healthy_default_roots_exits_0(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_of_healthy_default_roots_exits_0(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["scan"]) == EXIT_OK
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -73,12 +90,17 @@ def test_scan_of_healthy_default_roots_exits_0(claude_home: Path, capsys: pytest
 
 
 @requires_corpus
-def test_scan_reports_damage_with_line_and_api_error(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_reports_damage_with_line_and_api_error(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     added = damage_with_resumed_duplicate(session_file(claude_home))
     assert main(["scan"]) == EXIT_FINDINGS
     out = capsys.readouterr().out
     assert f"{session_file(claude_home)}: 1 finding(s)" in out
-    assert re.search(rf"line \d+, {added + 1}: duplicate_tool_result|line {added}, \d+: duplicate_tool_result", out)
+    assert re.search(
+        rf"line \d+, {added + 1}: duplicate_tool_result|line {added}, \d+: duplicate_tool_result",
+        out,
+    )
     assert "each tool_use must have a single result" in out
     assert f"riffd fix {session_file(claude_home)}" in out
 
@@ -90,7 +112,9 @@ def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
     path = session_file(claude_home)
     lines = path.read_bytes().splitlines(keepends=True)
     cut = max(number for number, line in enumerate(lines) if b'"type":"tool_use"' in line)
-    path.write_bytes(b"".join(lines[: cut + 1]))  # the tool is still running: its result is not written yet
+    path.write_bytes(
+        b"".join(lines[: cut + 1])
+    )  # the tool is still running: its result is not written yet
     registry = claude_home / "sessions" / f"{os.getpid()}.json"
     registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
     assert main(["scan", str(path)]) == EXIT_OK
@@ -104,7 +128,9 @@ def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
 
 
 @requires_corpus
-def test_scan_json_is_a_versioned_document(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_json_is_a_versioned_document(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     damage_with_resumed_duplicate(session_file(claude_home))
     assert main(["scan", "--json", str(claude_home / "projects")]) == EXIT_FINDINGS
     document = json.loads(capsys.readouterr().out)
@@ -117,7 +143,9 @@ def test_scan_json_is_a_versioned_document(claude_home: Path, capsys: pytest.Cap
     assert report["metrics"]["duplicates_detected"] == 1
 
 
-def test_scan_of_a_missing_path_exits_2_and_names_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_of_a_missing_path_exits_2_and_names_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["scan", str(tmp_path / "nope")]) == EXIT_ERROR
     assert f"{tmp_path / 'nope'}: no such file or folder" in capsys.readouterr().err
 
@@ -128,7 +156,9 @@ def test_unknown_command_exits_2_with_help_hint(capsys: pytest.CaptureFixture[st
 
 
 @requires_corpus
-def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fix_repairs_idle_session_after_verified_backup(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)
     damaged = path.read_bytes()
@@ -140,7 +170,9 @@ def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsy
     assert f"repaired {path}" in out
     assert path.read_bytes() != damaged
     source = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
-    assert path.read_bytes() == source.read_bytes()  # the injected line removed, nothing else touched
+    assert (
+        path.read_bytes() == source.read_bytes()
+    )  # the injected line removed, nothing else touched
     backups = list((claude_home.parent / "state" / "backups").glob("*.gz"))
     assert len(backups) == 1 and not backups[0].name.endswith(".jsonl")
     assert gzip.decompress(backups[0].read_bytes()) == damaged
@@ -150,7 +182,9 @@ def test_fix_repairs_idle_session_after_verified_backup(claude_home: Path, capsy
 
 
 @requires_corpus
-def test_fix_leaves_a_live_session_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fix_leaves_a_live_session_alone(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)
     damaged = path.read_bytes()
@@ -162,7 +196,9 @@ def test_fix_leaves_a_live_session_alone(claude_home: Path, capsys: pytest.Captu
 
 
 @requires_corpus
-def test_fix_respects_the_quiet_period(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fix_respects_the_quiet_period(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)  # just written: modified now
     damaged = path.read_bytes()
@@ -172,8 +208,9 @@ def test_fix_respects_the_quiet_period(claude_home: Path, capsys: pytest.Capture
 
 
 @requires_corpus
-def test_backups_list_and_restore_round_trip(claude_home: Path, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_backups_list_and_restore_round_trip(
+    claude_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = session_file(claude_home)
     damage_with_resumed_duplicate(path)
     damaged = path.read_bytes()
@@ -187,20 +224,30 @@ def test_backups_list_and_restore_round_trip(claude_home: Path, tmp_path: Path,
     restored = tmp_path / "restored.jsonl"
     assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_OK
     assert restored.read_bytes() == damaged
-    assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_ERROR  # no overwrite
+    assert (
+        main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_ERROR
+    )  # no overwrite
     assert main(["backups", "restore", "20990101T000000.000000Z-nope-abcdef"]) == EXIT_ERROR
 
 
 def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
     environment = dict(os.environ, HOME=str(tmp_path), RIFFD_STATE_DIR=str(tmp_path / "state"))
     environment.pop("CLAUDE_CONFIG_DIR", None)
-    result = subprocess.run([sys.executable, "-m", "riffd", "scan"], env=environment, capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "scan"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == EXIT_OK
     assert "does not exist" in result.stderr
 
 
-def _commands_and_options(parser: argparse.ArgumentParser, command: str = "riffd") -> Iterator[tuple[str, str]]:
+def _commands_and_options(
+    parser: argparse.ArgumentParser, command: str = "riffd"
+) -> Iterator[tuple[str, str]]:
     """Yield (command, long option) for every option, and (command, "") for every (sub)command."""
     yield command, ""
     for action in parser._actions:
@@ -245,8 +292,11 @@ def test_fix_waits_an_hour_before_answering_a_tool_call_that_may_still_run(
 
 
 @requires_corpus
-def test_fix_leaves_a_live_sessions_agent_file_alone(claude_home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A 2.0.x subagent file is named agent-<id>.jsonl; only its lines' sessionId ties it to the live session."""
+def test_fix_leaves_a_live_sessions_agent_file_alone(
+    claude_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 2.0.x subagent file is named agent-<id>.jsonl; only its lines' sessionId ties it to the
+    live session."""
     agent = session_file(claude_home).with_name("agent-1234abcd.jsonl")
     session_file(claude_home).rename(agent)
     damage_with_resumed_duplicate(agent)
@@ -260,20 +310,33 @@ def test_fix_leaves_a_live_sessions_agent_file_alone(claude_home: Path, capsys: 
 
 def test_an_unsupported_platform_gets_one_line_not_a_traceback() -> None:
     code = "import sys; sys.platform = 'win32'; from riffd.entry import main; raise SystemExit(main(['status']))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 2
-    assert result.stderr == "riffd: win32 is not supported: riffd runs on Linux (WSL2 included) and macOS\n"
+    assert (
+        result.stderr
+        == "riffd: win32 is not supported: riffd runs on Linux (WSL2 included) and macOS\n"
+    )
 
 
 def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_module() -> None:
     from riffd.commands.cli import COMMANDS
 
     full = build_parser()
-    subparsers = next(action for action in full._actions if isinstance(action, argparse._SubParsersAction))
+    subparsers = next(
+        action for action in full._actions if isinstance(action, argparse._SubParsersAction)
+    )
     helps = {choice.dest: choice.help for choice in subparsers._choices_actions}
     assert helps == {name: text for name, (_module, text) in COMMANDS.items()}
-    code = ("import sys; from riffd.commands.cli import build_parser; build_parser(['--config', 'x.toml', 'status']); "
-            "print(sorted(name for name in sys.modules if name.startswith('riffd.commands.')))")
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys; from riffd.commands.cli import build_parser; build_parser(['--config', 'x.toml', 'status']); "
+        "print(sorted(name for name in sys.modules if name.startswith('riffd.commands.')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert "riffd.commands.daemon" in loaded and "riffd.commands.archive" not in loaded
-    assert "riffd.commands.config'" not in loaded  # tomlkit and the config editor stay out of status
+    assert (
+        "riffd.commands.config'" not in loaded
+    )  # tomlkit and the config editor stay out of status

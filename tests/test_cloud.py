@@ -1,9 +1,11 @@
-"""Cloud-sync and network folders, on a FUSE filesystem of our own (tests/fusefs.py) that fails on purpose.
+"""Cloud-sync and network folders, on a FUSE filesystem of our own (tests/fusefs.py) that fails on
+purpose.
 
-What a user on such a folder must be able to count on: a rename that fails never loses the transcript, and riffd
-says "untouched" only once it has looked; a stale handle after a good replace is not a failure; a layer that
-drops the exchange flag still gets a correct repair; EIO on stat and listings gives the clean run's findings or
-an error naming the path, never "0 files" and never a traceback.
+What a user on such a folder must be able to count on: a rename that fails never loses the
+transcript, and riffd says "untouched" only once it has looked; a stale handle after a good replace
+is not a failure; a layer that drops the exchange flag still gets a correct repair; EIO on stat and
+listings gives the clean run's findings or an error naming the path, never "0 files" and never a
+traceback.
 """
 
 from __future__ import annotations
@@ -42,13 +44,17 @@ def mount(tmp_path: Path) -> Iterator[Mount]:
 
 @pytest.fixture
 def hard_remove_mount(tmp_path: Path) -> Iterator[Mount]:
-    with Mount(tmp_path / "backing", tmp_path / "cloud", tmp_path / "faults.json", hard_remove=True) as mounted:
+    with Mount(
+        tmp_path / "backing", tmp_path / "cloud", tmp_path / "faults.json", hard_remove=True
+    ) as mounted:
         yield mounted
 
 
 def damaged_session(mount: Mount, name: str = f"{SESSION}.jsonl") -> tuple[Path, bytes]:
     """A damaged session on the mount, quiet for an hour; return its path there and its bytes."""
-    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=6, session_id=SESSION)).lines
+    lines = damage.inject_resumed_duplicate(
+        damage.generated_session(segments=6, session_id=SESSION)
+    ).lines
     data = b"".join(lines)
     path = mount.mountpoint / "claude" / "projects" / "-home-user-project" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,68 +64,116 @@ def damaged_session(mount: Mount, name: str = f"{SESSION}.jsonl") -> tuple[Path,
     return path, data
 
 
-def repair(mount: Mount, path: Path, tmp_path: Path, fs: FileSystem | None = None) -> Repaired | Failed | object:
-    """Repair `path` as riffd fix would, through `fs` (a seam of its own: what riffd learnt of a filesystem, such as
-    "it cannot exchange", stays with the seam, and each test's mount is a new filesystem)."""
+def repair(
+    mount: Mount, path: Path, tmp_path: Path, fs: FileSystem | None = None
+) -> Repaired | Failed | object:
+    """Repair `path` as riffd fix would, through `fs` (a seam of its own: what riffd learnt of a
+    filesystem, such as "it cannot exchange", stays with the seam, and each test's mount is a new
+    filesystem)."""
     scanned = index_file(path, with_identity=True)
     plan = plan_file_repair(scanned, RepairOptions())
-    return apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups",
-                                         claude_dir=mount.mountpoint / "claude", quiet_period=0,
-                                         fs=fs or FileSystem()))
+    return apply_plan(
+        plan,
+        ApplyOptions(
+            backup_dir=tmp_path / "state" / "backups",
+            claude_dir=mount.mountpoint / "claude",
+            quiet_period=0,
+            fs=fs or FileSystem(),
+        ),
+    )
 
 
 def in_backing(mount: Mount, path: Path) -> Path:
     return mount.backing / path.relative_to(mount.mountpoint)
 
 
-def test_a_rename_that_always_fails_never_loses_the_transcript(mount: Mount, tmp_path: Path) -> None:
+def test_a_rename_that_always_fails_never_loses_the_transcript(
+    mount: Mount, tmp_path: Path
+) -> None:
     path, data = damaged_session(mount)
-    # No exchange on this filesystem, and every rename of riffd's copy fails: libfuse hides the open original as
-    # .fuse_hidden* first, and would delete it once riffd closes it.
+    # No exchange on this filesystem, and every rename of riffd's copy fails: libfuse hides the open
+    # original as .fuse_hidden* first, and would delete it once riffd closes it.
     mount.faults({"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}, exchange="refuse")
     outcome = repair(mount, path, tmp_path)
     assert isinstance(outcome, Failed), outcome
-    assert "lost the transcript during the failed rename" in outcome.detail and "as it was" in outcome.detail
+    assert (
+        "lost the transcript during the failed rename" in outcome.detail
+        and "as it was" in outcome.detail
+    )
     assert in_backing(mount, path).read_bytes() == data  # byte for byte, on the filesystem itself
     assert path.read_bytes() == data
-    assert not [name for name in os.listdir(path.parent) if name.startswith(".fuse_hidden") or ".riffd-" in name]
+    assert not [
+        name
+        for name in os.listdir(path.parent)
+        if name.startswith(".fuse_hidden") or ".riffd-" in name
+    ]
 
 
 def test_a_failed_exchange_leaves_the_transcript_untouched_and_says_so_after_looking(
-        mount: Mount, tmp_path: Path) -> None:
+    mount: Mount, tmp_path: Path
+) -> None:
     path, data = damaged_session(mount)
-    mount.faults({"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO})  # the exchange itself fails
+    mount.faults(
+        {"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}
+    )  # the exchange itself fails
     outcome = repair(mount, path, tmp_path)
-    # libfuse hides an open name before a plain rename, not before an exchange: the original is where it was.
-    assert isinstance(outcome, Failed) and "the transcript is untouched (checked)" in outcome.detail, outcome
+    # libfuse hides an open name before a plain rename, not before an exchange: the original is
+    # where it was.
+    assert (
+        isinstance(outcome, Failed) and "the transcript is untouched (checked)" in outcome.detail
+    ), outcome
     assert in_backing(mount, path).read_bytes() == data
 
 
 def test_untouched_is_said_only_after_looking(mount: Mount, tmp_path: Path) -> None:
     path, data = damaged_session(mount)
-    mount.faults({"ops": ["write"], "glob": "*.tmp", "errno": errno.EIO})  # the repaired copy cannot be written
+    mount.faults(
+        {"ops": ["write"], "glob": "*.tmp", "errno": errno.EIO}
+    )  # the repaired copy cannot be written
     outcome = repair(mount, path, tmp_path)
-    assert isinstance(outcome, Failed) and "the transcript is untouched (checked)" in outcome.detail, outcome
+    assert (
+        isinstance(outcome, Failed) and "the transcript is untouched (checked)" in outcome.detail
+    ), outcome
     assert in_backing(mount, path).read_bytes() == data
 
 
 def test_a_stale_handle_after_a_good_replace_is_a_repair_with_a_warning(
-        hard_remove_mount: Mount, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hard_remove_mount: Mount, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     mount = hard_remove_mount
     path, data = damaged_session(mount)
-    # The old file keeps a name of riffd's after an exchange; a layer that renames instead drops it at once.
+    # The old file keeps a name of riffd's after an exchange; a layer that renames instead drops it
+    # at once.
     mount.faults({"ops": ["getattr"], "unlinked": True, "errno": errno.ESTALE}, exchange="drop")
     result = subprocess.run(
-        [sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir", str(tmp_path / "backups"),
-         str(path)], capture_output=True, text=True, check=False,
-        env=os.environ | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(mount.mountpoint / "claude")})
+        [
+            sys.executable,
+            "-m",
+            "riffd",
+            "fix",
+            "--quiet-period",
+            "0",
+            "--backup-dir",
+            str(tmp_path / "backups"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ
+        | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(mount.mountpoint / "claude")},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"repaired {path}" in result.stdout and "stale file handle" in result.stdout
-    assert in_backing(mount, path).read_bytes() != data and b"Tool call interrupted" not in path.read_bytes()
+    assert (
+        in_backing(mount, path).read_bytes() != data
+        and b"Tool call interrupted" not in path.read_bytes()
+    )
 
 
 def test_a_layer_that_drops_the_exchange_flag_still_gets_a_correct_repair(
-        mount: Mount, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    mount: Mount, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path, data = damaged_session(mount)
     expected_path = tmp_path / "plain" / path.name
     expected_path.parent.mkdir()
@@ -136,24 +190,36 @@ def test_a_layer_that_drops_the_exchange_flag_still_gets_a_correct_repair(
         assert isinstance(repair(mount, second, tmp_path, seam), Repaired)
     assert isinstance(outcome, Repaired), outcome
     assert in_backing(mount, path).read_bytes() == expected
-    said = [record for record in caplog.records if "cannot exchange two names" in record.getMessage()]
+    said = [
+        record for record in caplog.records if "cannot exchange two names" in record.getMessage()
+    ]
     assert len(said) == 1 and "performed a plain rename" in said[0].getMessage()
 
 
 def scan_json(root: Path) -> tuple[int, dict[str, object], str]:
-    result = subprocess.run([sys.executable, "-m", "riffd", "scan", "--json", str(root)], capture_output=True,
-                            text=True, check=False, env=os.environ | {"PYTHONPATH": str(SRC_DIR)}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "scan", "--json", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ | {"PYTHONPATH": str(SRC_DIR)},
+        timeout=120,
+    )
     document = json.loads(result.stdout) if result.stdout.strip() else {}
     return result.returncode, document, result.stderr
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
-def test_eio_on_stat_and_listing_gives_the_clean_findings_or_names_the_path(mount: Mount, seed: int) -> None:
+def test_eio_on_stat_and_listing_gives_the_clean_findings_or_names_the_path(
+    mount: Mount, seed: int
+) -> None:
     damaged_session(mount)
     project = mount.mountpoint / "claude" / "projects"
     for number in range(3):
         (project / f"-p{number}").mkdir()
-        (project / f"-p{number}" / "ok.jsonl").write_bytes(b"".join(damage.generated_session(segments=2)))
+        (project / f"-p{number}" / "ok.jsonl").write_bytes(
+            b"".join(damage.generated_session(segments=2))
+        )
     clean_code, clean, _ = scan_json(project)
     assert clean_code == 1 and clean["summary"]["files"] == 4  # type: ignore[index]
     mount.faults({"ops": ["getattr", "readdir"], "errno": errno.EIO, "chance": 0.1}, seed=seed)
@@ -163,17 +229,29 @@ def test_eio_on_stat_and_listing_gives_the_clean_findings_or_names_the_path(moun
         assert "I/O error" in err and str(mount.mountpoint) in err, err
     else:
         assert (code, document["files"], document["summary"]["files"]) == (  # type: ignore[index]
-            clean_code, clean["files"], 4)
+            clean_code,
+            clean["files"],
+            4,
+        )
 
 
 def test_an_error_no_command_expected_is_one_line_naming_the_path(mount: Mount) -> None:
     backups = mount.mountpoint / "backups"
     backups.mkdir()
     mount.faults({"ops": ["readdir"], "glob": "/backups", "errno": errno.EIO})
-    result = subprocess.run([sys.executable, "-m", "riffd", "backups", "--backup-dir", str(backups), "list"],
-                            capture_output=True, text=True, check=False, env=os.environ | {"PYTHONPATH": str(SRC_DIR)})
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "backups", "--backup-dir", str(backups), "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=os.environ | {"PYTHONPATH": str(SRC_DIR)},
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.count("\n") == 1 and str(backups) in result.stderr and "run the command again" in result.stderr
+    assert (
+        result.stderr.count("\n") == 1
+        and str(backups) in result.stderr
+        and "run the command again" in result.stderr
+    )
 
 
 @pytest.mark.slow
@@ -185,11 +263,15 @@ def test_the_daemon_never_loses_a_transcript_whose_replace_always_fails(tmp_path
         try:
             (box.claude / "sessions").mkdir(parents=True, exist_ok=True)
             box.write_config(watcher__observer="polling", watcher__polling_interval=0.2)
-            mount.faults({"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}, exchange="refuse")
+            mount.faults(
+                {"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}, exchange="refuse"
+            )
             daemon = box.start()
             path, data = damaged_session(mount)
-            report = daemon.wait_until(lambda: box.report_where(lambda r: r["repairs"]["failed"]),
-                                       "a report of the failed repair")
+            report = daemon.wait_until(
+                lambda: box.report_where(lambda r: r["repairs"]["failed"]),
+                "a report of the failed repair",
+            )
             daemon.stop()
             assert report["repairs"]["failed"] == {"io_error": 1} and report["repairs"]["done"] == 0
             assert in_backing(mount, path).read_bytes() == data

@@ -1,6 +1,7 @@
-"""Loose packs: packs filled while lines come in are stored fast, then compressed again at the settled level
-(`riffd archive compact`, the end of `riffd archive ingest`, the daemon once quiet) without changing a byte of
-what the archive restores or finds. Real transcripts written in tmp_path, real `riffd` subprocesses, real SQLite."""
+"""Loose packs: packs filled while lines come in are stored fast, then compressed again at the
+settled level (`riffd archive compact`, the end of `riffd archive ingest`, the daemon once quiet)
+without changing a byte of what the archive restores or finds. Real transcripts written in tmp_path,
+real `riffd` subprocesses, real SQLite."""
 
 from __future__ import annotations
 
@@ -18,12 +19,17 @@ from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PACK_BYTES
 from riffd.archive.store import Archive
 
-WORDS = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to") for b in ("ven", "dor", "lix", "mup")
-         for c in ("a", "o", "ert", "ist", "umble")]
+WORDS = [
+    f"{a}{b}{c}"
+    for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to")
+    for b in ("ven", "dor", "lix", "mup")
+    for c in ("a", "o", "ert", "ist", "umble")
+]
 
 
 def write_session(path: Path, lines: int, seed: int) -> bytes:
-    """A session of `lines` prompts and answers with texts of random words (about 2 kB each, all distinct)."""
+    """A session of `lines` prompts and answers with texts of random words (about 2 kB each, all
+    distinct)."""
     rng = random.Random(seed)
     session = f"00000000-0000-4000-8000-{seed:012d}"
     parent = None
@@ -32,9 +38,15 @@ def write_session(path: Path, lines: int, seed: int) -> bytes:
         uuid = f"{seed:08d}-0000-4000-8000-{number:012d}"
         text = " ".join(rng.choices(WORDS, k=300))
         role = "user" if number % 2 == 0 else "assistant"
-        record = {"type": role, "uuid": uuid, "parentUuid": parent, "sessionId": session, "cwd": "/home/u/proj",
-                  "timestamp": f"2026-03-01T10:{number // 60 % 60:02d}:{number % 60:02d}.000Z",
-                  "message": {"role": role, "content": [{"type": "text", "text": text}]}}
+        record = {
+            "type": role,
+            "uuid": uuid,
+            "parentUuid": parent,
+            "sessionId": session,
+            "cwd": "/home/u/proj",
+            "timestamp": f"2026-03-01T10:{number // 60 % 60:02d}:{number % 60:02d}.000Z",
+            "message": {"role": role, "content": [{"type": "text", "text": text}]},
+        }
         out += orjson.dumps(record) + b"\n"
         parent = uuid
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,8 +59,14 @@ def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
     environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
     environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), *args], capture_output=True,
-                            text=True, env=environment, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, f"riffd {args} exited {result.returncode}:\n{result.stderr}"
     return result
 
@@ -57,8 +75,10 @@ def packs(db_path: Path) -> tuple[int, int]:
     """(loose packs, bytes of every pack's frame)."""
     db = sqlite3.connect(db_path)
     try:
-        return (db.execute("SELECT COUNT(*) FROM loose").fetchone()[0],
-                db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM packs").fetchone()[0])
+        return (
+            db.execute("SELECT COUNT(*) FROM loose").fetchone()[0],
+            db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM packs").fetchone()[0],
+        )
     finally:
         db.close()
 
@@ -69,14 +89,20 @@ def restored(tmp_path: Path, session: str, folder: str) -> bytes:
     return next((tmp_path / folder).rglob("*.jsonl")).read_bytes()
 
 
-def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_byte(tmp_path: Path) -> None:
-    transcript = tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000007.jsonl"
+def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_byte(
+    tmp_path: Path,
+) -> None:
+    transcript = (
+        tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000007.jsonl"
+    )
     original = write_session(transcript, 5000, seed=7)
     assert len(original) > 2 * PACK_BYTES
     riffd(tmp_path, "archive", "ingest", "--no-compact", str(tmp_path / "projects"))
     db_path = tmp_path / "state" / "archive.db"
     loose, loose_bytes = packs(db_path)
-    assert loose >= 2  # the full packs; the open one was settled at the settled level by the ingest's end
+    assert (
+        loose >= 2
+    )  # the full packs; the open one was settled at the settled level by the ingest's end
     word = WORDS[5]
     hits_before = riffd(tmp_path, "archive", "search", word, "--json").stdout
     assert restored(tmp_path, "00000000", "before") == original
@@ -91,7 +117,11 @@ def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_by
 
 
 def test_a_plain_ingest_leaves_no_loose_pack(tmp_path: Path) -> None:
-    write_session(tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000003.jsonl", 5000, 3)
+    write_session(
+        tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000003.jsonl",
+        5000,
+        3,
+    )
     riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))
     loose, _size = packs(tmp_path / "state" / "archive.db")
     assert loose == 0
@@ -108,10 +138,13 @@ def test_compaction_stops_when_asked_and_never_replaces_a_pack_that_changed(tmp_
         answers = iter([True, False])
         assert archive.compact(lambda: next(answers)) == (1, loose - 1)
 
-        # A frame that is no longer what was compressed (here: rewritten behind compact's back) is left alone.
+        # A frame that is no longer what was compressed (here: rewritten behind compact's back) is
+        # left alone.
         db = sqlite3.connect(tmp_path / "archive.db")
-        pack_id, data = db.execute("SELECT loose.pack, packs.data FROM loose JOIN packs ON packs.id = loose.pack "
-                                   "ORDER BY loose.pack LIMIT 1").fetchone()
+        pack_id, data = db.execute(
+            "SELECT loose.pack, packs.data FROM loose JOIN packs ON packs.id = loose.pack "
+            "ORDER BY loose.pack LIMIT 1"
+        ).fetchone()
         db.close()
         with archive._lock, archive._writing():  # the transaction compact itself uses
             archive._packs.replace_loose(pack_id, data + b"stale", b"tight")
@@ -124,8 +157,8 @@ def test_compaction_stops_when_asked_and_never_replaces_a_pack_that_changed(tmp_
 
 
 def test_normalise_changes_only_what_the_definition_says():
-    """The search key's normalisation, sped up (it changes only runs that need it), equals its definition:
-    CRLF as LF, every run of spaces and tabs as one space, trimmed."""
+    """The search key's normalisation, sped up (it changes only runs that need it), equals its
+    definition: CRLF as LF, every run of spaces and tabs as one space, trimmed."""
     import re
 
     from hypothesis import given
@@ -135,17 +168,25 @@ def test_normalise_changes_only_what_the_definition_says():
 
     runs = re.compile(r"[ \t]+")
 
-    @given(st.text(alphabet=st.sampled_from([" ", "\t", "\r", "\n", "a", "é", "\u3000", "\xa0"]), max_size=30))
+    @given(
+        st.text(
+            alphabet=st.sampled_from([" ", "\t", "\r", "\n", "a", "é", "\u3000", "\xa0"]),
+            max_size=30,
+        )
+    )
     def same(text: str) -> None:
         assert normalise(text) == runs.sub(" ", text.replace("\r\n", "\n")).strip()
 
     same()
 
 
-def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(tmp_path: Path) -> None:
-    """Search reads pieces by decompressing their pack once, as far as the last (`PackStore.spans`): from a loose
-    pack (level 3), a compacted one (level 17) and the open pack (in segments), on a fresh connection (nothing held
-    in memory), every piece is the bytes of the whole pack at its place, at the start, middle and end of a pack."""
+def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
+    tmp_path: Path,
+) -> None:
+    """Search reads pieces by decompressing their pack once, as far as the last (`PackStore.spans`):
+    from a loose pack (level 3), a compacted one (level 17) and the open pack (in segments), on a
+    fresh connection (nothing held in memory), every piece is the bytes of the whole pack at its
+    place, at the start, middle and end of a pack."""
     path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000005.jsonl"
     write_session(path, int(PACK_BYTES * 2.5 / 2100), seed=5)
     archive = Archive(tmp_path / "archive.db")
@@ -160,22 +201,34 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(tm
                 archive.close()
                 archive = Archive(tmp_path / "archive.db")
             store = archive._packs
-            rows = archive._db.execute("SELECT contents.pack, offset, length, LENGTH(packs.data), "
-                                       "packs.id IN (SELECT pack FROM loose) FROM contents "
-                                       "JOIN packs ON packs.id = contents.pack ORDER BY contents.id").fetchall()
+            rows = archive._db.execute(
+                "SELECT contents.pack, offset, length, LENGTH(packs.data), "
+                "packs.id IN (SELECT pack FROM loose) FROM contents "
+                "JOIN packs ON packs.id = contents.pack ORDER BY contents.id"
+            ).fetchall()
             assert len(rows) > 100
             whole = {pack: store.pack(pack) for pack, *_ in rows}
             store.cache.clear()  # span reads from the database again
             framed = set()
             for pack, offset, length, frame, loose in rows[::7] + rows[-3:]:
                 kinds.add("segments" if not frame else "loose" if loose else "settled")
-                assert store.spans([(pack, offset, length)]) == [whole[pack][offset:offset + length]]
+                assert store.spans([(pack, offset, length)]) == [
+                    whole[pack][offset : offset + length]
+                ]
                 if frame:
                     framed.add(pack)
-            several = random.Random(3).sample([row[:3] for row in rows], 40)  # many of a pack, in any order
-            assert store.spans(several) == [whole[pack][offset:offset + length] for pack, offset, length in several]
-            assert framed and not framed & set(store.cache)  # read in part, never whole (which caches it)
-            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[0]  # a text piece: its JSON string
+            several = random.Random(3).sample(
+                [row[:3] for row in rows], 40
+            )  # many of a pack, in any order
+            assert store.spans(several) == [
+                whole[pack][offset : offset + length] for pack, offset, length in several
+            ]
+            assert framed and not framed & set(
+                store.cache
+            )  # read in part, never whole (which caches it)
+            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[
+                0
+            ]  # a text piece: its JSON string
             assert archive.search(word)
         finally:
             archive.close()

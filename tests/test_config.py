@@ -1,5 +1,5 @@
-"""The TOML configuration: the example cannot drift, every error is reported at once, one precedence rule, and
-`riffd config` edits keep the user's file intact."""
+"""The TOML configuration: the example cannot drift, every error is reported at once, one precedence
+rule, and `riffd config` edits keep the user's file intact."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def environ(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -> Path:
-    """Put the process environment (which `riffd` reads) in tmp_path too; return the config path to use."""
+    """Put the process environment (which `riffd` reads) in tmp_path too; return the config path to
+    use."""
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -70,7 +71,8 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-# --- the example and the defaults ------------------------------------------------------------------------
+# --- the example and the defaults
+# ------------------------------------------------------------------------
 
 
 def test_example_file_is_the_generated_example_so_it_cannot_drift() -> None:
@@ -91,8 +93,11 @@ def test_example_file_loads_and_equals_the_defaults(environ: dict[str, str]) -> 
 def test_example_file_names_every_key_of_the_schema(environ: dict[str, str]) -> None:
     document = tomllib.loads(EXAMPLE.read_text(encoding="utf-8"))
     assert document == load_config(environ=environ).to_toml_dict() | {
-        "roots": [], "state_dir": "", "claude_dir": "",
-        "backups": document["backups"] | {"dir": ""}, "reports": document["reports"] | {"dir": ""},
+        "roots": [],
+        "state_dir": "",
+        "claude_dir": "",
+        "backups": document["backups"] | {"dir": ""},
+        "reports": document["reports"] | {"dir": ""},
     }
     assert document["backups"]["dir"] == document["reports"]["dir"] == ""
 
@@ -125,8 +130,11 @@ def test_without_environment_the_folders_come_from_riffd_paths(tmp_path: Path) -
 
 
 def test_retry_policy_and_values_from_a_file(tmp_path: Path, environ: dict[str, str]) -> None:
-    path = write(tmp_path / "c.toml", "[retry]\nattempts = 5\nfirst_wait = 1\nmax_wait = 4.5\n"
-                                      '[repair]\nclasses = ["missing_tool_result"]\nadd_missing_results = false\n')
+    path = write(
+        tmp_path / "c.toml",
+        "[retry]\nattempts = 5\nfirst_wait = 1\nmax_wait = 4.5\n"
+        '[repair]\nclasses = ["missing_tool_result"]\nadd_missing_results = false\n',
+    )
     config = load_config(path, environ=environ)
     assert config.retry == RetryConfig(attempts=5, first_wait=1.0, max_wait=4.5)
     assert config.retry.policy == RetryPolicy(attempts=5, first_wait=1.0, max_wait=4.5)
@@ -140,12 +148,19 @@ def test_paths_expand_home_and_relative_paths_are_relative_to_the_file(
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     del environ["RIFFD_STATE_DIR"]
-    path = write(tmp_path / "etc" / "c.toml", 'state_dir = "~/riffd-state"\nroots = ["projects", "~/x/../more"]\n'
-                                              '[backups]\ndir = "../backups"\n')
+    path = write(
+        tmp_path / "etc" / "c.toml",
+        'state_dir = "~/riffd-state"\nroots = ["projects", "~/x/../more"]\n'
+        '[backups]\ndir = "../backups"\n',
+    )
     config = load_config(path, environ=environ)
     assert config.state_dir == tmp_path / "home" / "riffd-state"
-    # `..` collapsed, as the archive keys a transcript (one file, one path string for the daemon and the commands)
-    assert [str(root) for root in config.roots] == [str(tmp_path / "etc" / "projects"), str(tmp_path / "home" / "more")]
+    # `..` collapsed, as the archive keys a transcript (one file, one path string for the daemon and
+    # the commands)
+    assert [str(root) for root in config.roots] == [
+        str(tmp_path / "etc" / "projects"),
+        str(tmp_path / "home" / "more"),
+    ]
     assert str(config.backups.dir) == str(tmp_path / "backups")
     assert config.reports.dir == tmp_path / "home" / "riffd-state" / "reports"
 
@@ -163,11 +178,16 @@ def test_config_is_frozen(environ: dict[str, str]) -> None:
         config.log = config.log  # type: ignore[misc]
 
 
-# --- errors ----------------------------------------------------------------------------------------------
+# --- errors
+# ----------------------------------------------------------------------------------------------
 
 
-def test_every_error_is_reported_at_once_with_file_and_key_path(tmp_path: Path, environ: dict[str, str]) -> None:
-    path = write(tmp_path / "bad.toml", """\
+def test_every_error_is_reported_at_once_with_file_and_key_path(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
+    path = write(
+        tmp_path / "bad.toml",
+        """\
 debounce = 1.0
 rootz = []
 include = "*.jsonl"
@@ -192,14 +212,15 @@ max_wait = 1.0
 
 [log]
 level = "loud"
-""")
+""",
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=environ)
     errors = caught.value.errors
     expected_fragments = [
         'debounce: unknown key (did you mean "watcher.debounce"?)',
         'rootz: unknown key (did you mean "roots"?)',
-        "include: wrong type: string \"*.jsonl\"; expected a list of strings",
+        'include: wrong type: string "*.jsonl"; expected a list of strings',
         "tracker: wrong type: integer 5; expected a table [tracker]",
         'watcher.debounse: unknown key (did you mean "watcher.debounce"?); expected one of: observer, '
         "polling_interval, debounce, rescan_interval",
@@ -214,13 +235,17 @@ level = "loud"
     ]
     assert len(errors) == len(expected_fragments), "\n".join(errors)
     for fragment in expected_fragments:
-        assert any(fragment in error for error in errors), f"{fragment!r} not in:\n" + "\n".join(errors)
+        assert any(fragment in error for error in errors), f"{fragment!r} not in:\n" + "\n".join(
+            errors
+        )
     assert all(error.startswith(f"{path}: ") for error in errors)
     assert all("; expected " in error for error in errors)
     assert str(caught.value) == "\n".join(errors)
 
 
-def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_toml_syntax_error_names_file_line_and_column(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     path = write(tmp_path / "broken.toml", '[watcher]\ndebounce = 1.0\nobserver = "auto\n')
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=environ)
@@ -230,18 +255,27 @@ def test_toml_syntax_error_names_file_line_and_column(tmp_path: Path, environ: d
     assert error.endswith("expected valid TOML (https://toml.io)")
 
 
-def test_override_errors_are_reported_with_the_file_errors(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_override_errors_are_reported_with_the_file_errors(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     path = write(tmp_path / "c.toml", "[log]\nformat = 'xml'\n")
     with pytest.raises(ConfigError) as caught:
-        load_config(path, environ=environ, overrides={"watcher.debounce": -1.0, "log.levl": "debug",
-                                                      "watcher": 1})
+        load_config(
+            path,
+            environ=environ,
+            overrides={"watcher.debounce": -1.0, "log.levl": "debug", "watcher": 1},
+        )
     errors = caught.value.errors
     assert len(errors) == 4, errors
     assert any(error.startswith(f"{path}: log.format: bad value") for error in errors)
     assert "command line: watcher.debounce: out of range: -1; expected a number >= 0" in errors
-    assert any(error.startswith('command line: log.levl: unknown key (did you mean "log.level"?)')
-               for error in errors)
-    assert any(error.startswith("command line: watcher: is a table, not a value") for error in errors)
+    assert any(
+        error.startswith('command line: log.levl: unknown key (did you mean "log.level"?)')
+        for error in errors
+    )
+    assert any(
+        error.startswith("command line: watcher: is a table, not a value") for error in errors
+    )
 
 
 def test_a_missing_file_named_explicitly_is_an_error(
@@ -255,7 +289,9 @@ def test_a_missing_file_named_explicitly_is_an_error(
         load_config(environ=environ | {"RIFFD_CONFIG": str(missing)})
 
 
-def test_a_missing_file_at_the_default_location_means_defaults(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_a_missing_file_at_the_default_location_means_defaults(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     assert default_config_path(environ) == tmp_path / "xdg" / "riffd" / "config.toml"
     assert load_config(environ=environ).source is None
     write(default_config_path(environ), "[log]\nlevel = 'error'\n")
@@ -264,14 +300,17 @@ def test_a_missing_file_at_the_default_location_means_defaults(tmp_path: Path, e
     assert config.log.level == "error"
 
 
-def test_config_path_flag_beats_environment_beats_default(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_config_path_flag_beats_environment_beats_default(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     assert config_path(None, environ) == default_config_path(environ)
     with_env = environ | {"RIFFD_CONFIG": str(tmp_path / "env.toml")}
     assert config_path(None, with_env) == tmp_path / "env.toml"
     assert config_path(tmp_path / "flag.toml", with_env) == tmp_path / "flag.toml"
 
 
-# --- precedence ------------------------------------------------------------------------------------------
+# --- precedence
+# ------------------------------------------------------------------------------------------
 
 
 def test_precedence_flag_over_environment_over_file_over_default(
@@ -280,7 +319,9 @@ def test_precedence_flag_over_environment_over_file_over_default(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
     monkeypatch.delenv("RIFFD_STATE_DIR", raising=False)
-    path = write(tmp_path / "c.toml", f'state_dir = "{tmp_path / "from-file"}"\n[log]\nlevel = "debug"\n')
+    path = write(
+        tmp_path / "c.toml", f'state_dir = "{tmp_path / "from-file"}"\n[log]\nlevel = "debug"\n'
+    )
 
     config = load_config(path)
     assert config.state_dir == tmp_path / "from-file"  # file over default
@@ -293,8 +334,14 @@ def test_precedence_flag_over_environment_over_file_over_default(
     assert config.state_dir == tmp_path / "from-env"  # environment over file
     assert config.backups.dir == tmp_path / "from-env" / "backups"
 
-    config = load_config(path, overrides={"state_dir": tmp_path / "from-flag", "log.level": "error",
-                                          "watcher.debounce": "2"})
+    config = load_config(
+        path,
+        overrides={
+            "state_dir": tmp_path / "from-flag",
+            "log.level": "error",
+            "watcher.debounce": "2",
+        },
+    )
     assert config.state_dir == tmp_path / "from-flag"  # flag over environment
     assert config.reports.dir == tmp_path / "from-flag" / "reports"
     assert config.log.level == "error"  # flag over file
@@ -309,21 +356,32 @@ def test_claude_config_dir_feeds_only_the_defaults(tmp_path: Path, environ: dict
     config = load_config(environ=environ)
     assert config.claude_dir == tmp_path / "other-claude"
     assert config.roots == (tmp_path / "other-claude" / "projects",)
-    path = write(tmp_path / "c.toml", f'claude_dir = "{tmp_path / "mine"}"\nroots = ["{tmp_path / "r"}"]\n')
+    path = write(
+        tmp_path / "c.toml", f'claude_dir = "{tmp_path / "mine"}"\nroots = ["{tmp_path / "r"}"]\n'
+    )
     config = load_config(path, environ=environ)
     assert config.claude_dir == tmp_path / "mine"
     assert config.roots == (tmp_path / "r",)
 
 
-def test_loads_config_checks_text_as_if_it_were_the_file(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_loads_config_checks_text_as_if_it_were_the_file(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     source = tmp_path / "c.toml"
-    assert loads_config("[tracker]\nmax_calls = 7\n", source=source, environ=environ).tracker.max_calls == 7
+    assert (
+        loads_config("[tracker]\nmax_calls = 7\n", source=source, environ=environ).tracker.max_calls
+        == 7
+    )
     with pytest.raises(ConfigError) as caught:
         loads_config("[tracker]\nmax_calls = 0\n", source=source, environ=environ)
-    assert caught.value.errors == [f"{source}: tracker.max_calls: out of range: 0; expected an integer >= 1"]
+    assert caught.value.errors == [
+        f"{source}: tracker.max_calls: out of range: 0; expected an integer >= 1"
+    ]
 
 
-def test_configs_from_different_files_with_the_same_values_are_equal(tmp_path: Path, environ: dict[str, str]) -> None:
+def test_configs_from_different_files_with_the_same_values_are_equal(
+    tmp_path: Path, environ: dict[str, str]
+) -> None:
     first = load_config(write(tmp_path / "a.toml", USER_FILE), environ=environ)
     second = load_config(write(tmp_path / "b.toml", USER_FILE), environ=environ)
     assert first == second
@@ -331,7 +389,8 @@ def test_configs_from_different_files_with_the_same_values_are_equal(tmp_path: P
     assert isinstance(first, Config)
 
 
-# --- riffd config ----------------------------------------------------------------------------------------
+# --- riffd config
+# ----------------------------------------------------------------------------------------
 
 
 def test_config_init_writes_the_example_and_refuses_to_overwrite(
@@ -386,8 +445,12 @@ def test_config_show_prints_the_effective_config_as_toml(
     assert shown["backups"]["dir"] == str(tmp_path / "state" / "backups")
 
 
-def test_config_validate_prints_every_error_or_ok(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR  # named, but missing
+def test_config_validate_prints_every_error_or_ok(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
+    )  # named, but missing
     assert "no such file" in capsys.readouterr().err
     write(isolated, USER_FILE)
     assert main(["--config", str(isolated), "config", "validate"]) == EXIT_OK
@@ -410,28 +473,42 @@ def test_config_validate_with_no_file_at_the_default_location_is_ok(
     assert "the defaults apply" in captured.err
 
 
-def test_config_set_changes_one_value_and_keeps_everything_else_byte_for_byte(isolated: Path) -> None:
+def test_config_set_changes_one_value_and_keeps_everything_else_byte_for_byte(
+    isolated: Path,
+) -> None:
     write(isolated, USER_FILE)
     assert main(["--config", str(isolated), "config", "set", "watcher.debounce", "3"]) == EXIT_OK
-    assert isolated.read_text(encoding="utf-8") == USER_FILE.replace("  debounce = 1.5", "  debounce = 3")
+    assert isolated.read_text(encoding="utf-8") == USER_FILE.replace(
+        "  debounce = 1.5", "  debounce = 3"
+    )
     assert load_config(isolated).watcher.debounce == 3.0
 
-    assert main(["--config", str(isolated), "config", "set", "watcher.observer", "native"]) == EXIT_OK
+    assert (
+        main(["--config", str(isolated), "config", "set", "watcher.observer", "native"]) == EXIT_OK
+    )
     after_observer = USER_FILE.replace("  debounce = 1.5", "  debounce = 3").replace(
-        '"polling"     # events never arrive here', '"native"     # events never arrive here')
+        '"polling"     # events never arrive here', '"native"     # events never arrive here'
+    )
     assert isolated.read_text(encoding="utf-8") == after_observer
 
-    assert main(["--config", str(isolated), "config", "set", "exclude", '["scratch/*", "tmp/*"]']) == EXIT_OK
+    assert (
+        main(["--config", str(isolated), "config", "set", "exclude", '["scratch/*", "tmp/*"]'])
+        == EXIT_OK
+    )
     assert load_config(isolated).exclude == ("scratch/*", "tmp/*")
     assert isolated.read_text(encoding="utf-8") == after_observer.replace(
-        'exclude = ["scratch/*"]', 'exclude = ["scratch/*", "tmp/*"]')
+        'exclude = ["scratch/*"]', 'exclude = ["scratch/*", "tmp/*"]'
+    )
 
 
 def test_config_set_adds_missing_keys_and_tables_without_moving_the_rest(
     isolated: Path, tmp_path: Path
 ) -> None:
     write(isolated, USER_FILE)
-    assert main(["--config", str(isolated), "config", "set", "state_dir", str(tmp_path / "s")]) == EXIT_OK
+    assert (
+        main(["--config", str(isolated), "config", "set", "state_dir", str(tmp_path / "s")])
+        == EXIT_OK
+    )
     assert main(["--config", str(isolated), "config", "set", "retry.attempts", "5"]) == EXIT_OK
     text = isolated.read_text(encoding="utf-8")
     top, _, rest = USER_FILE.partition("\n# watch over NFS")
@@ -439,7 +516,10 @@ def test_config_set_adds_missing_keys_and_tables_without_moving_the_rest(
     assert text.endswith("[retry]\nattempts = 5\n")
     assert tomllib.loads(text)["state_dir"] == str(tmp_path / "s")
     config = load_config(isolated)
-    assert (config.state_dir, config.retry.attempts) == (tmp_path / "state", 5)  # RIFFD_STATE_DIR still wins
+    assert (config.state_dir, config.retry.attempts) == (
+        tmp_path / "state",
+        5,
+    )  # RIFFD_STATE_DIR still wins
 
 
 def test_config_set_rejects_invalid_values_and_leaves_the_file_untouched(
@@ -447,9 +527,16 @@ def test_config_set_rejects_invalid_values_and_leaves_the_file_untouched(
 ) -> None:
     write(isolated, USER_FILE)
     before = isolated.stat()
-    for key, value in [("watcher.debounce", "-1"), ("log.level", "loud"), ("watcher.debounse", "2"),
-                       ("backups.keep_per_file", "true"), ("repair.classes", '["malformed_line"]'),
-                       ("retry.max_wait", "0.1"), ("watcher", "1"), ("log.level.deeper", "x")]:
+    for key, value in [
+        ("watcher.debounce", "-1"),
+        ("log.level", "loud"),
+        ("watcher.debounse", "2"),
+        ("backups.keep_per_file", "true"),
+        ("repair.classes", '["malformed_line"]'),
+        ("retry.max_wait", "0.1"),
+        ("watcher", "1"),
+        ("log.level.deeper", "x"),
+    ]:
         assert main(["--config", str(isolated), "config", "set", key, value]) == EXIT_ERROR, key
         err = capsys.readouterr().err
         assert "riffd: error: " in err, key
@@ -468,15 +555,27 @@ def test_config_set_refuses_to_edit_a_file_with_a_syntax_error(isolated: Path) -
 def test_config_set_creates_the_file_from_the_example_when_missing(isolated: Path) -> None:
     assert not isolated.parent.exists()
     assert main(["--config", str(isolated), "config", "set", "log.format", "json"]) == EXIT_OK
-    assert isolated.read_text(encoding="utf-8") == example_toml().replace('format = "plain"', 'format = "json"')
+    assert isolated.read_text(encoding="utf-8") == example_toml().replace(
+        'format = "plain"', 'format = "json"'
+    )
     assert load_config(isolated).log.format == "json"
 
 
-def test_config_set_reads_value_as_toml_when_it_parses_else_as_a_string(isolated: Path, tmp_path: Path) -> None:
+def test_config_set_reads_value_as_toml_when_it_parses_else_as_a_string(
+    isolated: Path, tmp_path: Path
+) -> None:
     write(isolated, "")
-    assert main(["--config", str(isolated), "config", "set", "repair.add_missing_results", "false"]) == EXIT_OK
-    assert main(["--config", str(isolated), "config", "set", "backups.dir", "~/riffd backups"]) == EXIT_OK
-    assert main(["--config", str(isolated), "config", "set", "reports.dir", '"~/quoted"']) == EXIT_OK
+    assert (
+        main(["--config", str(isolated), "config", "set", "repair.add_missing_results", "false"])
+        == EXIT_OK
+    )
+    assert (
+        main(["--config", str(isolated), "config", "set", "backups.dir", "~/riffd backups"])
+        == EXIT_OK
+    )
+    assert (
+        main(["--config", str(isolated), "config", "set", "reports.dir", '"~/quoted"']) == EXIT_OK
+    )
     document = tomllib.loads(isolated.read_text(encoding="utf-8"))
     assert document["repair"]["add_missing_results"] is False
     assert document["backups"]["dir"] == "~/riffd backups"
@@ -484,12 +583,17 @@ def test_config_set_reads_value_as_toml_when_it_parses_else_as_a_string(isolated
     assert load_config(isolated).backups.dir == tmp_path / "home" / "riffd backups"
 
 
-def test_config_set_can_fix_a_file_one_key_at_a_time(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A file with two bad keys: fixing one must be allowed, although the result still has the other error."""
+def test_config_set_can_fix_a_file_one_key_at_a_time(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file with two bad keys: fixing one must be allowed, although the result still has the other
+    error."""
     write(isolated, "[watcher]\ndebounce = -1\n[log]\nlevel = 'loud'\n")
     assert main(["--config", str(isolated), "config", "set", "watcher.debounce", "1"]) == EXIT_ERROR
     assert "log.level" in capsys.readouterr().err
-    assert isolated.read_text(encoding="utf-8") == "[watcher]\ndebounce = 1\n[log]\nlevel = 'loud'\n"
+    assert (
+        isolated.read_text(encoding="utf-8") == "[watcher]\ndebounce = 1\n[log]\nlevel = 'loud'\n"
+    )
     assert main(["--config", str(isolated), "config", "set", "log.level", "info"]) == EXIT_OK
     load_config(isolated)
 
@@ -503,7 +607,9 @@ def test_config_set_through_a_symlink_keeps_the_link(isolated: Path, tmp_path: P
     assert load_config(real).log.level == "warning"
 
 
-@pytest.mark.parametrize("command", ["notify-send 'riffd", 'notify-send "riffd', "notify-send riffd\\"])
+@pytest.mark.parametrize(
+    "command", ["notify-send 'riffd", 'notify-send "riffd', "notify-send riffd\\"]
+)
 def test_a_notify_command_that_does_not_split_into_words_is_refused(
     isolated: Path, capsys: pytest.CaptureFixture[str], command: str
 ) -> None:
@@ -515,8 +621,22 @@ def test_a_notify_command_that_does_not_split_into_words_is_refused(
         load_config(isolated)
 
     write(isolated, "")
-    assert main(["--config", str(isolated), "config", "set", "notify.command", command]) == EXIT_ERROR
+    assert (
+        main(["--config", str(isolated), "config", "set", "notify.command", command]) == EXIT_ERROR
+    )
     assert "notify.command: bad value" in capsys.readouterr().err
     assert isolated.read_text(encoding="utf-8") == ""
-    assert main(["--config", str(isolated), "config", "set", "notify.command", "notify-send 'riffd says'"]) == EXIT_OK
+    assert (
+        main(
+            [
+                "--config",
+                str(isolated),
+                "config",
+                "set",
+                "notify.command",
+                "notify-send 'riffd says'",
+            ]
+        )
+        == EXIT_OK
+    )
     assert load_config(isolated).notify.command == "notify-send 'riffd says'"

@@ -1,10 +1,11 @@
 """End to end: `python3 -m riffd --config <tmp>/config.toml run` as a real subprocess.
 
-Each test gets its own transcript root, Claude Code folder and state folder, all named in a TOML file
-(the daemon's environment has no RIFFD_CONFIG, CLAUDE_CONFIG_DIR or RIFFD_STATE_DIR). The test plays
-the service manager: it binds the sd_notify datagram socket and waits for `READY=1` before acting, so
-start-up needs no sleep. Every other wait polls a real condition (a file, a report, a watermark, a
-notify message) in short steps up to a generous deadline, and fails with the daemon's stderr.
+Each test gets its own transcript root, Claude Code folder and state folder, all named in a TOML
+file (the daemon's environment has no RIFFD_CONFIG, CLAUDE_CONFIG_DIR or RIFFD_STATE_DIR). The test
+plays the service manager: it binds the sd_notify datagram socket and waits for `READY=1` before
+acting, so start-up needs no sleep. Every other wait polls a real condition (a file, a report, a
+watermark, a notify message) in short steps up to a generous deadline, and fails with the daemon's
+stderr.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from typing import Any, TypeVar
 import pytest
 
 import damage
-from conftest import CORPUS_DIR, SRC_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
+from conftest import (
+    CORPUS_DIR,
+    SRC_DIR,
+    corpus_lines,
+    requires_corpus,
+    transcript_bytes,
+    transcript_line,
+)
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore, Watermark
 from riffd.transcript.findings import INFORMATIONAL
@@ -41,13 +49,21 @@ POLL = 0.05  # seconds between two looks at a condition
 LINE_PAUSE = 0.01  # seconds between two appends of the writer, as a streaming client leaves
 QUIET_PERIOD = 1.0
 REPORT_INTERVAL = 1.0
-STOP_WITHIN = 5.0  # SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
+STOP_WITHIN = (
+    5.0  # SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
+)
 TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 PROJECT = "-home-user-project"
 DUPLICATE = "duplicate_tool_result"
 # Variables that would point the daemon at the real user's folders, or at a real service manager.
-SCRUBBED_ENV = ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR", "RIFFD_STATE_DIR", "NOTIFY_SOCKET", "WATCHDOG_USEC",
-                "WATCHDOG_PID")
+SCRUBBED_ENV = (
+    "RIFFD_CONFIG",
+    "CLAUDE_CONFIG_DIR",
+    "RIFFD_STATE_DIR",
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+)
 # What every test starts from; a test overrides single keys ("section.key": value).
 BASE_SETTINGS: dict[str, object] = {
     "watcher.observer": "native",
@@ -61,11 +77,13 @@ BASE_SETTINGS: dict[str, object] = {
 T = TypeVar("T")
 
 
-# --- the service manager's side of sd_notify ---------------------------------------------------------
+# --- the service manager's side of sd_notify
+# ---------------------------------------------------------
 
 
 class NotifyListener:
-    """A bound AF_UNIX datagram socket that collects every sd_notify message, as systemd would receive it."""
+    """A bound AF_UNIX datagram socket that collects every sd_notify message, as systemd would
+    receive it."""
 
     def __init__(self, path: Path) -> None:
         assert len(os.fsencode(path)) < 100, f"socket path too long for AF_UNIX: {path}"
@@ -87,13 +105,16 @@ class NotifyListener:
                 continue
             except OSError:
                 return
-            fields = dict(line.partition("=")[::2] for line in datagram.decode().split("\n") if line)
+            fields = dict(
+                line.partition("=")[::2] for line in datagram.decode().split("\n") if line
+            )
             with self.changed:
                 self.messages.append(fields)
                 self.changed.notify_all()
 
     def find(self, key: str, value: str = "1", start: int = 0) -> int | None:
-        """Return the index of the first message from `start` on that carries `key=value`, or None."""
+        """Return the index of the first message from `start` on that carries `key=value`, or
+        None."""
         with self.changed:
             for position in range(start, len(self.messages)):
                 if self.messages[position].get(key) == value:
@@ -112,17 +133,19 @@ class NotifyListener:
         self._sock.close()
 
 
-# --- the sandbox: folders, config, daemons -------------------------------------------------------------
+# --- the sandbox: folders, config, daemons
+# -------------------------------------------------------------
 
 
 def toml_value(value: object) -> str:
-    """Return a Python value as TOML (JSON's strings, numbers, booleans and arrays are valid TOML)."""
+    """Return a Python value as TOML (JSON's strings, numbers, booleans and arrays are valid
+    TOML)."""
     return json.dumps(value, default=str)  # paths as strings
 
 
 def write_config(path: Path, top: dict[str, object], settings: dict[str, object]) -> None:
-    """Write a riffd config (top-level keys, then "section.key" settings by section) the way editors save:
-    a temp file beside it, renamed over it."""
+    """Write a riffd config (top-level keys, then "section.key" settings by section) the way editors
+    save: a temp file beside it, renamed over it."""
     sections: dict[str, list[str]] = {}
     for dotted, value in settings.items():
         section, _, key = dotted.partition(".")
@@ -136,16 +159,22 @@ def write_config(path: Path, top: dict[str, object], settings: dict[str, object]
 
 
 def daemon_environment(**extra: str) -> dict[str, str]:
-    """The environment for a riffd subprocess: ours minus riffd's and systemd's variables, plus `extra`."""
+    """The environment for a riffd subprocess: ours minus riffd's and systemd's variables, plus
+    `extra`."""
     environ = {name: value for name, value in os.environ.items() if name not in SCRUBBED_ENV}
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
     environ.update(extra)
     return environ
 
 
-def append_like_claude(path: Path, lines: list[bytes], pause: float = LINE_PAUSE,
-                       progress: Callable[[int], None] | None = None) -> None:
-    """Append `lines` as Claude Code does (section 4b): for each line open with O_APPEND, write once, close."""
+def append_like_claude(
+    path: Path,
+    lines: list[bytes],
+    pause: float = LINE_PAUSE,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Append `lines` as Claude Code does (section 4b): for each line open with O_APPEND, write
+    once, close."""
     for number, line in enumerate(lines, 1):
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -191,12 +220,19 @@ class RunningDaemon:
 
     def fail(self, message: str) -> None:
         """Fail the test with `message` and the daemon's stderr."""
-        pytest.fail(f"{message}\n--- riffd stderr ({self.stderr_path}) ---\n{self.stderr()}", pytrace=False)
+        pytest.fail(
+            f"{message}\n--- riffd stderr ({self.stderr_path}) ---\n{self.stderr()}", pytrace=False
+        )
 
-    def wait_until(self, condition: Callable[[], T | None], what: str, timeout: float = DEADLINE,
-                   alive: bool = True) -> T:
-        """Poll `condition` every POLL seconds until it returns something truthy and return that; fail after
-        `timeout` seconds, or at once if the daemon exits while it should be `alive`."""
+    def wait_until(
+        self,
+        condition: Callable[[], T | None],
+        what: str,
+        timeout: float = DEADLINE,
+        alive: bool = True,
+    ) -> T:
+        """Poll `condition` every POLL seconds until it returns something truthy and return that;
+        fail after `timeout` seconds, or at once if the daemon exits while it should be `alive`."""
         deadline = time.monotonic() + timeout
         while True:
             value = condition()
@@ -208,10 +244,18 @@ class RunningDaemon:
                 self.fail(f"timed out after {timeout:g} s waiting for {what}")
             time.sleep(POLL)
 
-    def wait_notified(self, key: str, value: str = "1", after: int = -1, timeout: float = DEADLINE) -> int:
+    def wait_notified(
+        self, key: str, value: str = "1", after: int = -1, timeout: float = DEADLINE
+    ) -> int:
         """Wait for a `key=value` notify message later than message `after`; return its index."""
-        return self.wait_until(lambda: _plus_one(self.notify.find(key, value, after + 1)),
-                               f"{key}={value} on the notify socket", timeout) - 1
+        return (
+            self.wait_until(
+                lambda: _plus_one(self.notify.find(key, value, after + 1)),
+                f"{key}={value} on the notify socket",
+                timeout,
+            )
+            - 1
+        )
 
     def stop(self, timeout: float = 10.0) -> float:
         """Send SIGTERM, wait for the exit, assert it is 0 and return how long it took."""
@@ -241,7 +285,8 @@ def _plus_one(position: int | None) -> int | None:
 
 @dataclass
 class Sandbox:
-    """Temporary Claude Code folder (with one project under projects/), state folder and config file."""
+    """Temporary Claude Code folder (with one project under projects/), state folder and config
+    file."""
 
     root: Path
     daemons: list[RunningDaemon] = field(default_factory=list)
@@ -274,21 +319,31 @@ class Sandbox:
         return self.state / "backups"
 
     def write_config(self, **settings: object) -> None:
-        """Write the config: the base settings with `settings` ("section.key" spelt section__key) applied."""
+        """Write the config: the base settings with `settings` ("section.key" spelt section__key)
+        applied."""
         self.settings.update({key.replace("__", "."): value for key, value in settings.items()})
-        write_config(self.config, {"roots": [self.projects], "claude_dir": self.claude, "state_dir": self.state},
-                     self.settings)
+        write_config(
+            self.config,
+            {"roots": [self.projects], "claude_dir": self.claude, "state_dir": self.state},
+            self.settings,
+        )
 
     def start(self, watchdog_usec: int = 1_000_000) -> RunningDaemon:
         """Start `riffd run` on this sandbox and return it once it has sent READY=1."""
         number = next(self._starts)
         notify = NotifyListener(self.root / f"notify-{number}.sock")
         stderr_path = self.root / f"daemon-{number}.stderr"
-        environ = daemon_environment(NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC=str(watchdog_usec))
+        environ = daemon_environment(
+            NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC=str(watchdog_usec)
+        )
         with open(stderr_path, "wb") as stderr:
             process = subprocess.Popen(
                 [sys.executable, "-m", "riffd", "--config", str(self.config), "run"],
-                stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr, env=environ, cwd=self.root,
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                env=environ,
+                cwd=self.root,
             )
         daemon = RunningDaemon(process, notify, stderr_path)
         self.daemons.append(daemon)
@@ -297,12 +352,19 @@ class Sandbox:
 
     def riffd(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run a riffd command (not the daemon) on this sandbox's config and return its result."""
-        return subprocess.run([sys.executable, "-m", "riffd", "--config", str(self.config), *args],
-                              capture_output=True, text=True, env=daemon_environment(), cwd=self.root,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "riffd", "--config", str(self.config), *args],
+            capture_output=True,
+            text=True,
+            env=daemon_environment(),
+            cwd=self.root,
+            timeout=timeout,
+            check=False,
+        )
 
     def open_store(self) -> StateStore:
-        """Open the daemon's state store beside it (SQLite in WAL mode: readers do not block its writes)."""
+        """Open the daemon's state store beside it (SQLite in WAL mode: readers do not block its
+        writes)."""
         store = StateStore(self.state / "state.db")
         self.stores.append(store)
         return store
@@ -310,14 +372,16 @@ class Sandbox:
     def report(self) -> dict[str, Any] | None:
         """Return the latest health report, or None before the first one."""
         try:
-            report: dict[str, Any] = json.loads((self.state / "reports" / "latest.json").read_bytes())
+            report: dict[str, Any] = json.loads(
+                (self.state / "reports" / "latest.json").read_bytes()
+            )
         except FileNotFoundError:
             return None
         return report
 
     def report_after(self, moment: float) -> dict[str, Any] | None:
-        """Return the latest report if it was generated after the Unix time `moment` (its time is in whole
-        seconds, cut down, so one second is added), else None."""
+        """Return the latest report if it was generated after the Unix time `moment` (its time is in
+        whole seconds, cut down, so one second is added), else None."""
         report = self.report()
         return report if report is not None and report_time(report) > moment + 1 else None
 
@@ -330,7 +394,9 @@ class Sandbox:
         """Return the ids of complete backups: a `.gz` whose `.json` manifest exists."""
         if not self.backups.is_dir():
             return []
-        return sorted(data.stem for data in self.backups.glob("*.gz") if data.with_suffix(".json").exists())
+        return sorted(
+            data.stem for data in self.backups.glob("*.gz") if data.with_suffix(".json").exists()
+        )
 
     def close(self) -> None:
         """Kill what a failed test left running and close the notify sockets."""
@@ -365,7 +431,8 @@ def lines_committed(store: StateStore, path: Path) -> int:
 
 
 def resumed_duplicate() -> damage.Damaged:
-    """A real transcript with the real "resumed session duplicate" of transcript-format section 4b."""
+    """A real transcript with the real "resumed session duplicate" of transcript-format section
+    4b."""
     return damage.inject_resumed_duplicate(corpus_lines(TOOL_HEAVY))
 
 
@@ -373,7 +440,8 @@ def open_duplicates(report: dict[str, Any]) -> int:
     return int(report["findings"]["open"].get(DUPLICATE, 0))
 
 
-# --- 1. readiness, watchdog, reload and stop, as systemd sees them ----------------------------------------
+# --- 1. readiness, watchdog, reload and stop, as systemd sees them
+# ----------------------------------------
 
 
 def test_notify_ready_watchdog_reload_and_stopping(sandbox: Sandbox) -> None:
@@ -393,7 +461,8 @@ def test_notify_ready_watchdog_reload_and_stopping(sandbox: Sandbox) -> None:
     assert daemon.notify.count("READY") == 2  # start-up and the reload, nothing else
 
 
-# --- 2. a damaged session written like Claude Code writes is repaired once idle --------------------------
+# --- 2. a damaged session written like Claude Code writes is repaired once idle
+# --------------------------
 
 
 @requires_corpus
@@ -402,7 +471,9 @@ def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) 
     daemon = sandbox.start()
     path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
     append_like_claude(path, damaged.lines)
-    idle_since = path.stat().st_mtime  # riffd cannot have rewritten it yet: that waits for the quiet period
+    idle_since = (
+        path.stat().st_mtime
+    )  # riffd cannot have rewritten it yet: that waits for the quiet period
 
     (backup_id,) = daemon.wait_until(sandbox.backup_ids, "a backup with its manifest")
     daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
@@ -410,23 +481,32 @@ def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) 
     assert gzip.decompress((sandbox.backups / f"{backup_id}.gz").read_bytes()) == damaged.data
     manifest = json.loads((sandbox.backups / f"{backup_id}.json").read_text())
     assert manifest["source_path"] == str(path) and manifest["size"] == len(damaged.data)
-    assert datetime.fromisoformat(manifest["created_at"]).timestamp() >= idle_since + QUIET_PERIOD - 0.01
-    # Every line but the synthetic result stays; the synthetic assistant line only changes its parentUuid.
+    assert (
+        datetime.fromisoformat(manifest["created_at"]).timestamp()
+        >= idle_since + QUIET_PERIOD - 0.01
+    )
+    # Every line but the synthetic result stays; the synthetic assistant line only changes its
+    # parentUuid.
     marks = damaged.marks
     use_uuid = json.loads(damaged.lines[marks["tool_use"]])["uuid"]
     expected = list(damaged.lines)
-    expected[marks["synthetic_assistant"]] = damage.set_parent(expected[marks["synthetic_assistant"]], use_uuid)
+    expected[marks["synthetic_assistant"]] = damage.set_parent(
+        expected[marks["synthetic_assistant"]], use_uuid
+    )
     del expected[marks["synthetic"]]
     assert path.read_bytes().splitlines(keepends=True) == expected
 
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
-                               "a report counting the repair")
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
+        "a report counting the repair",
+    )
     assert report["findings"]["repaired"].get(DUPLICATE, 0) >= 1
     assert open_duplicates(report) == 0
     daemon.stop()
 
 
-# --- 3. a live session is left alone -------------------------------------------------------------------
+# --- 3. a live session is left alone
+# -------------------------------------------------------------------
 
 
 @requires_corpus
@@ -434,15 +514,19 @@ def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sand
     damaged = resumed_duplicate()
     session_id = session_id_of(damaged.lines)
     registry = sandbox.claude / "sessions" / f"{os.getpid()}.json"
-    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))  # this test process is live
+    registry.write_text(
+        json.dumps({"pid": os.getpid(), "sessionId": session_id})
+    )  # this test process is live
     daemon = sandbox.start()
     path = sandbox.project / f"{session_id}.jsonl"
     append_like_claude(path, damaged.lines)
     idle_since = path.stat().st_mtime
 
     # Long past the quiet period, and a few reports later: still untouched, the finding open.
-    report = daemon.wait_until(lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 3 * REPORT_INTERVAL),
-                               "reports from well after the quiet period")
+    report = daemon.wait_until(
+        lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 3 * REPORT_INTERVAL),
+        "reports from well after the quiet period",
+    )
     assert open_duplicates(report) == 1
     assert report["repairs"]["done"] == 0
     assert path.read_bytes() == damaged.data
@@ -463,7 +547,9 @@ def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: San
     daemon = sandbox.start()
     path = sandbox.project / f"{session_id}.jsonl"
     append_like_claude(path, damaged.lines)
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported"
+    )
     daemon.stop()
 
     registry.unlink()  # the session ended while riffd was down; its file did not change since
@@ -473,11 +559,14 @@ def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: San
     daemon.stop()
 
 
-# --- 4. configuration reloads -----------------------------------------------------------------------------
+# --- 4. configuration reloads
+# -----------------------------------------------------------------------------
 
 
 @requires_corpus
-def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broken(sandbox: Sandbox) -> None:
+def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broken(
+    sandbox: Sandbox,
+) -> None:
     daemon = sandbox.start()
     sandbox.write_config(repair__mode="report-only")
     daemon.process.send_signal(signal.SIGHUP)
@@ -488,8 +577,10 @@ def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broke
     path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
     append_like_claude(path, damaged.lines)
     idle_since = path.stat().st_mtime
-    report = daemon.wait_until(lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 2 * REPORT_INTERVAL),
-                               "reports from well after the quiet period")
+    report = daemon.wait_until(
+        lambda: sandbox.report_after(idle_since + QUIET_PERIOD + 2 * REPORT_INTERVAL),
+        "reports from well after the quiet period",
+    )
     assert report["daemon"]["last_reload"]["ok"] is True
     assert open_duplicates(report) == 1 and report["repairs"]["done"] == 0
     assert path.read_bytes() == damaged.data and sandbox.backup_ids() == []
@@ -501,25 +592,39 @@ def test_sighup_applies_a_new_config_and_keeps_the_old_one_when_the_new_is_broke
     reloading = daemon.wait_notified("RELOADING", after=ready)
     daemon.wait_notified("READY", after=reloading)
     report = daemon.wait_until(
-        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False),
-        "a report of the failed reload")
+        lambda: sandbox.report_where(
+            lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False
+        ),
+        "a report of the failed reload",
+    )
     assert report["healthy"] is False
     assert any("debounse" in error for error in report["daemon"]["last_reload"]["errors"])
     assert any("reload" in problem for problem in report["problems"])
     # Still running, still on the old configuration: report-only, so the session stays as it is.
-    report = daemon.wait_until(lambda: sandbox.report_after(broken_at + 2 * REPORT_INTERVAL),
-                               "reports from after the failed reload")
+    report = daemon.wait_until(
+        lambda: sandbox.report_after(broken_at + 2 * REPORT_INTERVAL),
+        "reports from after the failed reload",
+    )
     assert daemon.process.poll() is None
-    assert open_duplicates(report) == 1 and path.read_bytes() == damaged.data and sandbox.backup_ids() == []
+    assert (
+        open_duplicates(report) == 1
+        and path.read_bytes() == damaged.data
+        and sandbox.backup_ids() == []
+    )
     # Fixed and reloaded: the config error is over at once, not an hour later.
     del sandbox.settings["watcher.debounse"]
     sandbox.write_config(repair__mode="report-only")
     daemon.process.send_signal(signal.SIGHUP)
     report = daemon.wait_until(
-        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is True),
-        "a report of the good reload")
-    assert not any("reload" in problem or "error(s) in the last hour" in problem for problem in report["problems"]), \
-        (report["problems"], report["errors"])
+        lambda: sandbox.report_where(
+            lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is True
+        ),
+        "a report of the good reload",
+    )
+    assert not any(
+        "reload" in problem or "error(s) in the last hour" in problem
+        for problem in report["problems"]
+    ), (report["problems"], report["errors"])
     daemon.stop()
 
 
@@ -530,23 +635,30 @@ def test_saving_the_config_file_reloads_it_without_a_signal(sandbox: Sandbox) ->
     damaged = resumed_duplicate()
     path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
     append_like_claude(path, damaged.lines)
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: open_duplicates(r) == 1), "the finding reported"
+    )
 
     saved = time.monotonic()
-    sandbox.write_config(repair__mode="repair")  # an editor's save: a temp file renamed over the config
+    sandbox.write_config(
+        repair__mode="repair"
+    )  # an editor's save: a temp file renamed over the config
     reloading = daemon.wait_notified("RELOADING", after=daemon.ready_at, timeout=5.0)
     assert time.monotonic() - saved < 5.0
     daemon.wait_notified("READY", after=reloading)
     # The new mode takes effect for what is already known: the idle session with an open finding.
     daemon.wait_until(sandbox.backup_ids, "the repair after switching repair.mode back on")
     daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
-                               "a report counting the repair")
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1),
+        "a report counting the repair",
+    )
     assert report["daemon"]["last_reload"]["ok"] is True
     daemon.stop()
 
 
-# --- 5. stopping, and what `riffd status` says -----------------------------------------------------------
+# --- 5. stopping, and what `riffd status` says
+# -----------------------------------------------------------
 
 
 def test_sigterm_exits_0_promptly_and_status_follows(sandbox: Sandbox) -> None:
@@ -562,15 +674,21 @@ def test_sigterm_exits_0_promptly_and_status_follows(sandbox: Sandbox) -> None:
     assert "riffd daemon: stopped, last seen at" in stopped.stdout
 
 
-# --- 6. a restart in the middle of a stream of appends ----------------------------------------------------
+# --- 6. a restart in the middle of a stream of appends
+# ----------------------------------------------------
 
 
-@pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize(
+    "stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"]
+)
 def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
-        sandbox: Sandbox, stop_signal: signal.Signals) -> None:
+    sandbox: Sandbox, stop_signal: signal.Signals
+) -> None:
     lines = damage.generated_session(segments=8, turns=3, parallel=2)
     total = len(lines)
-    hold_at = total * 3 // 4  # the writer waits here until the new daemon runs, so the stream spans the restart
+    hold_at = (
+        total * 3 // 4
+    )  # the writer waits here until the new daemon runs, so the stream spans the restart
     path = sandbox.project / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
     daemon = sandbox.start()
     store = sandbox.open_store()
@@ -578,14 +696,21 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
     written = [0]
 
     def write() -> None:
-        append_like_claude(path, lines[:hold_at], pause=0.015, progress=lambda number: written.__setitem__(0, number))
+        append_like_claude(
+            path,
+            lines[:hold_at],
+            pause=0.015,
+            progress=lambda number: written.__setitem__(0, number),
+        )
         restarted.wait(DEADLINE)
         append_like_claude(path, lines[hold_at:], pause=0.015)
 
     writer = threading.Thread(target=write, name="claude-writer")
     writer.start()
     try:
-        daemon.wait_until(lambda: lines_committed(store, path) >= 20, "part of the stream committed")
+        daemon.wait_until(
+            lambda: lines_committed(store, path) >= 20, "part of the stream committed"
+        )
         if stop_signal == signal.SIGKILL:
             daemon.kill()
         else:
@@ -610,13 +735,22 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
     watermark = watermark_of(store, path)
     state = store.file(str(path))
     counters = store.counters()
-    assert watermark is not None and (watermark.lines, watermark.offset, watermark.size) == (total, size, size)
+    assert watermark is not None and (watermark.lines, watermark.offset, watermark.size) == (
+        total,
+        size,
+        size,
+    )
     assert counters["lines.processed"] == total  # not more (nothing twice), not less (nothing lost)
-    assert state is not None and [item for item in state.findings if item["class"] not in INFORMATIONAL] == []
-    # the generated session reads the same files every turn: each repeat is reported once, across the restart
+    assert (
+        state is not None
+        and [item for item in state.findings if item["class"] not in INFORMATIONAL] == []
+    )
+    # the generated session reads the same files every turn: each repeat is reported once, across
+    # the restart
     repeats = [item["tool_id"] for item in state.findings if item["class"] in INFORMATIONAL]
     assert repeats and len(repeats) == len(set(repeats))
-    # The archive, fed by the same reads, holds every line exactly once, across the kill and the restart.
+    # The archive, fed by the same reads, holds every line exactly once, across the kill and the
+    # restart.
     archive = Archive(store.path.parent / "archive.db")
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
@@ -624,13 +758,15 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
     archive.close()
 
 
-# --- 7. changes no event reported are caught by the rescan -----------------------------------------------
+# --- 7. changes no event reported are caught by the rescan
+# -----------------------------------------------
 
 
 @requires_corpus
 def test_the_rescan_catches_changes_when_no_event_arrives(sandbox: Sandbox) -> None:
-    sandbox.write_config(watcher__observer="polling", watcher__polling_interval=3600.0,
-                         watcher__rescan_interval=1.0)
+    sandbox.write_config(
+        watcher__observer="polling", watcher__polling_interval=3600.0, watcher__rescan_interval=1.0
+    )
     daemon = sandbox.start()
     lines = corpus_lines(TOOL_HEAVY)
     path = sandbox.project / "rescanned.jsonl"
@@ -638,15 +774,22 @@ def test_the_rescan_catches_changes_when_no_event_arrives(sandbox: Sandbox) -> N
     append_like_claude(path, lines[:10], pause=0)
     daemon.wait_until(lambda: lines_committed(store, path) == 10, "the new file found by a rescan")
     append_like_claude(path, lines[10:], pause=0)
-    daemon.wait_until(lambda: lines_committed(store, path) == len(lines), "the appends found by a rescan")
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["watcher"]["rescans"] >= 3),
-                               "a report counting the rescans")
+    daemon.wait_until(
+        lambda: lines_committed(store, path) == len(lines), "the appends found by a rescan"
+    )
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["watcher"]["rescans"] >= 3),
+        "a report counting the rescans",
+    )
     assert report["watcher"]["observer"] == "polling"
-    assert report["watcher"]["events"] == 0  # nothing came from the observer: the rescans did it all
+    assert (
+        report["watcher"]["events"] == 0
+    )  # nothing came from the observer: the rescans did it all
     daemon.stop()
 
 
-# --- 8. one daemon per state folder -----------------------------------------------------------------------
+# --- 8. one daemon per state folder
+# -----------------------------------------------------------------------
 
 
 def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> None:
@@ -656,8 +799,12 @@ def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> N
         started = time.monotonic()
         second = subprocess.run(
             [sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
-            capture_output=True, text=True, timeout=30, cwd=sandbox.root,
-            env=daemon_environment(NOTIFY_SOCKET=str(notify.path)), check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=sandbox.root,
+            env=daemon_environment(NOTIFY_SOCKET=str(notify.path)),
+            check=False,
         )
         elapsed = time.monotonic() - started
     finally:
@@ -670,23 +817,29 @@ def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> N
     first.stop()
 
 
-# --- state that heals, and private files -------------------------------------------------------------------
+# --- state that heals, and private files
+# -------------------------------------------------------------------
 
 
 def repaired_once(sandbox: Sandbox, daemon: RunningDaemon, name: str) -> Path:
-    """Write a damaged session as Claude Code would and wait until the daemon has repaired it; return its path."""
+    """Write a damaged session as Claude Code would and wait until the daemon has repaired it;
+    return its path."""
     damaged = resumed_duplicate()
     path = sandbox.project / name
     append_like_claude(path, damaged.lines)
-    daemon.wait_until(lambda: scan_file(path).findings == [] and path.read_bytes() != damaged.data,
-                      f"{name} to be repaired")
+    daemon.wait_until(
+        lambda: scan_file(path).findings == [] and path.read_bytes() != damaged.data,
+        f"{name} to be repaired",
+    )
     return path
 
 
 @requires_corpus
 @pytest.mark.parametrize("database", ["state.db", "archive.db"])
 @pytest.mark.parametrize("how", ["truncated", "garbage"])
-def test_a_damaged_database_is_moved_aside_and_repairs_go_on(sandbox: Sandbox, database: str, how: str) -> None:
+def test_a_damaged_database_is_moved_aside_and_repairs_go_on(
+    sandbox: Sandbox, database: str, how: str
+) -> None:
     daemon = sandbox.start()
     repaired_once(sandbox, daemon, f"{session_id_of(resumed_duplicate().lines)}.jsonl")
     daemon.stop()
@@ -701,15 +854,23 @@ def test_a_damaged_database_is_moved_aside_and_repairs_go_on(sandbox: Sandbox, d
     daemon = sandbox.start()  # starts all the same
     repaired_once(sandbox, daemon, "second.jsonl")  # and repairs go on
     key = database.removesuffix(".db")
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["databases"][key]["moved_aside"]),
-                               "a report naming the moved database")
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["databases"][key]["moved_aside"]),
+        "a report naming the moved database",
+    )
     [moved] = report["databases"][key]["moved_aside"]
     assert Path(moved).read_bytes() == before  # kept byte for byte, beside the new one
     if database == "archive.db":
-        assert any(moved in problem and "riffd archive recover" in problem for problem in report["problems"])
+        assert any(
+            moved in problem and "riffd archive recover" in problem
+            for problem in report["problems"]
+        )
     for command in (["status"], ["report"], ["archive", "stats"]):
         result = sandbox.riffd(*command)
-        assert "Traceback" not in result.stderr and result.returncode in (0, 1), (command, result.stderr)
+        assert "Traceback" not in result.stderr and result.returncode in (0, 1), (
+            command,
+            result.stderr,
+        )
     assert moved in sandbox.riffd("report").stdout
     daemon.stop()
     if database == "archive.db":
@@ -724,13 +885,20 @@ def test_every_file_riffd_writes_is_private_whatever_the_folder_mode(sandbox: Sa
     os.chmod(sandbox.state, 0o755)  # a folder given by RIFFD_STATE_DIR that others may list
     daemon = sandbox.start()
     repaired_once(sandbox, daemon, f"{session_id_of(resumed_duplicate().lines)}.jsonl")
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1), "a report of the repair")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1), "a report of the repair"
+    )
     daemon.stop()
-    modes = {str(path.relative_to(sandbox.state)): stat_mode(path) for path in sandbox.state.rglob("*")}
+    modes = {
+        str(path.relative_to(sandbox.state)): stat_mode(path) for path in sandbox.state.rglob("*")
+    }
     assert {"state.db", "archive.db", "riffd.lock", "reports/latest.json"} <= set(modes)
     assert any(name.startswith("backups/") and name.endswith(".gz") for name in modes)
-    wrong = {name: oct(mode) for name, mode in modes.items()
-             if mode != (0o700 if (sandbox.state / name).is_dir() else 0o600)}
+    wrong = {
+        name: oct(mode)
+        for name, mode in modes.items()
+        if mode != (0o700 if (sandbox.state / name).is_dir() else 0o600)
+    }
     assert wrong == {}
 
 
@@ -739,7 +907,9 @@ def stat_mode(path: Path) -> int:
 
 
 @requires_corpus
-def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once(sandbox: Sandbox) -> None:
+def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once(
+    sandbox: Sandbox,
+) -> None:
     data = resumed_duplicate().data
     paths = []
     for number in range(30):
@@ -749,27 +919,56 @@ def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once
         paths.append(path)
     daemon = sandbox.start()
     other = sandbox.root / "fix-backups"
-    fix = subprocess.run([sys.executable, "-m", "riffd", "--config", str(sandbox.config), "fix", "--quiet-period",
-                          str(QUIET_PERIOD), "--backup-dir", str(other), "--json", str(sandbox.projects)],
-                         capture_output=True, text=True, env=daemon_environment(), timeout=120, check=False)
+    fix = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "riffd",
+            "--config",
+            str(sandbox.config),
+            "fix",
+            "--quiet-period",
+            str(QUIET_PERIOD),
+            "--backup-dir",
+            str(other),
+            "--json",
+            str(sandbox.projects),
+        ],
+        capture_output=True,
+        text=True,
+        env=daemon_environment(),
+        timeout=120,
+        check=False,
+    )
     for path in paths:
-        daemon.wait_until(lambda path=path: scan_file(path).findings == [], f"{path.name} to be repaired")
+        daemon.wait_until(
+            lambda path=path: scan_file(path).findings == [], f"{path.name} to be repaired"
+        )
     daemon.stop()
     outcomes = [item["outcome"] for item in json.loads(fix.stdout)["files"]]
     assert "failed" not in outcomes and "error" not in outcomes, fix.stdout
     by_fix = len(list(other.glob("*.json"))) if other.exists() else 0
     by_daemon = len(sandbox.backup_ids())
-    assert by_fix + by_daemon == len(paths), (by_fix, by_daemon)  # one backup per repair: each repaired once
+    assert by_fix + by_daemon == len(paths), (
+        by_fix,
+        by_daemon,
+    )  # one backup per repair: each repaired once
     assert outcomes.count("repaired") == by_fix
 
 
 def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_one_as_running(
-        sandbox: Sandbox) -> None:
-    sandbox.write_config(reports__interval=3600.0)  # the scheduled report is an hour away: the first comes anyway
+    sandbox: Sandbox,
+) -> None:
+    sandbox.write_config(
+        reports__interval=3600.0
+    )  # the scheduled report is an hour away: the first comes anyway
     started = time.time()
     daemon = sandbox.start()
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid),
-                               "a report of the new daemon", timeout=15)
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid),
+        "a report of the new daemon",
+        timeout=15,
+    )
     assert report_time(report) >= started - 1 and report["daemon"]["running"]
     status = sandbox.riffd("status")
     assert status.returncode == 0 and f"running (pid {daemon.pid})" in status.stdout, status.stdout
@@ -779,65 +978,102 @@ def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_on
     status = sandbox.riffd("status")
     assert status.returncode == 3, status.stdout
     assert "running" not in status.stdout.replace("no riffd daemon runs", ""), status.stdout
-    assert "riffd daemon: stopped, last seen at" in status.stdout and f"(pid {daemon.pid})" in status.stdout
+    assert (
+        "riffd daemon: stopped, last seen at" in status.stdout
+        and f"(pid {daemon.pid})" in status.stdout
+    )
     document = json.loads(sandbox.riffd("status", "--json").stdout)
     assert document["running"] is False and document["state"] == "stopped"
-    assert document["report"]["daemon"]["running"] is False and document["report"]["daemon"]["pid"] == daemon.pid
+    assert (
+        document["report"]["daemon"]["running"] is False
+        and document["report"]["daemon"]["pid"] == daemon.pid
+    )
     latest = sandbox.report()  # the report written at shutdown says so too
     assert latest is not None and latest["daemon"]["running"] is False
 
 
-def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(sandbox: Sandbox) -> None:
+def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(
+    sandbox: Sandbox,
+) -> None:
     sandbox.write_config(reports__interval=3600.0)
     daemon = sandbox.start()
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report"
+    )
     path = sandbox.project / "s.jsonl"
-    path.write_bytes(transcript_bytes(5) + b'{"type":"user","message":{"role":"us\n' + transcript_line(6))
-    status = daemon.wait_until(lambda: _status_where(sandbox, lambda s: s.returncode == 1),
-                               "status to see the malformed line", timeout=20)
+    path.write_bytes(
+        transcript_bytes(5) + b'{"type":"user","message":{"role":"us\n' + transcript_line(6)
+    )
+    status = daemon.wait_until(
+        lambda: _status_where(sandbox, lambda s: s.returncode == 1),
+        "status to see the malformed line",
+        timeout=20,
+    )
     assert f"needs attention: {path} line 6: malformed_line" in status.stdout, status.stdout
     assert f"`riffd ack {path}:6` acknowledges it" in status.stdout
     assert sandbox.riffd("ack", f"{path}:6").returncode == 0
     status = sandbox.riffd("status")  # the acknowledgement counts at once
     assert status.returncode == 0, status.stdout
     assert f"acknowledged: {path} line 6: malformed_line" in status.stdout
-    assert (sandbox.report() or {}).get("findings", {}).get("open") == {}  # the daemon's last report: before
+    assert (sandbox.report() or {}).get("findings", {}).get(
+        "open"
+    ) == {}  # the daemon's last report: before
     daemon.stop()
 
 
-def _status_where(sandbox: Sandbox, condition: Callable[[subprocess.CompletedProcess[str]], bool]
-                  ) -> subprocess.CompletedProcess[str] | None:
+def _status_where(
+    sandbox: Sandbox, condition: Callable[[subprocess.CompletedProcess[str]], bool]
+) -> subprocess.CompletedProcess[str] | None:
     result = sandbox.riffd("status")
     return result if condition(result) else None
 
 
 def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox) -> None:
     daemon = sandbox.start()
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report"
+    )
     with open(sandbox.config, "a") as config:
-        config.write("\n[watcher]\ndebounce = 2\n")  # a second [watcher]: not TOML; the daemon keeps its config
+        config.write(
+            "\n[watcher]\ndebounce = 2\n"
+        )  # a second [watcher]: not TOML; the daemon keeps its config
     for command in (["status"], ["report"]):
         result = sandbox.riffd(*command)
         assert result.returncode in (0, 1), (command, result.stdout, result.stderr)
-        assert f"config error: {sandbox.config}: line" in result.stderr and "Traceback" not in result.stderr
-    status = daemon.wait_until(lambda: _status_where(sandbox, lambda s: "last reload, which failed" in s.stdout),
-                               "status to say the daemon runs on its previous config")
-    assert f"- config: the daemon runs on {sandbox.config} as it was before the last reload" in status.stdout
+        assert (
+            f"config error: {sandbox.config}: line" in result.stderr
+            and "Traceback" not in result.stderr
+        )
+    status = daemon.wait_until(
+        lambda: _status_where(sandbox, lambda s: "last reload, which failed" in s.stdout),
+        "status to say the daemon runs on its previous config",
+    )
+    assert (
+        f"- config: the daemon runs on {sandbox.config} as it was before the last reload"
+        in status.stdout
+    )
     assert f"running (pid {daemon.pid})" in sandbox.riffd("status").stdout
     daemon.stop()
 
 
 def test_a_root_created_after_start_is_watched_within_seconds(tmp_path: Path) -> None:
     box = Sandbox(tmp_path)
-    (box.claude / "sessions").mkdir(parents=True)  # Claude Code installed, no session yet: no projects/ folder
-    box.write_config(watcher__rescan_interval=3600.0)  # not the rescan: the new root itself must be noticed
+    (box.claude / "sessions").mkdir(
+        parents=True
+    )  # Claude Code installed, no session yet: no projects/ folder
+    box.write_config(
+        watcher__rescan_interval=3600.0
+    )  # not the rescan: the new root itself must be noticed
     try:
         daemon = box.start()
         box.project.mkdir(parents=True)
         path = box.project / "first.jsonl"
         path.write_bytes(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).data)
-        daemon.wait_until(lambda: box.backup_ids() and scan_file(path).findings == [],
-                          "the first session in the new root to be repaired", timeout=15)
+        daemon.wait_until(
+            lambda: box.backup_ids() and scan_file(path).findings == [],
+            "the first session in the new root to be repaired",
+            timeout=15,
+        )
         assert "appeared: watching it" in daemon.stderr()
         daemon.stop()
     finally:
@@ -848,21 +1084,32 @@ def test_a_root_created_after_start_is_watched_within_seconds(tmp_path: Path) ->
 def test_notify_command_hears_of_damage_and_of_its_repair(sandbox: Sandbox) -> None:
     heard = sandbox.root / "heard.jsonl"
     listener = sandbox.root / "listener.py"
-    listener.write_text("import json, sys\n"
-                        f"with open({str(heard)!r}, 'a') as out:\n"
-                        "    out.write(json.dumps({'summary': sys.argv[-1], 'event': json.load(sys.stdin)}) + '\\n')\n")
+    listener.write_text(
+        "import json, sys\n"
+        f"with open({str(heard)!r}, 'a') as out:\n"
+        "    out.write(json.dumps({'summary': sys.argv[-1], 'event': json.load(sys.stdin)}) + '\\n')\n"
+    )
     sandbox.write_config(notify__command=f"{sys.executable} {listener}")
     daemon = sandbox.start()
-    daemon.wait_until(lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "the start-up pass")
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid),
+        "the start-up pass",
+    )
     path = repaired_once(sandbox, daemon, "damaged.jsonl")
 
     def events() -> list[dict[str, Any]] | None:
-        found = [json.loads(line) for line in heard.read_text().splitlines()] if heard.exists() else []
-        return found if {item["event"]["event"] for item in found} >= {"damaged", "repaired"} else None
+        found = (
+            [json.loads(line) for line in heard.read_text().splitlines()] if heard.exists() else []
+        )
+        return (
+            found if {item["event"]["event"] for item in found} >= {"damaged", "repaired"} else None
+        )
 
     found = daemon.wait_until(events, "the damaged and repaired events")
-    damaged, repaired = (next(item for item in found if item["event"]["event"] == kind)
-                         for kind in ("damaged", "repaired"))
+    damaged, repaired = (
+        next(item for item in found if item["event"]["event"] == kind)
+        for kind in ("damaged", "repaired")
+    )
     assert damaged["event"]["path"] == str(path) and DUPLICATE in damaged["event"]["classes"]
     assert damaged["summary"] == f"riffd: session damaged: {DUPLICATE} 1 in {path}"
     assert repaired["event"]["backup_id"] in sandbox.backup_ids()
@@ -871,32 +1118,49 @@ def test_notify_command_hears_of_damage_and_of_its_repair(sandbox: Sandbox) -> N
     daemon.stop()
 
 
-def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandbox: Sandbox) -> None:
-    """The daemon compacts its archive whenever lines stop coming for `archive.settle_after` (here 1 s), and
-    stops compacting as soon as they come again. Bursts of appends (packs filled fast, stored loose) with pauses
-    of about that length between them, so compaction and settling run between bursts and meet the next one: every
-    line of every session stays in the archive byte for byte, and once quiet nothing is left loose."""
+def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(
+    sandbox: Sandbox,
+) -> None:
+    """The daemon compacts its archive whenever lines stop coming for `archive.settle_after` (here 1
+    s), and stops compacting as soon as they come again. Bursts of appends (packs filled fast,
+    stored loose) with pauses of about that length between them, so compaction and settling run
+    between bursts and meet the next one: every line of every session stays in the archive byte for
+    byte, and once quiet nothing is left loose."""
     import random
 
     sandbox.write_config(archive__settle_after=1.0)
     rng = random.Random(20261125)
-    words = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "nu", "pe", "ra") for b in ("ven", "dor", "lix", "mup")
-             for c in ("a", "o", "ert", "ist")]
-    paths = [sandbox.project / f"5e55104e-0000-4000-8000-00000000000{number}.jsonl" for number in range(3)]
+    words = [
+        f"{a}{b}{c}"
+        for a in ("ka", "lo", "mi", "nu", "pe", "ra")
+        for b in ("ven", "dor", "lix", "mup")
+        for c in ("a", "o", "ert", "ist")
+    ]
+    paths = [
+        sandbox.project / f"5e55104e-0000-4000-8000-00000000000{number}.jsonl"
+        for number in range(3)
+    ]
     daemon = sandbox.start()
     numbers = dict.fromkeys(paths, 0)
     for _burst in range(5):
-        for _ in range(100):  # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+        for _ in range(
+            100
+        ):  # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
             path = rng.choice(paths)
             numbers[path] += 1
             record = json.loads(transcript_line(numbers[path], session_id=path.stem))
             record["message"]["content"] += " ".join(rng.choices(words, k=2_000))
             with open(path, "ab") as out:
                 out.write(json.dumps(record).encode() + b"\n")
-        if _burst == 2:  # while the daemon archives and compacts: what it has archived so far is the files' start
+        if (
+            _burst == 2
+        ):  # while the daemon archives and compacts: what it has archived so far is the files' start
             verified = sandbox.riffd("archive", "verify", "--json", str(sandbox.project))
             assert verified.returncode == 0, verified.stdout + verified.stderr
-            assert {json.loads(line)["outcome"] for line in verified.stdout.splitlines()} <= {"whole", "behind"}
+            assert {json.loads(line)["outcome"] for line in verified.stdout.splitlines()} <= {
+                "whole",
+                "behind",
+            }
         time.sleep(rng.uniform(0.5, 2.0))
 
     def archived_whole() -> bool:
@@ -907,11 +1171,18 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
             archive.close()
 
     daemon.wait_until(archived_whole, "every line archived", timeout=60)
-    daemon.wait_until(lambda: "at the settled level, 0 left" in daemon.stderr().rsplit("appended, ", 1)[-1]
-                      and "archive settled" in daemon.stderr().rsplit("at the settled level, 0 left", 1)[-1],
-                      "the archive compacted and settled once quiet", timeout=90)
+    daemon.wait_until(
+        lambda: (
+            "at the settled level, 0 left" in daemon.stderr().rsplit("appended, ", 1)[-1]
+            and "archive settled" in daemon.stderr().rsplit("at the settled level, 0 left", 1)[-1]
+        ),
+        "the archive compacted and settled once quiet",
+        timeout=90,
+    )
     daemon.stop()
-    assert "maximum number of running instances" not in daemon.stderr()  # a compaction outlasting 1 s is no warning
+    assert (
+        "maximum number of running instances" not in daemon.stderr()
+    )  # a compaction outlasting 1 s is no warning
     assert "malformed" not in daemon.stderr()
     archive = Archive(sandbox.state / "archive.db", read_only=True)
     try:
@@ -921,16 +1192,30 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(sandb
     finally:
         archive.close()
     verified = sandbox.riffd("archive", "verify")
-    assert verified.returncode == 0 and "verified 3 file(s)" in verified.stderr and "3 whole" in verified.stderr
+    assert (
+        verified.returncode == 0
+        and "verified 3 file(s)" in verified.stderr
+        and "3 whole" in verified.stderr
+    )
     compact = sandbox.riffd("archive", "compact")
-    assert compact.returncode == 0 and "compressed" not in compact.stderr, compact.stderr  # nothing was left loose
+    assert compact.returncode == 0 and "compressed" not in compact.stderr, (
+        compact.stderr
+    )  # nothing was left loose
 
 
-def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_reload(sandbox: Sandbox) -> None:
+def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_reload(
+    sandbox: Sandbox,
+) -> None:
     sandbox.write_config(notify__command="notify-send 'riffd")
-    started = subprocess.run([sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
-                             capture_output=True, text=True, env=daemon_environment(), cwd=sandbox.root, timeout=30,
-                             check=False)
+    started = subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
+        capture_output=True,
+        text=True,
+        env=daemon_environment(),
+        cwd=sandbox.root,
+        timeout=30,
+        check=False,
+    )
     assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
     assert f"config error: {sandbox.config}: notify.command: bad value" in started.stderr
 
@@ -939,8 +1224,13 @@ def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_
     sandbox.write_config(notify__command='notify-send "riffd')
     daemon.process.send_signal(signal.SIGHUP)
     report = daemon.wait_until(
-        lambda: sandbox.report_where(lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False),
-        "a report of the failed reload")
-    assert any("notify.command: bad value" in error for error in report["daemon"]["last_reload"]["errors"])
+        lambda: sandbox.report_where(
+            lambda r: (r["daemon"]["last_reload"] or {}).get("ok") is False
+        ),
+        "a report of the failed reload",
+    )
+    assert any(
+        "notify.command: bad value" in error for error in report["daemon"]["last_reload"]["errors"]
+    )
     assert daemon.process.poll() is None
     daemon.stop()

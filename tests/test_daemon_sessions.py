@@ -1,7 +1,7 @@
-"""End to end: the daemon keeps every file of a session as the client writes them, and a session deleted as Claude
-Code's cleanup deletes it comes back whole; kill -9 of the daemon or of an ingest while files are stored leaves an
-archive that `verify` passes, and the next run completes it. Real `riffd run` subprocesses (the harness of
-test_daemon_e2e), real files, a real SIGKILL."""
+"""End to end: the daemon keeps every file of a session as the client writes them, and a session
+deleted as Claude Code's cleanup deletes it comes back whole; kill -9 of the daemon or of an ingest
+while files are stored leaves an archive that `verify` passes, and the next run completes it. Real
+`riffd run` subprocesses (the harness of test_daemon_e2e), real files, a real SIGKILL."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _write_growing(path: Path, data: bytes, pieces: int = 12, pause: float = 0.0
     step = -(-len(data) // pieces)
     for start in range(0, len(data), step):
         with open(path, "ab") as out:
-            out.write(data[start:start + step])
+            out.write(data[start : start + step])
         time.sleep(pause)
 
 
@@ -54,8 +54,8 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _archived_as_on_disk(box: Sandbox, tree: Tree) -> bool:
-    """Whether the archive holds every file of the session as it is now: each transcript whole with its time, each
-    file kept whole as its newest version."""
+    """Whether the archive holds every file of the session as it is now: each transcript whole with
+    its time, each file kept whole as its newest version."""
     if not (box.state / "archive.db").exists():
         return False
     archive = Archive(box.state / "archive.db", read_only=True)
@@ -74,13 +74,16 @@ def _archived_as_on_disk(box: Sandbox, tree: Tree) -> bool:
         archive.close()
 
 
-def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_cleanup(box: Sandbox) -> None:
-    """The client's order: lines appended one by one, a large output written for about a second and then named by
-    a line, a subagent with its settings and its own output in the parent's folder, checkpoints, a task list written
-    twice, a plan. The daemon archives each file once it stops changing (one version of the slow output) and every
-    later version beside the earlier (two of the task list). Deleted as the cleanup deletes it, the session comes
-    back by its id prefix, each file with its bytes and modification time; a saved output deleted later by its own
-    age comes back alone."""
+def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_cleanup(
+    box: Sandbox,
+) -> None:
+    """The client's order: lines appended one by one, a large output written for about a second and
+    then named by a line, a subagent with its settings and its own output in the parent's folder,
+    checkpoints, a task list written twice, a plan. The daemon archives each file once it stops
+    changing (one version of the slow output) and every later version beside the earlier (two of the
+    task list). Deleted as the cleanup deletes it, the session comes back by its id prefix, each
+    file with its bytes and modification time; a saved output deleted later by its own age comes
+    back alone."""
     daemon = box.start()
     rng = random.Random(7)
     tree = Tree(box.claude, SESSION, box.project)
@@ -89,20 +92,35 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     history, tasks = box.claude / "file-history" / SESSION, box.claude / "tasks" / SESSION
     subagent = tree.folder / "subagents" / f"agent-{agent}.jsonl"
     append_like_claude(tree.main, [line(SESSION, 0, "Print many lines")])
-    _write_growing(outputs[0], BIG_OUTPUT.encode())  # a file still being written: taken once it settles
+    _write_growing(
+        outputs[0], BIG_OUTPUT.encode()
+    )  # a file still being written: taken once it settles
     append_like_claude(tree.main, [line(SESSION, 1, persisted(outputs[0]))])
-    _write(tree.folder / "subagents" / f"agent-{agent}.meta.json", b'{"agentType":"general-purpose"}')
-    append_like_claude(subagent, [line(SESSION, 10, "Print many lines", isSidechain=True, agentId=agent)])
-    _write(outputs[1], (BIG_OUTPUT + "and more\n").encode())  # the subagent's, in the parent's folder
-    append_like_claude(subagent, [line(SESSION, 11, persisted(outputs[1]), isSidechain=True, agentId=agent)])
+    _write(
+        tree.folder / "subagents" / f"agent-{agent}.meta.json", b'{"agentType":"general-purpose"}'
+    )
+    append_like_claude(
+        subagent, [line(SESSION, 10, "Print many lines", isSidechain=True, agentId=agent)]
+    )
+    _write(
+        outputs[1], (BIG_OUTPUT + "and more\n").encode()
+    )  # the subagent's, in the parent's folder
+    append_like_claude(
+        subagent, [line(SESSION, 11, persisted(outputs[1]), isSidechain=True, agentId=agent)]
+    )
     _write(history / "388d6e47436fd4a5@v1", b"hello from the sample project\nsecond line\n")
     _write(tasks / "1.json", b'{"id":"1","status":"pending"}')
     _write(tasks / ".lock", b"")
     _write(box.claude / "plans" / f"{SLUG}.md", b"# Plan\n\n1. Edit hello.txt\n")
     append_like_claude(tree.main, [line(SESSION, 2, f"agentId: {agent}", slug=SLUG)])
     tree.transcripts += [tree.main, subagent]
-    tree.whole += [tree.folder / "subagents" / f"agent-{agent}.meta.json", *outputs, history / "388d6e47436fd4a5@v1",
-                   tasks / "1.json", box.claude / "plans" / f"{SLUG}.md"]
+    tree.whole += [
+        tree.folder / "subagents" / f"agent-{agent}.meta.json",
+        *outputs,
+        history / "388d6e47436fd4a5@v1",
+        tasks / "1.json",
+        box.claude / "plans" / f"{SLUG}.md",
+    ]
     daemon.wait_until(lambda: _archived_as_on_disk(box, tree), "the first versions archived")
     _write(history / "388d6e47436fd4a5@v2", b"hello from the sample project\nsecond line, edited\n")
     _write(tasks / "1.json", b'{"id":"1","status":"completed"}')
@@ -113,9 +131,13 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     archive = Archive(box.state / "archive.db", read_only=True)
     versions = archive.whole.session_versions(SESSION, every=True)
     archive.close()
-    assert [version.version for version in versions if version.path == outputs[0]] == [1]  # settled first
+    assert [version.version for version in versions if version.path == outputs[0]] == [
+        1
+    ]  # settled first
     assert [version.version for version in versions if version.path == tasks / "1.json"] == [1, 2]
-    assert {version.path for version in versions} == set(tree.whole)  # the lock is the client's, not the session's
+    assert {version.path for version in versions} == set(
+        tree.whole
+    )  # the lock is the client's, not the session's
 
     before = snapshot(tree.files())
     delete_like_cleanup(tree)
@@ -135,10 +157,12 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
 
 
 def _many_outputs(claude: Path, count: int, size: int) -> list[SessionFile]:
-    """`count` saved outputs of `size` bytes each, every one its own bytes (no two the same blob), modified an hour
-    ago; return them as the archive sees them."""
+    """`count` saved outputs of `size` bytes each, every one its own bytes (no two the same blob),
+    modified an hour ago; return them as the archive sees them."""
     rng = random.Random(3)
-    base = b"".join(b"%016x %s\n" % (rng.getrandbits(64), b"x" * rng.randrange(40)) for _ in range(size // 40))
+    base = b"".join(
+        b"%016x %s\n" % (rng.getrandbits(64), b"x" * rng.randrange(40)) for _ in range(size // 40)
+    )
     folder = claude / "projects" / "-home-user-app" / SESSION / "tool-results"
     folder.mkdir(parents=True)
     long_ago = time.time() - 3600
@@ -146,7 +170,9 @@ def _many_outputs(claude: Path, count: int, size: int) -> list[SessionFile]:
         path = folder / f"out{number:05d}.txt"
         path.write_bytes(b"%d\n" % number + base[:size])
         os.utime(path, (long_ago, long_ago))
-    (claude / "projects" / "-home-user-app" / f"{SESSION}.jsonl").write_bytes(line(SESSION, 0, "hello"))
+    (claude / "projects" / "-home-user-app" / f"{SESSION}.jsonl").write_bytes(
+        line(SESSION, 0, "hello")
+    )
     return list(all_session_files([claude / "projects"], [claude]))
 
 
@@ -167,12 +193,15 @@ def _verify_whole(box: Sandbox, count: int) -> None:
     verified = box.riffd("archive", "verify", "--json", timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     outcomes = [json.loads(item) for item in verified.stdout.splitlines()]
-    assert [item["outcome"] for item in outcomes if item["kind"] == "tool-result"] == ["whole"] * count
+    assert [item["outcome"] for item in outcomes if item["kind"] == "tool-result"] == [
+        "whole"
+    ] * count
 
 
 @pytest.mark.parametrize("killed", ["daemon", "ingest"])
 def test_kill_9_while_files_are_stored_leaves_an_archive_verify_passes_and_the_next_run_completes(
-        box: Sandbox, killed: str) -> None:
+    box: Sandbox, killed: str
+) -> None:
     count = 60
     files = _many_outputs(box.claude, count, 2_000_000)
     assert len(files) == count
@@ -181,22 +210,34 @@ def test_kill_9_while_files_are_stored_leaves_an_archive_verify_passes_and_the_n
         process = daemon.process
     else:
         box.riffd("archive", "stats")  # (the archive made first, so the poll below can read it)
-        process = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(box.config), "archive", "ingest"],
-                                   env=daemon_environment(), cwd=box.root, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "riffd", "--config", str(box.config), "archive", "ingest"],
+            env=daemon_environment(),
+            cwd=box.root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + DEADLINE
-    while (held := _versions_held(box)) < 5 and process.poll() is None and time.monotonic() < deadline:
+    while (
+        (held := _versions_held(box)) < 5 and process.poll() is None and time.monotonic() < deadline
+    ):
         time.sleep(0.01)
     process.kill()
     process.wait()
-    assert 5 <= held < count, f"killed with {held} of {count} files stored: not while they were being stored"
+    assert 5 <= held < count, (
+        f"killed with {held} of {count} files stored: not while they were being stored"
+    )
 
-    partial = box.riffd("archive", "verify", timeout=120)  # nothing half stored: only files not taken yet
+    partial = box.riffd(
+        "archive", "verify", timeout=120
+    )  # nothing half stored: only files not taken yet
     assert partial.returncode == 0, partial.stdout + partial.stderr
     assert "not archived" in partial.stderr
     if killed == "daemon":
         daemon = box.start()
-        daemon.wait_until(lambda: _versions_held(box) == count, "every file stored after the restart", timeout=120)
+        daemon.wait_until(
+            lambda: _versions_held(box) == count, "every file stored after the restart", timeout=120
+        )
         daemon.stop()
     else:
         again = box.riffd("archive", "ingest", timeout=120)
@@ -205,7 +246,9 @@ def test_kill_9_while_files_are_stored_leaves_an_archive_verify_passes_and_the_n
 
 
 def test_the_rescan_takes_a_file_no_event_reported(box: Sandbox) -> None:
-    box.write_config(watcher__observer="polling", watcher__polling_interval=3600.0, watcher__rescan_interval=1.0)
+    box.write_config(
+        watcher__observer="polling", watcher__polling_interval=3600.0, watcher__rescan_interval=1.0
+    )
     daemon = box.start()
     tree = Tree(box.claude, SESSION, box.project)
     append_like_claude(tree.main, [line(SESSION, 0, "hello")])
@@ -215,7 +258,13 @@ def test_the_rescan_takes_a_file_no_event_reported(box: Sandbox) -> None:
     os.utime(checkpoint, (long_ago, long_ago))
     tree.transcripts.append(tree.main)
     tree.whole.append(checkpoint)
-    daemon.wait_until(lambda: _archived_as_on_disk(box, tree), "the checkpoint archived by a rescan")
-    report = daemon.wait_until(lambda: box.report_where(lambda r: r["watcher"]["rescans"] >= 2), "a report")
-    assert report["watcher"]["events"] == 0  # nothing came from the observer: the rescans did it all
+    daemon.wait_until(
+        lambda: _archived_as_on_disk(box, tree), "the checkpoint archived by a rescan"
+    )
+    report = daemon.wait_until(
+        lambda: box.report_where(lambda r: r["watcher"]["rescans"] >= 2), "a report"
+    )
+    assert (
+        report["watcher"]["events"] == 0
+    )  # nothing came from the observer: the rescans did it all
     daemon.stop()

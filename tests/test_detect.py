@@ -1,4 +1,5 @@
-"""Detection on real transcripts: healthy corpus files give nothing, injected damage gives exactly its finding."""
+"""Detection on real transcripts: healthy corpus files give nothing, injected damage gives exactly
+its finding."""
 
 from __future__ import annotations
 
@@ -93,7 +94,9 @@ def test_every_finding_class_has_an_injector():
 
 @requires_corpus
 def test_resumed_duplicate_names_both_results(tmp_path: Path):
-    damaged = damage.inject_resumed_duplicate(corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"))
+    damaged = damage.inject_resumed_duplicate(
+        corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
+    )
     _path, scanned = scan_transcript_bytes(tmp_path, damaged.data)
     (finding,) = scanned.findings
     assert finding.cls is FindingClass.DUPLICATE_TOOL_RESULT
@@ -101,11 +104,15 @@ def test_resumed_duplicate_names_both_results(tmp_path: Path):
     index = scanned.index
     blocks = index.results[damaged.tool_id]
     records = [parse_line(raw.rstrip(b"\n")) for raw in damaged.lines]
-    assert [(block.line, is_placeholder_result(records[block.line], block.block)) for block in blocks] == [
+    assert [
+        (block.line, is_placeholder_result(records[block.line], block.block)) for block in blocks
+    ] == [
         (damaged.marks["synthetic"], True),
         (damaged.marks["genuine"], False),
     ]
-    assert finding.api_error == API_TEXTS[FindingClass.DUPLICATE_TOOL_RESULT].format(damaged.tool_id)
+    assert finding.api_error == API_TEXTS[FindingClass.DUPLICATE_TOOL_RESULT].format(
+        damaged.tool_id
+    )
 
 
 def test_parallel_results_off_the_walk_are_loaded_not_missing(tmp_path: Path):
@@ -127,7 +134,11 @@ def small_session(
     result_block: dict | None = None, tool_use_result: object = "ok", prompt: object = "hi"
 ) -> list[dict]:
     """Prompt, tool_use, tool_result, closing text: four records of one healthy conversation."""
-    result = {"type": "tool_result", "tool_use_id": USE_ID, "content": "fine"} if result_block is None else result_block
+    result = (
+        {"type": "tool_result", "tool_use_id": USE_ID, "content": "fine"}
+        if result_block is None
+        else result_block
+    )
     return [
         {
             "type": "user",
@@ -160,7 +171,11 @@ def small_session(
             "uuid": "a2",
             "parentUuid": "r1",
             "sessionId": "s",
-            "message": {"id": "msg_2", "role": "assistant", "content": [{"type": "text", "text": "done"}]},
+            "message": {
+                "id": "msg_2",
+                "role": "assistant",
+                "content": [{"type": "text", "text": "done"}],
+            },
         },
     ]
 
@@ -206,7 +221,11 @@ def test_content_and_tool_use_result_shapes(tmp_path: Path, prompt, tool_use_res
     [(True, True), (False, False), (None, False), ("absent", False)],
 )
 def test_is_error_values(tmp_path: Path, is_error, synthetic):
-    block = {"type": "tool_result", "tool_use_id": USE_ID, "content": "[Tool call interrupted by user]"}
+    block = {
+        "type": "tool_result",
+        "tool_use_id": USE_ID,
+        "content": "[Tool call interrupted by user]",
+    }
     if is_error != "absent":
         block["is_error"] = is_error
     _path, scanned = scan_transcript_bytes(tmp_path, as_bytes(small_session(result_block=block)))
@@ -219,7 +238,9 @@ def test_is_error_values(tmp_path: Path, is_error, synthetic):
 
 def test_unknown_record_types_are_kept_out_of_the_tree(tmp_path: Path):
     records = small_session()
-    records.insert(2, {"type": "brand-new-kind", "payload": {"nested": [1, 2]}, "timestamp": "2030-01-01"})
+    records.insert(
+        2, {"type": "brand-new-kind", "payload": {"nested": [1, 2]}, "timestamp": "2030-01-01"}
+    )
     records.append({"type": "speculation-accept", "uuid": None})
     _path, scanned = scan_transcript_bytes(tmp_path, as_bytes(records))
     assert scanned.findings == []
@@ -275,14 +296,17 @@ def test_compact_boundary_continues_to_its_logical_parent():
     tree = damage.Tree(corpus_lines(path))
     loaded = tree.loaded
     boundary = next(
-        i for i, record in enumerate(tree.records) if record and record.get("subtype") == "compact_boundary"
+        i
+        for i, record in enumerate(tree.records)
+        if record and record.get("subtype") == "compact_boundary"
     )
     assert tree.index.parents[boundary] < 0
     assert boundary in tree.on_chain
     logical = tree.index.line_of_uuid[tree.records[boundary]["logicalParentUuid"]]
     assert logical in tree.on_chain
     assert loaded.segment_of[boundary] == 0 and loaded.segment_of[logical] == 1
-    # The rewound branch (a prompt and its answer that the conversation left) is history, not loaded.
+    # The rewound branch (a prompt and its answer that the conversation left) is history, not
+    # loaded.
     rewound = [i for i in range(len(tree.lines)) if i not in loaded.segment_of]
     assert len(rewound) == 2
     assert all(tree.index.parents[i] < boundary for i in rewound)
@@ -296,7 +320,11 @@ def test_many_compactions_still_pair(tmp_path: Path):
     assert set(scanned.loaded.segment_of.values()) == set(range(9))
     assert len(scanned.loaded.segment_of) == len(lines)
     metrics = scanned.index.metrics
-    assert (metrics.blocks_processed, metrics.blocks_valid, metrics.unique_tool_use_ids) == (54, 54, 54)
+    assert (metrics.blocks_processed, metrics.blocks_valid, metrics.unique_tool_use_ids) == (
+        54,
+        54,
+        54,
+    )
 
 
 def test_ids_reused_in_another_segment_are_not_duplicates(tmp_path: Path):
@@ -310,7 +338,9 @@ def test_ids_reused_in_another_segment_are_not_duplicates(tmp_path: Path):
 def test_damage_in_an_early_segment_is_found(tmp_path: Path):
     lines = damage.generated_session(segments=9, turns=2, parallel=2)
     first_boundary = next(i for i, raw in enumerate(lines) if b"compact_boundary" in raw)
-    damaged = damage.inject_removed_result(lines, lambda points: next(p for p in points if p[1] < first_boundary))
+    damaged = damage.inject_removed_result(
+        lines, lambda points: next(p for p in points if p[1] < first_boundary)
+    )
     _path, scanned = scan_transcript_bytes(tmp_path, damaged.data)
     assert finding_keys(scanned.findings) == expected_keys(damaged.expected)
     assert scanned.findings[0].line <= first_boundary
@@ -322,7 +352,8 @@ def test_a_result_across_a_boundary_is_an_orphan_and_leaves_its_use_unanswered(t
     boundary = next(i for i, raw in enumerate(lines) if b"compact_boundary" in raw)
     summary = boundary + 1
     ((use, result, tool_id),) = [pair for pair in tree.pairs() if pair[1] < boundary]
-    # The result is written after the compact summary, as its child: the use stays before the boundary.
+    # The result is written after the compact summary, as its child: the use stays before the
+    # boundary.
     record = dict(tree.records[result], parentUuid=tree.uuid(summary))
     del record["sourceToolAssistantUUID"]
     after = lines[summary + 1 :]
@@ -342,7 +373,9 @@ def test_a_result_across_a_boundary_is_an_orphan_and_leaves_its_use_unanswered(t
 
 @requires_corpus
 def test_metrics_count_blocks_duplicates_and_ids(tmp_path: Path):
-    base = corpus_lines(CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl")
+    base = corpus_lines(
+        CORPUS_DIR / "d-kimuson-claude-code-viewer" / "1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"
+    )
     _path, healthy = scan_transcript_bytes(tmp_path, b"".join(base))
     assert Counter(
         {
@@ -371,12 +404,33 @@ def test_metrics_count_blocks_duplicates_and_ids(tmp_path: Path):
 
 
 def test_a_finding_as_json_is_every_field_in_order_without_nones() -> None:
-    full = Finding(FindingClass.DUPLICATE_TOOL_RESULT, "/p.jsonl", (3, 9), "why", uuids=("u1", "u2"), tool_id="toolu_1",
-                   offset=120, detail="in_line", api_error="400")
-    assert [field.name for field in fields(Finding)][1:] == list(full.to_json())[1:]  # a new field shows up here
+    full = Finding(
+        FindingClass.DUPLICATE_TOOL_RESULT,
+        "/p.jsonl",
+        (3, 9),
+        "why",
+        uuids=("u1", "u2"),
+        tool_id="toolu_1",
+        offset=120,
+        detail="in_line",
+        api_error="400",
+    )
+    assert [field.name for field in fields(Finding)][1:] == list(full.to_json())[
+        1:
+    ]  # a new field shows up here
     expected = {("class" if name == "cls" else name): value for name, value in asdict(full).items()}
-    assert full.to_json() == expected | {"class": "duplicate_tool_result", "lines": [3, 9], "uuids": ["u1", "u2"]}
+    assert full.to_json() == expected | {
+        "class": "duplicate_tool_result",
+        "lines": [3, 9],
+        "uuids": ["u1", "u2"],
+    }
     assert next(iter(full.to_json())) == "class"
     bare = Finding(FindingClass.MALFORMED_LINE, "/p.jsonl", (), "why")
-    assert bare.to_json() == {"class": "malformed_line", "path": "/p.jsonl", "lines": [], "message": "why", "uuids": []}
+    assert bare.to_json() == {
+        "class": "malformed_line",
+        "path": "/p.jsonl",
+        "lines": [],
+        "message": "why",
+        "uuids": [],
+    }
     assert Finding.from_json(full.to_json()) == full and Finding.from_json(bare.to_json()) == bare

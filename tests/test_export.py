@@ -43,7 +43,9 @@ def test_jsonl_lines_are_the_source_lines_byte_for_byte(tmp_path: Path) -> None:
     exported = Path(result.target or "").read_bytes().splitlines(keepends=True)
     source = DAG.read_bytes().splitlines(keepends=True)
     assert set(exported) <= set(source) and len(exported) == 10
-    assert [source.index(line) for line in exported] == sorted(source.index(line) for line in exported)
+    assert [source.index(line) for line in exported] == sorted(
+        source.index(line) for line in exported
+    )
 
 
 @requires_corpus
@@ -56,7 +58,10 @@ def test_a_malformed_line_is_reported_and_the_export_goes_on(tmp_path: Path) -> 
     exported = Path(result.target or "").read_bytes().splitlines(keepends=True)
     assert b"{not json\n" not in exported and set(exported) <= set(lines)
     markdown = Exporter(tmp_path / "md").export(damaged)
-    assert f"Line(s) {len(lines) - 2} of the source do not parse" in Path(markdown.target or "").read_text()
+    assert (
+        f"Line(s) {len(lines) - 2} of the source do not parse"
+        in Path(markdown.target or "").read_text()
+    )
 
 
 @requires_corpus
@@ -75,7 +80,9 @@ def test_a_rerun_resumes_and_skips_what_is_done(tmp_path: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest))
     again = [Exporter(out).export(path) for path in sorted(sources.iterdir())]
     assert [result.status for result in again] == ["skipped", "skipped", "exported"]
-    with open(sorted(sources.iterdir())[0], "ab") as handle:  # a session that grew is exported again
+    with open(
+        sorted(sources.iterdir())[0], "ab"
+    ) as handle:  # a session that grew is exported again
         handle.write(DAG.read_bytes().splitlines(keepends=True)[-1])
     assert Exporter(out).export(sorted(sources.iterdir())[0]).status == "exported"
 
@@ -90,9 +97,11 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / f"{DAG.stem}.md").exists()
     assert "1 exported" in capsys.readouterr().err
-    # An export holds a whole conversation: private whatever the umask (here 022, as on most systems).
-    assert {path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "out").iterdir()} == {
-        f"{DAG.stem}.md": "0o600", MANIFEST: "0o600"}
+    # An export holds a whole conversation: private whatever the umask (here 022, as on most
+    # systems).
+    assert {
+        path.name: oct(path.stat().st_mode & 0o777) for path in (tmp_path / "out").iterdir()
+    } == {f"{DAG.stem}.md": "0o600", MANIFEST: "0o600"}
     assert main(["export", str(DAG), "--to", str(tmp_path / "out")]) == 0
     assert "1 unchanged" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "out")]) == 2
@@ -100,11 +109,17 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @requires_corpus
 def test_sidechains_are_exported_under_their_agent_names(tmp_path: Path) -> None:
-    inline = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
-    text = Path(Exporter(tmp_path / "a", sidechains=sidechains_of).export(inline).target or "").read_text()
+    inline = (
+        CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+    )
+    text = Path(
+        Exporter(tmp_path / "a", sidechains=sidechains_of).export(inline).target or ""
+    ).read_text()
     assert text.count("## Subagent: general-purpose") == 5
     session = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-    text = Path(Exporter(tmp_path / "b", sidechains=sidechains_of).export(session).target or "").read_text()
+    text = Path(
+        Exporter(tmp_path / "b", sidechains=sidechains_of).export(session).target or ""
+    ).read_text()
     assert "## Subagent: claude-code-guide" in text and "## Subagent: compaction" in text
 
 
@@ -120,9 +135,19 @@ def test_cli_exports_agent_files_inside_their_session_only(tmp_path: Path) -> No
 
 def run_riffd(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
     """Run `python -m riffd ARGS` as a user would (with `umask`, when given)."""
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=environ,
-                          timeout=60, check=False, preexec_fn=None if umask is None else lambda: os.umask(umask))
+    environ = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
+    )
 
 
 def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path) -> None:
@@ -144,7 +169,9 @@ def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "the user's own file\n"
     assert "not a file of this folder; ignored" in done.stderr
-    assert any("line 6" in path.read_text() for path in out.glob("*.md"))  # exported, into the folder
+    assert any(
+        "line 6" in path.read_text() for path in out.glob("*.md")
+    )  # exported, into the folder
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "projects", "victim.txt"]
 
 

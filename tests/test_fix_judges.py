@@ -1,4 +1,5 @@
-"""`riffd fix` judges the file it wrote: its summary and exit code come from scanning the new file."""
+"""`riffd fix` judges the file it wrote: its summary and exit code come from scanning the new
+file."""
 
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ def idle(path: Path, data: bytes) -> Path:
     return path
 
 
-def test_a_line_written_twice_is_repaired_and_fix_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_line_written_twice_is_repaired_and_fix_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     damaged = damage.inject_identical_line(damage.generated_session(segments=2))
     path = idle(tmp_path / "projects" / "s.jsonl", b"".join(damaged.lines))
-    assert {str(finding.cls) for finding in scan_file(path).findings} == {"duplicate_tool_result", "duplicate_uuid"}
+    assert {str(finding.cls) for finding in scan_file(path).findings} == {
+        "duplicate_tool_result",
+        "duplicate_uuid",
+    }
     assert main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)]) == EXIT_OK
     document = json.loads(capsys.readouterr().out)
     [result] = document["files"]
@@ -34,11 +40,18 @@ def test_a_line_written_twice_is_repaired_and_fix_exits_0(tmp_path: Path, capsys
 
 
 def test_what_the_repair_leaves_is_counted_from_the_new_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
     malformed = b"not json\n"  # riffd never edits a malformed line: it remains after the repair
     path = idle(tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], malformed, *lines[3:]]))
-    assert main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)]) == EXIT_FINDINGS
+    assert (
+        main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)])
+        == EXIT_FINDINGS
+    )
     [result] = json.loads(capsys.readouterr().out)["files"]
-    assert [item["class"] for item in result["remaining"]] == [
-        str(finding.cls) for finding in scan_file(path).findings] == ["malformed_line"]
+    assert (
+        [item["class"] for item in result["remaining"]]
+        == [str(finding.cls) for finding in scan_file(path).findings]
+        == ["malformed_line"]
+    )

@@ -1,4 +1,5 @@
-"""`riffd fix` killed with SIGKILL at random moments: the transcript is the original or the full repair."""
+"""`riffd fix` killed with SIGKILL at random moments: the transcript is the original or the full
+repair."""
 
 from __future__ import annotations
 
@@ -21,17 +22,24 @@ SESSION = "5e55104e-0000-4000-8000-00000000c0de"
 
 
 def damaged_session() -> bytes:
-    """A generated session of a few MB with three resumed-session duplicates (transcript-format 4b)."""
+    """A generated session of a few MB with three resumed-session duplicates (transcript-format
+    4b)."""
     lines = damage.generated_session(segments=6, turns=120, parallel=3, session_id=SESSION)
     pad = "x" * 2000
     lines = [line.replace(b'"text":"', b'"text":"' + pad.encode(), 1) for line in lines]
     for pick in (5, 60, 200):
-        lines = damage.inject_resumed_duplicate(lines, lambda points, k=pick: points[k % len(points)]).lines
+        lines = damage.inject_resumed_duplicate(
+            lines, lambda points, k=pick: points[k % len(points)]
+        ).lines
     return b"".join(lines)
 
 
 def run_fix(workdir: Path) -> subprocess.Popen[bytes]:
-    environment = dict(os.environ, CLAUDE_CONFIG_DIR=str(workdir / "claude"), RIFFD_STATE_DIR=str(workdir / "state"))
+    environment = dict(
+        os.environ,
+        CLAUDE_CONFIG_DIR=str(workdir / "claude"),
+        RIFFD_STATE_DIR=str(workdir / "state"),
+    )
     return subprocess.Popen(
         [sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", str(transcript(workdir))],
         env=environment,
@@ -58,7 +66,10 @@ def verified_backups(workdir: Path, sha256: str) -> list[Path]:
     for manifest in (workdir / "state" / "backups").glob("*.json"):
         record = json.loads(manifest.read_text())
         data = manifest.with_suffix(".gz")
-        if record["sha256"] == sha256 and hashlib.sha256(gzip.decompress(data.read_bytes())).hexdigest() == sha256:
+        if (
+            record["sha256"] == sha256
+            and hashlib.sha256(gzip.decompress(data.read_bytes())).hexdigest() == sha256
+        ):
             found.append(data)
     return found
 
@@ -89,13 +100,21 @@ def test_sigkill_during_fix_leaves_original_or_complete_repair(tmp_path: Path) -
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         data = path.read_bytes()
-        assert data in (original, repaired), f"round {rounds}: the transcript is neither original nor repaired"
+        assert data in (original, repaired), (
+            f"round {rounds}: the transcript is neither original nor repaired"
+        )
         if data == repaired:
             seen["repaired"] += 1
-            assert verified_backups(workdir, original_sha), f"round {rounds}: changed without a verified backup"
+            assert verified_backups(workdir, original_sha), (
+                f"round {rounds}: changed without a verified backup"
+            )
         else:
             seen["original"] += 1
-        assert not [name for name in os.listdir(path.parent) if name != path.name and name.endswith(".jsonl")]
+        assert not [
+            name
+            for name in os.listdir(path.parent)
+            if name != path.name and name.endswith(".jsonl")
+        ]
         # The next run finishes the job from whatever the kill left.
         assert run_fix(workdir).wait(timeout=120) == 0
         assert path.read_bytes() == repaired

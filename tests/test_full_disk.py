@@ -1,6 +1,7 @@
-"""A full disk under riffd's state folder, for real: a small tmpfs filled by riffd itself, so SQLite and the report
-writer meet a real ENOSPC (no injected error). Nothing stored before is lost, nothing is called damaged or moved
-aside, `status`, the log and the exit codes say what happened, and once space is freed riffd catches up by itself.
+"""A full disk under riffd's state folder, for real: a small tmpfs filled by riffd itself, so SQLite
+and the report writer meet a real ENOSPC (no injected error). Nothing stored before is lost, nothing
+is called damaged or moved aside, `status`, the log and the exit codes say what happened, and once
+space is freed riffd catches up by itself.
 
 Mounting a tmpfs needs root (CI runs as root); elsewhere these tests skip, saying so."""
 
@@ -45,8 +46,12 @@ class SmallDisk:
     def __init__(self, path: Path, kib: int) -> None:
         self.path = path
         path.mkdir(parents=True)
-        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k,mode=0700", "tmpfs", str(path)],
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={kib}k,mode=0700", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if result.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()})")
 
@@ -55,7 +60,12 @@ class SmallDisk:
 
     def unmount(self) -> None:
         for _ in range(50):
-            if subprocess.run(["umount", str(self.path)], capture_output=True, check=False).returncode == 0:
+            if (
+                subprocess.run(
+                    ["umount", str(self.path)], capture_output=True, check=False
+                ).returncode
+                == 0
+            ):
                 return
             time.sleep(0.1)
         subprocess.run(["umount", "-l", str(self.path)], check=False)
@@ -75,19 +85,28 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 
 
 def _sessions(folder: Path) -> dict[Path, bytes]:
-    """Write SESSIONS transcripts of distinct text (about 3 MB in all, so they cannot fit in 400 KiB however well
-    the archive compresses) under `folder`; return path -> bytes."""
+    """Write SESSIONS transcripts of distinct text (about 3 MB in all, so they cannot fit in 400 KiB
+    however well the archive compresses) under `folder`; return path -> bytes."""
     rng = random.Random(7)
-    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(9000)]
+    words = [
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+        for _ in range(9000)
+    ]
     written = {}
     for number in range(SESSIONS):
         session = f"5e55104e-0000-4000-8000-{number:012d}"
         lines = []
         for line in range(LINES):
-            record = {"type": "user" if line % 2 else "assistant", "uuid": f"{session}-{line}",
-                      "parentUuid": f"{session}-{line - 1}" if line else None, "sessionId": session,
-                      "message": {"role": "user" if line % 2 else "assistant",
-                                  "content": " ".join(rng.choice(words) for _ in range(60))}}
+            record = {
+                "type": "user" if line % 2 else "assistant",
+                "uuid": f"{session}-{line}",
+                "parentUuid": f"{session}-{line - 1}" if line else None,
+                "sessionId": session,
+                "message": {
+                    "role": "user" if line % 2 else "assistant",
+                    "content": " ".join(rng.choice(words) for _ in range(60)),
+                },
+            }
             lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
         path = folder / "-home-user-project" / f"{session}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +119,10 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
     """The config file (written once: a daemon reloads a config file that changes)."""
     config = tmp_path / "config.toml"
     if not config.exists() or extra:
-        config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
-                          f'roots = ["{tmp_path / "claude" / "projects"}"]\n{extra}')
+        config.write_text(
+            f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "claude"}"\n'
+            f'roots = ["{tmp_path / "claude" / "projects"}"]\n{extra}'
+        )
     return config
 
 
@@ -112,12 +133,19 @@ def _environment(tmp_path: Path) -> dict[str, str]:
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
-                          capture_output=True, text=True, env=_environment(tmp_path), timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
+        capture_output=True,
+        text=True,
+        env=_environment(tmp_path),
+        timeout=120,
+        check=False,
+    )
 
 
 def _archived(db_path: Path) -> dict[str, bytes]:
-    """Every archived file's bytes as the archive gives them back (its newest generation), by path."""
+    """Every archived file's bytes as the archive gives them back (its newest generation), by
+    path."""
     archive = Archive(db_path)
     try:
         return {path: b"".join(archive.iter_file(file_id)) for file_id, path in archive.files()}
@@ -139,13 +167,18 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_ingest_on_a_full_disk_keeps_what_it_stored_and_finishes_once_there_is_room(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
     originals = _sessions(tmp_path / "claude" / "projects")
     db_path = small_disk.path / "archive.db"
 
     full = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects"))
     assert full.returncode == 2, full.stderr
-    assert "is full" in full.stderr and "not damaged" in full.stderr and "run the command again" in full.stderr
+    assert (
+        "is full" in full.stderr
+        and "not damaged" in full.stderr
+        and "run the command again" in full.stderr
+    )
     assert "moves it aside" not in full.stderr and "cannot be read" not in full.stderr
     assert "Traceback" not in full.stderr
     assert f"of {SESSIONS} file(s)" in full.stderr  # how far it got
@@ -165,23 +198,31 @@ def test_ingest_on_a_full_disk_keeps_what_it_stored_and_finishes_once_there_is_r
     assert archived_now == {str(path): data for path, data in originals.items()}
     added = int(again.stderr.split("archived ")[1].split(" new line(s)")[0])
     lines_before = sum(data.count(b"\n") for data in stored.values())
-    assert added == SESSIONS * LINES - lines_before  # every line once: nothing stored twice, nothing skipped
+    assert (
+        added == SESSIONS * LINES - lines_before
+    )  # every line once: nothing stored twice, nothing skipped
     db = sqlite3.connect(db_path)
     try:
         assert db.execute("SELECT COUNT(*), SUM(lines), MAX(generation) FROM files").fetchone() == (
-            SESSIONS, SESSIONS * LINES, 0)
+            SESSIONS,
+            SESSIONS * LINES,
+            0,
+        )
     finally:
         db.close()
 
 
 def test_a_disk_full_before_the_archive_exists_leaves_no_empty_file_to_be_called_damaged(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
     _sessions(tmp_path / "claude" / "projects")
     filler = _fill(small_disk.path)
     failed = _riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects"))
     assert failed.returncode == 2 and "is full" in failed.stderr, failed.stderr
     assert "Traceback" not in failed.stderr
-    assert not (small_disk.path / "archive.db").exists(), "an empty archive.db would look damaged at the next open"
+    assert not (small_disk.path / "archive.db").exists(), (
+        "an empty archive.db would look damaged at the next open"
+    )
 
     filler.unlink()
     small_disk.grow()
@@ -201,18 +242,27 @@ def _wait_for(condition, timeout: float, what: str, tell=lambda: "") -> None:  #
 
 @pytest.mark.slow
 def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
     originals = _sessions(tmp_path / "claude" / "projects")
-    _config(tmp_path, "[reports]\ninterval = 2\n")  # reports fail on the full disk too, and come back
+    _config(
+        tmp_path, "[reports]\ninterval = 2\n"
+    )  # reports fail on the full disk too, and come back
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
-        daemon = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
-                                  stdout=log_file, stderr=subprocess.STDOUT, env=_environment(tmp_path))
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=_environment(tmp_path),
+        )
     try:
         _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass")
         log = log_path.read_text()
         summary = next(line for line in log.splitlines() if "start-up pass done" in line)
-        assert "WARNING" in summary and "error(s) on the way" in summary and "riffd status" in summary, summary
+        assert (
+            "WARNING" in summary and "error(s) on the way" in summary and "riffd status" in summary
+        ), summary
 
         status = _riffd(tmp_path, "status")
         assert status.returncode == 1, status.stdout + status.stderr
@@ -220,7 +270,9 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
         report = json.loads(_riffd(tmp_path, "status", "--json").stdout)["report"]
         assert not report["healthy"] and any("is full" in problem for problem in report["problems"])
 
-        time.sleep(5)  # a few ticks and reports with the disk still full: the log says so once, not every second
+        time.sleep(
+            5
+        )  # a few ticks and reports with the disk still full: the log says so once, not every second
         log = log_path.read_text()
         assert log.count("could not store the live figures") <= 1
         assert "Traceback" not in log, "a failed report is one line, not a traceback"
@@ -231,8 +283,12 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
             result = _riffd(tmp_path, "status")
             return result.returncode == 0 and f"files: {SESSIONS} watched" in result.stdout
 
-        _wait_for(caught_up, 60, "riffd to catch up and call itself healthy",  # not the 15-minute rescan
-                  lambda: _riffd(tmp_path, "status").stdout + "\n" + log_path.read_text()[-4000:])
+        _wait_for(
+            caught_up,
+            60,
+            "riffd to catch up and call itself healthy",  # not the 15-minute rescan
+            lambda: _riffd(tmp_path, "status").stdout + "\n" + log_path.read_text()[-4000:],
+        )
         assert "has room again" in log_path.read_text()
     finally:
         code = _stop(daemon)
@@ -240,17 +296,31 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
     assert code == 0, log[-3000:]
     assert "riffd stopped" in log and "Traceback" not in log
     assert _leftovers(small_disk.path) == []
-    assert _archived(small_disk.path / "archive.db") == {str(path): data for path, data in originals.items()}
+    assert _archived(small_disk.path / "archive.db") == {
+        str(path): data for path, data in originals.items()
+    }
     assert "configuration reloaded" not in log
 
 
 @contextmanager
 def _lock_held(state: Path) -> Iterator[subprocess.Popen[str]]:
-    """A real process holding the state folder's daemon lock (as a daemon does) while the block runs."""
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
-        "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
-        "print('locked', flush=True); time.sleep(60)"), str(state), str(SRC_DIR)], stdout=subprocess.PIPE, text=True)
+    """A real process holding the state folder's daemon lock (as a daemon does) while the block
+    runs."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; sys.path.insert(0, sys.argv[2]); from pathlib import Path; "
+                "from riffd.daemon.lock import StateLock; lock = StateLock(Path(sys.argv[1])); lock.acquire(); "
+                "print('locked', flush=True); time.sleep(60)"
+            ),
+            str(state),
+            str(SRC_DIR),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         yield holder
@@ -259,17 +329,27 @@ def _lock_held(state: Path) -> Iterator[subprocess.Popen[str]]:
         holder.communicate()
 
 
-def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tmp_path: Path) -> None:
-    """A daemon that holds the lock but could never store its figures (its disk was full from the start) is not
-    shown as 'starting', healthy, for ever: after STUCK_SECONDS status says it and exits 1."""
+def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(
+    tmp_path: Path,
+) -> None:
+    """A daemon that holds the lock but could never store its figures (its disk was full from the
+    start) is not shown as 'starting', healthy, for ever: after STUCK_SECONDS status says it and
+    exits 1."""
     state = tmp_path / "state"
-    store = StateStore(state / "state.db")  # the state a previous run left, with a finding still open
-    store.save_file(Watermark("/p/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0), "s",
-                    [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice"}], 1)
+    store = StateStore(
+        state / "state.db"
+    )  # the state a previous run left, with a finding still open
+    store.save_file(
+        Watermark("/p/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0),
+        "s",
+        [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "answered twice"}],
+        1,
+    )
     store.close()
     with _lock_held(state):
         fresh = _riffd(tmp_path, "status")
-        # just started: not a problem, nor are the findings the last run left (this pass judges them again)
+        # just started: not a problem, nor are the findings the last run left (this pass judges them
+        # again)
         assert fresh.returncode == 0 and "starting" in fresh.stdout, fresh.stdout
         long_ago = time.time() - 600
         os.utime(state / "riffd.lock", (long_ago, long_ago))  # it took the lock ten minutes ago
@@ -277,7 +357,6 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(tm
         assert stuck.returncode == 1, stuck.stdout
         assert "has stored no figures" in stuck.stdout and "**healthy**" not in stuck.stdout
         assert "health is judged once" not in stuck.stdout
-
 
 
 def _fill(folder: Path) -> Path:
@@ -297,11 +376,19 @@ def _fill(folder: Path) -> Path:
 def _run_until_started(tmp_path: Path) -> subprocess.Popen[bytes]:
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
-        daemon = subprocess.Popen([sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
-                                  stdout=log_file, stderr=subprocess.STDOUT, env=_environment(tmp_path))
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=_environment(tmp_path),
+        )
     try:
-        _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass",
-                  lambda: log_path.read_text()[-3000:])
+        _wait_for(
+            lambda: b"start-up pass done" in log_path.read_bytes(),
+            60,
+            "the start-up pass",
+            lambda: log_path.read_text()[-3000:],
+        )
     except BaseException:
         _stop(daemon)
         raise
@@ -309,7 +396,8 @@ def _run_until_started(tmp_path: Path) -> subprocess.Popen[bytes]:
 
 
 def _stop(daemon: subprocess.Popen[bytes]) -> int:
-    """SIGTERM, as systemd stops it; killed when it does not stop within a minute (no test leaves a daemon)."""
+    """SIGTERM, as systemd stops it; killed when it does not stop within a minute (no test leaves a
+    daemon)."""
     daemon.send_signal(signal.SIGTERM)
     try:
         return daemon.wait(timeout=60)
@@ -320,7 +408,8 @@ def _stop(daemon: subprocess.Popen[bytes]) -> int:
 
 
 def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_aside(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
     (tmp_path / "claude" / "projects").mkdir(parents=True)
     assert _stop(_run_until_started(tmp_path)) == 0  # the state a first run leaves
     filler = _fill(small_disk.path)
@@ -328,8 +417,12 @@ def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_a
     started = _riffd(tmp_path, "run")
     assert started.returncode == 2, started.stderr
     lines = [line for line in started.stderr.splitlines() if "riffd: error" in line]
-    assert len(lines) == 1 and "is full" in lines[0] and "Traceback" not in started.stderr, started.stderr
-    status = _riffd(tmp_path, "status")  # SQLite cannot even read the state without room for its -shm
+    assert len(lines) == 1 and "is full" in lines[0] and "Traceback" not in started.stderr, (
+        started.stderr
+    )
+    status = _riffd(
+        tmp_path, "status"
+    )  # SQLite cannot even read the state without room for its -shm
     assert status.returncode in (2, 3), status.stdout + status.stderr
     assert "is full" in status.stdout + status.stderr and "Traceback" not in status.stderr
 
@@ -339,12 +432,16 @@ def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_a
 
 
 @pytest.mark.slow
-def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(tmp_path: Path) -> None:
-    """The archive off at start (here: a folder in its place; in life, a full disk) is not off for the daemon's
-    whole life: each rescan tries again, then archives every line read meanwhile."""
+def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(
+    tmp_path: Path,
+) -> None:
+    """The archive off at start (here: a folder in its place; in life, a full disk) is not off for
+    the daemon's whole life: each rescan tries again, then archives every line read meanwhile."""
     originals = _sessions(tmp_path / "claude" / "projects")
     (tmp_path / "state" / "archive.db").mkdir(parents=True)
-    (tmp_path / "state" / "archive.db" / "in-the-way").write_text("x")  # (an empty folder is 0 bytes on btrfs)
+    (tmp_path / "state" / "archive.db" / "in-the-way").write_text(
+        "x"
+    )  # (an empty folder is 0 bytes on btrfs)
     _config(tmp_path, "[watcher]\nrescan_interval = 1\n")
     daemon = _run_until_started(tmp_path)
     log_path = tmp_path / "daemon.log"
@@ -352,38 +449,53 @@ def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(t
         assert "the archive is off" in log_path.read_text()
         assert _riffd(tmp_path, "status").returncode == 1  # said, not silent
 
-
         def rescans() -> int:
             status = _riffd(tmp_path, "status", "--json")
             return int(json.loads(status.stdout)["report"]["watcher"]["rescans"])
 
         first = rescans()
-        _wait_for(lambda: rescans() >= first + 3, 30, "three more rescans, each trying the archive again")
+        _wait_for(
+            lambda: rescans() >= first + 3, 30, "three more rescans, each trying the archive again"
+        )
         assert log_path.read_text().count("the archive is off") == 1  # once, not at every try
         shutil.rmtree(tmp_path / "state" / "archive.db")
-        _wait_for(lambda: "the archive is on again" in log_path.read_text(), 30, "the archive to be opened again",
-                  lambda: log_path.read_text()[-3000:])
+        _wait_for(
+            lambda: "the archive is on again" in log_path.read_text(),
+            30,
+            "the archive to be opened again",
+            lambda: log_path.read_text()[-3000:],
+        )
 
         def archived_all() -> bool:
             db = sqlite3.connect(tmp_path / "state" / "archive.db")
             try:
-                return bool(db.execute("SELECT COALESCE(SUM(lines), 0) FROM files").fetchone()[0] == SESSIONS * LINES)
+                return bool(
+                    db.execute("SELECT COALESCE(SUM(lines), 0) FROM files").fetchone()[0]
+                    == SESSIONS * LINES
+                )
             except sqlite3.Error:
                 return False
             finally:
                 db.close()
 
         _wait_for(archived_all, 30, "every line read while the archive was off to be archived")
-        _wait_for(lambda: _riffd(tmp_path, "status").returncode == 0, 30, "the error to be taken back",
-                  lambda: _riffd(tmp_path, "status").stdout)
+        _wait_for(
+            lambda: _riffd(tmp_path, "status").returncode == 0,
+            30,
+            "the error to be taken back",
+            lambda: _riffd(tmp_path, "status").stdout,
+        )
     finally:
         assert _stop(daemon) == 0
-    assert _archived(tmp_path / "state" / "archive.db") == {str(path): data for path, data in originals.items()}
+    assert _archived(tmp_path / "state" / "archive.db") == {
+        str(path): data for path, data in originals.items()
+    }
 
 
 @pytest.mark.slow
 def test_a_full_reports_folder_elsewhere_is_named_and_the_state_disk_is_not_blamed(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
     """Here the small disk holds only the reports (`reports.dir`); the state folder has room."""
     _sessions(tmp_path / "claude" / "projects")
     reports = small_disk.path
@@ -391,7 +503,8 @@ def test_a_full_reports_folder_elsewhere_is_named_and_the_state_disk_is_not_blam
     state = tmp_path / "state-elsewhere"
     (tmp_path / "config.toml").write_text(
         f'state_dir = "{state}"\nclaude_dir = "{tmp_path / "claude"}"\nroots = ["{tmp_path / "claude" / "projects"}"]\n'
-        f'[reports]\ndir = "{reports}"\ninterval = 1\n')
+        f'[reports]\ndir = "{reports}"\ninterval = 1\n'
+    )
     daemon = _run_until_started(tmp_path)
     try:
         time.sleep(4)  # a few reports
@@ -402,20 +515,32 @@ def test_a_full_reports_folder_elsewhere_is_named_and_the_state_disk_is_not_blam
     assert f"the disk holding {reports} is full" in log, log[-3000:]
     assert f"the disk holding {state} is full" not in log and "has room again" not in log
     assert "Traceback" not in log
-    assert status.returncode == 1 and f"the state folder {state} is full" not in status.stdout, status.stdout
+    assert status.returncode == 1 and f"the state folder {state} is full" not in status.stdout, (
+        status.stdout
+    )
     assert f"could not write the report to {reports}" in status.stdout, status.stdout
 
 
 def test_status_of_a_daemon_finishing_its_queue_says_stopping_not_running(tmp_path: Path) -> None:
-    """Between SIGTERM and its exit (the drain, up to 10 s) the daemon still holds its lock but has said it stops:
-    status says stopping and exits 3, never 'running' beside 'no riffd daemon runs'."""
+    """Between SIGTERM and its exit (the drain, up to 10 s) the daemon still holds its lock but has
+    said it stops: status says stopping and exits 3, never 'running' beside 'no riffd daemon
+    runs'."""
     from riffd.daemon.jobs import store_snapshot
 
     state = tmp_path / "state"
     with _lock_held(state) as holder:
         store = StateStore(state / "state.db")
-        store_snapshot(store, {"running": False, "starting": False, "pid": holder.pid, "seen_at": time.time(),
-                               "started": time.time() - 60, "latencies": []})
+        store_snapshot(
+            store,
+            {
+                "running": False,
+                "starting": False,
+                "pid": holder.pid,
+                "seen_at": time.time(),
+                "started": time.time() - 60,
+                "latencies": [],
+            },
+        )
         store.close()
         status = _riffd(tmp_path, "status")
         assert status.returncode == 3, status.stdout
@@ -425,11 +550,12 @@ def test_status_of_a_daemon_finishing_its_queue_says_stopping_not_running(tmp_pa
         assert json.loads(_riffd(tmp_path, "status", "--json").stdout)["state"] == "stopping"
 
 
-
 def test_a_damaged_archive_on_a_full_disk_is_moved_aside_once_and_no_empty_one_is_left(
-        tmp_path: Path, small_disk: SmallDisk) -> None:
-    """The daemon moves a damaged archive aside and makes a new one; on a full disk the new one cannot be set up. It
-    must not stay behind empty, to be called damaged and moved aside again at every start."""
+    tmp_path: Path, small_disk: SmallDisk
+) -> None:
+    """The daemon moves a damaged archive aside and makes a new one; on a full disk the new one
+    cannot be set up. It must not stay behind empty, to be called damaged and moved aside again at
+    every start."""
     db_path = small_disk.path / "archive.db"
     db_path.write_bytes(b"not a database, " * 256)  # damaged
     filler = _fill(small_disk.path)

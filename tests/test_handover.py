@@ -1,5 +1,6 @@
-"""The swap's edges: a client resuming during a repair, a writer that holds the old file across the swap, a truncate
-just before it, and riffd killed at any instant around it. Each test tries to make a repair lose or strand a line."""
+"""The swap's edges: a client resuming during a repair, a writer that holds the old file across the
+swap, a truncate just before it, and riffd killed at any instant around it. Each test tries to make
+a repair lose or strand a line."""
 
 from __future__ import annotations
 
@@ -24,7 +25,16 @@ from riffd.repair.outcomes import Repaired, Skipped, SkipReason
 from riffd.repair.plan import render
 from riffd.repair.recovery import recover_and_sweep, recover_folder
 from riffd.repair.writer import apply_plan
-from test_apply import SESSION, HookFS, append_line, make_transcript, options_for, plan_for, temp_files, write_registry
+from test_apply import (
+    SESSION,
+    HookFS,
+    append_line,
+    make_transcript,
+    options_for,
+    plan_for,
+    temp_files,
+    write_registry,
+)
 from test_swap import HeldSwapFS
 
 FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.002)
@@ -32,8 +42,13 @@ FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.002)
 
 def resumed_line(number: int, parent: str) -> bytes:
     """A line a resumed client writes: its parent is the newest line it loaded."""
-    record = {"type": "user", "uuid": f"resumed-{number}", "parentUuid": parent, "sessionId": SESSION,
-              "message": {"role": "user", "content": f"resumed {number}"}}
+    record = {
+        "type": "user",
+        "uuid": f"resumed-{number}",
+        "parentUuid": parent,
+        "sessionId": SESSION,
+        "message": {"role": "user", "content": f"resumed {number}"},
+    }
     return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
@@ -41,14 +56,19 @@ def riffd_names(folder: Path) -> list[str]:
     return sorted(temp_files(folder))
 
 
-# -- a client that resumed the session -------------------------------------------------------------------------
+# -- a client that resumed the session
+# -------------------------------------------------------------------------
 
 
-def test_a_line_hanging_from_a_removed_line_before_the_swap_gives_the_repair_up(tmp_path: Path) -> None:
+def test_a_line_hanging_from_a_removed_line_before_the_swap_gives_the_repair_up(
+    tmp_path: Path,
+) -> None:
     original = transcript_bytes(400, pad=40)
     path = make_transcript(tmp_path, original)
     line = resumed_line(1, "uuid-000002")  # plan_for removes line 2
-    outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=HookFS(".riffd-", lambda: append_line(path, line))))
+    outcome = apply_plan(
+        plan_for(path), options_for(tmp_path, fs=HookFS(".riffd-", lambda: append_line(path, line)))
+    )
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert "uuid-000002" in outcome.detail
     assert path.read_bytes() == original + line  # as the client wrote it
@@ -67,14 +87,19 @@ def test_a_session_registered_during_the_repair_is_left_alone(tmp_path: Path) ->
     assert riffd_names(path.parent) == []
 
 
-def test_a_line_written_to_the_old_file_after_the_swap_hanging_from_a_removed_line_undoes_it(tmp_path: Path) -> None:
+def test_a_line_written_to_the_old_file_after_the_swap_hanging_from_a_removed_line_undoes_it(
+    tmp_path: Path,
+) -> None:
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     line = resumed_line(1, "uuid-000002")
-    # The client opened the transcript just before the swap; its line lands in the old file just after.
+    # The client opened the transcript just before the swap; its line lands in the old file just
+    # after.
     old_fd: list[int] = []
-    fs = HeldSwapFS(before=lambda target: old_fd.append(os.open(target, os.O_WRONLY | os.O_APPEND)),
-                    after=lambda target: (os.write(old_fd[0], line), os.close(old_fd[0])))
+    fs = HeldSwapFS(
+        before=lambda target: old_fd.append(os.open(target, os.O_WRONLY | os.O_APPEND)),
+        after=lambda target: (os.write(old_fd[0], line), os.close(old_fd[0])),
+    )
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=fs))
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert "undid the repair" in outcome.detail
@@ -82,7 +107,9 @@ def test_a_line_written_to_the_old_file_after_the_swap_hanging_from_a_removed_li
     assert riffd_names(path.parent) == []
 
 
-def test_a_line_written_to_the_new_file_hanging_from_a_removed_line_undoes_it(tmp_path: Path) -> None:
+def test_a_line_written_to_the_new_file_hanging_from_a_removed_line_undoes_it(
+    tmp_path: Path,
+) -> None:
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     ordinary, dangling = transcript_line(41), resumed_line(1, "uuid-000002")
@@ -91,8 +118,12 @@ def test_a_line_written_to_the_new_file_hanging_from_a_removed_line_undoes_it(tm
     def after(target: Path) -> None:
         append_line(target, ordinary)  # straight into the repaired file
         append_line(target, dangling)  # a client that had loaded the old file
-        held.append(os.open(target.parent / next(n for n in temp_files(target.parent) if n.endswith(".tmp")),
-                            os.O_RDONLY))
+        held.append(
+            os.open(
+                target.parent / next(n for n in temp_files(target.parent) if n.endswith(".tmp")),
+                os.O_RDONLY,
+            )
+        )
 
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=HeldSwapFS(after=after)))
     os.close(held[0])
@@ -106,7 +137,12 @@ def test_a_session_registered_just_after_the_swap_gets_the_old_file_back(tmp_pat
     path = make_transcript(tmp_path, original)
     options = options_for(tmp_path)
     late = transcript_line(41)
-    fs = HeldSwapFS(after=lambda target: (write_registry(options.claude_dir, os.getpid()), append_line(target, late)))
+    fs = HeldSwapFS(
+        after=lambda target: (
+            write_registry(options.claude_dir, os.getpid()),
+            append_line(target, late),
+        )
+    )
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=fs))
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert "just after the swap" in outcome.detail
@@ -114,7 +150,8 @@ def test_a_session_registered_just_after_the_swap_gets_the_old_file_back(tmp_pat
     assert riffd_names(path.parent) == []
 
 
-# -- the old file changed just before the swap ------------------------------------------------------------------
+# -- the old file changed just before the swap
+# ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("change", ["truncate", "rewrite"])
@@ -124,7 +161,9 @@ def test_a_truncate_or_rewrite_just_before_the_swap_is_kept(tmp_path: Path, chan
     changed: list[bytes] = []
 
     def before(target: Path) -> None:
-        if change == "truncate":  # Claude Code drops its last line by truncating at an offset it computed
+        if (
+            change == "truncate"
+        ):  # Claude Code drops its last line by truncating at an offset it computed
             os.truncate(target, len(original) - len(transcript_line(400, pad=40)))
         else:
             with open(target, "r+b") as handle:
@@ -139,7 +178,8 @@ def test_a_truncate_or_rewrite_just_before_the_swap_is_kept(tmp_path: Path, chan
     assert riffd_names(path.parent) == []
 
 
-# -- a writer that holds the old file across the swap ---------------------------------------------------------
+# -- a writer that holds the old file across the swap
+# ---------------------------------------------------------
 
 HOLDER = textwrap.dedent(
     """
@@ -155,8 +195,12 @@ HOLDER = textwrap.dedent(
 
 
 def start_holder(path: Path, delay: float, line: bytes) -> subprocess.Popen[str]:
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(delay), line.decode()],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), str(delay), line.decode()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
     return holder
 
@@ -177,14 +221,18 @@ def release(holder: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.2, 1.0])
-def test_a_writer_holding_the_old_file_across_the_swap_loses_nothing(tmp_path: Path, delay: float) -> None:
+def test_a_writer_holding_the_old_file_across_the_swap_loses_nothing(
+    tmp_path: Path, delay: float
+) -> None:
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     plan = plan_for(path)
     late = transcript_line(41)
     holder = start_holder(path, delay, late)
     try:
-        outcome = apply_plan(plan, options_for(tmp_path, fs=HeldSwapFS(after=lambda _target: release(holder))))
+        outcome = apply_plan(
+            plan, options_for(tmp_path, fs=HeldSwapFS(after=lambda _target: release(holder)))
+        )
     finally:
         reap(holder)
     assert isinstance(outcome, Repaired), outcome
@@ -200,11 +248,15 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
     late = transcript_line(41)
     holder = start_holder(path, 2.5, late)  # past the repair's wait
     try:
-        outcome = apply_plan(plan, options_for(tmp_path, fs=HeldSwapFS(after=lambda _target: release(holder))))
+        outcome = apply_plan(
+            plan, options_for(tmp_path, fs=HeldSwapFS(after=lambda _target: release(holder)))
+        )
         assert isinstance(outcome, Repaired), outcome
         assert outcome.pending_swap is not None and outcome.pending_swap.exists()
         assert any("still hold the old file" in warning for warning in outcome.warnings)
-        assert recover_folder(FileSystem(), path.parent, FAST) == []  # still held: nothing to do yet
+        assert (
+            recover_folder(FileSystem(), path.parent, FAST) == []
+        )  # still held: nothing to do yet
     finally:
         reap(holder)
     [done] = recover_folder(FileSystem(), path.parent, FAST)
@@ -213,7 +265,8 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
     assert riffd_names(path.parent) == []
 
 
-# -- riffd killed around the swap --------------------------------------------------------------------------------
+# -- riffd killed around the swap
+# --------------------------------------------------------------------------------
 
 KILLED_AT_SWAP = textwrap.dedent(
     """
@@ -249,12 +302,25 @@ KILLED_AT_SWAP = textwrap.dedent(
 
 
 def killed_repair(tmp_path: Path, path: Path, when: str) -> subprocess.Popen[str]:
-    job = json.dumps({"when": when, "span": list(line_spans(path.read_bytes())[1].__dict__.values()),
-                      "identity": identity_of(path).__dict__, "backup_dir": str(tmp_path / "backups"),
-                      "claude_dir": str(tmp_path / "claude")})
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))}
-    child = subprocess.Popen([sys.executable, "-c", KILLED_AT_SWAP, job], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, env=env)
+    job = json.dumps(
+        {
+            "when": when,
+            "span": list(line_spans(path.read_bytes())[1].__dict__.values()),
+            "identity": identity_of(path).__dict__,
+            "backup_dir": str(tmp_path / "backups"),
+            "claude_dir": str(tmp_path / "claude"),
+        }
+    )
+    env = os.environ | {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_AT_SWAP, job],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert child.stdout is not None and child.stdout.readline() == "ready\n"
     return child
 
@@ -262,8 +328,12 @@ def killed_repair(tmp_path: Path, path: Path, when: str) -> subprocess.Popen[str
 def test_killed_right_after_the_swap_a_late_line_is_carried_by_the_next_run(tmp_path: Path) -> None:
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
-    repaired = original[: line_spans(original)[1].offset] + original[line_spans(original)[2].offset:]
-    writer = os.open(path, os.O_WRONLY | os.O_APPEND)  # a client's descriptor, opened before the swap
+    repaired = (
+        original[: line_spans(original)[1].offset] + original[line_spans(original)[2].offset :]
+    )
+    writer = os.open(
+        path, os.O_WRONLY | os.O_APPEND
+    )  # a client's descriptor, opened before the swap
     child = killed_repair(tmp_path, path, "after")
     assert child.stdout is not None and child.stdout.readline() == "swapped\n"
     late = transcript_line(41)
@@ -273,9 +343,12 @@ def test_killed_right_after_the_swap_a_late_line_is_carried_by_the_next_run(tmp_
     child.stdin.write("die\n")
     child.stdin.flush()
     assert reap(child) == -signal.SIGKILL
-    assert path.read_bytes() == repaired  # the late line is only in the old file, under riffd's name
+    assert (
+        path.read_bytes() == repaired
+    )  # the late line is only in the old file, under riffd's name
     assert [name for name in riffd_names(path.parent) if name.endswith(".swap")]
-    # What a daemon does at its start (and `riffd fix`, and a repair in that folder): finish the swap.
+    # What a daemon does at its start (and `riffd fix`, and a repair in that folder): finish the
+    # swap.
     recover_and_sweep([path.parent], 0, retry=FAST)
     assert path.read_bytes() == repaired + late
     assert riffd_names(path.parent) == []
@@ -293,7 +366,8 @@ def test_killed_just_before_the_swap_the_next_run_removes_the_copy(tmp_path: Pat
 
 
 def test_a_sweep_never_removes_the_old_file_a_journal_names(tmp_path: Path) -> None:
-    """Before journals, a killed run's temp name (its pid gone) was removed: after a swap it holds the original."""
+    """Before journals, a killed run's temp name (its pid gone) was removed: after a swap it holds
+    the original."""
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     writer = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -313,7 +387,9 @@ def test_a_sweep_never_removes_the_old_file_a_journal_names(tmp_path: Path) -> N
 def test_riffd_fix_finishes_a_swap_a_killed_run_left(tmp_path: Path) -> None:
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
-    repaired = original[: line_spans(original)[1].offset] + original[line_spans(original)[2].offset:]
+    repaired = (
+        original[: line_spans(original)[1].offset] + original[line_spans(original)[2].offset :]
+    )
     writer = os.open(path, os.O_WRONLY | os.O_APPEND)
     child = killed_repair(tmp_path, path, "after")
     assert child.stdout is not None and child.stdout.readline() == "swapped\n"
@@ -324,9 +400,23 @@ def test_riffd_fix_finishes_a_swap_a_killed_run_left(tmp_path: Path) -> None:
     child.stdin.flush()
     reap(child)
     env = os.environ | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
-    result = subprocess.run([sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", "--backup-dir",
-                             str(tmp_path / "backups"), str(path)], capture_output=True, text=True, env=env,
-                            check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "riffd",
+            "fix",
+            "--quiet-period",
+            "0",
+            "--backup-dir",
+            str(tmp_path / "backups"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert "finished a repair an earlier run left unfinished" in result.stdout, result
     assert path.read_bytes() == repaired + transcript_line(41)
     assert riffd_names(path.parent) == []
@@ -334,8 +424,9 @@ def test_riffd_fix_finishes_a_swap_a_killed_run_left(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kill_9_at_any_instant_with_a_writer_loses_no_line(tmp_path: Path) -> None:
-    """SIGKILL at random moments of a repair while a client appends (some lines through a descriptor opened before
-    the swap); after the next run's recovery every line is in the transcript exactly once."""
+    """SIGKILL at random moments of a repair while a client appends (some lines through a descriptor
+    opened before the swap); after the next run's recovery every line is in the transcript exactly
+    once."""
     rng = random.Random(7)
     rounds = 0
     deadline = time.monotonic() + 40
@@ -366,12 +457,15 @@ def test_kill_9_at_any_instant_with_a_writer_loses_no_line(tmp_path: Path) -> No
 
 
 def test_pending_swaps_wait_for_a_repair_of_their_transcript(tmp_path: Path) -> None:
-    """A second repair of the file does not start while the first one's old file is still being handed over."""
+    """A second repair of the file does not start while the first one's old file is still being
+    handed over."""
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     holder = start_holder(path, 3.0, transcript_line(41))
     try:
-        first = apply_plan(plan_for(path), options_for(tmp_path, fs=HeldSwapFS(after=lambda _t: release(holder))))
+        first = apply_plan(
+            plan_for(path), options_for(tmp_path, fs=HeldSwapFS(after=lambda _t: release(holder)))
+        )
         assert isinstance(first, Repaired) and first.pending_swap is not None
         second = apply_plan(plan_for(path), options_for(tmp_path))
         assert isinstance(second, Skipped) and second.reason == SkipReason.BUSY, second
@@ -389,7 +483,8 @@ def test_a_killed_journal_write_is_cleaned_up_and_an_unreadable_one_kept(tmp_pat
     (path.parent / f"{killed}.swap.new").write_bytes(b'{"transcript": "still being written')
     running = f".{path.name}.riffd-{os.getpid()}-ffffffffffff.swap.new"
     (path.parent / running).write_bytes(b"this process writes it")
-    # A journal riffd cannot read (damaged, or written by someone else): what it names may hold the original.
+    # A journal riffd cannot read (damaged, or written by someone else): what it names may hold the
+    # original.
     unreadable = f".{path.name}.riffd-{pid}-0123456789ab"
     (path.parent / f"{unreadable}.tmp").write_bytes(b"maybe the original")
     (path.parent / f"{unreadable}.swap").write_bytes(b'{"transcript": "torn')
@@ -399,7 +494,8 @@ def test_a_killed_journal_write_is_cleaned_up_and_an_unreadable_one_kept(tmp_pat
 
 
 def test_a_journal_that_cannot_be_written_stops_the_repair_before_the_swap(tmp_path: Path) -> None:
-    """A journal that cannot be written (a full disk) stops the repair before the swap: nothing changes."""
+    """A journal that cannot be written (a full disk) stops the repair before the swap: nothing
+    changes."""
 
     class NoRoomForJournal(FileSystem):
         def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
@@ -417,15 +513,19 @@ def test_a_journal_that_cannot_be_written_stops_the_repair_before_the_swap(tmp_p
 
 
 class FlakyFolderFS(FileSystem):
-    """Fails a seeded 30% of the calls on the transcript's folder with EIO (a cloud-synced folder at its worst);
-    riffd's backup folder stays healthy."""
+    """Fails a seeded 30% of the calls on the transcript's folder with EIO (a cloud-synced folder at
+    its worst); riffd's backup folder stays healthy."""
 
     def __init__(self, folder: Path, seed: int) -> None:
         self.folder, self.rng = str(folder), random.Random(seed)
         self.fds: set[int] = set()
 
     def _fail(self, target: object) -> None:
-        inside = (target in self.fds) if isinstance(target, int) else os.fspath(target).startswith(self.folder)
+        inside = (
+            (target in self.fds)
+            if isinstance(target, int)
+            else os.fspath(target).startswith(self.folder)
+        )
         if inside and self.rng.random() < 0.3:
             raise OSError(errno.EIO, "Input/output error")
 
@@ -469,8 +569,12 @@ class FlakyFolderFS(FileSystem):
         super().exchange(src, dst)
 
 
-@pytest.mark.parametrize("seed", [*range(8), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(8, 60))])
-def test_a_repair_under_30_percent_eio_leaves_nothing_beside_the_transcript(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    "seed", [*range(8), *(pytest.param(seed, marks=pytest.mark.slow) for seed in range(8, 60))]
+)
+def test_a_repair_under_30_percent_eio_leaves_nothing_beside_the_transcript(
+    tmp_path: Path, seed: int
+) -> None:
     original = transcript_bytes(200, pad=40)
     path = make_transcript(tmp_path, original)
     plan = plan_for(path)

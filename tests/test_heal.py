@@ -1,5 +1,5 @@
-"""State that heals: damaged databases are moved aside, never deleted, never a traceback; the archive's readable
-lines come back with `riffd archive recover`."""
+"""State that heals: damaged databases are moved aside, never deleted, never a traceback; the
+archive's readable lines come back with `riffd archive recover`."""
 
 from __future__ import annotations
 
@@ -34,8 +34,11 @@ def fill_with_garbage(path: Path) -> None:
 
 
 def damage(path: Path, how: str) -> None:
-    {"truncated": lambda: truncate(path, 0.5), "garbage": lambda: fill_with_garbage(path),
-     "empty": lambda: truncate(path, 0)}[how]()
+    {
+        "truncated": lambda: truncate(path, 0.5),
+        "garbage": lambda: fill_with_garbage(path),
+        "empty": lambda: truncate(path, 0),
+    }[how]()
 
 
 def a_watermark(path: str) -> Watermark:
@@ -60,7 +63,9 @@ def test_a_damaged_state_store_is_moved_aside_and_made_anew(tmp_path: Path, how:
     assert path.read_bytes() == before
     store = StateStore(path, heal=True)
     try:
-        assert store.moved_aside is not None and store.moved_aside.read_bytes() == before  # kept, byte for byte
+        assert (
+            store.moved_aside is not None and store.moved_aside.read_bytes() == before
+        )  # kept, byte for byte
         assert store.moved_aside.name.startswith(f"{STATE_NAME}{DAMAGED}")
         assert damaged_copies(path) == [store.moved_aside]
         assert store.file("/p/s.jsonl") is None  # a new, empty store: a rescan fills it again
@@ -79,27 +84,37 @@ def test_a_store_damaged_while_open_is_moved_aside_on_the_next_error(tmp_path: P
     with open(path, "r+b") as handle:  # another program scribbles over the middle of the file
         handle.seek(4096)
         handle.write(b"\xff" * 8192)
-    assert not store.reopen_if_damaged(sqlite3.OperationalError("database is locked"))  # busy is not damage
-    # The error the worker's next query meets (its connection may still answer from pages it cached).
+    assert not store.reopen_if_damaged(
+        sqlite3.OperationalError("database is locked")
+    )  # busy is not damage
+    # The error the worker's next query meets (its connection may still answer from pages it
+    # cached).
     assert store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
     assert store.moved_aside is not None and store.moved_aside.exists()
     store.save_file(a_watermark("/p/new.jsonl"), "s", [], 0)
     assert store.file("/p/new.jsonl") is not None
-    assert not store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))  # healthy now
+    assert not store.reopen_if_damaged(
+        sqlite3.DatabaseError("database disk image is malformed")
+    )  # healthy now
     store.close()
 
 
 def test_a_locked_database_is_never_called_damaged_nor_moved(tmp_path: Path) -> None:
-    """Another process holding a database past the lock timeout (here: a real connection with an exclusive lock,
-    which even readers wait for) is busy, not damaged: the daemon's healing opens raise the lock error and move
-    nothing. An archive that a writer holds as usual opens at once: opening it to read takes no write lock."""
+    """Another process holding a database past the lock timeout (here: a real connection with an
+    exclusive lock, which even readers wait for) is busy, not damaged: the daemon's healing opens
+    raise the lock error and move nothing. An archive that a writer holds as usual opens at once:
+    opening it to read takes no write lock."""
     archive_path, state_path = tmp_path / ARCHIVE_NAME, tmp_path / STATE_NAME
     Archive(archive_path).close()
     make_state(state_path)
-    for path, reopen in ((archive_path, lambda: Archive(archive_path, heal=True, check=True, lock_timeout=0.2)),
-                         (state_path, lambda: StateStore(state_path, heal=True, lock_timeout=0.2))):
+    for path, reopen in (
+        (archive_path, lambda: Archive(archive_path, heal=True, check=True, lock_timeout=0.2)),
+        (state_path, lambda: StateStore(state_path, heal=True, lock_timeout=0.2)),
+    ):
         holder = sqlite3.connect(path, isolation_level=None)
-        holder.executescript("PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE held(x); ")
+        holder.executescript(
+            "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; CREATE TABLE held(x); "
+        )
         with pytest.raises(sqlite3.OperationalError, match="locked"):
             reopen()
         holder.close()
@@ -142,12 +157,14 @@ for round in range(rounds):
 @pytest.mark.parametrize("kind", ["state", "archive"])
 @pytest.mark.parametrize("start", ["missing", "empty"])
 def test_riffd_processes_opening_a_database_together_never_move_each_others_aside(
-        tmp_path: Path, kind: str, start: str) -> None:
-    """The daemon, `riffd status` and an archive command started at the same moment, on a state folder with no
-    database yet (or an empty file, which counts as damaged): none may find another's database half made and call it
-    damaged, nor move a healthy one aside, and every process's writes land in the one database at the path. Before,
-    3 processes opening together did so in 24 rounds of 30 (a database moved aside under the process writing to it,
-    'disk I/O error', a false 'damaged')."""
+    tmp_path: Path, kind: str, start: str
+) -> None:
+    """The daemon, `riffd status` and an archive command started at the same moment, on a state
+    folder with no database yet (or an empty file, which counts as damaged): none may find another's
+    database half made and call it damaged, nor move a healthy one aside, and every process's writes
+    land in the one database at the path. Before, 3 processes opening together did so in 24 rounds
+    of 30 (a database moved aside under the process writing to it, 'disk I/O error', a false
+    'damaged')."""
     import subprocess
     import sys
     import time
@@ -157,23 +174,41 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
         (tmp_path / str(round)).mkdir()
         if start == "empty":
             (tmp_path / str(round) / "x.db").write_bytes(b"")
-    at = time.time() + 1.5  # every process has imported riffd by then (on a slow machine, the rounds still meet)
-    processes = [subprocess.Popen([sys.executable, "-c", OPENER, kind, str(tmp_path), str(number), str(at),
-                                   str(rounds)], stdout=subprocess.PIPE, text=True) for number in range(openers)]
-    results = [json.loads(line) for process in processes for line in process.communicate(timeout=120)[0].splitlines()]
+    at = (
+        time.time() + 1.5
+    )  # every process has imported riffd by then (on a slow machine, the rounds still meet)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPENER, kind, str(tmp_path), str(number), str(at), str(rounds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for number in range(openers)
+    ]
+    results = [
+        json.loads(line)
+        for process in processes
+        for line in process.communicate(timeout=120)[0].splitlines()
+    ]
     assert [result for result in results if result[1] != "ok"] == []
     assert len(results) == rounds * openers
     for round in range(rounds):
         path = tmp_path / str(round) / "x.db"
-        moved = sorted(result[2] for result in results if result[0] == round and result[2] != "None")
-        if start == "empty":  # moved aside once, by one of them; the others open the database it made
+        moved = sorted(
+            result[2] for result in results if result[0] == round and result[2] != "None"
+        )
+        if (
+            start == "empty"
+        ):  # moved aside once, by one of them; the others open the database it made
             assert len(moved) == 1 and damaged_copies(path) == [Path(moved[0])]
             assert Path(moved[0]).stat().st_size == 0
         else:
             assert moved == [] and damaged_copies(path) == []
         db = sqlite3.connect(path)
         if kind == "state":
-            written = {row[0] for row in db.execute("SELECT key FROM meta WHERE key LIKE 'opener %'")}
+            written = {
+                row[0] for row in db.execute("SELECT key FROM meta WHERE key LIKE 'opener %'")
+            }
             assert written == {f"opener {number}" for number in range(openers)}
         else:
             written = {row[0] for row in db.execute("SELECT path FROM files")}
@@ -194,9 +229,10 @@ for number in range(100000):
 
 
 def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_path: Path) -> None:
-    """kill -9 of a process making state databases one after another: each database there is whole (opens with
-    no damage found, nothing moved aside). What a killed maker left under its own name stays while it could be a
-    live maker's (in another PID namespace, say) and is removed once it is older than any making takes."""
+    """kill -9 of a process making state databases one after another: each database there is whole
+    (opens with no damage found, nothing moved aside). What a killed maker left under its own name
+    stays while it could be a live maker's (in another PID namespace, say) and is removed once it is
+    older than any making takes."""
     import subprocess
     import sys
     import time
@@ -205,7 +241,9 @@ def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_pa
 
     for attempt in range(3):
         folder = tmp_path / str(attempt)
-        maker = subprocess.Popen([sys.executable, "-c", MAKER, str(folder)], stdout=subprocess.PIPE, text=True)
+        maker = subprocess.Popen(
+            [sys.executable, "-c", MAKER, str(folder)], stdout=subprocess.PIPE, text=True
+        )
         assert maker.stdout is not None
         for _ in range(20 + 17 * attempt):  # killed at a different point of a creation each time
             maker.stdout.readline()
@@ -219,7 +257,8 @@ def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_pa
             store.set_meta("checked", 1)
             store.close()
             assert damaged_copies(path) == []
-    # What a maker left: fresh, it stays; old, it goes (with its sidecars), and the database beside it stays whole
+    # What a maker left: fresh, it stays; old, it goes (with its sidecars), and the database beside
+    # it stays whole
     (tmp_path / "left").mkdir()
     names = ["x.db.new-77-ab12", "x.db.new-77-ab12-wal", "x.db.new-78-cd34"]
     for name in names:
@@ -228,20 +267,24 @@ def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_pa
     for name in names[:2]:
         os.utime(tmp_path / "left" / name, (long_ago, long_ago))
     StateStore(tmp_path / "left" / "x.db").close()
-    assert sorted(name.name for name in (tmp_path / "left").iterdir()) == ["x.db", "x.db.new-78-cd34"]
+    assert sorted(name.name for name in (tmp_path / "left").iterdir()) == [
+        "x.db",
+        "x.db.new-78-cd34",
+    ]
 
 
 def test_a_read_only_open_of_a_missing_store_makes_nothing(tmp_path: Path) -> None:
-    """`riffd status` reading the state while the daemon moves a damaged store aside must not put a file in its
-    place (an empty one, which the daemon would then call damaged): a missing store is an error, and nothing is
-    made."""
+    """`riffd status` reading the state while the daemon moves a damaged store aside must not put a
+    file in its place (an empty one, which the daemon would then call damaged): a missing store is
+    an error, and nothing is made."""
     with pytest.raises(sqlite3.OperationalError, match="does not exist"):
         StateStore(tmp_path / "state.db", read_only=True)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
-    """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one line, exit 2."""
+    """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one
+    line, exit 2."""
     import subprocess
     import sys
 
@@ -250,35 +293,59 @@ def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_pa
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
     environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
     environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "run"], capture_output=True,
-                            text=True, env=environment, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(config), "run"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == EXIT_ERROR
     assert "Traceback" not in result.stderr
-    assert f"riffd: error: {tmp_path / 'state' / STATE_NAME}: unable to open database file" in result.stderr
-    assert (tmp_path / "state" / STATE_NAME).is_dir() and not damaged_copies(tmp_path / "state" / STATE_NAME)
+    assert (
+        f"riffd: error: {tmp_path / 'state' / STATE_NAME}: unable to open database file"
+        in result.stderr
+    )
+    assert (tmp_path / "state" / STATE_NAME).is_dir() and not damaged_copies(
+        tmp_path / "state" / STATE_NAME
+    )
 
 
 def make_transcripts(folder: Path, count: int, lines: int) -> list[Path]:
-    """Transcripts of random bytes (little to deduplicate), so an archive of them spans several packs. They are in a
-    field of their own, not in the message: as a text, each would be one 1,800-character word of the search index,
-    which would then fill most of the file and leave the packs away from its end."""
+    """Transcripts of random bytes (little to deduplicate), so an archive of them spans several
+    packs. They are in a field of their own, not in the message: as a text, each would be one
+    1,800-character word of the search index, which would then fill most of the file and leave the
+    packs away from its end."""
     rng = random.Random(3)
     paths = []
     for number in range(count):
         session = f"00000000-0000-0000-0000-{number:012d}"
         path = folder / "projects" / "-p" / f"{session}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"".join(json.dumps({
-            "type": "user", "uuid": f"u{number}-{line}", "sessionId": session, "data": rng.randbytes(900).hex(),
-            "message": {"role": "user", "content": "random data"}}).encode() + b"\n"
-            for line in range(lines)))
+        path.write_bytes(
+            b"".join(
+                json.dumps(
+                    {
+                        "type": "user",
+                        "uuid": f"u{number}-{line}",
+                        "sessionId": session,
+                        "data": rng.randbytes(900).hex(),
+                        "message": {"role": "user", "content": "random data"},
+                    }
+                ).encode()
+                + b"\n"
+                for line in range(lines)
+            )
+        )
         paths.append(path)
     return paths
 
 
 @pytest.fixture(scope="module")
 def archived_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
-    """An archive of 5 transcripts of about 1.8 MB each (three packs), built once for this module."""
+    """An archive of 5 transcripts of about 1.8 MB each (three packs), built once for this
+    module."""
     root = tmp_path_factory.mktemp("archived")
     transcripts = make_transcripts(root / "claude", 5, 1000)
     archive = Archive(root / "state" / ARCHIVE_NAME)
@@ -291,7 +358,8 @@ def archived_once(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 
 @pytest.fixture
 def archived(archived_once: tuple[Path, list[Path]], tmp_path: Path) -> tuple[Path, list[Path]]:
-    """A copy of that archive in a state folder of this test's own, and the transcripts it names (read only)."""
+    """A copy of that archive in a state folder of this test's own, and the transcripts it names
+    (read only)."""
     root, transcripts = archived_once
     state = tmp_path / "state"
     state.mkdir()
@@ -303,12 +371,17 @@ def test_recover_copies_every_readable_file_and_names_the_rest(
     archived: tuple[Path, list[Path]], tmp_path: Path
 ) -> None:
     path, transcripts = archived
-    truncate(path, 0.9)  # the last tenth of the pages lost: some packs go with it, others stay whole
+    truncate(
+        path, 0.9
+    )  # the last tenth of the pages lost: some packs go with it, others stay whole
     before = path.read_bytes()
     into = Archive(tmp_path / "new.db")
     try:
         result = recover(path, into)
-        recovered = {archived_path: b"".join(into.iter_file(file_id)) for file_id, archived_path in into.files()}
+        recovered = {
+            archived_path: b"".join(into.iter_file(file_id))
+            for file_id, archived_path in into.files()
+        }
     finally:
         into.close()
     assert path.read_bytes() == before  # the damaged file is only read
@@ -330,38 +403,53 @@ def test_recover_puts_older_history_before_what_the_new_archive_holds(
     shorter = old.splitlines(keepends=True)[:500]
     into = Archive(tmp_path / "new.db")
     try:
-        # The new archive took the file as it is now: rewritten shorter since the old archive read it.
+        # The new archive took the file as it is now: rewritten shorter since the old archive read
+        # it.
         into.add_lines(str(first), 0, [line.rstrip(b"\n") for line in shorter])
         ingest_file(into, transcripts[1])  # and this one whole, as the old archive has it
         result = recover(path, into)
         [(file_id, _path, _session)] = into.files_of(str(first))
         generations = into.generations(file_id)
-        assert [b"".join(into.iter_file(file_id, generation)) for generation in generations] == [old, b"".join(shorter)]
-        assert b"".join(into.iter_file(file_id)) == b"".join(shorter)  # the latest generation is still the latest
+        assert [b"".join(into.iter_file(file_id, generation)) for generation in generations] == [
+            old,
+            b"".join(shorter),
+        ]
+        assert b"".join(into.iter_file(file_id)) == b"".join(
+            shorter
+        )  # the latest generation is still the latest
         assert result.already_there == 1
     finally:
         into.close()
 
 
 def test_archive_commands_say_a_damaged_archive_in_one_line_and_recover_brings_it_back(
-    archived: tuple[Path, list[Path]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    archived: tuple[Path, list[Path]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     path, transcripts = archived
     monkeypatch.setenv("RIFFD_STATE_DIR", str(path.parent))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(transcripts[0].parents[2]))
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
     fill_with_garbage(path)
-    for command in (["archive", "stats"], ["archive", "search", "anything"], ["archive", "restore", "x"]):
+    for command in (
+        ["archive", "stats"],
+        ["archive", "search", "anything"],
+        ["archive", "restore", "x"],
+    ):
         assert main(command) == EXIT_ERROR
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err, err
         assert "riffd archive recover" in err
-    # With no daemon running, recover moves the damaged file aside itself and names what it could not read.
+    # With no daemon running, recover moves the damaged file aside itself and names what it could
+    # not read.
     assert main(["archive", "recover"]) == EXIT_FINDINGS
     captured = capsys.readouterr()
     assert "unreadable" in captured.err and "recovered 0 line(s)" in captured.out
-    assert [copy.name.split(".recovered-")[0] for copy in path.parent.glob(f"{ARCHIVE_NAME}.recovered-*")] == [
-        ARCHIVE_NAME]
+    assert [
+        copy.name.split(".recovered-")[0]
+        for copy in path.parent.glob(f"{ARCHIVE_NAME}.recovered-*")
+    ] == [ARCHIVE_NAME]
     assert main(["archive", "stats"]) == EXIT_OK  # a new, working archive
     capsys.readouterr()
     assert main(["archive", "recover"]) == EXIT_OK  # nothing left to recover
@@ -382,11 +470,14 @@ def test_riffd_report_on_a_damaged_state_store_is_one_line(
     assert os.path.exists(state / STATE_NAME)  # a command leaves the daemon's files where they are
 
 
-def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_another(tmp_path: Path) -> None:
-    """Where `link` fails (EPERM, as on vfat; here riffd's own FUSE filesystem refusing it), a made database is put in
-    place by a rename that never replaces a file: renamed there when nothing is, and when another process's database
-    got there first, that one stays, byte for byte (a plain rename had replaced it). (SQLite's shared memory cannot
-    live on this test filesystem, so the files are plain ones given to the step that names the made database.)"""
+def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_another(
+    tmp_path: Path,
+) -> None:
+    """Where `link` fails (EPERM, as on vfat; here riffd's own FUSE filesystem refusing it), a made
+    database is put in place by a rename that never replaces a file: renamed there when nothing is,
+    and when another process's database got there first, that one stays, byte for byte (a plain
+    rename had replaced it). (SQLite's shared memory cannot live on this test filesystem, so the
+    files are plain ones given to the step that names the made database.)"""
     import errno
 
     from fusefs import Mount, fuse_unavailable
@@ -408,8 +499,9 @@ def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_anothe
         made.write_bytes(b"mine")
         _put_in_place(made, path)  # another process, a moment too late
         assert path.read_bytes() == b"theirs"
-        # The rename itself refuses to replace (the link's own refusal of an existing name comes first above, so
-        # a database made between the failed link and the rename is tried here, on the rename alone)
+        # The rename itself refuses to replace (the link's own refusal of an existing name comes
+        # first above, so a database made between the failed link and the rename is tried here, on
+        # the rename alone)
         with pytest.raises(FileExistsError):
             rename_noreplace(made, path)
         assert path.read_bytes() == b"theirs" and made.read_bytes() == b"mine"

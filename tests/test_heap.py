@@ -1,4 +1,5 @@
-"""riffd.fsio.pin_mmap_threshold: once `riffd scan` or `fix` has set it (`run` too), big blocks are mapped alone."""
+"""riffd.fsio.pin_mmap_threshold: once `riffd scan` or `fix` has set it (`run` too), big blocks are
+mapped alone."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ def _glibc_with_mallinfo2() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(not _glibc_with_mallinfo2(), reason="needs glibc 2.33 or later (mallinfo2)")
+pytestmark = pytest.mark.skipif(
+    not _glibc_with_mallinfo2(), reason="needs glibc 2.33 or later (mallinfo2)"
+)
 
-# Frees a mapped 8 MB block (which makes glibc raise its threshold to 8 MB), then makes a 2 MB block and prints
-# whether it got its own mapping (mallinfo2's hblkhd: bytes in mapped blocks) rather than a place in the heap.
+# Frees a mapped 8 MB block (which makes glibc raise its threshold to 8 MB), then makes a 2 MB block
+# and prints whether it got its own mapping (mallinfo2's hblkhd: bytes in mapped blocks) rather than
+# a place in the heap.
 PROBE = r"""
 import ctypes, sys
 from riffd.commands.cli import main
@@ -46,14 +50,27 @@ print("mapped" if libc.mallinfo2().hblkhd - before >= 2 << 20 else "heap")
 
 
 def probe(tmp_path: Path, *command: str) -> str:
-    env = {**os.environ, "RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-           "RIFFD_CONFIG": str(tmp_path / "no-config.toml")}
-    done = subprocess.run([sys.executable, "-c", PROBE, *command], capture_output=True, text=True, env=env,
-                          timeout=60, check=True, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+        cwd=tmp_path,
+    )
     return done.stdout.split()[-1]
 
 
-def test_glibc_moves_big_blocks_into_the_heap_unless_riffd_pins_the_threshold(tmp_path: Path) -> None:
+def test_glibc_moves_big_blocks_into_the_heap_unless_riffd_pins_the_threshold(
+    tmp_path: Path,
+) -> None:
     session = tmp_path / "session.jsonl"
     session.write_bytes(transcript_bytes(20))
     assert probe(tmp_path) == "heap"  # glibc's own behaviour: what the pin is for

@@ -1,4 +1,5 @@
-"""`riffd hook pre-tool-use`, driven as Claude Code drives it: a process, the event's JSON on stdin."""
+"""`riffd hook pre-tool-use`, driven as Claude Code drives it: a process, the event's JSON on
+stdin."""
 
 from __future__ import annotations
 
@@ -21,22 +22,47 @@ TEXT = "import os\n\nprint(os.getcwd())\n"
 
 
 def stamp(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(moment, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def tool_use(tool: str, tool_input: dict[str, Any], tool_id: str, moment: float) -> dict[str, Any]:
-    return {"type": "assistant", "uuid": f"u-{tool_id}", "sessionId": SESSION, "cwd": "/work",
-            "timestamp": stamp(moment),
-            "message": {"role": "assistant", "content": [{"type": "tool_use", "id": tool_id, "name": tool,
-                                                          "input": tool_input}]}}
+    return {
+        "type": "assistant",
+        "uuid": f"u-{tool_id}",
+        "sessionId": SESSION,
+        "cwd": "/work",
+        "timestamp": stamp(moment),
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": tool_id, "name": tool, "input": tool_input}],
+        },
+    }
 
 
-def tool_result(tool_id: str, content: Any, moment: float, tool_use_result: Any = None,
-                is_error: bool = False) -> dict[str, Any]:
+def tool_result(
+    tool_id: str, content: Any, moment: float, tool_use_result: Any = None, is_error: bool = False
+) -> dict[str, Any]:
     line: dict[str, Any] = {
-        "type": "user", "uuid": f"r-{tool_id}", "sessionId": SESSION, "cwd": "/work", "timestamp": stamp(moment),
-        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_id, "content": content,
-                                                 "is_error": is_error}]},
+        "type": "user",
+        "uuid": f"r-{tool_id}",
+        "sessionId": SESSION,
+        "cwd": "/work",
+        "timestamp": stamp(moment),
+        "message": {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": tool_id,
+                    "content": content,
+                    "is_error": is_error,
+                }
+            ],
+        },
     }
     if tool_use_result is not None:
         line["toolUseResult"] = tool_use_result
@@ -44,25 +70,45 @@ def tool_result(tool_id: str, content: Any, moment: float, tool_use_result: Any 
 
 
 def read_result(path: Path, text: str = TEXT) -> dict[str, Any]:
-    """The toolUseResult Claude Code writes for a whole-file Read (shape taken from the real samples)."""
+    """The toolUseResult Claude Code writes for a whole-file Read (shape taken from the real
+    samples)."""
     count = text.count("\n")
-    return {"type": "text", "file": {"filePath": str(path), "content": text, "numLines": count, "startLine": 1,
-                                     "totalLines": count}}
+    return {
+        "type": "text",
+        "file": {
+            "filePath": str(path),
+            "content": text,
+            "numLines": count,
+            "startLine": 1,
+            "totalLines": count,
+        },
+    }
 
 
 @pytest.fixture
 def session(tmp_path: Path) -> tuple[Path, Path, float]:
-    """A source file last modified an hour ago, and a transcript that read it 60 s ago (after 10,000 old lines)."""
+    """A source file last modified an hour ago, and a transcript that read it 60 s ago (after 10,000
+    old lines)."""
     source = tmp_path / "work" / "a.py"
     source.parent.mkdir()
     source.write_text(TEXT)
     an_hour_ago = time.time() - 3600
     os.utime(source, (an_hour_ago, an_hour_ago))
     now = time.time()
-    old = [tool_use("Bash", {"command": f"echo {number}"}, f"old{number}", now - 7200) for number in range(10_000)]
-    lines = [*old, tool_use("Read", {"file_path": str(source)}, "t1", now - 60),
-             tool_result("t1", "     1\timport os\n     2\t\n     3\tprint(os.getcwd())\n", now - 59,
-                         read_result(source))]
+    old = [
+        tool_use("Bash", {"command": f"echo {number}"}, f"old{number}", now - 7200)
+        for number in range(10_000)
+    ]
+    lines = [
+        *old,
+        tool_use("Read", {"file_path": str(source)}, "t1", now - 60),
+        tool_result(
+            "t1",
+            "     1\timport os\n     2\t\n     3\tprint(os.getcwd())\n",
+            now - 59,
+            read_result(source),
+        ),
+    ]
     transcript = tmp_path / "projects" / "-work" / f"{SESSION}.jsonl"
     transcript.parent.mkdir(parents=True)
     write_lines(transcript, lines)
@@ -73,16 +119,32 @@ def write_lines(path: Path, lines: list[dict[str, Any]]) -> None:
     path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
 
 
-def event(transcript: Path, tool: str, tool_input: dict[str, Any], tool_id: str = "current") -> dict[str, Any]:
-    return {"session_id": SESSION, "transcript_path": str(transcript), "cwd": "/work", "permission_mode": "default",
-            "hook_event_name": "PreToolUse", "tool_name": tool, "tool_input": tool_input, "tool_use_id": tool_id}
+def event(
+    transcript: Path, tool: str, tool_input: dict[str, Any], tool_id: str = "current"
+) -> dict[str, Any]:
+    return {
+        "session_id": SESSION,
+        "transcript_path": str(transcript),
+        "cwd": "/work",
+        "permission_mode": "default",
+        "hook_event_name": "PreToolUse",
+        "tool_name": tool,
+        "tool_input": tool_input,
+        "tool_use_id": tool_id,
+    }
 
 
 def run_hook(stdin: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     """Run the hook as settings.json would: a new process, the event on stdin."""
     env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
-    return subprocess.run([sys.executable, "-m", "riffd", "hook", "pre-tool-use", *args], input=stdin,
-                          capture_output=True, env=env, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", "hook", "pre-tool-use", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def answer(result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
@@ -98,16 +160,24 @@ def local(moment: float) -> str:
 
 def test_warn_lets_the_call_run_and_tells_the_model(session: tuple[Path, Path, float]) -> None:
     transcript, source, read_at = session
-    output = answer(run_hook(json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode()))
+    output = answer(
+        run_hook(json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode())
+    )
     specific = output["hookSpecificOutput"]
     assert specific["hookEventName"] == "PreToolUse" and "permissionDecision" not in specific
     assert f"repeats the identical call made at {local(read_at)}" in specific["additionalContext"]
     assert "t1" in specific["additionalContext"]
 
 
-def test_cache_hands_back_the_earlier_result_when_the_file_is_unchanged(session: tuple[Path, Path, float]) -> None:
+def test_cache_hands_back_the_earlier_result_when_the_file_is_unchanged(
+    session: tuple[Path, Path, float],
+) -> None:
     transcript, source, read_at = session
-    result = run_hook(json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(), "--mode", "cache")
+    result = run_hook(
+        json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+        "--mode",
+        "cache",
+    )
     specific = answer(result)["hookSpecificOutput"]
     assert specific["permissionDecision"] == "deny"
     reason = specific["permissionDecisionReason"]
@@ -115,64 +185,117 @@ def test_cache_hands_back_the_earlier_result_when_the_file_is_unchanged(session:
     assert reason.endswith("     3\tprint(os.getcwd())\n")
     # the file changed since that read: no cache, a warning
     source.write_text(TEXT)
-    changed = answer(run_hook(json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
-                              "--mode=cache"))["hookSpecificOutput"]
-    assert "permissionDecision" not in changed and "repeats the identical call" in changed["additionalContext"]
+    changed = answer(
+        run_hook(
+            json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+            "--mode=cache",
+        )
+    )["hookSpecificOutput"]
+    assert (
+        "permissionDecision" not in changed
+        and "repeats the identical call" in changed["additionalContext"]
+    )
 
 
-def test_cache_needs_an_unchanged_size_and_a_cacheable_tool(session: tuple[Path, Path, float]) -> None:
+def test_cache_needs_an_unchanged_size_and_a_cacheable_tool(
+    session: tuple[Path, Path, float],
+) -> None:
     transcript, source, _ = session
     source.write_text(TEXT + "# one more line\n")
     an_hour_ago = time.time() - 3600
     os.utime(source, (an_hour_ago, an_hour_ago))  # an old mtime, but not the size that read saw
-    output = answer(run_hook(json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
-                             "--mode", "cache"))
+    output = answer(
+        run_hook(
+            json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+            "--mode",
+            "cache",
+        )
+    )
     assert "permissionDecision" not in output["hookSpecificOutput"]
     now = time.time()
-    lines = [tool_use("Grep", {"pattern": "os", "path": "/work"}, "g1", now - 30), tool_result("g1", "a.py", now - 29)]
+    lines = [
+        tool_use("Grep", {"pattern": "os", "path": "/work"}, "g1", now - 30),
+        tool_result("g1", "a.py", now - 29),
+    ]
     write_lines(transcript, lines)
-    grep = answer(run_hook(json.dumps(event(transcript, "Grep", {"pattern": "os"})).encode(), "--mode", "cache"))
-    assert "permissionDecision" not in grep["hookSpecificOutput"]  # a search may see changed files: warn only
+    grep = answer(
+        run_hook(
+            json.dumps(event(transcript, "Grep", {"pattern": "os"})).encode(), "--mode", "cache"
+        )
+    )
+    assert (
+        "permissionDecision" not in grep["hookSpecificOutput"]
+    )  # a search may see changed files: warn only
 
 
 def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
     transcript = tmp_path / "s.jsonl"
     now = time.time()
     fetch = {"url": "https://example.com/a", "prompt": "summarise"}
-    write_lines(transcript, [tool_use("WebFetch", fetch, "w1", now - 20),
-                             tool_result("w1", [{"type": "text", "text": "A summary."}], now - 18)])
-    specific = answer(run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache"))
-    assert specific["hookSpecificOutput"]["permissionDecisionReason"].endswith("Its result:\nA summary.")
-    big = [tool_use("WebFetch", fetch, "w1", now - 20), tool_result("w1", "x" * (CACHE_MAX_CHARS + 1), now - 18)]
+    write_lines(
+        transcript,
+        [
+            tool_use("WebFetch", fetch, "w1", now - 20),
+            tool_result("w1", [{"type": "text", "text": "A summary."}], now - 18),
+        ],
+    )
+    specific = answer(
+        run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache")
+    )
+    assert specific["hookSpecificOutput"]["permissionDecisionReason"].endswith(
+        "Its result:\nA summary."
+    )
+    big = [
+        tool_use("WebFetch", fetch, "w1", now - 20),
+        tool_result("w1", "x" * (CACHE_MAX_CHARS + 1), now - 18),
+    ]
     write_lines(transcript, big)
-    too_big = answer(run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache"))
+    too_big = answer(
+        run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache")
+    )
     assert "permissionDecision" not in too_big["hookSpecificOutput"]
 
 
-@pytest.mark.parametrize(("tool", "tool_input"), [
-    ("Read", {"file_path": "/work/other.py"}),  # another file
-    ("Read", {"file_path": "/work/a.py", "offset": 40}),  # another range
-    ("Bash", {"command": "echo 1"}),  # never compared, although the transcript has it
-])
-def test_no_match_means_no_answer(session: tuple[Path, Path, float], tool: str, tool_input: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Read", {"file_path": "/work/other.py"}),  # another file
+        ("Read", {"file_path": "/work/a.py", "offset": 40}),  # another range
+        ("Bash", {"command": "echo 1"}),  # never compared, although the transcript has it
+    ],
+)
+def test_no_match_means_no_answer(
+    session: tuple[Path, Path, float], tool: str, tool_input: dict[str, Any]
+) -> None:
     transcript, _, _ = session
     result = run_hook(json.dumps(event(transcript, tool, tool_input)).encode(), "--mode", "cache")
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
 
 
-def test_the_window_an_edit_and_the_call_itself_end_the_search(session: tuple[Path, Path, float]) -> None:
+def test_the_window_an_edit_and_the_call_itself_end_the_search(
+    session: tuple[Path, Path, float],
+) -> None:
     transcript, source, _ = session
     read = json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode()
     assert run_hook(read, "--window", "30").stdout == b""  # the read was 60 s ago
     now = time.time()
     with transcript.open("ab") as handle:
-        for line in (tool_use("Edit", {"file_path": str(source), "old_string": "os", "new_string": "sys"}, "e1",
-                              now - 5), tool_result("e1", "ok", now - 4)):
+        for line in (
+            tool_use(
+                "Edit",
+                {"file_path": str(source), "old_string": "os", "new_string": "sys"},
+                "e1",
+                now - 5,
+            ),
+            tool_result("e1", "ok", now - 4),
+        ):
             handle.write(json.dumps(line).encode() + b"\n")
     assert run_hook(read).stdout == b""  # edited since: reading it again is right
     lone = transcript.with_name("lone.jsonl")
     write_lines(lone, [tool_use("Read", {"file_path": str(source)}, "current", now - 1)])
-    assert run_hook(json.dumps(event(lone, "Read", {"file_path": str(source)})).encode()).stdout == b""
+    assert (
+        run_hook(json.dumps(event(lone, "Read", {"file_path": str(source)})).encode()).stdout == b""
+    )
 
 
 @pytest.mark.parametrize("stdin", [b"", b"not json", b"[1, 2]", b'{"tool_name": "Read"}'])
@@ -183,34 +306,51 @@ def test_malformed_input_lets_the_call_run(stdin: bytes) -> None:
 
 
 def test_a_missing_transcript_lets_the_call_run(tmp_path: Path) -> None:
-    result = run_hook(json.dumps(event(tmp_path / "nope.jsonl", "Read", {"file_path": "/work/a.py"})).encode())
+    result = run_hook(
+        json.dumps(event(tmp_path / "nope.jsonl", "Read", {"file_path": "/work/a.py"})).encode()
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
 
 
 def test_arguments() -> None:
     assert parse_args(["pre-tool-use"]) == ("warn", 300.0)
     assert parse_args(["pre-tool-use", "--mode", "cache", "--window=60"]) == ("cache", 60.0)
-    for bad in (["post-tool-use"], ["pre-tool-use", "--mode", "block"], ["pre-tool-use", "--window", "0"],
-                ["pre-tool-use", "--verbose"]):
+    for bad in (
+        ["post-tool-use"],
+        ["pre-tool-use", "--mode", "block"],
+        ["pre-tool-use", "--window", "0"],
+        ["pre-tool-use", "--verbose"],
+    ):
         with pytest.raises(UsageError):
             parse_args(bad)
     result = run_hook(b"{}", "--mode", "block")
-    assert result.returncode == 1 and result.stdout == b""  # a non-blocking error: Claude Code runs the call
+    assert (
+        result.returncode == 1 and result.stdout == b""
+    )  # a non-blocking error: Claude Code runs the call
 
 
 def test_the_console_entry_skips_the_full_command_line(session: tuple[Path, Path, float]) -> None:
     transcript, source, _ = session
-    probe = ("import sys; from riffd.entry import main; code = main(['hook', 'pre-tool-use']); "
-             "sys.stderr.write('cli loaded' if 'riffd.commands' in sys.modules else 'light'); sys.exit(code)")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60, check=False,
-                            input=json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
-                            env={**os.environ, "PYTHONPATH": str(SRC_DIR)})
+    probe = (
+        "import sys; from riffd.entry import main; code = main(['hook', 'pre-tool-use']); "
+        "sys.stderr.write('cli loaded' if 'riffd.commands' in sys.modules else 'light'); sys.exit(code)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        input=json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+    )
     assert result.returncode == 0 and result.stderr == b"light"
     assert "additionalContext" in json.loads(result.stdout)["hookSpecificOutput"]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
-def test_a_transcript_path_that_is_not_a_regular_file_never_blocks_the_call(tmp_path: Path, kind: str) -> None:
+def test_a_transcript_path_that_is_not_a_regular_file_never_blocks_the_call(
+    tmp_path: Path, kind: str
+) -> None:
     transcript = tmp_path / "session.jsonl"
     if kind == "fifo":
         os.mkfifo(transcript)  # opening it for reading would wait for a writer that never comes
@@ -219,7 +359,9 @@ def test_a_transcript_path_that_is_not_a_regular_file_never_blocks_the_call(tmp_
     else:
         transcript = Path("/dev/zero")  # endless
     started = time.monotonic()
-    result = run_hook(json.dumps(event(transcript, "Read", {"file_path": "/work/a.py"})).encode(), timeout=10)
+    result = run_hook(
+        json.dumps(event(transcript, "Read", {"file_path": "/work/a.py"})).encode(), timeout=10
+    )
     assert time.monotonic() - started < 5
     assert result.returncode == 0 and result.stdout == b""
     assert b"not a regular file" in result.stderr and len(result.stderr.splitlines()) == 1

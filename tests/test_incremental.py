@@ -1,11 +1,11 @@
 """Incremental detection equals a full detection after every appended line.
 
-The daemon judges each append with `riffd.transcript.incremental` (the cost of the append); a full walk
-(`riffd.transcript.scan.analyse`) is the reference. Random transcripts are built from the shapes that
-change what Claude Code loads: rewinds and new roots, multi-line API messages, parallel tool calls with
-results hanging from any line of the message, compact boundaries (their logical parent known, unknown or
-still to come), sidechains, parents that arrive after their child, lines written twice, duplicate and
-missing results, malformed, blank and non-object lines, summaries.
+The daemon judges each append with `riffd.transcript.incremental` (the cost of the append); a full
+walk (`riffd.transcript.scan.analyse`) is the reference. Random transcripts are built from the
+shapes that change what Claude Code loads: rewinds and new roots, multi-line API messages, parallel
+tool calls with results hanging from any line of the message, compact boundaries (their logical
+parent known, unknown or still to come), sidechains, parents that arrive after their child, lines
+written twice, duplicate and missing results, malformed, blank and non-object lines, summaries.
 """
 
 from __future__ import annotations
@@ -32,15 +32,25 @@ def full_findings(lines: list[bytes]) -> tuple[list[dict[str, Any]], tuple[int, 
     _loaded, findings = analyse(index)
     metrics = index.metrics
     return [finding.to_json() for finding in findings], (
-        metrics.loaded_lines, metrics.duplicates_detected, metrics.blocks_valid, metrics.blocks_processed)
+        metrics.loaded_lines,
+        metrics.duplicates_detected,
+        metrics.blocks_valid,
+        metrics.blocks_processed,
+    )
 
 
-def appended_findings(index: TranscriptIndex, offset: int, batch: list[bytes]) -> tuple[list[dict[str, Any]], tuple]:
+def appended_findings(
+    index: TranscriptIndex, offset: int, batch: list[bytes]
+) -> tuple[list[dict[str, Any]], tuple]:
     index.add_lines(offset, batch, True)
     findings = analyse_appended(index)
     metrics = index.metrics
     return [finding.to_json() for finding in findings], (
-        metrics.loaded_lines, metrics.duplicates_detected, metrics.blocks_valid, metrics.blocks_processed)
+        metrics.loaded_lines,
+        metrics.duplicates_detected,
+        metrics.blocks_valid,
+        metrics.blocks_processed,
+    )
 
 
 def check_line_by_line(lines: list[bytes], batches: list[int]) -> IncrementalDetection:
@@ -57,7 +67,9 @@ def check_line_by_line(lines: list[bytes], batches: list[int]) -> IncrementalDet
         offset += sum(len(raw) + 1 for raw in batch)
         done += len(batch)
         want = full_findings(lines[:done])
-        assert got == want, f"after line {done} of {len(lines)}:\n" + b"\n".join(lines[:done]).decode()
+        assert got == want, (
+            f"after line {done} of {len(lines)}:\n" + b"\n".join(lines[:done]).decode()
+        )
     assert isinstance(index.incremental, IncrementalDetection)
     return index.incremental
 
@@ -78,7 +90,9 @@ class Builder:
         return self.data.draw(strategy, label=label)
 
     def parent(self) -> str | None:
-        kind = self.draw(st.sampled_from(["last"] * 6 + ["earlier", "root", "unknown", "future"]), "parent")
+        kind = self.draw(
+            st.sampled_from(["last"] * 6 + ["earlier", "root", "unknown", "future"]), "parent"
+        )
         if kind == "last" or (kind == "earlier" and not self.used):
             return self.last
         if kind == "earlier":
@@ -108,10 +122,27 @@ class Builder:
         return self.tool_ids[self.draw(st.integers(0, len(self.tool_ids) - 1), "tool")]
 
     def step(self) -> None:
-        kind = self.draw(st.sampled_from([
-            "prompt", "assistant", "assistant", "result", "result", "progress", "compact", "sidechain",
-            "repeat", "summary", "malformed", "blank", "not_object", "bad_block",
-        ]), "kind")
+        kind = self.draw(
+            st.sampled_from(
+                [
+                    "prompt",
+                    "assistant",
+                    "assistant",
+                    "result",
+                    "result",
+                    "progress",
+                    "compact",
+                    "sidechain",
+                    "repeat",
+                    "summary",
+                    "malformed",
+                    "blank",
+                    "not_object",
+                    "bad_block",
+                ]
+            ),
+            "kind",
+        )
         base = {"parentUuid": self.parent(), "uuid": self.uuid()}
         if kind == "prompt":
             self.emit({**base, "type": "user", "message": {"role": "user", "content": "do it"}})
@@ -119,21 +150,39 @@ class Builder:
             same = self.message_ids and self.draw(st.booleans(), "same message")
             if not same:
                 self.message_ids.append(f"msg_{len(self.message_ids):04d}")
-            uses = [{"type": "tool_use", "id": self.tool_id(self.draw(st.integers(0, 5), "fresh") > 0),
-                     "name": "Bash", "input": {}} for _ in range(self.draw(st.integers(0, 2), "uses"))]
-            record = {**base, "type": "assistant",
-                      "message": {"id": self.message_ids[-1], "role": "assistant",
-                                  "content": uses or [{"type": "text", "text": "ok"}]}}
+            uses = [
+                {
+                    "type": "tool_use",
+                    "id": self.tool_id(self.draw(st.integers(0, 5), "fresh") > 0),
+                    "name": "Bash",
+                    "input": {},
+                }
+                for _ in range(self.draw(st.integers(0, 2), "uses"))
+            ]
+            record = {
+                **base,
+                "type": "assistant",
+                "message": {
+                    "id": self.message_ids[-1],
+                    "role": "assistant",
+                    "content": uses or [{"type": "text", "text": "ok"}],
+                },
+            }
             if kind == "sidechain":
                 record["isSidechain"] = True
             self.emit(record)
         elif kind == "result":
             blocks = []
             for _ in range(self.draw(st.integers(1, 2), "results")):
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.tool_id(
-                    self.draw(st.integers(0, 6), "orphan") == 0), "content": "out"}
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": self.tool_id(self.draw(st.integers(0, 6), "orphan") == 0),
+                    "content": "out",
+                }
                 if self.draw(st.integers(0, 4), "synthetic") == 0:
-                    block.update(is_error=True, content="[Request interrupted by user for tool use]")
+                    block.update(
+                        is_error=True, content="[Request interrupted by user for tool use]"
+                    )
                 blocks.append(block)
             record = {**base, "type": "user", "message": {"role": "user", "content": blocks}}
             if self.draw(st.integers(0, 3), "source") == 0:
@@ -143,14 +192,24 @@ class Builder:
             self.emit({**base, "type": "progress", "data": {"type": "hook_progress"}})
         elif kind == "compact":
             logical = self.parent() or "ffffffff-0000-4000-8000-00000000beef"
-            self.emit({**base, "parentUuid": None, "type": "system", "subtype": "compact_boundary",
-                       "logicalParentUuid": logical})
+            self.emit(
+                {
+                    **base,
+                    "parentUuid": None,
+                    "type": "system",
+                    "subtype": "compact_boundary",
+                    "logicalParentUuid": logical,
+                }
+            )
         elif kind == "repeat" and self.lines:
             self.used -= 1
             self.lines.append(self.lines[self.draw(st.integers(0, len(self.lines) - 1), "repeat")])
         elif kind == "summary":
             self.used -= 1
-            self.emit({"type": "summary", "summary": "t", "leafUuid": self.parent() or self.pool[0]}, chain=False)
+            self.emit(
+                {"type": "summary", "summary": "t", "leafUuid": self.parent() or self.pool[0]},
+                chain=False,
+            )
         elif kind == "malformed":
             self.used -= 1
             self.lines.append(b'{"type":"user","uuid":"' + self.pool[0].encode() + b'","mess')
@@ -161,32 +220,55 @@ class Builder:
             self.used -= 1
             self.lines.append(b"[1,2]")
         else:  # a result block without tool_use_id, or a repeat with nothing to repeat yet
-            self.emit({**base, "type": "user",
-                       "message": {"role": "user", "content": [{"type": "tool_result", "content": "x"}, 3]}})
+            self.emit(
+                {
+                    **base,
+                    "type": "user",
+                    "message": {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "content": "x"}, 3],
+                    },
+                }
+            )
 
 
-@settings(max_examples=300, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=300, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(data=st.data(), size=st.integers(1, 60), batches=st.lists(st.integers(1, 3), max_size=4))
-def test_incremental_equals_full_after_every_line(data: st.DataObject, size: int, batches: list[int]):
+def test_incremental_equals_full_after_every_line(
+    data: st.DataObject, size: int, batches: list[int]
+):
     builder = Builder(data, size)
     for _ in range(size):
         builder.step()
     check_line_by_line(builder.lines, batches)
 
 
-@settings(max_examples=60, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
-@given(names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4), data=st.data())
+@settings(
+    max_examples=60, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),
+    data=st.data(),
+)
 def test_incremental_equals_full_on_damaged_sessions(names: list[str], data: st.DataObject):
-    """Damage of every kind riffd knows, injected into a generated session of 4 compacted segments."""
+    """Damage of every kind riffd knows, injected into a generated session of 4 compacted
+    segments."""
     lines = damage.generated_session(segments=4, turns=2, parallel=2)
-    lines = damage.injected(lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name))
-    whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]  # the daemon indexes whole lines only
+    lines = damage.injected(
+        lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name)
+    )
+    whole = [
+        raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")
+    ]  # the daemon indexes whole lines only
     check_line_by_line(whole, [1])
 
 
 def test_a_growing_session_is_walked_in_full_once(tmp_path: Path):
-    """A session that grows the usual way is judged without a second full walk: each append costs its own
-    lines. Its parallel tool calls' results hang from each call's own line, so each result opens a branch."""
+    """A session that grows the usual way is judged without a second full walk: each append costs
+    its own lines. Its parallel tool calls' results hang from each call's own line, so each result
+    opens a branch."""
     lines = damage.generated_session(segments=3, turns=3, parallel=3)
     whole = [raw.rstrip(b"\n") for raw in lines]
     detector = check_line_by_line(whole, [1])
@@ -196,22 +278,52 @@ def test_a_growing_session_is_walked_in_full_once(tmp_path: Path):
 
 def test_a_parent_that_arrives_after_its_child_makes_it_walk_again():
     lines = [
-        orjson.dumps({"type": "user", "uuid": "b", "parentUuid": "a", "message": {"role": "user", "content": "x"}}),
-        orjson.dumps({"type": "user", "uuid": "a", "parentUuid": None, "message": {"role": "user", "content": "y"}}),
-        orjson.dumps({"type": "user", "uuid": "c", "parentUuid": "b", "message": {"role": "user", "content": "z"}}),
+        orjson.dumps(
+            {
+                "type": "user",
+                "uuid": "b",
+                "parentUuid": "a",
+                "message": {"role": "user", "content": "x"},
+            }
+        ),
+        orjson.dumps(
+            {
+                "type": "user",
+                "uuid": "a",
+                "parentUuid": None,
+                "message": {"role": "user", "content": "y"},
+            }
+        ),
+        orjson.dumps(
+            {
+                "type": "user",
+                "uuid": "c",
+                "parentUuid": "b",
+                "message": {"role": "user", "content": "z"},
+            }
+        ),
     ]
     detector = check_line_by_line(lines, [1])
     assert detector.full_walks == 2  # the first, and line 2's: it changed line 1's parent
 
 
 def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
-    """Found by review: a boundary with no (or a null) logicalParentUuid must not continue at a line whose uuid
-    is the empty string; the full walk did, and the incremental one did not notice the line arriving."""
+    """Found by review: a boundary with no (or a null) logicalParentUuid must not continue at a line
+    whose uuid is the empty string; the full walk did, and the incremental one did not notice the
+    line arriving."""
     for logical in ({}, {"logicalParentUuid": None}):
         hi = {"role": "user", "content": "hi"}
         lines = [
             orjson.dumps({"type": "user", "uuid": "a", "parentUuid": None, "message": hi}),
-            orjson.dumps({"type": "system", "subtype": "compact_boundary", "uuid": "b", "parentUuid": None, **logical}),
+            orjson.dumps(
+                {
+                    "type": "system",
+                    "subtype": "compact_boundary",
+                    "uuid": "b",
+                    "parentUuid": None,
+                    **logical,
+                }
+            ),
             orjson.dumps({"type": "user", "uuid": "c", "parentUuid": "b", "message": hi}),
             orjson.dumps({"type": "progress", "uuid": "", "parentUuid": "a"}),
         ]
@@ -219,18 +331,32 @@ def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
         index = TranscriptIndex(PATH)
         index.add_lines(0, lines, True)
         analyse(index)
-        assert index.metrics.loaded_lines == 2  # c and the boundary: nothing before a boundary that names none
+        assert (
+            index.metrics.loaded_lines == 2
+        )  # c and the boundary: nothing before a boundary that names none
 
 
 def subagent_files(tmp_path: Path) -> tuple[Path, Path, str]:
     session = "11111111-2222-4333-8444-555555555555"
     (tmp_path / session / "subagents").mkdir(parents=True)
-    return tmp_path / f"{session}.jsonl", tmp_path / session / "subagents" / "agent-a1.jsonl", session
+    return (
+        tmp_path / f"{session}.jsonl",
+        tmp_path / session / "subagents" / "agent-a1.jsonl",
+        session,
+    )
 
 
 def record(session: str, uuid: str, parent: str | None, text: str = "go", **extra: Any) -> bytes:
-    return orjson.dumps({"type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": session,
-                         "message": {"role": "user", "content": text}, **extra})
+    return orjson.dumps(
+        {
+            "type": "user",
+            "uuid": uuid,
+            "parentUuid": parent,
+            "sessionId": session,
+            "message": {"role": "user", "content": text},
+            **extra,
+        }
+    )
 
 
 def same_as_full(index: TranscriptIndex, path: Path, lines: list[bytes]) -> None:
@@ -241,13 +367,17 @@ def same_as_full(index: TranscriptIndex, path: Path, lines: list[bytes]) -> None
     assert got == ([finding.to_json() for finding in findings], full.metrics.loaded_lines)
 
 
-def test_a_parent_found_in_the_session_file_yields_to_one_written_later_in_the_agent_file(tmp_path: Path):
-    """Found by review: a subagent line's parent found in its session file, then a line of the agent file itself
-    with that uuid: it is the parent, as a fresh read of the file says."""
+def test_a_parent_found_in_the_session_file_yields_to_one_written_later_in_the_agent_file(
+    tmp_path: Path,
+):
+    """Found by review: a subagent line's parent found in its session file, then a line of the agent
+    file itself with that uuid: it is the parent, as a fresh read of the file says."""
     session_file, agent_file, session = subagent_files(tmp_path)
     session_file.write_bytes(record(session, "P", None) + b"\n")
-    lines = [record(session, "s1", "P", isSidechain=True),
-             orjson.dumps({"type": "progress", "uuid": "P", "parentUuid": None, "sessionId": session})]
+    lines = [
+        record(session, "s1", "P", isSidechain=True),
+        orjson.dumps({"type": "progress", "uuid": "P", "parentUuid": None, "sessionId": session}),
+    ]
     index = TranscriptIndex(str(agent_file))
     offset = 0
     for done, raw in enumerate(lines, 1):
@@ -257,18 +387,25 @@ def test_a_parent_found_in_the_session_file_yields_to_one_written_later_in_the_a
 
 
 def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tmp_path: Path):
-    """Found by review: a subagent's dangling parent appended to the session file, which is then rewritten
-    shorter and grows past where it was searched: the parent is found, not reported dangling."""
+    """Found by review: a subagent's dangling parent appended to the session file, which is then
+    rewritten shorter and grows past where it was searched: the parent is found, not reported
+    dangling."""
     session_file, agent_file, session = subagent_files(tmp_path)
-    session_file.write_bytes(record(session, "q1", None, "p" * 300) + b"\n" + record(session, "q2", None, "p" * 300)
-                             + b"\n")
+    session_file.write_bytes(
+        record(session, "q1", None, "p" * 300)
+        + b"\n"
+        + record(session, "q2", None, "p" * 300)
+        + b"\n"
+    )
     lines = [record(session, "c1", "X", isSidechain=True)]
     index = TranscriptIndex(str(agent_file))
     offset = index.add_lines(0, lines, True)
     assert [finding.cls for finding in analyse_appended(index)] == ["dangling_parent"]
     with open(session_file, "ab") as handle:
         handle.write(record(session, "X", None, "p" * 10) + b"\n")
-    session_file.write_bytes(b"\n".join(session_file.read_bytes().split(b"\n")[1:]))  # rewritten without q1
+    session_file.write_bytes(
+        b"\n".join(session_file.read_bytes().split(b"\n")[1:])
+    )  # rewritten without q1
     with open(session_file, "ab") as handle:
         handle.write(record(session, "q3", None, "p" * 400) + b"\n")
     more = [record(session, "c2", "c1", isSidechain=True)]

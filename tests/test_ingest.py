@@ -1,6 +1,7 @@
-"""`riffd archive ingest` of many files with a reader process (riffd.archive.ingest.ingest_files): the archive it
-makes is the one `ingest_file` makes file by file, row for row; a reader that dies, or cannot read a file, costs
-no line. Real files in tmp_path, a real forked reader, a real SQLite archive."""
+"""`riffd archive ingest` of many files with a reader process (riffd.archive.ingest.ingest_files):
+the archive it makes is the one `ingest_file` makes file by file, row for row; a reader that dies,
+or cannot read a file, costs no line. Real files in tmp_path, a real forked reader, a real SQLite
+archive."""
 
 from __future__ import annotations
 
@@ -32,15 +33,25 @@ TABLES = {  # every row the archive writes, in a fixed order
 
 
 def _rows(db_path: Path) -> dict[str, list[tuple[object, ...]]]:
-    """Every row of the archive's tables, the packs decompressed (the open pack's segments joined)."""
+    """Every row of the archive's tables, the packs decompressed (the open pack's segments
+    joined)."""
     db = sqlite3.connect(db_path)
     try:
         rows = {name: db.execute(query).fetchall() for name, query in TABLES.items()}
         packs = []
-        for pack_id, data, raw_size in db.execute("SELECT id, data, raw_size FROM packs ORDER BY id").fetchall():
-            body = unpack(data) if data else b"".join(
-                unpack(segment) for (segment,) in db.execute(
-                    "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)))
+        for pack_id, data, raw_size in db.execute(
+            "SELECT id, data, raw_size FROM packs ORDER BY id"
+        ).fetchall():
+            body = (
+                unpack(data)
+                if data
+                else b"".join(
+                    unpack(segment)
+                    for (segment,) in db.execute(
+                        "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)
+                    )
+                )
+            )
             packs.append((pack_id, body, raw_size))
         rows["packs"] = packs
         return rows
@@ -49,8 +60,8 @@ def _rows(db_path: Path) -> dict[str, list[tuple[object, ...]]]:
 
 
 def _sessions(folder: Path) -> list[Path]:
-    """Transcripts to ingest: the real corpus when there is one, and generated sessions with a resumed copy (pieces
-    seen before), a torn last line and a malformed line, in `folder`."""
+    """Transcripts to ingest: the real corpus when there is one, and generated sessions with a
+    resumed copy (pieces seen before), a torn last line and a malformed line, in `folder`."""
     folder.mkdir()
     paths = []
     if HAVE_CORPUS:
@@ -60,7 +71,9 @@ def _sessions(folder: Path) -> list[Path]:
             shutil.copyfile(source, copy)
             paths.append(copy)
     for number in range(4):
-        lines = generated_session(segments=6, session_id=f"5e55104e-0000-4000-8000-0000000000{number:02d}")
+        lines = generated_session(
+            segments=6, session_id=f"5e55104e-0000-4000-8000-0000000000{number:02d}"
+        )
         if number == 2:
             lines.insert(5, b'{"type":"user","message":\n')  # malformed, kept as written
         path = folder / f"generated-{number}.jsonl"
@@ -95,17 +108,23 @@ def _restored(db_path: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("read_ahead", [0, 100_000, 8_000_000])
-def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Path, read_ahead: int) -> None:
-    """First ingest, then appends (one completing the torn last line, which the archive joins to its fragment),
-    each with and without the reader (given one file ahead, some, or all): the same rows in every table, and every
-    file restores byte for byte."""
+def test_the_reader_makes_the_archive_one_process_makes_row_for_row(
+    tmp_path: Path, read_ahead: int
+) -> None:
+    """First ingest, then appends (one completing the torn last line, which the archive joins to its
+    fragment), each with and without the reader (given one file ahead, some, or all): the same rows
+    in every table, and every file restores byte for byte."""
     paths = _sessions(tmp_path / "sessions")
     alone = _archive(tmp_path / "alone", paths, reader=False)
     shared = _archive(tmp_path / "reader", paths, reader=True, read_ahead=read_ahead)
     assert _rows(alone) == _rows(shared)
     torn = paths[-1]
     with open(torn, "ab") as out:  # the torn line finished, and more lines
-        out.write(b"".join(generated_session(segments=6, session_id="5e55104e-0000-4000-8000-000000000003"))[-40:])
+        out.write(
+            b"".join(
+                generated_session(segments=6, session_id="5e55104e-0000-4000-8000-000000000003")
+            )[-40:]
+        )
         out.write(transcript_line(1) + transcript_line(2))
     with open(paths[0], "ab") as out:
         out.write(transcript_line(3))
@@ -126,8 +145,8 @@ def test_the_reader_makes_the_archive_one_process_makes_row_for_row(tmp_path: Pa
 
 
 def test_a_reader_killed_part_way_costs_no_line(tmp_path: Path) -> None:
-    """SIGKILL the reader after the first file (given one file ahead, it has not read the rest): the rest are
-    archived here, every line once, byte for byte."""
+    """SIGKILL the reader after the first file (given one file ahead, it has not read the rest): the
+    rest are archived here, every line once, byte for byte."""
     paths = _sessions(tmp_path / "sessions")
     archive = Archive(tmp_path / "archive.db")
     results = []
@@ -142,13 +161,17 @@ def test_a_reader_killed_part_way_costs_no_line(tmp_path: Path) -> None:
     assert [path for path, _ in results] == paths
     assert all(isinstance(added, int) and added > 0 for _, added in results), results
     assert _restored(tmp_path / "archive.db") == {str(path): path.read_bytes() for path in paths}
-    assert _rows(tmp_path / "archive.db") == _rows(_archive(tmp_path / "alone", paths, reader=False))
-    assert not [child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"]
+    assert _rows(tmp_path / "archive.db") == _rows(
+        _archive(tmp_path / "alone", paths, reader=False)
+    )
+    assert not [
+        child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"
+    ]
 
 
 def test_a_file_the_reader_cannot_read_is_reported_and_the_others_archived(tmp_path: Path) -> None:
-    """A file gone before the reader reads it: the reader reports it, this process tries it and reports the
-    error; the files after it are archived by the reader as usual."""
+    """A file gone before the reader reads it: the reader reports it, this process tries it and
+    reports the error; the files after it are archived by the reader as usual."""
     paths = _sessions(tmp_path / "sessions")
     missing = tmp_path / "sessions" / "gone.jsonl"
     order = [paths[0], missing, *paths[1:]]
@@ -163,11 +186,16 @@ def test_a_file_the_reader_cannot_read_is_reported_and_the_others_archived(tmp_p
 
 
 def test_titles_and_prompts_are_those_one_process_takes(tmp_path: Path) -> None:
-    """The reader sends every user prompt; the archive keeps the first of each batch it stores, as alone."""
+    """The reader sends every user prompt; the archive keeps the first of each batch it stores, as
+    alone."""
     path = tmp_path / "session.jsonl"
-    lines = [orjson.dumps({"type": "user", "isMeta": True, "message": {"role": "user", "content": "meta"}}),
-             orjson.dumps({"type": "user", "message": {"role": "user", "content": "the first prompt"}}),
-             orjson.dumps({"type": "user", "message": {"role": "user", "content": "the second prompt"}})]
+    lines = [
+        orjson.dumps(
+            {"type": "user", "isMeta": True, "message": {"role": "user", "content": "meta"}}
+        ),
+        orjson.dumps({"type": "user", "message": {"role": "user", "content": "the first prompt"}}),
+        orjson.dumps({"type": "user", "message": {"role": "user", "content": "the second prompt"}}),
+    ]
     path.write_bytes(b"\n".join(lines) + b"\n")
     archive = Archive(tmp_path / "archive.db")
     try:
@@ -181,12 +209,15 @@ def test_titles_and_prompts_are_those_one_process_takes(tmp_path: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_reader_left() -> None:
     yield
-    assert not [child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"]
+    assert not [
+        child for child in multiprocessing.active_children() if child.name == "riffd-ingest-reader"
+    ]
 
 
 def test_thousands_of_small_files_never_stall_the_reader(tmp_path: Path) -> None:
-    """1,500 files of 2 kB (3 MB): the reader is given at most JOBS_AHEAD files ahead, so the pipe of files to
-    read never fills while it waits to send (`riffd archive ingest` in a real process, which must finish)."""
+    """1,500 files of 2 kB (3 MB): the reader is given at most JOBS_AHEAD files ahead, so the pipe
+    of files to read never fills while it waits to send (`riffd archive ingest` in a real process,
+    which must finish)."""
     import subprocess
     import sys
 
@@ -194,19 +225,37 @@ def test_thousands_of_small_files_never_stall_the_reader(tmp_path: Path) -> None
     folder.mkdir(parents=True)
     for number in range(1500):
         (folder / f"00000000-0000-4000-8000-{number:012d}.jsonl").write_bytes(
-            b"".join(transcript_line(line, session_id=f"00000000-0000-4000-8000-{number:012d}", pad=200)
-                     for line in range(1, 8)))
+            b"".join(
+                transcript_line(line, session_id=f"00000000-0000-4000-8000-{number:012d}", pad=200)
+                for line in range(1, 8)
+            )
+        )
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    result = subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest",
-                             "--no-compact", str(tmp_path / "projects")], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "riffd",
+            "--config",
+            str(config),
+            "archive",
+            "ingest",
+            "--no-compact",
+            str(tmp_path / "projects"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "archived 10500 new line(s) from 1500 file(s)" in result.stderr
 
 
 def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path) -> None:
-    """The same path twice (`riffd archive ingest DIR FILE`): the second finds nothing new, as in one process."""
+    """The same path twice (`riffd archive ingest DIR FILE`): the second finds nothing new, as in
+    one process."""
     paths = _sessions(tmp_path / "sessions")[-2:]
     twice = [paths[0], paths[1], paths[0]]
     alone, shared = Archive(tmp_path / "alone.db"), Archive(tmp_path / "shared.db")
@@ -214,7 +263,9 @@ def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path
         for archive in (alone, shared):
             for path in paths:
                 ingest_file(archive, path)
-        paths[0].write_bytes(b"".join(transcript_line(number) for number in range(1, 5)))  # rewritten
+        paths[0].write_bytes(
+            b"".join(transcript_line(number) for number in range(1, 5))
+        )  # rewritten
         assert [ingest_file(alone, path) for path in twice] == [4, 0, 0]
         assert [added for _, added in ingest_files(shared, twice, min_bytes=0)] == [4, 0, 0]
     finally:
@@ -224,9 +275,9 @@ def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path
 
 
 def test_a_file_rewritten_after_the_reader_was_given_it_is_read_again_here(tmp_path: Path) -> None:
-    """Where to read a file from is decided before the reader reads it; a file rewritten in between (or archived
-    by the daemon meanwhile) is found so when its lines arrive, and archived here from what it holds now: the
-    same archive as one process that met the rewrite."""
+    """Where to read a file from is decided before the reader reads it; a file rewritten in between
+    (or archived by the daemon meanwhile) is found so when its lines arrive, and archived here from
+    what it holds now: the same archive as one process that met the rewrite."""
     paths = _sessions(tmp_path / "sessions")[-3:]
     alone, shared = Archive(tmp_path / "alone.db"), Archive(tmp_path / "shared.db")
     try:
@@ -241,8 +292,13 @@ def test_a_file_rewritten_after_the_reader_was_given_it_is_read_again_here(tmp_p
         first = next(results)  # the reader has been given every file, and may have read them
         paths[1].write_bytes(rewritten)
         rest = list(results)
-        # (the last file's torn last line is finished by the appended line, which takes its place: none added)
-        assert [added for _, added in [first, *rest]] == [ingest_file(alone, path) for path in paths] == [1, 8, 0]
+        # (the last file's torn last line is finished by the appended line, which takes its place:
+        # none added)
+        assert (
+            [added for _, added in [first, *rest]]
+            == [ingest_file(alone, path) for path in paths]
+            == [1, 8, 0]
+        )
     finally:
         alone.close()
         shared.close()
@@ -250,11 +306,14 @@ def test_a_file_rewritten_after_the_reader_was_given_it_is_read_again_here(tmp_p
     assert _restored(tmp_path / "shared.db") == {str(path): path.read_bytes() for path in paths}
 
 
-def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_hole(tmp_path: Path) -> None:
-    """The reader's first batch of a file is stored; then another process (the daemon) meets the file rewritten,
-    shorter, and archives it as a new generation; then the reader's next batch arrives, offered from past that
-    generation's watermark. The archive refuses it (ArchiveGap) and the file is archived here from what it holds now:
-    no batch of the old version is put after the new one, and the ingest goes on (before the catch, it ended there)."""
+def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_hole(
+    tmp_path: Path,
+) -> None:
+    """The reader's first batch of a file is stored; then another process (the daemon) meets the
+    file rewritten, shorter, and archives it as a new generation; then the reader's next batch
+    arrives, offered from past that generation's watermark. The archive refuses it (ArchiveGap) and
+    the file is archived here from what it holds now: no batch of the old version is put after the
+    new one, and the ingest goes on (before the catch, it ended there)."""
     import threading
 
     import msgspec
@@ -263,13 +322,18 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
 
     path = tmp_path / "s.jsonl"
     old = [transcript_line(number, pad=200) for number in range(1, 41)]
-    new = [transcript_line(number, session_id="22222222-3333-4444-5555-666666666666") for number in range(1, 6)]
+    new = [
+        transcript_line(number, session_id="22222222-3333-4444-5555-666666666666")
+        for number in range(1, 6)
+    ]
     path.write_bytes(b"".join(old))
     archive = Archive(tmp_path / "archive.db")
     receiver, sender = multiprocessing.Pipe(duplex=False)
     start = where_to_start(archive, path)
     result: list[tuple[int, bool, bool]] = []
-    storing = threading.Thread(target=lambda: result.append(_store_batches(archive, receiver, 7, path, start)))
+    storing = threading.Thread(
+        target=lambda: result.append(_store_batches(archive, receiver, 7, path, start))
+    )
     storing.start()
     encode = msgspec.msgpack.Encoder().encode
     sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]])))
@@ -288,7 +352,9 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     sender.send_bytes(encode(Batch(7, end=True)))
     storing.join(60)
     assert not storing.is_alive()
-    assert result == [(20, True, True)]  # 20 lines stored, the rest refused: archived here after all, reader alive
+    assert result == [
+        (20, True, True)
+    ]  # 20 lines stored, the rest refused: archived here after all, reader alive
     assert ingest_file(archive, path) == 0  # what the caller does then: nothing is missing
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old[:20])

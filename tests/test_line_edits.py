@@ -13,8 +13,9 @@ NEW_PARENT = "22222222-2222-4222-8222-222222222222"
 
 
 def test_repoint_changes_only_the_parent_value() -> None:
-    raw = b'{"parentUuid":"%s","type":"assistant","uuid":"u","message":{"content":"caf\xc3\xa9 \\u00e9"}}\n' % (
-        PARENT.encode()
+    raw = (
+        b'{"parentUuid":"%s","type":"assistant","uuid":"u","message":{"content":"caf\xc3\xa9 \\u00e9"}}\n'
+        % (PARENT.encode())
     )
     edited = edited_line(raw, None, {"parentUuid": NEW_PARENT})
     assert edited == raw.replace(PARENT.encode(), NEW_PARENT.encode())
@@ -26,12 +27,18 @@ def test_repoint_to_null_for_a_new_root() -> None:
 
 
 def test_a_nested_lookalike_key_is_not_edited() -> None:
-    """A tool result that holds a transcript line as structured data has its own "parentUuid" key."""
-    raw = (
-        b'{"toolUseResult":{"parentUuid":"%s"},"parentUuid":"%s","uuid":"u"}\n' % (PARENT.encode(), PARENT.encode())
+    """A tool result that holds a transcript line as structured data has its own "parentUuid"
+    key."""
+    raw = b'{"toolUseResult":{"parentUuid":"%s"},"parentUuid":"%s","uuid":"u"}\n' % (
+        PARENT.encode(),
+        PARENT.encode(),
     )
     edited = json.loads(edited_line(raw, None, {"parentUuid": NEW_PARENT}))
-    assert edited == {"toolUseResult": {"parentUuid": PARENT}, "parentUuid": NEW_PARENT, "uuid": "u"}
+    assert edited == {
+        "toolUseResult": {"parentUuid": PARENT},
+        "parentUuid": NEW_PARENT,
+        "uuid": "u",
+    }
 
 
 @pytest.mark.parametrize(
@@ -43,14 +50,20 @@ def test_a_nested_lookalike_key_is_not_edited() -> None:
     ],
 )
 def test_edited_lines_keep_values_orjson_would_change(extra: bytes) -> None:
-    raw = b'{"parentUuid":"%s","uuid":"u","message":{"content":[{"type":"tool_result","tool_use_id":"a"},' % (
-        PARENT.encode()
-    ) + b'{"type":"text","text":"t"}]},' + extra + b"}\n"
+    raw = (
+        b'{"parentUuid":"%s","uuid":"u","message":{"content":[{"type":"tool_result","tool_use_id":"a"},'
+        % (PARENT.encode())
+        + b'{"type":"text","text":"t"}]},'
+        + extra
+        + b"}\n"
+    )
     original = json.loads(raw)
     edited = edited_line(raw, [{"type": "text", "text": "t"}], {"parentUuid": NEW_PARENT})
     assert edited.endswith(b"\n") and edited.count(b"\n") == 1
     edited.decode("utf-8")  # always valid UTF-8, even with a lone surrogate escape in the line
-    expected = dict(original, parentUuid=NEW_PARENT, message={"content": [{"type": "text", "text": "t"}]})
+    expected = dict(
+        original, parentUuid=NEW_PARENT, message={"content": [{"type": "text", "text": "t"}]}
+    )
     assert json.loads(edited) == expected
 
 

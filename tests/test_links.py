@@ -1,5 +1,5 @@
-"""Symlinks under the roots: a linked project folder is followed (once, without loops) by every command and the
-daemon, and a transcript that is itself a link is named as one, never rewritten."""
+"""Symlinks under the roots: a linked project folder is followed (once, without loops) by every
+command and the daemon, and a transcript that is itself a link is named as one, never rewritten."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 
 @pytest.fixture
 def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Claude Code config folder (CLAUDE_CONFIG_DIR) with an empty registry and a `projects/` root."""
+    """A Claude Code config folder (CLAUDE_CONFIG_DIR) with an empty registry and a `projects/`
+    root."""
     folder = tmp_path / "claude"
     (folder / "projects").mkdir(parents=True)
     (folder / "sessions").mkdir()
@@ -40,7 +41,8 @@ def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def damaged_session(folder: Path) -> tuple[Path, bytes]:
-    """Write a transcript with a resumed duplicate into `folder`, named after its session; return it and its bytes."""
+    """Write a transcript with a resumed duplicate into `folder`, named after its session; return it
+    and its bytes."""
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
     session_id = json.loads(damaged.lines[-1])["sessionId"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -49,7 +51,8 @@ def damaged_session(folder: Path) -> tuple[Path, bytes]:
     return path, damaged.data
 
 
-# --- a transcript that is itself a symlink -------------------------------------------------------------------
+# --- a transcript that is itself a symlink
+# -------------------------------------------------------------------
 
 
 @requires_corpus
@@ -68,13 +71,20 @@ def test_fix_names_a_symlinked_transcript_and_what_to_repair_instead(
 
 
 @requires_corpus
-def test_the_daemon_reports_a_symlinked_transcript_as_a_symlink(claude: Path, tmp_path: Path) -> None:
+def test_the_daemon_reports_a_symlinked_transcript_as_a_symlink(
+    claude: Path, tmp_path: Path
+) -> None:
     real, data = damaged_session(tmp_path / "elsewhere")
     link = claude / "projects" / "-p" / real.name
     link.parent.mkdir()
     link.symlink_to(real)
-    settings = WorkerSettings(repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups",
-                              claude_dir=claude, roots=(claude / "projects",))
+    settings = WorkerSettings(
+        repair=True,
+        quiet_period=0,
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=claude,
+        roots=(claude / "projects",),
+    )
     store = StateStore(tmp_path / "state" / "state.db")
     worker = Worker(store, settings)
     outcome = worker.process(link)
@@ -85,17 +95,21 @@ def test_the_daemon_reports_a_symlinked_transcript_as_a_symlink(claude: Path, tm
     assert worker.process(link).repair is None  # not tried again until the file changes
 
 
-# --- symlinked project folders ---------------------------------------------------------------------------------
+# --- symlinked project folders
+# ---------------------------------------------------------------------------------
 
 
 @dataclass
 class LinkedTree:
-    """A `projects/` root with a real project, a project that is a symlink to another disk, a second link to that
-    same folder, a link back up the tree inside it, and a link to a folder that is gone (a disk not mounted)."""
+    """A `projects/` root with a real project, a project that is a symlink to another disk, a second
+    link to that same folder, a link back up the tree inside it, and a link to a folder that is gone
+    (a disk not mounted)."""
 
     root: Path
     real: Path  # a damaged session in a real project folder
-    linked_real: Path  # the damaged session of the linked project, by its real path on the other disk
+    linked_real: (
+        Path  # the damaged session of the linked project, by its real path on the other disk
+    )
     linked: Path  # the same session through the link, as riffd names it
     dangling: Path
 
@@ -118,24 +132,32 @@ def tree(claude: Path, tmp_path: Path) -> LinkedTree:
     long_ago = time.time() - 3600
     for path in (real, linked_real):
         os.utime(path, (long_ago, long_ago))
-    return LinkedTree(root, real, linked_real, root / "-work-linked" / linked_real.name, root / "-work-gone")
+    return LinkedTree(
+        root, real, linked_real, root / "-work-linked" / linked_real.name, root / "-work-gone"
+    )
 
 
 def test_the_walk_follows_linked_folders_once_and_names_a_link_to_nothing(tree: LinkedTree) -> None:
     failures: list[OSError] = []
     links: list[tuple[Path, Path]] = []
-    found = list(iter_transcripts([tree.root], failures.append, on_link=lambda *pair: links.append(pair)))
+    found = list(
+        iter_transcripts([tree.root], failures.append, on_link=lambda *pair: links.append(pair))
+    )
     assert found == [tree.real, tree.linked]  # each real file once; no loop
     assert links == [(tree.root / "-work-linked", tree.linked_real.parent.resolve())]
     assert [failure.filename for failure in failures] == [str(tree.dangling)]
     assert "does not exist" in str(failures[0])
 
 
-def test_a_linked_transcript_is_named_by_its_real_path_when_the_walk_reaches_it(tree: LinkedTree) -> None:
+def test_a_linked_transcript_is_named_by_its_real_path_when_the_walk_reaches_it(
+    tree: LinkedTree,
+) -> None:
     (tree.root / "-work-real" / "alias.jsonl").symlink_to(tree.real)  # the same file twice
     elsewhere = tree.root.parent / "elsewhere.jsonl"
     elsewhere.write_bytes(tree.real.read_bytes())
-    (tree.root / "-work-real" / "outside.jsonl").symlink_to(elsewhere)  # reached through this link only
+    (tree.root / "-work-real" / "outside.jsonl").symlink_to(
+        elsewhere
+    )  # reached through this link only
     found = list(iter_transcripts([tree.root], lambda _exc: None))
     assert found == [tree.real, tree.linked, tree.root / "-work-real" / "outside.jsonl"]
 
@@ -146,7 +168,10 @@ def test_scan_and_fix_follow_a_linked_project_and_repair_in_its_real_folder(
 ) -> None:
     assert main(["scan"]) == EXIT_ERROR  # findings, and a link to nothing: named, never silent
     captured = capsys.readouterr()
-    assert f"{tree.real}: 1 finding(s)" in captured.out and f"{tree.linked}: 1 finding(s)" in captured.out
+    assert (
+        f"{tree.real}: 1 finding(s)" in captured.out
+        and f"{tree.linked}: 1 finding(s)" in captured.out
+    )
     assert f"{tree.dangling}: cannot be listed (a symlink to" in captured.err
     assert "scanned 2 file(s)" in captured.err
     tree.dangling.unlink()
@@ -155,7 +180,9 @@ def test_scan_and_fix_follow_a_linked_project_and_repair_in_its_real_folder(
     assert f"repaired {tree.linked}" in out and f"repaired {tree.real}" in out
     assert scan_file(tree.linked_real).findings == []
     assert (tree.root / "-work-linked").is_symlink() and tree.linked_real.is_file()
-    assert not [name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")]  # no temp left
+    assert not [
+        name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")
+    ]  # no temp left
 
 
 @requires_corpus
@@ -185,7 +212,9 @@ def test_archive_ingest_and_export_take_a_linked_project_once(
 
 
 def test_stale_temps_are_swept_in_linked_folders_too(tree: LinkedTree) -> None:
-    stale = tree.linked_real.parent / f".{tree.linked_real.name}.riffd-{dead_pid()}-0123456789ab.tmp"
+    stale = (
+        tree.linked_real.parent / f".{tree.linked_real.name}.riffd-{dead_pid()}-0123456789ab.tmp"
+    )
     stale.write_bytes(b"a copy")
     long_ago = time.time() - 7 * 86400
     os.utime(stale, (long_ago, long_ago))
@@ -209,7 +238,9 @@ def test_a_real_observer_sees_appends_in_a_linked_folder(tree: LinkedTree, tmp_p
     try:
         reconcile(transcript_filter, store, lambda _name: None, lambda _exc: None, watcher)
         assert set(watcher.linked) == {tree.root / "-work-linked"}
-        with open(tree.linked_real, "ab") as handle:  # Claude Code appends by the real path (its own cwd)
+        with open(
+            tree.linked_real, "ab"
+        ) as handle:  # Claude Code appends by the real path (its own cwd)
             handle.write(b'{"type":"user"}\n')
         assert arrived.wait(10), heard
         (tree.root / "-work-linked").unlink()
@@ -234,7 +265,9 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
     (disk / "early").mkdir(parents=True)
     (box.projects / "-work-early").symlink_to(disk / "early")  # there at start
     gone = box.projects / "-work-gone"
-    gone.symlink_to(tmp_path / "unmounted")  # a link it cannot follow: named in the report, never silent
+    gone.symlink_to(
+        tmp_path / "unmounted"
+    )  # a link it cannot follow: named in the report, never silent
     try:
         daemon = box.start()
         (disk / "late").mkdir()
@@ -242,12 +275,20 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
         for folder in ("early", "late"):
             damaged = resumed_duplicate()
             real = disk / folder / f"{session_id_of(damaged.lines)}.jsonl"
-            append_like_claude(real, damaged.lines, pause=0)  # by the real path, as a client working there writes
-            daemon.wait_until(lambda real=real: scan_file(real).findings == [] and real,  # type: ignore[misc]
-                              f"the session in the linked folder {folder} repaired")
+            append_like_claude(
+                real, damaged.lines, pause=0
+            )  # by the real path, as a client working there writes
+            daemon.wait_until(
+                lambda real=real: scan_file(real).findings == [] and real,  # type: ignore[misc]
+                f"the session in the linked folder {folder} repaired",
+            )
         assert len(box.backup_ids()) == 2
-        report = daemon.wait_until(lambda: box.report_where(lambda r: any(
-            str(gone) in error["message"] for error in r["errors"])), "the report naming the link to nothing")
+        report = daemon.wait_until(
+            lambda: box.report_where(
+                lambda r: any(str(gone) in error["message"] for error in r["errors"])
+            ),
+            "the report naming the link to nothing",
+        )
         assert not report["healthy"]
         daemon.stop()
     finally:
@@ -261,8 +302,11 @@ def test_a_real_observer_sees_a_new_project_under_a_symlinked_root(tmp_path: Pat
     root.symlink_to(tmp_path / "disk" / "projects")  # ~/.claude/projects on another disk
     arrived = threading.Event()
     path = root / "-work-new" / "s.jsonl"
-    watcher = Watcher(TranscriptFilter((root,)), lambda name: arrived.set() if name == str(path) else None,
-                      kind="native")
+    watcher = Watcher(
+        TranscriptFilter((root,)),
+        lambda name: arrived.set() if name == str(path) else None,
+        kind="native",
+    )
     watcher.start()
     try:
         path.parent.mkdir()
@@ -273,7 +317,9 @@ def test_a_real_observer_sees_a_new_project_under_a_symlinked_root(tmp_path: Pat
 
 
 @requires_corpus
-def test_a_root_and_a_link_to_it_are_scanned_once(tree: LinkedTree, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_root_and_a_link_to_it_are_scanned_once(
+    tree: LinkedTree, capsys: pytest.CaptureFixture[str]
+) -> None:
     tree.dangling.unlink()
     alias = tree.root.parent / "projects-alias"
     alias.symlink_to(tree.root)  # ~/.config/claude/projects as a link to ~/.claude/projects, say

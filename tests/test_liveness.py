@@ -18,7 +18,12 @@ from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
 from riffd.repair.plan import RemoveLine, RepairPlan
 from riffd.repair.writer import apply_plan
-from riffd.transcript.liveness import claude_dirs_for, live_session_ids, pid_is_alive, session_liveness
+from riffd.transcript.liveness import (
+    claude_dirs_for,
+    live_session_ids,
+    pid_is_alive,
+    session_liveness,
+)
 
 SESSION = "0f5b6c1e-1111-2222-3333-444444444444"
 
@@ -49,7 +54,9 @@ def old_transcript(folder: Path, name: str = f"{SESSION}.jsonl") -> Path:
 def test_running_pid_in_registry_is_live(tmp_path: Path) -> None:
     register(tmp_path, SESSION, os.getpid())
     assert live_session_ids(tmp_path) == {SESSION}
-    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120)
+    live, why = session_liveness(
+        old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120
+    )
     assert live
     assert str(os.getpid()) in why and SESSION in why
 
@@ -58,7 +65,9 @@ def test_dead_pid_in_registry_is_not_live(tmp_path: Path) -> None:
     pid = dead_pid()
     register(tmp_path, SESSION, pid)
     assert live_session_ids(tmp_path) == set()
-    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120)
+    live, why = session_liveness(
+        old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=120
+    )
     assert not live, why
 
 
@@ -84,13 +93,19 @@ def test_malformed_registry_entries_of_processes_that_are_gone_are_ignored(tmp_p
     (registry / "y.json").write_text(json.dumps({"pid": -1, "sessionId": "every-process"}))
     (registry / "z.json").write_text(json.dumps({"pid": True, "sessionId": "bool"}))
     (registry / "w.json").write_bytes(b"\xff\xfe\x00")
-    (registry / "notes.txt").write_text(json.dumps({"pid": os.getpid(), "sessionId": "not-a-json-name"}))
+    (registry / "notes.txt").write_text(
+        json.dumps({"pid": os.getpid(), "sessionId": "not-a-json-name"})
+    )
     (registry / f".{os.getpid()}.json").write_text("{")  # a hidden name: not an entry
     (registry / "v.json").symlink_to(registry / "missing.json")
     register(tmp_path, SESSION, os.getpid())
     assert live_session_ids(tmp_path) == {SESSION}
-    other = old_transcript(tmp_path / "projects" / "-elsewhere", "0f5b6c1e-9999-2222-3333-444444444444.jsonl")
-    assert not session_liveness(other, tmp_path, quiet_period=0)[0]  # the live entry is of another project
+    other = old_transcript(
+        tmp_path / "projects" / "-elsewhere", "0f5b6c1e-9999-2222-3333-444444444444.jsonl"
+    )
+    assert not session_liveness(other, tmp_path, quiet_period=0)[
+        0
+    ]  # the live entry is of another project
 
 
 def test_pid_taken_from_file_name_when_entry_lacks_it(tmp_path: Path) -> None:
@@ -135,19 +150,27 @@ def test_unreadable_mtime_counts_as_live(tmp_path: Path) -> None:
     assert live and "modification time" in why
 
 
-def test_every_claude_folder_riffd_knows_is_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    configured, from_env, beside_root, holding = (tmp_path / name for name in ("configured", "env", "root", "held"))
+def test_every_claude_folder_riffd_knows_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configured, from_env, beside_root, holding = (
+        tmp_path / name for name in ("configured", "env", "root", "held")
+    )
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(from_env))
     (beside_root / "sessions").mkdir(parents=True)
-    no_registry = tmp_path / "plain"  # a root whose parent has no sessions/ folder is not a Claude folder
+    no_registry = (
+        tmp_path / "plain"
+    )  # a root whose parent has no sessions/ folder is not a Claude folder
     transcript = old_transcript(holding / "projects" / "p")
-    assert claude_dirs_for(transcript, configured, (beside_root / "projects", no_registry / "projects")) == (
-        configured, from_env, beside_root, holding)
+    assert claude_dirs_for(
+        transcript, configured, (beside_root / "projects", no_registry / "projects")
+    ) == (configured, from_env, beside_root, holding)
 
 
 def test_a_session_registered_in_a_second_claude_folder_is_never_rewritten(tmp_path: Path) -> None:
-    # The daemon is configured with one Claude folder; the transcript lives under another one, whose running
-    # client registered the session in its own sessions/ (a second CLAUDE_CONFIG_DIR, or ~/.config/claude).
+    # The daemon is configured with one Claude folder; the transcript lives under another one, whose
+    # running client registered the session in its own sessions/ (a second CLAUDE_CONFIG_DIR, or
+    # ~/.config/claude).
     first, second = tmp_path / "claude-a", tmp_path / "claude-b"
     (first / "projects").mkdir(parents=True)
     data = transcript_bytes(10)
@@ -158,15 +181,21 @@ def test_a_session_registered_in_a_second_claude_folder_is_never_rewritten(tmp_p
     register(second, SESSION, os.getpid())
     spans = line_spans(data)
     plan = RepairPlan(identity_of(path), (RemoveLine(spans[1], "duplicate"),))
-    options = ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first,
-                           roots=(first / "projects", second / "projects"), quiet_period=0)
+    options = ApplyOptions(
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=first,
+        roots=(first / "projects", second / "projects"),
+        quiet_period=0,
+    )
     outcome = apply_plan(plan, options)
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert str(second / "sessions") in outcome.detail
     assert path.read_bytes() == data
     # And with no root naming it: the folder above the transcript's projects/ is asked all the same.
-    outcome = apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first,
-                                            quiet_period=0))
+    outcome = apply_plan(
+        plan,
+        ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first, quiet_period=0),
+    )
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
 
 
@@ -180,18 +209,22 @@ class UnreadableRegistryFS(FileSystem):
 def test_a_registry_that_cannot_be_read_means_the_session_may_be_live(tmp_path: Path) -> None:
     (tmp_path / "sessions").mkdir()
     fs = UnreadableRegistryFS()
-    live, why = session_liveness(old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=0, fs=fs)
+    live, why = session_liveness(
+        old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=0, fs=fs
+    )
     assert live and "cannot be read" in why
 
 
-# --- failing closed: an entry of a running process counts unless it is proven another session's ---------------
+# --- failing closed: an entry of a running process counts unless it is proven another session's
+# ---------------
 
 PROJECT = "/work/demo"  # Claude Code's folder for it: -work-demo
 OTHER_SESSION = "0f5b6c1e-aaaa-bbbb-cccc-444444444444"
 
 
 def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Path) -> None:
-    """Write `<pid>.json` as the review found it: imperfect, or naming another session of the same project."""
+    """Write `<pid>.json` as the review found it: imperfect, or naming another session of the same
+    project."""
     registry.mkdir(parents=True, exist_ok=True)
     whole = json.dumps({"pid": pid, "sessionId": SESSION, "cwd": PROJECT, "startedAt": 1})
     entry = registry / f"{pid}.json"
@@ -203,7 +236,9 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         elsewhere.write_text(whole)
         entry.symlink_to(elsewhere)
     elif kind == "over_1_mib":
-        entry.write_text(json.dumps({"pid": pid, "sessionId": SESSION, "cwd": PROJECT, "pad": "x" * (1 << 20)}))
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": SESSION, "cwd": PROJECT, "pad": "x" * (1 << 20)})
+        )
     elif kind == "pid_as_string":
         entry.write_text(json.dumps({"pid": str(pid), "sessionId": SESSION, "cwd": PROJECT}))
     elif kind == "new_session_id_same_project":  # after /clear or a fork the entry names another id
@@ -214,13 +249,21 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         raise AssertionError(kind)
 
 
-IMPERFECT = ["empty", "half_written", "symlink", "over_1_mib", "pid_as_string", "new_session_id_same_project",
-             "no_cwd_other_session"]
+IMPERFECT = [
+    "empty",
+    "half_written",
+    "symlink",
+    "over_1_mib",
+    "pid_as_string",
+    "new_session_id_same_project",
+    "no_cwd_other_session",
+]
 
 
 @pytest.fixture
 def running_client() -> Iterator[int]:
-    """A real running process standing in for a `claude` process (only its pid matters to the registry)."""
+    """A real running process standing in for a `claude` process (only its pid matters to the
+    registry)."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         yield child.pid
@@ -242,7 +285,9 @@ def test_an_imperfect_entry_of_a_running_process_keeps_the_session_live(
 
 
 @pytest.mark.parametrize("kind", IMPERFECT)
-def test_an_imperfect_entry_of_a_process_that_is_gone_counts_for_nothing(tmp_path: Path, kind: str) -> None:
+def test_an_imperfect_entry_of_a_process_that_is_gone_counts_for_nothing(
+    tmp_path: Path, kind: str
+) -> None:
     claude = tmp_path / "claude"
     path = old_transcript(claude / "projects" / "-work-demo")
     entry_of_running_process(claude / "sessions", kind, dead_pid(), tmp_path / "entry.json")
@@ -261,42 +306,59 @@ def test_a_repair_waits_for_an_imperfect_entry_of_a_running_client(
     os.utime(path, (time.time() - 3600,) * 2)
     entry_of_running_process(claude / "sessions", kind, running_client, tmp_path / "entry.json")
     plan = RepairPlan(identity_of(path), (RemoveLine(line_spans(data)[1], "duplicate"),))
-    outcome = apply_plan(plan, ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=claude,
-                                            roots=(claude / "projects",), quiet_period=0))
+    outcome = apply_plan(
+        plan,
+        ApplyOptions(
+            backup_dir=tmp_path / "state" / "backups",
+            claude_dir=claude,
+            roots=(claude / "projects",),
+            quiet_period=0,
+        ),
+    )
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert path.read_bytes() == data
 
 
-def test_another_session_of_another_project_is_proven_not_this_one(tmp_path: Path, running_client: int) -> None:
+def test_another_session_of_another_project_is_proven_not_this_one(
+    tmp_path: Path, running_client: int
+) -> None:
     claude = tmp_path / "claude"
     path = old_transcript(claude / "projects" / "-work-demo")
     (claude / "sessions").mkdir(parents=True)
     (claude / "sessions" / f"{running_client}.json").write_text(
-        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": "/work/other"}))
+        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": "/work/other"})
+    )
     live, why = session_liveness(path, claude, quiet_period=0)
     assert not live, why
-    # Its subagent files too, and the project matched whichever way its path is spelled (here through a symlink).
-    agent = old_transcript(claude / "projects" / "-work-demo" / SESSION / "subagents", "agent-a1.jsonl")
+    # Its subagent files too, and the project matched whichever way its path is spelled (here
+    # through a symlink).
+    agent = old_transcript(
+        claude / "projects" / "-work-demo" / SESSION / "subagents", "agent-a1.jsonl"
+    )
     assert not session_liveness(agent, claude, quiet_period=0)[0]
     (claude / "sessions" / f"{running_client}.json").write_text(
-        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": PROJECT}))
+        json.dumps({"pid": running_client, "sessionId": OTHER_SESSION, "cwd": PROJECT})
+    )
     assert session_liveness(agent, claude, quiet_period=0)[0]
 
 
 def test_a_project_folder_reached_through_a_symlinked_projects_is_the_same_project(
     tmp_path: Path, running_client: int
 ) -> None:
-    # ~/.claude/projects is a link to another disk; the transcript is named by its real path, the running client
-    # works in its project under a new session id: it may be writing it.
+    # ~/.claude/projects is a link to another disk; the transcript is named by its real path, the
+    # running client works in its project under a new session id: it may be writing it.
     claude, disk = tmp_path / "claude", tmp_path / "disk"
     (disk / "projects" / "-work-demo").mkdir(parents=True)
     claude.mkdir()
     (claude / "projects").symlink_to(disk / "projects")
     path = old_transcript(disk / "projects" / "-work-demo")
-    entry_of_running_process(claude / "sessions", "new_session_id_same_project", running_client, tmp_path / "e")
+    entry_of_running_process(
+        claude / "sessions", "new_session_id_same_project", running_client, tmp_path / "e"
+    )
     live, why = session_liveness(path, claude_dirs_for(path, claude), quiet_period=0)
     assert live, why
-    # A project folder that is itself a link to a folder of another name: compared by device and inode.
+    # A project folder that is itself a link to a folder of another name: compared by device and
+    # inode.
     (disk / "projects" / "-work-demo").rename(disk / "demo-on-disk")
     (claude / "projects" / "-work-demo").symlink_to(disk / "demo-on-disk")
     moved = disk / "demo-on-disk" / path.name

@@ -1,5 +1,6 @@
-"""One daemon per state folder, also when the state folder is deleted under a running daemon: its lock file taken
-again, a second daemon refused, `status` true, and the daemon started again in place on a fresh folder."""
+"""One daemon per state folder, also when the state folder is deleted under a running daemon: its
+lock file taken again, a second daemon refused, `status` true, and the daemon started again in place
+on a fresh folder."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from riffd.daemon.lock import EXIT_RESTART, AlreadyRunning, StateLock, running_p
 from riffd.transcript.scan import scan_file
 
 
-def test_a_lock_whose_folder_is_deleted_is_taken_again_and_never_given_to_a_second_holder(tmp_path: Path) -> None:
+def test_a_lock_whose_folder_is_deleted_is_taken_again_and_never_given_to_a_second_holder(
+    tmp_path: Path,
+) -> None:
     state = tmp_path / "state"
     lost = threading.Event()
     lock = StateLock(state)
@@ -42,7 +45,9 @@ def test_a_lock_whose_folder_is_deleted_is_taken_again_and_never_given_to_a_seco
 
 @requires_corpus
 @pytest.mark.slow
-def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_again_in_place(tmp_path: Path) -> None:
+def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_again_in_place(
+    tmp_path: Path,
+) -> None:
     from test_daemon_e2e import (
         NotifyListener,
         Sandbox,
@@ -60,23 +65,39 @@ def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_agai
         daemon = box.start()
         shutil.rmtree(box.state)
         status = box.riffd("status")
-        assert status.returncode != 3 and f"pid {daemon.pid}" in status.stdout, (status.stdout, status.stderr)
+        assert status.returncode != 3 and f"pid {daemon.pid}" in status.stdout, (
+            status.stdout,
+            status.stderr,
+        )
         notify = NotifyListener(tmp_path / "notify-second.sock")
         try:
-            second = subprocess.run([sys.executable, "-m", "riffd", "--config", str(box.config), "run"],
-                                    capture_output=True, text=True, timeout=30, cwd=tmp_path, check=False,
-                                    env=daemon_environment(NOTIFY_SOCKET=str(notify.path)))
+            second = subprocess.run(
+                [sys.executable, "-m", "riffd", "--config", str(box.config), "run"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                cwd=tmp_path,
+                check=False,
+                env=daemon_environment(NOTIFY_SOCKET=str(notify.path)),
+            )
         finally:
             notify.close()
         assert second.returncode == 2 and f"pid {daemon.pid}" in second.stderr, second.stderr
         assert notify.find("READY") is None
-        # The first noticed, and started again in place: the same process, ready a second time, on a new folder.
+        # The first noticed, and started again in place: the same process, ready a second time, on a
+        # new folder.
         daemon.wait_notified("READY", after=daemon.ready_at)
         assert daemon.process.poll() is None
         assert "was deleted while this daemon held it" in daemon.stderr()
         assert (box.state / "riffd.lock").read_text().strip() == str(daemon.pid)
-        status = daemon.wait_until(lambda: (lambda done: done if done.returncode in (0, 1) and "running" in
-                                            done.stdout else None)(box.riffd("status")), "status to say running")
+        status = daemon.wait_until(
+            lambda: (
+                lambda done: (
+                    done if done.returncode in (0, 1) and "running" in done.stdout else None
+                )
+            )(box.riffd("status")),
+            "status to say running",
+        )
         assert f"pid {daemon.pid}" in status.stdout
         damaged = resumed_duplicate()  # and it works: a damaged session is repaired
         path = box.project / f"{session_id_of(damaged.lines)}.jsonl"

@@ -18,7 +18,10 @@ def test_plain_lines_carry_a_timestamp_when_not_under_journald() -> None:
 
 
 def test_under_journald_the_timestamp_is_left_to_journald() -> None:
-    assert plain_formatter({"JOURNAL_STREAM": "8:12345"}).format(record("started")) == "riffd: INFO: started"
+    assert (
+        plain_formatter({"JOURNAL_STREAM": "8:12345"}).format(record("started"))
+        == "riffd: INFO: started"
+    )
 
 
 def test_log_file_is_private_and_rotated(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -36,7 +39,14 @@ def test_log_file_is_private_and_rotated(tmp_path) -> None:  # type: ignore[no-u
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
     assert log.exists() and (log.stat().st_mode & 0o777) == 0o600
     rotated = sorted(p.name for p in log.parent.iterdir())
-    assert rotated == ["riffd.log", "riffd.log.1", "riffd.log.2", "riffd.log.3"]  # 3 old files kept, no more
-    assert all(p.stat().st_size <= 2100 and p.stat().st_mode & 0o777 == 0o600 for p in log.parent.iterdir())
+    assert rotated == [
+        "riffd.log",
+        "riffd.log.1",
+        "riffd.log.2",
+        "riffd.log.3",
+    ]  # 3 old files kept, no more
+    assert all(
+        p.stat().st_size <= 2100 and p.stat().st_mode & 0o777 == 0o600 for p in log.parent.iterdir()
+    )
     assert "line 199" in log.read_text()
     assert os.stat(log.parent).st_mode & 0o077 == 0

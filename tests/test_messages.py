@@ -1,4 +1,5 @@
-"""Errors that say what happened: a folder that cannot be listed, a file deleted or changed while riffd worked."""
+"""Errors that say what happened: a folder that cannot be listed, a file deleted or changed while
+riffd worked."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from riffd.transcript.scan import index_file
 
 
 class UnlistableFS(FileSystem):
-    """A folder that cannot be listed (permissions, or a sync client's I/O error), and one deleted meanwhile."""
+    """A folder that cannot be listed (permissions, or a sync client's I/O error), and one deleted
+    meanwhile."""
 
     def __init__(self, refused: Path, gone: Path) -> None:
         self.refused, self.gone = refused, gone
@@ -40,14 +42,18 @@ def test_a_folder_that_cannot_be_listed_is_named_never_taken_for_empty(tmp_path:
     failures: list[OSError] = []
     found = list(iter_transcripts([tmp_path], failures.append, fs=fs))
     assert found == [tmp_path / "a" / "s.jsonl", tmp_path / "z" / "s.jsonl"]
-    assert [(failure.filename, failure.errno) for failure in failures] == [(str(tmp_path / "locked"), errno.EACCES)]
+    assert [(failure.filename, failure.errno) for failure in failures] == [
+        (str(tmp_path / "locked"), errno.EACCES)
+    ]
     with pytest.raises(PermissionError) as raised:  # without a handler: an error, never "0 files"
         list(iter_transcripts([tmp_path], fs=fs))
     assert raised.value.filename == str(tmp_path / "locked")
 
 
 def damaged_copy(tmp_path: Path) -> Path:
-    lines = damage.inject_resumed_duplicate(corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")).lines
+    lines = damage.inject_resumed_duplicate(
+        corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
+    ).lines
     path = tmp_path / "s.jsonl"
     path.write_bytes(b"".join(lines))
     return path
@@ -57,14 +63,21 @@ def damaged_copy(tmp_path: Path) -> Path:
 def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> None:
     path = damaged_copy(tmp_path)
     path.unlink()
-    outcome = _fix_one(path, ApplyOptions(backup_dir=tmp_path / "backups"), RepairOptions(), dry_run=False,
-                       keeper=TailKeeper(tmp_path / "archive.db"))
+    outcome = _fix_one(
+        path,
+        ApplyOptions(backup_dir=tmp_path / "backups"),
+        RepairOptions(),
+        dry_run=False,
+        keeper=TailKeeper(tmp_path / "archive.db"),
+    )
     assert outcome["outcome"] == "skipped" and outcome["reason"] == "gone"
     assert outcome["detail"] == f"{path}: deleted while riffd worked; nothing to do"
 
 
 @requires_corpus
-def test_a_file_replaced_between_the_scan_and_the_plan_is_changed_not_an_internal_error(tmp_path: Path) -> None:
+def test_a_file_replaced_between_the_scan_and_the_plan_is_changed_not_an_internal_error(
+    tmp_path: Path,
+) -> None:
     path = damaged_copy(tmp_path)
     scanned = index_file(path, with_identity=True)
     replacement = tmp_path / "new.jsonl"

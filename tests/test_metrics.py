@@ -1,4 +1,5 @@
-"""metrics.prom: the report's figures in Prometheus text format, read back with Prometheus's own Python parser."""
+"""metrics.prom: the report's figures in Prometheus text format, read back with Prometheus's own
+Python parser."""
 
 from __future__ import annotations
 
@@ -14,25 +15,55 @@ from riffd.daemon.state import StateStore, Watermark
 
 def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state" / "state.db")
-    mark = Watermark("/p/a \"quoted\" name.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
-    store.save_file(mark, "s", [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"},
-                                {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"}], 1)
-    store.record_repair("/p/b.jsonl", "repaired", None, "b1", Counter({"missing_tool_result": 2}), "done")
+    mark = Watermark('/p/a "quoted" name.jsonl', 1, 1, 0, 0, 0, "", 0, "", 0, 0)
+    store.save_file(
+        mark,
+        "s",
+        [
+            {"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"},
+            {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"},
+        ],
+        1,
+    )
+    store.record_repair(
+        "/p/b.jsonl", "repaired", None, "b1", Counter({"missing_tool_result": 2}), "done"
+    )
     store.record_repair("/p/c.jsonl", "skipped", "live", None, Counter(), "in use")
-    snapshot = {"running": True, "pid": 42, "started": 0, "seen_at": 10**10, "latencies": [0.1, 0.2, 0.4],
-                "queue_depth": 3, "archive": {"stored_bytes": 1000, "raw_bytes": 9000, "ratio": 0.1111, "sessions": 2,
-                            "files_behind": 0, "bytes_behind": 0}}
+    snapshot = {
+        "running": True,
+        "pid": 42,
+        "started": 0,
+        "seen_at": 10**10,
+        "latencies": [0.1, 0.2, 0.4],
+        "queue_depth": 3,
+        "archive": {
+            "stored_bytes": 1000,
+            "raw_bytes": 9000,
+            "ratio": 0.1111,
+            "sessions": 2,
+            "files_behind": 0,
+            "bytes_behind": 0,
+        },
+    }
     report = build_report(store, tmp_path / "backups", snapshot)
     write_report(report, tmp_path / "reports", keep=3)
     text = (tmp_path / "reports" / "metrics.prom").read_text()
     families = {family.name: family for family in text_string_to_metric_families(text)}
-    value = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-             for family in families.values() for sample in family.samples}
+    value = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in families.values()
+        for sample in family.samples
+    }
     assert value[("riffd_up", ())] == 1 and value[("riffd_healthy", ())] == 0
     assert value[("riffd_files_watched", ())] == 1 and value[("riffd_queue_depth", ())] == 3
     assert value[("riffd_findings", (("class", "duplicate_tool_result"), ("state", "open")))] == 1
-    assert value[("riffd_findings", (("class", "redundant_tool_call"), ("state", "informational")))] == 1
-    assert families["riffd_repairs"].type == "counter"  # the parser names a counter family without _total
+    assert (
+        value[("riffd_findings", (("class", "redundant_tool_call"), ("state", "informational")))]
+        == 1
+    )
+    assert (
+        families["riffd_repairs"].type == "counter"
+    )  # the parser names a counter family without _total
     assert value[("riffd_repairs_total", (("outcome", "repaired"), ("reason", "")))] == 1
     assert value[("riffd_repairs_total", (("outcome", "skipped"), ("reason", "live")))] == 1
     assert value[("riffd_findings_repaired_total", (("class", "missing_tool_result"),))] == 2
@@ -43,21 +74,40 @@ def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path
 
 
 def test_counters_do_not_go_down_when_old_repair_records_are_pruned(tmp_path: Path) -> None:
-    """Prometheus counters must never decrease: pruning the repairs table keeps what the pruned rows counted."""
+    """Prometheus counters must never decrease: pruning the repairs table keeps what the pruned rows
+    counted."""
     store = StateStore(tmp_path / "state" / "state.db")
     for number in range(6):
-        store.record_repair(f"/p/{number}.jsonl", "repaired", None, f"b{number}",
-                            Counter({"duplicate_tool_result": 1}), "done")
+        store.record_repair(
+            f"/p/{number}.jsonl",
+            "repaired",
+            None,
+            f"b{number}",
+            Counter({"duplicate_tool_result": 1}),
+            "done",
+        )
         store.record_repair(f"/p/{number}.jsonl", "skipped", "live", None, Counter(), "in use")
     store.record_repair("/p/x.jsonl", "failed", "rename.failed", None, Counter(), "EIO")
-    snapshot = {"running": True, "pid": 42, "started": 0, "seen_at": 10**10, "latencies": [], "queue_depth": 0}
+    snapshot = {
+        "running": True,
+        "pid": 42,
+        "started": 0,
+        "seen_at": 10**10,
+        "latencies": [],
+        "queue_depth": 0,
+    }
 
     def counters() -> dict[tuple[str, tuple], float]:
-        write_report(build_report(store, tmp_path / "backups", snapshot), tmp_path / "reports", keep=3)
+        write_report(
+            build_report(store, tmp_path / "backups", snapshot), tmp_path / "reports", keep=3
+        )
         text = (tmp_path / "reports" / "metrics.prom").read_text()
-        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-                for family in text_string_to_metric_families(text) if family.type == "counter"
-                for sample in family.samples}
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            if family.type == "counter"
+            for sample in family.samples
+        }
 
     before = counters()
     assert before[("riffd_repairs_total", (("outcome", "repaired"), ("reason", "")))] == 6

@@ -1,7 +1,8 @@
-"""Files that are not Claude Code transcripts are never edited, whoever asks: `riffd fix` or the daemon.
+"""Files that are not Claude Code transcripts are never edited, whoever asks: `riffd fix` or the
+daemon.
 
-A binary file named `*.jsonl` and another tool's JSON Lines with a torn last line stay byte for byte; a scan still
-reports their findings, labelled.
+A binary file named `*.jsonl` and another tool's JSON Lines with a torn last line stay byte for
+byte; a scan still reports their findings, labelled.
 """
 
 from __future__ import annotations
@@ -21,9 +22,16 @@ from riffd.transcript.shape import transcript_doubt
 from test_daemon_e2e import Sandbox, sandbox  # noqa: F401  (the fixture)
 
 # Bytes no text editor writes: NULs, high bytes, and newlines here and there, ending without one.
-BINARY = bytes(range(256)) * 3 + b"\n\x00\x01\xfe\xff" * 50 + b"PK\x03\x04" + bytes(range(200, 256)) * 6
-OTHER_JSONL = b"".join(json.dumps({"event": "step", "id": n, "uuid": f"u{n}", "status": "ok"}).encode() + b"\n"
-                       for n in range(5)) + b'{"event": "step", "id": 5, "uuid": "u5", "sta'
+BINARY = (
+    bytes(range(256)) * 3 + b"\n\x00\x01\xfe\xff" * 50 + b"PK\x03\x04" + bytes(range(200, 256)) * 6
+)
+OTHER_JSONL = (
+    b"".join(
+        json.dumps({"event": "step", "id": n, "uuid": f"u{n}", "status": "ok"}).encode() + b"\n"
+        for n in range(5)
+    )
+    + b'{"event": "step", "id": 5, "uuid": "u5", "sta'
+)
 
 
 def doubt_of(path: Path) -> str:
@@ -36,16 +44,25 @@ def test_every_real_transcript_is_recognised(path: Path) -> None:
     assert doubt_of(path) == ""
 
 
-@pytest.mark.parametrize(("data", "why"), [
-    (BINARY, "is JSON"),
-    (OTHER_JSONL, "no line is a Claude Code record"),
-    # Claude Code's fields, but not its types: another tool's log of sessions.
-    (b'{"type": "request", "uuid": "a", "parentUuid": null, "sessionId": "s"}\n', "no line is a Claude Code record"),
-    # Claude Code's type and ids, without the parent field every conversation line carries.
-    (b'{"type": "user", "uuid": "a", "sessionId": "s", "message": {"content": "hi"}}\n', "no line is"),
-    # One record of Claude Code's shape among many lines that are not JSON.
-    (transcript_bytes(1) + b"\x00garbage\n" * 3, "3 of its 4 lines are not JSON"),
-])
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (BINARY, "is JSON"),
+        (OTHER_JSONL, "no line is a Claude Code record"),
+        # Claude Code's fields, but not its types: another tool's log of sessions.
+        (
+            b'{"type": "request", "uuid": "a", "parentUuid": null, "sessionId": "s"}\n',
+            "no line is a Claude Code record",
+        ),
+        # Claude Code's type and ids, without the parent field every conversation line carries.
+        (
+            b'{"type": "user", "uuid": "a", "sessionId": "s", "message": {"content": "hi"}}\n',
+            "no line is",
+        ),
+        # One record of Claude Code's shape among many lines that are not JSON.
+        (transcript_bytes(1) + b"\x00garbage\n" * 3, "3 of its 4 lines are not JSON"),
+    ],
+)
 def test_files_of_other_kinds_are_not_recognised(tmp_path: Path, data: bytes, why: str) -> None:
     path = tmp_path / "file.jsonl"
     path.write_bytes(data)
@@ -54,7 +71,9 @@ def test_files_of_other_kinds_are_not_recognised(tmp_path: Path, data: bytes, wh
 
 def test_a_transcript_with_a_torn_last_line_is_recognised(tmp_path: Path) -> None:
     path = tmp_path / "session.jsonl"
-    path.write_bytes(b'{"type":"summary","summary":"s"}\n' + transcript_bytes(3) + b'{"type":"user","uu')
+    path.write_bytes(
+        b'{"type":"summary","summary":"s"}\n' + transcript_bytes(3) + b'{"type":"user","uu'
+    )
     assert doubt_of(path) == ""
 
 
@@ -68,10 +87,20 @@ def test_a_scan_labels_the_findings_of_a_file_it_does_not_recognise(tmp_path: Pa
 
 
 def riffd(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {name: value for name, value in os.environ.items() if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")}
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
+    }
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), *args], capture_output=True,
-                          text=True, env=environ, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_fix_leaves_a_binary_file_and_other_json_lines_byte_for_byte(tmp_path: Path) -> None:
@@ -88,24 +117,40 @@ def test_fix_leaves_a_binary_file_and_other_json_lines_byte_for_byte(tmp_path: P
     assert {path: path.read_bytes() for path in files} == files
     assert done.stdout.count("not a Claude Code transcript") >= 2, done.stdout + done.stderr
     assert "0 repaired" in done.stderr and done.returncode == 1
-    assert not (tmp_path / "state" / "backups").exists() or not list((tmp_path / "state" / "backups").iterdir())
+    assert not (tmp_path / "state" / "backups").exists() or not list(
+        (tmp_path / "state" / "backups").iterdir()
+    )
 
 
 @pytest.mark.slow
-def test_the_daemon_leaves_a_binary_file_and_other_json_lines_byte_for_byte(sandbox: Sandbox) -> None:  # noqa: F811
-    files = {sandbox.project / "blob.jsonl": BINARY, sandbox.project / "other-tool.jsonl": OTHER_JSONL}
+def test_the_daemon_leaves_a_binary_file_and_other_json_lines_byte_for_byte(
+    sandbox: Sandbox,  # noqa: F811  (the fixture)
+) -> None:
+    files = {
+        sandbox.project / "blob.jsonl": BINARY,
+        sandbox.project / "other-tool.jsonl": OTHER_JSONL,
+    }
     for path, data in files.items():
         path.write_bytes(data)
-        os.utime(path, (1_000_000_000, 1_000_000_000))  # long idle: the unfinished last line is torn
+        os.utime(
+            path, (1_000_000_000, 1_000_000_000)
+        )  # long idle: the unfinished last line is torn
     daemon = sandbox.start()
 
     def judged(report: dict[str, object]) -> bool:
         repairs = report["repairs"]
         assert isinstance(repairs, dict)
-        return repairs["done"] + sum(repairs["skipped"].values()) + sum(repairs["failed"].values()) >= 2
+        return (
+            repairs["done"] + sum(repairs["skipped"].values()) + sum(repairs["failed"].values())
+            >= 2
+        )
 
-    report = daemon.wait_until(lambda: sandbox.report_where(judged), "a report of both files' repairs")
-    assert report["repairs"]["done"] == 0 and report["repairs"]["skipped"] == {"nothing_safe_to_do": 2}
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(judged), "a report of both files' repairs"
+    )
+    assert report["repairs"]["done"] == 0 and report["repairs"]["skipped"] == {
+        "nothing_safe_to_do": 2
+    }
     daemon.stop()
     assert {path: path.read_bytes() for path in files} == files
     assert sandbox.backup_ids() == []

@@ -1,5 +1,5 @@
-"""riffd.transcript.piped: a big file indexed with a decoder process gives the index one process builds, and a
-decoder that fails or dies costs nothing but the time."""
+"""riffd.transcript.piped: a big file indexed with a decoder process gives the index one process
+builds, and a decoder that fails or dies costs nothing but the time."""
 
 from __future__ import annotations
 
@@ -14,14 +14,21 @@ from pathlib import Path
 import pytest
 
 import damage
-from conftest import corpus_transcript_params, live_children, live_processes_mentioning, transcript_bytes
+from conftest import (
+    corpus_transcript_params,
+    live_children,
+    live_processes_mentioning,
+    transcript_bytes,
+)
 from riffd.forking import can_fork
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.scan import analyse, index_file, scan_file
 from test_records import index_state
 
-pytestmark = pytest.mark.skipif(not can_fork(), reason="the decoder process is forked: Linux, one thread")
+pytestmark = pytest.mark.skipif(
+    not can_fork(), reason="the decoder process is forked: Linux, one thread"
+)
 
 NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0)
 
@@ -39,19 +46,31 @@ def piped(path: Path, chunk_size: int, fs: FileSystem | None = None) -> dict[str
 
 
 def damaged_session(tmp_path: Path) -> Path:
-    """A generated session with damage of every kind that changes how lines are added (a uuid written twice, a
-    parent after its child, a cycle, lines that do not parse, a NUL run), ending in a torn line."""
+    """A generated session with damage of every kind that changes how lines are added (a uuid
+    written twice, a parent after its child, a cycle, lines that do not parse, a NUL run), ending in
+    a torn line."""
     lines = damage.generated_session(segments=6, turns=3, parallel=2)
-    names = ["duplicate_uuid", "cycle", "garbage_line", "nul_run", "dangling_parent", "resumed_duplicate",
-             "torn_tail"]
+    names = [
+        "duplicate_uuid",
+        "cycle",
+        "garbage_line",
+        "nul_run",
+        "dangling_parent",
+        "resumed_duplicate",
+        "torn_tail",
+    ]
     lines = damage.injected(lines, names, lambda name, points: points[len(points) // 2])
     path = tmp_path / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
-    path.write_bytes("\ufeff".encode() + b"".join(lines))  # a BOM: the first batch goes to the reference parse
+    path.write_bytes(
+        "\ufeff".encode() + b"".join(lines)
+    )  # a BOM: the first batch goes to the reference parse
     return path
 
 
 @pytest.mark.parametrize("chunk_size", [300, 4096, 1 << 18])
-def test_a_damaged_session_indexes_alike_with_and_without_the_decoder(tmp_path: Path, chunk_size: int) -> None:
+def test_a_damaged_session_indexes_alike_with_and_without_the_decoder(
+    tmp_path: Path, chunk_size: int
+) -> None:
     path = damaged_session(tmp_path)
     assert not path.read_bytes().endswith(b"\n")
     assert piped(path, chunk_size) == alone(path)
@@ -63,7 +82,8 @@ def test_real_transcripts_index_alike_with_and_without_the_decoder(path: Path) -
 
 
 class FailsInTheChild(FileSystem):
-    """Reads fail with EIO, or kill the reader, in any process but the one that made this (the decoder)."""
+    """Reads fail with EIO, or kill the reader, in any process but the one that made this (the
+    decoder)."""
 
     def __init__(self, how: str) -> None:
         self.parent = os.getpid()
@@ -81,7 +101,9 @@ class FailsInTheChild(FileSystem):
 
 
 @pytest.mark.parametrize("how", ["eio", "kill"])
-def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(tmp_path: Path, how: str) -> None:
+def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(
+    tmp_path: Path, how: str
+) -> None:
     path = damaged_session(tmp_path)
     assert index_piped(str(path), fs=FailsInTheChild(how), retry=NO_WAIT, chunk_size=300) is None
     big = tmp_path / "big.jsonl"
@@ -89,7 +111,9 @@ def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(tmp_path: 
     assert big.stat().st_size >= PIPED_MIN_BYTES
     fs = FailsInTheChild(how)
     together = index_file(big, fs=fs, retry=NO_WAIT, decoder_process=True)
-    assert index_state(together.index) == alone(big) and together.findings == index_file(big).findings
+    assert (
+        index_state(together.index) == alone(big) and together.findings == index_file(big).findings
+    )
 
 
 def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_path: Path) -> None:
@@ -105,14 +129,26 @@ def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_pat
 
 
 def test_a_decoder_whose_parent_is_killed_exits(tmp_path: Path) -> None:
-    """SIGKILL the process indexing a big file as soon as its decoder exists: the decoder, left writing to a pipe
-    no one reads, exits (its copy of the reading end is closed), and never waits forever."""
+    """SIGKILL the process indexing a big file as soon as its decoder exists: the decoder, left
+    writing to a pipe no one reads, exits (its copy of the reading end is closed), and never waits
+    forever."""
     big = tmp_path / "big.jsonl"
     big.write_bytes(transcript_bytes(40_000, pad=900))  # 38 MB: far more than the pipe holds
-    parent = subprocess.Popen([sys.executable, "-c", "import sys; from riffd.transcript.piped import index_piped; "
-                               "index_piped(sys.argv[1], chunk_size=1 << 18)", str(big)])
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from riffd.transcript.piped import index_piped; "
+            "index_piped(sys.argv[1], chunk_size=1 << 18)",
+            str(big),
+        ]
+    )
     deadline = time.monotonic() + 30
-    while not (children := live_children(parent.pid)) and parent.poll() is None and time.monotonic() < deadline:
+    while (
+        not (children := live_children(parent.pid))
+        and parent.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.002)
     assert children, "the decoder never started"
     parent.kill()

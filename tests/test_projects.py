@@ -1,5 +1,5 @@
-"""Project folder names, and resolving a file, a session id or a project path to transcripts (real files in
-tmp_path); `riffd scan --project` and `riffd show` by session id and project path."""
+"""Project folder names, and resolving a file, a session id or a project path to transcripts (real
+files in tmp_path); `riffd scan --project` and `riffd show` by session id and project path."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_long_names_are_cut_and_matched_by_prefix(tmp_path: Path) -> None:
     root = tmp_path / "projects"
     on_disk = root / f"{full[:MAX_FOLDER_NAME]}-k3j9x2"  # Claude Code appends -<hash>
     on_disk.mkdir(parents=True)
-    (root / full[:MAX_FOLDER_NAME - 1]).mkdir()  # a shorter neighbour is not a match
+    (root / full[: MAX_FOLDER_NAME - 1]).mkdir()  # a shorter neighbour is not a match
     assert folder_matches(on_disk.name, project)
     assert find_project_folders(project, [root]) == [on_disk]
     short = root / project_folder_name("/home/u/app")
@@ -53,8 +53,9 @@ def test_long_names_are_cut_and_matched_by_prefix(tmp_path: Path) -> None:
 
 @pytest.fixture
 def claude_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A Claude Code projects root holding one project (its working directory is tmp_path/work/my.app) with a
-    real 1.0.x session, and the real 2.1.x session with its subagents folder."""
+    """A Claude Code projects root holding one project (its working directory is
+    tmp_path/work/my.app) with a real 1.0.x session, and the real 2.1.x session with its subagents
+    folder."""
     claude = tmp_path / "claude"
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
     monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
@@ -80,12 +81,19 @@ def test_resolve_a_file_a_session_id_and_a_project_path(claude_root: Path, tmp_p
     marot = folder / MAROT_SESSION.name
     with_agents = resolve_target(MAROT_SESSION.stem, roots)
     assert with_agents[0] == marot
-    assert sorted(path.name for path in with_agents[1:]) == ["agent-a881341.jsonl", "agent-acompact-fffbd0.jsonl"]
+    assert sorted(path.name for path in with_agents[1:]) == [
+        "agent-a881341.jsonl",
+        "agent-acompact-fffbd0.jsonl",
+    ]
     assert resolve_target(MAROT_SESSION.stem, roots, subagents=False) == [marot]
     project = str(tmp_path / "work" / "my.app")
-    assert resolve_target(project, roots, subagents=False) == sorted([marot, folder / f"{SESSION}.jsonl"])
+    assert resolve_target(project, roots, subagents=False) == sorted(
+        [marot, folder / f"{SESSION}.jsonl"]
+    )
     assert len(resolve_target(project, roots)) == 4  # with the two agent files
-    assert resolve_target(str(folder), roots, subagents=False) == sorted([folder / f"{SESSION}.jsonl", marot])
+    assert resolve_target(str(folder), roots, subagents=False) == sorted(
+        [folder / f"{SESSION}.jsonl", marot]
+    )
 
 
 @requires_corpus
@@ -103,26 +111,39 @@ def test_agent_files_of_both_layouts(tmp_path: Path) -> None:
     (tmp_path / "s-1" / "subagents").mkdir(parents=True)
     (tmp_path / "s-1" / "subagents" / "agent-new.jsonl").write_text("{}\n")
     (tmp_path / "s-1" / "subagents" / "agent-new.meta.json").write_text("{}")
-    (tmp_path / "agent-old.jsonl").write_text(json.dumps({"type": "summary"}) + "\n"
-                                             + json.dumps({"uuid": "x", "sessionId": "s-1"}) + "\n")
-    (tmp_path / "agent-other.jsonl").write_text(json.dumps({"uuid": "y", "sessionId": "s-2"}) + "\n")
-    assert agent_files_of(session) == [tmp_path / "s-1" / "subagents" / "agent-new.jsonl",
-                                       tmp_path / "agent-old.jsonl"]
+    (tmp_path / "agent-old.jsonl").write_text(
+        json.dumps({"type": "summary"})
+        + "\n"
+        + json.dumps({"uuid": "x", "sessionId": "s-1"})
+        + "\n"
+    )
+    (tmp_path / "agent-other.jsonl").write_text(
+        json.dumps({"uuid": "y", "sessionId": "s-2"}) + "\n"
+    )
+    assert agent_files_of(session) == [
+        tmp_path / "s-1" / "subagents" / "agent-new.jsonl",
+        tmp_path / "agent-old.jsonl",
+    ]
 
 
 @requires_corpus
-def test_scan_project_reads_the_projects_claude_folder(claude_root: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_scan_project_reads_the_projects_claude_folder(
+    claude_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["scan", "--project", str(tmp_path / "work" / "my.app")]) == EXIT_OK
     assert "scanned 4 file(s)" in capsys.readouterr().err
     assert main(["scan", "--project", str(tmp_path / "work" / "elsewhere")]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert "no Claude Code project folder" in err and project_folder_name(str(tmp_path / "work")) in err
+    assert (
+        "no Claude Code project folder" in err
+        and project_folder_name(str(tmp_path / "work")) in err
+    )
 
 
 @requires_corpus
-def test_show_by_session_id_and_by_project_path(claude_root: Path, tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_by_session_id_and_by_project_path(
+    claude_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["show", MAROT_SESSION.stem, "--format", "json"]) == EXIT_OK
     (session,) = json.loads(capsys.readouterr().out)["sessions"]
     assert set(session["agents"]) == {"claude-code-guide", "compaction"}

@@ -1,4 +1,5 @@
-"""Property tests: a random mix of injected damage in a real transcript is always repaired soundly."""
+"""Property tests: a random mix of injected damage in a real transcript is always repaired
+soundly."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ pytestmark = requires_corpus  # the bases are the real transcripts (and one gene
 
 @functools.cache
 def base_lines() -> dict[str, list[bytes]]:
-    """The transcripts damage is injected into, by name: read when the test first runs, never at import."""
+    """The transcripts damage is injected into, by name: read when the test first runs, never at
+    import."""
     bases = {path.name: lines for path, lines in corpus_base_lines().items()}
     bases["generated-9-segments"] = damage.generated_session(segments=9, turns=2, parallel=2)
     return bases
@@ -30,13 +32,20 @@ def base_lines() -> dict[str, list[bytes]]:
 
 def holds_tool_blocks(raw: bytes) -> bool:
     record = json.loads(raw)
-    content = record.get("message", {}).get("content") if isinstance(record.get("message"), dict) else None
+    content = (
+        record.get("message", {}).get("content")
+        if isinstance(record.get("message"), dict)
+        else None
+    )
     return isinstance(content, list) and any(
-        isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result") for block in content
+        isinstance(block, dict) and block.get("type") in ("tool_use", "tool_result")
+        for block in content
     )
 
 
-@settings(max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     base=st.deferred(lambda: st.sampled_from(sorted(base_lines()))),
     names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),
@@ -60,9 +69,13 @@ def test_mixed_damage_is_repaired_soundly(base: str, names: list[str], data: st.
     removed = [edit for edit in plan.edits if isinstance(edit, RemoveLine)]
     for edit in removed:
         raw = original[edit.span.offset : edit.span.end]
-        if edit.span.end == len(original) and not raw.endswith(b"\n"):  # the torn tail: a fragment, cut off
+        if edit.span.end == len(original) and not raw.endswith(
+            b"\n"
+        ):  # the torn tail: a fragment, cut off
             assert FindingClass.TORN_TAIL in {finding.cls for finding in plan.fixes}
             with pytest.raises(ValueError):
                 json.loads(raw)
             continue
-        assert holds_tool_blocks(raw), f"plan removes line {edit.span.number}, which holds no tool block"
+        assert holds_tool_blocks(raw), (
+            f"plan removes line {edit.span.number}, which holds no tool block"
+        )

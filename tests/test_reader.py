@@ -21,8 +21,8 @@ FAST_RETRY = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.004)
 class FlakyFS(FileSystem):
     """Fails a share of read calls with EIO, like a OneDrive placeholder under WSL2.
 
-    Each fault is transient: a read fails at most `max_in_a_row` times in a row at one place, which is
-    what a retry budget is for; a fault that never clears is BrokenFS's job.
+    Each fault is transient: a read fails at most `max_in_a_row` times in a row at one place, which
+    is what a retry budget is for; a fault that never clears is BrokenFS's job.
     """
 
     def __init__(self, rate: float, seed: int = 7, max_in_a_row: int = 2) -> None:
@@ -100,7 +100,9 @@ def test_valid_json_that_orjson_refuses_or_rounds_is_not_malformed(raw: bytes) -
     assert isinstance(parse_line(raw), dict)
 
 
-@pytest.mark.parametrize("raw", [b"\x00\x00\x00\x00", b'{"a":1', b"[1,2]", b"garbage", b'\x00{"a":1}'])
+@pytest.mark.parametrize(
+    "raw", [b"\x00\x00\x00\x00", b'{"a":1', b"[1,2]", b"garbage", b'\x00{"a":1}']
+)
 def test_parse_line_marks_damage_unparsed(raw: bytes) -> None:
     assert isinstance(parse_line(raw), Unparsed)
 
@@ -120,7 +122,9 @@ def test_eio_on_30_percent_of_reads_gives_the_clean_result(seed: int) -> None:
 
 @requires_corpus
 def test_eio_on_30_percent_of_reads_gives_the_same_findings(tmp_path: Path) -> None:
-    path = CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+    path = (
+        CORPUS_DIR / "d-kimuson-claude-code-viewer" / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+    )
     damaged = tmp_path / "d.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     damaged.write_bytes(b"".join([*lines[:40], b"not json at all\n", *lines[40:]]))
@@ -130,7 +134,9 @@ def test_eio_on_30_percent_of_reads_gives_the_same_findings(tmp_path: Path) -> N
     assert [f.cls for f in clean.findings] == ["malformed_line"]
 
 
-def test_persistent_eio_fails_after_three_tries_with_advice(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_persistent_eio_fails_after_three_tries_with_advice(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(b'{"a":1}\n')
     broken = BrokenFS(errno.EIO)
@@ -138,7 +144,9 @@ def test_persistent_eio_fails_after_three_tries_with_advice(tmp_path: Path, capl
         list(iter_lines(path, fs=broken, retry=FAST_RETRY))
     assert broken.calls == 3
     message = str(raised.value)
-    assert str(path) in message and "3 attempts" in message and "always keep on this device" in message
+    assert (
+        str(path) in message and "3 attempts" in message and "always keep on this device" in message
+    )
     warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert len(warnings) == 1 and "always keep on this device" in warnings[0].getMessage()
 
@@ -164,8 +172,8 @@ def test_other_errors_are_not_retried(tmp_path: Path, code: int) -> None:
 def test_read_span_returns_exact_bytes_and_retries(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(b"0123456789" * 100)
-    assert read_span(path, 95, 10, fs=FlakyFS(0.5, seed=1), retry=RetryPolicy(attempts=10, first_wait=0.001)) == (
-        b"5678901234"
-    )
+    assert read_span(
+        path, 95, 10, fs=FlakyFS(0.5, seed=1), retry=RetryPolicy(attempts=10, first_wait=0.001)
+    ) == (b"5678901234")
     with pytest.raises(OSError, match="file ended"):
         read_span(path, 995, 10)

@@ -1,11 +1,13 @@
-"""The fast decoder (riffd.transcript.records) agrees with the reference parse on every line it takes.
+"""The fast decoder (riffd.transcript.records) agrees with the reference parse on every line it
+takes.
 
-The reference is `parse_line` (orjson, then the standard library for valid JSON orjson refuses); what detection
-reads of a parsed line is `record_of(obj)`. The fast decoder may decline a line (the reference then decides),
-but a Record it returns must equal the reference's, field by field. Lines are generated as raw bytes so that
-they can hold what a serializer never writes: keys written twice, keys spelled with escapes, values of unusual
-types, numbers beyond a double, lone surrogates, invalid UTF-8 inside values detection never reads, and bytes
-flipped, cut or added anywhere (also in real transcripts).
+The reference is `parse_line` (orjson, then the standard library for valid JSON orjson refuses);
+what detection reads of a parsed line is `record_of(obj)`. The fast decoder may decline a line (the
+reference then decides), but a Record it returns must equal the reference's, field by field. Lines
+are generated as raw bytes so that they can hold what a serializer never writes: keys written twice,
+keys spelled with escapes, values of unusual types, numbers beyond a double, lone surrogates,
+invalid UTF-8 inside values detection never reads, and bytes flipped, cut or added anywhere (also in
+real transcripts).
 """
 
 from __future__ import annotations
@@ -27,23 +29,94 @@ from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
 from test_incremental import Builder
 
-READ_KEYS = ["uuid", "parentUuid", "leafUuid", "type", "message", "isSidechain", "sourceToolAssistantUUID",
-             "subtype", "logicalParentUuid", "sessionId", "content", "id", "tool_use_id"]
-TRICKY_NUMBERS = [b"0", b"-0", b"1.5", b"1e400", b"-1e400", b"1e-400", b"18446744073709551615",
-                  b"18446744073709551616", b"-9223372036854775809", b"123456789012345678901234567890", b"NaN",
-                  b"Infinity", b"01", b"1.", b".5", b"+1", b"1e"]
-TRICKY_STRINGS = [b'"\\ud800"', b'"\\udc00\\ud800"', b'"\\ud83d\\ude00"', b'"\\u0000"', b'"\\q"', b'"\\u12"',
-                  b'"\xff"', b'"\xed\xa0\x80"', b'"\xc3"', b'"\xc3\xa9"', b'"a\tb"', b'"a\x7fb"', b'"\\/"', b'""',
-                  b'" "', b'"tool_use"', b'"tool_result"', b'"assistant"', b'"user"', b'"compact_boundary"']
-MUTATION_BYTES = [b"\xff", b"\x00", b'"', b"\\", b"{", b"}", b"[", b"]", b",", b":", b"\xc3", b"\xed", b"1", b"e",
-                  b" ", b"\t", b"u", b"\xef\xbb\xbf"]
+READ_KEYS = [
+    "uuid",
+    "parentUuid",
+    "leafUuid",
+    "type",
+    "message",
+    "isSidechain",
+    "sourceToolAssistantUUID",
+    "subtype",
+    "logicalParentUuid",
+    "sessionId",
+    "content",
+    "id",
+    "tool_use_id",
+]
+TRICKY_NUMBERS = [
+    b"0",
+    b"-0",
+    b"1.5",
+    b"1e400",
+    b"-1e400",
+    b"1e-400",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"-9223372036854775809",
+    b"123456789012345678901234567890",
+    b"NaN",
+    b"Infinity",
+    b"01",
+    b"1.",
+    b".5",
+    b"+1",
+    b"1e",
+]
+TRICKY_STRINGS = [
+    b'"\\ud800"',
+    b'"\\udc00\\ud800"',
+    b'"\\ud83d\\ude00"',
+    b'"\\u0000"',
+    b'"\\q"',
+    b'"\\u12"',
+    b'"\xff"',
+    b'"\xed\xa0\x80"',
+    b'"\xc3"',
+    b'"\xc3\xa9"',
+    b'"a\tb"',
+    b'"a\x7fb"',
+    b'"\\/"',
+    b'""',
+    b'" "',
+    b'"tool_use"',
+    b'"tool_result"',
+    b'"assistant"',
+    b'"user"',
+    b'"compact_boundary"',
+]
+MUTATION_BYTES = [
+    b"\xff",
+    b"\x00",
+    b'"',
+    b"\\",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b",",
+    b":",
+    b"\xc3",
+    b"\xed",
+    b"1",
+    b"e",
+    b" ",
+    b"\t",
+    b"u",
+    b"\xef\xbb\xbf",
+]
 
 
 def escaped(name: str, which: list[bool]) -> bytes:
     """`name` as a JSON string, each character written as a \\u escape where `which` says so."""
-    return b'"' + b"".join(
-        (b"\\u%04x" % ord(char)) if flag else char.encode() for char, flag in zip(name, which, strict=False)
-    ) + b'"'
+    return (
+        b'"'
+        + b"".join(
+            (b"\\u%04x" % ord(char)) if flag else char.encode()
+            for char, flag in zip(name, which, strict=False)
+        )
+        + b'"'
+    )
 
 
 @st.composite
@@ -67,7 +140,9 @@ def scalars() -> st.SearchStrategy[bytes]:
 
 def objects(children: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
     pairs = st.lists(st.tuples(keys(), children), max_size=6)
-    return pairs.map(lambda items: b"{" + b",".join(key + b":" + value for key, value in items) + b"}")
+    return pairs.map(
+        lambda items: b"{" + b",".join(key + b":" + value for key, value in items) + b"}"
+    )
 
 
 VALUES = st.recursive(
@@ -81,30 +156,46 @@ VALUES = st.recursive(
 
 
 def blocks() -> st.SearchStrategy[bytes]:
-    """Content blocks as Claude Code writes them, with now and then a field of another type or written twice."""
+    """Content blocks as Claude Code writes them, with now and then a field of another type or
+    written twice."""
     block = st.fixed_dictionaries(
         {"type": st.sampled_from(["tool_use", "tool_result", "text"])},
-        optional={"id": st.sampled_from(["toolu_1", "toolu_2", ""]), "tool_use_id": st.sampled_from(["toolu_1", " "]),
-                  "content": st.text(max_size=5)},
+        optional={
+            "id": st.sampled_from(["toolu_1", "toolu_2", ""]),
+            "tool_use_id": st.sampled_from(["toolu_1", " "]),
+            "content": st.text(max_size=5),
+        },
     ).map(orjson.dumps)
     return st.one_of(block, objects(VALUES), VALUES)
 
 
 def messages() -> st.SearchStrategy[bytes]:
-    content = st.one_of(st.lists(blocks(), max_size=4).map(lambda items: b"[" + b",".join(items) + b"]"), VALUES)
-    pairs = st.lists(st.tuples(st.sampled_from([b'"id"', b'"content"', b'"role"', b'"\\u0069d"']),
-                               st.one_of(content, VALUES)), max_size=4)
-    return pairs.map(lambda items: b"{" + b",".join(key + b":" + value for key, value in items) + b"}")
+    content = st.one_of(
+        st.lists(blocks(), max_size=4).map(lambda items: b"[" + b",".join(items) + b"]"), VALUES
+    )
+    pairs = st.lists(
+        st.tuples(
+            st.sampled_from([b'"id"', b'"content"', b'"role"', b'"\\u0069d"']),
+            st.one_of(content, VALUES),
+        ),
+        max_size=4,
+    )
+    return pairs.map(
+        lambda items: b"{" + b",".join(key + b":" + value for key, value in items) + b"}"
+    )
 
 
 @st.composite
 def lines(draw: st.DrawFn) -> bytes:
-    """A transcript-like line: a JSON object whose keys are mostly the ones detection reads (or not an object)."""
+    """A transcript-like line: a JSON object whose keys are mostly the ones detection reads (or not
+    an object)."""
     if draw(st.integers(0, 9)) == 0:
         return draw(VALUES)
     items = draw(st.lists(st.tuples(keys(), st.one_of(scalars(), messages(), VALUES)), max_size=10))
     space = draw(st.sampled_from([b"", b" ", b"\t", b"\r"]))
-    return space + b"{" + b",".join(key + b":" + space + value for key, value in items) + b"}" + space
+    return (
+        space + b"{" + b",".join(key + b":" + space + value for key, value in items) + b"}" + space
+    )
 
 
 @st.composite
@@ -124,12 +215,15 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy[bytes]) -> bytes:
 
 
 def assert_agrees(raw: bytes) -> bool:
-    """Assert the fast decoder's Record, when it gives one, is the reference's; return whether it gave one."""
+    """Assert the fast decoder's Record, when it gives one, is the reference's; return whether it
+    gave one."""
     fast = fast_record(raw)
     reference = parse_line(raw)
     if fast is None:
         return False  # read_record then gives the reference's answer
-    assert isinstance(reference, dict), f"fast decoder took {raw!r}, the reference says {reference!r}"
+    assert isinstance(reference, dict), (
+        f"fast decoder took {raw!r}, the reference says {reference!r}"
+    )
     assert fast == record_of(reference), raw
     return True
 
@@ -159,14 +253,28 @@ def test_fast_records_equal_the_reference_on_damaged_real_lines(data: st.DataObj
     ("raw", "expected"),
     [
         # the last of a key written twice wins, as in JSON.parse
-        (b'{"uuid":"a","uuid":"b","type":"user","type":"assistant"}', Record(uuid="b", type="assistant")),
-        (b'{"message":{"id":"m","content":"x"},"message":{"content":"y"}}', Record(message=Message(content="y"))),
+        (
+            b'{"uuid":"a","uuid":"b","type":"user","type":"assistant"}',
+            Record(uuid="b", type="assistant"),
+        ),
+        (
+            b'{"message":{"id":"m","content":"x"},"message":{"content":"y"}}',
+            Record(message=Message(content="y")),
+        ),
         # a key spelled with escapes is that key
         (b'{"\\u0075uid":"x"}', Record(uuid="x")),
         # a key that is absent and one that is null are told apart where the report tells them apart
-        (b'{"message":{"content":[{"type":"tool_result"},{"type":"tool_result","tool_use_id":null}]}}',
-         Record(message=Message(content=[Block(type="tool_result", tool_use_id=UNSET),
-                                         Block(type="tool_result", tool_use_id=None)]))),
+        (
+            b'{"message":{"content":[{"type":"tool_result"},{"type":"tool_result","tool_use_id":null}]}}',
+            Record(
+                message=Message(
+                    content=[
+                        Block(type="tool_result", tool_use_id=UNSET),
+                        Block(type="tool_result", tool_use_id=None),
+                    ]
+                )
+            ),
+        ),
     ],
 )
 def test_fast_decoder_reads_keys_as_json_parse_does(raw: bytes, expected: Record) -> None:
@@ -198,22 +306,32 @@ def test_fast_decoder_leaves_unusual_lines_to_the_reference(raw: bytes) -> None:
 
 
 def test_a_line_nested_100000_deep_is_malformed_not_a_crash(tmp_path: Path) -> None:
-    """Older orjson releases overflowed the C stack on deep nesting (a crash of the whole daemon); riffd needs
-    one that refuses it, and reports the line as malformed like any line it cannot parse."""
+    """Older orjson releases overflowed the C stack on deep nesting (a crash of the whole daemon);
+    riffd needs one that refuses it, and reports the line as malformed like any line it cannot
+    parse."""
     deep = b"[" * 100_000 + b"]" * 100_000
-    (tmp_path / "s.jsonl").write_bytes(b'{"uuid":"a","parentUuid":null,"type":"user"}\n' + deep + b"\n")
-    result = subprocess.run([sys.executable, "-m", "riffd", "scan", "--json", str(tmp_path / "s.jsonl")],
-                            capture_output=True, timeout=60)
+    (tmp_path / "s.jsonl").write_bytes(
+        b'{"uuid":"a","parentUuid":null,"type":"user"}\n' + deep + b"\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "scan", "--json", str(tmp_path / "s.jsonl")],
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr
     findings = orjson.loads(result.stdout)["files"][0]["findings"]
-    assert [(finding["class"], finding["lines"]) for finding in findings] == [("malformed_line", [2])]
+    assert [(finding["class"], finding["lines"]) for finding in findings] == [
+        ("malformed_line", [2])
+    ]
 
 
 @pytest.mark.parametrize("path", corpus_transcript_params())
 def test_real_lines_take_the_fast_path_and_index_as_a_full_parse_does(path: Path) -> None:
     data = path.read_bytes()
     raw_lines = data.split(b"\n")
-    declined = [number for number, raw in enumerate(raw_lines, 1) if raw and fast_record(raw) is None]
+    declined = [
+        number for number, raw in enumerate(raw_lines, 1) if raw and fast_record(raw) is None
+    ]
     assert declined == [], f"{path}: lines the fast decoder declined"
     fast, whole = TranscriptIndex(str(path)), TranscriptIndex(str(path))
     whole.reference_parse = True  # every line parsed whole and added one by one
@@ -236,11 +354,12 @@ def index_state(index: TranscriptIndex) -> dict[str, object]:
 
 
 def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
-    """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder, batches added by
-    columns when they can be), as the daemon does with its tracker ("observed": lines added one by one, the
-    message lines also parsed whole for the observer), through the decoder process's messages ("columns": each batch
-    encoded as the child of riffd.transcript.piped does, then added from the message, in this process), or the
-    reference ("reference": every line parsed whole and added one by one)."""
+    """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder,
+    batches added by columns when they can be), as the daemon does with its tracker ("observed":
+    lines added one by one, the message lines also parsed whole for the observer), through the
+    decoder process's messages ("columns": each batch encoded as the child of riffd.transcript.piped
+    does, then added from the message, in this process), or the reference ("reference": every line
+    parsed whole and added one by one)."""
     index = TranscriptIndex("/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl")
     seen: list[tuple[int, dict]] = []
     if how == "observed":
@@ -259,7 +378,11 @@ def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
         done += len(batch)
         index.finish()
     if how == "observed":  # the observer saw every message line, whole, in order
-        assert seen == [(line, parse_line(lines[line])) for line in range(len(lines)) if index.flags[line] & MESSAGE]
+        assert seen == [
+            (line, parse_line(lines[line]))
+            for line in range(len(lines))
+            if index.flags[line] & MESSAGE
+        ]
     return index
 
 
@@ -271,8 +394,14 @@ def assert_built_alike(lines: list[bytes], sizes: list[int]) -> None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), size=st.integers(1, 60), sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4))
-def test_batches_added_by_columns_equal_lines_added_one_by_one(data: st.DataObject, size: int, sizes: list[int]):
+@given(
+    data=st.data(),
+    size=st.integers(1, 60),
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=4),
+)
+def test_batches_added_by_columns_equal_lines_added_one_by_one(
+    data: st.DataObject, size: int, sizes: list[int]
+):
     builder = Builder(data, size)
     for _ in range(size):
         builder.step()
@@ -280,21 +409,42 @@ def test_batches_added_by_columns_equal_lines_added_one_by_one(data: st.DataObje
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4), data=st.data(),
-       sizes=st.lists(st.integers(1, 200), min_size=1, max_size=3))
-def test_damaged_sessions_index_alike_by_columns_and_line_by_line(names: list[str], data: st.DataObject,
-                                                                 sizes: list[int]):
+@given(
+    names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),
+    data=st.data(),
+    sizes=st.lists(st.integers(1, 200), min_size=1, max_size=3),
+)
+def test_damaged_sessions_index_alike_by_columns_and_line_by_line(
+    names: list[str], data: st.DataObject, sizes: list[int]
+):
     lines = damage.generated_session(segments=4, turns=2, parallel=2)
-    lines = damage.injected(lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name))
+    lines = damage.injected(
+        lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name)
+    )
     whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]
     assert_built_alike(whole, sizes)
 
 
-def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_progress_line() -> None:
+def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_progress_line() -> (
+    None
+):
     session = "5e55104e-0000-4000-8000-00000000c0de"
-    first = {"type": "progress", "uuid": "u-1", "parentUuid": None, "sessionId": session, "data": {"x": 1}}
-    prompt = {"type": "user", "uuid": "u-2", "parentUuid": "u-1", "message": {"role": "user", "content": "hi"}}
-    again = dict(prompt, message={"role": "user", "content": "hi again"})  # the same uuid: line by line, not columns
+    first = {
+        "type": "progress",
+        "uuid": "u-1",
+        "parentUuid": None,
+        "sessionId": session,
+        "data": {"x": 1},
+    }
+    prompt = {
+        "type": "user",
+        "uuid": "u-2",
+        "parentUuid": "u-1",
+        "message": {"role": "user", "content": "hi"},
+    }
+    again = dict(
+        prompt, message={"role": "user", "content": "hi again"}
+    )  # the same uuid: line by line, not columns
     lines = [orjson.dumps(record) for record in (first, prompt, again)]
     assert_built_alike(lines, [3])
     assert built(lines, [3], "columns").session_id == session

@@ -1,4 +1,5 @@
-"""Repair plans on injected damage: render them, re-scan, and check what changed and what did not."""
+"""Repair plans on injected damage: render them, re-scan, and check what changed and what did
+not."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ pytestmark = requires_corpus  # every test here damages real transcripts
 
 def split_lines(data: bytes) -> list[bytes]:
     """Lines with their newlines; the last may lack one."""
-    return [data[i : data.index(b"\n", i) + 1 if b"\n" in data[i:] else len(data)] for i in _starts(data)]
+    return [
+        data[i : data.index(b"\n", i) + 1 if b"\n" in data[i:] else len(data)]
+        for i in _starts(data)
+    ]
 
 
 def _starts(data: bytes) -> list[int]:
@@ -46,11 +50,17 @@ def finding_counts(findings) -> Counter:
 
 
 def assert_untouched_lines_kept(original: bytes, repaired: bytes, plan) -> None:
-    """Every line the plan does not name is in the output, byte for byte and in order; nothing else is."""
+    """Every line the plan does not name is in the output, byte for byte and in order; nothing else
+    is."""
     named = {edit.span.number for edit in plan.edits if isinstance(edit, RemoveLine | ReplaceLine)}
     untouched = [raw for number, raw in enumerate(split_lines(original), 1) if number not in named]
     new_lines = [edit.new_line for edit in plan.edits if isinstance(edit, ReplaceLine)]
-    new_lines += [part for edit in plan.edits if isinstance(edit, InsertLine) for part in split_lines(edit.new_line)]
+    new_lines += [
+        part
+        for edit in plan.edits
+        if isinstance(edit, InsertLine)
+        for part in split_lines(edit.new_line)
+    ]
     output = split_lines(repaired)
     leftovers, position = [], 0
     for raw in output:
@@ -58,19 +68,24 @@ def assert_untouched_lines_kept(original: bytes, repaired: bytes, plan) -> None:
             position += 1
         else:
             leftovers.append(raw)
-    assert position == len(untouched), f"untouched line {position + 1} of {len(untouched)} lost or moved"
+    assert position == len(untouched), (
+        f"untouched line {position + 1} of {len(untouched)} lost or moved"
+    )
     assert Counter(leftovers) == Counter(line for line in new_lines if line)
 
 
 def repair_and_check(tmp_path: Path, data: bytes, add_missing_results: bool = True):
-    """Plan, render, re-scan, re-plan; assert the three properties; return (scanned, plan, repaired, rescanned)."""
+    """Plan, render, re-scan, re-plan; assert the three properties; return (scanned, plan, repaired,
+    rescanned)."""
     path, scanned = scan_transcript_bytes(tmp_path, data, "damaged.jsonl")
     plan = plan_transcript_repair(path, scanned, add_missing_results)
     repaired = render(data, plan.edits)
     repaired_path, rescanned = scan_transcript_bytes(tmp_path, repaired, "repaired.jsonl")
     before, after = finding_counts(scanned.findings), finding_counts(rescanned.findings)
     for fixed in plan.fixes:
-        assert after[(fixed.cls, fixed.tool_id)] == 0, f"{fixed.cls} for {fixed.tool_id} still there"
+        assert after[(fixed.cls, fixed.tool_id)] == 0, (
+            f"{fixed.cls} for {fixed.tool_id} still there"
+        )
     assert not after - before, f"new findings after repair: {after - before}"
     assert_untouched_lines_kept(data, repaired, plan)
     second = plan_transcript_repair(repaired_path, rescanned, add_missing_results)
@@ -124,14 +139,19 @@ def test_resumed_duplicate_keeps_the_genuine_result(tmp_path: Path):
     }
     (replace,) = [edit for edit in plan.edits if isinstance(edit, ReplaceLine)]
     use_uuid = json.loads(damaged.lines[marks["tool_use"]])["uuid"]
-    assert_only_parent_changed(damaged.lines[marks["synthetic_assistant"]], replace.new_line, use_uuid)
+    assert_only_parent_changed(
+        damaged.lines[marks["synthetic_assistant"]], replace.new_line, use_uuid
+    )
     assert damaged.lines[marks["genuine"]] in split_lines(repaired)
     assert b"Tool call interrupted" not in repaired
     assert [f.cls for f in plan.fixes] == [FindingClass.DUPLICATE_TOOL_RESULT]
 
 
 def test_parallel_duplicate_off_the_walk_keeps_the_genuine_result(tmp_path: Path):
-    for lines in (corpus_lines(TOOL_HEAVY), damage.generated_session(segments=2, turns=2, parallel=3)):
+    for lines in (
+        corpus_lines(TOOL_HEAVY),
+        damage.generated_session(segments=2, turns=2, parallel=3),
+    ):
         damaged = damage.inject_parallel_duplicate(lines)
         _scanned, plan, repaired, _rescanned = repair_and_check(tmp_path, damaged.data)
         assert edits_by_kind(plan)["remove"] == [damaged.marks["synthetic"]]
@@ -192,7 +212,11 @@ def check_synthetic_line(raw: bytes, use_record: dict, tool_id: str, new_uuid: s
     for name in ("sessionId", "cwd", "version"):
         assert record[name] == use_record[name], name
     (block,) = record["message"]["content"]
-    assert block["type"] == "tool_result" and block["tool_use_id"] == tool_id and block["is_error"] is True
+    assert (
+        block["type"] == "tool_result"
+        and block["tool_use_id"] == tool_id
+        and block["is_error"] is True
+    )
 
 
 def test_cut_file_gets_a_synthetic_result_after_the_tool_use(tmp_path: Path):
@@ -202,7 +226,10 @@ def test_cut_file_gets_a_synthetic_result_after_the_tool_use(tmp_path: Path):
     (edit,) = plan.edits
     assert isinstance(edit, InsertLine) and edit.after.number == use + 1
     check_synthetic_line(
-        edit.new_line, json.loads(damaged.lines[use]), damaged.tool_id, "00000000-0000-4000-8000-000000000001"
+        edit.new_line,
+        json.loads(damaged.lines[use]),
+        damaged.tool_id,
+        "00000000-0000-4000-8000-000000000001",
     )
     assert rescanned.loaded.leaf == use + 1
 
@@ -220,7 +247,9 @@ def test_removed_result_gets_a_synthetic_one_and_children_follow_it(tmp_path: Pa
         if isinstance(edit, ReplaceLine):
             assert_only_parent_changed(damaged.lines[edit.span.number - 1], edit.new_line, new_uuid)
         else:
-            check_synthetic_line(edit.new_line, json.loads(damaged.lines[use]), damaged.tool_id, new_uuid)
+            check_synthetic_line(
+                edit.new_line, json.loads(damaged.lines[use]), damaged.tool_id, new_uuid
+            )
 
 
 def test_add_missing_results_off_adds_nothing(tmp_path: Path):
@@ -253,7 +282,9 @@ def first(points):
     ],
     ids=["malformed_mid_file", "dangling_parent", "duplicate_uuid"],
 )
-def test_uncertain_tree_leaves_orphans_and_missing_alone_but_fixes_duplicates(uncertainty, tmp_path: Path):
+def test_uncertain_tree_leaves_orphans_and_missing_alone_but_fixes_duplicates(
+    uncertainty, tmp_path: Path
+):
     lines = corpus_lines(KIMUSON)
     orphan = damage.inject_orphan(lines, first)
     missing = damage.inject_cut_after_tool_use(orphan.lines, lambda points: points[-1])
@@ -267,7 +298,9 @@ def test_uncertain_tree_leaves_orphans_and_missing_alone_but_fixes_duplicates(un
         FindingClass.DUPLICATE_TOOL_RESULT,
     } <= classes
     _scanned, plan, _repaired, rescanned = repair_and_check(tmp_path, damaged.data)
-    assert [(f.cls, f.tool_id) for f in plan.fixes] == [(FindingClass.DUPLICATE_TOOL_RESULT, duplicate.tool_id)]
+    assert [(f.cls, f.tool_id) for f in plan.fixes] == [
+        (FindingClass.DUPLICATE_TOOL_RESULT, duplicate.tool_id)
+    ]
     assert any(f"orphan result for {orphan.tool_id} left alone" in note for note in plan.notes)
     assert any(f"missing result for {missing.tool_id} not added" in note for note in plan.notes)
     left = {(f.cls, f.tool_id) for f in rescanned.findings}
@@ -287,7 +320,8 @@ def test_uncertain_tree_leaves_a_repeated_tool_use_alone(tmp_path: Path):
 
 
 def test_repointed_line_keeps_its_spacing(tmp_path: Path):
-    """A file written with spaces after separators: re-pointing touches the parentUuid value only."""
+    """A file written with spaces after separators: re-pointing touches the parentUuid value
+    only."""
     spaced = [json.dumps(json.loads(raw)).encode() + b"\n" for raw in corpus_lines(TOOL_HEAVY)]
     assert b'"parentUuid": "' in spaced[5]
     damaged = damage.inject_repeated_tool_use(spaced)
@@ -302,41 +336,63 @@ def test_repointed_line_keeps_its_spacing(tmp_path: Path):
 
 
 def test_newest_message_is_left_unanswered_when_asked(tmp_path: Path):
-    """With answer_newest_message off, a tool call of the latest turn (its tool may still be running)
-    gets no placeholder, while a result missing mid-conversation still does."""
+    """With answer_newest_message off, a tool call of the latest turn (its tool may still be
+    running) gets no placeholder, while a result missing mid-conversation still does."""
     base = corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
-    for injected, expect_insert in ((damage.inject_cut_after_tool_use(base), False),
-                                    (damage.inject_removed_result(base), True)):
-        path, scanned = scan_transcript_bytes(tmp_path, injected.data, name=f"{injected.name}.jsonl")
-        plan = plan_repair(scanned, lambda line, p=path, s=scanned: read_span(p, *s.index.span(line)),
-                           RepairOptions(answer_newest_message=False))
+    for injected, expect_insert in (
+        (damage.inject_cut_after_tool_use(base), False),
+        (damage.inject_removed_result(base), True),
+    ):
+        path, scanned = scan_transcript_bytes(
+            tmp_path, injected.data, name=f"{injected.name}.jsonl"
+        )
+        plan = plan_repair(
+            scanned,
+            lambda line, p=path, s=scanned: read_span(p, *s.index.span(line)),
+            RepairOptions(answer_newest_message=False),
+        )
         inserts = [edit for edit in plan.edits if isinstance(edit, InsertLine)]
         assert bool(inserts) is expect_insert, injected.name
         if not expect_insert:
             assert any("may still be running" in note for note in plan.notes)
 
 
-def test_plan_is_a_fixed_point_when_a_duplicate_copy_is_what_made_the_tree_uncertain(tmp_path: Path):
-    """Regression (found by test_property): an orphan block added to a result line that had been written twice
-    makes the two copies differ (a shared uuid: uncertain). The plan removes the copy as a duplicate, so it
-    must also remove the orphan in the same plan, not leave it for a second run."""
+def test_plan_is_a_fixed_point_when_a_duplicate_copy_is_what_made_the_tree_uncertain(
+    tmp_path: Path,
+):
+    """Regression (found by test_property): an orphan block added to a result line that had been
+    written twice makes the two copies differ (a shared uuid: uncertain). The plan removes the copy
+    as a duplicate, so it must also remove the orphan in the same plan, not leave it for a second
+    run."""
     lines = corpus_lines(CORPUS_DIR / "marot-spotter" / "short.jsonl")
-    lines = damage.inject_duplicate_in_line(lines, lambda points: next(p for p in points if p[1] == 10)).lines
-    lines = damage.inject_identical_line(lines, lambda points: next(p for p in points if p[1] == 11)).lines
+    lines = damage.inject_duplicate_in_line(
+        lines, lambda points: next(p for p in points if p[1] == 10)
+    ).lines
+    lines = damage.inject_identical_line(
+        lines, lambda points: next(p for p in points if p[1] == 11)
+    ).lines
     lines = damage.inject_orphan(lines, lambda points: 11).lines
     repair_and_check(tmp_path, b"".join(lines))
 
 
-def test_a_malformed_line_that_cutting_the_torn_tail_leaves_last_still_stops_placeholders(tmp_path: Path) -> None:
-    """Regression (found by test_property): tool calls without results, then a garbage line, then a torn tail.
-    Only the torn tail is exempt from "a malformed line makes the conversation uncertain"; the garbage line, once
-    the cut left it last, was exempt too, so a second repair added the placeholders the first one refused."""
+def test_a_malformed_line_that_cutting_the_torn_tail_leaves_last_still_stops_placeholders(
+    tmp_path: Path,
+) -> None:
+    """Regression (found by test_property): tool calls without results, then a garbage line, then a
+    torn tail. Only the torn tail is exempt from "a malformed line makes the conversation
+    uncertain"; the garbage line, once the cut left it last, was exempt too, so a second repair
+    added the placeholders the first one refused."""
     lines = damage.generated_session(segments=1, turns=2, parallel=2)
     lines = damage.INJECTORS["cut_after_tool_use"](lines, lambda points: points[-1]).lines
     lines = damage.INJECTORS["garbage_line"](lines, lambda points: points[-1]).lines
     lines = damage.INJECTORS["torn_tail"](lines, lambda points: points[-1]).lines
     scanned, plan, _repaired, rescanned = repair_and_check(tmp_path, b"".join(lines))
-    assert {finding.cls for finding in scanned.findings} >= {FindingClass.MISSING_TOOL_RESULT, FindingClass.TORN_TAIL}
+    assert {finding.cls for finding in scanned.findings} >= {
+        FindingClass.MISSING_TOOL_RESULT,
+        FindingClass.TORN_TAIL,
+    }
     assert [finding.cls for finding in plan.fixes] == [FindingClass.TORN_TAIL]
-    assert any("is malformed, so the conversation around it is uncertain" in note for note in plan.notes)
+    assert any(
+        "is malformed, so the conversation around it is uncertain" in note for note in plan.notes
+    )
     assert FindingClass.MISSING_TOOL_RESULT in {finding.cls for finding in rescanned.findings}

@@ -1,4 +1,5 @@
-"""Health reports: content, atomic files, pruning; `riffd report` and `riffd status` without a daemon."""
+"""Health reports: content, atomic files, pruning; `riffd report` and `riffd status` without a
+daemon."""
 
 from __future__ import annotations
 
@@ -33,12 +34,16 @@ def test_percentile_is_nearest_rank() -> None:
 def store_with_history(tmp_path: Path) -> tuple[StateStore, Path]:
     """A store that has seen one damaged file (left open) and one repair."""
     store = StateStore(tmp_path / "state" / "state.db")
-    damaged = damage.inject_resumed_duplicate(corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"))
+    damaged = damage.inject_resumed_duplicate(
+        corpus_lines(CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl")
+    )
     path = tmp_path / "p" / "s.jsonl"
     path.parent.mkdir()
     path.write_bytes(damaged.data)
     Worker(store, WorkerSettings(repair=False)).process(path)
-    store.record_repair("/x.jsonl", "repaired", None, "b1", Counter({"duplicate_tool_result": 2}), "2 edits")
+    store.record_repair(
+        "/x.jsonl", "repaired", None, "b1", Counter({"duplicate_tool_result": 2}), "2 edits"
+    )
     store.record_repair("/y.jsonl", "skipped", "live", None, Counter(), "in use")
     return store, tmp_path
 
@@ -47,9 +52,21 @@ def store_with_history(tmp_path: Path) -> tuple[StateStore, Path]:
 def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore, Path]) -> None:
     store, tmp_path = store_with_history
     latencies = [0.01, 0.02, 0.03, 1.0]
-    errors = [{"time": time.time(), "message": "boom", "suggestion": "look"}, {"time": 0, "message": "old"}]
-    report = build_report(store, tmp_path / "no-backups", {"running": True, "started": time.time() - 10, "pid": 7,
-                                                           "latencies": latencies, "errors": errors})
+    errors = [
+        {"time": time.time(), "message": "boom", "suggestion": "look"},
+        {"time": 0, "message": "old"},
+    ]
+    report = build_report(
+        store,
+        tmp_path / "no-backups",
+        {
+            "running": True,
+            "started": time.time() - 10,
+            "pid": 7,
+            "latencies": latencies,
+            "errors": errors,
+        },
+    )
     assert report["schema"] == 1
     assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1}
     assert report["findings"]["open"] == {"duplicate_tool_result": 1}
@@ -57,12 +74,16 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
     assert report["repairs"] == {"done": 1, "skipped": {"live": 1}, "failed": {}}
     assert report["latency_seconds"]["p95"] == 1.0 and report["latency_seconds"]["samples"] == 4
     assert [error["message"] for error in report["errors"]] == ["boom"]  # only the last hour
-    assert report["healthy"] is False and any("open finding" in problem for problem in report["problems"])
+    assert report["healthy"] is False and any(
+        "open finding" in problem for problem in report["problems"]
+    )
     assert report["daemon"]["pid"] == 7 and 9 < report["daemon"]["uptime_seconds"] < 60
 
 
 @requires_corpus
-def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[StateStore, Path]) -> None:
+def test_reports_are_written_atomically_and_pruned(
+    store_with_history: tuple[StateStore, Path],
+) -> None:
     store, tmp_path = store_with_history
     folder = tmp_path / "reports"
     for second in range(5):
@@ -75,13 +96,16 @@ def test_reports_are_written_atomically_and_pruned(store_with_history: tuple[Sta
     assert read_latest(folder) == json.loads((folder / "report-20261122T100004Z.json").read_text())
     assert not list(folder.glob(".*.tmp"))
     markdown = (folder / "latest.md").read_text()
-    assert markdown == render_markdown(report) and "needs attention" in markdown and "no riffd daemon runs" in markdown
-
+    assert (
+        markdown == render_markdown(report)
+        and "needs attention" in markdown
+        and "no riffd daemon runs" in markdown
+    )
 
 
 def test_reports_written_at_once_in_the_same_second_all_land(tmp_path: Path) -> None:
-    # The scheduled job, a reload's report and `riffd report` may write in the same second (they once shared one
-    # temp name, and one of them failed with ENOENT).
+    # The scheduled job, a reload's report and `riffd report` may write in the same second (they
+    # once shared one temp name, and one of them failed with ENOENT).
     store = StateStore(tmp_path / "state" / "state.db")
     folder = tmp_path / "reports"
     report = build_report(store, tmp_path, None)
@@ -117,16 +141,23 @@ def test_a_killed_writers_temp_file_is_removed_later(tmp_path: Path) -> None:
     assert not leftover.exists() and fresh.exists()  # a writer of a moment ago may still be at work
 
 
-def test_riffd_report_and_status_without_a_daemon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_riffd_report_and_status_without_a_daemon(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = write_config(tmp_path)
     assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
     assert f"not running; no riffd state in {tmp_path / 'state'} yet" in capsys.readouterr().out
-    assert main(["--config", str(config), "report"]) == 2  # nothing to report on: said, nothing written
+    assert (
+        main(["--config", str(config), "report"]) == 2
+    )  # nothing to report on: said, nothing written
     assert "nothing to report yet" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # neither command made riffd state
     # A daemon ran here once and stopped: what it saw is shown as that, never as running.
     store = StateStore(tmp_path / "state" / "state.db")
-    store.set_meta("daemon", {"running": True, "pid": 999_999_999, "seen_at": time.time() - 60, "latencies": []})
+    store.set_meta(
+        "daemon",
+        {"running": True, "pid": 999_999_999, "seen_at": time.time() - 60, "latencies": []},
+    )
     store.close()
     assert main(["--config", str(config), "report", "--json"]) == 1  # no daemon: not healthy
     report = json.loads(capsys.readouterr().out)
@@ -151,17 +182,26 @@ def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
 
 
 def test_status_with_a_bad_config_names_every_error_and_still_answers(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RIFFD_STATE_DIR", raising=False)
     config = tmp_path / "config.toml"
-    config.write_text(f"state_dir = '{tmp_path / 'state'}'\n[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n")
-    assert main(["--config", str(config), "status"]) == 3  # it answers: no daemon runs on that state folder
+    config.write_text(
+        f"state_dir = '{tmp_path / 'state'}'\n[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n"
+    )
+    assert (
+        main(["--config", str(config), "status"]) == 3
+    )  # it answers: no daemon runs on that state folder
     captured = capsys.readouterr()
     assert "watcher.debounse" in captured.err and "log.level" in captured.err
-    assert f"no riffd state in {tmp_path / 'state'} yet" in captured.out  # the folder the file names
+    assert (
+        f"no riffd state in {tmp_path / 'state'} yet" in captured.out
+    )  # the folder the file names
 
 
-def test_files_with_only_informational_findings_do_not_count_as_having_findings(tmp_path: Path) -> None:
+def test_files_with_only_informational_findings_do_not_count_as_having_findings(
+    tmp_path: Path,
+) -> None:
     from riffd.daemon.state import Watermark
 
     store = StateStore(tmp_path / "state.db")
@@ -175,27 +215,47 @@ def test_files_with_only_informational_findings_do_not_count_as_having_findings(
     assert "1 open finding(s) in 1 file(s)" in " ".join(report["problems"])
 
 
-def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(tmp_path: Path) -> None:
+def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(
+    tmp_path: Path,
+) -> None:
     from riffd.daemon.state import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
-    store.save_file(mark, "s", [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"}], 1)
-    store.save_file(replace(mark, path="/p/bad.jsonl"), "s",
-                    [{"class": "malformed_line", "lines": [40], "message": "not JSON"},
-                     {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"}], 0)
+    store.save_file(
+        mark, "s", [{"class": "duplicate_tool_result", "lines": [7, 9], "message": "twice"}], 1
+    )
+    store.save_file(
+        replace(mark, path="/p/bad.jsonl"),
+        "s",
+        [
+            {"class": "malformed_line", "lines": [40], "message": "not JSON"},
+            {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"},
+        ],
+        0,
+    )
     report = build_report(store, tmp_path, {"running": True})
     by_path = {item["path"]: item for item in report["attention"]}
-    assert set(by_path) == {"/p/waiting.jsonl", "/p/bad.jsonl"}  # informational findings need nothing
-    assert by_path["/p/waiting.jsonl"]["repairable"] and "`riffd fix /p/waiting.jsonl`" in by_path[
-        "/p/waiting.jsonl"]["action"]
-    assert not by_path["/p/bad.jsonl"]["repairable"] and "never edits" in by_path["/p/bad.jsonl"]["action"]
+    assert set(by_path) == {
+        "/p/waiting.jsonl",
+        "/p/bad.jsonl",
+    }  # informational findings need nothing
+    assert (
+        by_path["/p/waiting.jsonl"]["repairable"]
+        and "`riffd fix /p/waiting.jsonl`" in by_path["/p/waiting.jsonl"]["action"]
+    )
+    assert (
+        not by_path["/p/bad.jsonl"]["repairable"]
+        and "never edits" in by_path["/p/bad.jsonl"]["action"]
+    )
     text = render_markdown(report)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
     assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text
 
 
-def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(tmp_path: Path) -> None:
+def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(
+    tmp_path: Path,
+) -> None:
     from riffd.archive.ingest import ingest_file
     from riffd.archive.store import Archive
     from riffd.daemon.jobs import archive_summary
@@ -203,7 +263,9 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
 
     claude = tmp_path / "claude"
     claude.mkdir()
-    (claude / "settings.json").write_text('{"cleanupPeriodDays": 20}')  # deleted after 20 days: warned from 13
+    (claude / "settings.json").write_text(
+        '{"cleanupPeriodDays": 20}'
+    )  # deleted after 20 days: warned from 13
     store = StateStore(tmp_path / "state" / "state.db")
     archive = Archive(tmp_path / "state" / "archive.db")
     files = {}
@@ -212,20 +274,33 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
         path.write_bytes(b'{"type":"user","uuid":"u1"}\n')
         files[name] = path
         mtime_ns = int((time.time() - days_old * 86400) * 1e9)
-        store.save_file(Watermark(str(path), 1, 1, path.stat().st_size, 1, 0, "", 0, "", path.stat().st_size,
-                                  mtime_ns), "s", [], 0)
+        store.save_file(
+            Watermark(
+                str(path), 1, 1, path.stat().st_size, 1, 0, "", 0, "", path.stat().st_size, mtime_ns
+            ),
+            "s",
+            [],
+            0,
+        )
     ingest_file(archive, files["old-archived"])
     figures = archive_summary(archive, store, claude)
-    assert figures["cleanup_at_risk"] == [str(files["old-unarchived"])] and figures["cleanup_days"] == 20
+    assert (
+        figures["cleanup_at_risk"] == [str(files["old-unarchived"])]
+        and figures["cleanup_days"] == 20
+    )
     report = build_report(store, tmp_path / "backups", {"running": True, "archive": figures})
-    assert any("1 transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
-               "(cleanupPeriodDays 20)" in problem for problem in report["problems"])
+    assert any(
+        "1 transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
+        "(cleanupPeriodDays 20)" in problem
+        for problem in report["problems"]
+    )
     archive.close()
     store.close()
 
 
 def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> None:
-    """The worker resolves a file's errors while the scheduler and the main thread add and copy theirs."""
+    """The worker resolves a file's errors while the scheduler and the main thread add and copy
+    theirs."""
     import threading
 
     from riffd.daemon.stats import ERRORS_KEPT, Stats
@@ -256,7 +331,9 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     for thread in threads:
         thread.join()
     assert failures == []
-    assert stats.recent_errors() == [] and stats.errors_met > 0  # each error taken back by its own thread
+    assert (
+        stats.recent_errors() == [] and stats.errors_met > 0
+    )  # each error taken back by its own thread
     stats.error("kept", about="/p/other.jsonl")
     stats.resolved("/p/unrelated.jsonl")
     assert [error["message"] for error in stats.recent_errors()] == ["kept"]

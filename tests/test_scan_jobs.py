@@ -1,4 +1,5 @@
-"""`riffd scan --jobs`: files scanned in worker processes give the report a scan in one process gives."""
+"""`riffd scan --jobs`: files scanned in worker processes give the report a scan in one process
+gives."""
 
 from __future__ import annotations
 
@@ -16,14 +17,25 @@ from conftest import transcript_bytes
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-           "RIFFD_CONFIG": str(tmp_path / "no-config.toml")}
-    return subprocess.Popen([sys.executable, "-m", "riffd", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "riffd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, dict, str]:
-    """Wait for a `riffd scan --json`; return its exit code, its report without the timing, and its stderr."""
+    """Wait for a `riffd scan --json`; return its exit code, its report without the timing, and its
+    stderr."""
     out, err = process.communicate(timeout=300)
     report = json.loads(out)
     del report["summary"]["seconds"]
@@ -31,8 +43,9 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, dict, str]:
 
 
 def make_projects(root: Path, files: int, megabytes: float) -> Path:
-    """`files` transcripts of about `megabytes` each under root/projects; every third one has a garbage line and a
-    repeated line (a malformed line, a duplicate uuid), so the report has findings in some files, not all."""
+    """`files` transcripts of about `megabytes` each under root/projects; every third one has a
+    garbage line and a repeated line (a malformed line, a duplicate uuid), so the report has
+    findings in some files, not all."""
     projects = root / "projects"
     lines = int(megabytes * 1e6 / 1_000)
     for number in range(files):
@@ -48,13 +61,19 @@ def make_projects(root: Path, files: int, megabytes: float) -> Path:
 
 
 def test_a_parallel_scan_reports_what_a_serial_scan_reports(tmp_path: Path) -> None:
-    projects = make_projects(tmp_path, files=9, megabytes=4.5)  # 40 MB: over the size where workers start
+    projects = make_projects(
+        tmp_path, files=9, megabytes=4.5
+    )  # 40 MB: over the size where workers start
     serial = finish(riffd(tmp_path, "scan", "--json", "--jobs", "1", str(projects)))
     parallel = finish(riffd(tmp_path, "scan", "--json", "--jobs", "2", str(projects)))
     assert serial[0] == parallel[0] == 1
     assert parallel[1] == serial[1]
-    assert parallel[1]["summary"]["files"] == 10 and parallel[1]["summary"]["files_with_findings"] == 3
-    assert [file["path"] for file in parallel[1]["files"]] == sorted(file["path"] for file in parallel[1]["files"])
+    assert (
+        parallel[1]["summary"]["files"] == 10 and parallel[1]["summary"]["files_with_findings"] == 3
+    )
+    assert [file["path"] for file in parallel[1]["files"]] == sorted(
+        file["path"] for file in parallel[1]["files"]
+    )
     assert "warning" not in parallel[2]
 
 
@@ -80,7 +99,8 @@ def test_jobs_must_be_a_positive_number(tmp_path: Path) -> None:
 
 
 def wait_for_workers(process: subprocess.Popen[str]) -> list[int]:
-    """The pids of a running scan's worker processes, once it has started them (empty if it never does)."""
+    """The pids of a running scan's worker processes, once it has started them (empty if it never
+    does)."""
     children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:
@@ -102,7 +122,9 @@ def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path)
     assert process.returncode == 130, err
     assert "riffd: interrupted" in err and "Traceback" not in err
     for pid in workers:
-        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
 
 
 def test_one_big_file_is_decoded_by_a_second_process_with_the_same_report(tmp_path: Path) -> None:

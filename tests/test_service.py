@@ -1,5 +1,6 @@
 """`riffd service` and the systemd notify client: the service files name the real command, pass
-`systemd-analyze verify` and parse as plists; install --dry-run changes nothing; notify sends exact datagrams."""
+`systemd-analyze verify` and parse as plists; install --dry-run changes nothing; notify sends exact
+datagrams."""
 
 from __future__ import annotations
 
@@ -29,7 +30,13 @@ from riffd.daemon.notify import Notifier
 REPO = Path(__file__).resolve().parents[1]
 REPO_UNIT = REPO / "systemd" / "riffd.service"
 REPO_PLIST = REPO / "launchd" / f"{units.LAUNCHD_LABEL}.plist.in"
-ENVIRONMENT_NAMES = ("RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "RIFFD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
+ENVIRONMENT_NAMES = (
+    "RIFFD_STATE_DIR",
+    "CLAUDE_CONFIG_DIR",
+    "RIFFD_CONFIG",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+)
 
 
 @pytest.fixture
@@ -65,7 +72,9 @@ def test_every_line_of_the_unit_is_commented() -> None:
     lines = REPO_UNIT.read_text().splitlines()
     for number, line in enumerate(lines):
         if line and not line.startswith("#"):
-            assert lines[number - 1].startswith("#"), f"line {number + 1} has no comment above it: {line}"
+            assert lines[number - 1].startswith("#"), (
+                f"line {number + 1} has no comment above it: {line}"
+            )
 
 
 def test_repo_plist_is_the_template_that_install_renders() -> None:
@@ -79,18 +88,27 @@ def test_repo_plist_is_the_template_that_install_renders() -> None:
 
 
 def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str]:
-    """Run `systemd-analyze verify --user` on `unit_text` as riffd.service; return the problems it reports
-    about that file (exit status and every line naming it: unknown keys are only warnings there)."""
+    """Run `systemd-analyze verify --user` on `unit_text` as riffd.service; return the problems it
+    reports about that file (exit status and every line naming it: unknown keys are only warnings
+    there)."""
     analyze = shutil.which("systemd-analyze")
     assert analyze is not None
     folder.mkdir(parents=True, exist_ok=True)
     unit = folder / units.UNIT_NAME
     unit.write_text(unit_text)
-    runtime = folder / "runtime"  # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
+    runtime = (
+        folder / "runtime"
+    )  # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
     runtime.mkdir(mode=0o700, exist_ok=True)
     environment = dict(os.environ, HOME=str(home_folder), XDG_RUNTIME_DIR=str(runtime))
-    result = subprocess.run([analyze, "verify", "--user", "--man=no", str(unit)], env=environment,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [analyze, "verify", "--user", "--man=no", str(unit)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     output = result.stdout + result.stderr
     problems = [line for line in output.splitlines() if units.UNIT_NAME in line]
     if result.returncode != 0:
@@ -98,7 +116,9 @@ def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str
     return problems
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed"
+)
 def test_units_pass_systemd_analyze_verify(home: Path, tmp_path: Path) -> None:
     # The repository's example runs %h/.local/bin/riffd; verify checks that it is executable.
     example = home / ".local" / "bin" / "riffd"
@@ -107,14 +127,19 @@ def test_units_pass_systemd_analyze_verify(home: Path, tmp_path: Path) -> None:
     example.chmod(0o755)
     assert verify_problems(REPO_UNIT.read_text(), tmp_path / "repo", home) == []
 
-    odd = str(tmp_path / "odd 100% \"$HOME\" \\ state")
-    rendered = units.render_unit(units.daemon_arguments(sys.executable, tmp_path / "my config.toml"),
-                                   units.service_environment({"RIFFD_STATE_DIR": odd}))
+    odd = str(tmp_path / 'odd 100% "$HOME" \\ state')
+    rendered = units.render_unit(
+        units.daemon_arguments(sys.executable, tmp_path / "my config.toml"),
+        units.service_environment({"RIFFD_STATE_DIR": odd}),
+    )
     assert verify_problems(rendered, tmp_path / "rendered", home) == []
 
     # The check fails on real mistakes: a misspelled directive, and a command that does not exist.
     misspelled = rendered.replace("NoNewPrivileges=", "NoNewPrivilegez=")
-    assert any("NoNewPrivilegez" in problem for problem in verify_problems(misspelled, tmp_path / "bad1", home))
+    assert any(
+        "NoNewPrivilegez" in problem
+        for problem in verify_problems(misspelled, tmp_path / "bad1", home)
+    )
     missing = rendered.replace(f"ExecStart={sys.executable}", f"ExecStart={tmp_path}/no/python")
     assert verify_problems(missing, tmp_path / "bad2", home) != []
 
@@ -123,8 +148,10 @@ def test_rendered_unit_runs_this_interpreter(home: Path) -> None:
     plan = service.plan_service("linux", sys.executable, None)
     assert plan.path == home / ".config" / "systemd" / "user" / "riffd.service"
     (exec_start,) = directive(plan.content, "ExecStart")
-    assert exec_start == " ".join(units._systemd_quote(word, exec_line=True)
-                                  for word in (sys.executable, "-m", "riffd", "run"))
+    assert exec_start == " ".join(
+        units._systemd_quote(word, exec_line=True)
+        for word in (sys.executable, "-m", "riffd", "run")
+    )
     assert exec_start.endswith(" -m riffd run")
     # The state folder the CLI uses here is pinned: a service does not see the shell's environment.
     assert directive(plan.content, "Environment") == [f"RIFFD_STATE_DIR={paths.state_dir()}"]
@@ -134,10 +161,16 @@ def test_rendered_unit_passes_overrides_and_config_as_absolute_paths(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    environ = {"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": "~/claude",
-               "RIFFD_CONFIG": "relative.toml", "PATH": "/usr/bin"}
+    environ = {
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": "~/claude",
+        "RIFFD_CONFIG": "relative.toml",
+        "PATH": "/usr/bin",
+    }
     plan = service.plan_service("linux", "/opt/py/bin/python3", "riffd.toml", environ)
-    assert directive(plan.content, "ExecStart") == [f"/opt/py/bin/python3 -m riffd --config {tmp_path}/riffd.toml run"]
+    assert directive(plan.content, "ExecStart") == [
+        f"/opt/py/bin/python3 -m riffd --config {tmp_path}/riffd.toml run"
+    ]
     assert directive(plan.content, "Environment") == [
         f"RIFFD_STATE_DIR={tmp_path}/state",
         f"CLAUDE_CONFIG_DIR={home}/claude",
@@ -146,15 +179,23 @@ def test_rendered_unit_passes_overrides_and_config_as_absolute_paths(
 
 
 def test_unit_quotes_what_systemd_would_expand() -> None:
-    unit = units.render_unit(["/opt/my python/bin/python3", "-m", "riffd", "--config", '/c/50% "$x"', "run"],
-                               {"RIFFD_STATE_DIR": '/s/50% "$x"'})
-    assert directive(unit, "ExecStart") == ['"/opt/my python/bin/python3" -m riffd --config "/c/50%% \\"$$x\\"" run']
+    unit = units.render_unit(
+        ["/opt/my python/bin/python3", "-m", "riffd", "--config", '/c/50% "$x"', "run"],
+        {"RIFFD_STATE_DIR": '/s/50% "$x"'},
+    )
+    assert directive(unit, "ExecStart") == [
+        '"/opt/my python/bin/python3" -m riffd --config "/c/50%% \\"$$x\\"" run'
+    ]
     assert directive(unit, "Environment") == ['"RIFFD_STATE_DIR=/s/50%% \\"$x\\""']
     with pytest.raises(units.ServiceError, match="control character"):
-        units.render_unit(["/usr/bin/python3", "-m", "riffd", "--config", "a\nExecStartPre=/bin/rm", "run"], {})
+        units.render_unit(
+            ["/usr/bin/python3", "-m", "riffd", "--config", "a\nExecStartPre=/bin/rm", "run"], {}
+        )
 
 
-def test_unit_honours_xdg_config_home(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unit_honours_xdg_config_home(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     assert units.systemd_unit_path() == tmp_path / "xdg" / "systemd" / "user" / "riffd.service"
 
@@ -163,8 +204,8 @@ def test_unit_honours_xdg_config_home(home: Path, tmp_path: Path, monkeypatch: p
 
 
 def repeated_keys(plist_xml: str) -> list[str]:
-    """Return the keys that appear more than once in one <dict> of a plist's raw XML (plistlib would keep
-    only the last, silently)."""
+    """Return the keys that appear more than once in one <dict> of a plist's raw XML (plistlib would
+    keep only the last, silently)."""
     repeated: list[str] = []
     for element in ElementTree.fromstring(plist_xml).iter("dict"):
         counts = Counter(child.text for child in element if child.tag == "key")
@@ -174,7 +215,10 @@ def repeated_keys(plist_xml: str) -> list[str]:
 
 def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Path) -> None:
     python = str(tmp_path / "py" / "bin" / "python3")
-    environ = {"RIFFD_STATE_DIR": str(tmp_path / "state & more"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    environ = {
+        "RIFFD_STATE_DIR": str(tmp_path / "state & more"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+    }
     plan = service.plan_service("darwin", python, tmp_path / "riffd.toml", environ)
     assert plan.path == home / "Library" / "LaunchAgents" / "io.github.riffd.riffd.plist"
     assert "/Users/" not in plan.content
@@ -182,17 +226,29 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     document = plistlib.loads(plan.content.encode())
     assert document["Label"] == "io.github.riffd.riffd"
     assert plan.log_dir is not None
-    assert document["ProgramArguments"] == [python, "-m", "riffd", "--config", str(tmp_path / "riffd.toml"), "run",
-                                            "--log-file", str(plan.log_dir / "riffd.log")]  # riffd rotates it
+    assert document["ProgramArguments"] == [
+        python,
+        "-m",
+        "riffd",
+        "--config",
+        str(tmp_path / "riffd.toml"),
+        "run",
+        "--log-file",
+        str(plan.log_dir / "riffd.log"),
+    ]  # riffd rotates it
     assert document["RunAtLoad"] is True
-    assert document["KeepAlive"] == {"Crashed": True}  # not after exit 2 (bad config, lock held): no spinning
+    assert document["KeepAlive"] == {
+        "Crashed": True
+    }  # not after exit 2 (bad config, lock held): no spinning
     assert document["Nice"] == 10
     assert document["ThrottleInterval"] == 10
     assert document["ProcessType"] == "Background"
     assert document["StandardOutPath"] == str(plan.log_dir / "riffd.out.log")
     assert document["StandardErrorPath"] == str(plan.log_dir / "riffd.err.log")
     assert document["EnvironmentVariables"] == environ
-    assert plan.install == (service.Command(("launchctl", "bootstrap", f"gui/{os.getuid()}", str(plan.path))),)
+    assert plan.install == (
+        service.Command(("launchctl", "bootstrap", f"gui/{os.getuid()}", str(plan.path))),
+    )
     assert plan.status.argv == ("launchctl", "print", f"gui/{os.getuid()}/io.github.riffd.riffd")
 
 
@@ -201,13 +257,22 @@ def test_plist_with_this_interpreter_and_no_environment(home: Path) -> None:
     document = plistlib.loads(plan.content.encode())
     assert plan.log_dir is not None
     log_file = str(plan.log_dir / "riffd.log")
-    assert document["ProgramArguments"] == [sys.executable, "-m", "riffd", "run", "--log-file", log_file]
+    assert document["ProgramArguments"] == [
+        sys.executable,
+        "-m",
+        "riffd",
+        "run",
+        "--log-file",
+        log_file,
+    ]
     assert document["EnvironmentVariables"] == {"RIFFD_STATE_DIR": str(paths.state_dir({}))}
     assert repeated_keys(plan.content) == []
 
 
 def test_a_value_that_looks_like_a_placeholder_stays_as_is() -> None:
-    plist = units.render_plist(["/opt/@LOG_DIR@/python3", "-m", "riffd", "run"], "/logs", {"X": "@ENVIRONMENT@"})
+    plist = units.render_plist(
+        ["/opt/@LOG_DIR@/python3", "-m", "riffd", "run"], "/logs", {"X": "@ENVIRONMENT@"}
+    )
     document = plistlib.loads(plist.encode())
     assert document["ProgramArguments"][0] == "/opt/@LOG_DIR@/python3"
     assert document["EnvironmentVariables"] == {"X": "@ENVIRONMENT@"}
@@ -247,8 +312,10 @@ def test_install_dry_run_prints_the_file_and_commands_and_writes_nothing(
     if sys.platform.startswith("linux"):
         assert plan.path == tmp_path / "xdg" / "systemd" / "user" / "riffd.service"
         assert f"\nEnvironment=RIFFD_STATE_DIR={tmp_path}/state\n" in out
-        assert ("would run: systemctl --user daemon-reload\n"
-                "would run: systemctl --user enable --now riffd.service\n") in out
+        assert (
+            "would run: systemctl --user daemon-reload\n"
+            "would run: systemctl --user enable --now riffd.service\n"
+        ) in out
     assert files_under(tmp_path) == before
 
 
@@ -258,7 +325,9 @@ def test_install_dry_run_writes_the_global_config_option_as_an_absolute_path(
     monkeypatch.chdir(tmp_path)
     assert main(["--config", "riffd.toml", "service", "install", "--dry-run"]) == EXIT_OK
     out = capsys.readouterr().out
-    assert service.plan_service(sys.platform, sys.executable, tmp_path / "riffd.toml").content in out
+    assert (
+        service.plan_service(sys.platform, sys.executable, tmp_path / "riffd.toml").content in out
+    )
     if sys.platform.startswith("linux"):
         assert f" -m riffd --config {tmp_path}/riffd.toml run\n" in out
 
@@ -279,27 +348,43 @@ def plan_with_commands(tmp_path: Path, *scripts: str) -> service.ServicePlan:
     """A systemd plan writing into tmp_path whose commands are real processes running `scripts`."""
     commands = tuple(service.Command((sys.executable, "-c", script)) for script in scripts)
     return service.ServicePlan(
-        manager="systemd", path=tmp_path / "units" / "riffd.service", content="[Service]\nExecStart=/bin/true\n",
-        install=commands, reinstall=commands, uninstall=commands, after_uninstall=(),
-        status=service.Command((sys.executable, "-c", "print('active')")), hint="start a user manager",
+        manager="systemd",
+        path=tmp_path / "units" / "riffd.service",
+        content="[Service]\nExecStart=/bin/true\n",
+        install=commands,
+        reinstall=commands,
+        uninstall=commands,
+        after_uninstall=(),
+        status=service.Command((sys.executable, "-c", "print('active')")),
+        hint="start a user manager",
     )
 
 
 def test_a_failing_command_is_reported_and_uninstall_still_removes_the_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan = plan_with_commands(tmp_path, "print('reloaded')",
-                              "import sys; print('Failed to connect to bus: No medium found', file=sys.stderr); "
-                              "sys.exit(1)")
+    plan = plan_with_commands(
+        tmp_path,
+        "print('reloaded')",
+        "import sys; print('Failed to connect to bus: No medium found', file=sys.stderr); "
+        "sys.exit(1)",
+    )
     assert service.install(plan, dry_run=False) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert "failed (exit 1):\nFailed to connect to bus: No medium found\nhint: start a user manager" in err
+    assert (
+        "failed (exit 1):\nFailed to connect to bus: No medium found\nhint: start a user manager"
+        in err
+    )
     assert f"{plan.path} is written and stays in place" in err
     assert plan.path.read_text() == plan.content
-    # Without a reachable service manager, uninstall still removes what riffd wrote, and says what it could not do.
+    # Without a reachable service manager, uninstall still removes what riffd wrote, and says what
+    # it could not do.
     assert service.uninstall(plan, dry_run=False) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert f"removed {plan.path}" in err and "could not be asked to stop and disable the service" in err
+    assert (
+        f"removed {plan.path}" in err
+        and "could not be asked to stop and disable the service" in err
+    )
     assert not plan.path.exists()
 
 
@@ -325,7 +410,8 @@ def test_install_status_uninstall_with_working_commands(
 
 @pytest.fixture
 def listener(tmp_path: Path) -> Iterator[tuple[socket.socket, str]]:
-    """A datagram socket bound in tmp_path, as systemd's notify socket; yield it and its NOTIFY_SOCKET."""
+    """A datagram socket bound in tmp_path, as systemd's notify socket; yield it and its
+    NOTIFY_SOCKET."""
     path = tmp_path / "n.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(path))
@@ -369,19 +455,28 @@ def test_notify_without_socket_does_nothing() -> None:
     for environ in ({}, {"NOTIFY_SOCKET": ""}, {"NOTIFY_SOCKET": "vsock:2:1234"}):
         notifier = Notifier(environ | {"WATCHDOG_USEC": "60000000"})
         assert not notifier.enabled
-        assert [notifier.ready("x"), notifier.status("x"), notifier.watchdog(), notifier.stopping(),
-                notifier.reloading()] == [False] * 5
+        assert [
+            notifier.ready("x"),
+            notifier.status("x"),
+            notifier.watchdog(),
+            notifier.stopping(),
+            notifier.reloading(),
+        ] == [False] * 5
         assert notifier.watchdog_interval() is None
 
 
-def test_notify_send_failure_returns_false_and_logs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_notify_send_failure_returns_false_and_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": str(tmp_path / "gone.sock")})
     with caplog.at_level("DEBUG", logger="riffd.daemon.notify"):
         assert notifier.watchdog() is False
     assert "could not notify systemd" in caplog.text
 
 
-def test_notifier_reads_os_environ(listener: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notifier_reads_os_environ(
+    listener: tuple[socket.socket, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     sock, address = listener
     monkeypatch.setenv("NOTIFY_SOCKET", address)
     assert Notifier().stopping()
@@ -390,16 +485,26 @@ def test_notifier_reads_os_environ(listener: tuple[socket.socket, str], monkeypa
 
 @pytest.mark.parametrize(
     ("usec", "pid", "expected"),
-    [("60000000", None, 30.0), ("60000000", "self", 30.0), ("60000000", "other", None), ("0", None, None),
-     ("soon", None, None), (None, None, None), ("60000000", "x", None)],
+    [
+        ("60000000", None, 30.0),
+        ("60000000", "self", 30.0),
+        ("60000000", "other", None),
+        ("0", None, None),
+        ("soon", None, None),
+        (None, None, None),
+        ("60000000", "x", None),
+    ],
 )
-def test_watchdog_interval(listener: tuple[socket.socket, str], usec: str | None, pid: str | None,
-                           expected: float | None) -> None:
+def test_watchdog_interval(
+    listener: tuple[socket.socket, str], usec: str | None, pid: str | None, expected: float | None
+) -> None:
     environ = {"NOTIFY_SOCKET": listener[1]}
     if usec is not None:
         environ["WATCHDOG_USEC"] = usec
     if pid is not None:
-        environ["WATCHDOG_PID"] = {"self": str(os.getpid()), "other": str(os.getpid() + 1)}.get(pid, pid)
+        environ["WATCHDOG_PID"] = {"self": str(os.getpid()), "other": str(os.getpid() + 1)}.get(
+            pid, pid
+        )
     assert Notifier(environ).watchdog_interval() == expected
 
 
@@ -409,9 +514,14 @@ def test_with_xdg_folders_set_the_unit_pins_the_config_file_and_the_state_folder
     config = tmp_path / "xdg-config" / "riffd" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text("")
-    environ = {"HOME": str(home), "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
-               "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
+    environ = {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+        "XDG_STATE_HOME": str(tmp_path / "xdg-state"),
+    }
     plan = service.plan_service("linux", "/opt/py/bin/python3", None, environ)
-    assert directive(plan.content, "ExecStart") == [f"/opt/py/bin/python3 -m riffd --config {config} run"]
+    assert directive(plan.content, "ExecStart") == [
+        f"/opt/py/bin/python3 -m riffd --config {config} run"
+    ]
     assert f"RIFFD_STATE_DIR={tmp_path}/xdg-state/riffd" in directive(plan.content, "Environment")
     assert f"XDG_STATE_HOME={tmp_path}/xdg-state" in directive(plan.content, "Environment")

@@ -1,4 +1,5 @@
-"""Finding sessions: an id prefix, `latest`, `riffd sessions` (and the deleted ones the archive holds)."""
+"""Finding sessions: an id prefix, `latest`, `riffd sessions` (and the deleted ones the archive
+holds)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,38 @@ THIRD = "9c0ffee0-1111-4222-8333-444455556666"
 
 def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
     records = [
-        {"type": "user", "uuid": f"{session_id}-u1", "parentUuid": None, "sessionId": session_id, "cwd": cwd,
-         "timestamp": "2026-11-20T09:00:00.000Z", "isMeta": True,
-         "message": {"role": "user", "content": "<command-name>/clear</command-name>"}},
-        {"type": "user", "uuid": f"{session_id}-u2", "parentUuid": f"{session_id}-u1", "sessionId": session_id,
-         "cwd": cwd, "timestamp": "2026-11-20T09:00:01.000Z",
-         "message": {"role": "user", "content": [{"type": "text", "text": prompt}]}},
-        {"type": "assistant", "uuid": f"{session_id}-a1", "parentUuid": f"{session_id}-u2", "sessionId": session_id,
-         "cwd": cwd, "timestamp": "2026-11-20T09:00:05.000Z",
-         "message": {"role": "assistant", "content": [{"type": "text", "text": "Sure."}]}},
+        {
+            "type": "user",
+            "uuid": f"{session_id}-u1",
+            "parentUuid": None,
+            "sessionId": session_id,
+            "cwd": cwd,
+            "timestamp": "2026-11-20T09:00:00.000Z",
+            "isMeta": True,
+            "message": {"role": "user", "content": "<command-name>/clear</command-name>"},
+        },
+        {
+            "type": "user",
+            "uuid": f"{session_id}-u2",
+            "parentUuid": f"{session_id}-u1",
+            "sessionId": session_id,
+            "cwd": cwd,
+            "timestamp": "2026-11-20T09:00:01.000Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
+        },
+        {
+            "type": "assistant",
+            "uuid": f"{session_id}-a1",
+            "parentUuid": f"{session_id}-u2",
+            "sessionId": session_id,
+            "cwd": cwd,
+            "timestamp": "2026-11-20T09:00:05.000Z",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Sure."}]},
+        },
     ]
-    return b"".join(json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records)  # as Claude Code
+    return b"".join(
+        json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records
+    )  # as Claude Code
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path]:
@@ -37,8 +59,13 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
     app.mkdir()
     folder = tmp_path / "claude" / "projects" / project_folder_name(str(app))
     folder.mkdir(parents=True)
-    for age, (session, prompt) in enumerate([(FIRST, "Fix the flaky login test"), (SECOND, "Add dark mode"),
-                                             (THIRD, "Write the release notes for 2.0")]):
+    for age, (session, prompt) in enumerate(
+        [
+            (FIRST, "Fix the flaky login test"),
+            (SECOND, "Add dark mode"),
+            (THIRD, "Write the release notes for 2.0"),
+        ]
+    ):
         path = folder / f"{session}.jsonl"
         path.write_bytes(session_lines(session, str(app), prompt))
         os.utime(path, (time.time() - 3600 * (age + 1),) * 2)  # FIRST is the newest
@@ -46,12 +73,25 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def riffd(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path / "state")}
-    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=env,
-                          timeout=60, check=False, cwd=cwd or tmp_path)
+    env = {
+        **os.environ,
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+        cwd=cwd or tmp_path,
+    )
 
 
-def test_a_unique_prefix_and_latest_name_a_session_and_an_ambiguous_one_lists_them(tmp_path: Path) -> None:
+def test_a_unique_prefix_and_latest_name_a_session_and_an_ambiguous_one_lists_them(
+    tmp_path: Path,
+) -> None:
     app, folder = setup(tmp_path)
     shown = riffd(tmp_path, "show", "9c0ffee0", "--format", "json")
     assert shown.returncode == 0, shown.stderr
@@ -72,20 +112,30 @@ def test_sessions_lists_id_project_title_dates_size_and_archived(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["sessions"]
     assert [row["session_id"] for row in rows] == [FIRST, SECOND, THIRD]  # newest first
-    assert rows[0]["title"] == "Fix the flaky login test"  # the first real prompt, not the /clear wrapper
+    assert (
+        rows[0]["title"] == "Fix the flaky login test"
+    )  # the first real prompt, not the /clear wrapper
     assert rows[0]["project"] == str(app) and rows[0]["bytes"] > 0 and rows[0]["archived"] is False
     assert rows[0]["resume"] == f"claude --resume {FIRST}"
     text = riffd(tmp_path, "sessions", "--project", str(app))
     first_line = text.stdout.splitlines()[0]
-    assert first_line.startswith(FIRST) and "Fix the flaky login test" in first_line and str(app) in first_line
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", first_line.split()[1])  # local, with offset
+    assert (
+        first_line.startswith(FIRST)
+        and "Fix the flaky login test" in first_line
+        and str(app) in first_line
+    )
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", first_line.split()[1]
+    )  # local, with offset
 
 
 def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_path: Path) -> None:
     _app, folder = setup(tmp_path)
     path = folder / f"{THIRD}.jsonl"
     original = path.read_bytes()
-    assert riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    assert (
+        riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    )
     path.unlink()  # Claude Code's 30-day cleanup
     listed = riffd(tmp_path, "sessions", "--deleted")
     assert listed.returncode == 0, listed.stderr
@@ -101,16 +151,23 @@ def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_pa
 
 def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: Path) -> None:
     app, _folder = setup(tmp_path)
-    assert riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    assert (
+        riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    )
     found = riffd(tmp_path, "archive", "search", "release notes")
     assert found.returncode == 0, found.stderr
     head, text, where = found.stdout.splitlines()[:3]
-    assert head.startswith(THIRD) and str(app) in head and '"Write the release notes for 2.0"' in head
+    assert (
+        head.startswith(THIRD) and str(app) in head and '"Write the release notes for 2.0"' in head
+    )
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", head)  # local time with its offset
     assert "release notes" in text
     assert where.endswith(f"claude --resume {THIRD}") and f"cd {app}" in where
     (hit,) = json.loads(riffd(tmp_path, "archive", "search", "release notes", "--json").stdout)
-    assert hit["title"] == "Write the release notes for 2.0" and hit["resume"] == f"claude --resume {THIRD}"
+    assert (
+        hit["title"] == "Write the release notes for 2.0"
+        and hit["resume"] == f"claude --resume {THIRD}"
+    )
 
 
 def test_backups_list_takes_a_session_prefix(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
-"""The replace window: what another program does to the transcript between riffd's last check and its swap.
+"""The replace window: what another program does to the transcript between riffd's last check and
+its swap.
 
-Each test holds riffd's swap back through its own I/O seam (`FileSystem.exchange`) and acts in that instant, as an
-editor or a sync client publishing a new version by rename would. A rename over the transcript must survive, a
-deleted transcript must stay deleted, and a filesystem that cannot exchange, or silently renames instead, must
-still get a correct repair and be named once in the log.
+Each test holds riffd's swap back through its own I/O seam (`FileSystem.exchange`) and acts in that
+instant, as an editor or a sync client publishing a new version by rename would. A rename over the
+transcript must survive, a deleted transcript must stay deleted, and a filesystem that cannot
+exchange, or silently renames instead, must still get a correct repair and be named once in the log.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ Hook = Callable[[Path], None]
 
 
 class HeldSwapFS(FileSystem):
-    """Runs `before(transcript)` just before riffd exchanges the transcript's name, and `after(transcript)` just after
-    its first exchange (the moment a writer may append to what the name holds then)."""
+    """Runs `before(transcript)` just before riffd exchanges the transcript's name, and
+    `after(transcript)` just after its first exchange (the moment a writer may append to what the
+    name holds then)."""
 
     def __init__(self, before: Hook | None = None, after: Hook | None = None) -> None:
         self.before, self.after = before, after
@@ -46,7 +48,8 @@ class HeldSwapFS(FileSystem):
 
 
 def publish_by_rename(path: Path, data: bytes) -> None:
-    """Put a new version in place the way editors and sync clients do: write a temp file, rename it over."""
+    """Put a new version in place the way editors and sync clients do: write a temp file, rename it
+    over."""
     staging = path.parent / f".{path.name}.syncthing.tmp"
     staging.write_bytes(data)
     os.replace(staging, path)
@@ -56,7 +59,9 @@ def test_a_new_version_renamed_over_the_transcript_in_the_window_survives(tmp_pa
     original = transcript_bytes(20)
     path = make_transcript(tmp_path, original)
     newer = transcript_bytes(25)  # the sync client's version: five more lines
-    options = options_for(tmp_path, fs=HeldSwapFS(before=lambda target: publish_by_rename(target, newer)))
+    options = options_for(
+        tmp_path, fs=HeldSwapFS(before=lambda target: publish_by_rename(target, newer))
+    )
     outcome = apply_plan(plan_for(path), options)
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.CHANGED, outcome
     assert "new version" in outcome.detail and "that version is kept" in outcome.detail
@@ -72,8 +77,10 @@ def test_lines_appended_while_riffd_held_the_name_go_to_the_new_version(tmp_path
     path = make_transcript(tmp_path, original)
     newer = transcript_bytes(25)
     late = transcript_line(99)
-    fs = HeldSwapFS(before=lambda target: publish_by_rename(target, newer),
-                    after=lambda target: append_line(target, late))
+    fs = HeldSwapFS(
+        before=lambda target: publish_by_rename(target, newer),
+        after=lambda target: append_line(target, late),
+    )
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=fs))
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.CHANGED, outcome
     assert path.read_bytes() == newer + late
@@ -91,7 +98,8 @@ def test_a_transcript_deleted_in_the_window_stays_deleted(tmp_path: Path) -> Non
 
 
 class NoExchangeFS(FileSystem):
-    """A filesystem that refuses RENAME_EXCHANGE (EINVAL), as some network and FUSE filesystems do."""
+    """A filesystem that refuses RENAME_EXCHANGE (EINVAL), as some network and FUSE filesystems
+    do."""
 
     def __init__(self, before: Hook | None = None) -> None:
         self.before = before
@@ -103,7 +111,8 @@ class NoExchangeFS(FileSystem):
 
 
 class FlagDroppingFS(FileSystem):
-    """A FUSE layer that accepts the exchange, returns 0 and performs a plain rename (shared/filesystems.md)."""
+    """A FUSE layer that accepts the exchange, returns 0 and performs a plain rename
+    (shared/filesystems.md)."""
 
     def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         os.replace(src, dst)
@@ -124,14 +133,21 @@ def test_without_a_working_exchange_the_repair_is_correct_and_said_once(
             assert isinstance(outcome, Repaired), outcome
             assert path.read_bytes() == render(original, plan.edits)
             assert temp_files(path.parent) == []
-    said = [record.getMessage() for record in caplog.records if "cannot exchange two names" in record.getMessage()]
+    said = [
+        record.getMessage()
+        for record in caplog.records
+        if "cannot exchange two names" in record.getMessage()
+    ]
     assert len(said) == 1, said
     assert str(first) in said[0]
 
 
 def test_with_the_rename_fallback_a_deleted_transcript_is_not_brought_back(tmp_path: Path) -> None:
     path = make_transcript(tmp_path, transcript_bytes(20))
-    outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=NoExchangeFS(before=lambda target: target.unlink())))
+    outcome = apply_plan(
+        plan_for(path),
+        options_for(tmp_path, fs=NoExchangeFS(before=lambda target: target.unlink())),
+    )
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.GONE, outcome
     assert not path.exists()
     assert temp_files(path.parent) == []
@@ -160,9 +176,10 @@ def test_a_new_version_that_cannot_be_put_back_is_kept_and_named(tmp_path: Path)
 
 
 class FlakyAfterSwapFS(HeldSwapFS):
-    """After the exchange, a client still appends to the old file (through the descriptor it opened before), and the
-    filesystem fails: `fstat` of any descriptor with EIO `fstat_failures` times in a row, and every append to the
-    repaired copy when `writes_fail` (a cloud-synced folder at its worst; riffd's backup folder stays healthy)."""
+    """After the exchange, a client still appends to the old file (through the descriptor it opened
+    before), and the filesystem fails: `fstat` of any descriptor with EIO `fstat_failures` times in
+    a row, and every append to the repaired copy when `writes_fail` (a cloud-synced folder at its
+    worst; riffd's backup folder stays healthy)."""
 
     def __init__(self, late: bytes, fstat_failures: int = 0, writes_fail: bool = False) -> None:
         super().__init__(after=self._client_appends)
@@ -172,13 +189,19 @@ class FlakyAfterSwapFS(HeldSwapFS):
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
-        if flags & os.O_APPEND:  # riffd appends late lines to the repaired file through such a descriptor
+        if (
+            flags & os.O_APPEND
+        ):  # riffd appends late lines to the repaired file through such a descriptor
             self.copy_appenders.add(fd)
         return fd
 
     def _client_appends(self, target: Path) -> None:
-        old_name = next(target.parent / name for name in temp_files(target.parent) if name.endswith(".tmp"))
-        append_line(old_name, self.late)  # lands in the old file, which riffd then holds only by descriptor
+        old_name = next(
+            target.parent / name for name in temp_files(target.parent) if name.endswith(".tmp")
+        )
+        append_line(
+            old_name, self.late
+        )  # lands in the old file, which riffd then holds only by descriptor
         self.swapped = True
 
     def fstat(self, fd: int) -> os.stat_result:
@@ -198,7 +221,8 @@ def test_lines_appended_to_the_old_file_are_carried_over_through_io_errors(tmp_p
     path = make_transcript(tmp_path, original)
     late = transcript_line(99)
     plan = plan_for(path)
-    # More failures in a row than one call's retries: the copy must go on at the next check, not give up.
+    # More failures in a row than one call's retries: the copy must go on at the next check, not
+    # give up.
     fs = FlakyAfterSwapFS(late, fstat_failures=5)
     outcome = apply_plan(plan, options_for(tmp_path, fs=fs))
     assert isinstance(outcome, Repaired), outcome
@@ -217,5 +241,10 @@ def test_late_lines_that_cannot_be_copied_are_kept_in_a_second_backup(tmp_path: 
     store = BackupStore(options.backup_dir)
     before, old_file = store.list()
     assert store.open_bytes(before.backup_id) == original
-    assert store.open_bytes(old_file.backup_id) == original + late  # every line written to the old file
-    assert f"backup {old_file.backup_id}" in outcome.detail and "riffd backups restore" in outcome.detail
+    assert (
+        store.open_bytes(old_file.backup_id) == original + late
+    )  # every line written to the old file
+    assert (
+        f"backup {old_file.backup_id}" in outcome.detail
+        and "riffd backups restore" in outcome.detail
+    )

@@ -1,6 +1,7 @@
-"""A torn last line (a write cut off by a crash or a kill) is cut off once its session is idle, and never before its
-bytes are in the verified backup and in the archive: Claude Code cannot resume past it, and nothing of it is lost.
-A writer that continues the line after all, during the replace, gets it back whole."""
+"""A torn last line (a write cut off by a crash or a kill) is cut off once its session is idle, and
+never before its bytes are in the verified backup and in the archive: Claude Code cannot resume past
+it, and nothing of it is lost. A writer that continues the line after all, during the replace, gets
+it back whole."""
 
 from __future__ import annotations
 
@@ -38,21 +39,36 @@ def torn_transcript(tmp_path: Path) -> Path:
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
-    return subprocess.run([sys.executable, "-m", "riffd", *args], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
+    env = {
+        **os.environ,
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def archived_generations(archive_path: Path, path: Path) -> list[bytes]:
     archive = Archive(archive_path, read_only=True)
     try:
         ((file_id, _name, _session),) = archive.files_of(str(path))
-        return [b"".join(archive.iter_file(file_id, generation)) for generation in archive.generations(file_id)]
+        return [
+            b"".join(archive.iter_file(file_id, generation))
+            for generation in archive.generations(file_id)
+        ]
     finally:
         archive.close()
 
 
-def test_fix_cuts_a_torn_last_line_after_keeping_it_in_the_backup_and_the_archive(tmp_path: Path) -> None:
+def test_fix_cuts_a_torn_last_line_after_keeping_it_in_the_backup_and_the_archive(
+    tmp_path: Path,
+) -> None:
     path = torn_transcript(tmp_path)
     assert [finding.cls for finding in scan_file(path).findings] == [FindingClass.TORN_TAIL]
     result = riffd(tmp_path, "fix", str(path))
@@ -61,7 +77,9 @@ def test_fix_cuts_a_torn_last_line_after_keeping_it_in_the_backup_and_the_archiv
     assert "remove line 13: the last line is the fragment of an interrupted write" in result.stdout
     assert "0 finding(s) remain" in result.stderr
     (record,) = BackupStore(tmp_path / "state" / "backups").list()
-    assert BackupStore(tmp_path / "state" / "backups").open_bytes(record.backup_id) == WHOLE + FRAGMENT
+    assert (
+        BackupStore(tmp_path / "state" / "backups").open_bytes(record.backup_id) == WHOLE + FRAGMENT
+    )
     assert archived_generations(tmp_path / "state" / "archive.db", path) == [WHOLE + FRAGMENT]
     again = riffd(tmp_path, "fix", str(path))
     assert again.returncode == 0 and path.read_bytes() == WHOLE
@@ -80,8 +98,13 @@ def test_a_torn_tail_that_cannot_be_archived_first_is_kept_and_said(tmp_path: Pa
 def worker_settings(tmp_path: Path) -> WorkerSettings:
     """The daemon's worker on the sandbox of torn_transcript, repairing at once."""
     claude = tmp_path / "claude"
-    return WorkerSettings(repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups",
-                          claude_dir=claude, roots=(claude / "projects",))
+    return WorkerSettings(
+        repair=True,
+        quiet_period=0,
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=claude,
+        roots=(claude / "projects",),
+    )
 
 
 def test_the_daemon_cuts_a_torn_tail_once_the_archive_holds_it(tmp_path: Path) -> None:
@@ -98,7 +121,9 @@ def test_the_daemon_cuts_a_torn_tail_once_the_archive_holds_it(tmp_path: Path) -
         ((file_id, _name, _session),) = archive.files_of(str(path))
         first, *later = archive.generations(file_id)
         assert b"".join(archive.iter_file(file_id, first)) == WHOLE + FRAGMENT
-        assert b"".join(archive.iter_file(file_id)) == WHOLE  # the repaired file, a generation of its own
+        assert (
+            b"".join(archive.iter_file(file_id)) == WHOLE
+        )  # the repaired file, a generation of its own
         assert later
     finally:
         archive.close()
@@ -119,7 +144,8 @@ def test_without_an_archive_the_daemon_keeps_the_torn_tail(tmp_path: Path) -> No
 
 
 class ContinuingWriterFS(FileSystem):
-    """The torn line's writer was only slow: it finishes the line in the old file just after riffd's swap."""
+    """The torn line's writer was only slow: it finishes the line in the old file just after riffd's
+    swap."""
 
     def __init__(self, rest: bytes) -> None:
         self.rest = rest
@@ -140,7 +166,9 @@ def test_a_torn_line_continued_during_the_replace_comes_back_whole(tmp_path: Pat
     assert [finding.cls for finding in plan.fixes] == [FindingClass.TORN_TAIL]
     outcome = apply_plan(plan, options_for(tmp_path, fs=ContinuingWriterFS(rest)))
     assert isinstance(outcome, Repaired), outcome
-    assert path.read_bytes() == WHOLE + FRAGMENT + rest  # line 13 as its writer meant it, then line 14
+    assert (
+        path.read_bytes() == WHOLE + FRAGMENT + rest
+    )  # line 13 as its writer meant it, then line 14
     assert outcome.carried_over_bytes == len(FRAGMENT + rest)
     assert any("put back" in warning for warning in outcome.warnings)
     assert scan_file(path).findings == []
@@ -149,14 +177,30 @@ def test_a_torn_line_continued_during_the_replace_comes_back_whole(tmp_path: Pat
 def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
     path = torn_transcript(tmp_path)
     config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{tmp_path / "elsewhere"}"\n[backups]\ndir = "{tmp_path / "my-backups"}"\n')
+    config.write_text(
+        f'state_dir = "{tmp_path / "elsewhere"}"\n[backups]\ndir = "{tmp_path / "my-backups"}"\n'
+    )
     env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_CONFIG": str(config)}
     env.pop("RIFFD_STATE_DIR", None)
-    fixed = subprocess.run([sys.executable, "-m", "riffd", "fix", str(path)], capture_output=True, text=True,
-                           env=env, timeout=120, check=False)
+    fixed = subprocess.run(
+        [sys.executable, "-m", "riffd", "fix", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert str(tmp_path / "my-backups") in fixed.stdout  # the backup went where the config says
-    assert (tmp_path / "elsewhere" / "archive.db").is_file()  # and the fragment to the configured state folder
-    listed = subprocess.run([sys.executable, "-m", "riffd", "backups", "list"], capture_output=True, text=True,
-                            env=env, timeout=120, check=False)
+    assert (
+        tmp_path / "elsewhere" / "archive.db"
+    ).is_file()  # and the fragment to the configured state folder
+    listed = subprocess.run(
+        [sys.executable, "-m", "riffd", "backups", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr

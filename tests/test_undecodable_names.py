@@ -1,8 +1,9 @@
 """File names that are not UTF-8 (the byte 0xff in a project folder and in a transcript's name).
 
-riffd reads, repairs, archives and restores such a file under its real name; it shows the name with `\\xff` escapes
-(text and JSON), advises commands that name the real file, and keys it in SQLite and its JSON files by a reversible
-text form. Every command a user meets it with runs as a real subprocess here, and a real daemon keeps running.
+riffd reads, repairs, archives and restores such a file under its real name; it shows the name with
+`\\xff` escapes (text and JSON), advises commands that name the real file, and keys it in SQLite and
+its JSON files by a reversible text form. Every command a user meets it with runs as a real
+subprocess here, and a real daemon keeps running.
 """
 
 from __future__ import annotations
@@ -28,7 +29,19 @@ SHOWN = "-home-u-\\xffproj"  # how riffd shows FOLDER
 MALFORMED_MID_FILE = b"not json\n"
 
 
-PIECES = ["a", "/", "\\", "x", "f", "0", "é", "\\x", "\\xff", KEY_MARK, *map(chr, range(0xDC80, 0xDD00))]
+PIECES = [
+    "a",
+    "/",
+    "\\",
+    "x",
+    "f",
+    "0",
+    "é",
+    "\\x",
+    "\\xff",
+    KEY_MARK,
+    *map(chr, range(0xDC80, 0xDD00)),
+]
 
 
 @given(st.lists(st.sampled_from(PIECES)).map("".join))
@@ -37,7 +50,9 @@ def test_a_key_gives_back_exactly_the_text_it_was_made_from(text: str) -> None:
     assert key_path(key) == text
     key.encode("utf-8")  # SQLite and JSON take it
     if not any("\udc80" <= char <= "\udcff" for char in text) and not text.startswith(KEY_MARK):
-        assert key == text  # every name that is text is its own key: archives made before stay as they are
+        assert (
+            key == text
+        )  # every name that is text is its own key: archives made before stay as they are
 
 
 def test_a_name_is_shown_with_its_bytes_escaped() -> None:
@@ -46,23 +61,37 @@ def test_a_name_is_shown_with_its_bytes_escaped() -> None:
 
 
 def riffd(tmp_path: Path, config: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    environ = {name: value for name, value in os.environ.items() if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")}
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
+    }
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "riffd", "--config", str(config), *args], capture_output=True,
-                          env=environ, cwd=tmp_path, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", "--config", str(config), *args],
+        capture_output=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
 
 
 def undecodable_transcript(projects: Path) -> Path:
-    """A transcript named with bytes that are not UTF-8, in a project folder so named, with a malformed line."""
+    """A transcript named with bytes that are not UTF-8, in a project folder so named, with a
+    malformed line."""
     path = projects / FOLDER / NAME
     path.parent.mkdir(parents=True)
     data = transcript_bytes(4)
-    path.write_bytes(data[: data.index(b"\n") + 1] + MALFORMED_MID_FILE + data[data.index(b"\n") + 1:])
+    path.write_bytes(
+        data[: data.index(b"\n") + 1] + MALFORMED_MID_FILE + data[data.index(b"\n") + 1 :]
+    )
     return path
 
 
 def ok(result: subprocess.CompletedProcess[bytes], *codes: int) -> str:
-    """The command's stdout, once it exited with one of `codes` (0 when none are given) and printed no traceback."""
+    """The command's stdout, once it exited with one of `codes` (0 when none are given) and printed
+    no traceback."""
     assert result.returncode in (codes or (0,)), (result.returncode, result.stdout, result.stderr)
     assert b"Traceback" not in result.stderr, result.stderr.decode(errors="replace")
     return result.stdout.decode("utf-8")  # strict: what riffd prints is UTF-8
@@ -94,7 +123,9 @@ def test_every_command_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
     (exported,) = (tmp_path / "out").glob("*.md")
     assert os.fsencode(exported.name) == b"s\xfe\xff.md"  # named after its source, bytes and all
     assert f"Source: `{display_path(path)}`" in exported.read_text(encoding="utf-8")
-    ok(riffd(tmp_path, config, "export", "--to", str(tmp_path / "out"), str(projects)))  # its manifest read back
+    ok(
+        riffd(tmp_path, config, "export", "--to", str(tmp_path / "out"), str(projects))
+    )  # its manifest read back
 
     # The archive keeps the name without loss: deleted, the file comes back under its exact bytes.
     path.unlink()
@@ -105,15 +136,26 @@ def test_every_command_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandbox) -> None:  # noqa: F811
-    reported = undecodable_transcript(sandbox.projects)  # a malformed line riffd never edits: listed in the report
+    reported = undecodable_transcript(
+        sandbox.projects
+    )  # a malformed line riffd never edits: listed in the report
     torn = sandbox.projects / FOLDER / os.fsdecode(b"agent-\xff.jsonl")
     whole = transcript_bytes(3)
     torn.write_bytes(whole + b'{"type":"user","uu')
-    os.utime(torn, (1_000_000_000, 1_000_000_000))  # long idle: its torn last line is cut, after a backup
+    os.utime(
+        torn, (1_000_000_000, 1_000_000_000)
+    )  # long idle: its torn last line is cut, after a backup
     daemon = sandbox.start()
 
-    report = daemon.wait_until(lambda: sandbox.report_where(lambda r: r["repairs"]["done"] >= 1 and any(
-        SHOWN in item["path"] for item in r.get("attention", []))), "a report of the repair and the open finding")
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(
+            lambda r: (
+                r["repairs"]["done"] >= 1
+                and any(SHOWN in item["path"] for item in r.get("attention", []))
+            )
+        ),
+        "a report of the repair and the open finding",
+    )
     assert torn.read_bytes() == whole
     (item,) = [item for item in report["attention"] if SHOWN in item["path"]]
     assert item["path"] == display_path(reported) and "$'" in item["action"]
@@ -121,16 +163,27 @@ def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandb
     assert status.returncode == 1 and json.loads(status.stdout)["pid"] == daemon.pid, status.stderr
     printed = sandbox.riffd("report")
     assert printed.returncode == 1 and display_path(reported) in printed.stdout, printed.stderr
-    # The command the report advises names the real file: acknowledged through a real shell, it counts no more.
+    # The command the report advises names the real file: acknowledged through a real shell, it
+    # counts no more.
     advised = item["action"].split("`")[3]
     assert advised.startswith("riffd ack $'")
-    shell = subprocess.run(["bash", "-c", advised.replace("riffd", f"{sys.executable} -m riffd --config "
-                                                                   f"{sandbox.config}", 1)],
-                           capture_output=True, text=True, timeout=60, check=False,
-                           env={**os.environ, "PYTHONPATH": str(SRC_DIR)})
+    shell = subprocess.run(
+        [
+            "bash",
+            "-c",
+            advised.replace("riffd", f"{sys.executable} -m riffd --config {sandbox.config}", 1),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+    )
     assert shell.returncode == 0 and "acknowledged" in shell.stdout, shell.stderr
 
     acknowledged_at = time.time()
-    daemon.wait_until(lambda: sandbox.report_after(acknowledged_at + 2), "reports from two seconds later")
+    daemon.wait_until(
+        lambda: sandbox.report_after(acknowledged_at + 2), "reports from two seconds later"
+    )
     assert daemon.process.poll() is None and "Traceback" not in daemon.stderr()
     daemon.stop()

@@ -36,7 +36,9 @@ def test_debounce_waits_for_quiet_but_not_forever() -> None:
         queue.put("/a.jsonl")
         assert queue.get(0.01) is None
     item = queue.get(1.0)
-    assert item is not None and time.monotonic() - started < 0.6  # capped at 3 x debounce after the first event
+    assert (
+        item is not None and time.monotonic() - started < 0.6
+    )  # capped at 3 x debounce after the first event
 
 
 def test_a_scheduled_retry_waits_its_delay_and_an_event_brings_it_forward() -> None:
@@ -65,15 +67,24 @@ def test_filter_takes_transcripts_only(roots: tuple[Path, TranscriptFilter]) -> 
     root, transcripts = roots
     assert transcripts.matches(root / "-p" / "s.jsonl")
     assert transcripts.matches(root / "-p" / "s" / "subagents" / "agent-a1.jsonl")
-    for other in ("-p/.s.jsonl.riffd-0123456789ab.tmp", "-p/journal.jsonl", "-p/s/tool-results/x.jsonl",
-                  "-p/memory/m.jsonl", "-p/s.jsonl.compact.tmp.ab12", "-p/s.meta.json", "-p/s.jsonl.bak"):
+    for other in (
+        "-p/.s.jsonl.riffd-0123456789ab.tmp",
+        "-p/journal.jsonl",
+        "-p/s/tool-results/x.jsonl",
+        "-p/memory/m.jsonl",
+        "-p/s.jsonl.compact.tmp.ab12",
+        "-p/s.meta.json",
+        "-p/s.jsonl.bak",
+    ):
         assert not transcripts.matches(root / other), other
     assert not transcripts.matches(root.parent / "elsewhere.jsonl")
     assert not TranscriptFilter((root,), exclude=("-p/*",)).matches(root / "-p" / "s.jsonl")
 
 
 @pytest.mark.parametrize("kind", ["native", "polling"])
-def test_watcher_reports_appends_new_files_and_new_folders(roots: tuple[Path, TranscriptFilter], kind: str) -> None:
+def test_watcher_reports_appends_new_files_and_new_folders(
+    roots: tuple[Path, TranscriptFilter], kind: str
+) -> None:
     root, transcripts = roots
     seen: set[str] = set()
     changed = threading.Condition()
@@ -102,7 +113,9 @@ def test_watcher_reports_appends_new_files_and_new_folders(roots: tuple[Path, Tr
         assert wait_for(new_project)
         ignored = root / "-p" / "journal.jsonl"
         ignored.write_bytes(LINE)
-        sentinel = root / "-p" / "sentinel.jsonl"  # events come in order: once this is seen, so was the other
+        sentinel = (
+            root / "-p" / "sentinel.jsonl"
+        )  # events come in order: once this is seen, so was the other
         sentinel.write_bytes(LINE)
         assert wait_for(sentinel)
         assert str(ignored) not in seen

@@ -1,5 +1,6 @@
-"""The files of a session kept whole: stored once by content, every version kept, taken once settled, never half
-stored. Real files, a real SQLite archive, riffd's I/O seam for reads that change under it, a real kill -9."""
+"""The files of a session kept whole: stored once by content, every version kept, taken once
+settled, never half stored. Real files, a real SQLite archive, riffd's I/O seam for reads that
+change under it, a real kill -9."""
 
 from __future__ import annotations
 
@@ -39,28 +40,58 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
     claude = tmp_path / "claude"
     tree, other = build_session(claude), build_session(claude, seed=2)
     archive = Archive(tmp_path / "archive.db")
-    outcomes = [archive.whole.keep(found).outcome
-                for found in all_session_files([claude / "projects"], [claude])]
-    assert outcomes.count("stored") + outcomes.count("known") == len(tree.whole) + len(other.whole) - 1  # one plan
-    # The 144,000-byte output is in both saved outputs of both sessions: one blob, compressed to a fraction
+    outcomes = [
+        archive.whole.keep(found).outcome
+        for found in all_session_files([claude / "projects"], [claude])
+    ]
+    assert (
+        outcomes.count("stored") + outcomes.count("known") == len(tree.whole) + len(other.whole) - 1
+    )  # one plan
+    # The 144,000-byte output is in both saved outputs of both sessions: one blob, compressed to a
+    # fraction
     blobs = archive.whole.stats()
     assert blobs["blobs"] == len({path.read_bytes() for path in tree.whole + other.whole})
     assert blobs["stored_bytes"] < 20_000
-    for path in (path for path in tree.whole if path.parent.name != "plans"):  # (a plan: by its slug, below)
-        (version,) = [item for item in archive.whole.session_versions(tree.session_id) if item.path == path]
+    for path in (
+        path for path in tree.whole if path.parent.name != "plans"
+    ):  # (a plan: by its slug, below)
+        (version,) = [
+            item for item in archive.whole.session_versions(tree.session_id) if item.path == path
+        ]
         assert b"".join(archive.whole.content(version)) == path.read_bytes()
         status = path.stat()
-        assert (version.size, version.mode, version.mtime_ns) == (status.st_size, status.st_mode, status.st_mtime_ns)
-    assert not [version for version in archive.whole.session_versions(tree.session_id) if version.kind == "plan"]
-    archive.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())  # its lines name the plan's slug
-    (plan,) = [version for version in archive.whole.session_versions(tree.session_id) if version.kind == "plan"]
+        assert (version.size, version.mode, version.mtime_ns) == (
+            status.st_size,
+            status.st_mode,
+            status.st_mtime_ns,
+        )
+    assert not [
+        version
+        for version in archive.whole.session_versions(tree.session_id)
+        if version.kind == "plan"
+    ]
+    archive.add_lines(
+        str(tree.main), 0, tree.main.read_bytes().splitlines()
+    )  # its lines name the plan's slug
+    (plan,) = [
+        version
+        for version in archive.whole.session_versions(tree.session_id)
+        if version.kind == "plan"
+    ]
     assert b"".join(archive.whole.content(plan)) == (claude / "plans" / plan.path.name).read_bytes()
-    assert archive.whole.counts()[tree.session_id] == {"tool-result": 2, "subagent-meta": 1, "file-history": 3,
-                                                       "tasks": 1, "plan": 1}
+    assert archive.whole.counts()[tree.session_id] == {
+        "tool-result": 2,
+        "subagent-meta": 1,
+        "file-history": 3,
+        "tasks": 1,
+        "plan": 1,
+    }
     archive.close()
 
 
-def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not_read(tmp_path: Path) -> None:
+def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not_read(
+    tmp_path: Path,
+) -> None:
     claude = tmp_path / "claude"
     tree = build_session(claude)
     task = claude / "tasks" / tree.session_id / "1.json"
@@ -81,11 +112,21 @@ def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not
     os.utime(task, ns=(1, 1_700_000_000_000_000_000))
     kept = archive.whole.keep(_found(claude, task))
     assert (kept.outcome, kept.version) == ("stored", 2)
-    versions = [version for version in archive.whole.session_versions(tree.session_id, every=True)
-                if version.path == task]
-    assert [b"".join(archive.whole.content(version)) for version in versions] == [first, task.read_bytes()]
+    versions = [
+        version
+        for version in archive.whole.session_versions(tree.session_id, every=True)
+        if version.path == task
+    ]
+    assert [b"".join(archive.whole.content(version)) for version in versions] == [
+        first,
+        task.read_bytes(),
+    ]
     assert versions[1].mtime_ns == 1_700_000_000_000_000_000
-    (newest,) = [version for version in archive.whole.session_versions(tree.session_id) if version.path == task]
+    (newest,) = [
+        version
+        for version in archive.whole.session_versions(tree.session_id)
+        if version.path == task
+    ]
     assert newest.version == 2
     archive.close()
 
@@ -97,9 +138,16 @@ def test_a_file_written_just_now_waits_for_the_settle_time(tmp_path: Path) -> No
     os.utime(output)  # written now
     archive = Archive(tmp_path / "archive.db")
     kept = archive.whole.keep(_found(claude, output), settle=2.0)
-    assert kept.outcome == "settling" and kept.retry_after is not None and 1.5 < kept.retry_after <= 2.0
+    assert (
+        kept.outcome == "settling"
+        and kept.retry_after is not None
+        and 1.5 < kept.retry_after <= 2.0
+    )
     assert _count(tmp_path / "archive.db", "session_files") == 0
-    assert archive.whole.keep(_found(claude, output), settle=2.0, now=time.time() + 2.5).outcome == "stored"
+    assert (
+        archive.whole.keep(_found(claude, output), settle=2.0, now=time.time() + 2.5).outcome
+        == "stored"
+    )
     archive.close()
 
 
@@ -123,7 +171,10 @@ def test_a_file_that_changes_while_it_is_read_is_not_stored(tmp_path: Path, at: 
     tree = build_session(claude)
     output = tree.tool_results()[0]
     archive = Archive(tmp_path / "archive.db")
-    assert archive.whole.keep(_found(claude, output), fs=GrowsWhileRead(output, at)).outcome == "changing"
+    assert (
+        archive.whole.keep(_found(claude, output), fs=GrowsWhileRead(output, at)).outcome
+        == "changing"
+    )
     for table in ("blobs", "blob_chunks", "session_files"):
         assert _count(tmp_path / "archive.db", table) == 0, table
     os.utime(output, ns=(1, time.time_ns() - 10**10))
@@ -164,9 +215,13 @@ def test_a_damaged_frame_is_refused_never_read_as_other_bytes(tmp_path: Path) ->
     for path in tree.whole:
         archive.whole.keep(_found(claude, path))
     output = tree.tool_results()[0]
-    (version,) = [item for item in archive.whole.session_versions(tree.session_id) if item.path == output]
+    (version,) = [
+        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+    ]
     with sqlite3.connect(tmp_path / "archive.db") as db:
-        (frame,) = db.execute("SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)).fetchone()
+        (frame,) = db.execute(
+            "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
+        ).fetchone()
         damaged = bytearray(frame)
         damaged[len(damaged) // 2] ^= 0xFF
         db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (bytes(damaged), version.blob))
@@ -205,8 +260,18 @@ def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_
     os.utime(big, ns=(1, time.time_ns() - 10**10))
     marker, archive_path = tmp_path / "marker", tmp_path / "archive.db"
     Archive(archive_path).close()
-    writer = subprocess.Popen([sys.executable, "-c", STORE_AND_STALL, str(claude), str(big), str(marker),
-                               str(archive_path)], env={**os.environ, "PYTHONPATH": str(SRC_DIR)})
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            STORE_AND_STALL,
+            str(claude),
+            str(big),
+            str(marker),
+            str(archive_path),
+        ],
+        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+    )
     deadline = time.monotonic() + 30
     while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -222,17 +287,25 @@ def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_
     archive.close()
 
 
-def test_an_archive_made_before_whole_files_gains_their_tables_and_keeps_its_lines(tmp_path: Path) -> None:
+def test_an_archive_made_before_whole_files_gains_their_tables_and_keeps_its_lines(
+    tmp_path: Path,
+) -> None:
     transcript = tmp_path / "session.jsonl"
     transcript.write_bytes(b'{"type":"user","sessionId":"s"}\n')
     archive = Archive(tmp_path / "archive.db")
     archive.add_lines(str(transcript), 0, [transcript.read_bytes().rstrip(b"\n")])
     archive.close()
     with sqlite3.connect(tmp_path / "archive.db") as db:  # as the riffd before this one left it
-        db.executescript("DROP TABLE blobs; DROP TABLE blob_chunks; DROP TABLE session_files; DROP TABLE plan_slugs; "
-                         "ALTER TABLE files DROP COLUMN mtime_ns;")
+        db.executescript(
+            "DROP TABLE blobs; DROP TABLE blob_chunks; DROP TABLE session_files; DROP TABLE plan_slugs; "
+            "ALTER TABLE files DROP COLUMN mtime_ns;"
+        )
     reader = Archive(tmp_path / "archive.db", read_only=True)
-    assert not reader.whole.present and reader.whole.session_versions("s") == [] and reader.whole.counts() == {}
+    assert (
+        not reader.whole.present
+        and reader.whole.session_versions("s") == []
+        and reader.whole.counts() == {}
+    )
     assert len(reader.sessions()) == 1
     reader.close()
     archive = Archive(tmp_path / "archive.db")
@@ -259,17 +332,21 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
             return super().pread(fd, size, offset)
 
     archive = Archive(tmp_path / "archive.db")
-    kept = archive.whole.keep(_found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01))
+    kept = archive.whole.keep(
+        _found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01)
+    )
     assert (kept.outcome, Flaky.failures) == ("stored", 2)
     (version,) = archive.whole.session_versions(tree.session_id)
     assert b"".join(archive.whole.content(version)) == output.read_bytes()
     archive.close()
 
 
-def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(tmp_path: Path) -> None:
-    """A damaged archive moved aside holds the only copy of the files of deleted sessions: `riffd archive recover`
-    copies every version it can read into the new archive, older than what the new one took meanwhile, and names
-    the rest."""
+def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
+    tmp_path: Path,
+) -> None:
+    """A damaged archive moved aside holds the only copy of the files of deleted sessions: `riffd
+    archive recover` copies every version it can read into the new archive, older than what the new
+    one took meanwhile, and names the rest."""
     claude = tmp_path / "claude"
     tree = build_session(claude)
     old = Archive(tmp_path / "old.db")
@@ -277,23 +354,43 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
         old.whole.keep(_found(claude, path))
     old.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
     output = tree.tool_results()[0]
-    (damaged,) = [version for version in old.whole.session_versions(tree.session_id) if version.path == output]
+    (damaged,) = [
+        version for version in old.whole.session_versions(tree.session_id) if version.path == output
+    ]
     old.close()
-    with sqlite3.connect(tmp_path / "old.db") as db:  # its saved output's frame damaged (the other file shares it)
+    with sqlite3.connect(
+        tmp_path / "old.db"
+    ) as db:  # its saved output's frame damaged (the other file shares it)
         db.execute("UPDATE blob_chunks SET data = x'00' WHERE blob = ?", (damaged.blob,))
     task = claude / "tasks" / tree.session_id / "1.json"
     first = task.read_bytes()
-    task.write_bytes(b'{"id":"1","status":"completed"}')  # the new archive took a later version meanwhile
+    task.write_bytes(
+        b'{"id":"1","status":"completed"}'
+    )  # the new archive took a later version meanwhile
     new = Archive(tmp_path / "new.db")
     new.whole.keep(_found(claude, task))
     result = recover(tmp_path / "old.db", new)
-    assert result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2  # both outputs: one blob
-    assert all(str(output.name) in part or str(tree.tool_results()[1].name) in part for part in result.unreadable)
-    versions = [version for version in new.whole.session_versions(tree.session_id, every=True) if version.path == task]
-    assert [b"".join(new.whole.content(version)) for version in versions] == [first, task.read_bytes()]
+    assert (
+        result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2
+    )  # both outputs: one blob
+    assert all(
+        str(output.name) in part or str(tree.tool_results()[1].name) in part
+        for part in result.unreadable
+    )
+    versions = [
+        version
+        for version in new.whole.session_versions(tree.session_id, every=True)
+        if version.path == task
+    ]
+    assert [b"".join(new.whole.content(version)) for version in versions] == [
+        first,
+        task.read_bytes(),
+    ]
     newest = {version.path: version for version in new.whole.session_versions(tree.session_id)}
     assert b"".join(new.whole.content(newest[task])) == task.read_bytes()
     for path in tree.whole:
         if path.parent.name not in ("tool-results", "tasks"):
-            assert b"".join(new.whole.content(newest[path])) == path.read_bytes()  # the plan too, by its slug
+            assert (
+                b"".join(new.whole.content(newest[path])) == path.read_bytes()
+            )  # the plan too, by its slug
     new.close()

@@ -1,5 +1,6 @@
-"""Wiring riffd into Claude Code: `riffd hook install|uninstall` edit a settings.json as Claude Code writes it, and the
-SessionStart hook warns when the session being resumed is registered to another live process."""
+"""Wiring riffd into Claude Code: `riffd hook install|uninstall` edit a settings.json as Claude Code
+writes it, and the SessionStart hook warns when the session being resumed is registered to another
+live process."""
 
 from __future__ import annotations
 
@@ -15,26 +16,58 @@ import pytest
 
 SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
 
-# What Claude Code writes: JSON.stringify(settings, null, 2), no newline at the end; here with another tool's hook.
-CLAUDE_SETTINGS = json.dumps({
-    "$schema": "https://json.schemastore.org/claude-code-settings.json",
-    "permissions": {"allow": ["Bash(npm run test:*)", "Read(~/.zshrc)"], "deny": ["Read(./.env)"]},
-    "env": {"CLAUDE_CODE_ENABLE_TELEMETRY": "0"},
-    "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "~/bin/check-bash.sh"}]}],
-              "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]},
-    "statusLine": {"type": "command", "command": "~/.claude/statusline.sh"},
-    "model": "opus",
-    "feedbackSurveyState": {"lastShownTime": 1754089764089},
-}, indent=2, ensure_ascii=False).encode()
+# What Claude Code writes: JSON.stringify(settings, null, 2), no newline at the end; here with
+# another tool's hook.
+CLAUDE_SETTINGS = json.dumps(
+    {
+        "$schema": "https://json.schemastore.org/claude-code-settings.json",
+        "permissions": {
+            "allow": ["Bash(npm run test:*)", "Read(~/.zshrc)"],
+            "deny": ["Read(./.env)"],
+        },
+        "env": {"CLAUDE_CODE_ENABLE_TELEMETRY": "0"},
+        "hooks": {
+            "PreToolUse": [
+                {
+                    "matcher": "Bash",
+                    "hooks": [{"type": "command", "command": "~/bin/check-bash.sh"}],
+                }
+            ],
+            "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        },
+        "statusLine": {"type": "command", "command": "~/.claude/statusline.sh"},
+        "model": "opus",
+        "feedbackSurveyState": {"lastShownTime": 1754089764089},
+    },
+    indent=2,
+    ensure_ascii=False,
+).encode()
 
 
-def riffd(tmp_path: Path, *args: str, stdin: bytes = b"", umask: int | None = None, timeout: float = 60,
-          **env: str) -> subprocess.CompletedProcess[bytes]:
-    environ = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path / "state"),
-               **env}
-    return subprocess.run([sys.executable, "-m", "riffd", *args], input=stdin, capture_output=True, env=environ,
-                          timeout=timeout, check=False, cwd=tmp_path,
-                          preexec_fn=None if umask is None else lambda: os.umask(umask))
+def riffd(
+    tmp_path: Path,
+    *args: str,
+    stdin: bytes = b"",
+    umask: int | None = None,
+    timeout: float = 60,
+    **env: str,
+) -> subprocess.CompletedProcess[bytes]:
+    environ = {
+        **os.environ,
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "riffd", *args],
+        input=stdin,
+        capture_output=True,
+        env=environ,
+        timeout=timeout,
+        check=False,
+        cwd=tmp_path,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
+    )
 
 
 @pytest.fixture
@@ -46,17 +79,26 @@ def settings(tmp_path: Path) -> Path:
     return path
 
 
-def test_install_twice_then_uninstall_gives_back_the_same_bytes(tmp_path: Path, settings: Path) -> None:
+def test_install_twice_then_uninstall_gives_back_the_same_bytes(
+    tmp_path: Path, settings: Path
+) -> None:
     first = riffd(tmp_path, "hook", "install")
     assert first.returncode == 0, first.stderr
     installed = json.loads(settings.read_bytes())
     before = json.loads(CLAUDE_SETTINGS)
     assert {key: value for key, value in installed.items() if key != "hooks"} == {
-        key: value for key, value in before.items() if key != "hooks"}  # every other key as it was
-    assert installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]  # the other tool's hook first
+        key: value for key, value in before.items() if key != "hooks"
+    }  # every other key as it was
+    assert (
+        installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
+    )  # the other tool's hook first
     assert installed["hooks"]["Stop"] == before["hooks"]["Stop"]
-    commands = [hook["command"] for event in ("PreToolUse", "SessionStart")
-                for group in installed["hooks"][event] for hook in group["hooks"]]
+    commands = [
+        hook["command"]
+        for event in ("PreToolUse", "SessionStart")
+        for group in installed["hooks"][event]
+        for hook in group["hooks"]
+    ]
     assert any(command.endswith(" hook pre-tool-use --mode warn") for command in commands)
     assert any(command.endswith(" hook session-start") for command in commands)
     assert (settings.stat().st_mode & 0o777) == 0o644  # its mode kept
@@ -69,11 +111,15 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(tmp_path: Path, 
     assert removed.returncode == 0, removed.stderr
     assert settings.read_bytes() == CLAUDE_SETTINGS
     kept = list((tmp_path / "state" / "settings-backups").rglob("install-*.json"))
-    assert [path.read_bytes() for path in kept] == [CLAUDE_SETTINGS]  # the previous file, kept privately
+    assert [path.read_bytes() for path in kept] == [
+        CLAUDE_SETTINGS
+    ]  # the previous file, kept privately
     assert all((path.stat().st_mode & 0o777) == 0o600 for path in kept)
 
 
-def test_uninstall_after_the_user_changed_something_keeps_the_change(tmp_path: Path, settings: Path) -> None:
+def test_uninstall_after_the_user_changed_something_keeps_the_change(
+    tmp_path: Path, settings: Path
+) -> None:
     assert riffd(tmp_path, "hook", "install").returncode == 0
     document = json.loads(settings.read_bytes())
     document["model"] = "sonnet"  # the user (or Claude Code) changed a setting since
@@ -83,7 +129,9 @@ def test_uninstall_after_the_user_changed_something_keeps_the_change(tmp_path: P
     assert after == {**json.loads(CLAUDE_SETTINGS), "model": "sonnet"}
 
 
-def test_install_without_a_settings_file_creates_it_and_uninstall_removes_it(tmp_path: Path) -> None:
+def test_install_without_a_settings_file_creates_it_and_uninstall_removes_it(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "claude").mkdir()
     assert riffd(tmp_path, "hook", "install").returncode == 0
     settings = tmp_path / "claude" / "settings.json"
@@ -92,14 +140,19 @@ def test_install_without_a_settings_file_creates_it_and_uninstall_removes_it(tmp
     assert not settings.exists()
 
 
-def test_a_settings_file_that_does_not_parse_is_refused_untouched(tmp_path: Path, settings: Path) -> None:
+def test_a_settings_file_that_does_not_parse_is_refused_untouched(
+    tmp_path: Path, settings: Path
+) -> None:
     broken = CLAUDE_SETTINGS.replace(b'"model": "opus",', b'"model": "opus",,')
     settings.write_bytes(broken)
     line = broken[: broken.index(b",,")].count(b"\n") + 1  # the line of the stray comma
     for command in ("install", "uninstall"):
         result = riffd(tmp_path, "hook", command)
         assert result.returncode == 2, result.stderr
-        assert f"{settings}: line {line} column".encode() in result.stderr and b"Traceback" not in result.stderr
+        assert (
+            f"{settings}: line {line} column".encode() in result.stderr
+            and b"Traceback" not in result.stderr
+        )
         assert settings.read_bytes() == broken
     settings.write_text('{"hooks": {"PreToolUse": {"matcher": "x"}}}')
     result = riffd(tmp_path, "hook", "install")
@@ -123,22 +176,38 @@ def test_project_settings(tmp_path: Path) -> None:
     assert not (tmp_path / "claude" / "settings.json").exists()
 
 
-# --- the SessionStart hook -------------------------------------------------------------------------------------
+# --- the SessionStart hook
+# -------------------------------------------------------------------------------------
 
 
 def register(claude: Path, pid: int, session_id: str = SESSION) -> Path:
     """Write the registry entry the way Claude Code does: <config dir>/sessions/<pid>.json."""
     (claude / "sessions").mkdir(parents=True, exist_ok=True)
     entry = claude / "sessions" / f"{pid}.json"
-    entry.write_text(json.dumps({"pid": pid, "sessionId": session_id, "cwd": "/home/me/app",
-                                 "startedAt": int(time.time() * 1000) - 60_000}))
+    entry.write_text(
+        json.dumps(
+            {
+                "pid": pid,
+                "sessionId": session_id,
+                "cwd": "/home/me/app",
+                "startedAt": int(time.time() * 1000) - 60_000,
+            }
+        )
+    )
     return entry
 
 
 def event(tmp_path: Path, session_id: str = SESSION) -> bytes:
     transcript = tmp_path / "claude" / "projects" / "-home-me-app" / f"{session_id}.jsonl"
-    return json.dumps({"session_id": session_id, "transcript_path": str(transcript), "cwd": "/home/me/app",
-                       "hook_event_name": "SessionStart", "source": "resume"}).encode()
+    return json.dumps(
+        {
+            "session_id": session_id,
+            "transcript_path": str(transcript),
+            "cwd": "/home/me/app",
+            "hook_event_name": "SessionStart",
+            "source": "resume",
+        }
+    ).encode()
 
 
 @pytest.fixture
@@ -150,38 +219,58 @@ def other_claude() -> subprocess.Popen[bytes]:
 
 
 def test_resuming_a_session_open_in_another_process_is_warned_about(
-        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    tmp_path: Path, other_claude: subprocess.Popen[bytes]
+) -> None:
     register(tmp_path / "claude", other_claude.pid)
     result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path))
     assert result.returncode == 0 and result.stderr == b""
     answer = json.loads(result.stdout)
-    assert f"session {SESSION} is still open in another Claude Code process (pid {other_claude.pid}" in answer[
-        "systemMessage"]
+    assert (
+        f"session {SESSION} is still open in another Claude Code process (pid {other_claude.pid}"
+        in answer["systemMessage"]
+    )
     assert "in /home/me/app" in answer["systemMessage"]
     assert answer["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     assert f"pid {other_claude.pid}" in answer["hookSpecificOutput"]["additionalContext"]
 
 
 def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_itself(
-        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    tmp_path: Path, other_claude: subprocess.Popen[bytes]
+) -> None:
     claude = tmp_path / "claude"
     register(claude, 999_999_999)  # crashed long ago: its entry stayed
     register(claude, other_claude.pid, session_id="00000000-0000-4000-8000-000000000000")
     assert riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path)).stdout == b""
     # The Claude Code that resumes registers itself too: the hook runs under it, and says nothing.
-    wrapper = ("import os, subprocess, sys, json, pathlib\n"
-               f"entry = pathlib.Path({str(claude)!r}) / 'sessions' / f'{{os.getpid()}}.json'\n"
-               f"entry.write_text(json.dumps({{'pid': os.getpid(), 'sessionId': {SESSION!r}}}))\n"
-               "done = subprocess.run([sys.executable, '-m', 'riffd', 'hook', 'session-start'], input=sys.stdin.buffer"
-               ".read(), capture_output=True)\n"
-               "sys.stdout.buffer.write(done.stdout)\n")
-    result = subprocess.run([sys.executable, "-c", wrapper], input=event(tmp_path), capture_output=True,
-                            env={**os.environ, "CLAUDE_CONFIG_DIR": str(claude)}, timeout=60, check=False)
+    wrapper = (
+        "import os, subprocess, sys, json, pathlib\n"
+        f"entry = pathlib.Path({str(claude)!r}) / 'sessions' / f'{{os.getpid()}}.json'\n"
+        f"entry.write_text(json.dumps({{'pid': os.getpid(), 'sessionId': {SESSION!r}}}))\n"
+        "done = subprocess.run([sys.executable, '-m', 'riffd', 'hook', 'session-start'], input=sys.stdin.buffer"
+        ".read(), capture_output=True)\n"
+        "sys.stdout.buffer.write(done.stdout)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", wrapper],
+        input=event(tmp_path),
+        capture_output=True,
+        env={**os.environ, "CLAUDE_CONFIG_DIR": str(claude)},
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0 and result.stdout == b"", result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("stdin", [b"", b"not json", b"[1, 2]", b'{"session_id": 7}',
-                                   b'{"hook_event_name": "PreToolUse", "session_id": "x"}'])
+@pytest.mark.parametrize(
+    "stdin",
+    [
+        b"",
+        b"not json",
+        b"[1, 2]",
+        b'{"session_id": 7}',
+        b'{"hook_event_name": "PreToolUse", "session_id": "x"}',
+    ],
+)
 def test_bad_input_lets_the_session_start(tmp_path: Path, stdin: bytes) -> None:
     result = riffd(tmp_path, "hook", "session-start", stdin=stdin)
     assert result.returncode == 0 and result.stdout == b""
@@ -196,7 +285,9 @@ def test_an_unreadable_registry_lets_the_session_start(tmp_path: Path) -> None:
     assert result.returncode == 0 and result.stdout == b"" and result.stderr == b""
 
 
-def test_a_symlinked_settings_file_keeps_its_link_and_a_read_only_one_is_refused(tmp_path: Path) -> None:
+def test_a_symlinked_settings_file_keeps_its_link_and_a_read_only_one_is_refused(
+    tmp_path: Path,
+) -> None:
     dotfiles = tmp_path / "dotfiles" / "claude-settings.json"
     dotfiles.parent.mkdir()
     dotfiles.write_bytes(CLAUDE_SETTINGS)
@@ -222,33 +313,46 @@ def test_a_key_written_twice_is_refused_rather_than_dropped(tmp_path: Path, sett
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
-def test_install_run_as_root_keeps_the_owner_and_mode_of_the_users_file(tmp_path: Path, settings: Path) -> None:
+def test_install_run_as_root_keeps_the_owner_and_mode_of_the_users_file(
+    tmp_path: Path, settings: Path
+) -> None:
     os.chown(settings, 1234, 5678)  # the user's file, as `sudo riffd hook install` finds it
     settings.chmod(0o640)
     for command in ("install", "uninstall"):
         result = riffd(tmp_path, "hook", command)
         assert result.returncode == 0, result.stderr
         status = settings.stat()
-        assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (1234, 5678, 0o640), command
+        assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (
+            1234,
+            5678,
+            0o640,
+        ), command
     assert settings.read_bytes() == CLAUDE_SETTINGS
 
 
-def test_the_copies_of_settings_are_private_whatever_the_umask(tmp_path: Path, settings: Path) -> None:
+def test_the_copies_of_settings_are_private_whatever_the_umask(
+    tmp_path: Path, settings: Path
+) -> None:
     result = riffd(tmp_path, "hook", "install", umask=0)
     assert result.returncode == 0, result.stderr
     backups = tmp_path / "state" / "settings-backups"
     made = [tmp_path / "state", backups, *backups.rglob("*")]
-    assert {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_dir()} == {
-        path.name: "0o700" for path in made if path.is_dir()}
-    assert {path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_file()} == {
-        path.name: "0o600" for path in made if path.is_file()}
+    assert {
+        path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_dir()
+    } == {path.name: "0o700" for path in made if path.is_dir()}
+    assert {
+        path.name: oct(stat.S_IMODE(path.stat().st_mode)) for path in made if path.is_file()
+    } == {path.name: "0o600" for path in made if path.is_file()}
     assert any(path.name == "path.txt" for path in made)
 
 
 def test_a_registry_entry_that_is_a_fifo_never_holds_the_session_start(
-        tmp_path: Path, other_claude: subprocess.Popen[bytes]) -> None:
+    tmp_path: Path, other_claude: subprocess.Popen[bytes]
+) -> None:
     (tmp_path / "claude" / "sessions").mkdir(parents=True)
-    os.mkfifo(tmp_path / "claude" / "sessions" / "1.json")  # read, it would wait for a writer that never comes
+    os.mkfifo(
+        tmp_path / "claude" / "sessions" / "1.json"
+    )  # read, it would wait for a writer that never comes
     register(tmp_path / "claude", other_claude.pid)
     started = time.monotonic()
     result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path), timeout=10)

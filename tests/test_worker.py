@@ -41,7 +41,10 @@ def setup(tmp_path: Path) -> tuple[Path, StateStore, WorkerSettings]:
     project = claude / "projects" / "-p"
     project.mkdir(parents=True)
     settings = WorkerSettings(
-        repair=True, quiet_period=0, backup_dir=tmp_path / "state" / "backups", claude_dir=claude,
+        repair=True,
+        quiet_period=0,
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=claude,
         roots=(claude / "projects",),
     )
     return project, StateStore(tmp_path / "state" / "state.db"), settings
@@ -54,7 +57,9 @@ def append(path: Path, lines: list[bytes]) -> None:
 
 
 @requires_corpus
-def test_appends_are_read_from_the_watermark(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_appends_are_read_from_the_watermark(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
     path = project / "s.jsonl"
@@ -73,7 +78,9 @@ def test_appends_are_read_from_the_watermark(setup: tuple[Path, StateStore, Work
 
 
 @requires_corpus
-def test_restart_with_unchanged_files_reads_nothing(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_restart_with_unchanged_files_reads_nothing(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     path = project / "s.jsonl"
     path.write_bytes(BASE.read_bytes())
@@ -84,7 +91,9 @@ def test_restart_with_unchanged_files_reads_nothing(setup: tuple[Path, StateStor
 
 
 @requires_corpus
-def test_unfinished_last_line_waits_for_its_newline(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_unfinished_last_line_waits_for_its_newline(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
     path = project / "s.jsonl"
@@ -219,8 +228,8 @@ def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
 
 
 def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
-    """A session bigger than the budget must not be re-read in full on every append because another file
-    was processed in between (both are active)."""
+    """A session bigger than the budget must not be re-read in full on every append because another
+    file was processed in between (both are active)."""
     from riffd.transcript.index import TranscriptIndex
 
     cache = IndexCache(max_lines=10, active_seconds=600)
@@ -233,7 +242,9 @@ def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
 
 
 @requires_corpus
-def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_a_rebuild_after_restart_processes_only_the_new_lines(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     lines = corpus_lines(BASE)
     path = project / "s.jsonl"
@@ -246,7 +257,9 @@ def test_a_rebuild_after_restart_processes_only_the_new_lines(setup: tuple[Path,
 
 
 @requires_corpus
-def test_riffds_own_repair_is_not_counted_as_new_lines(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_riffds_own_repair_is_not_counted_as_new_lines(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
     path = project / "s.jsonl"
@@ -265,11 +278,15 @@ class BrokenReads(FileSystem):
 
 
 @requires_corpus
-def test_persistent_eio_is_a_skip_with_advice_not_a_crash(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_persistent_eio_is_a_skip_with_advice_not_a_crash(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     path = project / "s.jsonl"
     path.write_bytes(BASE.read_bytes())
-    fast = WorkerSettings(**{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)})
+    fast = WorkerSettings(
+        **{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)}
+    )
     outcome = Worker(store, fast, fs=BrokenReads()).process(path)
     assert outcome.kind == "skipped" and "errno 5" in outcome.why and "3 attempts" in outcome.why
     assert store.file(str(path)) is None  # nothing recorded as read
@@ -290,12 +307,16 @@ class FlakyReads(FileSystem):
 
 
 @requires_corpus
-def test_transient_eio_gives_the_same_findings_and_repair(setup: tuple[Path, StateStore, WorkerSettings]) -> None:
+def test_transient_eio_gives_the_same_findings_and_repair(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
     project, store, settings = setup
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
     path = project / "s.jsonl"
     path.write_bytes(damaged.data)
-    fast = WorkerSettings(**{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)})
+    fast = WorkerSettings(
+        **{**settings.__dict__, "retry": RetryPolicy(attempts=3, first_wait=0.001)}
+    )
     flaky = FlakyReads()
     outcome = Worker(store, fast, fs=flaky).process(path)
     assert flaky.calls > 10 and outcome.repair == "repaired"
@@ -316,17 +337,25 @@ def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
     path = project / "s.jsonl"
     half = len(damaged.lines) // 2
-    quiet = WorkerSettings(**{**settings.__dict__, "quiet_period": 3600})  # no repair while it is written
+    quiet = WorkerSettings(
+        **{**settings.__dict__, "quiet_period": 3600}
+    )  # no repair while it is written
     append(path, damaged.lines[:half])
     Worker(store, quiet, archive=archive).process(path)
     append(path, damaged.lines[half:])
-    Worker(store, quiet, archive=archive).process(path)  # a new worker: rebuilds from the start, archives the rest
+    Worker(store, quiet, archive=archive).process(
+        path
+    )  # a new worker: rebuilds from the start, archives the rest
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == damaged.data  # every line, once, in order
     Worker(store, settings, archive=archive).process(path)  # now idle: repaired
     assert scan_file(path).findings == []
-    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()  # the repaired file, a new generation
-    assert b"".join(archive.iter_file(file_id, generation=0)) == damaged.data  # the original is still there
+    assert (
+        b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    )  # the repaired file, a new generation
+    assert (
+        b"".join(archive.iter_file(file_id, generation=0)) == damaged.data
+    )  # the original is still there
 
 
 @requires_corpus
@@ -383,23 +412,32 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     assert report["healthy"], report["problems"]
     assert report["findings"]["open"] == {}
     assert report["findings"]["pending"] == [
-        {"path": str(path), "tool_id": state.findings[0]["tool_id"], "line": state.findings[0]["lines"][0]}]
+        {
+            "path": str(path),
+            "tool_id": state.findings[0]["tool_id"],
+            "line": state.findings[0]["lines"][0],
+        }
+    ]
     assert "pending tool calls" in render_markdown(report)
-    assert worker.process(path).retry_after is not None  # still live: still pending, nothing written
+    assert (
+        worker.process(path).retry_after is not None
+    )  # still live: still pending, nothing written
     assert path.read_bytes() == before
 
     registry.unlink()  # the client went away with the tool unanswered: now it is damage
     outcome = worker.process(path)
     state = store.file(str(path))
-    assert state is not None and [item["class"] for item in state.findings] == ["missing_tool_result"]
+    assert state is not None and [item["class"] for item in state.findings] == [
+        "missing_tool_result"
+    ]
     report = build_report(store, settings.backup_dir, {"running": True})
     assert not report["healthy"] and report["findings"]["open"] == {"missing_tool_result": 1}
     assert report["findings"]["pending"] == []
 
 
 def _count_findings_writes(store_path: Path) -> sqlite3.Connection:
-    """Make the state store count, in a table of its own, every write of a file's findings (SQLite triggers: the
-    store's own SQL is what is observed)."""
+    """Make the state store count, in a table of its own, every write of a file's findings (SQLite
+    triggers: the store's own SQL is what is observed)."""
     db = sqlite3.connect(store_path, isolation_level=None)
     db.executescript("""
         CREATE TABLE findings_writes(path TEXT);
@@ -411,11 +449,16 @@ def _count_findings_writes(store_path: Path) -> sqlite3.Connection:
 
 
 def test_appends_to_a_damaged_file_keep_its_findings_true_and_rewrite_them_only_when_they_change(
-    tmp_path: Path, setup: tuple[Path, StateStore, WorkerSettings],
+    tmp_path: Path,
+    setup: tuple[Path, StateStore, WorkerSettings],
 ) -> None:
     project, store, settings = setup
-    settings = WorkerSettings(repair=False, backup_dir=settings.backup_dir, claude_dir=settings.claude_dir,
-                              roots=settings.roots)
+    settings = WorkerSettings(
+        repair=False,
+        backup_dir=settings.backup_dir,
+        claude_dir=settings.claude_dir,
+        roots=settings.roots,
+    )
     path = project / "s.jsonl"
     lines = transcript_bytes(400).splitlines(keepends=True)
     for garbage in range(300, 0, -10):  # 30 malformed lines: 30 findings
@@ -440,17 +483,25 @@ def test_appends_to_a_damaged_file_keep_its_findings_true_and_rewrite_them_only_
         assert outcome.kind == "appended" and outcome.findings == 30
         assert store.file(str(path)).watermark.lines == len(lines) + number - 400  # type: ignore[union-attr]
     assert stored() == scanned()
-    assert writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1  # the watermark alone
+    assert (
+        writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1
+    )  # the watermark alone
     append(path, [b"{more garbage\n"])
     assert worker.process(path).findings == 31
-    assert stored() == scanned() and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 2
+    assert (
+        stored() == scanned()
+        and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 2
+    )
     # A new worker (a restart) knows nothing of what was stored: it writes them once, then no more.
     worker = Worker(store, settings)
     append(path, [transcript_line(421)])
     worker.process(path)
     append(path, [transcript_line(422)])
     worker.process(path)
-    assert stored() == scanned() and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 3
+    assert (
+        stored() == scanned()
+        and writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 3
+    )
 
 
 @requires_corpus
@@ -458,8 +509,13 @@ def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
     setup: tuple[Path, StateStore, WorkerSettings],
 ) -> None:
     project, store, settings = setup
-    settings = WorkerSettings(repair=False, quiet_period=0, backup_dir=settings.backup_dir,
-                              claude_dir=settings.claude_dir, roots=settings.roots)
+    settings = WorkerSettings(
+        repair=False,
+        quiet_period=0,
+        backup_dir=settings.backup_dir,
+        claude_dir=settings.claude_dir,
+        roots=settings.roots,
+    )
     path, session_id = running_tool_session(project)
     registry = settings.claude_dir / "sessions" / f"{os.getpid()}.json"
     registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
@@ -471,10 +527,18 @@ def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
     assert [item["class"] for item in store.file(str(path)).findings] == ["missing_tool_result"]  # type: ignore[union-attr]
     registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
     last = json.loads(path.read_bytes().splitlines()[-1])
-    note = {"type": "system", "subtype": "informational", "uuid": "00000000-aaaa-bbbb-cccc-111111111111",
-            "parentUuid": last["uuid"], "sessionId": session_id, "content": "note"}
+    note = {
+        "type": "system",
+        "subtype": "informational",
+        "uuid": "00000000-aaaa-bbbb-cccc-111111111111",
+        "parentUuid": last["uuid"],
+        "sessionId": session_id,
+        "content": "note",
+    }
     append(path, [json.dumps(note).encode() + b"\n"])
-    outcome = worker.process(path)  # live again, the same call unanswered: pending, as a full scan says
+    outcome = worker.process(
+        path
+    )  # live again, the same call unanswered: pending, as a full scan says
     assert outcome.kind == "appended"
     assert [item["class"] for item in store.file(str(path)).findings] == ["pending_tool_call"]  # type: ignore[union-attr]
 
@@ -482,9 +546,10 @@ def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
 def test_lines_read_while_the_archive_could_not_take_them_are_archived_later_never_leaving_a_hole(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
-    """An archive write that fails (here a real lock held past the timeout; in life a full disk) while the state
-    store moves on: the next append must not be archived after a hole, with the archive's watermark claiming the
-    file whole. The worker archives from the archive's own watermark instead."""
+    """An archive write that fails (here a real lock held past the timeout; in life a full disk)
+    while the state store moves on: the next append must not be archived after a hole, with the
+    archive's watermark claiming the file whole. The worker archives from the archive's own
+    watermark instead."""
     from riffd.archive.store import Archive, ArchiveGap
 
     project, store, settings = setup
@@ -515,16 +580,19 @@ def test_lines_read_while_the_archive_could_not_take_them_are_archived_later_nev
 def test_a_rewrite_the_archive_missed_starts_a_new_generation_and_mixes_nothing(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
-    """The file is rewritten (shorter, other lines) while the archive cannot take the rewrite (a lock past the
-    timeout); then lines are appended. The archive must not add them to the old generation after its old lines, nor
-    skip the new file's lines below its old watermark: the old version stays whole, the new one is a new generation."""
+    """The file is rewritten (shorter, other lines) while the archive cannot take the rewrite (a
+    lock past the timeout); then lines are appended. The archive must not add them to the old
+    generation after its old lines, nor skip the new file's lines below its old watermark: the old
+    version stays whole, the new one is a new generation."""
     from riffd.archive.store import Archive, ArchiveMismatch
 
     project, store, settings = setup
     path = project / "s.jsonl"
     old = [transcript_line(number, pad=100) for number in range(1, 31)]
-    new = [transcript_line(number, session_id="22222222-3333-4444-5555-666666666666", pad=100)
-           for number in range(1, 61)]
+    new = [
+        transcript_line(number, session_id="22222222-3333-4444-5555-666666666666", pad=100)
+        for number in range(1, 61)
+    ]
     append(path, old)
     archive = Archive(tmp_path / "archive.db", lock_timeout=0.05)
     worker = Worker(store, settings, archive=archive)
@@ -542,7 +610,8 @@ def test_a_rewrite_the_archive_missed_starts_a_new_generation_and_mixes_nothing(
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old)
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(new)
-    # The archive itself refuses a line across its watermark that is not the end of its torn last line
+    # The archive itself refuses a line across its watermark that is not the end of its torn last
+    # line
     torn = project / "torn.jsonl"
     torn.write_bytes(old[0] + old[1][:50])
     archive.add_lines(str(torn), 0, [old[0][:-1], old[1][:50]], last_terminated=False)

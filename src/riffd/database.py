@@ -1,16 +1,19 @@
-"""Opening riffd's SQLite databases: private files, a health check, and a damaged file moved aside, never deleted.
+"""Opening riffd's SQLite databases: private files, a health check, and a damaged file moved aside,
+never deleted.
 
-`state.db` (watermarks, findings, repairs) and `archive.db` (every line of every transcript) live in the state
-folder. Both are created 0600, with their `-wal` and `-shm` (SQLite gives those the database's own mode), whatever
-the folder's mode. A database SQLite cannot open, or whose `PRAGMA quick_check` finds damage, is moved aside as
-`<name>.damaged-<UTC time>` (with its `-wal` and `-shm`, so SQLite can still read it there) and a new one is made:
-the daemon never stops over a damaged database. What to do with the old one is each owner's business (the state
-is rebuilt by a rescan; `riffd archive recover` copies what is readable of an archive).
+`state.db` (watermarks, findings, repairs) and `archive.db` (every line of every transcript) live in
+the state folder. Both are created 0600, with their `-wal` and `-shm` (SQLite gives those the
+database's own mode), whatever the folder's mode. A database SQLite cannot open, or whose `PRAGMA
+quick_check` finds damage, is moved aside as `<name>.damaged-<UTC time>` (with its `-wal` and
+`-shm`, so SQLite can still read it there) and a new one is made: the daemon never stops over a
+damaged database. What to do with the old one is each owner's business (the state is rebuilt by a
+rescan; `riffd archive recover` copies what is readable of an archive).
 
-A new database is set up under a name of its own and linked into place whole, so no process ever finds it half made
-(an empty file, which counts as damaged); moving a damaged one aside and making the next is done by one process at
-a time (a lock on the folder), and only while the file is still the one found damaged. Two riffd processes that
-start together (the daemon, `riffd status`, an archive command) therefore never move each other's database aside.
+A new database is set up under a name of its own and linked into place whole, so no process ever
+finds it half made (an empty file, which counts as damaged); moving a damaged one aside and making
+the next is done by one process at a time (a lock on the folder), and only while the file is still
+the one found damaged. Two riffd processes that start together (the daemon, `riffd status`, an
+archive command) therefore never move each other's database aside.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ class DatabaseDamaged(Exception):
 
 
 def make_private(path: Path) -> None:
-    """Make the existing database `path` and its sidecars 0600 (FileNotFoundError when `path` is gone).
+    """Make the existing database `path` and its sidecars 0600 (FileNotFoundError when `path` is
+    gone).
 
-    By path, never opened: closing any descriptor of a database file drops every POSIX lock this process holds on
-    it, which would let another process delete the WAL under an open connection. A database is never created
-    here (only `_create` makes one, whole, under a name of its own)."""
+    By path, never opened: closing any descriptor of a database file drops every POSIX lock this
+    process holds on it, which would let another process delete the WAL under an open connection. A
+    database is never created here (only `_create` makes one, whole, under a name of its own)."""
     os.chmod(path, FILE_MODE)
     for suffix in SIDECARS:
         with contextlib.suppress(FileNotFoundError):
@@ -54,8 +58,9 @@ def make_private(path: Path) -> None:
 
 
 def problem_of(db: sqlite3.Connection) -> str | None:
-    """Return what `PRAGMA quick_check` finds wrong with an open database (its first few problems), or None; raise
-    the error of a database that is only busy (locked by another process), which is no damage."""
+    """Return what `PRAGMA quick_check` finds wrong with an open database (its first few problems),
+    or None; raise the error of a database that is only busy (locked by another process), which is
+    no damage."""
     try:
         rows = db.execute("PRAGMA quick_check(3)").fetchall()
     except sqlite3.DatabaseError as exc:
@@ -67,38 +72,54 @@ def problem_of(db: sqlite3.Connection) -> str | None:
 
 
 def is_damage_error(exc: BaseException) -> bool:
-    """Return True for the sqlite3 errors that may mean a damaged file (confirm with `problem_of`), not a busy or
-    locked database or a full disk."""
+    """Return True for the sqlite3 errors that may mean a damaged file (confirm with `problem_of`),
+    not a busy or locked database or a full disk."""
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     text = str(exc).lower()
-    return "malformed" in text or "not a database" in text or "corrupt" in text or type(exc) is sqlite3.DatabaseError
+    return (
+        "malformed" in text
+        or "not a database" in text
+        or "corrupt" in text
+        or type(exc) is sqlite3.DatabaseError
+    )
 
 
 BUSY = "not damaged: another riffd process, the daemon or a command, held it longer than the 30 s riffd waits"
 
 
 def is_busy_error(exc: BaseException) -> bool:
-    """Return True for the sqlite3 error of a database another connection holds locked past the timeout (see BUSY)."""
+    """Return True for the sqlite3 error of a database another connection holds locked past the
+    timeout (see BUSY)."""
     text = str(exc)
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
-FULL_BELOW = 1 << 20  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+FULL_BELOW = (
+    1 << 20
+)  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
 
 
-# SQLite's "disk I/O error"s that a full disk gives for writes it does not report as SQLITE_FULL (growing the
-# shared-memory file when it opens a database, above all)
-_WRITE_IOERRS = frozenset(getattr(sqlite3, name) for name in (
-    "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_TRUNCATE")
-    if hasattr(sqlite3, name))
+# SQLite's "disk I/O error"s that a full disk gives for writes it does not report as SQLITE_FULL
+# (growing the shared-memory file when it opens a database, above all)
+_WRITE_IOERRS = frozenset(
+    getattr(sqlite3, name)
+    for name in (
+        "SQLITE_IOERR_SHMSIZE",
+        "SQLITE_IOERR_WRITE",
+        "SQLITE_IOERR_FSYNC",
+        "SQLITE_IOERR_TRUNCATE",
+    )
+    if hasattr(sqlite3, name)
+)
 
 
 def is_full_error(exc: BaseException, folder: Path | None = None) -> bool:
-    """Return True for the error of a full disk or an exhausted quota: SQLite's SQLITE_FULL ("database or disk is
-    full"), ENOSPC or EDQUOT; with `folder` (the database's), also SQLite's write I/O errors while that disk has under
-    FULL_BELOW free (never a read error, a permission or a file that cannot be opened). No damage: what was
-    committed stays, and nothing of the failed step does."""
+    """Return True for the error of a full disk or an exhausted quota: SQLite's SQLITE_FULL
+    ("database or disk is full"), ENOSPC or EDQUOT; with `folder` (the database's), also SQLite's
+    write I/O errors while that disk has under FULL_BELOW free (never a read error, a permission or
+    a file that cannot be opened). No damage: what was committed stays, and nothing of the failed
+    step does."""
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     if not isinstance(exc, sqlite3.Error):
@@ -113,7 +134,8 @@ def is_full_error(exc: BaseException, folder: Path | None = None) -> bool:
 
 
 def free_bytes(folder: Path) -> int | None:
-    """Return the bytes this user may still write on the filesystem holding `folder`, or None when unknown."""
+    """Return the bytes this user may still write on the filesystem holding `folder`, or None when
+    unknown."""
     try:
         status = os.statvfs(folder)
     except (OSError, AttributeError):  # gone, or no statvfs (Windows)
@@ -122,13 +144,17 @@ def free_bytes(folder: Path) -> int | None:
 
 
 def full_disk_note(folder: Path) -> str:
-    """Return a clause on the filesystem holding `folder`: "the disk holding /x is full (12 KiB free)"."""
+    """Return a clause on the filesystem holding `folder`: "the disk holding /x is full (12 KiB
+    free)"."""
     free = free_bytes(folder)
-    return f"the disk holding {folder} is full" + (f" ({free / 1024:.0f} KiB free)" if free is not None else "")
+    return f"the disk holding {folder} is full" + (
+        f" ({free / 1024:.0f} KiB free)" if free is not None else ""
+    )
 
 
 def move_aside(path: Path) -> Path:
-    """Rename a damaged database and its sidecars to `<name>.damaged-<UTC time>` beside it; return the new path."""
+    """Rename a damaged database and its sidecars to `<name>.damaged-<UTC time>` beside it; return
+    the new path."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = path.with_name(f"{path.name}{DAMAGED}{stamp}")
     counter = 1
@@ -144,33 +170,51 @@ def move_aside(path: Path) -> Path:
 
 def damaged_copies(path: Path) -> list[Path]:
     """Return the moved-aside copies of the database `path`, oldest first."""
-    return sorted(candidate for candidate in path.parent.glob(f"{path.name}{DAMAGED}*")
-                  if not candidate.name.endswith(SIDECARS))
+    return sorted(
+        candidate
+        for candidate in path.parent.glob(f"{path.name}{DAMAGED}*")
+        if not candidate.name.endswith(SIDECARS)
+    )
 
 
-Connect = Callable[[Path, bool], sqlite3.Connection]  # (path, create): with create False, never makes a file
+Connect = Callable[
+    [Path, bool], sqlite3.Connection
+]  # (path, create): with create False, never makes a file
 EMPTY = "the file is empty (0 bytes)"
 OPEN_TRIES = 20  # looks at a database that another process keeps moving aside or making meanwhile
-STALE_AFTER_SECONDS = 600.0  # a `<name>.new-*` this old was left by a process killed while it made the database
+STALE_AFTER_SECONDS = (
+    600.0  # a `<name>.new-*` this old was left by a process killed while it made the database
+)
 
 
-def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check: bool = True,
-                 create: bool = True) -> tuple[sqlite3.Connection, Path | None, str | None]:
-    """Open the database at `path` (a private file) with `connect`, which also sets it up, and (with `check`)
-    run its quick check. A missing database is made whole first (`_create`; with `create` False, a missing one is
-    an error). An existing empty file counts as damaged: SQLite never leaves one, nor does `_create`.
+def open_checked(
+    path: Path,
+    connect: Connect,
+    *,
+    heal: bool,
+    advice: str,
+    check: bool = True,
+    create: bool = True,
+) -> tuple[sqlite3.Connection, Path | None, str | None]:
+    """Open the database at `path` (a private file) with `connect`, which also sets it up, and (with
+    `check`) run its quick check. A missing database is made whole first (`_create`; with `create`
+    False, a missing one is an error). An existing empty file counts as damaged: SQLite never leaves
+    one, nor does `_create`.
 
-    Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a damaged file is
-    moved aside and a new database opened in its place; without, raise DatabaseDamaged (with `advice`). An error
-    that is not damage (the database locked by another process past the timeout, a file that cannot be opened) is
-    raised as it is: a busy database is never called damaged, nor moved. A file another process moves aside or
-    makes while this one looks is looked at again, never made here in its place."""
+    Return (the connection, where a damaged file was moved, what was wrong with it). With `heal`, a
+    damaged file is moved aside and a new database opened in its place; without, raise
+    DatabaseDamaged (with `advice`). An error that is not damage (the database locked by another
+    process past the timeout, a file that cannot be opened) is raised as it is: a busy database is
+    never called damaged, nor moved. A file another process moves aside or makes while this one
+    looks is looked at again, never made here in its place."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     _remove_leftovers(path)
     for _attempt in range(OPEN_TRIES):
         if not os.path.lexists(path):
             if not create:
-                raise sqlite3.OperationalError(f"unable to open database file: {path} does not exist")
+                raise sqlite3.OperationalError(
+                    f"unable to open database file: {path} does not exist"
+                )
             try:
                 _create(path, connect)
             except FileNotFoundError:  # (the folder emptied meanwhile)
@@ -180,8 +224,10 @@ def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check
         db: sqlite3.Connection | None = None
         if judged is None:
             if path.is_symlink() and not os.path.exists(path):
-                raise sqlite3.OperationalError(f"unable to open database file: {path} is a link to nothing "
-                                               f"({os.readlink(path)})")
+                raise sqlite3.OperationalError(
+                    f"unable to open database file: {path} is a link to nothing "
+                    f"({os.readlink(path)})"
+                )
             continue
         if _is_empty(path):
             problem = EMPTY
@@ -195,9 +241,13 @@ def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check
             except sqlite3.DatabaseError as exc:
                 if db is not None:
                     db.close()
-                if not os.path.lexists(path):  # moved aside by another process meanwhile: look again
+                if not os.path.lexists(
+                    path
+                ):  # moved aside by another process meanwhile: look again
                     continue
-                if not is_damage_error(exc):  # busy, locked, cannot be opened: no damage, and never moved aside
+                if not is_damage_error(
+                    exc
+                ):  # busy, locked, cannot be opened: no damage, and never moved aside
                     raise
                 problem = str(exc)
             else:
@@ -209,7 +259,9 @@ def open_checked(path: Path, connect: Connect, *, heal: bool, advice: str, check
         reopened = _start_anew(path, problem or "unreadable", connect, judged)
         if reopened is not None:
             return reopened
-    raise sqlite3.OperationalError(f"unable to open database file: {path} kept being replaced while it was opened")
+    raise sqlite3.OperationalError(
+        f"unable to open database file: {path} kept being replaced while it was opened"
+    )
 
 
 def _is_empty(path: Path) -> bool:
@@ -230,9 +282,10 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `folder` (flock on the folder itself: no lock file to leave behind), so one riffd
-    process at a time moves a database there aside and makes the next; where the filesystem has no such locks,
-    go on without (a healing opener still checks that the file is the one it found damaged)."""
+    """Hold an exclusive lock on `folder` (flock on the folder itself: no lock file to leave
+    behind), so one riffd process at a time moves a database there aside and makes the next; where
+    the filesystem has no such locks, go on without (a healing opener still checks that the file is
+    the one it found damaged)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
@@ -247,16 +300,22 @@ def _folder_lock(folder: Path) -> Iterator[None]:
 
 
 def _create(path: Path, connect: Connect) -> None:
-    """Make a new, private database at `path` as a whole: set up by `connect` under a name of its own beside it, its
-    log folded in, then hard-linked into place (or, on a filesystem without hard links, renamed there with a rename
-    that never replaces a file). Another process opening `path` meanwhile finds nothing (and makes one of its own)
-    or a finished database, never a half-made one; when another process put its own there first, that one is kept
-    and this one removed. A database that cannot be made (a full disk) leaves nothing behind; the error names
-    `path`."""
+    """Make a new, private database at `path` as a whole: set up by `connect` under a name of its
+    own beside it, its log folded in, then hard-linked into place (or, on a filesystem without hard
+    links, renamed there with a rename that never replaces a file). Another process opening `path`
+    meanwhile finds nothing (and makes one of its own) or a finished database, never a half-made
+    one; when another process put its own there first, that one is kept and this one removed. A
+    database that cannot be made (a full disk) leaves nothing behind; the error names `path`."""
     temp = path.with_name(f"{path.name}{NEW}{os.getpid()}-{os.urandom(6).hex()}")
     try:
-        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE))
-    except OSError as exc:  # (named as the database, not the passing name: the log says one reason once)
+        os.close(
+            os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE
+            )
+        )
+    except (
+        OSError
+    ) as exc:  # (named as the database, not the passing name: the log says one reason once)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         db = connect(temp, True)
@@ -265,11 +324,19 @@ def _create(path: Path, connect: Connect) -> None:
         finally:
             db.close()  # (the last connection: SQLite removes an empty -wal and the -shm)
         with contextlib.suppress(FileNotFoundError):
-            if os.path.getsize(f"{temp}-wal") > 0:  # never link a database whose set-up is still in its log
-                raise sqlite3.OperationalError(f"{path}: the new database's log could not be folded into it")
+            if (
+                os.path.getsize(f"{temp}-wal") > 0
+            ):  # never link a database whose set-up is still in its log
+                raise sqlite3.OperationalError(
+                    f"{path}: the new database's log could not be folded into it"
+                )
         with open(temp, "rb") as made:
-            if made.read(16) != b"SQLite format 3\x00":  # nothing was written: never put an empty file in place
-                raise sqlite3.OperationalError(f"unable to open database file: {path} could not be set up")
+            if (
+                made.read(16) != b"SQLite format 3\x00"
+            ):  # nothing was written: never put an empty file in place
+                raise sqlite3.OperationalError(
+                    f"unable to open database file: {path} could not be set up"
+                )
         _put_in_place(temp, path)
     finally:
         for name in (str(temp), *(f"{temp}{suffix}" for suffix in SIDECARS)):
@@ -278,16 +345,26 @@ def _create(path: Path, connect: Connect) -> None:
 
 
 def _put_in_place(temp: Path, path: Path) -> None:
-    """Give the made database `temp` the name `path` unless another process gave it one first (then theirs stays)."""
+    """Give the made database `temp` the name `path` unless another process gave it one first (then
+    theirs stays)."""
     try:
         os.link(temp, path)
         return
     except FileExistsError:
         return
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+        if exc.errno not in (
+            errno.EPERM,
+            errno.ENOTSUP,
+            errno.EOPNOTSUPP,
+            errno.EMLINK,
+            errno.ENOSYS,
+        ):
             raise
-    from riffd.fsio import EXCHANGE_UNSUPPORTED, rename_noreplace  # (here: most filesystems have hard links)
+    from riffd.fsio import (
+        EXCHANGE_UNSUPPORTED,
+        rename_noreplace,
+    )  # (here: most filesystems have hard links)
 
     try:
         rename_noreplace(temp, path)
@@ -295,16 +372,21 @@ def _put_in_place(temp: Path, path: Path) -> None:
         return
     except OSError as exc:
         if exc.errno in EXCHANGE_UNSUPPORTED:
-            raise OSError(exc.errno, "this filesystem has neither hard links nor a rename that never replaces a "
-                          "file, so a database cannot be made here safely; put the state folder on another one "
-                          "(RIFFD_STATE_DIR)", str(path)) from exc
+            raise OSError(
+                exc.errno,
+                "this filesystem has neither hard links nor a rename that never replaces a "
+                "file, so a database cannot be made here safely; put the state folder on another one "
+                "(RIFFD_STATE_DIR)",
+                str(path),
+            ) from exc
         raise
 
 
 def _remove_leftovers(path: Path) -> None:
-    """Remove the `<name>.new-*` files of `path` older than STALE_AFTER_SECONDS: left by a process killed while it
-    made the database (a made one takes milliseconds), whichever process, in whichever PID namespace; a name the
-    killed process had already linked into place is only a second name of the database, and goes too."""
+    """Remove the `<name>.new-*` files of `path` older than STALE_AFTER_SECONDS: left by a process
+    killed while it made the database (a made one takes milliseconds), whichever process, in
+    whichever PID namespace; a name the killed process had already linked into place is only a
+    second name of the database, and goes too."""
     now = time.time()
     for leftover in path.parent.glob(f"{path.name}{NEW}*"):
         with contextlib.suppress(FileNotFoundError):
@@ -312,30 +394,41 @@ def _remove_leftovers(path: Path) -> None:
                 os.unlink(leftover)
 
 
-def _start_anew(path: Path, problem: str, connect: Connect, judged: tuple[int, int] | None
-                ) -> tuple[sqlite3.Connection, Path, str] | None:
-    """Move the damaged database at `path` (the file `judged` names) aside and open a new, private one there; return
-    None, moving nothing, when the file there is no longer the one found damaged (another process moved it aside
-    and made a new one meanwhile, or filled an empty one): the caller looks again."""
+def _start_anew(
+    path: Path, problem: str, connect: Connect, judged: tuple[int, int] | None
+) -> tuple[sqlite3.Connection, Path, str] | None:
+    """Move the damaged database at `path` (the file `judged` names) aside and open a new, private
+    one there; return None, moving nothing, when the file there is no longer the one found damaged
+    (another process moved it aside and made a new one meanwhile, or filled an empty one): the
+    caller looks again."""
     with _folder_lock(path.parent):
-        if judged is None or _identity(path) != judged or (problem == EMPTY and not _is_empty(path)):
+        if (
+            judged is None
+            or _identity(path) != judged
+            or (problem == EMPTY and not _is_empty(path))
+        ):
             return None
         moved = move_aside(path)
-        log.error("%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved)
+        log.error(
+            "%s is damaged (%s): moved aside to %s; a new one is in its place", path, problem, moved
+        )
         _create(path, connect)
     make_private(path)
     return connect(path, False), moved, problem
 
 
-def reopen_if_damaged(path: Path, db: sqlite3.Connection, error: BaseException, connect: Connect
-                      ) -> tuple[sqlite3.Connection, Path | None, str | None] | None:
-    """After `error` on the open database `db` at `path`: when the quick check confirms damage, close it, move the file
-    aside and return (a new connection, where the file went, the problem; both None when another process moved it
-    aside first); otherwise return None (keep using `db`)."""
+def reopen_if_damaged(
+    path: Path, db: sqlite3.Connection, error: BaseException, connect: Connect
+) -> tuple[sqlite3.Connection, Path | None, str | None] | None:
+    """After `error` on the open database `db` at `path`: when the quick check confirms damage,
+    close it, move the file aside and return (a new connection, where the file went, the problem;
+    both None when another process moved it aside first); otherwise return None (keep using
+    `db`)."""
     if not is_damage_error(error):
         return None
     judged = _identity(path)
-    # A new connection reads the file as it is now; `db` may answer from pages it cached before the damage.
+    # A new connection reads the file as it is now; `db` may answer from pages it cached before the
+    # damage.
     try:
         checker = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:

@@ -1,9 +1,9 @@
 """The `riffd` console script: a light front door.
 
-`riffd hook pre-tool-use` runs inside every Claude Code tool call, and `riffd hook session-start` inside every
-session's start, so they must answer in a few tens of milliseconds; they are dispatched from here without importing
-the full command line (whose imports alone take about 130 ms). Every other command (`riffd hook install` too), and
-`--help`, goes to `riffd.commands.cli.main`.
+`riffd hook pre-tool-use` runs inside every Claude Code tool call, and `riffd hook session-start`
+inside every session's start, so they must answer in a few tens of milliseconds; they are dispatched
+from here without importing the full command line (whose imports alone take about 130 ms). Every
+other command (`riffd hook install` too), and `--help`, goes to `riffd.commands.cli.main`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if sys.platform not in ("linux", "darwin"):
         # riffd relies on POSIX: flock, renameat2/renamex_np, fsync of folders, signals.
-        print(f"riffd: {sys.platform} is not supported: riffd runs on Linux (WSL2 included) and macOS",
-              file=sys.stderr)
+        print(
+            f"riffd: {sys.platform} is not supported: riffd runs on Linux (WSL2 included) and macOS",
+            file=sys.stderr,
+        )
         return 2
     if args[:2] == ["hook", "pre-tool-use"] and not {"-h", "--help"} & set(args):
         from riffd.tracker.hook import main as hook_main

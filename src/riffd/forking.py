@@ -1,6 +1,7 @@
 """Forked helper processes: the scan's decoder (riffd.transcript.piped) and the ingest's reader
-(riffd.archive.ingest). Where forking is safe, a pipe the child can read ahead through, the child's first steps, and
-reaping it. A helper only ever saves time: its parent does the work itself when the helper fails."""
+(riffd.archive.ingest). Where forking is safe, a pipe the child can read ahead through, the child's
+first steps, and reaping it. A helper only ever saves time: its parent does the work itself when the
+helper fails."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def fork_context() -> Any:
 
 
 def big_pipe(context: Any) -> tuple[Connection, Connection]:
-    """A one-way pipe (receiving end, sending end) of PIPE_BYTES where the system allows, so the child reads ahead."""
+    """A one-way pipe (receiving end, sending end) of PIPE_BYTES where the system allows, so the
+    child reads ahead."""
     receiver, sender = context.Pipe(duplex=False)
     with contextlib.suppress(OSError):
         fcntl.fcntl(sender.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
@@ -40,16 +42,17 @@ def big_pipe(context: Any) -> tuple[Connection, Connection]:
 
 
 def as_child(*parent_ends: Connection) -> None:
-    """A helper's first steps: close its copies of the parent's pipe ends (when the parent dies, even by SIGKILL, the
-    child's next send or receive then fails and it exits, where it would otherwise wait forever), and leave Ctrl-C
-    to the parent."""
+    """A helper's first steps: close its copies of the parent's pipe ends (when the parent dies,
+    even by SIGKILL, the child's next send or receive then fails and it exits, where it would
+    otherwise wait forever), and leave Ctrl-C to the parent."""
     for end in parent_ends:
         end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def reap(child: BaseProcess, wait: float | None) -> None:
-    """Wait up to `wait` seconds (None: until it ends) for a child that was started, then kill it if need be."""
+    """Wait up to `wait` seconds (None: until it ends) for a child that was started, then kill it if
+    need be."""
     if child.pid is None:
         return
     child.join(wait)

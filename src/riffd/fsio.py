@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Opening a path with this flag fails (ELOOP) when its last part is a symlink: riffd never writes through one.
+# Opening a path with this flag fails (ELOOP) when its last part is a symlink: riffd never writes
+# through one.
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 CLOUD_SYNC_HINT = (
@@ -45,7 +46,8 @@ CLOUD_SYNC_HINT = (
 
 
 class FileSystem:
-    """Thin wrapper over the os calls riffd uses on transcripts and backups; subclass to inject faults."""
+    """Thin wrapper over the os calls riffd uses on transcripts and backups; subclass to inject
+    faults."""
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         """Open `path` with os flags and return the descriptor."""
@@ -60,7 +62,8 @@ class FileSystem:
         return os.write(fd, data)
 
     def pwrite(self, fd: int, data: bytes | memoryview, offset: int) -> int:
-        """Write `data` at `offset` without moving the file position; return how many bytes were written."""
+        """Write `data` at `offset` without moving the file position; return how many bytes were
+        written."""
         return os.pwrite(fd, data, offset)
 
     def fsync(self, fd: int) -> None:
@@ -80,9 +83,9 @@ class FileSystem:
         os.replace(src, dst)
 
     def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        """Atomically swap the names `src` and `dst` (both must exist): afterwards `src` names what was at `dst`.
-        Raise OSError: ENOENT when either is missing, EINVAL/ENOTSUP/ENOSYS when this filesystem or system
-        cannot exchange (see `exchange_names`)."""
+        """Atomically swap the names `src` and `dst` (both must exist): afterwards `src` names what
+        was at `dst`. Raise OSError: ENOENT when either is missing, EINVAL/ENOTSUP/ENOSYS when this
+        filesystem or system cannot exchange (see `exchange_names`)."""
         exchange_names(src, dst)
 
     def unlink(self, path: str | os.PathLike[str]) -> None:
@@ -122,10 +125,14 @@ class FileSystem:
         return os.listdir(path)
 
     def entries(self, path: str | os.PathLike[str]) -> list[tuple[str, bool, bool]]:
-        """Return (name, is a folder, is a symlink) for each entry of folder `path`, from the listing alone where
-        the filesystem says (no stat per entry); a symlink is never a folder here."""
+        """Return (name, is a folder, is a symlink) for each entry of folder `path`, from the
+        listing alone where the filesystem says (no stat per entry); a symlink is never a folder
+        here."""
         with os.scandir(path) as found:
-            return [(entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink()) for entry in found]
+            return [
+                (entry.name, entry.is_dir(follow_symlinks=False), entry.is_symlink())
+                for entry in found
+            ]
 
     def flock(self, fd: int, operation: int) -> None:
         """Apply or remove an advisory lock on an open file (fcntl.flock)."""
@@ -134,19 +141,28 @@ class FileSystem:
 
 REAL_FS = FileSystem()
 
-# Errors that mean "this filesystem (or kernel, or libc) cannot exchange two names", not "something is wrong".
+# Errors that mean "this filesystem (or kernel, or libc) cannot exchange two names", not "something
+# is wrong".
 EXCHANGE_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS})
 _RENAME_EXCHANGE = 2  # <linux/fs.h>
 _RENAME_SWAP = 2  # <stdio.h> on macOS, for renamex_np
 _RENAME_NOREPLACE = 1  # <linux/fs.h>
 _RENAME_EXCL = 4  # <stdio.h> on macOS
 _AT_FDCWD = -100
-_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "ppc64le": 357, "s390x": 347}
+_SYS_RENAMEAT2 = {
+    "x86_64": 316,
+    "aarch64": 276,
+    "arm64": 276,
+    "riscv64": 276,
+    "ppc64le": 357,
+    "s390x": 347,
+}
 _libc: ctypes.CDLL | None = None
 
 
 def _c_library() -> ctypes.CDLL:
-    """The C library, loaded at first use (ctypes is imported then: most commands never call into it)."""
+    """The C library, loaded at first use (ctypes is imported then: most commands never call into
+    it)."""
     global _libc
     if _libc is None:
         import ctypes
@@ -156,20 +172,28 @@ def _c_library() -> ctypes.CDLL:
 
 
 def exchange_names(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Swap two names atomically: `renameat2(RENAME_EXCHANGE)` on Linux (glibc's wrapper, else the raw system
-    call), `renamex_np(RENAME_SWAP)` on macOS. Python has no wrapper for either. Raise OSError with the errno;
-    ENOSYS where neither exists."""
+    """Swap two names atomically: `renameat2(RENAME_EXCHANGE)` on Linux (glibc's wrapper, else the
+    raw system call), `renamex_np(RENAME_SWAP)` on macOS. Python has no wrapper for either. Raise
+    OSError with the errno; ENOSYS where neither exists."""
     _rename_with(src, dst, _RENAME_EXCHANGE, _RENAME_SWAP, "exchange two file names atomically")
 
 
 def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-    """Rename `src` to `dst` only when `dst` does not exist, atomically (FileExistsError when it does):
-    `renameat2(RENAME_NOREPLACE)` on Linux, `renamex_np(RENAME_EXCL)` on macOS; ENOSYS where neither exists."""
-    _rename_with(src, dst, _RENAME_NOREPLACE, _RENAME_EXCL, "rename a file without replacing another")
+    """Rename `src` to `dst` only when `dst` does not exist, atomically (FileExistsError when it
+    does): `renameat2(RENAME_NOREPLACE)` on Linux, `renamex_np(RENAME_EXCL)` on macOS; ENOSYS where
+    neither exists."""
+    _rename_with(
+        src, dst, _RENAME_NOREPLACE, _RENAME_EXCL, "rename a file without replacing another"
+    )
 
 
-def _rename_with(src: str | os.PathLike[str], dst: str | os.PathLike[str], linux_flag: int, mac_flag: int,
-                 what: str) -> None:
+def _rename_with(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    linux_flag: int,
+    mac_flag: int,
+    what: str,
+) -> None:
     libc = _c_library()
     source, target = os.fsencode(src), os.fsencode(dst)
     if sys.platform == "darwin":
@@ -179,15 +203,20 @@ def _rename_with(src: str | os.PathLike[str], dst: str | os.PathLike[str], linux
         function = getattr(libc, "renameat2", None)
         if function is not None:
             result = function(_AT_FDCWD, source, _AT_FDCWD, target, linux_flag)
-        elif platform.machine() in _SYS_RENAMEAT2:  # a libc older than glibc 2.28, or one without the wrapper
-            result = libc.syscall(_SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target,
-                                  linux_flag)
+        elif (
+            platform.machine() in _SYS_RENAMEAT2
+        ):  # a libc older than glibc 2.28, or one without the wrapper
+            result = libc.syscall(
+                _SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target, linux_flag
+            )
         else:
             result = None
     else:
         result = None
     if result is None:
-        raise OSError(errno.ENOSYS, f"this system cannot {what}", os.fsdecode(src), None, os.fsdecode(dst))
+        raise OSError(
+            errno.ENOSYS, f"this system cannot {what}", os.fsdecode(src), None, os.fsdecode(dst)
+        )
     if result != 0:
         import ctypes
 
@@ -203,12 +232,13 @@ MMAP_THRESHOLD = 1 << 20
 def pin_mmap_threshold() -> bool:
     """Keep blocks of 1 MiB and more out of the C heap (glibc); return whether the setting took.
 
-    glibc starts by serving blocks of 128 KiB and more with their own mappings, but each time such a block is freed
-    it raises that threshold to the block's size (up to 32 MB). An index grows big arrays and dict tables by
-    reallocating them, so after the first growth they are made inside the heap, where every copy they leave behind
-    stays resident: a scan of the 1 GB session peaked 5 to 20 MB higher, varying from run to run. A fixed threshold
-    (setting it turns the adjustment off) keeps each big block in its own mapping, grown in place and returned to
-    the system when freed. Batches of lines (256 KiB) stay in the heap. Elsewhere (macOS, musl) this does nothing.
+    glibc starts by serving blocks of 128 KiB and more with their own mappings, but each time such a
+    block is freed it raises that threshold to the block's size (up to 32 MB). An index grows big
+    arrays and dict tables by reallocating them, so after the first growth they are made inside the
+    heap, where every copy they leave behind stays resident: a scan of the 1 GB session peaked 5 to
+    20 MB higher, varying from run to run. A fixed threshold (setting it turns the adjustment off)
+    keeps each big block in its own mapping, grown in place and returned to the system when freed.
+    Batches of lines (256 KiB) stay in the heap. Elsewhere (macOS, musl) this does nothing.
     """
     try:
         if not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"):
@@ -274,7 +304,9 @@ def retrying_call(
             log.debug("I/O error again on %s (attempt %d): %s", what, state.attempt_number, exc)
 
     try:
-        return func()  # the fast path: building tenacity's machinery per read costs more than the read
+        return (
+            func()
+        )  # the fast path: building tenacity's machinery per read costs more than the read
     except OSError as exc:
         if not is_cloud_sync_error(exc):
             raise
@@ -286,7 +318,8 @@ def retrying_call(
             raise first_failure.pop()
         return func()
 
-    # Imported only now: every command would otherwise pay tenacity's import at start-up for a rare failure.
+    # Imported only now: every command would otherwise pay tenacity's import at start-up for a rare
+    # failure.
     from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
     retrying = Retrying(
@@ -314,7 +347,8 @@ FOLDER_MODE = 0o700  # riffd's folders hold whole conversations
 
 
 def write_all(fs: FileSystem, fd: int, payload: bytes | memoryview) -> None:
-    """Write all of `payload` to `fd`, looping over short writes; raise OSError when the disk refuses."""
+    """Write all of `payload` to `fd`, looping over short writes; raise OSError when the disk
+    refuses."""
     view = memoryview(payload)
     while view:
         written = fs.write(fd, view)
@@ -324,32 +358,55 @@ def write_all(fs: FileSystem, fd: int, payload: bytes | memoryview) -> None:
 
 
 class OffsetWriter:
-    """Writes a file only this process writes (riffd's copies) at explicit offsets, retrying EIO as cloud-synced
-    folders need: a retried write puts the same bytes at the same place, whether or not the failed one landed (the
-    file's size cannot tell: a FUSE kernel may answer it from its cache)."""
+    """Writes a file only this process writes (riffd's copies) at explicit offsets, retrying EIO as
+    cloud-synced folders need: a retried write puts the same bytes at the same place, whether or not
+    the failed one landed (the file's size cannot tell: a FUSE kernel may answer it from its
+    cache)."""
 
-    def __init__(self, fs: FileSystem, fd: int, policy: RetryPolicy = DEFAULT_RETRY, offset: int = 0) -> None:
+    def __init__(
+        self, fs: FileSystem, fd: int, policy: RetryPolicy = DEFAULT_RETRY, offset: int = 0
+    ) -> None:
         self.fs, self.fd, self.policy, self.offset = fs, fd, policy, offset
 
     def write(self, payload: bytes | memoryview) -> None:
-        """Write all of `payload` at the current offset; raise OSError when the disk refuses (EIO on every try,
-        ENOSPC, ...)."""
+        """Write all of `payload` at the current offset; raise OSError when the disk refuses (EIO on
+        every try, ENOSPC, ...)."""
         view = memoryview(payload)
         while view:
-            written = retrying_call(partial(self.fs.pwrite, self.fd, view, self.offset), what="riffd's copy",
-                                    policy=self.policy)
+            written = retrying_call(
+                partial(self.fs.pwrite, self.fd, view, self.offset),
+                what="riffd's copy",
+                policy=self.policy,
+            )
             if written <= 0:
                 raise OSError(errno.EIO, "write wrote nothing")
             self.offset += written
             view = view[written:]
 
 
-# Filesystems where files live on another machine or in a user-space server: change events do not arrive reliably
-# (riffd polls), and an I/O error means a server failed for a moment, so riffd retries even an fsync there.
-REMOTE_FILESYSTEMS = frozenset({
-    "9p", "drvfs", "nfs", "nfs4", "cifs", "smb3", "smbfs", "sshfs", "fuse", "fuseblk", "davfs", "afpfs",
-    "virtiofs", "vboxsf", "prl_fs", "vmhgfs",
-})
+# Filesystems where files live on another machine or in a user-space server: change events do not
+# arrive reliably (riffd polls), and an I/O error means a server failed for a moment, so riffd
+# retries even an fsync there.
+REMOTE_FILESYSTEMS = frozenset(
+    {
+        "9p",
+        "drvfs",
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "sshfs",
+        "fuse",
+        "fuseblk",
+        "davfs",
+        "afpfs",
+        "virtiofs",
+        "vboxsf",
+        "prl_fs",
+        "vmhgfs",
+    }
+)
 
 
 def filesystem_type(path: Path, mounts: Path = Path("/proc/self/mounts")) -> str | None:
@@ -381,9 +438,10 @@ def is_remote(path: Path) -> bool:
 
 
 def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy = DEFAULT_RETRY) -> None:
-    """Flush `fd` (a file at `path`) to stable storage. On a network or FUSE filesystem EIO is retried: the server
-    failed for a moment and the request is simply made again. On a local disk it is raised at once: there it means
-    the data may not have reached the disk, and a second fsync would only say so no longer."""
+    """Flush `fd` (a file at `path`) to stable storage. On a network or FUSE filesystem EIO is
+    retried: the server failed for a moment and the request is simply made again. On a local disk it
+    is raised at once: there it means the data may not have reached the disk, and a second fsync
+    would only say so no longer."""
     if not is_remote(path):
         fs.fsync(fd)
         return
@@ -391,9 +449,12 @@ def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy = DEFAUL
 
 
 def fsync_folder(fs: FileSystem, folder: Path) -> None:
-    """Flush a folder's entries (renames, new files) to disk; filesystems that cannot are skipped."""
-    fd = retrying_call(lambda: fs.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)),
-                       what=f"the folder {folder}")
+    """Flush a folder's entries (renames, new files) to disk; filesystems that cannot are
+    skipped."""
+    fd = retrying_call(
+        lambda: fs.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)),
+        what=f"the folder {folder}",
+    )
     try:
         fsync_file(fs, fd, folder)
     except OSError as exc:
@@ -405,7 +466,8 @@ def fsync_folder(fs: FileSystem, folder: Path) -> None:
 
 
 def ensure_private_folder(fs: FileSystem, folder: Path) -> None:
-    """Create `folder` and any missing parents with mode 0700; folders that exist are left as they are."""
+    """Create `folder` and any missing parents with mode 0700; folders that exist are left as they
+    are."""
     missing: list[Path] = []
     probe = folder
     while True:
@@ -427,9 +489,11 @@ def ensure_private_folder(fs: FileSystem, folder: Path) -> None:
 
 
 def create_private(path: Path) -> BinaryIO:
-    """Open `path` for writing as a new (or emptied) 0600 file, whatever the umask or its earlier mode: riffd's
-    exports, restores and reports hold conversations."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    """Open `path` for writing as a new (or emptied) 0600 file, whatever the umask or its earlier
+    mode: riffd's exports, restores and reports hold conversations."""
+    fd = os.open(
+        path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600
+    )
     try:
         os.fchmod(fd, 0o600)
     except BaseException:
@@ -439,8 +503,8 @@ def create_private(path: Path) -> BinaryIO:
 
 
 def remove_leftover(fs: FileSystem, path: Path) -> None:
-    """Remove a temp or partial file riffd made (EIO retried, patiently: a cloud-synced folder at its worst fails one
-    call in three); a file already gone is fine, other errors are logged."""
+    """Remove a temp or partial file riffd made (EIO retried, patiently: a cloud-synced folder at
+    its worst fails one call in three); a file already gone is fine, other errors are logged."""
     for attempt in range(REMOVE_ATTEMPTS):
         try:
             retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
@@ -450,16 +514,20 @@ def remove_leftover(fs: FileSystem, path: Path) -> None:
         except OSError as exc:
             if is_cloud_sync_error(exc.__cause__ or exc) and attempt + 1 < REMOVE_ATTEMPTS:
                 continue
-            log.warning("could not remove riffd's partial file %s: %s; remove it by hand", path, exc)
+            log.warning(
+                "could not remove riffd's partial file %s: %s; remove it by hand", path, exc
+            )
             return
 
 
-def replace_file(path: Path, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:
-    """Write `data` to `path` so a reader sees the old file or the new one, never half of one: a temp file of this
-    writer's own beside it (pid and thread in its name: writers at once never share one), written whole, given
-    `mode` (and the `owner` uid and gid, when given: a file root replaces in a user's folder stays the user's),
-    fsynced, renamed over `path`. On failure (PermissionError when the owner cannot be given) the temp file goes and
-    `path` is untouched."""
+def replace_file(
+    path: Path, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None
+) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never half of one: a
+    temp file of this writer's own beside it (pid and thread in its name: writers at once never
+    share one), written whole, given `mode` (and the `owner` uid and gid, when given: a file root
+    replaces in a user's folder stays the user's), fsynced, renamed over `path`. On failure
+    (PermissionError when the owner cannot be given) the temp file goes and `path` is untouched."""
     temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

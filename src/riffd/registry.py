@@ -1,7 +1,9 @@
-"""Claude Code's registry of running processes: `<config dir>/sessions/<pid>.json`, one small JSON object per
-running `claude` process (`pid`, `sessionId`, `cwd`, `startedAt` in ms), written at start and removed at exit.
+"""Claude Code's registry of running processes: `<config dir>/sessions/<pid>.json`, one small JSON
+object per running `claude` process (`pid`, `sessionId`, `cwd`, `startedAt` in ms), written at start
+and removed at exit.
 
-Standard library only: the SessionStart hook reads it inside Claude Code's start-up, where every millisecond shows.
+Standard library only: the SessionStart hook reads it inside Claude Code's start-up, where every
+millisecond shows.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class Registration:
 
 
 def parse_registration(registry_file: Path, raw: bytes) -> Registration | None:
-    """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid may come from
-    the file name when the entry leaves it out)."""
+    """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
+    may come from the file name when the entry leaves it out)."""
     try:
         entry = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -37,9 +39,18 @@ def parse_registration(registry_file: Path, raw: bytes) -> Registration | None:
     session_id, pid = entry.get("sessionId"), entry.get("pid")
     if pid is None and registry_file.stem.isdigit():
         pid = int(registry_file.stem)
-    if not isinstance(session_id, str) or not session_id or not isinstance(pid, int) or isinstance(pid, bool):
+    if (
+        not isinstance(session_id, str)
+        or not session_id
+        or not isinstance(pid, int)
+        or isinstance(pid, bool)
+    ):
         return None
     cwd = entry.get("cwd") if isinstance(entry.get("cwd"), str) else None
     started = entry.get("startedAt")
-    started_at = started / 1000 if isinstance(started, int | float) and not isinstance(started, bool) else None
+    started_at = (
+        started / 1000
+        if isinstance(started, int | float) and not isinstance(started, bool)
+        else None
+    )
     return Registration(session_id, pid, registry_file, cwd, started_at)

@@ -1,11 +1,13 @@
 """What the archive holds of each session, and whether it is whole: what `riffd sessions` says.
 
-Per session: its transcript, its subagents' transcripts, and its files kept whole by kind (saved tool outputs,
-subagents' settings, checkpoints, task files, plans, other files). Whole:
-- a session still on disk is whole when the archive holds every file of it as it is now: each transcript up to its
-  size, each file kept whole as its newest version (one stat per file, no reads);
-- a deleted session is whole when the archive holds its transcript and every saved output its transcripts name
-  (`<session>/tool-results/<name>` in a `<persisted-output>` text), which the archived lines are read for.
+Per session: its transcript, its subagents' transcripts, and its files kept whole by kind (saved
+tool outputs, subagents' settings, checkpoints, task files, plans, other files). Whole:
+- a session still on disk is whole when the archive holds every file of it as it is now: each
+  transcript up to its size, each file kept whole as its newest version (one stat per file, no
+  reads);
+- a deleted session is whole when the archive holds its transcript and every saved output its
+  transcripts name (`<session>/tool-results/<name>` in a `<persisted-output>` text), which the
+  archived lines are read for.
 """
 
 from __future__ import annotations
@@ -30,8 +32,15 @@ from riffd.transcript.sessionfiles import (
 )
 
 # What `riffd sessions --json` calls each kind
-HOLDS = {TOOL_RESULT: "saved_outputs", SUBAGENT_META: "subagent_settings", FILE_HISTORY: "checkpoints",
-         TASKS: "task_files", PLAN: "plans", TODOS: "todo_files", SESSION_OTHER: "other_files"}
+HOLDS = {
+    TOOL_RESULT: "saved_outputs",
+    SUBAGENT_META: "subagent_settings",
+    FILE_HISTORY: "checkpoints",
+    TASKS: "task_files",
+    PLAN: "plans",
+    TODOS: "todo_files",
+    SESSION_OTHER: "other_files",
+}
 
 
 @dataclass
@@ -41,7 +50,9 @@ class Holdings:
     sizes: dict[str, int]  # archived path -> bytes held (transcripts)
     subagents: dict[str, int]  # session -> its subagents' transcripts archived
     kinds: dict[str, dict[str, int]]  # session -> kind -> files kept whole
-    whole_files: dict[str, tuple[int, int, int]]  # path -> (size, mtime_ns, mode) of its newest version
+    whole_files: dict[
+        str, tuple[int, int, int]
+    ]  # path -> (size, mtime_ns, mode) of its newest version
     slugs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -51,16 +62,27 @@ class Holdings:
         for _file_id, path, session in archive.all_files():
             if session and _is_subagent(path):
                 subagents[session] = subagents.get(session, 0) + 1
-        return cls(archive.archived_bytes(), subagents, archive.whole.counts(), archive.whole.held(),
-                   archive.whole.all_slugs())
+        return cls(
+            archive.archived_bytes(),
+            subagents,
+            archive.whole.counts(),
+            archive.whole.held(),
+            archive.whole.all_slugs(),
+        )
 
     def holds(self, session_id: str, transcript: bool) -> dict[str, Any]:
-        """What the archive holds of a session, by kind (`transcript`: its main transcript is archived)."""
+        """What the archive holds of a session, by kind (`transcript`: its main transcript is
+        archived)."""
         kinds = self.kinds.get(session_id, {})
-        return {"transcript": transcript, "subagents": self.subagents.get(session_id, 0),
-                **{name: kinds.get(kind, 0) for kind, name in HOLDS.items()}}
+        return {
+            "transcript": transcript,
+            "subagents": self.subagents.get(session_id, 0),
+            **{name: kinds.get(kind, 0) for kind, name in HOLDS.items()},
+        }
 
-    def whole_on_disk(self, session_id: str, main: Path, roots: list[Path], configs: list[Path]) -> bool:
+    def whole_on_disk(
+        self, session_id: str, main: Path, roots: list[Path], configs: list[Path]
+    ) -> bool:
         """Whether the archive holds every file of a session on disk as it is now."""
         transcripts = [main, *sorted((main.parent / session_id / "subagents").glob("*.jsonl"))]
         for path in transcripts:
@@ -76,23 +98,35 @@ class Holdings:
                 status = os.lstat(item.path)
             except OSError:
                 continue
-            if self.whole_files.get(str(item.path)) != (status.st_size, status.st_mtime_ns, status.st_mode):
+            if self.whole_files.get(str(item.path)) != (
+                status.st_size,
+                status.st_mtime_ns,
+                status.st_mode,
+            ):
                 return False
         return True
 
 
 def whole_when_deleted(archive: Any, session_id: str, holdings: Holdings) -> bool:
-    """Whether the archive holds a deleted session's transcript and every saved output its transcripts name (its
-    archived lines read; only lines that name a saved output are searched)."""
+    """Whether the archive holds a deleted session's transcript and every saved output its
+    transcripts name (its archived lines read; only lines that name a saved output are searched)."""
     files = archive.files_of(session_id)
     if not any(not _is_subagent(path) for _file_id, path, _session in files):
         return False
-    held = {Path(path).name for path in holdings.whole_files if f"{os.sep}{session_id}{os.sep}tool-results" in path}
+    held = {
+        Path(path).name
+        for path in holdings.whole_files
+        if f"{os.sep}{session_id}{os.sep}tool-results" in path
+    }
     named = re.compile(re.escape(f"/{session_id}/tool-results/").encode() + rb"([A-Za-z0-9._-]+)")
     for file_id, _path, _session in files:
-        with contextlib.closing(archive.iter_file(file_id)) as lines:  # (it holds the archive's lock while open)
+        with contextlib.closing(
+            archive.iter_file(file_id)
+        ) as lines:  # (it holds the archive's lock while open)
             for line in lines:
-                if b"/tool-results/" in line and any(name.decode() not in held for name in named.findall(line)):
+                if b"/tool-results/" in line and any(
+                    name.decode() not in held for name in named.findall(line)
+                ):
                     return False
     return True
 

@@ -1,11 +1,13 @@
-"""Back-filling the archive from transcript files: what `riffd archive ingest`, `fix` and the daemon's catch-up use.
+"""Back-filling the archive from transcript files: what `riffd archive ingest`, `fix` and the
+daemon's catch-up use.
 
-`riffd archive ingest` of many files (`ingest_files`) reads them in a reader process: the reader reads each file
-from where the archive stopped and takes from every line what the archive needs before it looks in the database
-(riffd.archive.pieces.parse: parsing, pieces, their keys and texts, about two fifths of an ingest), while this
-process stores the lines it sends, as `ingest_file` would. The reader only ever saves time: when it fails to read
-a file, that file is archived here (from the archive's own watermark, so every line once); when it dies or cannot
-start, so are the rest. It is forked, so only where forking is safe (riffd.forking.can_fork).
+`riffd archive ingest` of many files (`ingest_files`) reads them in a reader process: the reader
+reads each file from where the archive stopped and takes from every line what the archive needs
+before it looks in the database (riffd.archive.pieces.parse: parsing, pieces, their keys and texts,
+about two fifths of an ingest), while this process stores the lines it sends, as `ingest_file`
+would. The reader only ever saves time: when it fails to read a file, that file is archived here
+(from the archive's own watermark, so every line once); when it dies or cannot start, so are the
+rest. It is forked, so only where forking is safe (riffd.forking.can_fork).
 """
 
 from __future__ import annotations
@@ -37,29 +39,39 @@ JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which n
 
 
 def ingest_file(archive: Archive, path: Path) -> int:
-    """Back-fill one transcript from where the archive stopped (from the start, as a new generation, when the
-    file was rewritten since); return the lines added. Only complete lines are archived. The archive keeps it under
-    its absolute path (`archive_key`), whatever folder the command ran in."""
+    """Back-fill one transcript from where the archive stopped (from the start, as a new generation,
+    when the file was rewritten since); return the lines added. Only complete lines are archived.
+    The archive keeps it under its absolute path (`archive_key`), whatever folder the command ran
+    in."""
     path = archive_key(path)
     added = 0
     for attempt in range(3):
         start, rewritten = where_to_start(archive, path)
         try:
             for offset, lines, terminated in iter_chunks(path, start=start):
-                # An unterminated last line is kept too (lossless); restore writes it back without a newline.
-                added += archive.add_lines(str(path), offset, lines, rewritten=rewritten and offset == 0,
-                                           last_terminated=terminated)
+                # An unterminated last line is kept too (lossless); restore writes it back without a
+                # newline.
+                added += archive.add_lines(
+                    str(path),
+                    offset,
+                    lines,
+                    rewritten=rewritten and offset == 0,
+                    last_terminated=terminated,
+                )
             note_time(archive, path)
             return added
-        except ArchiveGap:  # another process started a new generation meanwhile: read from where it is now
+        except (
+            ArchiveGap
+        ):  # another process started a new generation meanwhile: read from where it is now
             if attempt == 2:
                 raise
     return added
 
 
 def note_time(archive: Archive, path: Path) -> None:
-    """Record the file's modification time in the archive when the archive holds it whole (what `riffd archive
-    restore` gives the file back); a file that grew since it was read is noted when it is archived next."""
+    """Record the file's modification time in the archive when the archive holds it whole (what
+    `riffd archive restore` gives the file back); a file that grew since it was read is noted when
+    it is archived next."""
     try:
         status = path.stat()
     except OSError:
@@ -69,16 +81,16 @@ def note_time(archive: Archive, path: Path) -> None:
 
 
 def archive_key(path: Path) -> Path:
-    """Return the path the archive keeps a transcript under: absolute, `..` and `.` resolved, symlinks kept (the
-    daemon's own paths, under its configured roots, are already so); `riffd archive ingest .` and the daemon then
-    archive a file once, not under two names."""
+    """Return the path the archive keeps a transcript under: absolute, `..` and `.` resolved,
+    symlinks kept (the daemon's own paths, under its configured roots, are already so); `riffd
+    archive ingest .` and the daemon then archive a file once, not under two names."""
     return Path(os.path.abspath(path))
 
 
 def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
-    """Return (the byte to read `path` from, whether it is to be archived from its start as a new generation: it was
-    rewritten since it was last archived, or the archive's last line of it is in a damaged pack, so where its
-    generation ends cannot be checked)."""
+    """Return (the byte to read `path` from, whether it is to be archived from its start as a new
+    generation: it was rewritten since it was last archived, or the archive's last line of it is in
+    a damaged pack, so where its generation ends cannot be checked)."""
     _generation, archived = archive.cursor(str(path))
     try:
         rewritten = archived > 0 and not still_appended(archive, path, archived)
@@ -89,7 +101,8 @@ def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
 
 
 def still_appended(archive: Archive, path: Path, archived: int) -> bool:
-    """Return True when `path` still holds, just before byte `archived`, the last line the archive has of it."""
+    """Return True when `path` still holds, just before byte `archived`, the last line the archive
+    has of it."""
     last = archive.last_line(str(path))
     if last is None or path.stat().st_size < archived:
         return False
@@ -99,12 +112,17 @@ def still_appended(archive: Archive, path: Path, archived: int) -> bool:
         return False
 
 
-def ingest_files(archive: Archive, paths: list[Path], *, min_bytes: int = READER_MIN_BYTES,
-                 read_ahead: int = READ_AHEAD) -> Iterator[tuple[Path, int | OSError]]:
-    """Back-fill each transcript of `paths` as `ingest_file` does, with a reader process when they hold `min_bytes`
-    or more and forking is safe (see the module), given files up to `read_ahead` bytes ahead of the one stored;
-    yield, in order, each path with the lines added or the error met. The archive is the same, row for row, as
-    `ingest_file` on each path makes."""
+def ingest_files(
+    archive: Archive,
+    paths: list[Path],
+    *,
+    min_bytes: int = READER_MIN_BYTES,
+    read_ahead: int = READ_AHEAD,
+) -> Iterator[tuple[Path, int | OSError]]:
+    """Back-fill each transcript of `paths` as `ingest_file` does, with a reader process when they
+    hold `min_bytes` or more and forking is safe (see the module), given files up to `read_ahead`
+    bytes ahead of the one stored; yield, in order, each path with the lines added or the error met.
+    The archive is the same, row for row, as `ingest_file` on each path makes."""
     paths = [archive_key(path) for path in paths]
     sizes = [_size(path) for path in paths]
     if sum(sizes) < min_bytes or not can_fork():
@@ -133,13 +151,18 @@ def _ingest_here(archive: Archive, path: Path) -> int | OSError:
         return ingest_file(archive, path)
     except OSError as exc:
         return exc
-    except ArchiveGap as exc:  # changed by another process at every try: this file is for the next run
-        return OSError(f"the archive of it changed while it was read three times ({exc}); run the ingest again")
+    except (
+        ArchiveGap
+    ) as exc:  # changed by another process at every try: this file is for the next run
+        return OSError(
+            f"the archive of it changed while it was read three times ({exc}); run the ingest again"
+        )
 
 
 class Batch(msgspec.Struct, array_like=True, gc=False):
-    """One message of the reader: a batch of lines of job `job` from byte `offset`, with what `parse` gave for
-    each; or, `lines` empty, the end of the job (`failed`: reading failed there, the file is archived here)."""
+    """One message of the reader: a batch of lines of job `job` from byte `offset`, with what
+    `parse` gave for each; or, `lines` empty, the end of the job (`failed`: reading failed there,
+    the file is archived here)."""
 
     job: int
     offset: int = 0
@@ -162,13 +185,18 @@ _decode_batch = msgspec.msgpack.Decoder(Batch).decode
 _decode_job = msgspec.msgpack.Decoder(Job | None).decode
 
 
-def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
-                        read_ahead: int) -> Iterator[tuple[Path, int | OSError]]:
+def _ingest_with_reader(
+    archive: Archive, paths: list[Path], sizes: list[int], read_ahead: int
+) -> Iterator[tuple[Path, int | OSError]]:
     context = fork_context()
     receiver, sender = big_pipe(context)
     jobs_in, jobs_out = context.Pipe(duplex=False)
-    reader = context.Process(target=_read, args=(sender, jobs_in, (receiver, jobs_out)), daemon=True,
-                             name="riffd-ingest-reader")
+    reader = context.Process(
+        target=_read,
+        args=(sender, jobs_in, (receiver, jobs_out)),
+        daemon=True,
+        name="riffd-ingest-reader",
+    )
     encode = msgspec.msgpack.Encoder().encode
     starts: dict[int, tuple[int, bool]] = {}  # per file handed to the reader: `where_to_start` then
     try:
@@ -182,14 +210,20 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
             gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
-        sent = ahead = 0  # files looked at for the reader so far; the bytes of those from the one being stored on
+        sent = ahead = (
+            0  # files looked at for the reader so far; the bytes of those from the one being stored on
+        )
         handed: set[str] = set()
         for number, path in enumerate(paths):
-            # The reader reads ahead, up to `read_ahead` bytes and JOBS_AHEAD files, while this process stores. A
-            # file that cannot be looked at, or is named again, is left to be archived here when its turn comes
-            # (which meets the error itself, or finds nothing new), as one process would.
-            while alive and sent < len(paths) and (
-                    sent <= number or (ahead < read_ahead and sent - number < JOBS_AHEAD)):
+            # The reader reads ahead, up to `read_ahead` bytes and JOBS_AHEAD files, while this
+            # process stores. A file that cannot be looked at, or is named again, is left to be
+            # archived here when its turn comes (which meets the error itself, or finds nothing
+            # new), as one process would.
+            while (
+                alive
+                and sent < len(paths)
+                and (sent <= number or (ahead < read_ahead and sent - number < JOBS_AHEAD))
+            ):
                 ahead += sizes[sent]
                 sent += 1
                 if str(paths[sent - 1]) in handed:
@@ -207,8 +241,12 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
             ahead -= sizes[number]
             added, done_here = 0, True
             if alive and number in starts:
-                added, done_here, alive = _store_batches(archive, receiver, number, path, starts[number])
-            if done_here:  # from the archive's watermark: what the reader's batches stored stays, once
+                added, done_here, alive = _store_batches(
+                    archive, receiver, number, path, starts[number]
+                )
+            if (
+                done_here
+            ):  # from the archive's watermark: what the reader's batches stored stays, once
                 done = _ingest_here(archive, path)
                 yield path, done if isinstance(done, OSError) else added + done
             else:
@@ -224,18 +262,22 @@ def _ingest_with_reader(archive: Archive, paths: list[Path], sizes: list[int],
         reap(reader, 1.0)
 
 
-def _store_batches(archive: Archive, receiver: Connection, number: int, path: Path,
-                   start: tuple[int, bool]) -> tuple[int, bool, bool]:
-    """Store the reader's batches of file `number`, handed to it when `where_to_start` gave `start`; return (the
-    lines added, whether the file is to be archived here after all, whether the reader is still there). Here after
-    all: the reader could not read it, or it was rewritten or archived by another process since it was handed over
-    (its first message shows), or the reader died or fell out of step (then so are the rest)."""
+def _store_batches(
+    archive: Archive, receiver: Connection, number: int, path: Path, start: tuple[int, bool]
+) -> tuple[int, bool, bool]:
+    """Store the reader's batches of file `number`, handed to it when `where_to_start` gave `start`;
+    return (the lines added, whether the file is to be archived here after all, whether the reader
+    is still there). Here after all: the reader could not read it, or it was rewritten or archived
+    by another process since it was handed over (its first message shows), or the reader died or
+    fell out of step (then so are the rest)."""
     added, stale = 0, None
     try:
         while True:
             batch = _decode_batch(receiver.recv_bytes())
             if batch.job != number:
-                raise msgspec.DecodeError(f"a batch of file {batch.job} while storing file {number}")
+                raise msgspec.DecodeError(
+                    f"a batch of file {batch.job} while storing file {number}"
+                )
             if stale is None:
                 stale = _where_now(archive, path) != start
             if batch.end:
@@ -243,20 +285,27 @@ def _store_batches(archive: Archive, receiver: Connection, number: int, path: Pa
             if not stale:
                 try:
                     added += archive.add_lines(
-                        str(path), batch.offset, batch.lines, rewritten=start[1] and batch.offset == 0,
+                        str(path),
+                        batch.offset,
+                        batch.lines,
+                        rewritten=start[1] and batch.offset == 0,
                         last_terminated=batch.terminated,
-                        prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None)
-                except ArchiveGap:  # another process changed the archive of this file meanwhile: archived here
+                        prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None,
+                    )
+                except (
+                    ArchiveGap
+                ):  # another process changed the archive of this file meanwhile: archived here
                     stale = True
     except (EOFError, OSError, msgspec.DecodeError):
         return added, True, False
 
 
 def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:
-    """The reader: for each job, send the file's batches with what `parse` takes from each line, then its end
-    (failed, when reading it failed); exit when the jobs end. Any other error: exit 1 (the parent goes on alone).
-    Its copies of the parent's ends of the pipes (`parents`) are closed first: when the parent dies, even by
-    SIGKILL, the next send or wait for a job fails and the reader exits (riffd.forking.as_child)."""
+    """The reader: for each job, send the file's batches with what `parse` takes from each line,
+    then its end (failed, when reading it failed); exit when the jobs end. Any other error: exit 1
+    (the parent goes on alone). Its copies of the parent's ends of the pipes (`parents`) are closed
+    first: when the parent dies, even by SIGKILL, the next send or wait for a job fails and the
+    reader exits (riffd.forking.as_child)."""
     as_child(*parents)
     encode = msgspec.msgpack.Encoder().encode
     try:
@@ -267,7 +316,9 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
                     parsed = [parse(raw, True) for raw in lines]
                     try:
                         message = encode(Batch(job.number, offset, lines, parsed, terminated))
-                    except UnicodeEncodeError:  # a text with a lone surrogate (an escape JSON allows): parsed there
+                    except (
+                        UnicodeEncodeError
+                    ):  # a text with a lone surrogate (an escape JSON allows): parsed there
                         message = encode(Batch(job.number, offset, lines, [], terminated))
                     sender.send_bytes(message)
             except OSError:

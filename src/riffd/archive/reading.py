@@ -1,6 +1,8 @@
-"""The archive's reading side: files and sessions, lines as written, search, how far behind, stats, export.
+"""The archive's reading side: files and sessions, lines as written, search, how far behind, stats,
+export.
 
-`Reading` is a mixin of `riffd.archive.store.Archive`: its methods use the archive's connection, lock and packs.
+`Reading` is a mixin of `riffd.archive.store.Archive`: its methods use the archive's connection,
+lock and packs.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ class Reading:
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:
-        """Read as of one moment: every read in the block sees the archive as one transaction left it, whatever
-        another process (the daemon) writes meanwhile. The lock is held throughout."""
+        """Read as of one moment: every read in the block sees the archive as one transaction left
+        it, whatever another process (the daemon) writes meanwhile. The lock is held throughout."""
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -48,32 +50,45 @@ class Reading:
     def file_id(self, path: str) -> int | None:
         """Return the id of the archived file `path` (exactly that path), or None."""
         with self._lock:
-            row = self._db.execute("SELECT id FROM files WHERE path = ?", (path_key(path),)).fetchone()
+            row = self._db.execute(
+                "SELECT id FROM files WHERE path = ?", (path_key(path),)
+            ).fetchone()
         return None if row is None else int(row[0])
 
     def cursor(self, path: str) -> tuple[int, int]:
         """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
         with self._lock:
-            row = self._db.execute("SELECT generation, archived_bytes FROM files WHERE path = ?",
-                                   (path_key(path),)).fetchone()
+            row = self._db.execute(
+                "SELECT generation, archived_bytes FROM files WHERE path = ?", (path_key(path),)
+            ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     def restore_time(self, file_id: int) -> int | None:
-        """The modification time (ns) to give an archived file written back: its time when it ended where the archive
-        does, else the time of its last line (None: neither is known)."""
+        """The modification time (ns) to give an archived file written back: its time when it ended
+        where the archive does, else the time of its last line (None: neither is known)."""
         with self._lock:
-            mtime_ns, last_ts = self._db.execute("SELECT mtime_ns, last_ts FROM files WHERE id = ?",
-                                                 (file_id,)).fetchone()
-        return int(mtime_ns) if mtime_ns is not None else int(last_ts) * 10**9 if last_ts is not None else None
+            mtime_ns, last_ts = self._db.execute(
+                "SELECT mtime_ns, last_ts FROM files WHERE id = ?", (file_id,)
+            ).fetchone()
+        return (
+            int(mtime_ns)
+            if mtime_ns is not None
+            else int(last_ts) * 10**9
+            if last_ts is not None
+            else None
+        )
 
     def _last_run(self, file_id: int, generation: int) -> Run | None:
-        row = self._db.execute("SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
-                               "ORDER BY first DESC LIMIT 1", (file_id, generation)).fetchone()
+        row = self._db.execute(
+            "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
+            "ORDER BY first DESC LIMIT 1",
+            (file_id, generation),
+        ).fetchone()
         return None if row is None else Run(row[0], row[1], row[2])
 
     def _line(self, run: Run, number: int) -> bytes:
-        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is unterminated); raise
-        PackDamaged when a pack it needs cannot be read."""
+        """Line `number` of a run as it was written (cut pieces put back; a newline unless it is
+        unterminated); raise PackDamaged when a pack it needs cannot be read."""
         line = self._content(run, number)
         last = number == len(run.lengths) - 1
         return line if last and run.unterminated else line + b"\n"
@@ -83,22 +98,33 @@ class Reading:
         offset, length = run.offsets[number], run.lengths[number]
         line = self._packs.read(run.pack, offset, length)
         for content_id in run.cuts.get(number, ()):
-            place = self._db.execute("SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)).fetchone()
+            place = self._db.execute(
+                "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)
+            ).fetchone()
             if place is None:
-                raise PackDamaged((run.pack,), f"line {run.first + number + 1} (in pack {run.pack}) names a piece of "
-                                  f"content the archive does not have ({content_id})")
+                raise PackDamaged(
+                    (run.pack,),
+                    f"line {run.first + number + 1} (in pack {run.pack}) names a piece of "
+                    f"content the archive does not have ({content_id})",
+                )
             pack, at, size = place
             line = line.replace(MARK, self._packs.read(pack, at, size), 1)
         return line
 
     def _packs_of(self, run: Run) -> tuple[int, ...]:
-        """The packs a run's lines are read from: its own, then those of the pieces cut out of them."""
+        """The packs a run's lines are read from: its own, then those of the pieces cut out of
+        them."""
         ids = sorted({content_id for cut in run.cuts.values() for content_id in cut})
         found: set[int] = set()
         for start in range(0, len(ids), 500):
-            part = ids[start:start + 500]
-            found.update(row[0] for row in self._db.execute(
-                f"SELECT DISTINCT pack FROM contents WHERE id IN ({','.join('?' * len(part))})", part))
+            part = ids[start : start + 500]
+            found.update(
+                row[0]
+                for row in self._db.execute(
+                    f"SELECT DISTINCT pack FROM contents WHERE id IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            )
         return (run.pack, *sorted(found - {run.pack}))
 
     def files(self) -> list[tuple[int, str]]:
@@ -108,34 +134,61 @@ class Reading:
         return [(int(row[0]), key_path(row[1])) for row in rows]
 
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
-        """Return (id, path, session) of the archived files a session id, path or path suffix names, or a prefix of
-        one session's id (raise AmbiguousSession, listing them, when several sessions' ids start with it)."""
+        """Return (id, path, session) of the archived files a session id, path or path suffix names,
+        or a prefix of one session's id (raise AmbiguousSession, listing them, when several
+        sessions' ids start with it)."""
         # A path as typed, from any folder (a bare file name too)
-        absolute = os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
+        absolute = (
+            os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
+        )
         key = path_key(target)  # paths are stored so (riffd.paths): a name that is not UTF-8 too
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "
                 "OR path LIKE ? ESCAPE '\\' ORDER BY path",
-                (key, key, path_key(absolute), f"%/{like_literal(key.removeprefix(KEY_MARK))}.jsonl")).fetchall()
+                (
+                    key,
+                    key,
+                    path_key(absolute),
+                    f"%/{like_literal(key.removeprefix(KEY_MARK))}.jsonl",
+                ),
+            ).fetchall()
             if not rows and ID_PREFIX.fullmatch(target):
-                rows = self._db.execute("SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
-                                        "ORDER BY path", (f"{like_literal(target)}%",)).fetchall()
+                rows = self._db.execute(
+                    "SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
+                    "ORDER BY path",
+                    (f"{like_literal(target)}%",),
+                ).fetchall()
                 if len({row[2] for row in rows}) > 1:
                     listed = "; ".join(sorted({f"{row[2]} ({row[1]})" for row in rows})[:10])
-                    raise AmbiguousSession(f"{target}: {len({row[2] for row in rows})} archived sessions start with "
-                                           f"it: {listed}; type more of the id")
+                    raise AmbiguousSession(
+                        f"{target}: {len({row[2] for row in rows})} archived sessions start with "
+                        f"it: {listed}; type more of the id"
+                    )
         return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
 
     def sessions(self) -> list[dict[str, Any]]:
-        """Every archived session file (subagents' aside): path, session, project, title, first and last times (Unix
-        seconds), raw bytes seen."""
+        """Every archived session file (subagents' aside): path, session, project, title, first and
+        last times (Unix seconds), raw bytes seen."""
         with self._lock:
-            rows = self._db.execute("SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
-                                    "FROM files ORDER BY path").fetchall()
-        return [{"file_id": row[0], "path": key_path(row[1]), "session_id": row[2], "project": row[3],
-                 "title": row[4], "first_ts": row[5], "last_ts": row[6], "raw_bytes": row[7]}
-                for row in rows if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]]
+            rows = self._db.execute(
+                "SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
+                "FROM files ORDER BY path"
+            ).fetchall()
+        return [
+            {
+                "file_id": row[0],
+                "path": key_path(row[1]),
+                "session_id": row[2],
+                "project": row[3],
+                "title": row[4],
+                "first_ts": row[5],
+                "last_ts": row[6],
+                "raw_bytes": row[7],
+            }
+            for row in rows
+            if not Path(row[1]).name.startswith("agent-") and "/subagents/" not in row[1]
+        ]
 
     def all_files(self) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of every archived file."""
@@ -149,25 +202,36 @@ class Reading:
             rows = self._db.execute("SELECT path, archived_bytes FROM files").fetchall()
         return {key_path(path): int(size) for path, size in rows}
 
-    def iter_file(self, file_id: int, generation: int | None = None) -> Generator[bytes, None, None]:
-        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte for byte, read as
-        of one moment and checked as they go: each run's lines against the checksum archived with them (runs archived
-        by a riffd that recorded none are not checked), and the latest generation against the file's record of its
-        bytes and lines. Raise PackDamaged, after the lines read so far, when they cannot be read or differ: a caller
-        that writes them somewhere must keep nothing of a file that raised."""
+    def iter_file(
+        self, file_id: int, generation: int | None = None
+    ) -> Generator[bytes, None, None]:
+        """Yield the lines (with newline) of an archived file's latest (or given) generation, byte
+        for byte, read as of one moment and checked as they go: each run's lines against the
+        checksum archived with them (runs archived by a riffd that recorded none are not checked),
+        and the latest generation against the file's record of its bytes and lines. Raise
+        PackDamaged, after the lines read so far, when they cannot be read or differ: a caller that
+        writes them somewhere must keep nothing of a file that raised."""
         with self._lock, self._read_transaction():
             self._packs.refresh()
             latest, archived, lines = self._db.execute(
-                "SELECT generation, archived_bytes, lines FROM files WHERE id = ?", (file_id,)).fetchone()
+                "SELECT generation, archived_bytes, lines FROM files WHERE id = ?", (file_id,)
+            ).fetchone()
             generation = latest if generation is None else generation
-            runs = [Run(pack, first, header) for pack, first, header in self._db.execute(
-                "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
-                (file_id, generation)).fetchall()]
+            runs = [
+                Run(pack, first, header)
+                for pack, first, header in self._db.execute(
+                    "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
+                    (file_id, generation),
+                ).fetchall()
+            ]
             crc = size = count = 0
             for run in runs:
                 if run.first != count:
-                    raise PackDamaged((), f"lines {count + 1} to {run.first} are not in the archive (generation "
-                                      f"{generation})")
+                    raise PackDamaged(
+                        (),
+                        f"lines {count + 1} to {run.first} are not in the archive (generation "
+                        f"{generation})",
+                    )
                 last = len(run.lengths) - 1
                 for number in range(len(run.lengths)):
                     line = self._content(run, number)
@@ -179,17 +243,28 @@ class Reading:
                     yield line
                 if run.crc is not None and run.crc != crc:
                     packs = self._packs_of(run)
-                    raise PackDamaged(packs, f"lines {run.first + 1} to {count} read back other than they were "
-                                      f"archived (their checksum differs): pack {run.pack} is damaged"
-                                      + (f", or one of packs {', '.join(map(str, packs[1:]))}, which hold pieces of "
-                                         "them" if len(packs) > 1 else ""))
+                    raise PackDamaged(
+                        packs,
+                        f"lines {run.first + 1} to {count} read back other than they were "
+                        f"archived (their checksum differs): pack {run.pack} is damaged"
+                        + (
+                            f", or one of packs {', '.join(map(str, packs[1:]))}, which hold pieces of "
+                            "them"
+                            if len(packs) > 1
+                            else ""
+                        ),
+                    )
             if generation == latest and (size, count) != (archived, lines):
-                raise PackDamaged((), f"the archive holds {count} line(s), {size} bytes, of it, not the {lines} "
-                                  f"line(s), {archived} bytes, it records")
+                raise PackDamaged(
+                    (),
+                    f"the archive holds {count} line(s), {size} bytes, of it, not the {lines} "
+                    f"line(s), {archived} bytes, it records",
+                )
 
     @contextmanager
     def _read_transaction(self) -> Iterator[None]:
-        """Read as of one moment (the lock held), unless a transaction is open already (`snapshot`)."""
+        """Read as of one moment (the lock held), unless a transaction is open already
+        (`snapshot`)."""
         if self._db.in_transaction:
             yield
             return
@@ -200,11 +275,14 @@ class Reading:
             self._db.execute("COMMIT")
 
     def damaged_packs(self) -> list[PackDamaged]:
-        """Decompress every pack (each frame's checksum checked, where it has one) and return the error of each that
-        cannot be read, by pack id."""
+        """Decompress every pack (each frame's checksum checked, where it has one) and return the
+        error of each that cannot be read, by pack id."""
         damaged = []
         with self._lock:
-            ids = [int(row[0]) for row in self._db.execute("SELECT id FROM packs ORDER BY id").fetchall()]
+            ids = [
+                int(row[0])
+                for row in self._db.execute("SELECT id FROM packs ORDER BY id").fetchall()
+            ]
         for pack_id in ids:
             with self._lock:
                 try:
@@ -214,17 +292,22 @@ class Reading:
         return damaged
 
     def pack_users(self, packs: Iterable[int]) -> list[tuple[str, str | None, int]]:
-        """Return (path, session id, generation) of each archived generation of a file that has lines in `packs`, or
-        pieces of its lines cut out of them (each run's record decoded: for naming damage, not for a hot path)."""
+        """Return (path, session id, generation) of each archived generation of a file that has
+        lines in `packs`, or pieces of its lines cut out of them (each run's record decoded: for
+        naming damage, not for a hot path)."""
         wanted = set(packs)
         users: set[tuple[str, str | None, int]] = set()
         with self._lock, self._read_transaction():
             pieces: set[int] = set()
             for pack in wanted:
-                pieces.update(row[0] for row in self._db.execute("SELECT id FROM contents WHERE pack = ?", (pack,)))
+                pieces.update(
+                    row[0]
+                    for row in self._db.execute("SELECT id FROM contents WHERE pack = ?", (pack,))
+                )
             for path, session, generation, pack, first, header in self._db.execute(
-                    "SELECT files.path, files.session_id, runs.generation, runs.pack, runs.first, runs.header "
-                    "FROM runs JOIN files ON files.id = runs.file_id"):
+                "SELECT files.path, files.session_id, runs.generation, runs.pack, runs.first, runs.header "
+                "FROM runs JOIN files ON files.id = runs.file_id"
+            ):
                 if pack in wanted:
                     users.add((path, session, generation))
                     continue
@@ -232,7 +315,9 @@ class Reading:
                     run = Run(pack, first, header)
                 except PackDamaged:
                     continue
-                if pieces and any(content_id in pieces for cut in run.cuts.values() for content_id in cut):
+                if pieces and any(
+                    content_id in pieces for cut in run.cuts.values() for content_id in cut
+                ):
                     users.add((path, session, generation))
         return sorted(users, key=lambda user: (user[0], user[2]))
 
@@ -240,18 +325,36 @@ class Reading:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""
         with self._lock:
             self._packs.refresh()
-            row = self._db.execute("SELECT id, generation FROM files WHERE path = ?", (path_key(path),)).fetchone()
+            row = self._db.execute(
+                "SELECT id, generation FROM files WHERE path = ?", (path_key(path),)
+            ).fetchone()
             run = None if row is None else self._last_run(row[0], row[1])
             return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
 
-    def search(self, query: str, *, project: str | None = None, session: str | None = None,
-               role: str | None = None, since: int | None = None, limit: int = 20) -> list[SearchHit]:
-        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by project path
-        prefix, session id, role and time (see riffd.archive.search)."""
+    def search(
+        self,
+        query: str,
+        *,
+        project: str | None = None,
+        session: str | None = None,
+        role: str | None = None,
+        since: int | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Return up to `limit` places where every word of `query` occurs, newest first, filtered by
+        project path prefix, session id, role and time (see riffd.archive.search)."""
         with self._lock:
             self._packs.refresh()
-            return search(self._db, self._packs.spans, query, project=project, session=session, role=role,
-                          since=since, limit=limit)
+            return search(
+                self._db,
+                self._packs.spans,
+                query,
+                project=project,
+                session=session,
+                role=role,
+                since=since,
+                limit=limit,
+            )
 
     def behind(self, files: dict[str, int]) -> tuple[int, int]:
         """Given path -> bytes the daemon has read, return (files, bytes) not archived yet."""
@@ -264,15 +367,23 @@ class Reading:
         return lagging, lagging_bytes
 
     def stats(self) -> dict[str, Any]:
-        """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest, newest."""
+        """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest,
+        newest."""
         with self._lock:
             db = self._db
-            raw = db.execute("SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
-                             "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
-                             "COALESCE(SUM(messages), 0) FROM files").fetchone()
-            unique = db.execute("SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents").fetchone()
+            raw = db.execute(
+                "SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
+                "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
+                "COALESCE(SUM(messages), 0) FROM files"
+            ).fetchone()
+            unique = db.execute(
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents"
+            ).fetchone()
         stored = self.path.stat().st_size + sum(
-            path.stat().st_size for path in self.path.parent.glob(self.path.name + "-*") if path.exists())
+            path.stat().st_size
+            for path in self.path.parent.glob(self.path.name + "-*")
+            if path.exists()
+        )
         return {
             "raw_bytes": int(raw[0]),
             "stored_bytes": stored,
@@ -288,12 +399,15 @@ class Reading:
         }
 
     def export(self, target: str) -> list[dict[str, Any]]:
-        """Return each archived file of a session as the documented JSON form: session id, project, path, and
-        messages with index, hash (SHA-256 of the content's exact bytes), role, timestamp and content."""
+        """Return each archived file of a session as the documented JSON form: session id, project,
+        path, and messages with index, hash (SHA-256 of the content's exact bytes), role, timestamp
+        and content."""
         out = []
         for file_id, path, session_id in self.files_of(target):
             with self._lock:
-                project = self._db.execute("SELECT project FROM files WHERE id = ?", (file_id,)).fetchone()[0]
+                project = self._db.execute(
+                    "SELECT project FROM files WHERE id = ?", (file_id,)
+                ).fetchone()[0]
                 messages = []
                 for number, raw in enumerate(self.iter_file(file_id)):
                     obj = parse_line(raw.rstrip(b"\n"))
@@ -302,13 +416,26 @@ class Reading:
                         continue
                     assert isinstance(obj, dict)
                     kind = obj.get("type")
-                    messages.append({
-                        "index": number, "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
-                        "role": ROLE_NAMES.get(ROLES.get(kind, 0)) if isinstance(kind, str) else None,
-                        "timestamp": _iso(epoch(obj.get("timestamp"))), "content": message["content"]})
-            out.append({"session_id": session_id, "project": project, "path": path, "messages": messages})
+                    messages.append(
+                        {
+                            "index": number,
+                            "hash": hashlib.sha256(orjson.dumps(message["content"])).hexdigest(),
+                            "role": ROLE_NAMES.get(ROLES.get(kind, 0))
+                            if isinstance(kind, str)
+                            else None,
+                            "timestamp": _iso(epoch(obj.get("timestamp"))),
+                            "content": message["content"],
+                        }
+                    )
+            out.append(
+                {"session_id": session_id, "project": project, "path": path, "messages": messages}
+            )
         return out
 
 
 def _iso(seconds: int | None) -> str | None:
-    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None
+    return (
+        datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
+        if seconds
+        else None
+    )

@@ -1,10 +1,11 @@
 """Recovering a damaged archive: every line that can still be read is copied into the new archive.
 
-The daemon moves a damaged `archive.db` aside (riffd.database) and starts a new one, which it fills again from
-the transcripts that still exist. What only the old archive held (transcripts Claude Code has deleted, earlier
-generations) is read back here file by file and generation by generation; a part that cannot be read is named and
-skipped, never guessed. A file the new archive does not have gets its generations as they were; for a file it has
-already, they are added as older generations, except one the new archive already holds from its start.
+The daemon moves a damaged `archive.db` aside (riffd.database) and starts a new one, which it fills
+again from the transcripts that still exist. What only the old archive held (transcripts Claude Code
+has deleted, earlier generations) is read back here file by file and generation by generation; a
+part that cannot be read is named and skipped, never guessed. A file the new archive does not have
+gets its generations as they were; for a file it has already, they are added as older generations,
+except one the new archive already holds from its start.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive
 
 # What reading a damaged database or pack may raise besides OSError.
-_READ_ERRORS = (sqlite3.Error, zstandard.ZstdError, PackDamaged, ValueError, KeyError, TypeError, IndexError)
+_READ_ERRORS = (
+    sqlite3.Error,
+    zstandard.ZstdError,
+    PackDamaged,
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+)
 
 
 @dataclass
@@ -40,9 +49,10 @@ class Recovery:
 
 
 def readable_copy(damaged: Path, folder: Path) -> Path:
-    """Copy a damaged database (and its WAL) into `folder` so SQLite can read what is left of it: a file cut short
-    is filled up with zeros to the length its header gives, which SQLite otherwise refuses whole (with the zeros,
-    only the pages that were lost cannot be read). Return the copy's path."""
+    """Copy a damaged database (and its WAL) into `folder` so SQLite can read what is left of it: a
+    file cut short is filled up with zeros to the length its header gives, which SQLite otherwise
+    refuses whole (with the zeros, only the pages that were lost cannot be read). Return the copy's
+    path."""
     copy = folder / damaged.name
     shutil.copyfile(damaged, copy)
     with contextlib.suppress(FileNotFoundError):
@@ -59,8 +69,9 @@ def readable_copy(damaged: Path, folder: Path) -> Path:
 
 
 def recover(damaged: Path, into: Archive) -> Recovery:
-    """Copy every readable generation of every file of the archive at `damaged` into `into`; return what was done.
-    `damaged` itself is only read. Raise sqlite3.Error when it cannot be opened at all."""
+    """Copy every readable generation of every file of the archive at `damaged` into `into`; return
+    what was done. `damaged` itself is only read. Raise sqlite3.Error when it cannot be opened at
+    all."""
     with tempfile.TemporaryDirectory(prefix=".riffd-recover-", dir=damaged.parent) as folder:
         return _recover(readable_copy(damaged, Path(folder)), into)
 
@@ -96,8 +107,8 @@ def _recover(damaged: Path, into: Archive) -> Recovery:
 
 
 def _recover_whole(source: Archive, into: Archive, result: Recovery) -> None:
-    """Copy every readable version of every file kept whole, below what the new archive holds of its path, and the
-    plan slugs of the sessions."""
+    """Copy every readable version of every file kept whole, below what the new archive holds of its
+    path, and the plan slugs of the sessions."""
     try:
         versions = source.whole.every_version()
         slugs = source.whole.all_slugs()
@@ -114,25 +125,39 @@ def _recover_whole(source: Archive, into: Archive, result: Recovery) -> None:
 
 
 def _merge(into: Archive, path: str, generations: list[list[bytes]], result: Recovery) -> None:
-    present = [file_id for file_id, archived_path, _session in into.files_of(path) if archived_path == path]
+    present = [
+        file_id for file_id, archived_path, _session in into.files_of(path) if archived_path == path
+    ]
     if not present:
         for number, lines in enumerate(generations):
-            result.lines += into.add_lines(path, 0, _without_newlines(lines), rewritten=number > 0,
-                                           last_terminated=_terminated(lines))
+            result.lines += into.add_lines(
+                path,
+                0,
+                _without_newlines(lines),
+                rewritten=number > 0,
+                last_terminated=_terminated(lines),
+            )
             result.generations += 1
         return
-    held = [_digest(list(into.iter_file(present[0], generation))) for generation in into.generations(present[0])]
+    held = [
+        _digest(list(into.iter_file(present[0], generation)))
+        for generation in into.generations(present[0])
+    ]
     for lines in reversed(generations):  # newest first: each goes before the ones added already
-        if any(_digest(lines) == digest for digest in held) or _prefix_of_held(into, present[0], lines):
+        if any(_digest(lines) == digest for digest in held) or _prefix_of_held(
+            into, present[0], lines
+        ):
             result.already_there += 1
             continue
-        result.lines += into.add_older_generation(path, _without_newlines(lines), last_terminated=_terminated(lines))
+        result.lines += into.add_older_generation(
+            path, _without_newlines(lines), last_terminated=_terminated(lines)
+        )
         result.generations += 1
 
 
 def _prefix_of_held(into: Archive, file_id: int, lines: list[bytes]) -> bool:
-    """Whether the new archive's latest generation of the file starts with these lines (the transcript has only
-    grown since the old archive took them)."""
+    """Whether the new archive's latest generation of the file starts with these lines (the
+    transcript has only grown since the old archive took them)."""
     latest = into.iter_file(file_id)
     try:
         return all(next(latest, None) == line for line in lines)

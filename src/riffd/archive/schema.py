@@ -1,17 +1,19 @@
-"""The archive database's tables, and opening it: created private, set up when new, checked by the daemon.
+"""The archive database's tables, and opening it: created private, set up when new, checked by the
+daemon.
 
-Tables: `files` (one row per transcript path: its session, project, title, times, generation and the archive's
-own watermark), `packs`, `segments` and `loose` (riffd.archive.packs), `runs` (where each line of a file's
-generation is in a pack), `contents` (pieces of content, where first seen; riffd.archive.pieces), `seen` (per text
-and file, the newest line it occurs on) and `search` (the FTS5 index; riffd.archive.search); for the files of a
-session kept whole (riffd.archive.wholefiles), `blobs` and `blob_chunks` (content by SHA-256, in zstd frames),
-`session_files` (every version of every path) and `plan_slugs` (the plan names a session's lines carry).
+Tables: `files` (one row per transcript path: its session, project, title, times, generation and the
+archive's own watermark), `packs`, `segments` and `loose` (riffd.archive.packs), `runs` (where each
+line of a file's generation is in a pack), `contents` (pieces of content, where first seen;
+riffd.archive.pieces), `seen` (per text and file, the newest line it occurs on) and `search` (the
+FTS5 index; riffd.archive.search); for the files of a session kept whole (riffd.archive.wholefiles),
+`blobs` and `blob_chunks` (content by SHA-256, in zstd frames), `session_files` (every version of
+every path) and `plan_slugs` (the plan names a session's lines carry).
 
-An archive of this format made before the whole files were kept gains them when first opened for writing: the
-missing tables are created (`CREATE TABLE IF NOT EXISTS`) and `files` gets its `mtime_ns` column (ALTER TABLE ADD
-COLUMN, which rewrites nothing); what it held stays as it was. Opened read-only, such an archive holds no whole
-files (`WholeFiles.present`), and a riffd from before reads the new archive as it always did (it never looks at
-the new tables).
+An archive of this format made before the whole files were kept gains them when first opened for
+writing: the missing tables are created (`CREATE TABLE IF NOT EXISTS`) and `files` gets its
+`mtime_ns` column (ALTER TABLE ADD COLUMN, which rewrites nothing); what it held stays as it was.
+Opened read-only, such an archive holds no whole files (`WholeFiles.present`), and a riffd from
+before reads the new archive as it always did (it never looks at the new tables).
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ class ArchiveError(Exception):
     """The archive database cannot be used (made by another version of riffd)."""
 
 
-# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB pages would
-# cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space freed when the open pack is
-# rewritten is given back by `settle`).
+# Created on a new database after `PRAGMA page_size = 1024` (small tables take a page each: 4 KiB
+# pages would cost more than the data of a small archive) and `auto_vacuum = INCREMENTAL` (space
+# freed when the open pack is rewritten is given back by `settle`).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS files (
@@ -90,39 +92,74 @@ CREATE TABLE IF NOT EXISTS plan_slugs (
 
 
 # Every table and index _SCHEMA makes (FTS5 adds its own tables beside `search`)
-SCHEMA_NAMES = {"meta", "files", "files_session", "packs", "segments", "loose", "runs", "contents", "contents_key",
-                "seen", "search", "blobs", "blob_chunks", "session_files", "session_files_session", "plan_slugs"}
+SCHEMA_NAMES = {
+    "meta",
+    "files",
+    "files_session",
+    "packs",
+    "segments",
+    "loose",
+    "runs",
+    "contents",
+    "contents_key",
+    "seen",
+    "search",
+    "blobs",
+    "blob_chunks",
+    "session_files",
+    "session_files_session",
+    "plan_slugs",
+}
 
-RECOVER_ADVICE = ("`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
-                  "readable line of the old one into the new one")
+RECOVER_ADVICE = (
+    "`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
+    "readable line of the old one into the new one"
+)
 
 
 def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Connection:
-    """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format 1. With
-    `create` False an absent file is an error, not made (riffd.database makes a new archive whole)."""
-    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
-                         check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+    """Connect to the archive at `path`, creating its tables when new; raise ArchiveError for format
+    1. With `create` False an absent file is an error, not made (riffd.database makes a new archive
+    whole)."""
+    db = sqlite3.connect(
+        f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}",
+        uri=True,
+        check_same_thread=False,
+        isolation_level=None,
+        timeout=lock_timeout,
+    )
     try:
-        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}  # tables and indexes
+        names = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_schema")
+        }  # tables and indexes
         if "lines" in names:
-            raise ArchiveError(f"{path} was made by an earlier development version of riffd (archive format 1), "
-                               "which this version cannot read; move it away and run `riffd archive ingest` to "
-                               "archive the transcripts that still exist")
+            raise ArchiveError(
+                f"{path} was made by an earlier development version of riffd (archive format 1), "
+                "which this version cannot read; move it away and run `riffd archive ingest` to "
+                "archive the transcripts that still exist"
+            )
         if not names:
             db.execute("PRAGMA page_size = 1024")
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA cache_size = -32768")  # 32 MiB of pages: the content-key index takes random inserts
-        # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs the database,
-        # about a tenth of an ingest's time at 1 MiB
+        db.execute(
+            "PRAGMA cache_size = -32768"
+        )  # 32 MiB of pages: the content-key index takes random inserts
+        # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs
+        # the database, about a tenth of an ingest's time at 1 MiB
         db.execute("PRAGMA wal_autocheckpoint = 8192")
-        # Only a new or older archive is written to here: opening one to read it (`riffd archive search` beside a
-        # busy daemon) takes no write lock
-        if not names >= SCHEMA_NAMES or db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is None:
+        # Only a new or older archive is written to here: opening one to read it (`riffd archive
+        # search` beside a busy daemon) takes no write lock
+        if (
+            not names >= SCHEMA_NAMES
+            or db.execute("SELECT 1 FROM meta WHERE key = 'format'").fetchone() is None
+        ):
             db.executescript(_SCHEMA)
             if "mtime_ns" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
-                db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")  # made before riffd recorded it
+                db.execute(
+                    "ALTER TABLE files ADD COLUMN mtime_ns INTEGER"
+                )  # made before riffd recorded it
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
         db.close()

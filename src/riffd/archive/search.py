@@ -1,9 +1,9 @@
 """Search in the archive: every word of a query, filtered by project, session, role and time.
 
-Each normalised text is one FTS5 document (rowid = the id of its first content; copies that differ only in
-whitespace join it), with a token naming its role; `seen` holds, per text and file, the newest line it occurs on,
-with its time. One FTS-driven query applies every filter exactly; each matching text is one hit, at its newest
-occurrence that passes the filters.
+Each normalised text is one FTS5 document (rowid = the id of its first content; copies that differ
+only in whitespace join it), with a token naming its role; `seen` holds, per text and file, the
+newest line it occurs on, with its time. One FTS-driven query applies every filter exactly; each
+matching text is one hit, at its newest occurrence that passes the filters.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from riffd.paths import key_path
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One place a match occurs: session, file, line number, role, time, and a snippet of the text."""
+    """One place a match occurs: session, file, line number, role, time, and a snippet of the
+    text."""
 
     session_id: str | None
     project: str | None
@@ -35,16 +36,25 @@ class SearchHit:
     title: str | None = None  # the session's: a title Claude Code gave it, else its first prompt
 
 
-def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]], list[bytes | PackDamaged]],
-           query: str, *,
-           project: str | None = None, session: str | None = None, role: str | None = None, since: int | None = None,
-           limit: int = 20) -> list[SearchHit]:
-    """Given the archive's connection and a reader of packs' bytes (each (pack, offset, length); PackDamaged for a
-    pack that cannot be read), return up to `limit` places where every word of `query` occurs, newest first, filtered
-    by project path prefix, session id, role and time (a hit whose text is in a damaged pack says so as its snippet).
+def search(
+    db: sqlite3.Connection,
+    spans: Callable[[list[tuple[int, int, int]]], list[bytes | PackDamaged]],
+    query: str,
+    *,
+    project: str | None = None,
+    session: str | None = None,
+    role: str | None = None,
+    since: int | None = None,
+    limit: int = 20,
+) -> list[SearchHit]:
+    """Given the archive's connection and a reader of packs' bytes (each (pack, offset, length);
+    PackDamaged for a pack that cannot be read), return up to `limit` places where every word of
+    `query` occurs, newest first, filtered by project path prefix, session id, role and time (a hit
+    whose text is in a damaged pack says so as its snippet).
 
-    Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed copies of
-    a message are one hit): the texts archived last are taken first, then the hits are sorted by time."""
+    Each matching text is one hit, at its newest occurrence that passes the filters (twenty resumed
+    copies of a message are one hit): the texts archived last are taken first, then the hits are
+    sorted by time."""
     terms = fts_query(query)
     if role:
         terms += f' "{ROLE_TOKEN.format(ROLES.get(role, 99))}"'
@@ -63,7 +73,9 @@ def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]],
     rows = db.execute(
         "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts, f.title FROM search "
         "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
-        f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC", [terms, *params])
+        f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC",
+        [terms, *params],
+    )
     for row in rows:
         text_id = row[0]
         if text_id in best:
@@ -74,25 +86,44 @@ def search(db: sqlite3.Connection, spans: Callable[[list[tuple[int, int, int]]],
         else:
             break
     chosen = list(best.values())
-    places = [db.execute("SELECT pack, offset, length FROM contents WHERE id = ?", (row[0],)).fetchone()
-              for row in chosen]
+    places = [
+        db.execute("SELECT pack, offset, length FROM contents WHERE id = ?", (row[0],)).fetchone()
+        for row in chosen
+    ]
     results = []
     for (_text, session_id, project_path, path, line, role_id, ts, title), piece in zip(
-            chosen, spans(places), strict=True):
+        chosen, spans(places), strict=True
+    ):
         try:
             if isinstance(piece, PackDamaged):
                 raise piece
             shown = snippet(normalise(text_of(orjson.loads(piece))), query)
-        except (PackDamaged, orjson.JSONDecodeError) as exc:  # (a damaged pack archived without checksums)
-            shown = f"(the text cannot be shown: {exc}; `riffd archive verify` names the damaged packs)"
-        results.append(SearchHit(session_id, project_path, key_path(path), line + 1, ROLE_NAMES.get(role_id), ts, shown,
-                                 title))
+        except (
+            PackDamaged,
+            orjson.JSONDecodeError,
+        ) as exc:  # (a damaged pack archived without checksums)
+            shown = (
+                f"(the text cannot be shown: {exc}; `riffd archive verify` names the damaged packs)"
+            )
+        results.append(
+            SearchHit(
+                session_id,
+                project_path,
+                key_path(path),
+                line + 1,
+                ROLE_NAMES.get(role_id),
+                ts,
+                shown,
+                title,
+            )
+        )
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results
 
 
 def like_literal(text: str) -> str:
-    """Escape LIKE's wildcards so user text matches only itself (a session id such as `test_session`)."""
+    """Escape LIKE's wildcards so user text matches only itself (a session id such as
+    `test_session`)."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
@@ -108,5 +139,5 @@ def snippet(text: str, query: str, width: int = 80) -> str:
     lowered = text.lower()
     at = min((lowered.find(word) for word in words if word in lowered), default=0)
     start = max(0, at - width // 2)
-    piece = text[start:start + width].replace("\n", " ")
+    piece = text[start : start + width].replace("\n", " ")
     return ("…" if start else "") + piece + ("…" if start + width < len(text) else "")

@@ -1,17 +1,19 @@
 """The files of a session kept whole: content-addressed, compressed, every version kept.
 
-A file (riffd.transcript.sessionfiles: a saved tool output, a subagent's settings, a checkpoint, a task list, a plan)
-is stored as a blob named by the SHA-256 of its bytes, in zstd frames of 1 MiB of it each (every frame with its
-checksum), so a large file is never held whole in memory and the same bytes (an output read twice, a file in two
-sessions) are stored once. Each version of a path is a row of `session_files`: the session, the kind, the folder it is
-kept relative to and its path below it, the version number, the blob, size, mode and modification time, and when
-riffd took it. A version is never changed: other bytes, mode or time at the same path are the next version.
+A file (riffd.transcript.sessionfiles: a saved tool output, a subagent's settings, a checkpoint, a
+task list, a plan) is stored as a blob named by the SHA-256 of its bytes, in zstd frames of 1 MiB of
+it each (every frame with its checksum), so a large file is never held whole in memory and the same
+bytes (an output read twice, a file in two sessions) are stored once. Each version of a path is a
+row of `session_files`: the session, the kind, the folder it is kept relative to and its path below
+it, the version number, the blob, size, mode and modification time, and when riffd took it. A
+version is never changed: other bytes, mode or time at the same path are the next version.
 
-A file is taken once it has not changed for the settle time (its own modification time says so: a file still being
-written is looked at again later), read once to hash it (known bytes then cost one row) and, when new, read again
-while it is compressed, inside one transaction that records the blob, its frames and the version together, and
-only when the bytes read the second time hash the same: a kill -9 at any point leaves a file stored whole or not at
-all. Reading a blob back checks each frame's checksum and the blob's hash.
+A file is taken once it has not changed for the settle time (its own modification time says so: a
+file still being written is looked at again later), read once to hash it (known bytes then cost one
+row) and, when new, read again while it is compressed, inside one transaction that records the blob,
+its frames and the version together, and only when the bytes read the second time hash the same: a
+kill -9 at any point leaves a file stored whole or not at all. Reading a blob back checks each
+frame's checksum and the blob's hash.
 """
 
 from __future__ import annotations
@@ -64,9 +66,10 @@ class Version:
 
 @dataclass(frozen=True)
 class Kept:
-    """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes held already),
-    unchanged (the archive holds it as it is), settling (modified less than the settle time ago: `retry_after`),
-    changing (it changed while it was read), gone, or skipped (not a regular file)."""
+    """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes
+    held already), unchanged (the archive holds it as it is), settling (modified less than the
+    settle time ago: `retry_after`), changing (it changed while it was read), gone, or skipped (not
+    a regular file)."""
 
     outcome: str
     retry_after: float | None = None
@@ -83,29 +86,49 @@ class WholeFiles:
 
     @property
     def present(self) -> bool:
-        """Whether this archive has the tables (an archive opened read-only before riffd added them has not)."""
+        """Whether this archive has the tables (an archive opened read-only before riffd added them
+        has not)."""
         with self._lock:
-            return self._db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'session_files'").fetchone() is not None
+            return (
+                self._db.execute(
+                    "SELECT 1 FROM sqlite_schema WHERE name = 'session_files'"
+                ).fetchone()
+                is not None
+            )
 
     # --- storing ----------------------------------------------------------------------------------
 
-    def keep(self, found: SessionFile, *, settle: float = 0.0, fs: FileSystem = REAL_FS,
-             retry: RetryPolicy = DEFAULT_RETRY, now: float | None = None, again: bool = False) -> Kept:
-        """Archive the file `found` as it is now, unless the archive holds it as it is; raise OSError when it cannot
-        be read, sqlite3.Error when the archive cannot be written (see the module for the rest). `again`
-        (`riffd archive verify --fix`): archive it even if the archive says it holds it, and store the frames of its
-        bytes afresh when the blob they hash to cannot be read back whole. Reads that fail with EIO are tried again as
-        `retry` says."""
+    def keep(
+        self,
+        found: SessionFile,
+        *,
+        settle: float = 0.0,
+        fs: FileSystem = REAL_FS,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        now: float | None = None,
+        again: bool = False,
+    ) -> Kept:
+        """Archive the file `found` as it is now, unless the archive holds it as it is; raise
+        OSError when it cannot be read, sqlite3.Error when the archive cannot be written (see the
+        module for the rest). `again` (`riffd archive verify --fix`): archive it even if the archive
+        says it holds it, and store the frames of its bytes afresh when the blob they hash to cannot
+        be read back whole. Reads that fail with EIO are tried again as `retry` says."""
         base, relative = path_key(found.base), path_key(found.relative)
         try:
-            status = retrying_call(lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry)
+            status = retrying_call(
+                lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry
+            )
         except FileNotFoundError:
             return Kept("gone")
         if not stat.S_ISREG(status.st_mode):
             return Kept("skipped")
         latest = self.latest(base, relative)
-        if not again and latest is not None and (latest.size, latest.mtime_ns, latest.mode) == (
-                status.st_size, status.st_mtime_ns, status.st_mode):
+        if (
+            not again
+            and latest is not None
+            and (latest.size, latest.mtime_ns, latest.mode)
+            == (status.st_size, status.st_mtime_ns, status.st_mode)
+        ):
             return Kept("unchanged", version=latest.version)
         age = (time.time() if now is None else now) - status.st_mtime_ns / 1e9
         if age < settle:
@@ -122,13 +145,19 @@ class WholeFiles:
             if _moved(before, fs.fstat(fd)) or _moved(before, status):
                 return Kept("changing", retry_after=max(settle, 0.5))
             sha256 = digest.digest()
-            if not again and latest is not None and (latest.sha256, latest.mode, latest.mtime_ns) == (
-                    sha256, before.st_mode, before.st_mtime_ns):
+            if (
+                not again
+                and latest is not None
+                and (latest.sha256, latest.mode, latest.mtime_ns)
+                == (sha256, before.st_mode, before.st_mtime_ns)
+            ):
                 return Kept("unchanged", version=latest.version)
             healing = again and self._unreadable(sha256)
             with self._writing():
                 blob, stored = self._blob(sha256), 0
-                if blob is None or healing:  # (healing: the same bytes by their hash, for every version of them)
+                if (
+                    blob is None or healing
+                ):  # (healing: the same bytes by their hash, for every version of them)
                     blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
                     if blob is None:  # the bytes changed between the two reads
                         self._db.execute("ROLLBACK")
@@ -136,12 +165,17 @@ class WholeFiles:
                 version = self._add_version(found, base, relative, blob, sha256, before)
         finally:
             fs.close(fd)
-        return Kept("stored" if stored else "known", version=version, stored_bytes=stored,
-                    read_bytes=before.st_size * (2 if stored else 1))
+        return Kept(
+            "stored" if stored else "known",
+            version=version,
+            stored_bytes=stored,
+            read_bytes=before.st_size * (2 if stored else 1),
+        )
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """One write transaction under the lock; rolled back on any error (a ROLLBACK inside ends it early)."""
+        """One write transaction under the lock; rolled back on any error (a ROLLBACK inside ends it
+        early)."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -156,7 +190,9 @@ class WholeFiles:
     def _unreadable(self, sha256: bytes) -> bool:
         """Whether the blob of these bytes is held but cannot be read back whole."""
         with self._lock:
-            row = self._db.execute("SELECT id, size FROM blobs WHERE hash = ?", (sha256,)).fetchone()
+            row = self._db.execute(
+                "SELECT id, size FROM blobs WHERE hash = ?", (sha256,)
+            ).fetchone()
         if row is None:
             return False
         probe = Version(None, "", "", "", 0, int(row[0]), sha256, int(row[1]), 0, 0, 0)
@@ -171,13 +207,23 @@ class WholeFiles:
         row = self._db.execute("SELECT id FROM blobs WHERE hash = ?", (sha256,)).fetchone()
         return None if row is None else int(row[0])
 
-    def _store_blob(self, fs: FileSystem, fd: int, status: os.stat_result, sha256: bytes, path: Path,
-                    blob: int | None, retry: RetryPolicy) -> tuple[int | None, int]:
-        """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as that blob's frames
-        afresh); (its id, bytes stored), or (None, 0) when they no longer hash to `sha256`."""
+    def _store_blob(
+        self,
+        fs: FileSystem,
+        fd: int,
+        status: os.stat_result,
+        sha256: bytes,
+        path: Path,
+        blob: int | None,
+        retry: RetryPolicy,
+    ) -> tuple[int | None, int]:
+        """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as
+        that blob's frames afresh); (its id, bytes stored), or (None, 0) when they no longer hash to
+        `sha256`."""
         if blob is None:
-            blob = self._db.execute("INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
-                                    (sha256, status.st_size)).lastrowid
+            blob = self._db.execute(
+                "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)", (sha256, status.st_size)
+            ).lastrowid
             assert blob is not None
         else:
             self._db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
@@ -186,58 +232,103 @@ class WholeFiles:
             digest.update(chunk)
             frame = _COMPRESSOR.compress(chunk)
             stored += len(frame)
-            self._db.execute("INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)", (blob, number, frame))
+            self._db.execute(
+                "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
+                (blob, number, frame),
+            )
         if digest.digest() != sha256 or _moved(status, fs.fstat(fd)):
             return None, 0
         self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
         return blob, stored
 
-    def _add_version(self, found: SessionFile, base: str, relative: str, blob: int, sha256: bytes,
-                     status: os.stat_result) -> int:
-        row = self._db.execute("SELECT MAX(version) FROM session_files WHERE base = ? AND path = ?",
-                               (base, relative)).fetchone()
+    def _add_version(
+        self,
+        found: SessionFile,
+        base: str,
+        relative: str,
+        blob: int,
+        sha256: bytes,
+        status: os.stat_result,
+    ) -> int:
+        row = self._db.execute(
+            "SELECT MAX(version) FROM session_files WHERE base = ? AND path = ?", (base, relative)
+        ).fetchone()
         version = (row[0] or 0) + 1
         self._db.execute(
             "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (found.session_id, found.kind, base, relative, version, blob, status.st_size, status.st_mode,
-             status.st_mtime_ns, int(time.time())))
+            (
+                found.session_id,
+                found.kind,
+                base,
+                relative,
+                version,
+                blob,
+                status.st_size,
+                status.st_mode,
+                status.st_mtime_ns,
+                int(time.time()),
+            ),
+        )
         return version
 
     def add_older(self, version: Version, chunks: Iterable[bytes]) -> bool:
-        """Add a version recovered from another archive (riffd.archive.recover) below every version this one holds of
-        its path, so the newest stays the newest; return False when this archive holds those bytes, mode and time
-        at that path already. Raise PackDamaged, adding nothing, when `chunks` are not the version's bytes."""
+        """Add a version recovered from another archive (riffd.archive.recover) below every version
+        this one holds of its path, so the newest stays the newest; return False when this archive
+        holds those bytes, mode and time at that path already. Raise PackDamaged, adding nothing,
+        when `chunks` are not the version's bytes."""
         base, relative = path_key(version.base), path_key(version.relative)
         with self._writing():
-            held = self._db.execute("SELECT MIN(version) FROM session_files JOIN blobs ON blobs.id = blob WHERE "
-                                    "base = ? AND path = ? AND (blobs.hash, mode, mtime_ns) = (?, ?, ?)",
-                                    (base, relative, version.sha256, version.mode, version.mtime_ns)).fetchone()[0]
+            held = self._db.execute(
+                "SELECT MIN(version) FROM session_files JOIN blobs ON blobs.id = blob WHERE "
+                "base = ? AND path = ? AND (blobs.hash, mode, mtime_ns) = (?, ?, ?)",
+                (base, relative, version.sha256, version.mode, version.mtime_ns),
+            ).fetchone()[0]
             if held is not None:
                 return False
             blob = self._blob(version.sha256)
             if blob is None:
-                blob = self._db.execute("INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
-                                        (version.sha256, version.size)).lastrowid
+                blob = self._db.execute(
+                    "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
+                    (version.sha256, version.size),
+                ).lastrowid
                 assert blob is not None
                 digest, stored = hashlib.sha256(), 0
                 for number, chunk in enumerate(chunks):
                     digest.update(chunk)
                     frame = _COMPRESSOR.compress(chunk)
                     stored += len(frame)
-                    self._db.execute("INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                                     (blob, number, frame))
+                    self._db.execute(
+                        "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
+                        (blob, number, frame),
+                    )
                 if digest.digest() != version.sha256:
-                    raise PackDamaged((), f"{version.path} (version {version.version}): the bytes recovered are not "
-                                      "the ones archived")
+                    raise PackDamaged(
+                        (),
+                        f"{version.path} (version {version.version}): the bytes recovered are not "
+                        "the ones archived",
+                    )
                 self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
-            lowest = self._db.execute("SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
-                                      (base, relative)).fetchone()[0]
+            lowest = self._db.execute(
+                "SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
+                (base, relative),
+            ).fetchone()[0]
             self._db.execute(
                 "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (version.session_id, version.kind, base, relative, version.version if lowest is None else lowest - 1,
-                 blob, version.size, version.mode, version.mtime_ns, version.seen))
+                (
+                    version.session_id,
+                    version.kind,
+                    base,
+                    relative,
+                    version.version if lowest is None else lowest - 1,
+                    blob,
+                    version.size,
+                    version.mode,
+                    version.mtime_ns,
+                    version.seen,
+                ),
+            )
         return True
 
     def every_version(self) -> list[Version]:
@@ -245,7 +336,9 @@ class WholeFiles:
         if not self.present:
             return []
         with self._lock:
-            rows = self._db.execute(_SELECT_VERSIONS + "ORDER BY base, path, version DESC").fetchall()
+            rows = self._db.execute(
+                _SELECT_VERSIONS + "ORDER BY base, path, version DESC"
+            ).fetchall()
         return [_version(row) for row in rows]
 
     def record_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
@@ -254,31 +347,36 @@ class WholeFiles:
             self.note_slugs(session_id, slugs)
 
     def note_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
-        """Inside the caller's write transaction: record that the session's lines name these plan slugs."""
-        self._db.executemany("INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
-                             [(session_id, slug) for slug in slugs])
+        """Inside the caller's write transaction: record that the session's lines name these plan
+        slugs."""
+        self._db.executemany(
+            "INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
+            [(session_id, slug) for slug in slugs],
+        )
 
     # --- reading ----------------------------------------------------------------------------------
-
 
     def latest(self, base: str, relative: str) -> Version | None:
         """The newest version of a path (keys as `path_key` makes them), or None."""
         with self._lock:
             row = self._db.execute(
-                _SELECT_VERSIONS
-                + "WHERE base = ? AND path = ? ORDER BY version DESC LIMIT 1", (base, relative)).fetchone()
+                _SELECT_VERSIONS + "WHERE base = ? AND path = ? ORDER BY version DESC LIMIT 1",
+                (base, relative),
+            ).fetchone()
         return None if row is None else _version(row)
 
     def session_versions(self, session_id: str, *, every: bool = False) -> list[Version]:
-        """The newest version of each file of a session (`every`: all versions), its plans (by the slugs its lines
-        name) included, by path."""
+        """The newest version of each file of a session (`every`: all versions), its plans (by the
+        slugs its lines name) included, by path."""
         if not self.present:
             return []
         with self._lock:
             rows = self._db.execute(
                 _SELECT_VERSIONS
                 + "WHERE session_id = ? OR (kind = ? AND path IN (SELECT 'plans/' || slug || '.md' FROM plan_slugs "
-                "WHERE session_id = ?)) ORDER BY base, path, version", (session_id, PLAN, session_id)).fetchall()
+                "WHERE session_id = ?)) ORDER BY base, path, version",
+                (session_id, PLAN, session_id),
+            ).fetchall()
         versions = [_version(row) for row in rows]
         if every:
             return versions
@@ -292,8 +390,11 @@ class WholeFiles:
         if not self.present:
             return []
         with self._lock:
-            rows = self._db.execute("SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
-                                    "ORDER BY session_id", (prefix.replace("%", "").replace("_", "") + "%",)).fetchall()
+            rows = self._db.execute(
+                "SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
+                "ORDER BY session_id",
+                (prefix.replace("%", "").replace("_", "") + "%",),
+            ).fetchall()
         return [row[0] for row in rows if row[0] is not None and row[0].startswith(prefix)]
 
     def slugs(self, session_id: str) -> list[str]:
@@ -301,8 +402,9 @@ class WholeFiles:
         if not self.present:
             return []
         with self._lock:
-            rows = self._db.execute("SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug",
-                                    (session_id,)).fetchall()
+            rows = self._db.execute(
+                "SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug", (session_id,)
+            ).fetchall()
         return [row[0] for row in rows]
 
     def all_slugs(self) -> dict[str, list[str]]:
@@ -310,35 +412,45 @@ class WholeFiles:
         if not self.present:
             return {}
         with self._lock:
-            rows = self._db.execute("SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug").fetchall()
+            rows = self._db.execute(
+                "SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug"
+            ).fetchall()
         found: dict[str, list[str]] = {}
         for session_id, slug in rows:
             found.setdefault(session_id, []).append(slug)
         return found
 
     def held(self) -> dict[str, tuple[int, int, int]]:
-        """Every path the archive holds (its newest version): path -> (size, mtime_ns, mode), for a rescan to compare
-        files with, one stat each."""
+        """Every path the archive holds (its newest version): path -> (size, mtime_ns, mode), for a
+        rescan to compare files with, one stat each."""
         if not self.present:
             return {}
         with self._lock:
             rows = self._db.execute(
                 "SELECT base, path, size, mtime_ns, mode FROM session_files AS newest WHERE version = "
-                "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)").fetchall()
-        return {os.path.join(key_path(base), key_path(path)): (size, mtime_ns, mode)
-                for base, path, size, mtime_ns, mode in rows}
+                "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
+            ).fetchall()
+        return {
+            os.path.join(key_path(base), key_path(path)): (size, mtime_ns, mode)
+            for base, path, size, mtime_ns, mode in rows
+        }
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per session: how many files of each kind the archive holds (each path once)."""
         if not self.present:
             return {}
         with self._lock:
-            rows = self._db.execute("SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
-                                    "WHERE session_id IS NOT NULL GROUP BY session_id, kind").fetchall()
-            plans = self._db.execute("SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
-                                     "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
-                                     "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
-                                     "GROUP BY plan_slugs.session_id", (PLAN,)).fetchall()
+            rows = self._db.execute(
+                "SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
+                "WHERE session_id IS NOT NULL GROUP BY session_id, kind"
+            ).fetchall()
+            plans = self._db.execute(
+                "SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
+                "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
+                "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
+                "GROUP BY plan_slugs.session_id",
+                (PLAN,),
+            ).fetchall()
         found: dict[str, dict[str, int]] = {}
         for session_id, kind, count in rows:
             found.setdefault(session_id, {})[kind] = int(count)
@@ -347,36 +459,47 @@ class WholeFiles:
         return found
 
     def content(self, version: Version) -> Iterator[bytes]:
-        """Yield the bytes of a version, 1 MiB at a time, checked (each frame's checksum, then the blob's hash and
-        size); raise PackDamaged, after the bytes read so far, when they cannot be read or differ."""
+        """Yield the bytes of a version, 1 MiB at a time, checked (each frame's checksum, then the
+        blob's hash and size); raise PackDamaged, after the bytes read so far, when they cannot be
+        read or differ."""
         digest, size, number = hashlib.sha256(), 0, 0
         while True:
             with self._lock:
-                row = self._db.execute("SELECT data FROM blob_chunks WHERE blob = ? AND number = ?",
-                                       (version.blob, number)).fetchone()
+                row = self._db.execute(
+                    "SELECT data FROM blob_chunks WHERE blob = ? AND number = ?",
+                    (version.blob, number),
+                ).fetchone()
             if row is None:
                 break
             try:
                 chunk = zstandard.ZstdDecompressor().decompress(row[0])
             except zstandard.ZstdError as exc:
-                raise PackDamaged((), f"{version.path} (version {version.version}): part {number + 1} of its "
-                                  f"stored bytes cannot be read ({exc})") from exc
+                raise PackDamaged(
+                    (),
+                    f"{version.path} (version {version.version}): part {number + 1} of its "
+                    f"stored bytes cannot be read ({exc})",
+                ) from exc
             digest.update(chunk)
             size += len(chunk)
             number += 1
             yield chunk
         if digest.digest() != version.sha256 or size != version.size:
-            raise PackDamaged((), f"{version.path} (version {version.version}): its stored bytes read back other than "
-                              f"they were archived ({size} of {version.size} bytes, or other bytes)")
+            raise PackDamaged(
+                (),
+                f"{version.path} (version {version.version}): its stored bytes read back other than "
+                f"they were archived ({size} of {version.size} bytes, or other bytes)",
+            )
 
     def damaged(self) -> list[tuple[Version, str]]:
-        """Read every blob back (checked as `content` does) and return a version of each that cannot be, with why."""
+        """Read every blob back (checked as `content` does) and return a version of each that cannot
+        be, with why."""
         if not self.present:
             return []
         with self._lock:
             rows = self._db.execute(
                 _SELECT_VERSIONS
-                + "WHERE session_files.id IN (SELECT MIN(id) FROM session_files GROUP BY blob)").fetchall()
+                + "WHERE session_files.id IN (SELECT MIN(id) FROM session_files GROUP BY blob)"
+            ).fetchall()
         found = []
         for version in map(_version, rows):
             try:
@@ -387,41 +510,71 @@ class WholeFiles:
         return found
 
     def stats(self) -> dict[str, Any]:
-        """Counts by kind (files, versions, bytes as taken), blobs and the bytes they hold and take."""
+        """Counts by kind (files, versions, bytes as taken), blobs and the bytes they hold and
+        take."""
         if not self.present:
             return {"kinds": {}, "blobs": 0, "blob_bytes": 0, "stored_bytes": 0}
         with self._lock:
-            kinds = self._db.execute("SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) "
-                                     "FROM session_files GROUP BY kind ORDER BY kind").fetchall()
-            blobs = self._db.execute("SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored), 0) "
-                                     "FROM blobs").fetchone()
-        return {"kinds": {kind: {"files": files, "versions": versions, "bytes": size}
-                          for kind, files, versions, size in kinds},
-                "blobs": int(blobs[0]), "blob_bytes": int(blobs[1]), "stored_bytes": int(blobs[2])}
+            kinds = self._db.execute(
+                "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) "
+                "FROM session_files GROUP BY kind ORDER BY kind"
+            ).fetchall()
+            blobs = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored), 0) FROM blobs"
+            ).fetchone()
+        return {
+            "kinds": {
+                kind: {"files": files, "versions": versions, "bytes": size}
+                for kind, files, versions, size in kinds
+            },
+            "blobs": int(blobs[0]),
+            "blob_bytes": int(blobs[1]),
+            "stored_bytes": int(blobs[2]),
+        }
 
 
-_SELECT_VERSIONS = ("SELECT session_files.session_id, kind, base, path, version, blob, blobs.hash, session_files.size, "
-                    "mode, mtime_ns, seen FROM session_files JOIN blobs ON blobs.id = blob ")
+_SELECT_VERSIONS = (
+    "SELECT session_files.session_id, kind, base, path, version, blob, blobs.hash, session_files.size, "
+    "mode, mtime_ns, seen FROM session_files JOIN blobs ON blobs.id = blob "
+)
 
 
 def _version(row: tuple[Any, ...]) -> Version:
     session_id, kind, base, path, version, blob, sha256, size, mode, mtime_ns, seen = row
-    return Version(session_id, kind, key_path(base), key_path(path), int(version), int(blob), bytes(sha256), int(size),
-                   int(mode), int(mtime_ns), int(seen))
+    return Version(
+        session_id,
+        kind,
+        key_path(base),
+        key_path(path),
+        int(version),
+        int(blob),
+        bytes(sha256),
+        int(size),
+        int(mode),
+        int(mtime_ns),
+        int(seen),
+    )
 
 
 def _moved(before: os.stat_result, after: os.stat_result) -> bool:
     """Whether a file changed between two looks at it."""
-    return (before.st_size, before.st_mtime_ns, before.st_ino) != (after.st_size, after.st_mtime_ns, after.st_ino)
+    return (before.st_size, before.st_mtime_ns, before.st_ino) != (
+        after.st_size,
+        after.st_mtime_ns,
+        after.st_ino,
+    )
 
 
 def _chunks(fs: FileSystem, fd: int, size: int, path: Path, retry: RetryPolicy) -> Iterator[bytes]:
-    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried as `retry` says); fewer when it is shorter
-    now."""
+    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried as `retry` says); fewer
+    when it is shorter now."""
     offset = 0
     while offset < size:
-        chunk = retrying_call(lambda at=offset: fs.pread(fd, min(CHUNK_BYTES, size - at), at),  # type: ignore[misc]
-                              what=f"reading {path} at byte {offset}", policy=retry)
+        chunk = retrying_call(
+            lambda at=offset: fs.pread(fd, min(CHUNK_BYTES, size - at), at),  # type: ignore[misc]
+            what=f"reading {path} at byte {offset}",
+            policy=retry,
+        )
         if not chunk:
             return
         offset += len(chunk)

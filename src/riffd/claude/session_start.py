@@ -1,15 +1,18 @@
-"""`riffd hook session-start`: a Claude Code SessionStart hook that warns before a resume damages a transcript.
+"""`riffd hook session-start`: a Claude Code SessionStart hook that warns before a resume damages a
+transcript.
 
-Resuming a session while another Claude Code process still runs a tool in it makes the new process write a
-synthetic "interrupted" result beside the genuine one that comes later: the commonest real damage
-(shared/transcript-format.md, 4b). Claude Code registers each running process in `<config dir>/sessions/<pid>.json`
-(riffd.registry), so when the session that starts is registered to another live process, this hook says so before
-anything is written: `systemMessage` (shown to the user) names the process, and `additionalContext` tells the model
-that a tool call which looks interrupted may still be running.
+Resuming a session while another Claude Code process still runs a tool in it makes the new process
+write a synthetic "interrupted" result beside the genuine one that comes later: the commonest real
+damage (shared/transcript-format.md, 4b). Claude Code registers each running process in `<config
+dir>/sessions/<pid>.json` (riffd.registry), so when the session that starts is registered to another
+live process, this hook says so before anything is written: `systemMessage` (shown to the user)
+names the process, and `additionalContext` tells the model that a tool call which looks interrupted
+may still be running.
 
-It reads the hook's JSON on stdin (`session_id`, `transcript_path`, `cwd`, `hook_event_name`, `source`) and never
-blocks: every failure, bad stdin included, exits 0 with nothing on stdout and at most one line on stderr. Only the
-standard library and riffd.registry are imported, so it answers in a few tens of milliseconds.
+It reads the hook's JSON on stdin (`session_id`, `transcript_path`, `cwd`, `hook_event_name`,
+`source`) and never blocks: every failure, bad stdin included, exits 0 with nothing on stdout and at
+most one line on stderr. Only the standard library and riffd.registry are imported, so it answers in
+a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> int:
-    """Read one SessionStart event from `stdin` (binary), write the warning (if any) to `stdout`; return 0."""
+    """Read one SessionStart event from `stdin` (binary), write the warning (if any) to `stdout`;
+    return 0."""
     try:
         answer = answer_event(stdin.read(), os.environ if environ is None else environ)
     except Exception as exc:  # the session must start whatever happens here
-        print(f"riffd hook: {type(exc).__name__}: {exc}; the session starts as usual", file=sys.stderr)
+        print(
+            f"riffd hook: {type(exc).__name__}: {exc}; the session starts as usual", file=sys.stderr
+        )
         return EXIT_OK
     if answer is not None:
         stdout.write(json.dumps(answer, ensure_ascii=False))
@@ -52,16 +58,21 @@ def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> in
     return EXIT_OK
 
 
-def answer_event(data: bytes, environ: Mapping[str, str], ancestors: set[int] | None = None) -> dict[str, Any] | None:
-    """Given the event's JSON, return the warning to answer with, or None. `ancestors`: the processes this hook runs
-    under (the Claude Code that starts the session is one of them; default: looked up only when needed)."""
+def answer_event(
+    data: bytes, environ: Mapping[str, str], ancestors: set[int] | None = None
+) -> dict[str, Any] | None:
+    """Given the event's JSON, return the warning to answer with, or None. `ancestors`: the
+    processes this hook runs under (the Claude Code that starts the session is one of them; default:
+    looked up only when needed)."""
     event = json.loads(data)
     if not isinstance(event, dict):
         raise ValueError("the hook event is not a JSON object")
     if event.get("hook_event_name", EVENT) != EVENT or not isinstance(event.get("session_id"), str):
         return None
     session_id: str = event["session_id"]
-    transcript = event.get("transcript_path") if isinstance(event.get("transcript_path"), str) else None
+    transcript = (
+        event.get("transcript_path") if isinstance(event.get("transcript_path"), str) else None
+    )
     names = {session_id} | ({Path(transcript).stem} if transcript else set())
     for registration in registrations(config_dirs(environ, transcript)):
         if registration.session_id not in names or not _alive(registration.pid):
@@ -76,28 +87,33 @@ def answer_event(data: bytes, environ: Mapping[str, str], ancestors: set[int] | 
 
 def warning(session_id: str, other: Registration) -> dict[str, Any]:
     """The answer naming the other process that has the session open."""
-    since = (f", running since {time.strftime('%Y-%m-%d %H:%M', time.localtime(other.started_at))}"
-             if other.started_at else "")
+    since = (
+        f", running since {time.strftime('%Y-%m-%d %H:%M', time.localtime(other.started_at))}"
+        if other.started_at
+        else ""
+    )
     where = f" in {other.cwd}" if other.cwd else ""
     return {
         "systemMessage": (
             f"riffd: session {session_id} is still open in another Claude Code process (pid {other.pid}{where}"
             f"{since}). Resuming it here while that process runs a tool damages the transcript: a second, "
-            "\"interrupted\" result is written beside the real one, and the session may then fail to resume. "
-            f"Finish or close the other process first (registered in {other.registry_file})."),
+            '"interrupted" result is written beside the real one, and the session may then fail to resume. '
+            f"Finish or close the other process first (registered in {other.registry_file})."
+        ),
         "hookSpecificOutput": {
             "hookEventName": EVENT,
             "additionalContext": (
                 f"This session is also open in another Claude Code process (pid {other.pid}). A tool call that "
                 "looks interrupted may still be running there: do not assume it failed, and do not repeat it "
-                "without asking the user."),
+                "without asking the user."
+            ),
         },
     }
 
 
 def config_dirs(environ: Mapping[str, str], transcript: str | None) -> list[Path]:
-    """Claude Code's config folders whose registry may name the session: $CLAUDE_CONFIG_DIR (else ~/.claude) and
-    the folder above the `projects/` holding the transcript."""
+    """Claude Code's config folders whose registry may name the session: $CLAUDE_CONFIG_DIR (else
+    ~/.claude) and the folder above the `projects/` holding the transcript."""
     folders = [Path(environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()]
     if transcript:
         for ancestor in Path(os.path.abspath(os.path.expanduser(transcript))).parents:
@@ -119,8 +135,14 @@ def registrations(folders: list[Path]) -> Iterator[Registration]:
                 continue
             path = folder / "sessions" / name
             try:  # without blocking, and only a regular file: a FIFO there must not hold the session's start
-                with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-                    raw = handle.read(ENTRY_LIMIT) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else b""
+                with os.fdopen(
+                    os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb"
+                ) as handle:
+                    raw = (
+                        handle.read(ENTRY_LIMIT)
+                        if stat.S_ISREG(os.fstat(handle.fileno()).st_mode)
+                        else b""
+                    )
             except OSError:
                 continue
             registration = parse_registration(path, raw)
@@ -151,15 +173,18 @@ def ancestry(pid: int) -> set[int]:
                     stat = handle.read()
             except OSError:
                 break
-            current = int(stat[stat.rindex(b")") + 2 :].split()[1])  # the field after the state: ppid
+            current = int(
+                stat[stat.rindex(b")") + 2 :].split()[1]
+            )  # the field after the state: ppid
             if current <= 0 or current in chain:
                 break
             chain.add(current)
         return chain
     import subprocess  # macOS: no /proc (imported here: it costs milliseconds on every start)
 
-    output = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, timeout=5,
-                            check=False).stdout
+    output = subprocess.run(
+        ["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True, timeout=5, check=False
+    ).stdout
     for line in output.splitlines():
         fields = line.split()
         if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():

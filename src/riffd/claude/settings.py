@@ -1,17 +1,20 @@
-"""riffd's hooks in a Claude Code `settings.json`: added, and taken out again, touching nothing else.
+"""riffd's hooks in a Claude Code `settings.json`: added, and taken out again, touching nothing
+else.
 
-Claude Code reads hooks from `<config dir>/settings.json` (user) and `<project>/.claude/settings.json`:
-`hooks.<Event>` is a list of `{"matcher": ..., "hooks": [{"type": "command", "command": ...}]}` groups. riffd adds
-one group per event (PreToolUse: the redundant-call hook; SessionStart: the live-session warning) and recognises
-its own by the command (`... hook pre-tool-use`, `... hook session-start` run by a riffd executable).
+Claude Code reads hooks from `<config dir>/settings.json` (user) and
+`<project>/.claude/settings.json`: `hooks.<Event>` is a list of `{"matcher": ..., "hooks": [{"type":
+"command", "command": ...}]}` groups. riffd adds one group per event (PreToolUse: the redundant-call
+hook; SessionStart: the live-session warning) and recognises its own by the command (`... hook
+pre-tool-use`, `... hook session-start` run by a riffd executable).
 
 - Install is idempotent: a second run finds riffd's groups and writes nothing.
-- Every other key, group and hook is kept, in its order. The file is written in its own style (indent, final
-  newline), atomically, with its mode, after a copy of the previous file is kept in riffd's state folder.
-- Uninstall takes riffd's groups out (and the `hooks` keys riffd made). When the rest is what it was before
-  the install, the file gets back the exact bytes it had (from that copy).
-- A file that does not parse, or whose `hooks` are not what Claude Code reads, is refused: riffd says where and
-  changes nothing.
+- Every other key, group and hook is kept, in its order. The file is written in its own style
+  (indent, final newline), atomically, with its mode, after a copy of the previous file is kept in
+  riffd's state folder.
+- Uninstall takes riffd's groups out (and the `hooks` keys riffd made). When the rest is what it was
+  before the install, the file gets back the exact bytes it had (from that copy).
+- A file that does not parse, or whose `hooks` are not what Claude Code reads, is refused: riffd
+  says where and changes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from typing import Any
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
-HOOK_TIMEOUT_SECONDS = 10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
+HOOK_TIMEOUT_SECONDS = (
+    10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
+)
 
 
 class SettingsError(Exception):
@@ -39,7 +44,8 @@ class SettingsError(Exception):
 
 @dataclass(frozen=True)
 class Change:
-    """What an install or uninstall does to one settings file: its bytes before and after (equal: nothing)."""
+    """What an install or uninstall does to one settings file: its bytes before and after (equal:
+    nothing)."""
 
     path: Path
     before: bytes | None  # None: the file does not exist
@@ -56,11 +62,26 @@ def riffd_hooks(executable: str) -> dict[str, dict[str, Any]]:
     """The hook group riffd adds per event, running `executable`."""
     command = shlex.quote(executable)
     return {
-        "PreToolUse": {"matcher": PRE_TOOL_USE_MATCHER, "hooks": [
-            {"type": "command", "command": f"{command} hook pre-tool-use --mode warn",
-             "timeout": HOOK_TIMEOUT_SECONDS}]},
-        "SessionStart": {"matcher": "resume", "hooks": [
-            {"type": "command", "command": f"{command} hook session-start", "timeout": HOOK_TIMEOUT_SECONDS}]},
+        "PreToolUse": {
+            "matcher": PRE_TOOL_USE_MATCHER,
+            "hooks": [
+                {
+                    "type": "command",
+                    "command": f"{command} hook pre-tool-use --mode warn",
+                    "timeout": HOOK_TIMEOUT_SECONDS,
+                }
+            ],
+        },
+        "SessionStart": {
+            "matcher": "resume",
+            "hooks": [
+                {
+                    "type": "command",
+                    "command": f"{command} hook session-start",
+                    "timeout": HOOK_TIMEOUT_SECONDS,
+                }
+            ],
+        },
     }
 
 
@@ -68,17 +89,29 @@ _OURS = re.compile(r"(^|[/\s'\"])riffd['\"]?\s+hook\s+(pre-tool-use|session-star
 
 
 def is_riffd_group(group: Any) -> bool:
-    """Whether a hook group is riffd's: every hook in it runs `riffd hook pre-tool-use|session-start`."""
-    if not isinstance(group, dict) or not isinstance(group.get("hooks"), list) or not group["hooks"]:
+    """Whether a hook group is riffd's: every hook in it runs `riffd hook
+    pre-tool-use|session-start`."""
+    if (
+        not isinstance(group, dict)
+        or not isinstance(group.get("hooks"), list)
+        or not group["hooks"]
+    ):
         return False
-    return all(isinstance(hook, dict) and isinstance(hook.get("command"), str) and _OURS.search(hook["command"])
-               for hook in group["hooks"])
+    return all(
+        isinstance(hook, dict)
+        and isinstance(hook.get("command"), str)
+        and _OURS.search(hook["command"])
+        for hook in group["hooks"]
+    )
 
 
 def user_settings_path(environ: dict[str, str] | None = None) -> Path:
-    """Claude Code's user settings: $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json."""
+    """Claude Code's user settings: $CLAUDE_CONFIG_DIR/settings.json, else
+    ~/.claude/settings.json."""
     env = os.environ if environ is None else environ
-    return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser() / "settings.json"
+    return (
+        Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser() / "settings.json"
+    )
 
 
 def project_settings_path(project: Path) -> Path:
@@ -96,20 +129,30 @@ def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     try:
         document = json.loads(raw, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as exc:
-        raise SettingsError(f"{path}: the key {exc} appears twice in one object; Claude Code reads only the last, "
-                            "and rewriting the file would drop the other: remove one, then run this again; riffd "
-                            "changed nothing") from exc
+        raise SettingsError(
+            f"{path}: the key {exc} appears twice in one object; Claude Code reads only the last, "
+            "and rewriting the file would drop the other: remove one, then run this again; riffd "
+            "changed nothing"
+        ) from exc
     except UnicodeDecodeError as exc:
         raise SettingsError(f"{path}: not UTF-8 text ({exc}); riffd changed nothing") from exc
     except json.JSONDecodeError as exc:
-        raise SettingsError(f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); fix it "
-                            "(Claude Code cannot read it either), then run this again; riffd changed nothing") from exc
+        raise SettingsError(
+            f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); fix it "
+            "(Claude Code cannot read it either), then run this again; riffd changed nothing"
+        ) from exc
     if not isinstance(document, dict):
-        raise SettingsError(f"{path}: holds {type(document).__name__}, not a JSON object; riffd changed nothing")
+        raise SettingsError(
+            f"{path}: holds {type(document).__name__}, not a JSON object; riffd changed nothing"
+        )
     hooks = document.get("hooks")
-    if hooks is not None and not (isinstance(hooks, dict) and all(isinstance(v, list) for v in hooks.values())):
-        raise SettingsError(f"{path}: \"hooks\" is not an object of lists, as Claude Code reads it; riffd changed "
-                            "nothing")
+    if hooks is not None and not (
+        isinstance(hooks, dict) and all(isinstance(v, list) for v in hooks.values())
+    ):
+        raise SettingsError(
+            f'{path}: "hooks" is not an object of lists, as Claude Code reads it; riffd changed '
+            "nothing"
+        )
     return raw, document
 
 
@@ -140,11 +183,14 @@ def _style(raw: bytes | None) -> tuple[int | str, bool]:
 
 def _dump(document: dict[str, Any], raw: bytes | None) -> bytes:
     indent, newline = _style(raw)
-    return (json.dumps(document, indent=indent, ensure_ascii=False) + ("\n" if newline else "")).encode()
+    return (
+        json.dumps(document, indent=indent, ensure_ascii=False) + ("\n" if newline else "")
+    ).encode()
 
 
 def plan_install(path: Path, executable: str) -> Change:
-    """What `hook install` does to the settings file at `path`; raise SettingsError when it must not be touched."""
+    """What `hook install` does to the settings file at `path`; raise SettingsError when it must not
+    be touched."""
     raw, document = _load(path)
     updated = copy.deepcopy(document)
     hooks = updated.setdefault("hooks", {})
@@ -162,8 +208,9 @@ def plan_install(path: Path, executable: str) -> Change:
 
 
 def plan_uninstall(path: Path, state_dir: Path) -> Change:
-    """What `hook uninstall` does: riffd's groups out; the exact bytes of before the install when the rest is as it
-    was then (the copy the install kept in `state_dir`), or no file when there was none."""
+    """What `hook uninstall` does: riffd's groups out; the exact bytes of before the install when
+    the rest is as it was then (the copy the install kept in `state_dir`), or no file when there was
+    none."""
     raw, document = _load(path)
     if raw is None:
         return Change(path, None, None, ("no settings file: nothing to take out",))
@@ -180,8 +227,18 @@ def plan_uninstall(path: Path, state_dir: Path) -> Change:
     original = _before_install(path, state_dir)
     if original is not None and _without_empty(updated, original[1]) == original[1]:
         if original[0] is None:
-            return Change(path, raw, None, (*notes, "there was no settings file before the install: removed again"))
-        return Change(path, raw, original[0], (*notes, "the file is back to its bytes from before the install"))
+            return Change(
+                path,
+                raw,
+                None,
+                (*notes, "there was no settings file before the install: removed again"),
+            )
+        return Change(
+            path,
+            raw,
+            original[0],
+            (*notes, "the file is back to its bytes from before the install"),
+        )
     for event in [event for event, groups in hooks.items() if not groups]:
         del hooks[event]
     if "hooks" in updated and not updated["hooks"]:
@@ -196,7 +253,9 @@ def _without_empty(updated: dict[str, Any], original: dict[str, Any]) -> dict[st
     if isinstance(hooks, dict):
         found = original.get("hooks")
         before: dict[str, Any] = found if isinstance(found, dict) else {}
-        for event in [event for event, groups in hooks.items() if not groups and event not in before]:
+        for event in [
+            event for event, groups in hooks.items() if not groups and event not in before
+        ]:
             del hooks[event]
         if not hooks and "hooks" not in original:
             del result["hooks"]
@@ -204,13 +263,15 @@ def _without_empty(updated: dict[str, Any], original: dict[str, Any]) -> dict[st
 
 
 def backup_folder(state_dir: Path, path: Path) -> Path:
-    """Where the copies of one settings file are kept: <state dir>/settings-backups/<hash of its path>/."""
+    """Where the copies of one settings file are kept: <state dir>/settings-backups/<hash of its
+    path>/."""
     key = hashlib.sha256(str(path.absolute()).encode()).hexdigest()[:16]
     return state_dir / "settings-backups" / key
 
 
 def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str, Any]] | None:
-    """The newest copy taken by an install: its bytes (None: there was no file) and document; None without one."""
+    """The newest copy taken by an install: its bytes (None: there was no file) and document; None
+    without one."""
     folder = backup_folder(state_dir, path)
     copies = sorted(folder.glob("install-*.json")) if folder.is_dir() else []
     if not copies:
@@ -226,17 +287,26 @@ def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str
 
 
 def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
-    """Write `change` (nothing when it changes nothing): first a private copy of the previous file in riffd's state
-    folder (returned), then the new bytes by atomic replace, keeping the file's mode; a symlinked settings file
-    (a dotfile manager's) has its target replaced, the link stays. Raise SettingsError for a read-only file."""
+    """Write `change` (nothing when it changes nothing): first a private copy of the previous file
+    in riffd's state folder (returned), then the new bytes by atomic replace, keeping the file's
+    mode; a symlinked settings file (a dotfile manager's) has its target replaced, the link stays.
+    Raise SettingsError for a read-only file."""
     if not change.changed:
         return None
-    target = change.path.resolve() if change.path.is_symlink() else change.path  # a dotfile manager's link stays
-    if change.before is not None and not target.stat().st_mode & 0o222:  # marked read-only (root or not)
-        raise SettingsError(f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
-                            "hooks yourself: --dry-run prints them)")
+    target = (
+        change.path.resolve() if change.path.is_symlink() else change.path
+    )  # a dotfile manager's link stays
+    if (
+        change.before is not None and not target.stat().st_mode & 0o222
+    ):  # marked read-only (root or not)
+        raise SettingsError(
+            f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
+            "hooks yourself: --dry-run prints them)"
+        )
     folder = backup_folder(state_dir, change.path)
-    ensure_private_folder(REAL_FS, folder)  # 0700, whatever the umask: copies of the user's settings
+    ensure_private_folder(
+        REAL_FS, folder
+    )  # 0700, whatever the umask: copies of the user's settings
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)
@@ -256,20 +326,28 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     except PermissionError as exc:
         if owner == (os.geteuid(), os.getegid()):
             raise
-        raise SettingsError(f"{change.path}: cannot write it with its owner (uid {status.st_uid}, gid "
-                            f"{status.st_gid}) kept ({exc.strerror}); riffd changed nothing: run this as its "
-                            "owner") from exc
+        raise SettingsError(
+            f"{change.path}: cannot write it with its owner (uid {status.st_uid}, gid "
+            f"{status.st_gid}) kept ({exc.strerror}); riffd changed nothing: run this as its "
+            "owner"
+        ) from exc
     return saved
 
 
-CLEANUP_DEFAULT_DAYS = 30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
+CLEANUP_DEFAULT_DAYS = (
+    30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
+)
 
 
 def cleanup_period_days(claude_dir: Path) -> float:
-    """Claude Code's `cleanupPeriodDays` in the user settings of `claude_dir` (30 when unset or unreadable)."""
+    """Claude Code's `cleanupPeriodDays` in the user settings of `claude_dir` (30 when unset or
+    unreadable)."""
     try:
         value = json.loads((claude_dir / "settings.json").read_bytes()).get("cleanupPeriodDays")
     except (OSError, ValueError, AttributeError):
         return CLEANUP_DEFAULT_DAYS
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else (
-        CLEANUP_DEFAULT_DAYS)
+    return (
+        float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+        else (CLEANUP_DEFAULT_DAYS)
+    )

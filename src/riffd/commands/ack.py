@@ -1,4 +1,5 @@
-"""`riffd ack`: acknowledge findings riffd will not (or may not) repair, so they stop counting against health."""
+"""`riffd ack`: acknowledge findings riffd will not (or may not) repair, so they stop counting
+against health."""
 
 from __future__ import annotations
 
@@ -27,20 +28,32 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "line's uuid, or by the line's bytes, so appends and repairs that move it keep it acknowledged; a line "
         "that changes is a new finding. Kept in <state dir>/acknowledged.json.",
     )
-    ack.add_argument("targets", nargs="*", metavar="FILE:LINE", help="a transcript and a line number a finding names")
-    ack.add_argument("--note", default="", help="why (kept with the acknowledgement, shown by --list)")
-    ack.add_argument("--undo", action="store_true", help="take the acknowledgements of FILE:LINE back")
+    ack.add_argument(
+        "targets",
+        nargs="*",
+        metavar="FILE:LINE",
+        help="a transcript and a line number a finding names",
+    )
+    ack.add_argument(
+        "--note", default="", help="why (kept with the acknowledgement, shown by --list)"
+    )
+    ack.add_argument(
+        "--undo", action="store_true", help="take the acknowledgements of FILE:LINE back"
+    )
     ack.add_argument("--list", action="store_true", help="list every acknowledgement")
     ack.add_argument("--json", action="store_true", help="with --list: one JSON document")
     ack.set_defaults(run=run_ack)
 
 
 def parse_target(text: str) -> tuple[Path, int]:
-    """Given FILE:LINE, return the file (absolute) and the line number; raise UsageError for anything else."""
+    """Given FILE:LINE, return the file (absolute) and the line number; raise UsageError for
+    anything else."""
     name, _, number = text.rpartition(":")
     if not name or not number.isdigit() or int(number) < 1:
-        raise UsageError(f"riffd ack: {text!r} is not FILE:LINE (e.g. ~/.claude/projects/-app/<id>.jsonl:42, as "
-                         "`riffd scan` names a finding)")
+        raise UsageError(
+            f"riffd ack: {text!r} is not FILE:LINE (e.g. ~/.claude/projects/-app/<id>.jsonl:42, as "
+            "`riffd scan` names a finding)"
+        )
     return Path(os.path.abspath(Path(name).expanduser())), int(number)
 
 
@@ -68,37 +81,56 @@ def run_ack(args: argparse.Namespace) -> int:
             continue
         if args.undo:
             keys = {key for _, key in found}
-            kept = [ack for ack in acks if not (ack.path == str(path) and (ack.key in keys or ack.line == line))]
+            kept = [
+                ack
+                for ack in acks
+                if not (ack.path == str(path) and (ack.key in keys or ack.line == line))
+            ]
             if len(kept) == len(acks):
-                print(f"riffd: error: {path}:{line}: nothing acknowledged there (`riffd ack --list`)", file=sys.stderr)
+                print(
+                    f"riffd: error: {path}:{line}: nothing acknowledged there (`riffd ack --list`)",
+                    file=sys.stderr,
+                )
                 status = EXIT_ERROR
             else:
-                print(f"{path}:{line}: {len(acks) - len(kept)} acknowledgement(s) taken back; the finding counts again")
+                print(
+                    f"{path}:{line}: {len(acks) - len(kept)} acknowledgement(s) taken back; the finding counts again"
+                )
             acks = kept
             continue
         if not found:
-            print(f"riffd: error: {path}:{line}: no finding names this line; "
-                  f"`{shell_command('riffd', 'scan', path)}` lists its findings", file=sys.stderr)
+            print(
+                f"riffd: error: {path}:{line}: no finding names this line; "
+                f"`{shell_command('riffd', 'scan', path)}` lists its findings",
+                file=sys.stderr,
+            )
             status = EXIT_ERROR
             continue
         known = {(ack.path, ack.key) for ack in acks}
         for finding, key in found:
             cls = str(finding["class"])
             if (str(path), key) not in known:
-                acks.append(Ack(str(path), cls, line, key, time.strftime("%Y-%m-%dT%H:%M:%S%z"), args.note))
+                acks.append(
+                    Ack(str(path), cls, line, key, time.strftime("%Y-%m-%dT%H:%M:%S%z"), args.note)
+                )
             print(f"acknowledged {path}:{line}: {cls}: {finding.get('message', '')}")
             if cls in map(str, REPAIRABLE):
-                print(f"  note: riffd still repairs {cls} once the session is idle; the acknowledgement only stops "
-                      "it counting against health until then")
+                print(
+                    f"  note: riffd still repairs {cls} once the session is idle; the acknowledgement only stops "
+                    "it counting against health until then"
+                )
     saved = save_acks(config.state_dir, acks)
     if status == EXIT_OK and not args.undo:
-        print(f"riffd: kept in {saved}; it stays listed as acknowledged; `riffd ack --undo FILE:LINE` takes it back",
-              file=sys.stderr)
+        print(
+            f"riffd: kept in {saved}; it stays listed as acknowledged; `riffd ack --undo FILE:LINE` takes it back",
+            file=sys.stderr,
+        )
     return status
 
 
 def _findings_at(path: Path, line: int) -> list[tuple[dict[str, object], str]] | str:
-    """Return (finding as JSON, key) for each finding naming `line` of `path`, or an error message."""
+    """Return (finding as JSON, key) for each finding naming `line` of `path`, or an error
+    message."""
     if not path.is_file():
         return f"{path}: no such transcript"
     report = scan_file(path)
@@ -126,4 +158,3 @@ def _list(acks: list[Ack], as_json: bool) -> int:
         note = f" ({ack.note})" if ack.note else ""
         print(f"{ack.path}:{ack.line}: {ack.cls}, acknowledged {ack.at}{note}")
     return EXIT_OK
-

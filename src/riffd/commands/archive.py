@@ -1,6 +1,7 @@
 """`riffd archive`: ingest, restore, search, stats, export, recover.
 
-A database error never shows a traceback: each command says in one line which file failed and what helps.
+A database error never shows a traceback: each command says in one line which file failed and what
+helps.
 """
 
 from __future__ import annotations
@@ -44,57 +45,102 @@ def register(commands: Any) -> None:
         "transcript the daemon reads, so nothing is lost when Claude Code deletes old sessions.",
     )
     actions = archive.add_subparsers(dest="action", metavar="ACTION")
-    ingest = actions.add_parser("ingest", help="back-fill the archive from transcripts and their sessions' other "
-                                "files (resumes where it stopped)")
-    ingest.add_argument("--no-compact", action="store_true",
-                        help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
-                             "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level")
-    ingest.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help="transcripts or folders (default: the configured roots, which the daemon watches)")
+    ingest = actions.add_parser(
+        "ingest",
+        help="back-fill the archive from transcripts and their sessions' other "
+        "files (resumes where it stopped)",
+    )
+    ingest.add_argument(
+        "--no-compact",
+        action="store_true",
+        help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
+        "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level",
+    )
+    ingest.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="transcripts or folders (default: the configured roots, which the daemon watches)",
+    )
     ingest.set_defaults(run=run_ingest)
     restore = actions.add_parser(
-        "restore", help="bring a whole session back, byte for byte as it was last archived",
+        "restore",
+        help="bring a whole session back, byte for byte as it was last archived",
         description="Write every file of a session back (its transcripts, saved tool outputs, subagents' settings, "
         "checkpoints, task list and plans) where `claude --resume` finds it, byte for byte as last archived, with its "
         "modification time, checked against the checksums archived with it (a file the archive cannot give whole is "
         "not restored). Only what is missing is written: a file that is there and the same is left, as is a "
         "transcript that has only grown; one that differs is named and left, unless --force: then it is replaced "
         "only while its session is idle, after a verified backup of it. Exit 0: every file is there now; 1: one was "
-        "skipped (live or changed) or differs; 2: one failed or the archive cannot give it whole.")
-    restore.add_argument("session", metavar="SESSION",
-                         help="a session id (or a prefix only one session has), or an archived transcript's path")
-    restore.add_argument("--to", type=Path, default=None, metavar="PATH",
-                         help="write here (a folder, or a file for a single transcript) instead of the original path; "
-                              "the files keep their paths below the folder they all share")
-    restore.add_argument("--force", action="store_true",
-                         help="replace files that exist and differ (only while their session is idle, after a "
-                              "backup of each)")
-    restore.add_argument("--quiet-period", type=float, default=None, metavar="SECONDS",
-                         help="how long a file to replace must be unmodified to count as idle (default: the config's "
-                              "repair.quiet_period, 120)")
+        "skipped (live or changed) or differs; 2: one failed or the archive cannot give it whole.",
+    )
+    restore.add_argument(
+        "session",
+        metavar="SESSION",
+        help="a session id (or a prefix only one session has), or an archived transcript's path",
+    )
+    restore.add_argument(
+        "--to",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write here (a folder, or a file for a single transcript) instead of the original path; "
+        "the files keep their paths below the folder they all share",
+    )
+    restore.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files that exist and differ (only while their session is idle, after a "
+        "backup of each)",
+    )
+    restore.add_argument(
+        "--quiet-period",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a file to replace must be unmodified to count as idle (default: the config's "
+        "repair.quiet_period, 120)",
+    )
     restore.set_defaults(run=run_restore)
     search = actions.add_parser("search", help="find words in every archived conversation")
     search.add_argument("query", metavar="QUERY", help="words that must all occur")
-    search.add_argument("--project", default=None, help="only sessions whose project path starts with this")
+    search.add_argument(
+        "--project", default=None, help="only sessions whose project path starts with this"
+    )
     search.add_argument("--session", default=None, help="only this session id")
-    search.add_argument("--role", choices=["user", "assistant", "system", "summary"], default=None,
-                        help="only messages of this role")
-    search.add_argument("--since", type=date_seconds, default=None, metavar="DATE",
-                        help="only messages from this date on (YYYY-MM-DD)")
+    search.add_argument(
+        "--role",
+        choices=["user", "assistant", "system", "summary"],
+        default=None,
+        help="only messages of this role",
+    )
+    search.add_argument(
+        "--since",
+        type=date_seconds,
+        default=None,
+        metavar="DATE",
+        help="only messages from this date on (YYYY-MM-DD)",
+    )
     search.add_argument("--limit", type=int, default=20, help="how many hits at most (default 20)")
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)
     compact = actions.add_parser(
-        "compact", help="compress the packs archived fast at the settled level (the daemon does it when quiet)")
+        "compact",
+        help="compress the packs archived fast at the settled level (the daemon does it when quiet)",
+    )
     compact.set_defaults(run=run_compact)
     stats = actions.add_parser("stats", help="sizes, dedup ratio, counts, oldest and newest")
     stats.add_argument("--json", action="store_true", help="print JSON")
     stats.set_defaults(run=run_stats)
     export = actions.add_parser("export", help="print a session's messages as JSON")
-    export.add_argument("session", metavar="SESSION", help="a session id, or an archived file's path")
+    export.add_argument(
+        "session", metavar="SESSION", help="a session id, or an archived file's path"
+    )
     export.set_defaults(run=run_export)
     verify = actions.add_parser(
-        "verify", help="check the archive against the transcripts and session files that still exist",
+        "verify",
+        help="check the archive against the transcripts and session files that still exist",
         description="Compare, byte for byte, what the archive holds of each transcript with the file (the "
         "archive as of one moment, the file line by line), and of each file kept whole (saved tool outputs, "
         "subagents' settings, checkpoints, task lists, plans) with its newest version. A file whose archive differs "
@@ -103,31 +149,52 @@ def register(commands: Any) -> None:
         "lines not archived yet, are counted, not faults: the daemon archives them. Without PATH, every pack and "
         "every file kept whole is read back too, and each damaged one is named with the archived files (deleted "
         "sessions too) it holds, and what can be done for each. Exit 0: no file differs (or --fix mended each) and "
-        "nothing is damaged; 1: some differ, or something is damaged; 2: an error.")
-    verify.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                        help="transcripts or folders, with their sessions' files kept whole (default: every archived "
-                             "transcript that still exists, and every session file)")
-    verify.add_argument("--fix", action="store_true",
-                        help="archive each file that differs again (a transcript as a new generation)")
-    verify.add_argument("--json", action="store_true",
-                        help="print one JSON object per file (the summary stays on stderr)")
+        "nothing is damaged; 1: some differ, or something is damaged; 2: an error.",
+    )
+    verify.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="transcripts or folders, with their sessions' files kept whole (default: every archived "
+        "transcript that still exists, and every session file)",
+    )
+    verify.add_argument(
+        "--fix",
+        action="store_true",
+        help="archive each file that differs again (a transcript as a new generation)",
+    )
+    verify.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per file (the summary stays on stderr)",
+    )
     verify.set_defaults(run=run_verify)
     recover = actions.add_parser(
-        "recover", help="copy every readable line of a damaged archive into the current one",
+        "recover",
+        help="copy every readable line of a damaged archive into the current one",
         description="When riffd finds its archive damaged, it moves it aside (<state dir>/archive.db.damaged-<time>) "
         "and starts a new one. This copies every file and generation that can still be read from the old one into "
         "the new one and names what cannot be read; the old file is then renamed to archive.db.recovered-<time>. "
         "Exit 0: all of it recovered; 1: some parts were unreadable (named); 2: an error.",
     )
-    recover.add_argument("damaged", nargs="*", type=Path, metavar="FILE",
-                         help="damaged archives to read (default: every archive.db.damaged-* in the state folder)")
+    recover.add_argument(
+        "damaged",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="damaged archives to read (default: every archive.db.damaged-* in the state folder)",
+    )
     recover.set_defaults(run=run_recover)
     for parser in actions.choices.values():
         parser.set_defaults(run=_one_line_errors(parser.get_default("run")))
 
 
-def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Wrap an archive command so a database error is one line naming the archive and what helps, exit 2."""
+def _one_line_errors(
+    run: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """Wrap an archive command so a database error is one line naming the archive and what helps,
+    exit 2."""
 
     @functools.wraps(run)
     def guarded(args: argparse.Namespace) -> int:
@@ -138,26 +205,42 @@ def _one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argp
         try:
             return run(args)
         except PackDamaged as exc:
-            print(f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "
-                  "verify` names every damaged pack, the sessions whose lines it holds and what can be done for "
-                  "each", file=sys.stderr)
+            print(
+                f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "
+                "verify` names every damaged pack, the sessions whose lines it holds and what can be done for "
+                "each",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
         except (sqlite3.Error, zstandard.ZstdError) as exc:
             where = getattr(args, "archive_path", None)
             if is_busy_error(exc):
-                print(f"riffd: error: {where or 'the archive'}: {exc} ({BUSY}); run the command again (an ingest "
-                      "goes on from where it stopped)", file=sys.stderr)
+                print(
+                    f"riffd: error: {where or 'the archive'}: {exc} ({BUSY}); run the command again (an ingest "
+                    "goes on from where it stopped)",
+                    file=sys.stderr,
+                )
             elif is_full_error(exc, where.parent if where is not None else None):
                 note = full_disk_note(where.parent) if where is not None else "the disk is full"
-                print(f"riffd: error: {where or 'the archive'}: {exc}; {note}. The archive is not damaged: what was "
-                      "archived before is kept, nothing of the step that failed is. Free some space and run the "
-                      "command again (an ingest goes on from where it stopped)", file=sys.stderr)
-            elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):  # a pack that cannot be read
-                print(f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
-                      file=sys.stderr)
+                print(
+                    f"riffd: error: {where or 'the archive'}: {exc}; {note}. The archive is not damaged: what was "
+                    "archived before is kept, nothing of the step that failed is. Free some space and run the "
+                    "command again (an ingest goes on from where it stopped)",
+                    file=sys.stderr,
+                )
+            elif is_damage_error(exc) or isinstance(
+                exc, zstandard.ZstdError
+            ):  # a pack that cannot be read
+                print(
+                    f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
+                    file=sys.stderr,
+                )
             else:
-                print(f"riffd: error: {where or 'the archive'}: {exc}; check that the state folder is yours and "
-                      "writable, then run the command again", file=sys.stderr)
+                print(
+                    f"riffd: error: {where or 'the archive'}: {exc}; check that the state folder is yours and "
+                    "writable, then run the command again",
+                    file=sys.stderr,
+                )
             return EXIT_ERROR
 
     return guarded
@@ -180,8 +263,8 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def run_ingest(args: argparse.Namespace) -> int:
-    """`riffd archive ingest`: archive what is new in each transcript and the files kept whole beside them
-    (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
+    """`riffd archive ingest`: archive what is new in each transcript and the files kept whole
+    beside them (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
     from riffd.commands.archive_ingest import run_ingest as ingest
 
     archive = _open(args)
@@ -189,7 +272,8 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no archive)."""
+    """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no
+    archive)."""
     from riffd.commands.archive_ingest import run_compact as compact
 
     archive = _open(args)
@@ -206,7 +290,8 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def run_restore(args: argparse.Namespace) -> int:
-    """`riffd archive restore SESSION`: write the archived transcript(s) back (riffd.commands.archive_restore)."""
+    """`riffd archive restore SESSION`: write the archived transcript(s) back
+    (riffd.commands.archive_restore)."""
     from riffd.commands.archive_restore import restore_files
 
     archive = _open(args)
@@ -219,31 +304,57 @@ def run_restore(args: argparse.Namespace) -> int:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1 without."""
+    """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1
+    without."""
 
     since = args.since  # a Unix time (date_seconds)
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    hits = archive.search(args.query, project=args.project, session=args.session, role=args.role, since=since,
-                          limit=args.limit)
+    hits = archive.search(
+        args.query,
+        project=args.project,
+        session=args.session,
+        role=args.role,
+        since=since,
+        limit=args.limit,
+    )
     if args.json:
-        sys.stdout.write(display_json(
-            [hit.__dict__ | {"time": local_time(hit.timestamp) if hit.timestamp else None,
-                             "resume": shell_command("claude", "--resume", hit.session_id) if hit.session_id else None}
-             for hit in hits], orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            display_json(
+                [
+                    hit.__dict__
+                    | {
+                        "time": local_time(hit.timestamp) if hit.timestamp else None,
+                        "resume": shell_command("claude", "--resume", hit.session_id)
+                        if hit.session_id
+                        else None,
+                    }
+                    for hit in hits
+                ],
+                orjson.OPT_INDENT_2,
+            ).decode()
+            + "\n"
+        )
     for hit in [] if args.json else hits:
         title = f'"{hit.title}"' if hit.title else "-"
-        print(f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
-              f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
-              + (f"; back to it: {shell_command('cd', hit.project or '.')} && "
-                 f"{shell_command('claude', '--resume', hit.session_id)}" if hit.session_id else ""))
+        print(
+            f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
+            f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
+            + (
+                f"; back to it: {shell_command('cd', hit.project or '.')} && "
+                f"{shell_command('claude', '--resume', hit.session_id)}"
+                if hit.session_id
+                else ""
+            )
+        )
     archive.close()
     return EXIT_OK if hits else EXIT_FINDINGS
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    """`riffd archive stats`: print the archive's figures, with the files it holds counted by kind."""
+    """`riffd archive stats`: print the archive's figures, with the files it holds counted by
+    kind."""
 
     archive = _open(args)
     if archive is None:
@@ -252,36 +363,55 @@ def run_stats(args: argparse.Namespace) -> int:
     whole = archive.whole.stats()
     transcripts: dict[str, dict[str, int]] = {}
     for path, size in archive.archived_bytes().items():
-        kind = transcripts.setdefault("subagent" if "/subagents/" in path or os.path.basename(path).startswith(
-            "agent-") else "transcript", {"files": 0, "bytes": 0})
+        kind = transcripts.setdefault(
+            "subagent"
+            if "/subagents/" in path or os.path.basename(path).startswith("agent-")
+            else "transcript",
+            {"files": 0, "bytes": 0},
+        )
         kind["files"] += 1
         kind["bytes"] += size
     archive.close()
-    stats["kinds"] = transcripts | whole["kinds"]  # files (and versions, for files kept whole) and bytes by kind
-    stats["whole_files"] = {"blobs": whole["blobs"], "bytes": whole["blob_bytes"], "stored": whole["stored_bytes"]}
+    stats["kinds"] = (
+        transcripts | whole["kinds"]
+    )  # files (and versions, for files kept whole) and bytes by kind
+    stats["whole_files"] = {
+        "blobs": whole["blobs"],
+        "bytes": whole["blob_bytes"],
+        "stored": whole["stored_bytes"],
+    }
     # `raw_bytes` and `ratio` count the lines; these count the files kept whole (every version) too
-    stats["raw_all_bytes"] = stats["raw_bytes"] + sum(kind["bytes"] for kind in whole["kinds"].values())
-    stats["ratio_all"] = round(stats["stored_bytes"] / stats["raw_all_bytes"], 4) if stats["raw_all_bytes"] else None
+    stats["raw_all_bytes"] = stats["raw_bytes"] + sum(
+        kind["bytes"] for kind in whole["kinds"].values()
+    )
+    stats["ratio_all"] = (
+        round(stats["stored_bytes"] / stats["raw_all_bytes"], 4) if stats["raw_all_bytes"] else None
+    )
     if args.json:
         sys.stdout.write(display_json(stats, orjson.OPT_INDENT_2).decode() + "\n")
         return EXIT_OK
     ratio = f"{stats['ratio_all']:.1%}" if stats["ratio_all"] is not None else "-"
-    print(f"raw bytes seen:   {stats['raw_all_bytes']:,} ({stats['raw_bytes']:,} in lines, the rest in files kept "
-          f"whole)\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
-          f"sessions: {stats['sessions']}, files: {stats['files']}, lines: {stats['lines']}\n"
-          f"messages: {stats['messages']}, unique contents: {stats['unique_contents']}, "
-          f"unique texts: {stats['unique_texts']}\noldest: {stats['oldest'] or '-'}, newest: {stats['newest'] or '-'}")
+    print(
+        f"raw bytes seen:   {stats['raw_all_bytes']:,} ({stats['raw_bytes']:,} in lines, the rest in files kept "
+        f"whole)\nbytes stored:     {stats['stored_bytes']:,} ({ratio} of raw)\n"
+        f"sessions: {stats['sessions']}, files: {stats['files']}, lines: {stats['lines']}\n"
+        f"messages: {stats['messages']}, unique contents: {stats['unique_contents']}, "
+        f"unique texts: {stats['unique_texts']}\noldest: {stats['oldest'] or '-'}, newest: {stats['newest'] or '-'}"
+    )
     for kind, counts in stats["kinds"].items():
         versions = f" in {counts['versions']:,} version(s)" if "versions" in counts else ""
         print(f"{kind + ':':17} {counts['files']:,} file(s){versions}, {counts['bytes']:,} bytes")
     if whole["blobs"]:
-        print(f"files kept whole: {whole['blob_bytes']:,} distinct bytes in {whole['blobs']:,} blob(s), "
-              f"{whole['stored_bytes']:,} bytes stored ({whole['stored_bytes'] / whole['blob_bytes']:.1%})")
+        print(
+            f"files kept whole: {whole['blob_bytes']:,} distinct bytes in {whole['blobs']:,} blob(s), "
+            f"{whole['stored_bytes']:,} bytes stored ({whole['stored_bytes'] / whole['blob_bytes']:.1%})"
+        )
     return EXIT_OK
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """`riffd archive export SESSION`: print the documented JSON form of the session's archived messages."""
+    """`riffd archive export SESSION`: print the documented JSON form of the session's archived
+    messages."""
 
     archive = _open(args)
     if archive is None:
@@ -296,8 +426,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_recover(args: argparse.Namespace) -> int:
-    """`riffd archive recover [FILE...]`: copy what is readable of damaged archives into the current one; exit 0 when
-    all of it was, 1 when parts were unreadable (named), 2 on an error."""
+    """`riffd archive recover [FILE...]`: copy what is readable of damaged archives into the current
+    one; exit 0 when all of it was, 1 when parts were unreadable (named), 2 on an error."""
     from riffd.archive.recover import recover
     from riffd.archive.store import Archive
     from riffd.daemon.lock import running_pid
@@ -309,16 +439,22 @@ def run_recover(args: argparse.Namespace) -> int:
     sources = list(args.damaged) or damaged_copies(path)
     if not sources:
         if running_pid(config.state_dir) is not None:
-            print(f"riffd: nothing to recover: no {path.name}{DAMAGED}* in {config.state_dir} (the running daemon "
-                  "moves a damaged archive aside as soon as it meets it)", file=sys.stderr)
+            print(
+                f"riffd: nothing to recover: no {path.name}{DAMAGED}* in {config.state_dir} (the running daemon "
+                "moves a damaged archive aside as soon as it meets it)",
+                file=sys.stderr,
+            )
             return EXIT_OK
         archive = Archive(path, heal=True, check=True)  # moves a damaged archive aside, if it is
         sources = [archive.moved_aside] if archive.moved_aside else []
         archive.close()
         if not sources:
-            print(f"riffd: nothing to recover: {path} passes SQLite's check and there is no {path.name}{DAMAGED}* "
-                  f"in {config.state_dir} (a damaged pack inside it, which SQLite's check does not see, is named by "
-                  "`riffd archive verify`)", file=sys.stderr)
+            print(
+                f"riffd: nothing to recover: {path} passes SQLite's check and there is no {path.name}{DAMAGED}* "
+                f"in {config.state_dir} (a damaged pack inside it, which SQLite's check does not see, is named by "
+                "`riffd archive verify`)",
+                file=sys.stderr,
+            )
             return EXIT_OK
     into = Archive(path)
     partial = False
@@ -336,12 +472,22 @@ def run_recover(args: argparse.Namespace) -> int:
                 for suffix in ("", *SIDECARS):
                     with contextlib.suppress(FileNotFoundError):
                         os.rename(f"{source}{suffix}", f"{done}{suffix}")
-            print(f"recovered {result.lines} line(s) in {result.generations} generation(s) of {result.files} file(s) "
-                  f"from {source} into {path}"
-                  + (f"; {result.already_there} generation(s) were there already" if result.already_there else "")
-                  + (f"; {result.versions} version(s) of files kept whole" if result.versions else "")
-                  + (f"; {len(result.unreadable)} part(s) unreadable" if result.unreadable else "")
-                  + (f"; the old file is now {done}" if DAMAGED in source.name and done.exists() else ""))
+            print(
+                f"recovered {result.lines} line(s) in {result.generations} generation(s) of {result.files} file(s) "
+                f"from {source} into {path}"
+                + (
+                    f"; {result.already_there} generation(s) were there already"
+                    if result.already_there
+                    else ""
+                )
+                + (f"; {result.versions} version(s) of files kept whole" if result.versions else "")
+                + (f"; {len(result.unreadable)} part(s) unreadable" if result.unreadable else "")
+                + (
+                    f"; the old file is now {done}"
+                    if DAMAGED in source.name and done.exists()
+                    else ""
+                )
+            )
         into.settle()
     finally:
         into.close()

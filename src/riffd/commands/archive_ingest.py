@@ -1,5 +1,5 @@
-"""`riffd archive ingest` and `riffd archive compact`: back-filling the archive, lines and whole files, and
-compressing what was archived fast."""
+"""`riffd archive ingest` and `riffd archive compact`: back-filling the archive, lines and whole
+files, and compressing what was archived fast."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from riffd.transcript.sessionfiles import (
 
 
 def run_ingest(args: argparse.Namespace, archive: Any) -> int:
-    """`riffd archive ingest`: archive what is new in each transcript, then the files kept whole beside them; exit 0,
-    or 2 when a file failed."""
+    """`riffd archive ingest`: archive what is new in each transcript, then the files kept whole
+    beside them; exit 0, or 2 when a file failed."""
     from riffd.archive.ingest import ingest_files
 
     if args.paths:
@@ -43,23 +43,37 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
                     size += path.stat().st_size
             if sys.stderr.isatty():
                 rate = size / 1e6 / max(time.monotonic() - started, 1e-6)
-                print(f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ", end="",
-                      file=sys.stderr)
+                print(
+                    f"\rriffd: {number}/{len(files)} files, {size / 1e6:.0f} MB, {rate:.0f} MB/s ",
+                    end="",
+                    file=sys.stderr,
+                )
         if sys.stderr.isatty():
             print(file=sys.stderr)
         kept = keep_whole_files(archive, session_files_of(args, archive, files, errors), errors)
     except BaseException:
-        # What was stored stays: say how far the ingest got before the error (printed by _one_line_errors)
-        print(("\n" if sys.stderr.isatty() else "") + f"riffd: stopped after archiving {added} new line(s) from "
-              f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
-              "it before the error)", file=sys.stderr)
+        # What was stored stays: say how far the ingest got before the error (printed by
+        # _one_line_errors)
+        print(
+            ("\n" if sys.stderr.isatty() else "")
+            + f"riffd: stopped after archiving {added} new line(s) from "
+            f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
+            "it before the error)",
+            file=sys.stderr,
+        )
         archive.close()
         raise
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
-    print(f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}", file=sys.stderr)
-    print(f"riffd: kept {kept[0]} file(s) of the sessions whole ({kept[1]} new or changed, {kept[2] / 1e6:.2f} MB "
-          "stored)", file=sys.stderr)
+    print(
+        f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}",
+        file=sys.stderr,
+    )
+    print(
+        f"riffd: kept {kept[0]} file(s) of the sessions whole ({kept[1]} new or changed, {kept[2] / 1e6:.2f} MB "
+        "stored)",
+        file=sys.stderr,
+    )
     if not args.no_compact:
         compact(archive)
     if added:
@@ -68,18 +82,24 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
     return EXIT_ERROR if errors else EXIT_OK
 
 
-def session_files_of(args: argparse.Namespace, archive: Any, transcripts: list[Path],
-                      errors: list[str]) -> Iterator[SessionFile]:
-    """The files kept whole that an ingest takes: without PATH every one under the roots and in the config folders;
-    with PATHs, those of the sessions of the transcripts found there (and of their plans)."""
+def session_files_of(
+    args: argparse.Namespace, archive: Any, transcripts: list[Path], errors: list[str]
+) -> Iterator[SessionFile]:
+    """The files kept whole that an ingest takes: without PATH every one under the roots and in the
+    config folders; with PATHs, those of the sessions of the transcripts found there (and of their
+    plans)."""
     config = args.loaded_config
 
     def unlistable(exc: OSError) -> None:
-        errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); the files in it were not archived")
+        errors.append(
+            f"{exc.filename}: cannot be listed ({exc.strerror or exc}); the files in it were not archived"
+        )
 
     if not args.paths:
         roots = [root for root in args.roots if root.is_dir()]
-        yield from all_session_files(roots, config_folders(args.roots, config.claude_dir), unlistable)
+        yield from all_session_files(
+            roots, config_folders(args.roots, config.claude_dir), unlistable
+        )
         return
     sessions: dict[str, set[Path]] = {}
     for path in transcripts:
@@ -87,19 +107,27 @@ def session_files_of(args: argparse.Namespace, archive: Any, transcripts: list[P
         if SESSION_ID.fullmatch(session):
             project = path.parents[2] if path.parent.name == "subagents" else path.parent
             sessions.setdefault(session, set()).add(project)
-    roots = list(dict.fromkeys([folder.parent for folders in sessions.values() for folder in folders]
-                               + list(args.roots)))
+    roots = list(
+        dict.fromkeys(
+            [folder.parent for folders in sessions.values() for folder in folders]
+            + list(args.roots)
+        )
+    )
     configs = config_folders(roots, config.claude_dir)
     for session, folders in sorted(sessions.items()):
         yield from session_files(session, sorted(folders), roots, configs, unlistable)
-    yield from plan_files(sorted({slug for session in sessions for slug in archive.whole.slugs(session)}),
-                          configs)
+    yield from plan_files(
+        sorted({slug for session in sessions for slug in archive.whole.slugs(session)}), configs
+    )
 
 
-def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[str]) -> tuple[int, int, int]:
-    """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest does not wait for
-    a file to settle); return (files looked at, versions added, bytes stored). A file that cannot be read is an
-    error; one that changes while it is read each time is named, for the daemon or the next ingest."""
+def keep_whole_files(
+    archive: Any, found: Iterable[SessionFile], errors: list[str]
+) -> tuple[int, int, int]:
+    """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
+    does not wait for a file to settle); return (files looked at, versions added, bytes stored). A
+    file that cannot be read is an error; one that changes while it is read each time is named, for
+    the daemon or the next ingest."""
     looked = added = stored = 0
     for number, item in enumerate(found, 1):
         looked = number
@@ -114,8 +142,10 @@ def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[st
                 stored += kept.stored_bytes
                 break
         else:
-            errors.append(f"{item.path}: it changed while it was read, three times; the daemon or the next ingest "
-                          "takes it once it stays as it is")
+            errors.append(
+                f"{item.path}: it changed while it was read, three times; the daemon or the next ingest "
+                "takes it once it stays as it is"
+            )
         if sys.stderr.isatty() and number % 100 == 0:
             print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
     if sys.stderr.isatty() and looked >= 100:
@@ -137,28 +167,39 @@ def compact(archive: Any) -> None:
 
     def progress(done: int, total: int) -> None:
         if sys.stderr.isatty():
-            print(f"\rriffd: compressing packs at the settled level: {done}/{total} ", end="", file=sys.stderr)
+            print(
+                f"\rriffd: compressing packs at the settled level: {done}/{total} ",
+                end="",
+                file=sys.stderr,
+            )
 
     done, _left = archive.compact(progress=progress)
     if sys.stderr.isatty() and done:
         print(file=sys.stderr)
     if done:
-        print(f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
-              file=sys.stderr)
+        print(
+            f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+        )
 
 
 def files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:
-    """The transcripts under the configured `roots` that exist, and a line for each root that does not or cannot
-    be looked at."""
+    """The transcripts under the configured `roots` that exist, and a line for each root that does
+    not or cannot be looked at."""
     present, errors = [], []
     for root in roots:
         try:
             if root.is_dir():
                 present.append(root)
             else:
-                print(f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it", file=sys.stderr)
+                print(
+                    f"riffd: note: {root} (in `roots`) does not exist: nothing archived from it",
+                    file=sys.stderr,
+                )
         except OSError as exc:
-            errors.append(f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived")
+            errors.append(
+                f"{root}: cannot be looked at ({exc.strerror or exc}); its transcripts were not archived"
+            )
     if not present:
         return [], errors
     files, more = transcript_targets(present)

@@ -26,14 +26,25 @@ from riffd.transcript.projects import resolve_target
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd backups list | restore | prune` to the riffd subcommands."""
-    backups = commands.add_parser("backups", help="list, restore or prune riffd's backups",
-                                  description="Work with the verified backups riffd takes before each repair.")
-    backups.add_argument("--backup-dir", type=Path, default=None,
-                         help="the backup folder (default: the config's backups.dir, <state dir>/backups)")
+    backups = commands.add_parser(
+        "backups",
+        help="list, restore or prune riffd's backups",
+        description="Work with the verified backups riffd takes before each repair.",
+    )
+    backups.add_argument(
+        "--backup-dir",
+        type=Path,
+        default=None,
+        help="the backup folder (default: the config's backups.dir, <state dir>/backups)",
+    )
     actions = backups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     listing = actions.add_parser("list", help="list backups, newest last")
-    listing.add_argument("session", nargs="?", metavar="SESSION",
-                         help="only this session's: an id, a unique prefix of one, latest, or a transcript path")
+    listing.add_argument(
+        "session",
+        nargs="?",
+        metavar="SESSION",
+        help="only this session's: an id, a unique prefix of one, latest, or a transcript path",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON on stdout")
     listing.set_defaults(run=run_backups_list)
     restore = actions.add_parser(
@@ -43,17 +54,38 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "verified backup of what is there now) or, with --to, to a new file.",
     )
     restore.add_argument("backup_id", metavar="ID")
-    restore.add_argument("--to", type=Path, default=None, help="write to this path instead of the original")
+    restore.add_argument(
+        "--to", type=Path, default=None, help="write to this path instead of the original"
+    )
     restore.add_argument("--force", action="store_true", help="with --to: replace an existing file")
-    restore.add_argument("--quiet-period", type=nonnegative_number, default=120.0, metavar="SECONDS",
-                         help="how long the original must be unmodified to count as idle (default: 120)")
+    restore.add_argument(
+        "--quiet-period",
+        type=nonnegative_number,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the original must be unmodified to count as idle (default: 120)",
+    )
     restore.set_defaults(run=run_backups_restore)
-    prune = actions.add_parser("prune", help="remove old backups (the newest of each file is always kept)")
-    prune.add_argument("--keep", type=int, default=10, metavar="N", help="backups to keep per file (default: 10)")
-    prune.add_argument("--max-age", type=nonnegative_number, default=90, metavar="DAYS",
-                       help="remove backups older than this (default: 90)")
-    prune.add_argument("--max-total-mb", type=nonnegative_number, default=None, metavar="MB",
-                       help="then remove the oldest until the store is under this size")
+    prune = actions.add_parser(
+        "prune", help="remove old backups (the newest of each file is always kept)"
+    )
+    prune.add_argument(
+        "--keep", type=int, default=10, metavar="N", help="backups to keep per file (default: 10)"
+    )
+    prune.add_argument(
+        "--max-age",
+        type=nonnegative_number,
+        default=90,
+        metavar="DAYS",
+        help="remove backups older than this (default: 90)",
+    )
+    prune.add_argument(
+        "--max-total-mb",
+        type=nonnegative_number,
+        default=None,
+        metavar="MB",
+        help="then remove the oldest until the store is under this size",
+    )
     prune.set_defaults(run=run_backups_prune)
 
 
@@ -69,16 +101,28 @@ def run_backups_list(args: argparse.Namespace) -> int:
     if args.session:
         records = [record for record in records if _names(args.session, record)]
     if args.json:
-        print_json([
-            {"id": r.backup_id, "source": r.source_path, "session": r.session_id, "sha256": r.sha256,
-             "size": r.size, "created": r.created_at.isoformat(), "reason": r.reason,
-             "findings": list(r.findings), "path": str(r.data_path)}
-            for r in records
-        ])
+        print_json(
+            [
+                {
+                    "id": r.backup_id,
+                    "source": r.source_path,
+                    "session": r.session_id,
+                    "sha256": r.sha256,
+                    "size": r.size,
+                    "created": r.created_at.isoformat(),
+                    "reason": r.reason,
+                    "findings": list(r.findings),
+                    "path": str(r.data_path),
+                }
+                for r in records
+            ]
+        )
         return EXIT_OK
     for record in records:
-        print(f"{record.backup_id}  {record.created_at:%Y-%m-%d %H:%M:%S}  {record.size:>12,} B  "
-              f"{record.source_path}  ({len(record.findings)} finding(s))")
+        print(
+            f"{record.backup_id}  {record.created_at:%Y-%m-%d %H:%M:%S}  {record.size:>12,} B  "
+            f"{record.source_path}  ({len(record.findings)} finding(s))"
+        )
     print(f"riffd: {len(records)} backup(s) in {store.root}", file=sys.stderr)
     return EXIT_OK
 
@@ -87,18 +131,28 @@ def _names(session: str, record: BackupRecord) -> bool:
     """Whether SESSION names the session a backup was taken of."""
     if session == "latest":
         try:
-            return record.source_path in {str(path) for path in resolve_target("latest", default_roots())}
+            return record.source_path in {
+                str(path) for path in resolve_target("latest", default_roots())
+            }
         except FileNotFoundError:
             return False
-    return (record.session_id.startswith(session) or Path(record.source_path).stem.startswith(session)
-            or os.path.abspath(session) == record.source_path)
+    return (
+        record.session_id.startswith(session)
+        or Path(record.source_path).stem.startswith(session)
+        or os.path.abspath(session) == record.source_path
+    )
 
 
 def run_backups_restore(args: argparse.Namespace) -> int:
-    """`riffd backups restore ID [--to PATH]`: put a backup back; exit 0 done, 1 skipped, 2 failed."""
+    """`riffd backups restore ID [--to PATH]`: put a backup back; exit 0 done, 1 skipped, 2
+    failed."""
     store = _store(args)
-    options = ApplyOptions(backup_dir=store.root, claude_dir=claude_config_dir(), roots=tuple(default_roots()),
-                           quiet_period=args.quiet_period)
+    options = ApplyOptions(
+        backup_dir=store.root,
+        claude_dir=claude_config_dir(),
+        roots=tuple(default_roots()),
+        quiet_period=args.quiet_period,
+    )
     outcome = restore_backup(store, args.backup_id, args.to, overwrite=args.force, options=options)
     if isinstance(outcome, Skipped):
         print(f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}", file=sys.stderr)
@@ -106,7 +160,11 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     if isinstance(outcome, Failed):
         print(f"riffd: error: {outcome.detail}", file=sys.stderr)
         return EXIT_ERROR
-    safety = f" (what was there is backed up as {outcome.safety_backup_id})" if outcome.safety_backup_id else ""
+    safety = (
+        f" (what was there is backed up as {outcome.safety_backup_id})"
+        if outcome.safety_backup_id
+        else ""
+    )
     print(f"restored {args.backup_id} to {outcome.path}{safety}")
     return EXIT_OK
 
@@ -119,7 +177,9 @@ def run_backups_prune(args: argparse.Namespace) -> int:
         return EXIT_OK
     max_total = int(args.max_total_mb * 1e6) if args.max_total_mb is not None else None
     try:
-        removed = store.prune(keep_per_file=args.keep, max_age_days=args.max_age, max_total_bytes=max_total)
+        removed = store.prune(
+            keep_per_file=args.keep, max_age_days=args.max_age, max_total_bytes=max_total
+        )
     except (ValueError, BackupError) as exc:
         raise UsageError(f"riffd backups prune: {exc}") from exc
     for record in removed:

@@ -17,23 +17,35 @@ from riffd import __version__
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
 from riffd.paths import use_display_streams
 
-# Each command: the module that registers and runs it, and its one-line help. Only the module of the command that
-# runs is imported (`riffd --help` imports none), so a command starts without the others' imports; a test checks
-# that these lines are the modules' own.
+# Each command: the module that registers and runs it, and its one-line help. Only the module of the
+# command that runs is imported (`riffd --help` imports none), so a command starts without the
+# others' imports; a test checks that these lines are the modules' own.
 COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("scan", "report damage in transcripts; changes nothing"),
     "fix": ("fix", "repair tool-result pairing in idle sessions, after a verified backup"),
-    "ack": ("ack", "acknowledge a finding (e.g. a malformed line riffd never edits) so it stops making riffd "
-                   "unhealthy"),
-    "sessions": ("sessions", "list sessions: id, project, title, dates, size, health, what the archive holds"),
+    "ack": (
+        "ack",
+        "acknowledge a finding (e.g. a malformed line riffd never edits) so it stops making riffd "
+        "unhealthy",
+    ),
+    "sessions": (
+        "sessions",
+        "list sessions: id, project, title, dates, size, health, what the archive holds",
+    ),
     "backups": ("backups", "list, restore or prune riffd's backups"),
     "config": ("config", "create, locate, show, check or change riffd's configuration file"),
-    "service": ("service", "run `riffd run` as a systemd user service (Linux) or launchd agent (macOS)"),
+    "service": (
+        "service",
+        "run `riffd run` as a systemd user service (Linux) or launchd agent (macOS)",
+    ),
     "run": ("daemon", "the daemon: watch, check incrementally, repair when idle, report"),
     "report": ("daemon", "write a health report now and print it"),
     "status": ("daemon", "is the daemon running, and is all well?"),
     "export": ("export", "write each session's active conversation as one readable file"),
-    "show": ("show", "show a session's structure: chain, branches, compactions, sidechains by agent, findings"),
+    "show": (
+        "show",
+        "show a session's structure: chain, branches, compactions, sidechains by agent, findings",
+    ),
     "hook": ("hook", "Claude Code hook commands (settings.json runs them)"),
     "archive": ("archive", "the archive: every conversation kept, deduplicated, searchable"),
 }
@@ -41,10 +53,15 @@ _TAKES_VALUE = {"--config", "--log-level"}
 
 
 def describe_os_error(exc: OSError) -> str:
-    """Given an OSError, return one line naming the path(s), the operation's error and what to do."""
+    """Given an OSError, return one line naming the path(s), the operation's error and what to
+    do."""
     where = " -> ".join(str(name) for name in (exc.filename, exc.filename2) if name is not None)
     what = exc.strerror or str(exc)
-    hint = " (a cloud-synced or network folder failing for a moment? run the command again)" if exc.errno == 5 else ""
+    hint = (
+        " (a cloud-synced or network folder failing for a moment? run the command again)"
+        if exc.errno == 5
+        else ""
+    )
     return f"{where}: {what}{hint}" if where else f"{what}{hint}"
 
 
@@ -60,8 +77,9 @@ def command_of(argv: Sequence[str]) -> str | None:
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """Return the argument parser: with every command registered, or (given `argv` naming a known command) with that
-    command only; for no command or an unknown one, every command's name and help, to list them."""
+    """Return the argument parser: with every command registered, or (given `argv` naming a known
+    command) with that command only; for no command or an unknown one, every command's name and
+    help, to list them."""
     parser = Parser(
         prog="riffd",
         description="Keeps Claude Code session transcripts healthy: finds duplicate, missing and orphan tool "
@@ -72,11 +90,19 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "RIFFD_STATE_DIR (riffd's state and backups).",
     )
     parser.add_argument("--version", action="version", version=f"riffd {__version__}")
-    parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
-                        help="how much to log on stderr (default: warning; for `run`, the config's log.level)")
-    parser.add_argument("--config", type=Path, default=None,
-                        help="the TOML configuration file (default: $RIFFD_CONFIG, else "
-                        "<user config dir>/riffd/config.toml)")
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=["debug", "info", "warning", "error"],
+        help="how much to log on stderr (default: warning; for `run`, the config's log.level)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="the TOML configuration file (default: $RIFFD_CONFIG, else "
+        "<user config dir>/riffd/config.toml)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     wanted = None if argv is None else command_of(argv)
@@ -84,7 +110,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         for name, (_module, text) in COMMANDS.items():
             commands.add_parser(name, help=text, add_help=False)
         return parser
-    modules = dict.fromkeys(module for name, (module, _text) in COMMANDS.items() if argv is None or name == wanted)
+    modules = dict.fromkeys(
+        module for name, (module, _text) in COMMANDS.items() if argv is None or name == wanted
+    )
     for module in modules:
         importlib.import_module(f"riffd.commands.{module}").register(commands)
     return parser
@@ -97,8 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
-        logging.basicConfig(level=(args.log_level or "warning").upper(), format="riffd: %(levelname)s: %(message)s",
-                            stream=sys.stderr)
+        logging.basicConfig(
+            level=(args.log_level or "warning").upper(),
+            format="riffd: %(levelname)s: %(message)s",
+            stream=sys.stderr,
+        )
         if not hasattr(args, "run"):
             parser.print_help(sys.stderr)
             return EXIT_ERROR

@@ -1,5 +1,5 @@
-"""What every command shares: the exit codes, the parser class whose mistakes exit 2, the transcript files a
-command's PATH and --project arguments name, a progress line, and JSON output."""
+"""What every command shares: the exit codes, the parser class whose mistakes exit 2, the transcript
+files a command's PATH and --project arguments name, a progress line, and JSON output."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def nonnegative_number(text: str) -> float:
-    """argparse type of an amount (seconds, days, megabytes): a finite number of 0 or more; anything else (nan, inf,
-    a negative number) is refused with the option named, exit 2."""
+    """argparse type of an amount (seconds, days, megabytes): a finite number of 0 or more; anything
+    else (nan, inf, a negative number) is refused with the option named, exit 2."""
     try:
         value = float(text)
     except ValueError:
@@ -45,7 +45,8 @@ def nonnegative_number(text: str) -> float:
 
 
 def positive_number(text: str) -> float:
-    """argparse type of an amount that must be more than 0 (a window of time): as nonnegative_number, 0 refused."""
+    """argparse type of an amount that must be more than 0 (a window of time): as
+    nonnegative_number, 0 refused."""
     value = nonnegative_number(text)
     if value == 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not more than 0")
@@ -53,24 +54,40 @@ def positive_number(text: str) -> float:
 
 
 def date_seconds(text: str) -> int:
-    """argparse type of a date (YYYY-MM-DD, or an ISO 8601 time; local time unless it names its offset): the Unix
-    time it starts at. Dates at the ends of the calendar, where local time cannot be computed, are taken as UTC."""
+    """argparse type of a date (YYYY-MM-DD, or an ISO 8601 time; local time unless it names its
+    offset): the Unix time it starts at. Dates at the ends of the calendar, where local time cannot
+    be computed, are taken as UTC."""
     from datetime import UTC, datetime
 
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a date; expected one like 2026-11-01") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date; expected one like 2026-11-01"
+        ) from None
     try:
         return int(moment.timestamp())
-    except (OverflowError, ValueError, OSError):  # e.g. 0001-01-01 east of UTC: the local day starts in year 0
-        return int((moment.replace(tzinfo=moment.tzinfo or UTC) - datetime(1970, 1, 1, tzinfo=UTC)).total_seconds())
+    except (
+        OverflowError,
+        ValueError,
+        OSError,
+    ):  # e.g. 0001-01-01 east of UTC: the local day starts in year 0
+        return int(
+            (
+                moment.replace(tzinfo=moment.tzinfo or UTC) - datetime(1970, 1, 1, tzinfo=UTC)
+            ).total_seconds()
+        )
 
 
-def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple[list[Path], list[str]]:
-    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default roots
-    when both are empty) and errors for bad paths."""
-    from riffd.paths import default_roots, iter_transcripts  # here: commands that take no PATH start without them
+def transcript_targets(
+    paths: list[Path], projects: Sequence[str] = ()
+) -> tuple[list[Path], list[str]]:
+    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default
+    roots when both are empty) and errors for bad paths."""
+    from riffd.paths import (
+        default_roots,
+        iter_transcripts,
+    )  # here: commands that take no PATH start without them
     from riffd.transcript.projects import resolve_target
 
     errors: list[str] = []
@@ -83,15 +100,23 @@ def transcript_targets(paths: list[Path], projects: Sequence[str] = ()) -> tuple
     if not paths and not projects:
         roots = [root for root in default_roots() if root.is_dir()]
         if not roots:
-            print(f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
-                  "(set CLAUDE_CONFIG_DIR, or pass a file or folder)", file=sys.stderr)
+            print(
+                f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
+                "(set CLAUDE_CONFIG_DIR, or pass a file or folder)",
+                file=sys.stderr,
+            )
         paths = roots
+
     def unlistable(exc: OSError) -> None:
-        errors.append(f"{exc.filename}: cannot be listed ({exc.strerror or exc}); its transcripts were not looked at")
+        errors.append(
+            f"{exc.filename}: cannot be listed ({exc.strerror or exc}); its transcripts were not looked at"
+        )
 
     walked: list[Path] = []
     for path in paths:
-        if not path.exists() and os.sep not in str(path):  # a session id, a unique prefix of one, or `latest`
+        if not path.exists() and os.sep not in str(
+            path
+        ):  # a session id, a unique prefix of one, or `latest`
             try:
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:
@@ -128,8 +153,10 @@ class Progress:
         self.bytes_done += size
         if self.enabled:
             rate = self.bytes_done / 1e6 / max(time.monotonic() - self.started, 1e-6)
-            self.stream.write(f"\rriffd: {self.done}/{self.total} files, {self.bytes_done / 1e6:.0f} MB, "
-                              f"{rate:.0f} MB/s ")
+            self.stream.write(
+                f"\rriffd: {self.done}/{self.total} files, {self.bytes_done / 1e6:.0f} MB, "
+                f"{rate:.0f} MB/s "
+            )
             self.stream.flush()
 
     def close(self) -> None:

@@ -1,7 +1,9 @@
-"""`riffd config`: write, locate, show, check and change riffd's TOML configuration file (see riffd.config).
+"""`riffd config`: write, locate, show, check and change riffd's TOML configuration file (see
+riffd.config).
 
-`set` edits the file with tomlkit, so the user's comments, key order and layout survive; the edited text is
-checked before it is written, and it is written atomically (temp file in the same folder, fsync, rename).
+`set` edits the file with tomlkit, so the user's comments, key order and layout survive; the edited
+text is checked before it is written, and it is written atomically (temp file in the same folder,
+fsync, rename).
 """
 
 from __future__ import annotations
@@ -41,20 +43,24 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "<user config dir>/riffd/config.toml. Precedence: command-line flag > environment > file > default.",
     )
     actions = config.add_subparsers(dest="config_action", metavar="ACTION")
-    init = actions.add_parser("init", help="write the commented example config (every key at its default)")
+    init = actions.add_parser(
+        "init", help="write the commented example config (every key at its default)"
+    )
     init.add_argument("--force", action="store_true", help="replace an existing config file")
     init.set_defaults(run=run_config_init)
     where = actions.add_parser("path", help="print the config file in use and whether it exists")
     where.set_defaults(run=run_config_path)
     show = actions.add_parser("show", help="print the effective configuration as TOML")
     show.set_defaults(run=run_config_show)
-    validate = actions.add_parser("validate", help="check the config file; print every error, or ok")
+    validate = actions.add_parser(
+        "validate", help="check the config file; print every error, or ok"
+    )
     validate.set_defaults(run=run_config_validate)
     change = actions.add_parser(
         "set",
         help="change one key, keeping the file's comments and layout",
         description="Set KEY (dotted, e.g. watcher.debounce) to VALUE, read as a TOML value when it is one "
-        "(numbers, true/false, [arrays], \"quoted strings\") and as a plain string otherwise. The file keeps its "
+        '(numbers, true/false, [arrays], "quoted strings") and as a plain string otherwise. The file keeps its '
         "comments and layout; it is written only if the result is a valid config, and is created from the "
         "example when missing.",
     )
@@ -64,12 +70,15 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def run_config_init(args: argparse.Namespace) -> int:
-    """`riffd config init [--force]`: write the commented example to the config path; never overwrite unless
-    --force."""
+    """`riffd config init [--force]`: write the commented example to the config path; never
+    overwrite unless --force."""
     target = config_path(args.config)
     if target.exists() and not args.force:
-        print(f"riffd: error: {target} already exists; pass --force to replace it, or change one key with "
-              "`riffd config set KEY VALUE`", file=sys.stderr)
+        print(
+            f"riffd: error: {target} already exists; pass --force to replace it, or change one key with "
+            "`riffd config set KEY VALUE`",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         write_atomically(target, example_toml())
@@ -82,24 +91,37 @@ def run_config_init(args: argparse.Namespace) -> int:
 
 
 def run_config_path(args: argparse.Namespace) -> int:
-    """`riffd config path`: print the config file in use on stdout, and where it came from and whether it exists
-    on stderr."""
+    """`riffd config path`: print the config file in use on stdout, and where it came from and
+    whether it exists on stderr."""
     target = config_path(args.config)
-    origin = ("from --config" if args.config is not None else f"from ${CONFIG_ENV}" if os.environ.get(CONFIG_ENV)
-              else "the default location")
-    state = "exists" if target.is_file() else "does not exist (the defaults apply; `riffd config init` writes one)"
+    origin = (
+        "from --config"
+        if args.config is not None
+        else f"from ${CONFIG_ENV}"
+        if os.environ.get(CONFIG_ENV)
+        else "the default location"
+    )
+    state = (
+        "exists"
+        if target.is_file()
+        else "does not exist (the defaults apply; `riffd config init` writes one)"
+    )
     print(target)
     print(f"riffd: {origin}; {state}", file=sys.stderr)
     return EXIT_OK
 
 
 def run_config_show(args: argparse.Namespace) -> int:
-    """`riffd config show`: print the effective configuration (file, environment and defaults applied) as TOML."""
+    """`riffd config show`: print the effective configuration (file, environment and defaults
+    applied) as TOML."""
     config = load_or_report(args)
     if config is None:
         return EXIT_ERROR
-    where = (f"# Effective riffd configuration, read from {config.source}" if config.source is not None
-             else f"# Effective riffd configuration: defaults (no file at {config_path(args.config)})")
+    where = (
+        f"# Effective riffd configuration, read from {config.source}"
+        if config.source is not None
+        else f"# Effective riffd configuration: defaults (no file at {config_path(args.config)})"
+    )
     sys.stdout.write(f"{where}\n\n{tomlkit.dumps(config.to_toml_dict())}")
     return EXIT_OK
 
@@ -110,13 +132,17 @@ def run_config_validate(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     if config.source is None:
-        print(f"riffd: no config file at {config_path(args.config)}; the defaults apply", file=sys.stderr)
+        print(
+            f"riffd: no config file at {config_path(args.config)}; the defaults apply",
+            file=sys.stderr,
+        )
     print("ok")
     return EXIT_OK
 
 
 def run_config_set(args: argparse.Namespace) -> int:
-    """`riffd config set KEY VALUE`: change one key, keeping comments and layout; write only a valid result."""
+    """`riffd config set KEY VALUE`: change one key, keeping comments and layout; write only a valid
+    result."""
     target = config_path(args.config)
     try:
         original = target.read_text(encoding="utf-8") if target.exists() else None
@@ -127,13 +153,17 @@ def run_config_set(args: argparse.Namespace) -> int:
     try:
         document = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
-        print(f"riffd: error: {target}: TOML syntax error: {exc}; fix it by hand first (nothing was written)",
-              file=sys.stderr)
+        print(
+            f"riffd: error: {target}: TOML syntax error: {exc}; fix it by hand first (nothing was written)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     parts = args.key.split(".")
     if not all(parts):
-        print(f"riffd: error: {args.key!r} is not a key; expected a dotted key such as watcher.debounce",
-              file=sys.stderr)
+        print(
+            f"riffd: error: {args.key!r} is not a key; expected a dotted key such as watcher.debounce",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     try:
         _assign(document, parts, parse_toml_value(args.value))
@@ -141,8 +171,8 @@ def run_config_set(args: argparse.Namespace) -> int:
         print(f"riffd: error: {args.key}: {exc} (nothing was written)", file=sys.stderr)
         return EXIT_ERROR
     edited = tomlkit.dumps(document)
-    # A file that is already invalid elsewhere can still be fixed one key at a time: refuse only an edit that
-    # adds an error.
+    # A file that is already invalid elsewhere can still be fixed one key at a time: refuse only an
+    # edit that adds an error.
     errors_before = set(_errors_in(text, target))
     errors_after = _errors_in(edited, target)
     added = [error for error in errors_after if error not in errors_before]
@@ -153,13 +183,21 @@ def run_config_set(args: argparse.Namespace) -> int:
     try:
         write_atomically(target, edited)
     except OSError as exc:
-        print(f"riffd: error: {target}: cannot write: {exc.strerror or exc} (the file is unchanged)", file=sys.stderr)
+        print(
+            f"riffd: error: {target}: cannot write: {exc.strerror or exc} (the file is unchanged)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
-    print(f"riffd: {'set' if original is not None else 'created ' + str(target) + ' with'} {args.key} = "
-          f"{tomlkit.item(parse_toml_value(args.value)).as_string()}", file=sys.stderr)
+    print(
+        f"riffd: {'set' if original is not None else 'created ' + str(target) + ' with'} {args.key} = "
+        f"{tomlkit.item(parse_toml_value(args.value)).as_string()}",
+        file=sys.stderr,
+    )
     if args.key == "state_dir" and os.environ.get(STATE_DIR_ENV):
-        print(f"riffd: note: ${STATE_DIR_ENV} is set and takes precedence over the file's state_dir",
-              file=sys.stderr)
+        print(
+            f"riffd: note: ${STATE_DIR_ENV} is set and takes precedence over the file's state_dir",
+            file=sys.stderr,
+        )
     if errors_after:
         print("riffd: the file still has other errors:", file=sys.stderr)
         print_errors(errors_after)
@@ -177,8 +215,8 @@ def _errors_in(text: str, source: Path) -> list[str]:
 
 
 def _assign(document: tomlkit.TOMLDocument, parts: list[str], value: object) -> None:
-    """Set the dotted key `parts` in `document` to `value`, creating tables as needed; raise TypeError when a
-    part of the path is a value, not a table."""
+    """Set the dotted key `parts` in `document` to `value`, creating tables as needed; raise
+    TypeError when a part of the path is a value, not a table."""
     container: Any = document
     for depth, part in enumerate(parts[:-1]):
         if part not in container:
@@ -188,8 +226,13 @@ def _assign(document: tomlkit.TOMLDocument, parts: list[str], value: object) -> 
             raise TypeError(f"{'.'.join(parts[: depth + 1])} is a value, not a table")
     name = parts[-1]
     if container is document and name not in document:
-        # A new top-level key belongs after the last top-level key, not above the first table's comment.
-        plain_keys = [key for key, item in document.body if key is not None and not isinstance(item, Table | AoT)]
+        # A new top-level key belongs after the last top-level key, not above the first table's
+        # comment.
+        plain_keys = [
+            key
+            for key, item in document.body
+            if key is not None and not isinstance(item, Table | AoT)
+        ]
         if plain_keys:
             document._insert_after(plain_keys[-1], name, value)
             return
@@ -197,9 +240,10 @@ def _assign(document: tomlkit.TOMLDocument, parts: list[str], value: object) -> 
 
 
 def write_atomically(target: Path, text: str) -> None:
-    """Write `text` to `target` so a reader sees the old file or the new one, never half of one: temp file in
-    the same folder, fsync, rename. A symlinked config (dotfile managers) has its link target replaced; the
-    file's permission bits are kept. Raise OSError when that fails (the old file is then untouched)."""
+    """Write `text` to `target` so a reader sees the old file or the new one, never half of one:
+    temp file in the same folder, fsync, rename. A symlinked config (dotfile managers) has its link
+    target replaced; the file's permission bits are kept. Raise OSError when that fails (the old
+    file is then untouched)."""
     real = target.resolve() if target.is_symlink() else target
     real.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o644
@@ -215,7 +259,8 @@ def write_atomically(target: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp_name)
         raise
-    # The rename itself must survive a crash too; some file systems cannot fsync a folder, which is fine.
+    # The rename itself must survive a crash too; some file systems cannot fsync a folder, which is
+    # fine.
     with contextlib.suppress(OSError):
         folder = os.open(real.parent, os.O_RDONLY)
         try:

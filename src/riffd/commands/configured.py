@@ -1,6 +1,6 @@
-"""How every command but `config` loads the configuration: reporting every error (`load_or_report`), going on
-with the folders a broken file names (`load_despite_errors`, for `status` and `report`), or with the defaults
-(`config_for_folders`). Light on imports: `riffd status` starts with it."""
+"""How every command but `config` loads the configuration: reporting every error (`load_or_report`),
+going on with the folders a broken file names (`load_despite_errors`, for `status` and `report`), or
+with the defaults (`config_for_folders`). Light on imports: `riffd status` starts with it."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ def print_errors(errors: Sequence[str]) -> None:
     print(f"riffd: {len(errors)} configuration error(s)", file=sys.stderr)
 
 
-def load_or_report(args: argparse.Namespace, overrides: dict[str, object] | None = None) -> Config | None:
-    """Load the configuration named by the global --config (with `overrides`); on errors, print every one
-    on stderr and return None."""
+def load_or_report(
+    args: argparse.Namespace, overrides: dict[str, object] | None = None
+) -> Config | None:
+    """Load the configuration named by the global --config (with `overrides`); on errors, print
+    every one on stderr and return None."""
     try:
         return load_config(getattr(args, "config", None), overrides=overrides or {})
     except ConfigError as exc:
@@ -32,30 +34,36 @@ def load_or_report(args: argparse.Namespace, overrides: dict[str, object] | None
 
 
 def config_for_folders(args: argparse.Namespace) -> Config:
-    """For commands that only need riffd's folders (scan, fix, backups): the configuration; when the file has
-    errors, the defaults (and the environment), with a one-line note."""
+    """For commands that only need riffd's folders (scan, fix, backups): the configuration; when the
+    file has errors, the defaults (and the environment), with a one-line note."""
     try:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         path = config_path(getattr(args, "config", None))
-        print(f"riffd: note: {path} has {len(exc.errors)} error(s) (`riffd config validate` lists them); using the "
-              "default folders", file=sys.stderr)
+        print(
+            f"riffd: note: {path} has {len(exc.errors)} error(s) (`riffd config validate` lists them); using the "
+            "default folders",
+            file=sys.stderr,
+        )
         return loads_config("", source=path)
 
 
 def load_despite_errors(args: argparse.Namespace) -> Config | None:
-    """For `status` and `report`, which matter most when something is wrong: load the configuration; when the
-    file has errors, name every one and go on with the settings that do not come from the file (defaults and the
-    environment), saying so. Return None only when even those cannot be used."""
+    """For `status` and `report`, which matter most when something is wrong: load the configuration;
+    when the file has errors, name every one and go on with the settings that do not come from the
+    file (defaults and the environment), saying so. Return None only when even those cannot be
+    used."""
     path = config_path(getattr(args, "config", None))
     try:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         for error in exc.errors:
             print(f"riffd: config error: {error}", file=sys.stderr)
-    print(f"riffd: {path} cannot be used as it is (`riffd config validate` checks it); a running daemon keeps the "
-          "configuration it loaded before; this looks at the folders the file names, else the defaults",
-          file=sys.stderr)
+    print(
+        f"riffd: {path} cannot be used as it is (`riffd config validate` checks it); a running daemon keeps the "
+        "configuration it loaded before; this looks at the folders the file names, else the defaults",
+        file=sys.stderr,
+    )
     # The folders the file names, when it parses at all: they say where the daemon's state is.
     folders: dict[str, object] = {}
     try:
@@ -68,7 +76,11 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
     except (OSError, AttributeError):
         pass
     except ValueError:  # not TOML at all: the state folder may still be read off its own line
-        found = re.search(r'^state_dir\s*=\s*"([^"\n]+)"', path.read_text(encoding="utf-8", errors="replace"), re.M)
+        found = re.search(
+            r'^state_dir\s*=\s*"([^"\n]+)"',
+            path.read_text(encoding="utf-8", errors="replace"),
+            re.M,
+        )
         if found:
             folders["state_dir"] = str((path.parent / Path(found.group(1)).expanduser()).absolute())
     for overrides in (folders, {}):

@@ -14,7 +14,9 @@ from riffd.config import Config
 from riffd.daemon.state import STATE_NAME
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
 
-EXIT_NOT_RUNNING = 3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
+EXIT_NOT_RUNNING = (
+    3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
+)
 
 
 def register(commands: Any) -> None:
@@ -27,29 +29,42 @@ def register(commands: Any) -> None:
         "report-only) and writes health reports. SIGHUP, or saving the config file, reloads the configuration. "
         "Usually started by `riffd service install`.",
     )
-    run.add_argument("--state-dir", type=Path, default=None, help="riffd's state folder (overrides the config)")
-    run.add_argument("--log-file", type=Path, default=None,
-                     help="log to this file, rotated by size, instead of stderr (overrides log.file)")
+    run.add_argument(
+        "--state-dir", type=Path, default=None, help="riffd's state folder (overrides the config)"
+    )
+    run.add_argument(
+        "--log-file",
+        type=Path,
+        default=None,
+        help="log to this file, rotated by size, instead of stderr (overrides log.file)",
+    )
     run.set_defaults(run=run_daemon)
 
     report = commands.add_parser(
-        "report", help="write a health report now and print it",
+        "report",
+        help="write a health report now and print it",
         description="Build a health report from the state store and the running daemon's live figures (or a "
         "stopped daemon's last ones, shown as stopped), write it to the report folder as report-<time>.json, "
         "latest.json and latest.md, and print it. Exit 0 healthy, 1 not, 2 no state or unreadable state.",
     )
-    report.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
+    report.add_argument(
+        "--json", action="store_true", help="print the JSON report instead of the summary"
+    )
     report.set_defaults(run=run_report)
 
     status = commands.add_parser(
-        "status", help="is the daemon running, and is all well?",
+        "status",
+        help="is the daemon running, and is all well?",
         description="Say whether the daemon runs, and how things are now: the state store read with the running "
         "daemon's live figures (a few seconds old at most). Exit 0: running and healthy, or starting; 1: running, "
         "with problems (each named, with the command that deals with it); 2: riffd's state cannot be read; 3: not "
         "running (what it last saw is shown as that).",
     )
-    status.add_argument("--json", action="store_true",
-                        help="print {state, running, pid, report} as JSON (report: the report as of now)")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print {state, running, pid, report} as JSON (report: the report as of now)",
+    )
     status.set_defaults(run=run_status)
 
 
@@ -76,33 +91,48 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         code = daemon.run()
-        if code == EXIT_RESTART:  # its state folder was deleted under it: the same command again, same pid
+        if (
+            code == EXIT_RESTART
+        ):  # its state folder was deleted under it: the same command again, same pid
             restart_in_place()
             return EXIT_FINDINGS  # not started again: a service manager restarts it (exit 2 would stop that)
         return code
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except (sqlite3.OperationalError, OSError) as exc:  # the state database busy, or not to be opened: never moved
-        where = daemon.config.state_dir / STATE_NAME   # aside; or the state folder full or not writable
+    except (
+        sqlite3.OperationalError,
+        OSError,
+    ) as exc:  # the state database busy, or not to be opened: never moved
+        where = (
+            daemon.config.state_dir / STATE_NAME
+        )  # aside; or the state folder full or not writable
         if is_busy_error(exc):
             print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
         elif is_full_error(exc, daemon.config.state_dir):
-            print(f"riffd: error: {exc}; {full_disk_note(daemon.config.state_dir)}: free some space there and start "
-                  "riffd again", file=sys.stderr)
+            print(
+                f"riffd: error: {exc}; {full_disk_note(daemon.config.state_dir)}: free some space there and start "
+                "riffd again",
+                file=sys.stderr,
+            )
         elif not isinstance(exc, sqlite3.Error):
             print(f"riffd: error: {exc}", file=sys.stderr)
         else:
-            print(f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
-                  file=sys.stderr)
+            print(
+                f"riffd: error: {where}: {exc}; check that the state folder is yours, writable and not full",
+                file=sys.stderr,
+            )
         return EXIT_ERROR
 
 
-def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
-    """Return the health report as true now (built from the state store and the running daemon's live figures, or
-    a stopped daemon's last ones, shown as stopped), the running daemon's pid, and, with `page`, what latest.html
-    draws (`history`, `repairs`: 90 days of hourly points, which `status` does not read); the report is None when
-    riffd has no state here yet. Raise DatabaseDamaged or sqlite3.Error when the state cannot be read."""
+def current_report(
+    config: Config, *, page: bool = False
+) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
+    """Return the health report as true now (built from the state store and the running daemon's
+    live figures, or a stopped daemon's last ones, shown as stopped), the running daemon's pid, and,
+    with `page`, what latest.html draws (`history`, `repairs`: 90 days of hourly points, which
+    `status` does not read); the report is None when riffd has no state here yet. Raise
+    DatabaseDamaged or sqlite3.Error when the state cannot be read."""
     from riffd.daemon.lock import lock_time, running_pid
     from riffd.daemon.report import build_report
     from riffd.daemon.state import StateStore
@@ -118,14 +148,22 @@ def current_report(config: Config, *, page: bool = False) -> tuple[dict[str, Any
             snapshot = None
         elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
             snapshot = {**snapshot, "running": False}
-        elif not snapshot.get("running"):  # it said it stops: finishing its queue, if it said so since taking the
+        elif not snapshot.get(
+            "running"
+        ):  # it said it stops: finishing its queue, if it said so since taking the
             # lock; else these are the last figures of an earlier daemon that had the same pid
             stopping = float(snapshot.get("seen_at") or 0) >= (lock_time(config.state_dir) or 0)
             snapshot = {**snapshot, "stopping": True} if stopping else None
         if pid is not None and (snapshot is None or snapshot.get("pid") != pid):
-            # started a moment ago, no figures yet (or it cannot store any: build_report tells which by the age)
-            snapshot = {"running": True, "starting": True, "pid": pid, "started": lock_time(config.state_dir),
-                        "unpublished": True}
+            # started a moment ago, no figures yet (or it cannot store any: build_report tells which
+            # by the age)
+            snapshot = {
+                "running": True,
+                "starting": True,
+                "pid": pid,
+                "started": lock_time(config.state_dir),
+                "unpublished": True,
+            }
         drawn = {"history": store.history(), "repairs": store.recent_repairs()} if page else {}
         return build_report(store, config.backups.dir, snapshot), pid, drawn
     finally:
@@ -136,17 +174,23 @@ def _state_error(config: Config, exc: Exception) -> int:
     if isinstance(exc, DatabaseDamaged):
         print(f"riffd: error: {exc}", file=sys.stderr)
     elif is_full_error(exc, config.state_dir):
-        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; {full_disk_note(config.state_dir)}, so even "
-              "reading the state fails (SQLite needs room for its shared-memory file): free some space there",
-              file=sys.stderr)
+        print(
+            f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; {full_disk_note(config.state_dir)}, so even "
+            "reading the state fails (SQLite needs room for its shared-memory file): free some space there",
+            file=sys.stderr,
+        )
     else:
-        print(f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
-              "(`riffd run` checks its databases at start)", file=sys.stderr)
+        print(
+            f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; if it persists, stop riffd and start it again "
+            "(`riffd run` checks its databases at start)",
+            file=sys.stderr,
+        )
     return EXIT_ERROR
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """`riffd report`: write a report now; exit 0 healthy, 1 not, 2 when there is no state to report on."""
+    """`riffd report`: write a report now; exit 0 healthy, 1 not, 2 when there is no state to report
+    on."""
     from riffd.daemon.report import render_markdown, write_report
 
     config = load_despite_errors(args)
@@ -157,10 +201,14 @@ def run_report(args: argparse.Namespace) -> int:
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
     if report is None:
-        print(f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
-              file=sys.stderr)
+        print(
+            f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
-    path = write_report(report, config.reports.dir, config.reports.keep, page["history"], page["repairs"])
+    path = write_report(
+        report, config.reports.dir, config.reports.keep, page["history"], page["repairs"]
+    )
     if args.json:
         print_json(report)
     else:
@@ -170,8 +218,8 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not running, 2 when the
-    state cannot be read."""
+    """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not
+    running, 2 when the state cannot be read."""
     from riffd.daemon.report import render_markdown
 
     config = load_despite_errors(args)
@@ -184,31 +232,60 @@ def run_status(args: argparse.Namespace) -> int:
     daemon = (report or {}).get("daemon") or {}
     starting = pid is not None and bool(daemon.get("starting"))
     stopping = pid is not None and bool(daemon.get("stopping"))
-    state = "stopped" if pid is None else "stopping" if stopping else "starting" if starting else "running"
+    state = (
+        "stopped"
+        if pid is None
+        else "stopping"
+        if stopping
+        else "starting"
+        if starting
+        else "running"
+    )
     if args.json:
         print_json({"state": state, "running": pid is not None, "pid": pid, "report": report})
     else:
         if pid is None and report is None:
-            print(f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
-                  "service install`)")
+            print(
+                f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
+                "service install`)"
+            )
         elif pid is None:
-            last = f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})" if daemon.get("last_seen") else ""
+            last = (
+                f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})"
+                if daemon.get("last_seen")
+                else ""
+            )
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
         elif stopping:
-            print(f"riffd daemon: stopping (pid {pid}): finishing what is queued (10 s at most), then it exits")
+            print(
+                f"riffd daemon: stopping (pid {pid}): finishing what is queued (10 s at most), then it exits"
+            )
         elif report is None:
-            print(f"riffd daemon: running (pid {pid}), but there is no state in {config.state_dir}: it started a "
-                  "moment ago, or the folder was deleted under it (it then starts again in place within seconds)")
+            print(
+                f"riffd daemon: running (pid {pid}), but there is no state in {config.state_dir}: it started a "
+                "moment ago, or the folder was deleted under it (it then starts again in place within seconds)"
+            )
         elif starting:
-            print(f"riffd daemon: starting (pid {pid}): looking at the files found at start" + (
-                f"; but {daemon['blocked']}" if daemon.get("blocked") else "; health is judged once that pass is done"))
+            print(
+                f"riffd daemon: starting (pid {pid}): looking at the files found at start"
+                + (
+                    f"; but {daemon['blocked']}"
+                    if daemon.get("blocked")
+                    else "; health is judged once that pass is done"
+                )
+            )
         else:
             age = daemon.get("figures_age_seconds")
-            print(f"riffd daemon: running (pid {pid})" + (f", figures from {age:.0f} s ago" if age is not None else ""))
+            print(
+                f"riffd daemon: running (pid {pid})"
+                + (f", figures from {age:.0f} s ago" if age is not None else "")
+            )
         if report is not None:
             sys.stdout.write(render_markdown(report))
     if pid is None or stopping:
         return EXIT_NOT_RUNNING
-    if starting:  # not a problem, unless something keeps the daemon itself from working (a full disk)
+    if (
+        starting
+    ):  # not a problem, unless something keeps the daemon itself from working (a full disk)
         return EXIT_FINDINGS if daemon.get("blocked") else EXIT_OK
     return EXIT_OK if report is not None and report.get("healthy") else EXIT_FINDINGS

@@ -32,7 +32,15 @@ from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
 from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
-from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason, gone
+from riffd.repair.outcomes import (
+    ApplyOptions,
+    Failed,
+    FileChanged,
+    Repaired,
+    Skipped,
+    SkipReason,
+    gone,
+)
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import recover, recover_folder
@@ -54,22 +62,44 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "and in riffd's archive. Malformed lines mid-file and broken parent links are reported, never edited "
         "(`riffd ack` acknowledges them).",
     )
-    fix.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
-    fix.add_argument("--dry-run", action="store_true", help="print the planned edits; write nothing")
-    fix.add_argument("--quiet-period", type=nonnegative_number, default=120.0, metavar="SECONDS",
-                     help="how long a file must be unmodified to count as idle (default: 120)")
-    fix.add_argument("--no-synthesize", action="store_true",
-                     help="do not add placeholder results for tool calls that never got one")
-    fix.add_argument("--backup-dir", type=Path, default=None,
-                     help="where backups go (default: the config's backups.dir, <state dir>/backups)")
+    fix.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders"
+    )
+    fix.add_argument(
+        "--dry-run", action="store_true", help="print the planned edits; write nothing"
+    )
+    fix.add_argument(
+        "--quiet-period",
+        type=nonnegative_number,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a file must be unmodified to count as idle (default: 120)",
+    )
+    fix.add_argument(
+        "--no-synthesize",
+        action="store_true",
+        help="do not add placeholder results for tool calls that never got one",
+    )
+    fix.add_argument(
+        "--backup-dir",
+        type=Path,
+        default=None,
+        help="where backups go (default: the config's backups.dir, <state dir>/backups)",
+    )
     fix.add_argument("--json", action="store_true", help="print one JSON report on stdout")
-    fix.add_argument("--project", action="append", default=[], metavar="PATH",
-                     help="also repair the transcripts of this project's Claude Code folder (repeatable)")
+    fix.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also repair the transcripts of this project's Claude Code folder (repeatable)",
+    )
     fix.set_defaults(run=run_fix)
 
 
 def run_fix(args: argparse.Namespace) -> int:
-    """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings remain, 2 on errors."""
+    """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings
+    remain, 2 on errors."""
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
@@ -83,9 +113,13 @@ def run_fix(args: argparse.Namespace) -> int:
     )
     repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
     recovered: list[str] = []
-    if not args.dry_run:  # what a killed riffd left in the backup folder goes now (a running one's stays)
+    if (
+        not args.dry_run
+    ):  # what a killed riffd left in the backup folder goes now (a running one's stays)
         BackupStore(backup_dir).remove_leftovers(time.time())
-        for folder in sorted({path.parent for path in files}):  # and swaps it left half done beside transcripts
+        for folder in sorted(
+            {path.parent for path in files}
+        ):  # and swaps it left half done beside transcripts
             recovered += recover_folder(REAL_FS, folder, DEFAULT_RETRY)
         for line in recovered:
             print(line)
@@ -117,22 +151,34 @@ def run_fix(args: argparse.Namespace) -> int:
                 result["pending_swap"] = None
                 result["warnings"] = [*result.get("warnings", []), settled.detail]  # type: ignore[misc]
     if args.json:
-        print_json({"schema": REPORT_SCHEMA, "riffd": __version__, "dry_run": args.dry_run, "recovered": recovered,
-                     "files": results, "summary": dict(sorted(counts.items())), "errors": errors})
+        print_json(
+            {
+                "schema": REPORT_SCHEMA,
+                "riffd": __version__,
+                "dry_run": args.dry_run,
+                "recovered": recovered,
+                "files": results,
+                "summary": dict(sorted(counts.items())),
+                "errors": errors,
+            }
+        )
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
     word = "would repair" if args.dry_run else "repaired"
-    print(f"riffd: {len(files)} file(s): {counts['repaired'] + counts['would_repair']} {word}, "
-          f"{counts['skipped']} skipped, {counts['failed'] + counts['error']} failed, "
-          f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain", file=sys.stderr)
+    print(
+        f"riffd: {len(files)} file(s): {counts['repaired'] + counts['would_repair']} {word}, "
+        f"{counts['skipped']} skipped, {counts['failed'] + counts['error']} failed, "
+        f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain",
+        file=sys.stderr,
+    )
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if remaining else EXIT_OK
 
 
 class TailKeeper:
-    """Puts a torn last line into riffd's archive before `fix` cuts it off (the daemon's archive, opened once, only
-    when a plan needs it); a plan whose fragment cannot be archived keeps it."""
+    """Puts a torn last line into riffd's archive before `fix` cuts it off (the daemon's archive,
+    opened once, only when a plan needs it); a plan whose fragment cannot be archived keeps it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -146,8 +192,17 @@ class TailKeeper:
             if self._archive is None:
                 self._archive = Archive(self.path)
             ingest_file(self._archive, path)
-        except (ArchiveError, ArchiveGap, DatabaseDamaged, PackDamaged, sqlite3.Error, OSError) as exc:
-            return keep_torn_tail(plan, f"it could not be put in the archive {self.path} first ({exc})")
+        except (
+            ArchiveError,
+            ArchiveGap,
+            DatabaseDamaged,
+            PackDamaged,
+            sqlite3.Error,
+            OSError,
+        ) as exc:
+            return keep_torn_tail(
+                plan, f"it could not be put in the archive {self.path} first ({exc})"
+            )
         return plan
 
     def close(self) -> None:
@@ -156,48 +211,97 @@ class TailKeeper:
             self._archive.close()
 
 
-def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, dry_run: bool,
-             keeper: TailKeeper, acks: Acknowledged | None = None) -> dict[str, object]:
-    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome. `_remaining` counts the findings
-    left that are neither informational nor acknowledged in `acks`."""
+def _fix_one(
+    path: Path,
+    options: ApplyOptions,
+    repair_options: RepairOptions,
+    dry_run: bool,
+    keeper: TailKeeper,
+    acks: Acknowledged | None = None,
+) -> dict[str, object]:
+    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome. `_remaining`
+    counts the findings left that are neither informational nor acknowledged in `acks`."""
+
     def _damage(findings: list[Finding]) -> list[Finding]:
-        return [finding for finding in findings if finding.cls not in INFORMATIONAL
-                and not (acks and acks.of(str(path), finding.to_json()))]
+        return [
+            finding
+            for finding in findings
+            if finding.cls not in INFORMATIONAL
+            and not (acks and acks.of(str(path), finding.to_json()))
+        ]
 
     try:
         scanned = index_file(path, with_identity=True)
     except FileNotFoundError:
-        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.GONE),
-                "detail": gone(path).detail, "_remaining": 0}
+        return {
+            "path": str(path),
+            "outcome": "skipped",
+            "reason": str(SkipReason.GONE),
+            "detail": gone(path).detail,
+            "_remaining": 0,
+        }
     except (OSError, ReadFailed) as exc:
         return {"path": str(path), "outcome": "error", "detail": f"{path}: {exc}", "_remaining": 0}
     damage = _damage(scanned.findings)
     repairable = [finding for finding in scanned.findings if finding.cls in REPAIRABLE]
     if not repairable:
-        return {"path": str(path), "outcome": "clean", "_remaining": len(damage),
-                "unrepaired": [finding.to_json() for finding in scanned.findings]}
+        return {
+            "path": str(path),
+            "outcome": "clean",
+            "_remaining": len(damage),
+            "unrepaired": [finding.to_json() for finding in scanned.findings],
+        }
     try:
         plan = plan_file_repair(scanned, repair_options)
     except FileNotFoundError:
-        return {"path": str(path), "outcome": "skipped", "reason": str(SkipReason.GONE),
-                "detail": gone(path).detail, "_remaining": 0}
+        return {
+            "path": str(path),
+            "outcome": "skipped",
+            "reason": str(SkipReason.GONE),
+            "detail": gone(path).detail,
+            "_remaining": 0,
+        }
     except FileChanged as exc:
-        return {"path": str(path), "outcome": "skipped", "reason": str(exc.reason), "detail": str(exc),
-                "_remaining": len(damage)}
+        return {
+            "path": str(path),
+            "outcome": "skipped",
+            "reason": str(exc.reason),
+            "detail": str(exc),
+            "_remaining": len(damage),
+        }
     except (OSError, ValueError) as exc:
-        return {"path": str(path), "outcome": "error", "detail": f"{path}: could not plan a repair: {exc}",
-                "_remaining": len(damage)}
-    base: dict[str, object] = {"path": str(path), "plan": _plan_json(plan), "notes": list(plan.notes)}
+        return {
+            "path": str(path),
+            "outcome": "error",
+            "detail": f"{path}: could not plan a repair: {exc}",
+            "_remaining": len(damage),
+        }
+    base: dict[str, object] = {
+        "path": str(path),
+        "plan": _plan_json(plan),
+        "notes": list(plan.notes),
+    }
     if plan.is_empty:
-        return base | {"outcome": "skipped", "reason": "nothing_safe_to_do",
-                       "detail": "; ".join(plan.notes) or "no safe repair", "_remaining": len(damage)}
+        return base | {
+            "outcome": "skipped",
+            "reason": "nothing_safe_to_do",
+            "detail": "; ".join(plan.notes) or "no safe repair",
+            "_remaining": len(damage),
+        }
     if dry_run:
         return base | {"outcome": "would_repair", "_remaining": len(damage)}
     plan = keeper.checked(path, plan)
     if plan.is_empty:
-        return base | {"plan": _plan_json(plan), "notes": list(plan.notes), "outcome": "skipped",
-                       "reason": "nothing_safe_to_do", "detail": "; ".join(plan.notes), "_remaining": len(damage)}
-    # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its agent.
+        return base | {
+            "plan": _plan_json(plan),
+            "notes": list(plan.notes),
+            "outcome": "skipped",
+            "reason": "nothing_safe_to_do",
+            "detail": "; ".join(plan.notes),
+            "_remaining": len(damage),
+        }
+    # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its
+    # agent.
     outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
     if isinstance(outcome, Repaired):
         # Judged on the file riffd wrote, not on what the plan meant to fix.
@@ -205,19 +309,34 @@ def _fix_one(path: Path, options: ApplyOptions, repair_options: RepairOptions, d
             left = _damage(index_file(path).findings)
         except OSError as exc:
             left = [finding for finding in damage if finding not in plan.fixes]
-            outcome = replace(outcome, warnings=(*outcome.warnings, f"{path}: could not scan it again: {exc}"))
-        return base | {"outcome": "repaired", "backup_id": outcome.backup_id,
-                       "backup_path": str(outcome.backup_path),
-                       "carried_over_bytes": outcome.carried_over_bytes, "warnings": list(outcome.warnings),
-                       "pending_swap": str(outcome.pending_swap) if outcome.pending_swap else None,
-                       "remaining": [finding.to_json() for finding in left], "_remaining": len(left)}
+            outcome = replace(
+                outcome, warnings=(*outcome.warnings, f"{path}: could not scan it again: {exc}")
+            )
+        return base | {
+            "outcome": "repaired",
+            "backup_id": outcome.backup_id,
+            "backup_path": str(outcome.backup_path),
+            "carried_over_bytes": outcome.carried_over_bytes,
+            "warnings": list(outcome.warnings),
+            "pending_swap": str(outcome.pending_swap) if outcome.pending_swap else None,
+            "remaining": [finding.to_json() for finding in left],
+            "_remaining": len(left),
+        }
     if isinstance(outcome, Skipped):
         result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"
-        return base | {"outcome": result, "reason": str(outcome.reason), "detail": outcome.detail,
-                       "_remaining": len(damage)}
+        return base | {
+            "outcome": result,
+            "reason": str(outcome.reason),
+            "detail": outcome.detail,
+            "_remaining": len(damage),
+        }
     assert isinstance(outcome, Failed)
-    return base | {"outcome": "failed", "reason": str(outcome.reason), "detail": outcome.detail,
-                   "_remaining": len(damage)}
+    return base | {
+        "outcome": "failed",
+        "reason": str(outcome.reason),
+        "detail": outcome.detail,
+        "_remaining": len(damage),
+    }
 
 
 def _plan_json(plan: RepairPlan) -> dict[str, object]:

@@ -1,6 +1,6 @@
-"""`riffd hook`: wiring riffd into Claude Code (`install`, `uninstall`) and the hooks Claude Code runs
-(`pre-tool-use`, `session-start`). The console script runs the two hooks directly, without this parser; here they
-are for `--help` and `python -m riffd`."""
+"""`riffd hook`: wiring riffd into Claude Code (`install`, `uninstall`) and the hooks Claude Code
+runs (`pre-tool-use`, `session-start`). The console script runs the two hooks directly, without this
+parser; here they are for `--help` and `python -m riffd`."""
 
 from __future__ import annotations
 
@@ -29,24 +29,33 @@ from riffd.tracker.hook import MODES, run
 
 
 def register(commands: Any) -> None:
-    """Add `hook pre-tool-use` to the riffd command parser (the console script runs it without that parser)."""
+    """Add `hook pre-tool-use` to the riffd command parser (the console script runs it without that
+    parser)."""
     hook = commands.add_parser(
-        "hook", help="Claude Code hook commands (settings.json runs them)",
+        "hook",
+        help="Claude Code hook commands (settings.json runs them)",
         description="Commands Claude Code runs as hooks; they read the hook's JSON on stdin and answer on stdout.",
     )
     events = hook.add_subparsers(dest="event", metavar="EVENT", parser_class=type(hook))
     pre = events.add_parser(
-        "pre-tool-use", help="note (or serve from the cache) a tool call that repeats a recent identical call",
+        "pre-tool-use",
+        help="note (or serve from the cache) a tool call that repeats a recent identical call",
         description="A PreToolUse hook: look at the session's transcript for the same call within the window. "
         "warn lets the call run and tells the model it repeats an earlier call; cache stops it and hands back the "
         "earlier result when nothing could have changed it. Any error lets the call run.",
     )
     pre.add_argument("--mode", choices=MODES, default="warn", help="warn (default) or cache")
-    pre.add_argument("--window", type=positive_number, default=DEFAULT_WINDOW, metavar="SECONDS",
-                     help=f"how far back a call counts as recent (default: {DEFAULT_WINDOW:.0f})")
+    pre.add_argument(
+        "--window",
+        type=positive_number,
+        default=DEFAULT_WINDOW,
+        metavar="SECONDS",
+        help=f"how far back a call counts as recent (default: {DEFAULT_WINDOW:.0f})",
+    )
     pre.set_defaults(run=run_command)
     start = events.add_parser(
-        "session-start", help="warn when the session being resumed is still open in another Claude Code process",
+        "session-start",
+        help="warn when the session being resumed is still open in another Claude Code process",
         description="A SessionStart hook: when the session that starts is registered (<config dir>/sessions/) to "
         "another live Claude Code process, tell the user, naming that process: resuming while it runs a tool writes "
         "a second, interrupted result beside the real one. Any error lets the session start.",
@@ -54,7 +63,8 @@ def register(commands: Any) -> None:
     start.set_defaults(run=lambda args: session_start.run(sys.stdin.buffer, sys.stdout))
     for name, verb in (("install", "add"), ("uninstall", "take out")):
         command = events.add_parser(
-            name, help=f"{verb} riffd's hooks in Claude Code's settings.json",
+            name,
+            help=f"{verb} riffd's hooks in Claude Code's settings.json",
             description=f"{verb.capitalize()} riffd's PreToolUse hook (redundant tool calls, warn mode) and "
             "SessionStart hook (a resume of a session open elsewhere) in Claude Code's user settings "
             "($CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json) or a project's .claude/settings.json. "
@@ -63,20 +73,27 @@ def register(commands: Any) -> None:
             "install gives the file back byte for byte when nothing else changed in it. A file that does not parse "
             "is refused.",
         )
-        command.add_argument("--dry-run", action="store_true", help="show the change; write nothing")
-        command.add_argument("--project", type=Path, metavar="DIR",
-                             help="the project's DIR/.claude/settings.json instead of the user settings")
+        command.add_argument(
+            "--dry-run", action="store_true", help="show the change; write nothing"
+        )
+        command.add_argument(
+            "--project",
+            type=Path,
+            metavar="DIR",
+            help="the project's DIR/.claude/settings.json instead of the user settings",
+        )
         command.set_defaults(run=run_install if name == "install" else run_uninstall)
 
 
 def run_command(args: Any) -> int:
-    """`riffd hook pre-tool-use` reached through the full command line: the same code as the console script."""
+    """`riffd hook pre-tool-use` reached through the full command line: the same code as the console
+    script."""
     return run(args.mode, args.window, sys.stdin.buffer, sys.stdout)
 
 
 def riffd_command() -> str:
-    """How Claude Code should run this riffd: the absolute path of the console script that runs now (else the one
-    on PATH), else this Python with `-m riffd`."""
+    """How Claude Code should run this riffd: the absolute path of the console script that runs now
+    (else the one on PATH), else this Python with `-m riffd`."""
     script = sys.argv[0] if os.path.basename(sys.argv[0]) == "riffd" else shutil.which("riffd")
     if script:
         return shlex.quote(os.path.abspath(script))
@@ -119,7 +136,9 @@ def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
     if args.dry_run:
         before = (change.before or b"").decode("utf-8").splitlines(keepends=True)
         after = (change.after or b"").decode("utf-8").splitlines(keepends=True)
-        sys.stdout.writelines(difflib.unified_diff(before, after, f"{change.path} (now)", f"{change.path} ({kind})"))
+        sys.stdout.writelines(
+            difflib.unified_diff(before, after, f"{change.path} (now)", f"{change.path} ({kind})")
+        )
         print(f"riffd: dry run: {change.path} not written", file=sys.stderr)
         return EXIT_OK
     try:
@@ -127,7 +146,14 @@ def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
     except SettingsError as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    print(f"riffd: {change.path} {'removed' if change.after is None else 'written'}; the previous file is kept in "
-          f"{saved}" + ("; Claude Code picks the hooks up in new sessions (`/hooks` shows them)"
-                        if kind == "install" else ""), file=sys.stderr)
+    print(
+        f"riffd: {change.path} {'removed' if change.after is None else 'written'}; the previous file is kept in "
+        f"{saved}"
+        + (
+            "; Claude Code picks the hooks up in new sessions (`/hooks` shows them)"
+            if kind == "install"
+            else ""
+        ),
+        file=sys.stderr,
+    )
     return EXIT_OK

@@ -39,18 +39,34 @@ if TYPE_CHECKING:
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd scan` to the riffd subcommands."""
-    scan = commands.add_parser("scan", help="report damage in transcripts; changes nothing",
-                               description="Report damage in transcripts without changing anything. PATHs are "
-                               "files or folders (default: Claude Code's projects folders).")
-    scan.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders")
+    scan = commands.add_parser(
+        "scan",
+        help="report damage in transcripts; changes nothing",
+        description="Report damage in transcripts without changing anything. PATHs are "
+        "files or folders (default: Claude Code's projects folders).",
+    )
+    scan.add_argument(
+        "paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders"
+    )
     scan.add_argument("--json", action="store_true", help="print one JSON report on stdout")
-    scan.add_argument("--project", action="append", default=[], metavar="PATH",
-                      help="also scan the transcripts of this project's Claude Code folder (repeatable)")
-    scan.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
-                      help="scan up to N files at once, in worker processes (default: one per CPU, at most "
-                      f"{MAX_JOBS}); a file scanned alone of {PARALLEL_MIN_MB} MB or more is read by a second "
-                      f"process while this one indexes it. 1: everything in this process. Runs under "
-                      f"{PARALLEL_MIN_MB} MB of files use one process whatever N is")
+    scan.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also scan the transcripts of this project's Claude Code folder (repeatable)",
+    )
+    scan.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=None,
+        metavar="N",
+        help="scan up to N files at once, in worker processes (default: one per CPU, at most "
+        f"{MAX_JOBS}); a file scanned alone of {PARALLEL_MIN_MB} MB or more is read by a second "
+        f"process while this one indexes it. 1: everything in this process. Runs under "
+        f"{PARALLEL_MIN_MB} MB of files use one process whatever N is",
+    )
     scan.set_defaults(run=run_scan)
 
 
@@ -75,7 +91,8 @@ def default_jobs() -> int:
 
 
 def _is_live(path: Path, session_id: str | None) -> bool:
-    """Whether a Claude Code process runs the session, or wrote to it within the default quiet period."""
+    """Whether a Claude Code process runs the session, or wrote to it within the default quiet
+    period."""
     folders = claude_dirs_for(path, claude_config_dir(), default_roots())
     return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
 
@@ -85,17 +102,23 @@ def _scan_one(path: Path, backup_dir: str, decoder_process: bool = False) -> Fil
 
 
 def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]:
-    """Every file's report, in the order of `files`: scanned in up to `jobs` worker processes when the run is big
-    enough to gain from them, else here."""
+    """Every file's report, in the order of `files`: scanned in up to `jobs` worker processes when
+    the run is big enough to gain from them, else here."""
     progress = Progress(len(files))
     reports: list[FileReport | None] = [None] * len(files)
     try:
         sizes = [_size(path) for path in files] if jobs > 1 and len(files) > 1 else []
         if sum(sizes) >= PARALLEL_MIN_MB * 1_000_000:
-            _scan_in_workers(files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress)
-        for number, path in enumerate(files):  # every file here when serial; the rest if a worker died
+            _scan_in_workers(
+                files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress
+            )
+        for number, path in enumerate(
+            files
+        ):  # every file here when serial; the rest if a worker died
             if reports[number] is None:
-                report = reports[number] = _scan_one(path, str(backup_dir), decoder_process=jobs > 1)
+                report = reports[number] = _scan_one(
+                    path, str(backup_dir), decoder_process=jobs > 1
+                )
                 progress.step(int(report.metrics.get("bytes", 0)))
     finally:
         progress.close()
@@ -109,29 +132,43 @@ def _size(path: Path) -> int:
         return 0  # scan_file reports the error
 
 
-def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs: int,
-                     reports: list[FileReport | None], progress: Progress) -> None:
-    """Fill `reports` by scanning `files` in `jobs` worker processes, the biggest first (so one big file does not
-    finish alone at the end). A worker that dies (killed, out of memory) leaves its files unscanned, with a
-    warning: the caller scans them here. Workers ignore Ctrl-C; an interrupt cancels what has not started."""
+def _scan_in_workers(
+    files: list[Path],
+    sizes: list[int],
+    backup_dir: str,
+    jobs: int,
+    reports: list[FileReport | None],
+    progress: Progress,
+) -> None:
+    """Fill `reports` by scanning `files` in `jobs` worker processes, the biggest first (so one big
+    file does not finish alone at the end). A worker that dies (killed, out of memory) leaves its
+    files unscanned, with a warning: the caller scans them here. Workers ignore Ctrl-C; an interrupt
+    cancels what has not started."""
     import multiprocessing  # here: a serial scan starts without them
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
     order = sorted(range(len(files)), key=lambda number: -sizes[number])
-    # fork is the cheapest start, and safe while this process runs no other thread; else (or on macOS) spawn.
+    # fork is the cheapest start, and safe while this process runs no other thread; else (or on
+    # macOS) spawn.
     method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
-    # Ctrl-C while the pool starts would leave it half started (its manager thread not running, so it cannot be
-    # shut down): the interrupt waits until every file is handed over, and is raised then.
+    # Ctrl-C while the pool starts would leave it half started (its manager thread not running, so
+    # it cannot be shut down): the interrupt waits until every file is handed over, and is raised
+    # then.
     interrupted: list[int] = []
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum)) if in_main else None
+    previous = (
+        signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
+        if in_main
+        else None
+    )
     executor = None
     try:
         try:
-            executor = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context(method),
-                                           initializer=_worker_init)
+            executor = ProcessPoolExecutor(
+                jobs, mp_context=multiprocessing.get_context(method), initializer=_worker_init
+            )
             pending: dict[Future[FileReport], int] = {
                 executor.submit(_scan_one, files[number], backup_dir): number for number in order
             }
@@ -148,15 +185,19 @@ def _scan_in_workers(files: list[Path], sizes: list[int], backup_dir: str, jobs:
                 progress.step(int(report.metrics.get("bytes", 0)))
     except BrokenProcessPool as exc:  # (also while files are handed over: a worker killed at once)
         left = sum(report is None for report in reports)
-        print(f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
-              file=sys.stderr)
+        print(
+            f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
+            file=sys.stderr,
+        )
     finally:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_init() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C: no traceback from every worker
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN
+    )  # the parent handles Ctrl-C: no traceback from every worker
 
 
 def run_scan(args: argparse.Namespace) -> int:
@@ -169,15 +210,24 @@ def run_scan(args: argparse.Namespace) -> int:
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
     acks = acknowledged_in(config.state_dir)
-    acked = {id(finding) for finding in findings if acks and acks.of(finding.path, finding.to_json())}
+    acked = {
+        id(finding) for finding in findings if acks and acks.of(finding.path, finding.to_json())
+    }
     if args.json:
-        print_json({
-            "schema": REPORT_SCHEMA,
-            "riffd": __version__,
-            "files": [_report_json(report, acked) for report in reports if report.findings or report.error],
-            "summary": _summary(reports, findings, errors, time.monotonic() - started) | {"acknowledged": len(acked)},
-            "errors": errors,
-        })
+        print_json(
+            {
+                "schema": REPORT_SCHEMA,
+                "riffd": __version__,
+                "files": [
+                    _report_json(report, acked)
+                    for report in reports
+                    if report.findings or report.error
+                ],
+                "summary": _summary(reports, findings, errors, time.monotonic() - started)
+                | {"acknowledged": len(acked)},
+                "errors": errors,
+            }
+        )
     else:
         for report in reports:
             if report.findings:
@@ -187,14 +237,20 @@ def run_scan(args: argparse.Namespace) -> int:
     _print_summary(reports, findings, errors, time.monotonic() - started, len(acked))
     if errors:
         return EXIT_ERROR
-    damage = [finding for finding in findings if finding.cls not in INFORMATIONAL and id(finding) not in acked]
+    damage = [
+        finding
+        for finding in findings
+        if finding.cls not in INFORMATIONAL and id(finding) not in acked
+    ]
     return EXIT_FINDINGS if damage else EXIT_OK
 
 
 def _report_json(report: FileReport, acked: set[int]) -> dict[str, object]:
     out = report.to_json()
-    out["findings"] = [finding.to_json() | ({"acknowledged": True} if id(finding) in acked else {})
-                       for finding in report.findings]
+    out["findings"] = [
+        finding.to_json() | ({"acknowledged": True} if id(finding) in acked else {})
+        for finding in report.findings
+    ]
     return out
 
 
@@ -220,16 +276,25 @@ def _print_file_findings(report: FileReport, acked: set[int]) -> None:
         where = "line " + ", ".join(str(line) for line in finding.lines[:6])
         if len(finding.lines) > 6:
             where += f" (+{len(finding.lines) - 6} more)"
-        print(f"  {where}: {finding.cls}{' (acknowledged)' if id(finding) in acked else ''}: {finding.message}")
+        print(
+            f"  {where}: {finding.cls}{' (acknowledged)' if id(finding) in acked else ''}: {finding.message}"
+        )
         if finding.api_error:
             print(f"    API error on resume: {finding.api_error}")
     for advice in report.suggestions:
         print(f"  suggestion: {advice}")
 
 
-def _print_summary(reports: list[FileReport], findings: list[Finding], errors: list[str], seconds: float,
-                   acknowledged: int) -> None:
-    by_class = ", ".join(f"{name} {count}" for name, count in sorted(Counter(str(f.cls) for f in findings).items()))
+def _print_summary(
+    reports: list[FileReport],
+    findings: list[Finding],
+    errors: list[str],
+    seconds: float,
+    acknowledged: int,
+) -> None:
+    by_class = ", ".join(
+        f"{name} {count}" for name, count in sorted(Counter(str(f.cls) for f in findings).items())
+    )
     size = sum(int(report.metrics.get("bytes", 0)) for report in reports)
     with_findings = sum(1 for report in reports if report.findings)
     print(

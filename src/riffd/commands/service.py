@@ -1,5 +1,5 @@
-"""`riffd service install | uninstall | status`: run `riffd run` as a systemd user unit (Linux) or a launchd
-user agent (macOS), with the file rendered by riffd.daemon.units."""
+"""`riffd service install | uninstall | status`: run `riffd run` as a systemd user unit (Linux) or a
+launchd user agent (macOS), with the file rendered by riffd.daemon.units."""
 
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ from riffd.daemon.units import (
 )
 from riffd.paths import APP_NAME
 
-COMMAND_TIMEOUT_SECONDS = 120.0  # `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
+COMMAND_TIMEOUT_SECONDS = (
+    120.0  # `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
+)
 
 _ParserT = TypeVar("_ParserT", bound=argparse.ArgumentParser)
 
@@ -47,14 +49,23 @@ def register(commands: argparse._SubParsersAction[_ParserT]) -> None:
         "path and RIFFD_STATE_DIR, CLAUDE_CONFIG_DIR and RIFFD_CONFIG as they are set now.",
     )
     actions = service.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
-    install = actions.add_parser("install", help="write the service file, then enable and start the service")
-    install.add_argument("--dry-run", action="store_true",
-                         help="print the file and the commands; change nothing")
+    install = actions.add_parser(
+        "install", help="write the service file, then enable and start the service"
+    )
+    install.add_argument(
+        "--dry-run", action="store_true", help="print the file and the commands; change nothing"
+    )
     install.set_defaults(run=run_install)
-    uninstall = actions.add_parser("uninstall", help="stop and disable the service, then remove its file")
-    uninstall.add_argument("--dry-run", action="store_true", help="print the commands; change nothing")
+    uninstall = actions.add_parser(
+        "uninstall", help="stop and disable the service, then remove its file"
+    )
+    uninstall.add_argument(
+        "--dry-run", action="store_true", help="print the commands; change nothing"
+    )
     uninstall.set_defaults(run=run_uninstall)
-    status = actions.add_parser("status", help="show the service manager's status and whether the file is current")
+    status = actions.add_parser(
+        "status", help="show the service manager's status and whether the file is current"
+    )
     status.set_defaults(run=run_status)
 
 
@@ -86,14 +97,18 @@ class ServicePlan:
 
 
 def plan_service(
-    platform: str, python: str, config: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+    platform: str,
+    python: str,
+    config: str | os.PathLike[str] | None,
+    environ: Mapping[str, str] | None = None,
 ) -> ServicePlan:
-    """Given sys.platform, the interpreter, the --config value and the environment, return what installing
-    the service means there. Raise ServiceError on a platform without systemd or launchd support, or for
-    values the service file cannot hold."""
+    """Given sys.platform, the interpreter, the --config value and the environment, return what
+    installing the service means there. Raise ServiceError on a platform without systemd or launchd
+    support, or for values the service file cannot hold."""
     env = os.environ if environ is None else environ
-    # A service sees neither the login shell's environment nor its folders: pin the config file the CLI would
-    # read (when there is one), the state folder it would use, and the XDG folders behind both.
+    # A service sees neither the login shell's environment nor its folders: pin the config file the
+    # CLI would read (when there is one), the state folder it would use, and the XDG folders behind
+    # both.
     resolved = config_path(Path(config) if config is not None else None, env)
     if config is None and resolved.is_file():
         config = resolved
@@ -101,8 +116,9 @@ def plan_service(
     environment = service_environment(env)
     if "RIFFD_STATE_DIR" not in environment:
         try:
-            environment["RIFFD_STATE_DIR"] = str(load_config(resolved if resolved.is_file() else None,
-                                                             environ=env).state_dir)
+            environment["RIFFD_STATE_DIR"] = str(
+                load_config(resolved if resolved.is_file() else None, environ=env).state_dir
+            )
         except ConfigError:
             environment["RIFFD_STATE_DIR"] = str(paths.state_dir(dict(env)))
     if platform.startswith("linux"):
@@ -111,10 +127,16 @@ def plan_service(
             manager="systemd",
             path=systemd_unit_path(),
             content=render_unit(arguments, environment),
-            install=(Command((*systemctl, "daemon-reload")), Command((*systemctl, "enable", "--now", UNIT_NAME))),
+            install=(
+                Command((*systemctl, "daemon-reload")),
+                Command((*systemctl, "enable", "--now", UNIT_NAME)),
+            ),
             # enable --now leaves a running daemon on the old file; try-restart starts the new one.
-            reinstall=(Command((*systemctl, "daemon-reload")), Command((*systemctl, "enable", "--now", UNIT_NAME)),
-                       Command((*systemctl, "try-restart", UNIT_NAME))),
+            reinstall=(
+                Command((*systemctl, "daemon-reload")),
+                Command((*systemctl, "enable", "--now", UNIT_NAME)),
+                Command((*systemctl, "try-restart", UNIT_NAME)),
+            ),
             uninstall=(Command((*systemctl, "disable", "--now", UNIT_NAME)),),
             after_uninstall=(Command((*systemctl, "daemon-reload")),),
             status=Command((*systemctl, "status", "--no-pager", UNIT_NAME)),
@@ -142,8 +164,10 @@ def plan_service(
             f"Mac first. `launchctl print {domain}` shows the domain.",
             log_dir=log_dir,
         )
-    raise ServiceError(f"riffd service: no service manager support on {platform!r} (systemd user units on Linux, "
-                       "launchd on macOS); run `riffd run` under your own supervisor")
+    raise ServiceError(
+        f"riffd service: no service manager support on {platform!r} (systemd user units on Linux, "
+        "launchd on macOS); run `riffd run` under your own supervisor"
+    )
 
 
 def run_install(args: argparse.Namespace) -> int:
@@ -159,14 +183,16 @@ def run_uninstall(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    """`riffd service status`: whether the file is current, then the service manager's own status."""
+    """`riffd service status`: whether the file is current, then the service manager's own
+    status."""
     plan = _plan_or_none(args)
     return _exit_error() if plan is None else show_status(plan)
 
 
 def install(plan: ServicePlan, *, dry_run: bool) -> int:
-    """Write `plan`'s file and run its install commands (or, with dry_run, print both); return 0 when done,
-    2 when the file cannot be written or a command fails (the file then stays in place, and riffd says so)."""
+    """Write `plan`'s file and run its install commands (or, with dry_run, print both); return 0
+    when done, 2 when the file cannot be written or a command fails (the file then stays in place,
+    and riffd says so)."""
 
     commands = plan.reinstall if plan.path.exists() else plan.install
     if dry_run:
@@ -186,17 +212,24 @@ def install(plan: ServicePlan, *, dry_run: bool) -> int:
         print(f"riffd: error: could not write {plan.path}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     print(f"riffd: wrote {plan.path}", file=sys.stderr)
-    if not _run_all(commands, plan, f"{plan.path} is written and stays in place: run the commands again once "
-                    "this is fixed, or delete the file"):
+    if not _run_all(
+        commands,
+        plan,
+        f"{plan.path} is written and stays in place: run the commands again once "
+        "this is fixed, or delete the file",
+    ):
         return EXIT_ERROR
-    print(f"riffd: the {plan.manager} service is installed and started; `riffd service status` shows it",
-          file=sys.stderr)
+    print(
+        f"riffd: the {plan.manager} service is installed and started; `riffd service status` shows it",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
 def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
-    """Run `plan`'s uninstall commands, remove its file, then run the commands that follow removal (or, with
-    dry_run, print all that); return 0 when done or nothing was installed, 2 when a step fails."""
+    """Run `plan`'s uninstall commands, remove its file, then run the commands that follow removal
+    (or, with dry_run, print all that); return 0 when done or nothing was installed, 2 when a step
+    fails."""
 
     if not plan.path.exists():
         print(f"riffd: {plan.path} does not exist: the service is not installed", file=sys.stderr)
@@ -209,8 +242,8 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
             print(f"would run: {command}")
         print("riffd: dry run: nothing removed, nothing run", file=sys.stderr)
         return EXIT_OK
-    # The file goes even when the service manager cannot be asked (no systemd user instance: WSL, containers):
-    # riffd always removes what it wrote, and says what it could not do.
+    # The file goes even when the service manager cannot be asked (no systemd user instance: WSL,
+    # containers): riffd always removes what it wrote, and says what it could not do.
     stopped = _run_all(plan.uninstall, plan, f"{plan.path} is removed all the same")
     try:
         plan.path.unlink(missing_ok=True)
@@ -219,8 +252,11 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
         return EXIT_ERROR
     print(f"riffd: removed {plan.path}", file=sys.stderr)
     if not stopped:
-        print(f"riffd: error: {plan.manager} could not be asked to stop and disable the service (see above); if a "
-              "riffd daemon still runs, stop it by hand (`riffd status` shows its pid)", file=sys.stderr)
+        print(
+            f"riffd: error: {plan.manager} could not be asked to stop and disable the service (see above); if a "
+            "riffd daemon still runs, stop it by hand (`riffd status` shows its pid)",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     if not _run_all(plan.after_uninstall, plan, f"{plan.path} is removed already"):
         return EXIT_ERROR
@@ -228,8 +264,9 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
 
 
 def show_status(plan: ServicePlan) -> int:
-    """Print whether `plan`'s file exists and matches its content, then pass the service manager's status
-    through; return 0 when installed, current and running, 1 otherwise, 2 when the manager cannot be asked."""
+    """Print whether `plan`'s file exists and matches its content, then pass the service manager's
+    status through; return 0 when installed, current and running, 1 otherwise, 2 when the manager
+    cannot be asked."""
 
     current = False
     if not plan.path.exists():
@@ -240,21 +277,31 @@ def show_status(plan: ServicePlan) -> int:
         except (OSError, UnicodeDecodeError) as exc:
             print(f"service file: {plan.path}: unreadable: {exc}")
         else:
-            print(f"service file: {plan.path}: "
-                  + ("up to date" if current else "differs from what `riffd service install` would write now "
-                     "(another interpreter, --config or environment); run it again to update"))
+            print(
+                f"service file: {plan.path}: "
+                + (
+                    "up to date"
+                    if current
+                    else "differs from what `riffd service install` would write now "
+                    "(another interpreter, --config or environment); run it again to update"
+                )
+            )
     sys.stdout.flush()
     try:
         # Passed through: the service manager's own words, on our stdout and stderr.
         result = subprocess.run(plan.status.argv, check=False, timeout=COMMAND_TIMEOUT_SECONDS)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        print(f"riffd: error: could not run `{plan.status}`: {exc}\nhint: {plan.hint}", file=sys.stderr)
+        print(
+            f"riffd: error: could not run `{plan.status}`: {exc}\nhint: {plan.hint}",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
     return EXIT_OK if current and result.returncode == 0 else EXIT_FINDINGS
 
 
 def _config(args: argparse.Namespace) -> str | None:
-    # The global --config option (`riffd --config PATH ...`) when the parser has it and it was given.
+    # The global --config option (`riffd --config PATH ...`) when the parser has it and it was
+    # given.
     config = getattr(args, "config", None)
     return None if config is None else os.fspath(config)
 
@@ -273,12 +320,17 @@ def _plan_or_none(args: argparse.Namespace) -> ServicePlan | None:
 
 
 def _run_all(commands: Sequence[Command], plan: ServicePlan, left_behind: str) -> bool:
-    """Run `commands` in order, echoing their output on stderr; on the first failure report it with the hint
-    and what was left behind, and return False."""
+    """Run `commands` in order, echoing their output on stderr; on the first failure report it with
+    the hint and what was left behind, and return False."""
     for command in commands:
         try:
-            result = subprocess.run(command.argv, capture_output=True, text=True, check=False,
-                                    timeout=COMMAND_TIMEOUT_SECONDS)
+            result = subprocess.run(
+                command.argv,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=COMMAND_TIMEOUT_SECONDS,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             output, returncode = str(exc), None
         else:
@@ -288,10 +340,16 @@ def _run_all(commands: Sequence[Command], plan: ServicePlan, left_behind: str) -
                 print(output, file=sys.stderr)
             continue
         if command.may_fail:
-            print(f"riffd: note: `{command}` exited {returncode} (nothing to undo): {output}", file=sys.stderr)
+            print(
+                f"riffd: note: `{command}` exited {returncode} (nothing to undo): {output}",
+                file=sys.stderr,
+            )
             continue
         failed = "could not be run" if returncode is None else f"failed (exit {returncode})"
-        print(f"riffd: error: `{command}` {failed}:\n{output}\nhint: {plan.hint}\n{left_behind}.", file=sys.stderr)
+        print(
+            f"riffd: error: `{command}` {failed}:\n{output}\nhint: {plan.hint}\n{left_behind}.",
+            file=sys.stderr,
+        )
         return False
     return True
 

@@ -1,4 +1,5 @@
-"""`riffd sessions`: one line per session, on disk and in the archive, with the ones Claude Code deleted."""
+"""`riffd sessions`: one line per session, on disk and in the archive, with the ones Claude Code
+deleted."""
 
 from __future__ import annotations
 
@@ -23,13 +24,20 @@ from riffd.paths import shell_command
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.projects import find_project_folders
 from riffd.transcript.sessionfiles import config_folders
-from riffd.transcript.sessions import describe_file, describe_lines, local_time, project_folders, session_files
+from riffd.transcript.sessions import (
+    describe_file,
+    describe_lines,
+    local_time,
+    project_folders,
+    session_files,
+)
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd sessions` to the riffd subcommands."""
     sessions = commands.add_parser(
-        "sessions", help="list sessions: id, project, title, dates, size, health, what the archive holds",
+        "sessions",
+        help="list sessions: id, project, title, dates, size, health, what the archive holds",
         description="List the sessions under the transcript roots, newest first: id, last activity (local time), "
         "project, size, health (riffd's findings, from the daemon's state), what the archive holds of it "
         "(transcript, subagents, saved outputs, checkpoints, task files, plans) and whether that is all of it, and "
@@ -38,9 +46,14 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "command that brings each back. Any SESSION argument of riffd also takes a unique prefix of an id, and "
         "`latest` (the newest session of the project in the current folder).",
     )
-    sessions.add_argument("--project", metavar="PATH", help="only this project's sessions (its working directory)")
-    sessions.add_argument("--deleted", action="store_true",
-                          help="the sessions Claude Code deleted that the archive holds")
+    sessions.add_argument(
+        "--project", metavar="PATH", help="only this project's sessions (its working directory)"
+    )
+    sessions.add_argument(
+        "--deleted",
+        action="store_true",
+        help="the sessions Claude Code deleted that the archive holds",
+    )
     sessions.add_argument("--json", action="store_true", help="one JSON document")
     sessions.set_defaults(run=run_sessions)
 
@@ -50,38 +63,64 @@ def run_sessions(args: argparse.Namespace) -> int:
     config = config_for_folders(args)
     view = _archived(config.state_dir / ARCHIVE_NAME, args.deleted)
     if view is None and args.deleted:
-        print(f"riffd: error: no archive at {config.state_dir / ARCHIVE_NAME} (the daemon makes it), or it cannot "
-              "be read; nothing deleted can be listed", file=sys.stderr)
+        print(
+            f"riffd: error: no archive at {config.state_dir / ARCHIVE_NAME} (the daemon makes it), or it cannot "
+            "be read; nothing deleted can be listed",
+            file=sys.stderr,
+        )
         return EXIT_ERROR
-    def unfollowed(exc: OSError) -> None:
-        print(f"riffd: note: {exc.filename}: {exc.strerror}; its sessions are not listed", file=sys.stderr)
 
-    folders = (find_project_folders(Path(args.project).expanduser().absolute(), config.roots) if args.project
-               else project_folders(config.roots, unfollowed))
+    def unfollowed(exc: OSError) -> None:
+        print(
+            f"riffd: note: {exc.filename}: {exc.strerror}; its sessions are not listed",
+            file=sys.stderr,
+        )
+
+    folders = (
+        find_project_folders(Path(args.project).expanduser().absolute(), config.roots)
+        if args.project
+        else project_folders(config.roots, unfollowed)
+    )
     configs = config_folders(config.roots, config.claude_dir)
-    rows = (_deleted(view, args.project) if args.deleted and view is not None
-            else _on_disk(session_files(folders), view, _health(config.state_dir / STATE_NAME), list(config.roots),
-                          configs))
+    rows = (
+        _deleted(view, args.project)
+        if args.deleted and view is not None
+        else _on_disk(
+            session_files(folders),
+            view,
+            _health(config.state_dir / STATE_NAME),
+            list(config.roots),
+            configs,
+        )
+    )
     rows.sort(key=lambda row: row.get("last_ts") or 0, reverse=True)
     if args.json:
         print_json({"sessions": rows})
         return EXIT_OK
     for row in rows:
         size = f"{row['bytes'] / 1e6:.1f} MB" if row.get("bytes") is not None else "-"
-        print(f"{row['session_id']}  {local_time(row.get('last_ts'))}  {row.get('project') or '-'}  {size}  "
-              f"{row['health']}  {_held_words(row)}  {row.get('title') or '-'}")
+        print(
+            f"{row['session_id']}  {local_time(row.get('last_ts'))}  {row.get('project') or '-'}  {size}  "
+            f"{row['health']}  {_held_words(row)}  {row.get('title') or '-'}"
+        )
         if args.deleted:
-            print(f"    deleted; `{shell_command('riffd', 'archive', 'restore', row['session_id'][:8])}` brings it "
-                  f"back to {row['path']}")
+            print(
+                f"    deleted; `{shell_command('riffd', 'archive', 'restore', row['session_id'][:8])}` brings it "
+                f"back to {row['path']}"
+            )
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
-    print(f"riffd: {len(rows)} {what}" + ("" if args.deleted or view is not None else
-                                          "; no archive yet (the daemon makes it)"), file=sys.stderr)
+    print(
+        f"riffd: {len(rows)} {what}"
+        + ("" if args.deleted or view is not None else "; no archive yet (the daemon makes it)"),
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
 @dataclass
 class ArchiveView:
-    """The archive's session files (`items`), what it holds of each session, and for deleted ones whether whole."""
+    """The archive's session files (`items`), what it holds of each session, and for deleted ones
+    whether whole."""
 
     items: list[dict[str, Any]]
     holdings: Holdings
@@ -97,10 +136,16 @@ def _archived(path: Path, deleted: bool) -> ArchiveView | None:
         return None
     try:
         items, holdings = _with_titles(archive), Holdings.of(archive)
-        gone = {item["session_id"] for item in items if deleted and item["session_id"]
-                and not os.path.exists(item["path"])}
-        return ArchiveView(items, holdings, {session: whole_when_deleted(archive, session, holdings)
-                                             for session in gone})
+        gone = {
+            item["session_id"]
+            for item in items
+            if deleted and item["session_id"] and not os.path.exists(item["path"])
+        }
+        return ArchiveView(
+            items,
+            holdings,
+            {session: whole_when_deleted(archive, session, holdings) for session in gone},
+        )
     except (sqlite3.Error, OSError, PackDamaged):
         return None
     finally:
@@ -108,12 +153,15 @@ def _archived(path: Path, deleted: bool) -> ArchiveView | None:
 
 
 def _with_titles(archive: Archive) -> list[dict[str, Any]]:
-    """The archive's session files; a deleted one without a title gets its first prompt from the archived lines."""
+    """The archive's session files; a deleted one without a title gets its first prompt from the
+    archived lines."""
     items = archive.sessions()
     for item in items:
         if not item["title"] and not os.path.exists(item["path"]):
             lines = []
-            with contextlib.closing(archive.iter_file(item["file_id"])) as archived:  # (it holds the lock while open)
+            with contextlib.closing(
+                archive.iter_file(item["file_id"])
+            ) as archived:  # (it holds the lock while open)
                 for line in archived:
                     lines.append(line)
                     if len(lines) >= 400:
@@ -123,16 +171,24 @@ def _with_titles(archive: Archive) -> list[dict[str, Any]]:
 
 
 def _held_words(row: dict[str, Any]) -> str:
-    """What the archive holds of a session, in words: `archived whole (transcript, 2 subagents, ...)`."""
+    """What the archive holds of a session, in words: `archived whole (transcript, 2 subagents,
+    ...)`."""
     if not row["archived"]:
         return "not archived"
     holds = row["holds"]
-    parts = [f"{name.replace('_', ' ')}: {count}" for name, count in holds.items() if name != "transcript" and count]
-    return ("archived whole" if row["whole"] else "archived, not whole") + f" ({', '.join(['transcript', *parts])})"
+    parts = [
+        f"{name.replace('_', ' ')}: {count}"
+        for name, count in holds.items()
+        if name != "transcript" and count
+    ]
+    return (
+        "archived whole" if row["whole"] else "archived, not whole"
+    ) + f" ({', '.join(['transcript', *parts])})"
 
 
 def _health(path: Path) -> dict[str, int]:
-    """Path -> the number of findings that count (not informational) in the daemon's state; {} without one."""
+    """Path -> the number of findings that count (not informational) in the daemon's state; {}
+    without one."""
     if not path.exists():
         return {}
     try:
@@ -149,8 +205,13 @@ def _health(path: Path) -> dict[str, int]:
         store.close()
 
 
-def _on_disk(files: list[Path], view: ArchiveView | None, health: dict[str, int], roots: list[Path],
-             configs: list[Path]) -> list[dict[str, Any]]:
+def _on_disk(
+    files: list[Path],
+    view: ArchiveView | None,
+    health: dict[str, int],
+    roots: list[Path],
+    configs: list[Path],
+) -> list[dict[str, Any]]:
     archived = {item["path"] for item in view.items} if view is not None else set()
     rows = []
     for path in files:
@@ -161,13 +222,24 @@ def _on_disk(files: list[Path], view: ArchiveView | None, health: dict[str, int]
             continue
         findings = health.get(str(path))
         held = str(path) in archived
-        rows.append({"session_id": info.session_id, "path": str(path), "project": info.project, "title": info.title,
-                     "first_ts": info.first_ts, "last_ts": info.last_ts, "bytes": size,
-                     "health": "-" if not health else f"{findings} finding(s)" if findings else "ok",
-                     "archived": held, "resume": shell_command("claude", "--resume", info.session_id),
-                     "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
-                     "whole": held and view is not None and view.holdings.whole_on_disk(
-                         path.stem, path, roots, configs)})
+        rows.append(
+            {
+                "session_id": info.session_id,
+                "path": str(path),
+                "project": info.project,
+                "title": info.title,
+                "first_ts": info.first_ts,
+                "last_ts": info.last_ts,
+                "bytes": size,
+                "health": "-" if not health else f"{findings} finding(s)" if findings else "ok",
+                "archived": held,
+                "resume": shell_command("claude", "--resume", info.session_id),
+                "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
+                "whole": held
+                and view is not None
+                and view.holdings.whole_on_disk(path.stem, path, roots, configs),
+            }
+        )
     return rows
 
 
@@ -178,9 +250,20 @@ def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
         if os.path.exists(item["path"]) or (wanted and item["project"] != wanted):
             continue
         session = item["session_id"] or Path(item["path"]).stem
-        rows.append({"session_id": session, "path": item["path"], "project": item["project"], "title": item["title"],
-                     "first_ts": item["first_ts"], "last_ts": item["last_ts"], "bytes": item["raw_bytes"],
-                     "health": "deleted", "archived": True,
-                     "restore": shell_command("riffd", "archive", "restore", session),
-                     "holds": view.holdings.holds(session, True), "whole": view.deleted_whole.get(session, False)})
+        rows.append(
+            {
+                "session_id": session,
+                "path": item["path"],
+                "project": item["project"],
+                "title": item["title"],
+                "first_ts": item["first_ts"],
+                "last_ts": item["last_ts"],
+                "bytes": item["raw_bytes"],
+                "health": "deleted",
+                "archived": True,
+                "restore": shell_command("riffd", "archive", "restore", session),
+                "holds": view.holdings.holds(session, True),
+                "whole": view.deleted_whole.get(session, False),
+            }
+        )
     return rows

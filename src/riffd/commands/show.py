@@ -1,28 +1,30 @@
 """`riffd show SESSION|FILE [--format text|json|md]`: the structure of a session, read once.
 
-For each session it prints the active chain (length, segments, compactions), the branches, the roots and
-orphans, parent cycles, the sidechains by agent name, the findings of `riffd scan`, and the redundant tool
-calls found by the tool-call tracker (riffd.tracker). Line numbers are 1-based, as in `riffd scan`.
+For each session it prints the active chain (length, segments, compactions), the branches, the roots
+and orphans, parent cycles, the sidechains by agent name, the findings of `riffd scan`, and the
+redundant tool calls found by the tool-call tracker (riffd.tracker). Line numbers are 1-based, as in
+`riffd scan`.
 
-The JSON document (`--format json`, schema 1) is `{"schema", "riffd", "sessions": [...], "errors": [...]}`;
-each session is the dict `describe` returns:
+The JSON document (`--format json`, schema 1) is `{"schema", "riffd", "sessions": [...], "errors":
+[...]}`; each session is the dict `describe` returns:
 
 - `path`, `session_id`, `lines`, `bytes`
-- `chain`: `length` (lines on the active chain), `root_line`, `leaf_line`, `loaded_lines` (the chain plus the
-  lines Claude Code splices in), `segments`, `compactions` (compact boundaries in the file),
-  `compact_boundaries` (the lines of those the chain crosses)
-- `branches`: `count` (lines with several children), `forks` (rewinds, edits, retries: `line`, `uuid`,
-  `children`, `active_child`), `tool_splits` (the count of the others: a tool call's result or progress
-  beside the next line)
-- `roots`: `line`, `uuid`, `kind` (root, orphan, external, sidechain), `missing_parent`; `orphans`: count
+- `chain`: `length` (lines on the active chain), `root_line`, `leaf_line`, `loaded_lines` (the chain
+  plus the lines Claude Code splices in), `segments`, `compactions` (compact boundaries in the
+  file), `compact_boundaries` (the lines of those the chain crosses)
+- `branches`: `count` (lines with several children), `forks` (rewinds, edits, retries: `line`,
+  `uuid`, `children`, `active_child`), `tool_splits` (the count of the others: a tool call's result
+  or progress beside the next line)
+- `roots`: `line`, `uuid`, `kind` (root, orphan, external, sidechain), `missing_parent`; `orphans`:
+  count
 - `cycles`: each `lines` and `uuids`; `cycle_at`: where the active chain's walk stopped, or null
-- `sidechains`: `agent`, `layout` (inline, beside, subagents), `path`, `first_line`, `lines`, `agent_id`,
-  `tool_use_id`, `anchor_line`, `anchor_path`, `result_line`, `linked_by`; `agents`: per agent name,
-  `sidechains` and `lines`
+- `sidechains`: `agent`, `layout` (inline, beside, subagents), `path`, `first_line`, `lines`,
+  `agent_id`, `tool_use_id`, `anchor_line`, `anchor_path`, `result_line`, `linked_by`; `agents`: per
+  agent name, `sidechains` and `lines`
 - `findings`: as in `riffd scan --json`
 - `redundant_calls`: the tool calls that repeat an earlier identical call, as
-  `riffd.tracker.tracker.redundant_calls_in` reports them, and `redundant_calls_note`: always null (kept in the
-  document for readers of schema 1)
+  `riffd.tracker.tracker.redundant_calls_in` reports them, and `redundant_calls_note`: always null
+  (kept in the document for readers of schema 1)
 """
 
 from __future__ import annotations
@@ -59,15 +61,23 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
         "roots), `latest` (the newest session of the project in the current folder) or a project path (every "
         "session of its Claude Code folder).",
     )
-    show.add_argument("target", metavar="SESSION|FILE",
-                      help="a transcript file, a session id (or a unique prefix), latest, or a project path")
-    show.add_argument("--format", choices=FORMATS, default="text",
-                      help="text (default), json (one document on stdout) or md (Markdown)")
+    show.add_argument(
+        "target",
+        metavar="SESSION|FILE",
+        help="a transcript file, a session id (or a unique prefix), latest, or a project path",
+    )
+    show.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="text (default), json (one document on stdout) or md (Markdown)",
+    )
     show.set_defaults(run=run_show)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    """`riffd show`: print each session's structure; exit 0, or 2 when a target cannot be found or read."""
+    """`riffd show`: print each session's structure; exit 0, or 2 when a target cannot be found or
+    read."""
     try:
         files = resolve_target(args.target, default_roots(), subagents=False)
     except FileNotFoundError as exc:
@@ -81,7 +91,12 @@ def run_show(args: argparse.Namespace) -> int:
         except OSError as exc:
             errors.append(f"{path}: {exc.strerror or exc}")
     if args.format == "json":
-        document = {"schema": SHOW_SCHEMA, "riffd": __version__, "sessions": sessions, "errors": errors}
+        document = {
+            "schema": SHOW_SCHEMA,
+            "riffd": __version__,
+            "sessions": sessions,
+            "errors": errors,
+        }
         print_json(document)
     else:
         render = render_markdown if args.format == "md" else render_text
@@ -92,8 +107,8 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def describe(path: Path) -> dict[str, Any]:
-    """Read one transcript (and its agent files) and return its structure as the JSON-ready dict documented
-    above; raise OSError when a file cannot be read."""
+    """Read one transcript (and its agent files) and return its structure as the JSON-ready dict
+    documented above; raise OSError when a file cannot be read."""
     scanned = index_file(path)
     index = scanned.index
     conversation = conversation_of(index)
@@ -109,20 +124,30 @@ def describe(path: Path) -> dict[str, Any]:
         "branches": {
             "count": len(conversation.branches),
             "forks": [
-                {"line": branch.line + 1, "uuid": index.uuids[branch.line], "children": _numbers(branch.children),
-                 "active_child": branch.active_child + 1}
+                {
+                    "line": branch.line + 1,
+                    "uuid": index.uuids[branch.line],
+                    "children": _numbers(branch.children),
+                    "active_child": branch.active_child + 1,
+                }
                 for branch in conversation.forks
             ],
             "tool_splits": len(conversation.branches) - len(conversation.forks),
         },
         "roots": [
-            {"line": root.line + 1, "uuid": index.uuids[root.line], "kind": root.kind,
-             "missing_parent": root.missing_parent}
+            {
+                "line": root.line + 1,
+                "uuid": index.uuids[root.line],
+                "kind": root.kind,
+                "missing_parent": root.missing_parent,
+            }
             for root in conversation.roots
         ],
         "orphans": len(conversation.orphans),
-        "cycles": [{"lines": _numbers(cycle), "uuids": [index.uuids[line] for line in cycle]}
-                   for cycle in conversation.cycles],
+        "cycles": [
+            {"lines": _numbers(cycle), "uuids": [index.uuids[line] for line in cycle]}
+            for cycle in conversation.cycles
+        ],
         "cycle_at": None if conversation.cycle_at is None else conversation.cycle_at + 1,
         "sidechains": [_sidechain_json(sidechain) for sidechain in sidechains],
         "agents": _agents_json(sidechains),
@@ -133,9 +158,10 @@ def describe(path: Path) -> dict[str, Any]:
 
 
 def redundant_calls(path: Path) -> tuple[list[Any], str | None]:
-    """Return (the redundant tool calls of a transcript as JSON-ready values, None): the calls that repeat an
-    earlier identical call of the session, as riffd.tracker finds them. The second item, a note saying why the
-    calls were not checked, is always None now that the tracker is part of riffd (the JSON keeps the field)."""
+    """Return (the redundant tool calls of a transcript as JSON-ready values, None): the calls that
+    repeat an earlier identical call of the session, as riffd.tracker finds them. The second item, a
+    note saying why the calls were not checked, is always None now that the tracker is part of riffd
+    (the JSON keeps the field)."""
     return [_jsonable(call) for call in redundant_calls_in(path)], None
 
 
@@ -192,7 +218,8 @@ def _agents_json(sidechains: list[Sidechain]) -> dict[str, dict[str, int]]:
     return dict(sorted(agents.items()))
 
 
-# --- rendering ---------------------------------------------------------------------------------------------
+# --- rendering
+# ---------------------------------------------------------------------------------------------
 
 
 def _plural(count: int, word: str) -> str:
@@ -204,51 +231,83 @@ def _summary_lines(session: dict[str, Any]) -> list[tuple[str, list[str]]]:
     chain, branches = session["chain"], session["branches"]
     parts: list[tuple[str, list[str]]] = []
     if chain["length"]:
-        parts.append((
-            f"chain: {_plural(chain['length'], 'line')} from line {chain['root_line']} to line {chain['leaf_line']} "
-            f"({chain['loaded_lines']} loaded), {_plural(chain['segments'], 'segment')}, "
-            f"{_plural(chain['compactions'], 'compaction')} in the file",
-            [f"compact boundary at line {line}" for line in chain["compact_boundaries"][:LISTED]],
-        ))
+        parts.append(
+            (
+                f"chain: {_plural(chain['length'], 'line')} from line {chain['root_line']} to line {chain['leaf_line']} "
+                f"({chain['loaded_lines']} loaded), {_plural(chain['segments'], 'segment')}, "
+                f"{_plural(chain['compactions'], 'compaction')} in the file",
+                [
+                    f"compact boundary at line {line}"
+                    for line in chain["compact_boundaries"][:LISTED]
+                ],
+            )
+        )
     else:
         parts.append(("chain: no message lines", []))
     forks = branches["forks"]
-    parts.append((
-        f"branches: {branches['count']} ({_plural(len(forks), 'fork')}, "
-        f"{_plural(branches['tool_splits'], 'tool-call split')})",
-        [f"fork at line {fork['line']}: children at lines {', '.join(map(str, fork['children']))}; "
-         f"active: line {fork['active_child']}" for fork in forks[:LISTED]],
-    ))
+    parts.append(
+        (
+            f"branches: {branches['count']} ({_plural(len(forks), 'fork')}, "
+            f"{_plural(branches['tool_splits'], 'tool-call split')})",
+            [
+                f"fork at line {fork['line']}: children at lines {', '.join(map(str, fork['children']))}; "
+                f"active: line {fork['active_child']}"
+                for fork in forks[:LISTED]
+            ],
+        )
+    )
     roots = session["roots"]
-    parts.append((
-        f"roots: {len(roots)} ({_plural(session['orphans'], 'orphan')})",
-        [f"{root['kind']} at line {root['line']}"
-         + (f": parent {root['missing_parent']} names no line" if root["kind"] == "orphan" else "")
-         for root in roots[:LISTED]],
-    ))
+    parts.append(
+        (
+            f"roots: {len(roots)} ({_plural(session['orphans'], 'orphan')})",
+            [
+                f"{root['kind']} at line {root['line']}"
+                + (
+                    f": parent {root['missing_parent']} names no line"
+                    if root["kind"] == "orphan"
+                    else ""
+                )
+                for root in roots[:LISTED]
+            ],
+        )
+    )
     cycles = session["cycles"]
-    parts.append((
-        f"cycles: {len(cycles) or 'none'}",
-        [f"through uuid {', '.join(map(str, cycle['uuids']))} (lines {', '.join(map(str, cycle['lines']))})"
-         for cycle in cycles[:LISTED]],
-    ))
-    agents = ", ".join(f"{name} {entry['sidechains']} ({_plural(entry['lines'], 'line')})"
-                       for name, entry in session["agents"].items())
-    parts.append((
-        f"sidechains: {len(session['sidechains'])}" + (f": {agents}" if agents else ""),
-        [_sidechain_text(sidechain, session["path"]) for sidechain in session["sidechains"]],
-    ))
+    parts.append(
+        (
+            f"cycles: {len(cycles) or 'none'}",
+            [
+                f"through uuid {', '.join(map(str, cycle['uuids']))} (lines {', '.join(map(str, cycle['lines']))})"
+                for cycle in cycles[:LISTED]
+            ],
+        )
+    )
+    agents = ", ".join(
+        f"{name} {entry['sidechains']} ({_plural(entry['lines'], 'line')})"
+        for name, entry in session["agents"].items()
+    )
+    parts.append(
+        (
+            f"sidechains: {len(session['sidechains'])}" + (f": {agents}" if agents else ""),
+            [_sidechain_text(sidechain, session["path"]) for sidechain in session["sidechains"]],
+        )
+    )
     findings = session["findings"]
-    parts.append((
-        f"findings: {len(findings)}",
-        [f"line {', '.join(map(str, finding['lines'][:6]))}: {finding['class']}: {finding['message']}"
-         for finding in findings[:LISTED]],
-    ))
+    parts.append(
+        (
+            f"findings: {len(findings)}",
+            [
+                f"line {', '.join(map(str, finding['lines'][:6]))}: {finding['class']}: {finding['message']}"
+                for finding in findings[:LISTED]
+            ],
+        )
+    )
     redundant = session["redundant_calls"]
-    parts.append((
-        f"redundant tool calls: {session['redundant_calls_note'] or len(redundant)}",
-        [str(call) for call in redundant[:LISTED]],
-    ))
+    parts.append(
+        (
+            f"redundant tool calls: {session['redundant_calls_note'] or len(redundant)}",
+            [str(call) for call in redundant[:LISTED]],
+        )
+    )
     return parts
 
 
@@ -258,15 +317,23 @@ def _sidechain_text(sidechain: dict[str, Any], session_path: str) -> str:
         where = f"line {sidechain['anchor_line']}"
         if sidechain["anchor_path"] != session_path:
             where += f" of {sidechain['anchor_path']}"
-    source = f"lines from {sidechain['first_line']}" if sidechain["layout"] == "inline" else sidechain["path"]
+    source = (
+        f"lines from {sidechain['first_line']}"
+        if sidechain["layout"] == "inline"
+        else sidechain["path"]
+    )
     agent_id = f", agent {sidechain['agent_id']}" if sidechain["agent_id"] else ""
-    return (f"{where}: {sidechain['agent']} ({sidechain['layout']}, {_plural(sidechain['lines'], 'line')}{agent_id}, "
-            f"named by {sidechain['linked_by']}) {source}")
+    return (
+        f"{where}: {sidechain['agent']} ({sidechain['layout']}, {_plural(sidechain['lines'], 'line')}{agent_id}, "
+        f"named by {sidechain['linked_by']}) {source}"
+    )
 
 
 def render_text(session: dict[str, Any]) -> str:
     """Return a readable summary of one session (a `describe` dict)."""
-    out = [f"{session['path']}  (session {session['session_id']}, {_plural(session['lines'], 'line')})"]
+    out = [
+        f"{session['path']}  (session {session['session_id']}, {_plural(session['lines'], 'line')})"
+    ]
     for heading, details in _summary_lines(session):
         out.append(f"  {heading}")
         out.extend(f"    {detail}" for detail in details)
@@ -274,9 +341,14 @@ def render_text(session: dict[str, Any]) -> str:
 
 
 def render_markdown(session: dict[str, Any]) -> str:
-    """Return the same summary as Markdown: a heading per session, a bullet per part, sub-bullets for details."""
-    out = [f"## `{session['path']}`", "",
-           f"Session `{session['session_id']}`, {_plural(session['lines'], 'line')}.", ""]
+    """Return the same summary as Markdown: a heading per session, a bullet per part, sub-bullets
+    for details."""
+    out = [
+        f"## `{session['path']}`",
+        "",
+        f"Session `{session['session_id']}`, {_plural(session['lines'], 'line')}.",
+        "",
+    ]
     for heading, details in _summary_lines(session):
         name, _, rest = heading.partition(":")
         out.append(f"- **{name}**:{rest}")

@@ -1,5 +1,5 @@
-"""Finding and loading the config file: file, environment and flags layered in one documented precedence, every
-error collected with the place its value came from (see riffd.config)."""
+"""Finding and loading the config file: file, environment and flags layered in one documented
+precedence, every error collected with the place its value came from (see riffd.config)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from typing import Any, get_origin
 import platformdirs
 
 from riffd import paths
-from riffd.config.model import CONFIG_ENV, CONFIG_FILE_NAME, STATE_DIR_ENV, Config, ConfigError, RetryConfig
+from riffd.config.model import (
+    CONFIG_ENV,
+    CONFIG_FILE_NAME,
+    STATE_DIR_ENV,
+    Config,
+    ConfigError,
+    RetryConfig,
+)
 from riffd.config.schema import (
     SCHEMA,
     SECTIONS,
@@ -33,7 +40,8 @@ COMMAND_LINE = "command line"
 
 @dataclass(frozen=True)
 class _Setting:
-    """One value from one layer: where it came from (for errors) and what relative paths are relative to."""
+    """One value from one layer: where it came from (for errors) and what relative paths are
+    relative to."""
 
     value: object
     origin: str
@@ -61,36 +69,47 @@ def _unknown(name: str, origin: str) -> str:
 
 
 def _read_file(path: Path, errors: list[str]) -> dict[str, Any] | None:
-    """Return the parsed TOML document at `path`; append an error and return None when it cannot be read."""
+    """Return the parsed TOML document at `path`; append an error and return None when it cannot be
+    read."""
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         errors.append(_syntax_error(path, exc))
     except UnicodeDecodeError as exc:
-        errors.append(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a UTF-8 TOML file")
+        errors.append(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a UTF-8 TOML file"
+        )
     except OSError as exc:
-        errors.append(f"{path}: cannot read the file: {exc.strerror or exc}; expected a readable riffd config file "
-                      "(`riffd config init` writes one)")
+        errors.append(
+            f"{path}: cannot read the file: {exc.strerror or exc}; expected a readable riffd config file "
+            "(`riffd config init` writes one)"
+        )
     return None
 
 
 def _syntax_error(path: Path, exc: tomllib.TOMLDecodeError) -> str:
-    """Return a TOML syntax error as `<file>: line L, column C: TOML syntax error: ...; expected valid TOML`."""
+    """Return a TOML syntax error as `<file>: line L, column C: TOML syntax error: ...; expected
+    valid TOML`."""
     message = str(exc)
     match = re.fullmatch(r"(.*) \(at (line \d+, column \d+|end of document)\)", message, re.DOTALL)
     problem, where = (match.group(1), f"{match.group(2)}: ") if match else (message, "")
     return f"{path}: {where}TOML syntax error: {problem[:1].lower()}{problem[1:]}; expected valid TOML (https://toml.io)"
 
 
-def _file_settings(document: Mapping[str, Any], path: Path, errors: list[str]) -> dict[str, _Setting]:
-    """Return the file's values by dotted key; append an error for every unknown key or misplaced table."""
+def _file_settings(
+    document: Mapping[str, Any], path: Path, errors: list[str]
+) -> dict[str, _Setting]:
+    """Return the file's values by dotted key; append an error for every unknown key or misplaced
+    table."""
     origin, base = str(path), path.parent
     settings: dict[str, _Setting] = {}
     for name, value in document.items():
         if name in SECTIONS:
             if not isinstance(value, dict):
-                errors.append(f"{origin}: {name}: wrong type: {describe_value(value)}; expected a table [{name}]")
+                errors.append(
+                    f"{origin}: {name}: wrong type: {describe_value(value)}; expected a table [{name}]"
+                )
                 continue
             for short, item in value.items():
                 dotted = f"{name}.{short}"
@@ -106,22 +125,25 @@ def _file_settings(document: Mapping[str, Any], path: Path, errors: list[str]) -
 
 
 def _override_settings(overrides: Mapping[str, object], errors: list[str]) -> dict[str, _Setting]:
-    """Return the command-line values by dotted key; strings for non-string keys are read as TOML values."""
+    """Return the command-line values by dotted key; strings for non-string keys are read as TOML
+    values."""
     settings: dict[str, _Setting] = {}
     for name, value in overrides.items():
         key = SCHEMA.get(name)
         if key is None:
             errors.append(_unknown(name, COMMAND_LINE))
             continue
-        if isinstance(value, str) and (key.hint in (bool, int, float) or get_origin(key.hint) is tuple):
+        if isinstance(value, str) and (
+            key.hint in (bool, int, float) or get_origin(key.hint) is tuple
+        ):
             value = parse_toml_value(value)
         settings[name] = _Setting(value, COMMAND_LINE, Path.cwd())
     return settings
 
 
 def parse_toml_value(text: str) -> object:
-    """Given a command-line VALUE, return it as a TOML value when it parses as one (number, boolean, array,
-    quoted string, ...), else as the plain string."""
+    """Given a command-line VALUE, return it as a TOML value when it parses as one (number, boolean,
+    array, quoted string, ...), else as the plain string."""
     try:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
@@ -129,10 +151,11 @@ def parse_toml_value(text: str) -> object:
 
 
 def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    """Return where the config file lives when nothing names one: <platformdirs user config dir>/riffd/config.toml.
+    """Return where the config file lives when nothing names one: <platformdirs user config
+    dir>/riffd/config.toml.
 
-    On Linux and the BSDs this honours `XDG_CONFIG_HOME` from `environ` (default: the process environment) the
-    way platformdirs does; macOS and Windows have fixed folders.
+    On Linux and the BSDs this honours `XDG_CONFIG_HOME` from `environ` (default: the process
+    environment) the way platformdirs does; macOS and Windows have fixed folders.
     """
     env = os.environ if environ is None else environ
     xdg = env.get("XDG_CONFIG_HOME", "").strip()
@@ -142,13 +165,14 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def config_path(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path:
-    """Return the config file in use: `flag` (--config), else $RIFFD_CONFIG, else default_config_path()."""
+    """Return the config file in use: `flag` (--config), else $RIFFD_CONFIG, else
+    default_config_path()."""
     return _locate(flag, environ)[0]
 
 
 def file_stamp(path: Path) -> tuple[int, int, int] | None:
-    """Return what tells a config file saved again from the one read (editors save by rename): its inode, mtime and
-    size; None when it cannot be read (absent, or its folder not there yet)."""
+    """Return what tells a config file saved again from the one read (editors save by rename): its
+    inode, mtime and size; None when it cannot be read (absent, or its folder not there yet)."""
     try:
         status = path.stat()
     except OSError:
@@ -157,7 +181,8 @@ def file_stamp(path: Path) -> tuple[int, int, int] | None:
 
 
 def _locate(flag: Path | None, environ: Mapping[str, str] | None) -> tuple[Path, bool]:
-    """Return the config file in use and whether it was named explicitly (by flag or environment)."""
+    """Return the config file in use and whether it was named explicitly (by flag or
+    environment)."""
     env = os.environ if environ is None else environ
     if flag is not None:
         return Path(flag).expanduser(), True
@@ -172,11 +197,12 @@ def load_config(
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> Config:
-    """Read the config file (`path`, else $RIFFD_CONFIG, else the default location), apply the environment and
-    `overrides` (dotted keys, from command-line flags), and return the checked Config.
+    """Read the config file (`path`, else $RIFFD_CONFIG, else the default location), apply the
+    environment and `overrides` (dotted keys, from command-line flags), and return the checked
+    Config.
 
-    Raise ConfigError listing every problem when the file is missing although named explicitly, is not valid
-    TOML, or holds unknown keys or values of the wrong type or out of range.
+    Raise ConfigError listing every problem when the file is missing although named explicitly, is
+    not valid TOML, or holds unknown keys or values of the wrong type or out of range.
     """
     env = dict(os.environ if environ is None else environ)
     file_path, explicit = _locate(path, env)
@@ -185,8 +211,10 @@ def load_config(
     source: Path | None = None
     if file_path.exists() or explicit:
         if explicit and not file_path.exists():
-            errors.append(f"{file_path}: no such file; expected a riffd config file (`riffd config init` writes "
-                          "one)")
+            errors.append(
+                f"{file_path}: no such file; expected a riffd config file (`riffd config init` writes "
+                "one)"
+            )
         else:
             document = _read_file(file_path, errors)
             if document is not None:
@@ -202,8 +230,9 @@ def loads_config(
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
 ) -> Config:
-    """Given the text of a config file that would live at `source`, return the checked Config as load_config
-    would; raise ConfigError listing every problem. Used to check an edit before it is written."""
+    """Given the text of a config file that would live at `source`, return the checked Config as
+    load_config would; raise ConfigError listing every problem. Used to check an edit before it is
+    written."""
     errors: list[str] = []
     settings: dict[str, _Setting] = {}
     source = source.absolute()
@@ -211,16 +240,26 @@ def loads_config(
         settings = _file_settings(tomllib.loads(text), source, errors)
     except tomllib.TOMLDecodeError as exc:
         errors.append(_syntax_error(source, exc))
-    return _build(settings, dict(os.environ if environ is None else environ), overrides or {}, source, errors)
+    return _build(
+        settings, dict(os.environ if environ is None else environ), overrides or {}, source, errors
+    )
 
 
-def _build(file_settings: Mapping[str, _Setting], environ: dict[str, str], overrides: Mapping[str, object],
-           source: Path | None, errors: list[str]) -> Config:
-    """Layer the environment and `overrides` over the file's settings, check every value, derive the folder
-    defaults and return the Config; raise ConfigError with `errors` and every new problem if there is any."""
+def _build(
+    file_settings: Mapping[str, _Setting],
+    environ: dict[str, str],
+    overrides: Mapping[str, object],
+    source: Path | None,
+    errors: list[str],
+) -> Config:
+    """Layer the environment and `overrides` over the file's settings, check every value, derive the
+    folder defaults and return the Config; raise ConfigError with `errors` and every new problem if
+    there is any."""
     settings = dict(file_settings)
     if environ.get(STATE_DIR_ENV):
-        settings["state_dir"] = _Setting(environ[STATE_DIR_ENV], f"environment ({STATE_DIR_ENV})", Path.cwd())
+        settings["state_dir"] = _Setting(
+            environ[STATE_DIR_ENV], f"environment ({STATE_DIR_ENV})", Path.cwd()
+        )
     settings.update(_override_settings(overrides, errors))
     values: dict[str, object] = {}
     for name, setting in settings.items():
@@ -236,9 +275,11 @@ def _build(file_settings: Mapping[str, _Setting], environ: dict[str, str], overr
     max_wait = values.get("retry.max_wait", RetryConfig.max_wait)
     if isinstance(first_wait, float) and isinstance(max_wait, float) and max_wait < first_wait:
         origin = settings.get("retry.max_wait", settings.get("retry.first_wait"))
-        errors.append(f"{origin.origin if origin else COMMAND_LINE}: retry.max_wait: out of range: "
-                      f"{format_number(max_wait)} is less than retry.first_wait ({format_number(first_wait)}); "
-                      "expected a number >= retry.first_wait")
+        errors.append(
+            f"{origin.origin if origin else COMMAND_LINE}: retry.max_wait: out of range: "
+            f"{format_number(max_wait)} is less than retry.first_wait ({format_number(first_wait)}); "
+            "expected a number >= retry.first_wait"
+        )
     if errors:
         raise ConfigError(errors)
     state_dir = values.get("state_dir") or _derive(SCHEMA["state_dir"], environ, Path())
@@ -249,8 +290,13 @@ def _build(file_settings: Mapping[str, _Setting], environ: dict[str, str], overr
     top: dict[str, Any] = {name: value for name, value in values.items() if "." not in name}
     for section, cls in SECTIONS.items():
         prefix = f"{section}."
-        top[section] = cls(**{name[len(prefix):]: value for name, value in values.items()
-                              if name.startswith(prefix)})
+        top[section] = cls(
+            **{
+                name[len(prefix) :]: value
+                for name, value in values.items()
+                if name.startswith(prefix)
+            }
+        )
     return Config(**top, source=source)
 
 

@@ -1,5 +1,6 @@
-"""The config schema, read off the dataclasses: every dotted key and its type, how a value is checked (with an
-error that names the problem and the expected form), and the commented example file rendered from it."""
+"""The config schema, read off the dataclasses: every dotted key and its type, how a value is
+checked (with an error that names the problem and the expected form), and the commented example file
+rendered from it."""
 
 from __future__ import annotations
 
@@ -68,16 +69,17 @@ def _file_default(key: Key) -> object:
     return [] if get_origin(key.hint) is tuple else ""
 
 
-
-
 def expected_form(key: Key) -> str:
     """Return the form a key's value must take, in words."""
     return _form(key.hint, key.spec.metadata, derived=key.derive is not None)
 
 
 def _form(hint: Any, meta: Mapping[str, Any], *, derived: bool = False) -> str:
-    bounds = " and ".join(f"{op} {format_number(meta[name])}" for name, op in (("gt", ">"), ("ge", ">="))
-                          if meta.get(name) is not None)
+    bounds = " and ".join(
+        f"{op} {format_number(meta[name])}"
+        for name, op in (("gt", ">"), ("ge", ">="))
+        if meta.get(name) is not None
+    )
     bounds = f" {bounds}" if bounds else ""
     if hint is bool:
         return "true or false"
@@ -86,13 +88,19 @@ def _form(hint: Any, meta: Mapping[str, Any], *, derived: bool = False) -> str:
     if hint is float:
         return f"a number{bounds}"
     if hint is Path:
-        return 'a folder path as a string ("" = the default)' if derived else "a folder path as a string"
+        return (
+            'a folder path as a string ("" = the default)'
+            if derived
+            else "a folder path as a string"
+        )
     if get_origin(hint) is Literal:
         return "one of " + ", ".join(f'"{choice}"' for choice in get_args(hint))
     if get_origin(hint) is tuple:
         item = get_args(hint)[0]
         if item is Path:
-            return "a list of folder paths ([] = the default)" if derived else "a list of folder paths"
+            return (
+                "a list of folder paths ([] = the default)" if derived else "a list of folder paths"
+            )
         if isinstance(item, type) and issubclass(item, Enum):
             return "a list of any of " + ", ".join(f'"{choice}"' for choice in _choices(item, meta))
         return "a list of strings"
@@ -111,30 +119,48 @@ def _choices(enum: type[Enum], meta: Mapping[str, Any]) -> list[str]:
 
 
 class InvalidValue(Exception):
-    """One value that does not fit its key; the message is the problem, without the key or the expected form."""
+    """One value that does not fit its key; the message is the problem, without the key or the
+    expected form."""
 
 
 def describe_value(value: object) -> str:
     """Return how a value looks in TOML terms, for an error message."""
-    kind = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list", tuple: "list",
-            dict: "table"}.get(type(value), type(value).__name__)
+    kind = {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        tuple: "list",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
     if isinstance(value, dict):
         return kind
-    shown = str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, str) else str(value)
+    shown = (
+        str(value).lower()
+        if isinstance(value, bool)
+        else repr(value)
+        if isinstance(value, str)
+        else str(value)
+    )
     if isinstance(value, str):
         shown = '"' + shown[1:-1] + '"'
     return f"{kind} {shown[:80]}{'...' if len(shown) > 80 else ''}"
 
 
 def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -> object:
-    """Return `value` converted to `hint`'s type (None for "" / [] of a derived folder); raise InvalidValue if it
-    does not fit."""
+    """Return `value` converted to `hint`'s type (None for "" / [] of a derived folder); raise
+    InvalidValue if it does not fit."""
     if hint is bool:
         if not isinstance(value, bool):
             raise InvalidValue(f"wrong type: {describe_value(value)}")
         return value
     if hint is int or hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or (hint is int and isinstance(value, float)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or (hint is int and isinstance(value, float))
+        ):
             raise InvalidValue(f"wrong type: {describe_value(value)}")
         number: int | float = value if hint is int else float(value)
         if not math.isfinite(number):
@@ -153,7 +179,8 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
         if "\0" in text:
             raise InvalidValue("bad value: the path contains a NUL character")
         path = Path(text).expanduser()
-        # `..` and `.` collapsed, as riffd.archive.ingest.archive_key does: one transcript, one path string
+        # `..` and `.` collapsed, as riffd.archive.ingest.archive_key does: one transcript, one path
+        # string
         return Path(os.path.normpath(path if path.is_absolute() else base / path))
     if get_origin(hint) is Literal:
         choices = [str(choice) for choice in get_args(hint)]
@@ -171,7 +198,9 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
 
         try:
             shlex.split(value)
-        except ValueError as exc:  # the daemon runs the command by these words: a line that does not split is none
+        except (
+            ValueError
+        ) as exc:  # the daemon runs the command by these words: a line that does not split is none
             raise InvalidValue(f"bad value: {describe_value(value)}: {str(exc).lower()}") from None
     return value
 
@@ -189,7 +218,9 @@ def _check_list(value: object, item_hint: Any, meta: Mapping[str, Any], base: Pa
             if not isinstance(item, str):
                 problems.append(f"item {position}: wrong type: {describe_value(item)}")
             elif item not in choices:
-                problems.append(f"item {position}: bad value: {describe_value(item)}{_did_you_mean(item, choices)}")
+                problems.append(
+                    f"item {position}: bad value: {describe_value(item)}{_did_you_mean(item, choices)}"
+                )
             elif item_hint(item) not in items:
                 items.append(item_hint(item))
             continue
@@ -215,9 +246,10 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 
 def example_toml() -> str:
-    """Return the commented example config (every key at its default, with its meaning), as `riffd config init`
-    writes it and config/riffd.toml holds it."""
+    """Return the commented example config (every key at its default, with its meaning), as `riffd
+    config init` writes it and config/riffd.toml holds it."""
     import tomlkit  # only the example needs it: loading a config does not
+
     lines = [
         "# riffd configuration: every key, at its default, with what it means.",
         "#",
@@ -242,4 +274,6 @@ def example_toml() -> str:
 
 
 def _comment(text: str) -> list[str]:
-    return textwrap.wrap(text, width=110, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False)
+    return textwrap.wrap(
+        text, width=110, initial_indent="# ", subsequent_indent="# ", break_on_hyphens=False
+    )

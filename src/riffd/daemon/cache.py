@@ -1,4 +1,5 @@
-"""The worker's cache of transcript indexes: what lets an append be read from its watermark, not from the start."""
+"""The worker's cache of transcript indexes: what lets an append be read from its watermark, not
+from the start."""
 
 from __future__ import annotations
 
@@ -7,20 +8,24 @@ from collections import OrderedDict
 
 from riffd.transcript.index import TranscriptIndex
 
-INDEX_CACHE_LINES = 300_000  # lines of indexes kept in memory (about 230 bytes a line, 60 more for its detector)
+INDEX_CACHE_LINES = (
+    300_000  # lines of indexes kept in memory (about 230 bytes a line, 60 more for its detector)
+)
 ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
 
 
 class IndexCache:
     """Indexes of recently processed files, bounded by `max_lines` lines in all.
 
-    Past the budget the least recently used indexes go first, but never one used within `active_seconds`:
-    evicting a live session's index would make each of its appends read the whole file again (and two
-    active files would evict each other on every append). So memory stays bounded by the sessions that are
-    actually active, plus the budget.
+    Past the budget the least recently used indexes go first, but never one used within
+    `active_seconds`: evicting a live session's index would make each of its appends read the whole
+    file again (and two active files would evict each other on every append). So memory stays
+    bounded by the sessions that are actually active, plus the budget.
     """
 
-    def __init__(self, max_lines: int = INDEX_CACHE_LINES, active_seconds: float = ACTIVE_SECONDS) -> None:
+    def __init__(
+        self, max_lines: int = INDEX_CACHE_LINES, active_seconds: float = ACTIVE_SECONDS
+    ) -> None:
         self.max_lines = max_lines
         self.active_seconds = active_seconds
         self._indexes: OrderedDict[str, tuple[TranscriptIndex, float]] = OrderedDict()
@@ -36,7 +41,8 @@ class IndexCache:
         return entry[0]
 
     def put(self, path: str, index: TranscriptIndex) -> None:
-        """Keep `index` for `path`, then evict least recently used, inactive indexes past the line budget."""
+        """Keep `index` for `path`, then evict least recently used, inactive indexes past the line
+        budget."""
         self.drop(path)
         now = time.monotonic()
         self._indexes[path] = (index, now)

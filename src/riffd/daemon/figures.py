@@ -1,9 +1,9 @@
 """The daemon's live figures and health reports (a part of riffd.daemon.runner.Daemon).
 
-The live figures are stored in the state store, where `riffd status` and `riffd report` read them: when something
-changed (at most every SNAPSHOT_SECONDS) and every HEARTBEAT_SECONDS anyway, so their age tells a stuck daemon from
-a quiet one. A report is written on schedule and at shutdown, also when the state store cannot be written to (a
-full disk: riffd.daemon.room), and then says so.
+The live figures are stored in the state store, where `riffd status` and `riffd report` read them:
+when something changed (at most every SNAPSHOT_SECONDS) and every HEARTBEAT_SECONDS anyway, so their
+age tells a stuck daemon from a quiet one. A report is written on schedule and at shutdown, also
+when the state store cannot be written to (a full disk: riffd.daemon.room), and then says so.
 """
 
 from __future__ import annotations
@@ -34,12 +34,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
-SNAPSHOT_SECONDS = 5.0  # the live figures `status` and `report` read are at most this old when something changed
+SNAPSHOT_SECONDS = (
+    5.0  # the live figures `status` and `report` read are at most this old when something changed
+)
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
 
 
 class Figures:
-    """Publishing the live figures and writing reports; mixed into Daemon, whose attributes these are."""
+    """Publishing the live figures and writing reports; mixed into Daemon, whose attributes these
+    are."""
 
     config: Config
     store: StateStore | None
@@ -57,22 +60,36 @@ class Figures:
     _published_at: float
 
     def status_line(self) -> str:
-        """One line for the service manager's status: files watched, queued, processed, and the observer."""
+        """One line for the service manager's status: files watched, queued, processed, and the
+        observer."""
         watched = self.store.count_files() if self.store else 0
-        return (f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
-                f"observer {self.watcher.observer_kind if self.watcher else '-'}")
+        return (
+            f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
+            f"observer {self.watcher.observer_kind if self.watcher else '-'}"
+        )
 
     def publish(self, *, force: bool = False) -> None:
-        """Store the live figures where `status` and `report` read them: when something changed (at most every
-        SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck daemon from a quiet one."""
+        """Store the live figures where `status` and `report` read them: when something changed (at
+        most every SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck
+        daemon from a quiet one."""
         if self.store is None:
             return
         now = time.monotonic()
         watcher = self.watcher
-        state = (self.stats.processed, len(self.queue), watcher.events if watcher else 0, self.stats.errors_met,
-                 len(self.stats.errors), str(self.stats.last_reload), self.stats.rescans, self._startup_done,
-                 self._stopping)
-        due = now - self._published_at >= (SNAPSHOT_SECONDS if state != self._published else HEARTBEAT_SECONDS)
+        state = (
+            self.stats.processed,
+            len(self.queue),
+            watcher.events if watcher else 0,
+            self.stats.errors_met,
+            len(self.stats.errors),
+            str(self.stats.last_reload),
+            self.stats.rescans,
+            self._startup_done,
+            self._stopping,
+        )
+        due = now - self._published_at >= (
+            SNAPSHOT_SECONDS if state != self._published else HEARTBEAT_SECONDS
+        )
         if not (force or due):
             return
         try:
@@ -86,8 +103,11 @@ class Figures:
 
     def _unstored(self, exc: sqlite3.Error) -> None:
         if self.room.unstored(exc):
-            self.stats.error(f"could not store the live figures in {self.config.state_dir}: {exc}",
-                             self.room.advice(exc, "see the errors before this"), about="live figures")
+            self.stats.error(
+                f"could not store the live figures in {self.config.state_dir}: {exc}",
+                self.room.advice(exc, "see the errors before this"),
+                about="live figures",
+            )
 
     def snapshot(self) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
@@ -121,8 +141,11 @@ class Figures:
         """Write a health report now (the scheduled job, and at shutdown)."""
         assert self.store is not None
         with self._report_lock:
-            self._archive_figures = ({} if self.archive is None else
-                                     archive_summary(self.archive, self.store, self.config.claude_dir))
+            self._archive_figures = (
+                {}
+                if self.archive is None
+                else archive_summary(self.archive, self.store, self.config.claude_dir)
+            )
             snapshot = self.snapshot()
             try:  # a state store that cannot be written to (a full disk) still gets its report written, saying so
                 store_snapshot(self.store, snapshot)
@@ -133,5 +156,10 @@ class Figures:
                 self.store.record_history(history_point(report), time.time())
             except sqlite3.Error as exc:
                 log.error("could not add this report to the history: %s", exc)
-            return write_report(report, self.config.reports.dir, self.config.reports.keep,
-                                self.store.history(), self.store.recent_repairs())
+            return write_report(
+                report,
+                self.config.reports.dir,
+                self.config.reports.keep,
+                self.store.history(),
+                self.store.recent_repairs(),
+            )

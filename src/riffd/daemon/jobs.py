@@ -1,5 +1,6 @@
-"""The daemon's jobs that need only the parts they are given: backup retention, catching the archive up, the
-archive's figures for the report, and the summary after the start-up pass. riffd.daemon.runner schedules them."""
+"""The daemon's jobs that need only the parts they are given: backup retention, catching the archive
+up, the archive's figures for the report, and the summary after the start-up pass.
+riffd.daemon.runner schedules them."""
 
 from __future__ import annotations
 
@@ -46,15 +47,21 @@ def worker_settings(config: Config) -> WorkerSettings:
 @functools.lru_cache(maxsize=4)  # (asked for each file processed: a config is frozen)
 def transcript_filter(config: Config) -> TranscriptFilter:
     """Given the configuration, return the filter of watched files."""
-    return TranscriptFilter(config.roots, config.include, config.exclude,
-                            tuple(config_folders(config.roots, config.claude_dir)))
+    return TranscriptFilter(
+        config.roots,
+        config.include,
+        config.exclude,
+        tuple(config_folders(config.roots, config.claude_dir)),
+    )
 
 
 def clean_leftovers(config: Config) -> None:
-    """At the daemon's start: finish or undo the swaps killed riffd runs left under the roots, and remove the temp
-    files of riffd processes that are gone (beside transcripts and in the backup folder)."""
-    removed = (recover_and_sweep(config.roots, STALE_AFTER_SECONDS, retry=config.retry.policy)
-               + BackupStore(config.backups.dir).remove_leftovers(time.time()))
+    """At the daemon's start: finish or undo the swaps killed riffd runs left under the roots, and
+    remove the temp files of riffd processes that are gone (beside transcripts and in the backup
+    folder)."""
+    removed = recover_and_sweep(
+        config.roots, STALE_AFTER_SECONDS, retry=config.retry.policy
+    ) + BackupStore(config.backups.dir).remove_leftovers(time.time())
     if removed:
         log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
 
@@ -72,33 +79,38 @@ def backup_retention(config: Config) -> None:
             log.info("backup retention removed %d backup(s)", len(removed))
 
 
-def catch_up_archive(archive: Archive, store: StateStore,
-                     failed: Callable[[BaseException], object] | None = None) -> None:
-    """Archive what the worker read but could not archive (a full disk, a locked database), from the archive's own
-    watermark, so every line is archived once; a file that fails now is tried again at the next rescan (and its
-    error is told to `failed`: riffd.daemon.room.Room.ran_out)."""
+def catch_up_archive(
+    archive: Archive, store: StateStore, failed: Callable[[BaseException], object] | None = None
+) -> None:
+    """Archive what the worker read but could not archive (a full disk, a locked database), from the
+    archive's own watermark, so every line is archived once; a file that fails now is tried again at
+    the next rescan (and its error is told to `failed`: riffd.daemon.room.Room.ran_out)."""
     for path, offset in store.offsets().items():
         try:
-            # Behind, or ahead (a rewrite that shrank the file, which the archive did not take): ingest_file
-            # reads only the last line when nothing is new
+            # Behind, or ahead (a rewrite that shrank the file, which the archive did not take):
+            # ingest_file reads only the last line when nothing is new
             if archive.cursor(path)[1] != offset and Path(path).is_file():
                 added = ingest_file(archive, Path(path))
                 log.info("%s: archived %d line(s) the archive had missed", path, added)
         except (OSError, sqlite3.Error, ArchiveGap, PackDamaged) as exc:
-            log.warning("%s: could not catch the archive up: %s; the next rescan tries again", path, exc)
+            log.warning(
+                "%s: could not catch the archive up: %s; the next rescan tries again", path, exc
+            )
             if failed is not None:
                 failed(exc)
             if isinstance(exc, sqlite3.Error):
                 archive.reopen_if_damaged(exc)
 
 
-CLEANUP_WARNING_DAYS = 7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
+CLEANUP_WARNING_DAYS = (
+    7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
+)
 
 
 def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
-    """The archive after lines stopped coming: the packs filled meanwhile compressed at the settled level (while
-    `keep_going()`), then the open pack (the search index is left to FTS5's own merging: optimising it would
-    rewrite it whole)."""
+    """The archive after lines stopped coming: the packs filled meanwhile compressed at the settled
+    level (while `keep_going()`), then the open pack (the search index is left to FTS5's own
+    merging: optimising it would rewrite it whole)."""
     done, left = archive.compact(keep_going)
     if done:
         log.info("archive: %d pack(s) compressed at the settled level, %d left", done, left)
@@ -106,64 +118,119 @@ def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
         log.info("archive settled")
 
 
-def archive_summary(archive: Archive, store: StateStore, claude_dir: Path | None = None) -> dict[str, Any]:
-    """The archive's figures for the health report (an error, never an exception: a report is written whatever the
-    archive does), with the transcripts not (fully) archived that Claude Code's cleanup deletes within
-    CLEANUP_WARNING_DAYS (`cleanup_at_risk`, `cleanup_days`)."""
+def archive_summary(
+    archive: Archive, store: StateStore, claude_dir: Path | None = None
+) -> dict[str, Any]:
+    """The archive's figures for the health report (an error, never an exception: a report is
+    written whatever the archive does), with the transcripts not (fully) archived that Claude Code's
+    cleanup deletes within CLEANUP_WARNING_DAYS (`cleanup_at_risk`, `cleanup_days`)."""
     try:
         stats = archive.stats()
         offsets = store.offsets()
         files, lag = archive.behind(offsets)
         days = cleanup_period_days(claude_dir) if claude_dir is not None else CLEANUP_DEFAULT_DAYS
         horizon = time.time() - (days - CLEANUP_WARNING_DAYS) * 86400
-        at_risk = sorted(path for path, (_dev, _ino, _size, mtime_ns) in store.known_files().items()
-                         if mtime_ns / 1e9 < horizon and archive.cursor(path)[1] < offsets.get(path, 0))
+        at_risk = sorted(
+            path
+            for path, (_dev, _ino, _size, mtime_ns) in store.known_files().items()
+            if mtime_ns / 1e9 < horizon and archive.cursor(path)[1] < offsets.get(path, 0)
+        )
     except (sqlite3.Error, OSError) as exc:
         archive.reopen_if_damaged(exc)
         return {"error": str(exc)}
-    return {"stored_bytes": stats["stored_bytes"], "raw_bytes": stats["raw_bytes"], "ratio": stats["ratio"],
-            "sessions": stats["sessions"], "files_behind": files, "bytes_behind": lag,
-            "cleanup_days": days, "cleanup_at_risk": at_risk[:50], "cleanup_at_risk_count": len(at_risk)}
+    return {
+        "stored_bytes": stats["stored_bytes"],
+        "raw_bytes": stats["raw_bytes"],
+        "ratio": stats["ratio"],
+        "sessions": stats["sessions"],
+        "files_behind": files,
+        "bytes_behind": lag,
+        "cleanup_days": days,
+        "cleanup_at_risk": at_risk[:50],
+        "cleanup_at_risk_count": len(at_risk),
+    }
 
 
 def log_startup_summary(store: StateStore, config: Config, errors: int = 0) -> None:
-    """One line once the files found at start are looked at: files, damage by class, repairs waiting and why, and
-    how many errors the pass met (`riffd status` lists them)."""
+    """One line once the files found at start are looked at: files, damage by class, repairs waiting
+    and why, and how many errors the pass met (`riffd status` lists them)."""
     watched, with_findings, by_class = store.finding_summary(INFORMATIONAL_NAMES)
     damage = {name: count for name, count in by_class.items() if name not in INFORMATIONAL_NAMES}
     waiting = store.files_needing_repair()
-    why = ("" if not waiting else " (sessions still live or within the quiet period; repaired once idle)"
-           if config.repair.mode == "repair" else " (report-only mode: nothing is repaired)")
-    failed = (f"; {errors} error(s) on the way (`riffd status` lists them; a file that failed is looked at again at "
-              "its next change or rescan)" if errors else "")
+    why = (
+        ""
+        if not waiting
+        else " (sessions still live or within the quiet period; repaired once idle)"
+        if config.repair.mode == "repair"
+        else " (report-only mode: nothing is repaired)"
+    )
+    failed = (
+        f"; {errors} error(s) on the way (`riffd status` lists them; a file that failed is looked at again at "
+        "its next change or rescan)"
+        if errors
+        else ""
+    )
     (log.warning if errors else log.info)(
         "start-up pass done: %d file(s) watched, %d with findings (%s); %d repair(s) waiting%s%s",
-        watched, with_findings, ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))
-        or ("no damage" if not errors else "no damage in the files looked at"), len(waiting), why, failed,
-        extra={"watched": watched, "with_findings": with_findings, "findings_by_class": damage,
-               "repairs_waiting": len(waiting), "errors": errors})
+        watched,
+        with_findings,
+        ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))
+        or ("no damage" if not errors else "no damage in the files looked at"),
+        len(waiting),
+        why,
+        failed,
+        extra={
+            "watched": watched,
+            "with_findings": with_findings,
+            "findings_by_class": damage,
+            "repairs_waiting": len(waiting),
+            "errors": errors,
+        },
+    )
 
 
 def log_outcome(outcome: Outcome) -> None:
-    """Log what processing one file did: damage and repairs at INFO, an append with nothing wrong at DEBUG."""
-    damage = {name: count for name, count in outcome.classes.items() if name not in INFORMATIONAL_NAMES}
-    # An append with nothing wrong is what Claude Code does all day: DEBUG. Damage and repairs: INFO.
+    """Log what processing one file did: damage and repairs at INFO, an append with nothing wrong at
+    DEBUG."""
+    damage = {
+        name: count for name, count in outcome.classes.items() if name not in INFORMATIONAL_NAMES
+    }
+    # An append with nothing wrong is what Claude Code does all day: DEBUG. Damage and repairs:
+    # INFO.
     quiet = outcome.kind == "appended" and not damage and not outcome.repair
     found = ", ".join(f"{name} {count}" for name, count in sorted(outcome.classes.items()))
     log.log(
         logging.DEBUG if quiet else logging.INFO,
         "%s: %s, %d line(s), %d byte(s), %d finding(s)%s%s in %.1f ms",
-        outcome.path, outcome.kind, outcome.lines, outcome.bytes, outcome.findings,
+        outcome.path,
+        outcome.kind,
+        outcome.lines,
+        outcome.bytes,
+        outcome.findings,
         f" ({found})" if found else "",
-        (f", repair {outcome.repair}" + (f": {outcome.why}" if outcome.why else "")) if outcome.repair else "",
+        (f", repair {outcome.repair}" + (f": {outcome.why}" if outcome.why else ""))
+        if outcome.repair
+        else "",
         outcome.seconds * 1000,
-        extra={"path": outcome.path, "outcome": outcome.kind, "lines": outcome.lines, "bytes": outcome.bytes,
-               "findings": outcome.findings, "classes": outcome.classes, "repair": outcome.repair,
-               "why": outcome.why or None, "ms": round(outcome.seconds * 1000, 2)},
+        extra={
+            "path": outcome.path,
+            "outcome": outcome.kind,
+            "lines": outcome.lines,
+            "bytes": outcome.bytes,
+            "findings": outcome.findings,
+            "classes": outcome.classes,
+            "repair": outcome.repair,
+            "why": outcome.why or None,
+            "ms": round(outcome.seconds * 1000, 2),
+        },
     )
 
 
 def store_snapshot(store: StateStore, snapshot: dict[str, Any]) -> None:
-    """Store the daemon's live figures where `status` and `report` read them (the newest 200 latencies)."""
-    store.set_meta("daemon", {key: value for key, value in snapshot.items() if key != "latencies"}
-                   | {"latencies": snapshot["latencies"][-200:]})
+    """Store the daemon's live figures where `status` and `report` read them (the newest 200
+    latencies)."""
+    store.set_meta(
+        "daemon",
+        {key: value for key, value in snapshot.items() if key != "latencies"}
+        | {"latencies": snapshot["latencies"][-200:]},
+    )

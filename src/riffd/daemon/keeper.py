@@ -1,12 +1,14 @@
-"""The daemon's side of the files kept whole (riffd.archive.wholefiles): each new or changed one taken into the archive
-as the worker takes an append, once it has settled, and a rescan that finds what no event reported.
+"""The daemon's side of the files kept whole (riffd.archive.wholefiles): each new or changed one
+taken into the archive as the worker takes an append, once it has settled, and a rescan that finds
+what no event reported.
 
-The watcher queues a session's file like a transcript (riffd.daemon.watcher.TranscriptFilter.session_file); the
-worker thread hands it here. A file modified less than `watcher.file_settle` seconds ago, or that changes while it is
-read, comes back to the queue when it may have settled; one taken is hashed, and stored only when its bytes are new
-(a new version of its path; the earlier ones stay). What cannot be read now is looked at again at its next change or
-the next rescan, which compares every such file with the newest version the archive holds (one stat each, no read).
-Nothing here runs per append to a transcript.
+The watcher queues a session's file like a transcript
+(riffd.daemon.watcher.TranscriptFilter.session_file); the worker thread hands it here. A file
+modified less than `watcher.file_settle` seconds ago, or that changes while it is read, comes back
+to the queue when it may have settled; one taken is hashed, and stored only when its bytes are new
+(a new version of its path; the earlier ones stay). What cannot be read now is looked at again at
+its next change or the next rescan, which compares every such file with the newest version the
+archive holds (one stat each, no read). Nothing here runs per append to a transcript.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Keeper:
-    """Takes sessions' files into the archive for the worker thread; `settle` is `watcher.file_settle`."""
+    """Takes sessions' files into the archive for the worker thread; `settle` is
+    `watcher.file_settle`."""
 
     settle: float
     store: StateStore
@@ -36,15 +39,19 @@ class Keeper:
     retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
 
     def process(self, archive: Archive | None, found: SessionFile) -> float | None:
-        """Archive the file `found` if it settled and is new or changed; return when to look at it again (seconds),
-        or None. Without an archive (off for now) nothing is done: the rescan that opens it again catches up."""
+        """Archive the file `found` if it settled and is new or changed; return when to look at it
+        again (seconds), or None. Without an archive (off for now) nothing is done: the rescan that
+        opens it again catches up."""
         if archive is None:
             return None
         try:
             kept = archive.whole.keep(found, settle=self.settle, retry=self.retry)
         except OSError as exc:
-            log.warning("%s: could not read it to archive it: %s; looked at again at its next change or rescan",
-                        found.path, exc)
+            log.warning(
+                "%s: could not read it to archive it: %s; looked at again at its next change or rescan",
+                found.path,
+                exc,
+            )
             self.store.bump({"errors.read": 1})
             return None
         except sqlite3.Error as exc:
@@ -56,17 +63,34 @@ class Keeper:
                 self.store.bump({"archive.moved_aside": 1})
             return None
         if kept.outcome in ("stored", "known"):
-            self.store.bump({"archive.files_kept": 1, "archive.file_bytes_stored": kept.stored_bytes})
-            log.info("%s: archived whole (%s, version %s, %d bytes stored)", found.path, found.kind, kept.version,
-                     kept.stored_bytes, extra={"path": str(found.path), "kind": found.kind, "version": kept.version,
-                                               "stored_bytes": kept.stored_bytes})
+            self.store.bump(
+                {"archive.files_kept": 1, "archive.file_bytes_stored": kept.stored_bytes}
+            )
+            log.info(
+                "%s: archived whole (%s, version %s, %d bytes stored)",
+                found.path,
+                found.kind,
+                kept.version,
+                kept.stored_bytes,
+                extra={
+                    "path": str(found.path),
+                    "kind": found.kind,
+                    "version": kept.version,
+                    "stored_bytes": kept.stored_bytes,
+                },
+            )
         return kept.retry_after
 
 
-def reconcile_files(transcript_filter: TranscriptFilter, archive: Archive | None, on_change: Callable[[str], None],
-                    on_error: Callable[[OSError], None] | None = None) -> int:
-    """Queue every file of a session kept whole that the archive does not hold as it is now (size, modification time
-    and mode of its newest version); return how many. One stat per file, no reads."""
+def reconcile_files(
+    transcript_filter: TranscriptFilter,
+    archive: Archive | None,
+    on_change: Callable[[str], None],
+    on_error: Callable[[OSError], None] | None = None,
+) -> int:
+    """Queue every file of a session kept whole that the archive does not hold as it is now (size,
+    modification time and mode of its newest version); return how many. One stat per file, no
+    reads."""
     if archive is None:
         return 0
     held = archive.whole.held()
@@ -78,7 +102,8 @@ def reconcile_files(transcript_filter: TranscriptFilter, archive: Archive | None
         except OSError:
             continue
         if held.get(str(found.path)) != (status.st_size, status.st_mtime_ns, status.st_mode) and (
-                transcript_filter.session_file(found.path) is not None):
+            transcript_filter.session_file(found.path) is not None
+        ):
             on_change(str(found.path))
             queued += 1
     return queued

@@ -1,13 +1,14 @@
-"""One daemon per state folder: an advisory lock on `<state dir>/riffd.lock`, and the pid of the daemon that holds
-it (for `riffd status`).
+"""One daemon per state folder: an advisory lock on `<state dir>/riffd.lock`, and the pid of the
+daemon that holds it (for `riffd status`).
 
-The lock file can be deleted under a running daemon (its state folder removed by hand, or by a clean-up tool):
-its flock then sits on a file no other process can open, and a second daemon would lock a new one. Two things
-keep the guarantee: on Linux the daemon also binds an abstract Unix socket named after the state folder, which no
-file deletion removes (a second daemon, and `status`, find it there, with the holder's pid from SO_PEERCRED); and
-a thread notices within a second that the lock file is gone, takes the lock again on a new file and stops the
-daemon, which then starts again in place (same pid, the lock and the socket handed over across the exec) on a
-fresh state folder, filled again from the transcripts. Where there is no abstract socket (macOS) and another
+The lock file can be deleted under a running daemon (its state folder removed by hand, or by a
+clean-up tool): its flock then sits on a file no other process can open, and a second daemon would
+lock a new one. Two things keep the guarantee: on Linux the daemon also binds an abstract Unix
+socket named after the state folder, which no file deletion removes (a second daemon, and `status`,
+find it there, with the holder's pid from SO_PEERCRED); and a thread notices within a second that
+the lock file is gone, takes the lock again on a new file and stops the daemon, which then starts
+again in place (same pid, the lock and the socket handed over across the exec) on a fresh state
+folder, filled again from the transcripts. Where there is no abstract socket (macOS) and another
 daemon took the new lock file in that second, this one stops with exit 2.
 """
 
@@ -27,7 +28,9 @@ from pathlib import Path
 
 LOCK_NAME = "riffd.lock"
 EXIT_RESTART = 75  # Daemon.run's code for "start me again in place" (riffd.commands.daemon execs); never an exit
-HANDED_OVER = "RIFFD_HANDED_OVER_LOCK"  # "<lock fd>,<socket fd or -1>" across the exec of a restart in place
+HANDED_OVER = (
+    "RIFFD_HANDED_OVER_LOCK"  # "<lock fd>,<socket fd or -1>" across the exec of a restart in place
+)
 CHECK_SECONDS = 1.0
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
@@ -46,8 +49,8 @@ def _guard_name(state_dir: Path) -> bytes | None:
 
 
 def guard_holder(state_dir: Path) -> int | None:
-    """Return the pid of the daemon whose guard socket names `state_dir` (-1 when its pid cannot be told), or None
-    when none listens (or the platform has no abstract sockets)."""
+    """Return the pid of the daemon whose guard socket names `state_dir` (-1 when its pid cannot be
+    told), or None when none listens (or the platform has no abstract sockets)."""
     name = _guard_name(state_dir)
     if name is None:
         return None
@@ -55,7 +58,9 @@ def guard_holder(state_dir: Path) -> int | None:
     probe.settimeout(2.0)
     try:
         probe.connect(name)
-        _pid, *_ids = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        _pid, *_ids = struct.unpack(
+            "3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        )
         return int(_pid) if _pid > 0 else -1
     except ConnectionRefusedError:
         return None  # bound by a daemon that is not listening yet, or by no one (ENOENT is FileNotFoundError)
@@ -68,8 +73,9 @@ def guard_holder(state_dir: Path) -> int | None:
 
 
 class StateLock:
-    """An exclusive flock on `<state dir>/riffd.lock` holding the daemon's pid, and (Linux) the state folder's
-    abstract socket; `riffd status` probes both. With `on_lost`, a thread keeps them true while the daemon runs."""
+    """An exclusive flock on `<state dir>/riffd.lock` holding the daemon's pid, and (Linux) the
+    state folder's abstract socket; `riffd status` probes both. With `on_lost`, a thread keeps them
+    true while the daemon runs."""
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / LOCK_NAME
@@ -81,9 +87,10 @@ class StateLock:
         self._thread: threading.Thread | None = None
 
     def acquire(self, on_lost: Callable[[], object] | None = None) -> None:
-        """Take the lock (or the one handed over by the process this one replaced) or raise AlreadyRunning naming
-        the holder's pid. With `on_lost`, check every CHECK_SECONDS until `finish` that the lock file is still the
-        one held; when it is gone, take it again, say so in the log and call `on_lost` (the daemon stops)."""
+        """Take the lock (or the one handed over by the process this one replaced) or raise
+        AlreadyRunning naming the holder's pid. With `on_lost`, check every CHECK_SECONDS until
+        `finish` that the lock file is still the one held; when it is gone, take it again, say so in
+        the log and call `on_lost` (the daemon stops)."""
         if not self._adopt():
             self.guard = self._bind_guard()
             try:
@@ -92,7 +99,9 @@ class StateLock:
                 self._close_guard()
                 raise
         if on_lost is not None:
-            self._thread = threading.Thread(target=self._watch, args=(on_lost,), name="riffd-lock", daemon=True)
+            self._thread = threading.Thread(
+                target=self._watch, args=(on_lost,), name="riffd-lock", daemon=True
+            )
             self._thread.start()
 
     def _bind_guard(self) -> socket.socket | None:
@@ -114,7 +123,8 @@ class StateLock:
         return guard
 
     def _take(self) -> None:
-        """Lock the file at `path` (made, with its folder, when missing); raise AlreadyRunning when another holds it."""
+        """Lock the file at `path` (made, with its folder, when missing); raise AlreadyRunning when
+        another holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -131,8 +141,8 @@ class StateLock:
         self.fd = fd
 
     def intact(self) -> bool:
-        """Return True while `path` names the file this lock holds (or nothing is held); False once it was deleted
-        or replaced. A status that cannot be read says nothing: True."""
+        """Return True while `path` names the file this lock holds (or nothing is held); False once
+        it was deleted or replaced. A status that cannot be read says nothing: True."""
         if self.fd is None:
             return True
         try:
@@ -148,7 +158,9 @@ class StateLock:
         while not self._stop.is_set():
             if self.guard is not None:
                 try:
-                    connection, _address = self.guard.accept()  # a `status` probe: it has read our pid already
+                    connection, _address = (
+                        self.guard.accept()
+                    )  # a `status` probe: it has read our pid already
                     connection.close()
                 except TimeoutError:
                     pass
@@ -161,26 +173,34 @@ class StateLock:
                 on_lost()
 
     def _retake(self) -> None:
-        """The lock file is gone: lock a new one (so no second daemon starts and `status` finds this one)."""
+        """The lock file is gone: lock a new one (so no second daemon starts and `status` finds this
+        one)."""
         old = self.fd
         try:
             self._take()
             self.retaken = True
-            self.lost = (f"{self.path} was deleted while this daemon held it (its state folder removed?): took the "
-                         "lock again on a new file; restarting in place so the state and the archive are made anew "
-                         "from the transcripts")
+            self.lost = (
+                f"{self.path} was deleted while this daemon held it (its state folder removed?): took the "
+                "lock again on a new file; restarting in place so the state and the archive are made anew "
+                "from the transcripts"
+            )
         except AlreadyRunning as exc:
-            self.lost = f"{self.path} was deleted while this daemon held it, and {exc}: stopping (exit 2)"
+            self.lost = (
+                f"{self.path} was deleted while this daemon held it, and {exc}: stopping (exit 2)"
+            )
         except OSError as exc:
-            self.lost = (f"{self.path} was deleted while this daemon held it, and it cannot be made again ({exc}): "
-                         "stopping (exit 2)")
+            self.lost = (
+                f"{self.path} was deleted while this daemon held it, and it cannot be made again ({exc}): "
+                "stopping (exit 2)"
+            )
         if self.fd != old and old is not None:
             os.close(old)
         log.error("%s", self.lost)
 
     def finish(self) -> int:
-        """Stop watching; release the lock, or, when it was lost and taken again, hand it (and the socket) to the
-        process that replaces this one. Return Daemon.run's code: 0, EXIT_RESTART, or 2 when the lock was lost."""
+        """Stop watching; release the lock, or, when it was lost and taken again, hand it (and the
+        socket) to the process that replaces this one. Return Daemon.run's code: 0, EXIT_RESTART, or
+        2 when the lock was lost."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2 * CHECK_SECONDS)
@@ -196,8 +216,9 @@ class StateLock:
         return 2 if self.lost else 0
 
     def _adopt(self) -> bool:
-        """Take over the lock and socket that the daemon this process replaces handed over (HANDED_OVER); False when
-        there are none, or they are not this state folder's lock any more."""
+        """Take over the lock and socket that the daemon this process replaces handed over
+        (HANDED_OVER); False when there are none, or they are not this state folder's lock any
+        more."""
         handed = os.environ.pop(HANDED_OVER, "")
         try:
             lock_fd, guard_fd = (int(part) for part in handed.split(","))
@@ -207,7 +228,9 @@ class StateLock:
             held, on_disk = os.fstat(lock_fd), os.stat(self.path)
             if (held.st_dev, held.st_ino) != (on_disk.st_dev, on_disk.st_ino):
                 raise FileNotFoundError(self.path)
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same open file: ours already, never blocks
+            fcntl.flock(
+                lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB
+            )  # the same open file: ours already, never blocks
         except OSError:
             for fd in (lock_fd, guard_fd):
                 if fd >= 0:
@@ -228,7 +251,8 @@ class StateLock:
             self.guard = None
 
     def release(self) -> None:
-        """Release the lock (the file stays: removing it could split the lock between two starters)."""
+        """Release the lock (the file stays: removing it could split the lock between two
+        starters)."""
         self._stop.set()
         if self.fd is not None:
             if self.intact():
@@ -239,17 +263,23 @@ class StateLock:
 
 
 def restart_in_place() -> None:
-    """Replace this process by a new run of the same command (same pid, same environment), which adopts the lock
-    StateLock.finish handed over; return only when that cannot be done (OSError logged)."""
+    """Replace this process by a new run of the same command (same pid, same environment), which
+    adopts the lock StateLock.finish handed over; return only when that cannot be done (OSError
+    logged)."""
     try:
         os.execv(sys.executable, sys.orig_argv)
     except OSError as exc:
-        log.error("could not start again in place (%s %s): %s", sys.executable, " ".join(sys.orig_argv[1:]), exc)
+        log.error(
+            "could not start again in place (%s %s): %s",
+            sys.executable,
+            " ".join(sys.orig_argv[1:]),
+            exc,
+        )
 
 
 def running_pid(state_dir: Path) -> int | None:
-    """Return the pid of the daemon holding `state_dir`'s lock (-1 when it cannot be told), or None when none does;
-    a daemon whose lock file was deleted under it is found by its socket (Linux)."""
+    """Return the pid of the daemon holding `state_dir`'s lock (-1 when it cannot be told), or None
+    when none does; a daemon whose lock file was deleted under it is found by its socket (Linux)."""
     path = state_dir / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -268,8 +298,8 @@ def running_pid(state_dir: Path) -> int | None:
 
 
 def lock_time(state_dir: Path) -> float | None:
-    """Return when the daemon holding `state_dir`'s lock took it (the lock file's mtime: it writes its pid there
-    then), or None."""
+    """Return when the daemon holding `state_dir`'s lock took it (the lock file's mtime: it writes
+    its pid there then), or None."""
     try:
         return os.stat(state_dir / LOCK_NAME).st_mtime
     except OSError:

@@ -1,8 +1,9 @@
-"""The health report as Prometheus text-format metrics (`metrics.prom`, beside the reports, for node_exporter's
-textfile collector): written atomically with every report, so a scrape never reads half a file.
+"""The health report as Prometheus text-format metrics (`metrics.prom`, beside the reports, for
+node_exporter's textfile collector): written atomically with every report, so a scrape never reads
+half a file.
 
-Every figure comes from the report it is written with; `riffd_report_timestamp_seconds` says when, so an alert on
-its age catches a daemon that stopped writing.
+Every figure comes from the report it is written with; `riffd_report_timestamp_seconds` says when,
+so an alert on its age catches a daemon that stopped writing.
 """
 
 from __future__ import annotations
@@ -14,13 +15,25 @@ from typing import Any
 _METRICS: dict[str, tuple[str, str]] = {
     "riffd_up": ("gauge", "1 when the riffd daemon that wrote this file was running, else 0."),
     "riffd_healthy": ("gauge", "1 when the report found nothing that needs attention, else 0."),
-    "riffd_report_timestamp_seconds": ("gauge", "When the report behind these figures was made (Unix time)."),
+    "riffd_report_timestamp_seconds": (
+        "gauge",
+        "When the report behind these figures was made (Unix time).",
+    ),
     "riffd_files_watched": ("gauge", "Transcripts riffd keeps a watermark for."),
-    "riffd_files_with_findings": ("gauge", "Transcripts with open findings (not informational, not acknowledged)."),
+    "riffd_files_with_findings": (
+        "gauge",
+        "Transcripts with open findings (not informational, not acknowledged).",
+    ),
     "riffd_findings": ("gauge", "Findings by class and state (open, acknowledged, informational)."),
     "riffd_findings_repaired_total": ("counter", "Findings repaired, by class."),
-    "riffd_repairs_total": ("counter", "Repair attempts by outcome (repaired, skipped, failed) and reason."),
-    "riffd_io_retries_total": ("counter", "Reads retried after an I/O error (cloud-synced folders)."),
+    "riffd_repairs_total": (
+        "counter",
+        "Repair attempts by outcome (repaired, skipped, failed) and reason.",
+    ),
+    "riffd_io_retries_total": (
+        "counter",
+        "Reads retried after an I/O error (cloud-synced folders).",
+    ),
     "riffd_io_give_ups_total": ("counter", "Reads given up after every retry."),
     "riffd_archive_stored_bytes": ("gauge", "Bytes the archive takes on disk."),
     "riffd_archive_raw_bytes": ("gauge", "Bytes of transcript lines the archive holds."),
@@ -28,7 +41,10 @@ _METRICS: dict[str, tuple[str, str]] = {
     "riffd_backups": ("gauge", "Verified backups kept."),
     "riffd_backup_bytes": ("gauge", "Bytes the backups take."),
     "riffd_queue_depth": ("gauge", "Files waiting to be looked at."),
-    "riffd_event_latency_seconds": ("gauge", "From a change on disk to riffd done with it, by quantile (recent)."),
+    "riffd_event_latency_seconds": (
+        "gauge",
+        "From a change on disk to riffd done with it, by quantile (recent).",
+    ),
     "riffd_uptime_seconds": ("gauge", "How long the daemon has run."),
 }
 
@@ -37,11 +53,15 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _sample(name: str, value: float | int | None, labels: dict[str, str] | None = None) -> str | None:
+def _sample(
+    name: str, value: float | int | None, labels: dict[str, str] | None = None
+) -> str | None:
     if value is None:
         return None
     label_text = ",".join(f'{key}="{_escape(str(item))}"' for key, item in (labels or {}).items())
-    number = str(value) if isinstance(value, int) else repr(float(value))  # every digit: a timestamp needs them
+    number = (
+        str(value) if isinstance(value, int) else repr(float(value))
+    )  # every digit: a timestamp needs them
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
 
 
@@ -54,27 +74,44 @@ def render_metrics(report: dict[str, Any]) -> str:
         "riffd_up": [_sample("riffd_up", int(bool(daemon["running"])))],
         "riffd_healthy": [_sample("riffd_healthy", int(bool(report["healthy"])))],
         "riffd_report_timestamp_seconds": [
-            _sample("riffd_report_timestamp_seconds", datetime.fromisoformat(report["generated_at"]).timestamp())],
+            _sample(
+                "riffd_report_timestamp_seconds",
+                datetime.fromisoformat(report["generated_at"]).timestamp(),
+            )
+        ],
         "riffd_files_watched": [_sample("riffd_files_watched", files["watched"])],
         "riffd_files_with_findings": [_sample("riffd_files_with_findings", files["with_findings"])],
-        "riffd_findings": [_sample("riffd_findings", count, {"class": name, "state": state})
-                           for state in ("open", "acknowledged", "informational")
-                           for name, count in (findings.get(state) or {}).items()],
-        "riffd_findings_repaired_total": [_sample("riffd_findings_repaired_total", count, {"class": name})
-                                          for name, count in (findings.get("repaired") or {}).items()],
-        "riffd_repairs_total": [_sample("riffd_repairs_total", repairs["done"], {"outcome": "repaired", "reason": ""})]
-        + [_sample("riffd_repairs_total", count, {"outcome": outcome, "reason": reason})
-           for outcome in ("skipped", "failed") for reason, count in (repairs.get(outcome) or {}).items()],
+        "riffd_findings": [
+            _sample("riffd_findings", count, {"class": name, "state": state})
+            for state in ("open", "acknowledged", "informational")
+            for name, count in (findings.get(state) or {}).items()
+        ],
+        "riffd_findings_repaired_total": [
+            _sample("riffd_findings_repaired_total", count, {"class": name})
+            for name, count in (findings.get("repaired") or {}).items()
+        ],
+        "riffd_repairs_total": [
+            _sample("riffd_repairs_total", repairs["done"], {"outcome": "repaired", "reason": ""})
+        ]
+        + [
+            _sample("riffd_repairs_total", count, {"outcome": outcome, "reason": reason})
+            for outcome in ("skipped", "failed")
+            for reason, count in (repairs.get(outcome) or {}).items()
+        ],
         "riffd_io_retries_total": [_sample("riffd_io_retries_total", io["retries"])],
         "riffd_io_give_ups_total": [_sample("riffd_io_give_ups_total", io["give_ups"])],
-        "riffd_archive_stored_bytes": [_sample("riffd_archive_stored_bytes", archive.get("stored_bytes"))],
+        "riffd_archive_stored_bytes": [
+            _sample("riffd_archive_stored_bytes", archive.get("stored_bytes"))
+        ],
         "riffd_archive_raw_bytes": [_sample("riffd_archive_raw_bytes", archive.get("raw_bytes"))],
         "riffd_archive_sessions": [_sample("riffd_archive_sessions", archive.get("sessions"))],
         "riffd_backups": [_sample("riffd_backups", backups["count"])],
         "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups["bytes"])],
         "riffd_queue_depth": [_sample("riffd_queue_depth", report["queue"]["depth"])],
-        "riffd_event_latency_seconds": [_sample("riffd_event_latency_seconds", latency[key], {"quantile": quantile})
-                                        for key, quantile in (("p50", "0.5"), ("p95", "0.95"), ("max", "1"))],
+        "riffd_event_latency_seconds": [
+            _sample("riffd_event_latency_seconds", latency[key], {"quantile": quantile})
+            for key, quantile in (("p50", "0.5"), ("p95", "0.95"), ("max", "1"))
+        ],
         "riffd_uptime_seconds": [_sample("riffd_uptime_seconds", daemon.get("uptime_seconds"))],
     }
     lines = []

@@ -1,9 +1,10 @@
-"""The systemd notify protocol (sd_notify(3)) without dependencies: readiness, status, watchdog, reload, stop.
+"""The systemd notify protocol (sd_notify(3)) without dependencies: readiness, status, watchdog,
+reload, stop.
 
-Each message is one datagram of newline-separated `KEY=value` fields, sent to the AF_UNIX socket named by
-$NOTIFY_SOCKET. Outside systemd (no $NOTIFY_SOCKET) every call is a no-op returning False, so the daemon calls
-these unconditionally. A failed send is logged at debug and returns False: the service manager going away must
-never take the daemon down with it.
+Each message is one datagram of newline-separated `KEY=value` fields, sent to the AF_UNIX socket
+named by $NOTIFY_SOCKET. Outside systemd (no $NOTIFY_SOCKET) every call is a no-op returning False,
+so the daemon calls these unconditionally. A failed send is logged at debug and returns False: the
+service manager going away must never take the daemon down with it.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ log = logging.getLogger(__name__)
 
 
 class Notifier:
-    """Sends sd_notify messages to the socket named in the environment, or does nothing when there is none."""
+    """Sends sd_notify messages to the socket named in the environment, or does nothing when there
+    is none."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from `environ` (default: os.environ)."""
+        """Read NOTIFY_SOCKET, WATCHDOG_USEC and WATCHDOG_PID from `environ` (default:
+        os.environ)."""
         env = os.environ if environ is None else environ
         self.address = _socket_address(env.get("NOTIFY_SOCKET", ""))
         self._watchdog_usec = env.get("WATCHDOG_USEC", "")
@@ -33,7 +36,8 @@ class Notifier:
         return self.address is not None
 
     def ready(self, status: str | None = None) -> bool:
-        """Tell systemd that startup finished (READY=1), with an optional status line; return True if sent."""
+        """Tell systemd that startup finished (READY=1), with an optional status line; return True
+        if sent."""
         fields = ["READY=1"]
         if status is not None:
             fields.append(f"STATUS={_one_line(status)}")
@@ -52,14 +56,17 @@ class Notifier:
         return self.send("STOPPING=1")
 
     def reloading(self) -> bool:
-        """Tell systemd that a reload began (RELOADING=1 plus MONOTONIC_USEC, which Type=notify-reload in
-        systemd >= 253 requires and older versions ignore); send ready() when it is done; return True if sent."""
-        # time.monotonic_ns is CLOCK_MONOTONIC on Linux, the clock systemd compares MONOTONIC_USEC against.
+        """Tell systemd that a reload began (RELOADING=1 plus MONOTONIC_USEC, which
+        Type=notify-reload in systemd >= 253 requires and older versions ignore); send ready() when
+        it is done; return True if sent."""
+        # time.monotonic_ns is CLOCK_MONOTONIC on Linux, the clock systemd compares MONOTONIC_USEC
+        # against.
         return self.send("RELOADING=1", f"MONOTONIC_USEC={time.monotonic_ns() // 1000}")
 
     def watchdog_interval(self) -> float | None:
-        """Return how often to call watchdog(), in seconds (half of $WATCHDOG_USEC, as sd_watchdog_enabled(3)
-        recommends), or None when no watchdog is set for this process or there is no notify socket."""
+        """Return how often to call watchdog(), in seconds (half of $WATCHDOG_USEC, as
+        sd_watchdog_enabled(3) recommends), or None when no watchdog is set for this process or
+        there is no notify socket."""
         if not self.enabled:
             return None
         try:
@@ -78,7 +85,8 @@ class Notifier:
         return usec / 2 / 1_000_000
 
     def send(self, *fields: str) -> bool:
-        """Send `fields` as one datagram; return True if sent, False when disabled or the send failed."""
+        """Send `fields` as one datagram; return True if sent, False when disabled or the send
+        failed."""
         if self.address is None or not fields:
             return False
         message = "\n".join(fields).encode()
@@ -92,8 +100,8 @@ class Notifier:
 
 
 def _socket_address(value: str) -> str | None:
-    """Given $NOTIFY_SOCKET, return the address to send to: a path as is, `@name` as the abstract name
-    `\\0name`; None when unset or of a kind riffd does not speak (e.g. vsock:)."""
+    """Given $NOTIFY_SOCKET, return the address to send to: a path as is, `@name` as the abstract
+    name `\\0name`; None when unset or of a kind riffd does not speak (e.g. vsock:)."""
     if value.startswith("/"):
         return value
     if value.startswith("@") and len(value) > 1:

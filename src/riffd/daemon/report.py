@@ -44,10 +44,12 @@ def percentile(samples: list[float], fraction: float) -> float | None:
     return ordered[min(rank, len(ordered)) - 1]
 
 
-def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None) -> dict[str, Any]:
-    """Given the state store, the backup folder and the daemon's snapshot (its live figures, `running` true only
-    when that daemon runs now; a stopped daemon's last figures; or None when none was ever seen), return the
-    report as a JSON-ready dict."""
+def build_report(
+    store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Given the state store, the backup folder and the daemon's snapshot (its live figures,
+    `running` true only when that daemon runs now; a stopped daemon's last figures; or None when
+    none was ever seen), return the report as a JSON-ready dict."""
     now = time.time()
     daemon = daemon or {}
     watched = store.count_files()
@@ -57,7 +59,11 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     backups = _backup_summary(backup_dir)
     running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
-    errors = [error for error in daemon.get("errors", []) if now - float(error.get("time", 0)) < RECENT_SECONDS]
+    errors = [
+        error
+        for error in daemon.get("errors", [])
+        if now - float(error.get("time", 0)) < RECENT_SECONDS
+    ]
     seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
     state_dir = store.path.parent
     free = free_bytes(state_dir)
@@ -65,49 +71,80 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
     uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
     problems = []
     if free is not None and full:
-        problems.append(f"the disk holding the state folder {state_dir} is full ({free / 1024:.0f} KiB free): riffd "
-                        "cannot store findings, figures or archived lines; free some space there" + (
-                            " (riffd goes on by itself, and catches up)" if running else
-                            " before starting riffd"))
-    # What keeps the daemon itself from working: also a problem while it is starting (`status` exits 1 then)
+        problems.append(
+            f"the disk holding the state folder {state_dir} is full ({free / 1024:.0f} KiB free): riffd "
+            "cannot store findings, figures or archived lines; free some space there"
+            + (
+                " (riffd goes on by itself, and catches up)"
+                if running
+                else " before starting riffd"
+            )
+        )
+    # What keeps the daemon itself from working: also a problem while it is starting (`status` exits
+    # 1 then)
     blocked = None
     if running and seen_at is not None and now - seen_at > STUCK_SECONDS:
-        blocked = (f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
-                   + ("it cannot write them (the disk is full)" if full else
-                      "it may be stuck (its log says more; restarting it is safe)"))
+        blocked = (
+            f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it may be stuck (its log says more; restarting it is safe)"
+            )
+        )
     elif running and daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
-        blocked = (f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
-                   + ("it cannot write them (the disk is full)" if full else
-                      "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"))
+        blocked = (
+            f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"
+            )
+        )
     elif running and full:
         blocked = problems[0]
     if not running and daemon.get("stopping"):
-        problems.append(f"the riffd daemon (pid {daemon.get('pid')}) is stopping: it finishes what is queued and exits "
-                        "(`riffd run`, or the service, starts it again)")
+        problems.append(
+            f"the riffd daemon (pid {daemon.get('pid')}) is stopping: it finishes what is queued and exits "
+            "(`riffd run`, or the service, starts it again)"
+        )
     elif not running:
-        problems.append(f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)")
+        problems.append(
+            f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)"
+        )
     elif blocked is not None and blocked not in problems:
         problems.append(blocked)
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
     damage, with_findings = findings["open"], findings["files"]
     if damage:
-        problems.append(f"{sum(damage.values())} open finding(s) in {with_findings} file(s): each is listed under "
-                        "`attention` with what deals with it")
+        problems.append(
+            f"{sum(damage.values())} open finding(s) in {with_findings} file(s): each is listed under "
+            "`attention` with what deals with it"
+        )
     if findings["ack_error"]:
         problems.append(findings["ack_error"])
-    moved_state, moved_archive = damaged_copies(store.path), damaged_copies(store.path.parent / ARCHIVE_NAME)
+    moved_state, moved_archive = (
+        damaged_copies(store.path),
+        damaged_copies(store.path.parent / ARCHIVE_NAME),
+    )
     if moved_archive:
-        problems.append(f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
-                        "copies its readable lines into the new archive")
+        problems.append(
+            f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
+            "copies its readable lines into the new archive"
+        )
     at_risk = (daemon.get("archive") or {}).get("cleanup_at_risk_count")
     if at_risk:
         days = (daemon.get("archive") or {}).get("cleanup_days")
-        problems.append(f"{at_risk} transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
-                        f"(cleanupPeriodDays {days:g}) within a week: `archive.cleanup_at_risk` names them; "
-                        "`riffd archive ingest` archives them now")
+        problems.append(
+            f"{at_risk} transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
+            f"(cleanupPeriodDays {days:g}) within a week: `archive.cleanup_at_risk` names them; "
+            "`riffd archive ingest` archives them now"
+        )
     if (daemon.get("last_reload") or {}).get("ok") is False:
-        problems.append("the last configuration reload failed; the previous configuration is still in use")
+        problems.append(
+            "the last configuration reload failed; the previous configuration is still in use"
+        )
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
     return {
         "schema": REPORT_SCHEMA,
@@ -136,15 +173,23 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
             "rescans": daemon.get("rescans", 0),
         },
         "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
-        "files": {"watched": watched, "with_findings": with_findings, "repaired": repairs["files_repaired"]},
+        "files": {
+            "watched": watched,
+            "with_findings": with_findings,
+            "repaired": repairs["files_repaired"],
+        },
         "attention": findings["attention"][:ATTENTION_LISTED],
         "attention_total": len(findings["attention"]),
-        "findings": {"open": dict(sorted(damage.items())),
-                     "acknowledged": dict(sorted(findings["acknowledged"].items())),
-                     "informational": dict(sorted(findings["informational"].items())),
-                     "repaired": repairs["findings_repaired_by_class"],
-                     "pending": [{"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
-                                 for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)]},
+        "findings": {
+            "open": dict(sorted(damage.items())),
+            "acknowledged": dict(sorted(findings["acknowledged"].items())),
+            "informational": dict(sorted(findings["informational"].items())),
+            "repaired": repairs["findings_repaired_by_class"],
+            "pending": [
+                {"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
+                for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)
+            ],
+        },
         "repairs": {
             "done": repairs["done"],
             "skipped": repairs["skipped_by_reason"],
@@ -171,24 +216,40 @@ def build_report(store: StateStore, backup_dir: Path, daemon: dict[str, Any] | N
         "tracker": _tracker_summary(daemon.get("tracker") or {}),
         "archive": {
             key: (daemon.get("archive") or {}).get(key)
-            for key in ("stored_bytes", "raw_bytes", "ratio", "sessions", "files_behind", "bytes_behind",
-                        "cleanup_days", "cleanup_at_risk", "cleanup_at_risk_count")
+            for key in (
+                "stored_bytes",
+                "raw_bytes",
+                "ratio",
+                "sessions",
+                "files_behind",
+                "bytes_behind",
+                "cleanup_days",
+                "cleanup_at_risk",
+                "cleanup_at_risk_count",
+            )
         },
         "databases": {
             "state": {"path": str(store.path), "moved_aside": [str(path) for path in moved_state]},
-            "archive": {"path": str(store.path.parent / ARCHIVE_NAME),
-                        "moved_aside": [str(path) for path in moved_archive]},
+            "archive": {
+                "path": str(store.path.parent / ARCHIVE_NAME),
+                "moved_aside": [str(path) for path in moved_archive],
+            },
         },
         "errors": errors,
     }
 
 
 def _iso(seconds: float | None) -> str | None:
-    return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds") if seconds else None
+    return (
+        datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
+        if seconds
+        else None
+    )
 
 
 def _last_seen(daemon: dict[str, Any]) -> str:
-    """' (last seen at <local time>, pid N)' for a stopped daemon's figures, '' when none was ever seen."""
+    """' (last seen at <local time>, pid N)' for a stopped daemon's figures, '' when none was ever
+    seen."""
     if not daemon.get("seen_at"):
         return ""
     return f" (last seen at {_iso(float(daemon['seen_at']))}, pid {daemon.get('pid')})"
@@ -212,7 +273,9 @@ def _round(value: float | None) -> float | None:
 def _backup_summary(backup_dir: Path) -> dict[str, Any]:
     if not backup_dir.is_dir():
         return {"count": 0, "bytes": 0, "oldest": None}
-    from riffd.repair.backup import BackupStore  # here: `riffd status` starts without the repair machinery
+    from riffd.repair.backup import (
+        BackupStore,
+    )  # here: `riffd status` starts without the repair machinery
 
     records = BackupStore(backup_dir).list()
     oldest = min((record.created_at for record in records), default=None)
@@ -227,7 +290,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     """Return a short human-readable summary of a report."""
     daemon, files, repairs = report["daemon"], report["files"], report["repairs"]
     status = "healthy" if report["healthy"] else "needs attention"
-    tracker = report.get("tracker") or _tracker_summary({})  # reports written before the tracker lack it
+    tracker = report.get("tracker") or _tracker_summary(
+        {}
+    )  # reports written before the tracker lack it
     lines = [
         f"# riffd health report ({report['generated_at']})",
         "",
@@ -239,13 +304,19 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
         f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
         f"- open findings: {_counts(report['findings']['open'])}"
-        + (f"; acknowledged: {_counts(report['findings']['acknowledged'])}"
-           if report["findings"].get("acknowledged") else ""),
+        + (
+            f"; acknowledged: {_counts(report['findings']['acknowledged'])}"
+            if report["findings"].get("acknowledged")
+            else ""
+        ),
         _pending_line(report["findings"].get("pending", [])),
         *_attention_lines(report.get("attention", [])),
         f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
         f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
-        + (", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"]) or "-"),
+        + (
+            ", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"])
+            or "-"
+        ),
         _archive_line(report.get("archive") or {}),
         f"- repaired findings: {_counts(report['findings']['repaired'])}",
         f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
@@ -258,20 +329,31 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for name, database in (report.get("databases") or {}).items():
         if database["moved_aside"]:
-            lines.append(f"- {name} database: damaged earlier, moved aside to {', '.join(database['moved_aside'])}"
-                         + (" (rebuilt by a rescan; delete the old file when you like)" if name == "state" else
-                            " (`riffd archive recover` copies its readable lines into the new archive)"))
+            lines.append(
+                f"- {name} database: damaged earlier, moved aside to {', '.join(database['moved_aside'])}"
+                + (
+                    " (rebuilt by a rescan; delete the old file when you like)"
+                    if name == "state"
+                    else " (`riffd archive recover` copies its readable lines into the new archive)"
+                )
+            )
     for error in report["errors"][-5:]:
-        lines.append(f"- error: {error['message']}" + (f" ({error['suggestion']})" if error.get("suggestion") else ""))
+        lines.append(
+            f"- error: {error['message']}"
+            + (f" ({error['suggestion']})" if error.get("suggestion") else "")
+        )
     return "\n".join(lines) + "\n"
 
 
 def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
-    """Every stored finding sorted out: open damage by class (and the files holding it), acknowledged and
-    informational findings by class, and the `attention` list (open first, then acknowledged)."""
+    """Every stored finding sorted out: open damage by class (and the files holding it),
+    acknowledged and informational findings by class, and the `attention` list (open first, then
+    acknowledged)."""
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
-    except AckFileError as exc:  # a broken file must not hide damage: nothing counts as acknowledged
+    except (
+        AckFileError
+    ) as exc:  # a broken file must not hide damage: nothing counts as acknowledged
         acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
     damage: Counter[str] = Counter()
     acknowledged: Counter[str] = Counter()
@@ -291,8 +373,14 @@ def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
             damage[cls] += 1
             files.add(path)
             listed.append(attention(path, item, waiting, mode))
-    return {"open": damage, "files": len(files), "acknowledged": acknowledged, "informational": informational,
-            "attention": listed + later, "ack_error": ack_error}
+    return {
+        "open": damage,
+        "files": len(files),
+        "acknowledged": acknowledged,
+        "informational": informational,
+        "attention": listed + later,
+        "ack_error": ack_error,
+    }
 
 
 def _config_line(daemon: dict[str, Any]) -> str:
@@ -300,14 +388,18 @@ def _config_line(daemon: dict[str, Any]) -> str:
     reload = daemon.get("last_reload") or {}
     if reload.get("ok") is False:
         errors = "; ".join(reload.get("errors") or []) or "see the log"
-        return (f"- config: the daemon runs on {config} as it was before the last reload, which failed: {errors}")
+        return f"- config: the daemon runs on {config} as it was before the last reload, which failed: {errors}"
     return f"- config: {config}"
 
 
 def _daemon_words(daemon: dict[str, Any]) -> str:
     if not daemon["running"]:
         last = daemon.get("last_seen")
-        return f"stopped, last seen at {last} (pid {daemon['pid']})" if last else "none has run here yet"
+        return (
+            f"stopped, last seen at {last} (pid {daemon['pid']})"
+            if last
+            else "none has run here yet"
+        )
     words = f"{'starting' if daemon.get('starting') else 'running'}, pid {daemon['pid']}"
     if daemon.get("uptime_seconds"):
         words += f", up {daemon['uptime_seconds']:.0f} s"
@@ -316,19 +408,27 @@ def _daemon_words(daemon: dict[str, Any]) -> str:
     return words
 
 
-def attention(path: str, finding: dict[str, Any], waiting: bool, mode: str | None = None,
-              ack: Ack | None = None) -> dict[str, Any]:
-    """One finding as the report lists it: the file, the class, the lines, its state (waiting_for_repair,
-    not_repaired: riffd tried and it was not safe, never_repaired: a class riffd does not edit, acknowledged) and
-    the command that deals with it."""
+def attention(
+    path: str,
+    finding: dict[str, Any],
+    waiting: bool,
+    mode: str | None = None,
+    ack: Ack | None = None,
+) -> dict[str, Any]:
+    """One finding as the report lists it: the file, the class, the lines, its state
+    (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
+    riffd does not edit, acknowledged) and the command that deals with it."""
     cls = str(finding.get("class"))
     lines = finding.get("lines") or []
     quoted = shell_word(path)
     where = shell_word(f"{path}:{lines[0]}") if lines else quoted
     if ack is not None:
         state = "acknowledged"
-        action = (f"acknowledged {ack.at}" + (f" ({ack.note})" if ack.note else "")
-                  + f"; `riffd ack --undo {where}` counts it again")
+        action = (
+            f"acknowledged {ack.at}"
+            + (f" ({ack.note})" if ack.note else "")
+            + f"; `riffd ack --undo {where}` counts it again"
+        )
     elif cls in REPAIRABLE_NAMES and mode == "report-only":
         state = "waiting_for_repair"
         action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
@@ -337,28 +437,43 @@ def attention(path: str, finding: dict[str, Any], waiting: bool, mode: str | Non
         action = f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`"
     elif cls in REPAIRABLE_NAMES:
         state = "not_repaired"
-        action = (f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
-                  f"`riffd ack {where}` accepts it as it is")
+        action = (
+            f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
+            f"`riffd ack {where}` accepts it as it is"
+        )
     else:
         state = "never_repaired"
-        action = (f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
-                  f"well, `riffd ack {where}` acknowledges it")
-    return {"path": path, "class": cls, "lines": lines, "message": finding.get("message", ""),
-            "repairable": cls in REPAIRABLE_NAMES, "state": state, "action": action}
+        action = (
+            f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
+            f"well, `riffd ack {where}` acknowledges it"
+        )
+    return {
+        "path": path,
+        "class": cls,
+        "lines": lines,
+        "message": finding.get("message", ""),
+        "repairable": cls in REPAIRABLE_NAMES,
+        "state": state,
+        "action": action,
+    }
 
 
 def _pending_line(pending: list[dict[str, Any]]) -> str:
     if not pending:
         return "- pending tool calls: none"
-    shown = ", ".join(f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5])
+    shown = ", ".join(
+        f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5]
+    )
     more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
     return f"- pending tool calls (live sessions; their tools may still be running): {shown}{more}"
 
 
 def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
-    lines = [f"- {'acknowledged' if item.get('state') == 'acknowledged' else 'needs attention'}: {item['path']} "
-             f"line {', '.join(map(str, item['lines'][:3])) or '-'}: {item['class']}: {item['action']}"
-             for item in items[:shown]]
+    lines = [
+        f"- {'acknowledged' if item.get('state') == 'acknowledged' else 'needs attention'}: {item['path']} "
+        f"line {', '.join(map(str, item['lines'][:3])) or '-'}: {item['class']}: {item['action']}"
+        for item in items[:shown]
+    ]
     if len(items) > shown:
         lines.append(f"- and {len(items) - shown} more under `attention` in latest.json")
     return lines
@@ -368,9 +483,11 @@ def _archive_line(archive: dict[str, Any]) -> str:
     if archive.get("stored_bytes") is None:
         return "- archive: -"
     ratio = f"{archive['ratio']:.1%} of" if archive.get("ratio") is not None else "of"
-    return (f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
-            f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
-            f"{archive['bytes_behind']:,} bytes")
+    return (
+        f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
+        f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
+        f"{archive['bytes_behind']:,} bytes"
+    )
 
 
 def _counts(counts: dict[str, int]) -> str:
@@ -381,14 +498,28 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
 
 
-def write_report(report: dict[str, Any], folder: Path, keep: int,
-                 history: Sequence[tuple[int, dict[str, Any]]] = (), repairs: Sequence[dict[str, Any]] = ()) -> Path:
-    """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and `latest.html` (with
-    the hourly `history` and the recent `repairs`), each atomically; prune the oldest timestamped reports beyond
-    `keep`; return the timestamped file's path."""
+def write_report(
+    report: dict[str, Any],
+    folder: Path,
+    keep: int,
+    history: Sequence[tuple[int, dict[str, Any]]] = (),
+    repairs: Sequence[dict[str, Any]] = (),
+) -> Path:
+    """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and
+    `latest.html` (with the hourly `history` and the recent `repairs`), each atomically; prune the
+    oldest timestamped reports beyond `keep`; return the timestamped file's path."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    report, repairs = displayed(report), displayed(repairs)  # a path that is not UTF-8 shown as display_path does
-    stamp = report["generated_at"].replace("-", "").replace(":", "").replace("+0000", "Z").replace("+00:00", "Z")
+    report, repairs = (
+        displayed(report),
+        displayed(repairs),
+    )  # a path that is not UTF-8 shown as display_path does
+    stamp = (
+        report["generated_at"]
+        .replace("-", "")
+        .replace(":", "")
+        .replace("+0000", "Z")
+        .replace("+00:00", "Z")
+    )
     data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
     timestamped = folder / f"report-{stamp}.json"
     _atomic_write(timestamped, data)
@@ -409,7 +540,8 @@ TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file 
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    # A name of its own per writer: the daemon's job, a reload's report and `riffd report` may write at once.
+    # A name of its own per writer: the daemon's job, a reload's report and `riffd report` may write
+    # at once.
     replace_file(path, data)
 
 

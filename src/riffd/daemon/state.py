@@ -1,7 +1,8 @@
-"""riffd's state store (SQLite under the state dir): watermarks, current findings, repairs, counters.
+"""riffd's state store (SQLite under the state dir): watermarks, current findings, repairs,
+counters.
 
-Paths are stored as `riffd.paths.path_key` writes them (a file name that is not UTF-8 included), and read back as
-the paths they are; so is a repair's detail, which names its file.
+Paths are stored as `riffd.paths.path_key` writes them (a file name that is not UTF-8 included), and
+read back as the paths they are; so is a repair's detail, which names its file.
 
 A watermark says how far riffd has read a transcript and how to recognise that file again: its
 device and inode, the offset just after the last complete line, the line count, sha256 of the head
@@ -84,7 +85,9 @@ class FileState:
 
     watermark: Watermark
     session_id: str | None
-    findings_json: str  # as stored: parsed into `findings` when first asked for (a damaged file has thousands)
+    findings_json: (
+        str  # as stored: parsed into `findings` when first asked for (a damaged file has thousands)
+    )
     repairable: int
     processed_at: float
 
@@ -94,42 +97,62 @@ class FileState:
         return _loads(self.findings_json)  # type: ignore[no-any-return]
 
     def may_hold(self, cls: str) -> bool:
-        """False when no finding can be of class `cls` (its name is nowhere in the stored text): a check that
-        costs no parsing."""
+        """False when no finding can be of class `cls` (its name is nowhere in the stored text): a
+        check that costs no parsing."""
         return f'"{cls}"' in self.findings_json
 
 
-HEAL_ADVICE = ("`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
-               "cannot be derived again from the transcripts)")
+HEAL_ADVICE = (
+    "`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
+    "cannot be derived again from the transcripts)"
+)
 
 
-LOCK_TIMEOUT = 30.0  # seconds SQLite waits for another process's lock before it calls the database busy
+LOCK_TIMEOUT = (
+    30.0  # seconds SQLite waits for another process's lock before it calls the database busy
+)
 
 
 def _connect(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
-    """Connect to the store at `path`, setting it up; with `create` False an absent file is an error, not made."""
-    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}", uri=True,
-                         check_same_thread=False, isolation_level=None, timeout=lock_timeout)
+    """Connect to the store at `path`, setting it up; with `create` False an absent file is an
+    error, not made."""
+    db = sqlite3.connect(
+        f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}",
+        uri=True,
+        check_same_thread=False,
+        isolation_level=None,
+        timeout=lock_timeout,
+    )
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.executescript(_SCHEMA)
-        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        db.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+        )
     except BaseException:
         db.close()
         raise
     return db
 
 
-def _connect_read_only(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
-    return sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                           isolation_level=None, timeout=lock_timeout)
+def _connect_read_only(
+    path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT
+) -> sqlite3.Connection:
+    return sqlite3.connect(
+        f"{path.absolute().as_uri()}?mode=ro",
+        uri=True,
+        check_same_thread=False,
+        isolation_level=None,
+        timeout=lock_timeout,
+    )
 
 
 def _dumps(value: Any) -> str:
-    """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every append of the file
-    (imported where used: commands import this module for its names alone); a path that is not UTF-8 (which orjson
-    refuses) by the standard library, as an escaped surrogate that reads back as the same path."""
+    """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every
+    append of the file (imported where used: commands import this module for its names alone); a
+    path that is not UTF-8 (which orjson refuses) by the standard library, as an escaped surrogate
+    that reads back as the same path."""
     import orjson
 
     try:
@@ -139,7 +162,8 @@ def _dumps(value: Any) -> str:
 
 
 def _loads(text: str) -> Any:
-    """The findings of a file's row (see _dumps), or another JSON value the store wrote (a repair's fixes)."""
+    """The findings of a file's row (see _dumps), or another JSON value the store wrote (a repair's
+    fixes)."""
     import orjson
 
     try:
@@ -149,23 +173,36 @@ def _loads(text: str) -> Any:
 
 
 class StateStore:
-    """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL mode)."""
+    """The SQLite store; one connection shared by riffd's threads behind a lock (SQLite in WAL
+    mode)."""
 
-    def __init__(self, path: Path, *, heal: bool = False, read_only: bool = False,
-                 lock_timeout: float = LOCK_TIMEOUT) -> None:
-        """Open (or create) the store at `path`. A damaged file is moved aside and a new store made when `heal`
-        (the daemon: everything in it is derived again by a rescan); otherwise it raises DatabaseDamaged.
-        `read_only` opens an existing store without changing it (`riffd status`)."""
+    def __init__(
+        self,
+        path: Path,
+        *,
+        heal: bool = False,
+        read_only: bool = False,
+        lock_timeout: float = LOCK_TIMEOUT,
+    ) -> None:
+        """Open (or create) the store at `path`. A damaged file is moved aside and a new store made
+        when `heal` (the daemon: everything in it is derived again by a rescan); otherwise it raises
+        DatabaseDamaged. `read_only` opens an existing store without changing it (`riffd
+        status`)."""
         self.path = path
         self._lock = threading.RLock()
         connect = _connect_read_only if read_only else _connect
         self._db, self.moved_aside, self.damage = open_checked(
-            path, lambda target, create: connect(target, create, lock_timeout), heal=heal and not read_only,
-            advice=HEAL_ADVICE, create=not read_only)
+            path,
+            lambda target, create: connect(target, create, lock_timeout),
+            heal=heal and not read_only,
+            advice=HEAL_ADVICE,
+            create=not read_only,
+        )
 
     def reopen_if_damaged(self, error: BaseException) -> bool:
-        """After a database error, check the file; when it is damaged, move it aside and continue with a new, empty
-        store (the caller rescans, which fills it again). Return True when that happened."""
+        """After a database error, check the file; when it is damaged, move it aside and continue
+        with a new, empty store (the caller rescans, which fills it again). Return True when that
+        happened."""
         with self._lock:
             reopened = reopen_if_damaged(self.path, self._db, error, _connect)
             if reopened is None:
@@ -176,7 +213,9 @@ class StateStore:
     def close(self) -> None:
         """Close the connection (after a checkpoint, so the WAL does not linger)."""
         with self._lock:
-            with contextlib.suppress(sqlite3.OperationalError):  # read-only, or the daemon holds it: its business
+            with contextlib.suppress(
+                sqlite3.OperationalError
+            ):  # read-only, or the daemon holds it: its business
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
@@ -204,7 +243,9 @@ class StateStore:
             ).fetchone()
         if row is None:
             return None
-        return FileState(Watermark(key_path(row[0]), *row[1:11]), row[11], row[12], row[13], row[14])
+        return FileState(
+            Watermark(key_path(row[0]), *row[1:11]), row[11], row[12], row[13], row[14]
+        )
 
     def save_file(
         self,
@@ -214,8 +255,9 @@ class StateStore:
         repairable: int,
         counters: dict[str, int] | None = None,
     ) -> bool:
-        """Store a file's watermark and findings (and bump counters) in one transaction. Findings None: they are
-        the ones stored, so only the rest is written; False (nothing written) when the file has no row."""
+        """Store a file's watermark and findings (and bump counters) in one transaction. Findings
+        None: they are the ones stored, so only the rest is written; False (nothing written) when
+        the file has no row."""
         with self.transaction() as db:
             if findings is None:
                 updated = db.execute(
@@ -223,9 +265,20 @@ class StateStore:
                     "tail_len = ?, tail_sha = ?, size = ?, mtime_ns = ?, session_id = ?, repairable = ?, "
                     "processed_at = ? WHERE path = ?",
                     (
-                        watermark.dev, watermark.ino, watermark.offset, watermark.lines, watermark.head_len,
-                        watermark.head_sha, watermark.tail_len, watermark.tail_sha, watermark.size, watermark.mtime_ns,
-                        session_id, repairable, time.time(), path_key(watermark.path),
+                        watermark.dev,
+                        watermark.ino,
+                        watermark.offset,
+                        watermark.lines,
+                        watermark.head_len,
+                        watermark.head_sha,
+                        watermark.tail_len,
+                        watermark.tail_sha,
+                        watermark.size,
+                        watermark.mtime_ns,
+                        session_id,
+                        repairable,
+                        time.time(),
+                        path_key(watermark.path),
                     ),
                 )
                 if updated.rowcount != 1:
@@ -237,9 +290,21 @@ class StateStore:
                 "size, mtime_ns, session_id, findings, repairable, processed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    path_key(watermark.path), watermark.dev, watermark.ino, watermark.offset, watermark.lines,
-                    watermark.head_len, watermark.head_sha, watermark.tail_len, watermark.tail_sha,
-                    watermark.size, watermark.mtime_ns, session_id, _dumps(findings), repairable, time.time(),
+                    path_key(watermark.path),
+                    watermark.dev,
+                    watermark.ino,
+                    watermark.offset,
+                    watermark.lines,
+                    watermark.head_len,
+                    watermark.head_sha,
+                    watermark.tail_len,
+                    watermark.tail_sha,
+                    watermark.size,
+                    watermark.mtime_ns,
+                    session_id,
+                    _dumps(findings),
+                    repairable,
+                    time.time(),
                 ),
             )
             self._bump(db, counters or {})
@@ -257,7 +322,8 @@ class StateStore:
         return {key_path(row[0]): (row[1], row[2], row[3], row[4]) for row in rows}
 
     def offsets(self) -> dict[str, int]:
-        """Return path -> bytes read so far (the watermark's offset) for every file with a watermark."""
+        """Return path -> bytes read so far (the watermark's offset) for every file with a
+        watermark."""
         with self._lock:
             rows = self._db.execute("SELECT path, offset FROM files").fetchall()
         return {key_path(path): offset for path, offset in rows}
@@ -270,19 +336,29 @@ class StateStore:
     def files_needing_repair(self) -> list[str]:
         """Return the files whose last processing found something riffd repairs."""
         with self._lock:
-            rows = self._db.execute("SELECT path FROM files WHERE repairable > 0 ORDER BY path").fetchall()
+            rows = self._db.execute(
+                "SELECT path FROM files WHERE repairable > 0 ORDER BY path"
+            ).fetchall()
         return [key_path(row[0]) for row in rows]
 
     def all_findings(self) -> list[tuple[str, dict[str, Any], bool]]:
-        """Return (path, finding, whether the file waits for a repair) for every stored finding, by path."""
+        """Return (path, finding, whether the file waits for a repair) for every stored finding, by
+        path."""
         with self._lock:
-            rows = self._db.execute("SELECT path, findings, repairable FROM files WHERE findings != '[]' "
-                                    "ORDER BY path").fetchall()
-        return [(key_path(path), item, bool(repairable)) for path, blob, repairable in rows
-                for item in json.loads(blob)]
+            rows = self._db.execute(
+                "SELECT path, findings, repairable FROM files WHERE findings != '[]' ORDER BY path"
+            ).fetchall()
+        return [
+            (key_path(path), item, bool(repairable))
+            for path, blob, repairable in rows
+            for item in json.loads(blob)
+        ]
 
-    def finding_summary(self, informational: frozenset[str] = frozenset()) -> tuple[int, int, Counter[str]]:
-        """Return (files watched, files with findings other than `informational` classes, findings by class)."""
+    def finding_summary(
+        self, informational: frozenset[str] = frozenset()
+    ) -> tuple[int, int, Counter[str]]:
+        """Return (files watched, files with findings other than `informational` classes, findings
+        by class)."""
         by_class: Counter[str] = Counter()
         with_findings = 0
         with self._lock:
@@ -295,33 +371,57 @@ class StateStore:
         return watched, with_findings, by_class
 
     def findings_of_class(self, name: str, limit: int = 50) -> list[tuple[str, dict[str, Any]]]:
-        """Return up to `limit` (path, finding) pairs of the open findings of class `name`, by path."""
+        """Return up to `limit` (path, finding) pairs of the open findings of class `name`, by
+        path."""
         with self._lock:
-            rows = self._db.execute("SELECT path, findings FROM files WHERE findings LIKE ? ORDER BY path",
-                                    (f'%"{name}"%',)).fetchall()
-        found = [(key_path(path), item) for path, blob in rows for item in json.loads(blob)
-                 if item.get("class") == name]
+            rows = self._db.execute(
+                "SELECT path, findings FROM files WHERE findings LIKE ? ORDER BY path",
+                (f'%"{name}"%',),
+            ).fetchall()
+        found = [
+            (key_path(path), item)
+            for path, blob in rows
+            for item in json.loads(blob)
+            if item.get("class") == name
+        ]
         return found[:limit]
 
     # --- repairs and counters ---------------------------------------------------------------------
 
     def record_repair(
-        self, path: str, outcome: str, reason: str | None, backup_id: str | None, fixes: Counter[str], detail: str
+        self,
+        path: str,
+        outcome: str,
+        reason: str | None,
+        backup_id: str | None,
+        fixes: Counter[str],
+        detail: str,
     ) -> None:
         """Log one repair attempt (repaired / skipped / failed) and count it."""
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO repairs(time, path, outcome, reason, backup_id, fixes, detail) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), path_key(path), outcome, reason, backup_id, json.dumps(dict(fixes)), path_key(detail)),
+                (
+                    time.time(),
+                    path_key(path),
+                    outcome,
+                    reason,
+                    backup_id,
+                    json.dumps(dict(fixes)),
+                    path_key(detail),
+                ),
             )
             self._bump(db, {f"repairs.{outcome}": 1})
 
     def failed_repairs(self, path: str, limit: int = 16) -> tuple[int, float | None]:
-        """Return how many of the last repair attempts of `path` failed in a row, and when the last one did."""
+        """Return how many of the last repair attempts of `path` failed in a row, and when the last
+        one did."""
         with self._lock:
-            rows = self._db.execute("SELECT time, outcome FROM repairs WHERE path = ? ORDER BY id DESC LIMIT ?",
-                                    (path_key(path), limit)).fetchall()
+            rows = self._db.execute(
+                "SELECT time, outcome FROM repairs WHERE path = ? ORDER BY id DESC LIMIT ?",
+                (path_key(path), limit),
+            ).fetchall()
         failed = 0
         for _time, outcome in rows:
             if outcome != "failed":
@@ -330,8 +430,9 @@ class StateStore:
         return failed, float(rows[0][0]) if failed else None
 
     def repair_summary(self) -> dict[str, Any]:
-        """Return repairs done and skipped by reason, and findings repaired by class, since the store began (records
-        pruned by `prune_repairs` included); `files_repaired` counts the files of the records still kept."""
+        """Return repairs done and skipped by reason, and findings repaired by class, since the
+        store began (records pruned by `prune_repairs` included); `files_repaired` counts the files
+        of the records still kept."""
         done = 0
         skipped: Counter[str] = Counter()
         failed: Counter[str] = Counter()
@@ -339,7 +440,9 @@ class StateStore:
         repaired_files: set[str] = set()
         with self._lock:
             rows = self._db.execute("SELECT path, outcome, reason, fixes FROM repairs").fetchall()
-            pruned = self._db.execute("SELECT name, value FROM counters WHERE name LIKE 'repairs.pruned.%'").fetchall()
+            pruned = self._db.execute(
+                "SELECT name, value FROM counters WHERE name LIKE 'repairs.pruned.%'"
+            ).fetchall()
         for name, value in pruned:  # what records pruned long ago counted
             kind, _, rest = name.removeprefix("repairs.pruned.").partition(".")
             if kind == "done":
@@ -387,9 +490,12 @@ class StateStore:
             return dict(self._db.execute("SELECT name, value FROM counters").fetchall())
 
     def set_meta(self, key: str, value: Any) -> None:
-        """Store a small JSON value under `key` (the daemon's status snapshot, for `riffd report`)."""
+        """Store a small JSON value under `key` (the daemon's status snapshot, for `riffd
+        report`)."""
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+            db.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
+            )
 
     def meta(self, key: str) -> Any:
         """Return the JSON value stored under `key`, or None."""
@@ -398,10 +504,14 @@ class StateStore:
         return json.loads(row[0]) if row else None
 
     def record_history(self, point: dict[str, Any], now: float) -> None:
-        """Keep `point` as this hour's (replacing an earlier one of the same hour); forget hours over HISTORY_DAYS."""
+        """Keep `point` as this hour's (replacing an earlier one of the same hour); forget hours
+        over HISTORY_DAYS."""
         hour = int(now // 3600)
         with self.transaction() as db:
-            db.execute("INSERT OR REPLACE INTO history(hour, point) VALUES (?, ?)", (hour, json.dumps(point)))
+            db.execute(
+                "INSERT OR REPLACE INTO history(hour, point) VALUES (?, ?)",
+                (hour, json.dumps(point)),
+            )
             db.execute("DELETE FROM history WHERE hour < ?", (hour - HISTORY_DAYS * 24,))
 
     def history(self) -> list[tuple[int, dict[str, Any]]]:
@@ -409,34 +519,53 @@ class StateStore:
         with self._lock:
             try:
                 rows = self._db.execute("SELECT hour, point FROM history ORDER BY hour").fetchall()
-            except sqlite3.OperationalError:  # a store made before the history, opened read-only: none yet
+            except (
+                sqlite3.OperationalError
+            ):  # a store made before the history, opened read-only: none yet
                 return []
         return [(int(hour), json.loads(point)) for hour, point in rows]
 
     def recent_repairs(self, limit: int = 20) -> list[dict[str, Any]]:
-        """Return the newest `limit` repair attempts, newest first: time, path, outcome, reason, backup, fixes."""
+        """Return the newest `limit` repair attempts, newest first: time, path, outcome, reason,
+        backup, fixes."""
         with self._lock:
-            rows = self._db.execute("SELECT time, path, outcome, reason, backup_id, fixes, detail FROM repairs "
-                                    "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        return [{"time": row[0], "path": key_path(row[1]), "outcome": row[2], "reason": row[3], "backup_id": row[4],
-                 "fixes": json.loads(row[5]), "detail": None if row[6] is None else key_path(row[6])} for row in rows]
+            rows = self._db.execute(
+                "SELECT time, path, outcome, reason, backup_id, fixes, detail FROM repairs "
+                "ORDER BY id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            {
+                "time": row[0],
+                "path": key_path(row[1]),
+                "outcome": row[2],
+                "reason": row[3],
+                "backup_id": row[4],
+                "fixes": json.loads(row[5]),
+                "detail": None if row[6] is None else key_path(row[6]),
+            }
+            for row in rows
+        ]
 
     def maintain(self) -> None:
-        """Routine upkeep: let SQLite refresh its statistics and fold the WAL back into the database."""
+        """Routine upkeep: let SQLite refresh its statistics and fold the WAL back into the
+        database."""
         with self._lock:
             self._db.execute("PRAGMA optimize")
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def prune_repairs(self, keep: int = 10_000) -> None:
-        """Keep only the newest `keep` repair records; what the older ones counted is folded into counters
-        (`repairs.pruned.*`), so the totals of `repair_summary` (Prometheus counters) never go down."""
+        """Keep only the newest `keep` repair records; what the older ones counted is folded into
+        counters (`repairs.pruned.*`), so the totals of `repair_summary` (Prometheus counters) never
+        go down."""
         with self.transaction() as db:
             cut = db.execute("SELECT MAX(id) - ? FROM repairs", (keep,)).fetchone()[0]
             if cut is None or cut <= 0:
                 return
             folded: Counter[str] = Counter()
             for outcome, reason, fixes in db.execute(
-                    "SELECT outcome, reason, fixes FROM repairs WHERE id <= ?", (cut,)).fetchall():
+                "SELECT outcome, reason, fixes FROM repairs WHERE id <= ?", (cut,)
+            ).fetchall():
                 if outcome == "repaired":
                     folded["repairs.pruned.done"] += 1
                     for name, count in json.loads(fixes).items():
@@ -446,4 +575,3 @@ class StateStore:
                     folded[f"repairs.pruned.{kind}.{reason or 'unknown'}"] += 1
             self._bump(db, dict(folded))
             db.execute("DELETE FROM repairs WHERE id <= ?", (cut,))
-

@@ -1,4 +1,5 @@
-"""What a running daemon counts (the live part of its health report), and the advice that goes with an error."""
+"""What a running daemon counts (the live part of its health report), and the advice that goes with
+an error."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ def advice(why: str) -> str:
 
 @dataclass
 class Stats:
-    """What the daemon counts while it runs (the live part of the health report). The worker, the scheduler's
-    threads and the main thread all keep errors here: `errors` is only changed and copied under `_lock`."""
+    """What the daemon counts while it runs (the live part of the health report). The worker, the
+    scheduler's threads and the main thread all keep errors here: `errors` is only changed and
+    copied under `_lock`."""
 
     started: float = field(default_factory=time.time)
     processed: int = 0
@@ -37,15 +39,18 @@ class Stats:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def error(self, message: str, suggestion: str = "", about: str | None = None) -> None:
-        """Keep an error (the last 50) with what to do about it, for the report's `errors`; `about` (a file's
-        path, say) lets `resolved` take it back once that went well."""
+        """Keep an error (the last 50) with what to do about it, for the report's `errors`; `about`
+        (a file's path, say) lets `resolved` take it back once that went well."""
         with self._lock:
-            self.errors.append({"time": time.time(), "message": message, "suggestion": suggestion, "about": about})
+            self.errors.append(
+                {"time": time.time(), "message": message, "suggestion": suggestion, "about": about}
+            )
             self.errors_met += 1
 
     def resolved(self, about: str) -> None:
-        """Forget the errors about `about`: what they name went well since (a file looked at without error once a
-        full disk was freed, a good configuration loaded), so the report no longer asks for attention to them."""
+        """Forget the errors about `about`: what they name went well since (a file looked at without
+        error once a full disk was freed, a good configuration loaded), so the report no longer asks
+        for attention to them."""
         with self._lock:
             if any(error.get("about") == about for error in self.errors):
                 kept = [error for error in self.errors if error.get("about") != about]

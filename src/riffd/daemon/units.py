@@ -1,9 +1,10 @@
-"""The service files that run `riffd run`: a systemd user unit (Linux) and a launchd user agent (macOS).
+"""The service files that run `riffd run`: a systemd user unit (Linux) and a launchd user agent
+(macOS).
 
 The service files are rendered here from one template each; `systemd/riffd.service` and
-`launchd/io.github.riffd.riffd.plist.in` in the repository are those templates rendered with example values,
-and a test keeps them identical. A service does not see the login shell's environment, so the interpreter,
-the `--config` path and riffd's environment overrides are written into the file.
+`launchd/io.github.riffd.riffd.plist.in` in the repository are those templates rendered with example
+values, and a test keeps them identical. A service does not see the login shell's environment, so
+the interpreter, the `--config` path and riffd's environment overrides are written into the file.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ import platformdirs
 UNIT_NAME = "riffd.service"
 LAUNCHD_LABEL = "io.github.riffd.riffd"
 # The overrides a service must be told about: it does not see the login shell's environment.
-PASSED_ENVIRONMENT = ("RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "RIFFD_CONFIG", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
+PASSED_ENVIRONMENT = (
+    "RIFFD_STATE_DIR",
+    "CLAUDE_CONFIG_DIR",
+    "RIFFD_CONFIG",
+    "XDG_CONFIG_HOME",
+    "XDG_STATE_HOME",
+)
 
 
 _SYSTEMD_PLAIN = re.compile(r"[A-Za-z0-9/._+:=@,-]+")
-# A placeholder alone on its line (replaced with the line included, so an empty value leaves no blank line),
-# or inside a line.
+# A placeholder alone on its line (replaced with the line included, so an empty value leaves no
+# blank line), or inside a line.
 _PLACEHOLDER = re.compile(r"^@(?P<line>[A-Z_]+)@\n|@(?P<inline>[A-Z_]+)@", re.MULTILINE)
 
 
@@ -32,10 +39,14 @@ class ServiceError(ValueError):
     """A service file cannot be written for these values; the message says why."""
 
 
-def daemon_arguments(python: str, config: str | os.PathLike[str] | None = None,
-                     log_file: str | os.PathLike[str] | None = None) -> list[str]:
-    """Given an interpreter, an optional config file and log file, return the argv of the daemon: `python -m riffd
-    [--config PATH] run [--log-file PATH]`, paths made absolute (a service starts in another folder)."""
+def daemon_arguments(
+    python: str,
+    config: str | os.PathLike[str] | None = None,
+    log_file: str | os.PathLike[str] | None = None,
+) -> list[str]:
+    """Given an interpreter, an optional config file and log file, return the argv of the daemon:
+    `python -m riffd [--config PATH] run [--log-file PATH]`, paths made absolute (a service starts
+    in another folder)."""
     arguments = [python, "-m", "riffd"]
     if config is not None:
         arguments += ["--config", _absolute(os.fspath(config))]
@@ -46,41 +57,56 @@ def daemon_arguments(python: str, config: str | os.PathLike[str] | None = None,
 
 
 def service_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Return riffd's environment overrides that are set (and not empty) in `environ` (default: os.environ),
-    each made an absolute path, in a fixed order."""
+    """Return riffd's environment overrides that are set (and not empty) in `environ` (default:
+    os.environ), each made an absolute path, in a fixed order."""
     env = os.environ if environ is None else environ
     return {name: _absolute(env[name]) for name in PASSED_ENVIRONMENT if env.get(name)}
 
 
 def unit_text(exec_start: str, environment: Mapping[str, str]) -> str:
-    """Return the systemd user unit with `exec_start` as the command line (already in systemd syntax) and one
-    Environment= line per variable. Raise ServiceError for a value systemd cannot hold."""
-    lines = [f"Environment={_systemd_quote(f'{name}={value}', exec_line=False)}"
-             for name, value in environment.items()]
-    return _fill(_UNIT_TEMPLATE, EXEC_START=exec_start, ENVIRONMENT="".join(line + "\n" for line in lines))
+    """Return the systemd user unit with `exec_start` as the command line (already in systemd
+    syntax) and one Environment= line per variable. Raise ServiceError for a value systemd cannot
+    hold."""
+    lines = [
+        f"Environment={_systemd_quote(f'{name}={value}', exec_line=False)}"
+        for name, value in environment.items()
+    ]
+    return _fill(
+        _UNIT_TEMPLATE, EXEC_START=exec_start, ENVIRONMENT="".join(line + "\n" for line in lines)
+    )
 
 
 def render_unit(arguments: Sequence[str], environment: Mapping[str, str]) -> str:
-    """Given the daemon's argv and environment, return the systemd user unit that runs it. Raise ServiceError
-    for a value systemd cannot hold."""
-    return unit_text(" ".join(_systemd_quote(argument, exec_line=True) for argument in arguments), environment)
+    """Given the daemon's argv and environment, return the systemd user unit that runs it. Raise
+    ServiceError for a value systemd cannot hold."""
+    return unit_text(
+        " ".join(_systemd_quote(argument, exec_line=True) for argument in arguments), environment
+    )
 
 
 def render_plist(arguments: Sequence[str], log_dir: str, environment: Mapping[str, str]) -> str:
-    """Given the daemon's argv, the log folder and the environment, return the launchd agent's plist (each key
-    once). Raise ServiceError for a value a plist cannot hold."""
+    """Given the daemon's argv, the log folder and the environment, return the launchd agent's plist
+    (each key once). Raise ServiceError for a value a plist cannot hold."""
     program = "".join(f"\t\t<string>{_xml(argument)}</string>\n" for argument in arguments)
     if environment:
-        pairs = "".join(f"\t\t<key>{_xml(name)}</key>\n\t\t<string>{_xml(value)}</string>\n"
-                        for name, value in environment.items())
+        pairs = "".join(
+            f"\t\t<key>{_xml(name)}</key>\n\t\t<string>{_xml(value)}</string>\n"
+            for name, value in environment.items()
+        )
         environment_block = _fill(_PLIST_ENVIRONMENT, PAIRS=pairs)
     else:
         environment_block = ""
-    return _fill(_PLIST_TEMPLATE, PROGRAM_ARGUMENTS=program, LOG_DIR=_xml(log_dir), ENVIRONMENT=environment_block)
+    return _fill(
+        _PLIST_TEMPLATE,
+        PROGRAM_ARGUMENTS=program,
+        LOG_DIR=_xml(log_dir),
+        ENVIRONMENT=environment_block,
+    )
 
 
 def systemd_unit_path() -> Path:
-    """Return where a user unit goes: $XDG_CONFIG_HOME/systemd/user/riffd.service (default ~/.config/...)."""
+    """Return where a user unit goes: $XDG_CONFIG_HOME/systemd/user/riffd.service (default
+    ~/.config/...)."""
     return Path(platformdirs.user_config_dir()) / "systemd" / "user" / UNIT_NAME
 
 
@@ -90,9 +116,11 @@ def launchd_plist_path() -> Path:
 
 
 def _fill(template: str, **values: str) -> str:
-    """Replace each @NAME@ in `template` with values[NAME] in one pass, so a value (a path holding "@LOG_DIR@",
-    say) is never substituted again."""
-    return _PLACEHOLDER.sub(lambda match: values[match.group("line") or match.group("inline")], template)
+    """Replace each @NAME@ in `template` with values[NAME] in one pass, so a value (a path holding
+    "@LOG_DIR@", say) is never substituted again."""
+    return _PLACEHOLDER.sub(
+        lambda match: values[match.group("line") or match.group("inline")], template
+    )
 
 
 def _absolute(value: str) -> str:
@@ -101,12 +129,14 @@ def _absolute(value: str) -> str:
 
 def _check_printable(value: str) -> None:
     if any(ord(character) < 0x20 or ord(character) == 0x7F for character in value):
-        raise ServiceError(f"riffd service: {value!r} contains a control character; a service file cannot hold it")
+        raise ServiceError(
+            f"riffd service: {value!r} contains a control character; a service file cannot hold it"
+        )
 
 
 def _systemd_quote(value: str, *, exec_line: bool) -> str:
-    """Return `value` as one systemd word: `%` doubled (specifiers), on Exec lines `$` doubled (variable
-    expansion), and double-quoted with C escapes unless it is plain."""
+    """Return `value` as one systemd word: `%` doubled (specifiers), on Exec lines `$` doubled
+    (variable expansion), and double-quoted with C escapes unless it is plain."""
     _check_printable(value)
     if _SYSTEMD_PLAIN.fullmatch(value):
         return value

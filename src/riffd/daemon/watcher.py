@@ -1,4 +1,5 @@
-"""Watching the transcript roots: which files count, which observer, and events turned into queue entries.
+"""Watching the transcript roots: which files count, which observer, and events turned into queue
+entries.
 
 Events are hints, never the whole truth: `reconcile` compares every transcript under the roots with
 its stored watermark (at start-up and on the rescan schedule), which is what catches changes made
@@ -40,9 +41,9 @@ INOTIFY_LIMIT_HINT = (
 
 @dataclass(frozen=True)
 class TranscriptFilter:
-    """Which files under the roots are transcripts riffd watches (documented in the config example), and which files
-    of sessions it keeps whole (riffd.transcript.sessionfiles: in the session folders under the roots, and in the
-    config folders `configs`)."""
+    """Which files under the roots are transcripts riffd watches (documented in the config example),
+    and which files of sessions it keeps whole (riffd.transcript.sessionfiles: in the session
+    folders under the roots, and in the config folders `configs`)."""
 
     roots: tuple[Path, ...]
     include: tuple[str, ...] = ("*.jsonl",)
@@ -51,49 +52,69 @@ class TranscriptFilter:
 
     @property
     def watched_folders(self) -> tuple[Path, ...]:
-        """The folders to watch: the roots, and the config folders' sub-folders that hold sessions' files."""
-        return self.roots + tuple(config / name for config in self.configs for name in CONFIG_FOLDERS)
+        """The folders to watch: the roots, and the config folders' sub-folders that hold sessions'
+        files."""
+        return self.roots + tuple(
+            config / name for config in self.configs for name in CONFIG_FOLDERS
+        )
 
     def session_file(self, path: Path) -> SessionFile | None:
-        """Return what file of a session `path` is, when it is one the archive keeps whole and the patterns do not
-        exclude (matched against its path relative to its root, as transcripts are)."""
+        """Return what file of a session `path` is, when it is one the archive keeps whole and the
+        patterns do not exclude (matched against its path relative to its root, as transcripts
+        are)."""
         found = classify(path, self.roots, self.configs)
         if found is None or not self.exclude:
             return found
         for root in self.roots:
             if path.is_relative_to(root):
                 relative = str(path.relative_to(root))
-                return None if any(fnmatch.fnmatch(relative, pattern) for pattern in self.exclude) else found
+                return (
+                    None
+                    if any(fnmatch.fnmatch(relative, pattern) for pattern in self.exclude)
+                    else found
+                )
         return found
 
     def matches(self, path: Path) -> bool:
-        """Return True when `path` is a transcript under one of the roots that the patterns admit."""
-        if not is_transcript_name(path.name) or not any(fnmatch.fnmatch(path.name, p) for p in self.include):
+        """Return True when `path` is a transcript under one of the roots that the patterns
+        admit."""
+        if not is_transcript_name(path.name) or not any(
+            fnmatch.fnmatch(path.name, p) for p in self.include
+        ):
             return False
         for root in self.roots:
             try:
                 relative = path.relative_to(root)
             except ValueError:
                 continue
-            if any(part in NEVER_TOUCH_DIRS or part.startswith(".") for part in relative.parts[:-1]):
+            if any(
+                part in NEVER_TOUCH_DIRS or part.startswith(".") for part in relative.parts[:-1]
+            ):
                 return False
             return not any(fnmatch.fnmatch(str(relative), pattern) for pattern in self.exclude)
         return False
 
-    def transcripts(self, on_error: Callable[[OSError], None] | None = None,
-                    on_link: LinkHandler | None = None) -> Iterable[Path]:
-        """Yield every matching transcript under the roots that exist, symlinked folders followed, each real file
-        once (one walk over all roots); a folder that cannot be listed goes to `on_error`, each symlinked folder
-        followed to `on_link` (see iter_transcripts)."""
+    def transcripts(
+        self, on_error: Callable[[OSError], None] | None = None, on_link: LinkHandler | None = None
+    ) -> Iterable[Path]:
+        """Yield every matching transcript under the roots that exist, symlinked folders followed,
+        each real file once (one walk over all roots); a folder that cannot be listed goes to
+        `on_error`, each symlinked folder followed to `on_link` (see iter_transcripts)."""
         roots = [root for root in self.roots if is_folder(root, on_error)]
-        yield from (path for path in iter_transcripts(roots, on_error, on_link=on_link) if self.matches(path))
+        yield from (
+            path
+            for path in iter_transcripts(roots, on_error, on_link=on_link)
+            if self.matches(path)
+        )
 
 
 def is_folder(path: Path, on_error: Callable[[OSError], None] | None = None) -> bool:
-    """Return True when `path` is a folder now (EIO retried); one whose status cannot be read is not one for now,
-    and goes to `on_error` (or the log): the next refresh or rescan looks again."""
+    """Return True when `path` is a folder now (EIO retried); one whose status cannot be read is not
+    one for now, and goes to `on_error` (or the log): the next refresh or rescan looks again."""
     try:
-        return stat.S_ISDIR(retrying_call(lambda: os.stat(path), what=f"the status of {path}").st_mode)
+        return stat.S_ISDIR(
+            retrying_call(lambda: os.stat(path), what=f"the status of {path}").st_mode
+        )
     except FileNotFoundError:
         return False
     except OSError as exc:
@@ -122,8 +143,8 @@ def _is_folder_link(path: Path) -> bool:
 
 
 class _Handler(FileSystemEventHandler):
-    """Events of one watch to the watcher; those of a symlinked folder's target (`alias`: target, link) are named
-    through the link, as the walk names its files."""
+    """Events of one watch to the watcher; those of a symlinked folder's target (`alias`: target,
+    link) are named through the link, as the walk names its files."""
 
     def __init__(self, watcher: Watcher, alias: tuple[Path, Path] | None = None) -> None:
         self.watcher = watcher
@@ -140,12 +161,17 @@ class _Handler(FileSystemEventHandler):
             if self.alias is not None:
                 target, link = self.alias
                 path = link / path.relative_to(target) if path.is_relative_to(target) else path
-            if event.is_directory or (event.event_type in ("created", "moved") and _is_folder_link(path)):
+            if event.is_directory or (
+                event.event_type in ("created", "moved") and _is_folder_link(path)
+            ):
                 if event.event_type in ("created", "moved"):
-                    # A new project or subagents folder, or a link to one: files may be written before its watch
-                    # exists.
+                    # A new project or subagents folder, or a link to one: files may be written
+                    # before its watch exists.
                     self.watcher.enqueue_folder(path)
-            elif self.watcher.filter.matches(path) or self.watcher.filter.session_file(path) is not None:
+            elif (
+                self.watcher.filter.matches(path)
+                or self.watcher.filter.session_file(path) is not None
+            ):
                 self.watcher.on_change(str(path))
 
 
@@ -161,13 +187,15 @@ class Watcher:
     observer_kind: str = "none"
     observer_why: str = ""
     watched: set[Path] = field(default_factory=set)
-    # Symlinked folders under the roots, each watched on its own (an observer does not follow links): link -> watch
+    # Symlinked folders under the roots, each watched on its own (an observer does not follow
+    # links): link -> watch
     linked: dict[Path, ObservedWatch] = field(default_factory=dict)
     _observer: BaseObserver | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
-        """Start observing every root that exists (a missing root is picked up by `refresh` later)."""
+        """Start observing every root that exists (a missing root is picked up by `refresh`
+        later)."""
         kind, why = choose_observer(self.kind, self.filter.roots)
         if kind == "native":
             try:
@@ -188,15 +216,22 @@ class Watcher:
             self.watched, self.linked = set(), {}
             observer.start()
         self.refresh()
-        log.info("watching %s with %s events (%s)", ", ".join(map(str, self.watched)) or "nothing yet", kind, why)
+        log.info(
+            "watching %s with %s events (%s)",
+            ", ".join(map(str, self.watched)) or "nothing yet",
+            kind,
+            why,
+        )
 
     def missing_roots(self) -> list[Path]:
-        """Return the roots not watched yet (they did not exist, or could not be read, when last looked at)."""
+        """Return the roots not watched yet (they did not exist, or could not be read, when last
+        looked at)."""
         with self._lock:
             return [root for root in self.filter.watched_folders if root not in self.watched]
 
     def refresh(self) -> list[Path]:
-        """Watch roots that have appeared since start and return them; raise nothing for roots still missing."""
+        """Watch roots that have appeared since start and return them; raise nothing for roots still
+        missing."""
         appeared: list[Path] = []
         with self._lock:
             observer = self._observer
@@ -205,8 +240,8 @@ class Watcher:
             for root in self.filter.watched_folders:
                 if root in self.watched or not is_folder(root):
                     continue
-                # A root that is a symlink (~/.claude/projects on another disk) is watched in its real folder: an
-                # observer watching the link would see the link, not the folder.
+                # A root that is a symlink (~/.claude/projects on another disk) is watched in its
+                # real folder: an observer watching the link would see the link, not the folder.
                 target = Path(os.path.realpath(root))
                 alias = (target, root) if target != Path(os.path.abspath(root)) else None
                 try:
@@ -215,30 +250,40 @@ class Watcher:
                     appeared.append(root)
                 except OSError as exc:
                     if exc.errno in (errno.ENOSPC, errno.EMFILE):
-                        log.warning("cannot watch %s: %s; the rescan still covers it", root, INOTIFY_LIMIT_HINT)
+                        log.warning(
+                            "cannot watch %s: %s; the rescan still covers it",
+                            root,
+                            INOTIFY_LIMIT_HINT,
+                        )
                     else:
                         log.warning("cannot watch %s: %s; the rescan still covers it", root, exc)
         return appeared
 
     def watch_links(self, links: Iterable[Path], *, only: bool = False) -> None:
-        """Watch each symlinked folder in `links` (found by a walk of the roots) that is not watched yet; with `only`
-        (`links` is every link a whole walk found), stop watching the links no longer there. A link that cannot be
-        watched is logged: the rescan still covers it."""
+        """Watch each symlinked folder in `links` (found by a walk of the roots) that is not watched
+        yet; with `only` (`links` is every link a whole walk found), stop watching the links no
+        longer there. A link that cannot be watched is logged: the rescan still covers it."""
         with self._lock:
             observer = self._observer
             if observer is None:
                 return
             wanted = set(links)
             for link in sorted(wanted - self.linked.keys()):
-                # The real folder is watched (an observer watching the link would not follow it), its events
-                # renamed to the link's paths.
+                # The real folder is watched (an observer watching the link would not follow it),
+                # its events renamed to the link's paths.
                 target = Path(os.path.realpath(link))
                 try:
-                    self.linked[link] = observer.schedule(_Handler(self, (target, link)), str(target), recursive=True)
+                    self.linked[link] = observer.schedule(
+                        _Handler(self, (target, link)), str(target), recursive=True
+                    )
                     log.info("watching %s, a symlink to %s", link, target)
                 except OSError as exc:
-                    log.warning("cannot watch %s (a symlink to %s): %s; the rescan still covers it", link,
-                                os.path.realpath(link), exc)
+                    log.warning(
+                        "cannot watch %s (a symlink to %s): %s; the rescan still covers it",
+                        link,
+                        os.path.realpath(link),
+                        exc,
+                    )
             for link in sorted(self.linked.keys() - wanted) if only else ():
                 with contextlib.suppress(KeyError, OSError):
                     observer.unschedule(self.linked[link])
@@ -254,29 +299,41 @@ class Watcher:
                 observer.join(timeout=10)
 
     def enqueue_folder(self, folder: Path) -> None:
-        """Queue every transcript, and every file of a session kept whole, already in a folder that just appeared
-        (what cannot be listed now, the rescan catches later)."""
+        """Queue every transcript, and every file of a session kept whole, already in a folder that
+        just appeared (what cannot be listed now, the rescan catches later)."""
         if is_folder(folder):
             links = [folder] if folder.is_symlink() else []
             try:
-                for path in iter_transcripts([folder], lambda exc: log.warning("%s", exc),
-                                             on_link=lambda link, _target: links.append(link)):
+                for path in iter_transcripts(
+                    [folder],
+                    lambda exc: log.warning("%s", exc),
+                    on_link=lambda link, _target: links.append(link),
+                ):
                     if self.filter.matches(path):
                         self.on_change(str(path))
                 for path in iter_files_below(folder, lambda exc: log.warning("%s", exc)):
-                    if not is_transcript_name(path.name) and self.filter.session_file(path) is not None:
+                    if (
+                        not is_transcript_name(path.name)
+                        and self.filter.session_file(path) is not None
+                    ):
                         self.on_change(str(path))
             except OSError as exc:
                 log.warning("cannot list %s now: %s; the rescan catches it later", folder, exc)
             self.watch_links(links)
 
 
-def reconcile(transcript_filter: TranscriptFilter, store: StateStore, on_change: Callable[[str], None],
-              on_error: Callable[[OSError], None] | None = None, watcher: Watcher | None = None) -> int:
-    """Queue every transcript whose file differs from its stored watermark, or that riffd has not seen, and
-    every stored file that is gone; return how many were queued. Costs one stat per file, no reads. A folder
-    that cannot be listed goes to `on_error` (its files are then looked at one by one, never forgotten). The
-    symlinked folders the walk followed are handed to `watcher`, which watches them (and no others)."""
+def reconcile(
+    transcript_filter: TranscriptFilter,
+    store: StateStore,
+    on_change: Callable[[str], None],
+    on_error: Callable[[OSError], None] | None = None,
+    watcher: Watcher | None = None,
+) -> int:
+    """Queue every transcript whose file differs from its stored watermark, or that riffd has not
+    seen, and every stored file that is gone; return how many were queued. Costs one stat per file,
+    no reads. A folder that cannot be listed goes to `on_error` (its files are then looked at one by
+    one, never forgotten). The symlinked folders the walk followed are handed to `watcher`, which
+    watches them (and no others)."""
     known = store.known_files()
     queued = 0
     links: list[Path] = []

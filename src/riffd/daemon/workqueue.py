@@ -29,7 +29,8 @@ class WorkQueue:
         self.puts = 0
 
     def put(self, path: str, delay: float | None = None) -> None:
-        """Queue `path` after the debounce (or exactly `delay` seconds from now, for a scheduled retry)."""
+        """Queue `path` after the debounce (or exactly `delay` seconds from now, for a scheduled
+        retry)."""
         now = time.monotonic()
         with self._changed:
             self.puts += 1
@@ -41,12 +42,16 @@ class WorkQueue:
             elif entry is None:
                 self._entries[path] = _Entry(now + self.debounce, now)
             else:
-                # Trailing debounce, capped: a new event also brings a far-off scheduled retry forward.
-                entry.due = min(now + self.debounce, entry.first_event + self.debounce * self.max_delay_factor)
+                # Trailing debounce, capped: a new event also brings a far-off scheduled retry
+                # forward.
+                entry.due = min(
+                    now + self.debounce, entry.first_event + self.debounce * self.max_delay_factor
+                )
             self._changed.notify()
 
     def get(self, timeout: float, stop: threading.Event | None = None) -> tuple[str, float] | None:
-        """Wait up to `timeout` seconds for the next due path; return (path, time of its first event) or None."""
+        """Wait up to `timeout` seconds for the next due path; return (path, time of its first
+        event) or None."""
         deadline = time.monotonic() + timeout
         with self._changed:
             while True:

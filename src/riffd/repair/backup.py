@@ -55,8 +55,11 @@ FILE_MODE = 0o600
 STALE_AFTER_SECONDS = 3600.0
 
 _BACKUP_ID = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}$")
-# `.<backup id>.gz.<pid>.tmp`: the pid of the writing process (names without one come from earlier versions).
-_STORE_TEMP = re.compile(r"^\.\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}\.(gz|json)(?:\.(?P<pid>[0-9]+))?\.tmp$")
+# `.<backup id>.gz.<pid>.tmp`: the pid of the writing process (names without one come from earlier
+# versions).
+_STORE_TEMP = re.compile(
+    r"^\.\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9-]{1,8}-[0-9a-f]{6}\.(gz|json)(?:\.(?P<pid>[0-9]+))?\.tmp$"
+)
 
 
 class BackupError(Exception):
@@ -64,7 +67,8 @@ class BackupError(Exception):
 
 
 class SourceChanged(BackupError):
-    """The source bytes are not the ones the caller expected (the file changed since it was scanned)."""
+    """The source bytes are not the ones the caller expected (the file changed since it was
+    scanned)."""
 
 
 class BackupCorrupt(BackupError):
@@ -93,7 +97,8 @@ class BackupRecord:
 
     @property
     def stored_bytes(self) -> int:
-        """Bytes the backup takes on disk (compressed data plus manifest), 0 for files already gone."""
+        """Bytes the backup takes on disk (compressed data plus manifest), 0 for files already
+        gone."""
         total = 0
         for stored in (self.data_path, self.manifest_path):
             try:
@@ -104,7 +109,8 @@ class BackupRecord:
 
 
 def new_backup_id(source_path: Path, when: datetime | None = None) -> str:
-    """Given a source path, return a fresh backup id that sorts by creation time (microseconds, UTC)."""
+    """Given a source path, return a fresh backup id that sorts by creation time (microseconds,
+    UTC)."""
     moment = (when or datetime.now(UTC)).astimezone(UTC)
     session_part = re.sub(r"[^A-Za-z0-9-]", "-", session_id_for(source_path))[:8] or "file"
     return f"{moment.strftime('%Y%m%dT%H%M%S.%f')}Z-{session_part}-{secrets.token_hex(3)}"
@@ -116,9 +122,12 @@ def is_backup_id(text: str) -> bool:
 
 
 class BackupStore:
-    """The folder of verified backups: create, list, read, verify, prune (riffd.repair.restore puts one back)."""
+    """The folder of verified backups: create, list, read, verify, prune (riffd.repair.restore puts
+    one back)."""
 
-    def __init__(self, root: Path, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    def __init__(
+        self, root: Path, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+    ) -> None:
         self.root = Path(root)
         self.fs = fs
         self.retry = retry
@@ -149,10 +158,11 @@ class BackupStore:
         *,
         reason: str = "repair",
     ) -> BackupRecord:
-        """Given an open source file, store a verified backup of its bytes [0, size) and return its record;
-        raise SourceChanged when those bytes are not `expected_sha256` (or the file is shorter), BackupCorrupt
-        when the written backup does not read back identical, OSError (ReadFailed after EIO retries, ENOSPC,
-        ...) when the disk refuses; nothing partial is left behind."""
+        """Given an open source file, store a verified backup of its bytes [0, size) and return its
+        record; raise SourceChanged when those bytes are not `expected_sha256` (or the file is
+        shorter), BackupCorrupt when the written backup does not read back identical, OSError
+        (ReadFailed after EIO retries, ENOSPC, ...) when the disk refuses; nothing partial is left
+        behind."""
         source_path = Path(os.path.abspath(source_path))
         self.ensure_root()
         backup_id = new_backup_id(source_path)
@@ -172,7 +182,9 @@ class BackupStore:
             self._verify_data(data_temp, source_sha256, size)
             for existing in (data_path, manifest_path):
                 if os.path.lexists(existing):
-                    raise BackupError(f"{existing}: a backup with this id already exists; run again")
+                    raise BackupError(
+                        f"{existing}: a backup with this id already exists; run again"
+                    )
             self.fs.replace(data_temp, data_path)
             placed.append(data_path)
             fsync_folder(self.fs, self.root)
@@ -194,7 +206,8 @@ class BackupStore:
             placed.append(manifest_path)
             fsync_folder(self.fs, self.root)
         except BaseException:
-            # Whatever went wrong (ENOSPC, EIO, a mismatch, even KeyboardInterrupt): leave no partial backup.
+            # Whatever went wrong (ENOSPC, EIO, a mismatch, even KeyboardInterrupt): leave no
+            # partial backup.
             for leftover in (data_temp, manifest_temp, *reversed(placed)):
                 remove_leftover(self.fs, leftover)
             raise
@@ -204,9 +217,7 @@ class BackupStore:
         source_hash = hashlib.sha256()
         # wbits=31: gzip framing, so `gunzip` can read a backup without riffd.
         compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-        out_fd = self.fs.open(
-            data_temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, FILE_MODE
-        )
+        out_fd = self.fs.open(data_temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, FILE_MODE)
         try:
             copied = 0
             for chunk in iter_fd(fd, what=str(source_path), fs=self.fs, retry=self.retry, end=size):
@@ -236,7 +247,9 @@ class BackupStore:
                 if plain:
                     yield plain
             if not decompressor.eof or decompressor.unused_data:
-                raise BackupCorrupt(f"{data_path}: the gzip stream is truncated or has trailing bytes")
+                raise BackupCorrupt(
+                    f"{data_path}: the gzip stream is truncated or has trailing bytes"
+                )
             rest = decompressor.flush()
             if rest:
                 yield rest
@@ -256,8 +269,11 @@ class BackupStore:
                 "the disk holding the backups may be failing"
             )
 
-    def _write_manifest(self, manifest_temp: Path, manifest_path: Path, manifest: dict[str, Any]) -> None:
-        # stdlib json (ensure_ascii) keeps undecodable path bytes as \udcxx escapes that load back the same.
+    def _write_manifest(
+        self, manifest_temp: Path, manifest_path: Path, manifest: dict[str, Any]
+    ) -> None:
+        # stdlib json (ensure_ascii) keeps undecodable path bytes as \udcxx escapes that load back
+        # the same.
         payload = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("ascii")
         out_fd = self.fs.open(
             manifest_temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, FILE_MODE
@@ -300,7 +316,9 @@ class BackupStore:
         except FileNotFoundError as exc:
             raise UnknownBackup(f"no backup {backup_id} in {self.root}") from exc
         try:
-            parts = list(iter_fd(fd, what=f"manifest {manifest_path}", fs=self.fs, retry=self.retry))
+            parts = list(
+                iter_fd(fd, what=f"manifest {manifest_path}", fs=self.fs, retry=self.retry)
+            )
         finally:
             self.fs.close(fd)
         try:
@@ -308,11 +326,14 @@ class BackupStore:
         except (ValueError, UnicodeDecodeError) as exc:
             raise BackupCorrupt(f"{manifest_path}: the manifest is not valid JSON ({exc})") from exc
         if not isinstance(manifest, dict) or manifest.get("backup_id") != backup_id:
-            raise BackupCorrupt(f"{manifest_path}: the manifest does not describe backup {backup_id}")
+            raise BackupCorrupt(
+                f"{manifest_path}: the manifest does not describe backup {backup_id}"
+            )
         return self._record_from_manifest(manifest, self.data_path(backup_id), manifest_path)
 
     def list(self) -> list[BackupRecord]:
-        """Return every backup with a readable manifest, oldest first; broken ones are logged and left out."""
+        """Return every backup with a readable manifest, oldest first; broken ones are logged and
+        left out."""
         try:
             names = self.fs.listdir(self.root)
         except FileNotFoundError:
@@ -331,8 +352,8 @@ class BackupStore:
         return records
 
     def get(self, backup_id: str) -> BackupRecord:
-        """Given a backup id, return its record; raise UnknownBackup when there is none, BackupCorrupt when
-        its manifest cannot be read."""
+        """Given a backup id, return its record; raise UnknownBackup when there is none,
+        BackupCorrupt when its manifest cannot be read."""
         if not is_backup_id(backup_id):
             raise UnknownBackup(
                 f"{backup_id!r} is not a backup id (they look like 20261122T101500.123456Z-…)"
@@ -340,8 +361,9 @@ class BackupStore:
         return self._load(backup_id)
 
     def iter_bytes(self, backup_id: str) -> Iterator[bytes]:
-        """Given a backup id, yield its original bytes in chunks; raise BackupCorrupt after the last chunk
-        when they do not match the manifest's sha256 and size (consume it all before trusting it)."""
+        """Given a backup id, yield its original bytes in chunks; raise BackupCorrupt after the last
+        chunk when they do not match the manifest's sha256 and size (consume it all before trusting
+        it)."""
         record = self.get(backup_id)
         check = hashlib.sha256()
         length = 0
@@ -356,11 +378,13 @@ class BackupStore:
             )
 
     def open_bytes(self, backup_id: str) -> bytes:
-        """Given a backup id, return its original bytes, verified; raise BackupCorrupt when they differ."""
+        """Given a backup id, return its original bytes, verified; raise BackupCorrupt when they
+        differ."""
         return b"".join(self.iter_bytes(backup_id))
 
     def verify(self, backup_id: str) -> BackupRecord:
-        """Given a backup id, decompress it fully and return its record; raise BackupCorrupt if damaged."""
+        """Given a backup id, decompress it fully and return its record; raise BackupCorrupt if
+        damaged."""
         record = self.get(backup_id)
         self._verify_data(record.data_path, record.sha256, record.size)
         return record
@@ -375,20 +399,26 @@ class BackupStore:
         *,
         now: datetime | None = None,
     ) -> builtins.list[BackupRecord]:
-        """Remove backups beyond `keep_per_file` per source file, older than `max_age_days`, then the oldest
-        until the store is under `max_total_bytes`, and return what was removed; the newest backup of every
-        file is always kept. Raise ValueError when keep_per_file < 1."""
+        """Remove backups beyond `keep_per_file` per source file, older than `max_age_days`, then
+        the oldest until the store is under `max_total_bytes`, and return what was removed; the
+        newest backup of every file is always kept. Raise ValueError when keep_per_file < 1."""
         if keep_per_file < 1:
-            raise ValueError("keep_per_file must be at least 1: the newest backup of a file is never removed")
+            raise ValueError(
+                "keep_per_file must be at least 1: the newest backup of a file is never removed"
+            )
         moment = now or datetime.now(UTC)
         records = self.list()
         by_source: dict[str, list[BackupRecord]] = {}
         for record in records:
             by_source.setdefault(record.source_path, []).append(record)
-        newest_ids = {max(group, key=lambda r: r.backup_id).backup_id for group in by_source.values()}
+        newest_ids = {
+            max(group, key=lambda r: r.backup_id).backup_id for group in by_source.values()
+        }
         doomed: dict[str, BackupRecord] = {}
         for group in by_source.values():
-            for position, record in enumerate(sorted(group, key=lambda r: r.backup_id, reverse=True)):
+            for position, record in enumerate(
+                sorted(group, key=lambda r: r.backup_id, reverse=True)
+            ):
                 if record.backup_id in newest_ids:
                     continue
                 age_days = (moment - record.created_at).total_seconds() / 86400
@@ -406,7 +436,8 @@ class BackupStore:
                 total -= record.stored_bytes
         removed: builtins.list[BackupRecord] = []
         for record in sorted(doomed.values(), key=lambda r: r.backup_id):
-            # Manifest first: a crash in between leaves data without a manifest, which is never listed.
+            # Manifest first: a crash in between leaves data without a manifest, which is never
+            # listed.
             self.fs.unlink(record.manifest_path)
             remove_leftover(self.fs, record.data_path)
             removed.append(record)
@@ -416,9 +447,9 @@ class BackupStore:
     def remove_leftovers(
         self, now: float, older_than_seconds: float = STALE_AFTER_SECONDS
     ) -> builtins.list[Path]:
-        """Remove what a killed riffd left in the store and return the paths removed: temp files whose process is
-        gone (at any age; a running process's are never touched), and temp files without a pid and data files
-        without a manifest once older than `older_than_seconds`."""
+        """Remove what a killed riffd left in the store and return the paths removed: temp files
+        whose process is gone (at any age; a running process's are never touched), and temp files
+        without a pid and data files without a manifest once older than `older_than_seconds`."""
         try:
             names = self.fs.listdir(self.root)
         except FileNotFoundError:

@@ -1,10 +1,12 @@
-"""Carrying lines between the two files of a swap, exactly: forward (what writers put into the old file, onto the
-transcript) and back (after an undo, what they wrote to riffd's copy, onto the old file again).
+"""Carrying lines between the two files of a swap, exactly: forward (what writers put into the old
+file, onto the transcript) and back (after an undo, what they wrote to riffd's copy, onto the old
+file again).
 
-Each carry is journaled before it is written (where it comes from, and the size of the file it goes to) and after
-(where it landed), so riffd killed in between leaves enough to tell whether it landed, in part or whole: a line is
-never carried twice, never lost, and never judged by its bytes alone (two identical metadata lines are two lines).
-Lines are carried whole, except the last, unfinished one once no process writes the file any more.
+Each carry is journaled before it is written (where it comes from, and the size of the file it goes
+to) and after (where it landed), so riffd killed in between leaves enough to tell whether it landed,
+in part or whole: a line is never carried twice, never lost, and never judged by its bytes alone
+(two identical metadata lines are two lines). Lines are carried whole, except the last, unfinished
+one once no process writes the file any more.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ from riffd.repair.lines import (
 
 _PROC = Path("/proc")
 _NOT_FILES = (b"socket:", b"pipe:", b"anon_inode:", b"/dev/", b"/proc/", b"/sys/")
-QUIET_WITHOUT_PROC = 1.0  # where no process table can be read: unchanged this long counts as no writer
+QUIET_WITHOUT_PROC = (
+    1.0  # where no process table can be read: unchanged this long counts as no writer
+)
 
 
 def writers_holding(identity: Pair) -> list[int] | None:
-    """Given a file's (device, inode), return the pids of other processes that hold it open for writing, whatever
-    name (or none) it has now and through whichever mount they opened it; None where no process table can be read
-    (no /proc). Processes whose descriptors this user cannot read are not seen: another user's process does not
-    write a user's transcripts."""
+    """Given a file's (device, inode), return the pids of other processes that hold it open for
+    writing, whatever name (or none) it has now and through whichever mount they opened it; None
+    where no process table can be read (no /proc). Processes whose descriptors this user cannot read
+    are not seen: another user's process does not write a user's transcripts."""
     if not _PROC.is_dir():
         return None
     mine = os.getpid()
@@ -59,7 +63,9 @@ def writers_holding(identity: Pair) -> list[int] | None:
                 status = os.stat(link)
             except OSError:
                 continue
-            if (status.st_dev, status.st_ino) == identity and _opened_for_writing(entry.name, descriptor):
+            if (status.st_dev, status.st_ino) == identity and _opened_for_writing(
+                entry.name, descriptor
+            ):
                 holders.append(int(entry.name))
                 break
     return holders
@@ -77,17 +83,19 @@ def _opened_for_writing(pid: str, descriptor: str) -> bool:
 
 
 def holders_of(identity: Pair, fd: int, fs: FileSystem) -> list[int]:
-    """The processes still writing the file `identity` (open as `fd`); where that cannot be seen, [0] while the file
-    changed within QUIET_WITHOUT_PROC seconds, else none."""
+    """The processes still writing the file `identity` (open as `fd`); where that cannot be seen,
+    [0] while the file changed within QUIET_WITHOUT_PROC seconds, else none."""
     holders = writers_holding(identity)
     if holders is not None:
         return holders
     return [0] if time.time() - fs.fstat(fd).st_mtime < QUIET_WITHOUT_PROC else []
 
 
-def _append(fs: FileSystem, fd: int, payload: bytes, what: str, retry: RetryPolicy) -> list[Interval]:
-    """Append `payload` to `fd` (opened O_APPEND), resuming a short write from the exact byte; return the ranges of
-    the file it landed in."""
+def _append(
+    fs: FileSystem, fd: int, payload: bytes, what: str, retry: RetryPolicy
+) -> list[Interval]:
+    """Append `payload` to `fd` (opened O_APPEND), resuming a short write from the exact byte;
+    return the ranges of the file it landed in."""
     landed: list[Interval] = []
     view = memoryview(payload)
     while view:
@@ -100,10 +108,11 @@ def _append(fs: FileSystem, fd: int, payload: bytes, what: str, retry: RetryPoli
     return landed
 
 
-def _landed(fs: FileSystem, fd: int, payload: bytes, size_before: int, what: str,
-            retry: RetryPolicy) -> tuple[list[Interval], int]:
-    """A carry of `payload` was under way when riffd stopped: return where the file `fd` holds it (or the part of
-    it that landed, at its end) and how many bytes of it landed."""
+def _landed(
+    fs: FileSystem, fd: int, payload: bytes, size_before: int, what: str, retry: RetryPolicy
+) -> tuple[list[Interval], int]:
+    """A carry of `payload` was under way when riffd stopped: return where the file `fd` holds it
+    (or the part of it that landed, at its end) and how many bytes of it landed."""
     size = fs.fstat(fd).st_size
     tail = read_bytes(fs, fd, size_before, size, what, retry)
     found = tail.find(payload)
@@ -123,24 +132,36 @@ def _whole(data: bytes, final: bool) -> bytes:
 
 
 def check_direct(fs: FileSystem, journal: Journal, new_fd: int, retry: RetryPolicy) -> None:
-    """Raise LineConflict when a line written straight to the transcript since the swap (not carried there by riffd)
-    hangs from a line the repair removed."""
+    """Raise LineConflict when a line written straight to the transcript since the swap (not carried
+    there by riffd) hangs from a line the repair removed."""
     record = journal.record
     what = str(journal.name(record.transcript))
     new_size = retrying_call(lambda: fs.fstat(new_fd), what=what, policy=retry).st_size
-    direct = outside(read_bytes(fs, new_fd, record.copy_size, new_size, what, retry), record.copy_size,
-                     record.carried_at)
+    direct = outside(
+        read_bytes(fs, new_fd, record.copy_size, new_size, what, retry),
+        record.copy_size,
+        record.carried_at,
+    )
     for line in split_lines(direct):
         parent = hangs_from(line, frozenset(record.removed)) if line.endswith(b"\n") else None
         if parent is not None:
-            raise LineConflict(f"a line written to it after the swap hangs from {parent}, a line the repair removed")
+            raise LineConflict(
+                f"a line written to it after the swap hangs from {parent}, a line the repair removed"
+            )
 
 
-def carry_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, retry: RetryPolicy, *,
-                  final: bool = False) -> int:
-    """Carry what the old file gained since the swap onto the transcript (`new_fd`, O_APPEND), whole lines only
-    unless `final`; raise LineConflict first when a line written to either file since hangs from a removed line.
-    Return the bytes carried."""
+def carry_forward(
+    fs: FileSystem,
+    journal: Journal,
+    old_fd: int,
+    new_fd: int,
+    retry: RetryPolicy,
+    *,
+    final: bool = False,
+) -> int:
+    """Carry what the old file gained since the swap onto the transcript (`new_fd`, O_APPEND), whole
+    lines only unless `final`; raise LineConflict first when a line written to either file since
+    hangs from a removed line. Return the bytes carried."""
     record = journal.record
     what = str(journal.name(record.transcript))
     removed = frozenset(record.removed)
@@ -150,18 +171,30 @@ def carry_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, re
         landed, count = _landed(fs, new_fd, payload, size_before, what, retry)
         if 0 < count < len(payload):
             landed += _append(fs, new_fd, payload[count:], what, retry)
-        record = journal.update(retry, carrying=None, carried_at=(*record.carried_at, *landed),
-                                carried=end if landed else start)
+        record = journal.update(
+            retry,
+            carrying=None,
+            carried_at=(*record.carried_at, *landed),
+            carried=end if landed else start,
+        )
     check_direct(fs, journal, new_fd, retry)
     old_size = retrying_call(lambda: fs.fstat(old_fd), what=what, policy=retry).st_size
     if record.carry_from < 0:
         if old_size <= record.settled_end:
             return 0
         start = record.settled_end
-        if record.cut_at is not None:  # bytes after a cut unfinished line continue it: it comes back whole
+        if (
+            record.cut_at is not None
+        ):  # bytes after a cut unfinished line continue it: it comes back whole
             start = record.cut_at
-            record = journal.update(retry, notes=(*record.notes, f"{what}: a writer continued its unfinished last "
-                                                  "line during the repair, so that line was put back whole"))
+            record = journal.update(
+                retry,
+                notes=(
+                    *record.notes,
+                    f"{what}: a writer continued its unfinished last "
+                    "line during the repair, so that line was put back whole",
+                ),
+            )
         record = journal.update(retry, carry_from=start, carried=start)
     payload = _whole(read_bytes(fs, old_fd, record.carried, old_size, what, retry), final)
     if not payload:
@@ -169,8 +202,10 @@ def carry_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, re
     for line in split_lines(payload):
         parent = hangs_from(line, removed)
         if parent is not None:
-            raise LineConflict(f"a line written to the old file during the repair hangs from {parent}, a line the "
-                               "repair removed")
+            raise LineConflict(
+                f"a line written to the old file during the repair hangs from {parent}, a line the "
+                "repair removed"
+            )
     start, end = record.carried, record.carried + len(payload)
     record = journal.update(retry, carrying=(start, end, fs.fstat(new_fd).st_size))
     landed = _append(fs, new_fd, payload, what, retry)
@@ -178,9 +213,12 @@ def carry_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, re
     return len(payload)
 
 
-def verify_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, retry: RetryPolicy) -> None:
-    """Check that every byte the old file gained after the swap point is in the transcript where the journal says;
-    raise OSError when not (the old file then keeps its name and the journal for the next look)."""
+def verify_forward(
+    fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, retry: RetryPolicy
+) -> None:
+    """Check that every byte the old file gained after the swap point is in the transcript where the
+    journal says; raise OSError when not (the old file then keeps its name and the journal for the
+    next look)."""
     record = journal.record
     what = str(journal.name(record.transcript))
     old_size = fs.fstat(old_fd).st_size
@@ -189,13 +227,22 @@ def verify_forward(fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, r
             raise OSError(errno.EIO, f"{what}: the old file grew, but nothing of it was carried")
         return
     new_size = fs.fstat(new_fd).st_size
-    carried = inside(read_bytes(fs, new_fd, record.copy_size, new_size, what, retry), record.copy_size,
-                     record.carried_at)
-    if record.carried != old_size or carried != read_bytes(fs, old_fd, record.carry_from, old_size, what, retry):
-        raise OSError(errno.EIO, f"{what}: the lines written to the old file are not all in the new one")
+    carried = inside(
+        read_bytes(fs, new_fd, record.copy_size, new_size, what, retry),
+        record.copy_size,
+        record.carried_at,
+    )
+    if record.carried != old_size or carried != read_bytes(
+        fs, old_fd, record.carry_from, old_size, what, retry
+    ):
+        raise OSError(
+            errno.EIO, f"{what}: the lines written to the old file are not all in the new one"
+        )
 
 
-def _inserted_line(fs: FileSystem, copy_fd: int, end: int, wanted: str, what: str, retry: RetryPolicy) -> bytes:
+def _inserted_line(
+    fs: FileSystem, copy_fd: int, end: int, wanted: str, what: str, retry: RetryPolicy
+) -> bytes:
     needle = f'"uuid":"{wanted}"'.encode()
     data = read_bytes(fs, copy_fd, 0, end, what, retry)
     for line in split_lines(data):
@@ -204,11 +251,13 @@ def _inserted_line(fs: FileSystem, copy_fd: int, end: int, wanted: str, what: st
     return b""
 
 
-def _back_payload(fs: FileSystem, journal: Journal, copy_fd: int, start: int, end: int,
-                  retry: RetryPolicy) -> tuple[bytes, tuple[str, ...]]:
-    """The bytes an undo carries back for the copy's range [start, end): what writers put into it directly (not what
-    riffd carried into it from the old file), each line after the inserted lines it hangs from (a placeholder the
-    repair added, which the old file lacks). Return them and the inserted uuids carried so far."""
+def _back_payload(
+    fs: FileSystem, journal: Journal, copy_fd: int, start: int, end: int, retry: RetryPolicy
+) -> tuple[bytes, tuple[str, ...]]:
+    """The bytes an undo carries back for the copy's range [start, end): what writers put into it
+    directly (not what riffd carried into it from the old file), each line after the inserted lines
+    it hangs from (a placeholder the repair added, which the old file lacks). Return them and the
+    inserted uuids carried so far."""
     record = journal.record
     what = str(journal.name(record.copy_name))
     direct = outside(read_bytes(fs, copy_fd, start, end, what, retry), start, record.carried_at)
@@ -229,10 +278,18 @@ def _back_payload(fs: FileSystem, journal: Journal, copy_fd: int, start: int, en
     return b"".join(parts), tuple(carried)
 
 
-def carry_back(fs: FileSystem, journal: Journal, old_fd: int, copy_fd: int, retry: RetryPolicy, *,
-               final: bool = False) -> int:
-    """After an undo: carry onto the transcript (the old file again, `old_fd`, O_APPEND) what writers put into
-    riffd's copy since the swap, whole lines only unless `final`. Return the bytes carried."""
+def carry_back(
+    fs: FileSystem,
+    journal: Journal,
+    old_fd: int,
+    copy_fd: int,
+    retry: RetryPolicy,
+    *,
+    final: bool = False,
+) -> int:
+    """After an undo: carry onto the transcript (the old file again, `old_fd`, O_APPEND) what
+    writers put into riffd's copy since the swap, whole lines only unless `final`. Return the bytes
+    carried."""
     record = journal.record
     what = str(journal.name(record.transcript))
     if record.back_carrying is not None:
@@ -241,8 +298,12 @@ def carry_back(fs: FileSystem, journal: Journal, old_fd: int, copy_fd: int, retr
         landed, count = _landed(fs, old_fd, payload, size_before, what, retry)
         if 0 < count < len(payload):
             _append(fs, old_fd, payload[count:], what, retry)
-        record = journal.update(retry, back_carrying=None, back_carried=end if landed else start,
-                                back_inserted=carried_inserted if landed else record.back_inserted)
+        record = journal.update(
+            retry,
+            back_carrying=None,
+            back_carried=end if landed else start,
+            back_inserted=carried_inserted if landed else record.back_inserted,
+        )
     start = record.copy_size if record.back_carried < 0 else record.back_carried
     copy_size = fs.fstat(copy_fd).st_size
     end = start + len(_whole(read_bytes(fs, copy_fd, start, copy_size, what, retry), final))

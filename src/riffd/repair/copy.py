@@ -1,6 +1,6 @@
-"""The repaired copy: streamed beside the transcript from the plan's segments, every original byte hashed on the
-way (the copy provably comes from the bytes that were backed up), sample windows kept for the checks just before
-and after the swap, and the original's mode and owner given to it."""
+"""The repaired copy: streamed beside the transcript from the plan's segments, every original byte
+hashed on the way (the copy provably comes from the bytes that were backed up), sample windows kept
+for the checks just before and after the swap, and the original's mode and owner given to it."""
 
 from __future__ import annotations
 
@@ -36,13 +36,16 @@ SAMPLE_COUNT = 6
 def read_range(
     fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
 ) -> Iterable[tuple[int, bytes]]:
-    """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends sooner."""
+    """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends
+    sooner."""
     offset = start
     for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
         yield offset, chunk
         offset += len(chunk)
     if offset < end:
-        raise FileChanged(f"it is now shorter than {end} bytes (it was truncated while riffd worked)")
+        raise FileChanged(
+            f"it is now shorter than {end} bytes (it was truncated while riffd worked)"
+        )
 
 
 def _sample_windows(size: int) -> list[tuple[int, int]]:
@@ -58,8 +61,8 @@ def _sample_windows(size: int) -> list[tuple[int, int]]:
 
 @dataclass
 class Copied:
-    """What writing the copy learnt of the original: the sha256 of its planned bytes, its sample windows, whether its
-    last line ended, and the uuids of the lines the copy leaves out."""
+    """What writing the copy learnt of the original: the sha256 of its planned bytes, its sample
+    windows, whether its last line ended, and the uuids of the lines the copy leaves out."""
 
     sha256: str
     samples: dict[int, bytes]
@@ -77,8 +80,9 @@ def write_new_content(
     size: int,
     retry: RetryPolicy,
 ) -> Copied:
-    """Stream the new content into the temp copy; hash every original byte in [0, size) in order (copied or not),
-    so the copy is proven to come from the bytes that were backed up, and keep the sample windows."""
+    """Stream the new content into the temp copy; hash every original byte in [0, size) in order
+    (copied or not), so the copy is proven to come from the bytes that were backed up, and keep the
+    sample windows."""
     source_hash = hashlib.sha256()
     windows = _sample_windows(size)
     samples = {start: bytearray(length) for start, length in windows}
@@ -98,9 +102,9 @@ def write_new_content(
                 overlap_start = max(offset, window_start)
                 overlap_end = min(chunk_end, window_start + window_length)
                 if overlap_start < overlap_end:
-                    samples[window_start][overlap_start - window_start : overlap_end - window_start] = chunk[
-                        overlap_start - offset : overlap_end - offset
-                    ]
+                    samples[window_start][
+                        overlap_start - window_start : overlap_end - window_start
+                    ] = chunk[overlap_start - offset : overlap_end - offset]
             if copy:
                 temp.write(chunk)
             last_byte = chunk[-1:]
@@ -112,7 +116,9 @@ def write_new_content(
             continue
         start, end = segment
         if start < hashed_upto or start > end or end > size:
-            raise ValueError(f"copy range {start}..{end} is out of order or beyond the planned size {size}")
+            raise ValueError(
+                f"copy range {start}..{end} is out of order or beyond the planned size {size}"
+            )
         if start > hashed_upto:
             consume(hashed_upto, start, copy=False)
         consume(start, end, copy=True)
@@ -129,12 +135,14 @@ def write_new_content(
 
 
 def create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
-    """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO may exist or
-    not: it is removed, and another name tried)."""
+    """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO
+    may exist or not: it is removed, and another name tried)."""
     for attempt in range(1, retry.attempts + 1):
         temp_path = temp_path_for(path)
         try:
-            return temp_path, fs.open(temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
+            return temp_path, fs.open(
+                temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600
+            )
         except OSError as exc:
             if not is_cloud_sync_error(exc) or attempt == retry.attempts:
                 raise
@@ -143,11 +151,21 @@ def create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, i
     raise AssertionError("unreachable")
 
 
-def copy_mode_and_owner(fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy) -> None:
+def copy_mode_and_owner(
+    fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy
+) -> None:
     """Give riffd's copy the original's mode, and its owner where this process may."""
-    retrying_call(lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)), what="riffd's copy", policy=retry)
+    retrying_call(
+        lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)),
+        what="riffd's copy",
+        policy=retry,
+    )
     try:
-        retrying_call(lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid), what="riffd's copy", policy=retry)
+        retrying_call(
+            lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid),
+            what="riffd's copy",
+            policy=retry,
+        )
     except PermissionError:
         # Only root may give a file away; keep at least the group when we are allowed to.
         try:

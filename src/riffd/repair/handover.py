@@ -1,18 +1,21 @@
-"""After the swap, what is on disk decides: the swap is finished (the old file's late lines carried onto the
-transcript until no process writes the old file), undone (the name given back to the old file, with what was
-written to the copy meanwhile), or left pending for a later look. One function, `settle`, does it for the repair
-itself right after its exchange, for the daemon's pending job and for the next run after riffd was killed.
+"""After the swap, what is on disk decides: the swap is finished (the old file's late lines carried
+onto the transcript until no process writes the old file), undone (the name given back to the old
+file, with what was written to the copy meanwhile), or left pending for a later look. One function,
+`settle`, does it for the repair itself right after its exchange, for the daemon's pending job and
+for the next run after riffd was killed.
 
-Claude Code opens the transcript by path for each append. A writer that opened it just before the swap writes into
-the old file just after; so does a process that holds it open for longer. So the old file keeps riffd's name (the
-temp name the exchange gave it, or a hard link where the filesystem only renames) while its lines are carried,
-until no other process holds it open for writing (Linux: /proc, by device and inode; elsewhere: one quiet second).
+Claude Code opens the transcript by path for each append. A writer that opened it just before the
+swap writes into the old file just after; so does a process that holds it open for longer. So the
+old file keeps riffd's name (the temp name the exchange gave it, or a hard link where the filesystem
+only renames) while its lines are carried, until no other process holds it open for writing (Linux:
+/proc, by device and inode; elsewhere: one quiet second).
 
-Three findings undo a swap, each meaning the repair must not stand: the old file was truncated or rewritten in place
-just before the swap (its writer's version wins), a Claude Code process registered the session just as the names
-were swapped (it may have loaded the old file; after a crash, a session live then is waited for instead), or a line
-written to either file since hangs from a line the repair removed (a client loaded the old file: its lines would
-dangle in the repaired one).
+Three findings undo a swap, each meaning the repair must not stand: the old file was truncated or
+rewritten in place just before the swap (its writer's version wins), a Claude Code process
+registered the session just as the names were swapped (it may have loaded the old file; after a
+crash, a session live then is waited for instead), or a line written to either file since hangs from
+a line the repair removed (a client loaded the old file: its lines would dangle in the repaired
+one).
 """
 
 from __future__ import annotations
@@ -35,16 +38,24 @@ from riffd.transcript.reader import iter_fd
 log = logging.getLogger(__name__)
 
 FINISHED, UNDONE, PENDING, ABANDONED, KEPT_OTHER, GONE = (
-    "finished", "undone", "pending", "abandoned", "kept_other", "gone")
-# Where no process table can be read (macOS): the file must stay unchanged this long before its name goes.
+    "finished",
+    "undone",
+    "pending",
+    "abandoned",
+    "kept_other",
+    "gone",
+)
+# Where no process table can be read (macOS): the file must stay unchanged this long before its name
+# goes.
 QUIET_WITHOUT_PROC = 1.0
 
 
 @dataclass(frozen=True)
 class SwapResult:
-    """What `settle` made of a swap: `state` (FINISHED, UNDONE, PENDING, ABANDONED: it had not happened, KEPT_OTHER:
-    another program's version took the name back, GONE: the transcript was deleted or replaced since), why in words,
-    for an undo whether the file had changed (else: live), and the bytes carried onto the transcript."""
+    """What `settle` made of a swap: `state` (FINISHED, UNDONE, PENDING, ABANDONED: it had not
+    happened, KEPT_OTHER: another program's version took the name back, GONE: the transcript was
+    deleted or replaced since), why in words, for an undo whether the file had changed (else: live),
+    and the bytes carried onto the transcript."""
 
     state: str
     detail: str
@@ -54,7 +65,8 @@ class SwapResult:
 
 
 def identity_of(fs: FileSystem, path: Path) -> Pair | None:
-    """Return (device, inode) of what `path` names (not following a symlink), or None when nothing does."""
+    """Return (device, inode) of what `path` names (not following a symlink), or None when nothing
+    does."""
     try:
         status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}")
     except FileNotFoundError:
@@ -70,7 +82,8 @@ def unlink_if(fs: FileSystem, path: Path | None, identity: Pair) -> None:
 
 
 def open_as(fs: FileSystem, path: Path, flags: int, identity: Pair) -> int:
-    """Open `path` and check it is the file `identity`; raise FileNotFoundError when it is not (any more)."""
+    """Open `path` and check it is the file `identity`; raise FileNotFoundError when it is not (any
+    more)."""
     fd = retrying_call(lambda: fs.open(path, flags | NOFOLLOW), what=str(path))
     status = fs.fstat(fd)
     if (status.st_dev, status.st_ino) != identity:
@@ -80,9 +93,9 @@ def open_as(fs: FileSystem, path: Path, flags: int, identity: Pair) -> int:
 
 
 def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
-    """Given a locked journal (the caller holds the transcript's lock too), finish, undo or leave its swap as what is
-    on disk says, and return what it did. Raise OSError when the disk fails; the journal then stays for the next
-    look."""
+    """Given a locked journal (the caller holds the transcript's lock too), finish, undo or leave
+    its swap as what is on disk says, and return what it did. Raise OSError when the disk fails; the
+    journal then stays for the next look."""
     record = journal.record
     transcript = journal.name(record.transcript)
     at_transcript = identity_of(fs, transcript)
@@ -95,10 +108,18 @@ def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
             if old_at is not None and old_at.name != record.copy_name:
                 unlink_if(fs, old_at, record.old_id)
             journal.remove()
-            return SwapResult(ABANDONED, f"{transcript}: the swap had not happened; the transcript was never changed")
-        if (at_transcript == record.copy_id and record.old_name == record.copy_name
-                and at_old not in (record.old_id, None)):
-            return _keep_other(fs, journal, retry)  # the exchange swapped out another program's new version
+            return SwapResult(
+                ABANDONED,
+                f"{transcript}: the swap had not happened; the transcript was never changed",
+            )
+        if (
+            at_transcript == record.copy_id
+            and record.old_name == record.copy_name
+            and at_old not in (record.old_id, None)
+        ):
+            return _keep_other(
+                fs, journal, retry
+            )  # the exchange swapped out another program's new version
         if at_transcript == record.copy_id:
             if at_old == record.old_id:
                 verdict = _check_after_swap(fs, journal, retry)
@@ -109,7 +130,10 @@ def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
     if record.phase == CHECKED and at_transcript == record.copy_id:
         if at_old != record.old_id:
             journal.remove()  # the old file has no name (an exchange taken for a rename): nothing left to carry
-            return SwapResult(FINISHED, f"{transcript}: repaired; the old file had no name left to carry lines from")
+            return SwapResult(
+                FINISHED,
+                f"{transcript}: repaired; the old file had no name left to carry lines from",
+            )
         return _finish(fs, journal, retry)
     if record.phase == UNDO:
         if at_transcript == record.copy_id and at_old == record.old_id:
@@ -121,8 +145,8 @@ def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
 
 
 def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult | None:
-    """The checks a swap must pass to stand, else it is undone: the old file as planned, no session live. Return
-    None when it passes."""
+    """The checks a swap must pass to stand, else it is undone: the old file as planned, no session
+    live. Return None when it passes."""
     record = journal.record
     transcript = journal.name(record.transcript)
     assert record.old_name is not None
@@ -132,19 +156,38 @@ def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> S
     finally:
         fs.close(old_fd)
     if changed is not None:
-        return undo(fs, journal, retry, f"{transcript}: {changed} just before riffd swapped in its repaired copy, so "
-                    "riffd gave the transcript back as its writer left it; scan it again", changed=True)
-    live, why = session_liveness(transcript, [Path(folder) for folder in record.claude_dirs], 0,
-                                 session_id=record.session_id, fs=fs)
+        return undo(
+            fs,
+            journal,
+            retry,
+            f"{transcript}: {changed} just before riffd swapped in its repaired copy, so "
+            "riffd gave the transcript back as its writer left it; scan it again",
+            changed=True,
+        )
+    live, why = session_liveness(
+        transcript,
+        [Path(folder) for folder in record.claude_dirs],
+        0,
+        session_id=record.session_id,
+        fs=fs,
+    )
     if not live:
         return None
-    # Live just after the swap (or, after a crash, before the swap was checked): it may have loaded the old file.
-    # Giving that file its name back loses nothing: what was written to the copy is carried onto it.
-    return undo(fs, journal, retry, f"{transcript}: the session may be in use: {why} (seen just after the swap), so "
-                "riffd undid the repair; the transcript is as its writers left it")
+    # Live just after the swap (or, after a crash, before the swap was checked): it may have loaded
+    # the old file. Giving that file its name back loses nothing: what was written to the copy is
+    # carried onto it.
+    return undo(
+        fs,
+        journal,
+        retry,
+        f"{transcript}: the session may be in use: {why} (seen just after the swap), so "
+        "riffd undid the repair; the transcript is as its writers left it",
+    )
 
 
-def _changed(fs: FileSystem, fd: int, record: SwapRecord, what: str, retry: RetryPolicy) -> str | None:
+def _changed(
+    fs: FileSystem, fd: int, record: SwapRecord, what: str, retry: RetryPolicy
+) -> str | None:
     """Return how the old file changed other than by appends since it was planned for, or None."""
     size = retrying_call(lambda: fs.fstat(fd), what=what, policy=retry).st_size
     if size < record.settled_end:
@@ -159,8 +202,8 @@ def _changed(fs: FileSystem, fd: int, record: SwapRecord, what: str, retry: Retr
 
 
 def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
-    """Carry the old file's late lines onto the transcript until no process writes the old file; then check them
-    and remove its name. Undo on a line that hangs from a removed one."""
+    """Carry the old file's late lines onto the transcript until no process writes the old file;
+    then check them and remove its name. Undo on a line that hangs from a removed one."""
     record = journal.record
     transcript = journal.name(record.transcript)
     assert record.old_name is not None
@@ -172,13 +215,21 @@ def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
             try:
                 carry_forward(fs, journal, old_fd, new_fd, retry)
             except LineConflict as exc:
-                return undo(fs, journal, retry, f"{transcript}: the session is in use: {exc}; riffd undid the repair, "
-                            "so the transcript is as its writers left it")
+                return undo(
+                    fs,
+                    journal,
+                    retry,
+                    f"{transcript}: the session is in use: {exc}; riffd undid the repair, "
+                    "so the transcript is as its writers left it",
+                )
             holders = holders_of(record.old_id, old_fd, fs)
             if holders:
-                return SwapResult(PENDING, f"{transcript}: process(es) {', '.join(map(str, holders))} still hold the "
-                                  f"old file open for writing; riffd keeps it as {old_at} and carries what they write",
-                                  holders=tuple(holders))
+                return SwapResult(
+                    PENDING,
+                    f"{transcript}: process(es) {', '.join(map(str, holders))} still hold the "
+                    f"old file open for writing; riffd keeps it as {old_at} and carries what they write",
+                    holders=tuple(holders),
+                )
             carry_forward(fs, journal, old_fd, new_fd, retry, final=True)
             fsync_file(fs, new_fd, transcript, retry)
             verify_forward(fs, journal, old_fd, new_fd, retry)
@@ -190,37 +241,55 @@ def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
     journal.remove()
     record = journal.record
     carried = sum(end - start for start, end in record.carried_at)
-    return SwapResult(FINISHED, f"{transcript}: repaired" + (
-        f"; {carried} byte(s) written to the old file were carried over" if carried else ""), carried=carried)
+    return SwapResult(
+        FINISHED,
+        f"{transcript}: repaired"
+        + (f"; {carried} byte(s) written to the old file were carried over" if carried else ""),
+        carried=carried,
+    )
 
 
-def undo(fs: FileSystem, journal: Journal, retry: RetryPolicy, detail: str, *, changed: bool = False) -> SwapResult:
-    """Give the transcript's name back to the old file (the journal says so first), then carry onto it what was
-    written to the copy since the swap. Raise OSError when the names cannot be swapped back."""
+def undo(
+    fs: FileSystem, journal: Journal, retry: RetryPolicy, detail: str, *, changed: bool = False
+) -> SwapResult:
+    """Give the transcript's name back to the old file (the journal says so first), then carry onto
+    it what was written to the copy since the swap. Raise OSError when the names cannot be swapped
+    back."""
     record = journal.record
     if record.old_name is None:
-        return SwapResult(PENDING, f"{detail.split(';')[0]}; but this filesystem keeps no name for the old file, so "
-                          "the repair cannot be undone: the old file is in the backup (`riffd backups list`)")
+        return SwapResult(
+            PENDING,
+            f"{detail.split(';')[0]}; but this filesystem keeps no name for the old file, so "
+            "the repair cannot be undone: the old file is in the backup (`riffd backups list`)",
+        )
     journal.update(retry, phase=UNDO, notes=(*record.notes, detail))
     _swap_back(fs, journal, retry)
     result = _finish_undo(fs, journal, retry)
-    return SwapResult(UNDONE if result.state == UNDONE else PENDING,
-                      detail if result.state == UNDONE else f"{detail} ({result.detail})", changed=changed,
-                      holders=result.holders)
+    return SwapResult(
+        UNDONE if result.state == UNDONE else PENDING,
+        detail if result.state == UNDONE else f"{detail} ({result.detail})",
+        changed=changed,
+        holders=result.holders,
+    )
 
 
 def _swap_back(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> None:
-    """The names of an undo: the old file takes the transcript's name; the copy keeps (or takes) riffd's copy name,
-    so what writers still put into it can be carried."""
+    """The names of an undo: the old file takes the transcript's name; the copy keeps (or takes)
+    riffd's copy name, so what writers still put into it can be carried."""
     record = journal.record
     assert record.old_name is not None
-    transcript, old_at, copy_at = (journal.name(record.transcript), journal.name(record.old_name),
-                                   journal.name(record.copy_name))
+    transcript, old_at, copy_at = (
+        journal.name(record.transcript),
+        journal.name(record.old_name),
+        journal.name(record.copy_name),
+    )
     if record.old_name == record.copy_name:
         fs.exchange(old_at, transcript)
     else:
         if identity_of(fs, copy_at) != record.copy_id:
-            fs.link(transcript, copy_at)  # the copy keeps a name of riffd's before it gives up the transcript's
+            fs.link(
+                transcript, copy_at
+            )  # the copy keeps a name of riffd's before it gives up the transcript's
         fs.replace(old_at, transcript)
     fsync_folder(fs, transcript.parent)
 
@@ -237,9 +306,12 @@ def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRe
                 carry_back(fs, journal, old_fd, copy_fd, retry)
                 holders = holders_of(record.copy_id, copy_fd, fs)
                 if holders:
-                    return SwapResult(PENDING, f"{transcript}: undone; process(es) {', '.join(map(str, holders))} "
-                                      f"still write riffd's copy {copy_at}: riffd carries what they write",
-                                      holders=tuple(holders))
+                    return SwapResult(
+                        PENDING,
+                        f"{transcript}: undone; process(es) {', '.join(map(str, holders))} "
+                        f"still write riffd's copy {copy_at}: riffd carries what they write",
+                        holders=tuple(holders),
+                    )
                 carry_back(fs, journal, old_fd, copy_fd, retry, final=True)
                 fsync_file(fs, old_fd, transcript, retry)
             finally:
@@ -252,16 +324,18 @@ def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRe
 
 
 def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
-    """The name riffd swapped out held another program's new version (put there in the instant before the swap):
-    it takes the transcript's name back, with anything written to riffd's copy meanwhile."""
+    """The name riffd swapped out held another program's new version (put there in the instant
+    before the swap): it takes the transcript's name back, with anything written to riffd's copy
+    meanwhile."""
     record = journal.record
     transcript, copy_at = journal.name(record.transcript), journal.name(record.copy_name)
     fs.exchange(copy_at, transcript)
     fsync_folder(fs, transcript.parent)
     copy_fd = open_as(fs, copy_at, os.O_RDONLY, record.copy_id)
     try:
-        other_fd = retrying_call(lambda: fs.open(transcript, os.O_WRONLY | os.O_APPEND | NOFOLLOW),
-                                 what=str(transcript))
+        other_fd = retrying_call(
+            lambda: fs.open(transcript, os.O_WRONLY | os.O_APPEND | NOFOLLOW), what=str(transcript)
+        )
         try:
             size = fs.fstat(copy_fd).st_size
             appended = read_bytes(fs, copy_fd, record.copy_size, size, str(copy_at), retry)
@@ -276,14 +350,20 @@ def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRes
         fs.close(copy_fd)
     unlink_if(fs, copy_at, record.copy_id)
     journal.remove()
-    return SwapResult(KEPT_OTHER, f"{transcript}: another program put a new version of it in place while riffd was "
-                      "replacing it; that version is kept" + (f" (with {len(appended)} bytes written to riffd's copy "
-                                                              "meanwhile)" if appended else ""))
+    return SwapResult(
+        KEPT_OTHER,
+        f"{transcript}: another program put a new version of it in place while riffd was "
+        "replacing it; that version is kept"
+        + (f" (with {len(appended)} bytes written to riffd's copy meanwhile)" if appended else ""),
+    )
 
 
-def _orphaned(fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcript: Pair | None) -> SwapResult:
-    """The transcript was deleted, or replaced by another file, since the swap: riffd's files of it (which may hold
-    lines written to them) go into the backup store, never back under the transcript's name."""
+def _orphaned(
+    fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcript: Pair | None
+) -> SwapResult:
+    """The transcript was deleted, or replaced by another file, since the swap: riffd's files of it
+    (which may hold lines written to them) go into the backup store, never back under the
+    transcript's name."""
     from riffd.repair.backup import BackupError, BackupStore
 
     record = journal.record
@@ -295,15 +375,30 @@ def _orphaned(fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcrip
         fd = open_as(fs, journal.name(name), os.O_RDONLY, identity)
         try:
             saved = BackupStore(Path(record.backup_dir), fs=fs, retry=retry).create(
-                transcript, fd, fs.fstat(fd).st_size, None, (), reason="riffd's file of an interrupted repair")
+                transcript,
+                fd,
+                fs.fstat(fd).st_size,
+                None,
+                (),
+                reason="riffd's file of an interrupted repair",
+            )
         except BackupError as exc:
-            raise OSError(errno.EIO, f"could not back up {journal.name(name)} ({exc}); it is left there") from exc
+            raise OSError(
+                errno.EIO, f"could not back up {journal.name(name)} ({exc}); it is left there"
+            ) from exc
         finally:
             fs.close(fd)
         kept.append(saved.backup_id)
         unlink_if(fs, journal.name(name), identity)
     journal.remove()
     what = "deleted" if at_transcript is None else "replaced by another file"
-    return SwapResult(GONE, f"{transcript}: it was {what} after riffd swapped in its repaired copy" + (
-        f"; riffd's files of that repair, with every line written to them, are in backup(s) {', '.join(kept)}"
-        if kept else ""), changed=at_transcript is not None)
+    return SwapResult(
+        GONE,
+        f"{transcript}: it was {what} after riffd swapped in its repaired copy"
+        + (
+            f"; riffd's files of that repair, with every line written to them, are in backup(s) {', '.join(kept)}"
+            if kept
+            else ""
+        ),
+        changed=at_transcript is not None,
+    )

@@ -1,12 +1,13 @@
-"""The swap journal: what a repair records beside the transcript before it swaps the names, so that whoever looks at
-the swap next (the repair itself, the daemon's pending job, the next `riffd fix` or daemon start) can finish or undo
-it from what is on disk (`riffd.repair.handover`).
+"""The swap journal: what a repair records beside the transcript before it swaps the names, so that
+whoever looks at the swap next (the repair itself, the daemon's pending job, the next `riffd fix` or
+daemon start) can finish or undo it from what is on disk (`riffd.repair.handover`).
 
-A journal is written whole under a staging name, locked, and renamed into place. Each later state is a whole record
-appended on a line of its own and flushed before riffd acts on it; the last whole record counts (an append that
-fails is cut off again). Files are named by their names alone: every file of a swap is in the journal's own
-folder, so a journal is read the same whatever path led to it, and it can name nothing elsewhere. A journal that is
-not this user's, or names a file that is not riffd's own, is refused.
+A journal is written whole under a staging name, locked, and renamed into place. Each later state is
+a whole record appended on a line of its own and flushed before riffd acts on it; the last whole
+record counts (an append that fails is cut off again). Files are named by their names alone: every
+file of a swap is in the journal's own folder, so a journal is read the same whatever path led to
+it, and it can name nothing elsewhere. A journal that is not this user's, or names a file that is
+not riffd's own, is refused.
 """
 
 from __future__ import annotations
@@ -22,14 +23,26 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, remove_leftover, retrying_call
+from riffd.fsio import (
+    NOFOLLOW,
+    FileSystem,
+    RetryPolicy,
+    fsync_file,
+    fsync_folder,
+    remove_leftover,
+    retrying_call,
+)
 from riffd.paths import key_path, path_key
 from riffd.repair.locks import try_flock
 from riffd.transcript.reader import iter_fd
 
 JOURNAL_SUFFIX = ".swap"
-STAGING_SUFFIX = ".new"  # a journal being written (`<name>.swap.new`), never read: removed once its pid is gone
-OLD_SUFFIX = ".old"  # the original's own hard link while lines written to it are carried (rename only)
+STAGING_SUFFIX = (
+    ".new"  # a journal being written (`<name>.swap.new`), never read: removed once its pid is gone
+)
+OLD_SUFFIX = (
+    ".old"  # the original's own hard link while lines written to it are carried (rename only)
+)
 SWAP, CHECKED, UNDO = "swap", "checked", "undo"
 # riffd's own names beside a transcript: `.<transcript>.riffd-<pid>-<12 hex>.<suffix>`
 _RIFFD_NAME = re.compile(r"^\.(?P<transcript>.+)\.riffd-[0-9]+-[0-9a-f]{12}\.(?:tmp|old)$")
@@ -39,12 +52,15 @@ Pair = tuple[int, int]
 
 @dataclass(frozen=True)
 class SwapRecord:
-    """One state of a swap: the names (in the journal's folder), the two files' identities, what the copy was made
-    from, what the repair removed and inserted, and how far lines were handed over since."""
+    """One state of a swap: the names (in the journal's folder), the two files' identities, what the
+    copy was made from, what the repair removed and inserted, and how far lines were handed over
+    since."""
 
     transcript: str
     copy_name: str  # riffd's copy before the swap; after an exchange it names the old file
-    old_name: str | None  # where the old file is while the copy holds the transcript's name (None: nowhere)
+    old_name: (
+        str | None
+    )  # where the old file is while the copy holds the transcript's name (None: nowhere)
     old_id: Pair
     copy_id: Pair
     source_size: int  # the original's bytes [0, source_size) were planned for, with this sha256
@@ -61,46 +77,57 @@ class SwapRecord:
     backup_id: str
     pid: int
     phase: str = SWAP  # CHECKED once the swap is known to stand; UNDO once the name goes back to the old file
-    # The hand-over of the old file's late lines onto the new one: from where (-1: not begun), up to where, the
-    # ranges of the new file they landed in, and a carry under way (old start, old end, new size before).
+    # The hand-over of the old file's late lines onto the new one: from where (-1: not begun), up to
+    # where, the ranges of the new file they landed in, and a carry under way (old start, old end,
+    # new size before).
     carry_from: int = -1
     carried: int = -1
     carried_at: tuple[Pair, ...] = ()
     carrying: tuple[int, int, int] | None = None
-    # After an undo, the same for the copy's direct lines onto the old file: up to where in the copy, the inserted
-    # lines carried before them, and a carry under way (copy start, copy end, old size before).
+    # After an undo, the same for the copy's direct lines onto the old file: up to where in the
+    # copy, the inserted lines carried before them, and a carry under way (copy start, copy end, old
+    # size before).
     back_carried: int = -1
     back_inserted: tuple[str, ...] = ()
     back_carrying: tuple[int, int, int] | None = None
     notes: tuple[str, ...] = field(default=())
 
     def encode(self) -> bytes:
-        """Return the record as one journal line (names that are not valid text kept exactly: riffd.paths.path_key)."""
+        """Return the record as one journal line (names that are not valid text kept exactly:
+        riffd.paths.path_key)."""
         return orjson.dumps(_texts(asdict(self), path_key)) + b"\n"
 
     @classmethod
     def decode(cls, line: bytes) -> SwapRecord:
-        """Given one journal line, return its record; raise ValueError when it is not one of riffd's."""
+        """Given one journal line, return its record; raise ValueError when it is not one of
+        riffd's."""
         try:
             fields: dict[str, Any] = _texts(orjson.loads(line), key_path)
-            record = cls(**{
-                **fields,
-                "old_id": tuple(fields["old_id"]), "copy_id": tuple(fields["copy_id"]),
-                "removed": tuple(fields["removed"]), "inserted": tuple(fields["inserted"]),
-                "claude_dirs": tuple(fields["claude_dirs"]),
-                "carried_at": tuple(tuple(pair) for pair in fields.get("carried_at", ())),
-                "carrying": tuple(fields["carrying"]) if fields.get("carrying") else None,
-                "back_inserted": tuple(fields.get("back_inserted", ())),
-                "back_carrying": tuple(fields["back_carrying"]) if fields.get("back_carrying") else None,
-                "notes": tuple(fields.get("notes", ())),
-            })
+            record = cls(
+                **{
+                    **fields,
+                    "old_id": tuple(fields["old_id"]),
+                    "copy_id": tuple(fields["copy_id"]),
+                    "removed": tuple(fields["removed"]),
+                    "inserted": tuple(fields["inserted"]),
+                    "claude_dirs": tuple(fields["claude_dirs"]),
+                    "carried_at": tuple(tuple(pair) for pair in fields.get("carried_at", ())),
+                    "carrying": tuple(fields["carrying"]) if fields.get("carrying") else None,
+                    "back_inserted": tuple(fields.get("back_inserted", ())),
+                    "back_carrying": tuple(fields["back_carrying"])
+                    if fields.get("back_carrying")
+                    else None,
+                    "notes": tuple(fields.get("notes", ())),
+                }
+            )
         except (orjson.JSONDecodeError, TypeError, KeyError, ValueError) as exc:
             raise ValueError(f"not a swap record: {exc}") from exc
         record.check_names()
         return record
 
     def check_names(self) -> None:
-        """Raise ValueError unless the copy's and the old file's names are riffd's own, of this transcript."""
+        """Raise ValueError unless the copy's and the old file's names are riffd's own, of this
+        transcript."""
         if "/" in self.transcript or self.transcript in ("", ".", ".."):
             raise ValueError(f"not a transcript's name: {self.transcript!r}")
         for name in (self.copy_name, self.old_name):
@@ -152,9 +179,9 @@ class Journal:
 
     @classmethod
     def create(cls, fs: FileSystem, path: Path, record: SwapRecord, retry: RetryPolicy) -> Journal:
-        """Write a new journal holding `record`, locked, and flushed to disk with its folder entry: written whole
-        under a name no other run reads, then renamed into place, so a run that finds it finds it locked and
-        whole."""
+        """Write a new journal holding `record`, locked, and flushed to disk with its folder entry:
+        written whole under a name no other run reads, then renamed into place, so a run that finds
+        it finds it locked and whole."""
         staging = path.with_name(path.name + STAGING_SUFFIX)
         fd = fs.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
         journal = cls(fs, staging, fd, record)
@@ -171,13 +198,18 @@ class Journal:
         return journal
 
     def _append(self, record: SwapRecord, retry: RetryPolicy) -> None:
-        size = retrying_call(lambda: self.fs.fstat(self.fd), what=str(self.path), policy=retry).st_size
+        size = retrying_call(
+            lambda: self.fs.fstat(self.fd), what=str(self.path), policy=retry
+        ).st_size
         data = record.encode() if size == 0 else b"\n" + record.encode()
         written = 0
         try:
             while written < len(data):
-                written += retrying_call(partial(self.fs.pwrite, self.fd, data[written:], size + written),
-                                         what=str(self.path), policy=retry)
+                written += retrying_call(
+                    partial(self.fs.pwrite, self.fd, data[written:], size + written),
+                    what=str(self.path),
+                    policy=retry,
+                )
             fsync_file(self.fs, self.fd, self.path, retry)
         except OSError:
             with contextlib.suppress(OSError):  # a half record must not glue onto the next one
@@ -185,7 +217,8 @@ class Journal:
             raise
 
     def update(self, retry: RetryPolicy, **changes: Any) -> SwapRecord:
-        """Record a new state of the swap (the fields `changes` names), flushed before anything acts on it."""
+        """Record a new state of the swap (the fields `changes` names), flushed before anything acts
+        on it."""
         from dataclasses import replace
 
         record = replace(self.record, **changes)
@@ -208,8 +241,9 @@ class Journal:
 
 
 def read_journal(fs: FileSystem, path: Path, fd: int | None = None) -> SwapRecord | None:
-    """Given a journal (and a descriptor of it), return its last whole record; None when it holds none, or when it
-    is not this user's (riffd never acts on a journal another user could have written)."""
+    """Given a journal (and a descriptor of it), return its last whole record; None when it holds
+    none, or when it is not this user's (riffd never acts on a journal another user could have
+    written)."""
     own = fd is None
     if fd is None:
         fd = fs.open(path, os.O_RDONLY | NOFOLLOW)

@@ -1,7 +1,9 @@
-"""Editing one transcript line: new top-level fields or a new content list, changing as few bytes as possible.
+"""Editing one transcript line: new top-level fields or a new content list, changing as few bytes as
+possible.
 
-The planner (riffd.repair.planner) decides what a line becomes; this module makes its new bytes, exact to the
-value: integers beyond 64 bits, lone surrogates and the spacing of an unchanged key stay as written.
+The planner (riffd.repair.planner) decides what a line becomes; this module makes its new bytes,
+exact to the value: integers beyond 64 bits, lone surrogates and the spacing of an unchanged key
+stay as written.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ from riffd.transcript.reader import BOM
 
 
 def edited_line(raw: bytes, content: list[Any] | None, fields: dict[str, Any]) -> bytes:
-    """Return `raw` with its content list and/or top-level fields replaced, changing as few bytes as possible.
+    """Return `raw` with its content list and/or top-level fields replaced, changing as few bytes as
+    possible.
 
     Field-only changes are made in place on the bytes and accepted only if the result reads back as
-    the intended object; anything else is re-serialised. Parsing here is exact (the standard library:
-    orjson would turn integers beyond 64 bits into floats). The BOM, trailing spaces and newline are kept.
+    the intended object; anything else is re-serialised. Parsing here is exact (the standard
+    library: orjson would turn integers beyond 64 bits into floats). The BOM, trailing spaces and
+    newline are kept.
     """
     terminated = raw.endswith(b"\n")
     body = raw[:-1] if terminated else raw
@@ -48,7 +52,9 @@ def _exact(body: bytes) -> dict[str, Any]:
     return value
 
 
-def _substitute_fields(body: bytes, original: dict[str, Any], fields: dict[str, Any]) -> bytes | None:
+def _substitute_fields(
+    body: bytes, original: dict[str, Any], fields: dict[str, Any]
+) -> bytes | None:
     for name, value in fields.items():
         old = original.get(name)
         if not isinstance(old, str):
@@ -72,7 +78,9 @@ def _json_str(text: str) -> bytes:
 def _serialise(obj: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(obj)
-    except TypeError:  # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
+    except (
+        TypeError
+    ):  # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
         try:
             return text.encode("utf-8")

@@ -1,5 +1,5 @@
-"""Lines as a swap's hand-over sees them: split on b"\\n" only, the uuid each carries, the parent it hangs from, and
-the byte ranges of a file that came from elsewhere."""
+"""Lines as a swap's hand-over sees them: split on b"\\n" only, the uuid each carries, the parent it
+hangs from, and the byte ranges of a file that came from elsewhere."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ Interval = tuple[int, int]
 
 
 class LineConflict(Exception):
-    """A line written after the repair began hangs from a line the repair removed: a client loaded the old file."""
+    """A line written after the repair began hangs from a line the repair removed: a client loaded
+    the old file."""
 
 
 def split_lines(data: bytes) -> list[bytes]:
-    """Given bytes, return their lines, each with its newline (the last may lack it); only b"\\n" ends a line."""
+    """Given bytes, return their lines, each with its newline (the last may lack it); only b"\\n"
+    ends a line."""
     lines: list[bytes] = []
     start = 0
     while start < len(data):
@@ -38,7 +40,8 @@ def _record(line: bytes) -> dict[str, object] | None:
 
 
 def hangs_from(line: bytes, removed: frozenset[str] | set[str]) -> str | None:
-    """Given one line and the uuids a repair removed, return the removed uuid it hangs from, or None."""
+    """Given one line and the uuids a repair removed, return the removed uuid it hangs from, or
+    None."""
     if not removed:
         return None
     record = _record(line)
@@ -70,15 +73,19 @@ def uuids_of(lines: Iterable[bytes]) -> set[str]:
     return {value for value in map(uuid_of, lines) if value is not None}
 
 
-def read_bytes(fs: FileSystem, fd: int, start: int, end: int, what: str, retry: RetryPolicy) -> bytes:
-    """Return the bytes of the open file `fd` in [start, end) (fewer when it ends sooner), retrying EIO."""
+def read_bytes(
+    fs: FileSystem, fd: int, start: int, end: int, what: str, retry: RetryPolicy
+) -> bytes:
+    """Return the bytes of the open file `fd` in [start, end) (fewer when it ends sooner), retrying
+    EIO."""
     if end <= start:
         return b""
     return b"".join(iter_fd(fd, what=what, fs=fs, retry=retry, start=start, end=end))
 
 
 def outside(data: bytes, base: int, excluded: Sequence[Interval]) -> bytes:
-    """Given the bytes of a file from offset `base`, return them without the ranges `excluded` (file offsets)."""
+    """Given the bytes of a file from offset `base`, return them without the ranges `excluded` (file
+    offsets)."""
     kept: list[bytes] = []
     position = base
     for start, end in sorted(excluded):
@@ -91,5 +98,8 @@ def outside(data: bytes, base: int, excluded: Sequence[Interval]) -> bytes:
 
 
 def inside(data: bytes, base: int, included: Sequence[Interval]) -> bytes:
-    """Given the bytes of a file from offset `base`, return those of the ranges `included`, in file order."""
-    return b"".join(data[max(start, base) - base : end - base] for start, end in sorted(included) if end > base)
+    """Given the bytes of a file from offset `base`, return those of the ranges `included`, in file
+    order."""
+    return b"".join(
+        data[max(start, base) - base : end - base] for start, end in sorted(included) if end > base
+    )

@@ -1,15 +1,16 @@
-"""The per-transcript lock two riffd runs take before rewriting a file, and riffd's own temp files beside a
-transcript (`.<name>.riffd-<pid>-<hex>.tmp`), which Claude Code never lists.
+"""The per-transcript lock two riffd runs take before rewriting a file, and riffd's own temp files
+beside a transcript (`.<name>.riffd-<pid>-<hex>.tmp`), which Claude Code never lists.
 
-The lock is an advisory `flock` on the transcript itself, so it holds whatever backup folder each run uses
-(`riffd fix --backup-dir X` beside the daemon). Claude Code takes no lock and only appends, so the lock never
-blocks it. The repaired copy is locked too from the moment it exists: once it takes the transcript's name, a
-second run that opens that name finds it busy. Where a filesystem has no `flock` (some network filesystems),
-a lock file in the backup folder stands in, which only excludes runs that share that folder.
+The lock is an advisory `flock` on the transcript itself, so it holds whatever backup folder each
+run uses (`riffd fix --backup-dir X` beside the daemon). Claude Code takes no lock and only appends,
+so the lock never blocks it. The repaired copy is locked too from the moment it exists: once it
+takes the transcript's name, a second run that opens that name finds it busy. Where a filesystem has
+no `flock` (some network filesystems), a lock file in the backup folder stands in, which only
+excludes runs that share that folder.
 
-A temp file's name carries the pid of the process writing it: a temp of a running riffd is never removed; one
-of a process that is gone is removed by the next run that works in its folder, at the daemon's start and by
-`riffd backups prune`.
+A temp file's name carries the pid of the process writing it: a temp of a running riffd is never
+removed; one of a process that is gone is removed by the next run that works in its folder, at the
+daemon's start and by `riffd backups prune`.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
 
-# `.<name>.riffd-<pid>-<12 hex>.tmp`: dot-prefixed and not ending in .jsonl, so Claude Code never lists it. Names
-# without a pid were made by riffd before 0.1.0's layout; they are removed only when old.
+# `.<name>.riffd-<pid>-<12 hex>.tmp`: dot-prefixed and not ending in .jsonl, so Claude Code never
+# lists it. Names without a pid were made by riffd before 0.1.0's layout; they are removed only when
+# old.
 TEMP_NAME = re.compile(r"^\..+\.riffd-(?:(?P<pid>[0-9]+)-)?[0-9a-f]{12}\.tmp$")
 # flock errors that mean "this filesystem cannot lock", not "someone holds the lock".
 _NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
@@ -48,8 +50,8 @@ def temp_path_for(path: Path) -> Path:
 
 
 def leftover_of_dead_process(name: str, age_seconds: float, older_than_seconds: float) -> bool:
-    """Given a temp file's name and age, return True when no running process can be writing it: its pid is gone,
-    or (a name without a pid) it is older than `older_than_seconds`."""
+    """Given a temp file's name and age, return True when no running process can be writing it: its
+    pid is gone, or (a name without a pid) it is older than `older_than_seconds`."""
     match = TEMP_NAME.match(name)
     if match is None:
         return False
@@ -67,9 +69,9 @@ def remove_stale_temps(
     now: float | None = None,
 ) -> list[Path]:
     """Given a folder, remove riffd's own temp files that no running process writes (see
-    `leftover_of_dead_process`) and return them; other files, and temps of running riffd processes, are never
-    touched. A temp is only ever a copy: the transcript is intact until the swap, after which riffd removes the
-    name itself."""
+    `leftover_of_dead_process`) and return them; other files, and temps of running riffd processes,
+    are never touched. A temp is only ever a copy: the transcript is intact until the swap, after
+    which riffd removes the name itself."""
     current_time = time.time() if now is None else now
     try:
         names = fs.listdir(folder)
@@ -88,7 +90,9 @@ def remove_stale_temps(
             status = fs.stat(candidate)
             if not stat.S_ISREG(status.st_mode):
                 continue
-            if not leftover_of_dead_process(name, current_time - status.st_mtime, older_than_seconds):
+            if not leftover_of_dead_process(
+                name, current_time - status.st_mtime, older_than_seconds
+            ):
                 continue
             fs.unlink(candidate)
         except FileNotFoundError:
@@ -101,15 +105,17 @@ def remove_stale_temps(
 
 
 def lock_path_for(backup_dir: Path, path: Path) -> Path:
-    """Given the backup folder and a transcript, return the lock file that stands in for a flock of the
-    transcript on filesystems that have none."""
-    key = hashlib.sha256(os.fsencode(os.path.join(os.path.realpath(path.parent), path.name))).hexdigest()
+    """Given the backup folder and a transcript, return the lock file that stands in for a flock of
+    the transcript on filesystems that have none."""
+    key = hashlib.sha256(
+        os.fsencode(os.path.join(os.path.realpath(path.parent), path.name))
+    ).hexdigest()
     return backup_dir / ".locks" / f"{key[:32]}.lock"
 
 
 def try_flock(fs: FileSystem, fd: int) -> bool | None:
-    """Take an exclusive flock on `fd` without waiting: True when taken, False when another holder has it, None when
-    the filesystem cannot lock. Raise OSError for other errors."""
+    """Take an exclusive flock on `fd` without waiting: True when taken, False when another holder
+    has it, None when the filesystem cannot lock. Raise OSError for other errors."""
     try:
         fs.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -122,15 +128,17 @@ def try_flock(fs: FileSystem, fd: int) -> bool | None:
 
 
 class TranscriptLock:
-    """The lock of one transcript while riffd rewrites it: a flock on the descriptor riffd holds open for the
-    whole run, or the lock file of `lock_path_for` where the filesystem cannot flock."""
+    """The lock of one transcript while riffd rewrites it: a flock on the descriptor riffd holds
+    open for the whole run, or the lock file of `lock_path_for` where the filesystem cannot
+    flock."""
 
     def __init__(self, fs: FileSystem, backup_dir: Path, path: Path, fd: int) -> None:
         self.fs, self.backup_dir, self.path, self.fd = fs, backup_dir, path, fd
         self._lock_file: int | None = None
 
     def try_acquire(self) -> bool:
-        """Take the lock; return False when another riffd run holds it. Raise OSError when it cannot be taken."""
+        """Take the lock; return False when another riffd run holds it. Raise OSError when it cannot
+        be taken."""
         taken = try_flock(self.fs, self.fd)
         if taken is not None:
             return taken
@@ -140,8 +148,12 @@ class TranscriptLock:
         try:
             taken = try_flock(self.fs, lock_fd)
             if taken is None:
-                raise OSError(errno.ENOLCK, "neither the transcript's filesystem nor the backup folder's can lock "
-                              "files, so two riffd runs could not be kept apart", str(lock_path))
+                raise OSError(
+                    errno.ENOLCK,
+                    "neither the transcript's filesystem nor the backup folder's can lock "
+                    "files, so two riffd runs could not be kept apart",
+                    str(lock_path),
+                )
         except OSError:
             self.fs.close(lock_fd)
             raise
@@ -152,8 +164,10 @@ class TranscriptLock:
         return True
 
     def release(self) -> None:
-        """Let go of the lock file, if one stood in (the flock goes with the transcript's descriptor)."""
+        """Let go of the lock file, if one stood in (the flock goes with the transcript's
+        descriptor)."""
         if self._lock_file is not None:
-            # Lock files are never deleted: unlinking one while another run waits on it splits the lock.
+            # Lock files are never deleted: unlinking one while another run waits on it splits the
+            # lock.
             self.fs.close(self._lock_file)
             self._lock_file = None

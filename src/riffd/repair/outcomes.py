@@ -1,5 +1,5 @@
-"""What a repair or a restore did: Repaired, Restored, Skipped (on purpose, with a reason) or Failed (with a
-message naming the file and what to do), and the options they ran with."""
+"""What a repair or a restore did: Repaired, Restored, Skipped (on purpose, with a reason) or Failed
+(with a message naming the file and what to do), and the options they ran with."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ class SkipReason(StrEnum):
 
 
 class FailReason(StrEnum):
-    """Why a repair that was attempted could not be completed; the values are the names users see."""
+    """Why a repair that was attempted could not be completed; the values are the names users
+    see."""
 
     UNSAFE_BACKUP_DIR = "unsafe_backup_dir"
     NO_SPACE = "no_space"
@@ -55,44 +56,57 @@ class FailReason(StrEnum):
 
 
 def symlink_detail(path: Path) -> str:
-    """What a user reads when a transcript's path is a symlink: riffd never rewrites a link, and which file to repair
-    instead (the link's final target, when it can be told)."""
+    """What a user reads when a transcript's path is a symlink: riffd never rewrites a link, and
+    which file to repair instead (the link's final target, when it can be told)."""
     target = os.path.realpath(path)
     if target == os.path.abspath(path) or not os.path.exists(target):
         return f"{path}: it is a symlink; riffd never rewrites a link: repair the file it points to instead"
-    return (f"{path}: it is a symlink to {target}; riffd never rewrites a link: repair the file it points to "
-            f"instead (`riffd fix {target}`)")
+    return (
+        f"{path}: it is a symlink to {target}; riffd never rewrites a link: repair the file it points to "
+        f"instead (`riffd fix {target}`)"
+    )
 
 
 class FileChanged(Exception):
-    """The transcript is not what was planned for any more; becomes Skipped(`reason`): changed, or symlink when its
-    path now names a symlink (a link is never rewritten: the file it points to is the one to repair)."""
+    """The transcript is not what was planned for any more; becomes Skipped(`reason`): changed, or
+    symlink when its path now names a symlink (a link is never rewritten: the file it points to is
+    the one to repair)."""
 
     def __init__(self, message: str, reason: SkipReason = SkipReason.CHANGED) -> None:
         super().__init__(message)
         self.reason = reason
 
 
-def still_as_scanned(identity: FileIdentity, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY) -> None:
-    """Given a transcript's identity as scanned, return when its path still names that file, grown or not; raise
-    FileChanged (reason symlink when the path is a link) when it was written to in place or replaced since."""
+def still_as_scanned(
+    identity: FileIdentity, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+) -> None:
+    """Given a transcript's identity as scanned, return when its path still names that file, grown
+    or not; raise FileChanged (reason symlink when the path is a link) when it was written to in
+    place or replaced since."""
     path = identity.path
     status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=retry)
     if stat.S_ISLNK(status.st_mode):
         raise FileChanged(symlink_detail(Path(path)), SkipReason.SYMLINK)
-    if (status.st_dev, status.st_ino, status.st_mtime_ns) != (identity.dev, identity.ino, identity.mtime_ns) or (
-            status.st_size < identity.size):
-        raise FileChanged(f"{path}: changed during the run (it was written or replaced after riffd read it); "
-                          "scan it again")
+    if (status.st_dev, status.st_ino, status.st_mtime_ns) != (
+        identity.dev,
+        identity.ino,
+        identity.mtime_ns,
+    ) or (status.st_size < identity.size):
+        raise FileChanged(
+            f"{path}: changed during the run (it was written or replaced after riffd read it); "
+            "scan it again"
+        )
 
 
 class FileGone(Exception):
-    """The transcript was deleted while riffd worked; becomes Skipped(gone), and nothing is re-created."""
+    """The transcript was deleted while riffd worked; becomes Skipped(gone), and nothing is
+    re-created."""
 
 
 @dataclass(frozen=True)
 class Repaired:
-    """The file now holds the repaired content; `backup_id` names the verified copy of what it held."""
+    """The file now holds the repaired content; `backup_id` names the verified copy of what it
+    held."""
 
     path: Path
     backup_id: str
@@ -100,7 +114,9 @@ class Repaired:
     edits: tuple[Edit, ...]
     carried_over_bytes: int  # bytes appended by another writer while riffd worked, copied verbatim
     warnings: tuple[str, ...] = ()  # what the user should know although the repair is done
-    pending_swap: Path | None = None  # the journal of a hand-over a later run finishes (a writer held the old file)
+    pending_swap: Path | None = (
+        None  # the journal of a hand-over a later run finishes (a writer held the old file)
+    )
 
 
 @dataclass(frozen=True)
@@ -123,7 +139,8 @@ class Failed:
 
 @dataclass(frozen=True)
 class Restored:
-    """The backup's bytes are at `path`; `safety_backup_id` names the backup of what was there before."""
+    """The backup's bytes are at `path`; `safety_backup_id` names the backup of what was there
+    before."""
 
     path: Path
     backup_id: str
@@ -137,7 +154,8 @@ RestoreOutcome = Restored | Skipped | Failed
 
 @dataclass(frozen=True)
 class ApplyOptions:
-    """Where backups go, what counts as live, and the I/O seam; see the module docstring for the sequence."""
+    """Where backups go, what counts as live, and the I/O seam; see the module docstring for the
+    sequence."""
 
     backup_dir: Path = field(default_factory=default_backup_dir)
     claude_dir: Path = field(default_factory=claude_config_dir)
@@ -150,7 +168,8 @@ class ApplyOptions:
     settle_rounds: int = 6
 
     def claude_dirs(self, path: Path) -> tuple[Path, ...]:
-        """Return every Claude Code folder whose registry of running sessions may name `path`'s session."""
+        """Return every Claude Code folder whose registry of running sessions may name `path`'s
+        session."""
         return claude_dirs_for(path, self.claude_dir, self.roots)
 
 
@@ -159,18 +178,24 @@ def gone(path: Path) -> Skipped:
     return Skipped(path, SkipReason.GONE, f"{path}: deleted while riffd worked; nothing to do")
 
 
-def failure(path: Path, exc: OSError, stage: str, *, replaced: bool = False, checked: bool = False) -> Failed:
-    """Given an OSError met while `stage` (a phrase: "backing it up to ..."), return the Failed outcome whose
-    message names the file, what happened, whether the transcript is untouched (`checked`: riffd looked after the
-    failure), and what to do."""
+def failure(
+    path: Path, exc: OSError, stage: str, *, replaced: bool = False, checked: bool = False
+) -> Failed:
+    """Given an OSError met while `stage` (a phrase: "backing it up to ..."), return the Failed
+    outcome whose message names the file, what happened, whether the transcript is untouched
+    (`checked`: riffd looked after the failure), and what to do."""
     state = (
         "the repaired file is in place but the last step failed"
         if replaced
-        else "the transcript is untouched (checked)" if checked else "the transcript is untouched"
+        else "the transcript is untouched (checked)"
+        if checked
+        else "the transcript is untouched"
     )
     if isinstance(exc, ReadFailed):
         return Failed(
-            path, FailReason.IO_ERROR, f"{path}: not repaired while {stage} ({state}): {exc.strerror}"
+            path,
+            FailReason.IO_ERROR,
+            f"{path}: not repaired while {stage} ({state}): {exc.strerror}",
         )
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -16,7 +16,8 @@ from riffd.transcript.scan import FileIdentity
 
 @dataclass(frozen=True)
 class LineSpan:
-    """Where one line sits in the original file: 1-based number, byte offset, length with its newline."""
+    """Where one line sits in the original file: 1-based number, byte offset, length with its
+    newline."""
 
     number: int
     offset: int
@@ -59,7 +60,8 @@ Edit = RemoveLine | ReplaceLine | InsertLine
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """The edits that repair one file, the findings they address, and the file they were made for."""
+    """The edits that repair one file, the findings they address, and the file they were made
+    for."""
 
     source: FileIdentity
     edits: tuple[Edit, ...]
@@ -81,8 +83,8 @@ class RepairPlan:
 
 
 def _edit_key(edit: Edit) -> tuple[int, int]:
-    # An insert sits right after the line it follows, so before any edit of the next line, which starts
-    # at the same offset. A line is removed or replaced at most once.
+    # An insert sits right after the line it follows, so before any edit of the next line, which
+    # starts at the same offset. A line is removed or replaced at most once.
     if isinstance(edit, InsertLine):
         return (edit.after.end, 0)
     return (edit.span.offset, 1)
@@ -98,7 +100,9 @@ def assemble(edits: tuple[Edit, ...] | list[Edit], size: int) -> Iterator[tuple[
     for edit in sorted(edits, key=_edit_key):
         if isinstance(edit, InsertLine):
             if edit.after.end > size or edit.after.end < position:
-                raise ValueError(f"insert after line {edit.after.number} is out of order or out of range")
+                raise ValueError(
+                    f"insert after line {edit.after.number} is out of order or out of range"
+                )
             if edit.after.end > position:
                 yield (position, edit.after.end)
                 position = edit.after.end
@@ -106,7 +110,9 @@ def assemble(edits: tuple[Edit, ...] | list[Edit], size: int) -> Iterator[tuple[
             continue
         span = edit.span
         if span.number in touched or span.offset < position or span.end > size:
-            raise ValueError(f"edit of line {span.number} overlaps another edit or lies outside the file")
+            raise ValueError(
+                f"edit of line {span.number} overlaps another edit or lies outside the file"
+            )
         touched.add(span.number)
         if span.offset > position:
             yield (position, span.offset)

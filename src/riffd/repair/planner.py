@@ -7,13 +7,13 @@ and returns a `RepairPlan`. Rules (see the README):
 - orphan results and repeated tool_use ids are removed the same way, block by block;
 - a line left with no content is removed and its children re-pointed to its parent;
 - a missing result gets one synthetic `is_error` result line right after the tool_use line;
-- a file riffd does not recognise as a Claude Code transcript (riffd.transcript.shape) gets an empty plan that says
-  why: nothing in it is edited, a torn last line included;
-- a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the backup and the
-  archive first (Claude Code cannot resume past it);
+- a file riffd does not recognise as a Claude Code transcript (riffd.transcript.shape) gets an empty
+  plan that says why: nothing in it is edited, a torn last line included;
+- a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the
+  backup and the archive first (Claude Code cannot resume past it);
 - malformed lines mid-file, dangling parents and cycles are never edited; while any of them (or two
-  different lines sharing a uuid) makes the tree uncertain, only duplicate results are removed, because
-  the other repairs depend on knowing the conversation for sure.
+  different lines sharing a uuid) makes the tree uncertain, only duplicate results are removed,
+  because the other repairs depend on knowing the conversation for sure.
 """
 
 from __future__ import annotations
@@ -30,15 +30,27 @@ from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.repair.line_edit import edited_line
 from riffd.repair.outcomes import still_as_scanned
 from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
-from riffd.transcript.detect import distinct_uses, group_blocks, in_latest_turn, latest_turn, unpaired_tools
+from riffd.transcript.detect import (
+    distinct_uses,
+    group_blocks,
+    in_latest_turn,
+    latest_turn,
+    unpaired_tools,
+)
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
-from riffd.transcript.index import DANGLING, NO_PARENT, ResultBlock, TranscriptIndex, is_placeholder_result
+from riffd.transcript.index import (
+    DANGLING,
+    NO_PARENT,
+    ResultBlock,
+    TranscriptIndex,
+    is_placeholder_result,
+)
 from riffd.transcript.reader import parse_line, read_span
 from riffd.transcript.scan import ScannedFile
 from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
-# A tool call of the latest turn gets a placeholder result only after this long without writes: its tool may
-# still be running in a Claude Code that does not register live sessions.
+# A tool call of the latest turn gets a placeholder result only after this long without writes: its
+# tool may still be running in a Claude Code that does not register live sessions.
 IN_FLIGHT_GRACE_SECONDS = 3600.0
 
 TORN_TAIL_REASON = "the last line is the fragment of an interrupted write; it is kept in the backup and the archive"
@@ -56,10 +68,10 @@ class RepairOptions:
     """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one).
 
     `classes`: the finding classes to repair (the others are left alone, with a note).
-    `answer_newest_message`: whether a tool_use of the latest turn (the last assistant message on the
-    chain) may get a placeholder. Its tool may still be running under a Claude Code that does not
-    register its sessions; a placeholder then becomes a duplicate when the real result arrives, so
-    callers set this only for long-quiet files.
+    `answer_newest_message`: whether a tool_use of the latest turn (the last assistant message on
+    the chain) may get a placeholder. Its tool may still be running under a Claude Code that does
+    not register its sessions; a placeholder then becomes a duplicate when the real result arrives,
+    so callers set this only for long-quiet files.
     """
 
     add_missing_results: bool = True
@@ -74,15 +86,21 @@ class _Work:
 
     remove_blocks: dict[int, set[int]] = field(default_factory=dict)
     remove_lines: set[int] = field(default_factory=set)
-    synthetic_after: dict[int, list[str]] = field(default_factory=dict)  # tool_use line -> missing ids
+    synthetic_after: dict[int, list[str]] = field(
+        default_factory=dict
+    )  # tool_use line -> missing ids
     fixes: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
-def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOptions | None = None) -> RepairPlan:
-    """Given a scanned file (with identity) and a reader of its lines by index, return the repair plan.
+def plan_repair(
+    scanned: ScannedFile, line_bytes: LineBytes, options: RepairOptions | None = None
+) -> RepairPlan:
+    """Given a scanned file (with identity) and a reader of its lines by index, return the repair
+    plan.
 
-    Raise ValueError if the scan was made without `with_identity` (a plan must name what it was made for).
+    Raise ValueError if the scan was made without `with_identity` (a plan must name what it was made
+    for).
     """
     options = options or RepairOptions()
     if scanned.identity is None:
@@ -97,23 +115,30 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
 
     doubt = transcript_doubt(index, fetch)
     if doubt:
-        return RepairPlan(scanned.identity, (), (), (f"{NOT_A_TRANSCRIPT}: {doubt}; left as it is",))
+        return RepairPlan(
+            scanned.identity, (), (), (f"{NOT_A_TRANSCRIPT}: {doubt}; left as it is",)
+        )
     work = _Work()
     by_class: dict[tuple[FindingClass, str | None], Finding] = {
-        (finding.cls, finding.tool_id): finding for finding in scanned.findings if finding.cls in REPAIRABLE
+        (finding.cls, finding.tool_id): finding
+        for finding in scanned.findings
+        if finding.cls in REPAIRABLE
     }
     chain = loaded.on_chain
     turn = latest_turn(index, loaded)
     groups = list(unpaired_tools(index, loaded))
 
-    # Pass 1: duplicate results. Safe whatever the tree looks like (one result always stays), and done first
-    # so that the certainty of the tree is judged on what this plan leaves, which keeps plans idempotent.
+    # Pass 1: duplicate results. Safe whatever the tree looks like (one result always stays), and
+    # done first so that the certainty of the tree is judged on what this plan leaves, which keeps
+    # plans idempotent.
     for group in groups:
         blocks = group_blocks(index, group)
         if not group.use_lines or len(blocks) < 2:
             continue
         if FindingClass.DUPLICATE_TOOL_RESULT not in options.classes:
-            work.notes.append(f"duplicate results for {group.tool_id} left alone: the class is not enabled")
+            work.notes.append(
+                f"duplicate results for {group.tool_id} left alone: the class is not enabled"
+            )
             continue
         keeper = _choose_result(index, blocks, chain, fetch)
         for block in blocks:
@@ -129,7 +154,9 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
         blocks = group_blocks(index, group)
         if not group.use_lines:
             if FindingClass.ORPHAN_TOOL_RESULT not in options.classes:
-                work.notes.append(f"orphan result for {tool_id} left alone: its class is not enabled")
+                work.notes.append(
+                    f"orphan result for {tool_id} left alone: its class is not enabled"
+                )
             elif uncertain:
                 work.notes.append(f"orphan result for {tool_id} left alone: {uncertain}")
             else:
@@ -142,7 +169,9 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
         keeper_line = (on_chain or distinct)[0]
         if len(distinct) > 1:
             if FindingClass.DUPLICATE_TOOL_USE not in options.classes:
-                work.notes.append(f"repeated tool_use {tool_id} left alone: the class is not enabled")
+                work.notes.append(
+                    f"repeated tool_use {tool_id} left alone: the class is not enabled"
+                )
             elif uncertain:
                 work.notes.append(f"repeated tool_use {tool_id} left alone: {uncertain}")
             else:
@@ -152,8 +181,13 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
                 _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_USE, tool_id)
         if blocks:
             continue
-        if not options.add_missing_results or FindingClass.MISSING_TOOL_RESULT not in options.classes:
-            work.notes.append(f"missing result for {tool_id} not added (adding synthetic results is switched off)")
+        if (
+            not options.add_missing_results
+            or FindingClass.MISSING_TOOL_RESULT not in options.classes
+        ):
+            work.notes.append(
+                f"missing result for {tool_id} not added (adding synthetic results is switched off)"
+            )
         elif not options.answer_newest_message and in_latest_turn(index, turn, keeper_line):
             work.notes.append(
                 f"missing result for {tool_id} not added: it is in the latest turn and its tool may still be "
@@ -171,18 +205,23 @@ def plan_repair(scanned: ScannedFile, line_bytes: LineBytes, options: RepairOpti
             _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
 
     edits = _edits(index, work, fetch, options)
-    torn = next((finding for finding in scanned.findings if finding.cls is FindingClass.TORN_TAIL), None)
+    torn = next(
+        (finding for finding in scanned.findings if finding.cls is FindingClass.TORN_TAIL), None
+    )
     if torn is not None and FindingClass.TORN_TAIL not in options.classes:
         work.notes.append(f"the torn last line {torn.line} left alone: the class is not enabled")
     elif torn is not None and torn.line == len(index):
         span = _span(index, torn.line - 1)
-        edits.append(RemoveLine(span, f"{TORN_TAIL_REASON} ({span.length} bytes, not JSON, no newline)"))
+        edits.append(
+            RemoveLine(span, f"{TORN_TAIL_REASON} ({span.length} bytes, not JSON, no newline)")
+        )
         work.fixes.append(torn)
     return RepairPlan(scanned.identity, tuple(edits), tuple(work.fixes), tuple(work.notes))
 
 
 def cuts_torn_tail(plan: RepairPlan) -> bool:
-    """Whether `plan` cuts off a torn last line (whose bytes must first be in the archive, as in the backup)."""
+    """Whether `plan` cuts off a torn last line (whose bytes must first be in the archive, as in the
+    backup)."""
     return any(finding.cls is FindingClass.TORN_TAIL for finding in plan.fixes)
 
 
@@ -191,12 +230,22 @@ def keep_torn_tail(plan: RepairPlan, why: str) -> RepairPlan:
     torn = [finding for finding in plan.fixes if finding.cls is FindingClass.TORN_TAIL]
     if not torn:
         return plan
-    edits = tuple(edit for edit in plan.edits
-                  if not (isinstance(edit, RemoveLine) and edit.span.number == torn[0].line
-                          and edit.reason.startswith(TORN_TAIL_REASON)))
+    edits = tuple(
+        edit
+        for edit in plan.edits
+        if not (
+            isinstance(edit, RemoveLine)
+            and edit.span.number == torn[0].line
+            and edit.reason.startswith(TORN_TAIL_REASON)
+        )
+    )
     fixes = tuple(finding for finding in plan.fixes if finding.cls is not FindingClass.TORN_TAIL)
-    return replace(plan, edits=edits, fixes=fixes,
-                   notes=(*plan.notes, f"the torn last line {torn[0].line} is kept: {why}"))
+    return replace(
+        plan,
+        edits=edits,
+        fixes=fixes,
+        notes=(*plan.notes, f"the torn last line {torn[0].line} is kept: {why}"),
+    )
 
 
 def plan_file_repair(
@@ -207,16 +256,20 @@ def plan_file_repair(
     retry: RetryPolicy = DEFAULT_RETRY,
     now: float | None = None,
 ) -> RepairPlan:
-    """Given a scan made with identity, plan its repair, reading the lines the plan names from the file.
+    """Given a scan made with identity, plan its repair, reading the lines the plan names from the
+    file.
 
-    The one place of the in-flight rule: a tool call of the latest turn gets a placeholder only once the
-    file has been quiet for IN_FLIGHT_GRACE_SECONDS. Raise FileChanged when the file is no longer the one scanned
-    (written to, or replaced), ValueError for a scan without identity, OSError when a line cannot be read.
+    The one place of the in-flight rule: a tool call of the latest turn gets a placeholder only once
+    the file has been quiet for IN_FLIGHT_GRACE_SECONDS. Raise FileChanged when the file is no
+    longer the one scanned (written to, or replaced), ValueError for a scan without identity,
+    OSError when a line cannot be read.
     """
     options = options or RepairOptions()
     if scanned.identity is None:
         raise ValueError("plan_file_repair needs a scan made with with_identity=True")
-    if (time.time() if now is None else now) - scanned.identity.mtime_ns / 1e9 < IN_FLIGHT_GRACE_SECONDS:
+    if (
+        time.time() if now is None else now
+    ) - scanned.identity.mtime_ns / 1e9 < IN_FLIGHT_GRACE_SECONDS:
         options = replace(options, answer_newest_message=False)
     path, index, identity = scanned.identity.path, scanned.index, scanned.identity
 
@@ -225,7 +278,9 @@ def plan_file_repair(
 
     unchanged()
     try:
-        plan = plan_repair(scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options)
+        plan = plan_repair(
+            scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options
+        )
     except ValueError:
         unchanged()  # a line that no longer parses because the file changed under the planner: say that
         raise
@@ -233,8 +288,12 @@ def plan_file_repair(
     return plan
 
 
-def _fixed(work: _Work, by_class: dict[tuple[FindingClass, str | None], Finding], cls: FindingClass,
-           tool_id: str) -> None:
+def _fixed(
+    work: _Work,
+    by_class: dict[tuple[FindingClass, str | None], Finding],
+    cls: FindingClass,
+    tool_id: str,
+) -> None:
     finding = by_class.get((cls, tool_id))
     if finding is not None and finding not in work.fixes:
         work.fixes.append(finding)
@@ -246,9 +305,9 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> st
     Judged on what the plan leaves: a line sharing a uuid stops counting once the plan removes it.
     """
     index = scanned.index
-    # Only a torn last line (no newline: a write cut off) leaves the conversation before it certain; a malformed
-    # line ended by a newline does not, wherever it is (once the torn tail is cut, it would be the last line,
-    # and a second repair would do what the first one refused).
+    # Only a torn last line (no newline: a write cut off) leaves the conversation before it certain;
+    # a malformed line ended by a newline does not, wherever it is (once the torn tail is cut, it
+    # would be the last line, and a second repair would do what the first one refused).
     torn = len(index) - 1 if index.metrics.unterminated_last_line else -1
     for line in index.malformed:
         if line != torn:
@@ -256,7 +315,9 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> st
     if index.dangling:
         line = min(index.dangling)
         return f"line {line + 1} has a dangling parent"
-    if scanned.loaded.cycle_at is not None or any(f.cls is FindingClass.PARENT_CYCLE for f in scanned.findings):
+    if scanned.loaded.cycle_at is not None or any(
+        f.cls is FindingClass.PARENT_CYCLE for f in scanned.findings
+    ):
         return "the parent links loop"
     for first, repeat in index.duplicate_uuid_lines:
         if _removed_whole(work, repeat, fetch):
@@ -280,19 +341,35 @@ def _removed_whole(work: _Work, line: int, fetch: LineBytes) -> bool:
 def _choose_result(
     index: TranscriptIndex, blocks: list[ResultBlock], chain: set[int], fetch: LineBytes
 ) -> ResultBlock:
-    """The result to keep: on the chain the conversation continued from, else genuine, else first."""
-    owners = [block for block in blocks if index.line_of_uuid.get(index.uuids[block.line] or "") == block.line]
+    """The result to keep: on the chain the conversation continued from, else genuine, else
+    first."""
+    owners = [
+        block
+        for block in blocks
+        if index.line_of_uuid.get(index.uuids[block.line] or "") == block.line
+    ]
     on_chain = [block for block in owners if block.line in chain]
     candidates = on_chain or owners or blocks
-    genuine = [block for block in candidates if not is_placeholder_result(_parse(fetch(block.line)), block.block)]
+    genuine = [
+        block
+        for block in candidates
+        if not is_placeholder_result(_parse(fetch(block.line)), block.block)
+    ]
     return min(genuine or candidates, key=lambda block: (block.line, block.block))
 
 
-def _remove_block(work: _Work, index: TranscriptIndex, block: ResultBlock, fetch: LineBytes) -> None:
+def _remove_block(
+    work: _Work, index: TranscriptIndex, block: ResultBlock, fetch: LineBytes
+) -> None:
     line = block.line
     owner = index.line_of_uuid.get(index.uuids[line] or "")
-    if owner is not None and owner != line and fetch(owner).rstrip(b"\r\n") == fetch(line).rstrip(b"\r\n"):
-        # An identical line written twice: drop the repeat whole; the uuid lives on in the first copy.
+    if (
+        owner is not None
+        and owner != line
+        and fetch(owner).rstrip(b"\r\n") == fetch(line).rstrip(b"\r\n")
+    ):
+        # An identical line written twice: drop the repeat whole; the uuid lives on in the first
+        # copy.
         work.remove_lines.add(line)
         return
     work.remove_blocks.setdefault(line, set()).add(block.block)
@@ -302,7 +379,11 @@ def _remove_tool_use(work: _Work, line: int, tool_id: str, fetch: LineBytes) -> 
     obj = _parse(fetch(line))
     content = obj.get("message", {}).get("content", [])
     for position, block in enumerate(content):
-        if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("id") == tool_id:
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "tool_use"
+            and block.get("id") == tool_id
+        ):
             work.remove_blocks.setdefault(line, set()).add(position)
 
 
@@ -313,7 +394,9 @@ def _parse(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _edits(index: TranscriptIndex, work: _Work, fetch: LineBytes, options: RepairOptions) -> list[Edit]:
+def _edits(
+    index: TranscriptIndex, work: _Work, fetch: LineBytes, options: RepairOptions
+) -> list[Edit]:
     edits: list[Edit] = []
     new_content: dict[int, list[Any]] = {}
     deleted = set(work.remove_lines)
@@ -374,15 +457,28 @@ def _edits(index: TranscriptIndex, work: _Work, fetch: LineBytes, options: Repai
                 changes.setdefault(line, {})["leafUuid"] = target
 
     for line in sorted(deleted):
-        edits.append(RemoveLine(_span(index, line), "nothing left in the line after removing duplicate blocks"))
+        edits.append(
+            RemoveLine(
+                _span(index, line), "nothing left in the line after removing duplicate blocks"
+            )
+        )
     for line in sorted(set(new_content) | set(changes)):
         raw = fetch(line)
-        edits.append(ReplaceLine(_span(index, line), edited_line(raw, new_content.get(line), changes.get(line, {})),
-                                 _reason(new_content.get(line) is not None, changes.get(line, {}))))
+        edits.append(
+            ReplaceLine(
+                _span(index, line),
+                edited_line(raw, new_content.get(line), changes.get(line, {})),
+                _reason(new_content.get(line) is not None, changes.get(line, {})),
+            )
+        )
     for anchor, new_line in synthetic_lines.items():
         span = _span(index, anchor)
         prefix = b"" if _terminated(index, anchor) else b"\n"
-        edits.append(InsertLine(span, prefix + new_line + b"\n", "synthetic result for a tool_use that had none"))
+        edits.append(
+            InsertLine(
+                span, prefix + new_line + b"\n", "synthetic result for a tool_use that had none"
+            )
+        )
     return edits
 
 
@@ -411,10 +507,15 @@ def _terminated(index: TranscriptIndex, line: int) -> bool:
     return not (line == len(index) - 1 and index.metrics.unterminated_last_line)
 
 
-def _synthetic_line(index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes) -> bytes:
+def _synthetic_line(
+    index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes
+) -> bytes:
     """A user line answering `tool_ids` with is_error results, shaped like the lines around it."""
     source = _parse(fetch(anchor))
-    record: dict[str, Any] = {"parentUuid": index.uuids[anchor], "isSidechain": source.get("isSidechain", False)}
+    record: dict[str, Any] = {
+        "parentUuid": index.uuids[anchor],
+        "isSidechain": source.get("isSidechain", False),
+    }
     for name in ("userType", "cwd", "sessionId", "version", "gitBranch", "agentId", "slug"):
         if name in source:
             record[name] = source[name]
@@ -422,7 +523,12 @@ def _synthetic_line(index: TranscriptIndex, anchor: int, tool_ids: list[str], ne
     record["message"] = {
         "role": "user",
         "content": [
-            {"type": "tool_result", "tool_use_id": tool_id, "content": SYNTHETIC_RESULT_TEXT, "is_error": True}
+            {
+                "type": "tool_result",
+                "tool_use_id": tool_id,
+                "content": SYNTHETIC_RESULT_TEXT,
+                "is_error": True,
+            }
             for tool_id in tool_ids
         ],
     }

@@ -1,6 +1,7 @@
-"""Swaps that are not done yet: a journal beside a transcript whose repair was killed, or whose old file a writer
-still held when the repair ended. Each is looked at again (riffd.repair.handover.settle) at the daemon's start, by
-its pending job, by `riffd fix` and by any repair in that folder: finished, undone or left for the next look.
+"""Swaps that are not done yet: a journal beside a transcript whose repair was killed, or whose old
+file a writer still held when the repair ended. Each is looked at again
+(riffd.repair.handover.settle) at the daemon's start, by its pending job, by `riffd fix` and by any
+repair in that folder: finished, undone or left for the next look.
 """
 
 from __future__ import annotations
@@ -15,25 +16,40 @@ from pathlib import Path
 
 from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, remove_leftover
 from riffd.paths import iter_transcripts
-from riffd.repair.handover import ABANDONED, FINISHED, PENDING, UNDONE, SwapResult, identity_of, settle
+from riffd.repair.handover import (
+    ABANDONED,
+    FINISHED,
+    PENDING,
+    UNDONE,
+    SwapResult,
+    identity_of,
+    settle,
+)
 from riffd.repair.journal import JOURNAL_SUFFIX, STAGING_SUFFIX, Journal, SwapRecord, read_journal
 from riffd.repair.locks import remove_stale_temps, try_flock
 from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
 
-_STAGING = re.compile(r"^\..+\.riffd-(?P<pid>[0-9]+)-[0-9a-f]{12}" + re.escape(JOURNAL_SUFFIX + STAGING_SUFFIX) + "$")
+_STAGING = re.compile(
+    r"^\..+\.riffd-(?P<pid>[0-9]+)-[0-9a-f]{12}" + re.escape(JOURNAL_SUFFIX + STAGING_SUFFIX) + "$"
+)
 
 
 def _remove_dead_staging(fs: FileSystem, folder: Path) -> None:
-    """Remove journals a killed run was still writing (never renamed into place: its swap had not begun)."""
+    """Remove journals a killed run was still writing (never renamed into place: its swap had not
+    begun)."""
     try:
         names = fs.listdir(folder)
     except OSError:
         return
     for name in names:
         match = _STAGING.match(name)
-        if match is not None and int(match.group("pid")) != os.getpid() and not pid_is_alive(int(match.group("pid"))):
+        if (
+            match is not None
+            and int(match.group("pid")) != os.getpid()
+            and not pid_is_alive(int(match.group("pid")))
+        ):
             remove_leftover(fs, folder / name)
 
 
@@ -58,11 +74,13 @@ def _same_file(fs: FileSystem, folder: Path, name: str, holding: Path | None) ->
         return False
 
 
-def recover(fs: FileSystem, journal_path: Path, retry: RetryPolicy, *,
-            holding: Path | None = None) -> SwapResult | None:
-    """Look at the swap `journal_path` records: finish, undo or leave it (riffd.repair.handover.settle). Return what
-    was done, or None when another riffd run works on it now (or it is gone, or it is not riffd's). `holding`: the
-    transcript whose lock the caller holds already (a repair of that very file). Raise OSError when the disk fails."""
+def recover(
+    fs: FileSystem, journal_path: Path, retry: RetryPolicy, *, holding: Path | None = None
+) -> SwapResult | None:
+    """Look at the swap `journal_path` records: finish, undo or leave it
+    (riffd.repair.handover.settle). Return what was done, or None when another riffd run works on it
+    now (or it is gone, or it is not riffd's). `holding`: the transcript whose lock the caller holds
+    already (a repair of that very file). Raise OSError when the disk fails."""
     try:
         fd = fs.open(journal_path, os.O_RDWR | NOFOLLOW)
     except FileNotFoundError:
@@ -78,7 +96,10 @@ def recover(fs: FileSystem, journal_path: Path, retry: RetryPolicy, *,
         raise
     if record is None:
         fs.close(fd)
-        log.warning("%s: not a swap journal riffd can read (another user's, or damaged); left as it is", journal_path)
+        log.warning(
+            "%s: not a swap journal riffd can read (another user's, or damaged); left as it is",
+            journal_path,
+        )
         return None
     journal = Journal(fs, journal_path, fd, record)
     try:
@@ -89,7 +110,9 @@ def recover(fs: FileSystem, journal_path: Path, retry: RetryPolicy, *,
         journal.close()
 
 
-def _settle_locked(fs: FileSystem, journal: Journal, retry: RetryPolicy, holding: Path | None) -> SwapResult | None:
+def _settle_locked(
+    fs: FileSystem, journal: Journal, retry: RetryPolicy, holding: Path | None
+) -> SwapResult | None:
     """Take the transcript's lock (unless the caller holds it) and settle the swap."""
     record: SwapRecord = journal.record
     if _same_file(fs, journal.folder, record.transcript, holding):
@@ -107,7 +130,8 @@ def _settle_locked(fs: FileSystem, journal: Journal, retry: RetryPolicy, holding
 
 
 def unfinished_swap(fs: FileSystem, path: Path) -> Path | None:
-    """Return the journal of a swap of `path` not finished yet (a writer still holds its old file), or None."""
+    """Return the journal of a swap of `path` not finished yet (a writer still holds its old file),
+    or None."""
     for journal in journals_in(fs, path.parent):
         try:
             record = read_journal(fs, journal)
@@ -118,16 +142,22 @@ def unfinished_swap(fs: FileSystem, path: Path) -> Path | None:
     return None
 
 
-def recover_folder(fs: FileSystem, folder: Path, retry: RetryPolicy, *, holding: Path | None = None) -> list[str]:
-    """Look again at every unfinished swap in `folder`; return what was done, in words (errors are logged and the
-    journal kept for the next look)."""
+def recover_folder(
+    fs: FileSystem, folder: Path, retry: RetryPolicy, *, holding: Path | None = None
+) -> list[str]:
+    """Look again at every unfinished swap in `folder`; return what was done, in words (errors are
+    logged and the journal kept for the next look)."""
     done: list[str] = []
     _remove_dead_staging(fs, folder)
     for journal in journals_in(fs, folder):
         try:
             result = recover(fs, journal, retry, holding=holding)
         except OSError as exc:
-            log.error("%s: could not finish a repair yet (%s); riffd looks again at its next run here", journal, exc)
+            log.error(
+                "%s: could not finish a repair yet (%s); riffd looks again at its next run here",
+                journal,
+                exc,
+            )
             continue
         if result is not None and result.state != PENDING:
             said = f"{result.detail} ({_LEFT_BY_ANOTHER_RUN.get(result.state, 'a repair left unfinished')})"
@@ -144,8 +174,8 @@ _LEFT_BY_ANOTHER_RUN = {
 
 
 class PendingSwaps:
-    """The journals of repairs whose old file a writer still held when the repair ended: added by the thread that
-    repairs, looked at again by another (the daemon's scheduler)."""
+    """The journals of repairs whose old file a writer still held when the repair ended: added by
+    the thread that repairs, looked at again by another (the daemon's scheduler)."""
 
     def __init__(self) -> None:
         self._journals: set[Path] = set()
@@ -173,15 +203,25 @@ class PendingSwaps:
                     self._journals.discard(journal)
 
 
-def recover_and_sweep(roots: Iterable[Path], older_than_seconds: float, *, fs: FileSystem = REAL_FS,
-                      retry: RetryPolicy = DEFAULT_RETRY) -> list[Path]:
-    """In every transcript folder under `roots` (the folders riffd.paths walks: symlinked ones followed), look again
-    at the unfinished swaps, then remove riffd's stale temp files (`riffd.repair.locks.remove_stale_temps`); return
-    the temp files removed."""
+def recover_and_sweep(
+    roots: Iterable[Path],
+    older_than_seconds: float,
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> list[Path]:
+    """In every transcript folder under `roots` (the folders riffd.paths walks: symlinked ones
+    followed), look again at the unfinished swaps, then remove riffd's stale temp files
+    (`riffd.repair.locks.remove_stale_temps`); return the temp files removed."""
     folders: list[Path] = []
-    walked = iter_transcripts([root for root in roots if root.is_dir()], lambda exc: log.warning(
-        "cannot look for riffd temp files in %s: %s", exc.filename, exc.strerror or exc), fs=fs,
-        on_folder=folders.append)
+    walked = iter_transcripts(
+        [root for root in roots if root.is_dir()],
+        lambda exc: log.warning(
+            "cannot look for riffd temp files in %s: %s", exc.filename, exc.strerror or exc
+        ),
+        fs=fs,
+        on_folder=folders.append,
+    )
     collections.deque(walked, maxlen=0)  # the walk is what is wanted, not the transcripts it names
     removed: list[Path] = []
     for folder in folders:

@@ -1,6 +1,6 @@
-"""Putting a backup back: to a new file, or over its original through the same safe path as a repair (an idle
-session, a verified backup of what is there now, an atomic replace). `put_back` does it for any bytes: a backup's, or
-a transcript riffd's archive rebuilds (`riffd archive restore`)."""
+"""Putting a backup back: to a new file, or over its original through the same safe path as a repair
+(an idle session, a verified backup of what is there now, an atomic replace). `put_back` does it for
+any bytes: a backup's, or a transcript riffd's archive rebuilds (`riffd archive restore`)."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentit
 
 
 def _give_folder_owner(fs: FileSystem, fd: int, folder: Path) -> None:
-    """A new file gets the owner of its folder, so riffd run as root leaves a user's restored transcript theirs; where
-    only root may give a file away, it stays the writer's."""
+    """A new file gets the owner of its folder, so riffd run as root leaves a user's restored
+    transcript theirs; where only root may give a file away, it stays the writer's."""
     owner, mine = fs.stat(folder), fs.fstat(fd)
     if (owner.st_uid, owner.st_gid) == (mine.st_uid, mine.st_gid):
         return
@@ -74,8 +74,15 @@ def _give_folder_owner(fs: FileSystem, fd: int, folder: Path) -> None:
         log.debug("cannot give the restored %s the owner of %s", fd, folder)
 
 
-def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path, fs: FileSystem, *,
-                         mode: int = 0o600, mtime_ns: int | None = None) -> RestoreOutcome:
+def _restore_to_new_file(
+    chunks: Iterable[bytes],
+    label: str,
+    destination: Path,
+    fs: FileSystem,
+    *,
+    mode: int = 0o600,
+    mtime_ns: int | None = None,
+) -> RestoreOutcome:
     temp_path = temp_path_for(destination)
     stage = f"writing the restored copy beside {destination}"
     try:
@@ -93,22 +100,35 @@ def _restore_to_new_file(chunks: Iterable[bytes], label: str, destination: Path,
             fs.close(temp_fd)
         stage = f"putting the restored copy at {destination}"
         try:
-            # link() fails when the destination exists: a file that appeared meanwhile is never overwritten.
+            # link() fails when the destination exists: a file that appeared meanwhile is never
+            # overwritten.
             fs.link(temp_path, destination)
         except FileExistsError:
-            return Skipped(destination, SkipReason.CHANGED, f"{destination}: a file appeared there meanwhile")
+            return Skipped(
+                destination, SkipReason.CHANGED, f"{destination}: a file appeared there meanwhile"
+            )
         except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            if exc.errno not in (
+                errno.EPERM,
+                errno.ENOTSUP,
+                errno.EOPNOTSUPP,
+                errno.EXDEV,
+                errno.EMLINK,
+            ):
                 raise
             # Filesystems without hard links: check and rename, accepting a tiny race.
             if os.path.lexists(destination):
                 return Skipped(
-                    destination, SkipReason.CHANGED, f"{destination}: a file appeared there meanwhile"
+                    destination,
+                    SkipReason.CHANGED,
+                    f"{destination}: a file appeared there meanwhile",
                 )
             fs.replace(temp_path, destination)
         fsync_folder(fs, destination.parent)
     except BackupError as exc:
-        return Failed(destination, FailReason.BACKUP_FAILED, f"{exc}; nothing was written to {destination}")
+        return Failed(
+            destination, FailReason.BACKUP_FAILED, f"{exc}; nothing was written to {destination}"
+        )
     except OSError as exc:
         return failure(destination, exc, stage)
     finally:
@@ -124,9 +144,9 @@ def restore_backup(
     overwrite: bool = False,
     options: ApplyOptions | None = None,
 ) -> RestoreOutcome:
-    """Given a store and backup id, write the backup to `to` (refusing an existing file unless `overwrite`)
-    or back over its original path, which, like a repair, needs an idle session and first takes a verified
-    backup of the current file; return Restored, Skipped or Failed."""
+    """Given a store and backup id, write the backup to `to` (refusing an existing file unless
+    `overwrite`) or back over its original path, which, like a repair, needs an idle session and
+    first takes a verified backup of the current file; return Restored, Skipped or Failed."""
     effective = options or ApplyOptions(backup_dir=store.root, fs=store.fs, retry=store.retry)
     try:
         record = store.get(backup_id)
@@ -137,31 +157,52 @@ def restore_backup(
     original = Path(record.source_path)
     destination = Path(to) if to is not None else original
     is_original = os.path.abspath(destination) == os.path.abspath(original)
-    return put_back(lambda: store.iter_bytes(backup_id), destination, backup_id, replace=is_original or overwrite,
-                    options=effective, reason=f"before restoring {backup_id}", file_name=original.name)
+    return put_back(
+        lambda: store.iter_bytes(backup_id),
+        destination,
+        backup_id,
+        replace=is_original or overwrite,
+        options=effective,
+        reason=f"before restoring {backup_id}",
+        file_name=original.name,
+    )
 
 
-def put_back(chunks: Callable[[], Iterable[bytes]], destination: Path, label: str, *, replace: bool,
-             options: ApplyOptions, reason: str, file_name: str = "session.jsonl",
-             mtime_ns: int | None = None) -> RestoreOutcome:
-    """Write the bytes `chunks()` gives (`label` names them in the outcome) to `destination`: as a new file (with the
-    owner of its folder; never over a file that appears meanwhile), or, when `replace`, over the file there as a
-    repair rewrites one (`rewrite`: only while its session is idle, under its lock, after a verified backup of what
-    is there, noted as `reason`; lines appended meanwhile are kept after it). `mtime_ns`: the modification time to
-    give it (a replaced file only when nothing was appended meanwhile). Return Restored, Skipped or Failed; an error
-    the chunks raise propagates, and then nothing was written to `destination`."""
+def put_back(
+    chunks: Callable[[], Iterable[bytes]],
+    destination: Path,
+    label: str,
+    *,
+    replace: bool,
+    options: ApplyOptions,
+    reason: str,
+    file_name: str = "session.jsonl",
+    mtime_ns: int | None = None,
+) -> RestoreOutcome:
+    """Write the bytes `chunks()` gives (`label` names them in the outcome) to `destination`: as a
+    new file (with the owner of its folder; never over a file that appears meanwhile), or, when
+    `replace`, over the file there as a repair rewrites one (`rewrite`: only while its session is
+    idle, under its lock, after a verified backup of what is there, noted as `reason`; lines
+    appended meanwhile are kept after it). `mtime_ns`: the modification time to give it (a replaced
+    file only when nothing was appended meanwhile). Return Restored, Skipped or Failed; an error the
+    chunks raise propagates, and then nothing was written to `destination`."""
     fs = options.fs
     try:
         status = fs.stat(destination)
     except FileNotFoundError:
         if not os.path.isdir(destination.parent):
-            return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
+            return Failed(
+                destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist"
+            )
         return _restore_to_new_file(chunks(), label, destination, fs, mtime_ns=mtime_ns)
     except OSError as exc:
         return failure(destination, exc, "reading its status")
     if stat.S_ISDIR(status.st_mode):  # never a file to replace, --force or not
-        return Failed(destination, FailReason.DESTINATION_EXISTS,
-                      f"{destination}: a folder is there; give the path of a file, e.g. {destination / file_name}")
+        return Failed(
+            destination,
+            FailReason.DESTINATION_EXISTS,
+            f"{destination}: a folder is there; give the path of a file, e.g. {destination / file_name}",
+        )
     if not replace:
         return Failed(
             destination,
@@ -203,8 +244,8 @@ class _Counted:
 
 
 def _set_time_if(path: Path, size: int, mtime_ns: int, fs: FileSystem) -> None:
-    """Give `path` the modification time `mtime_ns` if it still holds `size` bytes (nothing appended since it was
-    written); a file that cannot be opened keeps its time."""
+    """Give `path` the modification time `mtime_ns` if it still holds `size` bytes (nothing appended
+    since it was written); a file that cannot be opened keeps its time."""
     try:
         fd = fs.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -218,30 +259,54 @@ def _set_time_if(path: Path, size: int, mtime_ns: int, fs: FileSystem) -> None:
         fs.close(fd)
 
 
-def put_back_file(chunks: Callable[[], Iterable[bytes]], destination: Path, label: str, *, mode: int, mtime_ns: int,
-                  replace: bool, options: ApplyOptions, reason: str) -> RestoreOutcome:
-    """Write a session's file kept whole (a saved tool output, a checkpoint: riffd.archive.wholefiles) to
-    `destination`: as a new file, `mode`'s bits for its owner only, with the owner of its folder and the time
-    `mtime_ns` (never over a file that appears meanwhile); or, when `replace`, over the file there: only while its
-    session is idle (`options.session_id`), after a verified backup of it (noted as `reason`), and only if it is still
-    the file backed up when the new one is renamed over it (its owner kept). Return Restored, Skipped or Failed; an
+def put_back_file(
+    chunks: Callable[[], Iterable[bytes]],
+    destination: Path,
+    label: str,
+    *,
+    mode: int,
+    mtime_ns: int,
+    replace: bool,
+    options: ApplyOptions,
+    reason: str,
+) -> RestoreOutcome:
+    """Write a session's file kept whole (a saved tool output, a checkpoint:
+    riffd.archive.wholefiles) to `destination`: as a new file, `mode`'s bits for its owner only,
+    with the owner of its folder and the time `mtime_ns` (never over a file that appears meanwhile);
+    or, when `replace`, over the file there: only while its session is idle (`options.session_id`),
+    after a verified backup of it (noted as `reason`), and only if it is still the file backed up
+    when the new one is renamed over it (its owner kept). Return Restored, Skipped or Failed; an
     error the chunks raise propagates, and then nothing was written to `destination`."""
     fs, private = options.fs, stat.S_IMODE(mode) & 0o700 or 0o600
     try:
         status = fs.stat(destination)
     except FileNotFoundError:
         if not os.path.isdir(destination.parent):
-            return Failed(destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist")
-        return _restore_to_new_file(chunks(), label, destination, fs, mode=private, mtime_ns=mtime_ns)
+            return Failed(
+                destination, FailReason.NOT_FOUND, f"{destination}: its folder does not exist"
+            )
+        return _restore_to_new_file(
+            chunks(), label, destination, fs, mode=private, mtime_ns=mtime_ns
+        )
     except OSError as exc:
         return failure(destination, exc, "reading its status")
     if not stat.S_ISREG(status.st_mode):
-        return Skipped(destination, SkipReason.SYMLINK if stat.S_ISLNK(status.st_mode) else SkipReason.CHANGED,
-                       f"{destination}: not a regular file; riffd never replaces it")
+        return Skipped(
+            destination,
+            SkipReason.SYMLINK if stat.S_ISLNK(status.st_mode) else SkipReason.CHANGED,
+            f"{destination}: not a regular file; riffd never replaces it",
+        )
     if not replace:
-        return Failed(destination, FailReason.DESTINATION_EXISTS, f"{destination}: a file is already there")
-    live, why = session_liveness(destination, options.claude_dirs(destination), options.quiet_period,
-                                 session_id=options.session_id, fs=fs)
+        return Failed(
+            destination, FailReason.DESTINATION_EXISTS, f"{destination}: a file is already there"
+        )
+    live, why = session_liveness(
+        destination,
+        options.claude_dirs(destination),
+        options.quiet_period,
+        session_id=options.session_id,
+        fs=fs,
+    )
     if live:
         return Skipped(destination, SkipReason.LIVE, f"{destination}: {why}")
     try:
@@ -251,9 +316,12 @@ def put_back_file(chunks: Callable[[], Iterable[bytes]], destination: Path, labe
     try:
         before = fs.fstat(fd)
         backup = BackupStore(options.backup_dir, fs=fs, retry=options.retry).create(
-            destination, fd, before.st_size, reason=reason)
+            destination, fd, before.st_size, reason=reason
+        )
     except BackupError as exc:
-        return Failed(destination, FailReason.BACKUP_FAILED, f"{exc}; {destination} was not replaced")
+        return Failed(
+            destination, FailReason.BACKUP_FAILED, f"{exc}; {destination} was not replaced"
+        )
     except OSError as exc:
         return failure(destination, exc, f"backing it up to {options.backup_dir}")
     finally:
@@ -273,9 +341,17 @@ def put_back_file(chunks: Callable[[], Iterable[bytes]], destination: Path, labe
             fs.close(temp_fd)
         now = fs.stat(destination)
         if (now.st_dev, now.st_ino, now.st_size, now.st_mtime_ns) != (
-                before.st_dev, before.st_ino, before.st_size, before.st_mtime_ns):
-            return Skipped(destination, SkipReason.CHANGED, f"{destination}: it changed while it was backed up; "
-                           f"not replaced (the backup {backup.backup_id} holds what was there)")
+            before.st_dev,
+            before.st_ino,
+            before.st_size,
+            before.st_mtime_ns,
+        ):
+            return Skipped(
+                destination,
+                SkipReason.CHANGED,
+                f"{destination}: it changed while it was backed up; "
+                f"not replaced (the backup {backup.backup_id} holds what was there)",
+            )
         fs.replace(temp_path, destination)
         fsync_folder(fs, destination.parent)
     except OSError as exc:

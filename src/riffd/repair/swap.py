@@ -1,17 +1,19 @@
-"""Putting the repaired copy in place: the two names exchanged atomically, then checked; a rename where the
-filesystem cannot exchange.
+"""Putting the repaired copy in place: the two names exchanged atomically, then checked; a rename
+where the filesystem cannot exchange.
 
-`rename(tmp, path)` replaces whatever is at `path` at that instant: a newer version another program renamed over
-the transcript a moment earlier is thrown away, a transcript deleted a moment earlier comes back, and no check
-before the rename can close that window (shared/filesystems.md). An exchange (`renameat2(RENAME_EXCHANGE)` on
-Linux, `renamex_np(RENAME_SWAP)` on macOS) swaps the names instead: afterwards the temp name holds whatever was at
-the transcript's name, which riffd checks is the very file it backed up and settled (device and inode). If it is
-another file, the names are swapped back, so that file stays, with anything appended to the repaired copy in
-between. A vanished transcript makes the exchange fail, so nothing is re-created.
+`rename(tmp, path)` replaces whatever is at `path` at that instant: a newer version another program
+renamed over the transcript a moment earlier is thrown away, a transcript deleted a moment earlier
+comes back, and no check before the rename can close that window (shared/filesystems.md). An
+exchange (`renameat2(RENAME_EXCHANGE)` on Linux, `renamex_np(RENAME_SWAP)` on macOS) swaps the names
+instead: afterwards the temp name holds whatever was at the transcript's name, which riffd checks is
+the very file it backed up and settled (device and inode). If it is another file, the names are
+swapped back, so that file stays, with anything appended to the repaired copy in between. A vanished
+transcript makes the exchange fail, so nothing is re-created.
 
-Where a filesystem refuses the exchange (some network and FUSE filesystems), or accepts it and silently performs
-a plain rename (the temp name is gone afterwards), riffd falls back to the rename with the identity check right
-before it, and says so once per filesystem. README.md, "Safety", lists which filesystems get which guarantee.
+Where a filesystem refuses the exchange (some network and FUSE filesystems), or accepts it and
+silently performs a plain rename (the temp name is gone afterwards), riffd falls back to the rename
+with the identity check right before it, and says so once per filesystem. README.md, "Safety", lists
+which filesystems get which guarantee.
 """
 
 from __future__ import annotations
@@ -62,44 +64,60 @@ LATE_APPEND_INTERVAL = 0.005
 LATE_APPEND_MAX_FAILURES = 20  # checks that failed even after their retries
 FUSE_HIDDEN = ".fuse_hidden"
 
-# Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an exchange, and why:
-# they get the rename from then on.
+# Per I/O seam (one in a running riffd), the filesystems (by st_dev) that refused or ignored an
+# exchange, and why: they get the rename from then on.
 _NO_EXCHANGE: weakref.WeakKeyDictionary[FileSystem, dict[int, str]] = weakref.WeakKeyDictionary()
 _NO_EXCHANGE_LOCK = threading.Lock()
 
 
 class SwapBackFailed(OSError):
-    """Another program's file was at the transcript's name and could not be put back: the message says where it is."""
+    """Another program's file was at the transcript's name and could not be put back: the message
+    says where it is."""
 
 
 def fall_back_to_rename(fs: FileSystem, device: int, path: Path, why: str) -> None:
-    """Remember that the filesystem holding `path` gets the rename from now on, and log that once."""
+    """Remember that the filesystem holding `path` gets the rename from now on, and log that
+    once."""
     with _NO_EXCHANGE_LOCK:
         refused = _NO_EXCHANGE.setdefault(fs, {})
         if device in refused:
             return
         refused[device] = why
-    log.warning("%s: this filesystem cannot exchange two names atomically (%s); riffd replaces transcripts on it by "
-                "rename with a check just before it, which cannot notice a new version renamed over the transcript "
-                "in that same instant (README.md, Safety)", path, why)
+    log.warning(
+        "%s: this filesystem cannot exchange two names atomically (%s); riffd replaces transcripts on it by "
+        "rename with a check just before it, which cannot notice a new version renamed over the transcript "
+        "in that same instant (README.md, Safety)",
+        path,
+        why,
+    )
 
 
 def uses_rename(fs: FileSystem, device: int) -> str | None:
-    """Return why the filesystem `device` gets the rename instead of the exchange, or None when it exchanges."""
+    """Return why the filesystem `device` gets the rename instead of the exchange, or None when it
+    exchanges."""
     with _NO_EXCHANGE_LOCK:
         return _NO_EXCHANGE.get(fs, {}).get(device)
 
 
-def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
-                 new_size: int, journal: Journal, retry: RetryPolicy = DEFAULT_RETRY) -> str:
-    """Make `path` name the repaired copy at `temp_path` (open as `new_fd`, `new_size` bytes long), where `held` is
-    the status of the original riffd holds open; return EXCHANGE or RENAME, the way it was done.
+def put_in_place(
+    fs: FileSystem,
+    path: Path,
+    temp_path: Path,
+    held: os.stat_result,
+    new_fd: int,
+    new_size: int,
+    journal: Journal,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> str:
+    """Make `path` name the repaired copy at `temp_path` (open as `new_fd`, `new_size` bytes long),
+    where `held` is the status of the original riffd holds open; return EXCHANGE or RENAME, the way
+    it was done.
 
-    The original keeps a name of riffd's (`journal.record.old_name`: the temp name after an exchange, a hard link
-    before a rename) for the hand-over of lines written to it late; the journal says where before anything moves.
-    Raise FileGone when the transcript vanished (nothing is re-created), FileChanged when another file had taken its
-    place (that file is at `path` again), SwapBackFailed when it could not be put back, OSError when the filesystem
-    fails."""
+    The original keeps a name of riffd's (`journal.record.old_name`: the temp name after an
+    exchange, a hard link before a rename) for the hand-over of lines written to it late; the
+    journal says where before anything moves. Raise FileGone when the transcript vanished (nothing
+    is re-created), FileChanged when another file had taken its place (that file is at `path`
+    again), SwapBackFailed when it could not be put back, OSError when the filesystem fails."""
     if uses_rename(fs, held.st_dev) is None:
         for attempt in range(1, retry.attempts + 1):
             try:
@@ -111,9 +129,14 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
                     code = errno.errorcode.get(exc.errno, str(exc.errno))
                     fall_back_to_rename(fs, held.st_dev, path, f"the exchange failed with {code}")
                     break
-                # EIO from a cloud-synced folder: again, but only when nothing happened (the names are as they were).
-                if (exc.errno != errno.EIO or attempt == retry.attempts
-                        or where_is(fs, path, held, new_fd) != ORIGINAL or not _exists(fs, temp_path)):
+                # EIO from a cloud-synced folder: again, but only when nothing happened (the names
+                # are as they were).
+                if (
+                    exc.errno != errno.EIO
+                    or attempt == retry.attempts
+                    or where_is(fs, path, held, new_fd) != ORIGINAL
+                    or not _exists(fs, temp_path)
+                ):
                     raise
                 time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
             else:
@@ -125,12 +148,13 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
         fs.link(path, keep)
         linked = fs.stat(keep)
         if (linked.st_dev, linked.st_ino) != (held.st_dev, held.st_ino):
-            # A filesystem whose inode numbers follow names (some FUSE layers): the link cannot be told from
-            # another file later, so it is no name riffd can rely on.
+            # A filesystem whose inode numbers follow names (some FUSE layers): the link cannot be
+            # told from another file later, so it is no name riffd can rely on.
             remove_leftover(fs, keep)
             raise OSError(errno.EXDEV, "a hard link here does not keep the file's inode number")
     except OSError as exc:
-        # No usable hard link here: the original's bytes stay reachable only through riffd's descriptor.
+        # No usable hard link here: the original's bytes stay reachable only through riffd's
+        # descriptor.
         log.debug("%s: no hard link for the original here (%s)", path, exc)
         journal.update(retry, old_name=None)
     try:
@@ -138,20 +162,32 @@ def put_in_place(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_resu
         fs.replace(temp_path, path)
     except BaseException:
         if where_is(fs, path, held, new_fd) != COPY:
-            remove_leftover(fs, keep)  # the original is still at its name (or lost, and put back from riffd's fd)
+            remove_leftover(
+                fs, keep
+            )  # the original is still at its name (or lost, and put back from riffd's fd)
         raise
     return RENAME
 
 
-def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_result, new_fd: int,
-                    new_size: int, journal: Journal, retry: RetryPolicy) -> str:
+def _after_exchange(
+    fs: FileSystem,
+    path: Path,
+    temp_path: Path,
+    held: os.stat_result,
+    new_fd: int,
+    new_size: int,
+    journal: Journal,
+    retry: RetryPolicy,
+) -> str:
     try:
         swapped_out = retrying_call(lambda: fs.stat(temp_path), what=str(temp_path))
     except FileNotFoundError:
-        # The filesystem took the exchange for a plain rename: the repaired copy is in place, the original's name
-        # is gone (its bytes are in the backup and behind riffd's descriptor).
+        # The filesystem took the exchange for a plain rename: the repaired copy is in place, the
+        # original's name is gone (its bytes are in the backup and behind riffd's descriptor).
         journal.update(retry, old_name=None)
-        fall_back_to_rename(fs, held.st_dev, path, "it accepted an exchange and performed a plain rename")
+        fall_back_to_rename(
+            fs, held.st_dev, path, "it accepted an exchange and performed a plain rename"
+        )
         return RENAME
     if (swapped_out.st_dev, swapped_out.st_ino) == (held.st_dev, held.st_ino):
         return EXCHANGE
@@ -168,12 +204,17 @@ def _after_exchange(fs: FileSystem, path: Path, temp_path: Path, held: os.stat_r
     appended = _carry_tail(fs, new_fd, new_size, path)
     raise FileChanged(
         "another program put a new version of it in place while riffd was replacing it; that version is kept"
-        + (f" ({appended} bytes written to riffd's copy meanwhile were added to it)" if appended else "")
+        + (
+            f" ({appended} bytes written to riffd's copy meanwhile were added to it)"
+            if appended
+            else ""
+        )
     )
 
 
 def _carry_tail(fs: FileSystem, new_fd: int, new_size: int, path: Path) -> int:
-    """Append to `path` what other writers added to the repaired copy while it held the name; return the bytes."""
+    """Append to `path` what other writers added to the repaired copy while it held the name; return
+    the bytes."""
     size_now = fs.fstat(new_fd).st_size
     if size_now <= new_size:
         return 0
@@ -210,36 +251,52 @@ def _exists(fs: FileSystem, path: Path) -> bool:
     return True
 
 
-def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int, carried_end: int,
-                       retry: RetryPolicy, *, cut_tail: int | None = None) -> tuple[int, str | None]:
-    """After the swap, copy what other writers still put into the old file (held open as `original_fd`) onto the new
-    one (`new_fd`, O_APPEND), watching until it stays quiet; return the old file's size now covered, and a warning
-    when the filesystem cannot tell (ESTALE: it dropped the old name at once, as NFS and libfuse's hard_remove do;
-    late appends cannot be carried there, and the quiet period is the protection).
+def carry_late_appends(
+    fs: FileSystem,
+    path: Path,
+    original_fd: int,
+    new_fd: int,
+    carried_end: int,
+    retry: RetryPolicy,
+    *,
+    cut_tail: int | None = None,
+) -> tuple[int, str | None]:
+    """After the swap, copy what other writers still put into the old file (held open as
+    `original_fd`) onto the new one (`new_fd`, O_APPEND), watching until it stays quiet; return the
+    old file's size now covered, and a warning when the filesystem cannot tell (ESTALE: it dropped
+    the old name at once, as NFS and libfuse's hard_remove do; late appends cannot be carried there,
+    and the quiet period is the protection).
 
-    Every call is retried (EIO), and a check that still fails is made again at the next tick, from the exact byte
-    reached (a short write advances it), so a flaky cloud-synced folder neither stops the copy nor tears a line.
-    Raise OSError only after LATE_APPEND_MAX_FAILURES failed checks: the caller must then keep the old file's bytes
-    (they are reachable only through `original_fd`).
+    Every call is retried (EIO), and a check that still fails is made again at the next tick, from
+    the exact byte reached (a short write advances it), so a flaky cloud-synced folder neither stops
+    the copy nor tears a line. Raise OSError only after LATE_APPEND_MAX_FAILURES failed checks: the
+    caller must then keep the old file's bytes (they are reachable only through `original_fd`).
 
-    `cut_tail`: where an unfinished last line began that the repair cut off. Bytes appended after it continue that
-    line, so they are carried from there: the line comes back whole, as its writer meant it."""
+    `cut_tail`: where an unfinished last line began that the repair cut off. Bytes appended after it
+    continue that line, so they are carried from there: the line comes back whole, as its writer
+    meant it."""
     quiet_checks = failures = 0
     restored: str | None = None
     for _ in range(LATE_APPEND_MAX_CHECKS + LATE_APPEND_MAX_FAILURES):
         try:
-            size_now = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
+            size_now = retrying_call(
+                lambda: fs.fstat(original_fd), what=str(path), policy=retry
+            ).st_size
             if size_now > carried_end:
                 if cut_tail is not None:
                     carried_end, cut_tail = cut_tail, None
-                    restored = (f"{path}: a writer continued its unfinished last line during the repair, so that line "
-                                "was put back with what followed it")
-                for chunk in iter_fd(original_fd, what=str(path), fs=fs, retry=retry, start=carried_end,
-                                     end=size_now):
+                    restored = (
+                        f"{path}: a writer continued its unfinished last line during the repair, so that line "
+                        "was put back with what followed it"
+                    )
+                for chunk in iter_fd(
+                    original_fd, what=str(path), fs=fs, retry=retry, start=carried_end, end=size_now
+                ):
                     view = memoryview(chunk)
                     while view:
-                        written = retrying_call(partial(fs.write, new_fd, view), what=f"the end of {path}",
-                                                policy=retry)
+                        written = retrying_call(
+                            partial(fs.write, new_fd, view), what=f"the end of {path}", policy=retry
+                        )
                         if written <= 0:
                             raise OSError(errno.EIO, "write wrote nothing")
                         view = view[written:]
@@ -250,14 +307,17 @@ def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int
                 if quiet_checks >= LATE_APPEND_QUIET_CHECKS:
                     break
         except OSError as exc:
-            # ESTALE (NFS, libfuse's hard_remove) or ENOENT (a FUSE layer that lost track of the renamed-over file):
-            # the old file is out of reach, and so is anything still written to it.
+            # ESTALE (NFS, libfuse's hard_remove) or ENOENT (a FUSE layer that lost track of the
+            # renamed-over file): the old file is out of reach, and so is anything still written to
+            # it.
             if exc.errno in (errno.ESTALE, errno.ENOENT) and not isinstance(exc, ReadFailed):
                 fsync_file(fs, new_fd, path, retry)
-                return carried_end, (f"{path}: the filesystem dropped the old file at once (stale file handle), so "
-                                     "lines another writer might still have appended to it cannot be carried over "
-                                     "here; riffd only rewrites sessions idle for the quiet period, which is the "
-                                     "protection")
+                return carried_end, (
+                    f"{path}: the filesystem dropped the old file at once (stale file handle), so "
+                    "lines another writer might still have appended to it cannot be carried over "
+                    "here; riffd only rewrites sessions idle for the quiet period, which is the "
+                    "protection"
+                )
             failures += 1
             if failures >= LATE_APPEND_MAX_FAILURES:
                 raise
@@ -267,19 +327,33 @@ def carry_late_appends(fs: FileSystem, path: Path, original_fd: int, new_fd: int
     return carried_end, restored
 
 
-def late_append_failure(fs: FileSystem, path: Path, original_fd: int, store: BackupStore, backup_id: str,
-                         exc: BaseException, retry: RetryPolicy) -> Failed:
-    """The late lines could not all be copied: the old file, reachable only through `original_fd` once riffd lets
-    go of it, goes whole into a second verified backup, so no line written to it is lost."""
+def late_append_failure(
+    fs: FileSystem,
+    path: Path,
+    original_fd: int,
+    store: BackupStore,
+    backup_id: str,
+    exc: BaseException,
+    retry: RetryPolicy,
+) -> Failed:
+    """The late lines could not all be copied: the old file, reachable only through `original_fd`
+    once riffd lets go of it, goes whole into a second verified backup, so no line written to it is
+    lost."""
     try:
         size = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
-        late = store.create(path, original_fd, size, None, (), reason="lines appended during the replace")
+        late = store.create(
+            path, original_fd, size, None, (), reason="lines appended during the replace"
+        )
     except (OSError, BackupError) as kept_exc:
-        where = (f"riffd could not back up the old file either ({kept_exc}): lines written to it during the replace "
-                 f"may be missing; backup {backup_id} holds it as it was before")
+        where = (
+            f"riffd could not back up the old file either ({kept_exc}): lines written to it during the replace "
+            f"may be missing; backup {backup_id} holds it as it was before"
+        )
     else:
-        where = (f"the old file, with every line written to it, is in backup {late.backup_id} "
-                 f"(`riffd backups restore {late.backup_id} --to FILE` writes it out); compare the two before resuming")
+        where = (
+            f"the old file, with every line written to it, is in backup {late.backup_id} "
+            f"(`riffd backups restore {late.backup_id} --to FILE` writes it out); compare the two before resuming"
+        )
     return Failed(
         path,
         FailReason.LATE_APPEND_FAILED,
@@ -289,12 +363,13 @@ def late_append_failure(fs: FileSystem, path: Path, original_fd: int, store: Bac
 
 
 def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | None) -> str:
-    """After a failure, return what `path` holds: ORIGINAL (the file riffd holds open), COPY (riffd's repaired copy),
-    OTHER (another file), HIDDEN (nothing: the filesystem hid the original as `.fuse_hidden*`, which goes when riffd
-    lets go of it) or GONE (nothing: the transcript was deleted).
+    """After a failure, return what `path` holds: ORIGINAL (the file riffd holds open), COPY
+    (riffd's repaired copy), OTHER (another file), HIDDEN (nothing: the filesystem hid the original
+    as `.fuse_hidden*`, which goes when riffd lets go of it) or GONE (nothing: the transcript was
+    deleted).
 
-    Judged on a listing of the folder first: a FUSE kernel may answer a stat of the name from its cache for a moment
-    after the filesystem below hid the file."""
+    Judged on a listing of the folder first: a FUSE kernel may answer a stat of the name from its
+    cache for a moment after the filesystem below hid the file."""
     folder = path.parent
     names = set(retrying_call(lambda: fs.listdir(folder), what=f"the listing of {folder}"))
     held_id = (held.st_dev, held.st_ino)
@@ -322,14 +397,26 @@ def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | Non
     return GONE
 
 
-def put_original_back(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, store: BackupStore,
-                      record: BackupRecord, retry: RetryPolicy = DEFAULT_RETRY) -> str:
-    """The filesystem lost the transcript in a failed rename (where_is says HIDDEN): write it again at `path` from
-    the file riffd still holds open (every byte, appends included), falling back to the verified backup; return
-    where it came from. Raise OSError when neither can be put in place."""
+def put_original_back(
+    fs: FileSystem,
+    path: Path,
+    held: os.stat_result,
+    original_fd: int,
+    store: BackupStore,
+    record: BackupRecord,
+    retry: RetryPolicy = DEFAULT_RETRY,
+) -> str:
+    """The filesystem lost the transcript in a failed rename (where_is says HIDDEN): write it again
+    at `path` from the file riffd still holds open (every byte, appends included), falling back to
+    the verified backup; return where it came from. Raise OSError when neither can be put in
+    place."""
     sources: list[tuple[str, Callable[[], Iterable[bytes]]]] = [
-        ("the file riffd held open",
-         lambda: iter_fd(original_fd, what=str(path), fs=fs, retry=retry, end=fs.fstat(original_fd).st_size)),
+        (
+            "the file riffd held open",
+            lambda: iter_fd(
+                original_fd, what=str(path), fs=fs, retry=retry, end=fs.fstat(original_fd).st_size
+            ),
+        ),
         (f"the verified backup {record.backup_id}", lambda: store.iter_bytes(record.backup_id)),
     ]
     last_error: OSError | None = None
@@ -342,7 +429,11 @@ def put_original_back(fs: FileSystem, path: Path, held: os.stat_result, original
                 writer = OffsetWriter(fs, new_fd, retry)
                 for chunk in chunks():
                     writer.write(chunk)
-                retrying_call(partial(fs.fchmod, new_fd, stat.S_IMODE(held.st_mode)), what=str(temp), policy=retry)
+                retrying_call(
+                    partial(fs.fchmod, new_fd, stat.S_IMODE(held.st_mode)),
+                    what=str(temp),
+                    policy=retry,
+                )
                 fsync_file(fs, new_fd, temp, retry)
                 linked = _place_at_empty_name(fs, temp, path, new_fd, retry)
                 placed = True
@@ -360,19 +451,28 @@ def put_original_back(fs: FileSystem, path: Path, held: os.stat_result, original
             log.error("%s: could not put the transcript back from %s: %s", path, source, exc)
             continue
         finally:
-            if not placed or linked:  # closed by now: removing an open file's name is a rename on FUSE
+            if (
+                not placed or linked
+            ):  # closed by now: removing an open file's name is a rename on FUSE
                 remove_leftover(fs, temp)
-        log.error("%s: the filesystem lost the transcript during a failed rename; put back from %s", path, source)
+        log.error(
+            "%s: the filesystem lost the transcript during a failed rename; put back from %s",
+            path,
+            source,
+        )
         return source
     assert last_error is not None
     raise last_error
 
 
-def _place_at_empty_name(fs: FileSystem, temp: Path, path: Path, new_fd: int, retry: RetryPolicy) -> bool:
-    """Give the copy at `temp` the name `path`, which holds nothing (where_is said so): a hard link first (never
-    replaces anything, and not a rename: the rename is what just failed), else a rename, retrying EIO. A FUSE
-    kernel may still hold the old name in its cache for a moment (EEXIST although the folder does not list it):
-    that is waited out, a few seconds at most. Return True when linked (`temp` is then still a name of the copy)."""
+def _place_at_empty_name(
+    fs: FileSystem, temp: Path, path: Path, new_fd: int, retry: RetryPolicy
+) -> bool:
+    """Give the copy at `temp` the name `path`, which holds nothing (where_is said so): a hard link
+    first (never replaces anything, and not a rename: the rename is what just failed), else a
+    rename, retrying EIO. A FUSE kernel may still hold the old name in its cache for a moment
+    (EEXIST although the folder does not list it): that is waited out, a few seconds at most. Return
+    True when linked (`temp` is then still a name of the copy)."""
     deadline = time.monotonic() + 3.0
     while True:
         try:

@@ -1,4 +1,5 @@
-"""The one module that rewrites transcripts: apply a repair plan (riffd.repair.restore puts a backup back through it).
+"""The one module that rewrites transcripts: apply a repair plan (riffd.repair.restore puts a backup
+back through it).
 
 The sequence, and why each step is there (shared/transcript-format.md, sections 4 and 4b):
 Claude Code appends by path with O_APPEND and takes no lock, and its in-memory state assumes the
@@ -32,7 +33,13 @@ from riffd.fsio import (
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
-from riffd.repair.copy import Copied, copy_mode_and_owner, create_temp, read_range, write_new_content
+from riffd.repair.copy import (
+    Copied,
+    copy_mode_and_owner,
+    create_temp,
+    read_range,
+    write_new_content,
+)
 from riffd.repair.finish import hand_over
 from riffd.repair.journal import Journal, SwapRecord, journal_path_for
 from riffd.repair.lines import LineConflict, hangs_from, split_lines
@@ -70,8 +77,6 @@ log = logging.getLogger(__name__)
 LOOK_ATTEMPTS = 5
 
 
-
-
 def _project_folder(path: Path) -> Path:
     # <project>/<session>/subagents/agent-*.jsonl belongs to <project>.
     if path.parent.name == "subagents":
@@ -100,18 +105,23 @@ def _settle(
     copied: Copied,
     options: ApplyOptions,
 ) -> int:
-    """Re-check the original until a round sees nothing new; carry complete appended lines into the temp
-    file; return the original's size that the temp file now covers. Raise FileChanged when it changed."""
+    """Re-check the original until a round sees nothing new; carry complete appended lines into the
+    temp file; return the original's size that the temp file now covers. Raise FileChanged when it
+    changed."""
     held = fs.fstat(original_fd)
     carried_end = planned_size
     for round_number in range(options.settle_rounds):
         try:
-            current = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=options.retry)
+            current = retrying_call(
+                lambda: fs.stat(path), what=f"the status of {path}", policy=options.retry
+            )
         except FileNotFoundError as exc:
             raise FileGone("it was deleted while riffd worked") from exc
         if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
             raise FileChanged("it was replaced by another file while riffd worked")
-        size_now = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry).st_size
+        size_now = retrying_call(
+            lambda: fs.fstat(original_fd), what=str(path), policy=options.retry
+        ).st_size
         if size_now < carried_end:
             raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
         for start, expected in copied.samples.items():
@@ -127,7 +137,9 @@ def _settle(
             return carried_end
         if not copied.ends_with_newline:
             # Bytes after an unfinished last line continue that line; the plan may have changed it.
-            raise FileChanged("its last line was unfinished and another writer has been continuing it")
+            raise FileChanged(
+                "its last line was unfinished and another writer has been continuing it"
+            )
         tail = b"".join(
             chunk
             for _, chunk in read_range(
@@ -138,8 +150,10 @@ def _settle(
         for line in split_lines(complete):
             parent = hangs_from(line, copied.removed)
             if parent is not None:
-                raise LineConflict(f"a line appended while riffd worked hangs from {parent}, a line the repair "
-                                   "removes: a client has the session open")
+                raise LineConflict(
+                    f"a line appended while riffd worked hangs from {parent}, a line the repair "
+                    "removes: a client has the session open"
+                )
         if complete:
             temp.write(complete)
             carried_end += len(complete)
@@ -160,8 +174,9 @@ def rewrite(
     edits: tuple[Edit, ...],
     backup_reason: str,
 ) -> RepairOutcome:
-    """Replace `path` (as scanned: `source`) with the bytes `segments` describe, after a verified backup, under the
-    transcript's lock, only while its session is idle; return Repaired, Skipped or Failed (never raise OSError)."""
+    """Replace `path` (as scanned: `source`) with the bytes `segments` describe, after a verified
+    backup, under the transcript's lock, only while its session is idle; return Repaired, Skipped or
+    Failed (never raise OSError)."""
     fs = options.fs
     unsafe = _unsafe_backup_dir(path, options)
     if unsafe is not None:
@@ -174,7 +189,9 @@ def rewrite(
         return failure(path, exc, "reading its status")
     if stat.S_ISLNK(status.st_mode):
         return Skipped(
-            path, SkipReason.SYMLINK, f"{path}: it is a symlink; repair the file it points to instead"
+            path,
+            SkipReason.SYMLINK,
+            f"{path}: it is a symlink; repair the file it points to instead",
         )
     if not stat.S_ISREG(status.st_mode):
         return Skipped(path, SkipReason.CHANGED, f"{path}: it is not a regular file")
@@ -206,17 +223,29 @@ def rewrite(
         if not acquired:
             return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
         try:
-            recover_folder(fs, path.parent, options.retry, holding=path)  # swaps a killed run left here
+            recover_folder(
+                fs, path.parent, options.retry, holding=path
+            )  # swaps a killed run left here
             remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
             if unfinished_swap(fs, path):
-                return Skipped(path, SkipReason.BUSY, f"{path}: riffd is still carrying lines a writer put into the "
-                               "old file of its last repair; it tries again once that writer lets go of it")
-            live, why = session_liveness(path, options.claude_dirs(path), options.quiet_period,
-                                         session_id=options.session_id, fs=fs)
+                return Skipped(
+                    path,
+                    SkipReason.BUSY,
+                    f"{path}: riffd is still carrying lines a writer put into the "
+                    "old file of its last repair; it tries again once that writer lets go of it",
+                )
+            live, why = session_liveness(
+                path,
+                options.claude_dirs(path),
+                options.quiet_period,
+                session_id=options.session_id,
+                fs=fs,
+            )
             if live:
                 return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why}")
-            return _rewrite_locked(path, original_fd, source, segments, findings, options, store, edits,
-                                   backup_reason)
+            return _rewrite_locked(
+                path, original_fd, source, segments, findings, options, store, edits, backup_reason
+            )
         finally:
             lock.release()
     finally:
@@ -248,10 +277,14 @@ def _rewrite_locked(
     try:
         if not stat.S_ISREG(held.st_mode) or (held.st_dev, held.st_ino) != (source.dev, source.ino):
             return Skipped(
-                path, SkipReason.CHANGED, f"{path}: it was replaced by another file since the scan; scan it again"
+                path,
+                SkipReason.CHANGED,
+                f"{path}: it was replaced by another file since the scan; scan it again",
             )
         if held.st_nlink > 1:
-            return Skipped(path, SkipReason.HARD_LINKED, f"{path}: it has {held.st_nlink} hard links")
+            return Skipped(
+                path, SkipReason.HARD_LINKED, f"{path}: it has {held.st_nlink} hard links"
+            )
         if held.st_size < source.size:
             return Skipped(
                 path,
@@ -270,9 +303,13 @@ def _rewrite_locked(
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
         temp_path, temp_fd = create_temp(fs, path, options.retry)
-        try_flock(fs, temp_fd)  # a second riffd run that opens the transcript's name after the swap finds it busy
+        try_flock(
+            fs, temp_fd
+        )  # a second riffd run that opens the transcript's name after the swap finds it busy
         appender = OffsetWriter(fs, temp_fd, options.retry)
-        copied = write_new_content(fs, path, original_fd, appender, segments, source.size, options.retry)
+        copied = write_new_content(
+            fs, path, original_fd, appender, segments, source.size, options.retry
+        )
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
         copy_mode_and_owner(fs, temp_fd, held, options.retry)
@@ -283,38 +320,84 @@ def _rewrite_locked(
         fsync_file(fs, temp_fd, temp_path, options.retry)
 
         stage = "checking once more that its session is idle"
-        live, why = session_liveness(path, options.claude_dirs(path), options.quiet_period,
-                                     session_id=options.session_id, fs=fs)
+        live, why = session_liveness(
+            path,
+            options.claude_dirs(path),
+            options.quiet_period,
+            session_id=options.session_id,
+            fs=fs,
+        )
         if live:
-            return Skipped(path, SkipReason.LIVE, f"{path}: the session may be in use: {why} (seen just before the "
-                           "swap); nothing was changed")
+            return Skipped(
+                path,
+                SkipReason.LIVE,
+                f"{path}: the session may be in use: {why} (seen just before the "
+                "swap); nothing was changed",
+            )
 
         stage = "recording the swap beside it"
         copy_status = fs.fstat(temp_fd)
-        # An unfinished last line the plan cut off: a writer that continues it after all gets it back whole.
-        cut_at = None if copied.ends_with_newline else next(
-            (edit.span.offset for edit in edits if isinstance(edit, RemoveLine) and edit.span.end == source.size), None)
-        settled = hashlib.sha256(b"".join(chunk for _, chunk in read_range(
-            fs, original_fd, source.size, carried_end, path=path, retry=options.retry)))
-        journal = Journal.create(fs, journal_path_for(temp_path), SwapRecord(
-            transcript=path.name, copy_name=temp_path.name, old_name=temp_path.name,
-            old_id=(held.st_dev, held.st_ino), copy_id=(copy_status.st_dev, copy_status.st_ino),
-            source_size=source.size, source_sha256=source.sha256, settled_end=carried_end,
-            settled_sha256=settled.hexdigest(), copy_size=copy_status.st_size, cut_at=cut_at,
-            removed=tuple(sorted(copied.removed)), inserted=tuple(sorted(copied.inserted)),
-            session_id=options.session_id, claude_dirs=tuple(map(os.path.abspath, options.claude_dirs(path))),
-            backup_dir=os.path.abspath(options.backup_dir), backup_id=record.backup_id, pid=os.getpid()),
-            options.retry)
+        # An unfinished last line the plan cut off: a writer that continues it after all gets it
+        # back whole.
+        cut_at = (
+            None
+            if copied.ends_with_newline
+            else next(
+                (
+                    edit.span.offset
+                    for edit in edits
+                    if isinstance(edit, RemoveLine) and edit.span.end == source.size
+                ),
+                None,
+            )
+        )
+        settled = hashlib.sha256(
+            b"".join(
+                chunk
+                for _, chunk in read_range(
+                    fs, original_fd, source.size, carried_end, path=path, retry=options.retry
+                )
+            )
+        )
+        journal = Journal.create(
+            fs,
+            journal_path_for(temp_path),
+            SwapRecord(
+                transcript=path.name,
+                copy_name=temp_path.name,
+                old_name=temp_path.name,
+                old_id=(held.st_dev, held.st_ino),
+                copy_id=(copy_status.st_dev, copy_status.st_ino),
+                source_size=source.size,
+                source_sha256=source.sha256,
+                settled_end=carried_end,
+                settled_sha256=settled.hexdigest(),
+                copy_size=copy_status.st_size,
+                cut_at=cut_at,
+                removed=tuple(sorted(copied.removed)),
+                inserted=tuple(sorted(copied.inserted)),
+                session_id=options.session_id,
+                claude_dirs=tuple(map(os.path.abspath, options.claude_dirs(path))),
+                backup_dir=os.path.abspath(options.backup_dir),
+                backup_id=record.backup_id,
+                pid=os.getpid(),
+            ),
+            options.retry,
+        )
 
         stage = "replacing it with the repaired copy"
         failed_swap: OSError | None = None
         try:
-            put_in_place(fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry)
+            put_in_place(
+                fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry
+            )
         except SwapBackFailed as exc:
             keep_temp = True  # another program's version is at riffd's name: the journal keeps it from any sweep
             journal.close()
             journal = None
-            return Failed(path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}")
+            return Failed(
+                path, FailReason.SWAP_BACK_FAILED, f"{path}: not repaired: {exc.strerror}"
+            )
         except (FileGone, FileChanged):
             raise
         except OSError as exc:
@@ -324,10 +407,14 @@ def _rewrite_locked(
                 keep_temp = True
                 journal.close()
                 journal = None
-                return Failed(path, FailReason.IO_ERROR, f"{path}: I/O error while {stage}: {exc.strerror or exc}, "
-                              f"and riffd could not look at what its name holds now ({look.strerror or look}); "
-                              f"riffd's journal beside it lets the next run finish or undo the swap; the verified "
-                              f"backup {record.backup_id} holds the transcript as it was")
+                return Failed(
+                    path,
+                    FailReason.IO_ERROR,
+                    f"{path}: I/O error while {stage}: {exc.strerror or exc}, "
+                    f"and riffd could not look at what its name holds now ({look.strerror or look}); "
+                    f"riffd's journal beside it lets the next run finish or undo the swap; the verified "
+                    f"backup {record.backup_id} holds the transcript as it was",
+                )
             if where != COPY:
                 raise  # the swap did not happen (or the filesystem lost the original): judged below
             failed_swap = exc  # the copy holds the name: the hand-over takes it from here
@@ -335,29 +422,49 @@ def _rewrite_locked(
         warnings: list[str] = []
         try:
             fsync_folder(fs, path.parent)
-        except OSError as exc:  # the new name stands; only how soon it reaches the disk is uncertain
-            warnings.append(f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands")
+        except (
+            OSError
+        ) as exc:  # the new name stands; only how soon it reaches the disk is uncertain
+            warnings.append(
+                f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands"
+            )
 
         stage = "copying lines appended during the replace"
         settling, journal = journal, None
-        return hand_over(fs, settling, original_fd, source.size, store, record, edits, warnings, options,
-                         failed_swap)
+        return hand_over(
+            fs,
+            settling,
+            original_fd,
+            source.size,
+            store,
+            record,
+            edits,
+            warnings,
+            options,
+            failed_swap,
+        )
     except FileGone:
         return gone(path)
     except FileChanged as exc:
-        return Skipped(path, SkipReason.CHANGED, f"{path}: {exc}; nothing was changed, scan it again")
+        return Skipped(
+            path, SkipReason.CHANGED, f"{path}: {exc}; nothing was changed, scan it again"
+        )
     except BackupError as exc:
         return Failed(path, FailReason.BACKUP_FAILED, f"{exc}; {path} is untouched")
     except ValueError as exc:
         return Failed(
-            path, FailReason.INVALID_PLAN, f"{path}: the repair plan is invalid ({exc}); it is untouched"
+            path,
+            FailReason.INVALID_PLAN,
+            f"{path}: the repair plan is invalid ({exc}); it is untouched",
         )
     except OSError as exc:
         if record is None or replaced:
             return failure(path, exc, stage, replaced=replaced)
         return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
     except LineConflict as exc:
-        return Skipped(path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed")
+        return Skipped(
+            path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed"
+        )
     finally:
         if temp_fd is not None:
             fs.close(temp_fd)
@@ -378,43 +485,66 @@ def _look(fs: FileSystem, path: Path, held: os.stat_result, temp_fd: int | None)
     raise AssertionError("unreachable")
 
 
-def _checked_failure(fs: FileSystem, path: Path, held: os.stat_result, original_fd: int, temp_fd: int | None,
-                     store: BackupStore, record: BackupRecord, exc: OSError, stage: str) -> RepairOutcome:
-    """After a failure once the backup exists, look at what the path holds before saying anything: "untouched"
-    only when it is the original still; put back an original the filesystem lost in a failed rename (libfuse
-    hides a renamed-over open file and deletes it when riffd lets go of it)."""
+def _checked_failure(
+    fs: FileSystem,
+    path: Path,
+    held: os.stat_result,
+    original_fd: int,
+    temp_fd: int | None,
+    store: BackupStore,
+    record: BackupRecord,
+    exc: OSError,
+    stage: str,
+) -> RepairOutcome:
+    """After a failure once the backup exists, look at what the path holds before saying anything:
+    "untouched" only when it is the original still; put back an original the filesystem lost in a
+    failed rename (libfuse hides a renamed-over open file and deletes it when riffd lets go of
+    it)."""
     try:
         where = _look(fs, path, held, temp_fd)
     except OSError as look:
-        return Failed(path, FailReason.IO_ERROR,
-                      f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not look at "
-                      f"what its name holds now either ({look.strerror or look}); the verified backup "
-                      f"{record.backup_id} holds the transcript as it was; run riffd again once the folder answers")
+        return Failed(
+            path,
+            FailReason.IO_ERROR,
+            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not look at "
+            f"what its name holds now either ({look.strerror or look}); the verified backup "
+            f"{record.backup_id} holds the transcript as it was; run riffd again once the folder answers",
+        )
     if where == ORIGINAL:
         return failure(path, exc, stage, checked=True)
     if where == HIDDEN:
         try:
             source = put_original_back(fs, path, held, original_fd, store, record)
         except OSError as lost:
-            return Failed(path, FailReason.IO_ERROR,
-                          f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
-                          f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
-                          f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
-                          f"{record.backup_id}` puts it back once the disk or sync client works again")
-        return Failed(path, FailReason.IO_ERROR,
-                      f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost the "
-                      f"transcript during the failed rename, and riffd put it back from {source}: it is as it was "
-                      f"(checked). Check the disk or sync client and run again.")
+            return Failed(
+                path,
+                FailReason.IO_ERROR,
+                f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
+                f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
+                f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
+                f"{record.backup_id}` puts it back once the disk or sync client works again",
+            )
+        return Failed(
+            path,
+            FailReason.IO_ERROR,
+            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost the "
+            f"transcript during the failed rename, and riffd put it back from {source}: it is as it was "
+            f"(checked). Check the disk or sync client and run again.",
+        )
     if where == GONE:
         return gone(path)
-    return Skipped(path, SkipReason.CHANGED, f"{path}: another file took its place while riffd worked ({exc}); "
-                   "it is left as it is; scan it again")
+    return Skipped(
+        path,
+        SkipReason.CHANGED,
+        f"{path}: another file took its place while riffd worked ({exc}); "
+        "it is left as it is; scan it again",
+    )
 
 
 def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:
-    """Given a repair plan and options, rewrite the planned file safely and return Repaired, Skipped (live,
-    changed, symlink, hard_linked, busy, nothing_to_do) or Failed with a message naming the file; expected
-    failures (ENOSPC, EIO after retries, permissions) are returned, never raised."""
+    """Given a repair plan and options, rewrite the planned file safely and return Repaired, Skipped
+    (live, changed, symlink, hard_linked, busy, nothing_to_do) or Failed with a message naming the
+    file; expected failures (ENOSPC, EIO after retries, permissions) are returned, never raised."""
     path = Path(plan.source.path)
     if plan.is_empty:
         return Skipped(path, SkipReason.NOTHING_TO_DO, f"{path}: the plan changes nothing")
@@ -422,7 +552,9 @@ def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:
         segments = list(plan.segments())
     except ValueError as exc:
         return Failed(
-            path, FailReason.INVALID_PLAN, f"{path}: the repair plan is invalid ({exc}); it is untouched"
+            path,
+            FailReason.INVALID_PLAN,
+            f"{path}: the repair plan is invalid ({exc}); it is untouched",
         )
     return rewrite(
         path, plan.source, segments, plan.fixes, options, edits=plan.edits, backup_reason="repair"

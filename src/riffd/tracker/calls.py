@@ -1,13 +1,15 @@
-"""The tool-call tracker's rules: when two tool calls are the same call, and what a call's key and result size are.
+"""The tool-call tracker's rules: when two tool calls are the same call, and what a call's key and
+result size are.
 
-A known tool (Read, Grep, Glob, WebFetch, WebSearch, Write, Edit, MultiEdit) is compared on the input fields its
-rule names; tools with side effects (shells, agents, to-do lists, MCP tools whose name holds a side-effect word)
-are never compared; other tools are the same call when more than half of their inputs, or one identifying input,
-are equal. A call's key is its tool and a digest of its normalised input.
+A known tool (Read, Grep, Glob, WebFetch, WebSearch, Write, Edit, MultiEdit) is compared on the
+input fields its rule names; tools with side effects (shells, agents, to-do lists, MCP tools whose
+name holds a side-effect word) are never compared; other tools are the same call when more than half
+of their inputs, or one identifying input, are equal. A call's key is its tool and a digest of its
+normalised input.
 
-The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.tracker.hook) both import this module, and the
-hook must start in a few milliseconds: standard library only, and no module that is slow to import (dataclasses,
-hashlib's OpenSSL, orjson, whose import alone takes about 9 ms).
+The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.tracker.hook) both import this
+module, and the hook must start in a few milliseconds: standard library only, and no module that is
+slow to import (dataclasses, hashlib's OpenSSL, orjson, whose import alone takes about 9 ms).
 """
 
 from __future__ import annotations
@@ -24,16 +26,19 @@ try:
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b
 
-DEFAULT_WINDOW = 300.0  # seconds; the same default as the `tracker.window` config key (a test checks)
+DEFAULT_WINDOW = (
+    300.0  # seconds; the same default as the `tracker.window` config key (a test checks)
+)
 
 
 class Rule(NamedTuple):
     """How one known tool's calls are compared.
 
-    `fields`: the input properties that must all be equal (None: every property). `path`: the property
-    naming the file or folder the call reads or writes (a read after a write of that file is not a
-    repeat). `mutates`: the call changes that file. `cacheable`: the hook's cache mode may hand back the
-    earlier result instead of running the call again (only when nothing could have changed it).
+    `fields`: the input properties that must all be equal (None: every property). `path`: the
+    property naming the file or folder the call reads or writes (a read after a write of that file
+    is not a repeat). `mutates`: the call changes that file. `cacheable`: the hook's cache mode may
+    hand back the earlier result instead of running the call again (only when nothing could have
+    changed it).
     """
 
     fields: tuple[str, ...] | None
@@ -42,10 +47,10 @@ class Rule(NamedTuple):
     cacheable: bool = False
 
 
-# The similarity rules, one line per tool. Grep and Glob compare every property (pattern, path, glob and
-# every option); their results depend on files anything may have changed, so they are never served from
-# the cache. WebFetch already keeps its own 15-minute cache, so a repeated fetch or search within the window
-# is safe to serve again.
+# The similarity rules, one line per tool. Grep and Glob compare every property (pattern, path, glob
+# and every option); their results depend on files anything may have changed, so they are never
+# served from the cache. WebFetch already keeps its own 15-minute cache, so a repeated fetch or
+# search within the window is safe to serve again.
 RULES: Mapping[str, Rule] = {
     "Read": Rule(("file_path", "offset", "limit", "pages"), path="file_path", cacheable=True),
     "Grep": Rule(None, path="path"),
@@ -53,41 +58,114 @@ RULES: Mapping[str, Rule] = {
     "WebFetch": Rule(("url", "prompt"), cacheable=True),
     "WebSearch": Rule(None, cacheable=True),  # the query, and its domain filters when given
     "Write": Rule(("file_path", "content"), path="file_path", mutates=True),
-    "Edit": Rule(("file_path", "old_string", "new_string", "replace_all"), path="file_path", mutates=True),
+    "Edit": Rule(
+        ("file_path", "old_string", "new_string", "replace_all"), path="file_path", mutates=True
+    ),
     "MultiEdit": Rule(("file_path", "edits"), path="file_path", mutates=True),
 }
 
-# Never compared: shells, agents, task and to-do lists, interactive tools, anything with side effects. Their
-# repeats are deliberate (run the tests again, ask again) or their results change by design.
-NEVER_CACHED = frozenset({
-    "Bash", "BashOutput", "KillBash", "KillShell", "PowerShell",
-    "Task", "Agent", "TaskOutput", "TaskStop", "TaskCreate", "TaskGet", "TaskList", "TaskUpdate",
-    "TodoWrite", "TodoRead", "AskUserQuestion", "ExitPlanMode", "EnterPlanMode", "NotebookEdit",
-    "SlashCommand", "Skill",
-})
+# Never compared: shells, agents, task and to-do lists, interactive tools, anything with side
+# effects. Their repeats are deliberate (run the tests again, ask again) or their results change by
+# design.
+NEVER_CACHED = frozenset(
+    {
+        "Bash",
+        "BashOutput",
+        "KillBash",
+        "KillShell",
+        "PowerShell",
+        "Task",
+        "Agent",
+        "TaskOutput",
+        "TaskStop",
+        "TaskCreate",
+        "TaskGet",
+        "TaskList",
+        "TaskUpdate",
+        "TodoWrite",
+        "TodoRead",
+        "AskUserQuestion",
+        "ExitPlanMode",
+        "EnterPlanMode",
+        "NotebookEdit",
+        "SlashCommand",
+        "Skill",
+    }
+)
 
-# Tools that change a file without being compared themselves: a read of that file afterwards is not a repeat.
+# Tools that change a file without being compared themselves: a read of that file afterwards is not
+# a repeat.
 MUTATES_ONLY: Mapping[str, str] = {"NotebookEdit": "notebook_path"}
 
-# Unknown tools (MCP included): two calls are the same when more than half of their input properties are
-# equal, or when one of these identifying properties is.
+# Unknown tools (MCP included): two calls are the same when more than half of their input properties
+# are equal, or when one of these identifying properties is.
 IDENTIFYING = ("path", "file_path", "url", "query", "id")
 
-# An unknown tool whose name holds one of these words is taken to have side effects (or to be interactive)
-# and is never compared: mcp__github__create_issue, mcp__playwright__browser_click, ...
-SIDE_EFFECT_WORDS = frozenset({
-    "add", "apply", "approve", "ask", "cancel", "click", "close", "comment", "commit", "confirm", "create",
-    "delete", "deploy", "drag", "drop", "edit", "eval", "evaluate", "exec", "execute", "fill", "hover",
-    "input", "insert", "install", "kill", "merge", "move", "navigate", "open", "patch", "post", "press",
-    "prompt", "push", "put", "remove", "rename", "reply", "restart", "run", "select", "send", "set", "start",
-    "stop", "submit", "type", "update", "upload", "wait", "write",
-})
+# An unknown tool whose name holds one of these words is taken to have side effects (or to be
+# interactive) and is never compared: mcp__github__create_issue, mcp__playwright__browser_click, ...
+SIDE_EFFECT_WORDS = frozenset(
+    {
+        "add",
+        "apply",
+        "approve",
+        "ask",
+        "cancel",
+        "click",
+        "close",
+        "comment",
+        "commit",
+        "confirm",
+        "create",
+        "delete",
+        "deploy",
+        "drag",
+        "drop",
+        "edit",
+        "eval",
+        "evaluate",
+        "exec",
+        "execute",
+        "fill",
+        "hover",
+        "input",
+        "insert",
+        "install",
+        "kill",
+        "merge",
+        "move",
+        "navigate",
+        "open",
+        "patch",
+        "post",
+        "press",
+        "prompt",
+        "push",
+        "put",
+        "remove",
+        "rename",
+        "reply",
+        "restart",
+        "run",
+        "select",
+        "send",
+        "set",
+        "start",
+        "stop",
+        "submit",
+        "type",
+        "update",
+        "upload",
+        "wait",
+        "write",
+    }
+)
 _WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
 
 
 def has_side_effects(tool: str) -> bool:
-    """Given a tool name, return True when its calls are never compared: a known never-cached tool, or an
-    unknown tool whose own name (after an MCP `mcp__server__` prefix) holds a side-effect word."""
+    """Given a tool name, return True when its calls are never compared: a known never-cached tool,
+    or an unknown tool whose own name (after an MCP `mcp__server__` prefix) holds a side-effect
+    word."""
     if tool in NEVER_CACHED:
         return True
     if tool in RULES:
@@ -97,7 +175,9 @@ def has_side_effects(tool: str) -> bool:
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
+    ).encode()
 
 
 def _digest(value: Any) -> bytes:
@@ -113,8 +193,8 @@ def _normal_path(value: Any, cwd: str | None) -> Any:
 
 
 class CallKey(NamedTuple):
-    """What the rules compare of one call: `key` (a digest of the compared input), per-property digests
-    for unknown tools, and the file the call reads or writes."""
+    """What the rules compare of one call: `key` (a digest of the compared input), per-property
+    digests for unknown tools, and the file the call reads or writes."""
 
     tool: str
     key: bytes
@@ -126,11 +206,12 @@ class CallKey(NamedTuple):
 
 
 def call_key(tool: str, tool_input: Any, cwd: str | None = None) -> CallKey | None:
-    """Given a tool name, its input and the session's working directory, return what the similarity rules
-    compare, or None for a call that is never compared and changes no file (Bash, Task, TodoWrite, ...).
+    """Given a tool name, its input and the session's working directory, return what the similarity
+    rules compare, or None for a call that is never compared and changes no file (Bash, Task,
+    TodoWrite, ...).
 
-    Properties that are null count as absent; Read's `offset` 0 or 1 is the start of the file, as no offset
-    is; relative paths are taken from `cwd`, and Grep/Glob without `path` search `cwd`.
+    Properties that are null count as absent; Read's `offset` 0 or 1 is the start of the file, as no
+    offset is; relative paths are taken from `cwd`, and Grep/Glob without `path` search `cwd`.
     """
     if not isinstance(tool_input, dict):
         tool_input = {}
@@ -149,8 +230,15 @@ def call_key(tool: str, tool_input: Any, cwd: str | None = None) -> CallKey | No
                 given[name] = _normal_path(given[name], cwd)
         properties = {name: _digest(value) for name, value in given.items()}
         path = given.get("file_path", given.get("path"))
-        return CallKey(tool, _digest(given), properties, path if isinstance(path, str) else None, False, True,
-                       False)
+        return CallKey(
+            tool,
+            _digest(given),
+            properties,
+            path if isinstance(path, str) else None,
+            False,
+            True,
+            False,
+        )
     if rule.path is not None:
         if rule.path in given:
             given[rule.path] = _normal_path(given[rule.path], cwd)
@@ -158,14 +246,26 @@ def call_key(tool: str, tool_input: Any, cwd: str | None = None) -> CallKey | No
             given[rule.path] = os.path.normpath(cwd)
     if tool == "Read" and given.get("offset") in (0, 1):
         del given["offset"]
-    compared = given if rule.fields is None else {name: given[name] for name in rule.fields if name in given}
+    compared = (
+        given
+        if rule.fields is None
+        else {name: given[name] for name in rule.fields if name in given}
+    )
     path = given.get(rule.path) if rule.path else None
-    return CallKey(tool, _digest(compared), None, path if isinstance(path, str) else None, rule.mutates, True,
-                   rule.cacheable)
+    return CallKey(
+        tool,
+        _digest(compared),
+        None,
+        path if isinstance(path, str) else None,
+        rule.mutates,
+        True,
+        rule.cacheable,
+    )
 
 
 def similar(earlier: CallKey, later: CallKey) -> bool:
-    """Given two calls' keys, return True when the later repeats the earlier under the tool's rule."""
+    """Given two calls' keys, return True when the later repeats the earlier under the tool's
+    rule."""
     if earlier.tool != later.tool or not (earlier.compared and later.compared):
         return False
     if earlier.key == later.key:
@@ -192,7 +292,8 @@ def parse_time(text: Any) -> float | None:
 
 
 def result_size(content: Any) -> int:
-    """Given a tool_result block's `content` (a string or a list of blocks), return its size in bytes."""
+    """Given a tool_result block's `content` (a string or a list of blocks), return its size in
+    bytes."""
     if isinstance(content, str):
         return len(content.encode())
     if isinstance(content, list):

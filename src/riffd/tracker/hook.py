@@ -1,10 +1,11 @@
-"""`riffd hook pre-tool-use`: a Claude Code PreToolUse hook that notices a tool call repeating a recent one.
+"""`riffd hook pre-tool-use`: a Claude Code PreToolUse hook that notices a tool call repeating a
+recent one.
 
 Claude Code runs the hook before each tool call, with the call as JSON on stdin (`session_id`,
 `transcript_path`, `cwd`, `hook_event_name`, `tool_name`, `tool_input`, `tool_use_id`), and reads
 the hook's answer from stdout when it exits 0 (https://code.claude.com/docs/en/hooks, "PreToolUse"
-and "JSON output"). The hook reads the session's own transcript backwards from its end, only as
-far as the window reaches, looking for the same call under the tracker's rules (riffd.tracker.calls).
+and "JSON output"). The hook reads the session's own transcript backwards from its end, only as far
+as the window reaches, looking for the same call under the tracker's rules (riffd.tracker.calls).
 
 - No earlier call, or a tool the rules never compare: no output; the call runs as usual.
 - `--mode warn` (the default): `hookSpecificOutput.additionalContext` tells the model the call
@@ -14,8 +15,8 @@ far as the window reaches, looking for the same call under the tracker's rules (
   `permissionDecisionReason`, which Claude Code shows to the model, holds the earlier result
   marked `[Cached result from HH:MM:SS]`. Otherwise it warns.
 
-Every failure lets the call run: exit 0 with nothing on stdout, at most one line on stderr. Only
-the standard library and riffd.tracker.calls are imported, and none of the slow modules (orjson's import
+Every failure lets the call run: exit 0 with nothing on stdout, at most one line on stderr. Only the
+standard library and riffd.tracker.calls are imported, and none of the slow modules (orjson's import
 alone takes 9 ms; the few lines in the window parse as fast with `json`): the hook runs inside every
 tool call.
 """
@@ -39,7 +40,9 @@ EVENT = "PreToolUse"
 MODES = ("warn", "cache")
 BLOCK_BYTES = 64 * 1024
 CACHE_MAX_CHARS = 9_000  # Claude Code caps hook text given to the model at 10,000 characters
-MTIME_SLACK_SECONDS = 2.0  # coarse file-system clocks: a change this close to the read may predate it on paper
+MTIME_SLACK_SECONDS = (
+    2.0  # coarse file-system clocks: a change this close to the read may predate it on paper
+)
 EXIT_OK = 0
 EXIT_USAGE = 1  # a non-blocking error for Claude Code: it shows the message and runs the call
 USAGE = "usage: riffd hook pre-tool-use [--mode warn|cache] [--window SECONDS]"
@@ -82,12 +85,15 @@ def parse_args(argv: Sequence[str]) -> tuple[str, float]:
             except ValueError:
                 raise UsageError(f"--window must be a number of seconds, not {value!r}") from None
             if not (window > 0 and math.isfinite(window)):
-                raise UsageError(f"--window must be a finite number of seconds, more than 0, not {value!r}")
+                raise UsageError(
+                    f"--window must be a finite number of seconds, more than 0, not {value!r}"
+                )
     return mode, window
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run `riffd hook ARGS` as Claude Code calls it: the hook event's JSON on stdin, the answer on stdout."""
+    """Run `riffd hook ARGS` as Claude Code calls it: the hook event's JSON on stdin, the answer on
+    stdout."""
     try:
         mode, window = parse_args(argv)
     except UsageError as exc:
@@ -97,12 +103,15 @@ def main(argv: Sequence[str]) -> int:
 
 
 def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
-    """Read one hook event from `stdin` (binary), write the answer (if any) to `stdout` (text); return 0."""
+    """Read one hook event from `stdin` (binary), write the answer (if any) to `stdout` (text);
+    return 0."""
     try:
         answer = answer_event(stdin.read(), mode, window)
     except FileNotFoundError:
         return EXIT_OK  # a new session has no transcript yet
-    except Exception as exc:  # any failure lets the call run: it must never block the user's session
+    except (
+        Exception
+    ) as exc:  # any failure lets the call run: it must never block the user's session
         print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
         return EXIT_OK
     if answer is not None:
@@ -111,9 +120,12 @@ def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
     return EXIT_OK
 
 
-def answer_event(data: bytes, mode: str, window: float, now: float | None = None) -> dict[str, Any] | None:
-    """Given the hook event's JSON, the mode and the window, return the JSON answer, or None to let the call
-    run without a word. Raise ValueError for an event that is not a JSON object, OSError for I/O errors."""
+def answer_event(
+    data: bytes, mode: str, window: float, now: float | None = None
+) -> dict[str, Any] | None:
+    """Given the hook event's JSON, the mode and the window, return the JSON answer, or None to let
+    the call run without a word. Raise ValueError for an event that is not a JSON object, OSError
+    for I/O errors."""
     event = json.loads(data)
     if not isinstance(event, dict):
         raise ValueError("the hook event is not a JSON object")
@@ -136,28 +148,33 @@ def answer_event(data: bytes, mode: str, window: float, now: float | None = None
     if mode == "cache" and key.cacheable:
         cached = cached_text(key, earlier)
         if cached is not None:
-            return {"hookSpecificOutput": {
-                "hookEventName": EVENT,
-                "permissionDecision": "deny",
-                "permissionDecisionReason": (
-                    f"[Cached result from {when}] riffd did not run this {tool} call again: it repeats the identical "
-                    f"call {earlier.tool_id}, and nothing has changed since. Its result:\n{cached}"
-                ),
-            }}
-    return {"hookSpecificOutput": {
-        "hookEventName": EVENT,
-        "additionalContext": (
-            f"riffd: this {tool} call repeats the identical call made at {when} ({now - earlier.time:.0f} s ago, "
-            f"tool_use {earlier.tool_id}); its result is already in the conversation. Reuse it unless something "
-            "may have changed since."
-        ),
-    }}
+            return {
+                "hookSpecificOutput": {
+                    "hookEventName": EVENT,
+                    "permissionDecision": "deny",
+                    "permissionDecisionReason": (
+                        f"[Cached result from {when}] riffd did not run this {tool} call again: it repeats the identical "
+                        f"call {earlier.tool_id}, and nothing has changed since. Its result:\n{cached}"
+                    ),
+                }
+            }
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": EVENT,
+            "additionalContext": (
+                f"riffd: this {tool} call repeats the identical call made at {when} ({now - earlier.time:.0f} s ago, "
+                f"tool_use {earlier.tool_id}); its result is already in the conversation. Reuse it unless something "
+                "may have changed since."
+            ),
+        }
+    }
 
 
 def open_regular(path: str) -> io.BufferedReader:
-    """Open `path` for reading (binary) if it is a regular file; raise OSError if it is anything else. A FIFO, a
-    device or a folder named as the transcript would block the hook, or never end: opened without blocking, looked
-    at, then closed (FileNotFoundError for a path that does not exist)."""
+    """Open `path` for reading (binary) if it is a regular file; raise OSError if it is anything
+    else. A FIFO, a device or a folder named as the transcript would block the hook, or never end:
+    opened without blocking, looked at, then closed (FileNotFoundError for a path that does not
+    exist)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -169,8 +186,8 @@ def open_regular(path: str) -> io.BufferedReader:
 
 
 def iter_lines_backwards(path: str) -> Iterator[bytes]:
-    """Yield the lines of `path` (a regular file: see open_regular), newest first, reading blocks from its end (a line
-    may be unfinished)."""
+    """Yield the lines of `path` (a regular file: see open_regular), newest first, reading blocks
+    from its end (a line may be unfinished)."""
     with open_regular(path) as handle:
         end = handle.seek(0, os.SEEK_END)
         carry = b""
@@ -192,18 +209,22 @@ def _line_time(raw: bytes) -> float | None:
     at = raw.find(b'"timestamp":')
     if at < 0:
         return None
-    start = raw.find(b'"', at + 12, at + 16) + 1  # Claude Code writes no space after the colon; others may
+    start = (
+        raw.find(b'"', at + 12, at + 16) + 1
+    )  # Claude Code writes no space after the colon; others may
     stop = raw.find(b'"', start, start + 40) if start > 0 else -1
     return parse_time(raw[start:stop].decode("ascii", "replace")) if stop > 0 else None
 
 
-def find_earlier(transcript: str, key: CallKey, cutoff: float, current: str | None,
-                 agent: str | None) -> Earlier | None:
-    """Return the newest call in `transcript` made after `cutoff` (seconds since the epoch) that `key` repeats,
-    has a result that is not an error, and whose file (if any) was not written or edited since; else None.
+def find_earlier(
+    transcript: str, key: CallKey, cutoff: float, current: str | None, agent: str | None
+) -> Earlier | None:
+    """Return the newest call in `transcript` made after `cutoff` (seconds since the epoch) that
+    `key` repeats, has a result that is not an error, and whose file (if any) was not written or
+    edited since; else None.
 
-    Lines are read newest first and the scan stops at the first line older than `cutoff`. Only lines of the
-    main conversation count, or of the subagent `agent` when the call is a subagent's.
+    Lines are read newest first and the scan stops at the first line older than `cutoff`. Only lines
+    of the main conversation count, or of the subagent `agent` when the call is a subagent's.
     """
     results: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     changed: set[str] = set()
@@ -237,7 +258,11 @@ def find_earlier(transcript: str, key: CallKey, cutoff: float, current: str | No
             continue
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
         for block in reversed(content):
-            if not isinstance(block, dict) or block.get("type") != "tool_use" or block.get("id") == current:
+            if (
+                not isinstance(block, dict)
+                or block.get("type") != "tool_use"
+                or block.get("id") == current
+            ):
                 continue
             name = block.get("name")
             other = call_key(name, block.get("input"), cwd) if isinstance(name, str) else None
@@ -245,11 +270,19 @@ def find_earlier(transcript: str, key: CallKey, cutoff: float, current: str | No
                 continue
             tool_id = block.get("id")
             paired = results.get(tool_id) if isinstance(tool_id, str) else None
-            if paired is not None and paired[0].get("is_error") is not True and similar(other, key) and (
-                key.path is None or key.path not in changed
+            if (
+                paired is not None
+                and paired[0].get("is_error") is not True
+                and similar(other, key)
+                and (key.path is None or key.path not in changed)
             ):
-                return Earlier(str(tool_id), when or cutoff, _line_time_of(paired[1]), paired[0],
-                               paired[1].get("toolUseResult"))
+                return Earlier(
+                    str(tool_id),
+                    when or cutoff,
+                    _line_time_of(paired[1]),
+                    paired[0],
+                    paired[1].get("toolUseResult"),
+                )
             if other.mutates and other.path is not None:
                 changed.add(other.path)
     return None
@@ -260,13 +293,18 @@ def _line_time_of(record: dict[str, Any]) -> float | None:
 
 
 def cached_text(key: CallKey, earlier: Earlier) -> str | None:
-    """Return the earlier result's text when it may stand in for running the call again, else None: text only,
-    short enough for the model's hook channel, and for Read only when the file is unchanged since that read
-    (last modified before the read began, and of the size that read saw)."""
+    """Return the earlier result's text when it may stand in for running the call again, else None:
+    text only, short enough for the model's hook channel, and for Read only when the file is
+    unchanged since that read (last modified before the read began, and of the size that read
+    saw)."""
     content = earlier.result.get("content")
     if isinstance(content, list):
-        if not all(isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-                   for part in content):
+        if not all(
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            for part in content
+        ):
             return None  # images and documents cannot travel in a text reason
         content = "\n".join(part["text"] for part in content)
     if not isinstance(content, str) or len(content) > CACHE_MAX_CHARS:
@@ -279,16 +317,18 @@ def cached_text(key: CallKey, earlier: Earlier) -> str | None:
 def _file_unchanged(path: str | None, earlier: Earlier) -> bool:
     """Whether the file an earlier Read read is, by its size and mtime, still what that read saw.
 
-    Claude Code does not record the file's mtime, so the read's own time stands in for it: a file last
-    modified before the read began has not changed since. Its size then must match the content the read
-    returned, which `toolUseResult.file` holds when the read covered the whole file; otherwise it is unknown
-    and the call is not served from the cache.
+    Claude Code does not record the file's mtime, so the read's own time stands in for it: a file
+    last modified before the read began has not changed since. Its size then must match the content
+    the read returned, which `toolUseResult.file` holds when the read covered the whole file;
+    otherwise it is unknown and the call is not served from the cache.
     """
     seen = earlier.tool_use_result
     file_seen = seen.get("file") if isinstance(seen, dict) else None
     if path is None or not isinstance(file_seen, dict) or seen.get("type") != "text":
         return False
-    text, first, count, total = (file_seen.get(name) for name in ("content", "startLine", "numLines", "totalLines"))
+    text, first, count, total = (
+        file_seen.get(name) for name in ("content", "startLine", "numLines", "totalLines")
+    )
     if not isinstance(text, str) or first != 1 or not isinstance(count, int) or count != total:
         return False
     status = os.stat(path)

@@ -10,8 +10,9 @@ Times are the `timestamp` of each tool_use line, and the window is measured from
 newest call, never from the wall clock, so reading a history again gives the same answers; only
 `prune(now)` looks at the clock, to forget sessions that went quiet.
 
-The rules that say when two calls are the same are in riffd.tracker.calls, which the PreToolUse hook imports
-alone; this module keeps to the standard library too (`redundant_calls_in` imports orjson when it is called).
+The rules that say when two calls are the same are in riffd.tracker.calls, which the PreToolUse hook
+imports alone; this module keeps to the standard library too (`redundant_calls_in` imports orjson
+when it is called).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ MAX_RETIRED_SESSIONS = 10_000
 class RedundantCall(NamedTuple):
     """A tool call that repeats an earlier identical call of the same session within the window.
 
-    Lines are 1-based line numbers in `path` (the transcript), None when the feeder gave none; times are
-    seconds since the epoch; `wasted_bytes` is the size of the repeated result (the earlier result's size
-    until the repeat's own result is seen).
+    Lines are 1-based line numbers in `path` (the transcript), None when the feeder gave none; times
+    are seconds since the epoch; `wasted_bytes` is the size of the repeated result (the earlier
+    result's size until the repeat's own result is seen).
     """
 
     session_id: str
@@ -61,10 +62,22 @@ class _Call:
 
     __slots__ = ("failed", "key", "line", "path", "result_bytes", "seq", "time", "tool_id", "uuid")
 
-    def __init__(self, tool_id: str, key: CallKey, time: float, seq: int, line: int | None, uuid: str | None,
-                 path: str | None) -> None:
+    def __init__(
+        self,
+        tool_id: str,
+        key: CallKey,
+        time: float,
+        seq: int,
+        line: int | None,
+        uuid: str | None,
+        path: str | None,
+    ) -> None:
         self.tool_id, self.key, self.time, self.seq = tool_id, key, time, seq
-        self.line, self.uuid, self.path = line, uuid, path  # `path`: the transcript it was read from
+        self.line, self.uuid, self.path = (
+            line,
+            uuid,
+            path,
+        )  # `path`: the transcript it was read from
         self.result_bytes: int | None = None
         self.failed = False
 
@@ -88,15 +101,22 @@ class ToolCallTracker:
     Thread-safe: the daemon's worker feeds it while the scheduler prunes it and the report reads it.
     """
 
-    def __init__(self, window: float = DEFAULT_WINDOW, max_calls: int = DEFAULT_MAX_CALLS, *,
-                 keep_all: bool = False) -> None:
-        """Keep at most `max_calls` calls per session, none older than `window` seconds before the session's
-        newest call. With `keep_all`, every redundant call found is kept until the tracker goes away (for one
-        whole transcript); otherwise a record lives as long as its repeat is held."""
+    def __init__(
+        self,
+        window: float = DEFAULT_WINDOW,
+        max_calls: int = DEFAULT_MAX_CALLS,
+        *,
+        keep_all: bool = False,
+    ) -> None:
+        """Keep at most `max_calls` calls per session, none older than `window` seconds before the
+        session's newest call. With `keep_all`, every redundant call found is kept until the tracker
+        goes away (for one whole transcript); otherwise a record lives as long as its repeat is
+        held."""
         self.window = window
         self.max_calls = max_calls
         self._sessions: dict[str, _Session] = {}
-        # Sessions pruned as quiet: their newest time, so reading their history again adds nothing twice.
+        # Sessions pruned as quiet: their newest time, so reading their history again adds nothing
+        # twice.
         self._retired: OrderedDict[str, float] = OrderedDict()
         self._history: dict[str, RedundantCall] | None = {} if keep_all else None
         self._lock = threading.Lock()
@@ -105,14 +125,22 @@ class ToolCallTracker:
         self.redundant_by_session: Counter[str] = Counter()
         self.bytes_by_session: Counter[str] = Counter()
 
-    # --- feeding ---------------------------------------------------------------------------------------
+    # --- feeding
+    # ---------------------------------------------------------------------------------------
 
-    def feed(self, session_id: str, record: Mapping[str, Any], *, line: int | None = None,
-             path: str | None = None) -> list[RedundantCall]:
-        """Given a parsed user or assistant line of session `session_id` (and optionally its 0-based line
-        index in the transcript `path`), learn its tool calls and results; return the redundant calls it revealed,
-        and those whose repeat's result it holds (their `wasted_bytes` now that result's size). Feeding a
-        tool_use id seen before does nothing, so a file may be fed again from its start."""
+    def feed(
+        self,
+        session_id: str,
+        record: Mapping[str, Any],
+        *,
+        line: int | None = None,
+        path: str | None = None,
+    ) -> list[RedundantCall]:
+        """Given a parsed user or assistant line of session `session_id` (and optionally its 0-based
+        line index in the transcript `path`), learn its tool calls and results; return the redundant
+        calls it revealed, and those whose repeat's result it holds (their `wasted_bytes` now that
+        result's size). Feeding a tool_use id seen before does nothing, so a file may be fed again
+        from its start."""
         message = record.get("message")
         content = message.get("content") if isinstance(message, dict) else None
         if not isinstance(content, list):
@@ -127,8 +155,14 @@ class ToolCallTracker:
                 return self._feed_results(session_id, content)
         return []
 
-    def _feed_uses(self, session_id: str, record: Mapping[str, Any], content: list[Any], line: int | None,
-                   path: str | None) -> list[RedundantCall]:
+    def _feed_uses(
+        self,
+        session_id: str,
+        record: Mapping[str, Any],
+        content: list[Any],
+        line: int | None,
+        path: str | None,
+    ) -> list[RedundantCall]:
         found: list[RedundantCall] = []
         cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
         for block in content:
@@ -152,8 +186,15 @@ class ToolCallTracker:
                 continue  # seen already, or too old to matter next to the session's newest call
             self.calls_seen += 1
             session.seq += 1
-            call = _Call(tool_id, key, when, session.seq, None if line is None else line + 1,
-                         record.get("uuid") if isinstance(record.get("uuid"), str) else None, path)
+            call = _Call(
+                tool_id,
+                key,
+                when,
+                session.seq,
+                None if line is None else line + 1,
+                record.get("uuid") if isinstance(record.get("uuid"), str) else None,
+                path,
+            )
             record_found = self._compare(session_id, session, call)
             if record_found is not None:
                 found.append(record_found)
@@ -167,21 +208,38 @@ class ToolCallTracker:
         return found
 
     def _compare(self, session_id: str, session: _Session, call: _Call) -> RedundantCall | None:
-        """Return the record when `call` repeats an earlier held call with no change of its file between."""
+        """Return the record when `call` repeats an earlier held call with no change of its file
+        between."""
         if not call.key.compared:
             return None
-        position = bisect.bisect_left(session.calls, (call.time, call.seq), key=lambda held: (held.time, held.seq))
+        position = bisect.bisect_left(
+            session.calls, (call.time, call.seq), key=lambda held: (held.time, held.seq)
+        )
         for earlier in reversed(session.calls[:position]):
             if call.time - earlier.time > self.window:
                 break
             if not earlier.failed and similar(earlier.key, call.key):
                 record = RedundantCall(
-                    session_id, call.key.tool, earlier.tool_id, call.tool_id, earlier.line, call.line,
-                    earlier.time, call.time, earlier.result_bytes or 0, call.path, earlier.uuid, call.uuid,
+                    session_id,
+                    call.key.tool,
+                    earlier.tool_id,
+                    call.tool_id,
+                    earlier.line,
+                    call.line,
+                    earlier.time,
+                    call.time,
+                    earlier.result_bytes or 0,
+                    call.path,
+                    earlier.uuid,
+                    call.uuid,
                 )
                 self._keep(session_id, session, record)
                 return record
-            if call.key.path is not None and earlier.key.mutates and earlier.key.path == call.key.path:
+            if (
+                call.key.path is not None
+                and earlier.key.mutates
+                and earlier.key.path == call.key.path
+            ):
                 return None  # the file changed after any older call: using it now is not a repeat
         return None
 
@@ -229,11 +287,12 @@ class ToolCallTracker:
         session.by_id.pop(call.tool_id, None)
         session.records.pop(call.tool_id, None)
 
-    # --- upkeep and queries ------------------------------------------------------------------------------
+    # --- upkeep and queries
+    # ------------------------------------------------------------------------------
 
     def prune(self, now: float) -> int:
-        """Drop calls older than `window` before `now` (seconds since the epoch) and sessions left without
-        calls; return how many calls were dropped."""
+        """Drop calls older than `window` before `now` (seconds since the epoch) and sessions left
+        without calls; return how many calls were dropped."""
         dropped = 0
         with self._lock:
             for session_id, session in list(self._sessions.items()):
@@ -248,27 +307,40 @@ class ToolCallTracker:
                         self._retired.popitem(last=False)
         return dropped
 
-    def redundant_calls(self, session_id: str | None = None, path: str | None = None) -> list[RedundantCall]:
-        """Return the redundant calls held (all found, with `keep_all`), optionally only those of one session
-        or read from one transcript, oldest repeat first."""
+    def redundant_calls(
+        self, session_id: str | None = None, path: str | None = None
+    ) -> list[RedundantCall]:
+        """Return the redundant calls held (all found, with `keep_all`), optionally only those of
+        one session or read from one transcript, oldest repeat first."""
         with self._lock:
             if self._history is not None:
                 records: Iterable[RedundantCall] = list(self._history.values())
             else:
-                records = [record for session in self._sessions.values() for record in session.records.values()]
+                records = [
+                    record
+                    for session in self._sessions.values()
+                    for record in session.records.values()
+                ]
         return sorted(
-            (record for record in records
-             if (session_id is None or record.session_id.split("/")[0] == session_id)
-             and (path is None or record.path == path)),
+            (
+                record
+                for record in records
+                if (session_id is None or record.session_id.split("/")[0] == session_id)
+                and (path is None or record.path == path)
+            ),
             key=lambda record: (record.later_time, record.later_line or 0),
         )
 
     def stats(self, top: int = 5) -> dict[str, Any]:
-        """Return the report's figures: calls seen, redundant calls by tool, the sessions with most, and the
-        bytes of repeated results, all since the tracker started; plus what it holds now."""
+        """Return the report's figures: calls seen, redundant calls by tool, the sessions with most,
+        and the bytes of repeated results, all since the tracker started; plus what it holds now."""
         with self._lock:
             top_sessions = [
-                {"session": session_id, "redundant": count, "bytes_wasted": self.bytes_by_session[session_id]}
+                {
+                    "session": session_id,
+                    "redundant": count,
+                    "bytes_wasted": self.bytes_by_session[session_id],
+                }
                 for session_id, count in self.redundant_by_session.most_common(top)
             ]
             return {
@@ -293,8 +365,8 @@ def _replace_bytes(record: RedundantCall, wasted_bytes: int) -> RedundantCall:
 
 
 def iter_message_lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (0-based line index, parsed record) for each user or assistant line of the transcript `path`
-    that holds a tool_use or tool_result block; raise OSError when it cannot be read."""
+    """Yield (0-based line index, parsed record) for each user or assistant line of the transcript
+    `path` that holds a tool_use or tool_result block; raise OSError when it cannot be read."""
     import orjson  # the whole-file reader wants its speed; the hook never comes here
 
     with open(path, "rb") as handle:
@@ -309,14 +381,18 @@ def iter_message_lines(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield index, record
 
 
-def redundant_calls_in(path: str | os.PathLike[str], window: float = DEFAULT_WINDOW,
-                       max_calls: int = DEFAULT_MAX_CALLS) -> list[RedundantCall]:
-    """Given a transcript, return every tool call in it that repeats an earlier identical call of its session
-    within `window` seconds (lines 1-based); raise OSError when the file cannot be read."""
+def redundant_calls_in(
+    path: str | os.PathLike[str], window: float = DEFAULT_WINDOW, max_calls: int = DEFAULT_MAX_CALLS
+) -> list[RedundantCall]:
+    """Given a transcript, return every tool call in it that repeats an earlier identical call of
+    its session within `window` seconds (lines 1-based); raise OSError when the file cannot be
+    read."""
     name = os.fspath(path)
     tracker = ToolCallTracker(window, max_calls, keep_all=True)
     fallback = os.path.basename(name).removesuffix(".jsonl")
     for index, record in iter_message_lines(name):
         session_id = record.get("sessionId")
-        tracker.feed(session_id if isinstance(session_id, str) else fallback, record, line=index, path=name)
+        tracker.feed(
+            session_id if isinstance(session_id, str) else fallback, record, line=index, path=name
+        )
     return tracker.redundant_calls()

@@ -1,12 +1,14 @@
-"""Acknowledged findings: damage a user has looked at and accepts (a malformed line mid-file riffd never edits).
+"""Acknowledged findings: damage a user has looked at and accepts (a malformed line mid-file riffd
+never edits).
 
-`riffd ack FILE:LINE` records each finding at that line in `<state dir>/acknowledged.json`. An acknowledged
-finding is still listed everywhere, marked so, but no longer makes a report unhealthy, `status` or `scan` exit 1,
-or `fix` say that findings remain.
+`riffd ack FILE:LINE` records each finding at that line in `<state dir>/acknowledged.json`. An
+acknowledged finding is still listed everywhere, marked so, but no longer makes a report unhealthy,
+`status` or `scan` exit 1, or `fix` say that findings remain.
 
-A finding is recognised by what it is, not by where it is, so that an acknowledgement survives appends and
-repairs that move lines: by its class with its line uuids (and tool id) when its lines have uuids, else by its
-class with the sha256 of the line's bytes (a malformed line has no uuid). A line that changes is a new finding.
+A finding is recognised by what it is, not by where it is, so that an acknowledgement survives
+appends and repairs that move lines: by its class with its line uuids (and tool id) when its lines
+have uuids, else by its class with the sha256 of the line's bytes (a malformed line has no uuid). A
+line that changes is a new finding.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ class AckFileError(Exception):
 
 @dataclass(frozen=True)
 class Ack:
-    """One acknowledged finding: where it was when acknowledged, what identifies it, when, and why."""
+    """One acknowledged finding: where it was when acknowledged, what identifies it, when, and
+    why."""
 
     path: str
     cls: str
@@ -54,45 +57,61 @@ def acks_path(state_dir: Path) -> Path:
 
 
 def load_acks(state_dir: Path) -> list[Ack]:
-    """Return the acknowledgements in `state_dir` (none when the file does not exist); raise AckFileError when the
-    file cannot be read or is not what riffd writes."""
+    """Return the acknowledgements in `state_dir` (none when the file does not exist); raise
+    AckFileError when the file cannot be read or is not what riffd writes."""
     path = acks_path(state_dir)
     try:
         data = _loads(path.read_bytes())
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
-        raise AckFileError(f"{path}: cannot be read ({exc}); fix or remove it (it only holds acknowledgements, "
-                           "made again with `riffd ack FILE:LINE`)") from exc
+        raise AckFileError(
+            f"{path}: cannot be read ({exc}); fix or remove it (it only holds acknowledgements, "
+            "made again with `riffd ack FILE:LINE`)"
+        ) from exc
     items = data.get("acknowledged") if isinstance(data, dict) else None
     if not isinstance(items, list):
-        raise AckFileError(f"{path}: no \"acknowledged\" list in it; fix or remove it")
+        raise AckFileError(f'{path}: no "acknowledged" list in it; fix or remove it')
     acks = []
     for number, item in enumerate(items, 1):
         try:
-            acks.append(Ack(str(item["path"]), str(item["class"]), int(item["line"]), str(item["key"]),
-                            str(item.get("at", "")), str(item.get("note", ""))))
+            acks.append(
+                Ack(
+                    str(item["path"]),
+                    str(item["class"]),
+                    int(item["line"]),
+                    str(item["key"]),
+                    str(item.get("at", "")),
+                    str(item.get("note", "")),
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
-            raise AckFileError(f"{path}: entry {number} is not an acknowledgement ({exc!r}); fix or remove it") from exc
+            raise AckFileError(
+                f"{path}: entry {number} is not an acknowledgement ({exc!r}); fix or remove it"
+            ) from exc
     return acks
 
 
 def save_acks(state_dir: Path, acks: Iterable[Ack]) -> Path:
-    """Write the acknowledgements to `state_dir` atomically (private: they name transcripts); return the file."""
+    """Write the acknowledgements to `state_dir` atomically (private: they name transcripts); return
+    the file."""
     path = acks_path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     document = {"acknowledged": [ack.to_json() for ack in acks]}
     try:
         data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
-    except TypeError:  # a path that is not UTF-8: the standard library escapes it, and reads it back the same
+    except (
+        TypeError
+    ):  # a path that is not UTF-8: the standard library escapes it, and reads it back the same
         data = json.dumps(document, indent=2).encode() + b"\n"
     replace_file(path, data)
     return path
 
 
 def _loads(data: bytes) -> Any:
-    """The acknowledgements file's JSON (orjson; the standard library for the escaped surrogates of a path that is
-    not UTF-8, which orjson refuses: see save_acks); raise ValueError when it is not JSON."""
+    """The acknowledgements file's JSON (orjson; the standard library for the escaped surrogates of
+    a path that is not UTF-8, which orjson refuses: see save_acks); raise ValueError when it is not
+    JSON."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -100,8 +119,8 @@ def _loads(data: bytes) -> Any:
 
 
 def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:
-    """Return the sha256 of the line starting at byte `offset` of `path` (without its newline), or None when it
-    cannot be read."""
+    """Return the sha256 of the line starting at byte `offset` of `path` (without its newline), or
+    None when it cannot be read."""
     import hashlib  # here, not at the top: OpenSSL adds about 3.5 MB to every `riffd scan`, which rarely needs it
 
     digest = hashlib.sha256()
@@ -125,8 +144,8 @@ def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:
 
 
 def finding_key(finding: dict[str, Any], fs: FileSystem = REAL_FS) -> str | None:
-    """Return what identifies `finding` (a finding as JSON, with its file's `path`) across appends and repairs, or
-    None when it cannot be told (a line without uuid that cannot be read)."""
+    """Return what identifies `finding` (a finding as JSON, with its file's `path`) across appends
+    and repairs, or None when it cannot be told (a line without uuid that cannot be read)."""
     cls = str(finding.get("class"))
     uuids = [uuid for uuid in finding.get("uuids") or () if uuid]
     if uuids:
@@ -139,8 +158,8 @@ def finding_key(finding: dict[str, Any], fs: FileSystem = REAL_FS) -> str | None
 
 
 class Acknowledged:
-    """Tells which findings are acknowledged; reads a line only for a finding whose file and class have an
-    acknowledgement and which has no uuid to go by."""
+    """Tells which findings are acknowledged; reads a line only for a finding whose file and class
+    have an acknowledgement and which has no uuid to go by."""
 
     def __init__(self, acks: Iterable[Ack], fs: FileSystem = REAL_FS) -> None:
         self.fs = fs
@@ -162,8 +181,8 @@ class Acknowledged:
 
 
 def acknowledged_in(state_dir: Path) -> Acknowledged:
-    """Return the acknowledgements in `state_dir` as an Acknowledged (empty when the file is unreadable: a broken
-    file must not hide damage, so nothing counts as acknowledged then)."""
+    """Return the acknowledgements in `state_dir` as an Acknowledged (empty when the file is
+    unreadable: a broken file must not hide damage, so nothing counts as acknowledged then)."""
     try:
         return Acknowledged(load_acks(state_dir))
     except AckFileError:

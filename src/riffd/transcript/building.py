@@ -1,9 +1,10 @@
-"""Building a transcript index: lines in, per-line columns and maps out (the hot path of every scan).
+"""Building a transcript index: lines in, per-line columns and maps out (the hot path of every
+scan).
 
-`TranscriptIndex` (riffd.transcript.index) is built by the methods here. A batch of lines is decoded in one
-go by the fast decoder (riffd.transcript.records) and, when nothing in it depends on the order of its lines,
-added column by column with C-level passes (`_add_plain`); otherwise line by line (`_add_each`, the
-reference, which `tests/test_records.py` holds the column path to).
+`TranscriptIndex` (riffd.transcript.index) is built by the methods here. A batch of lines is decoded
+in one go by the fast decoder (riffd.transcript.records) and, when nothing in it depends on the
+order of its lines, added column by column with C-level passes (`_add_plain`); otherwise line by
+line (`_add_each`, the reference, which `tests/test_records.py` holds the column path to).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from riffd.transcript.findings import Finding, FindingClass
 from riffd.transcript.reader import Unparsed, parse_line
 from riffd.transcript.records import Block, Message, Record, fast_records, read_record, record_of
 
-# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping, unknown
-# record types, summaries, malformed and blank lines) are kept and have no parent.
+# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping,
+# unknown record types, summaries, malformed and blank lines) are kept and have no parent.
 SIDECHAIN = 1
 COMPACT_BOUNDARY = 2
 MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
@@ -38,17 +39,20 @@ UNRESOLVED = -3
 # Columns of a batch of records (TranscriptIndex._add_plain).
 _UUID, _PARENT, _TYPE = attrgetter("uuid"), attrgetter("parentUuid"), attrgetter("type")
 _MESSAGE_TYPES = frozenset({"assistant", "user"})
-_SPECIAL_TYPES = frozenset({"assistant", "user", "system"})  # the types whose lines need more than columns
+_SPECIAL_TYPES = frozenset(
+    {"assistant", "user", "system"}
+)  # the types whose lines need more than columns
 _NO_GROUPS = array("i", [-1]) * 4096
 
-# The tool maps (tool id -> its lines, or packed result blocks) hold one value as the int itself and several as a
-# list: almost every tool id has one use and one result, and a list of one costs 88 bytes (10 MB on a 1 GB file).
-# `lines_in` reads a value either way; `add_value` is the only writer.
+# The tool maps (tool id -> its lines, or packed result blocks) hold one value as the int itself and
+# several as a list: almost every tool id has one use and one result, and a list of one costs 88
+# bytes (10 MB on a 1 GB file). `lines_in` reads a value either way; `add_value` is the only writer.
 Lines = int | list[int]
 
 
 def lines_in(value: Lines | tuple[()]) -> list[int] | tuple[int, ...]:
-    """The values a tool map holds for one id, as a sequence (pass `()` for an id it does not hold)."""
+    """The values a tool map holds for one id, as a sequence (pass `()` for an id it does not
+    hold)."""
     return (value,) if type(value) is int else value  # type: ignore[return-value]
 
 
@@ -64,35 +68,64 @@ def add_value(mapping: dict[str, Lines], key: str, value: int) -> None:
 
 
 class Columns(msgspec.Struct, array_like=True, gc=False):
-    """A batch of fast-decoded records as the column path reads them (`batch_columns`): every line's uuid and
-    parent; the whole records of the user, assistant and system lines; the summaries' leaves; the first session
-    id. Plain data, so a decoder process can hand it over (msgpack)."""
+    """A batch of fast-decoded records as the column path reads them (`batch_columns`): every line's
+    uuid and parent; the whole records of the user, assistant and system lines; the summaries'
+    leaves; the first session id. Plain data, so a decoder process can hand it over (msgpack)."""
 
     uuids: list[str | None]
     parents: list[str | None]
     special: list[int]  # positions of the lines whose type is in _SPECIAL_TYPES
     records: list[Record]  # their records
-    leaves: list[tuple[int, str]]  # (position, leafUuid) of the lines without a uuid whose leafUuid is a string
-    session: tuple[int, str] | None  # the first line with a uuid whose sessionId is a string, when wanted
+    leaves: list[
+        tuple[int, str]
+    ]  # (position, leafUuid) of the lines without a uuid whose leafUuid is a string
+    session: (
+        tuple[int, str] | None
+    )  # the first line with a uuid whose sessionId is a string, when wanted
 
 
 def batch_columns(records: list[Record], want_session: bool = True) -> Columns:
-    """The Columns of a batch of fast-decoded records (`want_session` False: the index knows its session id)."""
+    """The Columns of a batch of fast-decoded records (`want_session` False: the index knows its
+    session id)."""
     uuids = list(map(_UUID, records))
-    special = list(compress(range(len(records)), map(_SPECIAL_TYPES.__contains__, map(_TYPE, records))))
-    leaves = [(position, leaf) for position in compress(range(len(records)), map(is_, uuids, repeat(None)))
-              if type(leaf := records[position].leafUuid) is str]
-    session = next(((position, record.sessionId) for position, record in enumerate(records)
-                    if record.uuid and type(record.sessionId) is str), None) if want_session else None
-    return Columns(uuids, list(map(_PARENT, records)), special, [records[position] for position in special], leaves,
-                   session)
+    special = list(
+        compress(range(len(records)), map(_SPECIAL_TYPES.__contains__, map(_TYPE, records)))
+    )
+    leaves = [
+        (position, leaf)
+        for position in compress(range(len(records)), map(is_, uuids, repeat(None)))
+        if type(leaf := records[position].leafUuid) is str
+    ]
+    session = (
+        next(
+            (
+                (position, record.sessionId)
+                for position, record in enumerate(records)
+                if record.uuid and type(record.sessionId) is str
+            ),
+            None,
+        )
+        if want_session
+        else None
+    )
+    return Columns(
+        uuids,
+        list(map(_PARENT, records)),
+        special,
+        [records[position] for position in special],
+        leaves,
+        session,
+    )
 
 
 def records_of(columns: Columns) -> list[Record]:
-    """A batch's records as `_add_each` reads them, made again from its Columns: the special lines' own records;
-    for the others, their uuid, parent, leaf and the session id (all `_add_each` reads of a line that is not a
-    user, assistant or system line: its type only tells it is none of those)."""
-    records = [Record(uuid, parent) for uuid, parent in zip(columns.uuids, columns.parents, strict=True)]
+    """A batch's records as `_add_each` reads them, made again from its Columns: the special lines'
+    own records; for the others, their uuid, parent, leaf and the session id (all `_add_each` reads
+    of a line that is not a user, assistant or system line: its type only tells it is none of
+    those)."""
+    records = [
+        Record(uuid, parent) for uuid, parent in zip(columns.uuids, columns.parents, strict=True)
+    ]
     for position, record in zip(columns.special, columns.records, strict=True):
         records[position] = record
     for position, leaf in columns.leaves:
@@ -103,7 +136,8 @@ def records_of(columns: Columns) -> list[Record]:
 
 
 class IndexBuilding:
-    """The building half of TranscriptIndex (its attributes are made by TranscriptIndex.__init__)."""
+    """The building half of TranscriptIndex (its attributes are made by
+    TranscriptIndex.__init__)."""
 
     path: str
     end: int
@@ -136,14 +170,15 @@ class IndexBuilding:
     reference_parse: bool
 
     def add_lines(self, offset: int, pieces: list[bytes], last_terminated: bool = True) -> int:
-        """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting at byte
-        `offset`, each followed by a newline except, when `last_terminated` is False, the last. Return the
-        offset after them.
+        """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting
+        at byte `offset`, each followed by a newline except, when `last_terminated` is False, the
+        last. Return the offset after them.
 
         This is the hot path of every scan. A batch is decoded in one go by the fast decoder
-        (riffd.transcript.records) and, when nothing in it depends on the order of its lines (no repeated
-        uuid, no parent written after its child, no unusual line), added column by column (`_add_plain`);
-        otherwise line by line (`_add_each`), which is the reference: both give the same index.
+        (riffd.transcript.records) and, when nothing in it depends on the order of its lines (no
+        repeated uuid, no parent written after its child, no unusual line), added column by column
+        (`_add_plain`); otherwise line by line (`_add_each`), which is the reference: both give the
+        same index.
         """
         offsets = self.offsets
         first_index = len(offsets)
@@ -153,12 +188,22 @@ class IndexBuilding:
         terminated_to = first_index + (len(pieces) if last_terminated else len(pieces) - 1)
         if self.reference_parse:  # every line parsed whole, added one by one: the reference
             objs = list(map(parse_line, pieces))
-            self._add_each([record_of(obj) if isinstance(obj, dict) else obj for obj in objs], first_index,
-                           terminated_to, objs)
-        elif self.observe is not None:  # the daemon's tracker wants each message line whole: parse those whole
+            self._add_each(
+                [record_of(obj) if isinstance(obj, dict) else obj for obj in objs],
+                first_index,
+                terminated_to,
+                objs,
+            )
+        elif (
+            self.observe is not None
+        ):  # the daemon's tracker wants each message line whole: parse those whole
             records: list[Any] = fast_records(pieces) or list(map(read_record, pieces))
-            wholes = [parse_line(raw) if type(record) is Record and record.type in _MESSAGE_TYPES else None
-                      for raw, record in zip(pieces, records, strict=True)]
+            wholes = [
+                parse_line(raw)
+                if type(record) is Record and record.type in _MESSAGE_TYPES
+                else None
+                for raw, record in zip(pieces, records, strict=True)
+            ]
             self._add_each(records, first_index, terminated_to, wholes)
         else:
             fast = fast_records(pieces)
@@ -174,14 +219,15 @@ class IndexBuilding:
         return offset
 
     def _add_plain(self, records: list[Record], first_index: int) -> bool:
-        """Add a batch of fast-decoded records column by column, if the order of its lines cannot matter (see
-        `add_columns`). Return False, having changed nothing, when it can."""
+        """Add a batch of fast-decoded records column by column, if the order of its lines cannot
+        matter (see `add_columns`). Return False, having changed nothing, when it can."""
         return self._add_columns(batch_columns(records, self.session_id is None), first_index)
 
     def add_columns(self, offset: int, lengths: list[int], columns: Columns) -> int:
-        """Record a batch of whole lines (each followed by a newline) starting at byte `offset`, given as their
-        lengths and `batch_columns` of their fast-decoded records (how riffd.transcript.piped's decoder process
-        hands over what it read); return the offset after them. The same index as `add_lines` of those lines."""
+        """Record a batch of whole lines (each followed by a newline) starting at byte `offset`,
+        given as their lengths and `batch_columns` of their fast-decoded records (how
+        riffd.transcript.piped's decoder process hands over what it read); return the offset after
+        them. The same index as `add_lines` of those lines."""
         offsets = self.offsets
         first_index = len(offsets)
         offsets.extend(accumulate(chain((offset,), map(add, lengths[:-1], repeat(1)))))
@@ -191,10 +237,12 @@ class IndexBuilding:
         return self.end
 
     def _add_columns(self, columns: Columns, first_index: int) -> bool:
-        """Add a batch column by column, if the order of its lines cannot matter: every uuid new and distinct,
-        and every parent either absent, or a line before its child, or missing altogether. Return False,
-        having changed nothing, when that does not hold."""
-        uuids: list[Any] = columns.uuids  # str or None: the fast decoder's types (Any: compress drops the Nones)
+        """Add a batch column by column, if the order of its lines cannot matter: every uuid new and
+        distinct, and every parent either absent, or a line before its child, or missing altogether.
+        Return False, having changed nothing, when that does not hold."""
+        uuids: list[Any] = (
+            columns.uuids
+        )  # str or None: the fast decoder's types (Any: compress drops the Nones)
         parent_uuids: list[Any] = columns.parents
         count = len(uuids)
         lines = range(first_index, first_index + count)
@@ -204,10 +252,10 @@ class IndexBuilding:
         node_uuids = list(compress(uuids, uuids))
         if pending and not pending.keys().isdisjoint(node_uuids):
             return False
-        # This batch's lines in (setdefault: a uuid already there keeps its line, and says so), then every parent
-        # looked up at once. A uuid not new, or written twice in the batch, or a parent found at or after its child
-        # (a parent written later: its child waits, then links up, the line-by-line order) and the batch is taken
-        # back out, for _add_each.
+        # This batch's lines in (setdefault: a uuid already there keeps its line, and says so), then
+        # every parent looked up at once. A uuid not new, or written twice in the batch, or a parent
+        # found at or after its child (a parent written later: its child waits, then links up, the
+        # line-by-line order) and the batch is taken back out, for _add_each.
         node_lines = list(compress(lines, uuids))
         claimed = list(map(line_of_uuid.setdefault, node_uuids, node_lines))
         if claimed != node_lines:
@@ -216,22 +264,30 @@ class IndexBuilding:
                     del line_of_uuid[uuid]
             return False
         parents = array("i", map(line_of_uuid.get, parent_uuids, repeat(UNRESOLVED)))
-        for position in chain(compress(range(count), map(is_, uuids, repeat(None))),
-                              compress(range(count), map(is_, parent_uuids, repeat(None)))):
-            parents[position] = NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
+        for position in chain(
+            compress(range(count), map(is_, uuids, repeat(None))),
+            compress(range(count), map(is_, parent_uuids, repeat(None))),
+        ):
+            parents[position] = (
+                NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
+            )
         if any(map(ge, parents, lines)):
             for uuid in node_uuids:
                 line_of_uuid.pop(uuid, None)
             return False
         if UNRESOLVED in parents:
-            for position in [position for position, parent in enumerate(parents) if parent == UNRESOLVED]:
+            for position in [
+                position for position, parent in enumerate(parents) if parent == UNRESOLVED
+            ]:
                 pending.setdefault(parent_uuids[position], []).append(first_index + position)
         self.uuids.extend(uuids)  # before the message lines: their findings name their uuid
         self.parents.extend(parents)
         for position, leaf in columns.leaves:
             self.summary_leaf[first_index + position] = leaf
         flags = bytearray(count)
-        groups = array("i", _NO_GROUPS[:count]) if count <= len(_NO_GROUPS) else array("i", [-1]) * count
+        groups = (
+            array("i", _NO_GROUPS[:count]) if count <= len(_NO_GROUPS) else array("i", [-1]) * count
+        )
         for position, record in zip(columns.special, columns.records, strict=True):
             if record.uuid is None:
                 continue
@@ -241,8 +297,11 @@ class IndexBuilding:
                     if type(record.logicalParentUuid) is str:
                         self.logical_parent[first_index + position] = record.logicalParentUuid
             elif type(record.message) is Message:
-                # the int the uuid map holds for this line, not a new one: the lists of tool ids and groups share it
-                flags[position], groups[position] = self._message_line(line_of_uuid[record.uuid], record)
+                # the int the uuid map holds for this line, not a new one: the lists of tool ids and
+                # groups share it
+                flags[position], groups[position] = self._message_line(
+                    line_of_uuid[record.uuid], record
+                )
         if self.session_id is None and columns.session is not None:
             self.session_id = columns.session[1]
         self.flags.extend(flags)
@@ -251,9 +310,12 @@ class IndexBuilding:
             self._previous = (node_uuids[-1], line_of_uuid[node_uuids[-1]])
         return True
 
-    def _add_each(self, records: list[Any], first_index: int, terminated_to: int, wholes: list[Any] | None) -> None:
+    def _add_each(
+        self, records: list[Any], first_index: int, terminated_to: int, wholes: list[Any] | None
+    ) -> None:
         """Add decoded lines one by one, in file order (the reference `_add_plain` must agree with).
-        `records` hold a Record, None (blank) or Unparsed per line; `wholes` the parsed lines for the observer."""
+        `records` hold a Record, None (blank) or Unparsed per line; `wholes` the parsed lines for
+        the observer."""
         flags_append, parents_append = self.flags.append, self.parents.append
         groups_append, uuids_append = self.groups.append, self.uuids.append
         line_of_uuid, pending, parents = self.line_of_uuid, self._pending, self.parents
@@ -329,8 +391,9 @@ class IndexBuilding:
         self._previous = (previous_uuid, previous_index)
 
     def _message_line(self, index: int, record: Record) -> tuple[int, int]:
-        """Index a user or assistant line whose message is an object (its group, tool uses, results); return
-        its (flags, group). Only messages can be the newest leaf, the one thing the sidechain flag decides."""
+        """Index a user or assistant line whose message is an object (its group, tool uses,
+        results); return its (flags, group). Only messages can be the newest leaf, the one thing the
+        sidechain flag decides."""
         message = record.message
         assert message is not None
         flags = (MESSAGE | SIDECHAIN) if record.isSidechain is True else MESSAGE
@@ -368,7 +431,8 @@ class IndexBuilding:
         self.add_lines(offset, [raw], terminated)
 
     def _add_unusual(self, index: int, offset: int, obj: object, terminated: bool) -> None:
-        """A blank line, a line that does not parse, or JSON that is not an object: kept, and reported."""
+        """A blank line, a line that does not parse, or JSON that is not an object: kept, and
+        reported."""
         self.parents.append(NO_PARENT)
         self.groups.append(-1)
         self.uuids.append(None)
@@ -377,7 +441,9 @@ class IndexBuilding:
             self.metrics.blank_lines += 1
             return
         self.malformed.append(index)
-        reason = obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
+        reason = (
+            obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
+        )
         self._malformed(index, offset, reason, terminated)
 
     def _index_results(self, index: int, content: list[Any]) -> bool:
@@ -387,7 +453,10 @@ class IndexBuilding:
         for position, block in enumerate(content):
             if type(block) is not Block:
                 self._invalid_block(
-                    index, position, "invalid_type", f"content block is a JSON {type(block).__name__}, not an object"
+                    index,
+                    position,
+                    "invalid_type",
+                    f"content block is a JSON {type(block).__name__}, not an object",
                 )
                 continue
             if block.type != "tool_result":
@@ -403,7 +472,10 @@ class IndexBuilding:
                 self._invalid_block(index, position, "missing_field", "has no tool_use_id")
             elif type(tool_id) is not str:
                 self._invalid_block(
-                    index, position, "invalid_type", f"tool_use_id is {type(tool_id).__name__}, not a string"
+                    index,
+                    position,
+                    "invalid_type",
+                    f"tool_use_id is {type(tool_id).__name__}, not a string",
                 )
             else:
                 self._invalid_block(index, position, "missing_field", "tool_use_id is empty")
@@ -440,4 +512,3 @@ class IndexBuilding:
                 detail=None if terminated else "unterminated",
             )
         )
-

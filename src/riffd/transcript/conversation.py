@@ -1,10 +1,12 @@
-"""Conversation structure on a finished TranscriptIndex: the active chain, branches, roots and cycles.
+"""Conversation structure on a finished TranscriptIndex: the active chain, branches, roots and
+cycles.
 
-The sidechains (subagent runs) of a session, each named by its agent, are in riffd.transcript.sidechains.
+The sidechains (subagent runs) of a session, each named by its agent, are in
+riffd.transcript.sidechains.
 
-`conversation_of(index)` is pure. The active chain is the walk Claude Code does on resume (the same one
-detection judges): from the newest message to its root, continuing across each compact boundary through
-its `logicalParentUuid`, so a session compacted many times reads as one conversation.
+`conversation_of(index)` is pure. The active chain is the walk Claude Code does on resume (the same
+one detection judges): from the newest message to its root, continuing across each compact boundary
+through its `logicalParentUuid`, so a session compacted many times reads as one conversation.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ SIDECHAIN_ROOT = "sidechain"  # the first line of an inline subagent run
 class Branch:
     """A line with several children (line indexes, file order).
 
-    `alternatives` are the children that continue the conversation differently (rewinds, edited prompts,
-    retries): message lines that are not tool results and not a repeat of a uuid. A tool_use line's result,
-    progress and the next line of a parallel call are also its children, but Claude Code splices those in
-    rather than choosing between them. `active_child` is the last alternative by file position (the last
-    child when there are no alternatives): the branch a resume follows.
+    `alternatives` are the children that continue the conversation differently (rewinds, edited
+    prompts, retries): message lines that are not tool results and not a repeat of a uuid. A
+    tool_use line's result, progress and the next line of a parallel call are also its children, but
+    Claude Code splices those in rather than choosing between them. `active_child` is the last
+    alternative by file position (the last child when there are no alternatives): the branch a
+    resume follows.
     """
 
     line: int
@@ -51,8 +54,8 @@ class Branch:
 
 @dataclass(frozen=True)
 class Root:
-    """A line that starts a history: `kind` is ROOT, ORPHAN (with the `missing_parent` uuid), EXTERNAL (parent in
-    the session file, with that uuid) or SIDECHAIN_ROOT."""
+    """A line that starts a history: `kind` is ROOT, ORPHAN (with the `missing_parent` uuid),
+    EXTERNAL (parent in the session file, with that uuid) or SIDECHAIN_ROOT."""
 
     line: int
     kind: str
@@ -63,10 +66,10 @@ class Root:
 class Conversation:
     """The structure of one transcript. Line numbers are 0-based line indexes of `path`.
 
-    `chain` runs root to leaf along the active chain, across compact boundaries; `chain_segments[i]` is the
-    segment of `chain[i]`, numbered from 0 at the oldest (the reverse of detection's numbering, which counts
-    back from the newest). `boundaries` are the compact boundaries the chain crosses, oldest first;
-    `compactions` counts every compact boundary in the file.
+    `chain` runs root to leaf along the active chain, across compact boundaries; `chain_segments[i]`
+    is the segment of `chain[i]`, numbered from 0 at the oldest (the reverse of detection's
+    numbering, which counts back from the newest). `boundaries` are the compact boundaries the chain
+    crosses, oldest first; `compactions` counts every compact boundary in the file.
     """
 
     path: str
@@ -104,14 +107,18 @@ class Conversation:
 
 
 def conversation_of(index: TranscriptIndex) -> Conversation:
-    """Given a finished index, return its conversation structure (pure; logs each orphan at debug level and each
-    cycle at warning level, naming the uuids)."""
+    """Given a finished index, return its conversation structure (pure; logs each orphan at debug
+    level and each cycle at warning level, naming the uuids)."""
     parents, flags, uuids = index.parents, index.flags, index.uuids
     cycles = find_cycles(index)
     in_cycle = {line for cycle in cycles for line in cycle}
     for cycle in cycles:
-        log.warning("%s: parentUuid links loop through uuid %s (lines %s); walks stop there", index.path,
-                    ", ".join(uuids[line] or "?" for line in cycle), ", ".join(str(line + 1) for line in cycle))
+        log.warning(
+            "%s: parentUuid links loop through uuid %s (lines %s); walks stop there",
+            index.path,
+            ", ".join(uuids[line] or "?" for line in cycle),
+            ", ".join(str(line + 1) for line in cycle),
+        )
     chain, chain_segments, boundaries, cycle_at = _active_chain(index, in_cycle)
     return Conversation(
         path=index.path,
@@ -119,7 +126,9 @@ def conversation_of(index: TranscriptIndex) -> Conversation:
         chain=chain,
         chain_segments=chain_segments,
         boundaries=boundaries,
-        compactions=flags.count(COMPACT_BOUNDARY),  # only system lines carry this flag, and nothing else
+        compactions=flags.count(
+            COMPACT_BOUNDARY
+        ),  # only system lines carry this flag, and nothing else
         branches=_branches(index),
         roots=_roots(index, parents, uuids),
         cycles=cycles,
@@ -127,7 +136,9 @@ def conversation_of(index: TranscriptIndex) -> Conversation:
     )
 
 
-def _active_chain(index: TranscriptIndex, in_cycle: set[int]) -> tuple[array[int], array[int], list[int], int | None]:
+def _active_chain(
+    index: TranscriptIndex, in_cycle: set[int]
+) -> tuple[array[int], array[int], list[int], int | None]:
     parents, flags = index.parents, index.flags
     visited = bytearray(len(index))
     chain, segments = array("i"), array("i")
@@ -138,9 +149,15 @@ def _active_chain(index: TranscriptIndex, in_cycle: set[int]) -> tuple[array[int
     while line is not None and line >= 0:
         if visited[line]:
             cycle_at = line
-            if line not in in_cycle:  # a loop through logicalParentUuid: find_cycles sees parent links only
-                log.warning("%s: the active chain loops at uuid %s (line %d); the walk stops there", index.path,
-                            index.uuids[line], line + 1)
+            if (
+                line not in in_cycle
+            ):  # a loop through logicalParentUuid: find_cycles sees parent links only
+                log.warning(
+                    "%s: the active chain loops at uuid %s (line %d); the walk stops there",
+                    index.path,
+                    index.uuids[line],
+                    line + 1,
+                )
             break
         visited[line] = 1
         chain.append(line)
@@ -162,7 +179,12 @@ def _active_chain(index: TranscriptIndex, in_cycle: set[int]) -> tuple[array[int
 
 
 def _branches(index: TranscriptIndex) -> list[Branch]:
-    parents, flags, uuids, line_of_uuid = index.parents, index.flags, index.uuids, index.line_of_uuid
+    parents, flags, uuids, line_of_uuid = (
+        index.parents,
+        index.flags,
+        index.uuids,
+        index.line_of_uuid,
+    )
     split = {parent for parent, count in Counter(parents).items() if count > 1 and parent >= 0}
     if not split:
         return []
@@ -172,10 +194,15 @@ def _branches(index: TranscriptIndex) -> list[Branch]:
     for line in sorted(split):
         kids = tuple(children[line])
         alternatives = tuple(
-            kid for kid in kids
-            if flags[kid] & MESSAGE and kid not in results and line_of_uuid.get(uuids[kid] or "") == kid
+            kid
+            for kid in kids
+            if flags[kid] & MESSAGE
+            and kid not in results
+            and line_of_uuid.get(uuids[kid] or "") == kid
         )
-        branches.append(Branch(line, kids, alternatives, alternatives[-1] if alternatives else kids[-1]))
+        branches.append(
+            Branch(line, kids, alternatives, alternatives[-1] if alternatives else kids[-1])
+        )
     return branches
 
 
@@ -187,8 +214,13 @@ def _roots(index: TranscriptIndex, parents: array[int], uuids: list[str | None])
             continue  # metadata, summaries, malformed lines: not in the tree
         if parents[line] == DANGLING:
             missing = index.dangling.get(line)
-            log.debug("%s: line %d (uuid %s) names parent %s, which is no line of the file: it is a root of its own",
-                      index.path, line + 1, uuid, missing)
+            log.debug(
+                "%s: line %d (uuid %s) names parent %s, which is no line of the file: it is a root of its own",
+                index.path,
+                line + 1,
+                uuid,
+                missing,
+            )
             roots.append(Root(line, ORPHAN, missing))
         elif line in index.external_parent:
             roots.append(Root(line, EXTERNAL, index.external_parent[line]))

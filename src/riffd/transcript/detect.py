@@ -35,7 +35,8 @@ OOM_RISK_RESULTS = 100
 
 
 class SegmentMap(Mapping[int, int]):
-    """Read-only view of a loaded conversation's segments: line index -> segment, loaded lines only."""
+    """Read-only view of a loaded conversation's segments: line index -> segment, loaded lines
+    only."""
 
     def __init__(self, segment: array[int], count: int) -> None:
         self._segment = segment
@@ -59,7 +60,8 @@ class SegmentMap(Mapping[int, int]):
 
 @dataclass
 class LoadedConversation:
-    """The lines Claude Code would load: the chain from the newest message to the root, plus spliced lines.
+    """The lines Claude Code would load: the chain from the newest message to the root, plus spliced
+    lines.
 
     `segment[line]` is the line's segment (0 = after the last compact boundary), -1 when not loaded.
     """
@@ -83,7 +85,8 @@ class LoadedConversation:
 
 @dataclass(frozen=True)
 class ToolGroup:
-    """The loaded tool uses and results of one tool id within one segment, when they do not pair 1:1."""
+    """The loaded tool uses and results of one tool id within one segment, when they do not pair
+    1:1."""
 
     segment: int
     tool_id: str
@@ -122,7 +125,9 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
     while line >= 0:
         if segment[line] >= 0:
             cycle_at = line
-            log.warning("%s: parent chain loops at line %d; the walk stops there", index.path, line + 1)
+            log.warning(
+                "%s: parent chain loops at line %d; the walk stops there", index.path, line + 1
+            )
             break
         segment[line] = current_segment
         chain.append(line)
@@ -159,7 +164,8 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
 
 
 def latest_turn(index: TranscriptIndex, loaded: LoadedConversation) -> tuple[int, int]:
-    """Return (message group, line) of the last assistant line on the loaded chain: the latest API response.
+    """Return (message group, line) of the last assistant line on the loaded chain: the latest API
+    response.
 
     Its tool calls may still be running (parallel calls finish in any order, and their results come
     after it) until the model responds again; (-1, -1) when the chain has no assistant line.
@@ -191,7 +197,11 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
     packed, results = index.packed_results, index.results
     for tool_id, use_lines in index.tool_uses.items():
         answers = packed.get(tool_id)
-        if type(use_lines) is int and type(answers) is int and segment[use_lines] == segment[answers >> BLOCK_BITS]:
+        if (
+            type(use_lines) is int
+            and type(answers) is int
+            and segment[use_lines] == segment[answers >> BLOCK_BITS]
+        ):
             continue  # the common case, one use and one result: paired in one segment, or both not loaded
         blocks = results[tool_id] if answers is not None else []
         yield from tool_groups(tool_id, lines_in(use_lines), blocks, segment)
@@ -201,7 +211,8 @@ def unpaired_tools(index: TranscriptIndex, loaded: LoadedConversation) -> Iterat
 
 
 def group_blocks(index: TranscriptIndex, group: ToolGroup) -> list[ResultBlock]:
-    """The result blocks of a tool group (the id's results are unpacked once, not once per block)."""
+    """The result blocks of a tool group (the id's results are unpacked once, not once per
+    block)."""
     results = index.results[group.tool_id] if group.result_positions else []
     return [results[position] for position in group.result_positions]
 
@@ -209,8 +220,9 @@ def group_blocks(index: TranscriptIndex, group: ToolGroup) -> list[ResultBlock]:
 def tool_groups(
     tool_id: str, use_lines: Sequence[int], blocks: Sequence[ResultBlock], segment: array[int]
 ) -> Iterator[ToolGroup]:
-    """Yield the (segment, tool id) groups of one tool id that are not one use and one result: `segment[line]` is
-    a line's segment (any numbering: only equality counts), negative when the line is not loaded."""
+    """Yield the (segment, tool id) groups of one tool id that are not one use and one result:
+    `segment[line]` is a line's segment (any numbering: only equality counts), negative when the
+    line is not loaded."""
     by_segment: dict[int, tuple[list[int], list[int]]] = {}
     for line in use_lines:
         if segment[line] >= 0:
@@ -228,20 +240,35 @@ def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> 
     loaded = loaded or loaded_conversation(index)
     cycles = find_cycles(index)
     for cycle in cycles:
-        log.warning("%s: parent cycle through lines %s; walks stop there",
-                    index.path, ", ".join(str(line + 1) for line in cycle))
+        log.warning(
+            "%s: parent cycle through lines %s; walks stop there",
+            index.path,
+            ", ".join(str(line + 1) for line in cycle),
+        )
     oom = oom_risks(index)
     for tool_id in oom:
-        log.warning("%s: tool_use %s has %d results: loading this session may exhaust memory",
-                    index.path, tool_id, index.results.count(tool_id))
+        log.warning(
+            "%s: tool_use %s has %d results: loading this session may exhaust memory",
+            index.path,
+            tool_id,
+            index.results.count(tool_id),
+        )
     groups = list(unpaired_tools(index, loaded))
-    return assemble(index, pairing_findings(index, latest_turn(index, loaded), groups), duplicates_of(groups), cycles,
-                    [oom_finding(index, tool_id) for tool_id in oom], loaded.count)
+    return assemble(
+        index,
+        pairing_findings(index, latest_turn(index, loaded), groups),
+        duplicates_of(groups),
+        cycles,
+        [oom_finding(index, tool_id) for tool_id in oom],
+        loaded.count,
+    )
 
 
 def duplicates_of(groups: Iterable[ToolGroup]) -> int:
     """How many results the groups hold beyond one each (the `duplicates_detected` metric)."""
-    return sum(len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1)
+    return sum(
+        len(group.result_positions) - 1 for group in groups if len(group.result_positions) > 1
+    )
 
 
 def assemble(
@@ -252,22 +279,27 @@ def assemble(
     oom: list[Finding],
     loaded_count: int,
 ) -> list[Finding]:
-    """Given a finished index and what was found on its loaded conversation (the pairing findings and how many
-    duplicate results they hold, the parent cycles, the findings of tool ids at risk of exhausting memory, how many
-    lines load), return every finding in one order: by line, then class, tool id and lines. Sets the metrics that
-    depend on them."""
+    """Given a finished index and what was found on its loaded conversation (the pairing findings
+    and how many duplicate results they hold, the parent cycles, the findings of tool ids at risk of
+    exhausting memory, how many lines load), return every finding in one order: by line, then class,
+    tool id and lines. Sets the metrics that depend on them."""
     findings: list[Finding] = list(index.line_findings)
     findings += pairing
     findings += _tree_findings(index, cycles)
     findings += oom
     index.metrics.loaded_lines = loaded_count
     index.metrics.duplicates_detected = duplicates
-    findings.sort(key=lambda finding: (finding.line, finding.cls, finding.tool_id or "", finding.lines))
+    findings.sort(
+        key=lambda finding: (finding.line, finding.cls, finding.tool_id or "", finding.lines)
+    )
     return findings
 
 
-def pairing_findings(index: TranscriptIndex, turn: tuple[int, int], groups: list[ToolGroup]) -> list[Finding]:
-    """The findings of unpaired tool groups; a missing result of the latest `turn` is marked as such."""
+def pairing_findings(
+    index: TranscriptIndex, turn: tuple[int, int], groups: list[ToolGroup]
+) -> list[Finding]:
+    """The findings of unpaired tool groups; a missing result of the latest `turn` is marked as
+    such."""
     path = index.path
     findings: list[Finding] = []
     for group in groups:
@@ -290,7 +322,11 @@ def pairing_findings(index: TranscriptIndex, turn: tuple[int, int], groups: list
                 )
             if len(blocks) > 1:
                 same_line = len(lines) < len(blocks)
-                how = "inside one line" if len(lines) == 1 else ("including a line written twice" if same_line else "")
+                how = (
+                    "inside one line"
+                    if len(lines) == 1
+                    else ("including a line written twice" if same_line else "")
+                )
                 findings.append(
                     Finding(
                         FindingClass.DUPLICATE_TOOL_RESULT,
@@ -380,7 +416,8 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
     """Return each parent cycle once, as line indexes.
 
     Every cycle holds a line whose parent does not come before it in the file (a loop cannot go
-    backwards all the way round); the index records those lines as it reads, so only they need a walk.
+    backwards all the way round); the index records those lines as it reads, so only they need a
+    walk.
     """
     parents = index.parents
     cycles: list[list[int]] = []
@@ -404,7 +441,11 @@ def find_cycles(index: TranscriptIndex) -> list[list[int]]:
 
 def oom_risks(index: TranscriptIndex) -> list[str]:
     """The tool ids with more results in the file than a session can load safely."""
-    return [tool_id for tool_id, packed in index.packed_results.items() if len(lines_in(packed)) > OOM_RISK_RESULTS]
+    return [
+        tool_id
+        for tool_id, packed in index.packed_results.items()
+        if len(lines_in(packed)) > OOM_RISK_RESULTS
+    ]
 
 
 def oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
@@ -420,16 +461,27 @@ def oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
     )
 
 
-def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str) -> list[str]:
-    """Given a file's findings, return plain-words advice for the user (empty when nothing helps)."""
+def suggestions(
+    path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str
+) -> list[str]:
+    """Given a file's findings, return plain-words advice for the user (empty when nothing
+    helps)."""
     counts = Counter(finding.cls for finding in findings)
     advice: list[str] = []
     fix = shell_command("riffd", "fix", path)
-    duplicates = counts[FindingClass.DUPLICATE_TOOL_RESULT] + counts[FindingClass.DUPLICATE_TOOL_USE]
+    duplicates = (
+        counts[FindingClass.DUPLICATE_TOOL_RESULT] + counts[FindingClass.DUPLICATE_TOOL_USE]
+    )
     if duplicates >= 3:
         advice.append(f"{duplicates} duplicates: the session was resumed repeatedly; run `{fix}`")
-    elif duplicates or counts[FindingClass.MISSING_TOOL_RESULT] or counts[FindingClass.ORPHAN_TOOL_RESULT]:
-        advice.append(f"the session may fail to resume with an API 400; run `{fix}` once it is closed")
+    elif (
+        duplicates
+        or counts[FindingClass.MISSING_TOOL_RESULT]
+        or counts[FindingClass.ORPHAN_TOOL_RESULT]
+    ):
+        advice.append(
+            f"the session may fail to resume with an API 400; run `{fix}` once it is closed"
+        )
     if metrics.blocks_invalid >= 5 or counts[FindingClass.MALFORMED_LINE] >= 5:
         advice.append(
             "many invalid blocks or lines: the file may be damaged beyond pairing; check it with "
@@ -437,10 +489,13 @@ def suggestions(path: str, findings: list[Finding], metrics: FileMetrics, backup
             "(`riffd backups list`)"
         )
     if counts[FindingClass.TORN_TAIL]:
-        advice.append("the last line is cut off: if no Claude Code process has this session open, the write was "
-                      f"interrupted (crash or kill); `{fix}` cuts it off once the session is idle, after "
-                      "keeping it in the backup and the archive")
+        advice.append(
+            "the last line is cut off: if no Claude Code process has this session open, the write was "
+            f"interrupted (crash or kill); `{fix}` cuts it off once the session is idle, after "
+            "keeping it in the backup and the archive"
+        )
     if counts[FindingClass.DANGLING_PARENT] or counts[FindingClass.PARENT_CYCLE]:
-        advice.append("broken parent links make resume show a cut history; riffd reports them and does not edit them")
+        advice.append(
+            "broken parent links make resume show a cut history; riffd reports them and does not edit them"
+        )
     return advice
-

@@ -36,10 +36,11 @@ REPAIRABLE = frozenset(
     }
 )
 
-# Classes that describe how a session went, not damage: reported, never repaired, and never a reason for
-# `riffd scan` to exit 1 or for a health report to call riffd unhealthy.
-# A pending tool call is a tool_use of the latest turn without its result while the session is live: its tool may
-# still be running. It becomes a missing_tool_result only once the session is idle and it is still unanswered.
+# Classes that describe how a session went, not damage: reported, never repaired, and never a reason
+# for `riffd scan` to exit 1 or for a health report to call riffd unhealthy. A pending tool call is
+# a tool_use of the latest turn without its result while the session is live: its tool may still be
+# running. It becomes a missing_tool_result only once the session is idle and it is still
+# unanswered.
 INFORMATIONAL = frozenset({FindingClass.REDUNDANT_TOOL_CALL, FindingClass.PENDING_TOOL_CALL})
 
 # Exact texts the Messages API answers with (HTTP 400); `messages.N.content.M:` precedes them.
@@ -79,17 +80,32 @@ class Finding:
 
     @classmethod
     def from_json(cls, item: dict[str, Any]) -> Finding:
-        """Given the `to_json` form of a finding, return it; raise ValueError or KeyError when it is not one."""
-        return cls(FindingClass(item["class"]), str(item["path"]), tuple(item.get("lines", ())),
-                   str(item.get("message", "")), uuids=tuple(item.get("uuids", ())), tool_id=item.get("tool_id"),
-                   offset=item.get("offset"), detail=item.get("detail"), api_error=item.get("api_error"))
+        """Given the `to_json` form of a finding, return it; raise ValueError or KeyError when it is
+        not one."""
+        return cls(
+            FindingClass(item["class"]),
+            str(item["path"]),
+            tuple(item.get("lines", ())),
+            str(item.get("message", "")),
+            uuids=tuple(item.get("uuids", ())),
+            tool_id=item.get("tool_id"),
+            offset=item.get("offset"),
+            detail=item.get("detail"),
+            api_error=item.get("api_error"),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        """Return the finding as a JSON-ready dict (the `--json` and manifest form): its fields in order, `cls` as
-        `class`, None left out. Built field by field (dataclasses.asdict deep-copies: 30 µs a finding, which the
-        daemon paid for every finding of a file at every append)."""
-        out: dict[str, Any] = {"class": str(self.cls), "path": self.path, "lines": list(self.lines),
-                               "message": self.message, "uuids": list(self.uuids)}
+        """Return the finding as a JSON-ready dict (the `--json` and manifest form): its fields in
+        order, `cls` as `class`, None left out. Built field by field (dataclasses.asdict
+        deep-copies: 30 µs a finding, which the daemon paid for every finding of a file at every
+        append)."""
+        out: dict[str, Any] = {
+            "class": str(self.cls),
+            "path": self.path,
+            "lines": list(self.lines),
+            "message": self.message,
+            "uuids": list(self.uuids),
+        }
         for name in ("tool_id", "offset", "detail", "api_error"):
             value = getattr(self, name)
             if value is not None:
@@ -105,29 +121,46 @@ def api_error_for(cls: FindingClass, tool_id: str | None) -> str | None:
     return template.format(tool_id=tool_id or "?")
 
 
-LATEST_TURN = "latest_turn"  # the `detail` of a missing_tool_result whose tool_use is in the latest turn
+LATEST_TURN = (
+    "latest_turn"  # the `detail` of a missing_tool_result whose tool_use is in the latest turn
+)
 
 
 def pending_while_live(findings: list[Finding], live: bool) -> list[Finding]:
-    """Given a file's findings and whether its session is live, return them with every unanswered tool call of the
-    latest turn as a pending_tool_call (informational) while live, and as a missing_tool_result once idle."""
+    """Given a file's findings and whether its session is live, return them with every unanswered
+    tool call of the latest turn as a pending_tool_call (informational) while live, and as a
+    missing_tool_result once idle."""
     out = []
     for finding in findings:
-        if finding.cls is FindingClass.MISSING_TOOL_RESULT and finding.detail == LATEST_TURN and live:
-            finding = replace(finding, cls=FindingClass.PENDING_TOOL_CALL, api_error=None,
-                              message=f"tool_use {finding.tool_id} is waiting for its result: the session is live, "
-                              "so its tool may still be running (not damage; judged again once the session is idle)")
+        if (
+            finding.cls is FindingClass.MISSING_TOOL_RESULT
+            and finding.detail == LATEST_TURN
+            and live
+        ):
+            finding = replace(
+                finding,
+                cls=FindingClass.PENDING_TOOL_CALL,
+                api_error=None,
+                message=f"tool_use {finding.tool_id} is waiting for its result: the session is live, "
+                "so its tool may still be running (not damage; judged again once the session is idle)",
+            )
         elif finding.cls is FindingClass.PENDING_TOOL_CALL and not live:
-            finding = replace(finding, cls=FindingClass.MISSING_TOOL_RESULT,
-                              api_error=api_error_for(FindingClass.MISSING_TOOL_RESULT, finding.tool_id),
-                              message=f"tool_use {finding.tool_id} has no tool_result on the loaded conversation "
-                              "(latest turn: the tool may still be running)")
+            finding = replace(
+                finding,
+                cls=FindingClass.MISSING_TOOL_RESULT,
+                api_error=api_error_for(FindingClass.MISSING_TOOL_RESULT, finding.tool_id),
+                message=f"tool_use {finding.tool_id} has no tool_result on the loaded conversation "
+                "(latest turn: the tool may still be running)",
+            )
         out.append(finding)
     return out
 
 
 def has_latest_turn_calls(findings: list[Finding]) -> bool:
-    """Return True when some finding is an unanswered tool call of the latest turn (pending or missing)."""
-    return any(finding.cls is FindingClass.PENDING_TOOL_CALL
-               or (finding.cls is FindingClass.MISSING_TOOL_RESULT and finding.detail == LATEST_TURN)
-               for finding in findings)
+    """Return True when some finding is an unanswered tool call of the latest turn (pending or
+    missing)."""
+    return any(
+        finding.cls is FindingClass.PENDING_TOOL_CALL
+        or (finding.cls is FindingClass.MISSING_TOOL_RESULT and finding.detail == LATEST_TURN)
+        for finding in findings
+    )

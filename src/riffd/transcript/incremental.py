@@ -1,12 +1,14 @@
 """Incremental detection: the findings of a growing transcript at the cost of what was appended.
 
 The daemon keeps a session's index in memory and feeds it each append. Detecting from scratch walks
-the whole loaded conversation and every tool id (`riffd.transcript.detect.detect`), so its cost grows
-with the file. `IncrementalDetection` keeps what that walk decides, line by line, and updates it:
+the whole loaded conversation and every tool id (`riffd.transcript.detect.detect`), so its cost
+grows with the file. `IncrementalDetection` keeps what that walk decides, line by line, and updates
+it:
 
-- the loaded conversation as a state per line: on the chain (with its place from the root), a sibling
-  of a chain line's API message, a tool_result spliced in from a loaded anchor, or not loaded; and its
-  segment, numbered from the root (the full walk numbers from the leaf; only equality matters);
+- the loaded conversation as a state per line: on the chain (with its place from the root), a
+  sibling of a chain line's API message, a tool_result spliced in from a loaded anchor, or not
+  loaded; and its segment, numbered from the root (the full walk numbers from the leaf; only
+  equality matters);
 - an appended line that becomes the newest message extends the chain, or opens a branch: the walk
   from it stops at the first line already on the chain, and the old chain's lines below that point
   leave it; only those lines, their message siblings and the results hanging from them are judged
@@ -15,8 +17,8 @@ with the file. `IncrementalDetection` keeps what that walk decides, line by line
 
 What an append can change further back (a parent that arrives after its child, a compact boundary's
 logical parent or a result's `sourceToolAssistantUUID` that names a uuid not seen yet, a loop) makes
-it start again from a full walk, which stays the reference: tests require the incremental findings to
-equal a full detection's after every appended line.
+it start again from a full walk, which stays the reference: tests require the incremental findings
+to equal a full detection's after every appended line.
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class StartAgain(Exception):
 class IncrementalDetection:
     """Findings of one index, kept up to date as lines are added to it (see the module's docstring).
 
-    Create it on an index fed with the file so far; after each batch of added lines and `index.finish()`,
-    `findings()` returns what `detect` would, in the same order, at the cost of the batch.
+    Create it on an index fed with the file so far; after each batch of added lines and
+    `index.finish()`, `findings()` returns what `detect` would, in the same order, at the cost of
+    the batch.
     """
 
     def __init__(self, index: TranscriptIndex) -> None:
@@ -71,7 +74,9 @@ class IncrementalDetection:
         index.tool_log = []
         self.full_walks = 0  # how many times it had to start from a full walk (the first included)
         self._before: dict[int, int] = {}
-        self.external: Any = None  # riffd.transcript.scan.ExternalSearch: dangling parents looked for elsewhere
+        self.external: Any = (
+            None  # riffd.transcript.scan.ExternalSearch: dangling parents looked for elsewhere
+        )
         self._rebuild()
 
     # --- the full walk ----------------------------------------------------------------------------
@@ -103,16 +108,24 @@ class IncrementalDetection:
             self.pos[line] = place
             self.state[line] = CHAIN
         self.waiting: set[str] = set()  # uuids whose arrival changes an earlier decision
-        self._tools_of: dict[int, list[str]] | None = None  # line -> tool ids it names; made when first needed
+        self._tools_of: dict[int, list[str]] | None = (
+            None  # line -> tool ids it names; made when first needed
+        )
         self.result_children: dict[int, list[int]] = {}
         for line in index.result_lines:
             self._note_anchors(line)
         for line in loaded.chain:
-            self._step(line)  # notes the chain's compact boundaries whose logical parent is not there yet
+            self._step(
+                line
+            )  # notes the chain's compact boundaries whose logical parent is not there yet
         self.problems: dict[str, list[ToolGroup]] = {}
-        self.pairing: dict[str, list[Finding]] = {}  # the findings of each problem tool id, made when it changed
+        self.pairing: dict[
+            str, list[Finding]
+        ] = {}  # the findings of each problem tool id, made when it changed
         self.stale: set[str] = set()  # problem tool ids whose findings must be made again
-        self.turn_judged: tuple[int, int] | None = None  # the latest turn the pairing findings were made with
+        self.turn_judged: tuple[int, int] | None = (
+            None  # the latest turn the pairing findings were made with
+        )
         for tool_id in set(index.tool_uses) | set(index.packed_results):
             self._pair(tool_id)
         self.cycles = find_cycles(index) if index.forward_parents else []
@@ -129,7 +142,8 @@ class IncrementalDetection:
             self.waiting.add(source)
 
     def _step(self, line: int) -> tuple[int, bool]:
-        """The next line up from `line` on a walk to the root, and whether it crossed a compact boundary."""
+        """The next line up from `line` on a walk to the root, and whether it crossed a compact
+        boundary."""
         index = self.index
         parent = index.parents[line]
         if parent < 0 and index.flags[line] & COMPACT_BOUNDARY:
@@ -143,7 +157,8 @@ class IncrementalDetection:
     # --- appends ----------------------------------------------------------------------------------
 
     def findings(self) -> list[Finding]:
-        """Every finding of the index as it is now, as `riffd.transcript.detect.detect` orders them."""
+        """Every finding of the index as it is now, as `riffd.transcript.detect.detect` orders
+        them."""
         index = self.index
         try:
             if not self.exact or len(index.forward_parents) != self.forward or self._woken():
@@ -153,8 +168,11 @@ class IncrementalDetection:
         except StartAgain:
             self._rebuild()
         if self.turn != self.turn_judged:  # a missing result is marked as the latest turn's or not
-            self.stale.update(tool_id for tool_id, groups in self.problems.items()
-                              if any(not group.result_positions for group in groups))
+            self.stale.update(
+                tool_id
+                for tool_id, groups in self.problems.items()
+                if any(not group.result_positions for group in groups)
+            )
             self.turn_judged = self.turn
         for tool_id in self.stale:
             groups = self.problems.get(tool_id)
@@ -165,7 +183,9 @@ class IncrementalDetection:
         self.stale.clear()
         pairing = [finding for findings in self.pairing.values() for finding in findings]
         duplicates = duplicates_of(group for groups in self.problems.values() for group in groups)
-        return assemble(index, pairing, duplicates, self.cycles, list(self.oom.values()), self.count)
+        return assemble(
+            index, pairing, duplicates, self.cycles, list(self.oom.values()), self.count
+        )
 
     def _woken(self) -> bool:
         if not self.waiting:
@@ -189,7 +209,9 @@ class IncrementalDetection:
                 self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
             if index.results.count(tool_id) > OOM_RISK_RESULTS:
-                self.oom[tool_id] = oom_finding(index, tool_id)  # made again only when its lines grow
+                self.oom[tool_id] = oom_finding(
+                    index, tool_id
+                )  # made again only when its lines grow
         if index.tool_log is not None:
             index.tool_log.clear()
         results = index.result_lines
@@ -201,7 +223,11 @@ class IncrementalDetection:
             self._note_anchors(line)
         moved = self._move_leaf(first, count)
         self._settle(moved, range(first, count))
-        changed = [line for line, segment in self._before.items() if line < first and self.seg[line] != segment]
+        changed = [
+            line
+            for line, segment in self._before.items()
+            if line < first and self.seg[line] != segment
+        ]
         if changed:  # earlier lines that joined, left or moved segment: the tool ids they name are paired again
             tools_of = self._tools()
             for line in changed:
@@ -210,8 +236,8 @@ class IncrementalDetection:
             self._pair(tool_id)
 
     def _tools(self) -> dict[int, list[str]]:
-        """Line -> the tool ids it names (uses and results), made from the index the first time it is needed: most
-        appends only extend the chain, and the map costs about 90 bytes a line."""
+        """Line -> the tool ids it names (uses and results), made from the index the first time it
+        is needed: most appends only extend the chain, and the map costs about 90 bytes a line."""
         if self._tools_of is None:
             index = self.index
             self._tools_of = {}
@@ -230,7 +256,9 @@ class IncrementalDetection:
                 return line
         if self.leaf is not None and not flags[self.leaf] & SIDECHAIN:
             return self.leaf
-        for line in range(count - 1, first - 1, -1):  # a subagent file: its newest sidechain message
+        for line in range(
+            count - 1, first - 1, -1
+        ):  # a subagent file: its newest sidechain message
             if flags[line] & MESSAGE:
                 return line
         return self.leaf
@@ -294,7 +322,8 @@ class IncrementalDetection:
         self.turn = (-1, -1)
 
     def _settle(self, moved: list[int], added: range) -> None:
-        """Judge again the lines whose chain membership may have changed, their siblings and their results."""
+        """Judge again the lines whose chain membership may have changed, their siblings and their
+        results."""
         index = self.index
         groups, group_lines = index.groups, index.group_lines
         state, seg, pos = self.state, self.seg, self.pos

@@ -28,8 +28,22 @@ from riffd.transcript.building import (  # the line flags and parent sentinels, 
 )
 from riffd.transcript.findings import Finding, FindingClass
 
-__all__ = ["ASSISTANT", "BLOCK_BITS", "COMPACT_BOUNDARY", "DANGLING", "MESSAGE", "NO_PARENT", "SIDECHAIN", "UNRESOLVED",
-           "FileMetrics", "Lines", "ResultBlock", "ResultsView", "TranscriptIndex", "lines_in"]
+__all__ = [
+    "ASSISTANT",
+    "BLOCK_BITS",
+    "COMPACT_BOUNDARY",
+    "DANGLING",
+    "MESSAGE",
+    "NO_PARENT",
+    "SIDECHAIN",
+    "UNRESOLVED",
+    "FileMetrics",
+    "Lines",
+    "ResultBlock",
+    "ResultsView",
+    "TranscriptIndex",
+    "lines_in",
+]
 
 # Texts Claude Code writes into the placeholder results it makes up (interrupt, cancel, resume).
 SYNTHETIC_TEXT = re.compile(r"interrupted|cancel+ed|missing|no result|rejected", re.IGNORECASE)
@@ -51,7 +65,10 @@ class ResultsView(Mapping[str, list[ResultBlock]]):
 
     def __getitem__(self, tool_id: str) -> list[ResultBlock]:
         mask = (1 << BLOCK_BITS) - 1
-        return [ResultBlock(value >> BLOCK_BITS, value & mask) for value in lines_in(self._packed[tool_id])]
+        return [
+            ResultBlock(value >> BLOCK_BITS, value & mask)
+            for value in lines_in(self._packed[tool_id])
+        ]
 
     def count(self, tool_id: str) -> int:
         """How many result blocks name `tool_id` (0 when none)."""
@@ -90,14 +107,17 @@ class FileMetrics:
 
 
 def is_placeholder_result(record: dict[str, Any], position: int) -> bool:
-    """Given a parsed line and the position of a tool_result block in its content, return True when the
-    block is a placeholder Claude Code made up (interrupt, cancel, a resume that saw no result), not a
-    tool's real output: `is_error` true with such a text, or a line marked with `toolDenialKind`."""
+    """Given a parsed line and the position of a tool_result block in its content, return True when
+    the block is a placeholder Claude Code made up (interrupt, cancel, a resume that saw no result),
+    not a tool's real output: `is_error` true with such a text, or a line marked with
+    `toolDenialKind`."""
     if "toolDenialKind" in record:
         return True
     message = record.get("message")
     content = message.get("content") if isinstance(message, dict) else None
-    block = content[position] if isinstance(content, list) and 0 <= position < len(content) else None
+    block = (
+        content[position] if isinstance(content, list) and 0 <= position < len(content) else None
+    )
     if not isinstance(block, dict) or block.get("is_error") is not True:
         return False
     text = block.get("content")
@@ -128,14 +148,22 @@ class TranscriptIndex(IndexBuilding):
         self.duplicate_uuid_lines: list[tuple[int, int]] = []  # (first, repeat)
         self.dangling: dict[int, str] = {}
         self.external_parent: dict[int, str] = {}  # parents that live in the parent session's file
-        self.external: set[str] = set()  # those parents' uuids (their children stay pending: see resolve_external)
+        self.external: set[str] = (
+            set()
+        )  # those parents' uuids (their children stay pending: see resolve_external)
         self.logical_parent: dict[int, str] = {}
         self.summary_leaf: dict[int, str] = {}  # summary line -> the line it titles
-        self.source_tool_line: dict[int, str] = {}  # sourceToolAssistantUUID where it differs from parentUuid
+        self.source_tool_line: dict[
+            int, str
+        ] = {}  # sourceToolAssistantUUID where it differs from parentUuid
         self.group_of_message: dict[str, int] = {}
         self.group_lines: list[list[int]] = []
-        self.tool_uses: dict[str, Lines] = {}  # tool_use id -> its lines (one: the int itself; see lines_in)
-        self.packed_results: dict[str, Lines] = {}  # tool_use id -> line << BLOCK_BITS | block (the same way)
+        self.tool_uses: dict[
+            str, Lines
+        ] = {}  # tool_use id -> its lines (one: the int itself; see lines_in)
+        self.packed_results: dict[
+            str, Lines
+        ] = {}  # tool_use id -> line << BLOCK_BITS | block (the same way)
         self.results = ResultsView(self.packed_results)
         self.result_lines: list[int] = []
         self.malformed: list[int] = []
@@ -144,18 +172,26 @@ class TranscriptIndex(IndexBuilding):
         self.session_id: str | None = None
         self.uses_source_tool_field = False
         self._pending: dict[str, list[int]] = {}
-        self._previous: tuple[str | None, int] = (None, NO_PARENT)  # the last node line's uuid and line
-        self.forward_parents: list[int] = []  # lines whose parent is not before them: where cycles can be
-        # Called with (line index, parsed record) for every user and assistant message line as it is added:
-        # how the daemon feeds the tool-call tracker without parsing lines twice. None in plain scans.
+        self._previous: tuple[str | None, int] = (
+            None,
+            NO_PARENT,
+        )  # the last node line's uuid and line
+        self.forward_parents: list[
+            int
+        ] = []  # lines whose parent is not before them: where cycles can be
+        # Called with (line index, parsed record) for every user and assistant message line as it is
+        # added: how the daemon feeds the tool-call tracker without parsing lines twice. None in
+        # plain scans.
         self.observe: Callable[[int, dict[str, Any]], None] | None = None
-        # (line index, tool id) of every tool_use and tool_result block added while this is a list: how
-        # incremental detection (riffd.transcript.incremental) learns which ids an append names. None in scans.
+        # (line index, tool id) of every tool_use and tool_result block added while this is a list:
+        # how incremental detection (riffd.transcript.incremental) learns which ids an append names.
+        # None in scans.
         self.tool_log: list[tuple[int, str]] | None = None
-        # True: parse every line whole and add lines one by one: the slow reference the tests hold the fast
-        # decoder and the column path to (riffd.transcript.building).
+        # True: parse every line whole and add lines one by one: the slow reference the tests hold
+        # the fast decoder and the column path to (riffd.transcript.building).
         self.reference_parse = False
-        # The incremental detector of this index once the daemon has made one (it lives as long as the index).
+        # The incremental detector of this index once the daemon has made one (it lives as long as
+        # the index).
         self.incremental: Any = None
 
     def __len__(self) -> int:
@@ -168,8 +204,8 @@ class TranscriptIndex(IndexBuilding):
     def finish(self) -> TranscriptIndex:
         """Resolve what needs all lines read so far (dangling parents, counts, the torn tail).
 
-        Lines may be added after `finish`, which may then be called again: parents still missing stay
-        pending, so a parent that arrives later links up (the daemon feeds appends this way).
+        Lines may be added after `finish`, which may then be called again: parents still missing
+        stay pending, so a parent that arrives later links up (the daemon feeds appends this way).
         """
         for child in self.dangling:
             if self.parents[child] == DANGLING:
@@ -188,7 +224,11 @@ class TranscriptIndex(IndexBuilding):
         if self.line_findings and self.offsets and self.metrics.unterminated_last_line:
             last = len(self.offsets) - 1
             tail = self.line_findings[-1]
-            if tail.cls is FindingClass.MALFORMED_LINE and tail.detail == "unterminated" and tail.line == last + 1:
+            if (
+                tail.cls is FindingClass.MALFORMED_LINE
+                and tail.detail == "unterminated"
+                and tail.line == last + 1
+            ):
                 self.metrics.malformed_lines -= 1
                 self.line_findings[-1] = Finding(
                     FindingClass.TORN_TAIL,
@@ -202,7 +242,8 @@ class TranscriptIndex(IndexBuilding):
         return self
 
     def anchors(self, index: int) -> Iterable[int]:
-        """The lines a tool_result line hangs from: its parent, and its sourceToolAssistantUUID line."""
+        """The lines a tool_result line hangs from: its parent, and its sourceToolAssistantUUID
+        line."""
         parent = self.parents[index]
         if parent >= 0:
             yield parent
@@ -213,18 +254,26 @@ class TranscriptIndex(IndexBuilding):
                 yield source_line
 
     def logical_line(self, line: int) -> int | None:
-        """The line a compact boundary's `logicalParentUuid` names, None when it names none (or no line here)."""
+        """The line a compact boundary's `logicalParentUuid` names, None when it names none (or no
+        line here)."""
         uuid = self.logical_parent.get(line)
         return None if uuid is None else self.line_of_uuid.get(uuid)
 
     def resolve_external(self, known_uuids: set[str]) -> None:
-        """Mark dangling parents found in `known_uuids` (the parent session's lines) as cross-file links.
+        """Mark dangling parents found in `known_uuids` (the parent session's lines) as cross-file
+        links.
 
         Subagent transcripts, compaction agents above all, start from lines of their parent session:
         such a parent is not missing, it lives in the session file.
         """
-        for parent in [parent for parent in self._pending if parent in known_uuids and parent not in self.external]:
-            self.external.add(parent)  # still pending: a line of this file with that uuid would be the parent
+        for parent in [
+            parent
+            for parent in self._pending
+            if parent in known_uuids and parent not in self.external
+        ]:
+            self.external.add(
+                parent
+            )  # still pending: a line of this file with that uuid would be the parent
             for child in self._pending[parent]:
                 self.dangling.pop(child, None)
                 self.parents[child] = NO_PARENT
@@ -244,7 +293,8 @@ class TranscriptIndex(IndexBuilding):
         return [self.span(line)[1] for line in range(len(self.offsets))]
 
     def children_of(self, lines: set[int]) -> dict[int, list[int]]:
-        """Return, for each line index in `lines`, the indexes of the lines whose parent it is (one pass)."""
+        """Return, for each line index in `lines`, the indexes of the lines whose parent it is (one
+        pass)."""
         children: dict[int, list[int]] = {line: [] for line in lines}
         for index, parent in enumerate(self.parents):
             if parent in children:

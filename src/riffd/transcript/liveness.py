@@ -1,21 +1,22 @@
 """Is a session live? Claude Code's own registry of running processes, then the file's mtime.
 
 A transcript may only be rewritten while no Claude Code process is using it (see
-shared/transcript-format.md, section 4). Two signals, either one is enough to call it live:
-a `<claude dir>/sessions/<pid>.json` entry of a running process that is not proven to be another
-session's, and a modification time inside the quiet period (older releases did not register themselves,
-and a session resumed by a tool we do not know about only shows up as recent writes).
+shared/transcript-format.md, section 4). Two signals, either one is enough to call it live: a
+`<claude dir>/sessions/<pid>.json` entry of a running process that is not proven to be another
+session's, and a modification time inside the quiet period (older releases did not register
+themselves, and a session resumed by a tool we do not know about only shows up as recent writes).
 
-The registry is read failing closed: an entry whose process runs (its pid from the JSON, a number or a
-string of digits, or from the file name) counts for this transcript when it names this session, when it
-cannot be read whole (empty, cut short, over 1 MiB, not JSON, no sessionId: then it counts for every
-session of its folder), and when it names another session in this transcript's project (`may_write`).
-An entry of a process that is gone counts for nothing, so a crashed client's leftovers block nothing.
+The registry is read failing closed: an entry whose process runs (its pid from the JSON, a number or
+a string of digits, or from the file name) counts for this transcript when it names this session,
+when it cannot be read whole (empty, cut short, over 1 MiB, not JSON, no sessionId: then it counts
+for every session of its folder), and when it names another session in this transcript's project
+(`may_write`). An entry of a process that is gone counts for nothing, so a crashed client's
+leftovers block nothing.
 
-Each Claude Code config folder has its own `projects/` and its own `sessions/` (shared/filesystems.md), so the
-registry is read in every folder riffd knows of (`claude_dirs_for`): the configured one, `$CLAUDE_CONFIG_DIR`
-(else ~/.claude), the folder above every root that has a `sessions/`, and the one above the `projects/` that
-holds the transcript.
+Each Claude Code config folder has its own `projects/` and its own `sessions/`
+(shared/filesystems.md), so the registry is read in every folder riffd knows of (`claude_dirs_for`):
+the configured one, `$CLAUDE_CONFIG_DIR` (else ~/.claude), the folder above every root that has a
+`sessions/`, and the one above the `projects/` that holds the transcript.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from riffd.transcript.projects import find_project_folders, folder_matches, spel
 log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"[0-9]+")
 
+
 def pid_is_alive(pid: int) -> bool:
     """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
     if pid <= 0:
@@ -61,12 +63,14 @@ def pid_is_alive(pid: int) -> bool:
 
 
 class EntryUnreadable(Exception):
-    """A registry entry that cannot be read whole as one (empty, cut short, too large, not a regular file)."""
+    """A registry entry that cannot be read whole as one (empty, cut short, too large, not a regular
+    file)."""
 
 
 def _read_entry(path: Path, fs: FileSystem) -> bytes:
-    """The bytes of one registry entry, through a symlink too (O_NONBLOCK: a link to a FIFO never blocks); raise
-    EntryUnreadable for one that is not a regular file or is over ENTRY_LIMIT, OSError when it cannot be read."""
+    """The bytes of one registry entry, through a symlink too (O_NONBLOCK: a link to a FIFO never
+    blocks); raise EntryUnreadable for one that is not a regular file or is over ENTRY_LIMIT,
+    OSError when it cannot be read."""
     fd = fs.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(fs.fstat(fd).st_mode):
@@ -88,8 +92,9 @@ def _read_entry(path: Path, fs: FileSystem) -> bytes:
 
 @dataclass(frozen=True)
 class RunningEntry:
-    """A registry entry that names a running process: its pid (from the JSON, else the file name `<pid>.json`)
-    and what it says, or None with `trouble` when it cannot be read whole (then it may be any session's)."""
+    """A registry entry that names a running process: its pid (from the JSON, else the file name
+    `<pid>.json`) and what it says, or None with `trouble` when it cannot be read whole (then it may
+    be any session's)."""
 
     registry_file: Path
     pid: int
@@ -98,7 +103,8 @@ class RunningEntry:
 
 
 def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
-    """The pids an entry names: its `pid` (a number, or digits in a string) and its file name's `<pid>`."""
+    """The pids an entry names: its `pid` (a number, or digits in a string) and its file name's
+    `<pid>`."""
     pids: list[int] = []
     entry: object = None
     if raw is not None:
@@ -124,22 +130,38 @@ def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | N
             entry = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             return None
-        if not isinstance(entry, dict) or not isinstance(entry.get("sessionId"), str) or not entry["sessionId"]:
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("sessionId"), str)
+            or not entry["sessionId"]
+        ):
             return None
-        registration = Registration(entry["sessionId"], pid, registry_file,
-                                    entry["cwd"] if isinstance(entry.get("cwd"), str) else None)
-    return registration if registration.pid == pid else Registration(
-        registration.session_id, pid, registry_file, registration.cwd, registration.started_at)
+        registration = Registration(
+            entry["sessionId"],
+            pid,
+            registry_file,
+            entry["cwd"] if isinstance(entry.get("cwd"), str) else None,
+        )
+    return (
+        registration
+        if registration.pid == pid
+        else Registration(
+            registration.session_id, pid, registry_file, registration.cwd, registration.started_at
+        )
+    )
 
 
 def running_entries(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[RunningEntry]:
-    """Given Claude Code's config folder, return its registry entries (`sessions/<pid>.json`) whose process is
-    running, each read whole or not (an empty, cut, oversized or unreadable entry of a running pid is kept, with
-    why: fail closed); an entry of a process that is gone is left out. Raise OSError when the registry exists but
-    cannot be listed: a session may then be running unseen."""
+    """Given Claude Code's config folder, return its registry entries (`sessions/<pid>.json`) whose
+    process is running, each read whole or not (an empty, cut, oversized or unreadable entry of a
+    running pid is kept, with why: fail closed); an entry of a process that is gone is left out.
+    Raise OSError when the registry exists but cannot be listed: a session may then be running
+    unseen."""
     registry = claude_dir / "sessions"
     try:
-        names = sorted(retrying_call(lambda: fs.listdir(registry), what=f"the listing of {registry}"))
+        names = sorted(
+            retrying_call(lambda: fs.listdir(registry), what=f"the listing of {registry}")
+        )
     except (FileNotFoundError, NotADirectoryError):
         return []
     running: list[RunningEntry] = []
@@ -164,34 +186,43 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[RunningE
             continue
         registration = _registration(registry_file, raw, alive[0]) if raw is not None else None
         if registration is None:
-            trouble = trouble or ("empty" if not raw else "not a whole entry with a sessionId (cut short, or "
-                                  "being written)")
-            log.debug("session registry entry %s names running pid %d but %s", registry_file, alive[0], trouble)
+            trouble = trouble or (
+                "empty"
+                if not raw
+                else "not a whole entry with a sessionId (cut short, or being written)"
+            )
+            log.debug(
+                "session registry entry %s names running pid %d but %s",
+                registry_file,
+                alive[0],
+                trouble,
+            )
         running.append(RunningEntry(registry_file, alive[0], registration, trouble))
     return running
 
 
 def project_folder_of(path: Path) -> Path:
-    """Given a transcript, return the project folder that holds it (`<project>/<session>/subagents/agent-*.jsonl`
-    belongs to `<project>`)."""
+    """Given a transcript, return the project folder that holds it
+    (`<project>/<session>/subagents/agent-*.jsonl` belongs to `<project>`)."""
     if path.parent.name == "subagents":
         return path.parent.parent.parent
     return path.parent
 
 
 def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
-    """Given a running process's complete registry entry (in `claude_dir`) naming another session, return False only
-    when it is proven not to write the transcript `path`: its `cwd` names a project whose Claude Code folder is
-    not the one holding `path`.
+    """Given a running process's complete registry entry (in `claude_dir`) naming another session,
+    return False only when it is proven not to write the transcript `path`: its `cwd` names a
+    project whose Claude Code folder is not the one holding `path`.
 
-    Why that is the proof: Claude Code writes a session's lines into the project folder named after the working
-    directory it started in (riffd.transcript.projects), under a session id that can change while the process runs
-    (/clear, a fork, a resume start a new one, and the registry entry may keep the old id), so the id alone proves
-    nothing; the project does, and a resume of another project's session is refused ("This conversation is from a
-    different directory. To resume, run: cd ...", anthropics/claude-code#74953). Claude Code keeps no transcript
-    open between writes, so /proc/<pid>/fd proves nothing either. The folders are compared by name (both spellings
-    of `cwd`, long names by prefix) and by device and inode (a symlinked `projects/` or project folder), at a few
-    stats per entry. No `cwd`: nothing is proven."""
+    Why that is the proof: Claude Code writes a session's lines into the project folder named after
+    the working directory it started in (riffd.transcript.projects), under a session id that can
+    change while the process runs (/clear, a fork, a resume start a new one, and the registry entry
+    may keep the old id), so the id alone proves nothing; the project does, and a resume of another
+    project's session is refused ("This conversation is from a different directory. To resume, run:
+    cd ...", anthropics/claude-code#74953). Claude Code keeps no transcript open between writes, so
+    /proc/<pid>/fd proves nothing either. The folders are compared by name (both spellings of `cwd`,
+    long names by prefix) and by device and inode (a symlinked `projects/` or project folder), at a
+    few stats per entry. No `cwd`: nothing is proven."""
     if registration.cwd is None:
         return True
     project = project_folder_of(Path(os.path.abspath(path)))
@@ -210,10 +241,13 @@ def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
     return False
 
 
-def claude_dirs_for(path: Path, claude_dir: Path | None = None, roots: Sequence[Path] = ()) -> tuple[Path, ...]:
-    """Given a transcript, the configured Claude Code folder and the watched roots, return every Claude Code config
-    folder whose `sessions/` registry may name its session: `claude_dir`, $CLAUDE_CONFIG_DIR (else ~/.claude), the
-    folder above each root that has a `sessions/` folder, and the folder above the `projects/` holding `path`."""
+def claude_dirs_for(
+    path: Path, claude_dir: Path | None = None, roots: Sequence[Path] = ()
+) -> tuple[Path, ...]:
+    """Given a transcript, the configured Claude Code folder and the watched roots, return every
+    Claude Code config folder whose `sessions/` registry may name its session: `claude_dir`,
+    $CLAUDE_CONFIG_DIR (else ~/.claude), the folder above each root that has a `sessions/` folder,
+    and the folder above the `projects/` holding `path`."""
     candidates: list[Path] = [] if claude_dir is None else [claude_dir]
     candidates.append(claude_config_dir())
     candidates += [root.parent for root in roots if (root.parent / "sessions").is_dir()]
@@ -228,9 +262,13 @@ def claude_dirs_for(path: Path, claude_dir: Path | None = None, roots: Sequence[
 
 
 def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
-    """Given Claude Code's config folder, return the ids of sessions a running process has registered (entries
-    read whole)."""
-    return {entry.registration.session_id for entry in running_entries(claude_dir, fs) if entry.registration}
+    """Given Claude Code's config folder, return the ids of sessions a running process has
+    registered (entries read whole)."""
+    return {
+        entry.registration.session_id
+        for entry in running_entries(claude_dir, fs)
+        if entry.registration
+    }
 
 
 def session_liveness(
@@ -242,12 +280,13 @@ def session_liveness(
     session_id: str | None = None,
     fs: FileSystem = REAL_FS,
 ) -> tuple[bool, str]:
-    """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return (is_live, why):
-    live (fail closed) when a running process has an entry in any of them that is not proven another session's:
-    one naming its session (from the path, or `session_id` when given), one that cannot be read whole, or one whose
-    process may write it (`may_write`: same project); or when its mtime is within `quiet_period` seconds (0 turns
-    that rule off); a file whose mtime cannot be read counts as live. An entry of a process that is gone counts
-    for nothing."""
+    """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return
+    (is_live, why): live (fail closed) when a running process has an entry in any of them that is
+    not proven another session's: one naming its session (from the path, or `session_id` when
+    given), one that cannot be read whole, or one whose process may write it (`may_write`: same
+    project); or when its mtime is within `quiet_period` seconds (0 turns that rule off); a file
+    whose mtime cannot be read counts as live. An entry of a process that is gone counts for
+    nothing."""
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)
@@ -256,22 +295,34 @@ def session_liveness(
         try:
             entries = running_entries(folder, fs)
         except OSError as exc:  # if in doubt, the session may be live: leave it alone
-            return True, f"Claude Code's session registry {folder / 'sessions'} cannot be read ({exc})"
+            return (
+                True,
+                f"Claude Code's session registry {folder / 'sessions'} cannot be read ({exc})",
+            )
         for entry in entries:
             registration = entry.registration
             if registration is None:
-                return True, (f"{entry.registry_file} names the running pid {entry.pid} but is {entry.trouble}, so "
-                              f"it may be this session's (every session of {folder} waits while that process runs; "
-                              "delete the entry if no Claude Code process uses it)")
+                return True, (
+                    f"{entry.registry_file} names the running pid {entry.pid} but is {entry.trouble}, so "
+                    f"it may be this session's (every session of {folder} waits while that process runs; "
+                    "delete the entry if no Claude Code process uses it)"
+                )
             if registration.session_id in wanted:
-                return True, (f"session {registration.session_id} is registered as running by pid "
-                              f"{registration.pid} ({entry.registry_file})")
+                return True, (
+                    f"session {registration.session_id} is registered as running by pid "
+                    f"{registration.pid} ({entry.registry_file})"
+                )
             if may_write(registration, folder, path):
-                where = (f"in {registration.cwd}, the project of this transcript" if registration.cwd else
-                         "and names no working folder")
-                return True, (f"pid {registration.pid} ({entry.registry_file}) runs session "
-                              f"{registration.session_id} {where}: it may be writing it (Claude Code changes session "
-                              "id on /clear, a fork or a resume)")
+                where = (
+                    f"in {registration.cwd}, the project of this transcript"
+                    if registration.cwd
+                    else "and names no working folder"
+                )
+                return True, (
+                    f"pid {registration.pid} ({entry.registry_file}) runs session "
+                    f"{registration.session_id} {where}: it may be writing it (Claude Code changes session "
+                    "id on /clear, a fork or a resume)"
+                )
     current_time = time.time() if now is None else now
     if quiet_period > 0:
         try:

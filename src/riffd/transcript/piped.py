@@ -1,16 +1,19 @@
-"""Indexing one big transcript on two cores: a decoder process reads and decodes its lines while this one indexes.
+"""Indexing one big transcript on two cores: a decoder process reads and decodes its lines while
+this one indexes.
 
-In one process a scan spends about two thirds of its time reading, splitting and decoding lines and one third
-adding them to the index, so a second process shares the work: the child reads the file
-(riffd.transcript.reader.iter_chunks, with the same retries), decodes two batches in three with the fast decoder
-and sends their Columns (riffd.transcript.building) as msgpack; the third batch, a batch the fast decoder
-declines and an unfinished last line it sends as the lines themselves, which this process decodes. This process
-adds them all to the index in file order (`add_columns`, `add_lines`): the same index as `index_file` builds
-alone, which tests/test_piped.py and tests/test_records.py hold it to.
+In one process a scan spends about two thirds of its time reading, splitting and decoding lines and
+one third adding them to the index, so a second process shares the work: the child reads the file
+(riffd.transcript.reader.iter_chunks, with the same retries), decodes two batches in three with the
+fast decoder and sends their Columns (riffd.transcript.building) as msgpack; the third batch, a
+batch the fast decoder declines and an unfinished last line it sends as the lines themselves, which
+this process decodes. This process adds them all to the index in file order (`add_columns`,
+`add_lines`): the same index as `index_file` builds alone, which tests/test_piped.py and
+tests/test_records.py hold it to.
 
-The child is forked, so it starts at once and shares what is loaded; it is used only where forking is safe
-(riffd.forking.can_fork). Anything wrong with the child (it cannot start, it dies, a read fails in
-it) and the file is indexed again here, which then meets the same error itself: the child only ever saves time.
+The child is forked, so it starts at once and shares what is loaded; it is used only where forking
+is safe (riffd.forking.can_fork). Anything wrong with the child (it cannot start, it dies, a read
+fails in it) and the file is indexed again here, which then meets the same error itself: the child
+only ever saves time.
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 PIPED_MIN_BYTES = 32_000_000  # smaller files are indexed in one process: a child would save little
-# Every third batch the child sends as lines, for this process to decode: indexing a line costs about half what
-# reading and decoding it does, so this balances the two cores. On the 1 GB session of bench/scan_bench.py,
-# indexing took 1.18 s so, 1.45 s with the child decoding every batch, 1.28 s with every second batch here.
+# Every third batch the child sends as lines, for this process to decode: indexing a line costs
+# about half what reading and decoding it does, so this balances the two cores. On the 1 GB session
+# of bench/scan_bench.py, indexing took 1.18 s so, 1.45 s with the child decoding every batch, 1.28
+# s with every second batch here.
 PARENT_SHARE = 3
 
 
 class Batch(msgspec.Struct, array_like=True, gc=False):
-    """One batch of lines from the child: its first byte, then either its line lengths (array 'Q' bytes) and
-    Columns, or the lines themselves (a batch the fast decoder declined, or an unfinished last line)."""
+    """One batch of lines from the child: its first byte, then either its line lengths (array 'Q'
+    bytes) and Columns, or the lines themselves (a batch the fast decoder declined, or an unfinished
+    last line)."""
 
     offset: int
     lengths: bytes = b""
@@ -50,8 +55,9 @@ class Batch(msgspec.Struct, array_like=True, gc=False):
 
 
 class BatchEncoder:
-    """The child's half: a batch of lines (as iter_chunks gives them, in file order) -> one message: its Columns,
-    or its lines (every PARENT_SHARE-th batch, one the fast decoder declines, an unfinished last line)."""
+    """The child's half: a batch of lines (as iter_chunks gives them, in file order) -> one message:
+    its Columns, or its lines (every PARENT_SHARE-th batch, one the fast decoder declines, an
+    unfinished last line)."""
 
     def __init__(self) -> None:
         self._encode = msgspec.msgpack.Encoder().encode
@@ -80,14 +86,19 @@ def add_batch(index: TranscriptIndex, message: bytes) -> None:
         index.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
 
 
-def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY,
-                chunk_size: int) -> TranscriptIndex | None:
-    """Index `path` with a decoder process (see the module); None when that failed, for any reason (the caller
-    then indexes it alone)."""
+def index_piped(
+    path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, chunk_size: int
+) -> TranscriptIndex | None:
+    """Index `path` with a decoder process (see the module); None when that failed, for any reason
+    (the caller then indexes it alone)."""
     context = fork_context()
     receiver, sender = big_pipe(context)
-    child = context.Process(target=_decode, args=(sender, receiver, path, fs, retry, chunk_size), daemon=True,
-                            name="riffd-decoder")
+    child = context.Process(
+        target=_decode,
+        args=(sender, receiver, path, fs, retry, chunk_size),
+        daemon=True,
+        name="riffd-decoder",
+    )
     index = TranscriptIndex(path)
     complete = False  # the child's last message (empty) came: every batch is in
     try:
@@ -105,13 +116,22 @@ def index_piped(path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEF
     return index if complete else None
 
 
-def _decode(sender: Connection, receiver: Connection, path: str, fs: FileSystem, retry: RetryPolicy,
-            chunk_size: int) -> None:
-    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without it."""
+def _decode(
+    sender: Connection,
+    receiver: Connection,
+    path: str,
+    fs: FileSystem,
+    retry: RetryPolicy,
+    chunk_size: int,
+) -> None:
+    """The child: read `path`, send each batch, then an empty message; on any error exit 1 without
+    it."""
     as_child(receiver)
     encoder = BatchEncoder()
     try:
-        for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry, chunk_size=chunk_size):
+        for offset, lines, terminated in iter_chunks(
+            path, fs=fs, retry=retry, chunk_size=chunk_size
+        ):
             sender.send_bytes(encoder.encode(offset, lines, terminated))
         sender.send_bytes(b"")
     except BaseException:  # the parent reads the file again, and reports what goes wrong

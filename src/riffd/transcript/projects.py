@@ -1,10 +1,10 @@
 """From what a user types to transcript files: project paths, session ids and files.
 
-Claude Code keeps one folder per project under each root (`~/.claude/projects`): the project's working
-directory with every UTF-16 code unit outside `[A-Za-z0-9]` replaced by `-` (so an emoji, two code
-units, becomes `--`); a name longer than 200 characters is cut to 200 and gets `-<hash>` appended, the
-hash depending on the runtime Claude Code ran on, so long names are matched by their 200-character
-prefix. See shared/transcript-format.md, section 1.
+Claude Code keeps one folder per project under each root (`~/.claude/projects`): the project's
+working directory with every UTF-16 code unit outside `[A-Za-z0-9]` replaced by `-` (so an emoji,
+two code units, becomes `--`); a name longer than 200 characters is cut to 200 and gets `-<hash>`
+appended, the hash depending on the runtime Claude Code ran on, so long names are matched by their
+200-character prefix. See shared/transcript-format.md, section 1.
 """
 
 from __future__ import annotations
@@ -19,25 +19,30 @@ from riffd.transcript.reader import iter_lines, parse_line
 from riffd.transcript.sessions import ID_PREFIX, by_prefix, project_folders, session_files
 
 MAX_FOLDER_NAME = 200  # longer names are cut to this and get `-<hash>` appended
-SESSION_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+SESSION_ID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 SESSION_ID_LINES = 20  # how many lines of a 2.0.x agent file are read to find its sessionId
 
 
 def _sanitized(path: str) -> str:
     """Every UTF-16 code unit outside [A-Za-z0-9] becomes `-`, without cutting the result."""
     return "".join(
-        char if char.isascii() and char.isalnum() else ("--" if ord(char) > 0xFFFF else "-") for char in path
+        char if char.isascii() and char.isalnum() else ("--" if ord(char) > 0xFFFF else "-")
+        for char in path
     )
 
 
 def project_folder_name(path: str) -> str:
-    """Given a project's working directory, return the name of its Claude Code folder (for a name over 200
-    characters, the 200-character prefix: the folder on disk has `-<hash>` appended to it)."""
+    """Given a project's working directory, return the name of its Claude Code folder (for a name
+    over 200 characters, the 200-character prefix: the folder on disk has `-<hash>` appended to
+    it)."""
     return _sanitized(path)[:MAX_FOLDER_NAME]
 
 
 def folder_matches(folder_name: str, project_path: str) -> bool:
-    """Return True when `folder_name` is the Claude Code folder of `project_path` (long names by prefix)."""
+    """Return True when `folder_name` is the Claude Code folder of `project_path` (long names by
+    prefix)."""
     full = _sanitized(project_path)
     if len(full) <= MAX_FOLDER_NAME:
         return folder_name == full
@@ -45,16 +50,18 @@ def folder_matches(folder_name: str, project_path: str) -> bool:
 
 
 def spellings(project_path: str | os.PathLike[str]) -> list[str]:
-    """The absolute forms of a project path Claude Code may have recorded: as given, and symlinks resolved
-    (Claude Code names the folder after its process's working directory, which the OS reports resolved)."""
+    """The absolute forms of a project path Claude Code may have recorded: as given, and symlinks
+    resolved (Claude Code names the folder after its process's working directory, which the OS
+    reports resolved)."""
     given = os.path.abspath(os.path.expanduser(os.fspath(project_path)))
     resolved = os.path.realpath(given)
     return [given] if resolved == given else [given, resolved]
 
 
 def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[Path]) -> list[Path]:
-    """Given a project's working directory and the transcript roots, return its Claude Code folders that exist
-    (usually one; a long name matched by prefix, or a symlinked path, may give more), sorted, no repeats."""
+    """Given a project's working directory and the transcript roots, return its Claude Code folders
+    that exist (usually one; a long name matched by prefix, or a symlinked path, may give more),
+    sorted, no repeats."""
     found: list[Path] = []
     for root in roots:
         if not root.is_dir():
@@ -65,8 +72,14 @@ def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[P
                 candidates = [root / full]
             else:
                 prefix = full[:MAX_FOLDER_NAME] + "-"
-                candidates = sorted(entry for entry in root.iterdir() if entry.name.startswith(prefix))
-            found.extend(candidate for candidate in candidates if candidate.is_dir() and candidate not in found)
+                candidates = sorted(
+                    entry for entry in root.iterdir() if entry.name.startswith(prefix)
+                )
+            found.extend(
+                candidate
+                for candidate in candidates
+                if candidate.is_dir() and candidate not in found
+            )
     return sorted(found)
 
 
@@ -84,9 +97,9 @@ def session_id_of_file(path: Path) -> str | None:
 def agent_files_of(session_path: Path, session_id: str | None = None) -> list[Path]:
     """Given a session transcript, return its subagent transcripts in both file layouts, sorted.
 
-    2.1.x: `<project>/<session>/subagents/agent-<id>.jsonl`. 2.0.x: `agent-<id>.jsonl` beside the session,
-    whose lines name the session in `sessionId` (only their first lines are read). Inline sidechains
-    (1.0.x) live in the session file itself and are not files.
+    2.1.x: `<project>/<session>/subagents/agent-<id>.jsonl`. 2.0.x: `agent-<id>.jsonl` beside the
+    session, whose lines name the session in `sessionId` (only their first lines are read). Inline
+    sidechains (1.0.x) live in the session file itself and are not files.
     """
     session_id = session_id or session_path.stem
     subagents = session_path.parent / session_path.stem / "subagents"
@@ -102,8 +115,8 @@ def agent_files_of(session_path: Path, session_id: str | None = None) -> list[Pa
 
 
 def _once(paths: list[Path]) -> list[Path]:
-    """`paths` without a second name of one file (two symlinked project folders, or a link and its target), the
-    real path kept before a link's."""
+    """`paths` without a second name of one file (two symlinked project folders, or a link and its
+    target), the real path kept before a link's."""
     seen: set[tuple[int, int]] = set()
     kept: set[Path] = set()
     for path in sorted(paths, key=lambda path: path.parent.is_symlink()):
@@ -122,11 +135,12 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
     """Given what a user typed and the transcript roots, return the transcripts it names.
 
     A file: that file. A session id (UUID), or a prefix of one that only one session has:
-    `<root>/<project>/<id>.jsonl` under any root, plus its subagent files when `subagents` (a prefix several sessions
-    have raises AmbiguousSession, listing them). `latest`: the newest session of the project in the current folder.
-    A folder under a root: the transcripts in it. Any other path: a project's working directory (it need not exist
-    any more), giving the transcripts of its Claude Code folder(s); without `subagents`, only the session files.
-    Raise FileNotFoundError saying what was tried when nothing matches.
+    `<root>/<project>/<id>.jsonl` under any root, plus its subagent files when `subagents` (a prefix
+    several sessions have raises AmbiguousSession, listing them). `latest`: the newest session of
+    the project in the current folder. A folder under a root: the transcripts in it. Any other path:
+    a project's working directory (it need not exist any more), giving the transcripts of its Claude
+    Code folder(s); without `subagents`, only the session files. Raise FileNotFoundError saying what
+    was tried when nothing matches.
     """
     path = Path(text).expanduser()
     if path.is_file():
@@ -135,19 +149,30 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
     if text == "latest" and not path.exists():
         sessions = session_files(find_project_folders(Path.cwd(), roots))
         if not sessions:
-            raise FileNotFoundError(f"latest: no session of the project {Path.cwd()} (the current folder) under "
-                                    f"{root_list}")
+            raise FileNotFoundError(
+                f"latest: no session of the project {Path.cwd()} (the current folder) under "
+                f"{root_list}"
+            )
         newest = max(sessions, key=lambda file: file.stat().st_mtime)
         return [newest, *agent_files_of(newest, newest.stem)] if subagents else [newest]
     if ID_PREFIX.fullmatch(text) and not SESSION_ID.fullmatch(text) and not path.exists():
         matches = by_prefix(text, session_files(project_folders(roots)))
         if matches:
-            return [file for session in matches
-                    for file in [session, *(agent_files_of(session, session.stem) if subagents else [])]]
+            return [
+                file
+                for session in matches
+                for file in [session, *(agent_files_of(session, session.stem) if subagents else [])]
+            ]
     if SESSION_ID.fullmatch(text) and not path.is_dir():
-        sessions = _once(sorted({found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")}))
+        sessions = _once(
+            sorted(
+                {found for root in roots if root.is_dir() for found in root.glob(f"*/{text}.jsonl")}
+            )
+        )
         if not sessions:
-            raise FileNotFoundError(f"no session {text}: looked for <project folder>/{text}.jsonl under {root_list}")
+            raise FileNotFoundError(
+                f"no session {text}: looked for <project folder>/{text}.jsonl under {root_list}"
+            )
         if not subagents:
             return sessions
         return [file for session in sessions for file in [session, *agent_files_of(session, text)]]
@@ -156,7 +181,9 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
         return files if subagents else [file for file in files if not _is_agent_file(file)]
     folders = find_project_folders(path, roots)
     if not folders:
-        tried = ", ".join(dict.fromkeys(project_folder_name(spelling) for spelling in spellings(path)))
+        tried = ", ".join(
+            dict.fromkeys(project_folder_name(spelling) for spelling in spellings(path))
+        )
         what = "no such file, and no" if not path.exists() else "not a transcript file, and no"
         raise FileNotFoundError(
             f"{text}: {what} Claude Code project folder for it: looked for {tried} in {root_list} "

@@ -68,8 +68,9 @@ def iter_fd(
     position = start
     while end is None or position < end:
         wanted = chunk_size if end is None else min(chunk_size, end - position)
-        chunk = retrying_call(partial(fs.pread, fd, wanted, position), what=f"{what} at byte {position}",
-                              policy=retry)
+        chunk = retrying_call(
+            partial(fs.pread, fd, wanted, position), what=f"{what} at byte {position}", policy=retry
+        )
         if not chunk:
             return
         position += len(chunk)
@@ -84,7 +85,8 @@ def iter_raw(
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
 ) -> Iterator[bytes]:
-    """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see iter_fd)."""
+    """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see
+    iter_fd)."""
     name = os.fspath(path)
     fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{name} (open)", policy=retry)
     try:
@@ -121,7 +123,9 @@ def iter_chunks(
             pending.append(chunk)  # a long line: join once, when its newline comes
             continue
         lines = chunk.split(b"\n")
-        if pending:  # only the first line is joined: copying the whole chunk again cost a tenth of a scan
+        if (
+            pending
+        ):  # only the first line is joined: copying the whole chunk again cost a tenth of a scan
             lines[0] = b"".join([*pending, lines[0]])
         tail = lines.pop()
         pending = [tail] if tail else []
@@ -164,17 +168,25 @@ def read_span(
     fs: FileSystem = REAL_FS,
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> bytes:
-    """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is shorter."""
-    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry)
+    """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is
+    shorter."""
+    fd = retrying_call(
+        partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry
+    )
     try:
         parts: list[bytes] = []
         got = 0
         while got < length:
             at = offset + got
-            piece = retrying_call(partial(fs.pread, fd, length - got, at), what=f"{os.fspath(path)} at byte {at}",
-                                  policy=retry)
+            piece = retrying_call(
+                partial(fs.pread, fd, length - got, at),
+                what=f"{os.fspath(path)} at byte {at}",
+                policy=retry,
+            )
             if not piece:
-                raise OSError(f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}")
+                raise OSError(
+                    f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}"
+                )
             parts.append(piece)
             got += len(piece)
         return b"".join(parts)

@@ -1,20 +1,23 @@
-"""Reading the few fields detection needs from a transcript line: fast, and exactly what a full parse gives.
+"""Reading the few fields detection needs from a transcript line: fast, and exactly what a full
+parse gives.
 
-Detection needs a dozen short fields of each line (ids, parents, the type, the tool ids of the content
-blocks), while most of a transcript's bytes are tool output and message text. `read_record` decodes a line
-with msgspec into typed structs that name only those fields: the decoder checks every other value's syntax
-but never builds it as a Python object, which is what makes `riffd scan` faster than parsing every line
-with orjson.
+Detection needs a dozen short fields of each line (ids, parents, the type, the tool ids of the
+content blocks), while most of a transcript's bytes are tool output and message text. `read_record`
+decodes a line with msgspec into typed structs that name only those fields: the decoder checks every
+other value's syntax but never builds it as a Python object, which is what makes `riffd scan` faster
+than parsing every line with orjson.
 
-Exactness: riffd's verdict on a line is the reference parse (`reader.parse_line`: orjson, then the standard
-library for the valid JSON orjson refuses). The fast decoder takes a line only when it is sure to agree:
+Exactness: riffd's verdict on a line is the reference parse (`reader.parse_line`: orjson, then the
+standard library for the valid JSON orjson refuses). The fast decoder takes a line only when it is
+sure to agree:
 
-- the decoder refuses anything that is not strict JSON (and a UTF-8 BOM, NaN, lone surrogate escapes, a
-  nesting deeper than its limit): the reference decides those;
-- it does not check the UTF-8 of values it skips, so a line that is not all ASCII must also decode as
-  strict UTF-8, else the reference decides;
-- each field is typed as detection expects it (a string, a boolean, null; content a string or a list of
-  objects): any other value goes to the reference, so values of unusual types are exactly the reference's;
+- the decoder refuses anything that is not strict JSON (and a UTF-8 BOM, NaN, lone surrogate
+  escapes, a nesting deeper than its limit): the reference decides those;
+- it does not check the UTF-8 of values it skips, so a line that is not all ASCII must also decode
+  as strict UTF-8, else the reference decides;
+- each field is typed as detection expects it (a string, a boolean, null; content a string or a list
+  of objects): any other value goes to the reference, so values of unusual types are exactly the
+  reference's;
 - duplicate keys: the last one wins, as in orjson, the standard library and JavaScript's JSON.parse.
 
 `tests/test_records.py` checks the agreement on generated and mutated lines.
@@ -33,7 +36,8 @@ from riffd.transcript.reader import Unparsed, parse_line
 
 
 class Block(msgspec.Struct, gc=False):
-    """A content block: its type and the tool id it carries (`tool_use_id` UNSET when the key is absent)."""
+    """A content block: its type and the tool id it carries (`tool_use_id` UNSET when the key is
+    absent)."""
 
     type: str | None = None
     id: str | None = None
@@ -49,8 +53,8 @@ class Message(msgspec.Struct, gc=False):
 
 class Record(msgspec.Struct, gc=False):
     """The fields of a transcript line that detection reads. Built from the reference parse
-    (`record_of`), a field may hold any JSON value, and `message` or a content item may be something other
-    than a Message or a Block: callers check types, as they would on the parsed dict."""
+    (`record_of`), a field may hold any JSON value, and `message` or a content item may be something
+    other than a Message or a Block: callers check types, as they would on the parsed dict."""
 
     uuid: str | None = None
     parentUuid: str | None = None  # the transcript's own spelling
@@ -70,7 +74,8 @@ DECLINED = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError, Re
 
 
 def fast_record(raw: bytes) -> Record | None:
-    """The line's Record from the fast decoder, or None when it declines the line (the reference decides)."""
+    """The line's Record from the fast decoder, or None when it declines the line (the reference
+    decides)."""
     try:
         record = decode_record(raw)
         if not raw.isascii():
@@ -81,24 +86,29 @@ def fast_record(raw: bytes) -> Record | None:
 
 
 def fast_records(lines: list[bytes]) -> list[Record] | None:
-    """`fast_record` of each line, the batch decoded at once (the scan's hot path); None when the decoder
-    declines any line of it (then `read_record` takes the batch line by line)."""
+    """`fast_record` of each line, the batch decoded at once (the scan's hot path); None when the
+    decoder declines any line of it (then `read_record` takes the batch line by line)."""
     try:
         records = list(map(decode_record, lines))
-        deque(map(bytes.decode, filterfalse(bytes.isascii, lines)), 0)  # the UTF-8 of skipped values
+        deque(
+            map(bytes.decode, filterfalse(bytes.isascii, lines)), 0
+        )  # the UTF-8 of skipped values
     except DECLINED:
         return None
     return records
 
 
 def record_of(obj: dict[str, Any]) -> Record:
-    """The Record of a line parsed whole (the reference), with the same values the fast decoder gives."""
+    """The Record of a line parsed whole (the reference), with the same values the fast decoder
+    gives."""
     message = obj.get("message")
     if type(message) is dict:
         content = message.get("content")
         if type(content) is list:
             content = [
-                Block(item.get("type"), item.get("id"), item.get("tool_use_id", UNSET)) if type(item) is dict else item
+                Block(item.get("type"), item.get("id"), item.get("tool_use_id", UNSET))
+                if type(item) is dict
+                else item
                 for item in content
             ]
         message = Message(message.get("id"), content)
@@ -117,7 +127,8 @@ def record_of(obj: dict[str, Any]) -> Record:
 
 
 def read_record(raw: bytes) -> Record | Unparsed | None:
-    """One line's bytes (no newline) -> its Record, None for a blank line, or Unparsed (kept and reported)."""
+    """One line's bytes (no newline) -> its Record, None for a blank line, or Unparsed (kept and
+    reported)."""
     record = fast_record(raw)
     if record is not None:
         return record

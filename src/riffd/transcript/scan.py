@@ -34,7 +34,9 @@ class FileReport:
     metrics: dict[str, Any] = field(default_factory=dict)
     suggestions: list[str] = field(default_factory=list)
     error: str | None = None
-    not_a_transcript: str = ""  # why the file is not recognised as a Claude Code transcript (riffd never edits it)
+    not_a_transcript: str = (
+        ""  # why the file is not recognised as a Claude Code transcript (riffd never edits it)
+    )
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""
@@ -61,9 +63,10 @@ class ScannedFile:
     identity: FileIdentity | None
 
 
-# Bytes read per batch of lines when indexing a file. A batch's lines and decoded records live until it is indexed;
-# 256 KiB keeps them in the CPU cache and leaves less of the heap behind them than 1 MiB does (on the 1 GB file of
-# bench/scan_bench.py: about 6 MB less peak memory, and a little faster).
+# Bytes read per batch of lines when indexing a file. A batch's lines and decoded records live until
+# it is indexed; 256 KiB keeps them in the CPU cache and leaves less of the heap behind them than 1
+# MiB does (on the 1 GB file of bench/scan_bench.py: about 6 MB less peak memory, and a little
+# faster).
 INDEX_CHUNK = 1 << 18
 
 
@@ -78,15 +81,20 @@ def index_file(
     """Read `path` once and return its index, loaded conversation and findings.
 
     With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
-    the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a second
-    process while this one indexes it (riffd.transcript.piped; the same index). Raise OSError (ReadFailed for
-    persistent EIO) on read errors.
+    the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a
+    second process while this one indexes it (riffd.transcript.piped; the same index). Raise OSError
+    (ReadFailed for persistent EIO) on read errors.
     """
     name = os.fspath(path)
     hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
     index = None
-    if decoder_process and not with_identity and can_fork() and fs.stat(name).st_size >= PIPED_MIN_BYTES:
+    if (
+        decoder_process
+        and not with_identity
+        and can_fork()
+        and fs.stat(name).st_size >= PIPED_MIN_BYTES
+    ):
         index = index_piped(name, fs=fs, retry=retry, chunk_size=INDEX_CHUNK)
         if index is None:
             log.info("%s: the decoder process failed; reading it again in this process", name)
@@ -94,13 +102,17 @@ def index_file(
             log.debug("%s: read and decoded by a second process while this one indexed it", name)
     if index is None:
         index = TranscriptIndex(name)
-        for offset, lines, terminated in iter_chunks(name, fs=fs, retry=retry, hasher=hasher, chunk_size=INDEX_CHUNK):
+        for offset, lines, terminated in iter_chunks(
+            name, fs=fs, retry=retry, hasher=hasher, chunk_size=INDEX_CHUNK
+        ):
             index.add_lines(offset, lines, terminated)
     size = index.end
     loaded, findings = analyse(index, fs=fs, retry=retry)
     identity = None
     if before is not None and hasher is not None:
-        identity = FileIdentity(name, before.st_dev, before.st_ino, size, before.st_mtime_ns, hasher.hexdigest())
+        identity = FileIdentity(
+            name, before.st_dev, before.st_ino, size, before.st_mtime_ns, hasher.hexdigest()
+        )
     return ScannedFile(index, loaded, findings, identity)
 
 
@@ -120,8 +132,9 @@ def analyse(
 def analyse_appended(
     index: TranscriptIndex, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
 ) -> list[Finding]:
-    """Like `analyse`, for an index the daemon keeps and feeds each append: return its findings at the cost of
-    the lines added since the last call (`riffd.transcript.incremental`), not of the whole file."""
+    """Like `analyse`, for an index the daemon keeps and feeds each append: return its findings at
+    the cost of the lines added since the last call (`riffd.transcript.incremental`), not of the
+    whole file."""
     detector: IncrementalDetection | None = index.incremental
     if detector is None:
         search = ExternalSearch()
@@ -133,9 +146,12 @@ def analyse_appended(
     return detector.findings()
 
 
-def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSystem, retry: RetryPolicy) -> None:
-    """Finish the index and look up its dangling parents in its session file. With `search` (kept between
-    appends), a parent already looked for is looked for again only in the bytes the session file gained since."""
+def _finish(
+    index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSystem, retry: RetryPolicy
+) -> None:
+    """Finish the index and look up its dangling parents in its session file. With `search` (kept
+    between appends), a parent already looked for is looked for again only in the bytes the session
+    file gained since."""
     index.finish()
     wanted = set(index.dangling.values())
     if not wanted:
@@ -146,7 +162,8 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
     if search is None:
         index.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry)[0])
         return
-    # Invariant: every uuid in search.looked_for is absent from the session file's bytes [0, searched_to).
+    # Invariant: every uuid in search.looked_for is absent from the session file's bytes [0,
+    # searched_to).
     status = session_file.stat()
     size = status.st_size
     head = read_span(session_file, 0, min(size, HEAD_BYTES), fs=fs, retry=retry) if size else b""
@@ -160,7 +177,9 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
     found: set[str] = set()
     reached = [search.searched_to] if again else []
     if again and size > search.searched_to:
-        more, reached[0] = find_uuids(session_file, again, fs=fs, retry=retry, start=search.searched_to)
+        more, reached[0] = find_uuids(
+            session_file, again, fs=fs, retry=retry, start=search.searched_to
+        )
         found |= more
     if new:
         more, end = find_uuids(session_file, new, fs=fs, retry=retry)
@@ -172,8 +191,8 @@ def _finish(index: TranscriptIndex, search: ExternalSearch | None, *, fs: FileSy
 
 
 def _sha256(data: bytes = b"") -> Any:
-    """hashlib.sha256, imported when first needed: a plain `riffd scan` never hashes, and OpenSSL adds about 2 MB to
-    its peak memory (the 1 GB goal of bench/scan_bench.py)."""
+    """hashlib.sha256, imported when first needed: a plain `riffd scan` never hashes, and OpenSSL
+    adds about 2 MB to its peak memory (the 1 GB goal of bench/scan_bench.py)."""
     import hashlib
 
     return hashlib.sha256(data)
@@ -182,8 +201,8 @@ def _sha256(data: bytes = b"") -> Any:
 def parent_session_file(path: Path, session_id: str | None) -> Path | None:
     """Given a subagent transcript, return its parent session's transcript if it exists, else None.
 
-    Layouts: `<project>/<session>/subagents/agent-<id>.jsonl` (2.1.x) and `<project>/agent-<id>.jsonl`
-    (2.0.x, which names its session only in its lines' `sessionId`).
+    Layouts: `<project>/<session>/subagents/agent-<id>.jsonl` (2.1.x) and
+    `<project>/agent-<id>.jsonl` (2.0.x, which names its session only in its lines' `sessionId`).
     """
     if not path.name.startswith("agent-"):
         return None
@@ -197,10 +216,16 @@ def parent_session_file(path: Path, session_id: str | None) -> Path | None:
 
 
 def find_uuids(
-    path: Path, wanted: set[str], *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, start: int = 0
+    path: Path,
+    wanted: set[str],
+    *,
+    fs: FileSystem = REAL_FS,
+    retry: RetryPolicy = DEFAULT_RETRY,
+    start: int = 0,
 ) -> tuple[set[str], int]:
-    """Return which of the `wanted` uuids are the `uuid` of some line of `path` from byte `start` (a line's start),
-    and the offset just after the last whole line read (where a later search of what was appended starts).
+    """Return which of the `wanted` uuids are the `uuid` of some line of `path` from byte `start` (a
+    line's start), and the offset just after the last whole line read (where a later search of what
+    was appended starts).
 
     One regular-expression pass over the raw bytes finds the few lines that mention a wanted uuid;
     only those are parsed, so this costs about a read of the file.
@@ -222,7 +247,9 @@ def find_uuids(
     offset = start
     for chunk in iter_raw(path, fs=fs, retry=retry, start=start):
         buffer = carry + chunk if carry else chunk
-        complete = buffer.rfind(b"\n") + 1  # search whole lines only; the rest waits for its newline
+        complete = (
+            buffer.rfind(b"\n") + 1
+        )  # search whole lines only; the rest waits for its newline
         check(buffer, complete)
         offset += complete
         carry = buffer[complete:]
@@ -240,9 +267,10 @@ def scan_file(
     is_live: Callable[[Path, str | None], bool] | None = None,
     decoder_process: bool = False,
 ) -> FileReport:
-    """Scan one transcript and return its report; read errors become the report's `error`, not exceptions.
-    `is_live(path, session_id)` says whether its session is live: unanswered tool calls of its latest turn are
-    then pending, not missing (without it, they are missing). `decoder_process`: see index_file."""
+    """Scan one transcript and return its report; read errors become the report's `error`, not
+    exceptions. `is_live(path, session_id)` says whether its session is live: unanswered tool calls
+    of its latest turn are then pending, not missing (without it, they are missing).
+    `decoder_process`: see index_file."""
     try:
         scanned = index_file(path, fs=fs, retry=retry, decoder_process=decoder_process)
     except OSError as exc:
@@ -252,12 +280,20 @@ def scan_file(
     if is_live is not None and has_latest_turn_calls(findings):
         findings = pending_while_live(findings, is_live(path, index.session_id))
     try:  # findings in a file riffd will not edit are labelled so (a read of a few lines)
-        doubt = transcript_doubt(index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry)) if (
-            findings) else ""
+        doubt = (
+            transcript_doubt(
+                index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry)
+            )
+            if (findings)
+            else ""
+        )
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
-    advice = suggestions(str(path), findings, index.metrics, backup_dir) if not doubt else [
-        f"riffd does not edit this file: it is {NOT_A_TRANSCRIPT} ({doubt})"]
+    advice = (
+        suggestions(str(path), findings, index.metrics, backup_dir)
+        if not doubt
+        else [f"riffd does not edit this file: it is {NOT_A_TRANSCRIPT} ({doubt})"]
+    )
     return FileReport(str(path), findings, index.metrics.to_json(), advice, not_a_transcript=doubt)
 
 
@@ -276,12 +312,15 @@ class ExternalSearch:
 
     looked_for: set[str] = field(default_factory=set)
     searched_to: int = 0
-    identity: tuple[int, int, bytes] | None = None  # device, inode and a hash of the first HEAD_BYTES searched
+    identity: tuple[int, int, bytes] | None = (
+        None  # device, inode and a hash of the first HEAD_BYTES searched
+    )
 
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """What the file was when it was scanned; riffd.repair.writer refuses to write if it is no longer so."""
+    """What the file was when it was scanned; riffd.repair.writer refuses to write if it is no
+    longer so."""
 
     path: str
     dev: int

@@ -1,18 +1,20 @@
 """The files Claude Code keeps for a session besides its transcripts, which the archive keeps whole.
 
-Measured with the real client (2.1.332; shared/transcript-format.md, section 1, and the README's archive section):
-- in the session's folder beside its transcript, `<project>/<session>/`: `subagents/agent-<id>.meta.json` (a
-  subagent's type and settings), `tool-results/<short id>.txt` (the full output of a large tool call; a PDF's pages
-  under a folder of their own) and whatever else the client puts there; the `.jsonl` files in it are transcripts,
-  archived line by line;
-- in the config folder (`<X>` for a root `<X>/projects`, and the configured `claude_dir`): `file-history/<session>/`
-  (the pre-edit copies `/rewind` uses), `tasks/<session>/` (the session's task list, read again on resume),
-  `plans/<slug>.md` (a plan written in plan mode, named by the `slug` the session's lines carry) and, from releases
-  before the task lists, `todos/<session>-agent-<id>.json`. A task list's `.highwatermark` (the highest task id it
-  gave) is kept with it.
-Claude Code deletes each of these by age (the session folder and `file-history/<session>/` with the session, a saved
-output by its own age even while its session is resumed), so the archive is all there is of them afterwards. Dot
-files (locks, temp files) and files being replaced under a temp name are not the session's.
+Measured with the real client (2.1.332; shared/transcript-format.md, section 1, and the README's
+archive section):
+- in the session's folder beside its transcript, `<project>/<session>/`:
+  `subagents/agent-<id>.meta.json` (a subagent's type and settings), `tool-results/<short id>.txt`
+  (the full output of a large tool call; a PDF's pages under a folder of their own) and whatever
+  else the client puts there; the `.jsonl` files in it are transcripts, archived line by line;
+- in the config folder (`<X>` for a root `<X>/projects`, and the configured `claude_dir`):
+  `file-history/<session>/` (the pre-edit copies `/rewind` uses), `tasks/<session>/` (the session's
+  task list, read again on resume), `plans/<slug>.md` (a plan written in plan mode, named by the
+  `slug` the session's lines carry) and, from releases before the task lists,
+  `todos/<session>-agent-<id>.json`. A task list's `.highwatermark` (the highest task id it gave) is
+  kept with it. Claude Code deletes each of these by age (the session folder and
+  `file-history/<session>/` with the session, a saved output by its own age even while its session
+  is resumed), so the archive is all there is of them afterwards. Dot files (locks, temp files) and
+  files being replaced under a temp name are not the session's.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 @dataclass(frozen=True)
 class SessionFile:
-    """A file of a session kept whole: its path, its session (None for a plan, named by a slug), its kind, and the
-    folder it is kept relative to (`base`: the config folder, the folder above a root) with its path below it."""
+    """A file of a session kept whole: its path, its session (None for a plan, named by a slug), its
+    kind, and the folder it is kept relative to (`base`: the config folder, the folder above a root)
+    with its path below it."""
 
     path: Path
     session_id: str | None
@@ -58,24 +61,28 @@ class SessionFile:
 
 
 def config_folders(roots: Iterable[Path], claude_dir: Path | None = None) -> list[Path]:
-    """Given the transcript roots and the configured Claude Code folder, return the config folders whose
-    `file-history/`, `tasks/`, `plans/` and `todos/` hold sessions' files: the folder above each root named
-    `projects`, and `claude_dir`; each once."""
+    """Given the transcript roots and the configured Claude Code folder, return the config folders
+    whose `file-history/`, `tasks/`, `plans/` and `todos/` hold sessions' files: the folder above
+    each root named `projects`, and `claude_dir`; each once."""
     found: dict[str, Path] = {}
-    for folder in [root.parent for root in roots if root.name == "projects"] + ([claude_dir] if claude_dir else []):
+    for folder in [root.parent for root in roots if root.name == "projects"] + (
+        [claude_dir] if claude_dir else []
+    ):
         found.setdefault(os.path.abspath(folder), Path(os.path.abspath(folder)))
     return list(found.values())
 
 
 def is_kept_name(name: str) -> bool:
-    """Whether a file of this name in a session's folders is the session's (not a lock, a dot file or a temp; but
-    a task list's `.highwatermark`, the highest task id it gave, which the client carries with its tasks)."""
+    """Whether a file of this name in a session's folders is the session's (not a lock, a dot file
+    or a temp; but a task list's `.highwatermark`, the highest task id it gave, which the client
+    carries with its tasks)."""
     return (not name.startswith(".") or name == HIGH_WATER_MARK) and not _TEMP.search(name)
 
 
 def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> SessionFile | None:
-    """Given a file's absolute path, the transcript roots and the config folders, return what session file it is, or
-    None when it is none (a transcript, which is archived by lines, is none)."""
+    """Given a file's absolute path, the transcript roots and the config folders, return what
+    session file it is, or None when it is none (a transcript, which is archived by lines, is
+    none)."""
     name = path.name
     if not is_kept_name(name):
         return None
@@ -84,11 +91,20 @@ def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> Sess
         if parts is None:
             continue
         # <project>/<session>/<...>/<name>: a file in a session's folder that is not a transcript
-        if len(parts) < 3 or not SESSION_ID.fullmatch(parts[1]) or is_transcript_name(name) or any(
-                part.startswith(".") for part in parts[:-1]):
+        if (
+            len(parts) < 3
+            or not SESSION_ID.fullmatch(parts[1])
+            or is_transcript_name(name)
+            or any(part.startswith(".") for part in parts[:-1])
+        ):
             return None
-        kind = (SUBAGENT_META if parts[2] == "subagents" and name.endswith(".meta.json") and len(parts) == 4
-                else TOOL_RESULT if parts[2] == "tool-results" else SESSION_OTHER)
+        kind = (
+            SUBAGENT_META
+            if parts[2] == "subagents" and name.endswith(".meta.json") and len(parts) == 4
+            else TOOL_RESULT
+            if parts[2] == "tool-results"
+            else SESSION_OTHER
+        )
         return SessionFile(path, parts[1], kind, root.parent, "/".join([root.name, *parts]))
     for config in configs:
         parts = _below(path, config)
@@ -99,7 +115,12 @@ def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> Sess
             return SessionFile(path, parts[1], FILE_HISTORY, config, relative)
         if top == "tasks" and len(parts) == 3 and SESSION_ID.fullmatch(parts[1]):
             return SessionFile(path, parts[1], TASKS, config, relative)
-        if top == "plans" and len(parts) == 2 and name.endswith(".md") and _SLUG.fullmatch(name[:-3]):
+        if (
+            top == "plans"
+            and len(parts) == 2
+            and name.endswith(".md")
+            and _SLUG.fullmatch(name[:-3])
+        ):
             return SessionFile(path, None, PLAN, config, relative)
         todo = _TODOS.match(name) if top == "todos" and len(parts) == 2 else None
         if todo is not None:
@@ -118,8 +139,9 @@ OnError = Callable[[OSError], None]
 
 
 def iter_files_below(folder: Path, on_error: OnError | None = None) -> Iterator[Path]:
-    """Yield every regular file below `folder` (symlinks not followed, dot folders skipped), sorted; a folder that
-    cannot be listed goes to `on_error` (never taken for an empty one), or is raised."""
+    """Yield every regular file below `folder` (symlinks not followed, dot folders skipped), sorted;
+    a folder that cannot be listed goes to `on_error` (never taken for an empty one), or is
+    raised."""
     try:
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except FileNotFoundError:
@@ -144,10 +166,15 @@ def iter_files_below(folder: Path, on_error: OnError | None = None) -> Iterator[
             on_error(exc)
 
 
-def session_files(session_id: str, folders: Iterable[Path], roots: Iterable[Path], configs: Iterable[Path],
-                  on_error: OnError | None = None) -> Iterator[SessionFile]:
-    """Yield the files of one session kept whole (plans aside: they are named by slug): those in its folder in
-    each project folder of `folders`, and those in the config folders."""
+def session_files(
+    session_id: str,
+    folders: Iterable[Path],
+    roots: Iterable[Path],
+    configs: Iterable[Path],
+    on_error: OnError | None = None,
+) -> Iterator[SessionFile]:
+    """Yield the files of one session kept whole (plans aside: they are named by slug): those in its
+    folder in each project folder of `folders`, and those in the config folders."""
     roots, configs = list(roots), list(configs)
     places = [folder / session_id for folder in folders]
     for config in configs:
@@ -176,10 +203,12 @@ def plan_files(slugs: Iterable[str], configs: Iterable[Path]) -> Iterator[Sessio
                     yield found
 
 
-def all_session_files(roots: Iterable[Path], configs: Iterable[Path],
-                      on_error: OnError | None = None) -> Iterator[SessionFile]:
-    """Yield every file kept whole under the roots (in the session folders of each project folder) and in the config
-    folders (plans too); one stat per folder and none per file beyond the listing."""
+def all_session_files(
+    roots: Iterable[Path], configs: Iterable[Path], on_error: OnError | None = None
+) -> Iterator[SessionFile]:
+    """Yield every file kept whole under the roots (in the session folders of each project folder)
+    and in the config folders (plans too); one stat per folder and none per file beyond the
+    listing."""
     roots, configs = list(roots), list(configs)
     for root in roots:
         for project in _folders(root, on_error):
@@ -194,7 +223,9 @@ def all_session_files(roots: Iterable[Path], configs: Iterable[Path],
             yield from _classified(_listed(config / top, on_error), roots, configs)
 
 
-def _classified(paths: Iterable[Path], roots: list[Path], configs: list[Path]) -> Iterator[SessionFile]:
+def _classified(
+    paths: Iterable[Path], roots: list[Path], configs: list[Path]
+) -> Iterator[SessionFile]:
     for path in paths:
         found = classify(path, roots, configs)
         if found is not None:
@@ -202,10 +233,14 @@ def _classified(paths: Iterable[Path], roots: list[Path], configs: list[Path]) -
 
 
 def _folders(folder: Path, on_error: OnError | None) -> list[Path]:
-    """The folders directly in `folder` (symlinks to folders too, as the transcript walk follows them), not dot ones."""
+    """The folders directly in `folder` (symlinks to folders too, as the transcript walk follows
+    them), not dot ones."""
     try:
-        return sorted(Path(entry.path) for entry in os.scandir(folder)
-                      if not entry.name.startswith(".") and entry.is_dir())
+        return sorted(
+            Path(entry.path)
+            for entry in os.scandir(folder)
+            if not entry.name.startswith(".") and entry.is_dir()
+        )
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -220,7 +255,9 @@ def _folders(folder: Path, on_error: OnError | None) -> list[Path]:
 def _listed(folder: Path, on_error: OnError | None) -> list[Path]:
     """The regular files directly in `folder`."""
     try:
-        return sorted(Path(entry.path) for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+        return sorted(
+            Path(entry.path) for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False)
+        )
     except FileNotFoundError:
         return []
     except OSError as exc:

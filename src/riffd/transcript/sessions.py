@@ -1,6 +1,6 @@
-"""What a session is, in a line: its id, project, title (a title Claude Code gave it, else its first prompt) and
-dates, read from the first lines of its transcript; and finding a session by what a user types (an id prefix,
-`latest`)."""
+"""What a session is, in a line: its id, project, title (a title Claude Code gave it, else its first
+prompt) and dates, read from the first lines of its transcript; and finding a session by what a user
+types (an id prefix, `latest`)."""
 
 from __future__ import annotations
 
@@ -52,9 +52,18 @@ def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
             info.last_ts = stamp
         kind = obj.get("type")
         for key in ("customTitle", "aiTitle", "title", "summary"):
-            if kind in ("custom-title", "ai-title", "summary") and isinstance(obj.get(key), str) and obj[key].strip():
+            if (
+                kind in ("custom-title", "ai-title", "summary")
+                and isinstance(obj.get(key), str)
+                and obj[key].strip()
+            ):
                 named = obj[key]
-        if prompt is None and kind == "user" and not obj.get("isMeta") and not obj.get("isSidechain"):
+        if (
+            prompt is None
+            and kind == "user"
+            and not obj.get("isMeta")
+            and not obj.get("isSidechain")
+        ):
             prompt = prompt_text(obj.get("message"))
     title = named or prompt
     info.title = shorten(title) if title else None
@@ -62,7 +71,8 @@ def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
 
 
 def describe_file(path: Path) -> SessionInfo:
-    """Read the first lines of the transcript at `path` and return what they say (its mtime as the last date)."""
+    """Read the first lines of the transcript at `path` and return what they say (its mtime as the
+    last date)."""
     lines: list[bytes] = []
     with open(path, "rb") as handle:
         for raw in handle:
@@ -79,9 +89,17 @@ def prompt_text(message: Any) -> str | None:
     if not isinstance(message, dict):
         return None
     content = message.get("content")
-    texts = [content] if isinstance(content, str) else [
-        block.get("text") for block in content or [] if isinstance(block, dict) and block.get("type") == "text"
-    ] if isinstance(content, list) else []
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [
+            block.get("text")
+            for block in content or []
+            if isinstance(block, dict) and block.get("type") == "text"
+        ]
+        if isinstance(content, list)
+        else []
+    )
     for text in texts:
         if isinstance(text, str) and text.strip() and not _WRAPPERS.search(text):
             return text
@@ -118,15 +136,22 @@ def session_files(folders: Iterable[Path]) -> list[Path]:
             names = os.listdir(folder)
         except OSError:
             continue
-        found += [folder / name for name in names
-                  if name.endswith(".jsonl") and not name.startswith(("agent-", ".")) and (folder / name).is_file()]
+        found += [
+            folder / name
+            for name in names
+            if name.endswith(".jsonl")
+            and not name.startswith(("agent-", "."))
+            and (folder / name).is_file()
+        ]
     return sorted(found)
 
 
-def project_folders(roots: Iterable[Path], on_error: Callable[[OSError], None] | None = None) -> list[Path]:
-    """Every project folder under the transcript roots, symlinked ones too, each real folder once (by device and
-    inode; by its real path when it also has one there). A link that cannot be followed (to nothing, say) goes to
-    `on_error` as an OSError naming it."""
+def project_folders(
+    roots: Iterable[Path], on_error: Callable[[OSError], None] | None = None
+) -> list[Path]:
+    """Every project folder under the transcript roots, symlinked ones too, each real folder once
+    (by device and inode; by its real path when it also has one there). A link that cannot be
+    followed (to nothing, say) goes to `on_error` as an OSError naming it."""
     found: list[tuple[Path, bool, tuple[int, int]]] = []
     for root in roots:
         try:
@@ -139,14 +164,22 @@ def project_folders(roots: Iterable[Path], on_error: Callable[[OSError], None] |
                 status = os.stat(path)
             except OSError as exc:
                 if on_error is not None and os.path.islink(path):
-                    on_error(OSError(exc.errno, f"a symlink to {os.readlink(path)} that cannot be followed "
-                                                f"({exc.strerror})", str(path)))
+                    on_error(
+                        OSError(
+                            exc.errno,
+                            f"a symlink to {os.readlink(path)} that cannot be followed "
+                            f"({exc.strerror})",
+                            str(path),
+                        )
+                    )
                 continue
             if stat.S_ISDIR(status.st_mode):
                 found.append((path, os.path.islink(path), (status.st_dev, status.st_ino)))
     seen: set[tuple[int, int]] = set()
     kept: set[Path] = set()
-    for path, _is_link, key in sorted(found, key=lambda item: item[1]):  # real folders before links (stable)
+    for path, _is_link, key in sorted(
+        found, key=lambda item: item[1]
+    ):  # real folders before links (stable)
         if key not in seen:
             seen.add(key)
             kept.add(path)
@@ -158,10 +191,15 @@ class AmbiguousSession(FileNotFoundError):
 
 
 def by_prefix(prefix: str, files: Iterable[Path]) -> list[Path]:
-    """The session files whose id starts with `prefix`; raise AmbiguousSession when they are several sessions."""
+    """The session files whose id starts with `prefix`; raise AmbiguousSession when they are several
+    sessions."""
     matches = [path for path in files if path.stem.startswith(prefix)]
     if len({path.stem for path in matches}) > 1:
-        listed = "; ".join(f"{path.stem} ({path.parent.name}, {local_time(path.stat().st_mtime)})"
-                           for path in sorted(matches, key=lambda item: item.stem)[:10])
-        raise AmbiguousSession(f"{prefix}: {len(matches)} sessions start with it: {listed}; type more of the id")
+        listed = "; ".join(
+            f"{path.stem} ({path.parent.name}, {local_time(path.stat().st_mtime)})"
+            for path in sorted(matches, key=lambda item: item.stem)[:10]
+        )
+        raise AmbiguousSession(
+            f"{prefix}: {len(matches)} sessions start with it: {listed}; type more of the id"
+        )
     return matches

@@ -1,21 +1,23 @@
 """The sidechains (subagent runs) of a session, each named by its agent.
 
-`find_sidechains(index, agent_files)` reads: a subagent's name is the `input.subagent_type` of the Task
-(or, in newer releases, Agent) tool call that started it, and what links a run of sidechain lines to that
-call differs by layout (see shared/transcript-format.md, section 1):
+`find_sidechains(index, agent_files)` reads: a subagent's name is the `input.subagent_type` of the
+Task (or, in newer releases, Agent) tool call that started it, and what links a run of sidechain
+lines to that call differs by layout (see shared/transcript-format.md, section 1):
 
-- inline `isSidechain` lines (1.0.x): the run's first user message is the Task call's `input.prompt`.
-- `agent-<id>.jsonl` beside the session (2.0.x) and `<session>/subagents/agent-<id>.jsonl` (2.1.x): the
-  session holds `progress` lines with `data.type == "agent_progress"`, `data.agentId` and
-  `parentToolUseID` (the Task's tool_use id), and the Task's result line carries `toolUseResult.agentId`;
-  either names the call. Failing both, the agent's first user message is matched against the prompts of
-  the Task calls not linked yet, and failing that, the `agentType` of `agent-<id>.meta.json` (2.1.x) names
-  it without a call.
-- compaction runs as an agent whose id starts with `acompact` (`agent-acompact-*.jsonl`); no Task call
-  starts it, and it is named "compaction".
+- inline `isSidechain` lines (1.0.x): the run's first user message is the Task call's
+  `input.prompt`.
+- `agent-<id>.jsonl` beside the session (2.0.x) and `<session>/subagents/agent-<id>.jsonl` (2.1.x):
+  the session holds `progress` lines with `data.type == "agent_progress"`, `data.agentId` and
+  `parentToolUseID` (the Task's tool_use id), and the Task's result line carries
+  `toolUseResult.agentId`; either names the call. Failing both, the agent's first user message is
+  matched against the prompts of the Task calls not linked yet, and failing that, the `agentType` of
+  `agent-<id>.meta.json` (2.1.x) names it without a call.
+- compaction runs as an agent whose id starts with `acompact` (`agent-acompact-*.jsonl`); no Task
+  call starts it, and it is named "compaction".
 
-A sidechain is "unknown" only when none of this links it. Only the few lines that can hold a link are
-parsed: one pass over the raw bytes finds the lines that mention `"subagent_type"` or `"agentId"`.
+A sidechain is "unknown" only when none of this links it. Only the few lines that can hold a link
+are parsed: one pass over the raw bytes finds the lines that mention `"subagent_type"` or
+`"agentId"`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ AGENT_ID_FIELD = re.compile(rb'"agentId"\s*:\s*"([^"\\]+)"')
 
 @dataclass(frozen=True)
 class TaskCall:
-    """A tool call that starts a subagent (its input has `subagent_type`): where it is and what it asked."""
+    """A tool call that starts a subagent (its input has `subagent_type`): where it is and what it
+    asked."""
 
     tool_id: str
     path: str
@@ -66,11 +69,11 @@ class TaskCall:
 class Sidechain:
     """One subagent run, named by its agent.
 
-    `path` holds its lines: from `first_line`, `line_count` lines with a uuid (a whole agent file, or one inline
-    run). `anchor` is the line it hangs from in `anchor_path` (the Task tool_use line; for a compaction agent,
-    the session line it summarises up to), None when nothing links it; `result_line` is the Task's result line
-    there. `linked_by` says what gave the name: "prompt", "progress", "tool_result", "meta", "compaction" or
-    "none".
+    `path` holds its lines: from `first_line`, `line_count` lines with a uuid (a whole agent file,
+    or one inline run). `anchor` is the line it hangs from in `anchor_path` (the Task tool_use line;
+    for a compaction agent, the session line it summarises up to), None when nothing links it;
+    `result_line` is the Task's result line there. `linked_by` says what gave the name: "prompt",
+    "progress", "tool_result", "meta", "compaction" or "none".
     """
 
     agent: str
@@ -89,7 +92,9 @@ class Sidechain:
 @dataclass
 class _Links:
     tasks: dict[str, TaskCall] = field(default_factory=dict)  # tool id -> the call
-    agent_tool: dict[str, tuple[str, str]] = field(default_factory=dict)  # agent id -> (tool id, how found)
+    agent_tool: dict[str, tuple[str, str]] = field(
+        default_factory=dict
+    )  # agent id -> (tool id, how found)
     claimed: set[str] = field(default_factory=set)  # tool ids already given to a sidechain
 
 
@@ -107,9 +112,9 @@ def find_sidechains(
     fs: FileSystem = REAL_FS,
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> list[Sidechain]:
-    """Given a finished session index and its agent files (`riffd.transcript.projects.agent_files_of`), return its
-    sidechains named by agent, ordered by the line they hang from (unlinked ones last). Raise OSError when a file
-    cannot be read."""
+    """Given a finished session index and its agent files
+    (`riffd.transcript.projects.agent_files_of`), return its sidechains named by agent, ordered by
+    the line they hang from (unlinked ones last). Raise OSError when a file cannot be read."""
     links = _Links()
     _scan_links(index, links, fs=fs, retry=retry)
     agents = []
@@ -124,7 +129,10 @@ def find_sidechains(
         if found is not None:
             decided[position] = found
     runs = _inline_runs(index)
-    inline = [_inline_sidechain(index, start, count, links, indexes, fs=fs, retry=retry) for start, count in runs]
+    inline = [
+        _inline_sidechain(index, start, count, links, indexes, fs=fs, retry=retry)
+        for start, count in runs
+    ]
     for position, agent in enumerate(agents):
         if position not in decided:
             decided[position] = _by_prompt_or_meta(agent, index, links, indexes, fs=fs, retry=retry)
@@ -132,20 +140,28 @@ def find_sidechains(
     return _ordered(sidechains, index.path)
 
 
-def _index_agent_file(path: Path, session: TranscriptIndex, *, fs: FileSystem, retry: RetryPolicy) -> TranscriptIndex:
-    """Index an agent file; parents that are lines of the session (compaction agents) become cross-file links."""
+def _index_agent_file(
+    path: Path, session: TranscriptIndex, *, fs: FileSystem, retry: RetryPolicy
+) -> TranscriptIndex:
+    """Index an agent file; parents that are lines of the session (compaction agents) become
+    cross-file links."""
     agent_index = TranscriptIndex(str(path))
     for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry):
         agent_index.add_lines(offset, lines, terminated)
     agent_index.finish()
-    in_session = {parent for parent in agent_index.dangling.values() if parent in session.line_of_uuid}
+    in_session = {
+        parent for parent in agent_index.dangling.values() if parent in session.line_of_uuid
+    }
     if in_session:
         agent_index.resolve_external(in_session)
     return agent_index
 
 
-def _scan_links(index: TranscriptIndex, links: _Links, *, fs: FileSystem, retry: RetryPolicy) -> None:
-    """One pass over the raw bytes of an indexed file: parse only the lines that mention a link field."""
+def _scan_links(
+    index: TranscriptIndex, links: _Links, *, fs: FileSystem, retry: RetryPolicy
+) -> None:
+    """One pass over the raw bytes of an indexed file: parse only the lines that mention a link
+    field."""
     offsets, path = index.offsets, index.path
     base = index.start
     carry = b""
@@ -178,12 +194,19 @@ def _scan_links(index: TranscriptIndex, links: _Links, *, fs: FileSystem, retry:
 
 
 def _read_link_line(raw: bytes, path: str, line: int, links: _Links) -> None:
-    if b'"subagent_type"' not in raw and b'"agent_progress"' not in raw and b'"toolUseResult"' not in raw:
+    if (
+        b'"subagent_type"' not in raw
+        and b'"agent_progress"' not in raw
+        and b'"toolUseResult"' not in raw
+    ):
         return  # an agent's own lines all carry its agentId: only these three kinds of line can link
     if b'"agent_progress"' in raw:
-        # A session writes one progress line per subagent message: parse only until its agent is linked.
+        # A session writes one progress line per subagent message: parse only until its agent is
+        # linked.
         named = AGENT_ID_FIELD.findall(raw)
-        if named and all(agent_id.decode("utf-8", "replace") in links.agent_tool for agent_id in named):
+        if named and all(
+            agent_id.decode("utf-8", "replace") in links.agent_tool for agent_id in named
+        ):
             return
     record = parse_line(raw)
     if not isinstance(record, dict):
@@ -202,33 +225,55 @@ def _read_link_line(raw: bytes, path: str, line: int, links: _Links) -> None:
         return
     if kind == "assistant":
         for block in content:
-            if not isinstance(block, dict) or block.get("type") != "tool_use" or not isinstance(block.get("id"), str):
+            if (
+                not isinstance(block, dict)
+                or block.get("type") != "tool_use"
+                or not isinstance(block.get("id"), str)
+            ):
                 continue
             tool_input = block.get("input")
             if isinstance(tool_input, dict) and "subagent_type" in tool_input:
                 subagent_type, prompt = tool_input.get("subagent_type"), tool_input.get("prompt")
-                links.tasks.setdefault(block["id"], TaskCall(
-                    block["id"], path, line, subagent_type if isinstance(subagent_type, str) else None,
-                    prompt.strip() if isinstance(prompt, str) else None))
+                links.tasks.setdefault(
+                    block["id"],
+                    TaskCall(
+                        block["id"],
+                        path,
+                        line,
+                        subagent_type if isinstance(subagent_type, str) else None,
+                        prompt.strip() if isinstance(prompt, str) else None,
+                    ),
+                )
     elif kind == "user":
         result = record.get("toolUseResult")
         agent_id = result.get("agentId") if isinstance(result, dict) else None
-        answered = [block.get("tool_use_id") for block in content
-                    if isinstance(block, dict) and block.get("type") == "tool_result"]
+        answered = [
+            block.get("tool_use_id")
+            for block in content
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
         if isinstance(agent_id, str) and len(answered) == 1 and isinstance(answered[0], str):
             links.agent_tool.setdefault(agent_id, (answered[0], "tool_result"))
 
 
-def _message_text(index: TranscriptIndex, line: int, *, fs: FileSystem, retry: RetryPolicy) -> str | None:
-    """Re-read one line and return its message text (a string, or its text blocks joined), stripped."""
+def _message_text(
+    index: TranscriptIndex, line: int, *, fs: FileSystem, retry: RetryPolicy
+) -> str | None:
+    """Re-read one line and return its message text (a string, or its text blocks joined),
+    stripped."""
     record = parse_line(read_span(index.path, *index.span(line), fs=fs, retry=retry).rstrip(b"\n"))
     message = record.get("message") if isinstance(record, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str):
         return content.strip()
     if isinstance(content, list):
-        texts = [block["text"] for block in content
-                 if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str)]
+        texts = [
+            block["text"]
+            for block in content
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ]
         return "\n".join(texts).strip() if texts else None
     return None
 
@@ -241,13 +286,21 @@ def _first_prompt_line(index: TranscriptIndex) -> int | None:
     return None
 
 
-def _claim_by_prompt(prompt: str | None, before: int | None, path: str, links: _Links) -> TaskCall | None:
-    """The first unclaimed Task call asking exactly `prompt`, preferring one before line `before` of `path`."""
+def _claim_by_prompt(
+    prompt: str | None, before: int | None, path: str, links: _Links
+) -> TaskCall | None:
+    """The first unclaimed Task call asking exactly `prompt`, preferring one before line `before` of
+    `path`."""
     if not prompt:
         return None
-    candidates = sorted((call for call in links.tasks.values()
-                         if call.prompt == prompt and call.tool_id not in links.claimed),
-                        key=lambda call: (call.path != path, call.line))
+    candidates = sorted(
+        (
+            call
+            for call in links.tasks.values()
+            if call.prompt == prompt and call.tool_id not in links.claimed
+        ),
+        key=lambda call: (call.path != path, call.line),
+    )
     if before is not None:
         earlier = [call for call in candidates if call.path == path and call.line < before]
         candidates = earlier or candidates
@@ -257,19 +310,33 @@ def _claim_by_prompt(prompt: str | None, before: int | None, path: str, links: _
     return candidates[0]
 
 
-def _with_call(base: Sidechain, call: TaskCall, linked_by: str, indexes: dict[str, TranscriptIndex]) -> Sidechain:
+def _with_call(
+    base: Sidechain, call: TaskCall, linked_by: str, indexes: dict[str, TranscriptIndex]
+) -> Sidechain:
     """`base` named and anchored by the Task call that started it."""
     owner = indexes.get(call.path)
     results = owner.results.get(call.tool_id) if owner is not None else None
-    return replace(base, agent=call.subagent_type or UNKNOWN_AGENT, tool_use_id=call.tool_id, anchor=call.line,
-                   anchor_path=call.path, result_line=results[0].line if results else None, linked_by=linked_by)
+    return replace(
+        base,
+        agent=call.subagent_type or UNKNOWN_AGENT,
+        tool_use_id=call.tool_id,
+        anchor=call.line,
+        anchor_path=call.path,
+        result_line=results[0].line if results else None,
+        linked_by=linked_by,
+    )
 
 
 def _inline_runs(index: TranscriptIndex) -> list[tuple[int, int]]:
-    """(first line, line count) of each run of inline sidechain lines, grouped by the line they start from."""
+    """(first line, line count) of each run of inline sidechain lines, grouped by the line they
+    start from."""
     flags, parents, uuids = index.flags, index.parents, index.uuids
-    sidechain_table = bytes(1 if value & SIDECHAIN and value & MESSAGE else 0 for value in range(256))
-    main_table = bytes(1 if value & MESSAGE and not value & SIDECHAIN else 0 for value in range(256))
+    sidechain_table = bytes(
+        1 if value & SIDECHAIN and value & MESSAGE else 0 for value in range(256)
+    )
+    main_table = bytes(
+        1 if value & MESSAGE and not value & SIDECHAIN else 0 for value in range(256)
+    )
     first = flags.translate(sidechain_table).find(1)
     if first < 0 or flags.translate(main_table).find(1) < 0:
         return []  # no sidechain lines, or only them: a subagent's own transcript
@@ -280,7 +347,11 @@ def _inline_runs(index: TranscriptIndex) -> list[tuple[int, int]]:
         if uuids[line] is None:
             continue
         parent, line_flags = parents[line], flags[line]
-        if 0 <= parent < line and run_of[parent] >= 0 and (line_flags & SIDECHAIN or not line_flags & MESSAGE):
+        if (
+            0 <= parent < line
+            and run_of[parent] >= 0
+            and (line_flags & SIDECHAIN or not line_flags & MESSAGE)
+        ):
             run = run_of[parent]
         elif line_flags & SIDECHAIN:
             run = len(starts)
@@ -294,11 +365,19 @@ def _inline_runs(index: TranscriptIndex) -> list[tuple[int, int]]:
 
 
 def _inline_sidechain(
-    index: TranscriptIndex, start: int, count: int, links: _Links, indexes: dict[str, TranscriptIndex],
-    *, fs: FileSystem, retry: RetryPolicy,
+    index: TranscriptIndex,
+    start: int,
+    count: int,
+    links: _Links,
+    indexes: dict[str, TranscriptIndex],
+    *,
+    fs: FileSystem,
+    retry: RetryPolicy,
 ) -> Sidechain:
     base = Sidechain(UNKNOWN_AGENT, INLINE, index.path, start, count)
-    call = _claim_by_prompt(_message_text(index, start, fs=fs, retry=retry), start, index.path, links)
+    call = _claim_by_prompt(
+        _message_text(index, start, fs=fs, retry=retry), start, index.path, links
+    )
     if call is not None:
         return _with_call(base, call, "prompt", indexes)
     parent = index.parents[start]
@@ -313,7 +392,9 @@ def _line_count(index: TranscriptIndex) -> int:
     return len(index.uuids) - index.uuids.count(None)
 
 
-def _by_agent_id(agent: _AgentFile, links: _Links, indexes: dict[str, TranscriptIndex]) -> Sidechain | None:
+def _by_agent_id(
+    agent: _AgentFile, links: _Links, indexes: dict[str, TranscriptIndex]
+) -> Sidechain | None:
     if agent.agent_id.startswith(COMPACTION_PREFIX):
         return None  # decided later: a compaction agent has no Task call
     found = links.agent_tool.get(agent.agent_id)
@@ -321,24 +402,45 @@ def _by_agent_id(agent: _AgentFile, links: _Links, indexes: dict[str, Transcript
     if found is None or call is None:
         return None
     links.claimed.add(call.tool_id)
-    base = Sidechain(UNKNOWN_AGENT, _layout(agent.path), str(agent.path), 0, _line_count(agent.index),
-                     agent_id=agent.agent_id)
+    base = Sidechain(
+        UNKNOWN_AGENT,
+        _layout(agent.path),
+        str(agent.path),
+        0,
+        _line_count(agent.index),
+        agent_id=agent.agent_id,
+    )
     return _with_call(base, call, found[1], indexes)
 
 
 def _by_prompt_or_meta(
-    agent: _AgentFile, session: TranscriptIndex, links: _Links, indexes: dict[str, TranscriptIndex],
-    *, fs: FileSystem, retry: RetryPolicy,
+    agent: _AgentFile,
+    session: TranscriptIndex,
+    links: _Links,
+    indexes: dict[str, TranscriptIndex],
+    *,
+    fs: FileSystem,
+    retry: RetryPolicy,
 ) -> Sidechain:
-    base = Sidechain(UNKNOWN_AGENT, _layout(agent.path), str(agent.path), 0, _line_count(agent.index),
-                     agent_id=agent.agent_id)
+    base = Sidechain(
+        UNKNOWN_AGENT,
+        _layout(agent.path),
+        str(agent.path),
+        0,
+        _line_count(agent.index),
+        agent_id=agent.agent_id,
+    )
     anchor = _session_anchor(agent.index, session)
     if anchor is not None:
         base = replace(base, anchor=anchor, anchor_path=session.path)
     if agent.agent_id.startswith(COMPACTION_PREFIX):
         return replace(base, agent=COMPACTION_AGENT, linked_by="compaction")
     prompt_line = _first_prompt_line(agent.index)
-    prompt = _message_text(agent.index, prompt_line, fs=fs, retry=retry) if prompt_line is not None else None
+    prompt = (
+        _message_text(agent.index, prompt_line, fs=fs, retry=retry)
+        if prompt_line is not None
+        else None
+    )
     call = _claim_by_prompt(prompt, None, session.path, links)
     if call is not None:
         return _with_call(base, call, "prompt", indexes)
@@ -349,7 +451,8 @@ def _by_prompt_or_meta(
 
 
 def _session_anchor(agent_index: TranscriptIndex, session: TranscriptIndex) -> int | None:
-    """The session line an agent's active chain starts from (compaction agents hang from session lines)."""
+    """The session line an agent's active chain starts from (compaction agents hang from session
+    lines)."""
     if not agent_index.external_parent:
         return None
     line = newest_leaf(agent_index)
@@ -364,7 +467,8 @@ def _session_anchor(agent_index: TranscriptIndex, session: TranscriptIndex) -> i
 
 
 def _meta_agent_type(path: Path) -> str | None:
-    """The `agentType` of `agent-<id>.meta.json` beside an agent file (2.1.x), None when absent or unreadable."""
+    """The `agentType` of `agent-<id>.meta.json` beside an agent file (2.1.x), None when absent or
+    unreadable."""
     meta = path.with_suffix(".meta.json")
     try:
         record = orjson.loads(meta.read_bytes())
@@ -378,10 +482,13 @@ def _meta_agent_type(path: Path) -> str | None:
 
 
 def _ordered(sidechains: list[Sidechain], session_path: str) -> list[Sidechain]:
-    """Sidechains in the order of the session line they hang from; nested agents after their parent agent's
-    place, unlinked ones last."""
-    place = {sidechain.path: sidechain.anchor for sidechain in sidechains
-             if sidechain.anchor_path == session_path and sidechain.layout != INLINE}
+    """Sidechains in the order of the session line they hang from; nested agents after their parent
+    agent's place, unlinked ones last."""
+    place = {
+        sidechain.path: sidechain.anchor
+        for sidechain in sidechains
+        if sidechain.anchor_path == session_path and sidechain.layout != INLINE
+    }
     unplaced = float("inf")
 
     def key(sidechain: Sidechain) -> tuple[float, int, int, str, int]:
@@ -390,7 +497,13 @@ def _ordered(sidechains: list[Sidechain], session_path: str) -> list[Sidechain]:
             return float(anchor), 0, anchor, sidechain.path, sidechain.first_line
         if sidechain.anchor_path is not None:
             outer = place.get(sidechain.anchor_path)
-            return (float(outer) if outer is not None else unplaced), 1, anchor, sidechain.path, sidechain.first_line
+            return (
+                (float(outer) if outer is not None else unplaced),
+                1,
+                anchor,
+                sidechain.path,
+                sidechain.first_line,
+            )
         return unplaced, 2, 0, sidechain.path, sidechain.first_line
 
     return sorted(sidechains, key=key)
