@@ -362,7 +362,7 @@ def storage(label: str, corpus: Path, db_path: Path) -> dict[str, Any]:
 
 def sample_queries(corpus: Path, count: int, seed: int) -> list[dict[str, Any]]:
     """Sample `count` queries (words of real texts in the corpus, some with a filter); seeded."""
-    from riffd.archive.pieces import text_of
+    from riffd.archive.contents import text_of
 
     rng = random.Random(seed)
     files = sorted(corpus.rglob("*.jsonl"))

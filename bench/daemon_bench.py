@@ -94,9 +94,9 @@ from typing import Any
 import orjson
 import scan_bench
 
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
+from riffd.state.store import StateStore
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_chunks
 from riffd.transcript.scan import analyse_appended, index_file

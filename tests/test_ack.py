@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
-from riffd.daemon.report import build_report, render_markdown
-from riffd.daemon.state import StateStore, Watermark
+from riffd.reports.build import build_report
+from riffd.reports.markdown import render_markdown
+from riffd.state.store import StateStore, Watermark
 from riffd.transcript.scan import scan_file
 
 GARBAGE = b'{"type":"user","message":{"role":"us\n'  # a torn fragment a later write closed: line 6

@@ -22,20 +22,23 @@ LAYERS = {
     "riffd": 0,
     "riffd.fsio": 0,
     "riffd.logs": 0,
-    "riffd.registry": 0,
     "riffd.forking": 0,
+    "riffd.display": 0,
     "riffd.paths": 1,
     "riffd.database": 1,
+    "riffd.claude_code": 1,
     "riffd.transcript": 2,
     "riffd.config": 3,
     "riffd.repair": 3,
     "riffd.archive": 3,
     "riffd.tracker": 3,
-    "riffd.claude": 3,
-    "riffd.daemon": 4,
-    "riffd.commands": 5,
-    "riffd.entry": 6,
-    "riffd.__main__": 7,
+    "riffd.state": 3,
+    "riffd.hooks": 4,
+    "riffd.reports": 4,
+    "riffd.daemon": 5,
+    "riffd.commands": 6,
+    "riffd.entry": 7,
+    "riffd.__main__": 8,
 }
 
 
@@ -186,8 +189,7 @@ BEING_SPLIT = {
     "riffd.repair.planner",
     "riffd.fsio",
     "riffd.repair.writer",
-    "riffd.daemon.report",
-    "riffd.daemon.state",
+    "riffd.state.store",
     "riffd.archive.wholefiles",
     "riffd.archive.store",
     "riffd.daemon.runner",
@@ -221,3 +223,15 @@ def test_the_readme_layout_names_every_subpackage_and_top_level_module() -> None
     subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
     top_level = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("__")}
     assert named == subpackages | top_level
+
+
+def test_every_package_map_names_each_of_its_modules() -> None:
+    """A package's `__init__` docstring is its map: it names every module in it (as `name`)."""
+    missing = {}
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        named = set(re.findall(r"`(\w+)`", docstring))
+        modules = {path.stem for path in init.parent.glob("*.py") if path.stem != "__init__"}
+        if modules - named:
+            missing[init.parent.name] = sorted(modules - named)
+    assert missing == {}

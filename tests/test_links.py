@@ -15,14 +15,14 @@ import pytest
 import damage
 from conftest import CORPUS_DIR, corpus_lines, dead_pid, requires_corpus
 from riffd.archive.store import Archive
+from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.daemon.report import build_report
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
-from riffd.paths import iter_transcripts
 from riffd.repair.recovery import recover_and_sweep
+from riffd.reports.build import build_report
+from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
 BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"

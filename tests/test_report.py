@@ -18,9 +18,11 @@ from conftest import CORPUS_DIR, corpus_lines, requires_corpus, write_config
 from riffd.commands.cli import main
 from riffd.commands.daemon import EXIT_NOT_RUNNING
 from riffd.daemon.lock import StateLock, running_pid
-from riffd.daemon.report import build_report, percentile, read_latest, render_markdown, write_report
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.reports.build import build_report, percentile
+from riffd.reports.markdown import render_markdown
+from riffd.reports.publish import read_latest, write_report
+from riffd.state.store import StateStore
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -202,7 +204,7 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(
     tmp_path: Path,
 ) -> None:
-    from riffd.daemon.state import Watermark
+    from riffd.state.store import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
@@ -218,7 +220,7 @@ def test_files_with_only_informational_findings_do_not_count_as_having_findings(
 def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(
     tmp_path: Path,
 ) -> None:
-    from riffd.daemon.state import Watermark
+    from riffd.state.store import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
@@ -259,7 +261,7 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
     from riffd.archive.ingest import ingest_file
     from riffd.archive.store import Archive
     from riffd.daemon.jobs import archive_summary
-    from riffd.daemon.state import Watermark
+    from riffd.state.store import Watermark
 
     claude = tmp_path / "claude"
     claude.mkdir()
@@ -303,7 +305,7 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     theirs."""
     import threading
 
-    from riffd.daemon.stats import ERRORS_KEPT, Stats
+    from riffd.daemon.counters import ERRORS_KEPT, Stats
 
     stats, failures, stop = Stats(), [], threading.Event()
 

@@ -13,9 +13,10 @@ import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
 from riffd.config import TrackerConfig
-from riffd.daemon.report import build_report, render_markdown
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.reports.build import build_report
+from riffd.reports.markdown import render_markdown
+from riffd.state.store import StateStore
 from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED
 from riffd.tracker.tracker import (
     DEFAULT_MAX_CALLS,

@@ -13,10 +13,11 @@ import pytest
 import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
 from riffd.daemon.cache import IndexCache
-from riffd.daemon.report import build_report, render_markdown
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy
+from riffd.reports.build import build_report
+from riffd.reports.markdown import render_markdown
+from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
 BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"

@@ -11,8 +11,8 @@ from typing import Any
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
-from riffd.daemon.state import STATE_NAME
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
+from riffd.state.store import STATE_NAME
 
 EXIT_NOT_RUNNING = (
     3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
@@ -134,8 +134,8 @@ def current_report(
     `status` does not read); the report is None when riffd has no state here yet. Raise
     DatabaseDamaged or sqlite3.Error when the state cannot be read."""
     from riffd.daemon.lock import lock_time, running_pid
-    from riffd.daemon.report import build_report
-    from riffd.daemon.state import StateStore
+    from riffd.reports.build import build_report
+    from riffd.state.store import StateStore
 
     pid = running_pid(config.state_dir)
     path = config.state_dir / STATE_NAME
@@ -191,7 +191,8 @@ def _state_error(config: Config, exc: Exception) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """`riffd report`: write a report now; exit 0 healthy, 1 not, 2 when there is no state to report
     on."""
-    from riffd.daemon.report import render_markdown, write_report
+    from riffd.reports.markdown import render_markdown
+    from riffd.reports.publish import write_report
 
     config = load_despite_errors(args)
     if config is None:
@@ -220,7 +221,7 @@ def run_report(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not
     running, 2 when the state cannot be read."""
-    from riffd.daemon.report import render_markdown
+    from riffd.reports.markdown import render_markdown
 
     config = load_despite_errors(args)
     if config is None:

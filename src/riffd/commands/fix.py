@@ -15,6 +15,7 @@ from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
+from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -29,7 +30,6 @@ from riffd.commands.common import (
 from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
-from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
 from riffd.repair.outcomes import (

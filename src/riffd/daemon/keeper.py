@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import DEFAULT_RETRY, RetryPolicy
+from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import SessionFile, all_session_files
 
 log = logging.getLogger(__name__)

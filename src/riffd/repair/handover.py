@@ -28,11 +28,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, retrying_call
 from riffd.repair.carry import carry_back, carry_forward, holders_of, verify_forward
 from riffd.repair.journal import CHECKED, SWAP, UNDO, Journal, Pair, SwapRecord
 from riffd.repair.lines import LineConflict, read_bytes
-from riffd.transcript.liveness import session_liveness
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)

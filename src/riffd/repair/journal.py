@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from riffd.display import key_path, path_key
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
@@ -32,7 +33,6 @@ from riffd.fsio import (
     remove_leftover,
     retrying_call,
 )
-from riffd.paths import key_path, path_key
 from riffd.repair.locks import try_flock
 from riffd.transcript.reader import iter_fd
 
@@ -94,7 +94,7 @@ class SwapRecord:
 
     def encode(self) -> bytes:
         """Return the record as one journal line (names that are not valid text kept exactly:
-        riffd.paths.path_key)."""
+        riffd.display.path_key)."""
         return orjson.dumps(_texts(asdict(self), path_key)) + b"\n"
 
     @classmethod

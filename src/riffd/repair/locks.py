@@ -26,13 +26,13 @@ import stat
 import time
 from pathlib import Path
 
+from riffd.claude_code.liveness import pid_is_alive
 from riffd.fsio import (
     NOFOLLOW,
     REAL_FS,
     FileSystem,
     ensure_private_folder,
 )
-from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from riffd.claude_code.folders import claude_config_dir
+from riffd.claude_code.liveness import claude_dirs_for
 from riffd.fsio import (
     DEFAULT_RETRY,
     REAL_FS,
@@ -19,9 +21,8 @@ from riffd.fsio import (
     RetryPolicy,
     retrying_call,
 )
-from riffd.paths import claude_config_dir, default_backup_dir
+from riffd.paths import default_backup_dir
 from riffd.repair.plan import Edit
-from riffd.transcript.liveness import claude_dirs_for
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)

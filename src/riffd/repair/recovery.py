@@ -14,8 +14,9 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from riffd.claude_code.liveness import pid_is_alive
+from riffd.claude_code.walk import iter_transcripts
 from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, remove_leftover
-from riffd.paths import iter_transcripts
 from riffd.repair.handover import (
     ABANDONED,
     FINISHED,
@@ -27,7 +28,6 @@ from riffd.repair.handover import (
 )
 from riffd.repair.journal import JOURNAL_SUFFIX, STAGING_SUFFIX, Journal, SwapRecord, read_journal
 from riffd.repair.locks import remove_stale_temps, try_flock
-from riffd.transcript.liveness import pid_is_alive
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ def recover_and_sweep(
     fs: FileSystem = REAL_FS,
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> list[Path]:
-    """In every transcript folder under `roots` (the folders riffd.paths walks: symlinked ones
+    """In every transcript folder under `roots` (the folders riffd.claude_code.walk walks: symlinked ones
     followed), look again at the unfinished swaps, then remove riffd's stale temp files
     (`riffd.repair.locks.remove_stale_temps`); return the temp files removed."""
     folders: list[Path] = []

@@ -13,6 +13,7 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
@@ -37,7 +38,6 @@ from riffd.repair.outcomes import (
     failure,
 )
 from riffd.repair.writer import rewrite
-from riffd.transcript.liveness import session_liveness
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)

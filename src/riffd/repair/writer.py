@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
@@ -69,7 +70,6 @@ from riffd.repair.swap import (
     where_is,
 )
 from riffd.transcript.findings import Finding
-from riffd.transcript.liveness import session_liveness
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)

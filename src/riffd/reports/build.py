@@ -11,20 +11,16 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
-from riffd.daemon.metrics import render_metrics
-from riffd.daemon.state import StateStore
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
-from riffd.fsio import IO_STATS, replace_file
-from riffd.paths import displayed, shell_word
+from riffd.display import shell_word
+from riffd.fsio import IO_STATS
+from riffd.state.store import StateStore
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
@@ -286,65 +282,6 @@ def _backup_summary(backup_dir: Path) -> dict[str, Any]:
     }
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    """Return a short human-readable summary of a report."""
-    daemon, files, repairs = report["daemon"], report["files"], report["repairs"]
-    status = "healthy" if report["healthy"] else "needs attention"
-    tracker = report.get("tracker") or _tracker_summary(
-        {}
-    )  # reports written before the tracker lack it
-    lines = [
-        f"# riffd health report ({report['generated_at']})",
-        "",
-        f"**{status}**" + ("" if report["healthy"] else ": " + "; ".join(report["problems"])),
-        "",
-        f"- daemon: {_daemon_words(daemon)}",
-        _config_line(daemon),
-        f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
-        f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
-        f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
-        f"- open findings: {_counts(report['findings']['open'])}"
-        + (
-            f"; acknowledged: {_counts(report['findings']['acknowledged'])}"
-            if report["findings"].get("acknowledged")
-            else ""
-        ),
-        _pending_line(report["findings"].get("pending", [])),
-        *_attention_lines(report.get("attention", [])),
-        f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
-        f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
-        + (
-            ", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"])
-            or "-"
-        ),
-        _archive_line(report.get("archive") or {}),
-        f"- repaired findings: {_counts(report['findings']['repaired'])}",
-        f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
-        f"failed {_counts(repairs['failed'])}",
-        f"- backups: {report['backups']['count']} ({report['backups']['bytes']:,} bytes), oldest "
-        f"{report['backups']['oldest'] or '-'}",
-        f"- I/O: {report['io']['retries']} retries, {report['io']['give_ups']} give-ups",
-        f"- latency (event to done): p50 {_seconds(report['latency_seconds']['p50'])}, p95 "
-        f"{_seconds(report['latency_seconds']['p95'])}, max {_seconds(report['latency_seconds']['max'])}",
-    ]
-    for name, database in (report.get("databases") or {}).items():
-        if database["moved_aside"]:
-            lines.append(
-                f"- {name} database: damaged earlier, moved aside to {', '.join(database['moved_aside'])}"
-                + (
-                    " (rebuilt by a rescan; delete the old file when you like)"
-                    if name == "state"
-                    else " (`riffd archive recover` copies its readable lines into the new archive)"
-                )
-            )
-    for error in report["errors"][-5:]:
-        lines.append(
-            f"- error: {error['message']}"
-            + (f" ({error['suggestion']})" if error.get("suggestion") else "")
-        )
-    return "\n".join(lines) + "\n"
-
-
 def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
     """Every stored finding sorted out: open damage by class (and the files holding it),
     acknowledged and informational findings by class, and the `attention` list (open first, then
@@ -381,31 +318,6 @@ def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
         "attention": listed + later,
         "ack_error": ack_error,
     }
-
-
-def _config_line(daemon: dict[str, Any]) -> str:
-    config = daemon.get("config_path") or "defaults (no file)"
-    reload = daemon.get("last_reload") or {}
-    if reload.get("ok") is False:
-        errors = "; ".join(reload.get("errors") or []) or "see the log"
-        return f"- config: the daemon runs on {config} as it was before the last reload, which failed: {errors}"
-    return f"- config: {config}"
-
-
-def _daemon_words(daemon: dict[str, Any]) -> str:
-    if not daemon["running"]:
-        last = daemon.get("last_seen")
-        return (
-            f"stopped, last seen at {last} (pid {daemon['pid']})"
-            if last
-            else "none has run here yet"
-        )
-    words = f"{'starting' if daemon.get('starting') else 'running'}, pid {daemon['pid']}"
-    if daemon.get("uptime_seconds"):
-        words += f", up {daemon['uptime_seconds']:.0f} s"
-    if daemon.get("repair_mode"):
-        words += f", {daemon['repair_mode']} mode"
-    return words
 
 
 def attention(
@@ -458,107 +370,4 @@ def attention(
     }
 
 
-def _pending_line(pending: list[dict[str, Any]]) -> str:
-    if not pending:
-        return "- pending tool calls: none"
-    shown = ", ".join(
-        f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5]
-    )
-    more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
-    return f"- pending tool calls (live sessions; their tools may still be running): {shown}{more}"
-
-
-def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
-    lines = [
-        f"- {'acknowledged' if item.get('state') == 'acknowledged' else 'needs attention'}: {item['path']} "
-        f"line {', '.join(map(str, item['lines'][:3])) or '-'}: {item['class']}: {item['action']}"
-        for item in items[:shown]
-    ]
-    if len(items) > shown:
-        lines.append(f"- and {len(items) - shown} more under `attention` in latest.json")
-    return lines
-
-
-def _archive_line(archive: dict[str, Any]) -> str:
-    if archive.get("stored_bytes") is None:
-        return "- archive: -"
-    ratio = f"{archive['ratio']:.1%} of" if archive.get("ratio") is not None else "of"
-    return (
-        f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
-        f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
-        f"{archive['bytes_behind']:,} bytes"
-    )
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
-
-
-def _seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f} s"
-
-
-def write_report(
-    report: dict[str, Any],
-    folder: Path,
-    keep: int,
-    history: Sequence[tuple[int, dict[str, Any]]] = (),
-    repairs: Sequence[dict[str, Any]] = (),
-) -> Path:
-    """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and
-    `latest.html` (with the hourly `history` and the recent `repairs`), each atomically; prune the
-    oldest timestamped reports beyond `keep`; return the timestamped file's path."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    report, repairs = (
-        displayed(report),
-        displayed(repairs),
-    )  # a path that is not UTF-8 shown as display_path does
-    stamp = (
-        report["generated_at"]
-        .replace("-", "")
-        .replace(":", "")
-        .replace("+0000", "Z")
-        .replace("+00:00", "Z")
-    )
-    data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
-    timestamped = folder / f"report-{stamp}.json"
-    _atomic_write(timestamped, data)
-    _atomic_write(folder / "latest.json", data)
-    _atomic_write(folder / "latest.md", render_markdown(report).encode())
-    _atomic_write(folder / "metrics.prom", render_metrics(report).encode())
-    from riffd.daemon.page import render_page  # `riffd status` builds a report but draws no page
-
-    _atomic_write(folder / "latest.html", render_page(report, history, repairs).encode())
-    reports = sorted(folder.glob("report-*.json"))
-    for old in reports[: max(0, len(reports) - keep)]:
-        old.unlink(missing_ok=True)
-    _remove_old_temps(folder)
-    return timestamped
-
-
 TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file is a killed writer's
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    # A name of its own per writer: the daemon's job, a reload's report and `riffd report` may write
-    # at once.
-    replace_file(path, data)
-
-
-def _remove_old_temps(folder: Path) -> None:
-    now = time.time()
-    for temp in folder.glob(".*.tmp"):
-        try:
-            if now - temp.stat().st_mtime > TEMP_MAX_AGE:
-                temp.unlink()
-        except OSError:
-            pass  # gone already, or not ours to remove: the next report tries again
-
-
-def read_latest(folder: Path) -> dict[str, Any] | None:
-    """Return the latest report in `folder`, or None when there is none (or it cannot be read)."""
-    try:
-        value = orjson.loads((folder / "latest.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None

@@ -14,7 +14,7 @@ from datetime import datetime
 from html import escape
 from typing import Any
 
-from riffd.paths import shell_command
+from riffd.display import shell_command
 
 WIDTH, HEIGHT, PAD, LEFT = 560, 180, 36, 64
 COLOURS = ("#d1495b", "#2e86ab", "#edae49", "#00798c", "#6a4c93", "#3d9970", "#8d6a9f", "#ff851b")
