@@ -75,7 +75,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import damage  # noqa: E402
+from helpers import damage  # noqa: E402
 from riffd.fsio import FileSystem  # noqa: E402
 from riffd.repair.outcomes import ApplyOptions, Repaired, Skipped  # noqa: E402
 from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
@@ -564,7 +564,7 @@ def clean_repair(data: bytes, scratch: Path) -> bytes:
 
 
 def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
-    from fusefs import Mount, fuse_unavailable
+    from helpers.fusefs import Mount, fuse_unavailable
 
     why_not = fuse_unavailable()
     if why_not:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from stress import Tally, environment
 
-import damage
+from helpers import damage
 from riffd.repair.plan import render
 from riffd.repair.planner import RepairOptions, plan_file_repair
 from riffd.transcript.scan import index_file

@@ -9,7 +9,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +22,9 @@ if str(SRC_DIR) not in sys.path:
 
 from riffd.repair.plan import LineSpan  # noqa: E402
 from riffd.transcript.scan import FileIdentity  # noqa: E402
+
+if TYPE_CHECKING:
+    from helpers.daemon import Sandbox
 
 
 def write_config(tmp_path: Path) -> Path:
@@ -234,3 +239,17 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             reasons[reason] = reasons.get(reason, 0) + 1
     for reason, count in sorted(reasons.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{count} test(s) skipped: {reason}", yellow=True)
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
+    """A daemon sandbox (tests/helpers/daemon.py) with one project folder and its config written;
+    whatever daemon a failed test left running is killed after it."""
+    from helpers.daemon import Sandbox
+
+    box = Sandbox(tmp_path)
+    box.project.mkdir(parents=True)
+    (box.claude / "sessions").mkdir()
+    box.write_config()
+    yield box
+    box.close()

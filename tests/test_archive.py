@@ -26,7 +26,7 @@ from conftest import (
     requires_corpus,
     transcript_line,
 )
-from damage import generated_session
+from helpers.damage import generated_session
 from riffd.archive.contents import normalise
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive

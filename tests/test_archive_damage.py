@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_line, write_config
+from helpers import damage
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 from riffd.archive.verify import archive_again

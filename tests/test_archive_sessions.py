@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import write_config
-from sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
+from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

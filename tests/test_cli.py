@@ -18,8 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, requires_corpus
+from helpers import damage
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import SRC_DIR
-from fusefs import Mount, fuse_unavailable
+from helpers import damage
+from helpers.fusefs import Mount, fuse_unavailable
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Failed, Repaired
 from riffd.repair.planner import RepairOptions, plan_file_repair
@@ -256,7 +256,7 @@ def test_an_error_no_command_expected_is_one_line_naming_the_path(mount: Mount) 
 
 @pytest.mark.slow
 def test_the_daemon_never_loses_a_transcript_whose_replace_always_fails(tmp_path: Path) -> None:
-    from test_daemon_e2e import Sandbox
+    from helpers.daemon import Sandbox
 
     box = Sandbox(tmp_path / "box")
     with Mount(tmp_path / "backing", box.projects, tmp_path / "faults.json") as mount:

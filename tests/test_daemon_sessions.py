@@ -17,11 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from helpers.daemon import DEADLINE, Sandbox, append_like_claude, daemon_environment
+from helpers.sessiontree import (
+    BIG_OUTPUT,
+    SLUG,
+    delete_like_cleanup,
+    line,
+    persisted,
+    short_id,
+    snapshot,
+)
+from helpers.sessiontree import SessionTree as Tree
 from riffd.archive.store import Archive
 from riffd.transcript.sessionfiles import SessionFile, all_session_files
-from sessiontree import BIG_OUTPUT, SLUG, delete_like_cleanup, line, persisted, short_id, snapshot
-from sessiontree import SessionTree as Tree
-from test_daemon_e2e import DEADLINE, Sandbox, append_like_claude, daemon_environment
 
 pytestmark = pytest.mark.slow
 

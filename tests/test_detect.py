@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import (
     CORPUS_DIR,
     corpus_base_lines,
@@ -20,6 +19,7 @@ from conftest import (
     requires_corpus,
     scan_transcript_bytes,
 )
+from helpers import damage
 from riffd.transcript.findings import INFORMATIONAL, Finding, FindingClass
 from riffd.transcript.index import is_placeholder_result
 from riffd.transcript.reader import BOM, parse_line

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import damage
+from helpers import damage
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_FINDINGS, EXIT_OK
 from riffd.transcript.scan import scan_file

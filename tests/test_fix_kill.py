@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import damage
+from helpers import damage
 
 SESSION = "5e55104e-0000-4000-8000-00000000c0de"
 

@@ -436,7 +436,7 @@ def test_identical_metadata_lines_are_each_carried_in_order(tmp_path: Path) -> N
 
 
 def test_riffd_fix_with_a_relative_path_leaves_a_journal_any_run_can_finish(tmp_path: Path) -> None:
-    import damage
+    from helpers import damage
 
     damaged = damage.inject_resumed_duplicate(
         damage.generated_session(segments=3, session_id=SESSION)

@@ -480,7 +480,7 @@ def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_anothe
     files are plain ones given to the step that names the made database.)"""
     import errno
 
-    from fusefs import Mount, fuse_unavailable
+    from helpers.fusefs import Mount, fuse_unavailable
     from riffd.database import _put_in_place
     from riffd.fsio import rename_noreplace
 

@@ -17,7 +17,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import damage
+from helpers import damage
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.scan import analyse, analyse_appended

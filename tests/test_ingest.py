@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from conftest import CORPUS_DIR, HAVE_CORPUS, corpus_transcripts, transcript_line
-from damage import generated_session
+from helpers.damage import generated_session
 from riffd.archive.ingest import ingest_file, ingest_files
 from riffd.archive.packs import unpack
 from riffd.archive.store import Archive

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, corpus_lines, dead_pid, requires_corpus
+from helpers import damage
 from riffd.archive.store import Archive
 from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.cli import main
@@ -255,7 +255,7 @@ def test_a_real_observer_sees_appends_in_a_linked_folder(tree: LinkedTree, tmp_p
 @requires_corpus
 @pytest.mark.slow
 def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Path) -> None:
-    from test_daemon_e2e import Sandbox, append_like_claude, resumed_duplicate, session_id_of
+    from helpers.daemon import Sandbox, append_like_claude, resumed_duplicate, session_id_of
 
     box = Sandbox(tmp_path)
     box.projects.mkdir(parents=True)

@@ -48,7 +48,7 @@ def test_a_lock_whose_folder_is_deleted_is_taken_again_and_never_given_to_a_seco
 def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_again_in_place(
     tmp_path: Path,
 ) -> None:
-    from test_daemon_e2e import (
+    from helpers.daemon import (
         NotifyListener,
         Sandbox,
         append_like_claude,

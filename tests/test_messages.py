@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus
+from helpers import damage
 from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.fix import TailKeeper, _fix_one
 from riffd.fsio import FileSystem

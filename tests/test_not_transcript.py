@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC_DIR, corpus_transcript_params, transcript_bytes, write_config
+from helpers.daemon import Sandbox
 from riffd.transcript.reader import read_span
 from riffd.transcript.scan import index_file, scan_file
 from riffd.transcript.shape import transcript_doubt
-from test_daemon_e2e import Sandbox, sandbox  # noqa: F401  (the fixture)
 
 # Bytes no text editor writes: NULs, high bytes, and newlines here and there, ending without one.
 BINARY = (
@@ -124,7 +124,7 @@ def test_fix_leaves_a_binary_file_and_other_json_lines_byte_for_byte(tmp_path: P
 
 @pytest.mark.slow
 def test_the_daemon_leaves_a_binary_file_and_other_json_lines_byte_for_byte(
-    sandbox: Sandbox,  # noqa: F811  (the fixture)
+    sandbox: Sandbox,
 ) -> None:
     files = {
         sandbox.project / "blob.jsonl": BINARY,

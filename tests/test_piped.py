@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import (
     corpus_transcript_params,
     live_children,
     live_processes_mentioning,
     transcript_bytes,
 )
+from helpers import damage
 from riffd.forking import can_fork
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import damage
 from conftest import corpus_base_lines, requires_corpus
+from helpers import damage
 from riffd.repair.plan import RemoveLine
 from riffd.transcript.findings import FindingClass
 from test_repair import repair_and_check

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import damage
 from conftest import corpus_transcript_params, corpus_transcripts, requires_corpus
+from helpers import damage
 from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line

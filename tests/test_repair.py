@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import (
     CORPUS_DIR,
     corpus_base_lines,
@@ -18,6 +17,7 @@ from conftest import (
     requires_corpus,
     scan_transcript_bytes,
 )
+from helpers import damage
 from riffd.repair.plan import InsertLine, RemoveLine, ReplaceLine, render
 from riffd.repair.planner import RepairOptions, plan_repair
 from riffd.transcript.findings import FindingClass

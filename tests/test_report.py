@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, write_config
+from helpers import damage
 from riffd.commands.cli import main
 from riffd.commands.daemon import EXIT_NOT_RUNNING
 from riffd.daemon.lock import StateLock, running_pid

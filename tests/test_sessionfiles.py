@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.sessiontree import SLUG, build_session
 from riffd.transcript.sessionfiles import (
     FILE_HISTORY,
     PLAN,
@@ -21,7 +22,6 @@ from riffd.transcript.sessionfiles import (
     plan_files,
     session_files,
 )
-from sessiontree import SLUG, build_session
 
 SESSION = "0f3a1c52-5d4e-4b7a-9c1d-2e3f4a5b6c7d"
 

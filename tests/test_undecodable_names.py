@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import SRC_DIR, transcript_bytes, write_config
+from helpers.daemon import Sandbox
 from riffd.display import KEY_MARK, display_path, key_path, path_key
-from test_daemon_e2e import Sandbox, sandbox  # noqa: F401  (the fixture)
 
 FOLDER = os.fsdecode(b"-home-u-\xffproj")
 NAME = os.fsdecode(b"s\xfe\xff.jsonl")
@@ -135,7 +135,7 @@ def test_every_command_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandbox) -> None:  # noqa: F811
+def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandbox) -> None:
     reported = undecodable_transcript(
         sandbox.projects
     )  # a malformed line riffd never edits: listed in the report

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC_DIR
+from helpers.sessiontree import build_session
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
-from sessiontree import build_session
 
 
 def _found(claude: Path, path: Path) -> SessionFile:

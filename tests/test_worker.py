@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
+from helpers import damage
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy

@@ -299,7 +299,7 @@ def serve(
             faults.check("rename", new)
             faults.check("rename", old)
             if flags & RENAME_EXCHANGE and faults.exchange != "drop":
-                sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+                sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
                 from riffd.fsio import exchange_names
 
                 exchange_names(self._full(old), self._full(new))
