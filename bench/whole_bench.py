@@ -89,7 +89,7 @@ def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path]
     sources = sorted((REPO / "src").rglob("*.py"))
     tests = [
         f"tests/{path.name}::{name}"
-        for path in sorted((REPO / "tests").glob("test_*.py"))
+        for path in sorted((REPO / "tests").rglob("test_*.py"), key=lambda path: path.name)
         for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
     ]
     transcripts: list[Path] = []
@@ -216,7 +216,7 @@ def large_outputs(folder: Path, size_mb: float, seed: int) -> list[Path]:
     rng = random.Random(seed)
     tests = [
         f"tests/{path.name}::{name}"
-        for path in sorted((REPO / "tests").glob("test_*.py"))
+        for path in sorted((REPO / "tests").rglob("test_*.py"), key=lambda path: path.name)
         for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
     ]
     paths = []

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 # Tests run against the working tree, also when riffd is not installed into the interpreter.
-SRC_DIR = Path(__file__).resolve().parent.parent / "src"
+REPO_DIR = Path(__file__).resolve().parent.parent  # the checkout: src/, tests/, README.md, ...
+SRC_DIR = REPO_DIR / "src"
 if str(SRC_DIR) not in sys.path:
     sys.path.insert(0, str(SRC_DIR))
 
@@ -214,6 +215,24 @@ def plan_transcript_repair(path: Path, scanned: object, add_missing_results: boo
         new_uuid=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
     )
     return plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)  # type: ignore[attr-defined]
+
+
+# The kinds of test, a folder each: tests/unit/<subpackage>/ (riffd's functions in-process),
+# tests/safety/ (tests that try to make riffd lose data), tests/e2e/ (riffd driven as a user drives
+# it: the `riffd` command or `riffd run` as real subprocesses). Each test is marked with its folder's
+# kind, so `pytest -m unit` (or safety, e2e) runs one kind; `slow` is marked by hand.
+KINDS = ("unit", "safety", "e2e")
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with the kind of the folder it lives in (KINDS)."""
+    for item in items:
+        path = item.path.resolve()
+        parts = path.relative_to(TESTS_DIR).parts if path.is_relative_to(TESTS_DIR) else ()
+        if len(parts) > 1 and parts[0] in KINDS:
+            item.add_marker(parts[0])
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 
+from conftest import REPO_DIR
 from riffd import paths
 from riffd.claude_code import folders
 from riffd.commands.cli import main
@@ -28,7 +29,7 @@ from riffd.config import (
 from riffd.fsio import RetryPolicy
 from riffd.transcript.findings import REPAIRABLE, FindingClass
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "riffd.toml"
+EXAMPLE = REPO_DIR / "config" / "riffd.toml"
 
 USER_FILE = """\
 # my own riffd settings, hand-written

@@ -21,6 +21,7 @@ import pytest
 
 from conftest import (
     CORPUS_DIR,
+    REPO_DIR,
     corpus_transcripts,
     live_processes_mentioning,
     requires_corpus,
@@ -31,7 +32,7 @@ from riffd.archive.contents import normalise
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
+BENCH_DIR = REPO_DIR / "bench"
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 

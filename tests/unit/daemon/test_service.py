@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO_DIR
 from riffd import paths
 from riffd.commands import service
 from riffd.commands.cli import main
@@ -27,7 +28,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.daemon import service_files as units
 from riffd.daemon.notify import Notifier
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_DIR
 REPO_UNIT = REPO / "systemd" / "riffd.service"
 REPO_PLIST = REPO / "launchd" / f"{units.LAUNCHD_LABEL}.plist.in"
 ENVIRONMENT_NAMES = (

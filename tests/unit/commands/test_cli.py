@@ -18,12 +18,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import CORPUS_DIR, requires_corpus
+from conftest import CORPUS_DIR, REPO_DIR, requires_corpus
 from helpers import damage
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO_DIR / "README.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 

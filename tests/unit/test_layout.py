@@ -12,7 +12,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import KINDS, REPO_DIR
+
+REPO = REPO_DIR
 PACKAGE = REPO / "src" / "riffd"
 MAX_LINES = 500
 
@@ -235,3 +237,18 @@ def test_every_package_map_names_each_of_its_modules() -> None:
         if modules - named:
             missing[init.parent.name] = sorted(modules - named)
     assert missing == {}
+
+
+def test_every_test_module_lives_in_the_folder_of_its_kind() -> None:
+    """tests/<kind>/... (KINDS in tests/conftest.py, which marks each test with its folder's kind);
+    module names stay unique across folders (pytest imports each by its name alone)."""
+    tests = REPO / "tests"
+    modules = sorted(tests.rglob("test_*.py"))
+    misplaced = [
+        str(path.relative_to(tests))
+        for path in modules
+        if len(path.relative_to(tests).parts) < 2 or path.relative_to(tests).parts[0] not in KINDS
+    ]
+    assert misplaced == [], f"move them under tests/{{{','.join(KINDS)}}}/"
+    names = [path.name for path in modules]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
