@@ -5,13 +5,12 @@ taken back."""
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
+from helpers.run import run_riffd
 from riffd.reports.build import build_report
 from riffd.reports.markdown import render_markdown
 from riffd.state.store import StateStore, Watermark
@@ -32,20 +31,11 @@ def damaged(tmp_path: Path) -> Path:
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
         "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-    )
+    return run_riffd(*args, env=env, cwd=tmp_path)
 
 
 def test_an_acknowledged_malformed_line_is_listed_but_no_longer_counts(tmp_path: Path) -> None:

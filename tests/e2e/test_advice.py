@@ -7,12 +7,12 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, transcript_bytes
+from conftest import transcript_bytes
+from helpers.run import run_riffd
 from riffd.display import shell_command, shell_word
 
 TRICKY = [
@@ -56,22 +56,11 @@ def test_a_command_is_its_words() -> None:
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = dict(
-        os.environ,
-        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
-        RIFFD_STATE_DIR=str(tmp_path / "state"),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])),
-    )
-    environ.pop("RIFFD_CONFIG", None)
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    env = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+    }
+    return run_riffd(*args, env=env, cwd=tmp_path)
 
 
 def test_sessions_and_scan_advise_quoted_commands(tmp_path: Path) -> None:

@@ -18,25 +18,20 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_line, write_config
+from helpers.run import run_riffd, start_riffd
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
-    }
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")  # never the user's own folder
-    return environment
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}  # never the user's own folder
 
 
-def _command(tmp_path: Path, *args: str, quiet_period: float | None = None) -> list[str]:
+def _config(tmp_path: Path, quiet_period: float | None = None) -> Path:
     config = write_config(tmp_path)
     if quiet_period is not None:  # (the default of `restore --quiet-period`, as the daemon's)
         config.write_text(config.read_text() + f"[repair]\nquiet_period = {quiet_period}\n")
-    return [sys.executable, "-m", "riffd", "--config", str(config), *args]
+    return config
 
 
 def _riffd(
@@ -44,14 +39,12 @@ def _riffd(
 ) -> subprocess.CompletedProcess[str]:
     """Run `python3 -m riffd --config <tmp config> ARGS` as a real subprocess (under `umask` when
     given)."""
-    return subprocess.run(
-        _command(tmp_path, *args, quiet_period=quiet_period),
-        capture_output=True,
-        text=True,
+    return run_riffd(
+        *args,
+        config=_config(tmp_path, quiet_period),
         env=_environment(tmp_path),
         timeout=180,
-        check=False,
-        umask=-1 if umask is None else umask,
+        umask=umask,
     )
 
 
@@ -287,8 +280,13 @@ def test_a_killed_restore_leaves_a_temp_that_the_next_restore_in_its_folder_remo
     assert _riffd(tmp_path, "archive", "ingest").returncode == 0
     out = tmp_path / "out"
     out.mkdir()
-    restore = subprocess.Popen(
-        _command(tmp_path, "archive", "restore", "big", "--to", str(out)),
+    restore = start_riffd(
+        "archive",
+        "restore",
+        "big",
+        "--to",
+        str(out),
+        config=_config(tmp_path),
         env=_environment(tmp_path),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -9,29 +9,17 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from conftest import write_config
+from helpers.run import run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
-    }
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")  # never the user's own folder
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(write_config(tmp_path)), *args],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=180,
-        check=False,
-    )
+    environment = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}  # never the user's own folder
+    return run_riffd(*args, config=write_config(tmp_path), env=environment, timeout=180)
 
 
 def _ingested(tmp_path: Path) -> SessionTree:

@@ -37,7 +37,6 @@ from helpers.daemon import (
     RunningDaemon,
     Sandbox,
     append_like_claude,
-    daemon_environment,
     lines_committed,
     open_duplicates,
     report_time,
@@ -45,6 +44,7 @@ from helpers.daemon import (
     session_id_of,
     watermark_of,
 )
+from helpers.run import run_riffd
 from riffd.archive.store import Archive
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.scan import scan_file
@@ -413,14 +413,12 @@ def test_a_second_daemon_on_the_same_state_folder_exits_2(sandbox: Sandbox) -> N
     notify = NotifyListener(sandbox.root / "notify-second.sock")
     try:
         started = time.monotonic()
-        second = subprocess.run(
-            [sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
-            capture_output=True,
-            text=True,
-            timeout=30,
+        second = run_riffd(
+            "run",
+            config=sandbox.config,
+            env={"NOTIFY_SOCKET": str(notify.path)},
             cwd=sandbox.root,
-            env=daemon_environment(NOTIFY_SOCKET=str(notify.path)),
-            check=False,
+            timeout=30,
         )
         elapsed = time.monotonic() - started
     finally:
@@ -535,26 +533,15 @@ def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once
         paths.append(path)
     daemon = sandbox.start()
     other = sandbox.root / "fix-backups"
-    fix = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riffd",
-            "--config",
-            str(sandbox.config),
-            "fix",
-            "--quiet-period",
-            str(QUIET_PERIOD),
-            "--backup-dir",
-            str(other),
-            "--json",
-            str(sandbox.projects),
-        ],
-        capture_output=True,
-        text=True,
-        env=daemon_environment(),
-        timeout=120,
-        check=False,
+    fix = run_riffd(
+        "fix",
+        "--quiet-period",
+        str(QUIET_PERIOD),
+        "--backup-dir",
+        str(other),
+        "--json",
+        str(sandbox.projects),
+        config=sandbox.config,
     )
     for path in paths:
         daemon.wait_until(
@@ -823,15 +810,7 @@ def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_
     sandbox: Sandbox,
 ) -> None:
     sandbox.write_config(notify__command="notify-send 'riffd")
-    started = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(sandbox.config), "run"],
-        capture_output=True,
-        text=True,
-        env=daemon_environment(),
-        cwd=sandbox.root,
-        timeout=30,
-        check=False,
-    )
+    started = run_riffd("run", config=sandbox.config, cwd=sandbox.root, timeout=30)
     assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
     assert f"config error: {sandbox.config}: notify.command: bad value" in started.stderr
 

@@ -10,14 +10,14 @@ import os
 import random
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers.daemon import DEADLINE, Sandbox, append_like_claude, daemon_environment
+from helpers.daemon import DEADLINE, Sandbox, append_like_claude
+from helpers.run import start_riffd
 from helpers.sessiontree import (
     BIG_OUTPUT,
     SLUG,
@@ -218,9 +218,10 @@ def test_kill_9_while_files_are_stored_leaves_an_archive_verify_passes_and_the_n
         process = daemon.process
     else:
         box.riffd("archive", "stats")  # (the archive made first, so the poll below can read it)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "riffd", "--config", str(box.config), "archive", "ingest"],
-            env=daemon_environment(),
+        process = start_riffd(
+            "archive",
+            "ingest",
+            config=box.config,
             cwd=box.root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

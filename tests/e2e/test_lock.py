@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -52,10 +50,10 @@ def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_agai
         NotifyListener,
         Sandbox,
         append_like_claude,
-        daemon_environment,
         resumed_duplicate,
         session_id_of,
     )
+    from helpers.run import run_riffd
 
     box = Sandbox(tmp_path)
     box.project.mkdir(parents=True)
@@ -71,14 +69,12 @@ def test_a_daemon_whose_state_folder_is_deleted_refuses_a_second_and_starts_agai
         )
         notify = NotifyListener(tmp_path / "notify-second.sock")
         try:
-            second = subprocess.run(
-                [sys.executable, "-m", "riffd", "--config", str(box.config), "run"],
-                capture_output=True,
-                text=True,
-                timeout=30,
+            second = run_riffd(
+                "run",
+                config=box.config,
+                env={"NOTIFY_SOCKET": str(notify.path)},
                 cwd=tmp_path,
-                check=False,
-                env=daemon_environment(NOTIFY_SOCKET=str(notify.path)),
+                timeout=30,
             )
         finally:
             notify.close()

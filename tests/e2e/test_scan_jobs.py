@@ -7,29 +7,23 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import transcript_bytes
+from helpers.run import start_riffd
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     env = {
-        **os.environ,
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
         "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "riffd", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
+    return start_riffd(
+        *args, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 

@@ -7,10 +7,10 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from helpers.run import run_riffd
 from riffd.claude_code.projects import project_folder_name
 
 FIRST = "1af7fc5e-0b7d-4c2e-9aaa-123456789abc"
@@ -74,19 +74,10 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
 
 def riffd(tmp_path: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-        cwd=cwd or tmp_path,
-    )
+    return run_riffd(*args, env=env, cwd=cwd or tmp_path)
 
 
 def test_a_unique_prefix_and_latest_name_a_session_and_an_ambiguous_one_lists_them(

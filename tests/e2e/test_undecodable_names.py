@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import SRC_DIR, transcript_bytes, write_config
+from conftest import transcript_bytes, write_config
 from helpers.daemon import Sandbox
+from helpers.run import riffd_env, run_riffd
 from riffd.display import KEY_MARK, display_path, key_path, path_key
 
 FOLDER = os.fsdecode(b"-home-u-\xffproj")
@@ -61,20 +62,7 @@ def test_a_name_is_shown_with_its_bytes_escaped() -> None:
 
 
 def riffd(tmp_path: Path, config: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    environ = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
-    }
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), *args],
-        capture_output=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    return run_riffd(*args, config=config, cwd=tmp_path, text=False)
 
 
 def undecodable_transcript(projects: Path) -> Path:
@@ -177,7 +165,7 @@ def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandb
         text=True,
         timeout=60,
         check=False,
-        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+        env=riffd_env(),
     )
     assert shell.returncode == 0 and "acknowledged" in shell.stdout, shell.stderr
 

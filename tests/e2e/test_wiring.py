@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers.run import riffd_env, run_riffd
+
 SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
 
 # What Claude Code writes: JSON.stringify(settings, null, 2), no newline at the end; here with
@@ -52,21 +54,18 @@ def riffd(
     timeout: float = 60,
     **env: str,
 ) -> subprocess.CompletedProcess[bytes]:
-    environ = {
-        **os.environ,
+    folders = {
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
-        **env,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        input=stdin,
-        capture_output=True,
-        env=environ,
-        timeout=timeout,
-        check=False,
+    return run_riffd(
+        *args,
+        env=folders | env,
         cwd=tmp_path,
-        preexec_fn=None if umask is None else lambda: os.umask(umask),
+        input=stdin,
+        text=False,
+        timeout=timeout,
+        umask=umask,
     )
 
 
@@ -254,7 +253,7 @@ def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_i
         [sys.executable, "-c", wrapper],
         input=event(tmp_path),
         capture_output=True,
-        env={**os.environ, "CLAUDE_CONFIG_DIR": str(claude)},
+        env=riffd_env(CLAUDE_CONFIG_DIR=str(claude)),
         timeout=60,
         check=False,
     )

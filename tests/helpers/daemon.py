@@ -1,11 +1,12 @@
 """`riffd run` as a real subprocess in a sandbox of its own, for the tests that drive the daemon.
 
 A `Sandbox` holds a transcript root, a Claude Code folder and a state folder, all named in a TOML
-file (the daemon's environment has no RIFFD_CONFIG, CLAUDE_CONFIG_DIR or RIFFD_STATE_DIR). The test
-plays the service manager: it binds the sd_notify datagram socket and waits for `READY=1` before
-acting, so start-up needs no sleep. Every other wait polls a real condition (a file, a report, a
-watermark, a notify message) in short steps up to a generous deadline, and fails with the daemon's
-stderr. The `sandbox` fixture (tests/conftest.py) gives one, closed after the test.
+file (the daemon's environment has no RIFFD_CONFIG, CLAUDE_CONFIG_DIR or RIFFD_STATE_DIR:
+tests/helpers/run.py). The test plays the service manager: it binds the sd_notify datagram socket
+and waits for `READY=1` before acting, so start-up needs no sleep. Every other wait polls a real
+condition (a file, a report, a watermark, a notify message) in short steps up to a generous
+deadline, and fails with the daemon's stderr. The `sandbox` fixture (tests/conftest.py) gives one,
+closed after the test.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,8 +27,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from conftest import CORPUS_DIR, SRC_DIR, corpus_lines
+from conftest import CORPUS_DIR, corpus_lines
 from helpers import damage
+from helpers.run import run_riffd, start_riffd
 from riffd.state.store import StateStore, Watermark
 
 DEADLINE = 20.0  # seconds any one condition may take before the test fails
@@ -39,15 +40,6 @@ REPORT_INTERVAL = 1.0
 TOOL_HEAVY = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 PROJECT = "-home-user-project"
 DUPLICATE = "duplicate_tool_result"
-# Variables that would point the daemon at the real user's folders, or at a real service manager.
-SCRUBBED_ENV = (
-    "RIFFD_CONFIG",
-    "CLAUDE_CONFIG_DIR",
-    "RIFFD_STATE_DIR",
-    "NOTIFY_SOCKET",
-    "WATCHDOG_USEC",
-    "WATCHDOG_PID",
-)
 # What every test starts from; a test overrides single keys ("section.key": value).
 BASE_SETTINGS: dict[str, object] = {
     "watcher.observer": "native",
@@ -140,15 +132,6 @@ def write_config(path: Path, top: dict[str, object], settings: dict[str, object]
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(text)
     os.replace(temp, path)
-
-
-def daemon_environment(**extra: str) -> dict[str, str]:
-    """The environment for a riffd subprocess: ours minus riffd's and systemd's variables, plus
-    `extra`."""
-    environ = {name: value for name, value in os.environ.items() if name not in SCRUBBED_ENV}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
-    environ.update(extra)
-    return environ
 
 
 def append_like_claude(
@@ -317,17 +300,16 @@ class Sandbox:
         number = next(self._starts)
         notify = NotifyListener(self.root / f"notify-{number}.sock")
         stderr_path = self.root / f"daemon-{number}.stderr"
-        environ = daemon_environment(
-            NOTIFY_SOCKET=str(notify.path), WATCHDOG_USEC=str(watchdog_usec)
-        )
+        environ = {"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": str(watchdog_usec)}
         with open(stderr_path, "wb") as stderr:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "riffd", "--config", str(self.config), "run"],
+            process = start_riffd(
+                "run",
+                config=self.config,
+                env=environ,
+                cwd=self.root,
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                env=environ,
-                cwd=self.root,
             )
         daemon = RunningDaemon(process, notify, stderr_path)
         self.daemons.append(daemon)
@@ -336,15 +318,7 @@ class Sandbox:
 
     def riffd(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
         """Run a riffd command (not the daemon) on this sandbox's config and return its result."""
-        return subprocess.run(
-            [sys.executable, "-m", "riffd", "--config", str(self.config), *args],
-            capture_output=True,
-            text=True,
-            env=daemon_environment(),
-            cwd=self.root,
-            timeout=timeout,
-            check=False,
-        )
+        return run_riffd(*args, config=self.config, cwd=self.root, timeout=timeout)
 
     def open_store(self) -> StateStore:
         """Open the daemon's state store beside it (SQLite in WAL mode: readers do not block its

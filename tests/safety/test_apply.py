@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
+from conftest import dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
+from helpers.run import riffd_env
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.backup import BackupStore
 from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
@@ -759,12 +760,8 @@ def expected_repair(original: bytes) -> bytes:
 
 
 def start_child(job: str) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])),
-    }
     child = subprocess.Popen(
-        [sys.executable, "-c", KILL_CHILD, job], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", KILL_CHILD, job], stdout=subprocess.PIPE, text=True, env=riffd_env()
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"

@@ -10,7 +10,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_line, write_config
 from helpers import damage
+from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 from riffd.archive.verify import archive_again
@@ -36,24 +36,11 @@ SMALL_SESSION = "d6e0bada-1959-4eec-a9d2-0bfade768d8f"  # its sessionId
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
-    }
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    return environment
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(write_config(tmp_path)), *args],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=180,
-        check=False,
-    )
+    return run_riffd(*args, config=write_config(tmp_path), env=_environment(tmp_path), timeout=180)
 
 
 def _project(tmp_path: Path) -> Path:

@@ -14,16 +14,14 @@ import errno
 import json
 import logging
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR
 from helpers import damage
 from helpers.fusefs import Mount, fuse_unavailable
+from helpers.run import run_riffd
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Failed, Repaired
 from riffd.repair.planner import RepairOptions, plan_file_repair
@@ -145,23 +143,14 @@ def test_a_stale_handle_after_a_good_replace_is_a_repair_with_a_warning(
     # The old file keeps a name of riffd's after an exchange; a layer that renames instead drops it
     # at once.
     mount.faults({"ops": ["getattr"], "unlinked": True, "errno": errno.ESTALE}, exchange="drop")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riffd",
-            "fix",
-            "--quiet-period",
-            "0",
-            "--backup-dir",
-            str(tmp_path / "backups"),
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ
-        | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(mount.mountpoint / "claude")},
+    result = run_riffd(
+        "fix",
+        "--quiet-period",
+        "0",
+        "--backup-dir",
+        str(tmp_path / "backups"),
+        str(path),
+        env={"CLAUDE_CONFIG_DIR": str(mount.mountpoint / "claude")},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"repaired {path}" in result.stdout and "stale file handle" in result.stdout
@@ -197,14 +186,7 @@ def test_a_layer_that_drops_the_exchange_flag_still_gets_a_correct_repair(
 
 
 def scan_json(root: Path) -> tuple[int, dict[str, object], str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "scan", "--json", str(root)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ | {"PYTHONPATH": str(SRC_DIR)},
-        timeout=120,
-    )
+    result = run_riffd("scan", "--json", str(root))
     document = json.loads(result.stdout) if result.stdout.strip() else {}
     return result.returncode, document, result.stderr
 
@@ -239,13 +221,7 @@ def test_an_error_no_command_expected_is_one_line_naming_the_path(mount: Mount) 
     backups = mount.mountpoint / "backups"
     backups.mkdir()
     mount.faults({"ops": ["readdir"], "glob": "/backups", "errno": errno.EIO})
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "backups", "--backup-dir", str(backups), "list"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=os.environ | {"PYTHONPATH": str(SRC_DIR)},
-    )
+    result = run_riffd("backups", "--backup-dir", str(backups), "list")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert (
         result.stderr.count("\n") == 1

@@ -10,13 +10,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from helpers import damage
+from helpers.run import start_riffd
 
 SESSION = "5e55104e-0000-4000-8000-00000000c0de"
 
@@ -35,13 +35,15 @@ def damaged_session() -> bytes:
 
 
 def run_fix(workdir: Path) -> subprocess.Popen[bytes]:
-    environment = dict(
-        os.environ,
-        CLAUDE_CONFIG_DIR=str(workdir / "claude"),
-        RIFFD_STATE_DIR=str(workdir / "state"),
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "riffd", "fix", "--quiet-period", "0", str(transcript(workdir))],
+    environment = {
+        "CLAUDE_CONFIG_DIR": str(workdir / "claude"),
+        "RIFFD_STATE_DIR": str(workdir / "state"),
+    }
+    return start_riffd(
+        "fix",
+        "--quiet-period",
+        "0",
+        str(transcript(workdir)),
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

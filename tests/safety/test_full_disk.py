@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC_DIR
+from helpers.run import run_riffd, start_riffd
 from riffd.archive.store import Archive
 from riffd.database import is_full_error
 from riffd.state.store import StateStore, Watermark
@@ -127,20 +128,11 @@ def _config(tmp_path: Path, extra: str = "") -> Path:
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    return environment
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=120,
-        check=False,
-    )
+    return run_riffd(*args, config=_config(tmp_path), env=_environment(tmp_path))
 
 
 def _archived(db_path: Path) -> dict[str, bytes]:
@@ -250,11 +242,12 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
     )  # reports fail on the full disk too, and come back
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
+        daemon = start_riffd(
+            "run",
+            config=_config(tmp_path),
+            env=_environment(tmp_path),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_environment(tmp_path),
         )
     try:
         _wait_for(lambda: b"start-up pass done" in log_path.read_bytes(), 60, "the start-up pass")
@@ -376,11 +369,12 @@ def _fill(folder: Path) -> Path:
 def _run_until_started(tmp_path: Path) -> subprocess.Popen[bytes]:
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), "run"],
+        daemon = start_riffd(
+            "run",
+            config=_config(tmp_path),
+            env=_environment(tmp_path),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=_environment(tmp_path),
         )
     try:
         _wait_for(

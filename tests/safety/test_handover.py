@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
+from conftest import dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
+from helpers.run import riffd_env, run_riffd
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.backup import BackupStore
 from riffd.repair.locks import remove_stale_temps
@@ -311,15 +312,12 @@ def killed_repair(tmp_path: Path, path: Path, when: str) -> subprocess.Popen[str
             "claude_dir": str(tmp_path / "claude"),
         }
     )
-    env = os.environ | {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
-    }
     child = subprocess.Popen(
         [sys.executable, "-c", KILLED_AT_SWAP, job],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env=riffd_env(),
     )
     assert child.stdout is not None and child.stdout.readline() == "ready\n"
     return child
@@ -399,23 +397,14 @@ def test_riffd_fix_finishes_a_swap_a_killed_run_left(tmp_path: Path) -> None:
     child.stdin.write("die\n")
     child.stdin.flush()
     reap(child)
-    env = os.environ | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riffd",
-            "fix",
-            "--quiet-period",
-            "0",
-            "--backup-dir",
-            str(tmp_path / "backups"),
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    result = run_riffd(
+        "fix",
+        "--quiet-period",
+        "0",
+        "--backup-dir",
+        str(tmp_path / "backups"),
+        str(path),
+        env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")},
     )
     assert "finished a repair an earlier run left unfinished" in result.stdout, result
     assert path.read_bytes() == repaired + transcript_line(41)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, line_spans, transcript_bytes, transcript_line
+from conftest import line_spans, transcript_bytes, transcript_line
+from helpers.run import riffd_env, run_riffd
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.journal import journal_path_for
 from riffd.repair.outcomes import Repaired, Skipped, SkipReason
@@ -205,11 +206,8 @@ def killed_after_exchange(
         "session": SESSION,
         **extra,
     }
-    env = os.environ | {
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
-    }
     return subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_EXCHANGE, json.dumps(job)], env=env, check=False
+        [sys.executable, "-c", KILLED_AFTER_EXCHANGE, json.dumps(job)], env=riffd_env(), check=False
     ).returncode
 
 
@@ -445,23 +443,15 @@ def test_riffd_fix_with_a_relative_path_leaves_a_journal_any_run_can_finish(tmp_
     late = line("late-1", json.loads(damaged.lines[-1])["uuid"])
     holder = start_holder(path, 5.0, late)  # still holding the old file when fix is done
     release(holder)
-    env = os.environ | {"PYTHONPATH": str(SRC_DIR), "CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riffd",
-            "fix",
-            "--quiet-period",
-            "0",
-            "--backup-dir",
-            str(tmp_path / "backups"),
-            path.name,
-        ],
+    run_riffd(
+        "fix",
+        "--quiet-period",
+        "0",
+        "--backup-dir",
+        str(tmp_path / "backups"),
+        path.name,
+        env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")},
         cwd=path.parent,
-        env=env,
-        capture_output=True,
-        check=False,
     )
     assert names(path.parent), "fix left no pending hand-over: the test did not test it"
     reap(holder)

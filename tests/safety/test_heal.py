@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.run import riffd_env, run_riffd
 from riffd.archive.ingest import ingest_file
 from riffd.archive.recover import recover
 from riffd.archive.schema import ARCHIVE_NAME
@@ -182,6 +183,7 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
             [sys.executable, "-c", OPENER, kind, str(tmp_path), str(number), str(at), str(rounds)],
             stdout=subprocess.PIPE,
             text=True,
+            env=riffd_env(),
         )
         for number in range(openers)
     ]
@@ -242,7 +244,10 @@ def test_a_process_killed_while_it_makes_a_database_leaves_none_half_made(tmp_pa
     for attempt in range(3):
         folder = tmp_path / str(attempt)
         maker = subprocess.Popen(
-            [sys.executable, "-c", MAKER, str(folder)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", MAKER, str(folder)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=riffd_env(),
         )
         assert maker.stdout is not None
         for _ in range(20 + 17 * attempt):  # killed at a different point of a creation each time
@@ -285,21 +290,11 @@ def test_a_read_only_open_of_a_missing_store_makes_nothing(tmp_path: Path) -> No
 def test_riffd_run_on_a_state_database_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
     """Not damage (here the path is a folder): `riffd run` moves nothing aside and ends with one
     line, exit 2."""
-    import subprocess
-    import sys
-
     (tmp_path / "state" / STATE_NAME).mkdir(parents=True)
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), "run"],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=60,
-        check=False,
+    result = run_riffd(
+        "run", config=config, env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}, timeout=60
     )
     assert result.returncode == EXIT_ERROR
     assert "Traceback" not in result.stderr

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, corpus_transcript_params, transcript_bytes, write_config
+from conftest import corpus_transcript_params, transcript_bytes, write_config
 from helpers.daemon import Sandbox
+from helpers.run import run_riffd
 from riffd.transcript.reader import read_span
 from riffd.transcript.scan import index_file, scan_file
 from riffd.transcript.shape import transcript_doubt
@@ -87,20 +87,7 @@ def test_a_scan_labels_the_findings_of_a_file_it_does_not_recognise(tmp_path: Pa
 
 
 def riffd(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
-    }
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=60,
-        check=False,
-    )
+    return run_riffd(*args, config=config)
 
 
 def test_fix_leaves_a_binary_file_and_other_json_lines_byte_for_byte(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
+from helpers.run import run_riffd
 from riffd.archive.store import Archive
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
@@ -40,18 +40,10 @@ def torn_transcript(tmp_path: Path) -> Path:
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
-        **os.environ,
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return run_riffd(*args, env=env)
 
 
 def archived_generations(archive_path: Path, path: Path) -> list[bytes]:
@@ -180,27 +172,12 @@ def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
     config.write_text(
         f'state_dir = "{tmp_path / "elsewhere"}"\n[backups]\ndir = "{tmp_path / "my-backups"}"\n'
     )
-    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_CONFIG": str(config)}
-    env.pop("RIFFD_STATE_DIR", None)
-    fixed = subprocess.run(
-        [sys.executable, "-m", "riffd", "fix", str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_CONFIG": str(config)}
+    fixed = run_riffd("fix", str(path), env=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert str(tmp_path / "my-backups") in fixed.stdout  # the backup went where the config says
     assert (
         tmp_path / "elsewhere" / "archive.db"
     ).is_file()  # and the fragment to the configured state folder
-    listed = subprocess.run(
-        [sys.executable, "-m", "riffd", "backups", "list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    listed = run_riffd("backups", "list", env=env)
     assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr

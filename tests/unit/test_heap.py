@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_bytes
+from helpers.run import riffd_env
 
 
 def _glibc_with_mallinfo2() -> bool:
@@ -50,12 +51,11 @@ print("mapped" if libc.mallinfo2().hblkhd - before >= 2 << 20 else "heap")
 
 
 def probe(tmp_path: Path, *command: str) -> str:
-    env = {
-        **os.environ,
-        "RIFFD_STATE_DIR": str(tmp_path / "state"),
-        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-        "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
-    }
+    env = riffd_env(
+        RIFFD_STATE_DIR=str(tmp_path / "state"),
+        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+        RIFFD_CONFIG=str(tmp_path / "no-config.toml"),
+    )
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *command],
         capture_output=True,

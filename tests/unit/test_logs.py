@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
+from helpers.run import riffd_env
 from riffd.logs import plain_formatter
 
 
@@ -36,7 +37,7 @@ def test_log_file_is_private_and_rotated(tmp_path) -> None:  # type: ignore[no-u
         f"l.configure('info', 'plain', {str(log)!r})\n"
         "for i in range(200): logging.getLogger('riffd.test').info('line %d', i)\n"
     )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, env=riffd_env())
     assert log.exists() and (log.stat().st_mode & 0o777) == 0o600
     rotated = sorted(p.name for p in log.parent.iterdir())
     assert rotated == [

@@ -28,6 +28,7 @@ from conftest import (
     transcript_line,
 )
 from helpers.damage import generated_session
+from helpers.run import run_riffd, start_riffd
 from riffd.archive.contents import normalise
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
@@ -51,25 +52,14 @@ def _config(tmp_path: Path) -> Path:
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
-    }
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")  # never the user's own projects
-    return environment
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}  # never the user's own projects
 
 
-def _riffd(tmp_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _riffd(
+    tmp_path: Path, *args: str, check: bool = True, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `python3 -m riffd --config <tmp config> ARGS` as a real subprocess; return it."""
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=120,
-        check=False,
-    )
+    result = run_riffd(*args, config=_config(tmp_path), env=_environment(tmp_path), cwd=cwd)
     if check:
         assert result.returncode == 0, f"riffd {args} exited {result.returncode}:\n{result.stderr}"
     return result
@@ -204,22 +194,16 @@ def _build_generated_corpus(root: Path, size_mb: float, seed: int) -> dict[str, 
 @pytest.mark.slow
 def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_path: Path) -> None:
     originals = _build_generated_corpus(tmp_path, 80, seed=7)
-    command = [
-        sys.executable,
-        "-m",
-        "riffd",
-        "--config",
-        str(_config(tmp_path)),
-        "archive",
-        "ingest",
-        str(tmp_path / "projects"),
-    ]
+    config = _config(tmp_path)
     db_path = tmp_path / "state" / "archive.db"
     rng = random.Random(11)
     archived_after_kill: list[int] = []
     for _round in range(12):
-        process = subprocess.Popen(
-            command,
+        process = start_riffd(
+            "archive",
+            "ingest",
+            str(tmp_path / "projects"),
+            config=config,
             env=_environment(tmp_path),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -567,15 +551,7 @@ def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path
     session.write_bytes(b"".join(transcript_line(number, pad=40) for number in range(1, 41)))
 
     def riffd_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "riffd", "--config", str(_config(tmp_path)), *args],
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            env=_environment(tmp_path),
-            timeout=120,
-            check=False,
-        )
+        result = _riffd(tmp_path, *args, check=False, cwd=folder)
         assert result.returncode == 0, result.stderr
         return result
 
@@ -1055,14 +1031,7 @@ def test_archive_ingest_without_a_path_reads_the_roots_the_config_names(tmp_path
     default.write_bytes(transcript_line(1))
     config = tmp_path / "roots.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\nroots = ["{tmp_path / "elsewhere"}"]\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=120,
-        check=False,
-    )
+    result = run_riffd("archive", "ingest", config=config, env=_environment(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "archived 5 new line(s) from 1 file(s)" in result.stderr
     archive = _archive(tmp_path)
@@ -1070,14 +1039,7 @@ def test_archive_ingest_without_a_path_reads_the_roots_the_config_names(tmp_path
     archive.close()
     # Roots that do not exist (yet): said, and nothing taken from Claude Code's folder instead
     config.write_text(f'state_dir = "{tmp_path / "state"}"\nroots = ["{tmp_path / "not-yet"}"]\n')
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), "archive", "ingest"],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=120,
-        check=False,
-    )
+    result = run_riffd("archive", "ingest", config=config, env=_environment(tmp_path))
     assert result.returncode == 0, result.stderr
     assert f"{tmp_path / 'not-yet'} (in `roots`) does not exist" in result.stderr
     assert "archived 0 new line(s) from 0 file(s)" in result.stderr

@@ -6,17 +6,16 @@ the real `riffd archive search`, cut out of a later copy, and restored byte for 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from conftest import CORPUS_DIR, corpus_transcripts, requires_corpus, write_config
+from helpers.run import run_riffd
 from riffd.archive.contents import parse, pieces_of
 from riffd.transcript.reader import parse_line
 
@@ -24,24 +23,11 @@ SESSION = "33333333-4444-5555-6666-777777777777"
 
 
 def _environment(tmp_path: Path) -> dict[str, str]:
-    environment = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("RIFFD_") and key != "CLAUDE_CONFIG_DIR"
-    }
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    return environment
+    return {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
 
 
 def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(write_config(tmp_path)), *args],
-        capture_output=True,
-        text=True,
-        env=_environment(tmp_path),
-        timeout=180,
-        check=False,
-    )
+    return run_riffd(*args, config=write_config(tmp_path), env=_environment(tmp_path), timeout=180)
 
 
 def _search(tmp_path: Path, word: str) -> list[dict[str, object]]:

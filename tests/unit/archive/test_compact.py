@@ -6,15 +6,14 @@ real `riffd` subprocesses, real SQLite."""
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 
+from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PACK_BYTES
 from riffd.archive.store import Archive
@@ -57,16 +56,8 @@ def write_session(path: Path, lines: int, seed: int) -> bytes:
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("RIFFD_")}
-    environment["CLAUDE_CONFIG_DIR"] = str(tmp_path / "claude")
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "--config", str(config), *args],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-        check=False,
-    )
+    environment = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    result = run_riffd(*args, config=config, env=environment, timeout=300)
     assert result.returncode == 0, f"riffd {args} exited {result.returncode}:\n{result.stderr}"
     return result
 

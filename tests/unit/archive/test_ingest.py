@@ -17,6 +17,7 @@ import pytest
 
 from conftest import CORPUS_DIR, HAVE_CORPUS, corpus_transcripts, transcript_line
 from helpers.damage import generated_session
+from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file, ingest_files
 from riffd.archive.packs import unpack
 from riffd.archive.store import Archive
@@ -218,8 +219,6 @@ def test_thousands_of_small_files_never_stall_the_reader(tmp_path: Path) -> None
     """1,500 files of 2 kB (3 MB): the reader is given at most JOBS_AHEAD files ahead, so the pipe
     of files to read never fills while it waits to send (`riffd archive ingest` in a real process,
     which must finish)."""
-    import subprocess
-    import sys
 
     folder = tmp_path / "projects" / "-p"
     folder.mkdir(parents=True)
@@ -232,22 +231,8 @@ def test_thousands_of_small_files_never_stall_the_reader(tmp_path: Path) -> None
         )
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "riffd",
-            "--config",
-            str(config),
-            "archive",
-            "ingest",
-            "--no-compact",
-            str(tmp_path / "projects"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = run_riffd(
+        "archive", "ingest", "--no-compact", str(tmp_path / "projects"), config=config
     )
     assert result.returncode == 0, result.stderr
     assert "archived 10500 new line(s) from 1500 file(s)" in result.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR
+from helpers.run import riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
@@ -270,7 +270,7 @@ def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_
             str(marker),
             str(archive_path),
         ],
-        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+        env=riffd_env(),
     )
     deadline = time.monotonic() + 30
     while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import SRC_DIR, transcript_bytes
+from conftest import transcript_bytes
+from helpers.run import run_riffd
 from riffd.commands.cli import main
 from riffd.hooks.pre_tool_use import UsageError, parse_args
 from riffd.repair.backup import BackupStore
@@ -25,26 +25,11 @@ FLOAT_OPTIONS = [  # (the words before the option, the option)
 
 
 def riffd(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("RIFFD_CONFIG", "CLAUDE_CONFIG_DIR")
+    folders = {
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
     }
-    environ.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")])),
-        RIFFD_STATE_DIR=str(tmp_path / "state"),
-        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
-        **env,
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+    return run_riffd(*args, env=folders | env, cwd=tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ import pytest
 
 from conftest import CORPUS_DIR, REPO_DIR, requires_corpus
 from helpers import damage
+from helpers.run import riffd_env, run_riffd
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
@@ -231,16 +232,8 @@ def test_backups_list_and_restore_round_trip(
 
 
 def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
-    environment = dict(os.environ, HOME=str(tmp_path), RIFFD_STATE_DIR=str(tmp_path / "state"))
-    environment.pop("CLAUDE_CONFIG_DIR", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "scan"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    environment = {"HOME": str(tmp_path), "RIFFD_STATE_DIR": str(tmp_path / "state")}
+    result = run_riffd("scan", env=environment, timeout=60)
     assert result.returncode == EXIT_OK
     assert "does not exist" in result.stderr
 
@@ -311,7 +304,12 @@ def test_fix_leaves_a_live_sessions_agent_file_alone(
 def test_an_unsupported_platform_gets_one_line_not_a_traceback() -> None:
     code = "import sys; sys.platform = 'win32'; from riffd.entry import main; raise SystemExit(main(['status']))"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=riffd_env(),
     )
     assert result.returncode == 2
     assert (
@@ -334,7 +332,7 @@ def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_
         "print(sorted(name for name in sys.modules if name.startswith('riffd.commands.')))"
     )
     loaded = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=riffd_env()
     ).stdout
     assert "riffd.commands.daemon" in loaded and "riffd.commands.archive" not in loaded
     assert (

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS_DIR, SRC_DIR, requires_corpus, transcript_bytes
+from conftest import CORPUS_DIR, requires_corpus, transcript_bytes
+from helpers.run import run_riffd
 from riffd.commands.cli import main
 from riffd.commands.export import MANIFEST, Exporter, sidechains_of
 
@@ -131,23 +129,6 @@ def test_cli_exports_agent_files_inside_their_session_only(tmp_path: Path) -> No
     names = sorted(path.name for path in (tmp_path / "out").glob("*.md"))
     assert not [name for name in names if name.startswith("agent-")]
     assert "258c7280-ae70-4798-800f-63464d01a85d.md" in names
-
-
-def run_riffd(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m riffd ARGS` as a user would (with `umask`, when given)."""
-    environ = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")])),
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=60,
-        check=False,
-        preexec_fn=None if umask is None else lambda: os.umask(umask),
-    )
 
 
 def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SRC_DIR
+from helpers.run import riffd_env, run_riffd
 from riffd.hooks.pre_tool_use import CACHE_MAX_CHARS, UsageError, parse_args
 
 SESSION = "11111111-2222-3333-4444-555555555555"
@@ -136,15 +136,7 @@ def event(
 
 def run_hook(stdin: bytes, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
     """Run the hook as settings.json would: a new process, the event on stdin."""
-    env = {**os.environ, "PYTHONPATH": str(SRC_DIR)}
-    return subprocess.run(
-        [sys.executable, "-m", "riffd", "hook", "pre-tool-use", *args],
-        input=stdin,
-        capture_output=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
+    return run_riffd("hook", "pre-tool-use", *args, input=stdin, text=False, timeout=timeout)
 
 
 def answer(result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
@@ -341,7 +333,7 @@ def test_the_console_entry_skips_the_full_command_line(session: tuple[Path, Path
         timeout=60,
         check=False,
         input=json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
-        env={**os.environ, "PYTHONPATH": str(SRC_DIR)},
+        env=riffd_env(),
     )
     assert result.returncode == 0 and result.stderr == b"light"
     assert "additionalContext" in json.loads(result.stdout)["hookSpecificOutput"]

@@ -20,6 +20,7 @@ from conftest import (
     transcript_bytes,
 )
 from helpers import damage
+from helpers.run import riffd_env
 from riffd.forking import can_fork
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
@@ -141,7 +142,8 @@ def test_a_decoder_whose_parent_is_killed_exits(tmp_path: Path) -> None:
             "import sys; from riffd.transcript.parallel_read import index_piped; "
             "index_piped(sys.argv[1], chunk_size=1 << 18)",
             str(big),
-        ]
+        ],
+        env=riffd_env(),
     )
     deadline = time.monotonic() + 30
     while (

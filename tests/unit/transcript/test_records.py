@@ -12,8 +12,6 @@ real transcripts).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -23,6 +21,7 @@ from hypothesis import strategies as st
 
 from conftest import corpus_transcript_params, corpus_transcripts, requires_corpus
 from helpers import damage
+from helpers.run import run_riffd
 from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
@@ -313,11 +312,7 @@ def test_a_line_nested_100000_deep_is_malformed_not_a_crash(tmp_path: Path) -> N
     (tmp_path / "s.jsonl").write_bytes(
         b'{"uuid":"a","parentUuid":null,"type":"user"}\n' + deep + b"\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "riffd", "scan", "--json", str(tmp_path / "s.jsonl")],
-        capture_output=True,
-        timeout=60,
-    )
+    result = run_riffd("scan", "--json", str(tmp_path / "s.jsonl"), text=False, timeout=60)
     assert result.returncode == 1, result.stderr
     findings = orjson.loads(result.stdout)["files"][0]["findings"]
     assert [(finding["class"], finding["lines"]) for finding in findings] == [

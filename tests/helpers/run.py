@@ -1,0 +1,80 @@
+"""riffd as a real subprocess, the one way the tests start it: `python -m riffd ARGS`.
+
+The working tree's `src/` comes first on PYTHONPATH, so a test runs the code beside it, installed
+or not. The environment is the tests' own without what would point riffd at the folders or the
+service manager of whoever runs them: every `RIFFD_*` variable (RIFFD_CONFIG, RIFFD_STATE_DIR, ...),
+CLAUDE_CONFIG_DIR, and systemd's NOTIFY_SOCKET and WATCHDOG_*. A test names what riffd should use
+(`config=` for `--config`, `env=` for variables); XDG_CONFIG_HOME is an empty folder already (the
+autouse fixture of tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SRC_DIR = Path(__file__).resolve().parents[2] / "src"
+SCRUBBED = ("CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+def riffd_env(**extra: str) -> dict[str, str]:
+    """The environment for a riffd subprocess (or a `python -c` child that imports riffd): ours
+    without RIFFD_* and SCRUBBED, with SRC_DIR first on PYTHONPATH, then `extra`."""
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("RIFFD_") and name not in SCRUBBED
+    }
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR), environ.get("PYTHONPATH")]))
+    environ.update(extra)
+    return environ
+
+
+def riffd_command(*args: str, config: Path | None = None) -> list[str]:
+    """`python -m riffd [--config CONFIG] ARGS`, with this interpreter."""
+    options = ["--config", str(config)] if config is not None else []
+    return [sys.executable, "-m", "riffd", *options, *args]
+
+
+def run_riffd(
+    *args: str,
+    config: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | bytes | None = None,
+    text: bool = True,
+    timeout: float = 120.0,
+    umask: int | None = None,
+) -> subprocess.CompletedProcess[Any]:
+    """Run `riffd ARGS` to its end (in `cwd`, under `umask`, with `input` on stdin, the variables
+    `env` added) and return it, stdout and stderr captured (as text unless `text` is false); its
+    exit code is the test's to check."""
+    return subprocess.run(
+        riffd_command(*args, config=config),
+        input=input,
+        capture_output=True,
+        text=text,
+        env=riffd_env(**(env or {})),
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+        umask=-1 if umask is None else umask,
+    )
+
+
+def start_riffd(
+    *args: str,
+    config: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    **popen: Any,
+) -> subprocess.Popen[Any]:
+    """Start `riffd ARGS` (`riffd run`, or a command a test kills or races) and return it; `popen`
+    goes to subprocess.Popen (stdout, stderr, text, ...)."""
+    return subprocess.Popen(
+        riffd_command(*args, config=config), env=riffd_env(**(env or {})), cwd=cwd, **popen
+    )
