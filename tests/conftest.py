@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 # Tests run against the working tree, also when riffd is not installed into the interpreter.
 REPO_DIR = Path(__file__).resolve().parent.parent  # the checkout: src/, tests/, README.md, ...
@@ -215,6 +216,22 @@ def plan_transcript_repair(path: Path, scanned: object, add_missing_results: boo
         new_uuid=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
     )
     return plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)  # type: ignore[attr-defined]
+
+
+# Hypothesis: the default profile "dev" draws a fifth of each property test's examples (at least
+# 10), for a fast run; "ci" draws them all. HYPOTHESIS_PROFILE=ci selects it (CI sets it). A test
+# names its full count as `max_examples=examples(N)`; one that names none draws the profile's own
+# (20, or Hypothesis's 100).
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+settings.register_profile("dev", max_examples=20)
+settings.register_profile("ci", max_examples=100)
+settings.load_profile(HYPOTHESIS_PROFILE)  # an unknown name stops the run, saying so
+
+
+def examples(full: int) -> int:
+    """The number of examples a property test draws under the loaded profile: `full` in "ci", a
+    fifth of it (at least 10) in "dev"."""
+    return full if HYPOTHESIS_PROFILE == "ci" else max(10, full // 5)
 
 
 # The kinds of test, a folder each: tests/unit/<subpackage>/ (riffd's functions in-process),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import corpus_base_lines, requires_corpus
+from conftest import corpus_base_lines, examples, requires_corpus
 from helpers import damage
 from riffd.repair.plan import RemoveLine
 from riffd.transcript.findings import FindingClass
@@ -44,7 +44,10 @@ def holds_tool_blocks(raw: bytes) -> bool:
 
 
 @settings(
-    max_examples=200, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(200),
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
     base=st.deferred(lambda: st.sampled_from(sorted(base_lines()))),

@@ -17,6 +17,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from helpers import damage
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
@@ -233,7 +234,10 @@ class Builder:
 
 
 @settings(
-    max_examples=300, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(300),
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(data=st.data(), size=st.integers(1, 60), batches=st.lists(st.integers(1, 3), max_size=4))
 def test_incremental_equals_full_after_every_line(
@@ -246,7 +250,10 @@ def test_incremental_equals_full_after_every_line(
 
 
 @settings(
-    max_examples=60, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60),
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
     names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),

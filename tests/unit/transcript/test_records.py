@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import corpus_transcript_params, corpus_transcripts, requires_corpus
+from conftest import corpus_transcript_params, corpus_transcripts, examples, requires_corpus
 from helpers import damage
 from helpers.run import run_riffd
 from riffd.transcript.index import MESSAGE, TranscriptIndex
@@ -227,20 +227,20 @@ def assert_agrees(raw: bytes) -> bool:
     return True
 
 
-@settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(350), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines())
 def test_fast_records_equal_the_reference(raw: bytes) -> None:
     assert_agrees(raw)
 
 
-@settings(max_examples=350, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(350), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(lines()))
 def test_fast_records_equal_the_reference_on_damaged_lines(raw: bytes) -> None:
     assert_agrees(raw)
 
 
 @requires_corpus
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fast_records_equal_the_reference_on_damaged_real_lines(data: st.DataObject) -> None:
     path = data.draw(st.sampled_from(corpus_transcripts()))
@@ -388,7 +388,7 @@ def assert_built_alike(lines: list[bytes], sizes: list[int]) -> None:
     assert index_state(built(lines, sizes, "columns")) == reference
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     data=st.data(),
     size=st.integers(1, 60),
@@ -403,7 +403,7 @@ def test_batches_added_by_columns_equal_lines_added_one_by_one(
     assert_built_alike(builder.lines, sizes)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     names=st.lists(st.sampled_from(sorted(damage.INJECTORS)), min_size=1, max_size=4),
     data=st.data(),
