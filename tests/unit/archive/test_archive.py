@@ -1058,7 +1058,9 @@ def test_a_pack_settled_by_another_process_while_it_is_read_gives_its_lines(tmp_
     transcript = tmp_path / "s.jsonl"
     transcript.write_bytes(b"".join(transcript_line(number) for number in range(1, 6)))
     db_path = tmp_path / "archive.db"
-    writer = Archive(db_path)
+    # The settle ends with a checkpoint that waits for the reader, held in the trace below, until the
+    # lock timeout (30 s by default) and then gives up: a short one ends that wait.
+    writer = Archive(db_path, lock_timeout=0.5)
     ingest_file(writer, transcript)  # the open pack, in segments (not settled)
     reader = Archive(db_path)  # a fresh `riffd archive restore`
     settled = threading.Event()
