@@ -401,6 +401,7 @@ def _stop(daemon: subprocess.Popen[bytes]) -> int:
         raise
 
 
+@pytest.mark.slow  # end to end: `riffd run` three times
 def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_aside(
     tmp_path: Path, small_disk: SmallDisk
 ) -> None:

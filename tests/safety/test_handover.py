@@ -188,11 +188,19 @@ HOLDER = textwrap.dedent(
     fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
     print("open", flush=True)
     sys.stdin.readline()  # the swap happened
-    time.sleep(float(sys.argv[2]))
+    if float(sys.argv[2]) < 0:
+        sys.stdin.readline()  # told to write: the repair is over
+    else:
+        time.sleep(float(sys.argv[2]))
     os.write(fd, sys.argv[3].encode())
     os.close(fd)
     """
 )
+
+
+# start_holder's delay for a writer that holds the old file past the repair's wait: it writes once
+# release() is called a second time.
+UNTIL_TOLD = -1.0
 
 
 def start_holder(path: Path, delay: float, line: bytes) -> subprocess.Popen[str]:
@@ -247,7 +255,7 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
     path = make_transcript(tmp_path, original)
     plan = plan_for(path)
     late = transcript_line(41)
-    holder = start_holder(path, 2.5, late)  # past the repair's wait
+    holder = start_holder(path, UNTIL_TOLD, late)  # past the repair's wait
     try:
         outcome = apply_plan(
             plan, options_for(tmp_path, fs=HeldSwapFS(after=lambda _target: release(holder)))
@@ -259,6 +267,7 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
             recover_folder(FileSystem(), path.parent, FAST) == []
         )  # still held: nothing to do yet
     finally:
+        release(holder)
         reap(holder)
     [done] = recover_folder(FileSystem(), path.parent, FAST)
     assert f"{len(late)} byte(s) written to the old file were carried over" in done
@@ -450,7 +459,7 @@ def test_pending_swaps_wait_for_a_repair_of_their_transcript(tmp_path: Path) -> 
     handed over."""
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
-    holder = start_holder(path, 3.0, transcript_line(41))
+    holder = start_holder(path, UNTIL_TOLD, transcript_line(41))
     try:
         first = apply_plan(
             plan_for(path), options_for(tmp_path, fs=HeldSwapFS(after=lambda _t: release(holder)))
@@ -459,6 +468,7 @@ def test_pending_swaps_wait_for_a_repair_of_their_transcript(tmp_path: Path) -> 
         second = apply_plan(plan_for(path), options_for(tmp_path))
         assert isinstance(second, Skipped) and second.reason == SkipReason.BUSY, second
     finally:
+        release(holder)
         reap(holder)
     recover_folder(FileSystem(), path.parent, FAST)
     assert riffd_names(path.parent) == []

@@ -34,7 +34,7 @@ from test_apply import (
     temp_files,
     write_registry,
 )
-from test_handover import reap, release, start_holder
+from test_handover import UNTIL_TOLD, reap, release, start_holder
 
 FAST = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.002)
 
@@ -441,7 +441,7 @@ def test_riffd_fix_with_a_relative_path_leaves_a_journal_any_run_can_finish(tmp_
     )
     path = make_transcript(tmp_path, b"".join(damaged.lines))
     late = line("late-1", json.loads(damaged.lines[-1])["uuid"])
-    holder = start_holder(path, 5.0, late)  # still holding the old file when fix is done
+    holder = start_holder(path, UNTIL_TOLD, late)  # still holding the old file when fix is done
     release(holder)
     run_riffd(
         "fix",
@@ -454,6 +454,7 @@ def test_riffd_fix_with_a_relative_path_leaves_a_journal_any_run_can_finish(tmp_
         cwd=path.parent,
     )
     assert names(path.parent), "fix left no pending hand-over: the test did not test it"
+    release(holder)
     reap(holder)
     recover_and_sweep(
         [path.parent], 0, retry=FAST
@@ -471,7 +472,7 @@ def test_a_second_repair_through_a_linked_folder_waits_for_a_pending_hand_over(
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     late = transcript_line(41)
-    holder = start_holder(path, 3.0, late)
+    holder = start_holder(path, UNTIL_TOLD, late)
     release(holder)
     first = apply_plan(plan_for(path), options_for(tmp_path))
     assert isinstance(first, Repaired) and first.pending_swap is not None
@@ -485,6 +486,7 @@ def test_a_second_repair_through_a_linked_folder_waits_for_a_pending_hand_over(
         RepairPlan(identity_of(through_link), plan_for(path).edits[:1]), options_for(tmp_path)
     )
     assert isinstance(second, Skipped) and second.reason == SkipReason.BUSY, second
+    release(holder)
     reap(holder)
     recover_folder(FileSystem(), path.parent, FAST)
     assert late in path.read_bytes() and names(path.parent) == []

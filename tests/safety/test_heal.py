@@ -155,6 +155,7 @@ for round in range(rounds):
 """
 
 
+@pytest.mark.slow  # many rounds: 4 variants of 6 rounds of 3 processes, each started 1.5 s ahead
 @pytest.mark.parametrize("kind", ["state", "archive"])
 @pytest.mark.parametrize("start", ["missing", "empty"])
 def test_riffd_processes_opening_a_database_together_never_move_each_others_aside(

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import orjson
+import pytest
 
 from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file
@@ -80,6 +81,7 @@ def restored(tmp_path: Path, session: str, folder: str) -> bytes:
     return next((tmp_path / folder).rglob("*.jsonl")).read_bytes()
 
 
+@pytest.mark.slow  # end to end: ingest, search, restore and compact 10 MB, each a riffd process
 def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_byte(
     tmp_path: Path,
 ) -> None:
@@ -107,6 +109,7 @@ def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_by
     assert "compressed" not in riffd(tmp_path, "archive", "compact").stderr  # nothing left to do
 
 
+@pytest.mark.slow  # end to end: `riffd archive ingest` of 10 MB
 def test_a_plain_ingest_leaves_no_loose_pack(tmp_path: Path) -> None:
     write_session(
         tmp_path / "projects" / "-home-u-proj" / "00000000-0000-4000-8000-000000000003.jsonl",
