@@ -265,9 +265,19 @@ def no_user_config(
     )  # Linux; macOS's is fixed
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts
-    missing: where to get them), instead of one line per skipped test."""
+    missing: where to get them), instead of one line per skipped test; and, in the default run, how
+    to run the slow tests it left out."""
+    deselected = len(terminalreporter.stats.get("deselected", []))
+    if deselected and config.option.markexpr == "not slow":
+        terminalreporter.write_line(
+            f"{deselected} slow test(s) left out; every test, every example, as CI runs them: "
+            "HYPOTHESIS_PROFILE=ci python3 -m pytest -m 'slow or not slow'",
+            yellow=True,
+        )
     reasons: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         if isinstance(report.longrepr, tuple):
