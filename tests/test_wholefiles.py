@@ -21,6 +21,7 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
 from riffd.fsio import FileSystem, RetryPolicy
+from riffd.paths import iter_transcripts
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
 from sessiontree import build_session
 
@@ -148,6 +149,33 @@ def test_a_file_written_just_now_waits_for_the_settle_time(tmp_path: Path) -> No
         archive.whole.keep(_found(claude, output), settle=2.0, now=time.time() + 2.5).outcome
         == "stored"
     )
+    archive.close()
+
+
+def test_every_file_in_tool_results_is_kept_whole_whatever_its_name(tmp_path: Path) -> None:
+    """A `.jsonl` there is a saved output, not a transcript (riffd never modifies one, and the
+    transcript walk never reads one); names with `.tmp.` in them are outputs too, only the client's
+    own temp names are not."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    results = tree.folder / "tool-results"
+    outputs = {
+        results / "events.jsonl": b'{"a":1}\n{"a":2}\n',
+        results / "report.tmp.txt": b"a saved output whose name holds .tmp.\n",
+        results / "old.tmp": b"and one that ends so\n",
+    }
+    for path, data in outputs.items():
+        path.write_bytes(data)
+    (results / "x.txt.tmp.4242.1795668767146").write_bytes(b"the client's atomic write\n")
+    (results / "x.txt.0123456789abcdef.tmp").write_bytes(b"another temp of the client\n")
+    found = {item.path: item.kind for item in all_session_files([claude / "projects"], [claude])}
+    assert {path: found.get(path) for path in outputs} == dict.fromkeys(outputs, "tool-result")
+    assert not {path for path in found if ".tmp." in path.name and path.name[-1].isdigit()}
+    assert not {path for path in found if path.name.endswith("abcdef.tmp")}
+    assert not list(iter_transcripts([claude / "projects"]))[2:]  # the main and subagent only
+    archive = Archive(tmp_path / "archive.db")
+    for path in outputs:
+        assert archive.whole.keep(_found(claude, path)).outcome in ("stored", "known")
     archive.close()
 
 

@@ -4,8 +4,9 @@ Measured with the real client (2.1.332; shared/transcript-format.md, section 1, 
 archive section):
 - in the session's folder beside its transcript, `<project>/<session>/`:
   `subagents/agent-<id>.meta.json` (a subagent's type and settings), `tool-results/<short id>.txt`
-  (the full output of a large tool call; a PDF's pages under a folder of their own) and whatever
-  else the client puts there; the `.jsonl` files in it are transcripts, archived line by line;
+  (the full output of a large tool call; a PDF's pages under a folder of their own: every file in
+  `tool-results/` is a saved output, whatever its name) and whatever else the client puts there; the
+  other `.jsonl` files in it are transcripts, archived line by line;
 - in the config folder (`<X>` for a root `<X>/projects`, and the configured `claude_dir`):
   `file-history/<session>/` (the pre-edit copies `/rewind` uses), `tasks/<session>/` (the session's
   task list, read again on resume), `plans/<slug>.md` (a plan written in plan mode, named by the
@@ -14,7 +15,8 @@ archive section):
   kept with it. Claude Code deletes each of these by age (the session folder and
   `file-history/<session>/` with the session, a saved output by its own age even while its session
   is resumed), so the archive is all there is of them afterwards. Dot files (locks, temp files) and
-  files being replaced under a temp name are not the session's.
+  the client's temp files (`<name>.tmp.<pid>.<ms>`, `<name>.tmp.<hex>`, `<name>.<16 hex>.tmp`) are
+  not the session's.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ KINDS = (SUBAGENT_META, TOOL_RESULT, SESSION_OTHER, FILE_HISTORY, TASKS, PLAN, T
 # The config folder's sub-folders these kinds live in
 CONFIG_FOLDERS = ("file-history", "tasks", "plans", "todos")
 
-_TEMP = re.compile(r"\.tmp(\.|$)")
+# The client's temp names (2.1.x): `<name>.tmp.<pid>.<ms>` (its atomic writes), `<name>.tmp.<hex>`
+# (`*.jsonl.compact.tmp.<hex>` of compaction), `<name>.<16 hex>.tmp`; `.<name>.tmp.<hex>` is a dot name
+_TEMP = re.compile(r"\.tmp\.[0-9a-f]+(\.[0-9]+)?$|\.[0-9a-f]{16}\.tmp$")
 HIGH_WATER_MARK = ".highwatermark"
 _TODOS = re.compile(rf"^({SESSION_ID.pattern})-agent-.+\.json$")
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
@@ -72,6 +76,16 @@ def config_folders(roots: Iterable[Path], claude_dir: Path | None = None) -> lis
     return list(found.values())
 
 
+def saved_output_folder(path: Path) -> Path | None:
+    """The `<session>/tool-results` folder `path` is in (at any depth), or None: everything there is a
+    saved tool output, never a transcript, whatever its name."""
+    parts = path.parts
+    for at in range(len(parts) - 2, 0, -1):
+        if parts[at] == "tool-results" and SESSION_ID.fullmatch(parts[at - 1]):
+            return Path(*parts[: at + 1])
+    return None
+
+
 def is_kept_name(name: str) -> bool:
     """Whether a file of this name in a session's folders is the session's (not a lock, a dot file
     or a temp; but a task list's `.highwatermark`, the highest task id it gave, which the client
@@ -91,10 +105,11 @@ def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> Sess
         if parts is None:
             continue
         # <project>/<session>/<...>/<name>: a file in a session's folder that is not a transcript
+        # (in tool-results/, every file is a saved output: a `.jsonl` there is one too)
         if (
             len(parts) < 3
             or not SESSION_ID.fullmatch(parts[1])
-            or is_transcript_name(name)
+            or (is_transcript_name(name) and parts[2] != "tool-results")
             or any(part.startswith(".") for part in parts[:-1])
         ):
             return None
