@@ -492,21 +492,25 @@ class WholeFiles:
 
     def damaged(self) -> list[tuple[Version, str]]:
         """Read every blob back (checked as `content` does) and return a version of each that cannot
-        be, with why."""
+        be, with why: one whose file still exists when any does (every path with the same bytes
+        shares the blob, and `keep(again=True)` of such a file stores it afresh)."""
         if not self.present:
             return []
         with self._lock:
             rows = self._db.execute(
-                _SELECT_VERSIONS
-                + "WHERE session_files.id IN (SELECT MIN(id) FROM session_files GROUP BY blob)"
+                _SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id"
             ).fetchall()
-        found = []
+        sharing: dict[int, list[Version]] = {}
         for version in map(_version, rows):
+            sharing.setdefault(version.blob, []).append(version)
+        found = []
+        for versions in sharing.values():
             try:
-                for _chunk in self.content(version):
+                for _chunk in self.content(versions[0]):
                     pass
             except PackDamaged as exc:
-                found.append((version, str(exc)))
+                there = [version for version in versions if os.path.exists(version.path)]
+                found.append(((there or versions)[0], str(exc)))
         return found
 
     def stats(self) -> dict[str, Any]:
