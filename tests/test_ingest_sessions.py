@@ -1,17 +1,72 @@
-"""`riffd archive ingest` of sessions' files at its edges, and `riffd fix` beside them: a `.jsonl` saved
-output is left alone. Real files laid out as the client writes them, real `riffd` subprocesses."""
+"""`riffd archive ingest` of sessions' files at its edges: a session's folders that are symlinks out of
+the roots are named and not followed; and `riffd fix` leaves a `.jsonl` saved output alone. Real
+files laid out as the client writes them, real `riffd` subprocesses."""
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 
-from sessiontree import build_session
+from sessiontree import build_session, line
 from test_archive_sessions import _riffd
 
 SESSION = "aaaaaaaa-0000-4000-8000-000000000001"
+
+
+def _archived_paths(tmp_path: Path) -> list[str]:
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        return sorted(row[0] for row in db.execute("SELECT base || '/' || path FROM session_files"))
+
+
+def _transcript(project: Path, session: str) -> Path:
+    path = project / f"{session}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(line(session, 0, "hi"))
+    return path
+
+
+def test_ingest_never_follows_a_sessions_folder_out_of_the_roots(tmp_path: Path) -> None:
+    """A session's folder, its tool-results, a saved output and `file-history/<session>` that are
+    symlinks to files outside the roots: none is archived (riffd as root would otherwise copy a
+    root-only file into a user's session), each link is named once; a project folder that is a
+    link is followed, as the transcript walk follows it."""
+    claude = tmp_path / "claude"
+    project = claude / "projects" / "-tmp-app"
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret.txt").write_text("secret outside the roots\n")
+    (outside / "sub" / "deep.txt").write_text("deep secret\n")
+    sessions = [f"{letter * 8}-0000-4000-8000-00000000000{n}" for n, letter in enumerate("abce", 1)]
+    for session in sessions:
+        _transcript(project, session)
+    links = [
+        project / sessions[0],
+        project / sessions[1] / "tool-results",
+        claude / "file-history" / sessions[2],
+        project / sessions[3] / "tool-results" / "x.txt",
+    ]
+    for link in links:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(outside / "secret.txt" if link.name == "x.txt" else outside)
+    disk = tmp_path / "disk" / "-tmp-linked"  # a project folder on another disk
+    (disk / SESSION.replace("a", "d") / "tool-results").mkdir(parents=True)
+    (disk / SESSION.replace("a", "d") / "tool-results" / "kept.txt").write_text("kept\n")
+    _transcript(disk, SESSION.replace("a", "d"))
+    (claude / "projects" / "-tmp-linked").symlink_to(disk)
+    result = _riffd(tmp_path, "archive", "ingest")
+    assert result.returncode == 0, result.stderr
+    assert _archived_paths(tmp_path) == [
+        f"{claude}/projects/-tmp-linked/{SESSION.replace('a', 'd')}/tool-results/kept.txt"
+    ]
+    for link in links:
+        assert result.stderr.count(f"riffd: note: {link}: a symlink (to ") == 1, result.stderr
+    # Named by their transcripts' paths: the same
+    named = _riffd(tmp_path, "archive", "ingest", *(str(project / f"{s}.jsonl") for s in sessions))
+    assert named.returncode == 0, named.stderr
+    assert len(_archived_paths(tmp_path)) == 1
 
 
 def test_fix_never_rewrites_a_jsonl_saved_output(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ import zstandard
 from riffd.archive.packs import PackDamaged
 from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.paths import key_path, path_key
-from riffd.transcript.sessionfiles import PLAN, SessionFile
+from riffd.transcript.sessionfiles import PLAN, SessionFile, linked_folder
 
 CHUNK_BYTES = 1024 * 1024
 LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
@@ -68,8 +68,9 @@ class Version:
 class Kept:
     """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes
     held already), unchanged (the archive holds it as it is), settling (modified less than the
-    settle time ago: `retry_after`), changing (it changed while it was read), gone, or skipped (not
-    a regular file)."""
+    settle time ago: `retry_after`), changing (it changed while it was read), gone, skipped (not a
+    regular file) or linked (reached through a symlinked folder riffd does not follow:
+    riffd.transcript.sessionfiles.linked_folder)."""
 
     outcome: str
     retry_after: float | None = None
@@ -114,6 +115,8 @@ class WholeFiles:
         says it holds it, and store the frames of its bytes afresh when the blob they hash to cannot
         be read back whole. Reads that fail with EIO are tried again as `retry` says."""
         base, relative = path_key(found.base), path_key(found.relative)
+        if linked_folder(found) is not None:
+            return Kept("linked")
         try:
             status = retrying_call(
                 lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry

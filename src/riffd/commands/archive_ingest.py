@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -18,6 +19,7 @@ from riffd.transcript.sessionfiles import (
     SessionFile,
     all_session_files,
     config_folders,
+    linked_folder,
     plan_files,
     session_files,
 )
@@ -98,7 +100,7 @@ def session_files_of(
     if not args.paths:
         roots = [root for root in args.roots if root.is_dir()]
         yield from all_session_files(
-            roots, config_folders(args.roots, config.claude_dir), unlistable
+            roots, config_folders(args.roots, config.claude_dir), unlistable, named_link
         )
         return
     sessions: dict[str, set[Path]] = {}
@@ -115,7 +117,7 @@ def session_files_of(
     )
     configs = config_folders(roots, config.claude_dir)
     for session, folders in sorted(sessions.items()):
-        yield from session_files(session, sorted(folders), roots, configs, unlistable)
+        yield from session_files(session, sorted(folders), roots, configs, unlistable, named_link)
     yield from plan_files(
         sorted({slug for session in sessions for slug in archive.whole.slugs(session)}), configs
     )
@@ -140,6 +142,8 @@ def keep_whole_files(
             if kept.outcome != "changing":
                 added += kept.outcome in ("stored", "known")
                 stored += kept.stored_bytes
+                if kept.outcome == "linked":
+                    named_link(linked_folder(item) or item.path)
                 break
         else:
             errors.append(
@@ -151,6 +155,15 @@ def keep_whole_files(
     if sys.stderr.isatty() and looked >= 100:
         print(file=sys.stderr)
     return looked, added, stored
+
+
+def named_link(link: Path) -> None:
+    """Name a symlink the walk of the sessions' files met and did not follow."""
+    print(
+        f"riffd: note: {link}: a symlink (to {os.path.realpath(link)}) in a session's folders; "
+        "not followed: riffd archives only the files in the sessions' own folders",
+        file=sys.stderr,
+    )
 
 
 def run_compact(args: argparse.Namespace, archive: Any) -> int:

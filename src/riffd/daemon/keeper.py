@@ -8,7 +8,9 @@ modified less than `watcher.file_settle` seconds ago, or that changes while it i
 to the queue when it may have settled; one taken is hashed, and stored only when its bytes are new
 (a new version of its path; the earlier ones stay). What cannot be read now is looked at again at
 its next change or the next rescan, which compares every such file with the newest version the
-archive holds (one stat each, no read). Nothing here runs per append to a transcript.
+archive holds (one stat each, no read). A symlinked folder riffd does not follow
+(riffd.transcript.sessionfiles.linked_folder) is named once in the log. Nothing here runs per append
+to a transcript.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from riffd.archive.store import Archive
 from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import DEFAULT_RETRY, RetryPolicy
-from riffd.transcript.sessionfiles import SessionFile, all_session_files
+from riffd.transcript.sessionfiles import SessionFile, all_session_files, linked_folder
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,7 @@ class Keeper:
     store: StateStore
     on_write_error: Callable[[BaseException], object] | None = None
     retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
+    links: set[Path] = field(default_factory=set)  # the symlinks named in the log so far
 
     def process(self, archive: Archive | None, found: SessionFile) -> float | None:
         """Archive the file `found` if it settled and is new or changed; return when to look at it
@@ -62,6 +66,8 @@ class Keeper:
             if archive.reopen_if_damaged(exc):
                 self.store.bump({"archive.moved_aside": 1})
             return None
+        if kept.outcome == "linked":
+            self.note_link(linked_folder(found) or found.path)
         if kept.outcome in ("stored", "known"):
             self.store.bump(
                 {"archive.files_kept": 1, "archive.file_bytes_stored": kept.stored_bytes}
@@ -81,22 +87,34 @@ class Keeper:
             )
         return kept.retry_after
 
+    def note_link(self, link: Path) -> None:
+        """Name a symlink riffd does not follow in a session's folders, once."""
+        if link not in self.links:
+            self.links.add(link)
+            log.warning(
+                "%s: a symlink (to %s) in a session's folders; not followed: riffd archives only the "
+                "files in the sessions' own folders",
+                link,
+                os.path.realpath(link),
+            )
+
 
 def reconcile_files(
     transcript_filter: TranscriptFilter,
     archive: Archive | None,
     on_change: Callable[[str], None],
     on_error: Callable[[OSError], None] | None = None,
+    on_link: Callable[[Path], None] | None = None,
 ) -> int:
     """Queue every file of a session kept whole that the archive does not hold as it is now (size,
     modification time and mode of its newest version); return how many. One stat per file, no
-    reads."""
+    reads. The symlinks met that are not followed go to `on_link`."""
     if archive is None:
         return 0
     held = archive.whole.held()
     queued = 0
     roots = [root for root in transcript_filter.roots if os.path.isdir(root)]
-    for found in all_session_files(roots, transcript_filter.configs, on_error):
+    for found in all_session_files(roots, transcript_filter.configs, on_error, on_link):
         try:
             status = os.lstat(found.path)
         except OSError:
