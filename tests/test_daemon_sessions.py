@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from riffd.archive.store import Archive
-from riffd.transcript.sessionfiles import SessionFile, all_session_files
+from riffd.transcript.sessionfiles import SessionFile, all_session_files, file_state
 from sessiontree import BIG_OUTPUT, SLUG, delete_like_cleanup, line, persisted, short_id, snapshot
 from sessiontree import SessionTree as Tree
 from test_daemon_e2e import DEADLINE, Sandbox, append_like_claude, daemon_environment
@@ -63,7 +63,7 @@ def _archived_as_on_disk(box: Sandbox, tree: Tree) -> bool:
         held = archive.whole.held()
         for path in tree.whole:
             status = path.stat()
-            if held.get(str(path)) != (status.st_size, status.st_mtime_ns, status.st_mode):
+            if held.get(str(path)) != file_state(status):
                 return False
         for path in tree.transcripts:
             found = archive.files_of(str(path))

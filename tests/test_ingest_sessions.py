@@ -1,6 +1,7 @@
 """`riffd archive ingest` of sessions' files at its edges: a session's folders that are symlinks out of
-the roots are named and not followed; and `riffd fix` leaves a `.jsonl` saved output alone. Real
-files laid out as the client writes them, real `riffd` subprocesses."""
+the roots are named and not followed, a file whose time is ahead of the clock is taken; and `riffd
+fix` leaves a `.jsonl` saved output alone. Real files laid out as the client writes them, real
+`riffd` subprocesses."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from sessiontree import build_session, line
+from sessiontree import build_session, delete_like_cleanup, line
 from test_archive_sessions import _riffd
 
 SESSION = "aaaaaaaa-0000-4000-8000-000000000001"
@@ -67,6 +68,23 @@ def test_ingest_never_follows_a_sessions_folder_out_of_the_roots(tmp_path: Path)
     named = _riffd(tmp_path, "archive", "ingest", *(str(project / f"{s}.jsonl") for s in sessions))
     assert named.returncode == 0, named.stderr
     assert len(_archived_paths(tmp_path)) == 1
+
+
+def test_ingest_takes_a_file_whose_time_is_ahead_of_the_clock(tmp_path: Path) -> None:
+    """A clock stepped back, or a network folder's server clock ahead: an ingest takes files as they
+    are, whatever their time says."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    ahead = time.time_ns() + 600 * 10**9
+    os.utime(output, ns=(ahead, ahead))
+    result = _riffd(tmp_path, "archive", "ingest")
+    assert result.returncode == 0, result.stderr
+    assert str(output) in _archived_paths(tmp_path)
+    before = output.read_bytes()
+    delete_like_cleanup(tree)
+    assert _riffd(tmp_path, "archive", "restore", tree.session_id).returncode == 0
+    assert output.read_bytes() == before and output.stat().st_mtime_ns == ahead
 
 
 def test_fix_never_rewrites_a_jsonl_saved_output(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from riffd.transcript.sessionfiles import (
     TASKS,
     TODOS,
     TOOL_RESULT,
+    file_state,
     plan_files,
     session_files,
 )
@@ -52,7 +53,7 @@ class Holdings:
     kinds: dict[str, dict[str, int]]  # session -> kind -> files kept whole
     whole_files: dict[
         str, tuple[int, int, int]
-    ]  # path -> (size, mtime_ns, mode) of its newest version
+    ]  # path -> (size, mtime_ns, kept mode) of its newest version
     slugs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -98,11 +99,7 @@ class Holdings:
                 status = os.lstat(item.path)
             except OSError:
                 continue
-            if self.whole_files.get(str(item.path)) != (
-                status.st_size,
-                status.st_mtime_ns,
-                status.st_mode,
-            ):
+            if self.whole_files.get(str(item.path)) != file_state(status):
                 return False
         return True
 

@@ -127,9 +127,10 @@ def keep_whole_files(
     archive: Any, found: Iterable[SessionFile], errors: list[str]
 ) -> tuple[int, int, int]:
     """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
-    does not wait for a file to settle); return (files looked at, versions added, bytes stored). A
-    file that cannot be read is an error; one that changes while it is read each time is named, for
-    the daemon or the next ingest."""
+    does not wait for a file to settle); return (files looked at, versions added, bytes stored).
+    Every file not stored is named with why: an error when it cannot be read or changed while it was
+    read each time (for the daemon or the next ingest), a note when it went meanwhile or is not a
+    regular file or is reached through a symlinked folder riffd does not follow."""
     looked = added = stored = 0
     for number, item in enumerate(found, 1):
         looked = number
@@ -144,6 +145,8 @@ def keep_whole_files(
                 stored += kept.stored_bytes
                 if kept.outcome == "linked":
                     named_link(linked_folder(item) or item.path)
+                elif kept.outcome in NOT_TAKEN:
+                    print(f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr)
                 break
         else:
             errors.append(
@@ -155,6 +158,13 @@ def keep_whole_files(
     if sys.stderr.isatty() and looked >= 100:
         print(file=sys.stderr)
     return looked, added, stored
+
+
+# Why `keep` took no version of a file, for the outcomes that are not an error
+NOT_TAKEN = {
+    "gone": "deleted while the ingest ran; not archived",
+    "skipped": "not a regular file (a FIFO, a device); not archived",
+}
 
 
 def named_link(link: Path) -> None:

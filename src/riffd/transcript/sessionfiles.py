@@ -84,6 +84,19 @@ def config_folders(roots: Iterable[Path], claude_dir: Path | None = None) -> lis
     return list(found.values())
 
 
+def kept_mode(mode: int) -> int:
+    """The part of a file's mode the archive keeps and compares: its type and its owner's bits (0600
+    when those are none). A restore writes these (private: riffd.repair.restore), so a file restored
+    byte for byte reads as the version it came from."""
+    return stat.S_IFMT(mode) | (stat.S_IMODE(mode) & 0o700 or 0o600)
+
+
+def file_state(status: os.stat_result) -> tuple[int, int, int]:
+    """A file's (size, modification time in ns, `kept_mode`), as the archive's newest version of it
+    is compared: one stat, no read."""
+    return status.st_size, status.st_mtime_ns, kept_mode(status.st_mode)
+
+
 def linked_folder(found: SessionFile) -> Path | None:
     """The first folder between where `found` is kept from and the file that is a symlink riffd does
     not follow (see the module: below a root, any but the root and the project folder; below a
