@@ -1,7 +1,7 @@
 """`riffd archive ingest` of sessions' files at its edges: a session's folders that are symlinks out of
-the roots are named and not followed, a file whose time is ahead of the clock is taken; and `riffd
-fix` leaves a `.jsonl` saved output alone. Real files laid out as the client writes them, real
-`riffd` subprocesses."""
+the roots are named and not followed, a file whose time is ahead of the clock is taken, a saved
+output named by its path is taken whole (never by lines), and `riffd fix` leaves a `.jsonl` saved
+output alone. Real files laid out as the client writes them, real `riffd` subprocesses."""
 
 from __future__ import annotations
 
@@ -85,6 +85,27 @@ def test_ingest_takes_a_file_whose_time_is_ahead_of_the_clock(tmp_path: Path) ->
     delete_like_cleanup(tree)
     assert _riffd(tmp_path, "archive", "restore", tree.session_id).returncode == 0
     assert output.read_bytes() == before and output.stat().st_mtime_ns == ahead
+
+
+def test_a_saved_output_named_by_its_path_is_taken_whole_never_by_lines(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    results = tree.folder / "tool-results"
+    events = results / "events.jsonl"
+    events.write_bytes(b'{"a":1}\n{"a":2}\n')
+    other = tmp_path / "notes.txt"
+    other.write_text("not a session's\n")
+    given = [str(tree.tool_results()[0]), str(events), str(other)]
+    result = _riffd(tmp_path, "archive", "ingest", *given)
+    assert result.returncode == 2
+    assert f"riffd: error: {other}: neither a transcript (*.jsonl) nor a file of a session" in (
+        result.stderr
+    )
+    assert "archived 0 new line(s) from 0 file(s)" in result.stderr
+    archived = _archived_paths(tmp_path)
+    assert str(tree.tool_results()[0]) in archived and str(events) in archived
+    stats = json.loads(_riffd(tmp_path, "archive", "stats", "--json").stdout)
+    assert "transcript" not in stats["kinds"]  # nothing was archived by lines
 
 
 def test_fix_never_rewrites_a_jsonl_saved_output(tmp_path: Path) -> None:

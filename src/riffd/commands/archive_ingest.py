@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 import time
@@ -13,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.paths import session_id_for
+from riffd.paths import is_transcript_name, session_id_for
 from riffd.transcript.projects import SESSION_ID
 from riffd.transcript.sessionfiles import (
     SessionFile,
     all_session_files,
+    classify,
     config_folders,
     linked_folder,
     plan_files,
+    saved_output_folder,
     session_files,
 )
 
@@ -30,8 +33,10 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
     beside them; exit 0, or 2 when a file failed."""
     from riffd.archive.ingest import ingest_files
 
+    given: list[SessionFile] = []
     if args.paths:
         files, errors = transcript_targets(args.paths)
+        files, given = split_given(files, args, errors)
     else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
         files, errors = files_under(args.roots)
     started, added, size, number = time.monotonic(), 0, 0, 0
@@ -52,7 +57,8 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
                 )
         if sys.stderr.isatty():
             print(file=sys.stderr)
-        kept = keep_whole_files(archive, session_files_of(args, archive, files, errors), errors)
+        found = session_files_of(args, archive, files, errors)
+        kept = keep_whole_files(archive, itertools.chain(given, found), errors)
     except BaseException:
         # What was stored stays: say how far the ingest got before the error (printed by
         # _one_line_errors)
@@ -82,6 +88,37 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
         archive.settle()  # the last pack compressed, the search index merged
     archive.close()
     return EXIT_ERROR if errors else EXIT_OK
+
+
+def split_given(
+    files: list[Path], args: argparse.Namespace, errors: list[str]
+) -> tuple[list[Path], list[SessionFile]]:
+    """Of the files an ingest was given (`transcript_targets` of its PATHs), the transcripts, archived
+    by lines, and the files of a session that are kept whole (a saved output named by its path, a
+    `.jsonl` in `tool-results/` too); any other file is an error, not archived."""
+    configs = config_folders(args.roots, args.loaded_config.claude_dir)
+    transcripts, whole = [], []
+    for path in files:
+        absolute = Path(os.path.abspath(path))
+        parts = absolute.parts
+        # below a `projects` folder that is not a configured root: the one above `<project>/<session>/`
+        others = [
+            Path(*parts[: at - 1])
+            for at in range(3, len(parts) - 1)
+            if SESSION_ID.fullmatch(parts[at]) and parts[at - 2] == "projects"
+        ]
+        found = classify(absolute, args.roots, configs) or classify(absolute, others, [])
+        if found is not None:
+            whole.append(found)
+        elif is_transcript_name(path.name) and saved_output_folder(absolute) is None:
+            transcripts.append(path)
+        else:
+            errors.append(
+                f"{path}: neither a transcript (*.jsonl) nor a file of a session that riffd keeps "
+                "whole (in a session's folder, or in a config folder's file-history/, tasks/, plans/ "
+                "or todos/); not archived"
+            )
+    return transcripts, whole
 
 
 def session_files_of(
