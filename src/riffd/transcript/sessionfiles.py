@@ -97,6 +97,17 @@ def file_state(status: os.stat_result) -> tuple[int, int, int]:
     return status.st_size, status.st_mtime_ns, kept_mode(status.st_mode)
 
 
+def session_config(transcript: Path) -> Path | None:
+    """The config folder of the session whose transcript (main or subagent's) is `transcript`: the
+    folder above its root when the root is named `projects` (the client writes its plans there);
+    None when it is not."""
+    depth = 3 if transcript.parent.name == "subagents" else 1
+    if len(transcript.parents) <= depth + 1:
+        return None
+    root = transcript.parents[depth]
+    return root.parent if root.name == "projects" else None
+
+
 def linked_folder(found: SessionFile) -> Path | None:
     """The first folder between where `found` is kept from and the file that is a symlink riffd does
     not follow (see the module: below a root, any but the root and the project folder; below a
