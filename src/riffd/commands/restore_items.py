@@ -119,15 +119,17 @@ def _session_versions(
         named = named_outputs(archive, own)
     except PackDamaged:  # (the transcript then fails to restore, and says why)
         named = {}
-    missing = []
+    missing, outputs = [], {}  # (the saved outputs of each other session named, read once)
     for tail, owner in sorted(named.items()):
         if tail in held:
             continue
-        found = [
-            version
-            for version in archive.whole.session_versions(owner)
-            if version.kind == TOOL_RESULT and output_tail(str(version.path)) == tail
-        ]
+        if owner not in outputs:
+            outputs[owner] = [
+                version
+                for version in archive.whole.session_versions(owner)
+                if version.kind == TOOL_RESULT
+            ]
+        found = [version for version in outputs[owner] if output_tail(str(version.path)) == tail]
         if found:
             versions += found
             held.add(tail)
