@@ -187,7 +187,6 @@ BEING_SPLIT = {
     "riffd.transcript.sidechains",
     "riffd.transcript.building",
     "riffd.repair.planner",
-    "riffd.fsio",
     "riffd.repair.writer",
     "riffd.state.store",
     "riffd.archive.wholefiles",
