@@ -1,7 +1,8 @@
 """The one I/O layer riffd reads and writes files through (a package face: import from here).
 
 `seam` is the `FileSystem` every file operation goes through (tests subclass it to inject faults),
-`retry` retries what a cloud-synced folder fails for a moment, `durable` holds the writes every
+`retrying` the same with its retry policy (`RetryingFS`: call sites read `fs.stat(path)`), `retry`
+retries what a cloud-synced folder fails for a moment, `durable` holds the writes every
 writer shares (whole buffers, exact offsets, flushes, private folders and files), `mounts` tells a
 network or FUSE filesystem, and `libc` asks the C library for what Python has no wrapper for
 (atomic exchange, rename without replace, glibc's mmap threshold).
@@ -37,6 +38,7 @@ from riffd.fsio.retry import (
     is_cloud_sync_error,
     retrying_call,
 )
+from riffd.fsio.retrying import REAL_FILES, RetryingFS
 from riffd.fsio.seam import NOFOLLOW, REAL_FS, FileSystem
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "IO_STATS",
     "MMAP_THRESHOLD",
     "NOFOLLOW",
+    "REAL_FILES",
     "REAL_FS",
     "REMOTE_FILESYSTEMS",
     "REMOVE_ATTEMPTS",
@@ -55,6 +58,7 @@ __all__ = [
     "OffsetWriter",
     "ReadFailed",
     "RetryPolicy",
+    "RetryingFS",
     "create_private",
     "ensure_private_folder",
     "exchange_names",
