@@ -29,7 +29,7 @@ from riffd.commands.common import (
 )
 from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
+from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
 from riffd.repair.outcomes import (
@@ -120,7 +120,7 @@ def run_fix(args: argparse.Namespace) -> int:
         for folder in sorted(
             {path.parent for path in files}
         ):  # and swaps it left half done beside transcripts
-            recovered += recover_folder(REAL_FS, folder, DEFAULT_RETRY)
+            recovered += recover_folder(REAL_FILES, folder)
         for line in recovered:
             print(line)
     results: list[dict[str, object]] = []
@@ -146,7 +146,7 @@ def run_fix(args: argparse.Namespace) -> int:
     for result in results:  # a writer held the old file: it may have let go by now
         journal = result.get("pending_swap")
         if isinstance(journal, str):
-            settled = recover(REAL_FS, Path(journal), DEFAULT_RETRY)
+            settled = recover(REAL_FILES, Path(journal))
             if settled is not None and settled.state != PENDING:
                 result["pending_swap"] = None
                 result["warnings"] = [*result.get("warnings", []), settled.detail]  # type: ignore[misc]

@@ -54,6 +54,7 @@ from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.database import full_disk_note, is_full_error
+from riffd.fsio import RetryingFS
 from riffd.state.store import STATE_NAME, StateStore
 from riffd.tracker.tracker import ToolCallTracker
 
@@ -288,7 +289,9 @@ class Daemon(Figures):
 
     def _finish_swaps(self) -> None:
         if self.worker is not None:
-            self.worker.pending_swaps.finish(self.worker.fs, self.config.retry.policy)
+            self.worker.pending_swaps.finish(
+                RetryingFS.of(self.worker.fs, self.config.retry.policy)
+            )
 
     def _shutdown(self) -> None:
         self.notifier.stopping()

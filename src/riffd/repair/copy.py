@@ -15,12 +15,10 @@ from pathlib import Path
 
 from riffd.fsio import (
     NOFOLLOW,
-    FileSystem,
     OffsetWriter,
-    RetryPolicy,
+    RetryingFS,
     is_cloud_sync_error,
     remove_leftover,
-    retrying_call,
 )
 from riffd.repair.lines import split_lines, uuids_of
 from riffd.repair.locks import temp_path_for
@@ -34,12 +32,12 @@ SAMPLE_COUNT = 6
 
 
 def read_range(
-    fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
+    fs: RetryingFS, fd: int, start: int, end: int, *, path: Path
 ) -> Iterable[tuple[int, bytes]]:
     """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends
     sooner."""
     offset = start
-    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
+    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=fs.policy, start=start, end=end):
         yield offset, chunk
         offset += len(chunk)
     if offset < end:
@@ -72,13 +70,12 @@ class Copied:
 
 
 def write_new_content(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     original_fd: int,
     temp: OffsetWriter,
     segments: Iterable[tuple[int, int] | bytes],
     size: int,
-    retry: RetryPolicy,
 ) -> Copied:
     """Stream the new content into the temp copy; hash every original byte in [0, size) in order
     (copied or not), so the copy is proven to come from the bytes that were backed up, and keep the
@@ -93,7 +90,7 @@ def write_new_content(
 
     def consume(start: int, end: int, *, copy: bool) -> None:
         nonlocal last_byte
-        for offset, chunk in read_range(fs, original_fd, start, end, path=path, retry=retry):
+        for offset, chunk in read_range(fs, original_fd, start, end, path=path):
             source_hash.update(chunk)
             if not copy:
                 left_out.append(chunk)
@@ -134,38 +131,28 @@ def write_new_content(
     )
 
 
-def create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
+def create_temp(fs: RetryingFS, path: Path) -> tuple[Path, int]:
     """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO
     may exist or not: it is removed, and another name tried)."""
-    for attempt in range(1, retry.attempts + 1):
+    for attempt in range(1, fs.policy.attempts + 1):
         temp_path = temp_path_for(path)
         try:
             return temp_path, fs.open(
                 temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600
             )
         except OSError as exc:
-            if not is_cloud_sync_error(exc) or attempt == retry.attempts:
+            if not is_cloud_sync_error(exc) or attempt == fs.policy.attempts:
                 raise
             remove_leftover(fs, temp_path)
-            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+            time.sleep(min(fs.policy.first_wait * 2 ** (attempt - 1), fs.policy.max_wait))
     raise AssertionError("unreachable")
 
 
-def copy_mode_and_owner(
-    fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy
-) -> None:
+def copy_mode_and_owner(fs: RetryingFS, temp_fd: int, original: os.stat_result) -> None:
     """Give riffd's copy the original's mode, and its owner where this process may."""
-    retrying_call(
-        lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)),
-        what="riffd's copy",
-        policy=retry,
-    )
+    fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode))
     try:
-        retrying_call(
-            lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid),
-            what="riffd's copy",
-            policy=retry,
-        )
+        fs.fchown(temp_fd, original.st_uid, original.st_gid)
     except PermissionError:
         # Only root may give a file away; keep at least the group when we are allowed to.
         try:

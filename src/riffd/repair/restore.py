@@ -17,6 +17,7 @@ from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
+    RetryingFS,
     RetryPolicy,
     fsync_folder,
     remove_leftover,
@@ -48,7 +49,9 @@ def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentit
     try:
         status = fs.fstat(fd)
         digest = hashlib.sha256()
-        for _offset, chunk in read_range(fs, fd, 0, status.st_size, path=path, retry=retry):
+        for _offset, chunk in read_range(
+            RetryingFS.of(fs, retry), fd, 0, status.st_size, path=path
+        ):
             digest.update(chunk)
     finally:
         fs.close(fd)

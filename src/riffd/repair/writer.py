@@ -25,12 +25,11 @@ from pathlib import Path
 from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
-    FileSystem,
     OffsetWriter,
+    RetryingFS,
     fsync_file,
     fsync_folder,
     remove_leftover,
-    retrying_call,
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
@@ -97,7 +96,7 @@ def _unsafe_backup_dir(path: Path, options: ApplyOptions) -> str | None:
 
 
 def _settle(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     original_fd: int,
     temp: OffsetWriter,
@@ -112,24 +111,18 @@ def _settle(
     carried_end = planned_size
     for round_number in range(options.settle_rounds):
         try:
-            current = retrying_call(
-                lambda: fs.stat(path), what=f"the status of {path}", policy=options.retry
-            )
+            current = fs.stat(path)
         except FileNotFoundError as exc:
             raise FileGone("it was deleted while riffd worked") from exc
         if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
             raise FileChanged("it was replaced by another file while riffd worked")
-        size_now = retrying_call(
-            lambda: fs.fstat(original_fd), what=str(path), policy=options.retry
-        ).st_size
+        size_now = fs.fstat(original_fd).st_size
         if size_now < carried_end:
             raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
         for start, expected in copied.samples.items():
             actual = b"".join(
                 chunk
-                for _, chunk in read_range(
-                    fs, original_fd, start, start + len(expected), path=path, retry=options.retry
-                )
+                for _, chunk in read_range(fs, original_fd, start, start + len(expected), path=path)
             )
             if actual != expected:
                 raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
@@ -141,10 +134,7 @@ def _settle(
                 "its last line was unfinished and another writer has been continuing it"
             )
         tail = b"".join(
-            chunk
-            for _, chunk in read_range(
-                fs, original_fd, carried_end, size_now, path=path, retry=options.retry
-            )
+            chunk for _, chunk in read_range(fs, original_fd, carried_end, size_now, path=path)
         )
         complete = tail[: tail.rfind(b"\n") + 1]
         for line in split_lines(complete):
@@ -177,7 +167,7 @@ def rewrite(
     """Replace `path` (as scanned: `source`) with the bytes `segments` describe, after a verified
     backup, under the transcript's lock, only while its session is idle; return Repaired, Skipped or
     Failed (never raise OSError)."""
-    fs = options.fs
+    fs = options.files
     unsafe = _unsafe_backup_dir(path, options)
     if unsafe is not None:
         return Failed(path, FailReason.UNSAFE_BACKUP_DIR, unsafe)
@@ -201,7 +191,7 @@ def rewrite(
             SkipReason.HARD_LINKED,
             f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
         )
-    store = BackupStore(options.backup_dir, fs=fs, retry=options.retry)
+    store = BackupStore(options.backup_dir, fs=fs, retry=fs.policy)
     try:
         store.ensure_root()
     except OSError as exc:
@@ -223,9 +213,7 @@ def rewrite(
         if not acquired:
             return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
         try:
-            recover_folder(
-                fs, path.parent, options.retry, holding=path
-            )  # swaps a killed run left here
+            recover_folder(fs, path.parent, holding=path)  # swaps a killed run left here
             remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
             if unfinished_swap(fs, path):
                 return Skipped(
@@ -263,7 +251,7 @@ def _rewrite_locked(
     edits: tuple[Edit, ...],
     backup_reason: str,
 ) -> RepairOutcome:
-    fs = options.fs
+    fs = options.files
     stage = "reading its status"
     temp_fd: int | None = None
     temp_path: Path | None = None
@@ -271,7 +259,7 @@ def _rewrite_locked(
     journal: Journal | None = None
     replaced = keep_temp = False
     try:
-        held = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry)
+        held = fs.fstat(original_fd)
     except OSError as exc:
         return failure(path, exc, stage)
     try:
@@ -302,22 +290,20 @@ def _rewrite_locked(
 
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
-        temp_path, temp_fd = create_temp(fs, path, options.retry)
+        temp_path, temp_fd = create_temp(fs, path)
         try_flock(
             fs, temp_fd
         )  # a second riffd run that opens the transcript's name after the swap finds it busy
-        appender = OffsetWriter(fs, temp_fd, options.retry)
-        copied = write_new_content(
-            fs, path, original_fd, appender, segments, source.size, options.retry
-        )
+        appender = OffsetWriter(fs, temp_fd)
+        copied = write_new_content(fs, path, original_fd, appender, segments, source.size)
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
-        copy_mode_and_owner(fs, temp_fd, held, options.retry)
-        fsync_file(fs, temp_fd, temp_path, options.retry)
+        copy_mode_and_owner(fs, temp_fd, held)
+        fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking for changes just before replacing it"
         carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
-        fsync_file(fs, temp_fd, temp_path, options.retry)
+        fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking once more that its session is idle"
         live, why = session_liveness(
@@ -354,9 +340,7 @@ def _rewrite_locked(
         settled = hashlib.sha256(
             b"".join(
                 chunk
-                for _, chunk in read_range(
-                    fs, original_fd, source.size, carried_end, path=path, retry=options.retry
-                )
+                for _, chunk in read_range(fs, original_fd, source.size, carried_end, path=path)
             )
         )
         journal = Journal.create(
@@ -382,15 +366,12 @@ def _rewrite_locked(
                 backup_id=record.backup_id,
                 pid=os.getpid(),
             ),
-            options.retry,
         )
 
         stage = "replacing it with the repaired copy"
         failed_swap: OSError | None = None
         try:
-            put_in_place(
-                fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry
-            )
+            put_in_place(fs, path, temp_path, held, temp_fd, copy_status.st_size, journal)
         except SwapBackFailed as exc:
             keep_temp = True  # another program's version is at riffd's name: the journal keeps it from any sweep
             journal.close()
@@ -474,7 +455,7 @@ def _rewrite_locked(
             journal.remove()
 
 
-def _look(fs: FileSystem, path: Path, held: os.stat_result, temp_fd: int | None) -> str:
+def _look(fs: RetryingFS, path: Path, held: os.stat_result, temp_fd: int | None) -> str:
     """`where_is`, made again while a flaky folder fails it (each try retries EIO already)."""
     for attempt in range(LOOK_ATTEMPTS):
         try:
@@ -486,7 +467,7 @@ def _look(fs: FileSystem, path: Path, held: os.stat_result, temp_fd: int | None)
 
 
 def _checked_failure(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     held: os.stat_result,
     original_fd: int,
