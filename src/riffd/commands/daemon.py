@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -128,14 +129,23 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def current_report(
-    config: Config, *, page: bool = False
-) -> tuple[HealthReport | None, int | None, dict[str, Any]]:
+@dataclass(frozen=True)
+class CurrentReport:
+    """The health report as true now (None when riffd has no state here yet), the running daemon's
+    pid, and what latest.html draws beside it as the state store keeps it: the hourly `history`
+    (90 days) and the recent `repairs` (empty unless asked for: `status` does not read them)."""
+
+    report: HealthReport | None
+    pid: int | None
+    history: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def current_report(config: Config, *, page: bool = False) -> CurrentReport:
     """Return the health report as true now (built from the state store and the running daemon's
-    live figures, or a stopped daemon's last ones, shown as stopped), the running daemon's pid, and,
-    with `page`, what latest.html draws (`history`, `repairs`: 90 days of hourly points, which
-    `status` does not read); the report is None when riffd has no state here yet. Raise
-    DatabaseDamaged or sqlite3.Error when the state cannot be read."""
+    live figures, or a stopped daemon's last ones, shown as stopped) and the running daemon's pid;
+    with `page`, what latest.html draws too. Raise DatabaseDamaged or sqlite3.Error when the state
+    cannot be read."""
     from riffd.daemon.lock import lock_time, running_pid
     from riffd.reports.build import build_report
     from riffd.state.store import StateStore
@@ -143,7 +153,7 @@ def current_report(
     pid = running_pid(config.state_dir)
     path = config.state_dir / STATE_NAME
     if not path.exists():
-        return None, pid, {}
+        return CurrentReport(None, pid)
     store = StateStore(path, read_only=True)
     try:
         snapshot = store.meta("daemon")
@@ -167,8 +177,10 @@ def current_report(
                 "started": lock_time(config.state_dir),
                 "unpublished": True,
             }
-        drawn = {"history": store.history(), "repairs": store.recent_repairs()} if page else {}
-        return build_report(store, config.backups.dir, snapshot), pid, drawn
+        report = build_report(store, config.backups.dir, snapshot)
+        if not page:
+            return CurrentReport(report, pid)
+        return CurrentReport(report, pid, store.history(), store.recent_repairs())
     finally:
         store.close()
 
@@ -202,9 +214,10 @@ def run_report(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, _pid, page = current_report(config, page=True)
+        current = current_report(config, page=True)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
+    report = current.report
     if report is None:
         print(
             f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
@@ -212,7 +225,7 @@ def run_report(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     path = write_report(
-        report, config.reports.dir, config.reports.keep, page["history"], page["repairs"]
+        report, config.reports.dir, config.reports.keep, current.history, current.repairs
     )
     if args.json:
         print_json(report_document(report))
@@ -233,9 +246,10 @@ def run_status(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, pid, _page = current_report(config)
+        current = current_report(config)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
+    report, pid = current.report, current.pid
     daemon = None if report is None else report.daemon
     starting = pid is not None and daemon is not None and daemon.starting
     stopping = pid is not None and daemon is not None and daemon.stopping
