@@ -23,7 +23,7 @@ from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-COMMANDS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"  # the docs site's Commands
+COMMANDS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 
