@@ -23,7 +23,7 @@ from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+COMMANDS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "usage.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 
@@ -259,14 +259,14 @@ def _commands_and_options(
                 yield command, option
 
 
-def test_readme_documents_every_command_and_flag() -> None:
-    readme = README.read_text()
+def test_the_commands_page_documents_every_command_and_flag() -> None:
+    page = COMMANDS_PAGE.read_text(encoding="utf-8")
     missing = [
         f"{command} {option}".strip()
         for command, option in _commands_and_options(build_parser())
-        if (option and option not in readme) or (not option and command not in readme)
+        if (option and option not in page) or (not option and command not in page)
     ]
-    assert not missing, f"README does not document: {missing}"
+    assert not missing, f"docs/usage.md does not document: {missing}"
 
 
 @requires_corpus

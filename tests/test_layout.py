@@ -135,7 +135,7 @@ def layer_of(module: str) -> tuple[str, int]:
     if module in LAYERS:
         return module, LAYERS[module]
     raise AssertionError(
-        f"{module} is in no layer: add it to LAYERS in tests/test_layout.py and the README's Layout"
+        f"{module} is in no layer: add it to LAYERS in tests/test_layout.py and docs/architecture.md's Layout"
     )
 
 
@@ -214,9 +214,9 @@ def test_every_subpackage_says_what_it_is_for() -> None:
         )
 
 
-def test_the_readme_layout_names_every_subpackage_and_top_level_module() -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_layout_names_every_subpackage_and_top_level_module() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = page.split("## Layout\n", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"`(\w+)/`", section)) | set(re.findall(r"`(\w+)\.py`", section))
     subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
     top_level = {path.stem for path in PACKAGE.glob("*.py") if not path.stem.startswith("__")}
