@@ -340,3 +340,36 @@ def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_
     assert (
         "riffd.commands.config'" not in loaded
     )  # tomlkit and the config editor stay out of status
+
+
+def test_fix_json_keeps_schema_1s_keys_in_order(tmp_path: Path) -> None:
+    """`fix --json` is built from typed results; its document keeps schema 1's keys and their order."""
+    import damage
+
+    folder = tmp_path / "claude" / "projects" / "-home-me"
+    folder.mkdir(parents=True)
+    session = folder / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
+    session.write_bytes(
+        b"".join(damage.inject_resumed_duplicate(damage.generated_session(3)).lines)
+    )
+    env = os.environ | {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "fix", "--json", "--dry-run", str(session)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    document = json.loads(result.stdout)
+    assert list(document) == [
+        "schema",
+        "riffd",
+        "dry_run",
+        "recovered",
+        "files",
+        "summary",
+        "errors",
+    ]
+    [entry] = document["files"]
+    assert list(entry) == ["path", "plan", "notes", "outcome"]
+    assert entry["outcome"] == "would_repair" and entry["plan"]["edits"]
