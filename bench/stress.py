@@ -81,7 +81,8 @@ import figures  # noqa: E402
 import damage  # noqa: E402
 from riffd.fsio import FileSystem  # noqa: E402
 from riffd.repair.outcomes import ApplyOptions, Repaired, Skipped  # noqa: E402
-from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
+from riffd.repair.plan import RepairOptions  # noqa: E402
+from riffd.repair.planner import plan_file_repair  # noqa: E402
 from riffd.repair.writer import apply_plan  # noqa: E402
 from riffd.transcript.scan import index_file  # noqa: E402
 

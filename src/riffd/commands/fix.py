@@ -51,8 +51,8 @@ from riffd.repair.outcomes import (
     SkipReason,
     gone,
 )
-from riffd.repair.plan import RepairPlan
-from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.plan import RepairOptions, RepairPlan
+from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in

@@ -32,8 +32,8 @@ from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.daemon.cache import IndexCache
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
-from riffd.repair.plan import RepairPlan
-from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.plan import RepairOptions, RepairPlan
+from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import PendingSwaps
 from riffd.repair.writer import apply_plan
 from riffd.state.store import FINGERPRINT_BYTES, FileState, StateStore, Watermark

@@ -20,9 +20,9 @@ from riffd.fsio import (
     is_cloud_sync_error,
     remove_leftover,
 )
-from riffd.repair.lines import split_lines, uuids_of
+from riffd.repair.lines import LineConflict, hangs_from, split_lines, uuids_of
 from riffd.repair.locks import temp_path_for
-from riffd.repair.outcomes import FileChanged
+from riffd.repair.outcomes import ApplyOptions, FileChanged, FileGone
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
@@ -159,3 +159,62 @@ def copy_mode_and_owner(fs: RetryingFS, temp_fd: int, original: os.stat_result) 
             fs.fchown(temp_fd, -1, original.st_gid)
         except PermissionError:
             log.debug("cannot copy the owner of %s to its repaired copy", original)
+
+
+def settle_appends(
+    fs: RetryingFS,
+    path: Path,
+    original_fd: int,
+    temp: OffsetWriter,
+    planned_size: int,
+    copied: Copied,
+    options: ApplyOptions,
+) -> int:
+    """Re-check the original until a round sees nothing new; carry complete appended lines into the
+    temp file; return the original's size that the temp file now covers. Raise FileChanged when it
+    changed."""
+    held = fs.fstat(original_fd)
+    carried_end = planned_size
+    for round_number in range(options.settle_rounds):
+        try:
+            current = fs.stat(path)
+        except FileNotFoundError as exc:
+            raise FileGone("it was deleted while riffd worked") from exc
+        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise FileChanged("it was replaced by another file while riffd worked")
+        size_now = fs.fstat(original_fd).st_size
+        if size_now < carried_end:
+            raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
+        for start, expected in copied.samples.items():
+            actual = b"".join(
+                chunk
+                for _, chunk in read_range(fs, original_fd, start, start + len(expected), path=path)
+            )
+            if actual != expected:
+                raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
+        if size_now == carried_end:
+            return carried_end
+        if not copied.ends_with_newline:
+            # Bytes after an unfinished last line continue that line; the plan may have changed it.
+            raise FileChanged(
+                "its last line was unfinished and another writer has been continuing it"
+            )
+        tail = b"".join(
+            chunk for _, chunk in read_range(fs, original_fd, carried_end, size_now, path=path)
+        )
+        complete = tail[: tail.rfind(b"\n") + 1]
+        for line in split_lines(complete):
+            parent = hangs_from(line, copied.removed)
+            if parent is not None:
+                raise LineConflict(
+                    f"a line appended while riffd worked hangs from {parent}, a line the repair "
+                    "removes: a client has the session open"
+                )
+        if complete:
+            temp.write(complete)
+            carried_end += len(complete)
+        # Something was still being written: give the writer a moment, then check again.
+        time.sleep(0.002 * (2**round_number))
+    raise FileChanged(
+        f"another writer kept appending (or left a line unfinished) through {options.settle_rounds} checks"
+    )

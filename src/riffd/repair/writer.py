@@ -18,7 +18,6 @@ import hashlib
 import logging
 import os
 import stat
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
     OffsetWriter,
-    RetryingFS,
     fsync_file,
     fsync_folder,
     remove_leftover,
@@ -34,15 +32,16 @@ from riffd.fsio import (
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
 from riffd.repair.copy import (
-    Copied,
     copy_mode_and_owner,
     create_temp,
     read_range,
+    settle_appends,
     write_new_content,
 )
+from riffd.repair.failures import checked_failure, look_at
 from riffd.repair.finish import hand_over
 from riffd.repair.journal import Journal, SwapRecord, journal_path_for
-from riffd.repair.lines import LineConflict, hangs_from, split_lines
+from riffd.repair.lines import LineConflict
 from riffd.repair.locks import TranscriptLock, remove_stale_temps, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
@@ -60,20 +59,13 @@ from riffd.repair.plan import Edit, RemoveLine, RepairPlan
 from riffd.repair.recovery import recover_folder, unfinished_swap
 from riffd.repair.swap import (
     COPY,
-    GONE,
-    HIDDEN,
-    ORIGINAL,
     SwapBackFailed,
     put_in_place,
-    put_original_back,
-    where_is,
 )
 from riffd.transcript.findings import Finding
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
-
-LOOK_ATTEMPTS = 5
 
 
 def _project_folder(path: Path) -> Path:
@@ -93,65 +85,6 @@ def _unsafe_backup_dir(path: Path, options: ApplyOptions) -> str | None:
                 f"projects (the default is {default_backup_dir()})"
             )
     return None
-
-
-def _settle(
-    fs: RetryingFS,
-    path: Path,
-    original_fd: int,
-    temp: OffsetWriter,
-    planned_size: int,
-    copied: Copied,
-    options: ApplyOptions,
-) -> int:
-    """Re-check the original until a round sees nothing new; carry complete appended lines into the
-    temp file; return the original's size that the temp file now covers. Raise FileChanged when it
-    changed."""
-    held = fs.fstat(original_fd)
-    carried_end = planned_size
-    for round_number in range(options.settle_rounds):
-        try:
-            current = fs.stat(path)
-        except FileNotFoundError as exc:
-            raise FileGone("it was deleted while riffd worked") from exc
-        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
-            raise FileChanged("it was replaced by another file while riffd worked")
-        size_now = fs.fstat(original_fd).st_size
-        if size_now < carried_end:
-            raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
-        for start, expected in copied.samples.items():
-            actual = b"".join(
-                chunk
-                for _, chunk in read_range(fs, original_fd, start, start + len(expected), path=path)
-            )
-            if actual != expected:
-                raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
-        if size_now == carried_end:
-            return carried_end
-        if not copied.ends_with_newline:
-            # Bytes after an unfinished last line continue that line; the plan may have changed it.
-            raise FileChanged(
-                "its last line was unfinished and another writer has been continuing it"
-            )
-        tail = b"".join(
-            chunk for _, chunk in read_range(fs, original_fd, carried_end, size_now, path=path)
-        )
-        complete = tail[: tail.rfind(b"\n") + 1]
-        for line in split_lines(complete):
-            parent = hangs_from(line, copied.removed)
-            if parent is not None:
-                raise LineConflict(
-                    f"a line appended while riffd worked hangs from {parent}, a line the repair "
-                    "removes: a client has the session open"
-                )
-        if complete:
-            temp.write(complete)
-            carried_end += len(complete)
-        # Something was still being written: give the writer a moment, then check again.
-        time.sleep(0.002 * (2**round_number))
-    raise FileChanged(
-        f"another writer kept appending (or left a line unfinished) through {options.settle_rounds} checks"
-    )
 
 
 def rewrite(
@@ -302,7 +235,7 @@ def _rewrite_locked(
         fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking for changes just before replacing it"
-        carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
+        carried_end = settle_appends(fs, path, original_fd, appender, source.size, copied, options)
         fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking once more that its session is idle"
@@ -383,7 +316,7 @@ def _rewrite_locked(
             raise
         except OSError as exc:
             try:
-                where = _look(fs, path, held, temp_fd)
+                where = look_at(fs, path, held, temp_fd)
             except OSError as look:  # what happened is unknown: the journal and riffd's names stay for the next run
                 keep_temp = True
                 journal.close()
@@ -441,7 +374,7 @@ def _rewrite_locked(
     except OSError as exc:
         if record is None or replaced:
             return failure(path, exc, stage, replaced=replaced)
-        return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
+        return checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
     except LineConflict as exc:
         return Skipped(
             path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed"
@@ -453,73 +386,6 @@ def _rewrite_locked(
             remove_leftover(fs, temp_path)
         if journal is not None and not replaced:
             journal.remove()
-
-
-def _look(fs: RetryingFS, path: Path, held: os.stat_result, temp_fd: int | None) -> str:
-    """`where_is`, made again while a flaky folder fails it (each try retries EIO already)."""
-    for attempt in range(LOOK_ATTEMPTS):
-        try:
-            return where_is(fs, path, held, temp_fd)
-        except OSError:
-            if attempt + 1 == LOOK_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _checked_failure(
-    fs: RetryingFS,
-    path: Path,
-    held: os.stat_result,
-    original_fd: int,
-    temp_fd: int | None,
-    store: BackupStore,
-    record: BackupRecord,
-    exc: OSError,
-    stage: str,
-) -> RepairOutcome:
-    """After a failure once the backup exists, look at what the path holds before saying anything:
-    "untouched" only when it is the original still; put back an original the filesystem lost in a
-    failed rename (libfuse hides a renamed-over open file and deletes it when riffd lets go of
-    it)."""
-    try:
-        where = _look(fs, path, held, temp_fd)
-    except OSError as look:
-        return Failed(
-            path,
-            FailReason.IO_ERROR,
-            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not look at "
-            f"what its name holds now either ({look.strerror or look}); the verified backup "
-            f"{record.backup_id} holds the transcript as it was; run riffd again once the folder answers",
-        )
-    if where == ORIGINAL:
-        return failure(path, exc, stage, checked=True)
-    if where == HIDDEN:
-        try:
-            source = put_original_back(fs, path, held, original_fd, store, record)
-        except OSError as lost:
-            return Failed(
-                path,
-                FailReason.IO_ERROR,
-                f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
-                f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
-                f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
-                f"{record.backup_id}` puts it back once the disk or sync client works again",
-            )
-        return Failed(
-            path,
-            FailReason.IO_ERROR,
-            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost the "
-            f"transcript during the failed rename, and riffd put it back from {source}: it is as it was "
-            f"(checked). Check the disk or sync client and run again.",
-        )
-    if where == GONE:
-        return gone(path)
-    return Skipped(
-        path,
-        SkipReason.CHANGED,
-        f"{path}: another file took its place while riffd worked ({exc}); "
-        "it is left as it is; scan it again",
-    )
 
 
 def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:
