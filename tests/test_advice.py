@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SRC_DIR, transcript_bytes
-from riffd.paths import shell_command, shell_word
+from riffd.display import shell_command, shell_word
 
 TRICKY = [
     "plain",

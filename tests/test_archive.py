@@ -27,8 +27,8 @@ from conftest import (
     transcript_line,
 )
 from damage import generated_session
+from riffd.archive.contents import normalise
 from riffd.archive.ingest import ingest_file
-from riffd.archive.pieces import normalise
 from riffd.archive.store import Archive
 
 BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"

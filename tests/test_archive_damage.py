@@ -22,8 +22,8 @@ from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_line,
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 from riffd.archive.verify import archive_again
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
 pytestmark = requires_corpus

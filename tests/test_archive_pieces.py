@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from conftest import CORPUS_DIR, corpus_transcripts, requires_corpus, write_config
-from riffd.archive.pieces import parse, pieces_of
+from riffd.archive.contents import parse, pieces_of
 from riffd.transcript.reader import parse_line
 
 SESSION = "33333333-4444-5555-6666-777777777777"

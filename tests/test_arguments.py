@@ -13,8 +13,8 @@ import pytest
 
 from conftest import SRC_DIR, transcript_bytes
 from riffd.commands.cli import main
+from riffd.hooks.pre_tool_use import UsageError, parse_args
 from riffd.repair.backup import BackupStore
-from riffd.tracker.hook import UsageError, parse_args
 
 FLOAT_OPTIONS = [  # (the words before the option, the option)
     (("fix", "--dry-run"), "--quiet-period"),

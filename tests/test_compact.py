@@ -164,7 +164,7 @@ def test_normalise_changes_only_what_the_definition_says():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from riffd.archive.pieces import normalise
+    from riffd.archive.contents import normalise
 
     runs = re.compile(r"[ \t]+")
 

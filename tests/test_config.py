@@ -12,6 +12,7 @@ import pytest
 import tomlkit
 
 from riffd import paths
+from riffd.claude_code import folders
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.config import (
@@ -125,8 +126,8 @@ def test_defaults_with_no_file_at_all(tmp_path: Path, environ: dict[str, str]) -
 def test_without_environment_the_folders_come_from_riffd_paths(tmp_path: Path) -> None:
     config = load_config(environ={"XDG_CONFIG_HOME": str(tmp_path)})
     assert config.state_dir == paths.state_dir({}).absolute()
-    assert config.claude_dir == paths.claude_config_dir({}).absolute()
-    assert config.roots == tuple(root.absolute() for root in paths.default_roots({}))
+    assert config.claude_dir == folders.claude_config_dir({}).absolute()
+    assert config.roots == tuple(root.absolute() for root in folders.default_roots({}))
 
 
 def test_retry_policy_and_values_from_a_file(tmp_path: Path, environ: dict[str, str]) -> None:

@@ -15,7 +15,6 @@ from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_OK
 from riffd.transcript.conversation import EXTERNAL, ORPHAN, ROOT, SIDECHAIN_ROOT, conversation_of
-from riffd.transcript.projects import agent_files_of
 from riffd.transcript.scan import index_file
 from riffd.transcript.sidechains import (
     BESIDE,
@@ -26,6 +25,7 @@ from riffd.transcript.sidechains import (
     Sidechain,
     find_sidechains,
 )
+from riffd.transcript.targets import agent_files_of
 
 MAROT_SESSION = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 KIMUSON_SESSION = (

@@ -38,7 +38,7 @@ from conftest import (
     transcript_line,
 )
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore, Watermark
+from riffd.state.store import StateStore, Watermark
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.scan import scan_file
 

@@ -25,8 +25,8 @@ import pytest
 
 from conftest import SRC_DIR
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore, Watermark
 from riffd.database import is_full_error
+from riffd.state.store import StateStore, Watermark
 
 SESSIONS = 20
 LINES = 300

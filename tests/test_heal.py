@@ -18,8 +18,8 @@ from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.daemon.state import STATE_NAME, StateStore, Watermark
 from riffd.database import DAMAGED, DatabaseDamaged, damaged_copies
+from riffd.state.store import STATE_NAME, StateStore, Watermark
 
 
 def truncate(path: Path, fraction: float) -> None:
@@ -133,7 +133,7 @@ OPENER = """
 import json, sys, time
 from pathlib import Path
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore
+from riffd.state.store import StateStore
 kind, folder = sys.argv[1], Path(sys.argv[2])
 number, start, rounds = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 for round in range(rounds):
@@ -220,7 +220,7 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
 MAKER = """
 import sys
 from pathlib import Path
-from riffd.daemon.state import StateStore
+from riffd.state.store import StateStore
 folder = Path(sys.argv[1])
 for number in range(100000):
     print(number, flush=True)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import SRC_DIR
-from riffd.tracker.hook import CACHE_MAX_CHARS, UsageError, parse_args
+from riffd.hooks.pre_tool_use import CACHE_MAX_CHARS, UsageError, parse_args
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 TEXT = "import os\n\nprint(os.getcwd())\n"

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from conftest import identity_of, line_spans, transcript_bytes
-from riffd.fsio import FileSystem
-from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
-from riffd.repair.plan import RemoveLine, RepairPlan
-from riffd.repair.writer import apply_plan
-from riffd.transcript.liveness import (
+from riffd.claude_code.liveness import (
     claude_dirs_for,
     live_session_ids,
     pid_is_alive,
     session_liveness,
 )
+from riffd.fsio import FileSystem
+from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
+from riffd.repair.plan import RemoveLine, RepairPlan
+from riffd.repair.writer import apply_plan
 
 SESSION = "0f5b6c1e-1111-2222-3333-444444444444"
 

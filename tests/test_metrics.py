@@ -9,8 +9,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from riffd.daemon.report import build_report, write_report
-from riffd.daemon.state import StateStore, Watermark
+from riffd.reports.build import build_report
+from riffd.reports.publish import write_report
+from riffd.state.store import StateStore, Watermark
 
 
 def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path: Path) -> None:

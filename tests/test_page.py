@@ -18,9 +18,10 @@ import pytest
 
 from conftest import write_config
 from riffd.commands.cli import main
-from riffd.daemon.page import history_point
-from riffd.daemon.report import build_report, write_report
-from riffd.daemon.state import StateStore, Watermark
+from riffd.reports.build import build_report
+from riffd.reports.html import history_point
+from riffd.reports.publish import write_report
+from riffd.state.store import StateStore, Watermark
 from riffd.transcript.acks import Ack, save_acks
 
 CHROMIUM = next(

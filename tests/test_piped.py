@@ -1,4 +1,4 @@
-"""riffd.transcript.piped: a big file indexed with a decoder process gives the index one process
+"""riffd.transcript.parallel_read: a big file indexed with a decoder process gives the index one process
 builds, and a decoder that fails or dies costs nothing but the time."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from conftest import (
 )
 from riffd.forking import can_fork
 from riffd.fsio import FileSystem, RetryPolicy
-from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
+from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.scan import analyse, index_file, scan_file
 from test_records import index_state
 
@@ -138,7 +138,7 @@ def test_a_decoder_whose_parent_is_killed_exits(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from riffd.transcript.piped import index_piped; "
+            "import sys; from riffd.transcript.parallel_read import index_piped; "
             "index_piped(sys.argv[1], chunk_size=1 << 18)",
             str(big),
         ]

@@ -9,16 +9,15 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
-from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
-from riffd.transcript.projects import (
+from riffd.claude_code.projects import (
     MAX_FOLDER_NAME,
-    agent_files_of,
     find_project_folders,
     folder_matches,
     project_folder_name,
-    resolve_target,
 )
+from riffd.commands.cli import main
+from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.transcript.targets import agent_files_of, resolve_target
 
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 SESSION_SOURCE = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import damage
 from conftest import corpus_transcript_params, corpus_transcripts, requires_corpus
 from riffd.transcript.index import MESSAGE, TranscriptIndex
-from riffd.transcript.piped import BatchEncoder, add_batch
+from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
 from test_incremental import Builder
@@ -357,7 +357,7 @@ def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
     """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder,
     batches added by columns when they can be), as the daemon does with its tracker ("observed":
     lines added one by one, the message lines also parsed whole for the observer), through the
-    decoder process's messages ("columns": each batch encoded as the child of riffd.transcript.piped
+    decoder process's messages ("columns": each batch encoded as the child of riffd.transcript.parallel_read
     does, then added from the message, in this process), or the reference ("reference": every line
     parsed whole and added one by one)."""
     index = TranscriptIndex("/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl")

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from riffd.transcript.projects import project_folder_name
+from riffd.claude_code.projects import project_folder_name
 
 FIRST = "1af7fc5e-0b7d-4c2e-9aaa-123456789abc"
 SECOND = "1af70000-1111-4222-8333-444455556666"

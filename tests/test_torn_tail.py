@@ -12,13 +12,13 @@ from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import Repaired
 from riffd.repair.planner import plan_file_repair
 from riffd.repair.writer import apply_plan
+from riffd.state.store import StateStore
 from riffd.transcript.findings import FindingClass
 from riffd.transcript.scan import index_file, scan_file
 from test_apply import options_for

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import SRC_DIR, transcript_bytes, write_config
-from riffd.paths import KEY_MARK, display_path, key_path, path_key
+from riffd.display import KEY_MARK, display_path, key_path, path_key
 from test_daemon_e2e import Sandbox, sandbox  # noqa: F401  (the fixture)
 
 FOLDER = os.fsdecode(b"-home-u-\xffproj")

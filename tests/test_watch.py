@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter, Watcher, choose_observer, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.daemon.workqueue import WorkQueue
 from riffd.fsio import filesystem_type
+from riffd.state.store import StateStore
 
 LINE = b'{"type":"user","uuid":"u1","parentUuid":null,"message":{"role":"user","content":"hi"}}\n'
 

@@ -20,11 +20,11 @@ from conftest import SRC_DIR
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
+from riffd.claude_code.walk import iter_transcripts
 from riffd.daemon.keeper import Keeper, reconcile_files
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import FileSystem, RetryPolicy
-from riffd.paths import iter_transcripts
+from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
 from sessiontree import build_session
 

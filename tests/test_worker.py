@@ -13,10 +13,12 @@ import pytest
 import damage
 from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
 from riffd.daemon.cache import IndexCache
-from riffd.daemon.report import build_report, render_markdown
-from riffd.daemon.state import StateStore
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy
+from riffd.reports.build import build_report
+from riffd.reports.json import report_document
+from riffd.reports.markdown import render_markdown
+from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
 BASE = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
@@ -408,7 +410,8 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     state = store.file(str(path))
     assert state is not None and state.repairable == 0
     assert [item["class"] for item in state.findings] == ["pending_tool_call"]
-    report = build_report(store, settings.backup_dir, {"running": True})
+    model = build_report(store, settings.backup_dir, {"running": True})
+    report = report_document(model)
     assert report["healthy"], report["problems"]
     assert report["findings"]["open"] == {}
     assert report["findings"]["pending"] == [
@@ -418,7 +421,7 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
             "line": state.findings[0]["lines"][0],
         }
     ]
-    assert "pending tool calls" in render_markdown(report)
+    assert "pending tool calls" in render_markdown(model)
     assert (
         worker.process(path).retry_after is not None
     )  # still live: still pending, nothing written
@@ -430,7 +433,7 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     assert state is not None and [item["class"] for item in state.findings] == [
         "missing_tool_result"
     ]
-    report = build_report(store, settings.backup_dir, {"running": True})
+    report = report_document(build_report(store, settings.backup_dir, {"running": True}))
     assert not report["healthy"] and report["findings"]["open"] == {"missing_tool_result": 1}
     assert report["findings"]["pending"] == []
 

@@ -1,9 +1,10 @@
 """riffd: keeps Claude Code session transcripts healthy and preserved.
 
-The subsystems are subpackages, each importing only from the layers below it: `commands`, `daemon`,
-then `repair`, `archive`, `tracker` and `config` (which do not import each other), then
-`transcript`, then `paths`, then the shared seams `fsio`, `database` and `logs` (README.md,
-"Layout"). This module holds only the version.
+The subsystems are subpackages, each importing only from the layers below it (the docs' architecture
+page): `entry` (the console script's front door) and `__main__`; `commands`; `daemon`; `reports`
+and `hooks`; `repair`, `archive`, `tracker`, `config` and `state`; `transcript`; `claude_code`,
+`paths` and `database`; and the shared seams `fsio`, `display`, `forking` and `logs`. This module
+holds only the version.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

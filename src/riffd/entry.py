@@ -23,11 +23,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     if args[:2] == ["hook", "pre-tool-use"] and not {"-h", "--help"} & set(args):
-        from riffd.tracker.hook import main as hook_main
+        from riffd.hooks.pre_tool_use import main as hook_main
 
         return hook_main(args[1:])
     if args[:2] == ["hook", "session-start"] and not {"-h", "--help"} & set(args):
-        from riffd.claude.session_start import main as session_start_main
+        from riffd.hooks.session_start import main as session_start_main
 
         return session_start_main(args[1:])
     from riffd.commands.cli import main as cli_main

@@ -1,4 +1,4 @@
-"""Forked helper processes: the scan's decoder (riffd.transcript.piped) and the ingest's reader
+"""Forked helper processes: the scan's decoder (riffd.transcript.parallel_read) and the ingest's reader
 (riffd.archive.ingest). Where forking is safe, a pipe the child can read ahead through, the child's
 first steps, and reaping it. A helper only ever saves time: its parent does the work itself when the
 helper fails."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from riffd.transcript.projects import SESSION_ID
+from riffd.claude_code.projects import SESSION_ID
 from riffd.transcript.sessionfiles import (
     FILE_HISTORY,
     PLAN,

@@ -3,7 +3,7 @@ daemon's catch-up use.
 
 `riffd archive ingest` of many files (`ingest_files`) reads them in a reader process: the reader
 reads each file from where the archive stopped and takes from every line what the archive needs
-before it looks in the database (riffd.archive.pieces.parse: parsing, pieces, their keys and texts,
+before it looks in the database (riffd.archive.contents.parse: parsing, pieces, their keys and texts,
 about two fifths of an ingest), while this process stores the lines it sends, as `ingest_file`
 would. The reader only ever saves time: when it fails to read a file, that file is archived here
 (from the archive's own watermark, so every line once); when it dies or cannot start, so are the
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from riffd.archive.contents import Parsed, parse
 from riffd.archive.packs import PackDamaged
-from riffd.archive.pieces import Parsed, parse
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.transcript.reader import iter_chunks, read_span

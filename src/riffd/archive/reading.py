@@ -20,10 +20,10 @@ from typing import Any
 
 import orjson
 
+from riffd.archive.contents import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.packs import PackDamaged, PackStore, Run
-from riffd.archive.pieces import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.search import SearchHit, like_literal, search
-from riffd.paths import KEY_MARK, key_path, path_key
+from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
 
@@ -141,7 +141,7 @@ class Reading:
         absolute = (
             os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
         )
-        key = path_key(target)  # paths are stored so (riffd.paths): a name that is not UTF-8 too
+        key = path_key(target)  # paths are stored so (riffd.display): a name that is not UTF-8 too
         with self._lock:
             rows = self._db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "

@@ -4,7 +4,7 @@ daemon.
 Tables: `files` (one row per transcript path: its session, project, title, times, generation and the
 archive's own watermark), `packs`, `segments` and `loose` (riffd.archive.packs), `runs` (where each
 line of a file's generation is in a pack), `contents` (pieces of content, where first seen;
-riffd.archive.pieces), `seen` (per text and file, the newest line it occurs on) and `search` (the
+riffd.archive.contents), `seen` (per text and file, the newest line it occurs on) and `search` (the
 FTS5 index; riffd.archive.search); for the files of a session kept whole (riffd.archive.wholefiles),
 `blobs` and `blob_chunks` (content by SHA-256, in zstd frames), `session_files` (every version of
 every path) and `plan_slugs` (the plan names a session's lines carry).

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
+from riffd.archive.contents import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
 from riffd.archive.packs import PackDamaged
-from riffd.archive.pieces import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
-from riffd.paths import key_path
+from riffd.display import key_path
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ them.
 
 How a line is stored, losslessly: as written, in a pack (riffd.archive.packs), with the pieces of
 content it shares with a line archived before cut out and a NUL byte in their place
-(riffd.archive.pieces). Runs of a file's lines in a pack record where each line is, so `restore`
+(riffd.archive.contents). Runs of a file's lines in a pack record where each line is, so `restore`
 rebuilds a transcript byte for byte as it was last archived, also after Claude Code deleted it. A
 piece seen for the first time stays in its line and is recorded as a content (its place and its
 key); its text is indexed for search (riffd.archive.search).
@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from riffd.archive.contents import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.packs import PackDamaged, PackStore, Run, tightened
-from riffd.archive.pieces import MARK, ROLE_TOKEN, Parsed, parse
 from riffd.archive.reading import Reading
 from riffd.archive.schema import RECOVER_ADVICE, connect
 from riffd.archive.wholefiles import WholeFiles
 from riffd.database import open_checked, reopen_if_damaged
-from riffd.paths import path_key
+from riffd.display import path_key
 
 
 @dataclass
@@ -174,7 +174,7 @@ class Archive(Reading):
         watermark are skipped, and lines past it raise ArchiveGap (nothing stored: the archive never
         has a hole). `rewritten`: the file was rewritten (not appended to) since it was last
         archived, so start a new generation from offset 0. `prepared`: what
-        `riffd.archive.pieces.parse` gave for each line (with every user prompt), when a reader
+        `riffd.archive.contents.parse` gave for each line (with every user prompt), when a reader
         process did that. `mtime_ns`: the file's modification time when it ended with these lines
         (None: not known; restore then gives it the time of its last line). Return how many lines
         were added."""
@@ -267,7 +267,7 @@ class Archive(Reading):
         mtime_ns: int | None = None,
     ) -> int:
         db = self._db
-        key = path_key(path)  # a name that is not UTF-8 too (riffd.paths)
+        key = path_key(path)  # a name that is not UTF-8 too (riffd.display)
         row = db.execute(
             "SELECT id, generation, archived_bytes, lines FROM files WHERE path = ?", (key,)
         ).fetchone()

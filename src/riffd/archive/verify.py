@@ -34,7 +34,7 @@ from pathlib import Path
 from riffd.archive.ingest import archive_key, ingest_file, still_appended
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
-from riffd.paths import path_key
+from riffd.display import path_key
 from riffd.transcript.reader import iter_chunks
 from riffd.transcript.sessionfiles import SessionFile
 

@@ -39,8 +39,8 @@ from typing import Any
 import zstandard
 
 from riffd.archive.packs import PackDamaged
+from riffd.display import key_path, path_key
 from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
-from riffd.paths import key_path, path_key
 from riffd.transcript.sessionfiles import (
     PLAN,
     SessionFile,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, UsageError, print_json
 from riffd.commands.configured import load_despite_errors
-from riffd.paths import shell_command
+from riffd.display import shell_command
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE
 from riffd.transcript.scan import scan_file

@@ -32,7 +32,7 @@ from riffd.database import (
     is_damage_error,
     is_full_error,
 )
-from riffd.paths import display_json, shell_command
+from riffd.display import display_json, shell_command
 from riffd.transcript.sessions import local_time
 
 

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from riffd.claude_code.folders import is_transcript_name, session_id_for
+from riffd.claude_code.projects import SESSION_ID
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.paths import is_transcript_name, session_id_for
-from riffd.transcript.projects import SESSION_ID
 from riffd.transcript.sessionfiles import (
     SessionFile,
     all_session_files,

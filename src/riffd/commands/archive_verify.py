@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
-from riffd.paths import display_json, shell_command
+from riffd.display import display_json, shell_command
 
 OUTCOMES = (
     "whole",

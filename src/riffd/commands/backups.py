@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -17,11 +18,10 @@ from riffd.commands.common import (
     print_json,
 )
 from riffd.commands.configured import config_for_folders
-from riffd.paths import claude_config_dir, default_roots
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
 from riffd.repair.restore import restore_backup
-from riffd.transcript.projects import resolve_target
+from riffd.transcript.targets import resolve_target
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from riffd import __version__
 from riffd.commands.common import EXIT_ERROR, Parser, UsageError
-from riffd.paths import use_display_streams
+from riffd.display import use_display_streams
 
 # Each command: the module that registers and runs it, and its one-line help. Only the module of the
 # command that runs is imported (`riffd --help` imports none), so a command starts without the

@@ -84,11 +84,9 @@ def transcript_targets(
 ) -> tuple[list[Path], list[str]]:
     """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default
     roots when both are empty) and errors for bad paths."""
-    from riffd.paths import (
-        default_roots,
-        iter_transcripts,
-    )  # here: commands that take no PATH start without them
-    from riffd.transcript.projects import resolve_target
+    from riffd.claude_code.folders import default_roots
+    from riffd.claude_code.walk import iter_transcripts
+    from riffd.transcript.targets import resolve_target
 
     errors: list[str] = []
     files: list[Path] = []
@@ -169,6 +167,6 @@ def print_json(document: object) -> None:
     """Print `document` on stdout as indented JSON."""
     import orjson
 
-    from riffd.paths import display_json
+    from riffd.display import display_json
 
     sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")

@@ -22,8 +22,8 @@ from typing import IO, Any
 import orjson
 
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
+from riffd.display import display_path, key_path, path_key
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
-from riffd.paths import display_path, key_path, path_key
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_fd, parse_line
@@ -180,7 +180,7 @@ class Exporter:
             )
         stamp = [status.st_size, status.st_mtime_ns, status.st_ino]
         key = str(source.resolve())
-        done = self._manifest.get(path_key(key))  # names kept as riffd.paths.path_key writes them
+        done = self._manifest.get(path_key(key))  # names kept as riffd.display.path_key writes them
         if isinstance(done, dict) and isinstance(done.get("file"), str):
             done = done | {"file": key_path(done["file"])}
         if done is not None and not (
@@ -337,7 +337,7 @@ def run_export(args: Any) -> int:
 
     files, errors = transcript_targets(args.paths)
     exporter = Exporter(args.to, args.format, sidechains=sidechains_of)
-    from riffd.transcript.projects import agent_files_of
+    from riffd.transcript.targets import agent_files_of
 
     # An agent file is exported inside its session, not again on its own.
     included = {
@@ -375,8 +375,8 @@ def sidechains_of(source: Path, index: TranscriptIndex) -> list[tuple[str, Path 
     """Return a session's sidechains as (agent name, agent file or None, inline line indexes), in
     the order of the lines they hang from: inline runs (1.0.x) by their lines, agent files (2.0.x,
     2.1.x) by path."""
-    from riffd.transcript.projects import agent_files_of
     from riffd.transcript.sidechains import find_sidechains
+    from riffd.transcript.targets import agent_files_of
 
     found = find_sidechains(index, agent_files_of(source, index.session_id))
     runs: dict[int, list[int]] = {}

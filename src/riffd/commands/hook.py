@@ -13,19 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from riffd.claude import session_start
-from riffd.claude.settings import (
-    SettingsError,
-    apply,
-    plan_install,
-    plan_uninstall,
-    project_settings_path,
-    user_settings_path,
-)
+from riffd.claude_code.settings import project_settings_path, user_settings_path
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, positive_number
 from riffd.commands.configured import config_for_folders
+from riffd.hooks import session_start
+from riffd.hooks.install import SettingsError, apply, plan_install, plan_uninstall
+from riffd.hooks.pre_tool_use import MODES, run
 from riffd.tracker.calls import DEFAULT_WINDOW
-from riffd.tracker.hook import MODES, run
 
 
 def register(commands: Any) -> None:

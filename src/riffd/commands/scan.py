@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from riffd import __version__
+from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.commands.common import (
     EXIT_ERROR,
     EXIT_FINDINGS,
@@ -26,10 +28,8 @@ from riffd.commands.common import (
 from riffd.commands.configured import config_for_folders
 from riffd.config import RepairConfig
 from riffd.fsio import pin_mmap_threshold
-from riffd.paths import claude_config_dir, default_roots
 from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
-from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.scan import FileReport, scan_file
 from riffd.transcript.shape import NOT_A_TRANSCRIPT
 

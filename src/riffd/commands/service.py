@@ -1,5 +1,5 @@
 """`riffd service install | uninstall | status`: run `riffd run` as a systemd user unit (Linux) or a
-launchd user agent (macOS), with the file rendered by riffd.daemon.units."""
+launchd user agent (macOS), with the file rendered by riffd.daemon.service_files."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import platformdirs
 from riffd import paths
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser
 from riffd.config import ConfigError, config_path, load_config
-from riffd.daemon.units import (
+from riffd.daemon.service_files import (
     LAUNCHD_LABEL,
     UNIT_NAME,
     ServiceError,

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from riffd import __version__
+from riffd.claude_code.folders import default_roots
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, print_json
-from riffd.paths import default_roots
 from riffd.tracker.tracker import redundant_calls_in
 from riffd.transcript.conversation import Conversation, conversation_of
-from riffd.transcript.projects import agent_files_of, resolve_target
 from riffd.transcript.scan import ScannedFile, index_file
 from riffd.transcript.sidechains import Sidechain, find_sidechains
+from riffd.transcript.targets import agent_files_of, resolve_target
 
 FORMATS = ("text", "json", "md")
 SHOW_SCHEMA = 1

@@ -19,7 +19,7 @@ Precedence, highest first (one rule for every key):
 4. the defaults, which are written in exactly one place: the dataclass fields in `model`.
 
 Folders whose default is "" (or `[]` for `roots`) are derived when the config is loaded: `state_dir`
-from `riffd.paths.state_dir()`, `claude_dir` and `roots` from `riffd.paths` (so `CLAUDE_CONFIG_DIR`,
+from `riffd.paths.state_dir()`, `claude_dir` and `roots` from `riffd.claude_code.folders` (so `CLAUDE_CONFIG_DIR`,
 Claude Code's own variable, changes those defaults but never a value the file sets), `backups.dir`
 and `reports.dir` inside `state_dir`. `~` is expanded everywhere; a relative path in the file is
 relative to the file's folder, one from a flag or the environment to the current folder.

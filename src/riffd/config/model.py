@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from riffd import paths
+from riffd.claude_code import folders
 from riffd.fsio import RetryPolicy
 from riffd.transcript.findings import REPAIRABLE, FindingClass
 
@@ -275,7 +276,7 @@ class Config:
         metadata=_meta(
             "Transcript folders to watch ([] = Claude Code's: $CLAUDE_CONFIG_DIR/projects or ~/.claude/projects, plus "
             "~/.config/claude/projects when it exists).",
-            derive=lambda environ, state_dir: tuple(paths.default_roots(environ)),
+            derive=lambda environ, state_dir: tuple(folders.default_roots(environ)),
         )
     )
     include: tuple[str, ...] = field(
@@ -298,7 +299,7 @@ class Config:
         metadata=_meta(
             """Claude Code's folder, whose sessions/ lists the running sessions ("" = $CLAUDE_CONFIG_DIR, else """
             "~/.claude).",
-            derive=lambda environ, state_dir: paths.claude_config_dir(environ),
+            derive=lambda environ, state_dir: folders.claude_config_dir(environ),
         )
     )
     watcher: WatcherConfig = field(default_factory=WatcherConfig)

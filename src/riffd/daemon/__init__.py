@@ -1,11 +1,13 @@
 """The daemon (`riffd run`): watch the roots, keep findings current, repair idle sessions, archive,
 report.
 
-`runner` is the lifecycle and schedules the jobs of `jobs`, `stats` holds the live figures, `lock`
-the one-daemon-per-state-folder lock, `watcher` turns file events into queue entries, `workqueue`
-coalesces them, `worker` brings one file up to date from its watermark, `keeper` takes the files of
-sessions kept whole as they appear, `state` is the SQLite store of watermarks and findings, `report`
-writes health reports, `notify` speaks systemd's notify protocol, `units` renders the systemd unit
-and launchd agent that run the daemon. It may import repair, the archive, the tracker, the
-transcript model, `riffd.config` and the shared seams, never the commands.
+`runner` is the lifecycle and schedules the jobs of `jobs`; `counters` holds the live counters and
+errors, kept and published by `figures`; `disk_full` watches for a full disk under the state
+folder; `lock` is the one-daemon-per-state-folder lock; `watcher` turns file events into queue
+entries, `workqueue` coalesces them, `worker` brings one file up to date from its watermark (with
+its index `cache`), `keeper` takes the files of sessions kept whole as they appear; `alerts` runs
+the configured notify command, `notify` speaks systemd's notify protocol, and `service_files`
+renders the systemd unit and launchd agent that run the daemon. It may import repair, the archive,
+the tracker, the state store, the reports, the transcript model, `riffd.config` and the shared
+seams, never the commands.
 """

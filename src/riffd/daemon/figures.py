@@ -3,7 +3,7 @@
 The live figures are stored in the state store, where `riffd status` and `riffd report` read them:
 when something changed (at most every SNAPSHOT_SECONDS) and every HEARTBEAT_SECONDS anyway, so their
 age tells a stuck daemon from a quiet one. A report is written on schedule and at shutdown, also
-when the state store cannot be written to (a full disk: riffd.daemon.room), and then says so.
+when the state store cannot be written to (a full disk: riffd.daemon.disk_full), and then says so.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
+from riffd.daemon.counters import Stats
+from riffd.daemon.disk_full import Room
 from riffd.daemon.jobs import archive_summary, store_snapshot
-from riffd.daemon.page import history_point
-from riffd.daemon.report import build_report, write_report
-from riffd.daemon.room import Room
-from riffd.daemon.state import StateStore
-from riffd.daemon.stats import Stats
 from riffd.fsio import IO_STATS
+from riffd.reports.build import build_report
+from riffd.reports.html import history_point
+from riffd.reports.publish import write_report
+from riffd.state.store import StateStore
 
 if TYPE_CHECKING:
     from riffd.archive.store import Archive

@@ -15,13 +15,14 @@ from typing import Any
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
-from riffd.claude.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
+from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.daemon.worker import Outcome, WorkerSettings
+from riffd.fsio import REAL_FS, RetryingFS
 from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.recovery import recover_and_sweep
+from riffd.state.store import StateStore
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
 from riffd.transcript.sessionfiles import config_folders
 
@@ -60,7 +61,7 @@ def clean_leftovers(config: Config) -> None:
     remove the temp files of riffd processes that are gone (beside transcripts and in the backup
     folder)."""
     removed = recover_and_sweep(
-        config.roots, STALE_AFTER_SECONDS, retry=config.retry.policy
+        config.roots, STALE_AFTER_SECONDS, fs=RetryingFS(REAL_FS, config.retry.policy)
     ) + BackupStore(config.backups.dir).remove_leftovers(time.time())
     if removed:
         log.info("removed %d temp file(s) left by riffd processes that are gone", len(removed))
@@ -84,7 +85,7 @@ def catch_up_archive(
 ) -> None:
     """Archive what the worker read but could not archive (a full disk, a locked database), from the
     archive's own watermark, so every line is archived once; a file that fails now is tried again at
-    the next rescan (and its error is told to `failed`: riffd.daemon.room.Room.ran_out)."""
+    the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.Room.ran_out)."""
     for path, offset in store.offsets().items():
         try:
             # Behind, or ahead (a rewrite that shrank the file, which the archive did not take):

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from riffd.archive.store import Archive
-from riffd.daemon.state import StateStore
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import DEFAULT_RETRY, RetryPolicy
+from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, file_state, linked_folder
 
 log = logging.getLogger(__name__)

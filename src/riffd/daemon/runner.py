@@ -34,6 +34,8 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
 from riffd.daemon.alerts import Alerts
+from riffd.daemon.counters import Stats, advice
+from riffd.daemon.disk_full import Room
 from riffd.daemon.figures import Figures
 from riffd.daemon.jobs import (
     backup_retention,
@@ -48,13 +50,12 @@ from riffd.daemon.jobs import (
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
-from riffd.daemon.room import Room
-from riffd.daemon.state import STATE_NAME, StateStore
-from riffd.daemon.stats import Stats, advice
 from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.database import full_disk_note, is_full_error
+from riffd.fsio import RetryingFS
+from riffd.state.store import STATE_NAME, StateStore
 from riffd.tracker.tracker import ToolCallTracker
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class Daemon(Figures):
         self._published_at = 0.0
         self.room = Room(
             self.config.state_dir
-        )  # a full disk under the state folder (riffd.daemon.room)
+        )  # a full disk under the state folder (riffd.daemon.disk_full)
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.alerts = Alerts(self.config.notify.command)
@@ -288,7 +289,9 @@ class Daemon(Figures):
 
     def _finish_swaps(self) -> None:
         if self.worker is not None:
-            self.worker.pending_swaps.finish(self.worker.fs, self.config.retry.policy)
+            self.worker.pending_swaps.finish(
+                RetryingFS.of(self.worker.fs, self.config.retry.policy)
+            )
 
     def _shutdown(self) -> None:
         self.notifier.stopping()

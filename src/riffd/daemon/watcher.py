@@ -25,9 +25,10 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
-from riffd.daemon.state import StateStore
+from riffd.claude_code.folders import NEVER_TOUCH_DIRS, is_transcript_name
+from riffd.claude_code.walk import LinkHandler, iter_transcripts
 from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
-from riffd.paths import NEVER_TOUCH_DIRS, LinkHandler, is_transcript_name, iter_transcripts
+from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 
 log = logging.getLogger(__name__)

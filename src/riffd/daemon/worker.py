@@ -28,14 +28,15 @@ from typing import Any
 from riffd.archive.ingest import ingest_file, still_appended
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
+from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.daemon.cache import IndexCache
-from riffd.daemon.state import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
 from riffd.repair.outcomes import ApplyOptions, Failed, FileChanged, Repaired, Skipped, SkipReason
-from riffd.repair.plan import RepairPlan
-from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.plan import RepairOptions, RepairPlan
+from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import PendingSwaps
 from riffd.repair.writer import apply_plan
+from riffd.state.store import FINGERPRINT_BYTES, FileState, StateStore, Watermark
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import (
     REPAIRABLE,
@@ -45,7 +46,6 @@ from riffd.transcript.findings import (
     pending_while_live,
 )
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.liveness import claude_dirs_for, session_liveness
 from riffd.transcript.reader import iter_chunks, read_span
 from riffd.transcript.scan import analyse_appended, index_file
 
@@ -138,7 +138,7 @@ class Worker:
             self.store.bump({"errors.read": 1})
             return Outcome(name, "skipped", why=str(exc), seconds=time.monotonic() - started)
         if stat.S_ISLNK(status.st_mode):
-            # A link to a transcript the walk reaches by no other path (riffd.paths): read and
+            # A link to a transcript the walk reaches by no other path (riffd.claude_code.walk): read and
             # archived through the link; its repair is skipped as `symlink` (the planner), so the
             # report names it.
             try:

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from riffd import __version__
+from riffd.claude_code.folders import session_id_for
+from riffd.claude_code.liveness import pid_is_alive
 from riffd.fsio import (
     DEFAULT_RETRY,
     NOFOLLOW,
@@ -37,9 +39,7 @@ from riffd.fsio import (
     remove_leftover,
     write_all,
 )
-from riffd.paths import session_id_for
 from riffd.transcript.findings import Finding
-from riffd.transcript.liveness import pid_is_alive
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,11 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
+    RetryingFS,
     RetryPolicy,
     fsync_folder,
     remove_leftover,
@@ -37,7 +39,6 @@ from riffd.repair.outcomes import (
     failure,
 )
 from riffd.repair.writer import rewrite
-from riffd.transcript.liveness import session_liveness
 from riffd.transcript.scan import FileIdentity
 from riffd.transcript.sessionfiles import kept_mode
 
@@ -53,7 +54,9 @@ def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentit
         if not stat.S_ISREG(status.st_mode):
             raise FileChanged("not a regular file; riffd never replaces it")
         digest = hashlib.sha256()
-        for _offset, chunk in read_range(fs, fd, 0, status.st_size, path=path, retry=retry):
+        for _offset, chunk in read_range(
+            RetryingFS.of(fs, retry), fd, 0, status.st_size, path=path
+        ):
             digest.update(chunk)
     finally:
         fs.close(fd)

@@ -1,6 +1,6 @@
-"""The tool-call tracker and its PreToolUse hook: tool calls that repeat a recent identical call.
+"""The tool-call tracker: tool calls that repeat a recent identical call.
 
 `calls` holds the rules (which calls are the same), `tracker` the per-session memory the daemon
-feeds, `hook` the hook Claude Code runs before every tool call. Standard library only, so the hook
-starts in a few milliseconds: it imports nothing from the rest of riffd.
+feeds. Standard library only: the PreToolUse hook (`riffd.hooks.pre_tool_use`) uses `calls` and
+starts in a few milliseconds.
 """

@@ -7,7 +7,7 @@ name holds a side-effect word) are never compared; other tools are the same call
 of their inputs, or one identifying input, are equal. A call's key is its tool and a digest of its
 normalised input.
 
-The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.tracker.hook) both import this
+The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.hooks.pre_tool_use) both import this
 module, and the hook must start in a few milliseconds: standard library only, and no module that is
 slow to import (dataclasses, hashlib's OpenSSL, orjson, whose import alone takes about 9 ms).
 """

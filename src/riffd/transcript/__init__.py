@@ -1,10 +1,12 @@
-"""The transcript model: what Claude Code writes and where, read and judged without changing
-anything.
+"""The transcript model: what Claude Code writes, read and judged without changing anything.
 
-Reading lines (`reader`), the compact index of one file (`index`), its conversation structure
-(`conversation`, `sidechains`), detection on the chain Claude Code loads (`detect`) and the findings
-it reports (`findings`), scanning a file once (`scan`), Claude Code's project folders (`projects`),
-the other files it keeps for a session (`sessionfiles`) and its registry of running sessions
-(`liveness`). Pure or read-only: it imports only `riffd.fsio` and `riffd.paths`, never repair, the
-archive, the daemon or the commands.
+Reading lines (`reader`, with a second process for big files: `parallel_read`), the fields
+detection needs (`records`), telling a transcript from another file (`shape`), the compact index of
+one file (`index`, built by `building`, kept up to date by `incremental`), its conversation
+structure (`conversation`, `sidechains`), detection on the chain Claude Code loads (`detect`) and
+the findings it reports (`findings`), acknowledged findings (`acks`), scanning a file once
+(`scan`), describing and listing sessions (`sessions`), resolving the sessions a command names
+(`targets`) and the other files Claude Code keeps for a session (`sessionfiles`). Pure or
+read-only: it imports only the shared seams and `riffd.claude_code`, never repair, the archive, the
+daemon or the commands.
 """

@@ -226,7 +226,7 @@ class IndexBuilding:
     def add_columns(self, offset: int, lengths: list[int], columns: Columns) -> int:
         """Record a batch of whole lines (each followed by a newline) starting at byte `offset`,
         given as their lengths and `batch_columns` of their fast-decoded records (how
-        riffd.transcript.piped's decoder process hands over what it read); return the offset after
+        riffd.transcript.parallel_read's decoder process hands over what it read); return the offset after
         them. The same index as `add_lines` of those lines."""
         offsets = self.offsets
         first_index = len(offsets)

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from riffd.paths import shell_command
+from riffd.display import shell_command
 from riffd.transcript.findings import LATEST_TURN, Finding, FindingClass, api_error_for
 from riffd.transcript.index import (
     ASSISTANT,

@@ -18,7 +18,7 @@ from riffd.transcript.detect import LoadedConversation, detect, loaded_conversat
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.incremental import IncrementalDetection
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.piped import PIPED_MIN_BYTES, index_piped
+from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
 from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
@@ -82,7 +82,7 @@ def index_file(
 
     With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
     the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a
-    second process while this one indexes it (riffd.transcript.piped; the same index). Raise OSError
+    second process while this one indexes it (riffd.transcript.parallel_read; the same index). Raise OSError
     (ReadFailed for persistent EIO) on read errors.
     """
     name = os.fspath(path)

@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from riffd.paths import is_transcript_name
-from riffd.transcript.projects import SESSION_ID
+from riffd.claude_code.folders import is_transcript_name
+from riffd.claude_code.projects import SESSION_ID
 
 # Kinds, by where a file is: in the session folder, or in the config folder
 SUBAGENT_META = "subagent-meta"

@@ -113,7 +113,7 @@ def find_sidechains(
     retry: RetryPolicy = DEFAULT_RETRY,
 ) -> list[Sidechain]:
     """Given a finished session index and its agent files
-    (`riffd.transcript.projects.agent_files_of`), return its sidechains named by agent, ordered by
+    (`riffd.transcript.targets.agent_files_of`), return its sidechains named by agent, ordered by
     the line they hang from (unlinked ones last). Raise OSError when a file cannot be read."""
     links = _Links()
     _scan_links(index, links, fs=fs, retry=retry)

@@ -1,7 +1,7 @@
 """riffd's state store (SQLite under the state dir): watermarks, current findings, repairs,
 counters.
 
-Paths are stored as `riffd.paths.path_key` writes them (a file name that is not UTF-8 included), and
+Paths are stored as `riffd.display.path_key` writes them (a file name that is not UTF-8 included), and
 read back as the paths they are; so is a repair's detail, which names its file.
 
 A watermark says how far riffd has read a transcript and how to recognise that file again: its
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.database import open_checked, reopen_if_damaged
-from riffd.paths import key_path, path_key
+from riffd.display import key_path, path_key
 
 log = logging.getLogger(__name__)
 

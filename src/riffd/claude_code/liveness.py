@@ -32,10 +32,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from riffd.claude_code.folders import claude_config_dir, session_id_for
+from riffd.claude_code.projects import find_project_folders, folder_matches, spellings
+from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
 from riffd.fsio import REAL_FS, FileSystem, retrying_call
-from riffd.paths import claude_config_dir, session_id_for
-from riffd.registry import ENTRY_LIMIT, Registration, parse_registration
-from riffd.transcript.projects import find_project_folders, folder_matches, spellings
 
 log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"[0-9]+")
@@ -215,7 +215,7 @@ def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
     project whose Claude Code folder is not the one holding `path`.
 
     Why that is the proof: Claude Code writes a session's lines into the project folder named after
-    the working directory it started in (riffd.transcript.projects), under a session id that can
+    the working directory it started in (riffd.transcript.targets), under a session id that can
     change while the process runs (/clear, a fork, a resume start a new one, and the registry entry
     may keep the old id), so the id alone proves nothing; the project does, and a resume of another
     project's session is refused ("This conversation is from a different directory. To resume, run:

@@ -4,14 +4,14 @@ transcript.
 Resuming a session while another Claude Code process still runs a tool in it makes the new process
 write a synthetic "interrupted" result beside the genuine one that comes later: the commonest real
 damage (shared/transcript-format.md, 4b). Claude Code registers each running process in `<config
-dir>/sessions/<pid>.json` (riffd.registry), so when the session that starts is registered to another
+dir>/sessions/<pid>.json` (riffd.claude_code.registry), so when the session that starts is registered to another
 live process, this hook says so before anything is written: `systemMessage` (shown to the user)
 names the process, and `additionalContext` tells the model that a tool call which looks interrupted
 may still be running.
 
 It reads the hook's JSON on stdin (`session_id`, `transcript_path`, `cwd`, `hook_event_name`,
 `source`) and never blocks: every failure, bad stdin included, exits 0 with nothing on stdout and at
-most one line on stderr. Only the standard library and riffd.registry are imported, so it answers in
+most one line on stderr. Only the standard library and riffd.claude_code.registry are imported, so it answers in
 a few tens of milliseconds.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from riffd.registry import ENTRY_LIMIT, Registration, parse_registration
+from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
 
 EVENT = "SessionStart"
 EXIT_OK = 0

@@ -1,86 +1,25 @@
-"""From what a user types to transcript files: project paths, session ids and files.
-
-Claude Code keeps one folder per project under each root (`~/.claude/projects`): the project's
-working directory with every UTF-16 code unit outside `[A-Za-z0-9]` replaced by `-` (so an emoji,
-two code units, becomes `--`); a name longer than 200 characters is cut to 200 and gets `-<hash>`
-appended, the hash depending on the runtime Claude Code ran on, so long names are matched by their
-200-character prefix. See shared/transcript-format.md, section 1.
-"""
+"""From what a user types to transcript files: a transcript file, a session id or a unique prefix
+of one, `latest`, or a project path (found by Claude Code's naming rule,
+`riffd.claude_code.projects`), with the subagent files of a session."""
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from riffd.paths import is_inside, is_transcript_name, iter_transcripts
+from riffd.claude_code.folders import is_transcript_name
+from riffd.claude_code.projects import (
+    SESSION_ID,
+    find_project_folders,
+    project_folder_name,
+    spellings,
+)
+from riffd.claude_code.walk import iter_transcripts
+from riffd.paths import is_inside
 from riffd.transcript.reader import iter_lines, parse_line
 from riffd.transcript.sessions import ID_PREFIX, by_prefix, project_folders, session_files
 
-MAX_FOLDER_NAME = 200  # longer names are cut to this and get `-<hash>` appended
-SESSION_ID = re.compile(
-    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-)
 SESSION_ID_LINES = 20  # how many lines of a 2.0.x agent file are read to find its sessionId
-
-
-def _sanitized(path: str) -> str:
-    """Every UTF-16 code unit outside [A-Za-z0-9] becomes `-`, without cutting the result."""
-    return "".join(
-        char if char.isascii() and char.isalnum() else ("--" if ord(char) > 0xFFFF else "-")
-        for char in path
-    )
-
-
-def project_folder_name(path: str) -> str:
-    """Given a project's working directory, return the name of its Claude Code folder (for a name
-    over 200 characters, the 200-character prefix: the folder on disk has `-<hash>` appended to
-    it)."""
-    return _sanitized(path)[:MAX_FOLDER_NAME]
-
-
-def folder_matches(folder_name: str, project_path: str) -> bool:
-    """Return True when `folder_name` is the Claude Code folder of `project_path` (long names by
-    prefix)."""
-    full = _sanitized(project_path)
-    if len(full) <= MAX_FOLDER_NAME:
-        return folder_name == full
-    return folder_name.startswith(full[:MAX_FOLDER_NAME] + "-")
-
-
-def spellings(project_path: str | os.PathLike[str]) -> list[str]:
-    """The absolute forms of a project path Claude Code may have recorded: as given, and symlinks
-    resolved (Claude Code names the folder after its process's working directory, which the OS
-    reports resolved)."""
-    given = os.path.abspath(os.path.expanduser(os.fspath(project_path)))
-    resolved = os.path.realpath(given)
-    return [given] if resolved == given else [given, resolved]
-
-
-def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[Path]) -> list[Path]:
-    """Given a project's working directory and the transcript roots, return its Claude Code folders
-    that exist (usually one; a long name matched by prefix, or a symlinked path, may give more),
-    sorted, no repeats."""
-    found: list[Path] = []
-    for root in roots:
-        if not root.is_dir():
-            continue
-        for spelling in spellings(project_path):
-            full = _sanitized(spelling)
-            if len(full) <= MAX_FOLDER_NAME:
-                candidates = [root / full]
-            else:
-                prefix = full[:MAX_FOLDER_NAME] + "-"
-                candidates = sorted(
-                    entry for entry in root.iterdir() if entry.name.startswith(prefix)
-                )
-            found.extend(
-                candidate
-                for candidate in candidates
-                if candidate.is_dir() and candidate not in found
-            )
-    return sorted(found)
 
 
 def session_id_of_file(path: Path) -> str | None:

@@ -105,20 +105,6 @@ def is_riffd_group(group: Any) -> bool:
     )
 
 
-def user_settings_path(environ: dict[str, str] | None = None) -> Path:
-    """Claude Code's user settings: $CLAUDE_CONFIG_DIR/settings.json, else
-    ~/.claude/settings.json."""
-    env = os.environ if environ is None else environ
-    return (
-        Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser() / "settings.json"
-    )
-
-
-def project_settings_path(project: Path) -> Path:
-    """A project's shared settings: <project>/.claude/settings.json."""
-    return project.expanduser().absolute() / ".claude" / "settings.json"
-
-
 def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     try:
         raw = path.read_bytes()
@@ -332,22 +318,3 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
             "owner"
         ) from exc
     return saved
-
-
-CLEANUP_DEFAULT_DAYS = (
-    30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
-)
-
-
-def cleanup_period_days(claude_dir: Path) -> float:
-    """Claude Code's `cleanupPeriodDays` in the user settings of `claude_dir` (30 when unset or
-    unreadable)."""
-    try:
-        value = json.loads((claude_dir / "settings.json").read_bytes()).get("cleanupPeriodDays")
-    except (OSError, ValueError, AttributeError):
-        return CLEANUP_DEFAULT_DAYS
-    return (
-        float(value)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-        else (CLEANUP_DEFAULT_DAYS)
-    )

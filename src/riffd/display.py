@@ -1,0 +1,166 @@
+"""How riffd writes a path down: for a person, in a command it advises, and as a key in its
+databases.
+
+A file name on Linux is bytes. One that is not UTF-8 (the byte 0xff, say) reaches Python as a str
+holding surrogate escapes (U+DCFF for 0xff), which names the file exactly but cannot be written as
+UTF-8: SQLite text, JSON and the terminal refuse it. riffd reads and repairs such a file under its
+real name, and writes the name down three ways:
+
+- for a person (text and JSON output, the log): `display_path`, the undecodable bytes as `\\xff`
+  (the standard streams do this for every text riffd prints: `use_display_streams`; JSON documents:
+  `display_json`);
+- in an advised command: `shell_word` (bash's `$'...\\xff...'`, which names the real file);
+- as a key (SQLite, riffd's own JSON files): `path_key`, a reversible text form (`key_path` gives
+  the name back), equal to the path itself for every name that is text, so existing keys stay as
+  they are.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def shell_word(text: str | os.PathLike[str]) -> str:
+    """Return `text` as one word a POSIX shell reads back as it is: shlex.quote's form; a name with
+    bytes that are not UTF-8 (held as surrogate escapes) in bash's and zsh's $'...', its bytes as
+    \\xNN, so the command names the real file."""
+    import shlex  # advice only: most commands never print one
+
+    text = os.fspath(text)
+    if not any("\udc80" <= char <= "\udcff" for char in text):
+        return shlex.quote(text)
+    escaped = []
+    for char in text:
+        if "\udc80" <= char <= "\udcff":
+            escaped.append(f"\\x{ord(char) - 0xDC00:02x}")
+        elif char in "\\'":
+            escaped.append("\\" + char)
+        elif char < " " or char == "\x7f":
+            escaped.append(f"\\x{ord(char):02x}")
+        else:
+            escaped.append(char)
+    return "$'" + "".join(escaped) + "'"
+
+
+def shell_command(*words: str | os.PathLike[str]) -> str:
+    """Return a command riffd advises, every word quoted by `shell_word`: what a user copies runs as
+    meant, whatever a session id or a path holds."""
+    return " ".join(map(shell_word, words))
+
+
+DISPLAY_ERRORS = "riffd-display"  # the codec error handler that shows undecodable bytes as \xff
+
+
+KEY_MARK = "\\bytes:"  # begins a key whose path is not all text; no absolute path does
+
+
+def _display_replacement(error: UnicodeError) -> tuple[str, int]:
+    """The codec error handler DISPLAY_ERRORS: a surrogate escape of a byte (U+DC80..U+DCFF) as
+    `\\xNN`; any other character the encoding cannot hold as `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`
+    (Python's backslashreplace)."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    parts = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            parts.append(f"\\x{code - 0xDC00:02x}")
+        else:
+            parts.append(
+                f"\\x{code:02x}"
+                if code < 0x100
+                else f"\\u{code:04x}"
+                if code < 0x10000
+                else f"\\U{code:08x}"
+            )
+    return "".join(parts), error.end
+
+
+def _register_display_errors() -> None:
+    import codecs
+
+    try:
+        codecs.lookup_error(DISPLAY_ERRORS)
+    except LookupError:
+        codecs.register_error(DISPLAY_ERRORS, _display_replacement)
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """Return a path (or any text) as riffd shows it to a person: itself when it is valid text, else
+    with each byte that is not UTF-8 as `\\xNN` (and any other lone surrogate as `\\udNNN`)."""
+    text = os.fspath(path)
+    if text.isascii():
+        return text
+    _register_display_errors()
+    return text.encode("utf-8", DISPLAY_ERRORS).decode("utf-8")
+
+
+def use_display_streams() -> None:
+    """Make stdout and stderr show what they cannot encode as display_path does, instead of raising:
+    every path riffd prints or logs, whatever its bytes."""
+    _register_display_errors()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors=DISPLAY_ERRORS)
+            except (
+                ValueError,
+                OSError,
+            ):  # a stream that cannot change now (closed, or a test's capture)
+                continue
+
+
+def display_json(document: object, option: int | None = None) -> bytes:
+    """Return `document` as JSON (orjson, with `option`); when a string in it cannot be UTF-8 (a
+    path with bytes that are not), every such string as display_path shows it."""
+    import orjson
+
+    try:
+        return orjson.dumps(document, option=option)
+    except TypeError:
+        return orjson.dumps(displayed(document), option=option)
+
+
+def displayed(value: Any) -> Any:
+    """Return `value` (JSON-like data) with every string in it, dict keys too, as display_path shows
+    it."""
+    if isinstance(value, str):
+        return display_path(value)
+    if isinstance(value, dict):
+        return {displayed(key): displayed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [displayed(item) for item in value]
+    return value
+
+
+def path_key(path: str | os.PathLike[str]) -> str:
+    """Return the text riffd keeps a path under (SQLite, its JSON files): the path itself when it is
+    valid text (as nearly every path is); else KEY_MARK and the path with each undecodable byte as
+    `\\xNN` and each backslash doubled. Text that begins with KEY_MARK is marked too, so that
+    `key_path` gives back exactly what was given, whatever it was. Works on any text, not only paths
+    (a message that names a path)."""
+    text = os.fspath(path)
+    if not text.startswith(KEY_MARK) and (
+        text.isascii() or not any("\udc80" <= char <= "\udcff" for char in text)
+    ):
+        return text
+    body = text.replace("\\", "\\\\")
+    return KEY_MARK + "".join(
+        f"\\x{ord(char) - 0xDC00:02x}" if "\udc80" <= char <= "\udcff" else char for char in body
+    )
+
+
+def key_path(key: str) -> str:
+    """Return the path (or text) `path_key` made `key` from."""
+    if not key.startswith(KEY_MARK):
+        return key
+    import re
+
+    return re.sub(
+        r"\\(\\|x([0-9a-f]{2}))",
+        lambda found: "\\" if found.group(2) is None else chr(0xDC00 + int(found.group(2), 16)),
+        key[len(KEY_MARK) :],
+    )

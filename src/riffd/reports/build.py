@@ -1,0 +1,430 @@
+"""Building the health report from the state store (files, findings, repairs, counters) and, when
+the daemon runs, its live snapshot (uptime, watcher, queue, latency); `publish` writes it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from riffd import __version__
+from riffd.archive.schema import ARCHIVE_NAME
+from riffd.database import FULL_BELOW, damaged_copies, free_bytes
+from riffd.display import shell_word
+from riffd.fsio import IO_STATS
+from riffd.reports.model import (
+    ArchiveFigures,
+    AttentionItem,
+    AttentionState,
+    BackupFigures,
+    DaemonState,
+    DatabaseFiles,
+    Databases,
+    ErrorRecord,
+    FileCounts,
+    FindingCounts,
+    HealthReport,
+    IoFigures,
+    Latency,
+    PendingCall,
+    QueueFigures,
+    Reload,
+    RepairCounts,
+    Throughput,
+    TopSession,
+    TrackerFigures,
+    WatcherFigures,
+)
+from riffd.state.store import StateStore
+from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
+from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
+
+REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
+RECENT_SECONDS = 3600.0
+STUCK_SECONDS = 120.0  # a running daemon refreshes its figures every 30 s at least
+ATTENTION_LISTED = 200  # findings listed under `attention` (all are counted in `findings`)
+
+
+def percentile(samples: list[float], fraction: float) -> float | None:
+    """Return the `fraction` percentile (nearest rank) of `samples`, or None when there are none."""
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(fraction * len(ordered)))  # 1-based nearest rank
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def build_report(
+    store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None
+) -> HealthReport:
+    """Given the state store, the backup folder and the daemon's snapshot (its live figures,
+    `running` true only when that daemon runs now; a stopped daemon's last figures; or None when
+    none was ever seen), return the health report."""
+    now = time.time()
+    daemon = daemon or {}
+    findings = _sort_findings(store, daemon.get("repair_mode"))
+    repairs = store.repair_summary()
+    counters = store.counters()
+    running = bool(daemon.get("running"))
+    latencies = [float(value) for value in daemon.get("latencies", [])]
+    errors = tuple(
+        _error(error)
+        for error in daemon.get("errors", [])
+        if now - float(error.get("time", 0)) < RECENT_SECONDS
+    )
+    seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
+    uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
+    archive = _archive(daemon.get("archive") or {})
+    last_reload = _reload(daemon.get("last_reload"))
+    state_dir = store.path.parent
+    free = free_bytes(state_dir)
+    full = free is not None and free < FULL_BELOW
+    problems = []
+    if free is not None and full:
+        problems.append(
+            f"the disk holding the state folder {state_dir} is full ({free / 1024:.0f} KiB free): riffd "
+            "cannot store findings, figures or archived lines; free some space there"
+            + (
+                " (riffd goes on by itself, and catches up)"
+                if running
+                else " before starting riffd"
+            )
+        )
+    # What keeps the daemon itself from working: also a problem while it is starting (`status` exits
+    # 1 then)
+    blocked = _blocked(daemon, now, seen_at, uptime, full)
+    if running and full and blocked is None:
+        blocked = problems[0]
+    if not running and daemon.get("stopping"):
+        problems.append(
+            f"the riffd daemon (pid {daemon.get('pid')}) is stopping: it finishes what is queued and exits "
+            "(`riffd run`, or the service, starts it again)"
+        )
+    elif not running:
+        problems.append(
+            f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)"
+        )
+    elif blocked is not None and blocked not in problems:
+        problems.append(blocked)
+    if errors:
+        problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
+    if findings.open:
+        problems.append(
+            f"{sum(findings.open.values())} open finding(s) in {findings.files} file(s): each is listed "
+            "under `attention` with what deals with it"
+        )
+    if findings.ack_error:
+        problems.append(findings.ack_error)
+    moved_state, moved_archive = (
+        damaged_copies(store.path),
+        damaged_copies(store.path.parent / ARCHIVE_NAME),
+    )
+    if moved_archive:
+        problems.append(
+            f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
+            "copies its readable lines into the new archive"
+        )
+    if archive.cleanup_at_risk_count:
+        problems.append(
+            f"{archive.cleanup_at_risk_count} transcript(s) not (fully) archived are due for deletion by "
+            f"Claude Code's cleanup (cleanupPeriodDays {archive.cleanup_days:g}) within a week: "
+            "`archive.cleanup_at_risk` names them; `riffd archive ingest` archives them now"
+        )
+    if last_reload is not None and last_reload.ok is False:
+        problems.append(
+            "the last configuration reload failed; the previous configuration is still in use"
+        )
+    lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
+    return HealthReport(
+        generated_at=datetime.fromtimestamp(now, UTC).replace(microsecond=0),
+        problems=tuple(problems),
+        daemon=DaemonState(
+            running=running,
+            starting=bool(running and daemon.get("starting")),
+            blocked=blocked,
+            stopping=bool(daemon.get("stopping")),
+            last_seen=_local_time(seen_at),
+            figures_age_seconds=round(now - seen_at, 1) if seen_at is not None else None,
+            repair_mode=daemon.get("repair_mode"),
+            version=daemon.get("version", __version__),
+            pid=daemon.get("pid"),
+            uptime_seconds=round(uptime, 1) if uptime is not None else None,
+            config_path=daemon.get("config_path"),
+            last_reload=last_reload,
+        ),
+        watcher=WatcherFigures(
+            roots=tuple(daemon.get("roots", [])),
+            observer=daemon.get("observer"),
+            observer_reason=daemon.get("observer_reason"),
+            events=daemon.get("events", 0),
+            rescans=daemon.get("rescans", 0),
+        ),
+        queue=QueueFigures(
+            depth=daemon.get("queue_depth", 0), processed=daemon.get("processed", 0)
+        ),
+        files=FileCounts(
+            watched=store.count_files(),
+            with_findings=findings.files,
+            repaired=repairs["files_repaired"],
+        ),
+        attention=tuple(findings.attention[:ATTENTION_LISTED]),
+        attention_total=len(findings.attention),
+        findings=FindingCounts(
+            open=dict(sorted(findings.open.items())),
+            acknowledged=dict(sorted(findings.acknowledged.items())),
+            informational=dict(sorted(findings.informational.items())),
+            repaired=repairs["findings_repaired_by_class"],
+            pending=tuple(
+                PendingCall(path=path, tool_id=item.get("tool_id"), line=item["lines"][0])
+                for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)
+            ),
+        ),
+        repairs=RepairCounts(
+            done=repairs["done"],
+            skipped=repairs["skipped_by_reason"],
+            failed=repairs["failed_by_reason"],
+        ),
+        backups=_backups(backup_dir),
+        io=IoFigures(
+            retries=daemon.get("io_retries", IO_STATS.retries),
+            give_ups=daemon.get("io_give_ups", IO_STATS.give_ups),
+            read_errors=counters.get("errors.read", 0),
+        ),
+        latency=Latency(
+            p50=_round(percentile(latencies, 0.5)),
+            p95=_round(percentile(latencies, 0.95)),
+            maximum=_round(max(latencies) if latencies else None),
+            samples=len(latencies),
+        ),
+        throughput=Throughput(
+            lines=lines,
+            bytes_read=read,
+            lines_per_second=round(lines / uptime, 2) if uptime else None,
+            bytes_per_second=round(read / uptime, 1) if uptime else None,
+        ),
+        tracker=_tracker(daemon.get("tracker") or {}),
+        archive=archive,
+        databases=Databases(
+            state=DatabaseFiles(str(store.path), tuple(str(path) for path in moved_state)),
+            archive=DatabaseFiles(
+                str(store.path.parent / ARCHIVE_NAME), tuple(str(path) for path in moved_archive)
+            ),
+        ),
+        errors=errors,
+    )
+
+
+def _blocked(
+    daemon: dict[str, Any], now: float, seen_at: float | None, uptime: float | None, full: bool
+) -> str | None:
+    """What keeps a running daemon from working, as a problem: its figures not refreshed, or none
+    stored since it started; None when nothing does (a full disk alone the caller names)."""
+    if not daemon.get("running"):
+        return None
+    if seen_at is not None and now - seen_at > STUCK_SECONDS:
+        return (
+            f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it may be stuck (its log says more; restarting it is safe)"
+            )
+        )
+    if daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
+        return (
+            f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"
+            )
+        )
+    return None
+
+
+def _local_time(seconds: float | None) -> datetime | None:
+    """`seconds` (Unix time) as a local time to the second; None for None (or 0: never)."""
+    return datetime.fromtimestamp(seconds).astimezone().replace(microsecond=0) if seconds else None
+
+
+def _last_seen(daemon: dict[str, Any]) -> str:
+    """' (last seen at <local time>, pid N)' for a stopped daemon's figures, '' when none was ever
+    seen."""
+    seen = _local_time(float(daemon["seen_at"])) if daemon.get("seen_at") else None
+    if seen is None:
+        return ""
+    return f" (last seen at {seen.isoformat(timespec='seconds')}, pid {daemon.get('pid')})"
+
+
+def _reload(value: Any) -> Reload | None:
+    """The snapshot's `last_reload` ({time, ok, errors}), or None when there was none."""
+    if not isinstance(value, dict):
+        return None
+    return Reload(
+        time=value.get("time", 0.0),
+        ok=value.get("ok", True),  # failed only when it says so
+        errors=tuple(value.get("errors") or ()),
+    )
+
+
+def _error(error: dict[str, Any]) -> ErrorRecord:
+    """One of the snapshot's `errors` ({time, message, suggestion, about})."""
+    return ErrorRecord(
+        time=error.get("time", 0),
+        message=error.get("message", ""),
+        suggestion=error.get("suggestion", ""),
+        about=error.get("about"),
+    )
+
+
+def _tracker(stats: dict[str, Any]) -> TrackerFigures:
+    """The tool-call tracker's figures since the daemon started (zeros when it does not run)."""
+    return TrackerFigures(
+        calls_seen=stats.get("calls_seen", 0),
+        redundant=stats.get("redundant", 0),
+        by_tool=stats.get("by_tool", {}),
+        top_sessions=tuple(
+            TopSession(
+                session=item["session"],
+                redundant=item["redundant"],
+                bytes_wasted=item["bytes_wasted"],
+            )
+            for item in stats.get("top_sessions", [])
+        ),
+        bytes_wasted=stats.get("bytes_wasted", 0),
+    )
+
+
+def _archive(figures: dict[str, Any]) -> ArchiveFigures:
+    """The archive's figures the daemon gathered (each None when it did not, or could not)."""
+    at_risk = figures.get("cleanup_at_risk")
+    return ArchiveFigures(
+        stored_bytes=figures.get("stored_bytes"),
+        raw_bytes=figures.get("raw_bytes"),
+        ratio=figures.get("ratio"),
+        sessions=figures.get("sessions"),
+        files_behind=figures.get("files_behind"),
+        bytes_behind=figures.get("bytes_behind"),
+        cleanup_days=figures.get("cleanup_days"),
+        cleanup_at_risk=None if at_risk is None else tuple(at_risk),
+        cleanup_at_risk_count=figures.get("cleanup_at_risk_count"),
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _backups(backup_dir: Path) -> BackupFigures:
+    if not backup_dir.is_dir():
+        return BackupFigures(count=0, total_bytes=0, oldest=None)
+    # here: `riffd status` starts without the repair machinery
+    from riffd.repair.backup import BackupStore
+
+    records = BackupStore(backup_dir).list()
+    oldest = min((record.created_at for record in records), default=None)
+    return BackupFigures(
+        count=len(records),
+        total_bytes=sum(record.stored_bytes for record in records),
+        oldest=oldest,
+    )
+
+
+@dataclass(frozen=True)
+class SortedFindings:
+    """Every stored finding sorted out: open damage by class (and the files holding it),
+    acknowledged and informational findings by class, and the `attention` list (open first, then
+    acknowledged); `ack_error` says why no acknowledgement applies, when the file is broken."""
+
+    open: Counter[str]
+    files: int
+    acknowledged: Counter[str]
+    informational: Counter[str]
+    attention: list[AttentionItem]
+    ack_error: str
+
+
+def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
+    try:
+        acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
+    except (
+        AckFileError
+    ) as exc:  # a broken file must not hide damage: nothing counts as acknowledged
+        acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
+    damage: Counter[str] = Counter()
+    acknowledged: Counter[str] = Counter()
+    informational: Counter[str] = Counter()
+    files: set[str] = set()
+    listed, later = [], []
+    for path, item, waiting in store.all_findings():
+        cls = str(item.get("class"))
+        if cls in INFORMATIONAL:
+            informational[cls] += 1
+            continue
+        ack = acks.of(path, item) if acks else None
+        if ack is not None:
+            acknowledged[cls] += 1
+            later.append(attention_item(path, item, waiting, mode, ack))
+        else:
+            damage[cls] += 1
+            files.add(path)
+            listed.append(attention_item(path, item, waiting, mode))
+    return SortedFindings(
+        damage, len(files), acknowledged, informational, listed + later, ack_error
+    )
+
+
+def attention_item(
+    path: str,
+    finding: dict[str, Any],
+    waiting: bool,
+    mode: str | None = None,
+    ack: Ack | None = None,
+) -> AttentionItem:
+    """One finding as the report lists it: the file, the class, the lines, its state
+    (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
+    riffd does not edit, acknowledged) and the command that deals with it."""
+    cls = str(finding.get("class"))
+    lines = finding.get("lines") or []
+    quoted = shell_word(path)
+    where = shell_word(f"{path}:{lines[0]}") if lines else quoted
+    state: AttentionState
+    if ack is not None:
+        state = "acknowledged"
+        action = (
+            f"acknowledged {ack.at}"
+            + (f" ({ack.note})" if ack.note else "")
+            + f"; `riffd ack --undo {where}` counts it again"
+        )
+    elif cls in REPAIRABLE_NAMES and mode == "report-only":
+        state = "waiting_for_repair"
+        action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
+    elif cls in REPAIRABLE_NAMES and waiting:
+        state = "waiting_for_repair"
+        action = f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`"
+    elif cls in REPAIRABLE_NAMES:
+        state = "not_repaired"
+        action = (
+            f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
+            f"`riffd ack {where}` accepts it as it is"
+        )
+    else:
+        state = "never_repaired"
+        action = (
+            f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
+            f"well, `riffd ack {where}` acknowledges it"
+        )
+    return AttentionItem(
+        path=path,
+        finding_class=cls,
+        lines=tuple(lines),
+        message=finding.get("message", ""),
+        repairable=cls in REPAIRABLE_NAMES,
+        state=state,
+        action=action,
+    )
