@@ -467,7 +467,11 @@ class Daemon(Figures):
             self._unlistable,
             self.watcher,
         ) + reconcile_files(
-            transcript_filter(self.config), self.archive, self.queue.put, self._unlistable
+            transcript_filter(self.config),
+            self.archive,
+            self.queue.put,
+            self._unlistable,
+            self.keeper.note_link,
         )
         self.stats.rescans += 1
         return queued

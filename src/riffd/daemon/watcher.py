@@ -314,7 +314,7 @@ class Watcher:
                         self.on_change(str(path))
                 for path in iter_files_below(folder, lambda exc: log.warning("%s", exc)):
                     if (
-                        not is_transcript_name(path.name)
+                        not self.filter.matches(path)  # (a `.jsonl` saved output is one)
                         and self.filter.session_file(path) is not None
                     ):
                         self.on_change(str(path))

@@ -6,7 +6,7 @@ only, after a verified `backup`, by atomic swap): it makes the repaired `copy` a
 (`swap`); after the swap the `journal`, the `handover` with its exact `carry` of late `lines`,
 `finish` (the repair's own look) and `recovery` (what a killed run left) settle it, and `failures`
 says what happened when a step failed, once it has looked. `restore` puts a backup back the same
-way; `locks` holds the per-transcript lock and riffd's temp files, `outcomes` the typed results
-users see. It imports the transcript model and the shared seams, never the archive, the daemon or
-the commands.
+way, into folders `folders` checks (never through a symlinked one); `locks` holds the
+per-transcript lock and riffd's temp files, `outcomes` the typed results users see. It imports the
+transcript model and the shared seams, never the archive, the daemon or the commands.
 """

@@ -69,7 +69,7 @@ def plan_repair(
             cache[line] = line_bytes(line)
         return cache[line]
 
-    doubt = transcript_doubt(index, fetch)
+    doubt = transcript_doubt(index, fetch, scanned.identity.path)
     if doubt:
         return RepairPlan(
             scanned.identity, (), (), (f"{NOT_A_TRANSCRIPT}: {doubt}; left as it is",)

@@ -282,7 +282,7 @@ def scan_file(
     try:  # findings in a file riffd will not edit are labelled so (a read of a few lines)
         doubt = (
             transcript_doubt(
-                index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry)
+                index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), path
             )
             if (findings)
             else ""
