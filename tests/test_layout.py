@@ -185,7 +185,6 @@ BEING_SPLIT = {
     "riffd.transcript.detect",
     "riffd.transcript.sidechains",
     "riffd.transcript.building",
-    "riffd.state.store",
     "riffd.archive.wholefiles",
     "riffd.archive.store",
     "riffd.daemon.runner",

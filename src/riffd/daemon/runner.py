@@ -55,7 +55,8 @@ from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import RetryingFS
-from riffd.state.store import STATE_NAME, StateStore
+from riffd.state.database import STATE_NAME
+from riffd.state.store import StateStore
 from riffd.tracker.tracker import ToolCallTracker
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,8 @@ from riffd.repair.plan import RepairOptions, RepairPlan
 from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import PendingSwaps
 from riffd.repair.writer import apply_plan
-from riffd.state.store import FINGERPRINT_BYTES, FileState, StateStore, Watermark
+from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
+from riffd.state.store import StateStore
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import (
     REPAIRABLE,
