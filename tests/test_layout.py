@@ -192,7 +192,6 @@ BEING_SPLIT = {
     "riffd.archive.wholefiles",
     "riffd.archive.store",
     "riffd.daemon.runner",
-    "riffd.daemon.worker",
 }
 
 

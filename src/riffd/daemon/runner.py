@@ -288,7 +288,8 @@ class Daemon(Figures):
 
     def _finish_swaps(self) -> None:
         if self.worker is not None:
-            self.worker.pending_swaps.finish(self.worker.fs, self.config.retry.policy)
+            fs = self.worker.fs  # (riffd.repair retries with the policy itself: the bare seam)
+            self.worker.pending_swaps.finish(fs.seam, fs.policy)
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
@@ -427,7 +428,7 @@ class Daemon(Figures):
         logs.configure(new.log.level, new.log.format, new.log.file)
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
-            self.worker.settings = worker_settings(self.config)
+            self.worker.reconfigure(worker_settings(self.config))
             self.keeper.settle, self.keeper.retry = new.watcher.file_settle, new.retry.policy
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         self.alerts.command = Alerts(new.notify.command).command
