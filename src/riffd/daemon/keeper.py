@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from riffd.archive.store import Archive
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import DEFAULT_RETRY, RetryPolicy
+from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import SessionFile, all_session_files
 
@@ -36,7 +36,8 @@ class Keeper:
     settle: float
     store: StateStore
     on_write_error: Callable[[BaseException], object] | None = None
-    retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
+    # the files, with the config's `retry` policy, as the worker reads transcripts
+    fs: RetryingFS = REAL_FILES
 
     def process(self, archive: Archive | None, found: SessionFile) -> float | None:
         """Archive the file `found` if it settled and is new or changed; return when to look at it
@@ -45,7 +46,10 @@ class Keeper:
         if archive is None:
             return None
         try:
-            kept = archive.whole.keep(found, settle=self.settle, retry=self.retry)
+            # (riffd.archive retries with the policy itself: it is given the bare seam)
+            kept = archive.whole.keep(
+                found, settle=self.settle, fs=self.fs.seam, retry=self.fs.policy
+            )
         except OSError as exc:
             log.warning(
                 "%s: could not read it to archive it: %s; looked at again at its next change or rescan",

@@ -149,8 +149,9 @@ class Daemon(Figures):
             archive=self.archive,
             on_write_error=self.room.ran_out,
         )
+        # the files kept whole are read as the worker reads transcripts: through its `fs`
         self.keeper = Keeper(
-            config.watcher.file_settle, self.store, self.room.ran_out, config.retry.policy
+            config.watcher.file_settle, self.store, self.room.ran_out, self.worker.fs
         )
         self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
         self._worker_thread.start()
@@ -429,7 +430,7 @@ class Daemon(Figures):
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
             self.worker.reconfigure(worker_settings(self.config))
-            self.keeper.settle, self.keeper.retry = new.watcher.file_settle, new.retry.policy
+            self.keeper.settle, self.keeper.fs = new.watcher.file_settle, self.worker.fs
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         self.alerts.command = Alerts(new.notify.command).command
         watch_changed = transcript_filter(new) != transcript_filter(old) or (
