@@ -191,7 +191,6 @@ BEING_SPLIT = {
     "riffd.state.store",
     "riffd.archive.wholefiles",
     "riffd.archive.store",
-    "riffd.daemon.runner",
 }
 
 
