@@ -187,8 +187,6 @@ BEING_SPLIT = {
     "riffd.transcript.building",
     "riffd.archive.wholefiles",
     "riffd.archive.store",
-    "riffd.daemon.runner",
-    "riffd.daemon.worker",
 }
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from riffd.archive.store import Archive
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import DEFAULT_RETRY, RetryPolicy
+from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.state.store import StateStore
 from riffd.transcript.sessionfiles import SessionFile, all_session_files, file_state, linked_folder
 
@@ -42,7 +42,8 @@ class Keeper:
     settle: float
     store: StateStore
     on_write_error: Callable[[BaseException], object] | None = None
-    retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
+    # the files, with the config's `retry` policy, as the worker reads transcripts
+    fs: RetryingFS = REAL_FILES
     # path -> (size, mtime_ns, inode) at the first look that found it so, and when (monotonic)
     looks: dict[str, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
     links: set[Path] = field(default_factory=set)  # the symlinks named in the log so far
@@ -57,7 +58,7 @@ class Keeper:
         if wait is not None:
             return wait
         try:
-            kept = archive.whole.keep(found, retry=self.retry)
+            kept = archive.whole.keep(found, fs=self.fs.seam, retry=self.fs.policy)
         except OSError as exc:
             log.warning(
                 "%s: could not read it to archive it: %s; looked at again at its next change or rescan",
