@@ -71,8 +71,8 @@ def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> 
         dry_run=False,
         keeper=TailKeeper(tmp_path / "archive.db"),
     )
-    assert outcome["outcome"] == "skipped" and outcome["reason"] == "gone"
-    assert outcome["detail"] == f"{path}: deleted while riffd worked; nothing to do"
+    assert outcome.outcome == "skipped" and outcome.reason == "gone"
+    assert outcome.detail == f"{path}: deleted while riffd worked; nothing to do"
 
 
 @requires_corpus
