@@ -20,12 +20,12 @@ from conftest import SRC_DIR
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
+from riffd.claude_code.session_files import SessionFile, all_session_files, classify
 from riffd.claude_code.walk import iter_transcripts
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
 from sessiontree import build_session
 
 
@@ -380,7 +380,7 @@ STORE_AND_STALL = textwrap.dedent("""
     from pathlib import Path
     from riffd.archive.store import Archive
     from riffd.fsio import FileSystem, RetryPolicy
-    from riffd.transcript.sessionfiles import classify
+    from riffd.claude_code.session_files import classify
     claude, path, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     class Stall(FileSystem):
         reads = 0

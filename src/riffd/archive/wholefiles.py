@@ -1,6 +1,6 @@
 """The files of a session kept whole: content-addressed, compressed, every version kept.
 
-A file (riffd.transcript.sessionfiles: a saved tool output, a subagent's settings, a checkpoint, a
+A file (riffd.claude_code.session_files: a saved tool output, a subagent's settings, a checkpoint, a
 task list, a plan) is stored as a blob named by the SHA-256 of its bytes, in zstd frames of 1 MiB of
 it each (every frame with its checksum), so a large file is never held whole in memory and the same
 bytes (an output read twice, a file in two sessions) are stored once. Each version of a path is a
@@ -17,7 +17,7 @@ checksum and the blob's hash. (When a file has settled is the daemon's business:
 riffd.daemon.keeper.)
 
 A file is the newest version as it is when one stat says so: the same size, modification time and
-mode (its type and owner's bits, what a restore writes back: riffd.transcript.sessionfiles.kept_mode),
+mode (its type and owner's bits, what a restore writes back: riffd.claude_code.session_files.kept_mode),
 and no change of its status since riffd took that version (its ctime before then: a rewrite that kept
 the size and gave the time back is read again, as is a file restored since, which hashes the same).
 """
@@ -39,15 +39,15 @@ from typing import Any
 import zstandard
 
 from riffd.archive.packs import PackDamaged
-from riffd.display import key_path, path_key
-from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     PLAN,
     SessionFile,
     file_state,
     kept_mode,
     linked_folder,
 )
+from riffd.display import key_path, path_key
+from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
 
 CHUNK_BYTES = 1024 * 1024
 LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
@@ -81,7 +81,7 @@ class Kept:
     """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes
     held already), unchanged (the archive holds it as it is), changing (it changed while it was
     read), gone, skipped (not a regular file) or linked (reached through a symlinked folder riffd
-    does not follow: riffd.transcript.sessionfiles.linked_folder)."""
+    does not follow: riffd.claude_code.session_files.linked_folder)."""
 
     outcome: str
     version: int | None = None
