@@ -187,7 +187,6 @@ BEING_SPLIT = {
     "riffd.transcript.building",
     "riffd.state.store",
     "riffd.archive.wholefiles",
-    "riffd.archive.store",
     "riffd.daemon.runner",
     "riffd.daemon.worker",
 }

@@ -28,16 +28,15 @@ import hashlib
 import os
 import sqlite3
 import stat
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import zstandard
 
+from riffd.archive.connection import ArchiveConnection
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.session_files import (
     PLAN,
@@ -92,16 +91,16 @@ class Kept:
 class WholeFiles:
     """The session files of one archive connection (its lock held for every statement)."""
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
-        self._db, self._lock = db, lock
+    def __init__(self, connection: ArchiveConnection) -> None:
+        self._connection = connection
 
     @property
     def present(self) -> bool:
         """Whether this archive has the tables (an archive opened read-only before riffd added them
         has not)."""
-        with self._lock:
+        with self._connection.lock:
             return (
-                self._db.execute(
+                self._connection.db.execute(
                     "SELECT 1 FROM sqlite_schema WHERE name = 'session_files'"
                 ).fetchone()
                 is not None
@@ -153,11 +152,11 @@ class WholeFiles:
             if not again and _same(latest, sha256, before):
                 return Kept("unchanged", version=latest.version if latest else None)
             healing = again and self._unreadable(sha256)
-            with self._writing():
+            with self._connection.writing():
                 # Another process may have taken it meanwhile (an ingest beside the daemon)
                 latest = self.latest(base, relative)
                 if not again and _same(latest, sha256, before):
-                    self._db.execute("ROLLBACK")
+                    self._connection.db.execute("ROLLBACK")
                     return Kept("unchanged", version=latest.version if latest else None)
                 blob, stored = self._blob(sha256), 0
                 if (
@@ -165,7 +164,7 @@ class WholeFiles:
                 ):  # (healing: the same bytes by their hash, for every version of them)
                     blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
                     if blob is None:  # the bytes changed between the two reads
-                        self._db.execute("ROLLBACK")
+                        self._connection.db.execute("ROLLBACK")
                         return Kept("changing")
                 version = self._add_version(found, base, relative, blob, sha256, before)
         finally:
@@ -177,25 +176,10 @@ class WholeFiles:
             read_bytes=before.st_size * (2 if stored else 1),
         )
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write transaction under the lock; rolled back on any error (a ROLLBACK inside ends it
-        early)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-                if self._db.in_transaction:
-                    self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
     def _unreadable(self, sha256: bytes) -> bool:
         """Whether the blob of these bytes is held but cannot be read back whole."""
-        with self._lock:
-            row = self._db.execute(
+        with self._connection.lock:
+            row = self._connection.db.execute(
                 "SELECT id, size FROM blobs WHERE hash = ?", (sha256,)
             ).fetchone()
         if row is None:
@@ -209,7 +193,9 @@ class WholeFiles:
         return False
 
     def _blob(self, sha256: bytes) -> int | None:
-        row = self._db.execute("SELECT id FROM blobs WHERE hash = ?", (sha256,)).fetchone()
+        row = self._connection.db.execute(
+            "SELECT id FROM blobs WHERE hash = ?", (sha256,)
+        ).fetchone()
         return None if row is None else int(row[0])
 
     def _store_blob(
@@ -226,24 +212,24 @@ class WholeFiles:
         that blob's frames afresh); (its id, bytes stored), or (None, 0) when they no longer hash to
         `sha256`."""
         if blob is None:
-            blob = self._db.execute(
+            blob = self._connection.db.execute(
                 "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)", (sha256, status.st_size)
             ).lastrowid
             assert blob is not None
         else:
-            self._db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
+            self._connection.db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
         digest, stored = hashlib.sha256(), 0
         for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path, retry)):
             digest.update(chunk)
             frame = _COMPRESSOR.compress(chunk)
             stored += len(frame)
-            self._db.execute(
+            self._connection.db.execute(
                 "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
                 (blob, number, frame),
             )
         if digest.digest() != sha256 or _moved(status, fs.fstat(fd)):
             return None, 0
-        self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
+        self._connection.db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
         return blob, stored
 
     def _add_version(
@@ -255,11 +241,11 @@ class WholeFiles:
         sha256: bytes,
         status: os.stat_result,
     ) -> int:
-        row = self._db.execute(
+        row = self._connection.db.execute(
             "SELECT MAX(version) FROM session_files WHERE base = ? AND path = ?", (base, relative)
         ).fetchone()
         version = (row[0] or 0) + 1
-        self._db.execute(
+        self._connection.db.execute(
             "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -283,8 +269,8 @@ class WholeFiles:
         holds those bytes, mode and time at that path already. Raise PackDamaged, adding nothing,
         when `chunks` are not the version's bytes."""
         base, relative = path_key(version.base), path_key(version.relative)
-        with self._writing():
-            held = self._db.execute(
+        with self._connection.writing():
+            held = self._connection.db.execute(
                 "SELECT MIN(version) FROM session_files JOIN blobs ON blobs.id = blob WHERE "
                 "base = ? AND path = ? AND (blobs.hash, mode, mtime_ns) = (?, ?, ?)",
                 (base, relative, version.sha256, version.mode, version.mtime_ns),
@@ -293,7 +279,7 @@ class WholeFiles:
                 return False
             blob = self._blob(version.sha256)
             if blob is None:
-                blob = self._db.execute(
+                blob = self._connection.db.execute(
                     "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
                     (version.sha256, version.size),
                 ).lastrowid
@@ -303,7 +289,7 @@ class WholeFiles:
                     digest.update(chunk)
                     frame = _COMPRESSOR.compress(chunk)
                     stored += len(frame)
-                    self._db.execute(
+                    self._connection.db.execute(
                         "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
                         (blob, number, frame),
                     )
@@ -313,12 +299,14 @@ class WholeFiles:
                         f"{version.path} (version {version.version}): the bytes recovered are not "
                         "the ones archived",
                     )
-                self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
-            lowest = self._db.execute(
+                self._connection.db.execute(
+                    "UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob)
+                )
+            lowest = self._connection.db.execute(
                 "SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
                 (base, relative),
             ).fetchone()[0]
-            self._db.execute(
+            self._connection.db.execute(
                 "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -340,31 +328,23 @@ class WholeFiles:
         """Every version of every file, newest first per path (what a recovery copies)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 _SELECT_VERSIONS + "ORDER BY base, path, version DESC"
             ).fetchall()
         return [_version(row) for row in rows]
 
     def record_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
         """Record, in a transaction of its own, that the session's lines name these plan slugs."""
-        with self._writing():
-            self.note_slugs(session_id, slugs)
-
-    def note_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
-        """Inside the caller's write transaction: record that the session's lines name these plan
-        slugs."""
-        self._db.executemany(
-            "INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
-            [(session_id, slug) for slug in slugs],
-        )
+        with self._connection.writing():
+            note_slugs(self._connection.db, session_id, slugs)
 
     # --- reading ----------------------------------------------------------------------------------
 
     def latest(self, base: str, relative: str) -> Version | None:
         """The newest version of a path (keys as `path_key` makes them), or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self._connection.lock:
+            row = self._connection.db.execute(
                 _SELECT_VERSIONS + "WHERE base = ? AND path = ? ORDER BY version DESC LIMIT 1",
                 (base, relative),
             ).fetchone()
@@ -375,8 +355,8 @@ class WholeFiles:
         slugs its lines name) included, by path."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 _SELECT_VERSIONS
                 + "WHERE session_id = ? OR (kind = ? AND path IN (SELECT 'plans/' || slug || '.md' FROM plan_slugs "
                 "WHERE session_id = ?)) ORDER BY base, path, version",
@@ -394,8 +374,8 @@ class WholeFiles:
         """The session ids that have files kept whole (starting with `prefix`)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
                 "ORDER BY session_id",
                 (prefix.replace("%", "").replace("_", "") + "%",),
@@ -406,8 +386,8 @@ class WholeFiles:
         """The plan slugs a session's lines name."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug", (session_id,)
             ).fetchall()
         return [row[0] for row in rows]
@@ -416,8 +396,8 @@ class WholeFiles:
         """Session id -> the plan slugs its lines name, for every session."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug"
             ).fetchall()
         found: dict[str, list[str]] = {}
@@ -430,8 +410,8 @@ class WholeFiles:
         for a rescan to compare files with (`file_state`), one stat each."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT base, path, size, mtime_ns, mode FROM session_files AS newest WHERE version = "
                 "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
             ).fetchall()
@@ -444,12 +424,12 @@ class WholeFiles:
         """Per session: how many files of each kind the archive holds (each path once)."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
                 "WHERE session_id IS NOT NULL GROUP BY session_id, kind"
             ).fetchall()
-            plans = self._db.execute(
+            plans = self._connection.db.execute(
                 "SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
                 "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
                 "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
@@ -469,8 +449,8 @@ class WholeFiles:
         read or differ."""
         digest, size, number = hashlib.sha256(), 0, 0
         while True:
-            with self._lock:
-                row = self._db.execute(
+            with self._connection.lock:
+                row = self._connection.db.execute(
                     "SELECT data FROM blob_chunks WHERE blob = ? AND number = ?",
                     (version.blob, number),
                 ).fetchone()
@@ -501,8 +481,8 @@ class WholeFiles:
         shares the blob, and `keep(again=True)` of such a file stores it afresh)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 _SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id"
             ).fetchall()
         sharing: dict[int, list[Version]] = {}
@@ -523,15 +503,15 @@ class WholeFiles:
         take."""
         if not self.present:
             return {"kinds": {}, "blobs": 0, "blob_bytes": 0, "stored_bytes": 0}
-        with self._lock:
+        with self._connection.lock:
             # (a version that repeats one of its path, as two processes storing at once could add
             # before riffd looked again inside the write, is not counted)
-            kinds = self._db.execute(
+            kinds = self._connection.db.execute(
                 "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) FROM "
                 "(SELECT DISTINCT kind, base, path, blob, mode, mtime_ns, size FROM session_files) "
                 "GROUP BY kind ORDER BY kind"
             ).fetchall()
-            blobs = self._db.execute(
+            blobs = self._connection.db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored), 0) FROM blobs"
             ).fetchone()
         return {
@@ -607,3 +587,12 @@ def _chunks(fs: FileSystem, fd: int, size: int, path: Path, retry: RetryPolicy) 
             return
         offset += len(chunk)
         yield chunk
+
+
+def note_slugs(db: sqlite3.Connection, session_id: str, slugs: Iterable[str]) -> None:
+    """Inside the caller's write transaction (the writer's, for the lines that name them): record
+    that the session's lines name these plan slugs."""
+    db.executemany(
+        "INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
+        [(session_id, slug) for slug in slugs],
+    )
