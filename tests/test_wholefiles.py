@@ -24,7 +24,7 @@ from riffd.claude_code.session_files import SessionFile, all_session_files, clas
 from riffd.claude_code.walk import iter_transcripts
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
 from riffd.state.store import StateStore
 from sessiontree import build_session
 
@@ -477,7 +477,7 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
 
     archive = Archive(tmp_path / "archive.db")
     kept = archive.whole.keep(
-        _found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01)
+        _found(claude, output), fs=RetryingFS(Flaky(), RetryPolicy(attempts=3, first_wait=0.01))
     )
     assert (kept.outcome, Flaky.failures) == ("stored", 2)
     (version,) = archive.whole.session_versions(tree.session_id)

@@ -46,7 +46,7 @@ from riffd.claude_code.session_files import (
     linked_folder,
 )
 from riffd.display import key_path, path_key
-from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
+from riffd.fsio import NOFOLLOW, REAL_FILES, RetryingFS
 
 CHUNK_BYTES = 1024 * 1024
 LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
@@ -112,22 +112,19 @@ class WholeFiles:
         self,
         found: SessionFile,
         *,
-        fs: FileSystem = REAL_FS,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        fs: RetryingFS = REAL_FILES,
         again: bool = False,
     ) -> Kept:
         """Archive the file `found` as it is now, unless the archive holds it as it is; raise
         OSError when it cannot be read, sqlite3.Error when the archive cannot be written (see the
         module for the rest). `again` (`riffd archive verify --fix`): archive it even if the archive
         says it holds it, and store the frames of its bytes afresh when the blob they hash to cannot
-        be read back whole. Reads that fail with EIO are tried again as `retry` says."""
+        be read back whole. Reads that fail with EIO are tried again as `fs` says."""
         base, relative = path_key(found.base), path_key(found.relative)
         if linked_folder(found) is not None:
             return Kept("linked")
         try:
-            status = retrying_call(
-                lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry
-            )
+            status = fs.stat(found.path)
         except FileNotFoundError:
             return Kept("gone")
         if not stat.S_ISREG(status.st_mode):
@@ -144,7 +141,7 @@ class WholeFiles:
             if not stat.S_ISREG(before.st_mode):
                 return Kept("skipped")
             digest = hashlib.sha256()
-            for chunk in _chunks(fs, fd, before.st_size, found.path, retry):
+            for chunk in _chunks(fs, fd, before.st_size):
                 digest.update(chunk)
             if _moved(before, fs.fstat(fd)) or _moved(before, status):
                 return Kept("changing")
@@ -162,7 +159,7 @@ class WholeFiles:
                 if (
                     blob is None or healing
                 ):  # (healing: the same bytes by their hash, for every version of them)
-                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
+                    blob, stored = self._store_blob(fs, fd, before, sha256, blob)
                     if blob is None:  # the bytes changed between the two reads
                         self._connection.db.execute("ROLLBACK")
                         return Kept("changing")
@@ -200,13 +197,11 @@ class WholeFiles:
 
     def _store_blob(
         self,
-        fs: FileSystem,
+        fs: RetryingFS,
         fd: int,
         status: os.stat_result,
         sha256: bytes,
-        path: Path,
         blob: int | None,
-        retry: RetryPolicy,
     ) -> tuple[int | None, int]:
         """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as
         that blob's frames afresh); (its id, bytes stored), or (None, 0) when they no longer hash to
@@ -219,7 +214,7 @@ class WholeFiles:
         else:
             self._connection.db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
         digest, stored = hashlib.sha256(), 0
-        for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path, retry)):
+        for number, chunk in enumerate(_chunks(fs, fd, status.st_size)):
             digest.update(chunk)
             frame = _COMPRESSOR.compress(chunk)
             stored += len(frame)
@@ -573,16 +568,12 @@ def _moved(before: os.stat_result, after: os.stat_result) -> bool:
     )
 
 
-def _chunks(fs: FileSystem, fd: int, size: int, path: Path, retry: RetryPolicy) -> Iterator[bytes]:
-    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried as `retry` says); fewer
-    when it is shorter now."""
+def _chunks(fs: RetryingFS, fd: int, size: int) -> Iterator[bytes]:
+    """The file's first `size` bytes, CHUNK_BYTES at a time (a read that fails with EIO is tried
+    again as `fs` says); fewer when it is shorter now."""
     offset = 0
     while offset < size:
-        chunk = retrying_call(
-            lambda at=offset: fs.pread(fd, min(CHUNK_BYTES, size - at), at),  # type: ignore[misc]
-            what=f"reading {path} at byte {offset}",
-            policy=retry,
-        )
+        chunk = fs.pread(fd, min(CHUNK_BYTES, size - offset), offset)
         if not chunk:
             return
         offset += len(chunk)

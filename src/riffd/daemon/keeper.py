@@ -33,7 +33,7 @@ from riffd.claude_code.session_files import (
     linked_folder,
 )
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import DEFAULT_RETRY, RetryPolicy
+from riffd.fsio import DEFAULT_RETRY, REAL_FS, RetryingFS, RetryPolicy
 from riffd.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class Keeper:
         if wait is not None:
             return wait
         try:
-            kept = archive.whole.keep(found, retry=self.retry)
+            kept = archive.whole.keep(found, fs=RetryingFS.of(REAL_FS, self.retry))
         except OSError as exc:
             log.warning(
                 "%s: could not read it to archive it: %s; looked at again at its next change or rescan",
