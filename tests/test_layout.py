@@ -186,7 +186,6 @@ BEING_SPLIT = {
     "riffd.transcript.sidechains",
     "riffd.transcript.building",
     "riffd.state.store",
-    "riffd.archive.wholefiles",
     "riffd.daemon.runner",
     "riffd.daemon.worker",
 }

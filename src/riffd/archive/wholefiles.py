@@ -1,25 +1,24 @@
-"""The files of a session kept whole: content-addressed, compressed, every version kept.
+"""The files of a session kept whole: every version of each, its bytes stored once.
 
 A file (riffd.claude_code.session_files: a saved tool output, a subagent's settings, a checkpoint, a
-task list, a plan) is stored as a blob named by the SHA-256 of its bytes, in zstd frames of 1 MiB of
-it each (every frame with its checksum), so a large file is never held whole in memory and the same
-bytes (an output read twice, a file in two sessions) are stored once. Each version of a path is a
-row of `session_files`: the session, the kind, the folder it is kept relative to and its path below
-it, the version number, the blob, size, mode and modification time, and when riffd took it. A
-version is never changed: other bytes, mode or time at the same path are the next version.
+task list, a plan) is stored as a blob (riffd.archive.blobs: named by the SHA-256 of its bytes, in
+checked zstd frames). Each version of a path is a row of `session_files`: the session, the kind,
+the folder it is kept relative to and its path below it, the version number, the blob, size, mode
+and modification time, and when riffd took it. A version is never changed: other bytes, mode or time
+at the same path are the next version.
 
 A file is read once to hash it (known bytes then cost one row) and, when new, read again while it
 is compressed, inside one transaction that records the blob, its frames and the version together,
 and only when the bytes read the second time hash the same: a kill -9 at any point leaves a file
 stored whole or not at all. The transaction looks at the newest version again first, so two
-processes taking the same file at once add one version. Reading a blob back checks each frame's
-checksum and the blob's hash. (When a file has settled is the daemon's business:
-riffd.daemon.keeper.)
+processes taking the same file at once add one version. (When a file has settled is the daemon's
+business: riffd.daemon.keeper.)
 
 A file is the newest version as it is when one stat says so: the same size, modification time and
-mode (its type and owner's bits, what a restore writes back: riffd.claude_code.session_files.kept_mode),
-and no change of its status since riffd took that version (its ctime before then: a rewrite that kept
-the size and gave the time back is read again, as is a file restored since, which hashes the same).
+mode (its type and owner's bits, what a restore writes back:
+riffd.claude_code.session_files.kept_mode), and no change of its status since riffd took that
+version (its ctime before then: a rewrite that kept the size and gave the time back is read again,
+as is a file restored since, which hashes the same).
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
+from riffd.archive.blobs import BlobStore, file_chunks, moved
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.session_files import (
@@ -47,10 +45,6 @@ from riffd.claude_code.session_files import (
 )
 from riffd.display import key_path, path_key
 from riffd.fsio import NOFOLLOW, REAL_FILES, RetryingFS
-
-CHUNK_BYTES = 1024 * 1024
-LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
-_COMPRESSOR = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
 
 
 @dataclass(frozen=True)
@@ -89,10 +83,12 @@ class Kept:
 
 
 class WholeFiles:
-    """The session files of one archive connection (its lock held for every statement)."""
+    """The session files of one archive connection (its lock held for every statement), their
+    bytes in its blobs."""
 
     def __init__(self, connection: ArchiveConnection) -> None:
         self._connection = connection
+        self._blobs = BlobStore(connection)
 
     @property
     def present(self) -> bool:
@@ -141,25 +137,24 @@ class WholeFiles:
             if not stat.S_ISREG(before.st_mode):
                 return Kept("skipped")
             digest = hashlib.sha256()
-            for chunk in _chunks(fs, fd, before.st_size):
+            for chunk in file_chunks(fs, fd, before.st_size):
                 digest.update(chunk)
-            if _moved(before, fs.fstat(fd)) or _moved(before, status):
+            if moved(before, fs.fstat(fd)) or moved(before, status):
                 return Kept("changing")
             sha256 = digest.digest()
             if not again and _same(latest, sha256, before):
                 return Kept("unchanged", version=latest.version if latest else None)
-            healing = again and self._unreadable(sha256)
+            healing = again and self._blobs.unreadable(sha256)
             with self._connection.writing():
                 # Another process may have taken it meanwhile (an ingest beside the daemon)
                 latest = self.latest(base, relative)
                 if not again and _same(latest, sha256, before):
                     self._connection.db.execute("ROLLBACK")
                     return Kept("unchanged", version=latest.version if latest else None)
-                blob, stored = self._blob(sha256), 0
-                if (
-                    blob is None or healing
-                ):  # (healing: the same bytes by their hash, for every version of them)
-                    blob, stored = self._store_blob(fs, fd, before, sha256, blob)
+                blob, stored = self._blobs.find(sha256), 0
+                # (healing: the same bytes by their hash, for every version of them)
+                if blob is None or healing:
+                    blob, stored = self._blobs.store_file(fs, fd, before, sha256, blob)
                     if blob is None:  # the bytes changed between the two reads
                         self._connection.db.execute("ROLLBACK")
                         return Kept("changing")
@@ -172,60 +167,6 @@ class WholeFiles:
             stored_bytes=stored,
             read_bytes=before.st_size * (2 if stored else 1),
         )
-
-    def _unreadable(self, sha256: bytes) -> bool:
-        """Whether the blob of these bytes is held but cannot be read back whole."""
-        with self._connection.lock:
-            row = self._connection.db.execute(
-                "SELECT id, size FROM blobs WHERE hash = ?", (sha256,)
-            ).fetchone()
-        if row is None:
-            return False
-        probe = Version(None, "", "", "", 0, int(row[0]), sha256, int(row[1]), 0, 0, 0)
-        try:
-            for _chunk in self.content(probe):
-                pass
-        except PackDamaged:
-            return True
-        return False
-
-    def _blob(self, sha256: bytes) -> int | None:
-        row = self._connection.db.execute(
-            "SELECT id FROM blobs WHERE hash = ?", (sha256,)
-        ).fetchone()
-        return None if row is None else int(row[0])
-
-    def _store_blob(
-        self,
-        fs: RetryingFS,
-        fd: int,
-        status: os.stat_result,
-        sha256: bytes,
-        blob: int | None,
-    ) -> tuple[int | None, int]:
-        """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as
-        that blob's frames afresh); (its id, bytes stored), or (None, 0) when they no longer hash to
-        `sha256`."""
-        if blob is None:
-            blob = self._connection.db.execute(
-                "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)", (sha256, status.st_size)
-            ).lastrowid
-            assert blob is not None
-        else:
-            self._connection.db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
-        digest, stored = hashlib.sha256(), 0
-        for number, chunk in enumerate(_chunks(fs, fd, status.st_size)):
-            digest.update(chunk)
-            frame = _COMPRESSOR.compress(chunk)
-            stored += len(frame)
-            self._connection.db.execute(
-                "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                (blob, number, frame),
-            )
-        if digest.digest() != sha256 or _moved(status, fs.fstat(fd)):
-            return None, 0
-        self._connection.db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
-        return blob, stored
 
     def _add_version(
         self,
@@ -272,30 +213,13 @@ class WholeFiles:
             ).fetchone()[0]
             if held is not None:
                 return False
-            blob = self._blob(version.sha256)
+            blob = self._blobs.find(version.sha256)
             if blob is None:
-                blob = self._connection.db.execute(
-                    "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
-                    (version.sha256, version.size),
-                ).lastrowid
-                assert blob is not None
-                digest, stored = hashlib.sha256(), 0
-                for number, chunk in enumerate(chunks):
-                    digest.update(chunk)
-                    frame = _COMPRESSOR.compress(chunk)
-                    stored += len(frame)
-                    self._connection.db.execute(
-                        "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                        (blob, number, frame),
-                    )
-                if digest.digest() != version.sha256:
-                    raise PackDamaged(
-                        (),
-                        f"{version.path} (version {version.version}): the bytes recovered are not "
-                        "the ones archived",
-                    )
-                self._connection.db.execute(
-                    "UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob)
+                blob = self._blobs.store_chunks(
+                    version.sha256,
+                    version.size,
+                    chunks,
+                    f"{version.path} (version {version.version})",
                 )
             lowest = self._connection.db.execute(
                 "SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
@@ -441,34 +365,13 @@ class WholeFiles:
     def content(self, version: Version) -> Iterator[bytes]:
         """Yield the bytes of a version, 1 MiB at a time, checked (each frame's checksum, then the
         blob's hash and size); raise PackDamaged, after the bytes read so far, when they cannot be
-        read or differ."""
-        digest, size, number = hashlib.sha256(), 0, 0
-        while True:
-            with self._connection.lock:
-                row = self._connection.db.execute(
-                    "SELECT data FROM blob_chunks WHERE blob = ? AND number = ?",
-                    (version.blob, number),
-                ).fetchone()
-            if row is None:
-                break
-            try:
-                chunk = zstandard.ZstdDecompressor().decompress(row[0])
-            except zstandard.ZstdError as exc:
-                raise PackDamaged(
-                    (),
-                    f"{version.path} (version {version.version}): part {number + 1} of its "
-                    f"stored bytes cannot be read ({exc})",
-                ) from exc
-            digest.update(chunk)
-            size += len(chunk)
-            number += 1
-            yield chunk
-        if digest.digest() != version.sha256 or size != version.size:
-            raise PackDamaged(
-                (),
-                f"{version.path} (version {version.version}): its stored bytes read back other than "
-                f"they were archived ({size} of {version.size} bytes, or other bytes)",
-            )
+        read or differ (riffd.archive.blobs)."""
+        return self._blobs.content(
+            version.blob,
+            version.sha256,
+            version.size,
+            f"{version.path} (version {version.version})",
+        )
 
     def damaged(self) -> list[tuple[Version, str]]:
         """Read every blob back (checked as `content` does) and return a version of each that cannot
@@ -557,27 +460,6 @@ def _same(latest: Version | None, sha256: bytes, status: os.stat_result) -> bool
         status.st_mtime_ns,
         kept_mode(status.st_mode),
     )
-
-
-def _moved(before: os.stat_result, after: os.stat_result) -> bool:
-    """Whether a file changed between two looks at it."""
-    return (before.st_size, before.st_mtime_ns, before.st_ino) != (
-        after.st_size,
-        after.st_mtime_ns,
-        after.st_ino,
-    )
-
-
-def _chunks(fs: RetryingFS, fd: int, size: int) -> Iterator[bytes]:
-    """The file's first `size` bytes, CHUNK_BYTES at a time (a read that fails with EIO is tried
-    again as `fs` says); fewer when it is shorter now."""
-    offset = 0
-    while offset < size:
-        chunk = fs.pread(fd, min(CHUNK_BYTES, size - offset), offset)
-        if not chunk:
-            return
-        offset += len(chunk)
-        yield chunk
 
 
 def note_slugs(db: sqlite3.Connection, session_id: str, slugs: Iterable[str]) -> None:
