@@ -229,7 +229,8 @@ def populated_state(folder: Path) -> Path:
     2,000 repair records, 90 days of hourly history, and the live figures of a daemon that has
     stopped."""
     from riffd.daemon.jobs import store_snapshot
-    from riffd.state.store import StateStore, Watermark
+    from riffd.state.records import Watermark
+    from riffd.state.store import StateStore
 
     store = StateStore(folder / "state.db")
     for number in range(5000):

@@ -15,7 +15,8 @@ from conftest import transcript_bytes, transcript_line
 from riffd.reports.build import build_report
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
 GARBAGE = b'{"type":"user","message":{"role":"us\n'  # a torn fragment a later write closed: line 6

@@ -185,9 +185,6 @@ BEING_SPLIT = {
     "riffd.transcript.detect",
     "riffd.transcript.sidechains",
     "riffd.transcript.building",
-    "riffd.state.store",
-    "riffd.daemon.runner",
-    "riffd.daemon.worker",
 }
 
 

@@ -208,7 +208,7 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(
     tmp_path: Path,
 ) -> None:
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
@@ -224,7 +224,7 @@ def test_files_with_only_informational_findings_do_not_count_as_having_findings(
 def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(
     tmp_path: Path,
 ) -> None:
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
@@ -266,7 +266,7 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
     from riffd.archive.ingest import ingest_file
     from riffd.archive.store import Archive
     from riffd.daemon.jobs import archive_summary
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     claude = tmp_path / "claude"
     claude.mkdir()

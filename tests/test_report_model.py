@@ -18,7 +18,8 @@ from riffd.reports.json import render_json, report_document
 from riffd.reports.markdown import render_markdown
 from riffd.reports.model import HealthReport, displayed_values
 from riffd.reports.prometheus import render_metrics
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 
 UNDECODABLE = "/p/caf\udce9.jsonl"  # the byte 0xe9 alone: not UTF-8
 SHOWN = "/p/caf\\xe9.jsonl"

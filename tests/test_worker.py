@@ -295,6 +295,23 @@ def test_persistent_eio_is_a_skip_with_advice_not_a_crash(
     assert path.read_bytes() == BASE.read_bytes()
 
 
+def test_a_reloaded_retry_policy_reaches_the_reads(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(3))
+    three = RetryPolicy(attempts=3, first_wait=0.001)
+    worker = Worker(
+        store, WorkerSettings(**{**settings.__dict__, "retry": three}), fs=BrokenReads()
+    )
+    # A reload (SIGHUP) hands the worker its new settings: their policy governs the next reads.
+    two = RetryPolicy(attempts=2, first_wait=0.001)
+    worker.reconfigure(WorkerSettings(**{**settings.__dict__, "retry": two}))
+    outcome = worker.process(path)
+    assert outcome.kind == "skipped" and "2 attempts" in outcome.why
+
+
 class FlakyReads(FileSystem):
     """A third of reads fail once with EIO, then succeed."""
 

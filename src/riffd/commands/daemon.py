@@ -13,7 +13,7 @@ from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
-from riffd.state.store import STATE_NAME
+from riffd.state.database import STATE_NAME
 
 if TYPE_CHECKING:
     from riffd.reports.model import HealthReport

@@ -33,7 +33,7 @@ from riffd.claude_code.session_files import (
     linked_folder,
 )
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, RetryingFS, RetryPolicy
+from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,8 @@ class Keeper:
     settle: float
     store: StateStore
     on_write_error: Callable[[BaseException], object] | None = None
-    retry: RetryPolicy = DEFAULT_RETRY  # the config's `retry`, as the worker reads transcripts
+    # the files, with the config's `retry` policy, as the worker reads transcripts
+    fs: RetryingFS = REAL_FILES
     # path -> (size, mtime_ns, inode) at the first look that found it so, and when (monotonic)
     looks: dict[str, tuple[tuple[int, int, int], float]] = field(default_factory=dict)
     links: set[Path] = field(default_factory=set)  # the symlinks named in the log so far
@@ -62,7 +63,7 @@ class Keeper:
         if wait is not None:
             return wait
         try:
-            kept = archive.whole.keep(found, fs=RetryingFS.of(REAL_FS, self.retry))
+            kept = archive.whole.keep(found, fs=self.fs)
         except OSError as exc:
             log.warning(
                 "%s: could not read it to archive it: %s; looked at again at its next change or rescan",

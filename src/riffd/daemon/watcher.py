@@ -18,6 +18,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -28,7 +29,7 @@ from watchdog.observers.polling import PollingObserver
 from riffd.claude_code.folders import NEVER_TOUCH_DIRS, is_transcript_name
 from riffd.claude_code.session_files import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 from riffd.claude_code.walk import LinkHandler, iter_transcripts
-from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
+from riffd.fsio import REAL_FILES, REMOTE_FILESYSTEMS, RetryingFS, filesystem_type
 from riffd.state.store import StateStore
 
 log = logging.getLogger(__name__)
@@ -109,13 +110,14 @@ class TranscriptFilter:
         )
 
 
-def is_folder(path: Path, on_error: Callable[[OSError], None] | None = None) -> bool:
-    """Return True when `path` is a folder now (EIO retried); one whose status cannot be read is not
-    one for now, and goes to `on_error` (or the log): the next refresh or rescan looks again."""
+def is_folder(
+    path: Path, on_error: Callable[[OSError], None] | None = None, fs: RetryingFS = REAL_FILES
+) -> bool:
+    """Return True when `path` is a folder now, through a symlink (EIO retried per `fs`); one whose
+    status cannot be read is not one for now, and goes to `on_error` (or the log): the next refresh
+    or rescan looks again."""
     try:
-        return stat.S_ISDIR(
-            retrying_call(lambda: os.stat(path), what=f"the status of {path}").st_mode
-        )
+        return stat.S_ISDIR(fs.attempt(partial(os.stat, path), f"the status of {path}").st_mode)
     except FileNotFoundError:
         return False
     except OSError as exc:
