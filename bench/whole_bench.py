@@ -185,7 +185,7 @@ def gzip6(paths: list[Path]) -> int:
 def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> dict[str, Any]:
     """`WholeFiles.keep` of every file into a fresh archive, best of `repeat`."""
     from riffd.archive.store import Archive
-    from riffd.transcript.sessionfiles import classify
+    from riffd.claude_code.session_files import classify
 
     found = [classify(path, [claude / "projects"], [claude]) for path in whole]
     assert all(found), "a file of the corpus is not one the archive keeps"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from riffd.archive.store import Archive
-from riffd.transcript.sessionfiles import SessionFile, all_session_files, file_state
+from riffd.claude_code.session_files import SessionFile, all_session_files, file_state
 from sessiontree import BIG_OUTPUT, SLUG, delete_like_cleanup, line, persisted, short_id, snapshot
 from sessiontree import SessionTree as Tree
 from test_daemon_e2e import DEADLINE, Sandbox, append_like_claude, daemon_environment

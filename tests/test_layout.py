@@ -185,8 +185,6 @@ BEING_SPLIT = {
     "riffd.transcript.detect",
     "riffd.transcript.sidechains",
     "riffd.transcript.building",
-    "riffd.archive.wholefiles",
-    "riffd.archive.store",
 }
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     FILE_HISTORY,
     PLAN,
     SESSION_OTHER,

@@ -20,12 +20,12 @@ from conftest import SRC_DIR
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
+from riffd.claude_code.session_files import SessionFile, all_session_files, classify
 from riffd.claude_code.walk import iter_transcripts
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.watcher import TranscriptFilter
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
 from sessiontree import build_session
 
 
@@ -380,7 +380,7 @@ STORE_AND_STALL = textwrap.dedent("""
     from pathlib import Path
     from riffd.archive.store import Archive
     from riffd.fsio import FileSystem, RetryPolicy
-    from riffd.transcript.sessionfiles import classify
+    from riffd.claude_code.session_files import classify
     claude, path, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     class Stall(FileSystem):
         reads = 0
@@ -477,7 +477,7 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
 
     archive = Archive(tmp_path / "archive.db")
     kept = archive.whole.keep(
-        _found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01)
+        _found(claude, output), fs=RetryingFS(Flaky(), RetryPolicy(attempts=3, first_wait=0.01))
     )
     assert (kept.outcome, Flaky.failures) == ("stored", 2)
     (version,) = archive.whole.session_versions(tree.session_id)
@@ -538,3 +538,36 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
                 b"".join(new.whole.content(newest[path])) == path.read_bytes()
             )  # the plan too, by its slug
     new.close()
+
+
+def test_an_archive_damaged_while_open_goes_on_whole_in_a_new_one(tmp_path: Path) -> None:
+    """The writer, the reader and the files kept whole share one connection: when the archive is
+    found damaged while open and moved aside, all three go on in the new archive at once. None
+    keeps the old one's watermark, runs, open pack or versions (lines skipped as archived, a file
+    called unchanged: lost for good once Claude Code deletes the session)."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    lines = tree.main.read_bytes().splitlines()
+    archive = Archive(tmp_path / "archive.db")
+    archive.add_lines(str(tree.main), 0, lines)
+    for path in tree.whole:
+        archive.whole.keep(_found(claude, path))
+    archive.settle()
+    with open(archive.path, "r+b") as handle:  # another program scribbles over the middle
+        handle.seek(4096)
+        handle.write(b"\xff" * 8192)
+    assert archive.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+    assert archive.moved_aside is not None and archive.moved_aside.exists()
+    assert archive.cursor(str(tree.main)) == (0, 0)
+    assert archive.add_lines(str(tree.main), 0, lines) == len(lines)
+    output = tree.tool_results()[0]
+    assert archive.whole.keep(_found(claude, output)).outcome == "stored"
+    archive.close()
+    archive = Archive(tmp_path / "archive.db")
+    ((file_id, _path, _session),) = archive.files_of(str(tree.main))
+    assert b"".join(archive.iter_file(file_id)) == tree.main.read_bytes()
+    (version,) = [
+        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+    ]
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    archive.close()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.claude_code.projects import SESSION_ID
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     FILE_HISTORY,
     PLAN,
     SESSION_OTHER,

@@ -15,8 +15,7 @@ from typing import Any
 
 from riffd.claude_code.folders import is_transcript_name, session_id_for
 from riffd.claude_code.projects import SESSION_ID
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     SessionFile,
     all_session_files,
     classify,
@@ -26,6 +25,7 @@ from riffd.transcript.sessionfiles import (
     saved_output_folder,
     session_files,
 )
+from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
 
 
 def run_ingest(args: argparse.Namespace, archive: Any) -> int:

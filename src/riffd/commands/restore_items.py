@@ -19,7 +19,7 @@ from typing import Any
 
 from riffd.archive.holdings import named_outputs, output_tail
 from riffd.archive.packs import PackDamaged
-from riffd.transcript.sessionfiles import IN_SESSION_FOLDER, PLAN, TOOL_RESULT, session_config
+from riffd.claude_code.session_files import IN_SESSION_FOLDER, PLAN, TOOL_RESULT, session_config
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
 
 

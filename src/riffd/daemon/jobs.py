@@ -15,6 +15,7 @@ from typing import Any
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
+from riffd.claude_code.session_files import config_folders
 from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
 from riffd.daemon.watcher import TranscriptFilter
@@ -24,7 +25,6 @@ from riffd.repair.backup import STALE_AFTER_SECONDS, BackupStore
 from riffd.repair.recovery import recover_and_sweep
 from riffd.state.store import StateStore
 from riffd.transcript.findings import INFORMATIONAL, FindingClass
-from riffd.transcript.sessionfiles import config_folders
 
 log = logging.getLogger(__name__)
 

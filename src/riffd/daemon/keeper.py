@@ -11,7 +11,7 @@ comes back to the queue too; one taken is hashed, and stored only when its bytes
 version of its path; the earlier ones stay). What cannot be read now is looked at again at its next
 change or the next rescan, which compares every such file with the newest version the archive holds
 (one stat each, no read). A symlinked folder riffd does not follow
-(riffd.transcript.sessionfiles.linked_folder) is named once in the log. Nothing here runs per append
+(riffd.claude_code.session_files.linked_folder) is named once in the log. Nothing here runs per append
 to a transcript.
 """
 
@@ -26,10 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from riffd.archive.store import Archive
+from riffd.claude_code.session_files import (
+    SessionFile,
+    all_session_files,
+    file_state,
+    linked_folder,
+)
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import SessionFile, all_session_files, file_state, linked_folder
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ class Keeper:
         if wait is not None:
             return wait
         try:
-            kept = archive.whole.keep(found, fs=self.fs.seam, retry=self.fs.policy)
+            kept = archive.whole.keep(found, fs=self.fs)
         except OSError as exc:
             log.warning(
                 "%s: could not read it to archive it: %s; looked at again at its next change or rescan",

@@ -27,10 +27,10 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from riffd.claude_code.folders import NEVER_TOUCH_DIRS, is_transcript_name
+from riffd.claude_code.session_files import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 from riffd.claude_code.walk import LinkHandler, iter_transcripts
 from riffd.fsio import REAL_FILES, REMOTE_FILESYSTEMS, RetryingFS, filesystem_type
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ INOTIFY_LIMIT_HINT = (
 @dataclass(frozen=True)
 class TranscriptFilter:
     """Which files under the roots are transcripts riffd watches (documented in the config example),
-    and which files of sessions it keeps whole (riffd.transcript.sessionfiles: in the session
+    and which files of sessions it keeps whole (riffd.claude_code.session_files: in the session
     folders under the roots, and in the config folders `configs`)."""
 
     roots: tuple[Path, ...]

@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from riffd.claude_code.session_files import SessionFile
 from riffd.daemon.alerts import Alerts
 from riffd.daemon.counters import DaemonNow, Stats, advice
 from riffd.daemon.disk_full import Room
@@ -22,7 +23,6 @@ from riffd.daemon.outcome import Outcome
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import SessionFile
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from riffd.claude_code.liveness import session_liveness
+from riffd.claude_code.session_files import kept_mode
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
@@ -40,7 +41,6 @@ from riffd.repair.outcomes import (
 )
 from riffd.repair.writer import rewrite
 from riffd.transcript.scan import FileIdentity
-from riffd.transcript.sessionfiles import kept_mode
 
 log = logging.getLogger(__name__)
 

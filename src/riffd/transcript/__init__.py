@@ -5,8 +5,7 @@ detection needs (`records`), telling a transcript from another file (`shape`), t
 one file (`index`, built by `building`, kept up to date by `incremental`), its conversation
 structure (`conversation`, `sidechains`), detection on the chain Claude Code loads (`detect`) and
 the findings it reports (`findings`), acknowledged findings (`acks`), scanning a file once
-(`scan`), describing and listing sessions (`sessions`), resolving the sessions a command names
-(`targets`) and the other files Claude Code keeps for a session (`sessionfiles`). Pure or
-read-only: it imports only the shared seams and `riffd.claude_code`, never repair, the archive, the
+(`scan`), describing and listing sessions (`sessions`) and resolving the sessions a command names
+(`targets`). Pure or read-only: it imports only the shared seams and `riffd.claude_code`, never repair, the archive, the
 daemon or the commands.
 """

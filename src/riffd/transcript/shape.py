@@ -21,9 +21,9 @@ from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 
+from riffd.claude_code.session_files import saved_output_folder
 from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.reader import parse_line
-from riffd.transcript.sessionfiles import saved_output_folder
 
 NOT_A_TRANSCRIPT = "not a Claude Code transcript"
 CONVERSATION_TYPES = frozenset({"user", "assistant", "system", "attachment", "progress"})
