@@ -185,7 +185,6 @@ BEING_SPLIT = {
     "riffd.transcript.detect",
     "riffd.repair.swap",
     "riffd.transcript.sidechains",
-    "riffd.transcript.building",
     "riffd.repair.planner",
     "riffd.repair.writer",
     "riffd.state.store",

@@ -45,9 +45,10 @@ from riffd.transcript.findings import (
     has_latest_turn_calls,
     pending_while_live,
 )
+from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_chunks, read_span
-from riffd.transcript.scan import analyse_appended, index_file
+from riffd.transcript.scan import index_file
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +193,7 @@ class Worker:
         already = (
             0  # lines processed before: a rebuild re-reads them, but does not process them again
         )
-        index: TranscriptIndex | None = None
+        growing: GrowingIndex | None = None
         kind = "read"
         why = "new file" if watermark is None else ""
         if watermark is not None:
@@ -208,22 +209,23 @@ class Worker:
             why = self._still_same_file(name, status, watermark)
             if not why:
                 already = watermark.lines
-                index = self.cache.get(name, watermark.offset)
-                if index is not None:
+                growing = self.cache.get(name, watermark.offset)
+                if growing is not None:
                     start, kind = watermark.offset, "appended"
                 else:
                     kind, why = "rebuilt", "no index in memory: read from the start to rebuild it"
             elif own_rewrite_new_bytes is None:
                 log.info("%s: %s; reading it again from the start", name, why)
                 self.store.bump({"rescans.changed_files": 1})
-        if index is None:
-            index = TranscriptIndex(name)
+        if growing is None:
+            growing = GrowingIndex(name)
             self.cache.drop(name)
+        index = growing.index
         repeats: dict[str, RedundantCall] = {}
         if self.tracker is not None:
             # Lines read again from the start are fed again: the tracker ignores tool_use ids it has
             # seen.
-            index.observe = self._observer(name, index, repeats)
+            growing.builder.observe = self._observer(name, index, repeats)
         tail_pending = 0
         rewritten = self._archive_rewritten(
             name, watermark, why, kind, own_rewrite_new_bytes is not None
@@ -232,7 +234,7 @@ class Worker:
             name, fs=self.fs, retry=self.settings.retry, start=start
         ):
             if terminated:
-                index.add_lines(offset, lines, True)
+                growing.add_lines(offset, lines, True)
                 # The file's time goes with these lines when they end where the file ended when it
                 # was looked at
                 self._archive(
@@ -251,7 +253,7 @@ class Worker:
                 )  # (held already: nothing written)
             except sqlite3.Error as exc:
                 self._archive_failed(name, "record its modification time", exc)
-        findings = analyse_appended(index, fs=self.fs, retry=self.settings.retry)
+        findings = growing.findings(fs=self.fs, retry=self.settings.retry)
         if self.tracker is not None:
             stored = (
                 state.findings if state and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL) else []
@@ -298,7 +300,7 @@ class Worker:
                 counters,
             )
         self._remember(name, findings)
-        self.cache.put(name, index)
+        self.cache.put(name, growing)
         return Outcome(
             name,
             kind,

@@ -4,7 +4,7 @@ this one indexes.
 In one process a scan spends about two thirds of its time reading, splitting and decoding lines and
 one third adding them to the index, so a second process shares the work: the child reads the file
 (riffd.transcript.reader.iter_chunks, with the same retries), decodes two batches in three with the
-fast decoder and sends their Columns (riffd.transcript.building) as msgpack; the third batch, a
+fast decoder and sends their Columns (riffd.transcript.columns) as msgpack; the third batch, a
 batch the fast decoder declines and an unfinished last line it sends as the lines themselves, which
 this process decodes. This process adds them all to the index in file order (`add_columns`,
 `add_lines`): the same index as `index_file` builds alone, which tests/test_piped.py and
@@ -26,8 +26,8 @@ import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
-from riffd.transcript.building import Columns, batch_columns
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.building import IndexBuilder
+from riffd.transcript.columns import Columns, batch_columns
 from riffd.transcript.reader import iter_chunks
 from riffd.transcript.records import fast_records
 
@@ -77,20 +77,20 @@ class BatchEncoder:
 _decode_batch = msgspec.msgpack.Decoder(Batch).decode
 
 
-def add_batch(index: TranscriptIndex, message: bytes) -> None:
+def add_batch(builder: IndexBuilder, message: bytes) -> None:
     """The parent's half: add one message of the child to the index."""
     batch = _decode_batch(message)
     if batch.columns is None:
-        index.add_lines(batch.offset, batch.lines or [], batch.terminated)
+        builder.add_lines(batch.offset, batch.lines or [], batch.terminated)
     else:
-        index.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
+        builder.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
 
 
 def index_piped(
     path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, chunk_size: int
-) -> TranscriptIndex | None:
-    """Index `path` with a decoder process (see the module); None when that failed, for any reason
-    (the caller then indexes it alone)."""
+) -> IndexBuilder | None:
+    """Index `path` with a decoder process (see the module): return the builder fed with every
+    line; None when that failed, for any reason (the caller then indexes it alone)."""
     context = fork_context()
     receiver, sender = big_pipe(context)
     child = context.Process(
@@ -99,13 +99,13 @@ def index_piped(
         daemon=True,
         name="riffd-decoder",
     )
-    index = TranscriptIndex(path)
+    builder = IndexBuilder(path)
     complete = False  # the child's last message (empty) came: every batch is in
     try:
         child.start()
         sender.close()  # only the child writes: its exit ends the stream
         while data := receiver.recv_bytes():
-            add_batch(index, data)
+            add_batch(builder, data)
         complete = True
     except (EOFError, OSError, msgspec.DecodeError):
         pass  # the child died, failed or could not start
@@ -113,7 +113,7 @@ def index_piped(
         receiver.close()
         sender.close()
         reap(child, None if complete else 0)
-    return index if complete else None
+    return builder if complete else None
 
 
 def _decode(

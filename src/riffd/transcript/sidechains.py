@@ -33,6 +33,7 @@ from pathlib import Path
 import orjson
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.transcript.building import IndexBuilder
 from riffd.transcript.detect import newest_leaf
 from riffd.transcript.index import ASSISTANT, MESSAGE, SIDECHAIN, TranscriptIndex
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
@@ -145,15 +146,15 @@ def _index_agent_file(
 ) -> TranscriptIndex:
     """Index an agent file; parents that are lines of the session (compaction agents) become
     cross-file links."""
-    agent_index = TranscriptIndex(str(path))
+    builder = IndexBuilder(str(path))
     for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry):
-        agent_index.add_lines(offset, lines, terminated)
-    agent_index.finish()
+        builder.add_lines(offset, lines, terminated)
+    agent_index = builder.finish()
     in_session = {
         parent for parent in agent_index.dangling.values() if parent in session.line_of_uuid
     }
     if in_session:
-        agent_index.resolve_external(in_session)
+        builder.resolve_external(in_session)
     return agent_index
 
 
