@@ -44,6 +44,7 @@ from riffd.transcript.findings import (
     FindingClass,
     has_latest_turn_calls,
     pending_while_live,
+    torn_tail,
 )
 from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
@@ -265,17 +266,7 @@ class Worker:
         if has_latest_turn_calls(findings):
             findings = pending_while_live(findings, self._live(Path(name), index.session_id))
         if tail_pending and time.time() - status.st_mtime > self.settings.quiet_period:
-            findings.append(
-                Finding(
-                    FindingClass.TORN_TAIL,
-                    name,
-                    (len(index) + 1,),
-                    "the last line is incomplete (no newline) and nothing has been written for a while: a write "
-                    "was cut off; it is cut off once the session is idle, after it is kept in the backup and the "
-                    "archive",
-                    offset=index.end,
-                )
-            )
+            findings.append(torn_tail(name, len(index) + 1, index.end))
         watermark = self._watermark(name, status, index)
         repairable = sum(1 for finding in findings if finding.cls in self.settings.classes)
         read_bytes = index.end - start

@@ -22,7 +22,7 @@ from typing import Any
 from msgspec import UNSET
 
 from riffd.transcript.columns import Columns, batch_columns, records_of
-from riffd.transcript.findings import Finding, FindingClass
+from riffd.transcript.findings import Finding, FindingClass, torn_tail
 from riffd.transcript.index import (
     ASSISTANT,
     BLOCK_BITS,
@@ -181,15 +181,7 @@ class IndexBuilder:
                 and tail.line == len(index.offsets)
             ):
                 metrics.malformed_lines -= 1
-                findings[-1] = Finding(
-                    FindingClass.TORN_TAIL,
-                    index.path,
-                    tail.lines,
-                    "the last line is incomplete (no newline, not valid JSON): a write was cut off, or is still "
-                    "going on; once the session is idle, `riffd fix` cuts it off after keeping it in the backup and "
-                    "the archive",
-                    offset=tail.offset,
-                )
+                findings[-1] = torn_tail(index.path, tail.line, tail.offset)
         return index
 
     def resolve_external(self, known_uuids: set[str]) -> None:
