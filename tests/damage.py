@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from riffd.transcript.building import IndexBuilder
-from riffd.transcript.detect import LoadedConversation, loaded_conversation
 from riffd.transcript.findings import FindingClass
 from riffd.transcript.index import SIDECHAIN
+from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.reader import parse_line
 
 INTERRUPTED_TEXT = "[Tool call interrupted: the session was resumed before this tool call returned]"

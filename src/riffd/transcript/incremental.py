@@ -34,8 +34,6 @@ from riffd.transcript.detect import (
     assemble,
     duplicates_of,
     find_cycles,
-    latest_turn,
-    loaded_conversation,
     oom_finding,
     oom_risks,
     pairing_findings,
@@ -52,6 +50,7 @@ from riffd.transcript.index import (
     TranscriptIndex,
     lines_in,
 )
+from riffd.transcript.loaded import latest_turn, loaded_conversation
 
 # A line's state on the loaded conversation.
 NOT_LOADED = 0

@@ -12,10 +12,11 @@ from typing import Any
 from riffd.forking import can_fork
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.building import IndexBuilder
-from riffd.transcript.detect import LoadedConversation, detect, loaded_conversation, suggestions
+from riffd.transcript.detect import detect, suggestions
 from riffd.transcript.external import finish_index
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, read_span
 from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt

@@ -34,8 +34,8 @@ import orjson
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
 from riffd.transcript.building import IndexBuilder
-from riffd.transcript.detect import newest_leaf
 from riffd.transcript.index import ASSISTANT, MESSAGE, SIDECHAIN, TranscriptIndex
+from riffd.transcript.loaded import newest_leaf
 from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
 
 log = logging.getLogger(__name__)
