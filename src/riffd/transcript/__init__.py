@@ -4,7 +4,8 @@ Reading lines (`reader`, with a second process for big files: `parallel_read`), 
 detection needs (`records`, a batch of them as `columns`), telling a transcript from another file
 (`shape`), the compact index of one file (`index`, made by the builder in `building`, with parents
 looked up in the session file by `external`, kept up to date append by append by `incremental`),
-its conversation structure (`conversation`, `sidechains`), the conversation Claude Code loads (`loaded`), detection on it (`detect`) and the
+its conversation structure (`conversation`, `sidechains`, linked to their agents by
+`agent_links`), the conversation Claude Code loads (`loaded`), detection on it (`detect`) and the
 findings it reports (`findings`), acknowledged findings (`acks`), scanning a file once (`scan`),
 describing and listing sessions (`sessions`), resolving the sessions a command names (`targets`)
 and the other files Claude Code keeps for a session (`sessionfiles`). Pure or read-only: it imports
