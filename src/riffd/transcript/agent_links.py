@@ -13,7 +13,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import RetryingFS
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_raw, parse_line
 
@@ -44,7 +44,7 @@ class Links:
     claimed: set[str] = field(default_factory=set)  # tool ids already given to a sidechain
 
 
-def scan_links(index: TranscriptIndex, links: Links, *, fs: FileSystem, retry: RetryPolicy) -> None:
+def scan_links(index: TranscriptIndex, links: Links, *, fs: RetryingFS) -> None:
     """One pass over the raw bytes of an indexed file: parse only the lines that mention a link
     field."""
     offsets, path = index.offsets, index.path
@@ -65,7 +65,7 @@ def scan_links(index: TranscriptIndex, links: Links, *, fs: FileSystem, retry: R
             if line >= 0 and offsets[line] == buffer_start + line_start:
                 _read_link_line(buffer[line_start:line_end], path, line, links)
 
-    for chunk in iter_raw(path, fs=fs, retry=retry, start=index.start):
+    for chunk in iter_raw(path, fs=fs, start=index.start):
         buffer = carry + chunk if carry else chunk
         buffer_start = base - len(carry)
         base += len(chunk)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_raw, parse_line, read_span
@@ -36,8 +36,7 @@ def finish_index(
     builder: IndexBuilder,
     search: ExternalSearch | None = None,
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: RetryingFS = REAL_FILES,
 ) -> TranscriptIndex:
     """Finish the builder's index, look up its dangling parents in its session file, and return it.
     With `search` (kept between appends), a parent already looked for is looked for again only in
@@ -50,13 +49,13 @@ def finish_index(
     if session_file is None:
         return index
     if search is None:
-        builder.resolve_external(find_uuids(session_file, wanted, fs=fs, retry=retry)[0])
+        builder.resolve_external(find_uuids(session_file, wanted, fs=fs)[0])
         return index
     # Invariant: every uuid in search.looked_for is absent from the session file's bytes [0,
     # searched_to).
     status = session_file.stat()
     size = status.st_size
-    head = read_span(session_file, 0, min(size, HEAD_BYTES), fs=fs, retry=retry) if size else b""
+    head = read_span(session_file, 0, min(size, HEAD_BYTES), fs=fs) if size else b""
     identity = (status.st_dev, status.st_ino, _sha256(head))
     if size < search.searched_to or identity != search.identity:
         search.looked_for.clear()  # another file, or rewritten: look again from the start
@@ -67,12 +66,10 @@ def finish_index(
     found: set[str] = set()
     reached = [search.searched_to] if again else []
     if again and size > search.searched_to:
-        more, reached[0] = find_uuids(
-            session_file, again, fs=fs, retry=retry, start=search.searched_to
-        )
+        more, reached[0] = find_uuids(session_file, again, fs=fs, start=search.searched_to)
         found |= more
     if new:
-        more, end = find_uuids(session_file, new, fs=fs, retry=retry)
+        more, end = find_uuids(session_file, new, fs=fs)
         found |= more
         reached.append(end)
     search.looked_for = wanted - found
@@ -110,8 +107,7 @@ def find_uuids(
     path: Path,
     wanted: set[str],
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: RetryingFS = REAL_FILES,
     start: int = 0,
 ) -> tuple[set[str], int]:
     """Return which of the `wanted` uuids are the `uuid` of some line of `path` from byte `start` (a
@@ -136,7 +132,7 @@ def find_uuids(
 
     carry = b""
     offset = start
-    for chunk in iter_raw(path, fs=fs, retry=retry, start=start):
+    for chunk in iter_raw(path, fs=fs, start=start):
         buffer = carry + chunk if carry else chunk
         # search whole lines only; the rest waits for its newline
         complete = buffer.rfind(b"\n") + 1

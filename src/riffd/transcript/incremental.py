@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from array import array
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem, RetryPolicy
 from riffd.transcript.building import IndexBuilder, Observer
 from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
@@ -51,6 +51,7 @@ from riffd.transcript.index import (
     lines_in,
 )
 from riffd.transcript.loaded import latest_turn, loaded_conversation
+from riffd.transcript.reader import retrying
 
 # A line's state on the loaded conversation.
 NOT_LOADED = 0
@@ -92,11 +93,13 @@ class GrowingIndex:
         return self.builder.add_lines(offset, lines, last_terminated)
 
     def findings(
-        self, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+        self, *, fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None
     ) -> list[Finding]:
         """Finish the index and return its findings, as a full detection would, at the cost of the
-        lines added since the last call, not of the whole file."""
-        finish_index(self.builder, self.search, fs=fs, retry=retry)
+        lines added since the last call, not of the whole file. `fs` reads the session file (see
+        riffd.transcript.external), retrying EIO per its policy or `retry` (see
+        riffd.transcript.reader.retrying)."""
+        finish_index(self.builder, self.search, fs=retrying(fs, retry))
         if self.detection is None:
             tool_log: list[tuple[int, str]] = []
             self.builder.tool_log = tool_log

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
 from riffd.transcript.building import IndexBuilder
 from riffd.transcript.columns import Columns, batch_columns
-from riffd.transcript.reader import iter_chunks
+from riffd.transcript.reader import iter_chunks, retrying
 from riffd.transcript.records import fast_records
 
 if TYPE_CHECKING:
@@ -87,7 +87,11 @@ def add_batch(builder: IndexBuilder, message: bytes) -> None:
 
 
 def index_piped(
-    path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, chunk_size: int
+    path: str,
+    *,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
+    chunk_size: int,
 ) -> IndexBuilder | None:
     """Index `path` with a decoder process (see the module): return the builder fed with every
     line; None when that failed, for any reason (the caller then indexes it alone)."""
@@ -95,7 +99,7 @@ def index_piped(
     receiver, sender = big_pipe(context)
     child = context.Process(
         target=_decode,
-        args=(sender, receiver, path, fs, retry, chunk_size),
+        args=(sender, receiver, path, retrying(fs, retry), chunk_size),
         daemon=True,
         name="riffd-decoder",
     )
@@ -120,8 +124,7 @@ def _decode(
     sender: Connection,
     receiver: Connection,
     path: str,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
     chunk_size: int,
 ) -> None:
     """The child: read `path`, send each batch, then an empty message; on any error exit 1 without
@@ -129,9 +132,7 @@ def _decode(
     as_child(receiver)
     encoder = BatchEncoder()
     try:
-        for offset, lines, terminated in iter_chunks(
-            path, fs=fs, retry=retry, chunk_size=chunk_size
-        ):
+        for offset, lines, terminated in iter_chunks(path, fs=fs, chunk_size=chunk_size):
             sender.send_bytes(encoder.encode(offset, lines, terminated))
         sender.send_bytes(b"")
     except BaseException:  # the parent reads the file again, and reports what goes wrong

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.forking import can_fork
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
 from riffd.transcript.building import IndexBuilder
 from riffd.transcript.detect import detect, suggestions
 from riffd.transcript.external import finish_index
@@ -18,7 +18,7 @@ from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_wh
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
-from riffd.transcript.reader import iter_chunks, read_span
+from riffd.transcript.reader import iter_chunks, read_span, retrying
 from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ INDEX_CHUNK = 1 << 18
 def index_file(
     path: str | os.PathLike[str],
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     with_identity: bool = False,
     decoder_process: bool = False,
 ) -> ScannedFile:
@@ -81,9 +81,11 @@ def index_file(
 
     With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
     the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a
-    second process while this one indexes it (riffd.transcript.parallel_read; the same index). Raise OSError
-    (ReadFailed for persistent EIO) on read errors.
+    second process while this one indexes it (riffd.transcript.parallel_read; the same index).
+    Reads retry EIO per `fs`'s policy, or `retry` (see riffd.transcript.reader.retrying). Raise
+    OSError (ReadFailed for persistent EIO) on read errors.
     """
+    fs = retrying(fs, retry)
     name = os.fspath(path)
     hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
@@ -94,7 +96,7 @@ def index_file(
         and can_fork()
         and fs.stat(name).st_size >= PIPED_MIN_BYTES
     ):
-        builder = index_piped(name, fs=fs, retry=retry, chunk_size=INDEX_CHUNK)
+        builder = index_piped(name, fs=fs, chunk_size=INDEX_CHUNK)
         if builder is None:
             log.info("%s: the decoder process failed; reading it again in this process", name)
         else:
@@ -102,10 +104,10 @@ def index_file(
     if builder is None:
         builder = IndexBuilder(name)
         for offset, lines, terminated in iter_chunks(
-            name, fs=fs, retry=retry, hasher=hasher, chunk_size=INDEX_CHUNK
+            name, fs=fs, hasher=hasher, chunk_size=INDEX_CHUNK
         ):
             builder.add_lines(offset, lines, terminated)
-    index, loaded, findings = analyse(builder, fs=fs, retry=retry)
+    index, loaded, findings = analyse(builder, fs=fs)
     identity = None
     if before is not None and hasher is not None:
         identity = FileIdentity(
@@ -115,7 +117,7 @@ def index_file(
 
 
 def analyse(
-    builder: IndexBuilder, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
+    builder: IndexBuilder, *, fs: RetryingFS = REAL_FILES
 ) -> tuple[TranscriptIndex, LoadedConversation, list[Finding]]:
     """Given a builder fed with every line read so far, return its finished index, loaded
     conversation and findings.
@@ -123,7 +125,7 @@ def analyse(
     A subagent file's parents that live in its session file are looked up there first (that read is
     I/O, so this is not pure; everything after it is).
     """
-    index = finish_index(builder, fs=fs, retry=retry)
+    index = finish_index(builder, fs=fs)
     loaded = loaded_conversation(index)
     return index, loaded, detect(index, loaded)
 
@@ -139,8 +141,8 @@ def _sha256(data: bytes = b"") -> Any:
 def scan_file(
     path: Path,
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     backup_dir: str = "",
     is_live: Callable[[Path, str | None], bool] | None = None,
     decoder_process: bool = False,
@@ -148,9 +150,10 @@ def scan_file(
     """Scan one transcript and return its report; read errors become the report's `error`, not
     exceptions. `is_live(path, session_id)` says whether its session is live: unanswered tool calls
     of its latest turn are then pending, not missing (without it, they are missing).
-    `decoder_process`: see index_file."""
+    `decoder_process`, `fs` and `retry`: see index_file."""
+    fs = retrying(fs, retry)
     try:
-        scanned = index_file(path, fs=fs, retry=retry, decoder_process=decoder_process)
+        scanned = index_file(path, fs=fs, decoder_process=decoder_process)
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
     index = scanned.index
@@ -159,9 +162,7 @@ def scan_file(
         findings = pending_while_live(findings, is_live(path, index.session_id))
     try:  # findings in a file riffd will not edit are labelled so (a read of a few lines)
         doubt = (
-            transcript_doubt(
-                index, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry)
-            )
+            transcript_doubt(index, lambda line: read_span(path, *index.span(line), fs=fs))
             if (findings)
             else ""
         )

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.transcript.agent_links import Links, TaskCall, scan_links
 from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import ASSISTANT, MESSAGE, SIDECHAIN, TranscriptIndex
@@ -84,18 +84,17 @@ def find_sidechains(
     index: TranscriptIndex,
     agent_files: Sequence[Path] = (),
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: RetryingFS = REAL_FILES,
 ) -> list[Sidechain]:
     """Given a finished session index and its agent files
     (`riffd.transcript.targets.agent_files_of`), return its sidechains named by agent, ordered by
     the line they hang from (unlinked ones last). Raise OSError when a file cannot be read."""
     links = Links()
-    scan_links(index, links, fs=fs, retry=retry)
+    scan_links(index, links, fs=fs)
     agents = []
     for path in agent_files:
-        agent_index = _index_agent_file(path, index, fs=fs, retry=retry)
-        scan_links(agent_index, links, fs=fs, retry=retry)
+        agent_index = _index_agent_file(path, index, fs=fs)
+        scan_links(agent_index, links, fs=fs)
         agents.append(_AgentFile(path, path.stem.removeprefix("agent-"), agent_index))
     indexes = {index.path: index, **{str(agent.path): agent.index for agent in agents}}
     decided: dict[int, Sidechain] = {}
@@ -105,23 +104,20 @@ def find_sidechains(
             decided[position] = found
     runs = _inline_runs(index)
     inline = [
-        _inline_sidechain(index, start, count, links, indexes, fs=fs, retry=retry)
-        for start, count in runs
+        _inline_sidechain(index, start, count, links, indexes, fs=fs) for start, count in runs
     ]
     for position, agent in enumerate(agents):
         if position not in decided:
-            decided[position] = _by_prompt_or_meta(agent, index, links, indexes, fs=fs, retry=retry)
+            decided[position] = _by_prompt_or_meta(agent, index, links, indexes, fs=fs)
     sidechains = inline + [decided[position] for position in range(len(agents))]
     return _ordered(sidechains, index.path)
 
 
-def _index_agent_file(
-    path: Path, session: TranscriptIndex, *, fs: FileSystem, retry: RetryPolicy
-) -> TranscriptIndex:
+def _index_agent_file(path: Path, session: TranscriptIndex, *, fs: RetryingFS) -> TranscriptIndex:
     """Index an agent file; parents that are lines of the session (compaction agents) become
     cross-file links."""
     builder = IndexBuilder(str(path))
-    for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry):
+    for offset, lines, terminated in iter_chunks(path, fs=fs):
         builder.add_lines(offset, lines, terminated)
     agent_index = builder.finish()
     in_session = {
@@ -132,12 +128,10 @@ def _index_agent_file(
     return agent_index
 
 
-def _message_text(
-    index: TranscriptIndex, line: int, *, fs: FileSystem, retry: RetryPolicy
-) -> str | None:
+def _message_text(index: TranscriptIndex, line: int, *, fs: RetryingFS) -> str | None:
     """Re-read one line and return its message text (a string, or its text blocks joined),
     stripped."""
-    record = parse_line(read_span(index.path, *index.span(line), fs=fs, retry=retry).rstrip(b"\n"))
+    record = parse_line(read_span(index.path, *index.span(line), fs=fs).rstrip(b"\n"))
     message = record.get("message") if isinstance(record, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str):
@@ -247,13 +241,10 @@ def _inline_sidechain(
     links: Links,
     indexes: dict[str, TranscriptIndex],
     *,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
 ) -> Sidechain:
     base = Sidechain(UNKNOWN_AGENT, INLINE, index.path, start, count)
-    call = _claim_by_prompt(
-        _message_text(index, start, fs=fs, retry=retry), start, index.path, links
-    )
+    call = _claim_by_prompt(_message_text(index, start, fs=fs), start, index.path, links)
     if call is not None:
         return _with_call(base, call, "prompt", indexes)
     parent = index.parents[start]
@@ -295,8 +286,7 @@ def _by_prompt_or_meta(
     links: Links,
     indexes: dict[str, TranscriptIndex],
     *,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
 ) -> Sidechain:
     base = Sidechain(
         UNKNOWN_AGENT,
@@ -312,11 +302,7 @@ def _by_prompt_or_meta(
     if agent.agent_id.startswith(COMPACTION_PREFIX):
         return replace(base, agent=COMPACTION_AGENT, linked_by="compaction")
     prompt_line = _first_prompt_line(agent.index)
-    prompt = (
-        _message_text(agent.index, prompt_line, fs=fs, retry=retry)
-        if prompt_line is not None
-        else None
-    )
+    prompt = _message_text(agent.index, prompt_line, fs=fs) if prompt_line is not None else None
     call = _claim_by_prompt(prompt, None, session.path, links)
     if call is not None:
         return _with_call(base, call, "prompt", indexes)
