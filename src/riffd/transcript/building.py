@@ -69,18 +69,11 @@ class IndexBuilder:
         # None in scans.
         self.tool_log: list[tuple[int, str]] | None = None
         self._pending: dict[str, list[int]] = {}  # a parent uuid not read yet -> its children
-        self._previous: tuple[str | None, int] = (
-            None,
-            NO_PARENT,
-        )  # the last node line's uuid, line
+        # the last node line's uuid and line
+        self._previous: tuple[str | None, int] = (None, NO_PARENT)
         # Parents found in the parent session's file (their children stay pending: see
         # resolve_external).
         self._external: set[str] = set()
-
-    @property
-    def end(self) -> int:
-        """The byte offset just after the last line added."""
-        return self.index.end
 
     def add(self, offset: int, raw: bytes, terminated: bool) -> None:
         """Record one line (its bytes without the newline) at `offset`; see add_lines."""
