@@ -7,6 +7,7 @@ Run by hand from the repository root::
     python3 bench/daemon_bench.py --quick         # smaller figures, about a minute
     python3 bench/daemon_bench.py --json > result.json
     python3 bench/daemon_bench.py --only latency,append --keep
+    python3 bench/daemon_bench.py --write docs/figures/daemon.md  # the table the docs include
 
 Everything happens in a fresh temporary folder (`--tmp` picks where it is made; `--keep` keeps it):
 roots, state folder, Claude folder (empty: no session is registered as running) and config file are
@@ -91,6 +92,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import figures
 import orjson
 import scan_bench
 
@@ -992,6 +994,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
+    add(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the table the docs include (docs/figures/daemon.md)",
+    )
     args = parser.parse_args(argv)
     defaults = (
         {
@@ -1099,6 +1107,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(human)
+    if args.write and results:
+        figures.write(
+            args.write,
+            figures.shown_command("daemon_bench.py", argv if argv is not None else sys.argv[1:]),
+            figures.markdown_table(("measure", "figure"), rows(results)),
+            [
+                "Latency is from just before an append's `write` to the arrival of the worker's JSON "
+                "log line for it; CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."
+            ],
+        )
     return 1 if failed else 0
 
 

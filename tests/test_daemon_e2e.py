@@ -38,7 +38,8 @@ from conftest import (
     transcript_line,
 )
 from riffd.archive.store import Archive
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.scan import scan_file
 

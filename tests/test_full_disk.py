@@ -26,7 +26,8 @@ import pytest
 from conftest import SRC_DIR
 from riffd.archive.store import Archive
 from riffd.database import is_full_error
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 
 SESSIONS = 20
 LINES = 300

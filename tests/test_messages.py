@@ -15,7 +15,8 @@ from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.fix import TailKeeper, _fix_one
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, FileChanged
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.plan import RepairOptions
+from riffd.repair.planner import plan_file_repair
 from riffd.transcript.scan import index_file
 
 

@@ -8,12 +8,18 @@ row of `session_files`: the session, the kind, the folder it is kept relative to
 it, the version number, the blob, size, mode and modification time, and when riffd took it. A
 version is never changed: other bytes, mode or time at the same path are the next version.
 
-A file is taken once it has not changed for the settle time (its own modification time says so: a
-file still being written is looked at again later), read once to hash it (known bytes then cost one
-row) and, when new, read again while it is compressed, inside one transaction that records the blob,
-its frames and the version together, and only when the bytes read the second time hash the same: a
-kill -9 at any point leaves a file stored whole or not at all. Reading a blob back checks each
-frame's checksum and the blob's hash.
+A file is read once to hash it (known bytes then cost one row) and, when new, read again while it
+is compressed, inside one transaction that records the blob, its frames and the version together,
+and only when the bytes read the second time hash the same: a kill -9 at any point leaves a file
+stored whole or not at all. The transaction looks at the newest version again first, so two
+processes taking the same file at once add one version. Reading a blob back checks each frame's
+checksum and the blob's hash. (When a file has settled is the daemon's business:
+riffd.daemon.keeper.)
+
+A file is the newest version as it is when one stat says so: the same size, modification time and
+mode (its type and owner's bits, what a restore writes back: riffd.transcript.sessionfiles.kept_mode),
+and no change of its status since riffd took that version (its ctime before then: a rewrite that kept
+the size and gave the time back is read again, as is a file restored since, which hashes the same).
 """
 
 from __future__ import annotations
@@ -35,7 +41,13 @@ import zstandard
 from riffd.archive.packs import PackDamaged
 from riffd.display import key_path, path_key
 from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
-from riffd.transcript.sessionfiles import PLAN, SessionFile
+from riffd.transcript.sessionfiles import (
+    PLAN,
+    SessionFile,
+    file_state,
+    kept_mode,
+    linked_folder,
+)
 
 CHUNK_BYTES = 1024 * 1024
 LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
@@ -67,12 +79,11 @@ class Version:
 @dataclass(frozen=True)
 class Kept:
     """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes
-    held already), unchanged (the archive holds it as it is), settling (modified less than the
-    settle time ago: `retry_after`), changing (it changed while it was read), gone, or skipped (not
-    a regular file)."""
+    held already), unchanged (the archive holds it as it is), changing (it changed while it was
+    read), gone, skipped (not a regular file) or linked (reached through a symlinked folder riffd
+    does not follow: riffd.transcript.sessionfiles.linked_folder)."""
 
     outcome: str
-    retry_after: float | None = None
     version: int | None = None
     stored_bytes: int = 0
     read_bytes: int = 0
@@ -102,10 +113,8 @@ class WholeFiles:
         self,
         found: SessionFile,
         *,
-        settle: float = 0.0,
         fs: FileSystem = REAL_FS,
         retry: RetryPolicy = DEFAULT_RETRY,
-        now: float | None = None,
         again: bool = False,
     ) -> Kept:
         """Archive the file `found` as it is now, unless the archive holds it as it is; raise
@@ -114,6 +123,8 @@ class WholeFiles:
         says it holds it, and store the frames of its bytes afresh when the blob they hash to cannot
         be read back whole. Reads that fail with EIO are tried again as `retry` says."""
         base, relative = path_key(found.base), path_key(found.relative)
+        if linked_folder(found) is not None:
+            return Kept("linked")
         try:
             status = retrying_call(
                 lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry
@@ -123,37 +134,31 @@ class WholeFiles:
         if not stat.S_ISREG(status.st_mode):
             return Kept("skipped")
         latest = self.latest(base, relative)
-        if (
-            not again
-            and latest is not None
-            and (latest.size, latest.mtime_ns, latest.mode)
-            == (status.st_size, status.st_mtime_ns, status.st_mode)
-        ):
+        if not again and latest is not None and _as_taken(latest, status):
             return Kept("unchanged", version=latest.version)
-        age = (time.time() if now is None else now) - status.st_mtime_ns / 1e9
-        if age < settle:
-            return Kept("settling", retry_after=max(settle - age, 0.05))
         try:
             fd = fs.open(found.path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return Kept("gone")
         try:
             before = fs.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                return Kept("skipped")
             digest = hashlib.sha256()
             for chunk in _chunks(fs, fd, before.st_size, found.path, retry):
                 digest.update(chunk)
             if _moved(before, fs.fstat(fd)) or _moved(before, status):
-                return Kept("changing", retry_after=max(settle, 0.5))
+                return Kept("changing")
             sha256 = digest.digest()
-            if (
-                not again
-                and latest is not None
-                and (latest.sha256, latest.mode, latest.mtime_ns)
-                == (sha256, before.st_mode, before.st_mtime_ns)
-            ):
-                return Kept("unchanged", version=latest.version)
+            if not again and _same(latest, sha256, before):
+                return Kept("unchanged", version=latest.version if latest else None)
             healing = again and self._unreadable(sha256)
             with self._writing():
+                # Another process may have taken it meanwhile (an ingest beside the daemon)
+                latest = self.latest(base, relative)
+                if not again and _same(latest, sha256, before):
+                    self._db.execute("ROLLBACK")
+                    return Kept("unchanged", version=latest.version if latest else None)
                 blob, stored = self._blob(sha256), 0
                 if (
                     blob is None or healing
@@ -161,7 +166,7 @@ class WholeFiles:
                     blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
                     if blob is None:  # the bytes changed between the two reads
                         self._db.execute("ROLLBACK")
-                        return Kept("changing", retry_after=max(settle, 0.5))
+                        return Kept("changing")
                 version = self._add_version(found, base, relative, blob, sha256, before)
         finally:
             fs.close(fd)
@@ -421,8 +426,8 @@ class WholeFiles:
         return found
 
     def held(self) -> dict[str, tuple[int, int, int]]:
-        """Every path the archive holds (its newest version): path -> (size, mtime_ns, mode), for a
-        rescan to compare files with, one stat each."""
+        """Every path the archive holds (its newest version): path -> (size, mtime_ns, kept mode),
+        for a rescan to compare files with (`file_state`), one stat each."""
         if not self.present:
             return {}
         with self._lock:
@@ -431,7 +436,7 @@ class WholeFiles:
                 "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
             ).fetchall()
         return {
-            os.path.join(key_path(base), key_path(path)): (size, mtime_ns, mode)
+            os.path.join(key_path(base), key_path(path)): (size, mtime_ns, kept_mode(mode))
             for base, path, size, mtime_ns, mode in rows
         }
 
@@ -492,21 +497,25 @@ class WholeFiles:
 
     def damaged(self) -> list[tuple[Version, str]]:
         """Read every blob back (checked as `content` does) and return a version of each that cannot
-        be, with why."""
+        be, with why: one whose file still exists when any does (every path with the same bytes
+        shares the blob, and `keep(again=True)` of such a file stores it afresh)."""
         if not self.present:
             return []
         with self._lock:
             rows = self._db.execute(
-                _SELECT_VERSIONS
-                + "WHERE session_files.id IN (SELECT MIN(id) FROM session_files GROUP BY blob)"
+                _SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id"
             ).fetchall()
-        found = []
+        sharing: dict[int, list[Version]] = {}
         for version in map(_version, rows):
+            sharing.setdefault(version.blob, []).append(version)
+        found = []
+        for versions in sharing.values():
             try:
-                for _chunk in self.content(version):
+                for _chunk in self.content(versions[0]):
                     pass
             except PackDamaged as exc:
-                found.append((version, str(exc)))
+                there = [version for version in versions if os.path.exists(version.path)]
+                found.append(((there or versions)[0], str(exc)))
         return found
 
     def stats(self) -> dict[str, Any]:
@@ -515,9 +524,12 @@ class WholeFiles:
         if not self.present:
             return {"kinds": {}, "blobs": 0, "blob_bytes": 0, "stored_bytes": 0}
         with self._lock:
+            # (a version that repeats one of its path, as two processes storing at once could add
+            # before riffd looked again inside the write, is not counted)
             kinds = self._db.execute(
-                "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) "
-                "FROM session_files GROUP BY kind ORDER BY kind"
+                "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) FROM "
+                "(SELECT DISTINCT kind, base, path, blob, mode, mtime_ns, size FROM session_files) "
+                "GROUP BY kind ORDER BY kind"
             ).fetchall()
             blobs = self._db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored), 0) FROM blobs"
@@ -553,6 +565,22 @@ def _version(row: tuple[Any, ...]) -> Version:
         int(mode),
         int(mtime_ns),
         int(seen),
+    )
+
+
+def _as_taken(latest: Version, status: os.stat_result) -> bool:
+    """Whether one stat shows the file as riffd took its newest version (see the module)."""
+    return (latest.size, latest.mtime_ns, kept_mode(latest.mode)) == file_state(
+        status
+    ) and status.st_ctime_ns < latest.seen * 10**9
+
+
+def _same(latest: Version | None, sha256: bytes, status: os.stat_result) -> bool:
+    """Whether the newest version has these bytes, this time and this kept mode."""
+    return latest is not None and (latest.sha256, latest.mtime_ns, kept_mode(latest.mode)) == (
+        sha256,
+        status.st_mtime_ns,
+        kept_mode(status.st_mode),
     )
 
 

@@ -10,7 +10,6 @@ import errno
 import logging
 import os
 import threading
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
 
 from riffd.fsio.mounts import is_remote
 from riffd.fsio.retry import DEFAULT_RETRY, RetryPolicy, is_cloud_sync_error, retrying_call
+from riffd.fsio.retrying import RetryingFS
 from riffd.fsio.seam import NOFOLLOW, REAL_FS, FileSystem
 
 log = logging.getLogger("riffd.fsio")
@@ -47,27 +47,27 @@ class OffsetWriter:
     cache)."""
 
     def __init__(
-        self, fs: FileSystem, fd: int, policy: RetryPolicy = DEFAULT_RETRY, offset: int = 0
+        self, fs: FileSystem, fd: int, policy: RetryPolicy | None = None, offset: int = 0
     ) -> None:
-        self.fs, self.fd, self.policy, self.offset = fs, fd, policy, offset
+        # A RetryingFS brings its own policy; a bare seam gets `policy`, else the default.
+        self.fs = RetryingFS.of(
+            fs, policy or (fs.policy if isinstance(fs, RetryingFS) else DEFAULT_RETRY)
+        )
+        self.fd, self.offset = fd, offset
 
     def write(self, payload: bytes | memoryview) -> None:
         """Write all of `payload` at the current offset; raise OSError when the disk refuses (EIO on
         every try, ENOSPC, ...)."""
         view = memoryview(payload)
         while view:
-            written = retrying_call(
-                partial(self.fs.pwrite, self.fd, view, self.offset),
-                what="riffd's copy",
-                policy=self.policy,
-            )
+            written = self.fs.pwrite(self.fd, view, self.offset)
             if written <= 0:
                 raise OSError(errno.EIO, "write wrote nothing")
             self.offset += written
             view = view[written:]
 
 
-def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy = DEFAULT_RETRY) -> None:
+def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy | None = None) -> None:
     """Flush `fd` (a file at `path`) to stable storage. On a network or FUSE filesystem EIO is
     retried: the server failed for a moment and the request is simply made again. On a local disk it
     is raised at once: there it means the data may not have reached the disk, and a second fsync
@@ -75,6 +75,8 @@ def fsync_file(fs: FileSystem, fd: int, path: Path, policy: RetryPolicy = DEFAUL
     if not is_remote(path):
         fs.fsync(fd)
         return
+    if policy is None:
+        policy = fs.policy if isinstance(fs, RetryingFS) else DEFAULT_RETRY
     retrying_call(lambda: fs.fsync(fd), what=f"flushing {path}", policy=policy)
 
 

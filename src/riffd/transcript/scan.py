@@ -162,7 +162,7 @@ def scan_file(
         findings = pending_while_live(findings, is_live(path, index.session_id))
     try:  # findings in a file riffd will not edit are labelled so (a read of a few lines)
         doubt = (
-            transcript_doubt(index, lambda line: read_span(path, *index.span(line), fs=fs))
+            transcript_doubt(index, lambda line: read_span(path, *index.span(line), fs=fs), path)
             if (findings)
             else ""
         )
