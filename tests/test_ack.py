@@ -4,6 +4,8 @@ taken back."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import stat
@@ -12,11 +14,13 @@ import sys
 from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
+from riffd.fsio import FileSystem
 from riffd.reports.build import build_report
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.state.records import Watermark
 from riffd.state.store import StateStore
+from riffd.transcript.acks import line_digest
 from riffd.transcript.scan import scan_file
 
 GARBAGE = b'{"type":"user","message":{"role":"us\n'  # a torn fragment a later write closed: line 6
@@ -144,3 +148,26 @@ def test_the_report_lists_acknowledged_findings_apart_and_stays_healthy(tmp_path
     broken = riffd(tmp_path, "ack", "--list")
     assert broken.returncode == 2 and "acknowledged.json: cannot be read" in broken.stderr
     store.close()
+
+
+class FailsOnceFS(FileSystem):
+    """The first read fails with EIO, as a sync client's placeholder does."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if not self.failed:
+            self.failed = True
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pread(fd, size, offset)
+
+
+def test_a_line_that_fails_to_read_once_is_still_told_by_its_bytes(tmp_path: Path) -> None:
+    """An acknowledged line without a uuid is told by the hash of its bytes, read through the seam
+    with its retry policy: one EIO is retried, not taken for a line that cannot be read."""
+    path = damaged(tmp_path)
+    offset = len(transcript_bytes(5))  # line 6, the garbage
+    fs = FailsOnceFS()
+    assert line_digest(str(path), offset, fs) == hashlib.sha256(GARBAGE[:-1]).hexdigest()
+    assert fs.failed

@@ -216,10 +216,10 @@ def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSett
 
 
 def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
-    from riffd.transcript.index import TranscriptIndex
+    from riffd.transcript.incremental import GrowingIndex
 
-    def index_of(name: str, lines: int) -> TranscriptIndex:
-        index = TranscriptIndex(name)
+    def index_of(name: str, lines: int) -> GrowingIndex:
+        index = GrowingIndex(name)
         index.add_lines(0, [b"{}"] * lines)
         return index
 
@@ -232,10 +232,10 @@ def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
 def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
     """A session bigger than the budget must not be re-read in full on every append because another
     file was processed in between (both are active)."""
-    from riffd.transcript.index import TranscriptIndex
+    from riffd.transcript.incremental import GrowingIndex
 
     cache = IndexCache(max_lines=10, active_seconds=600)
-    big, small = TranscriptIndex("big"), TranscriptIndex("small")
+    big, small = GrowingIndex("big"), GrowingIndex("small")
     big.add_lines(0, [b"{}"] * 50)
     small.add_lines(0, [b"{}"] * 2)
     cache.put("big", big)

@@ -21,14 +21,9 @@ from riffd.transcript.findings import (
     FindingClass,
     has_latest_turn_calls,
     pending_while_live,
+    torn_tail,
 )
 from riffd.transcript.index import TranscriptIndex
-
-TORN_TAIL_MESSAGE = (
-    "the last line is incomplete (no newline) and nothing has been written for a while: a write "
-    "was cut off; it is cut off once the session is idle, after it is kept in the backup and the "
-    "archive"
-)
 
 
 @dataclass(frozen=True)
@@ -69,14 +64,7 @@ def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: f
     if has_latest_turn_calls(findings):
         findings = pending_while_live(findings, live())
     if seen.tail and seen.index is not None and now - seen.mtime > settings.quiet_period:
-        torn = Finding(
-            FindingClass.TORN_TAIL,
-            seen.name,
-            (len(seen.index) + 1,),
-            TORN_TAIL_MESSAGE,
-            offset=seen.index.end,
-        )
-        findings.append(torn)
+        findings.append(torn_tail(seen.name, len(seen.index) + 1, seen.index.end))
     if seen.stored_repairable is not None and findings == seen.findings:
         repairable = seen.stored_repairable  # unchanged: a repair found impossible stays so
     else:
@@ -99,7 +87,7 @@ def liveness(
         claude_dirs_for(path, settings.claude_dir, settings.roots),
         settings.quiet_period,
         session_id=session_id,
-        fs=fs.seam,
+        fs=fs,
     )
 
 

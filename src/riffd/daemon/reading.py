@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from riffd.daemon.cache import IndexCache
 from riffd.fsio import RetryingFS
 from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
+from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import iter_chunks, read_span
 
@@ -89,7 +90,8 @@ class Chunk:
 
 @dataclass
 class Reading:
-    """One file being read: from byte `start` into `index` (`already` of its lines were processed
+    """One file being read: from byte `start` into `growing`, the index the daemon keeps of it
+    (`already` of its lines were processed
     before: a rebuild reads them again, but does not process them again); `kind` is appended /
     rebuilt / read, `why` says why it is read from the start; `tail` counts the bytes of an
     unfinished last line once the chunks are read."""
@@ -97,12 +99,17 @@ class Reading:
     name: str
     status: os.stat_result
     state: FileState | None
-    index: TranscriptIndex
+    growing: GrowingIndex
     start: int = 0
     already: int = 0
     kind: str = "read"
     why: str = ""
     tail: int = 0
+
+    @property
+    def index(self) -> TranscriptIndex:
+        """The index of the lines read so far."""
+        return self.growing.index
 
     @property
     def rewritten(self) -> bool:
@@ -116,10 +123,7 @@ class Reading:
 
     def chunks(self, fs: RetryingFS) -> Iterator[Chunk]:
         """Yield the complete new lines in chunks; an unfinished last line is only measured."""
-        # (riffd.transcript.reader retries with the policy itself: it is given the bare seam)
-        for offset, lines, terminated in iter_chunks(
-            self.name, fs=fs.seam, retry=fs.policy, start=self.start
-        ):
+        for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start):
             if terminated:
                 yield Chunk(offset, lines)
             else:
@@ -134,7 +138,7 @@ def open_reading(
     watermark = state.watermark if state else None
     if watermark is None:
         cache.drop(name)
-        return Reading(name, status, state, TranscriptIndex(name), why="new file")
+        return Reading(name, status, state, GrowingIndex(name), why="new file")
     if (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == (
         watermark.dev,
         watermark.ino,
@@ -145,13 +149,13 @@ def open_reading(
     why = still_same_file(name, status, watermark, fs)
     if why:
         cache.drop(name)
-        return Reading(name, status, state, TranscriptIndex(name), why=why)
-    index = cache.get(name, watermark.offset)
-    if index is not None:
-        return Reading(name, status, state, index, watermark.offset, watermark.lines, "appended")
+        return Reading(name, status, state, GrowingIndex(name), why=why)
+    growing = cache.get(name, watermark.offset)
+    if growing is not None:
+        return Reading(name, status, state, growing, watermark.offset, watermark.lines, "appended")
     cache.drop(name)
     why = "no index in memory: read from the start to rebuild it"
-    return Reading(name, status, state, TranscriptIndex(name), 0, watermark.lines, "rebuilt", why)
+    return Reading(name, status, state, GrowingIndex(name), 0, watermark.lines, "rebuilt", why)
 
 
 def still_same_file(name: str, status: os.stat_result, watermark: Watermark, fs: RetryingFS) -> str:
@@ -193,5 +197,5 @@ def digest(name: str, offset: int, length: int, fs: RetryingFS) -> str:
     """The sha256 of `length` bytes of `name` at `offset`."""
     if length <= 0:
         return hashlib.sha256(b"").hexdigest()
-    data = read_span(name, offset, length, fs=fs.seam, retry=fs.policy)
+    data = read_span(name, offset, length, fs=fs)
     return hashlib.sha256(data).hexdigest()

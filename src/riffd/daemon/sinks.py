@@ -25,7 +25,7 @@ from riffd.archive.store import Archive, ArchiveGap
 from riffd.daemon.reading import Chunk, Message, Reading
 from riffd.state.store import StateStore
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.incremental import GrowingIndex
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 
@@ -46,25 +46,26 @@ class IndexSink:
     """Adds each chunk to the file's index; with `keep_messages`, leaves the message records the
     index parsed on the chunk (the tracker's food: each line is parsed once)."""
 
-    def __init__(self, index: TranscriptIndex, keep_messages: bool) -> None:
-        self.index = index
+    def __init__(self, growing: GrowingIndex, keep_messages: bool) -> None:
+        self.growing = growing
         self.keep_messages = keep_messages
 
     def feed(self, chunk: Chunk) -> None:
         """Add the chunk's lines to the index."""
-        index = self.index
+        growing = self.growing
         if self.keep_messages:
             messages = chunk.messages
+            index = growing.index
 
             def observe(line: int, record: dict[str, Any]) -> None:
                 messages.append(Message(line, record, index.session_id))
 
-            index.observe = observe
-        index.add_lines(chunk.offset, chunk.lines, True)
+            growing.builder.observe = observe
+        growing.add_lines(chunk.offset, chunk.lines, True)
 
     def done(self) -> None:
         """Let go of the chunk the observer held."""
-        self.index.observe = None
+        self.growing.builder.observe = None
 
 
 class TrackerSink:

@@ -33,7 +33,6 @@ from riffd.state.records import FileState
 from riffd.state.store import StateStore
 from riffd.tracker.tracker import ToolCallTracker
 from riffd.transcript.findings import Finding, FindingClass
-from riffd.transcript.scan import analyse_appended
 
 __all__ = ["Outcome", "Worker", "WorkerSettings"]
 
@@ -130,7 +129,7 @@ class Worker:
     ) -> list[LineSink]:
         """The sinks of one reading: the index first (it parses the lines), then the tracker and the
         archive."""
-        sinks: list[LineSink] = [IndexSink(reading.index, keep_messages=tracked is not None)]
+        sinks: list[LineSink] = [IndexSink(reading.growing, keep_messages=tracked is not None)]
         if tracked is not None:
             sinks.append(tracked)
         if self.archive is not None:
@@ -142,8 +141,7 @@ class Worker:
     def _judge(self, reading: Reading, tracked: TrackerSink | None) -> Verdict:
         """Judge the file `reading` read, from the detectors' findings and what the tracker found."""
         index, state = reading.index, reading.state
-        # (riffd.transcript retries with the policy itself: it is given the bare seam)
-        findings = analyse_appended(index, fs=self.fs.seam, retry=self.fs.policy)
+        findings = reading.growing.findings(fs=self.fs)
         stored = None  # the redundant calls found before, which those found now join
         if tracked and state is not None and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL):
             stored = state.findings
@@ -205,7 +203,7 @@ class Worker:
                 counters,
             )
         self._remember(name, findings)
-        self.cache.put(name, index)
+        self.cache.put(name, reading.growing)
         return Outcome(
             name,
             kind,
