@@ -7,6 +7,7 @@ Run by hand from the repository root::
     python3 bench/daemon_bench.py --quick         # smaller figures, about a minute
     python3 bench/daemon_bench.py --json > result.json
     python3 bench/daemon_bench.py --only latency,append --keep
+    python3 bench/daemon_bench.py --write docs/figures/daemon.md  # the table the docs include
 
 Everything happens in a fresh temporary folder (`--tmp` picks where it is made; `--keep` keeps it):
 roots, state folder, Claude folder (empty: no session is registered as running) and config file are
@@ -41,7 +42,7 @@ database).
    reads the whole file, then `--big-appends` (50) times: append one line, `process` it. Reported:
    ms per append (median, p95, max), the full scan's ms, their ratio (median append / full scan),
    the detection work alone (a fresh index of the file fed each appended line, timing only
-   `analyse_appended`), and the bytes one append reads (a `riffd.fsio.FileSystem` subclass counts
+   `GrowingIndex.findings`), and the bytes one append reads (a `riffd.fsio.FileSystem` subclass counts
    every byte `pread` returns: the new line plus the fingerprint reads). Every append must come out
    "appended" with 1 line, or the run fails. damaged: the same on a 10 MB session holding
    `--findings` (0, 1,000, 10,000) orphan tool results (user lines whose tool_result names no
@@ -91,15 +92,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import figures
 import orjson
 import scan_bench
 
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem
 from riffd.state.store import StateStore
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.reader import iter_chunks
-from riffd.transcript.scan import analyse_appended, index_file
+from riffd.transcript.scan import index_file
 
 MB = 1_000_000
 SMALL_SOURCE = "marot-spotter/short.jsonl"
@@ -601,7 +603,7 @@ def measure_append(
 
 def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int) -> dict[str, Any]:
     """In process: a full scan of a big file vs a Worker processing one appended line at a time, and
-    the detection work alone (`analyse_appended` on an index fed the new line)."""
+    the detection work alone (`GrowingIndex.findings` on an index fed the new line)."""
     home = base / f"append-{size_mb:g}"
     root = home / "projects"
     started = time.perf_counter()
@@ -669,20 +671,20 @@ def measure_append_one(base: Path, corpus: Corpus, size_mb: float, appends: int)
 
 
 def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
-    """Index `path` as the worker does, judge it once in full, then time only `analyse_appended`
+    """Index `path` as the worker does, judge it once in full, then time only `GrowingIndex.findings`
     after each appended line is added to the index (reading and parsing the line are not
     counted)."""
-    index = TranscriptIndex(str(path))
+    index = GrowingIndex(str(path))
     for offset, lines, terminated in iter_chunks(path):
         index.add_lines(offset, lines, terminated)
-    analyse_appended(index)
+    index.findings()
     times = []
     for _ in range(appends):
         corpus.append(path)
         for offset, lines, terminated in iter_chunks(path, start=index.end):
             index.add_lines(offset, lines, terminated)
         started = time.perf_counter()
-        findings = analyse_appended(index)
+        findings = index.findings()
         times.append((time.perf_counter() - started) * 1000)
         if findings:
             raise BenchError(f"{path}: an append made findings: {findings[0].message}")
@@ -992,6 +994,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add("--keep", action="store_true", help="keep the temporary folder (its path is printed)")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
+    add(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the table the docs include (docs/figures/daemon.md)",
+    )
     args = parser.parse_args(argv)
     defaults = (
         {
@@ -1099,6 +1107,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(human)
+    if args.write and results:
+        figures.write(
+            args.write,
+            figures.shown_command("daemon_bench.py", argv if argv is not None else sys.argv[1:]),
+            figures.markdown_table(("measure", "figure"), rows(results)),
+            [
+                "Latency is from just before an append's `write` to the arrival of the worker's JSON "
+                "log line for it; CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."
+            ],
+        )
     return 1 if failed else 0
 
 

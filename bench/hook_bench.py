@@ -4,6 +4,7 @@ Run by hand from the repository root::
 
     python3 bench/hook_bench.py                  # about half a minute
     python3 bench/hook_bench.py --runs 50 --json
+    python3 bench/hook_bench.py --write docs/figures/hooks.md  # the table the docs include
 
 1. hook latency (SessionStart too: a registry of 20 sessions, then the resumed one registered to
    another live process, which makes it warn): a 10,000-line session in a temporary folder (9,990
@@ -39,6 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+
+import figures  # noqa: E402
 
 from riffd.tracker.tracker import ToolCallTracker  # noqa: E402
 
@@ -188,37 +191,37 @@ def hook_latency(runs: int) -> dict[str, Any]:
         python = [sys.executable]
         cache = Path(folder) / "pycache"
         hook = [*python, "-m", "riffd", "hook", "pre-tool-use"]
-        figures: dict[str, Any] = {
+        timings: dict[str, Any] = {
             "session_lines": lines,
             "session_bytes": transcript.stat().st_size,
         }
-        figures["python -c pass"] = time_command([*python, "-c", "pass"], b"", runs, cache)
-        figures["python -m riffd hook (warn)"] = time_command(hook, event, runs, cache)
-        figures["python -m riffd hook (cache)"] = time_command(
+        timings["python -c pass"] = time_command([*python, "-c", "pass"], b"", runs, cache)
+        timings["python -m riffd hook (warn)"] = time_command(hook, event, runs, cache)
+        timings["python -m riffd hook (cache)"] = time_command(
             [*hook, "--mode", "cache"], event, runs, cache
         )
-        figures["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
-        figures.update(session_start_latency(Path(folder), runs, cache))
+        timings["python -m riffd hook (warn, no .pyc)"] = time_command(hook, event, runs, None)
+        timings.update(session_start_latency(Path(folder), runs, cache))
         state = {
             "RIFFD_STATE_DIR": str(Path(folder) / "state"),
             "XDG_CONFIG_HOME": str(Path(folder) / "xdg"),
         }
-        figures["python -m riffd --help"] = time_command(
+        timings["python -m riffd --help"] = time_command(
             [*python, "-m", "riffd", "--help"], b"", runs, cache, state
         )
-        figures["python -m riffd status (no daemon)"] = time_command(
+        timings["python -m riffd status (no daemon)"] = time_command(
             [*python, "-m", "riffd", "status"], b"", runs, cache, state, check=False
         )  # exits 3
         populated = {**state, "RIFFD_STATE_DIR": str(populated_state(Path(folder) / "populated"))}
-        figures["python -m riffd status, state of 5,000 files (stopped daemon)"] = time_command(
+        timings["python -m riffd status, state of 5,000 files (stopped daemon)"] = time_command(
             [*python, "-m", "riffd", "status"], b"", runs, cache, populated, check=False
         )  # exits 3: stopped
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
-            figures["riffd hook (console script)"] = time_command(
+            timings["riffd hook (console script)"] = time_command(
                 [str(script), "hook", "pre-tool-use"], event, runs, cache
             )
-        return figures
+        return timings
 
 
 def populated_state(folder: Path) -> Path:
@@ -226,7 +229,8 @@ def populated_state(folder: Path) -> Path:
     2,000 repair records, 90 days of hourly history, and the live figures of a daemon that has
     stopped."""
     from riffd.daemon.jobs import store_snapshot
-    from riffd.state.store import StateStore, Watermark
+    from riffd.state.records import Watermark
+    from riffd.state.store import StateStore
 
     store = StateStore(folder / "state.db")
     for number in range(5000):
@@ -388,24 +392,85 @@ def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
     }
 
 
+# How the docs' table names each row.
+LABELS = {
+    ANCHOR: "`python3 -c pass` (the interpreter alone, on this machine)",
+    "python -m riffd hook (warn)": "`python3 -m riffd hook pre-tool-use`, warn",
+    "python -m riffd hook (cache)": "the same, `--mode cache` (answers from the cache)",
+    "python -m riffd hook (warn, no .pyc)": "the same without bytecode cache "
+    "(`PYTHONDONTWRITEBYTECODE`)",
+    "riffd hook (console script)": "`riffd hook pre-tool-use` (console script)",
+    "python -m riffd hook session-start (no other process)": "`python3 -m riffd hook "
+    "session-start`, a registry of 20 other sessions",
+    "python -m riffd hook session-start (warns)": "the same, the session open elsewhere (warns)",
+    "python -m riffd --help": "`python3 -m riffd --help` (imports no command module)",
+    "python -m riffd status (no daemon)": "`python3 -m riffd status`, no daemon and no state yet",
+    "python -m riffd status, state of 5,000 files (stopped daemon)": "`python3 -m riffd status`, "
+    "the state of 5,000 files, 500 findings, 2,000 repairs, 90 days of history",
+}
+
+
+def markdown(measured: dict[str, Any]) -> str:
+    """The figures as the docs' table: p50 / p95 of each command, and its p50 over the anchor's."""
+    hook = measured["hook"]
+    anchor = hook[ANCHOR]["p50_ms"]
+    rows = []
+    for name, value in hook.items():
+        if not isinstance(value, dict):
+            continue
+        label = LABELS.get(name, name)
+        p50 = f"{value['p50_ms']:.1f}"
+        if name in GOALS:
+            label, p50 = f"{label} (goal < {GOALS[name]} ms)", f"**{p50}**"
+        rows.append((label, f"{p50} / {value['p95_ms']:.1f} ms", f"{value['p50_ms'] / anchor:.2f}"))
+    tracker = measured["tracker"]
+    rows.append(
+        (
+            f"tracker, in-process: {tracker['calls']:,} tool calls with their results",
+            f"{tracker['ms_per_10000_calls'] * tracker['calls'] / 10_000:.0f} ms "
+            f"({tracker['ms_per_10000_calls'] / 10:.0f} µs a call)",
+            "",
+        )
+    )
+    return figures.markdown_table(("measure", "p50 / p95", f"p50 over `{ANCHOR}`"), rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30, help="hook runs per command (default: 30)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the table the docs include (docs/figures/hooks.md)",
+    )
     args = parser.parse_args()
-    figures = {
+    measured = {
         "python": sys.version.split()[0],
         "cores": os.cpu_count(),
         "hook": hook_latency(args.runs),
         "tracker": tracker_cost(),
     }
+    if args.write:
+        figures.write(
+            args.write,
+            figures.shown_command("hook_bench.py", sys.argv[1:]),
+            markdown(measured),
+            [
+                f"p50 / p95 of {args.runs} runs each, a new process per call, on a "
+                f"{measured['hook']['session_lines']:,}-line session "
+                f"({measured['hook']['session_bytes'] / 1e6:.1f} MB); bytecode cached as in an "
+                "installed package, except where said; the goals are judged on the p50."
+            ],
+        )
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps(measured, indent=2))
         return 0
-    hook = figures["hook"]
+    hook = measured["hook"]
     print(
-        f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {figures['python']}, "
-        f"{figures['cores']} cores; {args.runs} runs each"
+        f"session: {hook['session_lines']:,} lines, {hook['session_bytes']:,} bytes; Python {measured['python']}, "
+        f"{measured['cores']} cores; {args.runs} runs each"
     )
     anchor = hook[ANCHOR]["p50_ms"]
     for name, value in hook.items():
@@ -421,7 +486,7 @@ def main() -> int:
             f"goal {verdict}: {name}: p50 < {goal} ms (got {got['p50_ms']:.1f}, p95 {got['p95_ms']:.1f}; "
             f"{ANCHOR} {anchor:.1f})"
         )
-    tracker = figures["tracker"]
+    tracker = measured["tracker"]
     print(
         f"tracker: {tracker['ms_per_10000_calls']} ms per 10,000 tool calls (with their results); "
         f"{tracker['redundant_found']} repeats found"

@@ -5,6 +5,7 @@ Run by hand from the repository root::
     python3 bench/scan_bench.py                      # 1024 MB corpus + one 1024 MB file
     python3 bench/scan_bench.py --size-mb 100 --single-mb 0 --keep
     python3 bench/scan_bench.py --json > result.json
+    python3 bench/scan_bench.py --keep --repeat 5 --write docs/figures/scan.md  # the docs' table
 
 What it does:
 
@@ -69,9 +70,11 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import figures
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
@@ -705,6 +708,44 @@ def table(pairs: list[Pair]) -> str:
     return "\n".join(rows)
 
 
+def markdown(pairs: list[Pair]) -> str:
+    """Render the measurements as the docs' table: a row per way of scanning each target."""
+    rows = []
+    for pair in pairs:
+        base = pair.baseline
+        label = (
+            f"{pair.scan.files:,} sessions, {base.bytes / MB:,.0f} MB"
+            if pair.scan.target == "corpus"
+            else f"one session, {base.bytes / MB:,.0f} MB"
+        )
+        for scan in (pair.scan, *pair.others):
+            ratio, peak = f"{pair.ratio(scan):.2f}", f"{scan.peak_rss_mb:.0f} MB"
+            if scan is pair.scan:
+                ratio, peak = f"**{ratio}**", f"**{peak}**"
+            rows.append(
+                (
+                    label
+                    if scan is pair.scan
+                    else f"the same, `{scan.what.removeprefix('riffd scan ')}`",
+                    f"{base.lines:,}",
+                    f"{base.mb_per_s:.0f} MB/s",
+                    f"{scan.mb_per_s:.0f} MB/s (CPU {scan.cpu_seconds:.1f} s against "
+                    f"{base.cpu_seconds:.1f} s)",
+                    ratio,
+                    peak,
+                )
+            )
+    header = (
+        "files",
+        "lines",
+        "orjson.loads",
+        "riffd scan",
+        f"ratio (goal ≥ {RATIO_GOAL})",
+        f"peak RSS (goal < {RSS_GOAL_MB:.0f} MB)",
+    )
+    return figures.markdown_table(header, rows)
+
+
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -736,6 +777,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--keep", action="store_true", help="keep a corpus this run builds, for later runs")
     add("--rebuild", action="store_true", help="build the corpus even if a matching one is cached")
     add("--json", action="store_true", help="print the results as one JSON object on stdout")
+    add(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the table the docs include (docs/figures/scan.md)",
+    )
     args = parser.parse_args(argv)
     if args.size_mb <= 0 or args.single_mb < 0 or args.repeat < 1:
         parser.error("--size-mb must be > 0, --single-mb >= 0, --repeat >= 1")
@@ -810,6 +857,18 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(human)
+    if args.write:
+        shown = figures.shown_command("scan_bench.py", argv if argv is not None else sys.argv[1:])
+        figures.write(
+            args.write,
+            shown,
+            markdown(pairs),
+            [
+                "MB is 10^6 bytes; ratio is the scan's MB/s over the baseline's (wall times); peak RSS is "
+                "that of the largest single process (a worker counts alone); "
+                f"orjson {orjson.__version__}, msgspec {version('msgspec')}."
+            ],
+        )
     return 0
 
 

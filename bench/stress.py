@@ -3,10 +3,11 @@ and losses.
 
 Run by hand from the repository root (each mode in a fresh temporary folder; nothing of the user's is read)::
 
-    python3 bench/stress.py                          # every mode at its full round count: about 25
-    minutes python3 bench/stress.py --modes rename,delete    # some modes python3 bench/stress.py
-    --rounds 0.1             # a tenth of each mode's rounds, for a quick look python3
-    bench/stress.py --json
+    python3 bench/stress.py                        # every mode at its full round count: 40+ minutes
+    python3 bench/stress.py --modes rename,delete  # some modes
+    python3 bench/stress.py --rounds 0.1           # a tenth of each mode's rounds, for a quick look
+    python3 bench/stress.py --json
+    python3 bench/stress.py --write docs/figures/stress.md  # the table the docs include
 
 Transcripts are generated 2.1.x-shaped sessions (tests/damage.py) with the real "resumed session"
 duplicate of shared/transcript-format.md 4b, so every one has something to repair. Appended lines
@@ -75,10 +76,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import figures  # noqa: E402
+
 from helpers import damage  # noqa: E402
 from riffd.fsio import FileSystem  # noqa: E402
 from riffd.repair.outcomes import ApplyOptions, Repaired, Skipped  # noqa: E402
-from riffd.repair.planner import RepairOptions, plan_file_repair  # noqa: E402
+from riffd.repair.plan import RepairOptions  # noqa: E402
+from riffd.repair.planner import plan_file_repair  # noqa: E402
 from riffd.repair.writer import apply_plan  # noqa: E402
 from riffd.transcript.scan import index_file  # noqa: E402
 
@@ -92,6 +96,32 @@ ROUNDS = {
     "holder": 200,
     "kill-swap": 200,
     "cloud": 0,
+}
+
+
+# What each mode does, and the counters besides lost and torn that can fail in it (the docs' table).
+SUMMARY = {
+    "appender": ("a writer appends while the daemon repairs", ()),
+    "kill-fix": ("`riffd fix` killed (-9) at a random moment", ("bad_backups", "leftovers")),
+    "kill-run": ("the daemon killed (-9) mid-repair, restarted", ("bad_databases",)),
+    "rename": ("a new version renamed over the transcript during the repair", ()),
+    "delete": ("the transcript deleted during the repair", ("brought_back",)),
+    "resume": (
+        "a client resumes the session during `riffd fix` and appends to what it loaded",
+        ("dangling",),
+    ),
+    "holder": (
+        "a writer holds the old file across the swap and writes up to 2.5 s later",
+        ("dangling", "leftovers"),
+    ),
+    "kill-swap": (
+        "riffd killed 0-5 ms after its exchange while a writer writes to the old file",
+        ("dangling", "brought_back", "leftovers"),
+    ),
+    "cloud": (
+        "a FUSE folder failing 20% of all calls with EIO, sessions arriving and appended to",
+        ("missing", "not_identical"),
+    ),
 }
 
 
@@ -739,6 +769,13 @@ def main() -> int:
         help="the size of the session the resume mode repairs, in MB (default 100)",
     )
     parser.add_argument("--json", action="store_true", help="print the tallies as JSON")
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the tallies as the Markdown table the docs include "
+        "(docs/figures/stress.md)",
+    )
     args = parser.parse_args()
     tallies = []
     for mode in args.modes.split(","):
@@ -767,7 +804,31 @@ def main() -> int:
                 [{key: value for key, value in vars(tally).items()} for tally in tallies], indent=2
             )
         )
+    if args.write:
+        figures.write(
+            args.write,
+            figures.shown_command("stress.py", sys.argv[1:]),
+            markdown(tallies, args.cloud_minutes),
+        )
     return 1 if any(tally.losses for tally in tallies) else 0
+
+
+def markdown(tallies: list[Tally], cloud_minutes: float) -> str:
+    """The tallies as the docs' table: a row per mode, with what it does and what it found."""
+    rows = []
+    for tally in tallies:
+        what, others = SUMMARY[tally.mode]
+        if tally.mode == "cloud":
+            what = f"{cloud_minutes:g} minutes on {what}"
+            rounds = f"{tally.rounds} sessions ({tally.repairs} repaired under faults, {tally.appended} lines)"
+        else:
+            appended = f", {tally.appended} appended lines" if tally.appended else ""
+            rounds = f"{tally.rounds} ({tally.repairs} repairs{appended})"
+        failures = ", ".join(f"{getattr(tally, name)} {name.replace('_', ' ')}" for name in others)
+        rows.append((tally.mode, what, rounds, tally.lost, tally.torn, failures or "0"))
+    return figures.markdown_table(
+        ("mode", "what it does", "rounds", "lost", "torn", "other failures"), rows
+    )
 
 
 if __name__ == "__main__":

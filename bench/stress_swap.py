@@ -27,8 +27,8 @@ from pathlib import Path
 from stress import Tally, environment
 
 from helpers import damage
-from riffd.repair.plan import render
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.plan import RepairOptions, render
+from riffd.repair.planner import plan_file_repair
 from riffd.transcript.scan import index_file
 
 PROJECT = "-home-user-project"

@@ -5,6 +5,7 @@ Run by hand from the repository root (also part of bench/archive_bench.py, as it
 
     python3 bench/whole_bench.py            # about a minute
     python3 bench/whole_bench.py --json
+    python3 bench/whole_bench.py --write docs/figures/whole.md  # the table the docs include
 
 The corpus: every real session of `../shared/corpus/real` (with its subagents) and `--resumed` (3)
 resumed copies of each, laid out as the client 2.1.332 lays out a session (transcript-format.md,
@@ -46,6 +47,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import figures
 import orjson
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +185,7 @@ def gzip6(paths: list[Path]) -> int:
 def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> dict[str, Any]:
     """`WholeFiles.keep` of every file into a fresh archive, best of `repeat`."""
     from riffd.archive.store import Archive
-    from riffd.transcript.sessionfiles import classify
+    from riffd.claude_code.session_files import classify
 
     found = [classify(path, [claude / "projects"], [claude]) for path in whole]
     assert all(found), "a file of the corpus is not one the archive keeps"
@@ -327,6 +329,39 @@ def render(result: dict[str, Any]) -> str:
     )
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The figures as the docs' table: the storage against gzip -6, then the store rates."""
+    store, row, large = result["store"], result["storage"], result["store_large"]
+    return figures.markdown_table(
+        ("measure", "figure"),
+        [
+            (
+                f"{row['transcripts']} transcripts ({row['transcript_bytes'] / MB:.1f} MB) and "
+                f"{row['files']} files kept whole ({row['file_bytes'] / MB:.1f} MB): "
+                "`riffd archive ingest`",
+                f"**archive {row['archive_bytes'] / MB:.2f} MB** against gzip -6 per file "
+                f"{row['gzip6_bytes'] / MB:.2f} MB ({row['gzip6_transcript_bytes'] / MB:.2f} of it the "
+                f"transcripts, {row['gzip6_file_bytes'] / MB:.2f} the files): ratio {row['ratio']:.2f}",
+            ),
+            (
+                "the files alone, in that archive",
+                f"blobs {row['archive_blob_bytes'] / MB:.2f} MB against gzip -6 "
+                f"{row['gzip6_file_bytes'] / MB:.2f} MB",
+            ),
+            (
+                f"store rate, {large['bytes'] / MB:.0f} MB of distinct 2 MB saved outputs (build and "
+                "test logs), `WholeFiles.keep` in-process, best of 3",
+                f"**{large['mb_per_s']:.1f} MB/s**; {large['stored_bytes'] / MB:.1f} MB stored against "
+                f"gzip -6 {large['gzip6_bytes'] / MB:.1f} MB",
+            ),
+            (
+                f"store rate, the {store['files']} small files of the sessions",
+                f"{store['mb_per_s']:.1f} MB/s (a transaction each)",
+            ),
+        ],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Measure and print; return 0, or 1 when a measurement fails."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -345,6 +380,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--json", action="store_true", help="print the results as one JSON object on stdout"
     )
+    parser.add_argument(
+        "--write",
+        type=Path,
+        metavar="FILE",
+        help="also write the table the docs include (docs/figures/whole.md)",
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="riffd-whole-bench-", dir=args.tmp))
     try:
@@ -360,7 +401,19 @@ def main(argv: list[str] | None = None) -> int:
     print(render(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, indent=2))
+    if args.write:
+        write(args.write, "whole_bench.py", argv, result)
     return 0
+
+
+def write(path: Path, script: str, argv: list[str] | None, result: dict[str, Any]) -> None:
+    """Write the docs' table of `result` to `path`, naming the command that measured it."""
+    figures.write(
+        path,
+        figures.shown_command(script, argv if argv is not None else sys.argv[1:]),
+        markdown(result),
+        ["MB is 10^6 bytes; gzip -6 is the sum of `gzip -6 -c FILE` over every file."],
+    )
 
 
 if __name__ == "__main__":

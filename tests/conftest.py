@@ -207,7 +207,8 @@ def scan_transcript_bytes(
 def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
     """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new
     uuids."""
-    from riffd.repair.planner import RepairOptions, plan_repair
+    from riffd.repair.plan import RepairOptions
+    from riffd.repair.planner import plan_repair
     from riffd.transcript.reader import read_span
 
     counter = iter(range(1, 1_000_000))

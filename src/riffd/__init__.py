@@ -7,4 +7,4 @@ and `hooks`; `repair`, `archive`, `tracker`, `config` and `state`; `transcript`;
 holds only the version.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -4,16 +4,23 @@ taken back."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import stat
 import subprocess
 from pathlib import Path
 
 from conftest import transcript_bytes, transcript_line
 from helpers.run import run_riffd
+from riffd.fsio import FileSystem
 from riffd.reports.build import build_report
+from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
+from riffd.transcript.acks import line_digest
 from riffd.transcript.scan import scan_file
 
 GARBAGE = b'{"type":"user","message":{"role":"us\n'  # a torn fragment a later write closed: line 6
@@ -115,19 +122,43 @@ def test_the_report_lists_acknowledged_findings_apart_and_stays_healthy(tmp_path
     store = StateStore(tmp_path / "state" / "state.db")
     findings = [finding.to_json() for finding in scan_file(path).findings]
     store.save_file(Watermark(str(path), 1, 1, 0, 0, 0, "", 0, "", 0, 0), "s", findings, 0)
-    report = build_report(store, tmp_path / "state" / "backups", {"running": True})
+    model = build_report(store, tmp_path / "state" / "backups", {"running": True})
+    report = report_document(model)
     assert report["healthy"], report["problems"]
     assert report["findings"]["open"] == {} and report["findings"]["acknowledged"] == {
         "malformed_line": 1
     }
     (item,) = report["attention"]
     assert item["state"] == "acknowledged" and f"riffd ack --undo {path}:6" in item["action"]
-    assert f"- acknowledged: {path} line 6: malformed_line" in render_markdown(report)
+    assert f"- acknowledged: {path} line 6: malformed_line" in render_markdown(model)
     # A broken acknowledgements file hides nothing: the finding counts, and the report says why.
     (tmp_path / "state" / "acknowledged.json").write_text("{oops")
-    report = build_report(store, tmp_path / "state" / "backups", {"running": True})
+    report = report_document(build_report(store, tmp_path / "state" / "backups", {"running": True}))
     assert not report["healthy"] and report["findings"]["open"] == {"malformed_line": 1}
     assert any("acknowledgements not applied" in problem for problem in report["problems"])
     broken = riffd(tmp_path, "ack", "--list")
     assert broken.returncode == 2 and "acknowledged.json: cannot be read" in broken.stderr
     store.close()
+
+
+class FailsOnceFS(FileSystem):
+    """The first read fails with EIO, as a sync client's placeholder does."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if not self.failed:
+            self.failed = True
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pread(fd, size, offset)
+
+
+def test_a_line_that_fails_to_read_once_is_still_told_by_its_bytes(tmp_path: Path) -> None:
+    """An acknowledged line without a uuid is told by the hash of its bytes, read through the seam
+    with its retry policy: one EIO is retried, not taken for a line that cannot be read."""
+    path = damaged(tmp_path)
+    offset = len(transcript_bytes(5))  # line 6, the garbage
+    fs = FailsOnceFS()
+    assert line_digest(str(path), offset, fs) == hashlib.sha256(GARBAGE[:-1]).hexdigest()
+    assert fs.failed

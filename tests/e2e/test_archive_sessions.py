@@ -17,9 +17,9 @@ from helpers.run import run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
 
 
-def _riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _riffd(tmp_path: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     environment = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}  # never the user's own folder
-    return run_riffd(*args, config=write_config(tmp_path), env=environment, timeout=180)
+    return run_riffd(*args, config=write_config(tmp_path), env=environment, timeout=timeout)
 
 
 def _ingested(tmp_path: Path) -> SessionTree:
@@ -253,6 +253,38 @@ def test_a_file_the_archive_cannot_give_whole_is_not_restored_and_nothing_is_lef
     assert (
         sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []
     )  # no temp left either
-    assert tree.main.exists() and all(
-        path.exists() for path in tree.whole if path.parent.name != "tool-results"
+    assert all(path.exists() for path in tree.whole if path.parent.name != "tool-results")
+    # Its transcripts are held back: `claude --resume` never sees a session whose outputs are missing
+    for transcript in tree.transcripts:
+        assert not transcript.exists()
+        assert (
+            f"riffd: error: {transcript}: not restored: another file of session {tree.session_id} "
+            "failed (above)" in result.stderr
+        )
+    assert "2 failed, 2 held back (another file of their session failed)" in result.stderr
+
+
+def test_verify_names_a_file_that_still_has_the_bytes_of_a_damaged_blob(tmp_path: Path) -> None:
+    """The two sessions' saved outputs share one blob: with one session deleted, the other's file
+    still has the bytes, so they are not lost and --fix stores them again from it."""
+    tree = _ingested(tmp_path)
+    other = next(
+        path
+        for path in (tmp_path / "claude" / "projects").rglob("*.txt")
+        if tree.session_id not in str(path)
     )
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        blob, frame = db.execute(
+            "SELECT blob, data FROM blob_chunks ORDER BY length(data) DESC LIMIT 1"
+        ).fetchone()
+        db.execute(
+            "UPDATE blob_chunks SET data = ? WHERE blob = ?", (frame[:-4] + b"\x00" * 4, blob)
+        )
+    delete_like_cleanup(tree)
+    damaged = _riffd(tmp_path, "archive", "verify")
+    assert damaged.returncode == 1
+    assert "lost from the archive" not in damaged.stdout
+    assert f"stores these bytes again from {other}, which still exists" in damaged.stdout
+    assert _riffd(tmp_path, "archive", "verify", "--fix").returncode == 0
+    assert _riffd(tmp_path, "archive", "restore", tree.session_id).returncode == 0
+    assert all(path.read_bytes() == other.read_bytes() for path in tree.tool_results())

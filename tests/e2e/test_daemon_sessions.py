@@ -29,7 +29,7 @@ from helpers.sessiontree import (
 )
 from helpers.sessiontree import SessionTree as Tree
 from riffd.archive.store import Archive
-from riffd.transcript.sessionfiles import SessionFile, all_session_files
+from riffd.claude_code.session_files import SessionFile, all_session_files, file_state
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def _archived_as_on_disk(box: Sandbox, tree: Tree) -> bool:
         held = archive.whole.held()
         for path in tree.whole:
             status = path.stat()
-            if held.get(str(path)) != (status.st_size, status.st_mtime_ns, status.st_mode):
+            if held.get(str(path)) != file_state(status):
                 return False
         for path in tree.transcripts:
             found = archive.files_of(str(path))
@@ -277,3 +277,40 @@ def test_the_rescan_takes_a_file_no_event_reported(box: Sandbox) -> None:
         report["watcher"]["events"] == 0
     )  # nothing came from the observer: the rescans did it all
     daemon.stop()
+
+
+def test_the_daemon_never_archives_through_a_sessions_folder_linked_out_of_the_roots(
+    box: Sandbox,
+) -> None:
+    """A session's folder and another's `tool-results` linked to a folder outside the roots: the
+    start-up rescan and the events of the linked folder (which the transcript walk follows and the
+    watcher watches) archive nothing from there; each link is named once in the log."""
+    outside = box.root / "elsewhere"
+    outside.mkdir()
+    (outside / "private.txt").write_text("not a session's file\n")
+    other = SESSION.replace("f11e", "f11f")
+    for session in (SESSION, other):
+        append_like_claude(box.project / f"{session}.jsonl", [line(session, 0, "hi")])
+    (box.project / SESSION).symlink_to(outside)
+    (box.project / other).mkdir()
+    (box.project / other / "tool-results").symlink_to(outside)
+    kept = box.project / other / "subagents" / "agent-a1.meta.json"
+    _write(kept, b'{"agentType": "general-purpose"}')
+    daemon = box.start()
+    daemon.wait_until(
+        lambda: (box.state / "archive.db").exists() and _versions_held(box) >= 1,
+        "the session's own file archived",
+    )
+    _write(outside / "new.txt", b"written after the start\n")  # an event in the linked folder
+    (box.project / other / "subagents" / "agent-a2.meta.json").write_bytes(b"{}")
+    daemon.wait_until(lambda: _versions_held(box) >= 2, "the second own file archived")
+    time.sleep(2.5)  # (the settle time and more for the linked folder's file)
+    daemon.stop()
+    archive = Archive(box.state / "archive.db", read_only=True)
+    try:
+        held = sorted(archive.whole.held())
+    finally:
+        archive.close()
+    assert held == [str(kept), str(kept.with_name("agent-a2.meta.json"))]
+    for link in (box.project / SESSION, box.project / other / "tool-results"):
+        assert daemon.stderr().count(f"{link}: a symlink (to {outside})") == 1, daemon.stderr()

@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffd.transcript.detect import LoadedConversation, loaded_conversation
+from riffd.transcript.building import IndexBuilder
 from riffd.transcript.findings import FindingClass
-from riffd.transcript.index import SIDECHAIN, TranscriptIndex
+from riffd.transcript.index import SIDECHAIN
+from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.reader import parse_line
 
 INTERRUPTED_TEXT = "[Tool call interrupted: the session was resumed before this tool call returned]"
@@ -80,16 +81,16 @@ class Tree:
     def __init__(self, lines: Sequence[bytes]) -> None:
         self.lines = list(lines)
         self.records: list[dict[str, Any] | None] = []
-        index = TranscriptIndex("<damage>")
+        builder = IndexBuilder("<damage>")
         offset = 0
         for raw in self.lines:
             terminated = raw.endswith(b"\n")
             body = raw[:-1] if terminated else raw
             parsed = parse_line(body)
-            index.add(offset, body, terminated)
+            builder.add(offset, body, terminated)
             self.records.append(parsed if isinstance(parsed, dict) else None)
             offset += len(raw)
-        self.index = index.finish()
+        self.index = builder.finish()
         self.loaded: LoadedConversation = loaded_conversation(self.index)
         self.chain = self.loaded.chain  # newest first
         self.on_chain = set(self.chain)

@@ -167,7 +167,7 @@ def test_archiving_a_file_again_is_all_or_nothing(tmp_path: Path) -> None:
     shutil.copyfile(REAL, path)
     archive = Archive(tmp_path / "archive.db")
     ingest_file(archive, path)
-    archive._db.executescript(
+    archive.connection.db.executescript(
         "CREATE TEMP TRIGGER refuse BEFORE UPDATE ON main.files WHEN NEW.lines > 1000 "
         "BEGIN SELECT RAISE(ABORT, 'injected'); END"
     )
@@ -177,7 +177,7 @@ def test_archiving_a_file_again_is_all_or_nothing(tmp_path: Path) -> None:
     assert archive.generations(file_id) == [0]
     assert archive.cursor(str(path)) == (0, len(REAL.read_bytes()))
     assert b"".join(archive.iter_file(file_id)) == REAL.read_bytes()
-    archive._db.executescript("DROP TRIGGER refuse")
+    archive.connection.db.executescript("DROP TRIGGER refuse")
     assert archive_again(archive, path) == 1863
     assert archive.generations(file_id) == [0, 1]
     assert b"".join(archive.iter_file(file_id)) == REAL.read_bytes()

@@ -24,7 +24,8 @@ from helpers.fusefs import Mount, fuse_unavailable
 from helpers.run import run_riffd
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Failed, Repaired
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.plan import RepairOptions
+from riffd.repair.planner import plan_file_repair
 from riffd.repair.writer import apply_plan
 from riffd.transcript.scan import index_file
 

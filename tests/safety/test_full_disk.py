@@ -27,7 +27,8 @@ from conftest import SRC_DIR
 from helpers.run import run_riffd, start_riffd
 from riffd.archive.store import Archive
 from riffd.database import is_full_error
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 
 SESSIONS = 20
 LINES = 300

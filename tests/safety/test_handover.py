@@ -19,7 +19,7 @@ import pytest
 
 from conftest import dead_pid, identity_of, line_spans, transcript_bytes, transcript_line
 from helpers.run import riffd_env, run_riffd
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
 from riffd.repair.backup import BackupStore
 from riffd.repair.locks import remove_stale_temps
 from riffd.repair.outcomes import Repaired, Skipped, SkipReason
@@ -264,12 +264,12 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
         assert outcome.pending_swap is not None and outcome.pending_swap.exists()
         assert any("still hold the old file" in warning for warning in outcome.warnings)
         assert (
-            recover_folder(FileSystem(), path.parent, FAST) == []
+            recover_folder(RetryingFS(FileSystem(), FAST), path.parent) == []
         )  # still held: nothing to do yet
     finally:
         release(holder)
         reap(holder)
-    [done] = recover_folder(FileSystem(), path.parent, FAST)
+    [done] = recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert f"{len(late)} byte(s) written to the old file were carried over" in done
     assert path.read_bytes() == render(original, plan.edits) + late
     assert riffd_names(path.parent) == []
@@ -356,7 +356,7 @@ def test_killed_right_after_the_swap_a_late_line_is_carried_by_the_next_run(tmp_
     assert [name for name in riffd_names(path.parent) if name.endswith(".swap")]
     # What a daemon does at its start (and `riffd fix`, and a repair in that folder): finish the
     # swap.
-    recover_and_sweep([path.parent], 0, retry=FAST)
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert path.read_bytes() == repaired + late
     assert riffd_names(path.parent) == []
 
@@ -367,7 +367,7 @@ def test_killed_just_before_the_swap_the_next_run_removes_the_copy(tmp_path: Pat
     child = killed_repair(tmp_path, path, "before")
     assert reap(child) == -signal.SIGKILL
     assert riffd_names(path.parent)  # the copy and the journal
-    recover_and_sweep([path.parent], 0, retry=FAST)
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert path.read_bytes() == original
     assert riffd_names(path.parent) == []
 
@@ -443,7 +443,7 @@ def test_kill_9_at_any_instant_with_a_writer_loses_no_line(tmp_path: Path) -> No
         reap(child)
         os.write(holder_fd, late[2])
         os.close(holder_fd)
-        recover_and_sweep([path.parent], 0, retry=FAST)
+        recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
         data = path.read_bytes()
         lines = data.splitlines(keepends=True)
         for line in late:
@@ -470,7 +470,7 @@ def test_pending_swaps_wait_for_a_repair_of_their_transcript(tmp_path: Path) -> 
     finally:
         release(holder)
         reap(holder)
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert riffd_names(path.parent) == []
 
 
@@ -487,7 +487,7 @@ def test_a_killed_journal_write_is_cleaned_up_and_an_unreadable_one_kept(tmp_pat
     unreadable = f".{path.name}.riffd-{pid}-0123456789ab"
     (path.parent / f"{unreadable}.tmp").write_bytes(b"maybe the original")
     (path.parent / f"{unreadable}.swap").write_bytes(b'{"transcript": "torn')
-    recover_and_sweep([path.parent], 0, retry=FAST)
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert riffd_names(path.parent) == sorted([running, f"{unreadable}.tmp", f"{unreadable}.swap"])
     assert path.read_bytes() == transcript_bytes(10)
 
@@ -583,6 +583,6 @@ def test_a_repair_under_30_percent_eio_leaves_nothing_beside_the_transcript(
         assert path.read_bytes() == render(original, plan.edits)
     else:
         # Anything else is finished or undone by the next run, leaving the transcript whole.
-        recover_and_sweep([path.parent], 0, retry=FAST)
+        recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
         assert riffd_names(path.parent) == [], outcome
         assert path.read_bytes() in (original, render(original, plan.edits)), outcome

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import line_spans, transcript_bytes, transcript_line
 from helpers.run import riffd_env, run_riffd
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
 from riffd.repair.journal import journal_path_for
 from riffd.repair.outcomes import Repaired, Skipped, SkipReason
 from riffd.repair.plan import InsertLine, RemoveLine, render
@@ -111,7 +111,8 @@ def test_errors_right_after_the_exchange_never_delete_the_old_file(
     plan = plan_for(path)
     late = transcript_line(41)
     apply_plan(plan, options_for(tmp_path, fs=AfterExchange(late, code, burst)))
-    recover_and_sweep([path.parent], 0, retry=FAST)  # whatever it said, the next look completes it
+    # Whatever it said, the next look completes it.
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert path.read_bytes() in (render(original, plan.edits) + late, original + late)
     assert names(path.parent) == []
 
@@ -148,7 +149,7 @@ def test_on_a_rename_only_filesystem_a_writer_holding_the_old_file_is_waited_for
     finally:
         reap(holder)
     assert isinstance(outcome, Repaired), outcome
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert path.read_bytes() == render(original, plan.edits) + late
     assert names(path.parent) == []
 
@@ -217,7 +218,7 @@ def test_killed_after_swapping_out_another_programs_version_the_next_run_puts_it
     path = make_transcript(tmp_path, transcript_bytes(20))
     assert killed_after_exchange(tmp_path, path, before="rename") == -signal.SIGKILL
     newer = transcript_bytes(20) + b'{"type":"user","uuid":"newer"}\n'
-    recover_and_sweep([path.parent], 0, retry=FAST)
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert path.read_bytes() == newer
     assert names(path.parent) == []
 
@@ -231,7 +232,7 @@ def test_killed_after_the_exchange_of_a_file_truncated_just_before_the_next_run_
     assert (
         killed_after_exchange(tmp_path, path, before="truncate", truncate_to=cut) == -signal.SIGKILL
     )
-    [done] = recover_folder(FileSystem(), path.parent, FAST)
+    [done] = recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert "truncated" in done and "undid" in done
     assert path.read_bytes() == original[:cut]  # as its writer left it
     assert names(path.parent) == []
@@ -248,7 +249,7 @@ def test_killed_after_the_exchange_with_a_session_registered_the_next_run_undoes
             killed_after_exchange(tmp_path, path, after="register", client=client.pid)
             == -signal.SIGKILL
         )
-        recover_folder(FileSystem(), path.parent, FAST)
+        recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
         append_line(
             path, line("client-next", "uuid-000020")
         )  # the client hangs from the leaf it loaded
@@ -285,7 +286,7 @@ def test_an_undo_on_a_rename_only_filesystem_keeps_what_is_written_to_the_copy(
     fs.replace = replace  # type: ignore[method-assign]
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=fs))
     reap(holders[0])
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
     assert path.read_bytes() == original + late
     assert names(path.parent) == []
@@ -306,11 +307,10 @@ def test_an_undo_waits_for_a_writer_of_the_copy_before_removing_it(tmp_path: Pat
     )  # holds the repaired file across the undo to come
     release(new_writer)
     reap(old_writer)
-    recover_folder(
-        FileSystem(), path.parent, FAST
-    )  # the conflict: undone, but the copy is still held
+    # The conflict: undone, but the copy is still held.
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     reap(new_writer)
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert sorted(path.read_bytes()[len(original) :].splitlines(keepends=True)) == sorted(
         [conflict, late_new]
     )
@@ -357,7 +357,7 @@ def test_a_short_write_on_a_full_disk_never_leaves_half_a_line(tmp_path: Path) -
     fs = ShortWriteOnFullDisk(late)
     apply_plan(plan, options_for(tmp_path, fs=fs))
     assert fs.appends >= 2
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert path.read_bytes() == render(original, plan.edits) + late
     assert names(path.parent) == []
 
@@ -424,7 +424,7 @@ def test_identical_metadata_lines_are_each_carried_in_order(tmp_path: Path) -> N
     time.sleep(0.8)
     append_line(path, default_mode)  # another writer, by path, between the held writer's two lines
     reap(holder)
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     tail = path.read_bytes()[len(render(original, plan.edits)) :]
     assert sorted(tail.splitlines(keepends=True)) == sorted([default_mode, plan_mode, default_mode])
     assert (
@@ -456,9 +456,7 @@ def test_riffd_fix_with_a_relative_path_leaves_a_journal_any_run_can_finish(tmp_
     assert names(path.parent), "fix left no pending hand-over: the test did not test it"
     release(holder)
     reap(holder)
-    recover_and_sweep(
-        [path.parent], 0, retry=FAST
-    )  # a daemon's start, in another folder than fix's
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert (
         late in path.read_bytes()
         and damaged.lines[damaged.marks["synthetic"]] not in path.read_bytes()
@@ -488,7 +486,7 @@ def test_a_second_repair_through_a_linked_folder_waits_for_a_pending_hand_over(
     assert isinstance(second, Skipped) and second.reason == SkipReason.BUSY, second
     release(holder)
     reap(holder)
-    recover_folder(FileSystem(), path.parent, FAST)
+    recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     assert late in path.read_bytes() and names(path.parent) == []
 
 
@@ -546,7 +544,7 @@ def test_a_journal_naming_the_transcript_itself_is_refused(tmp_path: Path) -> No
         "pid": 1,
     }
     journal.write_bytes(json.dumps(record).encode() + b"\n")
-    recover_and_sweep([path.parent], 0, retry=FAST)
+    recover_and_sweep([path.parent], 0, fs=RetryingFS(FileSystem(), FAST))
     assert path.read_bytes() == original
 
 

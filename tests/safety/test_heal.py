@@ -20,7 +20,9 @@ from riffd.archive.store import Archive
 from riffd.commands.cli import main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import DAMAGED, DatabaseDamaged, damaged_copies
-from riffd.state.store import STATE_NAME, StateStore, Watermark
+from riffd.state.database import STATE_NAME
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 
 
 def truncate(path: Path, fraction: float) -> None:

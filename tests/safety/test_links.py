@@ -22,6 +22,7 @@ from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.repair.recovery import recover_and_sweep
 from riffd.reports.build import build_report
+from riffd.reports.json import report_document
 from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
@@ -89,7 +90,7 @@ def test_the_daemon_reports_a_symlinked_transcript_as_a_symlink(
     worker = Worker(store, settings)
     outcome = worker.process(link)
     assert outcome.repair == "skipped:symlink" and outcome.retry_after is None
-    report = build_report(store, settings.backup_dir, {"running": True})
+    report = report_document(build_report(store, settings.backup_dir, {"running": True}))
     assert report["repairs"]["skipped"] == {"symlink": 1}
     assert link.is_symlink() and real.read_bytes() == data
     assert worker.process(link).repair is None  # not tried again until the file changes

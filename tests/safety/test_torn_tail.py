@@ -135,6 +135,24 @@ def test_without_an_archive_the_daemon_keeps_the_torn_tail(tmp_path: Path) -> No
         store.close()
 
 
+def test_a_scan_and_the_daemon_report_a_torn_tail_alike(tmp_path: Path) -> None:
+    """One finding for a torn tail, whoever finds it: `riffd scan` (a last line that is not JSON)
+    and the daemon (a last line with no newline after the quiet period) say the same."""
+    path = torn_transcript(tmp_path)
+    (scanned,) = scan_file(path).findings
+    store = StateStore(tmp_path / "state" / "state.db")
+    try:
+        settings = WorkerSettings(**{**worker_settings(tmp_path).__dict__, "repair": False})
+        Worker(store, settings).process(path)
+        state = store.file(str(path))
+        assert state is not None
+        assert state.findings == [scanned.to_json()]
+    finally:
+        store.close()
+    assert scanned.cls is FindingClass.TORN_TAIL and scanned.lines == (13,)
+    assert scanned.offset == len(WHOLE)
+
+
 class ContinuingWriterFS(FileSystem):
     """The torn line's writer was only slow: it finishes the line in the old file just after riffd's
     swap."""

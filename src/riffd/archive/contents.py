@@ -316,7 +316,7 @@ class Parsed(msgspec.Struct, array_like=True, gc=False):
     title: str | None = None
     prompt: str | None = None
     pieces: list[tuple[int, int, int, str]] | None = None
-    slug: str | None = None  # the name of the session's plan file (riffd.transcript.sessionfiles)
+    slug: str | None = None  # the name of the session's plan file (riffd.claude_code.session_files)
 
 
 def parse(raw: bytes, want_prompt: bool) -> Parsed:

@@ -6,8 +6,9 @@ tool outputs, subagents' settings, checkpoints, task files, plans, other files).
   transcript up to its size, each file kept whole as its newest version (one stat per file, no
   reads);
 - a deleted session is whole when the archive holds its transcript and every saved output its
-  transcripts name (`<session>/tool-results/<name>` in a `<persisted-output>` text), which the
-  archived lines are read for.
+  transcripts name (`<project>/<session>/tool-results/<name>` in a `<persisted-output>` text), which
+  the archived lines are read for: a session forked from another (`claude --resume A
+  --fork-session`) names A's saved outputs, in A's folder.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.projects import SESSION_ID
+from riffd.claude_code.session_files import (
     FILE_HISTORY,
     PLAN,
     SESSION_OTHER,
@@ -27,7 +29,9 @@ from riffd.transcript.sessionfiles import (
     TASKS,
     TODOS,
     TOOL_RESULT,
+    file_state,
     plan_files,
+    session_config,
     session_files,
 )
 
@@ -52,7 +56,7 @@ class Holdings:
     kinds: dict[str, dict[str, int]]  # session -> kind -> files kept whole
     whole_files: dict[
         str, tuple[int, int, int]
-    ]  # path -> (size, mtime_ns, mode) of its newest version
+    ]  # path -> (size, mtime_ns, kept mode) of its newest version
     slugs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -92,43 +96,67 @@ class Holdings:
             except OSError:
                 continue
         found = list(session_files(session_id, [main.parent], roots, configs, lambda _exc: None))
-        found += plan_files(self.slugs.get(session_id, []), configs)
+        own = session_config(main)  # its plans are in its own config folder
+        found += plan_files(self.slugs.get(session_id, []), [own] if own else configs)
         for item in found:
             try:
                 status = os.lstat(item.path)
             except OSError:
                 continue
-            if self.whole_files.get(str(item.path)) != (
-                status.st_size,
-                status.st_mtime_ns,
-                status.st_mode,
-            ):
+            if self.whole_files.get(str(item.path)) != file_state(status):
                 return False
         return True
 
 
 def whole_when_deleted(archive: Any, session_id: str, holdings: Holdings) -> bool:
     """Whether the archive holds a deleted session's transcript and every saved output its
-    transcripts name (its archived lines read; only lines that name a saved output are searched)."""
+    transcripts name, whatever session's folder it is in (its archived lines read; only lines that
+    name a saved output are searched)."""
     files = archive.files_of(session_id)
     if not any(not _is_subagent(path) for _file_id, path, _session in files):
         return False
-    held = {
-        Path(path).name
-        for path in holdings.whole_files
-        if f"{os.sep}{session_id}{os.sep}tool-results" in path
-    }
-    named = re.compile(re.escape(f"/{session_id}/tool-results/").encode() + rb"([A-Za-z0-9._-]+)")
-    for file_id, _path, _session in files:
+    held = {tail for path in holdings.whole_files if (tail := output_tail(path)) is not None}
+    return named_outputs(archive, [file_id for file_id, _path, _session in files]).keys() <= held
+
+
+# A saved output's path in a transcript's line: `.../<project>/<session>/tool-results/<name>`
+NAMED_OUTPUT = re.compile(
+    rb"/([^/\\\"\s]+)/("
+    + SESSION_ID.pattern.encode()
+    + rb")/tool-results/([A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*)"
+)
+
+
+def named_outputs(archive: Any, file_ids: list[int]) -> dict[str, str]:
+    """The saved outputs the archived lines of these transcripts name, by the end of their path
+    (`<project>/<session>/tool-results/<name>`, as `output_tail` gives it), each with the session
+    whose folder holds it. Raise PackDamaged when the lines cannot be read."""
+    found: dict[str, str] = {}
+    for file_id in file_ids:
         with contextlib.closing(
             archive.iter_file(file_id)
         ) as lines:  # (it holds the archive's lock while open)
             for line in lines:
-                if b"/tool-results/" in line and any(
-                    name.decode() not in held for name in named.findall(line)
-                ):
-                    return False
-    return True
+                if b"/tool-results/" in line:
+                    for project, session, name in NAMED_OUTPUT.findall(line):
+                        tail = b"/".join((project, session, b"tool-results", name))
+                        found[tail.decode("utf-8", "surrogateescape")] = session.decode()
+    return found
+
+
+def output_tail(path: str) -> str | None:
+    """The end of a saved output's path that a transcript's line names it by:
+    `<project>/<session>/tool-results/<name>`; None for a path not in a `tool-results` folder."""
+    parts = path.split(os.sep)
+    at = next(
+        (
+            index
+            for index in range(2, len(parts) - 1)
+            if parts[index] == "tool-results" and SESSION_ID.fullmatch(parts[index - 1])
+        ),
+        None,
+    )
+    return None if at is None else "/".join(parts[at - 2 :])
 
 
 def _is_subagent(path: str) -> bool:

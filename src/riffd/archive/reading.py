@@ -1,64 +1,56 @@
 """The archive's reading side: files and sessions, lines as written, search, how far behind, stats,
 export.
 
-`Reading` is a mixin of `riffd.archive.store.Archive`: its methods use the archive's connection,
-lock and packs.
+`ArchiveReader` reads through the archive's connection (riffd.archive.connection), which it shares
+with the writer (riffd.archive.writer, which checks the lines offered at a file's end against the
+last line read back here) and the whole files.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
-import threading
 import zlib
-from collections.abc import Generator, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Generator, Iterable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from riffd.archive.connection import ArchiveConnection
 from riffd.archive.contents import MARK, ROLE_NAMES, ROLES, epoch
-from riffd.archive.packs import PackDamaged, PackStore, Run
+from riffd.archive.packs import PackDamaged, Run
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
 
 
-class Reading:
-    """What the archive answers (see the module docstring)."""
+class ArchiveReader:
+    """What the archive answers (see the module docstring), through `connection`."""
 
-    path: Path
-    _db: sqlite3.Connection
-    _lock: threading.RLock
-    _packs: PackStore
+    def __init__(self, connection: ArchiveConnection) -> None:
+        self._connection = connection
 
-    @contextmanager
-    def snapshot(self) -> Iterator[None]:
+    def snapshot(self) -> AbstractContextManager[None]:
         """Read as of one moment: every read in the block sees the archive as one transaction left
         it, whatever another process (the daemon) writes meanwhile. The lock is held throughout."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                yield
-            finally:
-                self._db.execute("COMMIT")
+        return self._connection.snapshot()
 
     def file_id(self, path: str) -> int | None:
         """Return the id of the archived file `path` (exactly that path), or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self._connection.lock:
+            row = self._connection.db.execute(
                 "SELECT id FROM files WHERE path = ?", (path_key(path),)
             ).fetchone()
         return None if row is None else int(row[0])
 
     def cursor(self, path: str) -> tuple[int, int]:
         """Return (generation, bytes archived) for `path` ((0, 0) when it was never archived)."""
-        with self._lock:
-            row = self._db.execute(
+        with self._connection.lock:
+            row = self._connection.db.execute(
                 "SELECT generation, archived_bytes FROM files WHERE path = ?", (path_key(path),)
             ).fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
@@ -66,8 +58,8 @@ class Reading:
     def restore_time(self, file_id: int) -> int | None:
         """The modification time (ns) to give an archived file written back: its time when it ended
         where the archive does, else the time of its last line (None: neither is known)."""
-        with self._lock:
-            mtime_ns, last_ts = self._db.execute(
+        with self._connection.lock:
+            mtime_ns, last_ts = self._connection.db.execute(
                 "SELECT mtime_ns, last_ts FROM files WHERE id = ?", (file_id,)
             ).fetchone()
         return (
@@ -78,27 +70,39 @@ class Reading:
             else None
         )
 
-    def _last_run(self, file_id: int, generation: int) -> Run | None:
-        row = self._db.execute(
+    def generations(self, file_id: int) -> list[int]:
+        """Return the generations archived of a file, oldest first."""
+        with self._connection.lock:
+            rows = self._connection.db.execute(
+                "SELECT DISTINCT generation FROM runs WHERE file_id = ? ORDER BY generation",
+                (file_id,),
+            ).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def last_run(self, file_id: int, generation: int) -> Run | None:
+        """The last run of a file's generation, as committed (the caller holds the lock), or
+        None."""
+        row = self._connection.db.execute(
             "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? "
             "ORDER BY first DESC LIMIT 1",
             (file_id, generation),
         ).fetchone()
         return None if row is None else Run(row[0], row[1], row[2])
 
-    def _line(self, run: Run, number: int) -> bytes:
+    def line(self, run: Run, number: int) -> bytes:
         """Line `number` of a run as it was written (cut pieces put back; a newline unless it is
-        unterminated); raise PackDamaged when a pack it needs cannot be read."""
+        unterminated; the caller holds the lock); raise PackDamaged when a pack it needs cannot be
+        read."""
         line = self._content(run, number)
         last = number == len(run.lengths) - 1
         return line if last and run.unterminated else line + b"\n"
 
     def _content(self, run: Run, number: int) -> bytes:
-        """Line `number` of a run without its newline (`_line`)."""
+        """Line `number` of a run without its newline (`line`)."""
         offset, length = run.offsets[number], run.lengths[number]
-        line = self._packs.read(run.pack, offset, length)
+        line = self._connection.packs.read(run.pack, offset, length)
         for content_id in run.cuts.get(number, ()):
-            place = self._db.execute(
+            place = self._connection.db.execute(
                 "SELECT pack, offset, length FROM contents WHERE id = ?", (content_id,)
             ).fetchone()
             if place is None:
@@ -108,7 +112,7 @@ class Reading:
                     f"content the archive does not have ({content_id})",
                 )
             pack, at, size = place
-            line = line.replace(MARK, self._packs.read(pack, at, size), 1)
+            line = line.replace(MARK, self._connection.packs.read(pack, at, size), 1)
         return line
 
     def _packs_of(self, run: Run) -> tuple[int, ...]:
@@ -120,7 +124,7 @@ class Reading:
             part = ids[start : start + 500]
             found.update(
                 row[0]
-                for row in self._db.execute(
+                for row in self._connection.db.execute(
                     f"SELECT DISTINCT pack FROM contents WHERE id IN ({','.join('?' * len(part))})",
                     part,
                 )
@@ -129,8 +133,8 @@ class Reading:
 
     def files(self) -> list[tuple[int, str]]:
         """Return (id, path) of every archived file, in the order they were first archived."""
-        with self._lock:
-            rows = self._db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
+        with self._connection.lock:
+            rows = self._connection.db.execute("SELECT id, path FROM files ORDER BY id").fetchall()
         return [(int(row[0]), key_path(row[1])) for row in rows]
 
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
@@ -142,8 +146,8 @@ class Reading:
             os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target
         )
         key = path_key(target)  # paths are stored so (riffd.display): a name that is not UTF-8 too
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT id, path, session_id FROM files WHERE session_id = ? OR path IN (?, ?) "
                 "OR path LIKE ? ESCAPE '\\' ORDER BY path",
                 (
@@ -154,7 +158,7 @@ class Reading:
                 ),
             ).fetchall()
             if not rows and ID_PREFIX.fullmatch(target):
-                rows = self._db.execute(
+                rows = self._connection.db.execute(
                     "SELECT id, path, session_id FROM files WHERE session_id LIKE ? ESCAPE '\\' "
                     "ORDER BY path",
                     (f"{like_literal(target)}%",),
@@ -170,8 +174,8 @@ class Reading:
     def sessions(self) -> list[dict[str, Any]]:
         """Every archived session file (subagents' aside): path, session, project, title, first and
         last times (Unix seconds), raw bytes seen."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT id, path, session_id, project, title, first_ts, last_ts, raw_bytes "
                 "FROM files ORDER BY path"
             ).fetchall()
@@ -192,14 +196,16 @@ class Reading:
 
     def all_files(self) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of every archived file."""
-        with self._lock:
-            rows = self._db.execute("SELECT id, path, session_id FROM files ORDER BY id").fetchall()
+        with self._connection.lock:
+            rows = self._connection.db.execute(
+                "SELECT id, path, session_id FROM files ORDER BY id"
+            ).fetchall()
         return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
 
     def archived_bytes(self) -> dict[str, int]:
         """Every archived path with the bytes of it the archive holds (its latest generation)."""
-        with self._lock:
-            rows = self._db.execute("SELECT path, archived_bytes FROM files").fetchall()
+        with self._connection.lock:
+            rows = self._connection.db.execute("SELECT path, archived_bytes FROM files").fetchall()
         return {key_path(path): int(size) for path, size in rows}
 
     def iter_file(
@@ -211,15 +217,15 @@ class Reading:
         and the latest generation against the file's record of its bytes and lines. Raise
         PackDamaged, after the lines read so far, when they cannot be read or differ: a caller that
         writes them somewhere must keep nothing of a file that raised."""
-        with self._lock, self._read_transaction():
-            self._packs.refresh()
-            latest, archived, lines = self._db.execute(
+        with self._connection.reading():
+            self._connection.packs.refresh()
+            latest, archived, lines = self._connection.db.execute(
                 "SELECT generation, archived_bytes, lines FROM files WHERE id = ?", (file_id,)
             ).fetchone()
             generation = latest if generation is None else generation
             runs = [
                 Run(pack, first, header)
-                for pack, first, header in self._db.execute(
+                for pack, first, header in self._connection.db.execute(
                     "SELECT pack, first, header FROM runs WHERE file_id = ? AND generation = ? ORDER BY first",
                     (file_id, generation),
                 ).fetchall()
@@ -261,32 +267,21 @@ class Reading:
                     f"line(s), {archived} bytes, it records",
                 )
 
-    @contextmanager
-    def _read_transaction(self) -> Iterator[None]:
-        """Read as of one moment (the lock held), unless a transaction is open already
-        (`snapshot`)."""
-        if self._db.in_transaction:
-            yield
-            return
-        self._db.execute("BEGIN")
-        try:
-            yield
-        finally:
-            self._db.execute("COMMIT")
-
     def damaged_packs(self) -> list[PackDamaged]:
         """Decompress every pack (each frame's checksum checked, where it has one) and return the
         error of each that cannot be read, by pack id."""
         damaged = []
-        with self._lock:
+        with self._connection.lock:
             ids = [
                 int(row[0])
-                for row in self._db.execute("SELECT id FROM packs ORDER BY id").fetchall()
+                for row in self._connection.db.execute(
+                    "SELECT id FROM packs ORDER BY id"
+                ).fetchall()
             ]
         for pack_id in ids:
-            with self._lock:
+            with self._connection.lock:
                 try:
-                    self._packs.readable(pack_id)
+                    self._connection.packs.readable(pack_id)
                 except PackDamaged as exc:
                     damaged.append(exc)
         return damaged
@@ -297,14 +292,16 @@ class Reading:
         naming damage, not for a hot path)."""
         wanted = set(packs)
         users: set[tuple[str, str | None, int]] = set()
-        with self._lock, self._read_transaction():
+        with self._connection.reading():
             pieces: set[int] = set()
             for pack in wanted:
                 pieces.update(
                     row[0]
-                    for row in self._db.execute("SELECT id FROM contents WHERE pack = ?", (pack,))
+                    for row in self._connection.db.execute(
+                        "SELECT id FROM contents WHERE pack = ?", (pack,)
+                    )
                 )
-            for path, session, generation, pack, first, header in self._db.execute(
+            for path, session, generation, pack, first, header in self._connection.db.execute(
                 "SELECT files.path, files.session_id, runs.generation, runs.pack, runs.first, runs.header "
                 "FROM runs JOIN files ON files.id = runs.file_id"
             ):
@@ -323,13 +320,13 @@ class Reading:
 
     def last_line(self, path: str) -> bytes | None:
         """Return the last archived line (with newline) of `path`'s latest generation, or None."""
-        with self._lock:
-            self._packs.refresh()
-            row = self._db.execute(
+        with self._connection.lock:
+            self._connection.packs.refresh()
+            row = self._connection.db.execute(
                 "SELECT id, generation FROM files WHERE path = ?", (path_key(path),)
             ).fetchone()
-            run = None if row is None else self._last_run(row[0], row[1])
-            return None if run is None or not run.lengths else self._line(run, len(run.lengths) - 1)
+            run = None if row is None else self.last_run(row[0], row[1])
+            return None if run is None or not run.lengths else self.line(run, len(run.lengths) - 1)
 
     def search(
         self,
@@ -343,11 +340,11 @@ class Reading:
     ) -> list[SearchHit]:
         """Return up to `limit` places where every word of `query` occurs, newest first, filtered by
         project path prefix, session id, role and time (see riffd.archive.search)."""
-        with self._lock:
-            self._packs.refresh()
+        with self._connection.lock:
+            self._connection.packs.refresh()
             return search(
-                self._db,
-                self._packs.spans,
+                self._connection.db,
+                self._connection.packs.spans,
                 query,
                 project=project,
                 session=session,
@@ -369,8 +366,8 @@ class Reading:
     def stats(self) -> dict[str, Any]:
         """Return sizes and counts: raw bytes seen, bytes stored, ratio, messages, sessions, oldest,
         newest."""
-        with self._lock:
-            db = self._db
+        with self._connection.lock:
+            db = self._connection.db
             raw = db.execute(
                 "SELECT COALESCE(SUM(raw_bytes), 0), COUNT(*), COUNT(DISTINCT session_id), "
                 "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
@@ -379,9 +376,10 @@ class Reading:
             unique = db.execute(
                 "SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents"
             ).fetchone()
-        stored = self.path.stat().st_size + sum(
+        database = self._connection.path
+        stored = database.stat().st_size + sum(
             path.stat().st_size
-            for path in self.path.parent.glob(self.path.name + "-*")
+            for path in database.parent.glob(database.name + "-*")
             if path.exists()
         )
         return {
@@ -404,8 +402,8 @@ class Reading:
         and content."""
         out = []
         for file_id, path, session_id in self.files_of(target):
-            with self._lock:
-                project = self._db.execute(
+            with self._connection.lock:
+                project = self._connection.db.execute(
                     "SELECT project FROM files WHERE id = ?", (file_id,)
                 ).fetchone()[0]
                 messages = []

@@ -34,9 +34,9 @@ from pathlib import Path
 from riffd.archive.ingest import archive_key, ingest_file, still_appended
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
+from riffd.claude_code.session_files import SessionFile
 from riffd.display import path_key
 from riffd.transcript.reader import iter_chunks
-from riffd.transcript.sessionfiles import SessionFile
 
 FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
 

@@ -1,19 +1,24 @@
-"""The files of a session kept whole: content-addressed, compressed, every version kept.
+"""The files of a session kept whole: every version of each, its bytes stored once.
 
-A file (riffd.transcript.sessionfiles: a saved tool output, a subagent's settings, a checkpoint, a
-task list, a plan) is stored as a blob named by the SHA-256 of its bytes, in zstd frames of 1 MiB of
-it each (every frame with its checksum), so a large file is never held whole in memory and the same
-bytes (an output read twice, a file in two sessions) are stored once. Each version of a path is a
-row of `session_files`: the session, the kind, the folder it is kept relative to and its path below
-it, the version number, the blob, size, mode and modification time, and when riffd took it. A
-version is never changed: other bytes, mode or time at the same path are the next version.
+A file (riffd.claude_code.session_files: a saved tool output, a subagent's settings, a checkpoint, a
+task list, a plan) is stored as a blob (riffd.archive.blobs: named by the SHA-256 of its bytes, in
+checked zstd frames). Each version of a path is a row of `session_files`: the session, the kind,
+the folder it is kept relative to and its path below it, the version number, the blob, size, mode
+and modification time, and when riffd took it. A version is never changed: other bytes, mode or time
+at the same path are the next version.
 
-A file is taken once it has not changed for the settle time (its own modification time says so: a
-file still being written is looked at again later), read once to hash it (known bytes then cost one
-row) and, when new, read again while it is compressed, inside one transaction that records the blob,
-its frames and the version together, and only when the bytes read the second time hash the same: a
-kill -9 at any point leaves a file stored whole or not at all. Reading a blob back checks each
-frame's checksum and the blob's hash.
+A file is read once to hash it (known bytes then cost one row) and, when new, read again while it
+is compressed, inside one transaction that records the blob, its frames and the version together,
+and only when the bytes read the second time hash the same: a kill -9 at any point leaves a file
+stored whole or not at all. The transaction looks at the newest version again first, so two
+processes taking the same file at once add one version. (When a file has settled is the daemon's
+business: riffd.daemon.keeper.)
+
+A file is the newest version as it is when one stat says so: the same size, modification time and
+mode (its type and owner's bits, what a restore writes back:
+riffd.claude_code.session_files.kept_mode), and no change of its status since riffd took that
+version (its ctime before then: a rewrite that kept the size and gave the time back is read again,
+as is a file restored since, which hashes the same).
 """
 
 from __future__ import annotations
@@ -22,24 +27,24 @@ import hashlib
 import os
 import sqlite3
 import stat
-import threading
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import zstandard
-
+from riffd.archive.blobs import BlobStore, file_chunks, moved
+from riffd.archive.connection import ArchiveConnection
 from riffd.archive.packs import PackDamaged
+from riffd.claude_code.session_files import (
+    PLAN,
+    SessionFile,
+    file_state,
+    kept_mode,
+    linked_folder,
+)
 from riffd.display import key_path, path_key
-from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, retrying_call
-from riffd.transcript.sessionfiles import PLAN, SessionFile
-
-CHUNK_BYTES = 1024 * 1024
-LEVEL = 6  # about 100 MB/s; on source files 9% smaller than gzip -6, on saved tool outputs a quarter of it
-_COMPRESSOR = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
+from riffd.fsio import NOFOLLOW, REAL_FILES, RetryingFS
 
 
 @dataclass(frozen=True)
@@ -67,30 +72,31 @@ class Version:
 @dataclass(frozen=True)
 class Kept:
     """What `WholeFiles.keep` did: `outcome` is stored (new bytes), known (a new version of bytes
-    held already), unchanged (the archive holds it as it is), settling (modified less than the
-    settle time ago: `retry_after`), changing (it changed while it was read), gone, or skipped (not
-    a regular file)."""
+    held already), unchanged (the archive holds it as it is), changing (it changed while it was
+    read), gone, skipped (not a regular file) or linked (reached through a symlinked folder riffd
+    does not follow: riffd.claude_code.session_files.linked_folder)."""
 
     outcome: str
-    retry_after: float | None = None
     version: int | None = None
     stored_bytes: int = 0
     read_bytes: int = 0
 
 
 class WholeFiles:
-    """The session files of one archive connection (its lock held for every statement)."""
+    """The session files of one archive connection (its lock held for every statement), their
+    bytes in its blobs."""
 
-    def __init__(self, db: sqlite3.Connection, lock: threading.RLock) -> None:
-        self._db, self._lock = db, lock
+    def __init__(self, connection: ArchiveConnection) -> None:
+        self._connection = connection
+        self._blobs = BlobStore(connection)
 
     @property
     def present(self) -> bool:
         """Whether this archive has the tables (an archive opened read-only before riffd added them
         has not)."""
-        with self._lock:
+        with self._connection.lock:
             return (
-                self._db.execute(
+                self._connection.db.execute(
                     "SELECT 1 FROM sqlite_schema WHERE name = 'session_files'"
                 ).fetchone()
                 is not None
@@ -102,66 +108,56 @@ class WholeFiles:
         self,
         found: SessionFile,
         *,
-        settle: float = 0.0,
-        fs: FileSystem = REAL_FS,
-        retry: RetryPolicy = DEFAULT_RETRY,
-        now: float | None = None,
+        fs: RetryingFS = REAL_FILES,
         again: bool = False,
     ) -> Kept:
         """Archive the file `found` as it is now, unless the archive holds it as it is; raise
         OSError when it cannot be read, sqlite3.Error when the archive cannot be written (see the
         module for the rest). `again` (`riffd archive verify --fix`): archive it even if the archive
         says it holds it, and store the frames of its bytes afresh when the blob they hash to cannot
-        be read back whole. Reads that fail with EIO are tried again as `retry` says."""
+        be read back whole. Reads that fail with EIO are tried again as `fs` says."""
         base, relative = path_key(found.base), path_key(found.relative)
+        if linked_folder(found) is not None:
+            return Kept("linked")
         try:
-            status = retrying_call(
-                lambda: fs.stat(found.path), what=f"the status of {found.path}", policy=retry
-            )
+            status = fs.stat(found.path)
         except FileNotFoundError:
             return Kept("gone")
         if not stat.S_ISREG(status.st_mode):
             return Kept("skipped")
         latest = self.latest(base, relative)
-        if (
-            not again
-            and latest is not None
-            and (latest.size, latest.mtime_ns, latest.mode)
-            == (status.st_size, status.st_mtime_ns, status.st_mode)
-        ):
+        if not again and latest is not None and _as_taken(latest, status):
             return Kept("unchanged", version=latest.version)
-        age = (time.time() if now is None else now) - status.st_mtime_ns / 1e9
-        if age < settle:
-            return Kept("settling", retry_after=max(settle - age, 0.05))
         try:
             fd = fs.open(found.path, os.O_RDONLY | NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return Kept("gone")
         try:
             before = fs.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                return Kept("skipped")
             digest = hashlib.sha256()
-            for chunk in _chunks(fs, fd, before.st_size, found.path, retry):
+            for chunk in file_chunks(fs, fd, before.st_size):
                 digest.update(chunk)
-            if _moved(before, fs.fstat(fd)) or _moved(before, status):
-                return Kept("changing", retry_after=max(settle, 0.5))
+            if moved(before, fs.fstat(fd)) or moved(before, status):
+                return Kept("changing")
             sha256 = digest.digest()
-            if (
-                not again
-                and latest is not None
-                and (latest.sha256, latest.mode, latest.mtime_ns)
-                == (sha256, before.st_mode, before.st_mtime_ns)
-            ):
-                return Kept("unchanged", version=latest.version)
-            healing = again and self._unreadable(sha256)
-            with self._writing():
-                blob, stored = self._blob(sha256), 0
-                if (
-                    blob is None or healing
-                ):  # (healing: the same bytes by their hash, for every version of them)
-                    blob, stored = self._store_blob(fs, fd, before, sha256, found.path, blob, retry)
+            if not again and _same(latest, sha256, before):
+                return Kept("unchanged", version=latest.version if latest else None)
+            healing = again and self._blobs.unreadable(sha256)
+            with self._connection.writing():
+                # Another process may have taken it meanwhile (an ingest beside the daemon)
+                latest = self.latest(base, relative)
+                if not again and _same(latest, sha256, before):
+                    self._connection.db.execute("ROLLBACK")
+                    return Kept("unchanged", version=latest.version if latest else None)
+                blob, stored = self._blobs.find(sha256), 0
+                # (healing: the same bytes by their hash, for every version of them)
+                if blob is None or healing:
+                    blob, stored = self._blobs.store_file(fs, fd, before, sha256, blob)
                     if blob is None:  # the bytes changed between the two reads
-                        self._db.execute("ROLLBACK")
-                        return Kept("changing", retry_after=max(settle, 0.5))
+                        self._connection.db.execute("ROLLBACK")
+                        return Kept("changing")
                 version = self._add_version(found, base, relative, blob, sha256, before)
         finally:
             fs.close(fd)
@@ -172,75 +168,6 @@ class WholeFiles:
             read_bytes=before.st_size * (2 if stored else 1),
         )
 
-    @contextmanager
-    def _writing(self) -> Iterator[None]:
-        """One write transaction under the lock; rolled back on any error (a ROLLBACK inside ends it
-        early)."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-                if self._db.in_transaction:
-                    self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-
-    def _unreadable(self, sha256: bytes) -> bool:
-        """Whether the blob of these bytes is held but cannot be read back whole."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT id, size FROM blobs WHERE hash = ?", (sha256,)
-            ).fetchone()
-        if row is None:
-            return False
-        probe = Version(None, "", "", "", 0, int(row[0]), sha256, int(row[1]), 0, 0, 0)
-        try:
-            for _chunk in self.content(probe):
-                pass
-        except PackDamaged:
-            return True
-        return False
-
-    def _blob(self, sha256: bytes) -> int | None:
-        row = self._db.execute("SELECT id FROM blobs WHERE hash = ?", (sha256,)).fetchone()
-        return None if row is None else int(row[0])
-
-    def _store_blob(
-        self,
-        fs: FileSystem,
-        fd: int,
-        status: os.stat_result,
-        sha256: bytes,
-        path: Path,
-        blob: int | None,
-        retry: RetryPolicy,
-    ) -> tuple[int | None, int]:
-        """Inside the transaction: the file's bytes as a new blob's frames (or, given `blob`, as
-        that blob's frames afresh); (its id, bytes stored), or (None, 0) when they no longer hash to
-        `sha256`."""
-        if blob is None:
-            blob = self._db.execute(
-                "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)", (sha256, status.st_size)
-            ).lastrowid
-            assert blob is not None
-        else:
-            self._db.execute("DELETE FROM blob_chunks WHERE blob = ?", (blob,))
-        digest, stored = hashlib.sha256(), 0
-        for number, chunk in enumerate(_chunks(fs, fd, status.st_size, path, retry)):
-            digest.update(chunk)
-            frame = _COMPRESSOR.compress(chunk)
-            stored += len(frame)
-            self._db.execute(
-                "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                (blob, number, frame),
-            )
-        if digest.digest() != sha256 or _moved(status, fs.fstat(fd)):
-            return None, 0
-        self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
-        return blob, stored
-
     def _add_version(
         self,
         found: SessionFile,
@@ -250,11 +177,11 @@ class WholeFiles:
         sha256: bytes,
         status: os.stat_result,
     ) -> int:
-        row = self._db.execute(
+        row = self._connection.db.execute(
             "SELECT MAX(version) FROM session_files WHERE base = ? AND path = ?", (base, relative)
         ).fetchone()
         version = (row[0] or 0) + 1
-        self._db.execute(
+        self._connection.db.execute(
             "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -278,42 +205,27 @@ class WholeFiles:
         holds those bytes, mode and time at that path already. Raise PackDamaged, adding nothing,
         when `chunks` are not the version's bytes."""
         base, relative = path_key(version.base), path_key(version.relative)
-        with self._writing():
-            held = self._db.execute(
+        with self._connection.writing():
+            held = self._connection.db.execute(
                 "SELECT MIN(version) FROM session_files JOIN blobs ON blobs.id = blob WHERE "
                 "base = ? AND path = ? AND (blobs.hash, mode, mtime_ns) = (?, ?, ?)",
                 (base, relative, version.sha256, version.mode, version.mtime_ns),
             ).fetchone()[0]
             if held is not None:
                 return False
-            blob = self._blob(version.sha256)
+            blob = self._blobs.find(version.sha256)
             if blob is None:
-                blob = self._db.execute(
-                    "INSERT INTO blobs(hash, size, stored) VALUES (?, ?, 0)",
-                    (version.sha256, version.size),
-                ).lastrowid
-                assert blob is not None
-                digest, stored = hashlib.sha256(), 0
-                for number, chunk in enumerate(chunks):
-                    digest.update(chunk)
-                    frame = _COMPRESSOR.compress(chunk)
-                    stored += len(frame)
-                    self._db.execute(
-                        "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                        (blob, number, frame),
-                    )
-                if digest.digest() != version.sha256:
-                    raise PackDamaged(
-                        (),
-                        f"{version.path} (version {version.version}): the bytes recovered are not "
-                        "the ones archived",
-                    )
-                self._db.execute("UPDATE blobs SET stored = ? WHERE id = ?", (stored, blob))
-            lowest = self._db.execute(
+                blob = self._blobs.store_chunks(
+                    version.sha256,
+                    version.size,
+                    chunks,
+                    f"{version.path} (version {version.version})",
+                )
+            lowest = self._connection.db.execute(
                 "SELECT MIN(version) FROM session_files WHERE base = ? AND path = ?",
                 (base, relative),
             ).fetchone()[0]
-            self._db.execute(
+            self._connection.db.execute(
                 "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, mtime_ns, seen) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -335,31 +247,23 @@ class WholeFiles:
         """Every version of every file, newest first per path (what a recovery copies)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 _SELECT_VERSIONS + "ORDER BY base, path, version DESC"
             ).fetchall()
         return [_version(row) for row in rows]
 
     def record_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
         """Record, in a transaction of its own, that the session's lines name these plan slugs."""
-        with self._writing():
-            self.note_slugs(session_id, slugs)
-
-    def note_slugs(self, session_id: str, slugs: Iterable[str]) -> None:
-        """Inside the caller's write transaction: record that the session's lines name these plan
-        slugs."""
-        self._db.executemany(
-            "INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
-            [(session_id, slug) for slug in slugs],
-        )
+        with self._connection.writing():
+            note_slugs(self._connection.db, session_id, slugs)
 
     # --- reading ----------------------------------------------------------------------------------
 
     def latest(self, base: str, relative: str) -> Version | None:
         """The newest version of a path (keys as `path_key` makes them), or None."""
-        with self._lock:
-            row = self._db.execute(
+        with self._connection.lock:
+            row = self._connection.db.execute(
                 _SELECT_VERSIONS + "WHERE base = ? AND path = ? ORDER BY version DESC LIMIT 1",
                 (base, relative),
             ).fetchone()
@@ -370,8 +274,8 @@ class WholeFiles:
         slugs its lines name) included, by path."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 _SELECT_VERSIONS
                 + "WHERE session_id = ? OR (kind = ? AND path IN (SELECT 'plans/' || slug || '.md' FROM plan_slugs "
                 "WHERE session_id = ?)) ORDER BY base, path, version",
@@ -389,8 +293,8 @@ class WholeFiles:
         """The session ids that have files kept whole (starting with `prefix`)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
                 "ORDER BY session_id",
                 (prefix.replace("%", "").replace("_", "") + "%",),
@@ -401,8 +305,8 @@ class WholeFiles:
         """The plan slugs a session's lines name."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug", (session_id,)
             ).fetchall()
         return [row[0] for row in rows]
@@ -411,8 +315,8 @@ class WholeFiles:
         """Session id -> the plan slugs its lines name, for every session."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug"
             ).fetchall()
         found: dict[str, list[str]] = {}
@@ -421,17 +325,17 @@ class WholeFiles:
         return found
 
     def held(self) -> dict[str, tuple[int, int, int]]:
-        """Every path the archive holds (its newest version): path -> (size, mtime_ns, mode), for a
-        rescan to compare files with, one stat each."""
+        """Every path the archive holds (its newest version): path -> (size, mtime_ns, kept mode),
+        for a rescan to compare files with (`file_state`), one stat each."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT base, path, size, mtime_ns, mode FROM session_files AS newest WHERE version = "
                 "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
             ).fetchall()
         return {
-            os.path.join(key_path(base), key_path(path)): (size, mtime_ns, mode)
+            os.path.join(key_path(base), key_path(path)): (size, mtime_ns, kept_mode(mode))
             for base, path, size, mtime_ns, mode in rows
         }
 
@@ -439,12 +343,12 @@ class WholeFiles:
         """Per session: how many files of each kind the archive holds (each path once)."""
         if not self.present:
             return {}
-        with self._lock:
-            rows = self._db.execute(
+        with self._connection.lock:
+            rows = self._connection.db.execute(
                 "SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
                 "WHERE session_id IS NOT NULL GROUP BY session_id, kind"
             ).fetchall()
-            plans = self._db.execute(
+            plans = self._connection.db.execute(
                 "SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
                 "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
                 "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
@@ -461,52 +365,35 @@ class WholeFiles:
     def content(self, version: Version) -> Iterator[bytes]:
         """Yield the bytes of a version, 1 MiB at a time, checked (each frame's checksum, then the
         blob's hash and size); raise PackDamaged, after the bytes read so far, when they cannot be
-        read or differ."""
-        digest, size, number = hashlib.sha256(), 0, 0
-        while True:
-            with self._lock:
-                row = self._db.execute(
-                    "SELECT data FROM blob_chunks WHERE blob = ? AND number = ?",
-                    (version.blob, number),
-                ).fetchone()
-            if row is None:
-                break
-            try:
-                chunk = zstandard.ZstdDecompressor().decompress(row[0])
-            except zstandard.ZstdError as exc:
-                raise PackDamaged(
-                    (),
-                    f"{version.path} (version {version.version}): part {number + 1} of its "
-                    f"stored bytes cannot be read ({exc})",
-                ) from exc
-            digest.update(chunk)
-            size += len(chunk)
-            number += 1
-            yield chunk
-        if digest.digest() != version.sha256 or size != version.size:
-            raise PackDamaged(
-                (),
-                f"{version.path} (version {version.version}): its stored bytes read back other than "
-                f"they were archived ({size} of {version.size} bytes, or other bytes)",
-            )
+        read or differ (riffd.archive.blobs)."""
+        return self._blobs.content(
+            version.blob,
+            version.sha256,
+            version.size,
+            f"{version.path} (version {version.version})",
+        )
 
     def damaged(self) -> list[tuple[Version, str]]:
         """Read every blob back (checked as `content` does) and return a version of each that cannot
-        be, with why."""
+        be, with why: one whose file still exists when any does (every path with the same bytes
+        shares the blob, and `keep(again=True)` of such a file stores it afresh)."""
         if not self.present:
             return []
-        with self._lock:
-            rows = self._db.execute(
-                _SELECT_VERSIONS
-                + "WHERE session_files.id IN (SELECT MIN(id) FROM session_files GROUP BY blob)"
+        with self._connection.lock:
+            rows = self._connection.db.execute(
+                _SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id"
             ).fetchall()
-        found = []
+        sharing: dict[int, list[Version]] = {}
         for version in map(_version, rows):
+            sharing.setdefault(version.blob, []).append(version)
+        found = []
+        for versions in sharing.values():
             try:
-                for _chunk in self.content(version):
+                for _chunk in self.content(versions[0]):
                     pass
             except PackDamaged as exc:
-                found.append((version, str(exc)))
+                there = [version for version in versions if os.path.exists(version.path)]
+                found.append(((there or versions)[0], str(exc)))
         return found
 
     def stats(self) -> dict[str, Any]:
@@ -514,12 +401,15 @@ class WholeFiles:
         take."""
         if not self.present:
             return {"kinds": {}, "blobs": 0, "blob_bytes": 0, "stored_bytes": 0}
-        with self._lock:
-            kinds = self._db.execute(
-                "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) "
-                "FROM session_files GROUP BY kind ORDER BY kind"
+        with self._connection.lock:
+            # (a version that repeats one of its path, as two processes storing at once could add
+            # before riffd looked again inside the write, is not counted)
+            kinds = self._connection.db.execute(
+                "SELECT kind, COUNT(DISTINCT base || '/' || path), COUNT(*), SUM(size) FROM "
+                "(SELECT DISTINCT kind, base, path, blob, mode, mtime_ns, size FROM session_files) "
+                "GROUP BY kind ORDER BY kind"
             ).fetchall()
-            blobs = self._db.execute(
+            blobs = self._connection.db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(size), 0), COALESCE(SUM(stored), 0) FROM blobs"
             ).fetchone()
         return {
@@ -556,26 +446,26 @@ def _version(row: tuple[Any, ...]) -> Version:
     )
 
 
-def _moved(before: os.stat_result, after: os.stat_result) -> bool:
-    """Whether a file changed between two looks at it."""
-    return (before.st_size, before.st_mtime_ns, before.st_ino) != (
-        after.st_size,
-        after.st_mtime_ns,
-        after.st_ino,
+def _as_taken(latest: Version, status: os.stat_result) -> bool:
+    """Whether one stat shows the file as riffd took its newest version (see the module)."""
+    return (latest.size, latest.mtime_ns, kept_mode(latest.mode)) == file_state(
+        status
+    ) and status.st_ctime_ns < latest.seen * 10**9
+
+
+def _same(latest: Version | None, sha256: bytes, status: os.stat_result) -> bool:
+    """Whether the newest version has these bytes, this time and this kept mode."""
+    return latest is not None and (latest.sha256, latest.mtime_ns, kept_mode(latest.mode)) == (
+        sha256,
+        status.st_mtime_ns,
+        kept_mode(status.st_mode),
     )
 
 
-def _chunks(fs: FileSystem, fd: int, size: int, path: Path, retry: RetryPolicy) -> Iterator[bytes]:
-    """The file's first `size` bytes, CHUNK_BYTES at a time (EIO retried as `retry` says); fewer
-    when it is shorter now."""
-    offset = 0
-    while offset < size:
-        chunk = retrying_call(
-            lambda at=offset: fs.pread(fd, min(CHUNK_BYTES, size - at), at),  # type: ignore[misc]
-            what=f"reading {path} at byte {offset}",
-            policy=retry,
-        )
-        if not chunk:
-            return
-        offset += len(chunk)
-        yield chunk
+def note_slugs(db: sqlite3.Connection, session_id: str, slugs: Iterable[str]) -> None:
+    """Inside the caller's write transaction (the writer's, for the lines that name them): record
+    that the session's lines name these plan slugs."""
+    db.executemany(
+        "INSERT OR IGNORE INTO plan_slugs(session_id, slug) VALUES (?, ?)",
+        [(session_id, slug) for slug in slugs],
+    )

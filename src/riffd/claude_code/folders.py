@@ -41,7 +41,7 @@ def is_transcript_name(name: str) -> bool:
 def session_id_for(path: Path) -> str:
     """Return the session a transcript belongs to: the folder name for
     `<session>/subagents/agent-*.jsonl`, else the file's stem; for a session's other files
-    (riffd.transcript.sessionfiles: `<session>/tool-results/...`, `file-history/<session>/...`,
+    (riffd.claude_code.session_files: `<session>/tool-results/...`, `file-history/<session>/...`,
     `todos/<session>-agent-...`), the session id its path holds."""
     if path.parent.name == "subagents" and path.suffix == ".jsonl":
         return path.parent.parent.name

@@ -35,7 +35,7 @@ from pathlib import Path
 from riffd.claude_code.folders import claude_config_dir, session_id_for
 from riffd.claude_code.projects import find_project_folders, folder_matches, spellings
 from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
-from riffd.fsio import REAL_FS, FileSystem, retrying_call
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"[0-9]+")
@@ -62,12 +62,17 @@ def pid_is_alive(pid: int) -> bool:
     return True
 
 
+def _retrying(fs: FileSystem) -> RetryingFS:
+    """`fs` with its retry policy: itself when it has one, else a seam with the default policy."""
+    return fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
+
+
 class EntryUnreadable(Exception):
     """A registry entry that cannot be read whole as one (empty, cut short, too large, not a regular
     file)."""
 
 
-def _read_entry(path: Path, fs: FileSystem) -> bytes:
+def _read_entry(path: Path, fs: RetryingFS) -> bytes:
     """The bytes of one registry entry, through a symlink too (O_NONBLOCK: a link to a FIFO never
     blocks); raise EntryUnreadable for one that is not a regular file or is over ENTRY_LIMIT,
     OSError when it cannot be read."""
@@ -151,17 +156,16 @@ def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | N
     )
 
 
-def running_entries(claude_dir: Path, fs: FileSystem = REAL_FS) -> list[RunningEntry]:
+def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[RunningEntry]:
     """Given Claude Code's config folder, return its registry entries (`sessions/<pid>.json`) whose
     process is running, each read whole or not (an empty, cut, oversized or unreadable entry of a
     running pid is kept, with why: fail closed); an entry of a process that is gone is left out.
     Raise OSError when the registry exists but cannot be listed: a session may then be running
-    unseen."""
+    unseen. Reads retry EIO per `fs`'s policy (a seam gets the default one)."""
+    fs = _retrying(fs)
     registry = claude_dir / "sessions"
     try:
-        names = sorted(
-            retrying_call(lambda: fs.listdir(registry), what=f"the listing of {registry}")
-        )
+        names = sorted(fs.listdir(registry))
     except (FileNotFoundError, NotADirectoryError):
         return []
     running: list[RunningEntry] = []
@@ -261,7 +265,7 @@ def claude_dirs_for(
     return tuple(unique.values())
 
 
-def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FS) -> set[str]:
+def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FILES) -> set[str]:
     """Given Claude Code's config folder, return the ids of sessions a running process has
     registered (entries read whole)."""
     return {
@@ -278,7 +282,7 @@ def session_liveness(
     now: float | None = None,
     *,
     session_id: str | None = None,
-    fs: FileSystem = REAL_FS,
+    fs: FileSystem = REAL_FILES,
 ) -> tuple[bool, str]:
     """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return
     (is_live, why): live (fail closed) when a running process has an entry in any of them that is
@@ -286,7 +290,8 @@ def session_liveness(
     given), one that cannot be read whole, or one whose process may write it (`may_write`: same
     project); or when its mtime is within `quiet_period` seconds (0 turns that rule off); a file
     whose mtime cannot be read counts as live. An entry of a process that is gone counts for
-    nothing."""
+    nothing. Reads retry EIO per `fs`'s policy (a seam gets the default one)."""
+    fs = _retrying(fs)
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)

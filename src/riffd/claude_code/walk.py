@@ -8,10 +8,11 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 
 from riffd.claude_code.folders import NEVER_TOUCH_DIRS, is_transcript_name
-from riffd.fsio import REAL_FS, FileSystem, retrying_call
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 LinkHandler = Callable[[Path, Path], None]
 
@@ -20,7 +21,7 @@ def iter_transcripts(
     paths: Iterable[Path],
     on_error: Callable[[OSError], None] | None = None,
     *,
-    fs: FileSystem = REAL_FS,
+    fs: FileSystem = REAL_FILES,
     on_link: LinkHandler | None = None,
     on_folder: Callable[[Path], None] | None = None,
 ) -> Iterator[Path]:
@@ -30,13 +31,13 @@ def iter_transcripts(
     be listed, or a link to nothing, is never taken for an empty one: its OSError (with it as
     `filename`) goes to `on_error`, or is raised when there is none; a folder deleted meanwhile
     holds nothing. `on_link(link, target)` hears of each symlinked folder followed, `on_folder` of
-    each folder entered."""
+    each folder entered. Statuses and listings retry EIO per `fs`'s policy (a seam gets the
+    default one)."""
     walk = TranscriptWalk(on_error, fs, on_link, on_folder)
     for path in paths:
         try:
-            # Through the seam, EIO retried: a status that cannot be read is an error, never "no
-            # such file".
-            status = retrying_call(lambda path=path: fs.stat(path), what=f"the status of {path}")  # type: ignore[misc]
+            # EIO retried: a status that cannot be read is an error, never "no such file".
+            status = walk.fs.stat(path)
             if stat.S_ISLNK(status.st_mode):
                 status = os.stat(path)
         except FileNotFoundError:
@@ -68,11 +69,13 @@ class TranscriptWalk:
     def __init__(
         self,
         on_error: Callable[[OSError], None] | None,
-        fs: FileSystem = REAL_FS,
+        fs: FileSystem = REAL_FILES,
         on_link: LinkHandler | None = None,
         on_folder: Callable[[Path], None] | None = None,
     ) -> None:
-        self.on_error, self.fs, self.on_link, self.on_folder = on_error, fs, on_link, on_folder
+        self.on_error, self.on_link, self.on_folder = on_error, on_link, on_folder
+        # EIO retried per its policy (a seam gets the default one)
+        self.fs = fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
         self.folders: set[tuple[int, int]] = set()  # (device, inode) of every folder entered
         self.files: set[tuple[int, int]] = (
             set()
@@ -102,12 +105,10 @@ class TranscriptWalk:
         met."""
         try:
             if status is None:
-                status = retrying_call(lambda: self.fs.stat(folder), what=f"the status of {folder}")
+                status = self.fs.stat(folder)
             if not self.first_visit(self.folders, status):
                 return
-            entries = sorted(
-                retrying_call(lambda: self.fs.entries(folder), what=f"the listing of {folder}")
-            )
+            entries = sorted(self.fs.entries(folder))
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -153,7 +154,8 @@ class TranscriptWalk:
         """The status of what `link` points to; None (and on_error told) for a link to nothing or
         unreadable."""
         try:
-            return retrying_call(lambda: os.stat(link), what=f"the status of {link}")
+            # following the link, which the seam's stat does not
+            return self.fs.attempt(partial(os.stat, link), f"the status of {link}")
         except FileNotFoundError:
             if os.path.lexists(link):
                 target = os.readlink(link)

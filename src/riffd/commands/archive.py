@@ -72,8 +72,11 @@ def register(commands: Any) -> None:
         "modification time, checked against the checksums archived with it (a file the archive cannot give whole is "
         "not restored). Only what is missing is written: a file that is there and the same is left, as is a "
         "transcript that has only grown; one that differs is named and left, unless --force: then it is replaced "
-        "only while its session is idle, after a verified backup of it. Exit 0: every file is there now; 1: one was "
-        "skipped (live or changed) or differs; 2: one failed or the archive cannot give it whole.",
+        "only while its session is idle, after a verified backup of it. Nothing is written through a symlinked folder "
+        "below a session's project folder or config folder, and a session's transcripts are held back when another "
+        "file of it failed. Exit 0: every file is there now; 1: one was skipped (live or changed) or differs, or a "
+        "saved output the transcripts name was never archived; 2: one failed, was held back, or the archive cannot "
+        "give it whole.",
     )
     restore.add_argument(
         "session",

@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from riffd.claude_code.folders import session_id_for
+from riffd.claude_code.folders import is_transcript_name, session_id_for
 from riffd.claude_code.projects import SESSION_ID
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     SessionFile,
     all_session_files,
+    classify,
     config_folders,
+    linked_folder,
     plan_files,
+    saved_output_folder,
     session_files,
 )
+from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
 
 
 def run_ingest(args: argparse.Namespace, archive: Any) -> int:
@@ -28,8 +33,10 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
     beside them; exit 0, or 2 when a file failed."""
     from riffd.archive.ingest import ingest_files
 
+    given: list[SessionFile] = []
     if args.paths:
         files, errors = transcript_targets(args.paths)
+        files, given = split_given(files, args, errors)
     else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
         files, errors = files_under(args.roots)
     started, added, size, number = time.monotonic(), 0, 0, 0
@@ -50,7 +57,8 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
                 )
         if sys.stderr.isatty():
             print(file=sys.stderr)
-        kept = keep_whole_files(archive, session_files_of(args, archive, files, errors), errors)
+        found = session_files_of(args, archive, files, errors)
+        kept = keep_whole_files(archive, itertools.chain(given, found), errors)
     except BaseException:
         # What was stored stays: say how far the ingest got before the error (printed by
         # _one_line_errors)
@@ -82,6 +90,37 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
     return EXIT_ERROR if errors else EXIT_OK
 
 
+def split_given(
+    files: list[Path], args: argparse.Namespace, errors: list[str]
+) -> tuple[list[Path], list[SessionFile]]:
+    """Of the files an ingest was given (`transcript_targets` of its PATHs), the transcripts, archived
+    by lines, and the files of a session that are kept whole (a saved output named by its path, a
+    `.jsonl` in `tool-results/` too); any other file is an error, not archived."""
+    configs = config_folders(args.roots, args.loaded_config.claude_dir)
+    transcripts, whole = [], []
+    for path in files:
+        absolute = Path(os.path.abspath(path))
+        parts = absolute.parts
+        # below a `projects` folder that is not a configured root: the one above `<project>/<session>/`
+        others = [
+            Path(*parts[: at - 1])
+            for at in range(3, len(parts) - 1)
+            if SESSION_ID.fullmatch(parts[at]) and parts[at - 2] == "projects"
+        ]
+        found = classify(absolute, args.roots, configs) or classify(absolute, others, [])
+        if found is not None:
+            whole.append(found)
+        elif is_transcript_name(path.name) and saved_output_folder(absolute) is None:
+            transcripts.append(path)
+        else:
+            errors.append(
+                f"{path}: neither a transcript (*.jsonl) nor a file of a session that riffd keeps "
+                "whole (in a session's folder, or in a config folder's file-history/, tasks/, plans/ "
+                "or todos/); not archived"
+            )
+    return transcripts, whole
+
+
 def session_files_of(
     args: argparse.Namespace, archive: Any, transcripts: list[Path], errors: list[str]
 ) -> Iterator[SessionFile]:
@@ -98,7 +137,7 @@ def session_files_of(
     if not args.paths:
         roots = [root for root in args.roots if root.is_dir()]
         yield from all_session_files(
-            roots, config_folders(args.roots, config.claude_dir), unlistable
+            roots, config_folders(args.roots, config.claude_dir), unlistable, named_link
         )
         return
     sessions: dict[str, set[Path]] = {}
@@ -115,7 +154,7 @@ def session_files_of(
     )
     configs = config_folders(roots, config.claude_dir)
     for session, folders in sorted(sessions.items()):
-        yield from session_files(session, sorted(folders), roots, configs, unlistable)
+        yield from session_files(session, sorted(folders), roots, configs, unlistable, named_link)
     yield from plan_files(
         sorted({slug for session in sessions for slug in archive.whole.slugs(session)}), configs
     )
@@ -125,9 +164,10 @@ def keep_whole_files(
     archive: Any, found: Iterable[SessionFile], errors: list[str]
 ) -> tuple[int, int, int]:
     """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
-    does not wait for a file to settle); return (files looked at, versions added, bytes stored). A
-    file that cannot be read is an error; one that changes while it is read each time is named, for
-    the daemon or the next ingest."""
+    does not wait for a file to settle); return (files looked at, versions added, bytes stored).
+    Every file not stored is named with why: an error when it cannot be read or changed while it was
+    read each time (for the daemon or the next ingest), a note when it went meanwhile or is not a
+    regular file or is reached through a symlinked folder riffd does not follow."""
     looked = added = stored = 0
     for number, item in enumerate(found, 1):
         looked = number
@@ -140,6 +180,10 @@ def keep_whole_files(
             if kept.outcome != "changing":
                 added += kept.outcome in ("stored", "known")
                 stored += kept.stored_bytes
+                if kept.outcome == "linked":
+                    named_link(linked_folder(item) or item.path)
+                elif kept.outcome in NOT_TAKEN:
+                    print(f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr)
                 break
         else:
             errors.append(
@@ -151,6 +195,22 @@ def keep_whole_files(
     if sys.stderr.isatty() and looked >= 100:
         print(file=sys.stderr)
     return looked, added, stored
+
+
+# Why `keep` took no version of a file, for the outcomes that are not an error
+NOT_TAKEN = {
+    "gone": "deleted while the ingest ran; not archived",
+    "skipped": "not a regular file (a FIFO, a device); not archived",
+}
+
+
+def named_link(link: Path) -> None:
+    """Name a symlink the walk of the sessions' files met and did not follow."""
+    print(
+        f"riffd: note: {link}: a symlink (to {os.path.realpath(link)}) in a session's folders; "
+        "not followed: riffd archives only the files in the sessions' own folders",
+        file=sys.stderr,
+    )
 
 
 def run_compact(args: argparse.Namespace, archive: Any) -> int:

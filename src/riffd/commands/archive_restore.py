@@ -1,85 +1,81 @@
 """`riffd archive restore`: a whole session written back from the archive, checked, the way `riffd
 backups restore` writes.
 
-A session id (or a prefix only one session has) names the whole session: its transcript and
-subagents' transcripts, and every file kept whole (riffd.archive.wholefiles: saved tool outputs,
-subagents' settings, checkpoints, its task list, its plans), each as its newest version. A path
-names that one archived transcript. The files kept whole go back first, the main transcript last, so
-a session is complete once `claude --resume` can see it.
+A session id (or a prefix only one session has) names the whole session (riffd.commands.restore_items:
+its transcripts, every file of it kept whole, the saved outputs its transcripts name in another
+session's folder, its plans), each as its newest version. A path names that one archived transcript.
+The files kept whole go back first, the transcripts last, and a session's transcripts are held back
+when any other file of it failed, so `claude --resume` never sees half a session.
 
 What is not there is written beside its place and linked in (never over a file that appears
-meanwhile), with the owner of its folder, the owner's bits of its mode and its modification time as
-archived. What is there and the same is left alone, as is a transcript that has only grown since it
-was archived: restore puts back what is missing. What is there and differs is named and left, unless
-`--force`: then a transcript is replaced as a repair replaces one (riffd.repair.restore.put_back:
-only while its session is idle, under its lock, after a verified backup, lines appended meanwhile
-kept), a file kept whole after a verified backup of it, only while its session is idle. What the
-archive gives is checked as it is written: a file it cannot give whole is not restored, and nothing
-of it is left. With `--to DIR` the files keep their paths below the folder they all share (a single
-file: its name).
+meanwhile: one that did and is the same counts as there), with the owner of its folder, the owner's
+bits of its mode and its modification time as archived, and never through a symlinked folder below
+the folder it is restored into (riffd.repair.folders). What is there and the same is left alone, as
+is a transcript that has only grown since it was archived: restore puts back what is missing. What
+is there and differs is named and left, unless `--force`: then a transcript is replaced as a repair
+replaces one (riffd.repair.restore.put_back: only while its session is idle, under its lock, after a
+verified backup, lines appended meanwhile kept), a file kept whole after a verified backup of it,
+only while its session is idle. What the archive gives is checked as it is written: a file it cannot
+give whole is not restored, and nothing of it is left. With `--to DIR` the files keep their paths
+below the folder they all share (a single file: its name).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
+import errno
 import hashlib
 import os
 import re
+import stat
 import sys
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from riffd.archive.packs import PackDamaged
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.fsio import REAL_FS, ensure_private_folder
+from riffd.commands.restore_items import Item, restore_items, restore_targets
+from riffd.fsio import NOFOLLOW
+from riffd.repair.folders import check_folders, make_folder
 from riffd.repair.locks import remove_stale_temps
-from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
+from riffd.repair.outcomes import (
+    ApplyOptions,
+    Failed,
+    FailReason,
+    RestoreOutcome,
+    Skipped,
+    SkipReason,
+)
 from riffd.repair.restore import put_back, put_back_file
-from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
+from riffd.transcript.sessions import AmbiguousSession
 
 # The temp name `riffd archive restore` used before it named its temps as riffd's other writers do
 # (with its pid, riffd.repair.locks.temp_path_for): one left by a killed run is removed once it is
 # this old.
 LEGACY_TEMP = re.compile(r"^\..+\.riffd-restore\.tmp$")
 STALE_TEMP_SECONDS = 3600.0
-
-
-@dataclass(frozen=True)
-class Item:
-    """One file to put back: where it was, its session, how to read it, its time and mode, and what
-    it is."""
-
-    path: str
-    session_id: str | None
-    chunks: Callable[[], Iterable[bytes]]
-    mtime_ns: int | None
-    mode: int | None  # None: a transcript (archived by lines)
-    sha256: bytes | None = None
-    size: int | None = None
-
-
-@dataclass
-class Tally:
-    """What a restore did, by outcome."""
-
-    restored: int = 0
-    there: int = 0
-    differ: int = 0
-    skipped: int = 0
-    failed: int = 0
+# How the outcomes are said in the summary, in its order (restored comes first)
+SAID = (
+    ("there", "already there"),
+    ("differ", "differ (left as they are; --force replaces them after a backup)"),
+    ("skipped", "skipped"),
+    ("failed", "failed"),
+    ("held", "held back (another file of their session failed)"),
+    ("unheld", "named by the transcripts and never archived"),
+)
 
 
 def restore_files(archive: Any, args: argparse.Namespace) -> int:
     """Restore what `args.session` names from the open `riffd.archive.store.Archive` (see the
     module); exit 0 when everything is there now, 1 when a file was skipped (its session live, a
-    file that differs left as it is), 2 when one failed or was refused."""
+    file that differs left as it is) or a saved output the transcripts name was never archived, 2
+    when one failed, was refused or was held back."""
+    config = args.loaded_config
     try:
-        items = _items(archive, args.session)
+        items, missing = restore_items(archive, args.session, config.roots)
     except AmbiguousSession as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -90,7 +86,6 @@ def restore_files(archive: Any, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    config = args.loaded_config
     options = ApplyOptions(
         backup_dir=config.backups.dir,
         claude_dir=config.claude_dir,
@@ -98,71 +93,39 @@ def restore_files(archive: Any, args: argparse.Namespace) -> int:
         quiet_period=config.repair.quiet_period if args.quiet_period is None else args.quiet_period,
         stale_temp_seconds=STALE_TEMP_SECONDS,
     )
-    targets, shared = restore_targets([item.path for item in items], args.to)
+    targets, shared = restore_targets(items, args.to)
     if shared is not None and any(os.sep in os.path.relpath(item.path, shared) for item in items):
         print(
             f"riffd: note: {len(items)} archived files are restored under their paths below {shared}",
             file=sys.stderr,
         )
-    tally = Tally()
+    tally: Counter[str] = Counter()
     swept: set[Path] = set()
-    for item in items:
-        _restore_one(archive, item, targets[item.path], args.force, options, swept, tally)
-    said = [f"{tally.restored} restored"] + [
-        f"{count} {name}"
-        for count, name in (
-            (tally.there, "already there"),
-            (tally.differ, "differ (left as they are; --force replaces them after a backup)"),
-            (tally.skipped, "skipped"),
-            (tally.failed, "failed"),
+    failed: set[str] = set()  # the sessions a file of which failed
+    for item, target in targets:
+        held = item.mode is None and item.part_of is not None and item.part_of in failed
+        outcome = _restore_one(archive, item, target, args.force, options, swept, held)
+        tally[outcome] += 1
+        if outcome == "failed" and item.part_of is not None:
+            failed.add(item.part_of)
+    for tail in missing:
+        print(
+            f"riffd: note: the transcripts name the saved output .../{tail}, which the archive does "
+            "not hold (deleted before riffd took it); it cannot be restored",
+            file=sys.stderr,
         )
-        if count
+    tally["unheld"] = len(missing)
+    said = [f"{tally['restored']} restored"] + [
+        f"{tally[name]} {words}" for name, words in SAID if tally[name]
     ]
     print(f"riffd: {len(items)} archived file(s): " + ", ".join(said), file=sys.stderr)
     return (
-        EXIT_ERROR if tally.failed else EXIT_FINDINGS if tally.skipped or tally.differ else EXIT_OK
+        EXIT_ERROR
+        if tally["failed"] or tally["held"]
+        else EXIT_FINDINGS
+        if tally["skipped"] or tally["differ"] or tally["unheld"]
+        else EXIT_OK
     )
-
-
-def _items(archive: Any, target: str) -> list[Item]:
-    """The files `target` names, files kept whole first, then subagents' transcripts, the main
-    transcripts last."""
-    files = archive.files_of(target)
-    path_like = os.sep in target or target.endswith(".jsonl")
-    sessions = [] if path_like else sorted({session for _id, _path, session in files if session})
-    if not files and not path_like:
-        sessions = archive.whole.sessions_with_files(target) if ID_PREFIX.fullmatch(target) else []
-        sessions = [session for session in sessions if session == target] or sessions
-        if len(sessions) > 1:
-            raise AmbiguousSession(
-                f"{target}: {len(sessions)} archived sessions start with it: "
-                f"{'; '.join(sessions[:10])}; type more of the id"
-            )
-    items = [
-        Item(
-            str(version.path),
-            version.session_id,
-            functools.partial(archive.whole.content, version),
-            version.mtime_ns,
-            version.mode,
-            version.sha256,
-            version.size,
-        )
-        for session in sessions
-        for version in archive.whole.session_versions(session)
-    ]
-    transcripts = [
-        Item(
-            path,
-            session,
-            functools.partial(archive.iter_file, file_id),
-            archive.restore_time(file_id),
-            None,
-        )
-        for file_id, path, session in files
-    ]
-    transcripts.sort(key=lambda item: (os.sep + "subagents" + os.sep) not in item.path)
-    return items + transcripts
 
 
 def _restore_one(
@@ -172,37 +135,28 @@ def _restore_one(
     force: bool,
     options: ApplyOptions,
     swept: set[Path],
-    tally: Tally,
-) -> None:
+    held: bool,
+) -> str:
+    """Restore one item to `target`; return what came of it: restored, there, differ, skipped,
+    failed or held (not written: `held`, another file of its session failed)."""
+    try:
+        if item.base is not None:
+            check_folders(item.base, target.parent, project_link=item.project_link)
+    except OSError as exc:
+        print(f"riffd: error: {item.path}: not restored: {exc.strerror or exc}", file=sys.stderr)
+        return "failed"
     if os.path.lexists(target):
-        try:
-            same = _compare(item, target, exact=force)
-        except PackDamaged as exc:
-            print(
-                f"riffd: error: {damage_message(archive, item.path, item.session_id, target, exc)}",
-                file=sys.stderr,
-            )
-            tally.failed += 1
-            return
-        except OSError as exc:
-            print(
-                f"riffd: error: {target}: cannot be compared with the archive ({exc.strerror or exc}); left as it "
-                "is",
-                file=sys.stderr,
-            )
-            tally.failed += 1
-            return
-        if same or not force:
-            if same:
-                tally.there += 1
-            else:
-                print(
-                    f"riffd: {target} exists and differs from the archive's copy; left as it is (--force replaces "
-                    "it, only while its session is idle, after a backup of it)",
-                    file=sys.stderr,
-                )
-                tally.differ += 1
-            return
+        there = _existing(archive, item, target, force)
+        if there is not None:
+            return there
+    if held:
+        print(
+            f"riffd: error: {item.path}: not restored: another file of session {item.part_of} failed "
+            "(above), and its transcripts go back only once all of it can, so that `claude --resume` "
+            "never sees half a session; see what failed, then run the restore again",
+            file=sys.stderr,
+        )
+        return "held"
     try:
         make_folder(target.parent)
     except OSError as exc:
@@ -211,74 +165,123 @@ def _restore_one(
             f"({exc.strerror or exc})",
             file=sys.stderr,
         )
-        tally.failed += 1
-        return
+        return "failed"
     if target.parent not in swept:
         swept.add(target.parent)
         sweep_leftovers(target.parent)
-    session_options = dataclasses.replace(options, session_id=item.session_id)
     try:
-        # (live also when the archived file's own session is registered, whatever the target's name)
-        if item.mode is None:
-            outcome = put_back(
-                item.chunks,
-                target,
-                "the archive",
-                replace=True,
-                options=session_options,
-                reason="before restoring it from riffd's archive",
-                mtime_ns=item.mtime_ns,
-            )
-        else:
-            assert item.mtime_ns is not None
-            outcome = put_back_file(
-                item.chunks,
-                target,
-                "the archive",
-                mode=item.mode,
-                mtime_ns=item.mtime_ns,
-                replace=True,
-                options=session_options,
-                reason="before restoring it from riffd's archive",
-            )
+        outcome = _put_back(item, target, force, options)
     except PackDamaged as exc:
         print(
             f"riffd: error: {damage_message(archive, item.path, item.session_id, target, exc)}",
             file=sys.stderr,
         )
-        tally.failed += 1
-        return
+        return "failed"
+    if not force and _appeared(outcome):  # (another restore, say, put it there meanwhile)
+        return _existing(archive, item, target, force) or "differ"
     if isinstance(outcome, Skipped):
         print(f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}", file=sys.stderr)
-        tally.skipped += 1
-    elif isinstance(outcome, Failed):
+        return "skipped"
+    if isinstance(outcome, Failed):
         print(f"riffd: error: {outcome.detail}", file=sys.stderr)
-        tally.failed += 1
-    else:
-        safety = (
-            (
-                f" (what was there is backed up as {outcome.safety_backup_id}"
-                + (
-                    f"; {outcome.carried_over_bytes} bytes appended meanwhile are kept after it"
-                    if outcome.carried_over_bytes
-                    else ""
-                )
-                + ")"
+        return "failed"
+    safety = (
+        (
+            f" (what was there is backed up as {outcome.safety_backup_id}"
+            + (
+                f"; {outcome.carried_over_bytes} bytes appended meanwhile are kept after it"
+                if outcome.carried_over_bytes
+                else ""
             )
-            if outcome.safety_backup_id
-            else ""
+            + ")"
         )
-        print(f"restored {item.path} -> {target}{safety}")
-        tally.restored += 1
+        if outcome.safety_backup_id
+        else ""
+    )
+    print(f"restored {item.path} -> {target}{safety}")
+    return "restored"
+
+
+def _put_back(item: Item, target: Path, force: bool, options: ApplyOptions) -> RestoreOutcome:
+    """Write `item` to `target`: as a new file, or with `force` over the file there (see the
+    module); live also when the archived file's own session is registered, whatever the target's
+    name."""
+    session_options = dataclasses.replace(options, session_id=item.session_id)
+    reason = "before restoring it from riffd's archive"
+    if item.mode is None:
+        return put_back(
+            item.chunks,
+            target,
+            "the archive",
+            replace=force,
+            options=session_options,
+            reason=reason,
+            mtime_ns=item.mtime_ns,
+        )
+    assert item.mtime_ns is not None
+    return put_back_file(
+        item.chunks,
+        target,
+        "the archive",
+        mode=item.mode,
+        mtime_ns=item.mtime_ns,
+        replace=force,
+        options=session_options,
+        reason=reason,
+    )
+
+
+def _appeared(outcome: RestoreOutcome) -> bool:
+    """Whether a file appeared at the place while the restore wrote beside it."""
+    return (isinstance(outcome, Skipped) and outcome.reason == SkipReason.CHANGED) or (
+        isinstance(outcome, Failed) and outcome.reason == FailReason.DESTINATION_EXISTS
+    )
+
+
+def _existing(archive: Any, item: Item, target: Path, force: bool) -> str | None:
+    """For a file at `target`: there (the same), differ (left, without `force`), failed (it or the
+    archive's copy cannot be read), or None (it differs and `force` replaces it)."""
+    try:
+        same = _compare(item, target, exact=force)
+    except PackDamaged as exc:
+        print(
+            f"riffd: error: {damage_message(archive, item.path, item.session_id, target, exc)}",
+            file=sys.stderr,
+        )
+        return "failed"
+    except OSError as exc:
+        print(
+            f"riffd: error: {target}: cannot be compared with the archive ({exc.strerror or exc}); left as it "
+            "is",
+            file=sys.stderr,
+        )
+        return "failed"
+    if same:
+        return "there"
+    if force:
+        return None
+    print(
+        f"riffd: {target} exists and differs from the archive's copy; left as it is (--force replaces "
+        "it, only while its session is idle, after a backup of it)",
+        file=sys.stderr,
+    )
+    return "differ"
 
 
 def _compare(item: Item, target: Path, *, exact: bool) -> bool:
     """Whether the file at `target` is what the archive holds (a transcript, unless `exact`: or that
     with lines appended since); raise PackDamaged when the archive cannot give it, OSError when the
-    file cannot be read (a folder, a link: never the same)."""
-    if not os.path.isfile(target) or os.path.islink(target):
-        return False
-    with open(target, "rb") as handle:
+    file cannot be read. Anything but a regular file (a link, a folder, a FIFO: opened without
+    waiting for a writer) is never the same."""
+    try:
+        fd = os.open(target, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            return False
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         if item.mode is not None:  # a file kept whole: by its hash
             digest = hashlib.sha256()
             while block := handle.read(1 << 20):
@@ -294,39 +297,6 @@ def _compare(item: Item, target: Path, *, exact: bool) -> bool:
                 chunks, "close", lambda: None
             )()  # (a transcript's lines hold the archive's lock while open)
         return not (exact and handle.read(1))
-
-
-def restore_targets(paths: list[str], to: Path | None) -> tuple[dict[str, Path], Path | None]:
-    """Where each archived path is restored: its own place; with `to`, that file (one path, `to` not
-    a folder), or each under its path below the folder they all share (returned second, else None),
-    so no file is written over another and a session keeps its tree (one path: `to`/its name)."""
-    if to is None:
-        return {path: Path(path) for path in paths}, None
-    if len(paths) == 1 and not to.is_dir():
-        return {paths[0]: to}, None
-    shared = Path(os.path.commonpath([os.path.dirname(path) for path in paths]))
-    return {path: to / os.path.relpath(path, shared) for path in paths}, shared
-
-
-def make_folder(folder: Path) -> None:
-    """Make `folder` and its missing parents as riffd makes folders (0700, whatever the umask),
-    owned as the nearest folder above them that exists (riffd run as root leaves a user's tree
-    theirs)."""
-    existing = folder
-    while not os.path.lexists(existing) and existing.parent != existing:
-        existing = existing.parent
-    if existing == folder:
-        return
-    made = [
-        parent
-        for parent in [folder, *folder.parents]
-        if parent.is_relative_to(existing) and parent != existing
-    ]
-    ensure_private_folder(REAL_FS, folder)
-    owner = existing.stat()
-    if os.geteuid() == 0:
-        for path in made:
-            os.chown(path, owner.st_uid, owner.st_gid)
 
 
 def sweep_leftovers(folder: Path) -> None:

@@ -128,11 +128,11 @@ def _damage(archive: Any, args: argparse.Namespace, counts: dict[str, int]) -> t
         print(
             f"a file kept whole is damaged in the archive: {why}; "
             + (
-                f"`{shell_command('riffd', 'archive', 'verify', '--fix')}` stores it again from {version.path}, "
-                "which still exists"
+                f"`{shell_command('riffd', 'archive', 'verify', '--fix')}` stores these bytes again from "
+                f"{version.path}, which still exists (every file archived with the same bytes shares "
+                "them)"
                 if exists
-                else "the file is gone, so this version of it is lost from the "
-                "archive (every path with the same bytes shares it)"
+                else "every file archived with these bytes is gone, so they are lost from the archive"
             )
         )
     return packs, files

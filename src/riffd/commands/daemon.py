@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.commands.configured import load_despite_errors
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
-from riffd.state.store import STATE_NAME
+from riffd.state.database import STATE_NAME
+
+if TYPE_CHECKING:
+    from riffd.reports.model import HealthReport
 
 EXIT_NOT_RUNNING = (
     3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
@@ -125,14 +129,23 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
 
 
-def current_report(
-    config: Config, *, page: bool = False
-) -> tuple[dict[str, Any] | None, int | None, dict[str, Any]]:
+@dataclass(frozen=True)
+class CurrentReport:
+    """The health report as true now (None when riffd has no state here yet), the running daemon's
+    pid, and what latest.html draws beside it as the state store keeps it: the hourly `history`
+    (90 days) and the recent `repairs` (empty unless asked for: `status` does not read them)."""
+
+    report: HealthReport | None
+    pid: int | None
+    history: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    repairs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def current_report(config: Config, *, page: bool = False) -> CurrentReport:
     """Return the health report as true now (built from the state store and the running daemon's
-    live figures, or a stopped daemon's last ones, shown as stopped), the running daemon's pid, and,
-    with `page`, what latest.html draws (`history`, `repairs`: 90 days of hourly points, which
-    `status` does not read); the report is None when riffd has no state here yet. Raise
-    DatabaseDamaged or sqlite3.Error when the state cannot be read."""
+    live figures, or a stopped daemon's last ones, shown as stopped) and the running daemon's pid;
+    with `page`, what latest.html draws too. Raise DatabaseDamaged or sqlite3.Error when the state
+    cannot be read."""
     from riffd.daemon.lock import lock_time, running_pid
     from riffd.reports.build import build_report
     from riffd.state.store import StateStore
@@ -140,7 +153,7 @@ def current_report(
     pid = running_pid(config.state_dir)
     path = config.state_dir / STATE_NAME
     if not path.exists():
-        return None, pid, {}
+        return CurrentReport(None, pid)
     store = StateStore(path, read_only=True)
     try:
         snapshot = store.meta("daemon")
@@ -164,8 +177,10 @@ def current_report(
                 "started": lock_time(config.state_dir),
                 "unpublished": True,
             }
-        drawn = {"history": store.history(), "repairs": store.recent_repairs()} if page else {}
-        return build_report(store, config.backups.dir, snapshot), pid, drawn
+        report = build_report(store, config.backups.dir, snapshot)
+        if not page:
+            return CurrentReport(report, pid)
+        return CurrentReport(report, pid, store.history(), store.recent_repairs())
     finally:
         store.close()
 
@@ -191,6 +206,7 @@ def _state_error(config: Config, exc: Exception) -> int:
 def run_report(args: argparse.Namespace) -> int:
     """`riffd report`: write a report now; exit 0 healthy, 1 not, 2 when there is no state to report
     on."""
+    from riffd.reports.json import report_document
     from riffd.reports.markdown import render_markdown
     from riffd.reports.publish import write_report
 
@@ -198,9 +214,10 @@ def run_report(args: argparse.Namespace) -> int:
     if config is None:
         return EXIT_ERROR
     try:
-        report, _pid, page = current_report(config, page=True)
+        current = current_report(config, page=True)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
+    report = current.report
     if report is None:
         print(
             f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
@@ -208,31 +225,35 @@ def run_report(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     path = write_report(
-        report, config.reports.dir, config.reports.keep, page["history"], page["repairs"]
+        report, config.reports.dir, config.reports.keep, current.history, current.repairs
     )
     if args.json:
-        print_json(report)
+        print_json(report_document(report))
     else:
         sys.stdout.write(render_markdown(report))
     print(f"riffd: report written to {path}", file=sys.stderr)
-    return EXIT_OK if report["healthy"] else EXIT_FINDINGS
+    return EXIT_OK if report.healthy else EXIT_FINDINGS
 
 
 def run_status(args: argparse.Namespace) -> int:
     """`riffd status`: exit 0 running and healthy (or starting), 1 running with problems, 3 not
     running, 2 when the state cannot be read."""
+    from riffd.reports.json import report_document
     from riffd.reports.markdown import render_markdown
+    from riffd.reports.model import iso_seconds
 
     config = load_despite_errors(args)
     if config is None:
         return EXIT_ERROR
     try:
-        report, pid, _page = current_report(config)
+        current = current_report(config)
     except (DatabaseDamaged, sqlite3.Error) as exc:
         return _state_error(config, exc)
-    daemon = (report or {}).get("daemon") or {}
-    starting = pid is not None and bool(daemon.get("starting"))
-    stopping = pid is not None and bool(daemon.get("stopping"))
+    report, pid = current.report, current.pid
+    daemon = None if report is None else report.daemon
+    starting = pid is not None and daemon is not None and daemon.starting
+    stopping = pid is not None and daemon is not None and daemon.stopping
+    blocked = None if daemon is None else daemon.blocked
     state = (
         "stopped"
         if pid is None
@@ -243,7 +264,8 @@ def run_status(args: argparse.Namespace) -> int:
         else "running"
     )
     if args.json:
-        print_json({"state": state, "running": pid is not None, "pid": pid, "report": report})
+        document = None if report is None else report_document(report)
+        print_json({"state": state, "running": pid is not None, "pid": pid, "report": document})
     else:
         if pid is None and report is None:
             print(
@@ -251,9 +273,10 @@ def run_status(args: argparse.Namespace) -> int:
                 "service install`)"
             )
         elif pid is None:
+            last_seen = None if daemon is None else iso_seconds(daemon.last_seen)
             last = (
-                f", last seen at {daemon['last_seen']} (pid {daemon.get('pid')})"
-                if daemon.get("last_seen")
+                f", last seen at {last_seen} (pid {daemon.pid})"
+                if daemon is not None and last_seen
                 else ""
             )
             print(f"riffd daemon: stopped{last}; state {config.state_dir}")
@@ -269,14 +292,10 @@ def run_status(args: argparse.Namespace) -> int:
         elif starting:
             print(
                 f"riffd daemon: starting (pid {pid}): looking at the files found at start"
-                + (
-                    f"; but {daemon['blocked']}"
-                    if daemon.get("blocked")
-                    else "; health is judged once that pass is done"
-                )
+                + (f"; but {blocked}" if blocked else "; health is judged once that pass is done")
             )
         else:
-            age = daemon.get("figures_age_seconds")
+            age = None if daemon is None else daemon.figures_age_seconds
             print(
                 f"riffd daemon: running (pid {pid})"
                 + (f", figures from {age:.0f} s ago" if age is not None else "")
@@ -288,5 +307,5 @@ def run_status(args: argparse.Namespace) -> int:
     if (
         starting
     ):  # not a problem, unless something keeps the daemon itself from working (a full disk)
-        return EXIT_FINDINGS if daemon.get("blocked") else EXIT_OK
-    return EXIT_OK if report is not None and report.get("healthy") else EXIT_FINDINGS
+        return EXIT_FINDINGS if blocked else EXIT_OK
+    return EXIT_OK if report is not None and report.healthy else EXIT_FINDINGS

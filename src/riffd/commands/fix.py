@@ -10,7 +10,6 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from riffd import __version__
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
@@ -28,8 +27,19 @@ from riffd.commands.common import (
     transcript_targets,
 )
 from riffd.commands.configured import config_for_folders
+from riffd.commands.fix_output import (
+    CLEAN,
+    ERROR,
+    FAILED,
+    REPAIRED,
+    SKIPPED,
+    WOULD_REPAIR,
+    FixedFile,
+    fix_document,
+    print_text,
+)
 from riffd.database import DatabaseDamaged
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, ReadFailed, pin_mmap_threshold
+from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
 from riffd.repair.outcomes import (
@@ -41,8 +51,8 @@ from riffd.repair.outcomes import (
     SkipReason,
     gone,
 )
-from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
-from riffd.repair.planner import RepairOptions, cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.plan import RepairOptions, RepairPlan
+from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in
@@ -120,10 +130,10 @@ def run_fix(args: argparse.Namespace) -> int:
         for folder in sorted(
             {path.parent for path in files}
         ):  # and swaps it left half done beside transcripts
-            recovered += recover_folder(REAL_FS, folder, DEFAULT_RETRY)
+            recovered += recover_folder(REAL_FILES, folder)
         for line in recovered:
             print(line)
-    results: list[dict[str, object]] = []
+    results: list[FixedFile] = []
     remaining = 0
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
@@ -132,36 +142,26 @@ def run_fix(args: argparse.Namespace) -> int:
         for path in files:
             outcome = _fix_one(path, options, repair_options, args.dry_run, keeper, acks)
             progress.step(path.stat().st_size if path.exists() else 0)
-            counts[str(outcome["outcome"])] += 1
-            remaining += int(outcome.pop("_remaining"))  # type: ignore[call-overload]
-            if outcome["outcome"] == "error" or outcome["outcome"] == "failed":
-                errors.append(str(outcome["detail"]))
-            if outcome["outcome"] != "clean":
+            counts[outcome.outcome] += 1
+            remaining += outcome.remaining
+            if outcome.is_error:
+                errors.append(str(outcome.detail))
+            if outcome.outcome != CLEAN:
                 results.append(outcome)
                 if not args.json:
-                    _print_fix_outcome(outcome)
+                    print_text(outcome)
     finally:
         keeper.close()
     progress.close()
-    for result in results:  # a writer held the old file: it may have let go by now
-        journal = result.get("pending_swap")
-        if isinstance(journal, str):
-            settled = recover(REAL_FS, Path(journal), DEFAULT_RETRY)
+    for index, result in enumerate(results):  # a writer held the old file: it may have let go
+        if result.pending_swap is not None:
+            settled = recover(REAL_FILES, result.pending_swap)
             if settled is not None and settled.state != PENDING:
-                result["pending_swap"] = None
-                result["warnings"] = [*result.get("warnings", []), settled.detail]  # type: ignore[misc]
+                results[index] = replace(
+                    result, pending_swap=None, warnings=(*result.warnings, settled.detail)
+                )
     if args.json:
-        print_json(
-            {
-                "schema": REPORT_SCHEMA,
-                "riffd": __version__,
-                "dry_run": args.dry_run,
-                "recovered": recovered,
-                "files": results,
-                "summary": dict(sorted(counts.items())),
-                "errors": errors,
-            }
-        )
+        print_json(fix_document(REPORT_SCHEMA, args.dry_run, recovered, results, counts, errors))
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
     word = "would repair" if args.dry_run else "repaired"
@@ -218,9 +218,9 @@ def _fix_one(
     dry_run: bool,
     keeper: TailKeeper,
     acks: Acknowledged | None = None,
-) -> dict[str, object]:
-    """Scan, plan and (unless dry_run) apply one file; return a JSON-ready outcome. `_remaining`
-    counts the findings left that are neither informational nor acknowledged in `acks`."""
+) -> FixedFile:
+    """Scan, plan and (unless dry_run) apply one file; return what was done, with the findings left
+    that are neither informational nor acknowledged in `acks`."""
 
     def _damage(findings: list[Finding]) -> list[Finding]:
         return [
@@ -233,142 +233,52 @@ def _fix_one(
     try:
         scanned = index_file(path, with_identity=True)
     except FileNotFoundError:
-        return {
-            "path": str(path),
-            "outcome": "skipped",
-            "reason": str(SkipReason.GONE),
-            "detail": gone(path).detail,
-            "_remaining": 0,
-        }
+        return FixedFile(path, SKIPPED, 0, str(SkipReason.GONE), gone(path).detail)
     except (OSError, ReadFailed) as exc:
-        return {"path": str(path), "outcome": "error", "detail": f"{path}: {exc}", "_remaining": 0}
+        return FixedFile(path, ERROR, 0, detail=f"{path}: {exc}")
     damage = _damage(scanned.findings)
-    repairable = [finding for finding in scanned.findings if finding.cls in REPAIRABLE]
-    if not repairable:
-        return {
-            "path": str(path),
-            "outcome": "clean",
-            "_remaining": len(damage),
-            "unrepaired": [finding.to_json() for finding in scanned.findings],
-        }
+    if not [finding for finding in scanned.findings if finding.cls in REPAIRABLE]:
+        return FixedFile(path, CLEAN, len(damage), unrepaired=tuple(scanned.findings))
     try:
         plan = plan_file_repair(scanned, repair_options)
     except FileNotFoundError:
-        return {
-            "path": str(path),
-            "outcome": "skipped",
-            "reason": str(SkipReason.GONE),
-            "detail": gone(path).detail,
-            "_remaining": 0,
-        }
+        return FixedFile(path, SKIPPED, 0, str(SkipReason.GONE), gone(path).detail)
     except FileChanged as exc:
-        return {
-            "path": str(path),
-            "outcome": "skipped",
-            "reason": str(exc.reason),
-            "detail": str(exc),
-            "_remaining": len(damage),
-        }
+        return FixedFile(path, SKIPPED, len(damage), str(exc.reason), str(exc))
     except (OSError, ValueError) as exc:
-        return {
-            "path": str(path),
-            "outcome": "error",
-            "detail": f"{path}: could not plan a repair: {exc}",
-            "_remaining": len(damage),
-        }
-    base: dict[str, object] = {
-        "path": str(path),
-        "plan": _plan_json(plan),
-        "notes": list(plan.notes),
-    }
+        return FixedFile(path, ERROR, len(damage), detail=f"{path}: could not plan a repair: {exc}")
+    if not plan.is_empty and not dry_run:
+        plan = keeper.checked(path, plan)
     if plan.is_empty:
-        return base | {
-            "outcome": "skipped",
-            "reason": "nothing_safe_to_do",
-            "detail": "; ".join(plan.notes) or "no safe repair",
-            "_remaining": len(damage),
-        }
+        why = "; ".join(plan.notes) or "no safe repair"
+        return FixedFile(path, SKIPPED, len(damage), "nothing_safe_to_do", why, plan)
     if dry_run:
-        return base | {"outcome": "would_repair", "_remaining": len(damage)}
-    plan = keeper.checked(path, plan)
-    if plan.is_empty:
-        return base | {
-            "plan": _plan_json(plan),
-            "notes": list(plan.notes),
-            "outcome": "skipped",
-            "reason": "nothing_safe_to_do",
-            "detail": "; ".join(plan.notes),
-            "_remaining": len(damage),
-        }
+        return FixedFile(path, WOULD_REPAIR, len(damage), plan=plan)
     # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its
     # agent.
     outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
     if isinstance(outcome, Repaired):
         # Judged on the file riffd wrote, not on what the plan meant to fix.
+        warnings = outcome.warnings
         try:
             left = _damage(index_file(path).findings)
         except OSError as exc:
             left = [finding for finding in damage if finding not in plan.fixes]
-            outcome = replace(
-                outcome, warnings=(*outcome.warnings, f"{path}: could not scan it again: {exc}")
-            )
-        return base | {
-            "outcome": "repaired",
-            "backup_id": outcome.backup_id,
-            "backup_path": str(outcome.backup_path),
-            "carried_over_bytes": outcome.carried_over_bytes,
-            "warnings": list(outcome.warnings),
-            "pending_swap": str(outcome.pending_swap) if outcome.pending_swap else None,
-            "remaining": [finding.to_json() for finding in left],
-            "_remaining": len(left),
-        }
+            warnings = (*warnings, f"{path}: could not scan it again: {exc}")
+        return FixedFile(
+            path,
+            REPAIRED,
+            len(left),
+            plan=plan,
+            backup_id=outcome.backup_id,
+            backup_path=outcome.backup_path,
+            carried_over_bytes=outcome.carried_over_bytes,
+            warnings=warnings,
+            pending_swap=outcome.pending_swap,
+            left=tuple(left),
+        )
     if isinstance(outcome, Skipped):
-        result = "clean" if outcome.reason is SkipReason.NOTHING_TO_DO else "skipped"
-        return base | {
-            "outcome": result,
-            "reason": str(outcome.reason),
-            "detail": outcome.detail,
-            "_remaining": len(damage),
-        }
+        result = CLEAN if outcome.reason is SkipReason.NOTHING_TO_DO else SKIPPED
+        return FixedFile(path, result, len(damage), str(outcome.reason), outcome.detail, plan)
     assert isinstance(outcome, Failed)
-    return base | {
-        "outcome": "failed",
-        "reason": str(outcome.reason),
-        "detail": outcome.detail,
-        "_remaining": len(damage),
-    }
-
-
-def _plan_json(plan: RepairPlan) -> dict[str, object]:
-    edits = []
-    for edit in plan.edits:
-        if isinstance(edit, RemoveLine):
-            edits.append({"remove_line": edit.span.number, "reason": edit.reason})
-        elif isinstance(edit, ReplaceLine):
-            edits.append({"edit_line": edit.span.number, "reason": edit.reason})
-        elif isinstance(edit, InsertLine):
-            edits.append({"insert_after_line": edit.after.number, "reason": edit.reason})
-    return {"edits": edits, "fixes": [finding.to_json() for finding in plan.fixes]}
-
-
-def _print_fix_outcome(outcome: dict[str, object]) -> None:
-    path, kind = outcome["path"], outcome["outcome"]
-    plan = outcome.get("plan") or {}
-    edits = plan.get("edits", []) if isinstance(plan, dict) else []
-    if kind in ("repaired", "would_repair"):
-        verb = "repaired" if kind == "repaired" else "would repair"
-        print(f"{verb} {path}: {len(edits)} edit(s)")
-        for edit in edits:
-            what = next(iter(edit))
-            print(f"  {what.replace('_', ' ')} {edit[what]}: {edit['reason']}")
-        if kind == "repaired":
-            print(f"  backup: {outcome['backup_id']} ({outcome['backup_path']})")
-            for warning in outcome.get("warnings") or []:  # type: ignore[attr-defined]
-                print(f"  warning: {warning}")
-    elif kind == "skipped":
-        print(f"skipped {path}: {outcome['reason']}: {outcome['detail']}")
-    elif kind in ("failed", "error"):
-        print(f"failed {path}: {outcome['detail']}")
-    notes = outcome.get("notes")
-    for note in notes if isinstance(notes, list) else []:
-        print(f"  note: {note}")
+    return FixedFile(path, FAILED, len(damage), str(outcome.reason), outcome.detail, plan)

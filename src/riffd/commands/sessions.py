@@ -17,13 +17,14 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.claude_code.projects import find_project_folders
+from riffd.claude_code.session_files import config_folders
 from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, print_json
 from riffd.commands.configured import config_for_folders
 from riffd.database import DatabaseDamaged
 from riffd.display import shell_command
-from riffd.state.store import STATE_NAME, StateStore
+from riffd.state.database import STATE_NAME
+from riffd.state.store import StateStore
 from riffd.transcript.findings import INFORMATIONAL
-from riffd.transcript.sessionfiles import config_folders
 from riffd.transcript.sessions import (
     describe_file,
     describe_lines,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 
-from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.incremental import GrowingIndex
 
 INDEX_CACHE_LINES = (
     300_000  # lines of indexes kept in memory (about 230 bytes a line, 60 more for its detector)
@@ -28,10 +28,10 @@ class IndexCache:
     ) -> None:
         self.max_lines = max_lines
         self.active_seconds = active_seconds
-        self._indexes: OrderedDict[str, tuple[TranscriptIndex, float]] = OrderedDict()
+        self._indexes: OrderedDict[str, tuple[GrowingIndex, float]] = OrderedDict()
         self._lines = 0
 
-    def get(self, path: str, end: int) -> TranscriptIndex | None:
+    def get(self, path: str, end: int) -> GrowingIndex | None:
         """Return the index of `path` if it covers exactly the bytes up to `end`, else None."""
         entry = self._indexes.get(path)
         if entry is None or entry[0].end != end:
@@ -40,7 +40,7 @@ class IndexCache:
         self._indexes.move_to_end(path)
         return entry[0]
 
-    def put(self, path: str, index: TranscriptIndex) -> None:
+    def put(self, path: str, index: GrowingIndex) -> None:
         """Keep `index` for `path`, then evict least recently used, inactive indexes past the line
         budget."""
         self.drop(path)

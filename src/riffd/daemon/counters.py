@@ -1,5 +1,5 @@
-"""What a running daemon counts (the live part of its health report), and the advice that goes with
-an error."""
+"""What a running daemon counts (the live part of its health report), the advice that goes with an
+error, and the parts of the daemon that change while it runs (`DaemonNow`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from riffd.archive.store import Archive
+    from riffd.config import Config
+    from riffd.daemon.watcher import Watcher
 
 ERRORS_KEPT = 50  # the newest errors a running daemon keeps for its report
 
@@ -61,3 +66,16 @@ class Stats:
         """A copy of the errors kept, oldest first."""
         with self._lock:
             return list(self.errors)
+
+
+@dataclass(frozen=True)
+class DaemonNow:
+    """The parts of the daemon that change while it runs, as they are now: its configuration (a
+    reload), its watcher (restarted by a reload), its archive (opened again after a failure), and
+    whether it is still starting (its start-up pass) or stopping."""
+
+    config: Config
+    watcher: Watcher | None
+    archive: Archive | None
+    starting: bool
+    stopping: bool

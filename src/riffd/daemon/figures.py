@@ -1,4 +1,4 @@
-"""The daemon's live figures and health reports (a part of riffd.daemon.runner.Daemon).
+"""The daemon's live figures and health reports: `Figures`, which the daemon holds, publishes them.
 
 The live figures are stored in the state store, where `riffd status` and `riffd report` read them:
 when something changed (at most every SNAPSHOT_SECONDS) and every HEARTBEAT_SECONDS anyway, so their
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
-from riffd.daemon.counters import Stats
+from riffd.daemon.counters import DaemonNow, Stats
 from riffd.daemon.disk_full import Room
 from riffd.daemon.jobs import archive_summary, store_snapshot
+from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import IO_STATS
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
@@ -27,7 +28,6 @@ from riffd.reports.publish import write_report
 from riffd.state.store import StateStore
 
 if TYPE_CHECKING:
-    from riffd.archive.store import Archive
     from riffd.config import Config
     from riffd.daemon.watcher import Watcher
     from riffd.daemon.workqueue import WorkQueue
@@ -35,132 +35,159 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
-SNAPSHOT_SECONDS = (
-    5.0  # the live figures `status` and `report` read are at most this old when something changed
-)
+# the live figures `status` and `report` read are at most this old when something changed
+SNAPSHOT_SECONDS = 5.0
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
 
 
 class Figures:
-    """Publishing the live figures and writing reports; mixed into Daemon, whose attributes these
-    are."""
+    """Publishes a running daemon's live figures to its state store, and writes its reports, from
+    the parts it is given: those that last as long as the daemon here, the others (`DaemonNow`) at
+    each call."""
 
-    config: Config
-    store: StateStore | None
-    archive: Archive | None
-    watcher: Watcher | None
-    queue: WorkQueue
-    stats: Stats
-    room: Room
-    tracker: ToolCallTracker
-    _report_lock: threading.Lock
-    _startup_done: bool
-    _stopping: bool
-    _archive_figures: dict[str, Any]
-    _published: tuple[object, ...] | None
-    _published_at: float
+    def __init__(
+        self,
+        store: StateStore,
+        stats: Stats,
+        queue: WorkQueue,
+        tracker: ToolCallTracker,
+        room: Room,
+    ) -> None:
+        self.store = store
+        self.stats = stats
+        self.queue = queue
+        self.tracker = tracker
+        self.room = room
+        self._report_lock = threading.Lock()  # one report at a time: latest.json is the newest
+        # computed with each report (costly): the snapshot reuses them
+        self._archive_figures: dict[str, Any] = {}
+        self._published: tuple[object, ...] | None = None
+        self._published_at = 0.0
 
-    def status_line(self) -> str:
+    def status_line(self, watcher: Watcher | None) -> str:
         """One line for the service manager's status: files watched, queued, processed, and the
         observer."""
-        watched = self.store.count_files() if self.store else 0
         return (
-            f"{watched} files watched, {len(self.queue)} queued, {self.stats.processed} processed, "
-            f"observer {self.watcher.observer_kind if self.watcher else '-'}"
+            f"{self.store.count_files()} files watched, {len(self.queue)} queued, "
+            f"{self.stats.processed} processed, "
+            f"observer {watcher.observer_kind if watcher else '-'}"
         )
 
-    def publish(self, *, force: bool = False) -> None:
+    def publish(self, now: DaemonNow, *, force: bool = False) -> None:
         """Store the live figures where `status` and `report` read them: when something changed (at
         most every SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck
         daemon from a quiet one."""
-        if self.store is None:
-            return
-        now = time.monotonic()
-        watcher = self.watcher
+        moment = time.monotonic()
+        watcher, stats = now.watcher, self.stats
         state = (
-            self.stats.processed,
+            stats.processed,
             len(self.queue),
             watcher.events if watcher else 0,
-            self.stats.errors_met,
-            len(self.stats.errors),
-            str(self.stats.last_reload),
-            self.stats.rescans,
-            self._startup_done,
-            self._stopping,
+            stats.errors_met,
+            len(stats.errors),
+            str(stats.last_reload),
+            stats.rescans,
+            not now.starting,
+            now.stopping,
         )
-        due = now - self._published_at >= (
+        due = moment - self._published_at >= (
             SNAPSHOT_SECONDS if state != self._published else HEARTBEAT_SECONDS
         )
         if not (force or due):
             return
         try:
-            store_snapshot(self.store, self.snapshot())
+            store_snapshot(self.store, self.snapshot(now))
         except sqlite3.Error as exc:
-            self._unstored(exc)
+            self._unstored(now.config, exc)
             return
         if self.room.stored():
-            self.stats.resolved("live figures")
-        self._published, self._published_at = state, now
+            stats.resolved("live figures")
+        self._published, self._published_at = state, moment
 
-    def _unstored(self, exc: sqlite3.Error) -> None:
+    def _unstored(self, config: Config, exc: sqlite3.Error) -> None:
         if self.room.unstored(exc):
             self.stats.error(
-                f"could not store the live figures in {self.config.state_dir}: {exc}",
+                f"could not store the live figures in {config.state_dir}: {exc}",
                 self.room.advice(exc, "see the errors before this"),
                 about="live figures",
             )
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, now: DaemonNow) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
-        watcher = self.watcher
+        config, watcher, stats = now.config, now.watcher, self.stats
         return {
-            "running": not self._stopping,
-            "starting": not self._startup_done,
+            "running": not now.stopping,
+            "starting": now.starting,
             "seen_at": time.time(),
             "version": __version__,
             "pid": os.getpid(),
-            "started": self.stats.started,
-            "config_path": str(self.config.source) if self.config.source else None,
-            "repair_mode": self.config.repair.mode,
-            "last_reload": self.stats.last_reload,
-            "roots": [str(root) for root in self.config.roots],
+            "started": stats.started,
+            "config_path": str(config.source) if config.source else None,
+            "repair_mode": config.repair.mode,
+            "last_reload": stats.last_reload,
+            "roots": [str(root) for root in config.roots],
             "observer": watcher.observer_kind if watcher else None,
             "observer_reason": watcher.observer_why if watcher else None,
             "events": watcher.events if watcher else 0,
-            "rescans": self.stats.rescans,
+            "rescans": stats.rescans,
             "queue_depth": len(self.queue),
-            "processed": self.stats.processed,
-            "latencies": list(self.stats.latencies),
-            "errors": self.stats.recent_errors(),
+            "processed": stats.processed,
+            "latencies": list(stats.latencies),
+            "errors": stats.recent_errors(),
             "io_retries": IO_STATS.retries,
             "io_give_ups": IO_STATS.give_ups,
             "tracker": self.tracker.stats(),
             "archive": self._archive_figures,
         }
 
-    def write_report(self) -> Path:
+    def write_scheduled_report(self, now: DaemonNow) -> None:
+        """The report job. A report that cannot be written for a full disk is a line in the log and
+        an error in the live figures (not a traceback at every interval), which the next report
+        written takes back."""
+        stats, room = self.stats, self.room
+        reports = now.config.reports.dir
+        try:
+            self.write_report(now)
+        except (OSError, sqlite3.Error) as exc:
+            on_state_disk = room.ran_out(exc, written=reports)
+            if not (on_state_disk or is_full_error(exc)):
+                raise
+            advice = (
+                room.advice(exc, "", written=reports)
+                if on_state_disk
+                else f"{full_disk_note(reports)}: free some space there"
+            )
+            log.error("could not write the report: %s; %s", exc, advice)
+            stats.resolved("reports")
+            stats.error(f"could not write the report to {reports}: {exc}", advice, about="reports")
+            return
+        stats.resolved("reports")
+
+    def write_report(self, now: DaemonNow) -> Path:
         """Write a health report now (the scheduled job, and at shutdown)."""
-        assert self.store is not None
+        config, store = now.config, self.store
         with self._report_lock:
             self._archive_figures = (
                 {}
-                if self.archive is None
-                else archive_summary(self.archive, self.store, self.config.claude_dir)
+                if now.archive is None
+                else archive_summary(now.archive, store, config.claude_dir)
             )
-            snapshot = self.snapshot()
-            try:  # a state store that cannot be written to (a full disk) still gets its report written, saying so
-                store_snapshot(self.store, snapshot)
-            except sqlite3.Error as exc:
-                self._unstored(exc)
-            report = build_report(self.store, self.config.backups.dir, snapshot)
+            snapshot = self.snapshot(now)
+            # A state store that cannot be written to (a full disk) still gets its report written,
+            # saying so.
             try:
-                self.store.record_history(history_point(report), time.time())
+                store_snapshot(store, snapshot)
+            except sqlite3.Error as exc:
+                self._unstored(config, exc)
+            report = build_report(store, config.backups.dir, snapshot)
+            try:
+                store.record_history(history_point(report), time.time())
             except sqlite3.Error as exc:
                 log.error("could not add this report to the history: %s", exc)
             return write_report(
                 report,
-                self.config.reports.dir,
-                self.config.reports.keep,
-                self.store.history(),
-                self.store.recent_repairs(),
+                config.reports.dir,
+                config.reports.keep,
+                store.history(),
+                store.recent_repairs(),
             )

@@ -19,58 +19,51 @@ import signal
 import sqlite3
 import threading
 import time
-import traceback
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
-
-from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from riffd import __version__, logs
-from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
+from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
 from riffd.daemon.alerts import Alerts
-from riffd.daemon.counters import Stats, advice
+from riffd.daemon.archiving import ArchiveSlot
+from riffd.daemon.counters import DaemonNow, Stats
 from riffd.daemon.disk_full import Room
 from riffd.daemon.figures import Figures
 from riffd.daemon.jobs import (
     backup_retention,
-    catch_up_archive,
     clean_leftovers,
-    log_outcome,
     log_startup_summary,
-    settle_archive,
     transcript_filter,
     worker_settings,
 )
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
+from riffd.daemon.schedule import Job, Schedule
 from riffd.daemon.watcher import Watcher, reconcile
+from riffd.daemon.work_thread import TICK_SECONDS, WorkThread
 from riffd.daemon.worker import Worker
 from riffd.daemon.workqueue import WorkQueue
-from riffd.database import full_disk_note, is_full_error
-from riffd.state.store import STATE_NAME, StateStore
+from riffd.state.database import STATE_NAME
+from riffd.state.store import StateStore
 from riffd.tracker.tracker import ToolCallTracker
 
 log = logging.getLogger(__name__)
 
 RELOAD_FAILED = "configuration reload failed"
-TICK_SECONDS = 1.0
 DRAIN_SECONDS = 10.0
-STALL_SECONDS = (
-    120.0  # a worker with work queued and no progress for this long stops the watchdog pings
-)
+# a worker with work queued and no progress for this long stops the watchdog pings
+STALL_SECONDS = 120.0
 TRACKER_PRUNE_SECONDS = 60.0
-ARCHIVE_COMPACT_SECONDS = 120.0  # loose packs compressed again at most this long per quiet period
+SWAPS_SECONDS = 10.0  # hand-overs a writer held up (riffd.repair.handover) are looked at this often
 
 
-class Daemon(Figures):
-    """One running riffd: configuration, store, queue, worker, watcher and scheduler."""
+class Daemon:
+    """One running riffd: configuration, store, queue, worker, watcher, scheduler, and the figures
+    it publishes."""
 
     def __init__(
         self,
@@ -85,34 +78,23 @@ class Daemon(Figures):
         self.config_file = config_path(config_flag, environ)
         self.stop = threading.Event()
         self.reload_requested = threading.Event()
-        self._report_lock = (
-            threading.Lock()
-        )  # one report at a time, so latest.json is always the newest
         self._rescan_lock = threading.Lock()  # one rescan (or archive reopening) at a time
-        self._archive_off = (
-            ""  # why the archive could not be opened, as the log said it (once per reason)
-        )
         self._startup_done = self._stopping = False
-        self._archive_figures: dict[
-            str, Any
-        ] = {}  # computed with each report (costly): the snapshot reuses them
-        self._published: tuple[object, ...] | None = None
-        self._published_at = 0.0
-        self.room = Room(
-            self.config.state_dir
-        )  # a full disk under the state folder (riffd.daemon.disk_full)
+        # a full disk under the state folder (riffd.daemon.disk_full)
+        self.room = Room(self.config.state_dir)
         self.stats = Stats()
         self.notifier = Notifier(environ)
         self.alerts = Alerts(self.config.notify.command)
         self.queue = WorkQueue(self.config.watcher.debounce)
         self.lock = StateLock(self.config.state_dir)
         self.store: StateStore | None = None
-        self.archive: Archive | None = None
+        self.figures: Figures | None = None  # while the store is open
+        self.archives = ArchiveSlot(self.config.state_dir / ARCHIVE_NAME, self.stats, self.room)
         self.worker: Worker | None = None
         self.tracker = ToolCallTracker(self.config.tracker.window, self.config.tracker.max_calls)
         self.watcher: Watcher | None = None
-        self.scheduler: BackgroundScheduler | None = None
-        self._worker_thread: threading.Thread | None = None
+        self.schedule: Schedule | None = None
+        self._work: WorkThread | None = None
         self._interrupts = 0
         self._config_stamp = file_stamp(self.config_file)
 
@@ -122,9 +104,8 @@ class Daemon(Figures):
         """Run until SIGTERM/SIGINT; return the exit code (0 after a clean shutdown; EXIT_RESTART or
         2 after the state folder was deleted under it: riffd.daemon.lock)."""
         logs.configure(self.config.log.level, self.config.log.format, self.config.log.file)
-        self.lock.acquire(
-            on_lost=self.stop.set
-        )  # its state folder deleted under it: stop (riffd.daemon.lock)
+        # its state folder deleted under it: stop (riffd.daemon.lock)
+        self.lock.acquire(on_lost=self.stop.set)
         try:
             self._install_signal_handlers()
             self._start()
@@ -137,9 +118,9 @@ class Daemon(Figures):
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / STATE_NAME, heal=True)
-        self.publish(
-            force=True
-        )  # `status` sees this daemon, starting, from now on (the archive's check may last)
+        self.figures = Figures(self.store, self.stats, self.queue, self.tracker, self.room)
+        # `status` sees this daemon, starting, from now on (the archive's check may last)
+        self.figures.publish(self._now(), force=True)
         self._open_archive()
         clean_leftovers(config)
         self.worker = Worker(
@@ -149,13 +130,26 @@ class Daemon(Figures):
             archive=self.archive,
             on_write_error=self.room.ran_out,
         )
+        # the files kept whole are read as the worker reads transcripts: through its `fs`
         self.keeper = Keeper(
-            config.watcher.file_settle, self.store, self.room.ran_out, config.retry.policy
+            config.watcher.file_settle, self.store, self.room.ran_out, self.worker.fs
         )
-        self._worker_thread = threading.Thread(target=self._work, name="riffd-worker", daemon=True)
-        self._worker_thread.start()
+        self._work = WorkThread(
+            self.queue,
+            self.stop,
+            self.worker,
+            self.keeper,
+            self.store,
+            self.stats,
+            self.alerts,
+            self.room,
+            now=self._now,
+            on_new_store=self._reconcile,
+        )
+        self._work.start()
         self._start_watcher()
-        self._start_scheduler()
+        self.schedule = Schedule(self.stats, self.room)
+        self.schedule.start(self._jobs())
         queued = self._reconcile()
         self._queue_pending_repairs()
         mode = (
@@ -172,62 +166,38 @@ class Daemon(Figures):
             queued,
             config.source or "defaults (no file)",
         )
-        self.notifier.ready(self.status_line())
+        self.notifier.ready(self._status_line())
+
+    @property
+    def archive(self) -> Archive | None:
+        """The archive, while it is open."""
+        return self.archives.archive
+
+    def _now(self) -> DaemonNow:
+        """The parts of the daemon that change while it runs, as they are now (for its figures)."""
+        return DaemonNow(
+            self.config,
+            self.watcher,
+            self.archive,
+            starting=not self._startup_done,
+            stopping=self._stopping,
+        )
+
+    def _status_line(self) -> str:
+        return self.figures.status_line(self.watcher) if self.figures is not None else ""
+
+    def _write_report(self) -> None:
+        if self.figures is not None:
+            self.figures.write_report(self._now())
 
     def _scheduled_report(self) -> None:
-        """The report job. A report that cannot be written for a full disk is a line in the log and
-        an error in the live figures (not a traceback at every interval), which the next report
-        written takes back."""
-        try:
-            self.write_report()
-        except (OSError, sqlite3.Error) as exc:
-            reports = self.config.reports.dir
-            on_state_disk = self.room.ran_out(exc, written=reports)
-            if not (on_state_disk or is_full_error(exc)):
-                raise
-            advice = (
-                self.room.advice(exc, "", written=reports)
-                if on_state_disk
-                else f"{full_disk_note(reports)}: free some space there"
-            )
-            log.error("could not write the report: %s; %s", exc, advice)
-            self.stats.resolved("reports")
-            self.stats.error(
-                f"could not write the report to {self.config.reports.dir}: {exc}",
-                advice,
-                about="reports",
-            )
-            return
-        self.stats.resolved("reports")
+        if self.figures is not None:
+            self.figures.write_scheduled_report(self._now())
 
     def _open_archive(self) -> None:
-        """Open (and check) the archive; when it cannot (a full disk, say), riffd works without it,
-        and each rescan and settle job tries again under `_rescan_lock`, so never two opens at
-        once."""
-        try:
-            self.archive = Archive(self.config.state_dir / ARCHIVE_NAME, heal=True, check=True)
-        except (ArchiveError, sqlite3.Error, OSError) as exc:
-            if (
-                str(exc) != self._archive_off
-            ):  # said once per reason, not at every try (`status` says it always)
-                log.error(
-                    "the archive is off: %s; riffd tries to open it again at each rescan and every %g s "
-                    "(archive.settle_after)",
-                    exc,
-                    self.config.archive.settle_after,
-                )
-            self._archive_off = str(exc)
-            self.room.ran_out(exc)
-            self.stats.resolved("archive")
-            self.stats.error(
-                f"the archive is off: {exc}",
-                self.room.advice(exc, "see the message; repairs and reports go on without it"),
-                about="archive",
-            )
-            return
-        self._archive_off = ""
-        self.stats.resolved("archive")
-        if self.worker is not None:
+        """Open the archive; when it cannot be, riffd works without it, and each rescan and settle
+        job tries again under `_rescan_lock`, so never two opens at once."""
+        if self.archives.open(self.config.archive.settle_after) and self.worker is not None:
             self.worker.archive = self.archive
             log.info("the archive is on again: the rescan archives what was read meanwhile")
 
@@ -238,85 +208,51 @@ class Daemon(Figures):
         )
         self.watcher.start()
 
-    def _start_scheduler(self) -> None:
-        scheduler = BackgroundScheduler(
-            timezone="UTC",
-            job_defaults={
-                "coalesce": True,
-                "max_instances": 1,
-                "misfire_grace_time": 3600,
-            },
-        )
-        scheduler.add_listener(self._job_failed, EVENT_JOB_ERROR)
-        scheduler.add_listener(self._job_done, EVENT_JOB_EXECUTED)
-        self.scheduler = scheduler
-        self._schedule_jobs()
-        scheduler.start()
-
-    def _schedule_jobs(self) -> None:
-        assert self.scheduler is not None
+    def _jobs(self) -> list[Job]:
+        """The scheduled jobs, as the configuration says."""
         config = self.config
-        jobs: list[tuple[str, Any, float]] = [
-            ("report", self._scheduled_report, config.reports.interval),
-            (
+        jobs = [
+            Job("report", self._scheduled_report, config.reports.interval),
+            Job(
                 "backup_retention",
                 lambda: backup_retention(self.config),
                 config.backups.retention_interval,
             ),
-            ("state_maintenance", self._maintain_state, 6 * 3600.0),
-            ("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
-            ("archive_settle", self._settle_archive, config.archive.settle_after),
-            (
-                "finish_swaps",
-                self._finish_swaps,
-                10.0,
-            ),  # hand-overs a writer held up (riffd.repair.handover)
+            Job("state_maintenance", self._maintain_state, 6 * 3600.0),
+            Job("tracker_prune", lambda: self.tracker.prune(time.time()), TRACKER_PRUNE_SECONDS),
+            Job("archive_settle", self._settle_archive, config.archive.settle_after),
+            Job("finish_swaps", self._finish_swaps, SWAPS_SECONDS),
         ]
         if config.watcher.rescan_interval > 0:
-            jobs.append(("rescan", self._rescan, config.watcher.rescan_interval))
-        elif self.scheduler.get_job("rescan") is not None:
-            self.scheduler.remove_job("rescan")
-        for job_id, function, seconds in jobs:
-            job = self.scheduler.get_job(job_id)
-            if job is not None and getattr(job.trigger, "interval", None) == timedelta(
-                seconds=seconds
-            ):
-                continue  # unchanged: a reload (an editor saving the config) must not put its next run off again
-            self.scheduler.add_job(
-                function, "interval", seconds=seconds, id=job_id, replace_existing=True
-            )
+            jobs.append(Job("rescan", self._rescan, config.watcher.rescan_interval))
+        return jobs
 
     def _finish_swaps(self) -> None:
         if self.worker is not None:
-            self.worker.pending_swaps.finish(self.worker.fs, self.config.retry.policy)
+            self.worker.pending_swaps.finish(self.worker.fs)
 
     def _shutdown(self) -> None:
         self.notifier.stopping()
         self._stopping = True  # from here on every snapshot and report says the daemon has stopped
         if self.watcher is not None:
             self.watcher.stop()
-        if self.scheduler is not None and self.scheduler.running:
-            self.scheduler.shutdown(wait=True)
+        if self.schedule is not None:
+            self.schedule.stop()
         left = self._drain(DRAIN_SECONDS)
         if left:
             log.warning(
-                "stopped with %d file(s) still queued; the next start picks them up from their watermarks",
+                "stopped with %d file(s) still queued; the next start picks them up from their "
+                "watermarks",
                 left,
             )
         if self.store is not None:
             try:
-                self.write_report()
+                self._write_report()
             except (OSError, sqlite3.Error) as exc:
                 log.error("could not write the last report: %s", exc)
             self.store.close()
-            self.store = None
-        if self.archive is not None:
-            try:
-                self.archive.settle(optimize=False)
-            except (sqlite3.Error, OSError) as exc:
-                log.error("could not settle the archive: %s", exc)
-            self.archive.close()
-            self.archive = None
+            self.store = self.figures = None
+        self.archives.close()
         log.info("riffd stopped")
 
     def _drain(self, seconds: float) -> int:
@@ -328,8 +264,8 @@ class Daemon(Figures):
             self.queue.put(path, delay=0)
         self.stop.set()
         self.queue.wake()
-        if self._worker_thread is not None:
-            self._worker_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._work is not None:
+            self._work.join(timeout=max(0.0, deadline - time.monotonic()))
         return len(self.queue)
 
     # --- signals and the main loop ----------------------------------------------------------------
@@ -342,9 +278,8 @@ class Daemon(Figures):
     def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
         self._interrupts += 1
         if self._interrupts > 1 and signum == signal.SIGINT:
-            os._exit(
-                130
-            )  # a second Ctrl-C: the user wants out now; the store's WAL keeps it consistent
+            # a second Ctrl-C: the user wants out now; the store's WAL keeps it consistent
+            os._exit(130)
         self.stop.set()
 
     def _on_hup(self, signum: int, frame: FrameType | None) -> None:
@@ -358,12 +293,13 @@ class Daemon(Figures):
             if not self._startup_done and not len(self.queue) and not self.stats.busy:
                 self._startup_done = True
                 self._after_startup_pass()
-            self.publish()
+            if self.figures is not None:
+                self.figures.publish(self._now())
             free = self.room.back()
             if free is not None:
                 log.info(
-                    "the state folder %s has room again (%.1f MiB free): rescanning now for what could not be "
-                    "stored meanwhile",
+                    "the state folder %s has room again (%.1f MiB free): rescanning now for what "
+                    "could not be stored meanwhile",
                     self.config.state_dir,
                     free / 2**20,
                 )
@@ -377,7 +313,7 @@ class Daemon(Figures):
                 self.notifier.watchdog()
                 last_ping = now
             if self.notifier.enabled and now - last_status >= 10 * TICK_SECONDS:
-                self.notifier.status(self.status_line())
+                self.notifier.status(self._status_line())
                 last_status = now
 
     def _watch_new_roots(self) -> None:
@@ -395,7 +331,7 @@ class Daemon(Figures):
         assert self.store is not None
         log_startup_summary(self.store, self.config, self.stats.errors_met)
         try:
-            self.write_report()
+            self._write_report()
         except (OSError, sqlite3.Error) as exc:
             log.error("could not write the first report: %s", exc)
 
@@ -416,7 +352,7 @@ class Daemon(Figures):
                 "fix the file; `riffd config validate` checks it",
                 about=RELOAD_FAILED,
             )
-            self.notifier.ready(self.status_line())
+            self.notifier.ready(self._status_line())
             return False
         old, self.config = self.config, new
         if new.state_dir != old.state_dir:
@@ -427,8 +363,8 @@ class Daemon(Figures):
         logs.configure(new.log.level, new.log.format, new.log.file)
         self.queue.debounce = new.watcher.debounce
         if self.worker is not None:
-            self.worker.settings = worker_settings(self.config)
-            self.keeper.settle, self.keeper.retry = new.watcher.file_settle, new.retry.policy
+            self.worker.reconfigure(worker_settings(self.config))
+            self.keeper.settle, self.keeper.fs = new.watcher.file_settle, self.worker.fs
         self.tracker.window, self.tracker.max_calls = new.tracker.window, new.tracker.max_calls
         self.alerts.command = Alerts(new.notify.command).command
         watch_changed = transcript_filter(new) != transcript_filter(old) or (
@@ -439,19 +375,20 @@ class Daemon(Figures):
             self.watcher.stop()
             self._start_watcher()
             self._reconcile()
-        if self.scheduler is not None:
-            self._schedule_jobs()
-        self._queue_pending_repairs()  # repairs may just have been switched on, or their settings changed
+        if self.schedule is not None:
+            self.schedule.plan(self._jobs())
+        # repairs may just have been switched on, or their settings changed
+        self._queue_pending_repairs()
         # A config error is over once a good config is loaded: it no longer makes the report
         # unhealthy. (Before last_reload says ok, so no report shows a good reload beside the old
         # error.)
         self.stats.resolved(RELOAD_FAILED)
         self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
-        self.notifier.ready(self.status_line())
+        self.notifier.ready(self._status_line())
         return True
 
-    # --- work -------------------------------------------------------------------------------------
+    # --- what to look at: the start-up pass, rescans ----------------------------------------------
 
     def _reconcile(self) -> int:
         assert self.store is not None
@@ -464,7 +401,11 @@ class Daemon(Figures):
             self._unlistable,
             self.watcher,
         ) + reconcile_files(
-            transcript_filter(self.config), self.archive, self.queue.put, self._unlistable
+            transcript_filter(self.config),
+            self.archive,
+            self.queue.put,
+            self._unlistable,
+            self.keeper.note_link,
         )
         self.stats.rescans += 1
         return queued
@@ -493,104 +434,17 @@ class Daemon(Figures):
             self.queue.put(path)
         return len(pending)
 
-    def _work(self) -> None:
-        while not (self.stop.is_set() and not len(self.queue)):
-            item = self.queue.get(TICK_SECONDS)
-            if item is None:
-                continue
-            path, first_event = item
-            self.stats.busy = True
-            try:
-                self._process(Path(path), first_event)
-            finally:
-                self.stats.busy = False
-
-    def _process(self, path: Path, first_event: float) -> None:
-        assert self.worker is not None and self.store is not None
-        try:
-            if not transcript_filter(self.config).matches(path):
-                found = transcript_filter(self.config).session_file(
-                    path
-                )  # a file kept whole (riffd.daemon.keeper)
-                if (
-                    found is not None
-                    and (again := self.keeper.process(self.archive, found))
-                    and not self.stop.is_set()
-                ):
-                    self.queue.put(str(path), delay=again)
-                elif found is None:
-                    self.store.forget_file(str(path))  # no longer under the roots, or excluded now
-                return
-            outcome = self.worker.process(path)
-        except sqlite3.Error as exc:
-            if self.store.reopen_if_damaged(exc):
-                self.stats.error(
-                    f"{self.store.path} was damaged and moved aside to {self.store.moved_aside}",
-                    "nothing to do: a rescan fills the new state store again",
-                )
-                self._reconcile()
-                return
-            log.error("%s: database error: %s", path, exc)
-            self.room.ran_out(exc)
-            self.stats.error(
-                f"{path}: database error: {exc}",
-                self.room.advice(exc, "it is retried at the next change or rescan"),
-                about=str(path),
-            )
-            return
-        except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
-            log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
-            self.stats.error(
-                f"{path}: {exc}",
-                "run `riffd scan` on it; report the traceback if it persists",
-                about=str(path),
-            )
-            return
-        finally:
-            self.stats.progress = time.monotonic()
-        self.stats.processed += 1
-        if (outcome.kind == "skipped" and outcome.why) or (outcome.repair or "").startswith(
-            "failed"
-        ):
-            self.stats.error(
-                f"{path}: {outcome.why or outcome.repair}", advice(outcome.why), about=str(path)
-            )
-        else:
-            self.stats.resolved(str(path))
-        self.alerts.outcome(outcome, quiet=not self._startup_done)
-        if outcome.kind != "unchanged":
-            self.stats.latencies.append(time.monotonic() - first_event)
-            log_outcome(outcome)
-        if (
-            outcome.retry_after is not None and not self.stop.is_set()
-        ):  # no waiting retries while draining
-            self.queue.put(str(path), delay=outcome.retry_after)
-
     # --- scheduled jobs ---------------------------------------------------------------------------
 
-    def _job_failed(self, event: JobExecutionEvent) -> None:
-        log.error("scheduled job %s failed: %s", event.job_id, event.exception)
-        self.room.ran_out(event.exception)
-        self.stats.error(
-            f"scheduled job {event.job_id} failed: {event.exception}",
-            self.room.advice(event.exception, "it runs again at its next time"),
-            about=f"job {event.job_id}",
-        )
-
-    def _job_done(self, event: JobExecutionEvent) -> None:
-        self.stats.resolved(f"job {event.job_id}")  # it failed before, and has run well since
-
     def _rescan(self) -> None:
-        with (
-            self._rescan_lock
-        ):  # the scheduled rescan and one asked for now (`_rescan_now`) never run together
+        # the scheduled rescan and one asked for now (`_rescan_now`) never run together
+        with self._rescan_lock:
             if self.watcher is not None:
                 self.watcher.refresh()
             self._catch_up_archive()
             queued = self._reconcile()
-            clean_leftovers(
-                self.config
-            )  # swaps a killed `riffd fix` left, which no event brings here
+            # swaps a killed `riffd fix` left, which no event brings here
+            clean_leftovers(self.config)
         if queued:
             log.info(
                 "rescan: %d file(s) to look at (changed without an event, or not stored before)",
@@ -602,14 +456,13 @@ class Daemon(Figures):
         `_rescan_lock`)."""
         if self.archive is None:
             self._open_archive()
-        if self.archive is not None and self.store is not None:
-            catch_up_archive(self.archive, self.store, self.room.ran_out)
+        self.archives.catch_up(self.store)
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running
         (one that is running may have looked at a file before there was room)."""
-        if self.scheduler is not None and self.scheduler.running:
-            self.scheduler.add_job(self._rescan, id="rescan_now", replace_existing=True)
+        if self.schedule is not None:
+            self.schedule.run_now("rescan_now", self._rescan)
 
     def _maintain_state(self) -> None:
         if self.store is not None:
@@ -617,21 +470,11 @@ class Daemon(Figures):
             self.store.prune_repairs()
 
     def _settle_archive(self) -> None:
-        """Once lines stopped coming for archive.settle_after seconds: `settle_archive`, compacting
-        for at most ARCHIVE_COMPACT_SECONDS and only while it stays quiet and the daemon is not
-        stopping."""
-        if self.archive is None:  # off since the start (with rescans off, nothing else tries again)
+        """Settle the archive once lines stopped coming for archive.settle_after seconds, and not
+        while the daemon stops; when it is off since the start, try to open it (with rescans off,
+        nothing else does)."""
+        if self.archive is None:
             with self._rescan_lock:
                 self._catch_up_archive()
             return
-        progress = self.stats.progress
-        if time.monotonic() - progress >= self.config.archive.settle_after:
-            deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
-            settle_archive(
-                self.archive,
-                lambda: (
-                    not self._stopping
-                    and self.stats.progress == progress
-                    and time.monotonic() < deadline
-                ),
-            )
+        self.archives.settle(self.config.archive.settle_after, lambda: not self._stopping)

@@ -18,6 +18,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -26,10 +27,10 @@ from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.observers.polling import PollingObserver
 
 from riffd.claude_code.folders import NEVER_TOUCH_DIRS, is_transcript_name
+from riffd.claude_code.session_files import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 from riffd.claude_code.walk import LinkHandler, iter_transcripts
-from riffd.fsio import REMOTE_FILESYSTEMS, filesystem_type, retrying_call
+from riffd.fsio import REAL_FILES, REMOTE_FILESYSTEMS, RetryingFS, filesystem_type
 from riffd.state.store import StateStore
-from riffd.transcript.sessionfiles import CONFIG_FOLDERS, SessionFile, classify, iter_files_below
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ INOTIFY_LIMIT_HINT = (
 @dataclass(frozen=True)
 class TranscriptFilter:
     """Which files under the roots are transcripts riffd watches (documented in the config example),
-    and which files of sessions it keeps whole (riffd.transcript.sessionfiles: in the session
+    and which files of sessions it keeps whole (riffd.claude_code.session_files: in the session
     folders under the roots, and in the config folders `configs`)."""
 
     roots: tuple[Path, ...]
@@ -109,13 +110,14 @@ class TranscriptFilter:
         )
 
 
-def is_folder(path: Path, on_error: Callable[[OSError], None] | None = None) -> bool:
-    """Return True when `path` is a folder now (EIO retried); one whose status cannot be read is not
-    one for now, and goes to `on_error` (or the log): the next refresh or rescan looks again."""
+def is_folder(
+    path: Path, on_error: Callable[[OSError], None] | None = None, fs: RetryingFS = REAL_FILES
+) -> bool:
+    """Return True when `path` is a folder now, through a symlink (EIO retried per `fs`); one whose
+    status cannot be read is not one for now, and goes to `on_error` (or the log): the next refresh
+    or rescan looks again."""
     try:
-        return stat.S_ISDIR(
-            retrying_call(lambda: os.stat(path), what=f"the status of {path}").st_mode
-        )
+        return stat.S_ISDIR(fs.attempt(partial(os.stat, path), f"the status of {path}").st_mode)
     except FileNotFoundError:
         return False
     except OSError as exc:
@@ -314,7 +316,7 @@ class Watcher:
                         self.on_change(str(path))
                 for path in iter_files_below(folder, lambda exc: log.warning("%s", exc)):
                     if (
-                        not is_transcript_name(path.name)
+                        not self.filter.matches(path)  # (a `.jsonl` saved output is one)
                         and self.filter.session_file(path) is not None
                     ):
                         self.on_change(str(path))

@@ -17,7 +17,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from riffd.fsio import FileSystem, RetryPolicy, retrying_call
+from riffd.fsio import RetryingFS
 from riffd.repair.journal import Journal, Pair
 from riffd.repair.lines import (
     Interval,
@@ -82,7 +82,7 @@ def _opened_for_writing(pid: str, descriptor: str) -> bool:
     return True  # cannot tell: a writer, which only makes riffd wait
 
 
-def holders_of(identity: Pair, fd: int, fs: FileSystem) -> list[int]:
+def holders_of(identity: Pair, fd: int, fs: RetryingFS) -> list[int]:
     """The processes still writing the file `identity` (open as `fd`); where that cannot be seen,
     [0] while the file changed within QUIET_WITHOUT_PROC seconds, else none."""
     holders = writers_holding(identity)
@@ -91,15 +91,13 @@ def holders_of(identity: Pair, fd: int, fs: FileSystem) -> list[int]:
     return [0] if time.time() - fs.fstat(fd).st_mtime < QUIET_WITHOUT_PROC else []
 
 
-def _append(
-    fs: FileSystem, fd: int, payload: bytes, what: str, retry: RetryPolicy
-) -> list[Interval]:
+def _append(fs: RetryingFS, fd: int, payload: bytes, what: str) -> list[Interval]:
     """Append `payload` to `fd` (opened O_APPEND), resuming a short write from the exact byte;
     return the ranges of the file it landed in."""
     landed: list[Interval] = []
     view = memoryview(payload)
     while view:
-        written = retrying_call(partial(fs.write, fd, view), what=what, policy=retry)
+        written = fs.attempt(partial(fs.write, fd, view), what)
         if written <= 0:
             raise OSError(errno.EIO, "write wrote nothing")
         end = os.lseek(fd, 0, os.SEEK_CUR)
@@ -109,12 +107,12 @@ def _append(
 
 
 def _landed(
-    fs: FileSystem, fd: int, payload: bytes, size_before: int, what: str, retry: RetryPolicy
+    fs: RetryingFS, fd: int, payload: bytes, size_before: int, what: str
 ) -> tuple[list[Interval], int]:
     """A carry of `payload` was under way when riffd stopped: return where the file `fd` holds it
     (or the part of it that landed, at its end) and how many bytes of it landed."""
     size = fs.fstat(fd).st_size
-    tail = read_bytes(fs, fd, size_before, size, what, retry)
+    tail = read_bytes(fs, fd, size_before, size, what)
     found = tail.find(payload)
     if found >= 0:
         return [(size_before + found, size_before + found + len(payload))], len(payload)
@@ -131,14 +129,14 @@ def _whole(data: bytes, final: bool) -> bytes:
     return data if final else data[: data.rfind(b"\n") + 1]
 
 
-def check_direct(fs: FileSystem, journal: Journal, new_fd: int, retry: RetryPolicy) -> None:
+def check_direct(fs: RetryingFS, journal: Journal, new_fd: int) -> None:
     """Raise LineConflict when a line written straight to the transcript since the swap (not carried
     there by riffd) hangs from a line the repair removed."""
     record = journal.record
     what = str(journal.name(record.transcript))
-    new_size = retrying_call(lambda: fs.fstat(new_fd), what=what, policy=retry).st_size
+    new_size = fs.fstat(new_fd).st_size
     direct = outside(
-        read_bytes(fs, new_fd, record.copy_size, new_size, what, retry),
+        read_bytes(fs, new_fd, record.copy_size, new_size, what),
         record.copy_size,
         record.carried_at,
     )
@@ -151,11 +149,10 @@ def check_direct(fs: FileSystem, journal: Journal, new_fd: int, retry: RetryPoli
 
 
 def carry_forward(
-    fs: FileSystem,
+    fs: RetryingFS,
     journal: Journal,
     old_fd: int,
     new_fd: int,
-    retry: RetryPolicy,
     *,
     final: bool = False,
 ) -> int:
@@ -167,18 +164,17 @@ def carry_forward(
     removed = frozenset(record.removed)
     if record.carrying is not None:
         start, end, size_before = record.carrying
-        payload = read_bytes(fs, old_fd, start, end, what, retry)
-        landed, count = _landed(fs, new_fd, payload, size_before, what, retry)
+        payload = read_bytes(fs, old_fd, start, end, what)
+        landed, count = _landed(fs, new_fd, payload, size_before, what)
         if 0 < count < len(payload):
-            landed += _append(fs, new_fd, payload[count:], what, retry)
+            landed += _append(fs, new_fd, payload[count:], what)
         record = journal.update(
-            retry,
             carrying=None,
             carried_at=(*record.carried_at, *landed),
             carried=end if landed else start,
         )
-    check_direct(fs, journal, new_fd, retry)
-    old_size = retrying_call(lambda: fs.fstat(old_fd), what=what, policy=retry).st_size
+    check_direct(fs, journal, new_fd)
+    old_size = fs.fstat(old_fd).st_size
     if record.carry_from < 0:
         if old_size <= record.settled_end:
             return 0
@@ -188,15 +184,14 @@ def carry_forward(
         ):  # bytes after a cut unfinished line continue it: it comes back whole
             start = record.cut_at
             record = journal.update(
-                retry,
                 notes=(
                     *record.notes,
                     f"{what}: a writer continued its unfinished last "
                     "line during the repair, so that line was put back whole",
                 ),
             )
-        record = journal.update(retry, carry_from=start, carried=start)
-    payload = _whole(read_bytes(fs, old_fd, record.carried, old_size, what, retry), final)
+        record = journal.update(carry_from=start, carried=start)
+    payload = _whole(read_bytes(fs, old_fd, record.carried, old_size, what), final)
     if not payload:
         return 0
     for line in split_lines(payload):
@@ -207,15 +202,13 @@ def carry_forward(
                 "repair removed"
             )
     start, end = record.carried, record.carried + len(payload)
-    record = journal.update(retry, carrying=(start, end, fs.fstat(new_fd).st_size))
-    landed = _append(fs, new_fd, payload, what, retry)
-    journal.update(retry, carrying=None, carried=end, carried_at=(*record.carried_at, *landed))
+    record = journal.update(carrying=(start, end, fs.fstat(new_fd).st_size))
+    landed = _append(fs, new_fd, payload, what)
+    journal.update(carrying=None, carried=end, carried_at=(*record.carried_at, *landed))
     return len(payload)
 
 
-def verify_forward(
-    fs: FileSystem, journal: Journal, old_fd: int, new_fd: int, retry: RetryPolicy
-) -> None:
+def verify_forward(fs: RetryingFS, journal: Journal, old_fd: int, new_fd: int) -> None:
     """Check that every byte the old file gained after the swap point is in the transcript where the
     journal says; raise OSError when not (the old file then keeps its name and the journal for the
     next look)."""
@@ -228,23 +221,21 @@ def verify_forward(
         return
     new_size = fs.fstat(new_fd).st_size
     carried = inside(
-        read_bytes(fs, new_fd, record.copy_size, new_size, what, retry),
+        read_bytes(fs, new_fd, record.copy_size, new_size, what),
         record.copy_size,
         record.carried_at,
     )
     if record.carried != old_size or carried != read_bytes(
-        fs, old_fd, record.carry_from, old_size, what, retry
+        fs, old_fd, record.carry_from, old_size, what
     ):
         raise OSError(
             errno.EIO, f"{what}: the lines written to the old file are not all in the new one"
         )
 
 
-def _inserted_line(
-    fs: FileSystem, copy_fd: int, end: int, wanted: str, what: str, retry: RetryPolicy
-) -> bytes:
+def _inserted_line(fs: RetryingFS, copy_fd: int, end: int, wanted: str, what: str) -> bytes:
     needle = f'"uuid":"{wanted}"'.encode()
-    data = read_bytes(fs, copy_fd, 0, end, what, retry)
+    data = read_bytes(fs, copy_fd, 0, end, what)
     for line in split_lines(data):
         if needle in line and uuid_of(line) == wanted:
             return line
@@ -252,7 +243,7 @@ def _inserted_line(
 
 
 def _back_payload(
-    fs: FileSystem, journal: Journal, copy_fd: int, start: int, end: int, retry: RetryPolicy
+    fs: RetryingFS, journal: Journal, copy_fd: int, start: int, end: int
 ) -> tuple[bytes, tuple[str, ...]]:
     """The bytes an undo carries back for the copy's range [start, end): what writers put into it
     directly (not what riffd carried into it from the old file), each line after the inserted lines
@@ -260,14 +251,14 @@ def _back_payload(
     inserted uuids carried so far."""
     record = journal.record
     what = str(journal.name(record.copy_name))
-    direct = outside(read_bytes(fs, copy_fd, start, end, what, retry), start, record.carried_at)
+    direct = outside(read_bytes(fs, copy_fd, start, end, what), start, record.carried_at)
     inserted, carried = set(record.inserted), list(record.back_inserted)
     parts: list[bytes] = []
     for line in split_lines(direct):
         chain: list[bytes] = []
         parent = parent_of(line)
         while parent is not None and parent in inserted and parent not in carried:
-            found = _inserted_line(fs, copy_fd, record.copy_size, parent, what, retry)
+            found = _inserted_line(fs, copy_fd, record.copy_size, parent, what)
             if not found:
                 break
             chain.append(found)
@@ -279,11 +270,10 @@ def _back_payload(
 
 
 def carry_back(
-    fs: FileSystem,
+    fs: RetryingFS,
     journal: Journal,
     old_fd: int,
     copy_fd: int,
-    retry: RetryPolicy,
     *,
     final: bool = False,
 ) -> int:
@@ -294,26 +284,25 @@ def carry_back(
     what = str(journal.name(record.transcript))
     if record.back_carrying is not None:
         start, end, size_before = record.back_carrying
-        payload, carried_inserted = _back_payload(fs, journal, copy_fd, start, end, retry)
-        landed, count = _landed(fs, old_fd, payload, size_before, what, retry)
+        payload, carried_inserted = _back_payload(fs, journal, copy_fd, start, end)
+        landed, count = _landed(fs, old_fd, payload, size_before, what)
         if 0 < count < len(payload):
-            _append(fs, old_fd, payload[count:], what, retry)
+            _append(fs, old_fd, payload[count:], what)
         record = journal.update(
-            retry,
             back_carrying=None,
             back_carried=end if landed else start,
             back_inserted=carried_inserted if landed else record.back_inserted,
         )
     start = record.copy_size if record.back_carried < 0 else record.back_carried
     copy_size = fs.fstat(copy_fd).st_size
-    end = start + len(_whole(read_bytes(fs, copy_fd, start, copy_size, what, retry), final))
+    end = start + len(_whole(read_bytes(fs, copy_fd, start, copy_size, what), final))
     if end <= start:
         return 0
-    payload, carried_inserted = _back_payload(fs, journal, copy_fd, start, end, retry)
+    payload, carried_inserted = _back_payload(fs, journal, copy_fd, start, end)
     if not payload:
-        journal.update(retry, back_carried=end)
+        journal.update(back_carried=end)
         return 0
-    journal.update(retry, back_carrying=(start, end, fs.fstat(old_fd).st_size))
-    _append(fs, old_fd, payload, what, retry)
-    journal.update(retry, back_carrying=None, back_carried=end, back_inserted=carried_inserted)
+    journal.update(back_carrying=(start, end, fs.fstat(old_fd).st_size))
+    _append(fs, old_fd, payload, what)
+    journal.update(back_carrying=None, back_carried=end, back_inserted=carried_inserted)
     return len(payload)

@@ -15,16 +15,14 @@ from pathlib import Path
 
 from riffd.fsio import (
     NOFOLLOW,
-    FileSystem,
     OffsetWriter,
-    RetryPolicy,
+    RetryingFS,
     is_cloud_sync_error,
     remove_leftover,
-    retrying_call,
 )
-from riffd.repair.lines import split_lines, uuids_of
+from riffd.repair.lines import LineConflict, hangs_from, split_lines, uuids_of
 from riffd.repair.locks import temp_path_for
-from riffd.repair.outcomes import FileChanged
+from riffd.repair.outcomes import ApplyOptions, FileChanged, FileGone
 from riffd.transcript.reader import iter_fd
 
 log = logging.getLogger(__name__)
@@ -34,12 +32,12 @@ SAMPLE_COUNT = 6
 
 
 def read_range(
-    fs: FileSystem, fd: int, start: int, end: int, *, path: Path, retry: RetryPolicy
+    fs: RetryingFS, fd: int, start: int, end: int, *, path: Path
 ) -> Iterable[tuple[int, bytes]]:
     """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends
     sooner."""
     offset = start
-    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=retry, start=start, end=end):
+    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=fs.policy, start=start, end=end):
         yield offset, chunk
         offset += len(chunk)
     if offset < end:
@@ -72,13 +70,12 @@ class Copied:
 
 
 def write_new_content(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     original_fd: int,
     temp: OffsetWriter,
     segments: Iterable[tuple[int, int] | bytes],
     size: int,
-    retry: RetryPolicy,
 ) -> Copied:
     """Stream the new content into the temp copy; hash every original byte in [0, size) in order
     (copied or not), so the copy is proven to come from the bytes that were backed up, and keep the
@@ -93,7 +90,7 @@ def write_new_content(
 
     def consume(start: int, end: int, *, copy: bool) -> None:
         nonlocal last_byte
-        for offset, chunk in read_range(fs, original_fd, start, end, path=path, retry=retry):
+        for offset, chunk in read_range(fs, original_fd, start, end, path=path):
             source_hash.update(chunk)
             if not copy:
                 left_out.append(chunk)
@@ -134,41 +131,90 @@ def write_new_content(
     )
 
 
-def create_temp(fs: FileSystem, path: Path, retry: RetryPolicy) -> tuple[Path, int]:
+def create_temp(fs: RetryingFS, path: Path) -> tuple[Path, int]:
     """Create riffd's copy beside `path` under a fresh name (a name whose creation failed with EIO
     may exist or not: it is removed, and another name tried)."""
-    for attempt in range(1, retry.attempts + 1):
+    for attempt in range(1, fs.policy.attempts + 1):
         temp_path = temp_path_for(path)
         try:
             return temp_path, fs.open(
                 temp_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600
             )
         except OSError as exc:
-            if not is_cloud_sync_error(exc) or attempt == retry.attempts:
+            if not is_cloud_sync_error(exc) or attempt == fs.policy.attempts:
                 raise
             remove_leftover(fs, temp_path)
-            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+            time.sleep(min(fs.policy.first_wait * 2 ** (attempt - 1), fs.policy.max_wait))
     raise AssertionError("unreachable")
 
 
-def copy_mode_and_owner(
-    fs: FileSystem, temp_fd: int, original: os.stat_result, retry: RetryPolicy
-) -> None:
+def copy_mode_and_owner(fs: RetryingFS, temp_fd: int, original: os.stat_result) -> None:
     """Give riffd's copy the original's mode, and its owner where this process may."""
-    retrying_call(
-        lambda: fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode)),
-        what="riffd's copy",
-        policy=retry,
-    )
+    fs.fchmod(temp_fd, stat.S_IMODE(original.st_mode))
     try:
-        retrying_call(
-            lambda: fs.fchown(temp_fd, original.st_uid, original.st_gid),
-            what="riffd's copy",
-            policy=retry,
-        )
+        fs.fchown(temp_fd, original.st_uid, original.st_gid)
     except PermissionError:
         # Only root may give a file away; keep at least the group when we are allowed to.
         try:
             fs.fchown(temp_fd, -1, original.st_gid)
         except PermissionError:
             log.debug("cannot copy the owner of %s to its repaired copy", original)
+
+
+def settle_appends(
+    fs: RetryingFS,
+    path: Path,
+    original_fd: int,
+    temp: OffsetWriter,
+    planned_size: int,
+    copied: Copied,
+    options: ApplyOptions,
+) -> int:
+    """Re-check the original until a round sees nothing new; carry complete appended lines into the
+    temp file; return the original's size that the temp file now covers. Raise FileChanged when it
+    changed."""
+    held = fs.fstat(original_fd)
+    carried_end = planned_size
+    for round_number in range(options.settle_rounds):
+        try:
+            current = fs.stat(path)
+        except FileNotFoundError as exc:
+            raise FileGone("it was deleted while riffd worked") from exc
+        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise FileChanged("it was replaced by another file while riffd worked")
+        size_now = fs.fstat(original_fd).st_size
+        if size_now < carried_end:
+            raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
+        for start, expected in copied.samples.items():
+            actual = b"".join(
+                chunk
+                for _, chunk in read_range(fs, original_fd, start, start + len(expected), path=path)
+            )
+            if actual != expected:
+                raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
+        if size_now == carried_end:
+            return carried_end
+        if not copied.ends_with_newline:
+            # Bytes after an unfinished last line continue that line; the plan may have changed it.
+            raise FileChanged(
+                "its last line was unfinished and another writer has been continuing it"
+            )
+        tail = b"".join(
+            chunk for _, chunk in read_range(fs, original_fd, carried_end, size_now, path=path)
+        )
+        complete = tail[: tail.rfind(b"\n") + 1]
+        for line in split_lines(complete):
+            parent = hangs_from(line, copied.removed)
+            if parent is not None:
+                raise LineConflict(
+                    f"a line appended while riffd worked hangs from {parent}, a line the repair "
+                    "removes: a client has the session open"
+                )
+        if complete:
+            temp.write(complete)
+            carried_end += len(complete)
+        # Something was still being written: give the writer a moment, then check again.
+        time.sleep(0.002 * (2**round_number))
+    raise FileChanged(
+        f"another writer kept appending (or left a line unfinished) through {options.settle_rounds} checks"
+    )

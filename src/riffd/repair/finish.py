@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from riffd.fsio import FileSystem, ReadFailed
+from riffd.fsio import ReadFailed, RetryingFS
 from riffd.repair.backup import BackupRecord, BackupStore
 from riffd.repair.handover import (
     ABANDONED,
@@ -50,7 +50,7 @@ MAX_FAILED_LOOKS = (
 
 
 def hand_over(
-    fs: FileSystem,
+    fs: RetryingFS,
     journal: Journal,
     original_fd: int,
     source_size: int,
@@ -69,7 +69,7 @@ def hand_over(
     failures = 0
     while True:
         try:
-            result = settle(fs, journal, options.retry)
+            result = settle(fs, journal)
         except OSError as exc:
             failures += 1
             # A flaky folder, or a name that changed under the look (the transcript deleted or
@@ -89,9 +89,7 @@ def hand_over(
                     f"riffd's journal beside it lets the next run finish or undo the swap, and the "
                     f"verified backup {backup.backup_id} holds the transcript as it was",
                 )
-            return late_append_failure(
-                fs, path, original_fd, store, backup.backup_id, exc, options.retry
-            )
+            return late_append_failure(fs, path, original_fd, store, backup.backup_id, exc)
         if result.state != PENDING or not result.holders or time.monotonic() >= deadline:
             break
         time.sleep(POLL_INTERVAL)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.claude_code.liveness import session_liveness
-from riffd.fsio import NOFOLLOW, FileSystem, RetryPolicy, fsync_file, fsync_folder, retrying_call
+from riffd.fsio import NOFOLLOW, RetryingFS, fsync_file, fsync_folder
 from riffd.repair.carry import carry_back, carry_forward, holders_of, verify_forward
 from riffd.repair.journal import CHECKED, SWAP, UNDO, Journal, Pair, SwapRecord
 from riffd.repair.lines import LineConflict, read_bytes
@@ -64,27 +64,27 @@ class SwapResult:
     holders: tuple[int, ...] = ()
 
 
-def identity_of(fs: FileSystem, path: Path) -> Pair | None:
+def identity_of(fs: RetryingFS, path: Path) -> Pair | None:
     """Return (device, inode) of what `path` names (not following a symlink), or None when nothing
     does."""
     try:
-        status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}")
+        status = fs.stat(path)
     except FileNotFoundError:
         return None
     return status.st_dev, status.st_ino
 
 
-def unlink_if(fs: FileSystem, path: Path | None, identity: Pair) -> None:
+def unlink_if(fs: RetryingFS, path: Path | None, identity: Pair) -> None:
     """Remove the name `path` when it names the file `identity` (never another's file)."""
     if path is not None and identity_of(fs, path) == identity:
         with contextlib.suppress(FileNotFoundError):
-            retrying_call(lambda: fs.unlink(path), what=f"the removal of {path}")
+            fs.unlink(path)
 
 
-def open_as(fs: FileSystem, path: Path, flags: int, identity: Pair) -> int:
+def open_as(fs: RetryingFS, path: Path, flags: int, identity: Pair) -> int:
     """Open `path` and check it is the file `identity`; raise FileNotFoundError when it is not (any
     more)."""
-    fd = retrying_call(lambda: fs.open(path, flags | NOFOLLOW), what=str(path))
+    fd = fs.open(path, flags | NOFOLLOW)
     status = fs.fstat(fd)
     if (status.st_dev, status.st_ino) != identity:
         fs.close(fd)
@@ -92,7 +92,7 @@ def open_as(fs: FileSystem, path: Path, flags: int, identity: Pair) -> int:
     return fd
 
 
-def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+def settle(fs: RetryingFS, journal: Journal) -> SwapResult:
     """Given a locked journal (the caller holds the transcript's lock too), finish, undo or leave
     its swap as what is on disk says, and return what it did. Raise OSError when the disk fails; the
     journal then stays for the next look."""
@@ -118,14 +118,14 @@ def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
             and at_old not in (record.old_id, None)
         ):
             return _keep_other(
-                fs, journal, retry
+                fs, journal
             )  # the exchange swapped out another program's new version
         if at_transcript == record.copy_id:
             if at_old == record.old_id:
-                verdict = _check_after_swap(fs, journal, retry)
+                verdict = _check_after_swap(fs, journal)
                 if verdict is not None:
                     return verdict
-            journal.update(retry, phase=CHECKED)
+            journal.update(phase=CHECKED)
             record = journal.record
     if record.phase == CHECKED and at_transcript == record.copy_id:
         if at_old != record.old_id:
@@ -134,17 +134,17 @@ def settle(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
                 FINISHED,
                 f"{transcript}: repaired; the old file had no name left to carry lines from",
             )
-        return _finish(fs, journal, retry)
+        return _finish(fs, journal)
     if record.phase == UNDO:
         if at_transcript == record.copy_id and at_old == record.old_id:
-            _swap_back(fs, journal, retry)  # the undo's own swap had not happened
+            _swap_back(fs, journal)  # the undo's own swap had not happened
             at_transcript = record.old_id
         if at_transcript == record.old_id:
-            return _finish_undo(fs, journal, retry)
-    return _orphaned(fs, journal, retry, at_transcript)
+            return _finish_undo(fs, journal)
+    return _orphaned(fs, journal, at_transcript)
 
 
-def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult | None:
+def _check_after_swap(fs: RetryingFS, journal: Journal) -> SwapResult | None:
     """The checks a swap must pass to stand, else it is undone: the old file as planned, no session
     live. Return None when it passes."""
     record = journal.record
@@ -152,14 +152,13 @@ def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> S
     assert record.old_name is not None
     old_fd = open_as(fs, journal.name(record.old_name), os.O_RDONLY, record.old_id)
     try:
-        changed = _changed(fs, old_fd, record, str(transcript), retry)
+        changed = _changed(fs, old_fd, record, str(transcript))
     finally:
         fs.close(old_fd)
     if changed is not None:
         return undo(
             fs,
             journal,
-            retry,
             f"{transcript}: {changed} just before riffd swapped in its repaired copy, so "
             "riffd gave the transcript back as its writer left it; scan it again",
             changed=True,
@@ -179,29 +178,26 @@ def _check_after_swap(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> S
     return undo(
         fs,
         journal,
-        retry,
         f"{transcript}: the session may be in use: {why} (seen just after the swap), so "
         "riffd undid the repair; the transcript is as its writers left it",
     )
 
 
-def _changed(
-    fs: FileSystem, fd: int, record: SwapRecord, what: str, retry: RetryPolicy
-) -> str | None:
+def _changed(fs: RetryingFS, fd: int, record: SwapRecord, what: str) -> str | None:
     """Return how the old file changed other than by appends since it was planned for, or None."""
-    size = retrying_call(lambda: fs.fstat(fd), what=what, policy=retry).st_size
+    size = fs.fstat(fd).st_size
     if size < record.settled_end:
         return f"it was truncated to {size} bytes"
     planned, settled = hashlib.sha256(), hashlib.sha256()
-    for chunk in iter_fd(fd, what=what, fs=fs, retry=retry, end=record.source_size):
+    for chunk in iter_fd(fd, what=what, fs=fs, retry=fs.policy, end=record.source_size):
         planned.update(chunk)
-    settled.update(read_bytes(fs, fd, record.source_size, record.settled_end, what, retry))
+    settled.update(read_bytes(fs, fd, record.source_size, record.settled_end, what))
     if planned.hexdigest() != record.source_sha256 or settled.hexdigest() != record.settled_sha256:
         return "its bytes were rewritten in place"
     return None
 
 
-def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+def _finish(fs: RetryingFS, journal: Journal) -> SwapResult:
     """Carry the old file's late lines onto the transcript until no process writes the old file;
     then check them and remove its name. Undo on a line that hangs from a removed one."""
     record = journal.record
@@ -213,12 +209,11 @@ def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
         new_fd = open_as(fs, transcript, os.O_RDWR | os.O_APPEND, record.copy_id)
         try:
             try:
-                carry_forward(fs, journal, old_fd, new_fd, retry)
+                carry_forward(fs, journal, old_fd, new_fd)
             except LineConflict as exc:
                 return undo(
                     fs,
                     journal,
-                    retry,
                     f"{transcript}: the session is in use: {exc}; riffd undid the repair, "
                     "so the transcript is as its writers left it",
                 )
@@ -230,9 +225,9 @@ def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
                     f"old file open for writing; riffd keeps it as {old_at} and carries what they write",
                     holders=tuple(holders),
                 )
-            carry_forward(fs, journal, old_fd, new_fd, retry, final=True)
-            fsync_file(fs, new_fd, transcript, retry)
-            verify_forward(fs, journal, old_fd, new_fd, retry)
+            carry_forward(fs, journal, old_fd, new_fd, final=True)
+            fsync_file(fs, new_fd, transcript)
+            verify_forward(fs, journal, old_fd, new_fd)
         finally:
             fs.close(new_fd)
     finally:
@@ -249,9 +244,7 @@ def _finish(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
     )
 
 
-def undo(
-    fs: FileSystem, journal: Journal, retry: RetryPolicy, detail: str, *, changed: bool = False
-) -> SwapResult:
+def undo(fs: RetryingFS, journal: Journal, detail: str, *, changed: bool = False) -> SwapResult:
     """Give the transcript's name back to the old file (the journal says so first), then carry onto
     it what was written to the copy since the swap. Raise OSError when the names cannot be swapped
     back."""
@@ -262,9 +255,9 @@ def undo(
             f"{detail.split(';')[0]}; but this filesystem keeps no name for the old file, so "
             "the repair cannot be undone: the old file is in the backup (`riffd backups list`)",
         )
-    journal.update(retry, phase=UNDO, notes=(*record.notes, detail))
-    _swap_back(fs, journal, retry)
-    result = _finish_undo(fs, journal, retry)
+    journal.update(phase=UNDO, notes=(*record.notes, detail))
+    _swap_back(fs, journal)
+    result = _finish_undo(fs, journal)
     return SwapResult(
         UNDONE if result.state == UNDONE else PENDING,
         detail if result.state == UNDONE else f"{detail} ({result.detail})",
@@ -273,7 +266,7 @@ def undo(
     )
 
 
-def _swap_back(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> None:
+def _swap_back(fs: RetryingFS, journal: Journal) -> None:
     """The names of an undo: the old file takes the transcript's name; the copy keeps (or takes)
     riffd's copy name, so what writers still put into it can be carried."""
     record = journal.record
@@ -294,7 +287,7 @@ def _swap_back(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> None:
     fsync_folder(fs, transcript.parent)
 
 
-def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+def _finish_undo(fs: RetryingFS, journal: Journal) -> SwapResult:
     record = journal.record
     transcript, copy_at = journal.name(record.transcript), journal.name(record.copy_name)
     detail = record.notes[-1] if record.notes else f"{transcript}: the repair was undone"
@@ -303,7 +296,7 @@ def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRe
         try:
             copy_fd = open_as(fs, copy_at, os.O_RDONLY, record.copy_id)
             try:
-                carry_back(fs, journal, old_fd, copy_fd, retry)
+                carry_back(fs, journal, old_fd, copy_fd)
                 holders = holders_of(record.copy_id, copy_fd, fs)
                 if holders:
                     return SwapResult(
@@ -312,8 +305,8 @@ def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRe
                         f"still write riffd's copy {copy_at}: riffd carries what they write",
                         holders=tuple(holders),
                     )
-                carry_back(fs, journal, old_fd, copy_fd, retry, final=True)
-                fsync_file(fs, old_fd, transcript, retry)
+                carry_back(fs, journal, old_fd, copy_fd, final=True)
+                fsync_file(fs, old_fd, transcript)
             finally:
                 fs.close(copy_fd)
         finally:
@@ -323,7 +316,7 @@ def _finish_undo(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRe
     return SwapResult(UNDONE, detail)
 
 
-def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapResult:
+def _keep_other(fs: RetryingFS, journal: Journal) -> SwapResult:
     """The name riffd swapped out held another program's new version (put there in the instant
     before the swap): it takes the transcript's name back, with anything written to riffd's copy
     meanwhile."""
@@ -333,17 +326,15 @@ def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRes
     fsync_folder(fs, transcript.parent)
     copy_fd = open_as(fs, copy_at, os.O_RDONLY, record.copy_id)
     try:
-        other_fd = retrying_call(
-            lambda: fs.open(transcript, os.O_WRONLY | os.O_APPEND | NOFOLLOW), what=str(transcript)
-        )
+        other_fd = fs.open(transcript, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
         try:
             size = fs.fstat(copy_fd).st_size
-            appended = read_bytes(fs, copy_fd, record.copy_size, size, str(copy_at), retry)
+            appended = read_bytes(fs, copy_fd, record.copy_size, size, str(copy_at))
             if appended:
                 from riffd.fsio import write_all
 
                 write_all(fs, other_fd, appended)
-                fsync_file(fs, other_fd, transcript, retry)
+                fsync_file(fs, other_fd, transcript)
         finally:
             fs.close(other_fd)
     finally:
@@ -358,9 +349,7 @@ def _keep_other(fs: FileSystem, journal: Journal, retry: RetryPolicy) -> SwapRes
     )
 
 
-def _orphaned(
-    fs: FileSystem, journal: Journal, retry: RetryPolicy, at_transcript: Pair | None
-) -> SwapResult:
+def _orphaned(fs: RetryingFS, journal: Journal, at_transcript: Pair | None) -> SwapResult:
     """The transcript was deleted, or replaced by another file, since the swap: riffd's files of it
     (which may hold lines written to them) go into the backup store, never back under the
     transcript's name."""
@@ -374,7 +363,7 @@ def _orphaned(
             continue
         fd = open_as(fs, journal.name(name), os.O_RDONLY, identity)
         try:
-            saved = BackupStore(Path(record.backup_dir), fs=fs, retry=retry).create(
+            saved = BackupStore(Path(record.backup_dir), fs=fs, retry=fs.policy).create(
                 transcript,
                 fd,
                 fs.fstat(fd).st_size,

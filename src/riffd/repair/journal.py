@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,10 @@ import orjson
 from riffd.display import key_path, path_key
 from riffd.fsio import (
     NOFOLLOW,
-    FileSystem,
-    RetryPolicy,
+    RetryingFS,
     fsync_file,
     fsync_folder,
     remove_leftover,
-    retrying_call,
 )
 from riffd.repair.locks import try_flock
 from riffd.transcript.reader import iter_fd
@@ -165,7 +162,7 @@ def old_name_for(copy_name: Path) -> Path:
 class Journal:
     """The journal of one swap, open and locked by the process working on it."""
 
-    def __init__(self, fs: FileSystem, path: Path, fd: int, record: SwapRecord) -> None:
+    def __init__(self, fs: RetryingFS, path: Path, fd: int, record: SwapRecord) -> None:
         self.fs, self.path, self.fd, self.record = fs, path, fd, record
 
     @property
@@ -178,7 +175,7 @@ class Journal:
         return self.folder / name
 
     @classmethod
-    def create(cls, fs: FileSystem, path: Path, record: SwapRecord, retry: RetryPolicy) -> Journal:
+    def create(cls, fs: RetryingFS, path: Path, record: SwapRecord) -> Journal:
         """Write a new journal holding `record`, locked, and flushed to disk with its folder entry:
         written whole under a name no other run reads, then renamed into place, so a run that finds
         it finds it locked and whole."""
@@ -187,7 +184,7 @@ class Journal:
         journal = cls(fs, staging, fd, record)
         try:
             try_flock(fs, fd)
-            journal._append(record, retry)
+            journal._append(record)
             fs.replace(staging, path)
             journal.path = path
             fsync_folder(fs, path.parent)
@@ -197,32 +194,26 @@ class Journal:
             raise
         return journal
 
-    def _append(self, record: SwapRecord, retry: RetryPolicy) -> None:
-        size = retrying_call(
-            lambda: self.fs.fstat(self.fd), what=str(self.path), policy=retry
-        ).st_size
+    def _append(self, record: SwapRecord) -> None:
+        size = self.fs.fstat(self.fd).st_size
         data = record.encode() if size == 0 else b"\n" + record.encode()
         written = 0
         try:
             while written < len(data):
-                written += retrying_call(
-                    partial(self.fs.pwrite, self.fd, data[written:], size + written),
-                    what=str(self.path),
-                    policy=retry,
-                )
-            fsync_file(self.fs, self.fd, self.path, retry)
+                written += self.fs.pwrite(self.fd, data[written:], size + written)
+            fsync_file(self.fs, self.fd, self.path, self.fs.policy)
         except OSError:
             with contextlib.suppress(OSError):  # a half record must not glue onto the next one
                 os.ftruncate(self.fd, size)
             raise
 
-    def update(self, retry: RetryPolicy, **changes: Any) -> SwapRecord:
+    def update(self, **changes: Any) -> SwapRecord:
         """Record a new state of the swap (the fields `changes` names), flushed before anything acts
         on it."""
         from dataclasses import replace
 
         record = replace(self.record, **changes)
-        self._append(record, retry)
+        self._append(record)
         self.record = record
         return record
 
@@ -240,7 +231,7 @@ class Journal:
             self.close()
 
 
-def read_journal(fs: FileSystem, path: Path, fd: int | None = None) -> SwapRecord | None:
+def read_journal(fs: RetryingFS, path: Path, fd: int | None = None) -> SwapRecord | None:
     """Given a journal (and a descriptor of it), return its last whole record; None when it holds
     none, or when it is not this user's (riffd never acts on a journal another user could have
     written)."""

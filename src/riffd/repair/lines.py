@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import orjson
 
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import RetryingFS
 from riffd.transcript.reader import iter_fd
 
 Interval = tuple[int, int]
@@ -73,14 +73,12 @@ def uuids_of(lines: Iterable[bytes]) -> set[str]:
     return {value for value in map(uuid_of, lines) if value is not None}
 
 
-def read_bytes(
-    fs: FileSystem, fd: int, start: int, end: int, what: str, retry: RetryPolicy
-) -> bytes:
+def read_bytes(fs: RetryingFS, fd: int, start: int, end: int, what: str) -> bytes:
     """Return the bytes of the open file `fd` in [start, end) (fewer when it ends sooner), retrying
     EIO."""
     if end <= start:
         return b""
-    return b"".join(iter_fd(fd, what=what, fs=fs, retry=retry, start=start, end=end))
+    return b"".join(iter_fd(fd, what=what, fs=fs, retry=fs.policy, start=start, end=end))
 
 
 def outside(data: bytes, base: int, excluded: Sequence[Interval]) -> bytes:

@@ -29,8 +29,8 @@ from pathlib import Path
 from riffd.claude_code.liveness import pid_is_alive
 from riffd.fsio import (
     NOFOLLOW,
-    REAL_FS,
-    FileSystem,
+    REAL_FILES,
+    RetryingFS,
     ensure_private_folder,
 )
 
@@ -65,7 +65,7 @@ def remove_stale_temps(
     folder: Path,
     older_than_seconds: float,
     *,
-    fs: FileSystem = REAL_FS,
+    fs: RetryingFS = REAL_FILES,
     now: float | None = None,
 ) -> list[Path]:
     """Given a folder, remove riffd's own temp files that no running process writes (see
@@ -113,7 +113,7 @@ def lock_path_for(backup_dir: Path, path: Path) -> Path:
     return backup_dir / ".locks" / f"{key[:32]}.lock"
 
 
-def try_flock(fs: FileSystem, fd: int) -> bool | None:
+def try_flock(fs: RetryingFS, fd: int) -> bool | None:
     """Take an exclusive flock on `fd` without waiting: True when taken, False when another holder
     has it, None when the filesystem cannot lock. Raise OSError for other errors."""
     try:
@@ -132,7 +132,7 @@ class TranscriptLock:
     open for the whole run, or the lock file of `lock_path_for` where the filesystem cannot
     flock."""
 
-    def __init__(self, fs: FileSystem, backup_dir: Path, path: Path, fd: int) -> None:
+    def __init__(self, fs: RetryingFS, backup_dir: Path, path: Path, fd: int) -> None:
         self.fs, self.backup_dir, self.path, self.fd = fs, backup_dir, path, fd
         self._lock_file: int | None = None
 

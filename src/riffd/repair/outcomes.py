@@ -18,8 +18,8 @@ from riffd.fsio import (
     REAL_FS,
     FileSystem,
     ReadFailed,
+    RetryingFS,
     RetryPolicy,
-    retrying_call,
 )
 from riffd.paths import default_backup_dir
 from riffd.repair.plan import Edit
@@ -85,7 +85,7 @@ def still_as_scanned(
     or not; raise FileChanged (reason symlink when the path is a link) when it was written to in
     place or replaced since."""
     path = identity.path
-    status = retrying_call(lambda: fs.stat(path), what=f"the status of {path}", policy=retry)
+    status = RetryingFS.of(fs, retry).stat(path)
     if stat.S_ISLNK(status.st_mode):
         raise FileChanged(symlink_detail(Path(path)), SkipReason.SYMLINK)
     if (status.st_dev, status.st_ino, status.st_mtime_ns) != (
@@ -172,6 +172,11 @@ class ApplyOptions:
         """Return every Claude Code folder whose registry of running sessions may name `path`'s
         session."""
         return claude_dirs_for(path, self.claude_dir, self.roots)
+
+    @property
+    def files(self) -> RetryingFS:
+        """The seam with the retry policy: what a repair reads and writes through."""
+        return RetryingFS.of(self.fs, self.retry)
 
 
 def gone(path: Path) -> Skipped:

@@ -7,10 +7,11 @@ plain values: `planner` makes them from a scan, `writer` is the one module that 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid as uuid_module
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from riffd.transcript.findings import Finding
+from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.scan import FileIdentity
 
 
@@ -132,3 +133,23 @@ def render(original: bytes, plan_edits: tuple[Edit, ...] | list[Edit]) -> bytes:
         else:
             parts.append(original[segment[0] : segment[1]])
     return b"".join(parts)
+
+
+LineBytes = Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class RepairOptions:
+    """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one).
+
+    `classes`: the finding classes to repair (the others are left alone, with a note).
+    `answer_newest_message`: whether a tool_use of the latest turn (the last assistant message on
+    the chain) may get a placeholder. Its tool may still be running under a Claude Code that does
+    not register its sessions; a placeholder then becomes a duplicate when the real result arrives,
+    so callers set this only for long-quiet files.
+    """
+
+    add_missing_results: bool = True
+    answer_newest_message: bool = True
+    classes: frozenset[FindingClass] = REPAIRABLE
+    new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))

@@ -19,17 +19,12 @@ and returns a `RepairPlan`. Rules (see the README):
 from __future__ import annotations
 
 import time
-import uuid as uuid_module
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
-
-import orjson
+from dataclasses import replace
 
 from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
-from riffd.repair.line_edit import edited_line
+from riffd.repair.edits import Choices, line_edits, parse_line_object, span_of
 from riffd.repair.outcomes import still_as_scanned
-from riffd.repair.plan import Edit, InsertLine, LineSpan, RemoveLine, RepairPlan, ReplaceLine
+from riffd.repair.plan import LineBytes, RemoveLine, RepairOptions, RepairPlan
 from riffd.transcript.detect import (
     distinct_uses,
     group_blocks,
@@ -39,13 +34,11 @@ from riffd.transcript.detect import (
 )
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.index import (
-    DANGLING,
-    NO_PARENT,
     ResultBlock,
     TranscriptIndex,
     is_placeholder_result,
 )
-from riffd.transcript.reader import parse_line, read_span
+from riffd.transcript.reader import read_span
 from riffd.transcript.scan import ScannedFile
 from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 
@@ -54,43 +47,6 @@ from riffd.transcript.shape import NOT_A_TRANSCRIPT, transcript_doubt
 IN_FLIGHT_GRACE_SECONDS = 3600.0
 
 TORN_TAIL_REASON = "the last line is the fragment of an interrupted write; it is kept in the backup and the archive"
-
-SYNTHETIC_RESULT_TEXT = (
-    "[Tool result missing: the tool call never returned a result (interrupted session); "
-    "riffd added this placeholder so the session can resume]"
-)
-
-LineBytes = Callable[[int], bytes]
-
-
-@dataclass(frozen=True)
-class RepairOptions:
-    """Which repairs run. `new_uuid` makes uuids for synthetic lines (tests pass a fixed one).
-
-    `classes`: the finding classes to repair (the others are left alone, with a note).
-    `answer_newest_message`: whether a tool_use of the latest turn (the last assistant message on
-    the chain) may get a placeholder. Its tool may still be running under a Claude Code that does
-    not register its sessions; a placeholder then becomes a duplicate when the real result arrives,
-    so callers set this only for long-quiet files.
-    """
-
-    add_missing_results: bool = True
-    answer_newest_message: bool = True
-    classes: frozenset[FindingClass] = REPAIRABLE
-    new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))
-
-
-@dataclass
-class _Work:
-    """Block removals and insertions decided so far, before they become line edits."""
-
-    remove_blocks: dict[int, set[int]] = field(default_factory=dict)
-    remove_lines: set[int] = field(default_factory=set)
-    synthetic_after: dict[int, list[str]] = field(
-        default_factory=dict
-    )  # tool_use line -> missing ids
-    fixes: list[Finding] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def plan_repair(
@@ -113,12 +69,12 @@ def plan_repair(
             cache[line] = line_bytes(line)
         return cache[line]
 
-    doubt = transcript_doubt(index, fetch)
+    doubt = transcript_doubt(index, fetch, scanned.identity.path)
     if doubt:
         return RepairPlan(
             scanned.identity, (), (), (f"{NOT_A_TRANSCRIPT}: {doubt}; left as it is",)
         )
-    work = _Work()
+    work = Choices()
     by_class: dict[tuple[FindingClass, str | None], Finding] = {
         (finding.cls, finding.tool_id): finding
         for finding in scanned.findings
@@ -204,14 +160,14 @@ def plan_repair(
             work.synthetic_after.setdefault(keeper_line, []).append(tool_id)
             _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
 
-    edits = _edits(index, work, fetch, options)
+    edits = line_edits(index, work, fetch, options)
     torn = next(
         (finding for finding in scanned.findings if finding.cls is FindingClass.TORN_TAIL), None
     )
     if torn is not None and FindingClass.TORN_TAIL not in options.classes:
         work.notes.append(f"the torn last line {torn.line} left alone: the class is not enabled")
     elif torn is not None and torn.line == len(index):
-        span = _span(index, torn.line - 1)
+        span = span_of(index, torn.line - 1)
         edits.append(
             RemoveLine(span, f"{TORN_TAIL_REASON} ({span.length} bytes, not JSON, no newline)")
         )
@@ -289,7 +245,7 @@ def plan_file_repair(
 
 
 def _fixed(
-    work: _Work,
+    work: Choices,
     by_class: dict[tuple[FindingClass, str | None], Finding],
     cls: FindingClass,
     tool_id: str,
@@ -299,7 +255,7 @@ def _fixed(
         work.fixes.append(finding)
 
 
-def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> str:
+def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: Choices) -> str:
     """Return why the loaded conversation cannot be trusted for risky repairs, or '' when it can.
 
     Judged on what the plan leaves: a line sharing a uuid stops counting once the plan removes it.
@@ -327,14 +283,14 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: _Work) -> st
     return ""
 
 
-def _removed_whole(work: _Work, line: int, fetch: LineBytes) -> bool:
+def _removed_whole(work: Choices, line: int, fetch: LineBytes) -> bool:
     """Return True when the plan so far removes `line` or every block of its content."""
     if line in work.remove_lines:
         return True
     positions = work.remove_blocks.get(line)
     if not positions:
         return False
-    content = _parse(fetch(line)).get("message", {}).get("content")
+    content = parse_line_object(fetch(line)).get("message", {}).get("content")
     return isinstance(content, list) and len(positions) >= len(content)
 
 
@@ -353,13 +309,13 @@ def _choose_result(
     genuine = [
         block
         for block in candidates
-        if not is_placeholder_result(_parse(fetch(block.line)), block.block)
+        if not is_placeholder_result(parse_line_object(fetch(block.line)), block.block)
     ]
     return min(genuine or candidates, key=lambda block: (block.line, block.block))
 
 
 def _remove_block(
-    work: _Work, index: TranscriptIndex, block: ResultBlock, fetch: LineBytes
+    work: Choices, index: TranscriptIndex, block: ResultBlock, fetch: LineBytes
 ) -> None:
     line = block.line
     owner = index.line_of_uuid.get(index.uuids[line] or "")
@@ -375,8 +331,8 @@ def _remove_block(
     work.remove_blocks.setdefault(line, set()).add(block.block)
 
 
-def _remove_tool_use(work: _Work, line: int, tool_id: str, fetch: LineBytes) -> None:
-    obj = _parse(fetch(line))
+def _remove_tool_use(work: Choices, line: int, tool_id: str, fetch: LineBytes) -> None:
+    obj = parse_line_object(fetch(line))
     content = obj.get("message", {}).get("content", [])
     for position, block in enumerate(content):
         if (
@@ -385,157 +341,3 @@ def _remove_tool_use(work: _Work, line: int, tool_id: str, fetch: LineBytes) -> 
             and block.get("id") == tool_id
         ):
             work.remove_blocks.setdefault(line, set()).add(position)
-
-
-def _parse(raw: bytes) -> dict[str, Any]:
-    obj = parse_line(raw)
-    if not isinstance(obj, dict):
-        raise ValueError("planner asked to edit a line that does not parse")
-    return obj
-
-
-def _edits(
-    index: TranscriptIndex, work: _Work, fetch: LineBytes, options: RepairOptions
-) -> list[Edit]:
-    edits: list[Edit] = []
-    new_content: dict[int, list[Any]] = {}
-    deleted = set(work.remove_lines)
-    for line, positions in work.remove_blocks.items():
-        if line in deleted:
-            continue
-        obj = _parse(fetch(line))
-        content = obj["message"]["content"]
-        kept = [block for position, block in enumerate(content) if position not in positions]
-        if kept:
-            new_content[line] = kept
-        else:
-            deleted.add(line)
-    # Lines whose uuid disappears with them: their children need a new parent.
-    vanished = {line for line in deleted if index.line_of_uuid.get(index.uuids[line] or "") == line}
-    override: dict[int, str] = {}
-    synthetic_lines: dict[int, bytes] = {}
-    for anchor, tool_ids in work.synthetic_after.items():
-        new_uuid = options.new_uuid()
-        override[anchor] = new_uuid
-        synthetic_lines[anchor] = _synthetic_line(index, anchor, tool_ids, new_uuid, fetch)
-
-    def replacement(line: int) -> str | _Keep | None:
-        """The parent uuid a child of `line` should name once `deleted` lines are gone."""
-        while line in vanished:
-            parent = index.parents[line]
-            if parent >= 0:
-                line = parent
-                continue
-            if parent == NO_PARENT:
-                return index.external_parent.get(line)
-            if parent == DANGLING:
-                return index.dangling[line]
-            return _KEEP
-        return override.get(line) or index.uuids[line]
-
-    repointed = vanished | set(override)
-    children = index.children_of(repointed) if repointed else {}
-    changes: dict[int, dict[str, Any]] = {}
-    for parent_line, kids in children.items():
-        target = replacement(parent_line)
-        if isinstance(target, _Keep):
-            continue
-        for kid in kids:
-            if kid not in deleted:
-                changes.setdefault(kid, {})["parentUuid"] = target
-    for line, logical in index.logical_parent.items():
-        target_line = index.line_of_uuid.get(logical)
-        if target_line in vanished and line not in deleted:
-            target = replacement(target_line)
-            if not isinstance(target, _Keep):
-                changes.setdefault(line, {})["logicalParentUuid"] = target
-    for line, leaf in index.summary_leaf.items():
-        target_line = index.line_of_uuid.get(leaf)
-        if target_line in vanished:
-            target = replacement(target_line)
-            if isinstance(target, str):
-                changes.setdefault(line, {})["leafUuid"] = target
-
-    for line in sorted(deleted):
-        edits.append(
-            RemoveLine(
-                _span(index, line), "nothing left in the line after removing duplicate blocks"
-            )
-        )
-    for line in sorted(set(new_content) | set(changes)):
-        raw = fetch(line)
-        edits.append(
-            ReplaceLine(
-                _span(index, line),
-                edited_line(raw, new_content.get(line), changes.get(line, {})),
-                _reason(new_content.get(line) is not None, changes.get(line, {})),
-            )
-        )
-    for anchor, new_line in synthetic_lines.items():
-        span = _span(index, anchor)
-        prefix = b"" if _terminated(index, anchor) else b"\n"
-        edits.append(
-            InsertLine(
-                span, prefix + new_line + b"\n", "synthetic result for a tool_use that had none"
-            )
-        )
-    return edits
-
-
-class _Keep:
-    """Marker: leave the child's parent as it is (its parent was already unresolved)."""
-
-
-_KEEP = _Keep()
-
-
-def _reason(content_changed: bool, fields: dict[str, Any]) -> str:
-    parts = []
-    if content_changed:
-        parts.append("duplicate or orphan blocks removed")
-    if fields:
-        parts.append("re-pointed " + ", ".join(sorted(fields)) + " past a removed line")
-    return "; ".join(parts)
-
-
-def _span(index: TranscriptIndex, line: int) -> LineSpan:
-    offset, length = index.span(line)
-    return LineSpan(line + 1, offset, length)
-
-
-def _terminated(index: TranscriptIndex, line: int) -> bool:
-    return not (line == len(index) - 1 and index.metrics.unterminated_last_line)
-
-
-def _synthetic_line(
-    index: TranscriptIndex, anchor: int, tool_ids: list[str], new_uuid: str, fetch: LineBytes
-) -> bytes:
-    """A user line answering `tool_ids` with is_error results, shaped like the lines around it."""
-    source = _parse(fetch(anchor))
-    record: dict[str, Any] = {
-        "parentUuid": index.uuids[anchor],
-        "isSidechain": source.get("isSidechain", False),
-    }
-    for name in ("userType", "cwd", "sessionId", "version", "gitBranch", "agentId", "slug"):
-        if name in source:
-            record[name] = source[name]
-    record["type"] = "user"
-    record["message"] = {
-        "role": "user",
-        "content": [
-            {
-                "type": "tool_result",
-                "tool_use_id": tool_id,
-                "content": SYNTHETIC_RESULT_TEXT,
-                "is_error": True,
-            }
-            for tool_id in tool_ids
-        ],
-    }
-    record["uuid"] = new_uuid
-    if "timestamp" in source:
-        record["timestamp"] = source["timestamp"]
-    record["toolUseResult"] = "Error: " + SYNTHETIC_RESULT_TEXT
-    if index.uses_source_tool_field:
-        record["sourceToolAssistantUUID"] = index.uuids[anchor]
-    return orjson.dumps(record)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from riffd.claude_code.liveness import pid_is_alive
 from riffd.claude_code.walk import iter_transcripts
-from riffd.fsio import DEFAULT_RETRY, NOFOLLOW, REAL_FS, FileSystem, RetryPolicy, remove_leftover
+from riffd.fsio import NOFOLLOW, REAL_FILES, RetryingFS, remove_leftover
 from riffd.repair.handover import (
     ABANDONED,
     FINISHED,
@@ -36,7 +36,7 @@ _STAGING = re.compile(
 )
 
 
-def _remove_dead_staging(fs: FileSystem, folder: Path) -> None:
+def _remove_dead_staging(fs: RetryingFS, folder: Path) -> None:
     """Remove journals a killed run was still writing (never renamed into place: its swap had not
     begun)."""
     try:
@@ -53,7 +53,7 @@ def _remove_dead_staging(fs: FileSystem, folder: Path) -> None:
             remove_leftover(fs, folder / name)
 
 
-def journals_in(fs: FileSystem, folder: Path) -> Iterator[Path]:
+def journals_in(fs: RetryingFS, folder: Path) -> Iterator[Path]:
     """Yield the swap journals in `folder`."""
     try:
         names = fs.listdir(folder)
@@ -65,7 +65,7 @@ def journals_in(fs: FileSystem, folder: Path) -> Iterator[Path]:
             yield folder / name
 
 
-def _same_file(fs: FileSystem, folder: Path, name: str, holding: Path | None) -> bool:
+def _same_file(fs: RetryingFS, folder: Path, name: str, holding: Path | None) -> bool:
     if holding is None or holding.name != name:
         return False
     try:
@@ -75,7 +75,7 @@ def _same_file(fs: FileSystem, folder: Path, name: str, holding: Path | None) ->
 
 
 def recover(
-    fs: FileSystem, journal_path: Path, retry: RetryPolicy, *, holding: Path | None = None
+    fs: RetryingFS, journal_path: Path, *, holding: Path | None = None
 ) -> SwapResult | None:
     """Look at the swap `journal_path` records: finish, undo or leave it
     (riffd.repair.handover.settle). Return what was done, or None when another riffd run works on it
@@ -105,31 +105,29 @@ def recover(
     try:
         if locked is None and record.pid != os.getpid() and pid_is_alive(record.pid):
             return None  # no locks on this filesystem, and the run that wrote it still runs
-        return _settle_locked(fs, journal, retry, holding)
+        return _settle_locked(fs, journal, holding)
     finally:
         journal.close()
 
 
-def _settle_locked(
-    fs: FileSystem, journal: Journal, retry: RetryPolicy, holding: Path | None
-) -> SwapResult | None:
+def _settle_locked(fs: RetryingFS, journal: Journal, holding: Path | None) -> SwapResult | None:
     """Take the transcript's lock (unless the caller holds it) and settle the swap."""
     record: SwapRecord = journal.record
     if _same_file(fs, journal.folder, record.transcript, holding):
-        return settle(fs, journal, retry)
+        return settle(fs, journal)
     try:
         transcript_fd = fs.open(journal.name(record.transcript), os.O_RDONLY | NOFOLLOW)
     except OSError:
-        return settle(fs, journal, retry)  # deleted or not a file: judged from the names alone
+        return settle(fs, journal)  # deleted or not a file: judged from the names alone
     try:
         if try_flock(fs, transcript_fd) is False:
             return None  # a riffd run is repairing the transcript right now
-        return settle(fs, journal, retry)
+        return settle(fs, journal)
     finally:
         fs.close(transcript_fd)
 
 
-def unfinished_swap(fs: FileSystem, path: Path) -> Path | None:
+def unfinished_swap(fs: RetryingFS, path: Path) -> Path | None:
     """Return the journal of a swap of `path` not finished yet (a writer still holds its old file),
     or None."""
     for journal in journals_in(fs, path.parent):
@@ -142,16 +140,14 @@ def unfinished_swap(fs: FileSystem, path: Path) -> Path | None:
     return None
 
 
-def recover_folder(
-    fs: FileSystem, folder: Path, retry: RetryPolicy, *, holding: Path | None = None
-) -> list[str]:
+def recover_folder(fs: RetryingFS, folder: Path, *, holding: Path | None = None) -> list[str]:
     """Look again at every unfinished swap in `folder`; return what was done, in words (errors are
     logged and the journal kept for the next look)."""
     done: list[str] = []
     _remove_dead_staging(fs, folder)
     for journal in journals_in(fs, folder):
         try:
-            result = recover(fs, journal, retry, holding=holding)
+            result = recover(fs, journal, holding=holding)
         except OSError as exc:
             log.error(
                 "%s: could not finish a repair yet (%s); riffd looks again at its next run here",
@@ -186,13 +182,13 @@ class PendingSwaps:
         with self._lock:
             self._journals.add(journal)
 
-    def finish(self, fs: FileSystem, retry: RetryPolicy) -> None:
+    def finish(self, fs: RetryingFS) -> None:
         """Carry what writers put into those old files since; forget the swaps that are done."""
         with self._lock:
             pending = sorted(self._journals)
         for journal in pending:
             try:
-                result = recover(fs, journal, retry)
+                result = recover(fs, journal)
             except OSError as exc:
                 log.warning("%s: could not finish the hand-over of a repair yet: %s", journal, exc)
                 continue
@@ -207,8 +203,7 @@ def recover_and_sweep(
     roots: Iterable[Path],
     older_than_seconds: float,
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: RetryingFS = REAL_FILES,
 ) -> list[Path]:
     """In every transcript folder under `roots` (the folders riffd.claude_code.walk walks: symlinked ones
     followed), look again at the unfinished swaps, then remove riffd's stale temp files
@@ -225,6 +220,6 @@ def recover_and_sweep(
     collections.deque(walked, maxlen=0)  # the walk is what is wanted, not the transcripts it names
     removed: list[Path] = []
     for folder in folders:
-        recover_folder(fs, folder, retry)
+        recover_folder(fs, folder)
         removed += remove_stale_temps(folder, older_than_seconds, fs=fs)
     return removed

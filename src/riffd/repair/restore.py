@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from riffd.claude_code.liveness import session_liveness
+from riffd.claude_code.session_files import kept_mode
 from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
+    RetryingFS,
     RetryPolicy,
     fsync_folder,
     remove_leftover,
@@ -44,11 +46,17 @@ log = logging.getLogger(__name__)
 
 
 def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentity:
-    fd = fs.open(path, os.O_RDONLY | NOFOLLOW)
+    """The identity of the regular file at `path`; FileChanged for anything else (a FIFO is opened
+    without waiting for a writer, as the hooks open a transcript)."""
+    fd = fs.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
     try:
         status = fs.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise FileChanged("not a regular file; riffd never replaces it")
         digest = hashlib.sha256()
-        for _offset, chunk in read_range(fs, fd, 0, status.st_size, path=path, retry=retry):
+        for _offset, chunk in read_range(
+            RetryingFS.of(fs, retry), fd, 0, status.st_size, path=path
+        ):
             digest.update(chunk)
     finally:
         fs.close(fd)
@@ -277,7 +285,7 @@ def put_back_file(
     after a verified backup of it (noted as `reason`), and only if it is still the file backed up
     when the new one is renamed over it (its owner kept). Return Restored, Skipped or Failed; an
     error the chunks raise propagates, and then nothing was written to `destination`."""
-    fs, private = options.fs, stat.S_IMODE(mode) & 0o700 or 0o600
+    fs, private = options.fs, stat.S_IMODE(kept_mode(mode))
     try:
         status = fs.stat(destination)
     except FileNotFoundError:

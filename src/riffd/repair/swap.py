@@ -31,17 +31,15 @@ from functools import partial
 from pathlib import Path
 
 from riffd.fsio import (
-    DEFAULT_RETRY,
     EXCHANGE_UNSUPPORTED,
     NOFOLLOW,
     FileSystem,
     OffsetWriter,
     ReadFailed,
-    RetryPolicy,
+    RetryingFS,
     fsync_file,
     fsync_folder,
     remove_leftover,
-    retrying_call,
     write_all,
 )
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
@@ -75,11 +73,11 @@ class SwapBackFailed(OSError):
     says where it is."""
 
 
-def fall_back_to_rename(fs: FileSystem, device: int, path: Path, why: str) -> None:
+def fall_back_to_rename(fs: RetryingFS, device: int, path: Path, why: str) -> None:
     """Remember that the filesystem holding `path` gets the rename from now on, and log that
     once."""
     with _NO_EXCHANGE_LOCK:
-        refused = _NO_EXCHANGE.setdefault(fs, {})
+        refused = _NO_EXCHANGE.setdefault(fs.seam, {})
         if device in refused:
             return
         refused[device] = why
@@ -92,22 +90,21 @@ def fall_back_to_rename(fs: FileSystem, device: int, path: Path, why: str) -> No
     )
 
 
-def uses_rename(fs: FileSystem, device: int) -> str | None:
+def uses_rename(fs: RetryingFS, device: int) -> str | None:
     """Return why the filesystem `device` gets the rename instead of the exchange, or None when it
     exchanges."""
     with _NO_EXCHANGE_LOCK:
-        return _NO_EXCHANGE.get(fs, {}).get(device)
+        return _NO_EXCHANGE.get(fs.seam, {}).get(device)
 
 
 def put_in_place(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     temp_path: Path,
     held: os.stat_result,
     new_fd: int,
     new_size: int,
     journal: Journal,
-    retry: RetryPolicy = DEFAULT_RETRY,
 ) -> str:
     """Make `path` name the repaired copy at `temp_path` (open as `new_fd`, `new_size` bytes long),
     where `held` is the status of the original riffd holds open; return EXCHANGE or RENAME, the way
@@ -119,7 +116,7 @@ def put_in_place(
     is re-created), FileChanged when another file had taken its place (that file is at `path`
     again), SwapBackFailed when it could not be put back, OSError when the filesystem fails."""
     if uses_rename(fs, held.st_dev) is None:
-        for attempt in range(1, retry.attempts + 1):
+        for attempt in range(1, fs.policy.attempts + 1):
             try:
                 fs.exchange(temp_path, path)
             except OSError as exc:
@@ -133,17 +130,17 @@ def put_in_place(
                 # are as they were).
                 if (
                     exc.errno != errno.EIO
-                    or attempt == retry.attempts
+                    or attempt == fs.policy.attempts
                     or where_is(fs, path, held, new_fd) != ORIGINAL
                     or not _exists(fs, temp_path)
                 ):
                     raise
-                time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+                time.sleep(min(fs.policy.first_wait * 2 ** (attempt - 1), fs.policy.max_wait))
             else:
-                return _after_exchange(fs, path, temp_path, held, new_fd, new_size, journal, retry)
+                return _after_exchange(fs, path, temp_path, held, new_fd, new_size, journal)
     _check_identity(fs, path, held)
     keep = old_name_for(temp_path)
-    journal.update(retry, old_name=keep.name)
+    journal.update(old_name=keep.name)
     try:
         fs.link(path, keep)
         linked = fs.stat(keep)
@@ -156,7 +153,7 @@ def put_in_place(
         # No usable hard link here: the original's bytes stay reachable only through riffd's
         # descriptor.
         log.debug("%s: no hard link for the original here (%s)", path, exc)
-        journal.update(retry, old_name=None)
+        journal.update(old_name=None)
     try:
         _check_identity(fs, path, held)
         fs.replace(temp_path, path)
@@ -170,21 +167,20 @@ def put_in_place(
 
 
 def _after_exchange(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     temp_path: Path,
     held: os.stat_result,
     new_fd: int,
     new_size: int,
     journal: Journal,
-    retry: RetryPolicy,
 ) -> str:
     try:
-        swapped_out = retrying_call(lambda: fs.stat(temp_path), what=str(temp_path))
+        swapped_out = fs.stat(temp_path)
     except FileNotFoundError:
         # The filesystem took the exchange for a plain rename: the repaired copy is in place, the
         # original's name is gone (its bytes are in the backup and behind riffd's descriptor).
-        journal.update(retry, old_name=None)
+        journal.update(old_name=None)
         fall_back_to_rename(
             fs, held.st_dev, path, "it accepted an exchange and performed a plain rename"
         )
@@ -212,7 +208,7 @@ def _after_exchange(
     )
 
 
-def _carry_tail(fs: FileSystem, new_fd: int, new_size: int, path: Path) -> int:
+def _carry_tail(fs: RetryingFS, new_fd: int, new_size: int, path: Path) -> int:
     """Append to `path` what other writers added to the repaired copy while it held the name; return
     the bytes."""
     size_now = fs.fstat(new_fd).st_size
@@ -233,7 +229,7 @@ def _carry_tail(fs: FileSystem, new_fd: int, new_size: int, path: Path) -> int:
     return size_now - new_size
 
 
-def _check_identity(fs: FileSystem, path: Path, held: os.stat_result) -> None:
+def _check_identity(fs: RetryingFS, path: Path, held: os.stat_result) -> None:
     """The last check before a rename: `path` must still be the file riffd holds."""
     try:
         current = fs.stat(path)
@@ -243,7 +239,7 @@ def _check_identity(fs: FileSystem, path: Path, held: os.stat_result) -> None:
         raise FileChanged("it was replaced by another file while riffd worked")
 
 
-def _exists(fs: FileSystem, path: Path) -> bool:
+def _exists(fs: RetryingFS, path: Path) -> bool:
     try:
         fs.stat(path)
     except FileNotFoundError:
@@ -252,12 +248,11 @@ def _exists(fs: FileSystem, path: Path) -> bool:
 
 
 def carry_late_appends(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     original_fd: int,
     new_fd: int,
     carried_end: int,
-    retry: RetryPolicy,
     *,
     cut_tail: int | None = None,
 ) -> tuple[int, str | None]:
@@ -279,9 +274,7 @@ def carry_late_appends(
     restored: str | None = None
     for _ in range(LATE_APPEND_MAX_CHECKS + LATE_APPEND_MAX_FAILURES):
         try:
-            size_now = retrying_call(
-                lambda: fs.fstat(original_fd), what=str(path), policy=retry
-            ).st_size
+            size_now = fs.fstat(original_fd).st_size
             if size_now > carried_end:
                 if cut_tail is not None:
                     carried_end, cut_tail = cut_tail, None
@@ -290,13 +283,16 @@ def carry_late_appends(
                         "was put back with what followed it"
                     )
                 for chunk in iter_fd(
-                    original_fd, what=str(path), fs=fs, retry=retry, start=carried_end, end=size_now
+                    original_fd,
+                    what=str(path),
+                    fs=fs,
+                    retry=fs.policy,
+                    start=carried_end,
+                    end=size_now,
                 ):
                     view = memoryview(chunk)
                     while view:
-                        written = retrying_call(
-                            partial(fs.write, new_fd, view), what=f"the end of {path}", policy=retry
-                        )
+                        written = fs.attempt(partial(fs.write, new_fd, view), f"the end of {path}")
                         if written <= 0:
                             raise OSError(errno.EIO, "write wrote nothing")
                         view = view[written:]
@@ -311,7 +307,7 @@ def carry_late_appends(
             # renamed-over file): the old file is out of reach, and so is anything still written to
             # it.
             if exc.errno in (errno.ESTALE, errno.ENOENT) and not isinstance(exc, ReadFailed):
-                fsync_file(fs, new_fd, path, retry)
+                fsync_file(fs, new_fd, path)
                 return carried_end, (
                     f"{path}: the filesystem dropped the old file at once (stale file handle), so "
                     "lines another writer might still have appended to it cannot be carried over "
@@ -323,24 +319,23 @@ def carry_late_appends(
                 raise
             log.debug("%s: copying late lines failed (%s); again at the next check", path, exc)
         time.sleep(LATE_APPEND_INTERVAL)
-    fsync_file(fs, new_fd, path, retry)
+    fsync_file(fs, new_fd, path)
     return carried_end, restored
 
 
 def late_append_failure(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     original_fd: int,
     store: BackupStore,
     backup_id: str,
     exc: BaseException,
-    retry: RetryPolicy,
 ) -> Failed:
     """The late lines could not all be copied: the old file, reachable only through `original_fd`
     once riffd lets go of it, goes whole into a second verified backup, so no line written to it is
     lost."""
     try:
-        size = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=retry).st_size
+        size = fs.fstat(original_fd).st_size
         late = store.create(
             path, original_fd, size, None, (), reason="lines appended during the replace"
         )
@@ -362,7 +357,7 @@ def late_append_failure(
     )
 
 
-def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | None) -> str:
+def where_is(fs: RetryingFS, path: Path, held: os.stat_result, new_fd: int | None) -> str:
     """After a failure, return what `path` holds: ORIGINAL (the file riffd holds open), COPY
     (riffd's repaired copy), OTHER (another file), HIDDEN (nothing: the filesystem hid the original
     as `.fuse_hidden*`, which goes when riffd lets go of it) or GONE (nothing: the transcript was
@@ -371,11 +366,11 @@ def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | Non
     Judged on a listing of the folder first: a FUSE kernel may answer a stat of the name from its
     cache for a moment after the filesystem below hid the file."""
     folder = path.parent
-    names = set(retrying_call(lambda: fs.listdir(folder), what=f"the listing of {folder}"))
+    names = set(fs.listdir(folder))
     held_id = (held.st_dev, held.st_ino)
     if path.name in names:
         try:
-            now = retrying_call(lambda: fs.stat(path), what=f"the status of {path}")
+            now = fs.stat(path)
         except FileNotFoundError:
             now = None
         if now is not None:
@@ -398,13 +393,12 @@ def where_is(fs: FileSystem, path: Path, held: os.stat_result, new_fd: int | Non
 
 
 def put_original_back(
-    fs: FileSystem,
+    fs: RetryingFS,
     path: Path,
     held: os.stat_result,
     original_fd: int,
     store: BackupStore,
     record: BackupRecord,
-    retry: RetryPolicy = DEFAULT_RETRY,
 ) -> str:
     """The filesystem lost the transcript in a failed rename (where_is says HIDDEN): write it again
     at `path` from the file riffd still holds open (every byte, appends included), falling back to
@@ -414,7 +408,11 @@ def put_original_back(
         (
             "the file riffd held open",
             lambda: iter_fd(
-                original_fd, what=str(path), fs=fs, retry=retry, end=fs.fstat(original_fd).st_size
+                original_fd,
+                what=str(path),
+                fs=fs,
+                retry=fs.policy,
+                end=fs.fstat(original_fd).st_size,
             ),
         ),
         (f"the verified backup {record.backup_id}", lambda: store.iter_bytes(record.backup_id)),
@@ -426,21 +424,17 @@ def put_original_back(
         try:
             new_fd = fs.open(temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
             try:
-                writer = OffsetWriter(fs, new_fd, retry)
+                writer = OffsetWriter(fs, new_fd)
                 for chunk in chunks():
                     writer.write(chunk)
-                retrying_call(
-                    partial(fs.fchmod, new_fd, stat.S_IMODE(held.st_mode)),
-                    what=str(temp),
-                    policy=retry,
-                )
-                fsync_file(fs, new_fd, temp, retry)
-                linked = _place_at_empty_name(fs, temp, path, new_fd, retry)
+                fs.fchmod(new_fd, stat.S_IMODE(held.st_mode))
+                fsync_file(fs, new_fd, temp)
+                linked = _place_at_empty_name(fs, temp, path, new_fd)
                 placed = True
                 if source.startswith("the file"):
                     append_fd = fs.open(path, os.O_WRONLY | os.O_APPEND | NOFOLLOW)
                     try:
-                        carry_late_appends(fs, path, original_fd, append_fd, writer.offset, retry)
+                        carry_late_appends(fs, path, original_fd, append_fd, writer.offset)
                     finally:
                         fs.close(append_fd)
                 fsync_folder(fs, path.parent)
@@ -465,9 +459,7 @@ def put_original_back(
     raise last_error
 
 
-def _place_at_empty_name(
-    fs: FileSystem, temp: Path, path: Path, new_fd: int, retry: RetryPolicy
-) -> bool:
+def _place_at_empty_name(fs: RetryingFS, temp: Path, path: Path, new_fd: int) -> bool:
     """Give the copy at `temp` the name `path`, which holds nothing (where_is said so): a hard link
     first (never replaces anything, and not a rename: the rename is what just failed), else a
     rename, retrying EIO. A FUSE kernel may still hold the old name in its cache for a moment
@@ -486,7 +478,7 @@ def _place_at_empty_name(
             log.debug("%s: no hard link here (%s); renaming instead", path, exc)
             break
         return True
-    for attempt in range(1, retry.attempts + 1):
+    for attempt in range(1, fs.policy.attempts + 1):
         try:
             fs.replace(temp, path)
             return False
@@ -498,7 +490,7 @@ def _place_at_empty_name(
                     return False
             except FileNotFoundError:
                 pass
-            if exc.errno != errno.EIO or attempt == retry.attempts:
+            if exc.errno != errno.EIO or attempt == fs.policy.attempts:
                 raise
-            time.sleep(min(retry.first_wait * 2 ** (attempt - 1), retry.max_wait))
+            time.sleep(min(fs.policy.first_wait * 2 ** (attempt - 1), fs.policy.max_wait))
     return False

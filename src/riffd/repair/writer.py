@@ -18,32 +18,30 @@ import hashlib
 import logging
 import os
 import stat
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import (
     NOFOLLOW,
-    FileSystem,
     OffsetWriter,
     fsync_file,
     fsync_folder,
     remove_leftover,
-    retrying_call,
 )
 from riffd.paths import default_backup_dir, is_inside
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore, SourceChanged
 from riffd.repair.copy import (
-    Copied,
     copy_mode_and_owner,
     create_temp,
     read_range,
+    settle_appends,
     write_new_content,
 )
+from riffd.repair.failures import checked_failure, look_at
 from riffd.repair.finish import hand_over
 from riffd.repair.journal import Journal, SwapRecord, journal_path_for
-from riffd.repair.lines import LineConflict, hangs_from, split_lines
+from riffd.repair.lines import LineConflict
 from riffd.repair.locks import TranscriptLock, remove_stale_temps, try_flock
 from riffd.repair.outcomes import (
     ApplyOptions,
@@ -61,20 +59,13 @@ from riffd.repair.plan import Edit, RemoveLine, RepairPlan
 from riffd.repair.recovery import recover_folder, unfinished_swap
 from riffd.repair.swap import (
     COPY,
-    GONE,
-    HIDDEN,
-    ORIGINAL,
     SwapBackFailed,
     put_in_place,
-    put_original_back,
-    where_is,
 )
 from riffd.transcript.findings import Finding
 from riffd.transcript.scan import FileIdentity
 
 log = logging.getLogger(__name__)
-
-LOOK_ATTEMPTS = 5
 
 
 def _project_folder(path: Path) -> Path:
@@ -96,74 +87,6 @@ def _unsafe_backup_dir(path: Path, options: ApplyOptions) -> str | None:
     return None
 
 
-def _settle(
-    fs: FileSystem,
-    path: Path,
-    original_fd: int,
-    temp: OffsetWriter,
-    planned_size: int,
-    copied: Copied,
-    options: ApplyOptions,
-) -> int:
-    """Re-check the original until a round sees nothing new; carry complete appended lines into the
-    temp file; return the original's size that the temp file now covers. Raise FileChanged when it
-    changed."""
-    held = fs.fstat(original_fd)
-    carried_end = planned_size
-    for round_number in range(options.settle_rounds):
-        try:
-            current = retrying_call(
-                lambda: fs.stat(path), what=f"the status of {path}", policy=options.retry
-            )
-        except FileNotFoundError as exc:
-            raise FileGone("it was deleted while riffd worked") from exc
-        if (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
-            raise FileChanged("it was replaced by another file while riffd worked")
-        size_now = retrying_call(
-            lambda: fs.fstat(original_fd), what=str(path), policy=options.retry
-        ).st_size
-        if size_now < carried_end:
-            raise FileChanged(f"it shrank to {size_now} bytes while riffd worked (truncated)")
-        for start, expected in copied.samples.items():
-            actual = b"".join(
-                chunk
-                for _, chunk in read_range(
-                    fs, original_fd, start, start + len(expected), path=path, retry=options.retry
-                )
-            )
-            if actual != expected:
-                raise FileChanged(f"its bytes at offset {start} changed since they were backed up")
-        if size_now == carried_end:
-            return carried_end
-        if not copied.ends_with_newline:
-            # Bytes after an unfinished last line continue that line; the plan may have changed it.
-            raise FileChanged(
-                "its last line was unfinished and another writer has been continuing it"
-            )
-        tail = b"".join(
-            chunk
-            for _, chunk in read_range(
-                fs, original_fd, carried_end, size_now, path=path, retry=options.retry
-            )
-        )
-        complete = tail[: tail.rfind(b"\n") + 1]
-        for line in split_lines(complete):
-            parent = hangs_from(line, copied.removed)
-            if parent is not None:
-                raise LineConflict(
-                    f"a line appended while riffd worked hangs from {parent}, a line the repair "
-                    "removes: a client has the session open"
-                )
-        if complete:
-            temp.write(complete)
-            carried_end += len(complete)
-        # Something was still being written: give the writer a moment, then check again.
-        time.sleep(0.002 * (2**round_number))
-    raise FileChanged(
-        f"another writer kept appending (or left a line unfinished) through {options.settle_rounds} checks"
-    )
-
-
 def rewrite(
     path: Path,
     source: FileIdentity,
@@ -177,7 +100,7 @@ def rewrite(
     """Replace `path` (as scanned: `source`) with the bytes `segments` describe, after a verified
     backup, under the transcript's lock, only while its session is idle; return Repaired, Skipped or
     Failed (never raise OSError)."""
-    fs = options.fs
+    fs = options.files
     unsafe = _unsafe_backup_dir(path, options)
     if unsafe is not None:
         return Failed(path, FailReason.UNSAFE_BACKUP_DIR, unsafe)
@@ -201,7 +124,7 @@ def rewrite(
             SkipReason.HARD_LINKED,
             f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
         )
-    store = BackupStore(options.backup_dir, fs=fs, retry=options.retry)
+    store = BackupStore(options.backup_dir, fs=fs, retry=fs.policy)
     try:
         store.ensure_root()
     except OSError as exc:
@@ -223,9 +146,7 @@ def rewrite(
         if not acquired:
             return Skipped(path, SkipReason.BUSY, f"{path}: another riffd run is working on it")
         try:
-            recover_folder(
-                fs, path.parent, options.retry, holding=path
-            )  # swaps a killed run left here
+            recover_folder(fs, path.parent, holding=path)  # swaps a killed run left here
             remove_stale_temps(path.parent, options.stale_temp_seconds, fs=fs)
             if unfinished_swap(fs, path):
                 return Skipped(
@@ -263,7 +184,7 @@ def _rewrite_locked(
     edits: tuple[Edit, ...],
     backup_reason: str,
 ) -> RepairOutcome:
-    fs = options.fs
+    fs = options.files
     stage = "reading its status"
     temp_fd: int | None = None
     temp_path: Path | None = None
@@ -271,7 +192,7 @@ def _rewrite_locked(
     journal: Journal | None = None
     replaced = keep_temp = False
     try:
-        held = retrying_call(lambda: fs.fstat(original_fd), what=str(path), policy=options.retry)
+        held = fs.fstat(original_fd)
     except OSError as exc:
         return failure(path, exc, stage)
     try:
@@ -302,22 +223,20 @@ def _rewrite_locked(
 
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
-        temp_path, temp_fd = create_temp(fs, path, options.retry)
+        temp_path, temp_fd = create_temp(fs, path)
         try_flock(
             fs, temp_fd
         )  # a second riffd run that opens the transcript's name after the swap finds it busy
-        appender = OffsetWriter(fs, temp_fd, options.retry)
-        copied = write_new_content(
-            fs, path, original_fd, appender, segments, source.size, options.retry
-        )
+        appender = OffsetWriter(fs, temp_fd)
+        copied = write_new_content(fs, path, original_fd, appender, segments, source.size)
         if copied.sha256 != source.sha256:
             raise FileChanged("its bytes changed between the backup and the rewrite")
-        copy_mode_and_owner(fs, temp_fd, held, options.retry)
-        fsync_file(fs, temp_fd, temp_path, options.retry)
+        copy_mode_and_owner(fs, temp_fd, held)
+        fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking for changes just before replacing it"
-        carried_end = _settle(fs, path, original_fd, appender, source.size, copied, options)
-        fsync_file(fs, temp_fd, temp_path, options.retry)
+        carried_end = settle_appends(fs, path, original_fd, appender, source.size, copied, options)
+        fsync_file(fs, temp_fd, temp_path)
 
         stage = "checking once more that its session is idle"
         live, why = session_liveness(
@@ -354,9 +273,7 @@ def _rewrite_locked(
         settled = hashlib.sha256(
             b"".join(
                 chunk
-                for _, chunk in read_range(
-                    fs, original_fd, source.size, carried_end, path=path, retry=options.retry
-                )
+                for _, chunk in read_range(fs, original_fd, source.size, carried_end, path=path)
             )
         )
         journal = Journal.create(
@@ -382,15 +299,12 @@ def _rewrite_locked(
                 backup_id=record.backup_id,
                 pid=os.getpid(),
             ),
-            options.retry,
         )
 
         stage = "replacing it with the repaired copy"
         failed_swap: OSError | None = None
         try:
-            put_in_place(
-                fs, path, temp_path, held, temp_fd, copy_status.st_size, journal, options.retry
-            )
+            put_in_place(fs, path, temp_path, held, temp_fd, copy_status.st_size, journal)
         except SwapBackFailed as exc:
             keep_temp = True  # another program's version is at riffd's name: the journal keeps it from any sweep
             journal.close()
@@ -402,7 +316,7 @@ def _rewrite_locked(
             raise
         except OSError as exc:
             try:
-                where = _look(fs, path, held, temp_fd)
+                where = look_at(fs, path, held, temp_fd)
             except OSError as look:  # what happened is unknown: the journal and riffd's names stay for the next run
                 keep_temp = True
                 journal.close()
@@ -460,7 +374,7 @@ def _rewrite_locked(
     except OSError as exc:
         if record is None or replaced:
             return failure(path, exc, stage, replaced=replaced)
-        return _checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
+        return checked_failure(fs, path, held, original_fd, temp_fd, store, record, exc, stage)
     except LineConflict as exc:
         return Skipped(
             path, SkipReason.LIVE, f"{path}: the session is in use: {exc}; nothing was changed"
@@ -472,73 +386,6 @@ def _rewrite_locked(
             remove_leftover(fs, temp_path)
         if journal is not None and not replaced:
             journal.remove()
-
-
-def _look(fs: FileSystem, path: Path, held: os.stat_result, temp_fd: int | None) -> str:
-    """`where_is`, made again while a flaky folder fails it (each try retries EIO already)."""
-    for attempt in range(LOOK_ATTEMPTS):
-        try:
-            return where_is(fs, path, held, temp_fd)
-        except OSError:
-            if attempt + 1 == LOOK_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _checked_failure(
-    fs: FileSystem,
-    path: Path,
-    held: os.stat_result,
-    original_fd: int,
-    temp_fd: int | None,
-    store: BackupStore,
-    record: BackupRecord,
-    exc: OSError,
-    stage: str,
-) -> RepairOutcome:
-    """After a failure once the backup exists, look at what the path holds before saying anything:
-    "untouched" only when it is the original still; put back an original the filesystem lost in a
-    failed rename (libfuse hides a renamed-over open file and deletes it when riffd lets go of
-    it)."""
-    try:
-        where = _look(fs, path, held, temp_fd)
-    except OSError as look:
-        return Failed(
-            path,
-            FailReason.IO_ERROR,
-            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; riffd could not look at "
-            f"what its name holds now either ({look.strerror or look}); the verified backup "
-            f"{record.backup_id} holds the transcript as it was; run riffd again once the folder answers",
-        )
-    if where == ORIGINAL:
-        return failure(path, exc, stage, checked=True)
-    if where == HIDDEN:
-        try:
-            source = put_original_back(fs, path, held, original_fd, store, record)
-        except OSError as lost:
-            return Failed(
-                path,
-                FailReason.IO_ERROR,
-                f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
-                f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
-                f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
-                f"{record.backup_id}` puts it back once the disk or sync client works again",
-            )
-        return Failed(
-            path,
-            FailReason.IO_ERROR,
-            f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost the "
-            f"transcript during the failed rename, and riffd put it back from {source}: it is as it was "
-            f"(checked). Check the disk or sync client and run again.",
-        )
-    if where == GONE:
-        return gone(path)
-    return Skipped(
-        path,
-        SkipReason.CHANGED,
-        f"{path}: another file took its place while riffd worked ({exc}); "
-        "it is left as it is; scan it again",
-    )
 
 
 def apply_plan(plan: RepairPlan, options: ApplyOptions) -> RepairOutcome:

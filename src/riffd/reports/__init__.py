@@ -1,5 +1,7 @@
-"""The daemon's health report: `build` gathers it from the state store and the daemon's figures,
-`markdown`, `html` and `prometheus` render it, `publish` writes the files (`latest.json`,
-`latest.md`, `latest.html`, `metrics.prom`) and reads the last one back. It imports the state
-store and the transcript model, never the daemon or the commands.
+"""The daemon's health report: `model` holds it as typed values (frozen dataclasses), `build`
+makes one from the state store and the daemon's figures, and one module per format renders it:
+`json` (schema 1), `markdown`, `html` (with the hourly history and the recent repairs) and
+`prometheus`. `publish` writes the files (`report-<time>.json`, `latest.json`, `latest.md`,
+`latest.html`, `metrics.prom`) and reads the last one back. It imports the state store and the
+transcript model, never the daemon or the commands.
 """

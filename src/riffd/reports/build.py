@@ -1,9 +1,5 @@
-"""Health reports: what the daemon has seen and done, written atomically as JSON and Markdown.
-
-A report is built from the state store (files, findings, repairs, counters) and, when the daemon
-runs, its live snapshot (uptime, watcher, queue, latency). Files in the report folder:
-`report-<UTC time>.json` (the newest `keep` are kept), `latest.json` and `latest.md`. The JSON
-schema is versioned (`schema`) and documented in the README.
+"""Building the health report from the state store (files, findings, repairs, counters) and, when
+the daemon runs, its live snapshot (uptime, watcher, queue, latency); `publish` writes it.
 """
 
 from __future__ import annotations
@@ -11,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,11 +17,33 @@ from riffd.archive.schema import ARCHIVE_NAME
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
 from riffd.display import shell_word
 from riffd.fsio import IO_STATS
+from riffd.reports.model import (
+    ArchiveFigures,
+    AttentionItem,
+    AttentionState,
+    BackupFigures,
+    DaemonState,
+    DatabaseFiles,
+    Databases,
+    ErrorRecord,
+    FileCounts,
+    FindingCounts,
+    HealthReport,
+    IoFigures,
+    Latency,
+    PendingCall,
+    QueueFigures,
+    Reload,
+    RepairCounts,
+    Throughput,
+    TopSession,
+    TrackerFigures,
+    WatcherFigures,
+)
 from riffd.state.store import StateStore
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
 
-REPORT_SCHEMA = 1
 REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
 STUCK_SECONDS = 120.0  # a running daemon refreshes its figures every 30 s at least
@@ -42,29 +61,29 @@ def percentile(samples: list[float], fraction: float) -> float | None:
 
 def build_report(
     store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None
-) -> dict[str, Any]:
+) -> HealthReport:
     """Given the state store, the backup folder and the daemon's snapshot (its live figures,
     `running` true only when that daemon runs now; a stopped daemon's last figures; or None when
-    none was ever seen), return the report as a JSON-ready dict."""
+    none was ever seen), return the health report."""
     now = time.time()
     daemon = daemon or {}
-    watched = store.count_files()
-    findings = _findings(store, daemon.get("repair_mode"))
+    findings = _sort_findings(store, daemon.get("repair_mode"))
     repairs = store.repair_summary()
     counters = store.counters()
-    backups = _backup_summary(backup_dir)
     running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
-    errors = [
-        error
+    errors = tuple(
+        _error(error)
         for error in daemon.get("errors", [])
         if now - float(error.get("time", 0)) < RECENT_SECONDS
-    ]
+    )
     seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
+    uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
+    archive = _archive(daemon.get("archive") or {})
+    last_reload = _reload(daemon.get("last_reload"))
     state_dir = store.path.parent
     free = free_bytes(state_dir)
     full = free is not None and free < FULL_BELOW
-    uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
     problems = []
     if free is not None and full:
         problems.append(
@@ -78,26 +97,8 @@ def build_report(
         )
     # What keeps the daemon itself from working: also a problem while it is starting (`status` exits
     # 1 then)
-    blocked = None
-    if running and seen_at is not None and now - seen_at > STUCK_SECONDS:
-        blocked = (
-            f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
-            + (
-                "it cannot write them (the disk is full)"
-                if full
-                else "it may be stuck (its log says more; restarting it is safe)"
-            )
-        )
-    elif running and daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
-        blocked = (
-            f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
-            + (
-                "it cannot write them (the disk is full)"
-                if full
-                else "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"
-            )
-        )
-    elif running and full:
+    blocked = _blocked(daemon, now, seen_at, uptime, full)
+    if running and full and blocked is None:
         blocked = problems[0]
     if not running and daemon.get("stopping"):
         problems.append(
@@ -112,14 +113,13 @@ def build_report(
         problems.append(blocked)
     if errors:
         problems.append(f"{len(errors)} error(s) in the last hour: see `errors`")
-    damage, with_findings = findings["open"], findings["files"]
-    if damage:
+    if findings.open:
         problems.append(
-            f"{sum(damage.values())} open finding(s) in {with_findings} file(s): each is listed under "
-            "`attention` with what deals with it"
+            f"{sum(findings.open.values())} open finding(s) in {findings.files} file(s): each is listed "
+            "under `attention` with what deals with it"
         )
-    if findings["ack_error"]:
-        problems.append(findings["ack_error"])
+    if findings.ack_error:
+        problems.append(findings.ack_error)
     moved_state, moved_archive = (
         damaged_copies(store.path),
         damaged_copies(store.path.parent / ARCHIVE_NAME),
@@ -129,163 +129,227 @@ def build_report(
             f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
             "copies its readable lines into the new archive"
         )
-    at_risk = (daemon.get("archive") or {}).get("cleanup_at_risk_count")
-    if at_risk:
-        days = (daemon.get("archive") or {}).get("cleanup_days")
+    if archive.cleanup_at_risk_count:
         problems.append(
-            f"{at_risk} transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
-            f"(cleanupPeriodDays {days:g}) within a week: `archive.cleanup_at_risk` names them; "
-            "`riffd archive ingest` archives them now"
+            f"{archive.cleanup_at_risk_count} transcript(s) not (fully) archived are due for deletion by "
+            f"Claude Code's cleanup (cleanupPeriodDays {archive.cleanup_days:g}) within a week: "
+            "`archive.cleanup_at_risk` names them; `riffd archive ingest` archives them now"
         )
-    if (daemon.get("last_reload") or {}).get("ok") is False:
+    if last_reload is not None and last_reload.ok is False:
         problems.append(
             "the last configuration reload failed; the previous configuration is still in use"
         )
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
-    return {
-        "schema": REPORT_SCHEMA,
-        "generated_at": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
-        "healthy": not problems,
-        "problems": problems,
-        "daemon": {
-            "running": running,
-            "starting": bool(running and daemon.get("starting")),
-            "blocked": blocked,
-            "stopping": bool(daemon.get("stopping")),
-            "last_seen": _iso(seen_at),
-            "figures_age_seconds": round(now - seen_at, 1) if seen_at is not None else None,
-            "repair_mode": daemon.get("repair_mode"),
-            "version": daemon.get("version", __version__),
-            "pid": daemon.get("pid"),
-            "uptime_seconds": round(uptime, 1) if uptime is not None else None,
-            "config_path": daemon.get("config_path"),
-            "last_reload": daemon.get("last_reload"),
-        },
-        "watcher": {
-            "roots": daemon.get("roots", []),
-            "observer": daemon.get("observer"),
-            "observer_reason": daemon.get("observer_reason"),
-            "events": daemon.get("events", 0),
-            "rescans": daemon.get("rescans", 0),
-        },
-        "queue": {"depth": daemon.get("queue_depth", 0), "processed": daemon.get("processed", 0)},
-        "files": {
-            "watched": watched,
-            "with_findings": with_findings,
-            "repaired": repairs["files_repaired"],
-        },
-        "attention": findings["attention"][:ATTENTION_LISTED],
-        "attention_total": len(findings["attention"]),
-        "findings": {
-            "open": dict(sorted(damage.items())),
-            "acknowledged": dict(sorted(findings["acknowledged"].items())),
-            "informational": dict(sorted(findings["informational"].items())),
-            "repaired": repairs["findings_repaired_by_class"],
-            "pending": [
-                {"path": path, "tool_id": item.get("tool_id"), "line": item["lines"][0]}
+    return HealthReport(
+        generated_at=datetime.fromtimestamp(now, UTC).replace(microsecond=0),
+        problems=tuple(problems),
+        daemon=DaemonState(
+            running=running,
+            starting=bool(running and daemon.get("starting")),
+            blocked=blocked,
+            stopping=bool(daemon.get("stopping")),
+            last_seen=_local_time(seen_at),
+            figures_age_seconds=round(now - seen_at, 1) if seen_at is not None else None,
+            repair_mode=daemon.get("repair_mode"),
+            version=daemon.get("version", __version__),
+            pid=daemon.get("pid"),
+            uptime_seconds=round(uptime, 1) if uptime is not None else None,
+            config_path=daemon.get("config_path"),
+            last_reload=last_reload,
+        ),
+        watcher=WatcherFigures(
+            roots=tuple(daemon.get("roots", [])),
+            observer=daemon.get("observer"),
+            observer_reason=daemon.get("observer_reason"),
+            events=daemon.get("events", 0),
+            rescans=daemon.get("rescans", 0),
+        ),
+        queue=QueueFigures(
+            depth=daemon.get("queue_depth", 0), processed=daemon.get("processed", 0)
+        ),
+        files=FileCounts(
+            watched=store.count_files(),
+            with_findings=findings.files,
+            repaired=repairs["files_repaired"],
+        ),
+        attention=tuple(findings.attention[:ATTENTION_LISTED]),
+        attention_total=len(findings.attention),
+        findings=FindingCounts(
+            open=dict(sorted(findings.open.items())),
+            acknowledged=dict(sorted(findings.acknowledged.items())),
+            informational=dict(sorted(findings.informational.items())),
+            repaired=repairs["findings_repaired_by_class"],
+            pending=tuple(
+                PendingCall(path=path, tool_id=item.get("tool_id"), line=item["lines"][0])
                 for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)
-            ],
-        },
-        "repairs": {
-            "done": repairs["done"],
-            "skipped": repairs["skipped_by_reason"],
-            "failed": repairs["failed_by_reason"],
-        },
-        "backups": backups,
-        "io": {
-            "retries": daemon.get("io_retries", IO_STATS.retries),
-            "give_ups": daemon.get("io_give_ups", IO_STATS.give_ups),
-            "read_errors": counters.get("errors.read", 0),
-        },
-        "latency_seconds": {
-            "p50": _round(percentile(latencies, 0.5)),
-            "p95": _round(percentile(latencies, 0.95)),
-            "max": _round(max(latencies) if latencies else None),
-            "samples": len(latencies),
-        },
-        "throughput": {
-            "lines": lines,
-            "bytes": read,
-            "lines_per_second": round(lines / uptime, 2) if uptime else None,
-            "bytes_per_second": round(read / uptime, 1) if uptime else None,
-        },
-        "tracker": _tracker_summary(daemon.get("tracker") or {}),
-        "archive": {
-            key: (daemon.get("archive") or {}).get(key)
-            for key in (
-                "stored_bytes",
-                "raw_bytes",
-                "ratio",
-                "sessions",
-                "files_behind",
-                "bytes_behind",
-                "cleanup_days",
-                "cleanup_at_risk",
-                "cleanup_at_risk_count",
-            )
-        },
-        "databases": {
-            "state": {"path": str(store.path), "moved_aside": [str(path) for path in moved_state]},
-            "archive": {
-                "path": str(store.path.parent / ARCHIVE_NAME),
-                "moved_aside": [str(path) for path in moved_archive],
-            },
-        },
-        "errors": errors,
-    }
-
-
-def _iso(seconds: float | None) -> str | None:
-    return (
-        datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="seconds")
-        if seconds
-        else None
+            ),
+        ),
+        repairs=RepairCounts(
+            done=repairs["done"],
+            skipped=repairs["skipped_by_reason"],
+            failed=repairs["failed_by_reason"],
+        ),
+        backups=_backups(backup_dir),
+        io=IoFigures(
+            retries=daemon.get("io_retries", IO_STATS.retries),
+            give_ups=daemon.get("io_give_ups", IO_STATS.give_ups),
+            read_errors=counters.get("errors.read", 0),
+        ),
+        latency=Latency(
+            p50=_round(percentile(latencies, 0.5)),
+            p95=_round(percentile(latencies, 0.95)),
+            maximum=_round(max(latencies) if latencies else None),
+            samples=len(latencies),
+        ),
+        throughput=Throughput(
+            lines=lines,
+            bytes_read=read,
+            lines_per_second=round(lines / uptime, 2) if uptime else None,
+            bytes_per_second=round(read / uptime, 1) if uptime else None,
+        ),
+        tracker=_tracker(daemon.get("tracker") or {}),
+        archive=archive,
+        databases=Databases(
+            state=DatabaseFiles(str(store.path), tuple(str(path) for path in moved_state)),
+            archive=DatabaseFiles(
+                str(store.path.parent / ARCHIVE_NAME), tuple(str(path) for path in moved_archive)
+            ),
+        ),
+        errors=errors,
     )
+
+
+def _blocked(
+    daemon: dict[str, Any], now: float, seen_at: float | None, uptime: float | None, full: bool
+) -> str | None:
+    """What keeps a running daemon from working, as a problem: its figures not refreshed, or none
+    stored since it started; None when nothing does (a full disk alone the caller names)."""
+    if not daemon.get("running"):
+        return None
+    if seen_at is not None and now - seen_at > STUCK_SECONDS:
+        return (
+            f"the daemon (pid {daemon.get('pid')}) has not refreshed its figures for {now - seen_at:.0f} s: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it may be stuck (its log says more; restarting it is safe)"
+            )
+        )
+    if daemon.get("unpublished") and uptime is not None and uptime > STUCK_SECONDS:
+        return (
+            f"the daemon (pid {daemon.get('pid')}) started {uptime:.0f} s ago and has stored no figures yet: "
+            + (
+                "it cannot write them (the disk is full)"
+                if full
+                else "it cannot write to its state folder, or is stuck (its log says which; restarting it is safe)"
+            )
+        )
+    return None
+
+
+def _local_time(seconds: float | None) -> datetime | None:
+    """`seconds` (Unix time) as a local time to the second; None for None (or 0: never)."""
+    return datetime.fromtimestamp(seconds).astimezone().replace(microsecond=0) if seconds else None
 
 
 def _last_seen(daemon: dict[str, Any]) -> str:
     """' (last seen at <local time>, pid N)' for a stopped daemon's figures, '' when none was ever
     seen."""
-    if not daemon.get("seen_at"):
+    seen = _local_time(float(daemon["seen_at"])) if daemon.get("seen_at") else None
+    if seen is None:
         return ""
-    return f" (last seen at {_iso(float(daemon['seen_at']))}, pid {daemon.get('pid')})"
+    return f" (last seen at {seen.isoformat(timespec='seconds')}, pid {daemon.get('pid')})"
 
 
-def _tracker_summary(stats: dict[str, Any]) -> dict[str, Any]:
+def _reload(value: Any) -> Reload | None:
+    """The snapshot's `last_reload` ({time, ok, errors}), or None when there was none."""
+    if not isinstance(value, dict):
+        return None
+    return Reload(
+        time=value.get("time", 0.0),
+        ok=value.get("ok", True),  # failed only when it says so
+        errors=tuple(value.get("errors") or ()),
+    )
+
+
+def _error(error: dict[str, Any]) -> ErrorRecord:
+    """One of the snapshot's `errors` ({time, message, suggestion, about})."""
+    return ErrorRecord(
+        time=error.get("time", 0),
+        message=error.get("message", ""),
+        suggestion=error.get("suggestion", ""),
+        about=error.get("about"),
+    )
+
+
+def _tracker(stats: dict[str, Any]) -> TrackerFigures:
     """The tool-call tracker's figures since the daemon started (zeros when it does not run)."""
-    return {
-        "calls_seen": stats.get("calls_seen", 0),
-        "redundant": stats.get("redundant", 0),
-        "by_tool": stats.get("by_tool", {}),
-        "top_sessions": stats.get("top_sessions", []),
-        "bytes_wasted": stats.get("bytes_wasted", 0),
-    }
+    return TrackerFigures(
+        calls_seen=stats.get("calls_seen", 0),
+        redundant=stats.get("redundant", 0),
+        by_tool=stats.get("by_tool", {}),
+        top_sessions=tuple(
+            TopSession(
+                session=item["session"],
+                redundant=item["redundant"],
+                bytes_wasted=item["bytes_wasted"],
+            )
+            for item in stats.get("top_sessions", [])
+        ),
+        bytes_wasted=stats.get("bytes_wasted", 0),
+    )
+
+
+def _archive(figures: dict[str, Any]) -> ArchiveFigures:
+    """The archive's figures the daemon gathered (each None when it did not, or could not)."""
+    at_risk = figures.get("cleanup_at_risk")
+    return ArchiveFigures(
+        stored_bytes=figures.get("stored_bytes"),
+        raw_bytes=figures.get("raw_bytes"),
+        ratio=figures.get("ratio"),
+        sessions=figures.get("sessions"),
+        files_behind=figures.get("files_behind"),
+        bytes_behind=figures.get("bytes_behind"),
+        cleanup_days=figures.get("cleanup_days"),
+        cleanup_at_risk=None if at_risk is None else tuple(at_risk),
+        cleanup_at_risk_count=figures.get("cleanup_at_risk_count"),
+    )
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _backup_summary(backup_dir: Path) -> dict[str, Any]:
+def _backups(backup_dir: Path) -> BackupFigures:
     if not backup_dir.is_dir():
-        return {"count": 0, "bytes": 0, "oldest": None}
-    from riffd.repair.backup import (
-        BackupStore,
-    )  # here: `riffd status` starts without the repair machinery
+        return BackupFigures(count=0, total_bytes=0, oldest=None)
+    # here: `riffd status` starts without the repair machinery
+    from riffd.repair.backup import BackupStore
 
     records = BackupStore(backup_dir).list()
     oldest = min((record.created_at for record in records), default=None)
-    return {
-        "count": len(records),
-        "bytes": sum(record.stored_bytes for record in records),
-        "oldest": oldest.isoformat(timespec="seconds") if oldest else None,
-    }
+    return BackupFigures(
+        count=len(records),
+        total_bytes=sum(record.stored_bytes for record in records),
+        oldest=oldest,
+    )
 
 
-def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SortedFindings:
     """Every stored finding sorted out: open damage by class (and the files holding it),
     acknowledged and informational findings by class, and the `attention` list (open first, then
-    acknowledged)."""
+    acknowledged); `ack_error` says why no acknowledgement applies, when the file is broken."""
+
+    open: Counter[str]
+    files: int
+    acknowledged: Counter[str]
+    informational: Counter[str]
+    attention: list[AttentionItem]
+    ack_error: str
+
+
+def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
     except (
@@ -305,28 +369,23 @@ def _findings(store: StateStore, mode: str | None) -> dict[str, Any]:
         ack = acks.of(path, item) if acks else None
         if ack is not None:
             acknowledged[cls] += 1
-            later.append(attention(path, item, waiting, mode, ack))
+            later.append(attention_item(path, item, waiting, mode, ack))
         else:
             damage[cls] += 1
             files.add(path)
-            listed.append(attention(path, item, waiting, mode))
-    return {
-        "open": damage,
-        "files": len(files),
-        "acknowledged": acknowledged,
-        "informational": informational,
-        "attention": listed + later,
-        "ack_error": ack_error,
-    }
+            listed.append(attention_item(path, item, waiting, mode))
+    return SortedFindings(
+        damage, len(files), acknowledged, informational, listed + later, ack_error
+    )
 
 
-def attention(
+def attention_item(
     path: str,
     finding: dict[str, Any],
     waiting: bool,
     mode: str | None = None,
     ack: Ack | None = None,
-) -> dict[str, Any]:
+) -> AttentionItem:
     """One finding as the report lists it: the file, the class, the lines, its state
     (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
     riffd does not edit, acknowledged) and the command that deals with it."""
@@ -334,6 +393,7 @@ def attention(
     lines = finding.get("lines") or []
     quoted = shell_word(path)
     where = shell_word(f"{path}:{lines[0]}") if lines else quoted
+    state: AttentionState
     if ack is not None:
         state = "acknowledged"
         action = (
@@ -359,15 +419,12 @@ def attention(
             f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
             f"well, `riffd ack {where}` acknowledges it"
         )
-    return {
-        "path": path,
-        "class": cls,
-        "lines": lines,
-        "message": finding.get("message", ""),
-        "repairable": cls in REPAIRABLE_NAMES,
-        "state": state,
-        "action": action,
-    }
-
-
-TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file is a killed writer's
+    return AttentionItem(
+        path=path,
+        finding_class=cls,
+        lines=tuple(lines),
+        message=finding.get("message", ""),
+        repairable=cls in REPAIRABLE_NAMES,
+        state=state,
+        action=action,
+    )

@@ -9,28 +9,65 @@ and event-to-done latency.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from html import escape
 from typing import Any
 
 from riffd.display import shell_command
+from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair
 
 WIDTH, HEIGHT, PAD, LEFT = 560, 180, 36, 64
 COLOURS = ("#d1495b", "#2e86ab", "#edae49", "#00798c", "#6a4c93", "#3d9970", "#8d6a9f", "#ff851b")
 
 
-def history_point(report: dict[str, Any]) -> dict[str, Any]:
-    """The figures of a report the charts draw: kept once an hour."""
-    archive = report.get("archive") or {}
+def history_point(report: HealthReport) -> dict[str, Any]:
+    """The figures of a report the charts draw, as the state store keeps them once an hour."""
     return {
-        "open": report["findings"]["open"],
-        "repairs": report["repairs"]["done"],
-        "archive_stored": archive.get("stored_bytes"),
-        "archive_raw": archive.get("raw_bytes"),
-        "latency_p50": report["latency_seconds"]["p50"],
-        "latency_p95": report["latency_seconds"]["p95"],
+        "open": dict(report.findings.open),
+        "repairs": report.repairs.done,
+        "archive_stored": report.archive.stored_bytes,
+        "archive_raw": report.archive.raw_bytes,
+        "latency_p50": report.latency.p50,
+        "latency_p95": report.latency.p95,
     }
+
+
+def history_points(stored: Sequence[tuple[int, dict[str, Any]]]) -> list[HistoryPoint]:
+    """The state store's hourly points (hour, figures), oldest first, as the charts read them: a
+    figure a point lacks (one kept by an earlier riffd) is None."""
+    return [
+        HistoryPoint(
+            hour=hour,
+            open=point.get("open") or {},
+            repairs=_number(point.get("repairs")),
+            archive_stored=_number(point.get("archive_stored")),
+            archive_raw=_number(point.get("archive_raw")),
+            latency_p50=_number(point.get("latency_p50")),
+            latency_p95=_number(point.get("latency_p95")),
+        )
+        for hour, point in stored
+    ]
+
+
+def recent_repairs(stored: Sequence[dict[str, Any]]) -> list[RecentRepair]:
+    """The state store's recent repair attempts (newest first) as the page lists them."""
+    return [
+        RecentRepair(
+            time=row["time"],
+            path=row["path"],
+            outcome=row["outcome"],
+            reason=row.get("reason"),
+            backup_id=row.get("backup_id"),
+            fixes=row["fixes"],
+            detail=row.get("detail"),
+        )
+        for row in stored
+    ]
+
+
+def _number(value: object) -> float | None:
+    return value if isinstance(value, int | float) else None
 
 
 def _local(seconds: float) -> str:
@@ -97,64 +134,59 @@ def _figure(value: float, unit: str = "") -> str:
 
 
 def render_page(
-    report: dict[str, Any],
-    history: Sequence[tuple[int, dict[str, Any]]],
-    repairs: Sequence[dict[str, Any]],
+    report: HealthReport, history: Sequence[HistoryPoint], repairs: Sequence[RecentRepair]
 ) -> str:
-    """Return latest.html for `report`, with `history` (hour, point) and the recent `repairs`
-    (newest first)."""
-    healthy = report["healthy"]
-    daemon = report["daemon"]
+    """Return latest.html for `report`, with the hourly `history` (oldest first) and the recent
+    `repairs` (newest first)."""
+    healthy, daemon, files = report.healthy, report.daemon, report.files
     verdict = "healthy" if healthy else "needs attention"
-    problems = "".join(f"<li>{escape(problem)}</li>" for problem in report["problems"])
+    problems = "".join(f"<li>{escape(problem)}</li>" for problem in report.problems)
     attention_rows = "".join(
-        f'<tr class="{escape(item.get("state", ""))}"><td><code>{escape(item["path"])}</code></td>'
-        f"<td>{escape(', '.join(map(str, item['lines'][:5])))}</td><td>{escape(item['class'])}</td>"
-        f"<td>{escape(item.get('state', '').replace('_', ' '))}</td><td>{_commands(item['action'])}</td></tr>"
-        for item in report.get("attention", [])
+        f'<tr class="{escape(item.state)}"><td><code>{escape(item.path)}</code></td>'
+        f"<td>{escape(', '.join(map(str, item.lines[:5])))}</td><td>{escape(item.finding_class)}</td>"
+        f"<td>{escape(item.state.replace('_', ' '))}</td><td>{_commands(item.action)}</td></tr>"
+        for item in report.attention
     )
     repair_rows = "".join(
-        f"<tr><td>{escape(_local(item['time']))}</td><td><code>{escape(item['path'])}</code></td>"
-        f"<td>{escape(item['outcome'] + (': ' + item['reason'] if item.get('reason') else ''))}</td>"
-        f"<td>{escape(', '.join(f'{name} {count}' for name, count in item['fixes'].items()) or '-')}</td>"
-        f"<td>{_backup(item.get('backup_id'))}</td></tr>"
+        f"<tr><td>{escape(_local(item.time))}</td><td><code>{escape(item.path)}</code></td>"
+        f"<td>{escape(item.outcome + (': ' + item.reason if item.reason else ''))}</td>"
+        f"<td>{escape(', '.join(f'{name} {count}' for name, count in item.fixes.items()) or '-')}</td>"
+        f"<td>{_backup(item.backup_id)}</td></tr>"
         for item in repairs
     )
-    times = [hour * 3600.0 for hour, _ in history]
-    open_classes = sorted({name for _, point in history for name in point.get("open", {})})
+    times = [point.hour * 3600.0 for point in history]
+    open_classes = sorted({name for point in history for name in point.open})
     charts = [
         chart(
             "Open findings by class",
             {
                 name: [
-                    (t, float(point.get("open", {}).get(name, 0)))
-                    for t, (_, point) in zip(times, history, strict=True)
+                    (t, float(point.open.get(name, 0)))
+                    for t, point in zip(times, history, strict=True)
                 ]
                 for name in open_classes
             }
             or {"all classes": [(t, 0.0) for t in times]},
         ),
-        chart("Repairs done", {"repairs": _series(times, history, "repairs")}),
+        chart("Repairs done", {"repairs": _series(times, history, lambda p: p.repairs)}),
         chart(
             "Archive",
             {
-                "stored on disk": _series(times, history, "archive_stored"),
-                "transcript bytes it holds": _series(times, history, "archive_raw"),
+                "stored on disk": _series(times, history, lambda p: p.archive_stored),
+                "transcript bytes it holds": _series(times, history, lambda p: p.archive_raw),
             },
             "B",
         ),
         chart(
             "Latency, event to done",
             {
-                "p50": _series(times, history, "latency_p50"),
-                "p95": _series(times, history, "latency_p95"),
+                "p50": _series(times, history, lambda p: p.latency_p50),
+                "p95": _series(times, history, lambda p: p.latency_p95),
             },
             "s",
         ),
     ]
-    state = (
-        "stopped" if not daemon["running"] else "starting" if daemon.get("starting") else "running"
-    )
+    state = "stopped" if not daemon.running else "starting" if daemon.starting else "running"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
@@ -177,14 +209,14 @@ svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
 <body>
 <h1>riffd health report</h1>
 <p class="verdict"><strong>{escape(verdict)}</strong> &middot;
-{escape(_local(datetime.fromisoformat(report["generated_at"]).timestamp()))}</p>
+{escape(_local(report.generated_at.timestamp()))}</p>
 {f"<ul class='problems'>{problems}</ul>" if problems else ""}
-<p>Daemon: {escape(state)}{f", pid {daemon['pid']}" if daemon.get("pid") else ""}{
-        f", {escape(daemon['repair_mode'])} mode" if daemon.get("repair_mode") else ""
+<p>Daemon: {escape(state)}{f", pid {daemon.pid}" if daemon.pid else ""}{
+        f", {escape(daemon.repair_mode)} mode" if daemon.repair_mode else ""
     }. Files watched:
-{report["files"]["watched"]}; with findings: {report["files"]["with_findings"]}; repairs done:
-{report["repairs"]["done"]}; backups: {report["backups"]["count"]}.</p>
-<h2>Needs attention ({len(report.get("attention", []))})</h2>
+{files.watched}; with findings: {files.with_findings}; repairs done:
+{report.repairs.done}; backups: {report.backups.count}.</p>
+<h2>Needs attention ({len(report.attention)})</h2>
 {
         f"<table><tr><th>file</th><th>lines</th><th>class</th><th>state</th><th>what deals with it</th></tr>"
         f"{attention_rows}</table>"
@@ -204,12 +236,15 @@ svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
 
 
 def _series(
-    times: list[float], history: Sequence[tuple[int, dict[str, Any]]], key: str
+    times: list[float],
+    history: Sequence[HistoryPoint],
+    figure: Callable[[HistoryPoint], float | None],
 ) -> list[tuple[float, float]]:
+    """(time, figure) for every point that has the figure."""
     return [
-        (t, float(point[key]))
-        for t, (_, point) in zip(times, history, strict=True)
-        if isinstance(point.get(key), int | float)
+        (t, float(value))
+        for t, point in zip(times, history, strict=True)
+        if (value := figure(point)) is not None
     ]
 
 

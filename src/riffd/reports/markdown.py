@@ -1,110 +1,110 @@
-"""The health report as Markdown (`latest.md`, and what `riffd report` prints)."""
+"""The health report as Markdown (`latest.md`, and what `riffd report` and `riffd status` print)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from riffd.reports.build import _tracker_summary
+from riffd.reports.model import (
+    ArchiveFigures,
+    AttentionItem,
+    DaemonState,
+    HealthReport,
+    PendingCall,
+    iso_seconds,
+)
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: HealthReport) -> str:
     """Return a short human-readable summary of a report."""
-    daemon, files, repairs = report["daemon"], report["files"], report["repairs"]
-    status = "healthy" if report["healthy"] else "needs attention"
-    tracker = report.get("tracker") or _tracker_summary(
-        {}
-    )  # reports written before the tracker lack it
+    daemon, files, repairs = report.daemon, report.files, report.repairs
+    findings, tracker, backups, latency = (
+        report.findings,
+        report.tracker,
+        report.backups,
+        report.latency,
+    )
+    status = "healthy" if report.healthy else "needs attention"
     lines = [
-        f"# riffd health report ({report['generated_at']})",
+        f"# riffd health report ({iso_seconds(report.generated_at)})",
         "",
-        f"**{status}**" + ("" if report["healthy"] else ": " + "; ".join(report["problems"])),
+        f"**{status}**" + ("" if report.healthy else ": " + "; ".join(report.problems)),
         "",
         f"- daemon: {_daemon_words(daemon)}",
         _config_line(daemon),
-        f"- watcher: {report['watcher']['observer'] or '-'} over {', '.join(report['watcher']['roots']) or '-'}; "
-        f"{report['watcher']['events']} events, {report['watcher']['rescans']} rescans",
-        f"- files: {files['watched']} watched, {files['with_findings']} with findings, {files['repaired']} repaired",
-        f"- open findings: {_counts(report['findings']['open'])}"
-        + (
-            f"; acknowledged: {_counts(report['findings']['acknowledged'])}"
-            if report["findings"].get("acknowledged")
-            else ""
-        ),
-        _pending_line(report["findings"].get("pending", [])),
-        *_attention_lines(report.get("attention", [])),
-        f"- redundant tool calls: {tracker['redundant']} ({_counts(tracker['by_tool'])}), "
-        f"{tracker['bytes_wasted']:,} bytes of results repeated; top sessions: "
-        + (
-            ", ".join(f"{item['session']} {item['redundant']}" for item in tracker["top_sessions"])
-            or "-"
-        ),
-        _archive_line(report.get("archive") or {}),
-        f"- repaired findings: {_counts(report['findings']['repaired'])}",
-        f"- repairs: {repairs['done']} done; skipped {_counts(repairs['skipped'])}; "
-        f"failed {_counts(repairs['failed'])}",
-        f"- backups: {report['backups']['count']} ({report['backups']['bytes']:,} bytes), oldest "
-        f"{report['backups']['oldest'] or '-'}",
-        f"- I/O: {report['io']['retries']} retries, {report['io']['give_ups']} give-ups",
-        f"- latency (event to done): p50 {_seconds(report['latency_seconds']['p50'])}, p95 "
-        f"{_seconds(report['latency_seconds']['p95'])}, max {_seconds(report['latency_seconds']['max'])}",
+        f"- watcher: {report.watcher.observer or '-'} over {', '.join(report.watcher.roots) or '-'}; "
+        f"{report.watcher.events} events, {report.watcher.rescans} rescans",
+        f"- files: {files.watched} watched, {files.with_findings} with findings, {files.repaired} repaired",
+        f"- open findings: {_counts(findings.open)}"
+        + (f"; acknowledged: {_counts(findings.acknowledged)}" if findings.acknowledged else ""),
+        _pending_line(findings.pending),
+        *_attention_lines(report.attention),
+        f"- redundant tool calls: {tracker.redundant} ({_counts(tracker.by_tool)}), "
+        f"{tracker.bytes_wasted:,} bytes of results repeated; top sessions: "
+        + (", ".join(f"{item.session} {item.redundant}" for item in tracker.top_sessions) or "-"),
+        _archive_line(report.archive),
+        f"- repaired findings: {_counts(findings.repaired)}",
+        f"- repairs: {repairs.done} done; skipped {_counts(repairs.skipped)}; "
+        f"failed {_counts(repairs.failed)}",
+        f"- backups: {backups.count} ({backups.total_bytes:,} bytes), oldest "
+        f"{iso_seconds(backups.oldest) or '-'}",
+        f"- I/O: {report.io.retries} retries, {report.io.give_ups} give-ups",
+        f"- latency (event to done): p50 {_seconds(latency.p50)}, p95 "
+        f"{_seconds(latency.p95)}, max {_seconds(latency.maximum)}",
     ]
-    for name, database in (report.get("databases") or {}).items():
-        if database["moved_aside"]:
-            lines.append(
-                f"- {name} database: damaged earlier, moved aside to {', '.join(database['moved_aside'])}"
-                + (
-                    " (rebuilt by a rescan; delete the old file when you like)"
-                    if name == "state"
-                    else " (`riffd archive recover` copies its readable lines into the new archive)"
-                )
-            )
-    for error in report["errors"][-5:]:
+    if report.databases.state.moved_aside:
         lines.append(
-            f"- error: {error['message']}"
-            + (f" ({error['suggestion']})" if error.get("suggestion") else "")
+            "- state database: damaged earlier, moved aside to "
+            f"{', '.join(report.databases.state.moved_aside)}"
+            " (rebuilt by a rescan; delete the old file when you like)"
+        )
+    if report.databases.archive.moved_aside:
+        lines.append(
+            "- archive database: damaged earlier, moved aside to "
+            f"{', '.join(report.databases.archive.moved_aside)}"
+            " (`riffd archive recover` copies its readable lines into the new archive)"
+        )
+    for error in report.errors[-5:]:
+        lines.append(
+            f"- error: {error.message}" + (f" ({error.suggestion})" if error.suggestion else "")
         )
     return "\n".join(lines) + "\n"
 
 
-def _config_line(daemon: dict[str, Any]) -> str:
-    config = daemon.get("config_path") or "defaults (no file)"
-    reload = daemon.get("last_reload") or {}
-    if reload.get("ok") is False:
-        errors = "; ".join(reload.get("errors") or []) or "see the log"
+def _config_line(daemon: DaemonState) -> str:
+    config = daemon.config_path or "defaults (no file)"
+    reload = daemon.last_reload
+    if reload is not None and reload.ok is False:
+        errors = "; ".join(reload.errors) or "see the log"
         return f"- config: the daemon runs on {config} as it was before the last reload, which failed: {errors}"
     return f"- config: {config}"
 
 
-def _daemon_words(daemon: dict[str, Any]) -> str:
-    if not daemon["running"]:
-        last = daemon.get("last_seen")
+def _daemon_words(daemon: DaemonState) -> str:
+    if not daemon.running:
+        last = iso_seconds(daemon.last_seen)
         return (
-            f"stopped, last seen at {last} (pid {daemon['pid']})"
-            if last
-            else "none has run here yet"
+            f"stopped, last seen at {last} (pid {daemon.pid})" if last else "none has run here yet"
         )
-    words = f"{'starting' if daemon.get('starting') else 'running'}, pid {daemon['pid']}"
-    if daemon.get("uptime_seconds"):
-        words += f", up {daemon['uptime_seconds']:.0f} s"
-    if daemon.get("repair_mode"):
-        words += f", {daemon['repair_mode']} mode"
+    words = f"{'starting' if daemon.starting else 'running'}, pid {daemon.pid}"
+    if daemon.uptime_seconds:
+        words += f", up {daemon.uptime_seconds:.0f} s"
+    if daemon.repair_mode:
+        words += f", {daemon.repair_mode} mode"
     return words
 
 
-def _pending_line(pending: list[dict[str, Any]]) -> str:
+def _pending_line(pending: Sequence[PendingCall]) -> str:
     if not pending:
         return "- pending tool calls: none"
-    shown = ", ".join(
-        f"{item['tool_id']} ({item['path']}, line {item['line']})" for item in pending[:5]
-    )
+    shown = ", ".join(f"{item.tool_id} ({item.path}, line {item.line})" for item in pending[:5])
     more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
     return f"- pending tool calls (live sessions; their tools may still be running): {shown}{more}"
 
 
-def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
+def _attention_lines(items: Sequence[AttentionItem], shown: int = 20) -> list[str]:
     lines = [
-        f"- {'acknowledged' if item.get('state') == 'acknowledged' else 'needs attention'}: {item['path']} "
-        f"line {', '.join(map(str, item['lines'][:3])) or '-'}: {item['class']}: {item['action']}"
+        f"- {'acknowledged' if item.state == 'acknowledged' else 'needs attention'}: {item.path} "
+        f"line {', '.join(map(str, item.lines[:3])) or '-'}: {item.finding_class}: {item.action}"
         for item in items[:shown]
     ]
     if len(items) > shown:
@@ -112,18 +112,19 @@ def _attention_lines(items: list[dict[str, Any]], shown: int = 20) -> list[str]:
     return lines
 
 
-def _archive_line(archive: dict[str, Any]) -> str:
-    if archive.get("stored_bytes") is None:
+def _archive_line(archive: ArchiveFigures) -> str:
+    if archive.stored_bytes is None:
         return "- archive: -"
-    ratio = f"{archive['ratio']:.1%} of" if archive.get("ratio") is not None else "of"
+    ratio = f"{archive.ratio:.1%} of" if archive.ratio is not None else "of"
+    raw_bytes, behind = archive.raw_bytes or 0, archive.bytes_behind or 0
     return (
-        f"- archive: {archive['stored_bytes']:,} bytes stored, {ratio} {archive['raw_bytes']:,} seen, "
-        f"{archive['sessions']} session(s); behind: {archive['files_behind']} file(s), "
-        f"{archive['bytes_behind']:,} bytes"
+        f"- archive: {archive.stored_bytes:,} bytes stored, {ratio} {raw_bytes:,} seen, "
+        f"{archive.sessions} session(s); behind: {archive.files_behind} file(s), "
+        f"{behind:,} bytes"
     )
 
 
-def _counts(counts: dict[str, int]) -> str:
+def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
 
 

@@ -8,8 +8,7 @@ so an alert on its age catches a daemon that stopped writing.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from riffd.reports.model import HealthReport
 
 # name -> (type, help); labels are added where the figure has them.
 _METRICS: dict[str, tuple[str, str]] = {
@@ -65,54 +64,59 @@ def _sample(
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
 
 
-def render_metrics(report: dict[str, Any]) -> str:
+def render_metrics(report: HealthReport) -> str:
     """Return the report's figures in Prometheus text format (version 0.0.4)."""
-    daemon, files, findings = report["daemon"], report["files"], report["findings"]
-    archive, backups, io = report.get("archive") or {}, report["backups"], report["io"]
-    repairs, latency = report["repairs"], report["latency_seconds"]
+    findings, archive, backups, io = report.findings, report.archive, report.backups, report.io
+    repairs, latency = report.repairs, report.latency
+    by_state = {
+        "open": findings.open,
+        "acknowledged": findings.acknowledged,
+        "informational": findings.informational,
+    }
     samples: dict[str, list[str | None]] = {
-        "riffd_up": [_sample("riffd_up", int(bool(daemon["running"])))],
-        "riffd_healthy": [_sample("riffd_healthy", int(bool(report["healthy"])))],
+        "riffd_up": [_sample("riffd_up", int(report.daemon.running))],
+        "riffd_healthy": [_sample("riffd_healthy", int(report.healthy))],
         "riffd_report_timestamp_seconds": [
-            _sample(
-                "riffd_report_timestamp_seconds",
-                datetime.fromisoformat(report["generated_at"]).timestamp(),
-            )
+            _sample("riffd_report_timestamp_seconds", report.generated_at.timestamp())
         ],
-        "riffd_files_watched": [_sample("riffd_files_watched", files["watched"])],
-        "riffd_files_with_findings": [_sample("riffd_files_with_findings", files["with_findings"])],
+        "riffd_files_watched": [_sample("riffd_files_watched", report.files.watched)],
+        "riffd_files_with_findings": [
+            _sample("riffd_files_with_findings", report.files.with_findings)
+        ],
         "riffd_findings": [
             _sample("riffd_findings", count, {"class": name, "state": state})
-            for state in ("open", "acknowledged", "informational")
-            for name, count in (findings.get(state) or {}).items()
+            for state, counts in by_state.items()
+            for name, count in counts.items()
         ],
         "riffd_findings_repaired_total": [
             _sample("riffd_findings_repaired_total", count, {"class": name})
-            for name, count in (findings.get("repaired") or {}).items()
+            for name, count in findings.repaired.items()
         ],
         "riffd_repairs_total": [
-            _sample("riffd_repairs_total", repairs["done"], {"outcome": "repaired", "reason": ""})
+            _sample("riffd_repairs_total", repairs.done, {"outcome": "repaired", "reason": ""})
         ]
         + [
             _sample("riffd_repairs_total", count, {"outcome": outcome, "reason": reason})
-            for outcome in ("skipped", "failed")
-            for reason, count in (repairs.get(outcome) or {}).items()
+            for outcome, by_reason in (("skipped", repairs.skipped), ("failed", repairs.failed))
+            for reason, count in by_reason.items()
         ],
-        "riffd_io_retries_total": [_sample("riffd_io_retries_total", io["retries"])],
-        "riffd_io_give_ups_total": [_sample("riffd_io_give_ups_total", io["give_ups"])],
-        "riffd_archive_stored_bytes": [
-            _sample("riffd_archive_stored_bytes", archive.get("stored_bytes"))
-        ],
-        "riffd_archive_raw_bytes": [_sample("riffd_archive_raw_bytes", archive.get("raw_bytes"))],
-        "riffd_archive_sessions": [_sample("riffd_archive_sessions", archive.get("sessions"))],
-        "riffd_backups": [_sample("riffd_backups", backups["count"])],
-        "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups["bytes"])],
-        "riffd_queue_depth": [_sample("riffd_queue_depth", report["queue"]["depth"])],
+        "riffd_io_retries_total": [_sample("riffd_io_retries_total", io.retries)],
+        "riffd_io_give_ups_total": [_sample("riffd_io_give_ups_total", io.give_ups)],
+        "riffd_archive_stored_bytes": [_sample("riffd_archive_stored_bytes", archive.stored_bytes)],
+        "riffd_archive_raw_bytes": [_sample("riffd_archive_raw_bytes", archive.raw_bytes)],
+        "riffd_archive_sessions": [_sample("riffd_archive_sessions", archive.sessions)],
+        "riffd_backups": [_sample("riffd_backups", backups.count)],
+        "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups.total_bytes)],
+        "riffd_queue_depth": [_sample("riffd_queue_depth", report.queue.depth)],
         "riffd_event_latency_seconds": [
-            _sample("riffd_event_latency_seconds", latency[key], {"quantile": quantile})
-            for key, quantile in (("p50", "0.5"), ("p95", "0.95"), ("max", "1"))
+            _sample("riffd_event_latency_seconds", value, {"quantile": quantile})
+            for value, quantile in (
+                (latency.p50, "0.5"),
+                (latency.p95, "0.95"),
+                (latency.maximum, "1"),
+            )
         ],
-        "riffd_uptime_seconds": [_sample("riffd_uptime_seconds", daemon.get("uptime_seconds"))],
+        "riffd_uptime_seconds": [_sample("riffd_uptime_seconds", report.daemon.uptime_seconds)],
     }
     lines = []
     for name, (kind, text) in _METRICS.items():

@@ -1,5 +1,5 @@
-"""Writing the report files (`latest.json`, `latest.md`, `latest.html`, `metrics.prom`) each
-whole, private, and reading the last one back.
+"""Writing the report files (`report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom`,
+`latest.html`) each whole, private, and reading the last one back.
 """
 
 from __future__ import annotations
@@ -11,44 +11,42 @@ from typing import Any
 
 import orjson
 
-from riffd.display import displayed
 from riffd.fsio import replace_file
-from riffd.reports.build import TEMP_MAX_AGE
+from riffd.reports.json import render_json
 from riffd.reports.markdown import render_markdown
+from riffd.reports.model import HealthReport, displayed_values
 from riffd.reports.prometheus import render_metrics
+
+TEMP_MAX_AGE = 600.0  # a report is written in milliseconds: an older temp file is a killed writer's
 
 
 def write_report(
-    report: dict[str, Any],
+    report: HealthReport,
     folder: Path,
     keep: int,
     history: Sequence[tuple[int, dict[str, Any]]] = (),
     repairs: Sequence[dict[str, Any]] = (),
 ) -> Path:
     """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and
-    `latest.html` (with the hourly `history` and the recent `repairs`), each atomically; prune the
-    oldest timestamped reports beyond `keep`; return the timestamped file's path."""
+    `latest.html` (with the state store's hourly `history` and its recent `repairs`), each
+    atomically; prune the oldest timestamped reports beyond `keep`; return the timestamped file's
+    path."""
+    from riffd.reports.html import history_points, recent_repairs, render_page
+
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    report, repairs = (
-        displayed(report),
-        displayed(repairs),
-    )  # a path that is not UTF-8 shown as display_path does
-    stamp = (
-        report["generated_at"]
-        .replace("-", "")
-        .replace(":", "")
-        .replace("+0000", "Z")
-        .replace("+00:00", "Z")
+    # A path that is not UTF-8 shown as display_path does.
+    report, shown_repairs = (
+        displayed_values(report),
+        displayed_values(recent_repairs(repairs)),
     )
-    data = orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n"
-    timestamped = folder / f"report-{stamp}.json"
+    data = render_json(report)
+    timestamped = folder / f"report-{report.generated_at.strftime('%Y%m%dT%H%M%SZ')}.json"
     _atomic_write(timestamped, data)
     _atomic_write(folder / "latest.json", data)
     _atomic_write(folder / "latest.md", render_markdown(report).encode())
     _atomic_write(folder / "metrics.prom", render_metrics(report).encode())
-    from riffd.reports.html import render_page
-
-    _atomic_write(folder / "latest.html", render_page(report, history, repairs).encode())
+    page = render_page(report, history_points(history), shown_repairs)
+    _atomic_write(folder / "latest.html", page.encode())
     reports = sorted(folder.glob("report-*.json"))
     for old in reports[: max(0, len(reports) - keep)]:
         old.unlink(missing_ok=True)
@@ -73,7 +71,8 @@ def _remove_old_temps(folder: Path) -> None:
 
 
 def read_latest(folder: Path) -> dict[str, Any] | None:
-    """Return the latest report in `folder`, or None when there is none (or it cannot be read)."""
+    """Return the latest report in `folder` as the JSON document it holds (schema 1, as written by
+    whichever riffd wrote it), or None when there is none (or it cannot be read)."""
     try:
         value = orjson.loads((folder / "latest.json").read_bytes())
     except (OSError, orjson.JSONDecodeError):

@@ -22,154 +22,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from riffd.database import open_checked, reopen_if_damaged
 from riffd.display import key_path, path_key
+from riffd.state.database import HEAL_ADVICE, LOCK_TIMEOUT, connect, connect_read_only, dumps, loads
+from riffd.state.records import HISTORY_DAYS, FileState, Watermark
 
 log = logging.getLogger(__name__)
-
-STATE_NAME = "state.db"  # in the state folder
-SCHEMA_VERSION = 1
-FINGERPRINT_BYTES = 4096
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS files (
-    path TEXT PRIMARY KEY,
-    dev INTEGER NOT NULL, ino INTEGER NOT NULL,
-    offset INTEGER NOT NULL, lines INTEGER NOT NULL,
-    head_len INTEGER NOT NULL, head_sha TEXT NOT NULL,
-    tail_len INTEGER NOT NULL, tail_sha TEXT NOT NULL,
-    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
-    session_id TEXT,
-    findings TEXT NOT NULL DEFAULT '[]',
-    repairable INTEGER NOT NULL DEFAULT 0,
-    processed_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS repairs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL, path TEXT NOT NULL, outcome TEXT NOT NULL, reason TEXT,
-    backup_id TEXT, fixes TEXT NOT NULL DEFAULT '{}', detail TEXT
-);
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
--- One point per hour (the last report of that hour) for the charts of latest.html: HISTORY_DAYS of them.
-CREATE TABLE IF NOT EXISTS history (hour INTEGER PRIMARY KEY, point TEXT NOT NULL);
-"""
-HISTORY_DAYS = 90
-
-
-@dataclass(frozen=True)
-class Watermark:
-    """How far a transcript has been read, and how to tell it is still the same file."""
-
-    path: str
-    dev: int
-    ino: int
-    offset: int
-    lines: int
-    head_len: int
-    head_sha: str
-    tail_len: int
-    tail_sha: str
-    size: int
-    mtime_ns: int
-
-
-@dataclass(frozen=True)
-class FileState:
-    """A watched file's watermark and the findings of its last processing."""
-
-    watermark: Watermark
-    session_id: str | None
-    findings_json: (
-        str  # as stored: parsed into `findings` when first asked for (a damaged file has thousands)
-    )
-    repairable: int
-    processed_at: float
-
-    @cached_property
-    def findings(self) -> list[dict[str, Any]]:
-        """The findings, each in its `Finding.to_json` form."""
-        return _loads(self.findings_json)  # type: ignore[no-any-return]
-
-    def may_hold(self, cls: str) -> bool:
-        """False when no finding can be of class `cls` (its name is nowhere in the stored text): a
-        check that costs no parsing."""
-        return f'"{cls}"' in self.findings_json
-
-
-HEAL_ADVICE = (
-    "`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
-    "cannot be derived again from the transcripts)"
-)
-
-
-LOCK_TIMEOUT = (
-    30.0  # seconds SQLite waits for another process's lock before it calls the database busy
-)
-
-
-def _connect(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:
-    """Connect to the store at `path`, setting it up; with `create` False an absent file is an
-    error, not made."""
-    db = sqlite3.connect(
-        f"{path.absolute().as_uri()}?mode={'rwc' if create else 'rw'}",
-        uri=True,
-        check_same_thread=False,
-        isolation_level=None,
-        timeout=lock_timeout,
-    )
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(_SCHEMA)
-        db.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-        )
-    except BaseException:
-        db.close()
-        raise
-    return db
-
-
-def _connect_read_only(
-    path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT
-) -> sqlite3.Connection:
-    return sqlite3.connect(
-        f"{path.absolute().as_uri()}?mode=ro",
-        uri=True,
-        check_same_thread=False,
-        isolation_level=None,
-        timeout=lock_timeout,
-    )
-
-
-def _dumps(value: Any) -> str:
-    """A file's findings as JSON text, for its row: orjson, since the daemon writes them at every
-    append of the file (imported where used: commands import this module for its names alone); a
-    path that is not UTF-8 (which orjson refuses) by the standard library, as an escaped surrogate
-    that reads back as the same path."""
-    import orjson
-
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value, separators=(",", ":"))
-
-
-def _loads(text: str) -> Any:
-    """The findings of a file's row (see _dumps), or another JSON value the store wrote (a repair's
-    fixes)."""
-    import orjson
-
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:  # an escaped surrogate (see _dumps)
-        return json.loads(text)
 
 
 class StateStore:
@@ -190,10 +51,10 @@ class StateStore:
         status`)."""
         self.path = path
         self._lock = threading.RLock()
-        connect = _connect_read_only if read_only else _connect
+        opener = connect_read_only if read_only else connect
         self._db, self.moved_aside, self.damage = open_checked(
             path,
-            lambda target, create: connect(target, create, lock_timeout),
+            lambda target, create: opener(target, create, lock_timeout),
             heal=heal and not read_only,
             advice=HEAL_ADVICE,
             create=not read_only,
@@ -204,7 +65,7 @@ class StateStore:
         with a new, empty store (the caller rescans, which fills it again). Return True when that
         happened."""
         with self._lock:
-            reopened = reopen_if_damaged(self.path, self._db, error, _connect)
+            reopened = reopen_if_damaged(self.path, self._db, error, connect)
             if reopened is None:
                 return False
             self._db, self.moved_aside, self.damage = reopened
@@ -302,7 +163,7 @@ class StateStore:
                     watermark.size,
                     watermark.mtime_ns,
                     session_id,
-                    _dumps(findings),
+                    dumps(findings),
                     repairable,
                     time.time(),
                 ),
@@ -457,7 +318,7 @@ class StateStore:
             if outcome == "repaired":
                 done += 1
                 repaired_files.add(path)
-                repaired_by_class.update(_loads(fixes))
+                repaired_by_class.update(loads(fixes))
             elif outcome == "skipped":
                 skipped[reason or "unknown"] += 1
             else:

@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import REAL_FS, FileSystem, replace_file
+from riffd.fsio import REAL_FILES, FileSystem, replace_file
+from riffd.transcript.reader import retrying
 
 ACKS_NAME = "acknowledged.json"
 _CHUNK = 1 << 16
@@ -118,12 +119,13 @@ def _loads(data: bytes) -> Any:
         return json.loads(data)
 
 
-def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:
+def line_digest(path: str, offset: int, fs: FileSystem = REAL_FILES) -> str | None:
     """Return the sha256 of the line starting at byte `offset` of `path` (without its newline), or
-    None when it cannot be read."""
+    None when it cannot be read (EIO retried per `fs`'s policy: see riffd.transcript.reader)."""
     import hashlib  # here, not at the top: OpenSSL adds about 3.5 MB to every `riffd scan`, which rarely needs it
 
     digest = hashlib.sha256()
+    fs = retrying(fs)
     try:
         fd = fs.open(path, os.O_RDONLY)
     except OSError:
@@ -143,7 +145,7 @@ def line_digest(path: str, offset: int, fs: FileSystem = REAL_FS) -> str | None:
         fs.close(fd)
 
 
-def finding_key(finding: dict[str, Any], fs: FileSystem = REAL_FS) -> str | None:
+def finding_key(finding: dict[str, Any], fs: FileSystem = REAL_FILES) -> str | None:
     """Return what identifies `finding` (a finding as JSON, with its file's `path`) across appends
     and repairs, or None when it cannot be told (a line without uuid that cannot be read)."""
     cls = str(finding.get("class"))
@@ -161,8 +163,8 @@ class Acknowledged:
     """Tells which findings are acknowledged; reads a line only for a finding whose file and class
     have an acknowledgement and which has no uuid to go by."""
 
-    def __init__(self, acks: Iterable[Ack], fs: FileSystem = REAL_FS) -> None:
-        self.fs = fs
+    def __init__(self, acks: Iterable[Ack], fs: FileSystem = REAL_FILES) -> None:
+        self.fs = retrying(fs)
         self._keys: dict[tuple[str, str], dict[str, Ack]] = {}
         for ack in acks:
             self._keys.setdefault((ack.path, ack.cls), {})[ack.key] = ack

@@ -1,10 +1,14 @@
 """Building a transcript index: lines in, per-line columns and maps out (the hot path of every
 scan).
 
-`TranscriptIndex` (riffd.transcript.index) is built by the methods here. A batch of lines is decoded
-in one go by the fast decoder (riffd.transcript.records) and, when nothing in it depends on the
-order of its lines, added column by column with C-level passes (`_add_plain`); otherwise line by
-line (`_add_each`, the reference, which `tests/test_records.py` holds the column path to).
+An `IndexBuilder` fills one `TranscriptIndex` (riffd.transcript.index) from the lines in file order
+and keeps what only building needs: the children waiting for a parent not read yet, the last node
+line, the tool ids each batch named (for incremental detection), the observer of message lines.
+`finish` resolves what needs the whole file and returns the index; lines may be added after it
+(the daemon feeds appends so). A batch of lines is decoded in one go by the fast decoder
+(riffd.transcript.records) and, when nothing in it depends on the order of its lines, added column
+by column with C-level passes (`_add_columns`, riffd.transcript.columns); otherwise line by line
+(`_add_each`, the reference, which `tests/test_records.py` holds the column path to).
 """
 
 from __future__ import annotations
@@ -12,162 +16,68 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from itertools import accumulate, chain, compress, repeat
-from operator import add, attrgetter, ge, is_
+from operator import add, ge, is_
 from typing import Any
 
-import msgspec
 from msgspec import UNSET
 
-from riffd.transcript.findings import Finding, FindingClass
+from riffd.transcript.columns import Columns, batch_columns, records_of
+from riffd.transcript.findings import Finding, FindingClass, torn_tail
+from riffd.transcript.index import (
+    ASSISTANT,
+    BLOCK_BITS,
+    COMPACT_BOUNDARY,
+    DANGLING,
+    MESSAGE,
+    NO_PARENT,
+    SIDECHAIN,
+    UNRESOLVED,
+    TranscriptIndex,
+    add_value,
+)
 from riffd.transcript.reader import Unparsed, parse_line
 from riffd.transcript.records import Block, Message, Record, fast_records, read_record, record_of
 
-# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping,
-# unknown record types, summaries, malformed and blank lines) are kept and have no parent.
-SIDECHAIN = 1
-COMPACT_BOUNDARY = 2
-MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
-ASSISTANT = 8
-
-BLOCK_BITS = 32  # results are stored packed: line << BLOCK_BITS | block
-
-# parents[] sentinels (>= 0 is the parent's line index).
-NO_PARENT = -1
-DANGLING = -2
-UNRESOLVED = -3
-
-# Columns of a batch of records (TranscriptIndex._add_plain).
-_UUID, _PARENT, _TYPE = attrgetter("uuid"), attrgetter("parentUuid"), attrgetter("type")
 _MESSAGE_TYPES = frozenset({"assistant", "user"})
-_SPECIAL_TYPES = frozenset(
-    {"assistant", "user", "system"}
-)  # the types whose lines need more than columns
 _NO_GROUPS = array("i", [-1]) * 4096
 
-# The tool maps (tool id -> its lines, or packed result blocks) hold one value as the int itself and
-# several as a list: almost every tool id has one use and one result, and a list of one costs 88
-# bytes (10 MB on a 1 GB file). `lines_in` reads a value either way; `add_value` is the only writer.
-Lines = int | list[int]
+# (line index, parsed record) of a user or assistant message line, as it is added.
+Observer = Callable[[int, dict[str, Any]], None]
 
 
-def lines_in(value: Lines | tuple[()]) -> list[int] | tuple[int, ...]:
-    """The values a tool map holds for one id, as a sequence (pass `()` for an id it does not
-    hold)."""
-    return (value,) if type(value) is int else value  # type: ignore[return-value]
+class IndexBuilder:
+    """Fills the index of one transcript from its lines, in file order; `finish` returns it."""
 
+    def __init__(
+        self,
+        path: str,
+        start: int = 0,
+        *,
+        observe: Observer | None = None,
+        reference_parse: bool = False,
+    ) -> None:
+        self.index = TranscriptIndex(path, start)
+        # Called with (line index, parsed record) for every user and assistant message line as it is
+        # added: how the daemon feeds the tool-call tracker without parsing lines twice. None in
+        # plain scans.
+        self.observe = observe
+        # True: parse every line whole and add lines one by one: the slow reference the tests hold
+        # the fast decoder and the column path to.
+        self.reference_parse = reference_parse
+        # (line index, tool id) of every tool_use and tool_result block added while this is a list:
+        # how incremental detection (riffd.transcript.incremental) learns which ids an append names.
+        # None in scans.
+        self.tool_log: list[tuple[int, str]] | None = None
+        self._pending: dict[str, list[int]] = {}  # a parent uuid not read yet -> its children
+        # the last node line's uuid and line
+        self._previous: tuple[str | None, int] = (None, NO_PARENT)
+        # Parents found in the parent session's file (their children stay pending: see
+        # resolve_external).
+        self._external: set[str] = set()
 
-def add_value(mapping: dict[str, Lines], key: str, value: int) -> None:
-    """Add `value` to `key`'s values in a tool map (see `lines_in`)."""
-    entry = mapping.get(key)
-    if entry is None:
-        mapping[key] = value
-    elif type(entry) is int:
-        mapping[key] = [entry, value]
-    else:
-        entry.append(value)  # type: ignore[union-attr]
-
-
-class Columns(msgspec.Struct, array_like=True, gc=False):
-    """A batch of fast-decoded records as the column path reads them (`batch_columns`): every line's
-    uuid and parent; the whole records of the user, assistant and system lines; the summaries'
-    leaves; the first session id. Plain data, so a decoder process can hand it over (msgpack)."""
-
-    uuids: list[str | None]
-    parents: list[str | None]
-    special: list[int]  # positions of the lines whose type is in _SPECIAL_TYPES
-    records: list[Record]  # their records
-    leaves: list[
-        tuple[int, str]
-    ]  # (position, leafUuid) of the lines without a uuid whose leafUuid is a string
-    session: (
-        tuple[int, str] | None
-    )  # the first line with a uuid whose sessionId is a string, when wanted
-
-
-def batch_columns(records: list[Record], want_session: bool = True) -> Columns:
-    """The Columns of a batch of fast-decoded records (`want_session` False: the index knows its
-    session id)."""
-    uuids = list(map(_UUID, records))
-    special = list(
-        compress(range(len(records)), map(_SPECIAL_TYPES.__contains__, map(_TYPE, records)))
-    )
-    leaves = [
-        (position, leaf)
-        for position in compress(range(len(records)), map(is_, uuids, repeat(None)))
-        if type(leaf := records[position].leafUuid) is str
-    ]
-    session = (
-        next(
-            (
-                (position, record.sessionId)
-                for position, record in enumerate(records)
-                if record.uuid and type(record.sessionId) is str
-            ),
-            None,
-        )
-        if want_session
-        else None
-    )
-    return Columns(
-        uuids,
-        list(map(_PARENT, records)),
-        special,
-        [records[position] for position in special],
-        leaves,
-        session,
-    )
-
-
-def records_of(columns: Columns) -> list[Record]:
-    """A batch's records as `_add_each` reads them, made again from its Columns: the special lines'
-    own records; for the others, their uuid, parent, leaf and the session id (all `_add_each` reads
-    of a line that is not a user, assistant or system line: its type only tells it is none of
-    those)."""
-    records = [
-        Record(uuid, parent) for uuid, parent in zip(columns.uuids, columns.parents, strict=True)
-    ]
-    for position, record in zip(columns.special, columns.records, strict=True):
-        records[position] = record
-    for position, leaf in columns.leaves:
-        records[position].leafUuid = leaf
-    if columns.session is not None:
-        records[columns.session[0]].sessionId = columns.session[1]
-    return records
-
-
-class IndexBuilding:
-    """The building half of TranscriptIndex (its attributes are made by
-    TranscriptIndex.__init__)."""
-
-    path: str
-    end: int
-    offsets: array[int]
-    flags: bytearray
-    parents: array[int]
-    groups: array[int]
-    uuids: list[str | None]
-    line_of_uuid: dict[str, int]
-    duplicate_uuid_lines: list[tuple[int, int]]
-    external_parent: dict[int, str]
-    logical_parent: dict[int, str]
-    summary_leaf: dict[int, str]
-    source_tool_line: dict[int, str]
-    group_of_message: dict[str, int]
-    group_lines: list[list[int]]
-    tool_uses: dict[str, Lines]
-    packed_results: dict[str, Lines]
-    result_lines: list[int]
-    malformed: list[int]
-    line_findings: list[Finding]
-    metrics: Any
-    session_id: str | None
-    uses_source_tool_field: bool
-    _pending: dict[str, list[int]]
-    _previous: tuple[str | None, int]
-    forward_parents: list[int]
-    observe: Callable[[int, dict[str, Any]], None] | None
-    tool_log: list[tuple[int, str]] | None
-    reference_parse: bool
+    def add(self, offset: int, raw: bytes, terminated: bool) -> None:
+        """Record one line (its bytes without the newline) at `offset`; see add_lines."""
+        self.add_lines(offset, [raw], terminated)
 
     def add_lines(self, offset: int, pieces: list[bytes], last_terminated: bool = True) -> int:
         """Record lines in file order: `pieces` are consecutive lines' bytes (no newline) starting
@@ -177,10 +87,11 @@ class IndexBuilding:
         This is the hot path of every scan. A batch is decoded in one go by the fast decoder
         (riffd.transcript.records) and, when nothing in it depends on the order of its lines (no
         repeated uuid, no parent written after its child, no unusual line), added column by column
-        (`_add_plain`); otherwise line by line (`_add_each`), which is the reference: both give the
-        same index.
+        (`_add_columns`); otherwise line by line (`_add_each`), which is the reference: both give
+        the same index.
         """
-        offsets = self.offsets
+        index = self.index
+        offsets = index.offsets
         first_index = len(offsets)
         # Every line's offset at once: lines are contiguous, each followed by its newline.
         lengths = list(map(len, pieces))
@@ -194,9 +105,8 @@ class IndexBuilding:
                 terminated_to,
                 objs,
             )
-        elif (
-            self.observe is not None
-        ):  # the daemon's tracker wants each message line whole: parse those whole
+        elif self.observe is not None:
+            # the daemon's tracker wants each message line whole: parse those whole
             records: list[Any] = fast_records(pieces) or list(map(read_record, pieces))
             wholes = [
                 parse_line(raw)
@@ -209,46 +119,97 @@ class IndexBuilding:
             fast = fast_records(pieces)
             if fast is None:
                 self._add_each(list(map(read_record, pieces)), first_index, terminated_to, None)
-            elif not self._add_plain(fast, first_index):
+            elif not self._add_columns(batch_columns(fast, index.session_id is None), first_index):
                 self._add_each(fast, first_index, terminated_to, None)
         offset += sum(lengths) + len(pieces)
         if pieces and not last_terminated:
             offset -= 1
-            self.metrics.unterminated_last_line = True
-        self.end = offset
+            index.metrics.unterminated_last_line = True
+        index.end = offset
         return offset
-
-    def _add_plain(self, records: list[Record], first_index: int) -> bool:
-        """Add a batch of fast-decoded records column by column, if the order of its lines cannot
-        matter (see `add_columns`). Return False, having changed nothing, when it can."""
-        return self._add_columns(batch_columns(records, self.session_id is None), first_index)
 
     def add_columns(self, offset: int, lengths: list[int], columns: Columns) -> int:
         """Record a batch of whole lines (each followed by a newline) starting at byte `offset`,
         given as their lengths and `batch_columns` of their fast-decoded records (how
-        riffd.transcript.parallel_read's decoder process hands over what it read); return the offset after
-        them. The same index as `add_lines` of those lines."""
-        offsets = self.offsets
+        riffd.transcript.parallel_read's decoder process hands over what it read); return the
+        offset after them. The same index as `add_lines` of those lines."""
+        index = self.index
+        offsets = index.offsets
         first_index = len(offsets)
         offsets.extend(accumulate(chain((offset,), map(add, lengths[:-1], repeat(1)))))
         if not self._add_columns(columns, first_index):
             self._add_each(records_of(columns), first_index, first_index + len(lengths), None)
-        self.end = offset + sum(lengths) + len(lengths)
-        return self.end
+        index.end = offset + sum(lengths) + len(lengths)
+        return index.end
+
+    def finish(self) -> TranscriptIndex:
+        """Resolve what needs all lines read so far (dangling parents, counts, the torn tail) and
+        return the index.
+
+        Lines may be added after `finish`, which may then be called again: parents still missing
+        stay pending, so a parent that arrives later links up (the daemon feeds appends this way).
+        """
+        index = self.index
+        for child in index.dangling:
+            if index.parents[child] == DANGLING:
+                index.parents[child] = UNRESOLVED
+        index.dangling = {}
+        for missing_parent, children in self._pending.items():
+            if missing_parent in self._external:
+                continue
+            for child in children:
+                index.parents[child] = DANGLING
+                index.dangling[child] = missing_parent
+        metrics = index.metrics
+        metrics.lines = len(index.offsets)
+        metrics.bytes = index.end - index.start
+        metrics.blocks_processed = metrics.blocks_valid + metrics.blocks_invalid
+        metrics.unique_tool_use_ids = len(index.tool_uses)
+        findings = index.line_findings
+        if findings and index.offsets and metrics.unterminated_last_line:
+            tail = findings[-1]
+            if (
+                tail.cls is FindingClass.MALFORMED_LINE
+                and tail.detail == "unterminated"
+                and tail.line == len(index.offsets)
+            ):
+                metrics.malformed_lines -= 1
+                findings[-1] = torn_tail(index.path, tail.line, tail.offset)
+        return index
+
+    def resolve_external(self, known_uuids: set[str]) -> None:
+        """Mark dangling parents found in `known_uuids` (the parent session's lines) as cross-file
+        links.
+
+        Subagent transcripts, compaction agents above all, start from lines of their parent session:
+        such a parent is not missing, it lives in the session file.
+        """
+        index = self.index
+        for parent in [
+            parent
+            for parent in self._pending
+            if parent in known_uuids and parent not in self._external
+        ]:
+            # still pending: a line of this file with that uuid would be the parent
+            self._external.add(parent)
+            for child in self._pending[parent]:
+                index.dangling.pop(child, None)
+                index.parents[child] = NO_PARENT
+                index.external_parent[child] = parent
 
     def _add_columns(self, columns: Columns, first_index: int) -> bool:
         """Add a batch column by column, if the order of its lines cannot matter: every uuid new and
         distinct, and every parent either absent, or a line before its child, or missing altogether.
         Return False, having changed nothing, when that does not hold."""
-        uuids: list[Any] = (
-            columns.uuids
-        )  # str or None: the fast decoder's types (Any: compress drops the Nones)
+        index = self.index
+        # str or None: the fast decoder's types (Any: compress drops the Nones)
+        uuids: list[Any] = columns.uuids
         parent_uuids: list[Any] = columns.parents
         count = len(uuids)
         lines = range(first_index, first_index + count)
         if "" in uuids:
             return False
-        line_of_uuid, pending = self.line_of_uuid, self._pending
+        line_of_uuid, pending = index.line_of_uuid, self._pending
         node_uuids = list(compress(uuids, uuids))
         if pending and not pending.keys().isdisjoint(node_uuids):
             return False
@@ -268,9 +229,8 @@ class IndexBuilding:
             compress(range(count), map(is_, uuids, repeat(None))),
             compress(range(count), map(is_, parent_uuids, repeat(None))),
         ):
-            parents[position] = (
-                NO_PARENT  # no parentUuid, or not in the tree whatever its parentUuid says
-            )
+            # no parentUuid, or not in the tree whatever its parentUuid says
+            parents[position] = NO_PARENT
         if any(map(ge, parents, lines)):
             for uuid in node_uuids:
                 line_of_uuid.pop(uuid, None)
@@ -280,10 +240,10 @@ class IndexBuilding:
                 position for position, parent in enumerate(parents) if parent == UNRESOLVED
             ]:
                 pending.setdefault(parent_uuids[position], []).append(first_index + position)
-        self.uuids.extend(uuids)  # before the message lines: their findings name their uuid
-        self.parents.extend(parents)
+        index.uuids.extend(uuids)  # before the message lines: their findings name their uuid
+        index.parents.extend(parents)
         for position, leaf in columns.leaves:
-            self.summary_leaf[first_index + position] = leaf
+            index.summary_leaf[first_index + position] = leaf
         flags = bytearray(count)
         groups = (
             array("i", _NO_GROUPS[:count]) if count <= len(_NO_GROUPS) else array("i", [-1]) * count
@@ -295,17 +255,17 @@ class IndexBuilding:
                 if record.subtype == "compact_boundary":
                     flags[position] = COMPACT_BOUNDARY
                     if type(record.logicalParentUuid) is str:
-                        self.logical_parent[first_index + position] = record.logicalParentUuid
+                        index.logical_parent[first_index + position] = record.logicalParentUuid
             elif type(record.message) is Message:
                 # the int the uuid map holds for this line, not a new one: the lists of tool ids and
                 # groups share it
                 flags[position], groups[position] = self._message_line(
                     line_of_uuid[record.uuid], record
                 )
-        if self.session_id is None and columns.session is not None:
-            self.session_id = columns.session[1]
-        self.flags.extend(flags)
-        self.groups.extend(groups)
+        if index.session_id is None and columns.session is not None:
+            index.session_id = columns.session[1]
+        index.flags.extend(flags)
+        index.groups.extend(groups)
         if node_uuids:
             self._previous = (node_uuids[-1], line_of_uuid[node_uuids[-1]])
         return True
@@ -313,23 +273,26 @@ class IndexBuilding:
     def _add_each(
         self, records: list[Any], first_index: int, terminated_to: int, wholes: list[Any] | None
     ) -> None:
-        """Add decoded lines one by one, in file order (the reference `_add_plain` must agree with).
-        `records` hold a Record, None (blank) or Unparsed per line; `wholes` the parsed lines for
-        the observer."""
-        flags_append, parents_append = self.flags.append, self.parents.append
-        groups_append, uuids_append = self.groups.append, self.uuids.append
-        line_of_uuid, pending, parents = self.line_of_uuid, self._pending, self.parents
+        """Add decoded lines one by one, in file order (the reference `_add_columns` must agree
+        with). `records` hold a Record, None (blank) or Unparsed per line; `wholes` the parsed lines
+        for the observer."""
+        index = self.index
+        flags_append, parents_append = index.flags.append, index.parents.append
+        groups_append, uuids_append = index.groups.append, index.uuids.append
+        line_of_uuid, pending, parents = index.line_of_uuid, self._pending, index.parents
+        summary_leaf, logical_parent = index.summary_leaf, index.logical_parent
+        forward_parents = index.forward_parents
         claim = line_of_uuid.setdefault
         find = line_of_uuid.get
-        need_session = self.session_id is None
+        need_session = index.session_id is None
         observe = self.observe
         previous_uuid, previous_index = self._previous
-        offsets = self.offsets
-        index = first_index
+        offsets = index.offsets
+        line = first_index
         for record in records:
             if type(record) is not Record:
-                self._add_unusual(index, offsets[index], record, index < terminated_to)
-                index += 1
+                self._add_unusual(line, offsets[line], record, line < terminated_to)
+                line += 1
                 continue
             uuid = record.uuid
             if type(uuid) is not str:
@@ -339,18 +302,18 @@ class IndexBuilding:
                 uuids_append(None)
                 leaf = record.leafUuid
                 if type(leaf) is str:
-                    self.summary_leaf[index] = leaf
-                index += 1
+                    summary_leaf[line] = leaf
+                line += 1
                 continue
             uuids_append(uuid)
-            first = claim(uuid, index)
-            if first != index:
-                self.duplicate_uuid_lines.append((first, index))
+            first = claim(uuid, line)
+            if first != line:
+                index.duplicate_uuid_lines.append((first, line))
             elif pending and uuid in pending:
                 for child in pending.pop(uuid):
-                    parents[child] = index
-                    self.forward_parents.append(child)
-                    self.external_parent.pop(child, None)
+                    parents[child] = line
+                    forward_parents.append(child)
+                    index.external_parent.pop(child, None)
             parent = record.parentUuid
             if parent is None:
                 parents_append(NO_PARENT)
@@ -360,11 +323,11 @@ class IndexBuilding:
                 parent_line = find(parent)
                 if parent_line is None:
                     parents_append(UNRESOLVED)
-                    pending.setdefault(parent, []).append(index)
+                    pending.setdefault(parent, []).append(line)
                 else:
                     parents_append(parent_line)
-                    if parent_line == index:
-                        self.forward_parents.append(index)
+                    if parent_line == line:
+                        forward_parents.append(line)
             else:
                 parents_append(NO_PARENT)
             previous_uuid, previous_index = uuid, first
@@ -373,24 +336,24 @@ class IndexBuilding:
             line_type = record.type
             if line_type == "assistant" or line_type == "user":
                 if type(record.message) is Message:
-                    whole = wholes[index - first_index] if wholes is not None else None
+                    whole = wholes[line - first_index] if wholes is not None else None
                     if observe is not None and isinstance(whole, dict):
-                        observe(index, whole)
-                    flags, group = self._message_line(index, record)
+                        observe(line, whole)
+                    flags, group = self._message_line(line, record)
             elif line_type == "system" and record.subtype == "compact_boundary":
                 flags = COMPACT_BOUNDARY
                 logical = record.logicalParentUuid
                 if type(logical) is str:
-                    self.logical_parent[index] = logical
+                    logical_parent[line] = logical
             if need_session and type(record.sessionId) is str:
-                self.session_id = record.sessionId
+                index.session_id = record.sessionId
                 need_session = False
             flags_append(flags)
             groups_append(group)
-            index += 1
+            line += 1
         self._previous = (previous_uuid, previous_index)
 
-    def _message_line(self, index: int, record: Record) -> tuple[int, int]:
+    def _message_line(self, line: int, record: Record) -> tuple[int, int]:
         """Index a user or assistant line whose message is an object (its group, tool uses,
         results); return its (flags, group). Only messages can be the newest leaf, the one thing the
         sidechain flag decides."""
@@ -399,61 +362,71 @@ class IndexBuilding:
         flags = (MESSAGE | SIDECHAIN) if record.isSidechain is True else MESSAGE
         group = -1
         content = message.content
+        index = self.index
         if record.type == "assistant":
             flags |= ASSISTANT
             message_id = message.id
             if type(message_id) is str:
-                group_lines = self.group_lines
-                group = self.group_of_message.setdefault(message_id, len(group_lines))
+                group_lines = index.group_lines
+                group = index.group_of_message.setdefault(message_id, len(group_lines))
                 if group == len(group_lines):
-                    group_lines.append([index])
+                    group_lines.append([line])
                 else:
-                    group_lines[group].append(index)
+                    group_lines[group].append(line)
             if type(content) is list:
-                tool_uses, tool_log = self.tool_uses, self.tool_log
+                tool_uses, tool_log = index.tool_uses, self.tool_log
                 for block in content:
                     if type(block) is Block and block.type == "tool_use":
                         tool_id = block.id
                         if type(tool_id) is str and tool_id and not tool_id.isspace():
-                            add_value(tool_uses, tool_id, index)
+                            add_value(tool_uses, tool_id, line)
                             if tool_log is not None:
-                                tool_log.append((index, tool_id))
-        elif type(content) is list and self._index_results(index, content):
+                                tool_log.append((line, tool_id))
+        elif type(content) is list and self._index_results(line, content):
             source = record.sourceToolAssistantUUID
             if type(source) is str:
-                self.uses_source_tool_field = True
+                index.uses_source_tool_field = True
                 if source != record.parentUuid:
-                    self.source_tool_line[index] = source
+                    index.source_tool_line[line] = source
         return flags, group
 
-    def add(self, offset: int, raw: bytes, terminated: bool) -> None:
-        """Record one line (its bytes without the newline) at `offset`; see add_lines."""
-        self.add_lines(offset, [raw], terminated)
-
-    def _add_unusual(self, index: int, offset: int, obj: object, terminated: bool) -> None:
+    def _add_unusual(self, line: int, offset: int, obj: object, terminated: bool) -> None:
         """A blank line, a line that does not parse, or JSON that is not an object: kept, and
         reported."""
-        self.parents.append(NO_PARENT)
-        self.groups.append(-1)
-        self.uuids.append(None)
-        self.flags.append(0)
+        index = self.index
+        index.parents.append(NO_PARENT)
+        index.groups.append(-1)
+        index.uuids.append(None)
+        index.flags.append(0)
         if obj is None:
-            self.metrics.blank_lines += 1
+            index.metrics.blank_lines += 1
             return
-        self.malformed.append(index)
+        index.malformed.append(line)
         reason = (
             obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
         )
-        self._malformed(index, offset, reason, terminated)
+        index.metrics.malformed_lines += 1
+        # Whether an unterminated malformed line is the torn tail is known only at `finish`.
+        index.line_findings.append(
+            Finding(
+                FindingClass.MALFORMED_LINE,
+                index.path,
+                (line + 1,),
+                f"line is {reason}; it is kept as it is",
+                offset=offset,
+                detail=None if terminated else "unterminated",
+            )
+        )
 
-    def _index_results(self, index: int, content: list[Any]) -> bool:
+    def _index_results(self, line: int, content: list[Any]) -> bool:
+        """Record the tool_result blocks of a user line's content; return whether it holds one."""
         found = False
-        results = self.packed_results
-        packed_line = index << BLOCK_BITS
+        results = self.index.packed_results
+        packed_line = line << BLOCK_BITS
         for position, block in enumerate(content):
             if type(block) is not Block:
                 self._invalid_block(
-                    index,
+                    line,
                     position,
                     "invalid_type",
                     f"content block is a JSON {type(block).__name__}, not an object",
@@ -464,51 +437,38 @@ class IndexBuilding:
             tool_id = block.tool_use_id
             if type(tool_id) is str and tool_id and not tool_id.isspace():
                 add_value(results, tool_id, packed_line | position)
-                self.metrics.blocks_valid += 1
+                self.index.metrics.blocks_valid += 1
                 if self.tool_log is not None:
-                    self.tool_log.append((index, tool_id))
+                    self.tool_log.append((line, tool_id))
                 found = True
             elif tool_id is UNSET:
-                self._invalid_block(index, position, "missing_field", "has no tool_use_id")
+                self._invalid_block(line, position, "missing_field", "has no tool_use_id")
             elif type(tool_id) is not str:
                 self._invalid_block(
-                    index,
+                    line,
                     position,
                     "invalid_type",
                     f"tool_use_id is {type(tool_id).__name__}, not a string",
                 )
             else:
-                self._invalid_block(index, position, "missing_field", "tool_use_id is empty")
+                self._invalid_block(line, position, "missing_field", "tool_use_id is empty")
         if found:
-            self.result_lines.append(index)
+            self.index.result_lines.append(line)
         return found
 
-    def _invalid_block(self, index: int, position: int, kind: str, why: str) -> None:
-        self.metrics.blocks_invalid += 1
-        failures = self.metrics.failures_by_type
+    def _invalid_block(self, line: int, position: int, kind: str, why: str) -> None:
+        index = self.index
+        index.metrics.blocks_invalid += 1
+        failures = index.metrics.failures_by_type
         failures[kind] = failures.get(kind, 0) + 1
-        self.line_findings.append(
+        index.line_findings.append(
             Finding(
                 FindingClass.INVALID_TOOL_RESULT,
-                self.path,
-                (index + 1,),
+                index.path,
+                (line + 1,),
                 f"tool_result block {position} {why}; it is kept as it is",
-                uuids=(self.uuids[index] or "",),
-                offset=self.offsets[index],
+                uuids=(index.uuids[line] or "",),
+                offset=index.offsets[line],
                 detail=kind,
-            )
-        )
-
-    def _malformed(self, index: int, offset: int, reason: str, terminated: bool) -> None:
-        self.metrics.malformed_lines += 1
-        # Whether an unterminated malformed line is the torn tail is known only at `finish`.
-        self.line_findings.append(
-            Finding(
-                FindingClass.MALFORMED_LINE,
-                self.path,
-                (index + 1,),
-                f"line is {reason}; it is kept as it is",
-                offset=offset,
-                detail=None if terminated else "unterminated",
             )
         )

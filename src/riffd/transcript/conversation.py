@@ -16,8 +16,9 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
-from riffd.transcript.detect import find_cycles, newest_leaf
+from riffd.transcript.detect import find_cycles
 from riffd.transcript.index import COMPACT_BOUNDARY, DANGLING, MESSAGE, SIDECHAIN, TranscriptIndex
+from riffd.transcript.loaded import newest_leaf
 
 log = logging.getLogger(__name__)
 

@@ -121,6 +121,21 @@ def api_error_for(cls: FindingClass, tool_id: str | None) -> str | None:
     return template.format(tool_id=tool_id or "?")
 
 
+def torn_tail(path: str, line: int, offset: int | None) -> Finding:
+    """The finding of a torn last line: line `line` (1-based) of `path`, starting at byte `offset`,
+    has no newline and is not a whole line (a scan: it is not valid JSON; the daemon: nothing was
+    written for the quiet period). One finding for both, so `scan` and the daemon say the same."""
+    return Finding(
+        FindingClass.TORN_TAIL,
+        path,
+        (line,),
+        "the last line is incomplete (no newline): a write was cut off, or is still going on; once "
+        "the session is idle, `riffd fix` (or the daemon, when it repairs) cuts it off after "
+        "keeping it in the backup and the archive",
+        offset=offset,
+    )
+
+
 LATEST_TURN = (
     "latest_turn"  # the `detail` of a missing_tool_result whose tool_use is in the latest turn
 )

@@ -1,6 +1,7 @@
 """Incremental detection: the findings of a growing transcript at the cost of what was appended.
 
-The daemon keeps a session's index in memory and feeds it each append. Detecting from scratch walks
+The daemon keeps a session's index in memory as a `GrowingIndex` (its builder, its detection, the
+search of its session file) and feeds it each append. Detecting from scratch walks
 the whole loaded conversation and every tool id (`riffd.transcript.detect.detect`), so its cost
 grows with the file. `IncrementalDetection` keeps what that walk decides, line by line, and updates
 it:
@@ -24,21 +25,21 @@ to equal a full detection's after every appended line.
 from __future__ import annotations
 
 from array import array
-from typing import Any
 
+from riffd.fsio import REAL_FILES, FileSystem, RetryPolicy
+from riffd.transcript.building import IndexBuilder, Observer
 from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
     ToolGroup,
     assemble,
     duplicates_of,
     find_cycles,
-    latest_turn,
-    loaded_conversation,
     oom_finding,
     oom_risks,
     pairing_findings,
     tool_groups,
 )
+from riffd.transcript.external import ExternalSearch, finish_index
 from riffd.transcript.findings import Finding
 from riffd.transcript.index import (
     ASSISTANT,
@@ -49,6 +50,8 @@ from riffd.transcript.index import (
     TranscriptIndex,
     lines_in,
 )
+from riffd.transcript.loaded import latest_turn, loaded_conversation
+from riffd.transcript.reader import retrying
 
 # A line's state on the loaded conversation.
 NOT_LOADED = 0
@@ -61,22 +64,62 @@ class StartAgain(Exception):
     """An append changed what was decided about earlier lines: detect from a full walk."""
 
 
+class GrowingIndex:
+    """The index of a transcript that grows, fed append by append (the daemon keeps one per file in
+    memory): its builder, and once judged, the incremental detection of its findings and the search
+    of its session file for parents that live there."""
+
+    def __init__(self, path: str, *, observe: Observer | None = None) -> None:
+        self.builder = IndexBuilder(path, observe=observe)
+        self.detection: IncrementalDetection | None = None  # made at the first `findings`
+        self.search = ExternalSearch()
+
+    @property
+    def index(self) -> TranscriptIndex:
+        """The index of the lines added so far (finished by `findings`)."""
+        return self.builder.index
+
+    @property
+    def end(self) -> int:
+        """The byte offset just after the last line added."""
+        return self.builder.index.end
+
+    def __len__(self) -> int:
+        return len(self.builder.index)
+
+    def add_lines(self, offset: int, lines: list[bytes], last_terminated: bool = True) -> int:
+        """Add lines read at byte `offset` (see IndexBuilder.add_lines); return the offset after
+        them."""
+        return self.builder.add_lines(offset, lines, last_terminated)
+
+    def findings(
+        self, *, fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None
+    ) -> list[Finding]:
+        """Finish the index and return its findings, as a full detection would, at the cost of the
+        lines added since the last call, not of the whole file. `fs` reads the session file (see
+        riffd.transcript.external), retrying EIO per its policy or `retry` (see
+        riffd.transcript.reader.retrying)."""
+        finish_index(self.builder, self.search, fs=retrying(fs, retry))
+        if self.detection is None:
+            tool_log: list[tuple[int, str]] = []
+            self.builder.tool_log = tool_log
+            self.detection = IncrementalDetection(self.builder.index, tool_log)
+        return self.detection.findings()
+
+
 class IncrementalDetection:
     """Findings of one index, kept up to date as lines are added to it (see the module's docstring).
 
-    Create it on an index fed with the file so far; after each batch of added lines and
-    `index.finish()`, `findings()` returns what `detect` would, in the same order, at the cost of
-    the batch.
+    Create it on an index fed with the file so far, with the list its builder logs the tool ids of
+    added lines to (`IndexBuilder.tool_log`); after each batch of added lines and `finish`,
+    `findings()` returns what `detect` would, in the same order, at the cost of the batch.
     """
 
-    def __init__(self, index: TranscriptIndex) -> None:
+    def __init__(self, index: TranscriptIndex, tool_log: list[tuple[int, str]]) -> None:
         self.index = index
-        index.tool_log = []
+        self.tool_log = tool_log
         self.full_walks = 0  # how many times it had to start from a full walk (the first included)
         self._before: dict[int, int] = {}
-        self.external: Any = (
-            None  # riffd.transcript.scan.ExternalSearch: dangling parents looked for elsewhere
-        )
         self._rebuild()
 
     # --- the full walk ----------------------------------------------------------------------------
@@ -130,8 +173,7 @@ class IncrementalDetection:
             self._pair(tool_id)
         self.cycles = find_cycles(index) if index.forward_parents else []
         self.oom = {tool_id: oom_finding(index, tool_id) for tool_id in oom_risks(index)}
-        if index.tool_log is not None:
-            index.tool_log.clear()
+        self.tool_log.clear()
 
     def _note_anchors(self, line: int) -> None:
         index = self.index
@@ -204,7 +246,7 @@ class IncrementalDetection:
         self.seen = count
         self._before = {}  # line -> its segment before this append, for lines that changed
         touched: set[str] = set()
-        for line, tool_id in index.tool_log or ():
+        for line, tool_id in self.tool_log:
             if self._tools_of is not None:
                 self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
@@ -212,8 +254,7 @@ class IncrementalDetection:
                 self.oom[tool_id] = oom_finding(
                     index, tool_id
                 )  # made again only when its lines grow
-        if index.tool_log is not None:
-            index.tool_log.clear()
+        self.tool_log.clear()
         results = index.result_lines
         start = len(results)
         while start > 0 and results[start - 1] >= first:

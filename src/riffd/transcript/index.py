@@ -1,49 +1,57 @@
 """A compact index of one transcript: the tree of lines, API messages, tool uses and results.
 
 The index keeps small per-line metadata in arrays (about 260 bytes a line with the uuid map),
-never line contents, so a 1 GB transcript indexes in bounded memory. Lines are fed in file order
-(`add`), then `finish` resolves what needs the whole file. Detection works on the finished index.
+never line contents, so a 1 GB transcript indexes in bounded memory. An `IndexBuilder`
+(riffd.transcript.building) fills it from the lines in file order and finishes it; detection and
+repair planning read the finished index.
 """
 
 from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffd.transcript.building import (  # the line flags and parent sentinels, for the index's readers too
-    ASSISTANT,
-    BLOCK_BITS,
-    COMPACT_BOUNDARY,
-    DANGLING,
-    MESSAGE,
-    NO_PARENT,
-    SIDECHAIN,
-    UNRESOLVED,
-    IndexBuilding,
-    Lines,
-    lines_in,
-)
-from riffd.transcript.findings import Finding, FindingClass
+from riffd.transcript.findings import Finding
 
-__all__ = [
-    "ASSISTANT",
-    "BLOCK_BITS",
-    "COMPACT_BOUNDARY",
-    "DANGLING",
-    "MESSAGE",
-    "NO_PARENT",
-    "SIDECHAIN",
-    "UNRESOLVED",
-    "FileMetrics",
-    "Lines",
-    "ResultBlock",
-    "ResultsView",
-    "TranscriptIndex",
-    "lines_in",
-]
+# Line flags. A line with a uuid is a node of the parent tree; others (metadata, bookkeeping,
+# unknown record types, summaries, malformed and blank lines) are kept and have no parent.
+SIDECHAIN = 1
+COMPACT_BOUNDARY = 2
+MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
+ASSISTANT = 8
+
+BLOCK_BITS = 32  # results are stored packed: line << BLOCK_BITS | block
+
+# parents[] sentinels (>= 0 is the parent's line index).
+NO_PARENT = -1
+DANGLING = -2
+UNRESOLVED = -3
+
+# The tool maps (tool id -> its lines, or packed result blocks) hold one value as the int itself and
+# several as a list: almost every tool id has one use and one result, and a list of one costs 88
+# bytes (10 MB on a 1 GB file). `lines_in` reads a value either way; `add_value` is the only writer.
+Lines = int | list[int]
+
+
+def lines_in(value: Lines | tuple[()]) -> list[int] | tuple[int, ...]:
+    """The values a tool map holds for one id, as a sequence (pass `()` for an id it does not
+    hold)."""
+    return (value,) if type(value) is int else value  # type: ignore[return-value]
+
+
+def add_value(mapping: dict[str, Lines], key: str, value: int) -> None:
+    """Add `value` to `key`'s values in a tool map (see `lines_in`)."""
+    entry = mapping.get(key)
+    if entry is None:
+        mapping[key] = value
+    elif type(entry) is int:
+        mapping[key] = [entry, value]
+    else:
+        entry.append(value)  # type: ignore[union-attr]
+
 
 # Texts Claude Code writes into the placeholder results it makes up (interrupt, cancel, resume).
 SYNTHETIC_TEXT = re.compile(r"interrupted|cancel+ed|missing|no result|rejected", re.IGNORECASE)
@@ -132,8 +140,9 @@ def is_placeholder_result(record: dict[str, Any], position: int) -> bool:
     return isinstance(text, str) and SYNTHETIC_TEXT.search(text[:300]) is not None
 
 
-class TranscriptIndex(IndexBuilding):
-    """Per-line metadata of one transcript and the maps detection and repair planning need."""
+class TranscriptIndex:
+    """Per-line metadata of one transcript and the maps detection and repair planning need (made
+    by an IndexBuilder: see riffd.transcript.building)."""
 
     def __init__(self, path: str, start: int = 0) -> None:
         self.path = path
@@ -148,22 +157,16 @@ class TranscriptIndex(IndexBuilding):
         self.duplicate_uuid_lines: list[tuple[int, int]] = []  # (first, repeat)
         self.dangling: dict[int, str] = {}
         self.external_parent: dict[int, str] = {}  # parents that live in the parent session's file
-        self.external: set[str] = (
-            set()
-        )  # those parents' uuids (their children stay pending: see resolve_external)
         self.logical_parent: dict[int, str] = {}
         self.summary_leaf: dict[int, str] = {}  # summary line -> the line it titles
-        self.source_tool_line: dict[
-            int, str
-        ] = {}  # sourceToolAssistantUUID where it differs from parentUuid
+        # sourceToolAssistantUUID where it differs from parentUuid
+        self.source_tool_line: dict[int, str] = {}
         self.group_of_message: dict[str, int] = {}
         self.group_lines: list[list[int]] = []
-        self.tool_uses: dict[
-            str, Lines
-        ] = {}  # tool_use id -> its lines (one: the int itself; see lines_in)
-        self.packed_results: dict[
-            str, Lines
-        ] = {}  # tool_use id -> line << BLOCK_BITS | block (the same way)
+        # tool_use id -> its lines (one: the int itself; see lines_in)
+        self.tool_uses: dict[str, Lines] = {}
+        # tool_use id -> line << BLOCK_BITS | block (the same way)
+        self.packed_results: dict[str, Lines] = {}
         self.results = ResultsView(self.packed_results)
         self.result_lines: list[int] = []
         self.malformed: list[int] = []
@@ -171,28 +174,8 @@ class TranscriptIndex(IndexBuilding):
         self.metrics = FileMetrics()
         self.session_id: str | None = None
         self.uses_source_tool_field = False
-        self._pending: dict[str, list[int]] = {}
-        self._previous: tuple[str | None, int] = (
-            None,
-            NO_PARENT,
-        )  # the last node line's uuid and line
-        self.forward_parents: list[
-            int
-        ] = []  # lines whose parent is not before them: where cycles can be
-        # Called with (line index, parsed record) for every user and assistant message line as it is
-        # added: how the daemon feeds the tool-call tracker without parsing lines twice. None in
-        # plain scans.
-        self.observe: Callable[[int, dict[str, Any]], None] | None = None
-        # (line index, tool id) of every tool_use and tool_result block added while this is a list:
-        # how incremental detection (riffd.transcript.incremental) learns which ids an append names.
-        # None in scans.
-        self.tool_log: list[tuple[int, str]] | None = None
-        # True: parse every line whole and add lines one by one: the slow reference the tests hold
-        # the fast decoder and the column path to (riffd.transcript.building).
-        self.reference_parse = False
-        # The incremental detector of this index once the daemon has made one (it lives as long as
-        # the index).
-        self.incremental: Any = None
+        # lines whose parent is not before them: where cycles can be
+        self.forward_parents: list[int] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -200,46 +183,6 @@ class TranscriptIndex(IndexBuilding):
     def uses_of(self, tool_id: str) -> list[int] | tuple[int, ...]:
         """The lines of the tool_use blocks with this id, in file order (empty when none)."""
         return lines_in(self.tool_uses.get(tool_id, ()))
-
-    def finish(self) -> TranscriptIndex:
-        """Resolve what needs all lines read so far (dangling parents, counts, the torn tail).
-
-        Lines may be added after `finish`, which may then be called again: parents still missing
-        stay pending, so a parent that arrives later links up (the daemon feeds appends this way).
-        """
-        for child in self.dangling:
-            if self.parents[child] == DANGLING:
-                self.parents[child] = UNRESOLVED
-        self.dangling = {}
-        for missing_parent, children in self._pending.items():
-            if missing_parent in self.external:
-                continue
-            for child in children:
-                self.parents[child] = DANGLING
-                self.dangling[child] = missing_parent
-        self.metrics.lines = len(self.offsets)
-        self.metrics.bytes = self.end - self.start
-        self.metrics.blocks_processed = self.metrics.blocks_valid + self.metrics.blocks_invalid
-        self.metrics.unique_tool_use_ids = len(self.tool_uses)
-        if self.line_findings and self.offsets and self.metrics.unterminated_last_line:
-            last = len(self.offsets) - 1
-            tail = self.line_findings[-1]
-            if (
-                tail.cls is FindingClass.MALFORMED_LINE
-                and tail.detail == "unterminated"
-                and tail.line == last + 1
-            ):
-                self.metrics.malformed_lines -= 1
-                self.line_findings[-1] = Finding(
-                    FindingClass.TORN_TAIL,
-                    self.path,
-                    tail.lines,
-                    "the last line is incomplete (no newline, not valid JSON): a write was cut off, or is still "
-                    "going on; once the session is idle, `riffd fix` cuts it off after keeping it in the backup and "
-                    "the archive",
-                    offset=tail.offset,
-                )
-        return self
 
     def anchors(self, index: int) -> Iterable[int]:
         """The lines a tool_result line hangs from: its parent, and its sourceToolAssistantUUID
@@ -258,28 +201,6 @@ class TranscriptIndex(IndexBuilding):
         line here)."""
         uuid = self.logical_parent.get(line)
         return None if uuid is None else self.line_of_uuid.get(uuid)
-
-    def resolve_external(self, known_uuids: set[str]) -> None:
-        """Mark dangling parents found in `known_uuids` (the parent session's lines) as cross-file
-        links.
-
-        Subagent transcripts, compaction agents above all, start from lines of their parent session:
-        such a parent is not missing, it lives in the session file.
-        """
-        for parent in [
-            parent
-            for parent in self._pending
-            if parent in known_uuids and parent not in self.external
-        ]:
-            self.external.add(
-                parent
-            )  # still pending: a line of this file with that uuid would be the parent
-            for child in self._pending[parent]:
-                self.dangling.pop(child, None)
-                self.parents[child] = NO_PARENT
-                self.external_parent[child] = parent
-
-    # --- queries --------------------------------------------------------------------------------
 
     def span(self, line: int) -> tuple[int, int]:
         """Return (offset, length with newline) of line index `line`: lines are contiguous."""

@@ -4,7 +4,7 @@ this one indexes.
 In one process a scan spends about two thirds of its time reading, splitting and decoding lines and
 one third adding them to the index, so a second process shares the work: the child reads the file
 (riffd.transcript.reader.iter_chunks, with the same retries), decodes two batches in three with the
-fast decoder and sends their Columns (riffd.transcript.building) as msgpack; the third batch, a
+fast decoder and sends their Columns (riffd.transcript.columns) as msgpack; the third batch, a
 batch the fast decoder declines and an unfinished last line it sends as the lines themselves, which
 this process decodes. This process adds them all to the index in file order (`add_columns`,
 `add_lines`): the same index as `index_file` builds alone, which tests/test_piped.py and
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
-from riffd.transcript.building import Columns, batch_columns
-from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.reader import iter_chunks
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
+from riffd.transcript.building import IndexBuilder
+from riffd.transcript.columns import Columns, batch_columns
+from riffd.transcript.reader import iter_chunks, retrying
 from riffd.transcript.records import fast_records
 
 if TYPE_CHECKING:
@@ -77,35 +77,39 @@ class BatchEncoder:
 _decode_batch = msgspec.msgpack.Decoder(Batch).decode
 
 
-def add_batch(index: TranscriptIndex, message: bytes) -> None:
+def add_batch(builder: IndexBuilder, message: bytes) -> None:
     """The parent's half: add one message of the child to the index."""
     batch = _decode_batch(message)
     if batch.columns is None:
-        index.add_lines(batch.offset, batch.lines or [], batch.terminated)
+        builder.add_lines(batch.offset, batch.lines or [], batch.terminated)
     else:
-        index.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
+        builder.add_columns(batch.offset, array("Q", batch.lengths).tolist(), batch.columns)
 
 
 def index_piped(
-    path: str, *, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY, chunk_size: int
-) -> TranscriptIndex | None:
-    """Index `path` with a decoder process (see the module); None when that failed, for any reason
-    (the caller then indexes it alone)."""
+    path: str,
+    *,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
+    chunk_size: int,
+) -> IndexBuilder | None:
+    """Index `path` with a decoder process (see the module): return the builder fed with every
+    line; None when that failed, for any reason (the caller then indexes it alone)."""
     context = fork_context()
     receiver, sender = big_pipe(context)
     child = context.Process(
         target=_decode,
-        args=(sender, receiver, path, fs, retry, chunk_size),
+        args=(sender, receiver, path, retrying(fs, retry), chunk_size),
         daemon=True,
         name="riffd-decoder",
     )
-    index = TranscriptIndex(path)
+    builder = IndexBuilder(path)
     complete = False  # the child's last message (empty) came: every batch is in
     try:
         child.start()
         sender.close()  # only the child writes: its exit ends the stream
         while data := receiver.recv_bytes():
-            add_batch(index, data)
+            add_batch(builder, data)
         complete = True
     except (EOFError, OSError, msgspec.DecodeError):
         pass  # the child died, failed or could not start
@@ -113,15 +117,14 @@ def index_piped(
         receiver.close()
         sender.close()
         reap(child, None if complete else 0)
-    return index if complete else None
+    return builder if complete else None
 
 
 def _decode(
     sender: Connection,
     receiver: Connection,
     path: str,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
     chunk_size: int,
 ) -> None:
     """The child: read `path`, send each batch, then an empty message; on any error exit 1 without
@@ -129,9 +132,7 @@ def _decode(
     as_child(receiver)
     encoder = BatchEncoder()
     try:
-        for offset, lines, terminated in iter_chunks(
-            path, fs=fs, retry=retry, chunk_size=chunk_size
-        ):
+        for offset, lines, terminated in iter_chunks(path, fs=fs, chunk_size=chunk_size):
             sender.send_bytes(encoder.encode(offset, lines, terminated))
         sender.send_bytes(b"")
     except BaseException:  # the parent reads the file again, and reports what goes wrong

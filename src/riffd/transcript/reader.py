@@ -1,4 +1,9 @@
-"""Streaming a transcript line by line: number, byte offset, bytes; parsing each line leniently."""
+"""Streaming a transcript line by line: number, byte offset, bytes; parsing each line leniently.
+
+Files are read through one `fs`, a RetryingFS that carries its retry policy (riffd.fsio): reads
+are positional, and EIO is retried per that policy. The functions here still take a plain seam
+with an apart `retry` (`retrying` joins them) for the callers not converted yet.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy, retrying_call
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -49,28 +54,36 @@ def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
     return value
 
 
+def retrying(fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None) -> RetryingFS:
+    """`fs` as one RetryingFS: itself when it is one and no `retry` is given, else its seam with
+    `retry` (the default policy when None). Where a seam and a policy passed apart meet."""
+    if retry is None:
+        return fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
+    return RetryingFS.of(fs, retry)
+
+
 def iter_fd(
     fd: int,
     *,
     what: str,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     start: int = 0,
     end: int | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> Iterator[bytes]:
     """Yield the bytes of the open file `fd` from `start` up to `end` (None: to its end) in chunks.
 
-    Reads are positional and EIO is retried (`what` names the file in errors). The file may end
-    before `end`: callers that need exactly that many bytes count them. Raise ReadFailed when EIO
-    persists, OSError for other errors.
+    Reads are positional and EIO is retried per `fs`'s policy (or `retry`: see `retrying`; `what`
+    names the file in errors). The file may end before `end`: callers that need exactly that many
+    bytes count them. Raise ReadFailed when EIO persists, OSError for other errors.
     """
+    fs = retrying(fs, retry)
+    pread = fs.seam.pread  # retried below, naming the file as `what` says (it was opened elsewhere)
     position = start
     while end is None or position < end:
         wanted = chunk_size if end is None else min(chunk_size, end - position)
-        chunk = retrying_call(
-            partial(fs.pread, fd, wanted, position), what=f"{what} at byte {position}", policy=retry
-        )
+        chunk = fs.attempt(partial(pread, fd, wanted, position), f"{what} at byte {position}")
         if not chunk:
             return
         position += len(chunk)
@@ -80,17 +93,17 @@ def iter_fd(
 def iter_raw(
     path: str | os.PathLike[str],
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
 ) -> Iterator[bytes]:
     """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see
     iter_fd)."""
-    name = os.fspath(path)
-    fd = retrying_call(partial(fs.open, path, os.O_RDONLY), what=f"{name} (open)", policy=retry)
+    fs = retrying(fs, retry)
+    fd = fs.open(path, os.O_RDONLY)
     try:
-        yield from iter_fd(fd, what=name, fs=fs, retry=retry, start=start, chunk_size=chunk_size)
+        yield from iter_fd(fd, what=os.fspath(path), fs=fs, start=start, chunk_size=chunk_size)
     finally:
         fs.close(fd)
 
@@ -98,8 +111,8 @@ def iter_raw(
 def iter_chunks(
     path: str | os.PathLike[str],
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     hasher: Any = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
@@ -115,7 +128,7 @@ def iter_chunks(
     position = start
     pending: list[bytes] = []  # pieces of a line not finished yet (no newline read so far)
     pending_offset = start
-    for chunk in iter_raw(path, fs=fs, retry=retry, chunk_size=chunk_size, start=start):
+    for chunk in iter_raw(path, fs=retrying(fs, retry), chunk_size=chunk_size, start=start):
         if hasher is not None:
             hasher.update(chunk)
         position += len(chunk)
@@ -138,8 +151,8 @@ def iter_chunks(
 def iter_lines(
     path: str | os.PathLike[str],
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
     hasher: Any = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
@@ -152,7 +165,7 @@ def iter_lines(
     """
     number = first_number
     for offset, lines, terminated in iter_chunks(
-        path, fs=fs, retry=retry, hasher=hasher, chunk_size=chunk_size, start=start
+        path, fs=retrying(fs, retry), hasher=hasher, chunk_size=chunk_size, start=start
     ):
         for raw in lines:
             yield number, offset, raw, terminated
@@ -165,24 +178,19 @@ def read_span(
     offset: int,
     length: int,
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
+    retry: RetryPolicy | None = None,
 ) -> bytes:
     """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is
     shorter."""
-    fd = retrying_call(
-        partial(fs.open, path, os.O_RDONLY), what=f"{os.fspath(path)} (open)", policy=retry
-    )
+    fs = retrying(fs, retry)
+    fd = fs.open(path, os.O_RDONLY)
     try:
         parts: list[bytes] = []
         got = 0
         while got < length:
             at = offset + got
-            piece = retrying_call(
-                partial(fs.pread, fd, length - got, at),
-                what=f"{os.fspath(path)} at byte {at}",
-                policy=retry,
-            )
+            piece = fs.pread(fd, length - got, at)
             if not piece:
                 raise OSError(
                     f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}"

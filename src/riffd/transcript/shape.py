@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import islice
+from pathlib import Path
 
+from riffd.claude_code.session_files import saved_output_folder
 from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.reader import parse_line
 
@@ -31,10 +33,15 @@ RECORD_SHAPE = (
 )
 
 
-def transcript_doubt(index: TranscriptIndex, line_bytes: Callable[[int], bytes]) -> str:
-    """Given a finished index and a reader of its lines by index, return why the file is not
-    recognised as a Claude Code transcript, or '' when it is. Raise OSError when a line cannot be
-    read."""
+def transcript_doubt(
+    index: TranscriptIndex, line_bytes: Callable[[int], bytes], path: str | Path | None = None
+) -> str:
+    """Given a finished index and a reader of its lines by index (and the file's `path`), return why
+    the file is not recognised as a Claude Code transcript, or '' when it is. A file in a session's
+    `tool-results/` is not, whatever its name: it is a saved tool output. Raise OSError when a line
+    cannot be read."""
+    if path is not None and saved_output_folder(Path(path)) is not None:
+        return "it is in a session's `tool-results/` folder, which holds its saved tool outputs"
     lines = len(index)
     malformed = len(index.malformed)
     with_uuid = lines - index.uuids.count(None)

@@ -15,27 +15,26 @@ lines to that call differs by layout (see shared/transcript-format.md, section 1
 - compaction runs as an agent whose id starts with `acompact` (`agent-acompact-*.jsonl`); no Task
   call starts it, and it is named "compaction".
 
-A sidechain is "unknown" only when none of this links it. Only the few lines that can hold a link
-are parsed: one pass over the raw bytes finds the lines that mention `"subagent_type"` or
-`"agentId"`.
+A sidechain is "unknown" only when none of this links it. The links are read by
+riffd.transcript.agent_links (only the few lines that can hold one are parsed).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from array import array
-from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
-from riffd.transcript.detect import newest_leaf
+from riffd.fsio import REAL_FILES, RetryingFS
+from riffd.transcript.agent_links import Links, TaskCall, scan_links
+from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import ASSISTANT, MESSAGE, SIDECHAIN, TranscriptIndex
-from riffd.transcript.reader import iter_chunks, iter_raw, parse_line, read_span
+from riffd.transcript.loaded import newest_leaf
+from riffd.transcript.reader import iter_chunks, parse_line, read_span
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +47,6 @@ COMPACTION_PREFIX = "acompact"
 INLINE = "inline"  # 1.0.x: isSidechain lines in the session file
 BESIDE = "beside"  # 2.0.x: agent-<id>.jsonl next to the session file
 SUBAGENTS = "subagents"  # 2.1.x: <session>/subagents/agent-<id>.jsonl
-
-LINK_NEEDLES = re.compile(rb'"subagent_type"|"agentId"')
-AGENT_ID_FIELD = re.compile(rb'"agentId"\s*:\s*"([^"\\]+)"')
-
-
-@dataclass(frozen=True)
-class TaskCall:
-    """A tool call that starts a subagent (its input has `subagent_type`): where it is and what it
-    asked."""
-
-    tool_id: str
-    path: str
-    line: int
-    subagent_type: str | None
-    prompt: str | None
 
 
 @dataclass(frozen=True)
@@ -90,15 +74,6 @@ class Sidechain:
 
 
 @dataclass
-class _Links:
-    tasks: dict[str, TaskCall] = field(default_factory=dict)  # tool id -> the call
-    agent_tool: dict[str, tuple[str, str]] = field(
-        default_factory=dict
-    )  # agent id -> (tool id, how found)
-    claimed: set[str] = field(default_factory=set)  # tool ids already given to a sidechain
-
-
-@dataclass
 class _AgentFile:
     path: Path
     agent_id: str
@@ -109,18 +84,17 @@ def find_sidechains(
     index: TranscriptIndex,
     agent_files: Sequence[Path] = (),
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: RetryingFS = REAL_FILES,
 ) -> list[Sidechain]:
     """Given a finished session index and its agent files
     (`riffd.transcript.targets.agent_files_of`), return its sidechains named by agent, ordered by
     the line they hang from (unlinked ones last). Raise OSError when a file cannot be read."""
-    links = _Links()
-    _scan_links(index, links, fs=fs, retry=retry)
+    links = Links()
+    scan_links(index, links, fs=fs)
     agents = []
     for path in agent_files:
-        agent_index = _index_agent_file(path, index, fs=fs, retry=retry)
-        _scan_links(agent_index, links, fs=fs, retry=retry)
+        agent_index = _index_agent_file(path, index, fs=fs)
+        scan_links(agent_index, links, fs=fs)
         agents.append(_AgentFile(path, path.stem.removeprefix("agent-"), agent_index))
     indexes = {index.path: index, **{str(agent.path): agent.index for agent in agents}}
     decided: dict[int, Sidechain] = {}
@@ -130,138 +104,34 @@ def find_sidechains(
             decided[position] = found
     runs = _inline_runs(index)
     inline = [
-        _inline_sidechain(index, start, count, links, indexes, fs=fs, retry=retry)
-        for start, count in runs
+        _inline_sidechain(index, start, count, links, indexes, fs=fs) for start, count in runs
     ]
     for position, agent in enumerate(agents):
         if position not in decided:
-            decided[position] = _by_prompt_or_meta(agent, index, links, indexes, fs=fs, retry=retry)
+            decided[position] = _by_prompt_or_meta(agent, index, links, indexes, fs=fs)
     sidechains = inline + [decided[position] for position in range(len(agents))]
     return _ordered(sidechains, index.path)
 
 
-def _index_agent_file(
-    path: Path, session: TranscriptIndex, *, fs: FileSystem, retry: RetryPolicy
-) -> TranscriptIndex:
+def _index_agent_file(path: Path, session: TranscriptIndex, *, fs: RetryingFS) -> TranscriptIndex:
     """Index an agent file; parents that are lines of the session (compaction agents) become
     cross-file links."""
-    agent_index = TranscriptIndex(str(path))
-    for offset, lines, terminated in iter_chunks(path, fs=fs, retry=retry):
-        agent_index.add_lines(offset, lines, terminated)
-    agent_index.finish()
+    builder = IndexBuilder(str(path))
+    for offset, lines, terminated in iter_chunks(path, fs=fs):
+        builder.add_lines(offset, lines, terminated)
+    agent_index = builder.finish()
     in_session = {
         parent for parent in agent_index.dangling.values() if parent in session.line_of_uuid
     }
     if in_session:
-        agent_index.resolve_external(in_session)
+        builder.resolve_external(in_session)
     return agent_index
 
 
-def _scan_links(
-    index: TranscriptIndex, links: _Links, *, fs: FileSystem, retry: RetryPolicy
-) -> None:
-    """One pass over the raw bytes of an indexed file: parse only the lines that mention a link
-    field."""
-    offsets, path = index.offsets, index.path
-    base = index.start
-    carry = b""
-
-    def visit(buffer: bytes, buffer_start: int, stop: int) -> None:
-        position = 0
-        while True:
-            match = LINK_NEEDLES.search(buffer, position, stop)
-            if match is None:
-                return
-            line_start = buffer.rfind(b"\n", 0, match.start()) + 1
-            line_end = buffer.find(b"\n", match.end(), stop)
-            line_end = stop if line_end < 0 else line_end
-            position = line_end + 1
-            line = bisect_right(offsets, buffer_start + line_start) - 1
-            if line >= 0 and offsets[line] == buffer_start + line_start:
-                _read_link_line(buffer[line_start:line_end], path, line, links)
-
-    for chunk in iter_raw(path, fs=fs, retry=retry, start=index.start):
-        buffer = carry + chunk if carry else chunk
-        buffer_start = base - len(carry)
-        base += len(chunk)
-        complete = min(buffer.rfind(b"\n") + 1, max(index.end - buffer_start, 0))
-        visit(buffer, buffer_start, complete)
-        if base >= index.end:
-            return  # lines appended after the index was built are not in it
-        carry = buffer[complete:]
-    if carry:
-        visit(carry, base - len(carry), min(len(carry), max(index.end - (base - len(carry)), 0)))
-
-
-def _read_link_line(raw: bytes, path: str, line: int, links: _Links) -> None:
-    if (
-        b'"subagent_type"' not in raw
-        and b'"agent_progress"' not in raw
-        and b'"toolUseResult"' not in raw
-    ):
-        return  # an agent's own lines all carry its agentId: only these three kinds of line can link
-    if b'"agent_progress"' in raw:
-        # A session writes one progress line per subagent message: parse only until its agent is
-        # linked.
-        named = AGENT_ID_FIELD.findall(raw)
-        if named and all(
-            agent_id.decode("utf-8", "replace") in links.agent_tool for agent_id in named
-        ):
-            return
-    record = parse_line(raw)
-    if not isinstance(record, dict):
-        return
-    kind = record.get("type")
-    if kind == "progress":
-        data = record.get("data")
-        if isinstance(data, dict) and data.get("type") == "agent_progress":
-            agent_id, tool_id = data.get("agentId"), record.get("parentToolUseID")
-            if isinstance(agent_id, str) and isinstance(tool_id, str):
-                links.agent_tool.setdefault(agent_id, (tool_id, "progress"))
-        return
-    message = record.get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
-        return
-    if kind == "assistant":
-        for block in content:
-            if (
-                not isinstance(block, dict)
-                or block.get("type") != "tool_use"
-                or not isinstance(block.get("id"), str)
-            ):
-                continue
-            tool_input = block.get("input")
-            if isinstance(tool_input, dict) and "subagent_type" in tool_input:
-                subagent_type, prompt = tool_input.get("subagent_type"), tool_input.get("prompt")
-                links.tasks.setdefault(
-                    block["id"],
-                    TaskCall(
-                        block["id"],
-                        path,
-                        line,
-                        subagent_type if isinstance(subagent_type, str) else None,
-                        prompt.strip() if isinstance(prompt, str) else None,
-                    ),
-                )
-    elif kind == "user":
-        result = record.get("toolUseResult")
-        agent_id = result.get("agentId") if isinstance(result, dict) else None
-        answered = [
-            block.get("tool_use_id")
-            for block in content
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        ]
-        if isinstance(agent_id, str) and len(answered) == 1 and isinstance(answered[0], str):
-            links.agent_tool.setdefault(agent_id, (answered[0], "tool_result"))
-
-
-def _message_text(
-    index: TranscriptIndex, line: int, *, fs: FileSystem, retry: RetryPolicy
-) -> str | None:
+def _message_text(index: TranscriptIndex, line: int, *, fs: RetryingFS) -> str | None:
     """Re-read one line and return its message text (a string, or its text blocks joined),
     stripped."""
-    record = parse_line(read_span(index.path, *index.span(line), fs=fs, retry=retry).rstrip(b"\n"))
+    record = parse_line(read_span(index.path, *index.span(line), fs=fs).rstrip(b"\n"))
     message = record.get("message") if isinstance(record, dict) else None
     content = message.get("content") if isinstance(message, dict) else None
     if isinstance(content, str):
@@ -287,7 +157,7 @@ def _first_prompt_line(index: TranscriptIndex) -> int | None:
 
 
 def _claim_by_prompt(
-    prompt: str | None, before: int | None, path: str, links: _Links
+    prompt: str | None, before: int | None, path: str, links: Links
 ) -> TaskCall | None:
     """The first unclaimed Task call asking exactly `prompt`, preferring one before line `before` of
     `path`."""
@@ -368,16 +238,13 @@ def _inline_sidechain(
     index: TranscriptIndex,
     start: int,
     count: int,
-    links: _Links,
+    links: Links,
     indexes: dict[str, TranscriptIndex],
     *,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
 ) -> Sidechain:
     base = Sidechain(UNKNOWN_AGENT, INLINE, index.path, start, count)
-    call = _claim_by_prompt(
-        _message_text(index, start, fs=fs, retry=retry), start, index.path, links
-    )
+    call = _claim_by_prompt(_message_text(index, start, fs=fs), start, index.path, links)
     if call is not None:
         return _with_call(base, call, "prompt", indexes)
     parent = index.parents[start]
@@ -393,7 +260,7 @@ def _line_count(index: TranscriptIndex) -> int:
 
 
 def _by_agent_id(
-    agent: _AgentFile, links: _Links, indexes: dict[str, TranscriptIndex]
+    agent: _AgentFile, links: Links, indexes: dict[str, TranscriptIndex]
 ) -> Sidechain | None:
     if agent.agent_id.startswith(COMPACTION_PREFIX):
         return None  # decided later: a compaction agent has no Task call
@@ -416,11 +283,10 @@ def _by_agent_id(
 def _by_prompt_or_meta(
     agent: _AgentFile,
     session: TranscriptIndex,
-    links: _Links,
+    links: Links,
     indexes: dict[str, TranscriptIndex],
     *,
-    fs: FileSystem,
-    retry: RetryPolicy,
+    fs: RetryingFS,
 ) -> Sidechain:
     base = Sidechain(
         UNKNOWN_AGENT,
@@ -436,11 +302,7 @@ def _by_prompt_or_meta(
     if agent.agent_id.startswith(COMPACTION_PREFIX):
         return replace(base, agent=COMPACTION_AGENT, linked_by="compaction")
     prompt_line = _first_prompt_line(agent.index)
-    prompt = (
-        _message_text(agent.index, prompt_line, fs=fs, retry=retry)
-        if prompt_line is not None
-        else None
-    )
+    prompt = _message_text(agent.index, prompt_line, fs=fs) if prompt_line is not None else None
     call = _claim_by_prompt(prompt, None, session.path, links)
     if call is not None:
         return _with_call(base, call, "prompt", indexes)

@@ -367,7 +367,7 @@ def test_a_prompt_with_a_lone_surrogate_is_archived_and_titles_its_session(tmp_p
     try:
         assert ingest_file(archive, path) == 2
         assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == path.read_bytes()
-        assert archive._db.execute("SELECT title, project FROM files").fetchone() == (
+        assert archive.connection.db.execute("SELECT title, project FROM files").fetchone() == (
             "fix this \ufffd",
             "/home/u/caf\ufffd",
         )
@@ -426,11 +426,11 @@ def test_a_write_that_fails_stores_none_of_its_lines_and_the_next_ones_restore(
         line = transcript_line(number, pad=300)
         archive.add_lines(str(path), len(written), [line[:-1]])
         written += line
-    archive._db.executescript(_REFUSE[where])
+    archive.connection.db.executescript(_REFUSE[where])
     with pytest.raises(sqlite3.IntegrityError):
         archive.add_lines(str(path), len(written), [transcript_line(4, pad=5000)[:-1]])
-    assert not archive._db.in_transaction
-    archive._db.executescript("DROP TRIGGER refuse; PRAGMA foreign_keys = OFF;")
+    assert not archive.connection.db.in_transaction
+    archive.connection.db.executescript("DROP TRIGGER refuse; PRAGMA foreign_keys = OFF;")
     for number in range(4, 7):
         line = transcript_line(number, pad=300)
         archive.add_lines(str(path), len(written), [line[:-1]])
@@ -1074,10 +1074,10 @@ def test_a_pack_settled_by_another_process_while_it_is_read_gives_its_lines(tmp_
             daemon.start()
             daemon.join()
 
-    reader._db.set_trace_callback(settle_now)
+    reader.connection.db.set_trace_callback(settle_now)
     ((file_id, _path, _session),) = reader.files_of(str(transcript))
     restored = b"".join(reader.iter_file(file_id))
-    reader._db.set_trace_callback(None)
+    reader.connection.db.set_trace_callback(None)
     assert settled.is_set()
     assert restored == transcript.read_bytes()
     reader.close()

@@ -140,8 +140,8 @@ def test_compaction_stops_when_asked_and_never_replaces_a_pack_that_changed(tmp_
             "ORDER BY loose.pack LIMIT 1"
         ).fetchone()
         db.close()
-        with archive._lock, archive._writing():  # the transaction compact itself uses
-            archive._packs.replace_loose(pack_id, data + b"stale", b"tight")
+        with archive.connection.writing():  # the transaction compact itself uses
+            archive.connection.packs.replace_loose(pack_id, data + b"stale", b"tight")
         assert packs(tmp_path / "archive.db")[0] == loose - 1
         assert archive.compact() == (loose - 1, 0)
         rebuilt = b"".join(archive.iter_file(archive.files()[0][0]))
@@ -194,8 +194,8 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
                 assert archive.compact()[0] >= 1
                 archive.close()
                 archive = Archive(tmp_path / "archive.db")
-            store = archive._packs
-            rows = archive._db.execute(
+            store = archive.connection.packs
+            rows = archive.connection.db.execute(
                 "SELECT contents.pack, offset, length, LENGTH(packs.data), "
                 "packs.id IN (SELECT pack FROM loose) FROM contents "
                 "JOIN packs ON packs.id = contents.pack ORDER BY contents.id"

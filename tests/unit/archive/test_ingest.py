@@ -201,7 +201,7 @@ def test_titles_and_prompts_are_those_one_process_takes(tmp_path: Path) -> None:
     archive = Archive(tmp_path / "archive.db")
     try:
         assert [added for _, added in ingest_files(archive, [path], min_bytes=0)] == [3]
-        title = archive._db.execute("SELECT title FROM files").fetchone()[0]
+        title = archive.connection.db.execute("SELECT title FROM files").fetchone()[0]
     finally:
         archive.close()
     assert title == "the first prompt"

@@ -21,14 +21,23 @@ from helpers.sessiontree import build_session
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
 from riffd.archive.store import Archive
-from riffd.fsio import FileSystem, RetryPolicy
-from riffd.transcript.sessionfiles import SessionFile, all_session_files, classify
+from riffd.claude_code.session_files import SessionFile, all_session_files, classify
+from riffd.claude_code.walk import iter_transcripts
+from riffd.daemon.keeper import Keeper, reconcile_files
+from riffd.daemon.watcher import TranscriptFilter
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
+from riffd.state.store import StateStore
 
 
 def _found(claude: Path, path: Path) -> SessionFile:
     found = classify(path, [claude / "projects"], [claude])
     assert found is not None, path
     return found
+
+
+def _next_second() -> None:
+    """Wait for the clock's next second: riffd records when it took a version in whole seconds."""
+    time.sleep(1.001 - time.time() % 1)
 
 
 def _count(archive_path: Path, table: str) -> int:
@@ -96,6 +105,7 @@ def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not
     tree = build_session(claude)
     task = claude / "tasks" / tree.session_id / "1.json"
     archive = Archive(tmp_path / "archive.db")
+    _next_second()  # (the file's status changed before riffd took it, as a settled file's has)
     assert archive.whole.keep(_found(claude, task)).outcome == "stored"
     first = task.read_bytes()
 
@@ -137,17 +147,151 @@ def test_a_file_written_just_now_waits_for_the_settle_time(tmp_path: Path) -> No
     output = tree.tool_results()[0]
     os.utime(output)  # written now
     archive = Archive(tmp_path / "archive.db")
-    kept = archive.whole.keep(_found(claude, output), settle=2.0)
-    assert (
-        kept.outcome == "settling"
-        and kept.retry_after is not None
-        and 1.5 < kept.retry_after <= 2.0
-    )
+    keeper = Keeper(2.0, StateStore(tmp_path / "state.db"))
+    again = keeper.process(archive, _found(claude, output))
+    assert again is not None and 1.5 < again <= 2.0
     assert _count(tmp_path / "archive.db", "session_files") == 0
-    assert (
-        archive.whole.keep(_found(claude, output), settle=2.0, now=time.time() + 2.5).outcome
-        == "stored"
+    os.utime(output, ns=(1, time.time_ns() - 2_100_000_000))  # its time says it settled since
+    assert keeper.process(archive, _found(claude, output)) is None
+    assert _count(tmp_path / "archive.db", "session_files") == 1
+    archive.close()
+
+
+def test_a_file_whose_time_is_ahead_of_the_clock_is_taken_once_it_stays_the_same(
+    tmp_path: Path,
+) -> None:
+    """A clock stepped back, or a network folder's server clock ahead: the file's own time never
+    says it settled, so two looks a settle time apart do."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    ahead = time.time_ns() + 600 * 10**9
+    os.utime(output, ns=(ahead, ahead))
+    archive = Archive(tmp_path / "archive.db")
+    keeper = Keeper(2.0, StateStore(tmp_path / "state.db"))
+    assert keeper.settling(output, now=100.0) == 2.0
+    assert keeper.settling(output, now=101.0) == pytest.approx(1.0)
+    with open(output, "ab") as out:  # still written to: looked at again a settle time later
+        out.write(b"more\n")
+    os.utime(output, ns=(ahead, ahead))
+    assert keeper.settling(output, now=102.5) == 2.0
+    assert keeper.settling(output, now=104.5) is None
+    # With the real clock, through the worker's entry: the first look waits, the second takes it
+    assert keeper.process(archive, _found(claude, output)) == 2.0
+    assert _count(tmp_path / "archive.db", "session_files") == 0
+    time.sleep(2.05)
+    assert keeper.process(archive, _found(claude, output)) is None
+    (version,) = [
+        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+    ]
+    assert version.mtime_ns == ahead and b"".join(archive.whole.content(version)) == (
+        output.read_bytes()
     )
+    archive.close()
+
+
+def test_two_processes_storing_one_file_at_once_add_one_version(tmp_path: Path) -> None:
+    """An ingest beside the daemon: each hashed the file before the other stored it; the second to
+    write looks at the newest version again inside its transaction and adds nothing."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    first, second = Archive(tmp_path / "archive.db"), Archive(tmp_path / "archive.db")
+
+    class StoresMeanwhile(FileSystem):
+        """At its first read, the other process takes the file whole."""
+
+        done = False
+
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            if not StoresMeanwhile.done:
+                StoresMeanwhile.done = True
+                assert first.whole.keep(_found(claude, output)).outcome == "stored"
+            return super().pread(fd, size, offset)
+
+    kept = second.whole.keep(_found(claude, output), fs=StoresMeanwhile())
+    assert (kept.outcome, kept.version) == ("unchanged", 1)
+    assert _count(tmp_path / "archive.db", "session_files") == 1
+    # Duplicates an earlier riffd added so are not counted as versions
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        db.execute(
+            "INSERT INTO session_files(session_id, kind, base, path, version, blob, size, mode, "
+            "mtime_ns, seen) SELECT session_id, kind, base, path, 2, blob, size, mode, mtime_ns, seen "
+            "FROM session_files"
+        )
+    assert second.whole.stats()["kinds"]["tool-result"] == {
+        "files": 1,
+        "versions": 1,
+        "bytes": output.stat().st_size,
+    }
+    first.close()
+    second.close()
+
+
+def test_a_file_restored_byte_for_byte_is_the_version_it_came_from(tmp_path: Path) -> None:
+    """Restore writes the owner's bits only (private); the archive compares what restore keeps, so
+    the restored file is held as it is and no version is added."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    output = tree.tool_results()[0]
+    os.chmod(output, 0o644)  # as the client writes, umask 022
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.keep(_found(claude, output)).outcome == "stored"
+    status = output.stat()
+    os.chmod(output, 0o600)  # what a restore writes back
+    os.utime(output, ns=(status.st_atime_ns, status.st_mtime_ns))
+    queued: list[str] = []  # the daemon's rescan: one stat per file, compared with the archive's
+    reconcile_files(
+        TranscriptFilter((claude / "projects",), configs=(claude,)), archive, queued.append
+    )
+    assert str(output) not in queued
+    assert archive.whole.keep(_found(claude, output)).outcome == "unchanged"
+    os.chmod(output, 0o700)  # the owner's bits changed: a new version
+    assert archive.whole.keep(_found(claude, output)).outcome == "known"
+    archive.close()
+
+
+def test_a_same_size_rewrite_that_gives_the_time_back_is_a_new_version(tmp_path: Path) -> None:
+    """Size, time and mode as archived, other bytes (a tool that keeps the time, `cp -p`): the
+    file's status changed after riffd took it (its ctime), so it is read again."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    task = claude / "tasks" / tree.session_id / "1.json"
+    archive = Archive(tmp_path / "archive.db")
+    assert archive.whole.keep(_found(claude, task)).outcome == "stored"
+    status = task.stat()
+    _next_second()
+    task.write_bytes(task.read_bytes().replace(b"First", b"Other"))
+    os.utime(task, ns=(status.st_atime_ns, status.st_mtime_ns))
+    kept = archive.whole.keep(_found(claude, task))
+    assert (kept.outcome, kept.version) == ("stored", 2)
+    archive.close()
+
+
+def test_every_file_in_tool_results_is_kept_whole_whatever_its_name(tmp_path: Path) -> None:
+    """A `.jsonl` there is a saved output, not a transcript (riffd never modifies one, and the
+    transcript walk never reads one); names with `.tmp.` in them are outputs too, only the client's
+    own temp names are not."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    results = tree.folder / "tool-results"
+    outputs = {
+        results / "events.jsonl": b'{"a":1}\n{"a":2}\n',
+        results / "report.tmp.txt": b"a saved output whose name holds .tmp.\n",
+        results / "old.tmp": b"and one that ends so\n",
+    }
+    for path, data in outputs.items():
+        path.write_bytes(data)
+    (results / "x.txt.tmp.4242.1795668767146").write_bytes(b"the client's atomic write\n")
+    (results / "x.txt.0123456789abcdef.tmp").write_bytes(b"another temp of the client\n")
+    found = {item.path: item.kind for item in all_session_files([claude / "projects"], [claude])}
+    assert {path: found.get(path) for path in outputs} == dict.fromkeys(outputs, "tool-result")
+    assert not {path for path in found if ".tmp." in path.name and path.name[-1].isdigit()}
+    assert not {path for path in found if path.name.endswith("abcdef.tmp")}
+    assert not list(iter_transcripts([claude / "projects"]))[2:]  # the main and subagent only
+    archive = Archive(tmp_path / "archive.db")
+    for path in outputs:
+        assert archive.whole.keep(_found(claude, path)).outcome in ("stored", "known")
     archive.close()
 
 
@@ -236,7 +380,7 @@ STORE_AND_STALL = textwrap.dedent("""
     from pathlib import Path
     from riffd.archive.store import Archive
     from riffd.fsio import FileSystem, RetryPolicy
-    from riffd.transcript.sessionfiles import classify
+    from riffd.claude_code.session_files import classify
     claude, path, marker = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     class Stall(FileSystem):
         reads = 0
@@ -333,7 +477,7 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
 
     archive = Archive(tmp_path / "archive.db")
     kept = archive.whole.keep(
-        _found(claude, output), fs=Flaky(), retry=RetryPolicy(attempts=3, first_wait=0.01)
+        _found(claude, output), fs=RetryingFS(Flaky(), RetryPolicy(attempts=3, first_wait=0.01))
     )
     assert (kept.outcome, Flaky.failures) == ("stored", 2)
     (version,) = archive.whole.session_versions(tree.session_id)
@@ -394,3 +538,36 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
                 b"".join(new.whole.content(newest[path])) == path.read_bytes()
             )  # the plan too, by its slug
     new.close()
+
+
+def test_an_archive_damaged_while_open_goes_on_whole_in_a_new_one(tmp_path: Path) -> None:
+    """The writer, the reader and the files kept whole share one connection: when the archive is
+    found damaged while open and moved aside, all three go on in the new archive at once. None
+    keeps the old one's watermark, runs, open pack or versions (lines skipped as archived, a file
+    called unchanged: lost for good once Claude Code deletes the session)."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    lines = tree.main.read_bytes().splitlines()
+    archive = Archive(tmp_path / "archive.db")
+    archive.add_lines(str(tree.main), 0, lines)
+    for path in tree.whole:
+        archive.whole.keep(_found(claude, path))
+    archive.settle()
+    with open(archive.path, "r+b") as handle:  # another program scribbles over the middle
+        handle.seek(4096)
+        handle.write(b"\xff" * 8192)
+    assert archive.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+    assert archive.moved_aside is not None and archive.moved_aside.exists()
+    assert archive.cursor(str(tree.main)) == (0, 0)
+    assert archive.add_lines(str(tree.main), 0, lines) == len(lines)
+    output = tree.tool_results()[0]
+    assert archive.whole.keep(_found(claude, output)).outcome == "stored"
+    archive.close()
+    archive = Archive(tmp_path / "archive.db")
+    ((file_id, _path, _session),) = archive.files_of(str(tree.main))
+    assert b"".join(archive.iter_file(file_id)) == tree.main.read_bytes()
+    (version,) = [
+        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+    ]
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    archive.close()

@@ -215,6 +215,31 @@ def test_a_registry_that_cannot_be_read_means_the_session_may_be_live(tmp_path: 
     assert live and "cannot be read" in why
 
 
+class EntryFailsOnceFS(FileSystem):
+    """The first read of a registry entry fails with EIO, as a sync client's placeholder does."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if not self.failed:
+            self.failed = True
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pread(fd, size, offset)
+
+
+def test_a_registry_entry_that_fails_to_read_once_is_read_again(tmp_path: Path) -> None:
+    """The registry is read through the seam with its retry policy: an entry that failed once with
+    EIO is read again whole, not taken for one that may be this session's."""
+    register(tmp_path, "0f5b6c1e-9999-2222-3333-444444444444", os.getpid())  # another session
+    fs = EntryFailsOnceFS()
+    live, why = session_liveness(
+        old_transcript(tmp_path / "projects" / "p"), tmp_path, quiet_period=0, fs=fs
+    )
+    assert fs.failed
+    assert not live, why
+
+
 # --- failing closed: an entry of a running process counts unless it is proven another session's
 # ---------------
 

@@ -24,7 +24,7 @@ from helpers.run import riffd_env, run_riffd
 from riffd.commands.cli import build_parser, main
 from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
-README = REPO_DIR / "README.md"
+COMMANDS_PAGE = REPO_DIR / "docs" / "usage.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
 
 
@@ -252,14 +252,14 @@ def _commands_and_options(
                 yield command, option
 
 
-def test_readme_documents_every_command_and_flag() -> None:
-    readme = README.read_text()
+def test_the_commands_page_documents_every_command_and_flag() -> None:
+    page = COMMANDS_PAGE.read_text(encoding="utf-8")
     missing = [
         f"{command} {option}".strip()
         for command, option in _commands_and_options(build_parser())
-        if (option and option not in readme) or (not option and command not in readme)
+        if (option and option not in page) or (not option and command not in page)
     ]
-    assert not missing, f"README does not document: {missing}"
+    assert not missing, f"docs/usage.md does not document: {missing}"
 
 
 @requires_corpus
@@ -338,3 +338,36 @@ def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_
     assert (
         "riffd.commands.config'" not in loaded
     )  # tomlkit and the config editor stay out of status
+
+
+def test_fix_json_keeps_schema_1s_keys_in_order(tmp_path: Path) -> None:
+    """`fix --json` is built from typed results; its document keeps schema 1's keys and their order."""
+    from helpers import damage
+
+    folder = tmp_path / "claude" / "projects" / "-home-me"
+    folder.mkdir(parents=True)
+    session = folder / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
+    session.write_bytes(
+        b"".join(damage.inject_resumed_duplicate(damage.generated_session(3)).lines)
+    )
+    env = os.environ | {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    result = subprocess.run(
+        [sys.executable, "-m", "riffd", "fix", "--json", "--dry-run", str(session)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    document = json.loads(result.stdout)
+    assert list(document) == [
+        "schema",
+        "riffd",
+        "dry_run",
+        "recovered",
+        "files",
+        "summary",
+        "errors",
+    ]
+    [entry] = document["files"]
+    assert list(entry) == ["path", "plan", "notes", "outcome"]
+    assert entry["outcome"] == "would_repair" and entry["plan"]["edits"]

@@ -15,7 +15,8 @@ from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.fix import TailKeeper, _fix_one
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, FileChanged
-from riffd.repair.planner import RepairOptions, plan_file_repair
+from riffd.repair.plan import RepairOptions
+from riffd.repair.planner import plan_file_repair
 from riffd.transcript.scan import index_file
 
 
@@ -70,8 +71,8 @@ def test_a_file_deleted_before_fix_reads_it_is_nothing_to_do(tmp_path: Path) -> 
         dry_run=False,
         keeper=TailKeeper(tmp_path / "archive.db"),
     )
-    assert outcome["outcome"] == "skipped" and outcome["reason"] == "gone"
-    assert outcome["detail"] == f"{path}: deleted while riffd worked; nothing to do"
+    assert outcome.outcome == "skipped" and outcome.reason == "gone"
+    assert outcome.detail == f"{path}: deleted while riffd worked; nothing to do"
 
 
 @requires_corpus

@@ -16,6 +16,7 @@ from riffd.daemon.cache import IndexCache
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.reports.build import build_report
+from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
@@ -215,10 +216,10 @@ def test_report_only_mode_never_writes(setup: tuple[Path, StateStore, WorkerSett
 
 
 def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
-    from riffd.transcript.index import TranscriptIndex
+    from riffd.transcript.incremental import GrowingIndex
 
-    def index_of(name: str, lines: int) -> TranscriptIndex:
-        index = TranscriptIndex(name)
+    def index_of(name: str, lines: int) -> GrowingIndex:
+        index = GrowingIndex(name)
         index.add_lines(0, [b"{}"] * lines)
         return index
 
@@ -231,10 +232,10 @@ def test_index_cache_evicts_least_recently_used_inactive_indexes() -> None:
 def test_two_active_files_over_budget_do_not_evict_each_other() -> None:
     """A session bigger than the budget must not be re-read in full on every append because another
     file was processed in between (both are active)."""
-    from riffd.transcript.index import TranscriptIndex
+    from riffd.transcript.incremental import GrowingIndex
 
     cache = IndexCache(max_lines=10, active_seconds=600)
-    big, small = TranscriptIndex("big"), TranscriptIndex("small")
+    big, small = GrowingIndex("big"), GrowingIndex("small")
     big.add_lines(0, [b"{}"] * 50)
     small.add_lines(0, [b"{}"] * 2)
     cache.put("big", big)
@@ -292,6 +293,23 @@ def test_persistent_eio_is_a_skip_with_advice_not_a_crash(
     assert outcome.kind == "skipped" and "errno 5" in outcome.why and "3 attempts" in outcome.why
     assert store.file(str(path)) is None  # nothing recorded as read
     assert path.read_bytes() == BASE.read_bytes()
+
+
+def test_a_reloaded_retry_policy_reaches_the_reads(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(3))
+    three = RetryPolicy(attempts=3, first_wait=0.001)
+    worker = Worker(
+        store, WorkerSettings(**{**settings.__dict__, "retry": three}), fs=BrokenReads()
+    )
+    # A reload (SIGHUP) hands the worker its new settings: their policy governs the next reads.
+    two = RetryPolicy(attempts=2, first_wait=0.001)
+    worker.reconfigure(WorkerSettings(**{**settings.__dict__, "retry": two}))
+    outcome = worker.process(path)
+    assert outcome.kind == "skipped" and "2 attempts" in outcome.why
 
 
 class FlakyReads(FileSystem):
@@ -409,7 +427,8 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     state = store.file(str(path))
     assert state is not None and state.repairable == 0
     assert [item["class"] for item in state.findings] == ["pending_tool_call"]
-    report = build_report(store, settings.backup_dir, {"running": True})
+    model = build_report(store, settings.backup_dir, {"running": True})
+    report = report_document(model)
     assert report["healthy"], report["problems"]
     assert report["findings"]["open"] == {}
     assert report["findings"]["pending"] == [
@@ -419,7 +438,7 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
             "line": state.findings[0]["lines"][0],
         }
     ]
-    assert "pending tool calls" in render_markdown(report)
+    assert "pending tool calls" in render_markdown(model)
     assert (
         worker.process(path).retry_after is not None
     )  # still live: still pending, nothing written
@@ -431,7 +450,7 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
     assert state is not None and [item["class"] for item in state.findings] == [
         "missing_tool_result"
     ]
-    report = build_report(store, settings.backup_dir, {"running": True})
+    report = report_document(build_report(store, settings.backup_dir, {"running": True}))
     assert not report["healthy"] and report["findings"]["open"] == {"missing_tool_result": 1}
     assert report["findings"]["pending"] == []
 

@@ -18,8 +18,8 @@ from conftest import (
     scan_transcript_bytes,
 )
 from helpers import damage
-from riffd.repair.plan import InsertLine, RemoveLine, ReplaceLine, render
-from riffd.repair.planner import RepairOptions, plan_repair
+from riffd.repair.plan import InsertLine, RemoveLine, RepairOptions, ReplaceLine, render
+from riffd.repair.planner import plan_repair
 from riffd.transcript.findings import FindingClass
 from riffd.transcript.reader import read_span
 

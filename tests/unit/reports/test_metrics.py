@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from riffd.reports.build import build_report
 from riffd.reports.publish import write_report
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 
 
 def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path: Path) -> None:

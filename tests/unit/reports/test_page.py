@@ -21,7 +21,8 @@ from riffd.commands.cli import main
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
 from riffd.reports.publish import write_report
-from riffd.state.store import StateStore, Watermark
+from riffd.state.records import Watermark
+from riffd.state.store import StateStore
 from riffd.transcript.acks import Ack, save_acks
 
 CHROMIUM = next(

@@ -9,6 +9,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from riffd.commands.daemon import EXIT_NOT_RUNNING
 from riffd.daemon.lock import StateLock, running_pid
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report, percentile
+from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.reports.publish import read_latest, write_report
 from riffd.state.store import StateStore
@@ -58,16 +60,18 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
         {"time": time.time(), "message": "boom", "suggestion": "look"},
         {"time": 0, "message": "old"},
     ]
-    report = build_report(
-        store,
-        tmp_path / "no-backups",
-        {
-            "running": True,
-            "started": time.time() - 10,
-            "pid": 7,
-            "latencies": latencies,
-            "errors": errors,
-        },
+    report = report_document(
+        build_report(
+            store,
+            tmp_path / "no-backups",
+            {
+                "running": True,
+                "started": time.time() - 10,
+                "pid": 7,
+                "latencies": latencies,
+                "errors": errors,
+            },
+        )
     )
     assert report["schema"] == 1
     assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1}
@@ -89,8 +93,8 @@ def test_reports_are_written_atomically_and_pruned(
     store, tmp_path = store_with_history
     folder = tmp_path / "reports"
     for second in range(5):
-        report = build_report(store, tmp_path, None)
-        report["generated_at"] = f"2026-11-22T10:00:0{second}+00:00"
+        generated_at = datetime(2026, 11, 22, 10, 0, second, tzinfo=UTC)
+        report = replace(build_report(store, tmp_path, None), generated_at=generated_at)
         write_report(report, folder, keep=3)
     assert sorted(path.name for path in folder.glob("report-*.json")) == [
         f"report-20261122T10000{second}Z.json" for second in (2, 3, 4)
@@ -110,8 +114,8 @@ def test_reports_written_at_once_in_the_same_second_all_land(tmp_path: Path) -> 
     # once shared one temp name, and one of them failed with ENOENT).
     store = StateStore(tmp_path / "state" / "state.db")
     folder = tmp_path / "reports"
-    report = build_report(store, tmp_path, None)
-    report["generated_at"] = "2026-11-22T10:00:00+00:00"
+    generated_at = datetime(2026, 11, 22, 10, 0, 0, tzinfo=UTC)
+    report = replace(build_report(store, tmp_path, None), generated_at=generated_at)
     errors: list[BaseException] = []
 
     def write_many() -> None:
@@ -204,13 +208,13 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(
     tmp_path: Path,
 ) -> None:
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
     store.save_file(mark, "s", [{"class": "redundant_tool_call"}], 0)
     store.save_file(replace(mark, path="/b.jsonl"), "s", [{"class": "duplicate_tool_result"}], 1)
-    report = build_report(store, tmp_path, None)
+    report = report_document(build_report(store, tmp_path, None))
     assert report["files"]["with_findings"] == 1
     assert report["findings"]["open"] == {"duplicate_tool_result": 1}
     assert report["findings"]["informational"] == {"redundant_tool_call": 1}
@@ -220,7 +224,7 @@ def test_files_with_only_informational_findings_do_not_count_as_having_findings(
 def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it(
     tmp_path: Path,
 ) -> None:
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     store = StateStore(tmp_path / "state.db")
     mark = Watermark("/p/waiting.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
@@ -236,7 +240,8 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
         ],
         0,
     )
-    report = build_report(store, tmp_path, {"running": True})
+    model = build_report(store, tmp_path, {"running": True})
+    report = report_document(model)
     by_path = {item["path"]: item for item in report["attention"]}
     assert set(by_path) == {
         "/p/waiting.jsonl",
@@ -250,7 +255,7 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
         not by_path["/p/bad.jsonl"]["repairable"]
         and "never edits" in by_path["/p/bad.jsonl"]["action"]
     )
-    text = render_markdown(report)
+    text = render_markdown(model)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
     assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text
 
@@ -261,7 +266,7 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
     from riffd.archive.ingest import ingest_file
     from riffd.archive.store import Archive
     from riffd.daemon.jobs import archive_summary
-    from riffd.state.store import Watermark
+    from riffd.state.records import Watermark
 
     claude = tmp_path / "claude"
     claude.mkdir()
@@ -290,7 +295,9 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
         figures["cleanup_at_risk"] == [str(files["old-unarchived"])]
         and figures["cleanup_days"] == 20
     )
-    report = build_report(store, tmp_path / "backups", {"running": True, "archive": figures})
+    report = report_document(
+        build_report(store, tmp_path / "backups", {"running": True, "archive": figures})
+    )
     assert any(
         "1 transcript(s) not (fully) archived are due for deletion by Claude Code's cleanup "
         "(cleanupPeriodDays 20)" in problem

@@ -15,6 +15,7 @@ from conftest import CORPUS_DIR, requires_corpus
 from riffd.config import TrackerConfig
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report
+from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.state.store import StateStore
 from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED
@@ -455,7 +456,8 @@ def test_worker_turns_repeats_into_informational_findings(tmp_path: Path) -> Non
         "errors": [],
         "tracker": tracker.stats(),
     }
-    report = build_report(store, tmp_path / "no-backups", daemon)
+    model = build_report(store, tmp_path / "no-backups", daemon)
+    report = report_document(model)
     assert report["healthy"] is True and report["problems"] == []
     assert report["findings"]["open"] == {} and report["findings"]["informational"] == {
         "redundant_tool_call": 2
@@ -467,4 +469,4 @@ def test_worker_turns_repeats_into_informational_findings(tmp_path: Path) -> Non
     assert report["tracker"]["top_sessions"] == [
         {"session": SESSION, "redundant": 2, "bytes_wasted": 8}
     ]
-    assert "redundant tool calls: 2 (Read 1, Grep 1), 8 bytes" in render_markdown(report)
+    assert "redundant tool calls: 2 (Read 1, Grep 1), 8 bytes" in render_markdown(model)

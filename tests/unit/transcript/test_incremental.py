@@ -19,18 +19,18 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from helpers import damage
-from riffd.transcript.incremental import IncrementalDetection
-from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.scan import analyse, analyse_appended
+from riffd.transcript.building import IndexBuilder
+from riffd.transcript.incremental import GrowingIndex, IncrementalDetection
+from riffd.transcript.scan import analyse
 
 PATH = "/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl"
 SESSION = "0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69"
 
 
 def full_findings(lines: list[bytes]) -> tuple[list[dict[str, Any]], tuple[int, ...]]:
-    index = TranscriptIndex(PATH)
-    index.add_lines(0, lines, True)
-    _loaded, findings = analyse(index)
+    builder = IndexBuilder(PATH)
+    builder.add_lines(0, lines, True)
+    index, _loaded, findings = analyse(builder)
     metrics = index.metrics
     return [finding.to_json() for finding in findings], (
         metrics.loaded_lines,
@@ -41,11 +41,11 @@ def full_findings(lines: list[bytes]) -> tuple[list[dict[str, Any]], tuple[int, 
 
 
 def appended_findings(
-    index: TranscriptIndex, offset: int, batch: list[bytes]
+    growing: GrowingIndex, offset: int, batch: list[bytes]
 ) -> tuple[list[dict[str, Any]], tuple]:
-    index.add_lines(offset, batch, True)
-    findings = analyse_appended(index)
-    metrics = index.metrics
+    growing.add_lines(offset, batch, True)
+    findings = growing.findings()
+    metrics = growing.index.metrics
     return [finding.to_json() for finding in findings], (
         metrics.loaded_lines,
         metrics.duplicates_detected,
@@ -56,7 +56,7 @@ def appended_findings(
 
 def check_line_by_line(lines: list[bytes], batches: list[int]) -> IncrementalDetection:
     """Feed `lines` in batches of the given sizes (cycled); after each, incremental == full."""
-    index = TranscriptIndex(PATH)
+    growing = GrowingIndex(PATH)
     offset = 0
     done = 0
     step = 0
@@ -64,15 +64,15 @@ def check_line_by_line(lines: list[bytes], batches: list[int]) -> IncrementalDet
         size = batches[step % len(batches)] if batches else 1
         step += 1
         batch = lines[done : done + size]
-        got = appended_findings(index, offset, batch)
+        got = appended_findings(growing, offset, batch)
         offset += sum(len(raw) + 1 for raw in batch)
         done += len(batch)
         want = full_findings(lines[:done])
         assert got == want, (
             f"after line {done} of {len(lines)}:\n" + b"\n".join(lines[:done]).decode()
         )
-    assert isinstance(index.incremental, IncrementalDetection)
-    return index.incremental
+    assert isinstance(growing.detection, IncrementalDetection)
+    return growing.detection
 
 
 class Builder:
@@ -335,9 +335,9 @@ def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
             orjson.dumps({"type": "progress", "uuid": "", "parentUuid": "a"}),
         ]
         check_line_by_line(lines, [1])
-        index = TranscriptIndex(PATH)
-        index.add_lines(0, lines, True)
-        analyse(index)
+        builder = IndexBuilder(PATH)
+        builder.add_lines(0, lines, True)
+        index = analyse(builder)[0]
         assert (
             index.metrics.loaded_lines == 2
         )  # c and the boundary: nothing before a boundary that names none
@@ -366,11 +366,11 @@ def record(session: str, uuid: str, parent: str | None, text: str = "go", **extr
     )
 
 
-def same_as_full(index: TranscriptIndex, path: Path, lines: list[bytes]) -> None:
-    got = [finding.to_json() for finding in analyse_appended(index)], index.metrics.loaded_lines
-    full = TranscriptIndex(str(path))
-    full.add_lines(0, lines, True)
-    _loaded, findings = analyse(full)
+def same_as_full(growing: GrowingIndex, path: Path, lines: list[bytes]) -> None:
+    got = [finding.to_json() for finding in growing.findings()], growing.index.metrics.loaded_lines
+    builder = IndexBuilder(str(path))
+    builder.add_lines(0, lines, True)
+    full, _loaded, findings = analyse(builder)
     assert got == ([finding.to_json() for finding in findings], full.metrics.loaded_lines)
 
 
@@ -385,12 +385,12 @@ def test_a_parent_found_in_the_session_file_yields_to_one_written_later_in_the_a
         record(session, "s1", "P", isSidechain=True),
         orjson.dumps({"type": "progress", "uuid": "P", "parentUuid": None, "sessionId": session}),
     ]
-    index = TranscriptIndex(str(agent_file))
+    growing = GrowingIndex(str(agent_file))
     offset = 0
     for done, raw in enumerate(lines, 1):
-        offset = index.add_lines(offset, [raw], True)
-        same_as_full(index, agent_file, lines[:done])
-    assert index.metrics.loaded_lines == 2
+        offset = growing.add_lines(offset, [raw], True)
+        same_as_full(growing, agent_file, lines[:done])
+    assert growing.index.metrics.loaded_lines == 2
 
 
 def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tmp_path: Path):
@@ -405,9 +405,9 @@ def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tm
         + b"\n"
     )
     lines = [record(session, "c1", "X", isSidechain=True)]
-    index = TranscriptIndex(str(agent_file))
-    offset = index.add_lines(0, lines, True)
-    assert [finding.cls for finding in analyse_appended(index)] == ["dangling_parent"]
+    growing = GrowingIndex(str(agent_file))
+    offset = growing.add_lines(0, lines, True)
+    assert [finding.cls for finding in growing.findings()] == ["dangling_parent"]
     with open(session_file, "ab") as handle:
         handle.write(record(session, "X", None, "p" * 10) + b"\n")
     session_file.write_bytes(
@@ -417,6 +417,6 @@ def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tm
         handle.write(record(session, "q3", None, "p" * 400) + b"\n")
     more = [record(session, "c2", "c1", isSidechain=True)]
     lines += more
-    index.add_lines(offset, more, True)
-    same_as_full(index, agent_file, lines)
-    assert index.dangling == {}
+    growing.add_lines(offset, more, True)
+    same_as_full(growing, agent_file, lines)
+    assert growing.index.dangling == {}

@@ -39,10 +39,10 @@ def alone(path: Path) -> dict[str, object]:
 
 
 def piped(path: Path, chunk_size: int, fs: FileSystem | None = None) -> dict[str, object] | None:
-    index = index_piped(str(path), fs=fs or FileSystem(), retry=NO_WAIT, chunk_size=chunk_size)
-    if index is None:
+    builder = index_piped(str(path), fs=fs or FileSystem(), retry=NO_WAIT, chunk_size=chunk_size)
+    if builder is None:
         return None
-    analyse(index)  # what index_file does after reading: finish, then judge
+    index = analyse(builder)[0]  # what index_file does after reading: finish, then judge
     return index_state(index)
 
 

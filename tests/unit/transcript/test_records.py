@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from conftest import corpus_transcript_params, corpus_transcripts, examples, requires_corpus
 from helpers import damage
 from helpers.run import run_riffd
+from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import MESSAGE, TranscriptIndex
 from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
@@ -328,64 +329,74 @@ def test_real_lines_take_the_fast_path_and_index_as_a_full_parse_does(path: Path
         number for number, raw in enumerate(raw_lines, 1) if raw and fast_record(raw) is None
     ]
     assert declined == [], f"{path}: lines the fast decoder declined"
-    fast, whole = TranscriptIndex(str(path)), TranscriptIndex(str(path))
-    whole.reference_parse = True  # every line parsed whole and added one by one
-    for index in (fast, whole):
+    # `whole`: every line parsed whole and added one by one
+    fast, whole = IndexBuilder(str(path)), IndexBuilder(str(path), reference_parse=True)
+    for builder in (fast, whole):
         *complete, tail = raw_lines
-        index.add_lines(0, complete, True)
+        builder.add_lines(0, complete, True)
         if tail:
-            index.add_lines(len(data) - len(tail), [tail], False)
-        index.finish()
-    assert index_state(fast) == index_state(whole)
+            builder.add_lines(len(data) - len(tail), [tail], False)
+        builder.finish()
+    assert builder_state(fast) == builder_state(whole)
 
 
 def index_state(index: TranscriptIndex) -> dict[str, object]:
-    """Everything an index holds (but its observer and the views derived from the rest)."""
-    skip = ("observe", "results", "incremental", "reference_parse")
+    """Everything an index holds (but the views derived from the rest)."""
+    skip = ("results",)
     state = {name: value for name, value in vars(index).items() if name not in skip}
     state["metrics"] = vars(index.metrics)
     state["line_findings"] = [finding.to_json() for finding in index.line_findings]
     return state
 
 
-def built(lines: list[bytes], sizes: list[int], how: str) -> TranscriptIndex:
+def builder_state(builder: IndexBuilder) -> dict[str, object]:
+    """Everything a builder holds: its index, and what it keeps for the lines still to come (but
+    its observer and how it parses)."""
+    skip = ("index", "observe", "reference_parse")
+    state = {name: value for name, value in vars(builder).items() if name not in skip}
+    return {**state, "index": index_state(builder.index)}
+
+
+def built(lines: list[bytes], sizes: list[int], how: str) -> IndexBuilder:
     """Index `lines` in batches of `sizes` (cycled): as a scan does ("scan": the fast decoder,
     batches added by columns when they can be), as the daemon does with its tracker ("observed":
     lines added one by one, the message lines also parsed whole for the observer), through the
     decoder process's messages ("columns": each batch encoded as the child of riffd.transcript.parallel_read
     does, then added from the message, in this process), or the reference ("reference": every line
     parsed whole and added one by one)."""
-    index = TranscriptIndex("/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl")
     seen: list[tuple[int, dict]] = []
-    if how == "observed":
-        index.observe = lambda line, obj: seen.append((line, obj))
-    index.reference_parse = how == "reference"
+    builder = IndexBuilder(
+        "/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl",
+        observe=(lambda line, obj: seen.append((line, obj))) if how == "observed" else None,
+        reference_parse=how == "reference",
+    )
+    index = builder.index
     encoder = BatchEncoder()
     offset = done = step = 0
     while done < len(lines):
         batch = lines[done : done + sizes[step % len(sizes)]]
         step += 1
         if how == "columns":
-            add_batch(index, encoder.encode(offset, batch, True))
+            add_batch(builder, encoder.encode(offset, batch, True))
             offset = index.end
         else:
-            offset = index.add_lines(offset, batch, True)
+            offset = builder.add_lines(offset, batch, True)
         done += len(batch)
-        index.finish()
+        builder.finish()
     if how == "observed":  # the observer saw every message line, whole, in order
         assert seen == [
             (line, parse_line(lines[line]))
             for line in range(len(lines))
             if index.flags[line] & MESSAGE
         ]
-    return index
+    return builder
 
 
 def assert_built_alike(lines: list[bytes], sizes: list[int]) -> None:
-    reference = index_state(built(lines, sizes, "reference"))
-    assert index_state(built(lines, sizes, "scan")) == reference
-    assert index_state(built(lines, sizes, "observed")) == reference
-    assert index_state(built(lines, sizes, "columns")) == reference
+    reference = builder_state(built(lines, sizes, "reference"))
+    assert builder_state(built(lines, sizes, "scan")) == reference
+    assert builder_state(built(lines, sizes, "observed")) == reference
+    assert builder_state(built(lines, sizes, "columns")) == reference
 
 
 @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -442,4 +453,4 @@ def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_pr
     )  # the same uuid: line by line, not columns
     lines = [orjson.dumps(record) for record in (first, prompt, again)]
     assert_built_alike(lines, [3])
-    assert built(lines, [3], "columns").session_id == session
+    assert built(lines, [3], "columns").index.session_id == session

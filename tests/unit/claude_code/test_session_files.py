@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers.sessiontree import SLUG, build_session
-from riffd.transcript.sessionfiles import (
+from riffd.claude_code.session_files import (
     FILE_HISTORY,
     PLAN,
     SESSION_OTHER,

@@ -4,8 +4,9 @@ Measured with the real client (2.1.332; shared/transcript-format.md, section 1, 
 archive section):
 - in the session's folder beside its transcript, `<project>/<session>/`:
   `subagents/agent-<id>.meta.json` (a subagent's type and settings), `tool-results/<short id>.txt`
-  (the full output of a large tool call; a PDF's pages under a folder of their own) and whatever
-  else the client puts there; the `.jsonl` files in it are transcripts, archived line by line;
+  (the full output of a large tool call; a PDF's pages under a folder of their own: every file in
+  `tool-results/` is a saved output, whatever its name) and whatever else the client puts there; the
+  other `.jsonl` files in it are transcripts, archived line by line;
 - in the config folder (`<X>` for a root `<X>/projects`, and the configured `claude_dir`):
   `file-history/<session>/` (the pre-edit copies `/rewind` uses), `tasks/<session>/` (the session's
   task list, read again on resume), `plans/<slug>.md` (a plan written in plan mode, named by the
@@ -14,7 +15,14 @@ archive section):
   kept with it. Claude Code deletes each of these by age (the session folder and
   `file-history/<session>/` with the session, a saved output by its own age even while its session
   is resumed), so the archive is all there is of them afterwards. Dot files (locks, temp files) and
-  files being replaced under a temp name are not the session's.
+  the client's temp files (`<name>.tmp.<pid>.<ms>`, `<name>.tmp.<hex>`, `<name>.<16 hex>.tmp`) are
+  not the session's.
+
+Symlinks: a project folder that is a symlink is followed, as the transcript walk follows it (a
+project on another disk); below it nothing is: a session's folder, its `tool-results/` or
+`subagents/`, a file in them, and anything below a config folder (`file-history/<session>`,
+`tasks/<session>`) that is a symlink is named (`on_link`) and left, so riffd never archives (nor
+restores) files out of the sessions' own folders.
 """
 
 from __future__ import annotations
@@ -41,7 +49,11 @@ KINDS = (SUBAGENT_META, TOOL_RESULT, SESSION_OTHER, FILE_HISTORY, TASKS, PLAN, T
 # The config folder's sub-folders these kinds live in
 CONFIG_FOLDERS = ("file-history", "tasks", "plans", "todos")
 
-_TEMP = re.compile(r"\.tmp(\.|$)")
+# The client's temp names (2.1.x): `<name>.tmp.<pid>.<ms>` (its atomic writes), `<name>.tmp.<hex>`
+# (`*.jsonl.compact.tmp.<hex>` of compaction), `<name>.<16 hex>.tmp`; `.<name>.tmp.<hex>` is a dot name
+_TEMP = re.compile(r"\.tmp\.[0-9a-f]+(\.[0-9]+)?$|\.[0-9a-f]{16}\.tmp$")
+# Kinds of files in a session's folder below a root (kept relative to the folder above the root)
+IN_SESSION_FOLDER = (SUBAGENT_META, TOOL_RESULT, SESSION_OTHER)
 HIGH_WATER_MARK = ".highwatermark"
 _TODOS = re.compile(rf"^({SESSION_ID.pattern})-agent-.+\.json$")
 _SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
@@ -72,6 +84,53 @@ def config_folders(roots: Iterable[Path], claude_dir: Path | None = None) -> lis
     return list(found.values())
 
 
+def kept_mode(mode: int) -> int:
+    """The part of a file's mode the archive keeps and compares: its type and its owner's bits (0600
+    when those are none). A restore writes these (private: riffd.repair.restore), so a file restored
+    byte for byte reads as the version it came from."""
+    return stat.S_IFMT(mode) | (stat.S_IMODE(mode) & 0o700 or 0o600)
+
+
+def file_state(status: os.stat_result) -> tuple[int, int, int]:
+    """A file's (size, modification time in ns, `kept_mode`), as the archive's newest version of it
+    is compared: one stat, no read."""
+    return status.st_size, status.st_mtime_ns, kept_mode(status.st_mode)
+
+
+def session_config(transcript: Path) -> Path | None:
+    """The config folder of the session whose transcript (main or subagent's) is `transcript`: the
+    folder above its root when the root is named `projects` (the client writes its plans there);
+    None when it is not."""
+    depth = 3 if transcript.parent.name == "subagents" else 1
+    if len(transcript.parents) <= depth + 1:
+        return None
+    root = transcript.parents[depth]
+    return root.parent if root.name == "projects" else None
+
+
+def linked_folder(found: SessionFile) -> Path | None:
+    """The first folder between where `found` is kept from and the file that is a symlink riffd does
+    not follow (see the module: below a root, any but the root and the project folder; below a
+    config folder, any), or None."""
+    current, parts = found.base, Path(found.relative).parts[:-1]
+    followed = 2 if found.kind in IN_SESSION_FOLDER else 0
+    for depth, part in enumerate(parts):
+        current = current / part
+        if depth >= followed and os.path.islink(current):
+            return current
+    return None
+
+
+def saved_output_folder(path: Path) -> Path | None:
+    """The `<session>/tool-results` folder `path` is in (at any depth), or None: everything there is a
+    saved tool output, never a transcript, whatever its name."""
+    parts = path.parts
+    for at in range(len(parts) - 2, 0, -1):
+        if parts[at] == "tool-results" and SESSION_ID.fullmatch(parts[at - 1]):
+            return Path(*parts[: at + 1])
+    return None
+
+
 def is_kept_name(name: str) -> bool:
     """Whether a file of this name in a session's folders is the session's (not a lock, a dot file
     or a temp; but a task list's `.highwatermark`, the highest task id it gave, which the client
@@ -91,10 +150,11 @@ def classify(path: Path, roots: Iterable[Path], configs: Iterable[Path]) -> Sess
         if parts is None:
             continue
         # <project>/<session>/<...>/<name>: a file in a session's folder that is not a transcript
+        # (in tool-results/, every file is a saved output: a `.jsonl` there is one too)
         if (
             len(parts) < 3
             or not SESSION_ID.fullmatch(parts[1])
-            or is_transcript_name(name)
+            or (is_transcript_name(name) and parts[2] != "tool-results")
             or any(part.startswith(".") for part in parts[:-1])
         ):
             return None
@@ -136,13 +196,20 @@ def _below(path: Path, folder: Path) -> tuple[str, ...] | None:
 
 
 OnError = Callable[[OSError], None]
+OnLink = Callable[[Path], None]
 
 
-def iter_files_below(folder: Path, on_error: OnError | None = None) -> Iterator[Path]:
-    """Yield every regular file below `folder` (symlinks not followed, dot folders skipped), sorted;
-    a folder that cannot be listed goes to `on_error` (never taken for an empty one), or is
-    raised."""
+def iter_files_below(
+    folder: Path, on_error: OnError | None = None, on_link: OnLink | None = None
+) -> Iterator[Path]:
+    """Yield every regular file below `folder` (dot folders skipped), sorted; symlinks are not
+    followed, `folder` itself included: each goes to `on_link`. A folder that cannot be listed goes
+    to `on_error` (never taken for an empty one), or is raised."""
     try:
+        if _is_link(folder):
+            if on_link is not None:
+                on_link(folder)
+            return
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except FileNotFoundError:
         return
@@ -155,9 +222,12 @@ def iter_files_below(folder: Path, on_error: OnError | None = None) -> Iterator[
         return
     for entry in entries:
         try:
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink():
+                if on_link is not None:
+                    on_link(Path(entry.path))
+            elif entry.is_dir(follow_symlinks=False):
                 if not entry.name.startswith("."):
-                    yield from iter_files_below(Path(entry.path), on_error)
+                    yield from iter_files_below(Path(entry.path), on_error, on_link)
             elif entry.is_file(follow_symlinks=False):
                 yield Path(entry.path)
         except OSError as exc:
@@ -172,55 +242,70 @@ def session_files(
     roots: Iterable[Path],
     configs: Iterable[Path],
     on_error: OnError | None = None,
+    on_link: OnLink | None = None,
 ) -> Iterator[SessionFile]:
     """Yield the files of one session kept whole (plans aside: they are named by slug): those in its
-    folder in each project folder of `folders`, and those in the config folders."""
+    folder in each project folder of `folders`, and those in the config folders; symlinks below a
+    project folder or a config folder go to `on_link`, not followed."""
     roots, configs = list(roots), list(configs)
     places = [folder / session_id for folder in folders]
     for config in configs:
-        places += [config / "file-history" / session_id, config / "tasks" / session_id]
+        places += [
+            config / top / session_id
+            for top in ("file-history", "tasks")
+            if not _linked_top(config / top, on_link)
+        ]
     for place in places:
-        for path in iter_files_below(place, on_error):
+        for path in iter_files_below(place, on_error, on_link):
             found = classify(path, roots, configs)
             if found is not None and found.session_id == session_id:
                 yield found
     for config in configs:
-        for path in _listed(config / "todos", on_error):
+        for path in _listed(config / "todos", on_error, on_link):
             found = classify(path, roots, configs)
             if found is not None and found.session_id == session_id:
                 yield found
 
 
 def plan_files(slugs: Iterable[str], configs: Iterable[Path]) -> Iterator[SessionFile]:
-    """Yield the plan files of these slugs that exist in the config folders."""
+    """Yield the plan files of these slugs that exist in the config folders (not through a
+    symlink)."""
     configs = list(configs)
     for config in configs:
         for slug in slugs:
             path = config / "plans" / f"{slug}.md"
-            if _SLUG.fullmatch(slug) and _is_file(path):
+            if _SLUG.fullmatch(slug) and not _is_link(path.parent) and _is_file(path):
                 found = classify(path, (), configs)
                 if found is not None:
                     yield found
 
 
 def all_session_files(
-    roots: Iterable[Path], configs: Iterable[Path], on_error: OnError | None = None
+    roots: Iterable[Path],
+    configs: Iterable[Path],
+    on_error: OnError | None = None,
+    on_link: OnLink | None = None,
 ) -> Iterator[SessionFile]:
     """Yield every file kept whole under the roots (in the session folders of each project folder)
     and in the config folders (plans too); one stat per folder and none per file beyond the
-    listing."""
+    listing. Project folders that are symlinks are followed; any other symlink met (a session's
+    folder, a folder or file in one, `file-history/<session>`) goes to `on_link`, not followed."""
     roots, configs = list(roots), list(configs)
     for root in roots:
-        for project in _folders(root, on_error):
-            for folder in _folders(project, on_error):
+        for project in _folders(root, on_error, follow=True):
+            for folder in _folders(project, on_error, on_link):
                 if SESSION_ID.fullmatch(folder.name):
-                    yield from _classified(iter_files_below(folder, on_error), roots, configs)
+                    yield from _classified(
+                        iter_files_below(folder, on_error, on_link), roots, configs
+                    )
     for config in configs:
         for top in ("file-history", "tasks"):
-            for folder in _folders(config / top, on_error):
-                yield from _classified(iter_files_below(folder, on_error), roots, configs)
+            if _linked_top(config / top, on_link):
+                continue
+            for folder in _folders(config / top, on_error, on_link):
+                yield from _classified(iter_files_below(folder, on_error, on_link), roots, configs)
         for top in ("plans", "todos"):
-            yield from _classified(_listed(config / top, on_error), roots, configs)
+            yield from _classified(_listed(config / top, on_error, on_link), roots, configs)
 
 
 def _classified(
@@ -232,15 +317,23 @@ def _classified(
             yield found
 
 
-def _folders(folder: Path, on_error: OnError | None) -> list[Path]:
-    """The folders directly in `folder` (symlinks to folders too, as the transcript walk follows
-    them), not dot ones."""
+def _folders(
+    folder: Path, on_error: OnError | None, on_link: OnLink | None = None, *, follow: bool = False
+) -> list[Path]:
+    """The folders directly in `folder`, not dot ones. With `follow` (project folders under a root),
+    symlinks to folders too, as the transcript walk follows them; else a symlink named as a session
+    goes to `on_link` and is left out."""
     try:
-        return sorted(
-            Path(entry.path)
-            for entry in os.scandir(folder)
-            if not entry.name.startswith(".") and entry.is_dir()
-        )
+        found = []
+        for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+            if entry.name.startswith("."):
+                continue
+            if not follow and entry.is_symlink():
+                if on_link is not None and SESSION_ID.fullmatch(entry.name):
+                    on_link(Path(entry.path))
+            elif entry.is_dir():
+                found.append(Path(entry.path))
+        return found
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -252,12 +345,19 @@ def _folders(folder: Path, on_error: OnError | None) -> list[Path]:
         return []
 
 
-def _listed(folder: Path, on_error: OnError | None) -> list[Path]:
-    """The regular files directly in `folder`."""
+def _listed(folder: Path, on_error: OnError | None, on_link: OnLink | None = None) -> list[Path]:
+    """The regular files directly in `folder` (a symlink, or `folder` as one, to `on_link`)."""
     try:
-        return sorted(
-            Path(entry.path) for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False)
-        )
+        if _linked_top(folder, on_link):
+            return []
+        found = []
+        for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+            if entry.is_symlink():
+                if on_link is not None:
+                    on_link(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):
+                found.append(Path(entry.path))
+        return found
     except FileNotFoundError:
         return []
     except OSError as exc:
@@ -267,6 +367,23 @@ def _listed(folder: Path, on_error: OnError | None) -> list[Path]:
             raise
         on_error(exc)
         return []
+
+
+def _linked_top(folder: Path, on_link: OnLink | None) -> bool:
+    """Whether a config folder's `file-history/`, `tasks/`, `plans/` or `todos/` is a symlink (then
+    handed to `on_link`)."""
+    if not _is_link(folder):
+        return False
+    if on_link is not None:
+        on_link(folder)
+    return True
+
+
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _is_file(path: Path) -> bool:

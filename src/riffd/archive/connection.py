@@ -1,0 +1,127 @@
+"""The one connection an archive's writer, reader and whole files share.
+
+`ArchiveConnection` holds the SQLite connection, the lock every statement is made under (one
+connection, many threads), the lock timeout, and the packs held in memory for this connection
+(riffd.archive.packs.PackStore). It opens the database, moves it aside when it is found damaged
+(the writer, reader and whole files keep using this object: they see the new database), and makes
+the transactions: a write transaction after which the packs in memory are what it committed, or
+forgotten when it rolled back, and reads as of one moment.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from riffd.archive.packs import PackStore
+from riffd.archive.schema import RECOVER_ADVICE, connect
+from riffd.database import open_checked, reopen_if_damaged
+
+
+class ArchiveConnection:
+    """The archive database at `path`, behind one lock (SQLite in WAL mode), with its packs."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        lock_timeout: float = 30.0,
+        heal: bool = False,
+        check: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        """Open (or create) the archive at `path`. `check` runs SQLite's quick check first (the
+        daemon, at start); a file found damaged is moved aside and a new archive made when `heal`,
+        else DatabaseDamaged is raised. `read_only` opens an existing archive without changing it
+        (`riffd archive recover` reads a damaged one so); raise ArchiveError for an archive of an
+        earlier format."""
+        self.path = path
+        self.lock_timeout = lock_timeout
+        self.lock = threading.RLock()
+        self.moved_aside: Path | None = (
+            None  # where a damaged archive went (then `damage` says why)
+        )
+        self.damage: str | None = None
+        if read_only:
+            self.db = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                timeout=lock_timeout,
+            )
+        else:
+            self.db, self.moved_aside, self.damage = open_checked(
+                path, self._connect, heal=heal, check=check, advice=RECOVER_ADVICE
+            )
+        self.packs = PackStore(self.db)
+
+    def _connect(self, target: Path, create: bool) -> sqlite3.Connection:
+        return connect(target, self.lock_timeout, create)
+
+    def reopen_if_damaged(self, error: BaseException) -> bool:
+        """After a database error, check the file; when it is damaged, move it aside and continue
+        with a new, empty archive (`riffd archive recover` copies what is readable of the old one).
+        Return True when that happened (the packs held in memory are then a new, empty store)."""
+        with self.lock:
+            reopened = reopen_if_damaged(self.path, self.db, error, self._connect)
+            if reopened is None:
+                return False
+            self.db, self.moved_aside, self.damage = reopened
+            self.packs = PackStore(self.db)
+        return True
+
+    def close(self) -> None:
+        """Close the database."""
+        with self.lock:
+            self.db.close()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """One write transaction, under the lock: on success the open pack as the transaction left
+        it is the committed one; on failure the transaction is rolled back and the packs held in
+        memory are forgotten (read again from the database when next needed). A ROLLBACK made
+        inside ends it early (the packs are forgotten then too)."""
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                self.packs.refresh()
+                yield
+                if not self.db.in_transaction:  # ended inside
+                    self.packs.forget()
+                    return
+                self.db.execute("COMMIT")
+            except BaseException:
+                try:
+                    # (a COMMIT that failed, on a deferred constraint say, leaves it open)
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                finally:
+                    self.packs.forget()
+                raise
+            self.packs.commit()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Read as of one moment: every read in the block sees the archive as one transaction left
+        it, whatever another process (the daemon) writes meanwhile. The lock is held throughout."""
+        with self.lock:
+            self.db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self.db.execute("COMMIT")
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Read as of one moment (the lock held), unless a transaction is open already (a
+        `snapshot`, or a write that reads)."""
+        with self.lock:
+            if self.db.in_transaction:
+                yield
+                return
+            with self.snapshot():
+                yield

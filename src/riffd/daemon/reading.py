@@ -1,0 +1,201 @@
+"""Reading one transcript from its watermark: its status (one stat: an unchanged file costs no
+more), where to read from, its new complete lines in chunks, and the watermark that records them.
+
+Only the bytes after the stored watermark are read, fed to the file's index kept in memory
+(riffd.daemon.cache); a file whose index was evicted, or that was truncated, rewritten or replaced
+by someone else, is read again from the start: never silently skipped. Only complete lines are
+consumed: an unfinished last line waits for its newline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, NamedTuple
+
+from riffd.daemon.cache import IndexCache
+from riffd.fsio import RetryingFS
+from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
+from riffd.transcript.incremental import GrowingIndex
+from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.reader import iter_chunks, read_span
+
+log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
+
+
+class Gone(Exception):
+    """Nothing is at the path any more."""
+
+
+class PassedBy(Exception):
+    """A path the worker does not read now; `why` says why, and `error` that it is a read error (in
+    the log and the counters)."""
+
+    def __init__(self, why: str, *, error: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.error = why, error
+
+
+def status_of(name: str, fs: RetryingFS) -> os.stat_result:
+    """Return the status of the regular file `name`, through a symlink the walk reached it by; raise
+    Gone when nothing is there, PassedBy when its status cannot be read or it is no regular file."""
+    try:
+        status = fs.stat(name)
+    except FileNotFoundError:
+        raise Gone(name) from None
+    except OSError as exc:  # EIO on every try: look again at the next change or rescan
+        log.error("%s: could not read its status: %s", name, exc)
+        raise PassedBy(str(exc), error=True) from exc
+    if stat.S_ISLNK(status.st_mode):
+        # A link to a transcript the walk reaches by no other path (riffd.claude_code.walk): read
+        # and archived through the link; its repair is skipped as `symlink` (the planner), so the
+        # report names it.
+        try:
+            status = fs.attempt(partial(os.stat, name), f"the status of {name}")
+        except OSError as exc:
+            raise PassedBy(f"a symlink to nothing readable ({exc})") from exc
+    if not stat.S_ISREG(status.st_mode):
+        raise PassedBy("not a regular file")
+    return status
+
+
+class Message(NamedTuple):
+    """A message line as the index parsed it: its line number (0-based), the record, and the
+    session id the index knew when it reached it."""
+
+    line: int
+    record: dict[str, Any]
+    session_id: str | None
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Complete lines of a transcript, in file order: `lines` (without their newlines) start at
+    byte `offset`; `messages` are filled by the index as it parses them, for the sinks after it."""
+
+    offset: int
+    lines: list[bytes]
+    messages: list[Message] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        """The byte after the last line's newline."""
+        return self.offset + sum(map(len, self.lines)) + len(self.lines)
+
+
+@dataclass
+class Reading:
+    """One file being read: from byte `start` into `growing`, the index the daemon keeps of it
+    (`already` of its lines were processed
+    before: a rebuild reads them again, but does not process them again); `kind` is appended /
+    rebuilt / read, `why` says why it is read from the start; `tail` counts the bytes of an
+    unfinished last line once the chunks are read."""
+
+    name: str
+    status: os.stat_result
+    state: FileState | None
+    growing: GrowingIndex
+    start: int = 0
+    already: int = 0
+    kind: str = "read"
+    why: str = ""
+    tail: int = 0
+
+    @property
+    def index(self) -> TranscriptIndex:
+        """The index of the lines read so far."""
+        return self.growing.index
+
+    @property
+    def rewritten(self) -> bool:
+        """Whether the file is no longer the one its watermark describes (rewritten, replaced)."""
+        return self.state is not None and bool(self.why) and self.kind == "read"
+
+    @property
+    def at_end(self) -> bool:
+        """Whether the index ends where the file ended when it was looked at."""
+        return self.index.end == self.status.st_size
+
+    def chunks(self, fs: RetryingFS) -> Iterator[Chunk]:
+        """Yield the complete new lines in chunks; an unfinished last line is only measured."""
+        for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start):
+            if terminated:
+                yield Chunk(offset, lines)
+            else:
+                self.tail = len(lines[0])  # an unfinished last line: wait for its newline
+
+
+def open_reading(
+    name: str, status: os.stat_result, state: FileState | None, cache: IndexCache, fs: RetryingFS
+) -> Reading | None:
+    """Given a file's status and its stored state, return where to read it from, or None when its
+    watermark says nothing changed (one stat, no read: what a restart costs per untouched file)."""
+    watermark = state.watermark if state else None
+    if watermark is None:
+        cache.drop(name)
+        return Reading(name, status, state, GrowingIndex(name), why="new file")
+    if (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == (
+        watermark.dev,
+        watermark.ino,
+        watermark.size,
+        watermark.mtime_ns,
+    ):
+        return None
+    why = still_same_file(name, status, watermark, fs)
+    if why:
+        cache.drop(name)
+        return Reading(name, status, state, GrowingIndex(name), why=why)
+    growing = cache.get(name, watermark.offset)
+    if growing is not None:
+        return Reading(name, status, state, growing, watermark.offset, watermark.lines, "appended")
+    cache.drop(name)
+    why = "no index in memory: read from the start to rebuild it"
+    return Reading(name, status, state, GrowingIndex(name), 0, watermark.lines, "rebuilt", why)
+
+
+def still_same_file(name: str, status: os.stat_result, watermark: Watermark, fs: RetryingFS) -> str:
+    """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
+    if (status.st_dev, status.st_ino) != (watermark.dev, watermark.ino):
+        return "it was replaced by another file"
+    if status.st_size < watermark.offset:
+        return f"it shrank below the {watermark.offset} bytes already read (truncated)"
+    if digest(name, 0, watermark.head_len, fs) != watermark.head_sha:
+        return "its first line changed (rewritten)"
+    tail_start = watermark.offset - watermark.tail_len
+    if digest(name, tail_start, watermark.tail_len, fs) != watermark.tail_sha:
+        return "bytes before the watermark changed (rewritten)"
+    return ""
+
+
+def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
+    """Return the watermark that records what `reading` read."""
+    name, status, index = reading.name, reading.status, reading.index
+    offset = index.end
+    head_len = min(index.span(0)[1], FINGERPRINT_BYTES) if len(index) else 0
+    tail_len = min(offset, FINGERPRINT_BYTES)
+    return Watermark(
+        path=name,
+        dev=status.st_dev,
+        ino=status.st_ino,
+        offset=offset,
+        lines=len(index),
+        head_len=head_len,
+        head_sha=digest(name, 0, head_len, fs),
+        tail_len=tail_len,
+        tail_sha=digest(name, offset - tail_len, tail_len, fs),
+        size=status.st_size,
+        mtime_ns=status.st_mtime_ns,
+    )
+
+
+def digest(name: str, offset: int, length: int, fs: RetryingFS) -> str:
+    """The sha256 of `length` bytes of `name` at `offset`."""
+    if length <= 0:
+        return hashlib.sha256(b"").hexdigest()
+    data = read_span(name, offset, length, fs=fs)
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,185 @@
+"""Where the worker feeds a transcript's new complete lines: sinks of one shape (`LineSink`), each
+fed every chunk in file order, then told the reading is done.
+
+The index comes first: it parses each line once, and leaves the message records it parsed on the
+chunk. The tracker looks for repeated tool calls among them. The archive takes every complete line
+exactly once, before the state store commits the watermark past it, so nothing is ever read and not
+archived; what it could not take (a full disk, a locked database, lines read while it was off) it
+catches up from its own watermark later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from riffd.archive.ingest import ingest_file, still_appended
+from riffd.archive.packs import PackDamaged
+from riffd.archive.store import Archive, ArchiveGap
+from riffd.daemon.reading import Chunk, Message, Reading
+from riffd.state.store import StateStore
+from riffd.tracker.tracker import RedundantCall, ToolCallTracker
+from riffd.transcript.incremental import GrowingIndex
+
+log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
+
+ARCHIVE_ERRORS = (sqlite3.Error, OSError, ArchiveGap, PackDamaged)
+
+
+class LineSink(Protocol):
+    """What the worker feeds each chunk of a file's new complete lines to, in file order."""
+
+    def feed(self, chunk: Chunk) -> None:
+        """Take the chunk's lines."""
+
+    def done(self) -> None:
+        """The last chunk was fed."""
+
+
+class IndexSink:
+    """Adds each chunk to the file's index; with `keep_messages`, leaves the message records the
+    index parsed on the chunk (the tracker's food: each line is parsed once)."""
+
+    def __init__(self, growing: GrowingIndex, keep_messages: bool) -> None:
+        self.growing = growing
+        self.keep_messages = keep_messages
+
+    def feed(self, chunk: Chunk) -> None:
+        """Add the chunk's lines to the index."""
+        growing = self.growing
+        if self.keep_messages:
+            messages = chunk.messages
+            index = growing.index
+
+            def observe(line: int, record: dict[str, Any]) -> None:
+                messages.append(Message(line, record, index.session_id))
+
+            growing.builder.observe = observe
+        growing.add_lines(chunk.offset, chunk.lines, True)
+
+    def done(self) -> None:
+        """Let go of the chunk the observer held."""
+        self.growing.builder.observe = None
+
+
+class TrackerSink:
+    """Feeds the tracker each message record of one file, keeping the redundant calls it finds (by
+    the repeat's tool_use id). Lines read again from the start are fed again: the tracker ignores
+    tool_use ids it has seen."""
+
+    def __init__(self, tracker: ToolCallTracker, name: str) -> None:
+        self.tracker = tracker
+        self.name = name
+        self.fallback = os.path.basename(name).removesuffix(".jsonl")
+        self.repeats: dict[str, RedundantCall] = {}
+
+    def feed(self, chunk: Chunk) -> None:
+        """Feed the chunk's message records to the tracker."""
+        for line, record, known_session in chunk.messages:
+            session_id = record.get("sessionId")
+            if not isinstance(session_id, str):
+                session_id = known_session or self.fallback
+            for found in self.tracker.feed(session_id, record, line=line, path=self.name):
+                self.repeats[found.later_id] = found
+
+    def done(self) -> None:
+        """Sessions read from history are quiet: forget them at once."""
+        self.tracker.prune(time.time())
+
+
+@dataclass(frozen=True)
+class ArchiveErrors:
+    """What a failure of the archive does. Detection and repairs go on whatever the archive does;
+    it catches up later from its own watermark (the daemon's rescan). The error goes to the log, to
+    `on_write_error` (the daemon's Room: a full disk is followed by a rescan once there is room) and
+    to the store's counters; a damaged archive is moved aside and a new one started at once."""
+
+    store: StateStore
+    on_write_error: Callable[[BaseException], object] | None = None
+
+    def failed(self, archive: Archive, name: str, what: str, exc: Exception) -> None:
+        """Say that the archive could not do `what` for the file `name`."""
+        log.error("%s: could not %s: %s; the next rescan retries", name, what, exc)
+        if self.on_write_error is not None:
+            self.on_write_error(exc)
+        self.store.bump({"archive.errors": 1})
+        if archive.reopen_if_damaged(exc):
+            self.store.bump({"archive.moved_aside": 1})
+
+    def take_file(self, archive: Archive, path: Path, what: str) -> Exception | None:
+        """Archive `path` from the archive's own watermark to its last complete line; return the
+        error that prevented it, or None."""
+        try:
+            ingest_file(archive, path)
+        except ARCHIVE_ERRORS as exc:
+            self.failed(archive, str(path), what, exc)
+            return exc
+        return None
+
+
+class ArchiveSink:
+    """Feeds the archive each chunk of one file: a new generation of it from byte 0 when it was
+    rewritten, with the file's modification time on the chunk that ends where the file ended."""
+
+    def __init__(
+        self, archive: Archive, reading: Reading, errors: ArchiveErrors, *, own_rewrite: bool
+    ) -> None:
+        self.archive, self.errors = archive, errors
+        self.name, self.status = reading.name, reading.status
+        self.end = reading.start
+        self.rewritten = self._new_generation(reading, own_rewrite)
+
+    def _new_generation(self, reading: Reading, own_rewrite: bool) -> bool:
+        """Whether the archive must start a new generation of the file (rewritten, by anyone)."""
+        if own_rewrite or reading.rewritten:
+            return True
+        if reading.state is None:  # new to the state store: new to the archive, or recreated?
+            try:
+                _generation, archived = self.archive.cursor(self.name)
+                return archived > 0 and not still_appended(self.archive, Path(self.name), archived)
+            except (sqlite3.Error, OSError, PackDamaged) as exc:
+                self.errors.failed(self.archive, self.name, "ask the archive about it", exc)
+        return False
+
+    def feed(self, chunk: Chunk) -> None:
+        """Archive the chunk's lines (from the file itself when the archive lacks bytes before)."""
+        end = chunk.end
+        mtime_ns = self.status.st_mtime_ns if end == self.status.st_size else None
+        rewritten = self.rewritten and chunk.offset == 0
+        self.end = end
+        try:
+            try:
+                self.archive.add_lines(
+                    self.name, chunk.offset, chunk.lines, rewritten=rewritten, mtime_ns=mtime_ns
+                )
+            except (
+                ArchiveGap
+            ) as gap:  # bytes read before were not archived then: from its watermark
+                added = ingest_file(self.archive, Path(self.name))
+                log.info(
+                    "%s: the archive lacked bytes %d to %d (not archived when they were read); "
+                    "archived %d line(s) from the file",
+                    self.name,
+                    gap.archived,
+                    gap.offset,
+                    added,
+                )
+        except ARCHIVE_ERRORS as exc:
+            self.errors.failed(
+                self.archive, self.name, f"archive lines at byte {chunk.offset}", exc
+            )
+
+    def done(self) -> None:
+        """Record the file's modification time when what was read ends where the file did."""
+        if self.end != self.status.st_size:
+            return
+        try:
+            self.archive.note_mtime(self.name, self.end, self.status.st_mtime_ns)
+        except sqlite3.Error as exc:
+            self.errors.failed(self.archive, self.name, "record its modification time", exc)

@@ -1,0 +1,283 @@
+"""`riffd archive restore` of whole sessions at its edges: never through a symlinked folder (as a user
+and as root), two restores at once, a forked session's saved outputs, plans of one config folder
+only, a byte-exact restore read as whole, and a FIFO where a transcript was. Real files laid out as
+the client writes them, real `riffd` subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.sessiontree import SLUG, build_session, delete_like_cleanup, line, persisted, snapshot
+from test_archive_sessions import _riffd
+
+NOBODY = 65534  # the uid a user's files get in the root tests
+
+
+def _ingest(tmp_path: Path) -> None:
+    result = _riffd(tmp_path, "archive", "ingest")
+    assert result.returncode == 0, result.stderr
+
+
+def _files_below(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*") if path.is_file() or path.is_symlink())
+
+
+# --- never through a symlinked folder ----------------------------------------------------------
+
+
+def test_restore_never_writes_through_a_symlinked_folder_in_a_session(tmp_path: Path) -> None:
+    """`<session>/tool-results` and `file-history/<session>` replaced by links to folders outside
+    the roots: nothing is written there, each link is named, and the transcript is held back."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    _ingest(tmp_path)
+    outside, outside2 = tmp_path / "outside", tmp_path / "outside2"
+    outside.mkdir()
+    outside2.mkdir()
+    shutil.rmtree(tree.folder / "tool-results")
+    (tree.folder / "tool-results").symlink_to(outside)
+    history = claude / "file-history" / tree.session_id
+    shutil.rmtree(history)
+    history.symlink_to(outside2)
+    tree.main.unlink()
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 2, result.stderr
+    assert _files_below(outside) == [] and _files_below(outside2) == []
+    for link in (tree.folder / "tool-results", history):
+        assert f"{link} is a symlink (to {os.path.realpath(link)}); riffd never writes" in (
+            result.stderr
+        )
+    assert not tree.main.exists()  # held back: its saved outputs could not go back
+    assert "held back" in result.stderr
+
+
+def test_restore_follows_a_symlinked_project_folder_as_the_walk_does(tmp_path: Path) -> None:
+    """A project folder on another disk (a link right below the root) is where its sessions are:
+    restore writes there, as ingest read there."""
+    claude = tmp_path / "claude"
+    disk = tmp_path / "disk" / "-home-user-app"
+    disk.mkdir(parents=True)
+    (claude / "projects").mkdir(parents=True)
+    (claude / "projects" / "-home-user-app").symlink_to(disk)
+    tree = build_session(claude)
+    _ingest(tmp_path)
+    before = snapshot(tree.files())
+    delete_like_cleanup(tree)
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(tree.files()) == before
+    assert (disk / f"{tree.session_id}.jsonl").is_file()
+
+
+def test_restore_to_a_folder_never_writes_through_a_link_below_it(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    _ingest(tmp_path)
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (out / "projects").symlink_to(outside)
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id, "--to", str(out))
+    assert result.returncode == 2
+    assert f"{out / 'projects'} is a symlink" in result.stderr
+    assert _files_below(outside) == []
+    assert (out / "file-history" / tree.session_id).is_dir()  # the rest is there
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root case needs root (run the suite as root)")
+def test_riffd_as_root_never_writes_a_users_bytes_into_roots_folders(tmp_path: Path) -> None:
+    """A user planted `<session>/tool-results` -> a root-only folder (and a project folder link to
+    another), after riffd archived their saved output: root's restore, --force or not, writes
+    nothing there and replaces nothing; a user's project link to their own folder is followed."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(claude)], check=True)
+    _ingest(tmp_path)
+    root_only = tmp_path / "root-only"
+    root_only.mkdir(mode=0o755)
+    victim = root_only / tree.tool_results()[0].name
+    victim.write_bytes(b"root's own file\n")
+    os.utime(victim, (time.time() - 7200,) * 2)
+    shutil.rmtree(tree.folder / "tool-results")
+    (tree.folder / "tool-results").symlink_to(root_only)
+    os.lchown(tree.folder / "tool-results", NOBODY, NOBODY)
+    for force in ([], ["--force", "--quiet-period", "0"]):
+        result = _riffd(tmp_path, "archive", "restore", *force, tree.session_id)
+        assert result.returncode == 2, result.stderr
+        assert f"{tree.folder / 'tool-results'} is a symlink" in result.stderr
+        assert sorted(os.listdir(root_only)) == [victim.name]
+        assert victim.read_bytes() == b"root's own file\n"
+    # The user's link to a project folder of root's: not followed; to a folder of their own: followed
+    project = tree.project
+    for owner in (0, NOBODY):
+        elsewhere = tmp_path / f"elsewhere-{owner}"
+        elsewhere.mkdir()
+        os.chown(elsewhere, owner, owner)
+        shutil.rmtree(project, ignore_errors=True)
+        project.unlink(missing_ok=True)
+        project.symlink_to(elsewhere)
+        os.lchown(project, NOBODY, NOBODY)
+        result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+        if owner == 0:
+            assert result.returncode == 2
+            assert f"{project} is a symlink (to {elsewhere})" in result.stderr
+            assert _files_below(elsewhere) == []
+        else:
+            assert result.returncode == 0, result.stderr
+            restored = elsewhere / f"{tree.session_id}.jsonl"
+            assert restored.stat().st_uid == NOBODY
+
+
+# --- two restores at once, and what appears meanwhile ------------------------------------------
+
+
+def test_two_restores_at_once_both_succeed_and_replace_nothing(tmp_path: Path) -> None:
+    """Without --force nothing is replaced: a file the other restore put there meanwhile is the
+    archive's copy, so it counts as there."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    results = tree.folder / "tool-results"
+    for number in range(300):
+        (results / f"o{number:03d}.txt").write_bytes(os.urandom(3000))
+        os.utime(results / f"o{number:03d}.txt", (1700000000, 1700000000))
+    _ingest(tmp_path)
+    before = snapshot(_files_below(results))
+    for _attempt in range(3):
+        shutil.rmtree(tree.folder)
+        done: list[subprocess.CompletedProcess[str]] = []
+
+        def restore(into: list[subprocess.CompletedProcess[str]] = done) -> None:
+            into.append(_riffd(tmp_path, "archive", "restore", tree.session_id))
+
+        runs = [threading.Thread(target=restore) for _ in range(2)]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join()
+        assert [result.returncode for result in done] == [0, 0], [r.stderr for r in done]
+        assert not any("backed up as" in result.stdout for result in done)
+        assert snapshot(_files_below(results)) == before
+    listed = _riffd(tmp_path, "backups", "list", "--json")
+    assert json.loads(listed.stdout) == []
+
+
+def test_force_over_a_fifo_where_a_transcript_was_is_skipped_not_hung(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    _ingest(tmp_path)
+    tree.main.unlink()
+    os.mkfifo(tree.main)
+    # (run with a deadline: a restore that hangs opening the FIFO fails the test)
+    result = _riffd(
+        tmp_path,
+        "archive",
+        "restore",
+        "--force",
+        "--quiet-period",
+        "0",
+        tree.session_id,
+        timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert f"skipped {tree.main}: changed: {tree.main}: not a regular file" in result.stderr
+    assert tree.main.is_fifo()
+
+
+# --- what a session is ---------------------------------------------------------------------------
+
+
+def test_a_forked_session_brings_back_the_saved_outputs_it_names_in_its_parents_folder(
+    tmp_path: Path,
+) -> None:
+    """`claude --resume A --fork-session` copies A's lines into the fork F, naming A's saved outputs
+    in A's folder. Once the cleanup deleted A, restoring F puts them back (and `riffd sessions
+    --deleted` calls F whole only if the archive holds them)."""
+    claude = tmp_path / "claude"
+    parent = build_session(claude)
+    fork_id = "f0f0f0f0-0000-4000-8000-00000000f0f0"
+    fork = parent.project / f"{fork_id}.jsonl"
+    fork.write_bytes(
+        line(fork_id, 0, "Print many lines")
+        + line(fork_id, 1, persisted(parent.tool_results()[0]))
+        + line(fork_id, 2, "second prompt")
+    )
+    _ingest(tmp_path)
+    named = parent.tool_results()[0]
+    before = snapshot([named])
+    delete_like_cleanup(parent)
+    listed = json.loads(_riffd(tmp_path, "sessions", "--deleted", "--json").stdout)
+    assert {row["session_id"]: row["whole"] for row in listed["sessions"]}[parent.session_id]
+    fork.unlink()
+    listed = json.loads(_riffd(tmp_path, "sessions", "--deleted", "--json").stdout)
+    assert {row["session_id"]: row["whole"] for row in listed["sessions"]}[fork_id] is True
+    result = _riffd(tmp_path, "archive", "restore", fork_id)
+    assert result.returncode == 0, result.stderr
+    assert f"restored {named} -> {named}" in result.stdout
+    assert snapshot([named]) == before and fork.is_file()
+    # One the archive never held: the fork is not whole, and its restore says so (exit 1)
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        db.execute("DELETE FROM session_files WHERE path LIKE ?", (f"%/{named.name}",))
+    named.unlink()
+    fork.unlink()
+    listed = json.loads(_riffd(tmp_path, "sessions", "--deleted", "--json").stdout)
+    assert {row["session_id"]: row["whole"] for row in listed["sessions"]}[fork_id] is False
+    result = _riffd(tmp_path, "archive", "restore", fork_id)
+    assert result.returncode == 1, result.stderr
+    tail = "/".join(named.parts[-4:])
+    assert f"the transcripts name the saved output .../{tail}, which the archive" in result.stderr
+
+
+def test_a_session_gets_back_only_the_plan_of_its_own_config_folder(tmp_path: Path) -> None:
+    """Two config folders, each with a session whose lines name the same plan slug: each session's
+    restore writes its own folder's plan, never the other's."""
+    first, second = tmp_path / "X", tmp_path / "Y"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{second}"\n'
+        f'roots = ["{first / "projects"}", "{second / "projects"}"]\n'
+    )
+    one, two = build_session(first, seed=1), build_session(second, seed=2)
+    (second / "plans" / f"{SLUG}.md").write_bytes(b"# Another plan\n")
+    riffd = [sys.executable, "-m", "riffd", "--config", str(config)]
+    environment = {key: value for key, value in os.environ.items() if key != "CLAUDE_CONFIG_DIR"}
+    ingested = subprocess.run([*riffd, "archive", "ingest"], capture_output=True, env=environment)
+    assert ingested.returncode == 0, ingested.stderr
+    for tree in (one, two):
+        (tree.claude / "plans" / f"{SLUG}.md").unlink()
+    restored = subprocess.run(
+        [*riffd, "archive", "restore", one.session_id],
+        capture_output=True,
+        text=True,
+        env=environment,
+    )
+    assert restored.returncode == 0, restored.stderr
+    assert (first / "plans" / f"{SLUG}.md").read_bytes() == b"# Plan\n\n1. Edit hello.txt\n"
+    assert not (second / "plans" / f"{SLUG}.md").exists()
+
+
+def test_a_restored_session_reads_as_whole_and_adds_no_version(tmp_path: Path) -> None:
+    """The client's modes (0644, 0640, 0755) come back private; the archive compares what restore
+    keeps, so `riffd sessions` calls the session whole right after, and an ingest adds nothing."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    for number, path in enumerate(tree.whole):
+        os.chmod(path, [0o644, 0o600, 0o640, 0o755][number % 4])
+    _ingest(tmp_path)
+    before = snapshot(tree.files())
+    delete_like_cleanup(tree)
+    assert _riffd(tmp_path, "archive", "restore", tree.session_id).returncode == 0
+    assert snapshot(tree.files()) == before
+    rows = json.loads(_riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    assert {row["session_id"]: row["whole"] for row in rows}[tree.session_id] is True
+    again = _riffd(tmp_path, "archive", "ingest")
+    assert "(0 new or changed" in again.stderr, again.stderr
