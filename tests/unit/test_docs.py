@@ -111,6 +111,7 @@ def test_ci_gates_the_checks_then_runs_the_readmes_test_command() -> None:
     assert gates == sorted(gates)
     assert TEST_COMMAND in steps, ".ci/run must run the README's test command verbatim"
     assert steps.index(TEST_COMMAND) > gates[-1]
+    assert first("pytest -m slow") > steps.index(TEST_COMMAND), "CI runs the slow ones after"
 
 
 def test_pre_commit_runs_the_formatter_the_linter_and_mypy() -> None:
