@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.findings import FindingClass
 from riffd.transcript.index import SIDECHAIN
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.reader import parse_line
 

@@ -18,7 +18,7 @@ from riffd.archive.recover import recover
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import DAMAGED, DatabaseDamaged, damaged_copies
 from riffd.state.database import STATE_NAME
 from riffd.state.records import Watermark

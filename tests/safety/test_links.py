@@ -17,7 +17,7 @@ from helpers import damage
 from riffd.archive.store import Archive
 from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.repair.recovery import recover_and_sweep

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds
-from riffd.commands.configured import load_or_report
+from riffd.commands.arguments import date_seconds
+from riffd.commands.config_loading import load_or_report
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import (
     BUSY,
     DAMAGED,

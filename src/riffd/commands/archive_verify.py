@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
+from riffd.commands.arguments import transcript_targets
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
 
 OUTCOMES = (

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
-from riffd.commands.configured import load_despite_errors
+from riffd.commands.config_loading import load_despite_errors
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
 from riffd.state.database import STATE_NAME

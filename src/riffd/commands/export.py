@@ -21,7 +21,8 @@ from typing import IO, Any
 
 import orjson
 
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
+from riffd.commands.arguments import transcript_targets
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.display import display_path, key_path, path_key
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
 from riffd.transcript.detect import loaded_conversation

@@ -15,18 +15,8 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.folders import claude_config_dir, default_roots
-from riffd.commands.common import (
-    EXIT_ERROR,
-    EXIT_FINDINGS,
-    EXIT_OK,
-    REPORT_SCHEMA,
-    Parser,
-    Progress,
-    nonnegative_number,
-    print_json,
-    transcript_targets,
-)
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
+from riffd.commands.config_loading import config_for_folders
 from riffd.commands.fix_output import (
     CLEAN,
     ERROR,
@@ -37,6 +27,14 @@ from riffd.commands.fix_output import (
     FixedFile,
     fix_document,
     print_text,
+)
+from riffd.commands.output import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    REPORT_SCHEMA,
+    Progress,
+    print_json,
 )
 from riffd.database import DatabaseDamaged
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold

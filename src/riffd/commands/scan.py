@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING
 from riffd import __version__
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
-from riffd.commands.common import (
+from riffd.commands.arguments import Parser, transcript_targets
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
     REPORT_SCHEMA,
-    Parser,
     Progress,
     print_json,
-    transcript_targets,
 )
-from riffd.commands.configured import config_for_folders
 from riffd.config import RepairConfig
 from riffd.fsio import pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in

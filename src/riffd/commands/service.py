@@ -16,7 +16,8 @@ from typing import TypeVar
 import platformdirs
 
 from riffd import paths
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser
+from riffd.commands.arguments import Parser
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.config import ConfigError, config_path, load_config
 from riffd.daemon.service_files import (
     LAUNCHD_LABEL,

@@ -27,7 +27,6 @@ from __future__ import annotations
 from array import array
 
 from riffd.fsio import REAL_FILES, FileSystem, RetryPolicy
-from riffd.transcript.building import IndexBuilder, Observer
 from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
     ToolGroup,
@@ -50,6 +49,7 @@ from riffd.transcript.index import (
     TranscriptIndex,
     lines_in,
 )
+from riffd.transcript.index_builder import IndexBuilder, Observer
 from riffd.transcript.loaded import latest_turn, loaded_conversation
 from riffd.transcript.reader import retrying
 

@@ -26,8 +26,8 @@ import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.columns import Columns, batch_columns
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_chunks, retrying
 from riffd.transcript.records import fast_records
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from riffd.forking import can_fork
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.detect import detect, suggestions
 from riffd.transcript.external import finish_index
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, read_span, retrying

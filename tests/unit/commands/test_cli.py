@@ -22,7 +22,7 @@ from conftest import CORPUS_DIR, REPO_DIR, requires_corpus
 from helpers import damage
 from helpers.run import riffd_env, run_riffd
 from riffd.commands.cli import build_parser, main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
 COMMANDS_PAGE = REPO_DIR / "docs" / "usage.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"

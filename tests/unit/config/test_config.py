@@ -15,7 +15,7 @@ from conftest import REPO_DIR
 from riffd import paths
 from riffd.claude_code import folders
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.config import (
     Config,
     ConfigError,

@@ -24,7 +24,7 @@ from conftest import REPO_DIR
 from riffd import paths
 from riffd.commands import service
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.daemon import service_files as units
 from riffd.daemon.notify import Notifier
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import dead_pid, transcript_bytes
 from riffd import __version__
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_OK
+from riffd.commands.output import EXIT_OK
 from riffd.fsio import FileSystem
 from riffd.repair.backup import (
     BackupCorrupt,

@@ -312,22 +312,22 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     theirs."""
     import threading
 
-    from riffd.daemon.counters import ERRORS_KEPT, Stats
+    from riffd.daemon.counters import ERRORS_KEPT, Counters
 
-    stats, failures, stop = Stats(), [], threading.Event()
+    counters, failures, stop = Counters(), [], threading.Event()
 
     def keep(about: str) -> None:
         try:
             while not stop.is_set():
-                stats.error("boom", "look", about=about)
-                stats.resolved(about)
+                counters.error("boom", "look", about=about)
+                counters.resolved(about)
         except Exception as exc:
             failures.append(exc)
 
     def read() -> None:
         try:
             while not stop.is_set():
-                assert all(isinstance(error, dict) for error in stats.recent_errors())
+                assert all(isinstance(error, dict) for error in counters.recent_errors())
         except Exception as exc:
             failures.append(exc)
 
@@ -341,11 +341,11 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
         thread.join()
     assert failures == []
     assert (
-        stats.recent_errors() == [] and stats.errors_met > 0
+        counters.recent_errors() == [] and counters.errors_met > 0
     )  # each error taken back by its own thread
-    stats.error("kept", about="/p/other.jsonl")
-    stats.resolved("/p/unrelated.jsonl")
-    assert [error["message"] for error in stats.recent_errors()] == ["kept"]
+    counters.error("kept", about="/p/other.jsonl")
+    counters.resolved("/p/unrelated.jsonl")
+    assert [error["message"] for error in counters.recent_errors()] == ["kept"]
     for number in range(ERRORS_KEPT + 5):
-        stats.error(f"e{number}")
-    assert len(stats.recent_errors()) == ERRORS_KEPT  # the newest kept
+        counters.error(f"e{number}")
+    assert len(counters.recent_errors()) == ERRORS_KEPT  # the newest kept

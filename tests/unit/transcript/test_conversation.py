@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.transcript.conversation import EXTERNAL, ORPHAN, ROOT, SIDECHAIN_ROOT, conversation_of
 from riffd.transcript.scan import index_file
 from riffd.transcript.sidechains import (

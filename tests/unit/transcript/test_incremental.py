@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from helpers import damage
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.incremental import GrowingIndex, IncrementalDetection
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.scan import analyse
 
 PATH = "/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl"

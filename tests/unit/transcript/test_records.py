@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from conftest import corpus_transcript_params, corpus_transcripts, examples, requires_corpus
 from helpers import damage
 from helpers.run import run_riffd
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import MESSAGE, TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
