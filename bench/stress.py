@@ -635,9 +635,8 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
             while time.monotonic() < deadline:
                 number = len(sessions)
                 backing = folder / "backing" / "-home-user-project" / f"c{number:04d}.jsonl"
-                written = write_session(
-                    backing, rng, segments=3
-                )  # arrives whole, as a sync client publishes it
+                # arrives whole, as a sync client publishes it
+                written = write_session(backing, rng, segments=3)
                 originals[backing.name] = backing.read_bytes()
                 session = Session(
                     projects / "-home-user-project" / backing.name,

@@ -95,9 +95,8 @@ def is_busy_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
-FULL_BELOW = (
-    1 << 20
-)  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+# bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+FULL_BELOW = 1 << 20
 
 
 # SQLite's "disk I/O error"s that a full disk gives for writes it does not report as SQLITE_FULL
@@ -361,10 +360,11 @@ def _put_in_place(temp: Path, path: Path) -> None:
             errno.ENOSYS,
         ):
             raise
+    # (here: most filesystems have hard links)
     from riffd.fsio import (
         EXCHANGE_UNSUPPORTED,
         rename_noreplace,
-    )  # (here: most filesystems have hard links)
+    )
 
     try:
         rename_noreplace(temp, path)

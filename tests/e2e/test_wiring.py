@@ -88,9 +88,8 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(
     assert {key: value for key, value in installed.items() if key != "hooks"} == {
         key: value for key, value in before.items() if key != "hooks"
     }  # every other key as it was
-    assert (
-        installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
-    )  # the other tool's hook first
+    # the other tool's hook first
+    assert installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
     assert installed["hooks"]["Stop"] == before["hooks"]["Stop"]
     commands = [
         hook["command"]
@@ -349,9 +348,8 @@ def test_a_registry_entry_that_is_a_fifo_never_holds_the_session_start(
     tmp_path: Path, other_claude: subprocess.Popen[bytes]
 ) -> None:
     (tmp_path / "claude" / "sessions").mkdir(parents=True)
-    os.mkfifo(
-        tmp_path / "claude" / "sessions" / "1.json"
-    )  # read, it would wait for a writer that never comes
+    # read, it would wait for a writer that never comes
+    os.mkfifo(tmp_path / "claude" / "sessions" / "1.json")
     register(tmp_path / "claude", other_claude.pid)
     started = time.monotonic()
     result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path), timeout=10)

@@ -156,9 +156,8 @@ def test_a_linked_transcript_is_named_by_its_real_path_when_the_walk_reaches_it(
     (tree.root / "-work-real" / "alias.jsonl").symlink_to(tree.real)  # the same file twice
     elsewhere = tree.root.parent / "elsewhere.jsonl"
     elsewhere.write_bytes(tree.real.read_bytes())
-    (tree.root / "-work-real" / "outside.jsonl").symlink_to(
-        elsewhere
-    )  # reached through this link only
+    # reached through this link only
+    (tree.root / "-work-real" / "outside.jsonl").symlink_to(elsewhere)
     found = list(iter_transcripts([tree.root], lambda _exc: None))
     assert found == [tree.real, tree.linked, tree.root / "-work-real" / "outside.jsonl"]
 
@@ -266,9 +265,8 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
     (disk / "early").mkdir(parents=True)
     (box.projects / "-work-early").symlink_to(disk / "early")  # there at start
     gone = box.projects / "-work-gone"
-    gone.symlink_to(
-        tmp_path / "unmounted"
-    )  # a link it cannot follow: named in the report, never silent
+    # a link it cannot follow: named in the report, never silent
+    gone.symlink_to(tmp_path / "unmounted")
     try:
         daemon = box.start()
         (disk / "late").mkdir()
@@ -276,9 +274,8 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
         for folder in ("early", "late"):
             damaged = resumed_duplicate()
             real = disk / folder / f"{session_id_of(damaged.lines)}.jsonl"
-            append_like_claude(
-                real, damaged.lines, pause=0
-            )  # by the real path, as a client working there writes
+            # by the real path, as a client working there writes
+            append_like_claude(real, damaged.lines, pause=0)
             daemon.wait_until(
                 lambda real=real: scan_file(real).findings == [] and real,  # type: ignore[misc]
                 f"the session in the linked folder {folder} repaired",

@@ -143,9 +143,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(
-            "PRAGMA cache_size = -32768"
-        )  # 32 MiB of pages: the content-key index takes random inserts
+        # 32 MiB of pages: the content-key index takes random inserts
+        db.execute("PRAGMA cache_size = -32768")
         # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs
         # the database, about a tenth of an ingest's time at 1 MiB
         db.execute("PRAGMA wal_autocheckpoint = 8192")
@@ -157,9 +156,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         ):
             db.executescript(_SCHEMA)
             if "mtime_ns" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
-                db.execute(
-                    "ALTER TABLE files ADD COLUMN mtime_ns INTEGER"
-                )  # made before riffd recorded it
+                # made before riffd recorded it
+                db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
         db.close()

@@ -376,9 +376,8 @@ def run_stats(args: argparse.Namespace) -> int:
         kind["files"] += 1
         kind["bytes"] += size
     archive.close()
-    stats["kinds"] = (
-        transcripts | whole["kinds"]
-    )  # files (and versions, for files kept whole) and bytes by kind
+    # files (and versions, for files kept whole) and bytes by kind
+    stats["kinds"] = transcripts | whole["kinds"]
     stats["whole_files"] = {
         "blobs": whole["blobs"],
         "bytes": whole["blob_bytes"],

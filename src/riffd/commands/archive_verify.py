@@ -40,9 +40,8 @@ def run_verify(args: argparse.Namespace, archive: Any) -> int:
             [Path(name) for _file_id, name in archive.files() if os.path.exists(name)],
             [],
         )
-    files = list(
-        dict.fromkeys(archive_key(path) for path in files)
-    )  # a file named twice is verified once
+    # a file named twice is verified once
+    files = list(dict.fromkeys(archive_key(path) for path in files))
     counts: dict[str, int] = {}
     faults = 0
     try:

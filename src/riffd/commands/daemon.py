@@ -108,9 +108,8 @@ def run_daemon(args: argparse.Namespace) -> int:
         sqlite3.OperationalError,
         OSError,
     ) as exc:  # the state database busy, or not to be opened: never moved
-        where = (
-            daemon.config.state_dir / STATE_NAME
-        )  # aside; or the state folder full or not writable
+        # aside; or the state folder full or not writable
+        where = daemon.config.state_dir / STATE_NAME
         if is_busy_error(exc):
             print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
         elif is_full_error(exc, daemon.config.state_dir):

@@ -152,9 +152,8 @@ class Exporter:
             raise ValueError(
                 f"unknown export format {self.format!r}; expected one of {', '.join(FORMATS)}"
             )
-        ensure_private_folder(
-            REAL_FS, self.target
-        )  # 0700 whatever the umask: exports hold conversations
+        # 0700 whatever the umask: exports hold conversations
+        ensure_private_folder(REAL_FS, self.target)
         self._manifest = self._load_manifest()
 
     def _load_manifest(self) -> dict[str, Any]:

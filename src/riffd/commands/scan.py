@@ -194,9 +194,8 @@ def _scan_in_workers(
 
 
 def _worker_init() -> None:
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # the parent handles Ctrl-C: no traceback from every worker
+    # the parent handles Ctrl-C: no traceback from every worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_scan(args: argparse.Namespace) -> int:

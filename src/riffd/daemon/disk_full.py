@@ -37,9 +37,8 @@ class DiskWatch:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._lock = (
-            threading.Lock()
-        )  # ran_out comes from the worker, the scheduler and the main thread
+        # ran_out comes from the worker, the scheduler and the main thread
+        self._lock = threading.Lock()
         self._wanted = (
             False  # a write failed for a full disk and no rescan has run since disk came back
         )

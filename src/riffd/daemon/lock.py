@@ -158,9 +158,8 @@ class StateLock:
         while not self._stop.is_set():
             if self.guard is not None:
                 try:
-                    connection, _address = (
-                        self.guard.accept()
-                    )  # a `status` probe: it has read our pid already
+                    # a `status` probe: it has read our pid already
+                    connection, _address = self.guard.accept()
                     connection.close()
                 except TimeoutError:
                     pass
@@ -228,9 +227,8 @@ class StateLock:
             held, on_disk = os.fstat(lock_fd), os.stat(self.path)
             if (held.st_dev, held.st_ino) != (on_disk.st_dev, on_disk.st_ino):
                 raise FileNotFoundError(self.path)
-            fcntl.flock(
-                lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB
-            )  # the same open file: ours already, never blocks
+            # the same open file: ours already, never blocks
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             for fd in (lock_fd, guard_fd):
                 if fd >= 0:

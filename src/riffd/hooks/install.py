@@ -279,9 +279,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     Raise SettingsError for a read-only file."""
     if not change.changed:
         return None
-    target = (
-        change.path.resolve() if change.path.is_symlink() else change.path
-    )  # a dotfile manager's link stays
+    # a dotfile manager's link stays
+    target = change.path.resolve() if change.path.is_symlink() else change.path
     if (
         change.before is not None and not target.stat().st_mode & 0o222
     ):  # marked read-only (root or not)
@@ -290,9 +289,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
             "hooks yourself: --dry-run prints them)"
         )
     folder = backup_folder(state_dir, change.path)
-    ensure_private_folder(
-        REAL_FS, folder
-    )  # 0700, whatever the umask: copies of the user's settings
+    # 0700, whatever the umask: copies of the user's settings
+    ensure_private_folder(REAL_FS, folder)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)

@@ -209,9 +209,8 @@ def _line_time(raw: bytes) -> float | None:
     at = raw.find(b'"timestamp":')
     if at < 0:
         return None
-    start = (
-        raw.find(b'"', at + 12, at + 16) + 1
-    )  # Claude Code writes no space after the colon; others may
+    # Claude Code writes no space after the colon; others may
+    start = raw.find(b'"', at + 12, at + 16) + 1
     stop = raw.find(b'"', start, start + 40) if start > 0 else -1
     return parse_time(raw[start:stop].decode("ascii", "replace")) if stop > 0 else None
 

@@ -117,9 +117,8 @@ def settle(fs: RetryingFS, journal: Journal) -> SwapResult:
             and record.old_name == record.copy_name
             and at_old not in (record.old_id, None)
         ):
-            return _keep_other(
-                fs, journal
-            )  # the exchange swapped out another program's new version
+            # the exchange swapped out another program's new version
+            return _keep_other(fs, journal)
         if at_transcript == record.copy_id:
             if at_old == record.old_id:
                 verdict = _check_after_swap(fs, journal)
@@ -280,9 +279,8 @@ def _swap_back(fs: RetryingFS, journal: Journal) -> None:
         fs.exchange(old_at, transcript)
     else:
         if identity_of(fs, copy_at) != record.copy_id:
-            fs.link(
-                transcript, copy_at
-            )  # the copy keeps a name of riffd's before it gives up the transcript's
+            # the copy keeps a name of riffd's before it gives up the transcript's
+            fs.link(transcript, copy_at)
         fs.replace(old_at, transcript)
     fsync_folder(fs, transcript.parent)
 

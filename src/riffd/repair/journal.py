@@ -55,9 +55,8 @@ class SwapRecord:
 
     transcript: str
     copy_name: str  # riffd's copy before the swap; after an exchange it names the old file
-    old_name: (
-        str | None
-    )  # where the old file is while the copy holds the transcript's name (None: nowhere)
+    # where the old file is while the copy holds the transcript's name (None: nowhere)
+    old_name: str | None
     old_id: Pair
     copy_id: Pair
     source_size: int  # the original's bytes [0, source_size) were planned for, with this sha256

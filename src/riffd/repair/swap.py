@@ -159,9 +159,8 @@ def put_in_place(
         fs.replace(temp_path, path)
     except BaseException:
         if where_is(fs, path, held, new_fd) != COPY:
-            remove_leftover(
-                fs, keep
-            )  # the original is still at its name (or lost, and put back from riffd's fd)
+            # the original is still at its name (or lost, and put back from riffd's fd)
+            remove_leftover(fs, keep)
         raise
     return RENAME
 

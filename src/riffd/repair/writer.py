@@ -224,9 +224,8 @@ def _rewrite_locked(
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
         temp_path, temp_fd = create_temp(fs, path)
-        try_flock(
-            fs, temp_fd
-        )  # a second riffd run that opens the transcript's name after the swap finds it busy
+        # a second riffd run that opens the transcript's name after the swap finds it busy
+        try_flock(fs, temp_fd)
         appender = OffsetWriter(fs, temp_fd)
         copied = write_new_content(fs, path, original_fd, appender, segments, source.size)
         if copied.sha256 != source.sha256:

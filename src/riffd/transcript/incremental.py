@@ -158,9 +158,8 @@ class IncrementalDetection:
         for line in index.result_lines:
             self._note_anchors(line)
         for line in loaded.chain:
-            self._step(
-                line
-            )  # notes the chain's compact boundaries whose logical parent is not there yet
+            # notes the chain's compact boundaries whose logical parent is not there yet
+            self._step(line)
         self.problems: dict[str, list[ToolGroup]] = {}
         self.pairing: dict[
             str, list[Finding]
@@ -251,9 +250,8 @@ class IncrementalDetection:
                 self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
             if index.results.count(tool_id) > OOM_RISK_RESULTS:
-                self.oom[tool_id] = oom_finding(
-                    index, tool_id
-                )  # made again only when its lines grow
+                # made again only when its lines grow
+                self.oom[tool_id] = oom_finding(index, tool_id)
         self.tool_log.clear()
         results = index.result_lines
         start = len(results)

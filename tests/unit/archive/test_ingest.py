@@ -248,9 +248,8 @@ def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path
         for archive in (alone, shared):
             for path in paths:
                 ingest_file(archive, path)
-        paths[0].write_bytes(
-            b"".join(transcript_line(number) for number in range(1, 5))
-        )  # rewritten
+        # rewritten
+        paths[0].write_bytes(b"".join(transcript_line(number) for number in range(1, 5)))
         assert [ingest_file(alone, path) for path in twice] == [4, 0, 0]
         assert [added for _, added in ingest_files(shared, twice, min_bytes=0)] == [4, 0, 0]
     finally:

@@ -158,9 +158,8 @@ def test_every_claude_folder_riffd_knows_is_asked(
     )
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(from_env))
     (beside_root / "sessions").mkdir(parents=True)
-    no_registry = (
-        tmp_path / "plain"
-    )  # a root whose parent has no sessions/ folder is not a Claude folder
+    # a root whose parent has no sessions/ folder is not a Claude folder
+    no_registry = tmp_path / "plain"
     transcript = old_transcript(holding / "projects" / "p")
     assert claude_dirs_for(
         transcript, configured, (beside_root / "projects", no_registry / "projects")

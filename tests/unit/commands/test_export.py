@@ -150,9 +150,8 @@ def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "the user's own file\n"
     assert "not a file of this folder; ignored" in done.stderr
-    assert any(
-        "line 6" in path.read_text() for path in out.glob("*.md")
-    )  # exported, into the folder
+    # exported, into the folder
+    assert any("line 6" in path.read_text() for path in out.glob("*.md"))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "projects", "victim.txt"]
 
 

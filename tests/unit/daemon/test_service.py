@@ -97,9 +97,8 @@ def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str
     folder.mkdir(parents=True, exist_ok=True)
     unit = folder / units.UNIT_NAME
     unit.write_text(unit_text)
-    runtime = (
-        folder / "runtime"
-    )  # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
+    # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
+    runtime = folder / "runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
     environment = dict(os.environ, HOME=str(home_folder), XDG_RUNTIME_DIR=str(runtime))
     result = subprocess.run(

@@ -338,9 +338,8 @@ def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
         builder = IndexBuilder(PATH)
         builder.add_lines(0, lines, True)
         index = analyse(builder)[0]
-        assert (
-            index.metrics.loaded_lines == 2
-        )  # c and the boundary: nothing before a boundary that names none
+        # c and the boundary: nothing before a boundary that names none
+        assert index.metrics.loaded_lines == 2
 
 
 def subagent_files(tmp_path: Path) -> tuple[Path, Path, str]:
@@ -410,9 +409,8 @@ def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tm
     assert [finding.cls for finding in growing.findings()] == ["dangling_parent"]
     with open(session_file, "ab") as handle:
         handle.write(record(session, "X", None, "p" * 10) + b"\n")
-    session_file.write_bytes(
-        b"\n".join(session_file.read_bytes().split(b"\n")[1:])
-    )  # rewritten without q1
+    # rewritten without q1
+    session_file.write_bytes(b"\n".join(session_file.read_bytes().split(b"\n")[1:]))
     with open(session_file, "ab") as handle:
         handle.write(record(session, "q3", None, "p" * 400) + b"\n")
     more = [record(session, "c2", "c1", isSidechain=True)]

@@ -62,9 +62,8 @@ def damaged_session(tmp_path: Path) -> Path:
     ]
     lines = damage.injected(lines, names, lambda name, points: points[len(points) // 2])
     path = tmp_path / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
-    path.write_bytes(
-        "\ufeff".encode() + b"".join(lines)
-    )  # a BOM: the first batch goes to the reference parse
+    # a BOM: the first batch goes to the reference parse
+    path.write_bytes("\ufeff".encode() + b"".join(lines))
     return path
 
 

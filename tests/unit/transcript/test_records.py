@@ -448,9 +448,8 @@ def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_pr
         "parentUuid": "u-1",
         "message": {"role": "user", "content": "hi"},
     }
-    again = dict(
-        prompt, message={"role": "user", "content": "hi again"}
-    )  # the same uuid: line by line, not columns
+    # the same uuid: line by line, not columns
+    again = dict(prompt, message={"role": "user", "content": "hi again"})
     lines = [orjson.dumps(record) for record in (first, prompt, again)]
     assert_built_alike(lines, [3])
     assert built(lines, [3], "columns").index.session_id == session
