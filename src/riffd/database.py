@@ -176,14 +176,12 @@ def damaged_copies(path: Path) -> list[Path]:
     )
 
 
-Connect = Callable[
-    [Path, bool], sqlite3.Connection
-]  # (path, create): with create False, never makes a file
+# (path, create): with create False, never makes a file
+Connect = Callable[[Path, bool], sqlite3.Connection]
 EMPTY = "the file is empty (0 bytes)"
 OPEN_TRIES = 20  # looks at a database that another process keeps moving aside or making meanwhile
-STALE_AFTER_SECONDS = (
-    600.0  # a `<name>.new-*` this old was left by a process killed while it made the database
-)
+# a `<name>.new-*` this old was left by a process killed while it made the database
+STALE_AFTER_SECONDS = 600.0
 
 
 def open_checked(
@@ -240,13 +238,11 @@ def open_checked(
             except sqlite3.DatabaseError as exc:
                 if db is not None:
                     db.close()
-                if not os.path.lexists(
-                    path
-                ):  # moved aside by another process meanwhile: look again
+                # moved aside by another process meanwhile: look again
+                if not os.path.lexists(path):
                     continue
-                if not is_damage_error(
-                    exc
-                ):  # busy, locked, cannot be opened: no damage, and never moved aside
+                # busy, locked, cannot be opened: no damage, and never moved aside
+                if not is_damage_error(exc):
                     raise
                 problem = str(exc)
             else:
@@ -312,9 +308,8 @@ def _create(path: Path, connect: Connect) -> None:
                 temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE
             )
         )
-    except (
-        OSError
-    ) as exc:  # (named as the database, not the passing name: the log says one reason once)
+    # (named as the database, not the passing name: the log says one reason once)
+    except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         db = connect(temp, True)
@@ -323,16 +318,14 @@ def _create(path: Path, connect: Connect) -> None:
         finally:
             db.close()  # (the last connection: SQLite removes an empty -wal and the -shm)
         with contextlib.suppress(FileNotFoundError):
-            if (
-                os.path.getsize(f"{temp}-wal") > 0
-            ):  # never link a database whose set-up is still in its log
+            # never link a database whose set-up is still in its log
+            if os.path.getsize(f"{temp}-wal") > 0:
                 raise sqlite3.OperationalError(
                     f"{path}: the new database's log could not be folded into it"
                 )
         with open(temp, "rb") as made:
-            if (
-                made.read(16) != b"SQLite format 3\x00"
-            ):  # nothing was written: never put an empty file in place
+            # nothing was written: never put an empty file in place
+            if made.read(16) != b"SQLite format 3\x00":
                 raise sqlite3.OperationalError(
                     f"unable to open database file: {path} could not be set up"
                 )

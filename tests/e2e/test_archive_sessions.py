@@ -46,9 +46,8 @@ def test_a_session_deleted_by_the_cleanup_comes_back_whole_by_its_id_prefix(tmp_
     # the transcript last: once `claude --resume` sees it, all is there
     assert restored[-1] == str(tree.main)
     assert len(restored) == len(tree.files()) - 2  # the task list and the plan were never deleted
-    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {
-        0o600
-    }  # the client's were 0644
+    # the client's were 0644
+    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {0o600}
     assert "2 already there" in result.stderr
 
 

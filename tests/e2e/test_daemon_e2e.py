@@ -51,9 +51,8 @@ from riffd.transcript.scan import scan_file
 
 pytestmark = pytest.mark.slow
 
-STOP_WITHIN = (
-    5.0  # SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
-)
+# SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
+STOP_WITHIN = 5.0
 
 
 # --- 1. readiness, watchdog, reload and stop, as systemd sees them
@@ -613,9 +612,8 @@ def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(
     status = sandbox.riffd("status")  # the acknowledgement counts at once
     assert status.returncode == 0, status.stdout
     assert f"acknowledged: {path} line 6: malformed_line" in status.stdout
-    assert (sandbox.report() or {}).get("findings", {}).get(
-        "open"
-    ) == {}  # the daemon's last report: before
+    # the daemon's last report: before
+    assert (sandbox.report() or {}).get("findings", {}).get("open") == {}
     daemon.stop()
 
 
@@ -738,18 +736,16 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(
     daemon = sandbox.start()
     numbers = dict.fromkeys(paths, 0)
     for _burst in range(5):
-        for _ in range(
-            100
-        ):  # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+        # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+        for _ in range(100):
             path = rng.choice(paths)
             numbers[path] += 1
             record = json.loads(transcript_line(numbers[path], session_id=path.stem))
             record["message"]["content"] += " ".join(rng.choices(words, k=2_000))
             with open(path, "ab") as out:
                 out.write(json.dumps(record).encode() + b"\n")
-        if (
-            _burst == 2
-        ):  # while the daemon archives and compacts: what it has archived so far is the files' start
+        # while the daemon archives and compacts: what it has archived so far is the files' start
+        if _burst == 2:
             verified = sandbox.riffd("archive", "verify", "--json", str(sandbox.project))
             assert verified.returncode == 0, verified.stdout + verified.stderr
             assert {json.loads(line)["outcome"] for line in verified.stdout.splitlines()} <= {

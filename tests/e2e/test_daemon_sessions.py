@@ -137,9 +137,8 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     archive = Archive(box.state / "archive.db", read_only=True)
     versions = archive.whole.session_versions(SESSION, every=True)
     archive.close()
-    assert [version.version for version in versions if version.path == outputs[0]] == [
-        1
-    ]  # settled first
+    # settled first
+    assert [version.version for version in versions if version.path == outputs[0]] == [1]
     assert [version.version for version in versions if version.path == tasks / "1.json"] == [1, 2]
     # the lock is the client's, not the session's
     assert {version.path for version in versions} == set(tree.whole)

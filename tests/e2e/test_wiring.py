@@ -85,9 +85,10 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(
     assert first.returncode == 0, first.stderr
     installed = json.loads(settings.read_bytes())
     before = json.loads(CLAUDE_SETTINGS)
+    # every other key as it was
     assert {key: value for key, value in installed.items() if key != "hooks"} == {
         key: value for key, value in before.items() if key != "hooks"
-    }  # every other key as it was
+    }
     # the other tool's hook first
     assert installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
     assert installed["hooks"]["Stop"] == before["hooks"]["Stop"]
@@ -109,9 +110,8 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(
     assert removed.returncode == 0, removed.stderr
     assert settings.read_bytes() == CLAUDE_SETTINGS
     kept = list((tmp_path / "state" / "settings-backups").rglob("install-*.json"))
-    assert [path.read_bytes() for path in kept] == [
-        CLAUDE_SETTINGS
-    ]  # the previous file, kept privately
+    # the previous file, kept privately
+    assert [path.read_bytes() for path in kept] == [CLAUDE_SETTINGS]
     assert all((path.stat().st_mode & 0o777) == 0o600 for path in kept)
 
 

@@ -162,9 +162,8 @@ def test_a_truncate_or_rewrite_just_before_the_swap_is_kept(tmp_path: Path, chan
     changed: list[bytes] = []
 
     def before(target: Path) -> None:
-        if (
-            change == "truncate"
-        ):  # Claude Code drops its last line by truncating at an offset it computed
+        # Claude Code drops its last line by truncating at an offset it computed
+        if change == "truncate":
             os.truncate(target, len(original) - len(transcript_line(400, pad=40)))
         else:
             with open(target, "r+b") as handle:

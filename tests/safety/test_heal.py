@@ -198,9 +198,8 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
         moved = sorted(
             result[2] for result in results if result[0] == round and result[2] != "None"
         )
-        if (
-            start == "empty"
-        ):  # moved aside once, by one of them; the others open the database it made
+        # moved aside once, by one of them; the others open the database it made
+        if start == "empty":
             assert len(moved) == 1 and damaged_copies(path) == [Path(moved[0])]
             assert Path(moved[0]).stat().st_size == 0
         else:

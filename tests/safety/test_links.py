@@ -180,9 +180,8 @@ def test_scan_and_fix_follow_a_linked_project_and_repair_in_its_real_folder(
     assert f"repaired {tree.linked}" in out and f"repaired {tree.real}" in out
     assert scan_file(tree.linked_real).findings == []
     assert (tree.root / "-work-linked").is_symlink() and tree.linked_real.is_file()
-    assert not [
-        name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")
-    ]  # no temp left
+    # no temp left
+    assert not [name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")]
 
 
 @requires_corpus
@@ -238,9 +237,8 @@ def test_a_real_observer_sees_appends_in_a_linked_folder(tree: LinkedTree, tmp_p
     try:
         reconcile(transcript_filter, store, lambda _name: None, lambda _exc: None, watcher)
         assert set(watcher.linked) == {tree.root / "-work-linked"}
-        with open(
-            tree.linked_real, "ab"
-        ) as handle:  # Claude Code appends by the real path (its own cwd)
+        # Claude Code appends by the real path (its own cwd)
+        with open(tree.linked_real, "ab") as handle:
             handle.write(b'{"type":"user"}\n')
         assert arrived.wait(10), heard
         (tree.root / "-work-linked").unlink()

@@ -189,9 +189,8 @@ class FlakyAfterSwapFS(HeldSwapFS):
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
-        if (
-            flags & os.O_APPEND
-        ):  # riffd appends late lines to the repaired file through such a descriptor
+        # riffd appends late lines to the repaired file through such a descriptor
+        if flags & os.O_APPEND:
             self.copy_appenders.add(fd)
         return fd
 

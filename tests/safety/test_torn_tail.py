@@ -192,8 +192,7 @@ def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
     fixed = run_riffd("fix", str(path), env=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert str(tmp_path / "my-backups") in fixed.stdout  # the backup went where the config says
-    assert (
-        tmp_path / "elsewhere" / "archive.db"
-    ).is_file()  # and the fragment to the configured state folder
+    # and the fragment to the configured state folder
+    assert (tmp_path / "elsewhere" / "archive.db").is_file()
     listed = run_riffd("backups", "list", env=env)
     assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr

@@ -129,9 +129,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         timeout=lock_timeout,
     )
     try:
-        names = {
-            row[0] for row in db.execute("SELECT name FROM sqlite_schema")
-        }  # tables and indexes
+        # tables and indexes
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
         if "lines" in names:
             raise ArchiveError(
                 f"{path} was made by an earlier development version of riffd (archive format 1), "

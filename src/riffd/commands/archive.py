@@ -232,9 +232,8 @@ def _one_line_errors(
                     "command again (an ingest goes on from where it stopped)",
                     file=sys.stderr,
                 )
-            elif is_damage_error(exc) or isinstance(
-                exc, zstandard.ZstdError
-            ):  # a pack that cannot be read
+            # a pack that cannot be read
+            elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):
                 print(
                     f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
                     file=sys.stderr,

@@ -293,9 +293,8 @@ def _compare(item: Item, target: Path, *, exact: bool) -> bool:
                 if handle.read(len(chunk)) != chunk:
                     return False
         finally:
-            getattr(
-                chunks, "close", lambda: None
-            )()  # (a transcript's lines hold the archive's lock while open)
+            # (a transcript's lines hold the archive's lock while open)
+            getattr(chunks, "close", lambda: None)()
         return not (exact and handle.read(1))
 
 

@@ -46,16 +46,14 @@ def run_verify(args: argparse.Namespace, archive: Any) -> int:
     faults = 0
     try:
         damaged_files = 0
-        if (
-            not args.paths
-        ):  # the whole archive: its packs and blobs too, with the files of deleted sessions
+        # the whole archive: its packs and blobs too, with the files of deleted sessions
+        if not args.paths:
             packs, damaged_files = _damage(archive, args, counts)
             faults += packs
         faults += _transcripts(archive, args, files, counts, errors)
         faults += _whole_files(archive, args, files, counts, errors)
-        if (
-            damaged_files and args.fix
-        ):  # what --fix stored afresh from the files is no longer damaged
+        # what --fix stored afresh from the files is no longer damaged
+        if damaged_files and args.fix:
             damaged_files = len(archive.whole.damaged())
         faults += damaged_files
     finally:

@@ -56,11 +56,12 @@ def date_seconds(text: str) -> int:
         ) from None
     try:
         return int(moment.timestamp())
+    # e.g. 0001-01-01 east of UTC: the local day starts in year 0
     except (
         OverflowError,
         ValueError,
         OSError,
-    ):  # e.g. 0001-01-01 east of UTC: the local day starts in year 0
+    ):
         return int(
             (
                 moment.replace(tzinfo=moment.tzinfo or UTC) - datetime(1970, 1, 1, tzinfo=UTC)
@@ -101,9 +102,8 @@ def transcript_targets(
 
     walked: list[Path] = []
     for path in paths:
-        if not path.exists() and os.sep not in str(
-            path
-        ):  # a session id, a unique prefix of one, or `latest`
+        # a session id, a unique prefix of one, or `latest`
+        if not path.exists() and os.sep not in str(path):
             try:
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:

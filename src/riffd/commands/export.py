@@ -231,9 +231,8 @@ class Exporter:
         return "\0" not in name and (self.target / name).parent.resolve() == self.target.resolve()
 
     def _write(self, source: Path, destination: Path) -> ExportResult:
-        if (
-            destination.parent.resolve() != self.target.resolve()
-        ):  # the one check every write passes
+        # the one check every write passes
+        if destination.parent.resolve() != self.target.resolve():
             raise OSError(
                 errno.EINVAL,
                 f"{destination} is not in {self.target}; riffd writes exports only there",

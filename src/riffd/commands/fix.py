@@ -121,13 +121,11 @@ def run_fix(args: argparse.Namespace) -> int:
     )
     repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
     recovered: list[str] = []
-    if (
-        not args.dry_run
-    ):  # what a killed riffd left in the backup folder goes now (a running one's stays)
+    # what a killed riffd left in the backup folder goes now (a running one's stays)
+    if not args.dry_run:
         BackupStore(backup_dir).remove_leftovers(time.time())
-        for folder in sorted(
-            {path.parent for path in files}
-        ):  # and swaps it left half done beside transcripts
+        # and swaps it left half done beside transcripts
+        for folder in sorted({path.parent for path in files}):
             recovered += recover_folder(REAL_FILES, folder)
         for line in recovered:
             print(line)

@@ -111,9 +111,8 @@ def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]
             _scan_in_workers(
                 files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress
             )
-        for number, path in enumerate(
-            files
-        ):  # every file here when serial; the rest if a worker died
+        # every file here when serial; the rest if a worker died
+        for number, path in enumerate(files):
             if reports[number] is None:
                 report = reports[number] = _scan_one(
                     path, str(backup_dir), decoder_process=jobs > 1

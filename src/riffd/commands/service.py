@@ -32,9 +32,8 @@ from riffd.daemon.service_files import (
 )
 from riffd.paths import APP_NAME
 
-COMMAND_TIMEOUT_SECONDS = (
-    120.0  # `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
-)
+# `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
+COMMAND_TIMEOUT_SECONDS = 120.0
 
 _ParserT = TypeVar("_ParserT", bound=argparse.ArgumentParser)
 

@@ -161,9 +161,8 @@ def _with_titles(archive: Archive) -> list[dict[str, Any]]:
     for item in items:
         if not item["title"] and not os.path.exists(item["path"]):
             lines = []
-            with contextlib.closing(
-                archive.iter_file(item["file_id"])
-            ) as archived:  # (it holds the lock while open)
+            # (it holds the lock while open)
+            with contextlib.closing(archive.iter_file(item["file_id"])) as archived:
                 for line in archived:
                     lines.append(line)
                     if len(lines) >= 400:

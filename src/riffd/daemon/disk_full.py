@@ -20,16 +20,13 @@ from riffd.database import FULL_BELOW, free_bytes, full_disk_note, is_full_error
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
-STILL_FAILING_LOG_SECONDS = (
-    600.0  # while the live figures cannot be stored, the log says so this often
-)
-FIRST_LOOK_SECONDS = (
-    5.0  # after a full-disk error, the disk's disk is looked at this often at first,
-)
+# while the live figures cannot be stored, the log says so this often
+STILL_FAILING_LOG_SECONDS = 600.0
+# after a full-disk error, the disk's disk is looked at this often at first,
+FIRST_LOOK_SECONDS = 5.0
 LAST_LOOK_SECONDS = 600.0  # doubling after each rescan that met a full disk again, up to this
-QUIET_SECONDS = (
-    600.0  # a full-disk error after this long without one starts again from FIRST_LOOK_SECONDS
-)
+# a full-disk error after this long without one starts again from FIRST_LOOK_SECONDS
+QUIET_SECONDS = 600.0
 
 
 class DiskWatch:
@@ -39,9 +36,8 @@ class DiskWatch:
         self.folder = folder
         # ran_out comes from the worker, the scheduler and the main thread
         self._lock = threading.Lock()
-        self._wanted = (
-            False  # a write failed for a full disk and no rescan has run since disk came back
-        )
+        # a write failed for a full disk and no rescan has run since disk came back
+        self._wanted = False
         self._wait = FIRST_LOOK_SECONDS
         self._looked = 0.0
         self._last_full = float("-inf")

@@ -103,9 +103,8 @@ def catch_up_archive(
                 archive.reopen_if_damaged(exc)
 
 
-CLEANUP_WARNING_DAYS = (
-    7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
-)
+# warn this long before Claude Code's cleanup deletes a transcript not archived
+CLEANUP_WARNING_DAYS = 7.0
 
 
 def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:

@@ -28,9 +28,8 @@ from pathlib import Path
 
 LOCK_NAME = "riffd.lock"
 EXIT_RESTART = 75  # Daemon.run's code for "start me again in place" (riffd.commands.daemon execs); never an exit
-HANDED_OVER = (
-    "RIFFD_HANDED_OVER_LOCK"  # "<lock fd>,<socket fd or -1>" across the exec of a restart in place
-)
+# "<lock fd>,<socket fd or -1>" across the exec of a restart in place
+HANDED_OVER = "RIFFD_HANDED_OVER_LOCK"
 CHECK_SECONDS = 1.0
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines

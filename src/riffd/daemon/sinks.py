@@ -158,9 +158,8 @@ class ArchiveSink:
                 self.archive.add_lines(
                     self.name, chunk.offset, chunk.lines, rewritten=rewritten, mtime_ns=mtime_ns
                 )
-            except (
-                ArchiveGap
-            ) as gap:  # bytes read before were not archived then: from its watermark
+            # bytes read before were not archived then: from its watermark
+            except ArchiveGap as gap:
                 added = ingest_file(self.archive, Path(self.name))
                 log.info(
                     "%s: the archive lacked bytes %d to %d (not archived when they were read); "

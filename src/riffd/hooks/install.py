@@ -33,9 +33,8 @@ from typing import Any
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
-HOOK_TIMEOUT_SECONDS = (
-    10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
-)
+# Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
+HOOK_TIMEOUT_SECONDS = 10
 
 
 class SettingsError(Exception):
@@ -281,9 +280,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
         return None
     # a dotfile manager's link stays
     target = change.path.resolve() if change.path.is_symlink() else change.path
-    if (
-        change.before is not None and not target.stat().st_mode & 0o222
-    ):  # marked read-only (root or not)
+    # marked read-only (root or not)
+    if change.before is not None and not target.stat().st_mode & 0o222:
         raise SettingsError(
             f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
             "hooks yourself: --dry-run prints them)"

@@ -115,9 +115,8 @@ class Repaired:
     edits: tuple[Edit, ...]
     carried_over_bytes: int  # bytes appended by another writer while riffd worked, copied verbatim
     warnings: tuple[str, ...] = ()  # what the user should know although the repair is done
-    pending_swap: Path | None = (
-        None  # the journal of a hand-over a later run finishes (a writer held the old file)
-    )
+    # the journal of a hand-over a later run finishes (a writer held the old file)
+    pending_swap: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -444,9 +444,8 @@ def put_original_back(
             log.error("%s: could not put the transcript back from %s: %s", path, source, exc)
             continue
         finally:
-            if (
-                not placed or linked
-            ):  # closed by now: removing an open file's name is a rename on FUSE
+            # closed by now: removing an open file's name is a rename on FUSE
+            if not placed or linked:
                 remove_leftover(fs, temp)
         log.error(
             "%s: the filesystem lost the transcript during a failed rename; put back from %s",

@@ -335,9 +335,8 @@ def _rewrite_locked(
         warnings: list[str] = []
         try:
             fsync_folder(fs, path.parent)
-        except (
-            OSError
-        ) as exc:  # the new name stands; only how soon it reaches the disk is uncertain
+        # the new name stands; only how soon it reaches the disk is uncertain
+        except OSError as exc:
             warnings.append(
                 f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands"
             )

@@ -151,9 +151,8 @@ class IncrementalDetection:
             self.pos[line] = place
             self.state[line] = CHAIN
         self.waiting: set[str] = set()  # uuids whose arrival changes an earlier decision
-        self._tools_of: dict[int, list[str]] | None = (
-            None  # line -> tool ids it names; made when first needed
-        )
+        # line -> tool ids it names; made when first needed
+        self._tools_of: dict[int, list[str]] | None = None
         self.result_children: dict[int, list[int]] = {}
         for line in index.result_lines:
             self._note_anchors(line)
@@ -161,13 +160,11 @@ class IncrementalDetection:
             # notes the chain's compact boundaries whose logical parent is not there yet
             self._step(line)
         self.problems: dict[str, list[ToolGroup]] = {}
-        self.pairing: dict[
-            str, list[Finding]
-        ] = {}  # the findings of each problem tool id, made when it changed
+        # the findings of each problem tool id, made when it changed
+        self.pairing: dict[str, list[Finding]] = {}
         self.stale: set[str] = set()  # problem tool ids whose findings must be made again
-        self.turn_judged: tuple[int, int] | None = (
-            None  # the latest turn the pairing findings were made with
-        )
+        # the latest turn the pairing findings were made with
+        self.turn_judged: tuple[int, int] | None = None
         for tool_id in set(index.tool_uses) | set(index.packed_results):
             self._pair(tool_id)
         self.cycles = find_cycles(index) if index.forward_parents else []
@@ -295,9 +292,8 @@ class IncrementalDetection:
                 return line
         if self.leaf is not None and not flags[self.leaf] & SIDECHAIN:
             return self.leaf
-        for line in range(
-            count - 1, first - 1, -1
-        ):  # a subagent file: its newest sidechain message
+        # a subagent file: its newest sidechain message
+        for line in range(count - 1, first - 1, -1):
             if flags[line] & MESSAGE:
                 return line
         return self.leaf

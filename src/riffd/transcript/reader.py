@@ -136,9 +136,8 @@ def iter_chunks(
             pending.append(chunk)  # a long line: join once, when its newline comes
             continue
         lines = chunk.split(b"\n")
-        if (
-            pending
-        ):  # only the first line is joined: copying the whole chunk again cost a tenth of a scan
+        # only the first line is joined: copying the whole chunk again cost a tenth of a scan
+        if pending:
             lines[0] = b"".join([*pending, lines[0]])
         tail = lines.pop()
         pending = [tail] if tail else []

@@ -33,9 +33,8 @@ class FileReport:
     metrics: dict[str, Any] = field(default_factory=dict)
     suggestions: list[str] = field(default_factory=list)
     error: str | None = None
-    not_a_transcript: str = (
-        ""  # why the file is not recognised as a Claude Code transcript (riffd never edits it)
-    )
+    # why the file is not recognised as a Claude Code transcript (riffd never edits it)
+    not_a_transcript: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""

@@ -507,9 +507,8 @@ def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_l
     if completion == "the next write starts with a newline":
         whole = whole[:-30] + b"\n" + transcript_line(4)
     path.write_bytes(whole)
-    if (
-        completion == "a caller feeds the completed line from its start"
-    ):  # as the daemon's worker does
+    # as the daemon's worker does
+    if completion == "a caller feeds the completed line from its start":
         archive.add_lines(
             str(path), len(whole) - len(transcript_line(3)), [transcript_line(3)[:-1]]
         )

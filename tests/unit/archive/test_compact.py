@@ -217,9 +217,8 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
             ]
             # read in part, never whole (which caches it)
             assert framed and not framed & set(store.cache)
-            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[
-                0
-            ]  # a text piece: its JSON string
+            # a text piece: its JSON string
+            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[0]
             assert archive.search(word)
         finally:
             archive.close()

@@ -62,9 +62,8 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
     blobs = archive.whole.stats()
     assert blobs["blobs"] == len({path.read_bytes() for path in tree.whole + other.whole})
     assert blobs["stored_bytes"] < 20_000
-    for path in (
-        path for path in tree.whole if path.parent.name != "plans"
-    ):  # (a plan: by its slug, below)
+    # (a plan: by its slug, below)
+    for path in (path for path in tree.whole if path.parent.name != "plans"):
         (version,) = [
             item for item in archive.whole.session_versions(tree.session_id) if item.path == path
         ]
@@ -502,9 +501,8 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
         version for version in old.whole.session_versions(tree.session_id) if version.path == output
     ]
     old.close()
-    with sqlite3.connect(
-        tmp_path / "old.db"
-    ) as db:  # its saved output's frame damaged (the other file shares it)
+    # its saved output's frame damaged (the other file shares it)
+    with sqlite3.connect(tmp_path / "old.db") as db:
         db.execute("UPDATE blob_chunks SET data = x'00' WHERE blob = ?", (damaged.blob,))
     task = claude / "tasks" / tree.session_id / "1.json"
     first = task.read_bytes()

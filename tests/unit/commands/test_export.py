@@ -78,9 +78,8 @@ def test_a_rerun_resumes_and_skips_what_is_done(tmp_path: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest))
     again = [Exporter(out).export(path) for path in sorted(sources.iterdir())]
     assert [result.status for result in again] == ["skipped", "skipped", "exported"]
-    with open(
-        sorted(sources.iterdir())[0], "ab"
-    ) as handle:  # a session that grew is exported again
+    # a session that grew is exported again
+    with open(sorted(sources.iterdir())[0], "ab") as handle:
         handle.write(DAG.read_bytes().splitlines(keepends=True)[-1])
     assert Exporter(out).export(sorted(sources.iterdir())[0]).status == "exported"
 

@@ -226,6 +226,7 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     document = plistlib.loads(plan.content.encode())
     assert document["Label"] == "io.github.riffd.riffd"
     assert plan.log_dir is not None
+    # riffd rotates it
     assert document["ProgramArguments"] == [
         python,
         "-m",
@@ -235,11 +236,10 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
         "run",
         "--log-file",
         str(plan.log_dir / "riffd.log"),
-    ]  # riffd rotates it
+    ]
     assert document["RunAtLoad"] is True
-    assert document["KeepAlive"] == {
-        "Crashed": True
-    }  # not after exit 2 (bad config, lock held): no spinning
+    # not after exit 2 (bad config, lock held): no spinning
+    assert document["KeepAlive"] == {"Crashed": True}
     assert document["Nice"] == 10
     assert document["ThrottleInterval"] == 10
     assert document["ProcessType"] == "Background"

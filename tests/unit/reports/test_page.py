@@ -115,9 +115,8 @@ def test_the_page_says_what_needs_attention_and_holds_nothing_from_outside(tmp_p
     assert html.count("<figure>") == 4 and html.count("<polyline") >= 6
     assert "<script" not in html and "<link" not in html and "url(" not in html
     assert re.findall(r"(?:src|href)=", html) == []
-    assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {
-        "http://www.w3.org/2000/svg"
-    }  # a namespace name
+    # a namespace name
+    assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {"http://www.w3.org/2000/svg"}
     assert "default-src 'none'" in html
 
 

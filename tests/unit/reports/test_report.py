@@ -240,10 +240,11 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     model = build_report(store, tmp_path, {"running": True})
     report = report_document(model)
     by_path = {item["path"]: item for item in report["attention"]}
+    # informational findings need nothing
     assert set(by_path) == {
         "/p/waiting.jsonl",
         "/p/bad.jsonl",
-    }  # informational findings need nothing
+    }
     assert (
         by_path["/p/waiting.jsonl"]["repairable"]
         and "`riffd fix /p/waiting.jsonl`" in by_path["/p/waiting.jsonl"]["action"]

@@ -164,9 +164,8 @@ def test_a_session_compacted_nine_times_reads_as_one_conversation(tmp_path: Path
     assert conversation.chain[0] == 0
     assert len(conversation.chain) == 2 + 9 * 4  # every line of every segment
     assert conversation.chain_segments[0] == 0 and conversation.chain_segments[-1] == 9
-    assert [root.kind for root in conversation.roots] == [
-        ROOT
-    ]  # boundaries continue, they do not start over
+    # boundaries continue, they do not start over
+    assert [root.kind for root in conversation.roots] == [ROOT]
 
 
 def test_an_orphan_is_a_root_of_its_own_logged_at_debug(
@@ -393,9 +392,8 @@ def test_meta_json_names_an_agent_nothing_else_links_and_unknown_is_the_last_res
 def test_a_subagent_file_read_on_its_own_hangs_from_its_session(tmp_path: Path) -> None:
     compaction = MAROT_SESSION.with_suffix("") / "subagents" / "agent-acompact-fffbd0.jsonl"
     roots = conversation_of(index_file(compaction).index).roots
-    assert {root.kind for root in roots} == {
-        EXTERNAL
-    }  # parents in the session file are not orphans
+    # parents in the session file are not orphans
+    assert {root.kind for root in roots} == {EXTERNAL}
 
 
 # --- riffd show

@@ -266,9 +266,8 @@ def test_incremental_equals_full_on_damaged_sessions(names: list[str], data: st.
     lines = damage.injected(
         lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name)
     )
-    whole = [
-        raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")
-    ]  # the daemon indexes whole lines only
+    # the daemon indexes whole lines only
+    whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]
     check_line_by_line(whole, [1])
 
 
