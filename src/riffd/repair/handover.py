@@ -188,7 +188,7 @@ def _changed(fs: RetryingFS, fd: int, record: SwapRecord, what: str) -> str | No
     if size < record.settled_end:
         return f"it was truncated to {size} bytes"
     planned, settled = hashlib.sha256(), hashlib.sha256()
-    for chunk in iter_fd(fd, what=what, fs=fs, retry=fs.policy, end=record.source_size):
+    for chunk in iter_fd(fd, what=what, fs=fs, end=record.source_size):
         planned.update(chunk)
     settled.update(read_bytes(fs, fd, record.source_size, record.settled_end, what))
     if planned.hexdigest() != record.source_sha256 or settled.hexdigest() != record.settled_sha256:
@@ -361,7 +361,7 @@ def _orphaned(fs: RetryingFS, journal: Journal, at_transcript: Pair | None) -> S
             continue
         fd = open_as(fs, journal.name(name), os.O_RDONLY, identity)
         try:
-            saved = BackupStore(Path(record.backup_dir), fs=fs, retry=fs.policy).create(
+            saved = BackupStore(Path(record.backup_dir), fs=fs).create(
                 transcript,
                 fd,
                 fs.fstat(fd).st_size,

@@ -285,7 +285,6 @@ def carry_late_appends(
                     original_fd,
                     what=str(path),
                     fs=fs,
-                    retry=fs.policy,
                     start=carried_end,
                     end=size_now,
                 ):
@@ -410,7 +409,6 @@ def put_original_back(
                 original_fd,
                 what=str(path),
                 fs=fs,
-                retry=fs.policy,
                 end=fs.fstat(original_fd).st_size,
             ),
         ),

@@ -124,7 +124,7 @@ def rewrite(
             SkipReason.HARD_LINKED,
             f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
         )
-    store = BackupStore(options.backup_dir, fs=fs, retry=fs.policy)
+    store = BackupStore(options.backup_dir, fs=fs)
     try:
         store.ensure_root()
     except OSError as exc:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from array import array
 
-from riffd.fsio import REAL_FILES, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem
 from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
     ToolGroup,
@@ -92,14 +92,12 @@ class GrowingIndex:
         them."""
         return self.builder.add_lines(offset, lines, last_terminated)
 
-    def findings(
-        self, *, fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None
-    ) -> list[Finding]:
+    def findings(self, *, fs: FileSystem = REAL_FILES) -> list[Finding]:
         """Finish the index and return its findings, as a full detection would, at the cost of the
         lines added since the last call, not of the whole file. `fs` reads the session file (see
-        riffd.transcript.external), retrying EIO per its policy or `retry` (see
+        riffd.transcript.external), retrying EIO per its policy (see
         riffd.transcript.reader.retrying)."""
-        finish_index(self.builder, self.search, fs=retrying(fs, retry))
+        finish_index(self.builder, self.search, fs=retrying(fs))
         if self.detection is None:
             tool_log: list[tuple[int, str]] = []
             self.builder.tool_log = tool_log
