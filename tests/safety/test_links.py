@@ -41,10 +41,12 @@ def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def damaged_session(folder: Path) -> tuple[Path, bytes]:
+def damaged_session(folder: Path, generated: bool = False) -> tuple[Path, bytes]:
     """Write a transcript with a resumed duplicate into `folder`, named after its session; return it
-    and its bytes."""
-    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    and its bytes. It is made from a real transcript, or, `generated`, from a generated session (for
+    the tests that need any damaged transcript, so they run without the sample transcripts too)."""
+    lines = damage.generated_session() if generated else corpus_lines(BASE)
+    damaged = damage.inject_resumed_duplicate(lines)
     session_id = json.loads(damaged.lines[-1])["sessionId"]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{session_id}.jsonl"
@@ -122,9 +124,9 @@ class LinkedTree:
 @pytest.fixture
 def tree(claude: Path, tmp_path: Path) -> LinkedTree:
     root = claude / "projects"
-    real, _ = damaged_session(root / "-work-real")
+    real, _ = damaged_session(root / "-work-real", generated=True)
     disk = tmp_path / "disk" / "work-linked"
-    linked_real, _ = damaged_session(disk)
+    linked_real, _ = damaged_session(disk, generated=True)
     (root / "-work-linked").symlink_to(disk)
     (root / "-work-twice").symlink_to(disk)  # a second link to the same folder
     (disk / "up").symlink_to(root)  # a link back up the tree
