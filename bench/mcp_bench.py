@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import archive_bench  # noqa: E402
-import figures  # noqa: E402
-import scan_bench  # noqa: E402
+import archive_bench
+import figures
+import scan_bench
 
 MB = 1_000_000
 START_GOAL_MS = 300.0

@@ -11,7 +11,6 @@ slice of it, so the pages join to the whole text.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -100,19 +99,17 @@ class Conversations:
         signature = (ref.session_id, sum(archive.cursor(path)[1] for _id, path, _s in files))
         if self._folder is None:
             self._folder = Path(tempfile.mkdtemp(prefix="riffd-mcp-"))  # 0700: conversations
-        main = self._folder / f"{ref.session_id}.jsonl"
+        main = self._folder / "session" / f"{ref.session_id}.jsonl"
         if self._written == signature and main.exists():
             return main
-        for name in os.listdir(self._folder):
-            shutil.rmtree(self._folder / name) if (self._folder / name).is_dir() else os.unlink(
-                self._folder / name
-            )
+        shutil.rmtree(main.parent, ignore_errors=True)  # the session read before
+        main.parent.mkdir()
         for file_id, path, _session in files:
             parts = Path(path).parts
             if "subagents" in parts:
-                target = self._folder / ref.session_id / "subagents" / Path(path).name
+                target = main.parent / ref.session_id / "subagents" / Path(path).name
             elif Path(path).name.startswith("agent-"):
-                target = self._folder / Path(path).name
+                target = main.parent / Path(path).name
             else:
                 target = main
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.projects import find_project_folders
@@ -21,7 +22,7 @@ from riffd.mcp_server.memory import (
     transcript_exists,
 )
 from riffd.state.database import STATE_NAME
-from riffd.transcript.sessions import describe_file, local_time
+from riffd.transcript.sessions import describe_file, local_time, session_files
 
 MAX_LIMIT = 200
 
@@ -118,22 +119,22 @@ def list_sessions(
     checked_limit(limit)
     wanted = str(Path(project).expanduser().absolute()) if project else None
     try:
-        archived = memory.archived_sessions() if deleted or memory.archive_path.exists() else []
-    except (sqlite3.Error, PackDamaged) as exc:
+        archived = memory.archived_sessions()
+    except (sqlite3.Error, PackDamaged, ToolProblem) as exc:
         memory.forget_archive()
-        raise archive_problem(memory.archive_path, exc) from exc
+        if deleted and isinstance(exc, ToolProblem):
+            raise
+        if deleted:
+            raise archive_problem(memory.archive_path, exc) from exc
+        archived = []  # the sessions on disk are listed all the same, as not archived
     if deleted:
-        if not memory.archive_path.exists():
-            memory.archive()  # (says there is none)
+        memory.archive()  # (without an archive: says there is none)
         return _deleted(archived, wanted, limit)
     files = (
-        sorted(
-            p for f in find_project_folders(wanted, memory.config.roots) for p in f.glob("*.jsonl")
-        )
+        session_files(find_project_folders(wanted, memory.config.roots))
         if wanted
         else memory.disk_sessions()
     )
-    files = [path for path in files if not path.name.startswith(("agent-", "."))]
     newest = sorted(files, key=_mtime, reverse=True)[:limit]
     held = {item["path"] for item in archived}
     health = health_counts(memory.config.state_dir / STATE_NAME)
@@ -167,31 +168,30 @@ def list_sessions(
 
 
 def _deleted(
-    archived: list[dict[str, object]], wanted: str | None, limit: int
+    archived: list[dict[str, Any]], wanted: str | None, limit: int
 ) -> list[SessionSummary]:
+    """The archived sessions whose transcript is gone, newest first."""
     gone = [
         item
         for item in archived
-        if not os.path.exists(str(item["path"])) and (not wanted or item["project"] == wanted)
+        if not os.path.exists(item["path"]) and (not wanted or item["project"] == wanted)
     ]
-    gone.sort(key=lambda item: float(item["last_ts"] or 0), reverse=True)  # type: ignore[arg-type]
+    gone.sort(key=lambda item: item["last_ts"] or 0, reverse=True)
     rows = []
     for item in gone[:limit]:
-        session = str(item["session_id"] or Path(str(item["path"])).stem)
-        project = item["project"] if isinstance(item["project"], str) else None
-        stamp = item["last_ts"]
+        session = item["session_id"] or Path(item["path"]).stem
         rows.append(
             SessionSummary(
                 session,
-                item["title"] if isinstance(item["title"], str) else None,
-                project,
-                local_time(float(stamp)) if isinstance(stamp, int | float) else None,
-                int(item["raw_bytes"]) if isinstance(item["raw_bytes"], int) else None,
+                item["title"],
+                item["project"],
+                local_time(item["last_ts"]) if item["last_ts"] is not None else None,
+                item["raw_bytes"],
                 "deleted (restore_session brings it back)",
                 True,
                 True,
-                str(item["path"]),
-                resume_command(session, project, False),
+                item["path"],
+                resume_command(session, item["project"], False),
             )
         )
     return rows
