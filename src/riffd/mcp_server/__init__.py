@@ -6,6 +6,7 @@ imports.
 the SDK when it is missing); `server` registers the tools on FastMCP and serves them, with riffd's
 failures as tool errors; `memory` holds the configuration and the archive and finds a session by a
 full id, a unique prefix or `latest`; the tools: `lookup` (search, list_sessions), `conversation`
-(read_session), `health` (session_health) and `restore` (restore_session). A front end over the
+(read_session), `health` (session_health) and `restore` (restore_session), their typed answers in
+`results`. A front end over the
 commands, like the command line: it may import everything in riffd but `entry`.
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.commands.export import (
@@ -25,24 +24,12 @@ from riffd.commands.export import (
     sidechains_of,
 )
 from riffd.mcp_server.memory import Memory, SessionRef, ToolProblem
+from riffd.mcp_server.results import Page
 from riffd.transcript.reader import Unparsed
 from riffd.transcript.sessions import describe_file
 
 KEPT_TEXTS = 2  # sessions whose text is kept for the next page (memory stays flat across calls)
 MAX_PAGE = 200_000
-
-
-@dataclass(frozen=True)
-class Page:
-    """A slice of a session's text: where it starts, the text, where the next starts (None: this
-    is the last), the whole text's length, and whether it was read from the archive."""
-
-    session_id: str
-    start: int
-    text: str
-    next_start: int | None
-    total_chars: int
-    from_archive: bool
 
 
 class Conversations:

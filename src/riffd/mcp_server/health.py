@@ -4,41 +4,14 @@ it now. A deleted session is judged on the copy the archive would restore."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.daemon.lock import running_pid
 from riffd.display import shell_command
 from riffd.mcp_server.conversation import Conversations
 from riffd.mcp_server.memory import Memory, ToolProblem
+from riffd.mcp_server.results import FindingReport, Health
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, api_error_for
 from riffd.transcript.scan import scan_file
-
-
-@dataclass(frozen=True)
-class FindingReport:
-    """One finding: its class, lines, what it is, the API error it causes on resume (None: it
-    causes none), and what riffd does about it."""
-
-    finding: str
-    lines: list[int]
-    message: str
-    api_error: str | None
-    riffd_repairs: bool
-    when: str
-
-
-@dataclass(frozen=True)
-class Health:
-    """A session's health: ok or not, its findings, the command that repairs what riffd repairs,
-    and notes (live, deleted, not a transcript)."""
-
-    session_id: str
-    path: str
-    ok: bool
-    findings: list[FindingReport]
-    repair_now: str | None
-    notes: list[str]
 
 
 def session_health(memory: Memory, conversations: Conversations, session: str) -> Health:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,43 +20,11 @@ from riffd.mcp_server.memory import (
     resume_command,
     transcript_exists,
 )
+from riffd.mcp_server.results import SearchResult, SessionSummary
 from riffd.state.database import STATE_NAME
 from riffd.transcript.sessions import describe_file, local_time, session_files
 
 MAX_LIMIT = 200
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    """One place the words occur: in which session, when, said by whom, a snippet, and how to go
-    back to it."""
-
-    session_id: str | None
-    project: str | None
-    title: str | None
-    time: str | None
-    role: str | None
-    snippet: str
-    path: str
-    line: int
-    transcript_exists: bool
-    go_back: str | None
-
-
-@dataclass(frozen=True)
-class SessionSummary:
-    """One session as list_sessions gives it."""
-
-    session_id: str
-    title: str | None
-    project: str | None
-    last_activity: str | None
-    size_bytes: int | None
-    health: str
-    archived: bool
-    deleted: bool
-    path: str
-    go_back: str
 
 
 def checked_limit(limit: int, name: str = "limit") -> int:

@@ -12,15 +12,17 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
-from riffd.archive.store import Archive
 from riffd.claude_code.projects import SESSION_ID, find_project_folders
 from riffd.config import Config
 from riffd.database import DatabaseDamaged, is_busy_error
 from riffd.display import shell_command
 from riffd.transcript.sessions import ID_PREFIX, project_folders, session_files
+
+if TYPE_CHECKING:
+    from riffd.archive.store import Archive
 
 LATEST = "latest"
 
@@ -60,6 +62,8 @@ class Memory:
         when there is none or it cannot be opened."""
         if self._archive is not None:
             return self._archive
+        from riffd.archive.store import Archive  # (late: the server starts without it)
+
         if not self.archive_path.exists():
             raise ToolProblem(
                 f"There is no archive at {self.archive_path} yet: the riffd daemon (`riffd run`) or "

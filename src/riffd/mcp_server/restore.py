@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import io
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 from riffd.archive.packs import PackDamaged
@@ -19,21 +18,9 @@ from riffd.claude_code.liveness import claude_dirs_for, live_session_ids
 from riffd.commands.archive_restore import restore_files
 from riffd.commands.common import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command
+from riffd.mcp_server.results import RestoreResult
 
 ERROR_MARK = "riffd: error: "
-
-
-@dataclass(frozen=True)
-class RestoreResult:
-    """What a restore did: the files it wrote (none: all was there), whether every file of the
-    session is there now, its notes, and the command that resumes the session."""
-
-    session_id: str
-    written: list[str]
-    complete: bool
-    summary: str
-    notes: list[str]
-    resume: str
 
 
 def restore_session(memory: Memory, session: str) -> RestoreResult:
