@@ -315,3 +315,26 @@ def test_without_the_sdk_it_says_in_one_line_how_to_install_it() -> None:
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "pip install 'riffd[mcp]'" in result.stderr
+
+
+def test_an_unreadable_archive_is_a_tool_error_and_the_sessions_on_disk_still_answer(
+    tmp_path: Path,
+) -> None:
+    home = _home(tmp_path)
+    archive = tmp_path / "state" / "archive.db"
+    for leftover in archive.parent.glob("archive.db-*"):
+        leftover.unlink()
+    archive.write_bytes(b"not a database at all\n" * 512)
+
+    async def talk(session: ClientSession) -> list[Any]:
+        return [
+            await session.call_tool("search", {"query": "quokka"}),
+            await session.call_tool("list_sessions", {}),
+            await session.call_tool("read_session", {"session": home.kept.session_id[:8]}),
+        ]
+
+    search, listed, read = _talk(home, talk)
+    assert search.isError and f"The archive at {archive} cannot be read" in search.content[0].text
+    assert [row["session_id"] for row in _data(listed)] == [home.kept.session_id]
+    assert _data(read)["from_archive"] is False
+    assert archive.read_bytes() == b"not a database at all\n" * 512  # read-only: left as it is

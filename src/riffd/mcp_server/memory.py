@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.claude_code.projects import SESSION_ID, find_project_folders
 from riffd.config import Config
@@ -111,15 +112,25 @@ class Memory:
                 f"{text!r} is not a session id: give a full id, a prefix of at least 4 of its "
                 "characters, or `latest` (list_sessions lists them)."
             )
-        archived = {
-            item["session_id"]: item for item in self.archived_sessions() if item["session_id"]
-        }
+        trouble: ToolProblem | None = None
+        try:
+            archived = {
+                item["session_id"]: item for item in self.archived_sessions() if item["session_id"]
+            }
+        except (ToolProblem, sqlite3.Error, PackDamaged) as exc:  # the sessions on disk still count
+            self.forget_archive()
+            trouble = (
+                exc if isinstance(exc, ToolProblem) else archive_problem(self.archive_path, exc)
+            )
+            archived = {}
         paths: dict[str, Path] = {}
         for path in on_disk:
             paths.setdefault(path.stem, path)
         if SESSION_ID.fullmatch(text) and (text in paths or text in archived):
             return self._ref(text, paths, archived)
         matches = sorted({name for name in [*paths, *archived] if name.startswith(text)})
+        if not matches and trouble is not None:
+            raise trouble
         if not matches:
             raise ToolProblem(
                 f"No session starts with {text!r}, on disk or in the archive (list_sessions lists "
@@ -150,7 +161,11 @@ class Memory:
                 "archived ones)."
             )
         newest = max(pool, key=_mtime)
-        held = self.archive_path.exists() and bool(self.archive().files_of(newest.stem))
+        try:
+            held = self.archive_path.exists() and bool(self.archive().files_of(newest.stem))
+        except (ToolProblem, sqlite3.Error, PackDamaged):
+            self.forget_archive()
+            held = False
         return SessionRef(newest.stem, newest, held)
 
 
