@@ -147,7 +147,7 @@ def test_read_session_pages_join_to_the_whole_text(tmp_path: Path) -> None:
         for number in range(4, 300):
             transcript.write(_user(home.kept.session_id, number, f"message {number} " * 20))
 
-    async def talk(session: ClientSession) -> tuple[Any, list[Any], Any]:
+    async def talk(session: ClientSession) -> tuple[Any, list[Any], Any, Any]:
         whole = _data(
             await session.call_tool(
                 "read_session", {"session": home.kept.session_id, "max_chars": 200000}
@@ -166,9 +166,11 @@ def test_read_session_pages_join_to_the_whole_text(tmp_path: Path) -> None:
         deleted = _data(
             await session.call_tool("read_session", {"session": home.deleted.session_id})
         )
-        return whole, pages, deleted
+        latest = _data(await session.call_tool("read_session", {"session": "latest"}))
+        return whole, pages, deleted, latest
 
-    whole, pages, deleted = _talk(home, talk)
+    whole, pages, deleted, latest = _talk(home, talk)
+    assert latest["session_id"] == home.kept.session_id  # the newest session on disk
     assert whole["next_start"] is None and whole["total_chars"] > 50000
     assert len(pages) > 10 and all(len(page["text"]) <= 5000 for page in pages)
     assert "".join(page["text"] for page in pages) == whole["text"]
