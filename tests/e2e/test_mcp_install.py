@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -120,14 +121,35 @@ def test_a_file_that_is_not_json_is_refused_and_left(tmp_path: Path) -> None:
     assert path.read_bytes() == b'{"numStartups": 4,,}\n'
 
 
-def test_the_entry_starts_a_working_server_as_claude_code_runs_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["module", "console script"])
+def test_the_entry_starts_a_working_server_as_claude_code_runs_it(tmp_path: Path, how: str) -> None:
     mcp = pytest.importorskip("mcp", reason="the MCP SDK (riffd[mcp]) is not installed")
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     path = _user_config(tmp_path)
     path.write_bytes(CLAUDE_JSON.encode())
-    assert _riffd(tmp_path, "mcp", "install").returncode == 0
+    if how == "module":
+        assert _riffd(tmp_path, "mcp", "install").returncode == 0
+    else:  # a console script named riffd, as pip installs one
+        script = tmp_path / "bin" / "riffd"
+        script.parent.mkdir()
+        script.write_text(
+            f"#!{sys.executable}\nimport sys\nfrom riffd.entry import main\nsys.exit(main())\n"
+        )
+        script.chmod(0o755)
+        installed = subprocess.run(
+            [str(script), "--config", str(write_config(tmp_path)), "mcp", "install"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=riffd_env(CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), HOME=str(tmp_path)),
+        )
+        assert installed.returncode == 0, installed.stderr
     entry = json.loads(path.read_bytes())["mcpServers"]["riffd"]
+    if how == "console script":
+        assert entry["command"] == str(tmp_path / "bin" / "riffd")
+        assert entry["args"] == ["--config", str(tmp_path / "config.toml"), "mcp"]
     params = StdioServerParameters(
         command=entry["command"],
         args=entry["args"],
