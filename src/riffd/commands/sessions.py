@@ -90,7 +90,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         else _on_disk(
             session_files(folders),
             view,
-            _health(config.state_dir / STATE_NAME),
+            health_counts(config.state_dir / STATE_NAME),
             list(config.roots),
             configs,
         )
@@ -187,7 +187,7 @@ def _held_words(row: dict[str, Any]) -> str:
     ) + f" ({', '.join(['transcript', *parts])})"
 
 
-def _health(path: Path) -> dict[str, int]:
+def health_counts(path: Path) -> dict[str, int]:
     """Path -> the number of findings that count (not informational) in the daemon's state; {}
     without one."""
     if not path.exists():
