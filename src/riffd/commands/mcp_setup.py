@@ -23,8 +23,9 @@ from riffd.claude_code.user_config import (
     with_server,
     without_server,
 )
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import Parser
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.display import shell_command
 from riffd.hooks.install import Change, SettingsError, apply, backup_folder
 

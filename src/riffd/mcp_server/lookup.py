@@ -11,7 +11,7 @@ from typing import Any
 
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.projects import find_project_folders
-from riffd.commands.common import date_seconds
+from riffd.commands.arguments import date_seconds
 from riffd.commands.sessions import health_counts
 from riffd.mcp_server.memory import (
     Memory,

@@ -16,7 +16,7 @@ from pathlib import Path
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.liveness import claude_dirs_for, live_session_ids
 from riffd.commands.archive_restore import restore_files
-from riffd.commands.common import EXIT_ERROR
+from riffd.commands.output import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command
 from riffd.mcp_server.results import RestoreResult
 

@@ -42,8 +42,8 @@ def _command(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str]) -> int:
     """Serve riffd's MCP tools on stdio until the client closes it; exit 0, or 2 without the SDK or
     with a bad command line."""
-    from riffd.commands.common import EXIT_ERROR, EXIT_OK
-    from riffd.commands.configured import config_for_folders
+    from riffd.commands.config_loading import config_for_folders
+    from riffd.commands.output import EXIT_ERROR, EXIT_OK
 
     parser = argparse.ArgumentParser(prog="riffd", add_help=False)
     parser.add_argument("--config", type=Path, default=None)
