@@ -177,12 +177,27 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
                 "started": lock_time(config.state_dir),
                 "unpublished": True,
             }
-        report = build_report(store, config.backups.dir, snapshot)
+        report = build_report(store, config.backups.dir, snapshot, installed_hook_problems(config))
         if not page:
             return CurrentReport(report, pid)
         return CurrentReport(report, pid, store.history(), store.recent_repairs())
     finally:
         store.close()
+
+
+def installed_hook_problems(config: Config) -> tuple[str, ...]:
+    """The riffd hooks that do not run, in the user's Claude Code settings and in the current
+    folder's project settings (`riffd.hooks.checking`)."""
+    from riffd.hooks.checking import hook_problems
+
+    project = Path.cwd() / ".claude"
+    return hook_problems(
+        [
+            config.claude_dir / "settings.json",
+            project / "settings.local.json",
+            project / "settings.json",
+        ]
+    )
 
 
 def _state_error(config: Config, exc: Exception) -> int:
@@ -272,6 +287,8 @@ def run_status(args: argparse.Namespace) -> int:
                 f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
                 "service install`)"
             )
+            for problem in installed_hook_problems(config):
+                print(f"- {problem}")
         elif pid is None:
             last_seen = None if daemon is None else iso_seconds(daemon.last_seen)
             last = (

@@ -22,6 +22,7 @@ from riffd.daemon.disk_full import Room
 from riffd.daemon.jobs import archive_summary, store_snapshot
 from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import IO_STATS
+from riffd.hooks.checking import hook_problems
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
 from riffd.reports.publish import write_report
@@ -179,7 +180,8 @@ class Figures:
                 store_snapshot(store, snapshot)
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
-            report = build_report(store, config.backups.dir, snapshot)
+            hooks = hook_problems([config.claude_dir / "settings.json"])
+            report = build_report(store, config.backups.dir, snapshot, hooks)
             try:
                 store.record_history(history_point(report), time.time())
             except sqlite3.Error as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,11 +61,15 @@ def percentile(samples: list[float], fraction: float) -> float | None:
 
 
 def build_report(
-    store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None
+    store: StateStore,
+    backup_dir: Path,
+    daemon: dict[str, Any] | None,
+    hook_problems: Sequence[str] = (),
 ) -> HealthReport:
-    """Given the state store, the backup folder and the daemon's snapshot (its live figures,
-    `running` true only when that daemon runs now; a stopped daemon's last figures; or None when
-    none was ever seen), return the health report."""
+    """Given the state store, the backup folder, the daemon's snapshot (its live figures, `running`
+    true only when that daemon runs now; a stopped daemon's last figures; or None when none was ever
+    seen) and the installed hooks that do not run (`riffd.hooks.checking.hook_problems`), return the
+    health report."""
     now = time.time()
     daemon = daemon or {}
     findings = _sort_findings(store, daemon.get("repair_mode"))
@@ -139,6 +144,7 @@ def build_report(
         problems.append(
             "the last configuration reload failed; the previous configuration is still in use"
         )
+    problems.extend(hook_problems)
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
     return HealthReport(
         generated_at=datetime.fromtimestamp(now, UTC).replace(microsecond=0),
