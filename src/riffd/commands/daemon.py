@@ -247,7 +247,7 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_markdown(report))
     print(f"riffd: report written to {path}", file=sys.stderr)
-    return EXIT_OK if report.healthy else EXIT_FINDINGS
+    return EXIT_FINDINGS if report.healthy is False else EXIT_OK  # None: starting, no verdict yet
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -325,4 +325,4 @@ def run_status(args: argparse.Namespace) -> int:
         starting
     ):  # not a problem, unless something keeps the daemon itself from working (a full disk)
         return EXIT_FINDINGS if blocked else EXIT_OK
-    return EXIT_OK if report is not None and report.healthy else EXIT_FINDINGS
+    return EXIT_OK if report is not None and report.healthy is not False else EXIT_FINDINGS

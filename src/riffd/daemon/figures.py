@@ -171,7 +171,7 @@ class Figures:
             self._archive_figures = (
                 {}
                 if now.archive is None
-                else archive_summary(now.archive, store, config.claude_dir)
+                else archive_summary(now.archive, store, config.claude_dir) | {"at": time.time()}
             )
             snapshot = self.snapshot(now)
             # A state store that cannot be written to (a full disk) still gets its report written,

@@ -69,10 +69,21 @@ def build_report(
     """Given the state store, the backup folder, the daemon's snapshot (its live figures, `running`
     true only when that daemon runs now; a stopped daemon's last figures; or None when none was ever
     seen) and the installed hooks that do not run (`riffd.hooks.checking.hook_problems`), return the
-    health report."""
+    health report. The store is read in one snapshot: its findings, repairs and counters are those
+    of one moment."""
+    with store.read_snapshot():
+        return _build(store, backup_dir, daemon or {}, hook_problems)
+
+
+def _build(
+    store: StateStore,
+    backup_dir: Path,
+    daemon: dict[str, Any],
+    hook_problems: Sequence[str],
+) -> HealthReport:
     now = time.time()
-    daemon = daemon or {}
-    findings = _sort_findings(store, daemon.get("repair_mode"))
+    rechecking = store.repaired_since_read()
+    findings = _sort_findings(store, daemon.get("repair_mode"), rechecking)
     repairs = store.repair_summary()
     counters = store.counters()
     running = bool(daemon.get("running"))
@@ -84,7 +95,7 @@ def build_report(
     )
     seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
     uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
-    archive = _archive(daemon.get("archive") or {})
+    archive = _archive(daemon.get("archive") or {}, now)
     last_reload = _reload(daemon.get("last_reload"))
     state_dir = store.path.parent
     free = free_bytes(state_dir)
@@ -177,6 +188,7 @@ def build_report(
             watched=store.count_files(),
             with_findings=findings.files,
             repaired=repairs["files_repaired"],
+            rechecking=len(rechecking),
         ),
         attention=tuple(findings.attention[:ATTENTION_LISTED]),
         attention_total=len(findings.attention),
@@ -188,6 +200,7 @@ def build_report(
             pending=tuple(
                 PendingCall(path=path, tool_id=item.get("tool_id"), line=item["lines"][0])
                 for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)
+                if path not in rechecking
             ),
         ),
         repairs=RepairCounts(
@@ -306,9 +319,11 @@ def _tracker(stats: dict[str, Any]) -> TrackerFigures:
     )
 
 
-def _archive(figures: dict[str, Any]) -> ArchiveFigures:
-    """The archive's figures the daemon gathered (each None when it did not, or could not)."""
+def _archive(figures: dict[str, Any], now: float) -> ArchiveFigures:
+    """The archive's figures the daemon gathered (each None when it did not, or could not), with
+    when it gathered them and their age at `now`."""
     at_risk = figures.get("cleanup_at_risk")
+    gathered = figures.get("at")
     return ArchiveFigures(
         stored_bytes=figures.get("stored_bytes"),
         raw_bytes=figures.get("raw_bytes"),
@@ -319,6 +334,8 @@ def _archive(figures: dict[str, Any]) -> ArchiveFigures:
         cleanup_days=figures.get("cleanup_days"),
         cleanup_at_risk=None if at_risk is None else tuple(at_risk),
         cleanup_at_risk_count=figures.get("cleanup_at_risk_count"),
+        as_of=_local_time(gathered),
+        age_seconds=None if gathered is None else round(max(0.0, now - float(gathered)), 1),
     )
 
 
@@ -355,7 +372,9 @@ class SortedFindings:
     ack_error: str
 
 
-def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
+def _sort_findings(store: StateStore, mode: str | None, rechecking: set[str]) -> SortedFindings:
+    """Sort the stored findings, leaving out those of the files in `rechecking` (repaired since
+    riffd read them: what is left of their findings is known once they are read again)."""
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
     except (
@@ -368,6 +387,8 @@ def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
     files: set[str] = set()
     listed, later = [], []
     for path, item, waiting in store.all_findings():
+        if path in rechecking:
+            continue
         cls = str(item.get("class"))
         if cls in INFORMATIONAL:
             informational[cls] += 1

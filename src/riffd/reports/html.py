@@ -15,7 +15,7 @@ from html import escape
 from typing import Any
 
 from riffd.display import shell_command
-from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair
+from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair, verdict_words
 
 WIDTH, HEIGHT, PAD, LEFT = 560, 180, 36, 64
 COLOURS = ("#d1495b", "#2e86ab", "#edae49", "#00798c", "#6a4c93", "#3d9970", "#8d6a9f", "#ff851b")
@@ -139,7 +139,7 @@ def render_page(
     """Return latest.html for `report`, with the hourly `history` (oldest first) and the recent
     `repairs` (newest first)."""
     healthy, daemon, files = report.healthy, report.daemon, report.files
-    verdict = "healthy" if healthy else "needs attention"
+    verdict = verdict_words(report)
     problems = "".join(f"<li>{escape(problem)}</li>" for problem in report.problems)
     attention_rows = "".join(
         f'<tr class="{escape(item.state)}"><td><code>{escape(item.path)}</code></td>'
@@ -195,7 +195,7 @@ def render_page(
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
 .verdict {{ padding: .6em 1em; border-radius: 6px; color: #fff; background: {
-        "#3d9970" if healthy else "#d1495b"
+        "#3d9970" if healthy else "#777" if healthy is None else "#d1495b"
     }; }}
 table {{ border-collapse: collapse; width: 100%; margin: .5em 0 1.5em; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: .3em .5em; text-align: left; vertical-align: top; }}

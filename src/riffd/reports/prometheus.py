@@ -13,7 +13,15 @@ from riffd.reports.model import HealthReport
 # name -> (type, help); labels are added where the figure has them.
 _METRICS: dict[str, tuple[str, str]] = {
     "riffd_up": ("gauge", "1 when the riffd daemon that wrote this file was running, else 0."),
-    "riffd_healthy": ("gauge", "1 when the report found nothing that needs attention, else 0."),
+    "riffd_healthy": (
+        "gauge",
+        "1 when the report found nothing that needs attention, else 0; no sample while the daemon "
+        "starts and has found nothing yet (riffd_starting 1).",
+    ),
+    "riffd_starting": (
+        "gauge",
+        "1 while the daemon looks at the files it found at start (no verdict yet), else 0.",
+    ),
     "riffd_report_timestamp_seconds": (
         "gauge",
         "When the report behind these figures was made (Unix time).",
@@ -75,7 +83,12 @@ def render_metrics(report: HealthReport) -> str:
     }
     samples: dict[str, list[str | None]] = {
         "riffd_up": [_sample("riffd_up", int(report.daemon.running))],
-        "riffd_healthy": [_sample("riffd_healthy", int(report.healthy))],
+        "riffd_healthy": [
+            None if report.healthy is None else _sample("riffd_healthy", int(report.healthy))
+        ],
+        "riffd_starting": [
+            _sample("riffd_starting", int(report.daemon.running and report.daemon.starting))
+        ],
         "riffd_report_timestamp_seconds": [
             _sample("riffd_report_timestamp_seconds", report.generated_at.timestamp())
         ],

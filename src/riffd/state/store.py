@@ -92,6 +92,18 @@ class StateStore:
                 raise
             self._db.execute("COMMIT")
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Run a block of reads in one read transaction: each sees the store as it was at one
+        moment, whatever riffd's other threads or processes commit meanwhile (a report never counts
+        a repair beside the findings it removed)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._db.execute("COMMIT")
+
     # --- files ------------------------------------------------------------------------------------
 
     def file(self, path: str) -> FileState | None:
@@ -214,6 +226,17 @@ class StateStore:
             for path, blob, repairable in rows
             for item in json.loads(blob)
         ]
+
+    def repaired_since_read(self) -> set[str]:
+        """Return the files repaired since riffd last read them: their stored findings are those of
+        before the repair, until the file is read again (moments later)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT files.path FROM files JOIN (SELECT path, MAX(time) AS repaired FROM repairs "
+                "WHERE outcome = 'repaired' GROUP BY path) AS last ON last.path = files.path "
+                "WHERE last.repaired > files.processed_at"
+            ).fetchall()
+        return {key_path(row[0]) for row in rows}
 
     def finding_summary(
         self, informational: frozenset[str] = frozenset()

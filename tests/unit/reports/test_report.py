@@ -23,6 +23,7 @@ from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report, percentile
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
+from riffd.reports.prometheus import render_metrics
 from riffd.reports.publish import read_latest, write_report
 from riffd.state.store import StateStore
 
@@ -74,7 +75,7 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
         )
     )
     assert report["schema"] == 1
-    assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1}
+    assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1, "rechecking": 0}
     assert report["findings"]["open"] == {"duplicate_tool_result": 1}
     assert report["findings"]["repaired"] == {"duplicate_tool_result": 2}
     assert report["repairs"] == {"done": 1, "skipped": {"live": 1}, "failed": {}}
@@ -84,6 +85,43 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
         "open finding" in problem for problem in report["problems"]
     )
     assert report["daemon"]["pid"] == 7 and 9 < report["daemon"]["uptime_seconds"] < 60
+
+
+@requires_corpus
+def test_a_file_repaired_since_it_was_read_is_not_both_open_and_repaired(
+    store_with_history: tuple[StateStore, Path],
+) -> None:
+    store, tmp_path = store_with_history
+    path = tmp_path / "p" / "s.jsonl"
+    # the daemon repaired it; the worker has not read the new file yet
+    store.record_repair(
+        str(path), "repaired", None, "b2", Counter({"duplicate_tool_result": 1}), "1 edit"
+    )
+    report = report_document(build_report(store, tmp_path, {"running": True, "pid": 7}))
+    assert report["findings"]["open"] == {} and report["repairs"]["done"] == 2
+    assert report["files"]["rechecking"] == 1 and report["attention"] == []
+    assert not any("open finding" in problem for problem in report["problems"])
+    # read again (the repair put a new file in its place): what is left is counted again
+    fresh = path.with_name("new.jsonl")
+    fresh.write_bytes(path.read_bytes())
+    fresh.replace(path)
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    report = report_document(build_report(store, tmp_path, {"running": True, "pid": 7}))
+    assert report["files"]["rechecking"] == 0 and report["findings"]["open"]
+
+
+def test_no_verdict_before_the_start_up_pass_is_done(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state.db")
+    starting = {"running": True, "starting": True, "pid": 7, "seen_at": time.time()}
+    report = build_report(store, tmp_path, starting)
+    document = report_document(report)
+    assert document["healthy"] is None and document["problems"] == []
+    assert "**starting: no verdict" in render_markdown(report)
+    metrics = render_metrics(report)
+    assert "riffd_healthy" not in metrics and "riffd_starting 1" in metrics
+    done = build_report(store, tmp_path, starting | {"starting": False})
+    assert report_document(done)["healthy"] is True
+    assert "riffd_healthy 1" in render_metrics(done) and "riffd_starting 0" in render_metrics(done)
 
 
 @requires_corpus
