@@ -125,6 +125,7 @@ class Figures:
             "started": stats.started,
             "config_path": str(config.source) if config.source else None,
             "repair_mode": config.repair.mode,
+            "quiet_period": config.repair.quiet_period,
             "last_reload": stats.last_reload,
             "roots": [str(root) for root in config.roots],
             "observer": watcher.observer_kind if watcher else None,

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,12 +14,10 @@ from typing import Any
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
-from riffd.display import shell_word
 from riffd.fsio import IO_STATS
+from riffd.reports.attention import RepairTiming, sort_findings
 from riffd.reports.model import (
     ArchiveFigures,
-    AttentionItem,
-    AttentionState,
     BackupFigures,
     DaemonState,
     DatabaseFiles,
@@ -42,10 +38,8 @@ from riffd.reports.model import (
     WatcherFigures,
 )
 from riffd.state.store import StateStore
-from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
-from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
+from riffd.transcript.findings import FindingClass
 
-REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
 STUCK_SECONDS = 120.0  # a running daemon refreshes its figures every 30 s at least
 ATTENTION_LISTED = 200  # findings listed under `attention` (all are counted in `findings`)
@@ -83,10 +77,16 @@ def _build(
 ) -> HealthReport:
     now = time.time()
     rechecking = store.repaired_since_read()
-    findings = _sort_findings(store, daemon.get("repair_mode"), rechecking)
+    running = bool(daemon.get("running"))
+    timing = RepairTiming(
+        running=running and not daemon.get("stopping"),
+        quiet_period=daemon.get("quiet_period"),
+        modified={path: known[3] / 1e9 for path, known in store.known_files().items()},
+        now=now,
+    )
+    findings = sort_findings(store, daemon.get("repair_mode"), rechecking, timing)
     repairs = store.repair_summary()
     counters = store.counters()
-    running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
     errors = tuple(
         _error(error)
@@ -355,103 +355,4 @@ def _backups(backup_dir: Path) -> BackupFigures:
         count=len(records),
         total_bytes=sum(record.stored_bytes for record in records),
         oldest=oldest,
-    )
-
-
-@dataclass(frozen=True)
-class SortedFindings:
-    """Every stored finding sorted out: open damage by class (and the files holding it),
-    acknowledged and informational findings by class, and the `attention` list (open first, then
-    acknowledged); `ack_error` says why no acknowledgement applies, when the file is broken."""
-
-    open: Counter[str]
-    files: int
-    acknowledged: Counter[str]
-    informational: Counter[str]
-    attention: list[AttentionItem]
-    ack_error: str
-
-
-def _sort_findings(store: StateStore, mode: str | None, rechecking: set[str]) -> SortedFindings:
-    """Sort the stored findings, leaving out those of the files in `rechecking` (repaired since
-    riffd read them: what is left of their findings is known once they are read again)."""
-    try:
-        acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
-    except (
-        AckFileError
-    ) as exc:  # a broken file must not hide damage: nothing counts as acknowledged
-        acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
-    damage: Counter[str] = Counter()
-    acknowledged: Counter[str] = Counter()
-    informational: Counter[str] = Counter()
-    files: set[str] = set()
-    listed, later = [], []
-    for path, item, waiting in store.all_findings():
-        if path in rechecking:
-            continue
-        cls = str(item.get("class"))
-        if cls in INFORMATIONAL:
-            informational[cls] += 1
-            continue
-        ack = acks.of(path, item) if acks else None
-        if ack is not None:
-            acknowledged[cls] += 1
-            later.append(attention_item(path, item, waiting, mode, ack))
-        else:
-            damage[cls] += 1
-            files.add(path)
-            listed.append(attention_item(path, item, waiting, mode))
-    return SortedFindings(
-        damage, len(files), acknowledged, informational, listed + later, ack_error
-    )
-
-
-def attention_item(
-    path: str,
-    finding: dict[str, Any],
-    waiting: bool,
-    mode: str | None = None,
-    ack: Ack | None = None,
-) -> AttentionItem:
-    """One finding as the report lists it: the file, the class, the lines, its state
-    (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
-    riffd does not edit, acknowledged) and the command that deals with it."""
-    cls = str(finding.get("class"))
-    lines = finding.get("lines") or []
-    quoted = shell_word(path)
-    where = shell_word(f"{path}:{lines[0]}") if lines else quoted
-    state: AttentionState
-    if ack is not None:
-        state = "acknowledged"
-        action = (
-            f"acknowledged {ack.at}"
-            + (f" ({ack.note})" if ack.note else "")
-            + f"; `riffd ack --undo {where}` counts it again"
-        )
-    elif cls in REPAIRABLE_NAMES and mode == "report-only":
-        state = "waiting_for_repair"
-        action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
-    elif cls in REPAIRABLE_NAMES and waiting:
-        state = "waiting_for_repair"
-        action = f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`"
-    elif cls in REPAIRABLE_NAMES:
-        state = "not_repaired"
-        action = (
-            f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
-            f"`riffd ack {where}` accepts it as it is"
-        )
-    else:
-        state = "never_repaired"
-        action = (
-            f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
-            f"well, `riffd ack {where}` acknowledges it"
-        )
-    return AttentionItem(
-        path=path,
-        finding_class=cls,
-        lines=tuple(lines),
-        message=finding.get("message", ""),
-        repairable=cls in REPAIRABLE_NAMES,
-        state=state,
-        action=action,
     )

@@ -287,7 +287,8 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     }  # informational findings need nothing
     assert (
         by_path["/p/waiting.jsonl"]["repairable"]
-        and "`riffd fix /p/waiting.jsonl`" in by_path["/p/waiting.jsonl"]["action"]
+        and "`riffd fix --dry-run /p/waiting.jsonl` says what holds it"
+        in by_path["/p/waiting.jsonl"]["action"]
     )
     assert (
         not by_path["/p/bad.jsonl"]["repairable"]
@@ -387,3 +388,35 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     for number in range(ERRORS_KEPT + 5):
         stats.error(f"e{number}")
     assert len(stats.recent_errors()) == ERRORS_KEPT  # the newest kept
+
+
+def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state" / "state.db")
+    damaged = damage.inject_identical_line(damage.generated_session(segments=2))
+    path = tmp_path / "p" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"".join(damaged.lines))  # modified now
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    snapshot = {"running": True, "pid": 7, "quiet_period": 120.0, "seen_at": time.time()}
+    report = report_document(build_report(store, tmp_path, snapshot))
+    by_class = {item["class"]: item for item in report["attention"]}
+    assert set(by_class) == {"duplicate_tool_result", "duplicate_uuid"}
+    due = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime + 120))
+    waiting = by_class["duplicate_tool_result"]
+    assert waiting["state"] == "waiting_for_repair"
+    assert f"riffd repairs it by itself at {due}" in waiting["action"]
+    assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in waiting["action"]
+    # the pending repair takes the repeated line out, and its uuid with it: no `ack` advice
+    assert "riffd ack" not in by_class["duplicate_uuid"]["action"]
+    assert "look again after that repair" in by_class["duplicate_uuid"]["action"]
+    # past the quiet period: no time, and no command that would skip it
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    fresh = path.with_name("new.jsonl")
+    fresh.write_bytes(path.read_bytes())
+    os.utime(fresh, (old, old))
+    fresh.replace(path)
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    report = report_document(build_report(store, tmp_path, snapshot))
+    action = next(item["action"] for item in report["attention"] if item["repairable"])
+    assert "as soon as no Claude Code process has the session open" in action
