@@ -4,7 +4,7 @@
 every command uses; `configured` loads the configuration for a command. The groups: `scan`, `fix` (its results rendered by `fix_output`),
 `ack`, `show`, `sessions`, `export`, `backups`, `daemon` (`run`, `report`, `status`), `config`,
 `service`, `hook`, and `archive` with `archive_ingest`, `archive_restore` (what it writes:
-`restore_items`) and `archive_verify`.
+`restore_items`), `archive_search` and `archive_verify`.
 Commands may import everything else in riffd; nothing outside this package imports a command module
 (the console script's front door, `riffd.entry`, aside).
 """
