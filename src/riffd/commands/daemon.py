@@ -240,7 +240,12 @@ def run_report(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     path = write_report(
-        report, config.reports.dir, config.reports.keep, current.history, current.repairs
+        report,
+        config.reports.dir,
+        config.reports.keep,
+        current.history,
+        current.repairs,
+        config.reports.metrics_readable,
     )
     if args.json:
         print_json(report_document(report))

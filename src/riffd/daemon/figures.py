@@ -193,4 +193,5 @@ class Figures:
                 config.reports.keep,
                 store.history(),
                 store.recent_repairs(),
+                config.reports.metrics_readable,
             )

@@ -3,10 +3,14 @@ node_exporter's textfile collector): written atomically with every report, so a 
 half a file.
 
 Every figure comes from the report it is written with; `riffd_report_timestamp_seconds` says when,
-so an alert on its age catches a daemon that stopped writing.
+so an alert on its age catches a daemon that stopped writing. The same series are written whether
+the daemon runs or has stopped (`riffd_up 0`, the last figures kept, uptime 0), so none vanishes; no
+label value is empty; the latency is three gauges (NaN before the first change is handled).
 """
 
 from __future__ import annotations
+
+import math
 
 from riffd.reports.model import HealthReport
 
@@ -48,11 +52,19 @@ _METRICS: dict[str, tuple[str, str]] = {
     "riffd_backups": ("gauge", "Verified backups kept."),
     "riffd_backup_bytes": ("gauge", "Bytes the backups take."),
     "riffd_queue_depth": ("gauge", "Files waiting to be looked at."),
-    "riffd_event_latency_seconds": (
+    "riffd_event_latency_p50_seconds": (
         "gauge",
-        "From a change on disk to riffd done with it, by quantile (recent).",
+        "From a change on disk to riffd done with it: the median of the recent changes.",
     ),
-    "riffd_uptime_seconds": ("gauge", "How long the daemon has run."),
+    "riffd_event_latency_p95_seconds": (
+        "gauge",
+        "From a change on disk to riffd done with it: the 95th percentile of the recent changes.",
+    ),
+    "riffd_event_latency_max_seconds": (
+        "gauge",
+        "From a change on disk to riffd done with it: the longest of the recent changes.",
+    ),
+    "riffd_uptime_seconds": ("gauge", "How long the daemon has run (0 when it does not run)."),
 }
 
 
@@ -65,11 +77,17 @@ def _sample(
 ) -> str | None:
     if value is None:
         return None
-    label_text = ",".join(f'{key}="{_escape(str(item))}"' for key, item in (labels or {}).items())
+    label_text = ",".join(
+        f'{key}="{_escape(str(item) or "none")}"' for key, item in (labels or {}).items()
+    )
     number = (
-        str(value) if isinstance(value, int) else repr(float(value))
+        str(value) if isinstance(value, int) else "NaN" if math.isnan(value) else repr(float(value))
     )  # every digit: a timestamp needs them
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def render_metrics(report: HealthReport) -> str:
@@ -106,7 +124,7 @@ def render_metrics(report: HealthReport) -> str:
             for name, count in findings.repaired.items()
         ],
         "riffd_repairs_total": [
-            _sample("riffd_repairs_total", repairs.done, {"outcome": "repaired", "reason": ""})
+            _sample("riffd_repairs_total", repairs.done, {"outcome": "repaired", "reason": "none"})
         ]
         + [
             _sample("riffd_repairs_total", count, {"outcome": outcome, "reason": reason})
@@ -121,15 +139,19 @@ def render_metrics(report: HealthReport) -> str:
         "riffd_backups": [_sample("riffd_backups", backups.count)],
         "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups.total_bytes)],
         "riffd_queue_depth": [_sample("riffd_queue_depth", report.queue.depth)],
-        "riffd_event_latency_seconds": [
-            _sample("riffd_event_latency_seconds", value, {"quantile": quantile})
-            for value, quantile in (
-                (latency.p50, "0.5"),
-                (latency.p95, "0.95"),
-                (latency.maximum, "1"),
+        **{
+            f"riffd_event_latency_{name}_seconds": [
+                _sample(f"riffd_event_latency_{name}_seconds", _or_nan(value))
+            ]
+            for name, value in (
+                ("p50", latency.p50),
+                ("p95", latency.p95),
+                ("max", latency.maximum),
             )
+        },
+        "riffd_uptime_seconds": [
+            _sample("riffd_uptime_seconds", report.daemon.uptime_seconds or 0.0)
         ],
-        "riffd_uptime_seconds": [_sample("riffd_uptime_seconds", report.daemon.uptime_seconds)],
     }
     lines = []
     for name, (kind, text) in _METRICS.items():
