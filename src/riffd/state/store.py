@@ -388,13 +388,19 @@ class StateStore:
         return json.loads(row[0]) if row else None
 
     def record_history(self, point: dict[str, Any], now: float) -> None:
-        """Keep `point` as this hour's (replacing an earlier one of the same hour); forget hours
-        over HISTORY_DAYS."""
+        """Keep `point` as this hour's, merged into an earlier one of the same hour: its figures
+        win, but one it lacks (None: a new daemon that has no latency yet) keeps the earlier value;
+        forget hours over HISTORY_DAYS."""
         hour = int(now // 3600)
         with self.transaction() as db:
+            row = db.execute("SELECT point FROM history WHERE hour = ?", (hour,)).fetchone()
+            earlier = json.loads(row[0]) if row else {}
+            merged = (earlier if isinstance(earlier, dict) else {}) | {
+                key: value for key, value in point.items() if value is not None
+            }
             db.execute(
                 "INSERT OR REPLACE INTO history(hour, point) VALUES (?, ?)",
-                (hour, json.dumps(point)),
+                (hour, json.dumps(merged)),
             )
             db.execute("DELETE FROM history WHERE hour < ?", (hour - HISTORY_DAYS * 24,))
 
