@@ -31,6 +31,7 @@ def current_point(report: HealthReport) -> HistoryPoint:
         archive_raw=_number(report.archive.raw_bytes),
         latency_p50=report.latency.p50,
         latency_p95=report.latency.p95,
+        at=report.generated_at.timestamp(),
     )
 
 
@@ -41,16 +42,19 @@ def _number(value: float | None) -> float | None:
 def charts(report: HealthReport, history: Sequence[HistoryPoint]) -> list[str]:
     """The four charts of the page: the stored hours (oldest first), then the report's own figures
     at its moment."""
-    moments = [point.hour * 3600.0 for point in history] + [report.generated_at.timestamp()]
+    moments = [point.at or point.hour * 3600.0 for point in history]
+    moments.append(report.generated_at.timestamp())
     points = [*history, current_point(report)]
     classes = sorted({name for point in points for name in point.open})
 
     def series(figure: Callable[[HistoryPoint], float | None]) -> list[tuple[float, float]]:
-        return [
-            (moment, float(value))
+        # one value per moment, the later one (the hour's point may be this very report's)
+        by_moment = {
+            moment: float(value)
             for moment, point in zip(moments, points, strict=True)
             if (value := figure(point)) is not None
-        ]
+        }
+        return sorted(by_moment.items())
 
     def open_of(name: str) -> Callable[[HistoryPoint], float]:
         return lambda point: float(point.open.get(name, 0))
@@ -134,7 +138,7 @@ def chart(title: str, series: Series, unit: str = "") -> str:
     since = (
         f"history from {_moment(x_low, x_span)}; a point an hour, the last one now"
         if x_span
-        else "history starts now: the daemon adds a point every hour"
+        else "one moment so far: the daemon adds a point every hour"
     )
     return (
         head

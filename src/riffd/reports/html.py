@@ -29,6 +29,7 @@ def history_point(report: HealthReport) -> dict[str, Any]:
         "archive_raw": report.archive.raw_bytes,
         "latency_p50": report.latency.p50,
         "latency_p95": report.latency.p95,
+        "at": report.generated_at.timestamp(),
     }
 
 
@@ -44,6 +45,7 @@ def history_points(stored: Sequence[tuple[int, dict[str, Any]]]) -> list[History
             archive_raw=_number(point.get("archive_raw")),
             latency_p50=_number(point.get("latency_p50")),
             latency_p95=_number(point.get("latency_p95")),
+            at=_number(point.get("at")),
         )
         for hour, point in stored
     ]

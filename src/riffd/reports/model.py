@@ -271,6 +271,7 @@ class HistoryPoint:
     archive_raw: float | None
     latency_p50: float | None
     latency_p95: float | None
+    at: float | None = None  # when its report was made (None: a point an earlier riffd kept)
 
 
 @dataclass(frozen=True)

@@ -170,8 +170,6 @@ def test_the_page_draws_history_points_an_earlier_riffd_kept(tmp_path: Path) -> 
     assert newer.open == {"duplicate_tool_result": 1} and newer.repairs == 1
     assert newer.archive_raw == 90 and newer.latency_p50 == report.latency.p50
     page = render_page(report, [older, newer], [])
-    # Open findings (0 where a point has none) and repairs: lines over the three points; the
-    # archive's and the latency's figures, which the older point lacks: lines over the newer point
-    # and the report's own.
-    assert page.count("<polyline") == 6 and page.count("<circle") == 0
-    assert page.count('class="series"') == 6
+    # Open findings (0 where a point has none) and repairs: lines; the archive's and the latency's
+    # figures, which only the newer point has (the report's own moment: one point): a dot each.
+    assert page.count("<polyline") == 2 and page.count("<circle") == 4
