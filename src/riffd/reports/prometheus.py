@@ -49,6 +49,10 @@ _METRICS: dict[str, tuple[str, str]] = {
     "riffd_archive_stored_bytes": ("gauge", "Bytes the archive takes on disk."),
     "riffd_archive_raw_bytes": ("gauge", "Bytes of transcript lines the archive holds."),
     "riffd_archive_sessions": ("gauge", "Sessions in the archive."),
+    "riffd_archive_figures_timestamp_seconds": (
+        "gauge",
+        "When the daemon gathered the archive's figures (Unix time; with each scheduled report).",
+    ),
     "riffd_backups": ("gauge", "Verified backups kept."),
     "riffd_backup_bytes": ("gauge", "Bytes the backups take."),
     "riffd_queue_depth": ("gauge", "Files waiting to be looked at."),
@@ -136,6 +140,12 @@ def render_metrics(report: HealthReport) -> str:
         "riffd_archive_stored_bytes": [_sample("riffd_archive_stored_bytes", archive.stored_bytes)],
         "riffd_archive_raw_bytes": [_sample("riffd_archive_raw_bytes", archive.raw_bytes)],
         "riffd_archive_sessions": [_sample("riffd_archive_sessions", archive.sessions)],
+        "riffd_archive_figures_timestamp_seconds": [
+            _sample(
+                "riffd_archive_figures_timestamp_seconds",
+                None if archive.as_of is None else archive.as_of.timestamp(),
+            )
+        ],
         "riffd_backups": [_sample("riffd_backups", backups.count)],
         "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups.total_bytes)],
         "riffd_queue_depth": [_sample("riffd_queue_depth", report.queue.depth)],

@@ -51,6 +51,7 @@ def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path
             "sessions": 2,
             "files_behind": 0,
             "bytes_behind": 0,
+            "at": 10**10 - 120,
         },
     }
     report = build_report(store, tmp_path / "backups", snapshot)
@@ -76,6 +77,7 @@ def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path
     assert value[("riffd_repairs_total", (("outcome", "skipped"), ("reason", "live")))] == 1
     assert value[("riffd_findings_repaired_total", (("class", "missing_tool_result"),))] == 2
     assert value[("riffd_archive_raw_bytes", ())] == 9000
+    assert value[("riffd_archive_figures_timestamp_seconds", ())] == 10**10 - 120
     assert value[("riffd_event_latency_p50_seconds", ())] == 0.2
     assert value[("riffd_event_latency_max_seconds", ())] == 0.4
     assert abs(value[("riffd_report_timestamp_seconds", ())] - time.time()) < 60
