@@ -218,3 +218,47 @@ def test_a_hook_that_does_not_run_is_a_problem_and_install_mends_it(tmp_path: Pa
         run_as_claude_code(command, {"hook_event_name": "riffd-check"}, env)
     status = run_riffd("status", env=folders)
     assert "does not run" not in status.stdout
+
+
+def settings_with(path: Path, command: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {"matcher": "Read", "hooks": [{"type": "command", "command": command}]}
+                    ]
+                }
+            }
+        )
+    )
+
+
+def test_riffd_never_runs_a_hook_command_it_did_not_write_or_from_another_users_file(
+    tmp_path: Path,
+) -> None:
+    folders = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+    }
+    settings = tmp_path / "claude" / "settings.json"
+    marker = tmp_path / "ran"
+    # shell syntax around a riffd hook: not riffd's form, so never run
+    settings_with(settings, f"touch {marker}; riffd hook pre-tool-use")
+    for args in (("status",), ("hook", "install")):
+        run_riffd(*args, env=folders)
+        assert not marker.exists(), args
+    # riffd's form, but in a file another user owns (root reads a user's settings): never run
+    script = tmp_path / "bin" / "riffd"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    settings_with(settings, f"{script} hook pre-tool-use")
+    if os.geteuid() == 0:
+        os.chown(settings, 1234, 1234)
+        assert "does not run" not in run_riffd("status", env=folders).stdout
+        assert not marker.exists()
+        os.chown(settings, 0, 0)
+    run_riffd("status", env=folders)  # the runner's own file: checked, so run
+    assert marker.exists()

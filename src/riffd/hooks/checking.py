@@ -5,11 +5,18 @@ broken, fails there, where Claude Code shows nothing and the hook silently stops
 
 `hook_problem(command)` checks one command; `check_settings(path)` every riffd hook in one file;
 `hook_problems(paths)` says each broken one as a problem with the command that mends it.
+
+Running a command found in a file is only safe when the file is the runner's own: riffd run as root
+must never run what a user wrote into a settings file. So a command is run only from a file owned by
+the effective user (`runnable`), and only when it is plain words in riffd's form (`riffd_words`: no
+shell syntax beyond quoting, then `hook pre-tool-use|session-start` and options); any other riffd
+hook is left unchecked.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Sequence
@@ -79,9 +86,40 @@ def hook_problem(command: str, timeout: float = HOOK_CHECK_SECONDS) -> str | Non
     )
 
 
+def riffd_words(command: str) -> list[str] | None:
+    """The words of `command` when it is riffd's form: plain words (what `shlex` splits it into,
+    quoted again, is the command itself: no `;`, `$(...)`, redirection or glob), a launcher, then
+    `hook pre-tool-use|session-start` and options; None when it is not."""
+    import shlex
+
+    from riffd.display import shell_command
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if shell_command(*words) != command or "hook" not in words:
+        return None
+    at = words.index("hook")
+    if at == 0 or at + 1 >= len(words) or words[at + 1] not in ("pre-tool-use", "session-start"):
+        return None
+    return words
+
+
+def runnable(path: Path, command: str) -> bool:
+    """Whether riffd may run `command` to check it: it comes from a file the effective user owns,
+    and it is in riffd's form (`riffd_words`)."""
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return False
+    return owner == os.geteuid() and riffd_words(command) is not None
+
+
 def check_settings(path: Path) -> tuple[HookCheck, ...]:
-    """Check every riffd hook in the settings file at `path` (none when the file is absent, does not
-    parse, or holds no riffd hook: `hook install` says what is wrong with such a file)."""
+    """Check every riffd hook in the settings file at `path` that riffd may run (`runnable`); none
+    when the file is absent, does not parse, or holds no riffd hook (`hook install` says what is
+    wrong with such a file)."""
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -98,7 +136,8 @@ def check_settings(path: Path) -> tuple[HookCheck, ...]:
                 continue
             for hook in group["hooks"]:
                 command = hook["command"]
-                checks.append(HookCheck(path, event, command, hook_problem(command)))
+                if runnable(path, command):
+                    checks.append(HookCheck(path, event, command, hook_problem(command)))
     return tuple(checks)
 
 

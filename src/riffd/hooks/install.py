@@ -37,7 +37,7 @@ from typing import Any
 
 from riffd.display import shell_command
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
-from riffd.hooks.checking import hook_problem, is_riffd_group
+from riffd.hooks.checking import hook_problem, is_riffd_group, runnable
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
 HOOK_TIMEOUT_SECONDS = (
@@ -178,6 +178,11 @@ def plan_install(
     updated = copy.deepcopy(document)
     hooks = updated.setdefault("hooks", {})
     notes: list[str] = []
+
+    def runs_here(command: str) -> str | None:
+        # never run a command from another user's file, or one not in riffd's form: it is kept
+        return runs(command) if runnable(path, command) else None
+
     for event, group in riffd_hooks(launcher).items():
         groups = hooks.setdefault(event, [])
         ours = [existing for existing in groups if is_riffd_group(existing)]
@@ -187,7 +192,7 @@ def plan_install(
             continue
         for existing in ours:
             for hook in existing["hooks"]:
-                notes.append(_mend(event, hook, shell_command(*launcher), runs))
+                notes.append(_mend(event, hook, shell_command(*launcher), runs_here))
     if updated == document:
         return Change(path, raw, raw, tuple(notes))
     after = _dump(updated, raw)
@@ -209,7 +214,7 @@ def _mend(
     command = hook["command"]
     problem = runs(command)
     if problem is None:
-        return f"{event}: riffd's hook is there already (`{command}`, it runs)"
+        return f"{event}: riffd's hook is there already (`{command}`)"
     found = _HOOK_WORDS.search(command)
     mended = command if found is None else launcher + command[found.start() :]
     if mended == command:
