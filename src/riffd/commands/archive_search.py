@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from riffd.commands.common import EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
 from riffd.transcript.sessions import local_time, session_key
 

@@ -62,9 +62,8 @@ def sort_findings(
     riffd read them: what is left of their findings is known once they are read again)."""
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
-    except (
-        AckFileError
-    ) as exc:  # a broken file must not hide damage: nothing counts as acknowledged
+    # a broken file must not hide damage: nothing counts as acknowledged
+    except AckFileError as exc:
         acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
     damage: Counter[str] = Counter()
     acknowledged: Counter[str] = Counter()

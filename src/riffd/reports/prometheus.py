@@ -84,9 +84,10 @@ def _sample(
     label_text = ",".join(
         f'{key}="{_escape(str(item) or "none")}"' for key, item in (labels or {}).items()
     )
+    # every digit: a timestamp needs them; NaN for a figure not known yet
     number = (
         str(value) if isinstance(value, int) else "NaN" if math.isnan(value) else repr(float(value))
-    )  # every digit: a timestamp needs them
+    )
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
 
 

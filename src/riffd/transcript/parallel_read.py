@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
-from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
-from riffd.transcript.building import IndexBuilder
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.transcript.columns import Columns, batch_columns
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_chunks, retrying
 from riffd.transcript.records import fast_records
 
@@ -90,7 +90,6 @@ def index_piped(
     path: str,
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     chunk_size: int,
 ) -> IndexBuilder | None:
     """Index `path` with a decoder process (see the module): return the builder fed with every
@@ -99,7 +98,7 @@ def index_piped(
     receiver, sender = big_pipe(context)
     child = context.Process(
         target=_decode,
-        args=(sender, receiver, path, retrying(fs, retry), chunk_size),
+        args=(sender, receiver, path, retrying(fs), chunk_size),
         daemon=True,
         name="riffd-decoder",
     )
