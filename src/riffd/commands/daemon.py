@@ -48,7 +48,7 @@ def register(commands: Any) -> None:
         help="write a health report now and print it",
         description="Build a health report from the state store and the running daemon's live figures (or a "
         "stopped daemon's last ones, shown as stopped), write it to the report folder as report-<time>.json, "
-        "latest.json and latest.md, and print it. Exit 0 healthy, 1 not, 2 no state or unreadable state.",
+        "latest.json and latest.md, and print it. Exit 0 healthy (or starting, no verdict yet), 1 not, 2 no state or unreadable state.",
     )
     report.add_argument(
         "--json", action="store_true", help="print the JSON report instead of the summary"
