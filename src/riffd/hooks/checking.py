@@ -127,18 +127,26 @@ def check_settings(path: Path) -> tuple[HookCheck, ...]:
     hooks = document.get("hooks") if isinstance(document, dict) else None
     if not isinstance(hooks, dict):
         return ()
-    checks = []
-    for event, groups in hooks.items():
-        if not isinstance(groups, list):
-            continue
-        for group in groups:
-            if not is_riffd_group(group):
-                continue
-            for hook in group["hooks"]:
-                command = hook["command"]
-                if runnable(path, command):
-                    checks.append(HookCheck(path, event, command, hook_problem(command)))
-    return tuple(checks)
+    found = [
+        (event, hook["command"])
+        for event, groups in hooks.items()
+        if isinstance(groups, list)
+        for group in groups
+        if is_riffd_group(group)
+        for hook in group["hooks"]
+        if runnable(path, hook["command"])
+    ]
+    if not found:
+        return ()
+    # each check starts a Python: side by side, `status` waits for one, not for all
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(found)) as pool:
+        problems = list(pool.map(hook_problem, [command for _event, command in found]))
+    return tuple(
+        HookCheck(path, event, command, problem)
+        for (event, command), problem in zip(found, problems, strict=True)
+    )
 
 
 def mending_command(settings: Path) -> str:
