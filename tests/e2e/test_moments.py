@@ -138,12 +138,14 @@ def test_everything_riffd_says_is_true_at_each_moment_of_a_daemons_life(
 
     # damage while it runs: within the quiet period, the advice is when and what repairs it now
     damaged(second, second.stem, idle=False)
-    report = daemon.wait_until(
+    daemon.wait_until(
         lambda: sandbox.report_where(lambda r: r["findings"]["open"]), "the new damage reported"
     )
     waiting = look(sandbox)
-    action = next(item["action"] for item in waiting.report["attention"] if item["repairable"])
-    if report["repairs"]["done"] == 1:  # not repaired yet (the quiet period is 5 s)
+    actions = [item["action"] for item in waiting.report["attention"] if item["repairable"]]
+    # (on a machine so slow that the 5 s passed already, the repair is checked below)
+    if actions and time.time() < second.stat().st_mtime + QUIET - 1:
+        action = actions[0]
         assert "riffd repairs it by itself at" in action, action
         assert f"`riffd fix --quiet-period 0 {second}` repairs it now" in action
         assert "now: `riffd fix" not in waiting.status.stdout
