@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.daemon import Sandbox
 from helpers.run import SRC_DIR, riffd_env, run_riffd
 
 SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
@@ -262,3 +263,45 @@ def test_riffd_never_runs_a_hook_command_it_did_not_write_or_from_another_users_
         os.chown(settings, 0, 0)
     run_riffd("status", env=folders)  # the runner's own file: checked, so run
     assert marker.exists()
+
+
+@pytest.mark.slow
+def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
+    sandbox: Sandbox,
+) -> None:
+    missing = sandbox.root / "gone" / "riffd"  # riffd was removed from where the hook names it
+    settings = sandbox.claude / "settings.json"
+    settings.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {
+                            "matcher": "Read",
+                            "hooks": [
+                                {"type": "command", "command": f"{missing} hook pre-tool-use"}
+                            ],
+                        }
+                    ],
+                    "SessionStart": [
+                        {
+                            "matcher": "resume",
+                            "hooks": [
+                                {"type": "command", "command": "no-such-riffd hook session-start"}
+                            ],
+                        }
+                    ],
+                }
+            }
+        )
+    )
+    daemon = sandbox.start()
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a report"
+    )
+    problems = [problem for problem in report["problems"] if "hook in" in problem]
+    assert len(problems) == 1, report["problems"]  # the PATH lookup is not the service's to judge
+    assert f"the PreToolUse hook in {settings} does not run" in problems[0]
+    assert "exit 127 (not found)" in problems[0] and "`riffd hook install`" in problems[0]
+    assert report["healthy"] is False
+    daemon.stop()

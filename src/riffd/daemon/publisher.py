@@ -183,7 +183,8 @@ class Publisher:
                 store_snapshot(store, snapshot)
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
-            hooks = hook_problems([config.claude_dir / "settings.json"])
+            # the service's PATH is not Claude Code's: only hooks named by their path are run
+            hooks = hook_problems([config.claude_dir / "settings.json"], by_path=False)
             report = build_report(store, config.backups.dir, snapshot, hooks)
             try:
                 store.record_history(history_point(report), time.time())

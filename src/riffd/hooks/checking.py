@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,8 +91,6 @@ def riffd_words(command: str) -> list[str] | None:
     """The words of `command` when it is riffd's form: plain words (what `shlex` splits it into,
     quoted again, is the command itself: no `;`, `$(...)`, redirection or glob), a launcher, then
     `hook pre-tool-use|session-start` and options; None when it is not."""
-    import shlex
-
     from riffd.display import shell_command
 
     try:
@@ -116,10 +115,11 @@ def runnable(path: Path, command: str) -> bool:
     return owner == os.geteuid() and riffd_words(command) is not None
 
 
-def check_settings(path: Path) -> tuple[HookCheck, ...]:
+def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
     """Check every riffd hook in the settings file at `path` that riffd may run (`runnable`); none
     when the file is absent, does not parse, or holds no riffd hook (`hook install` says what is
-    wrong with such a file)."""
+    wrong with such a file). Without `by_path`, a command whose executable is looked up on PATH is
+    left unchecked (a service's PATH is not the one Claude Code runs hooks with)."""
     try:
         document = json.loads(path.read_bytes())
     except (OSError, ValueError):
@@ -135,6 +135,7 @@ def check_settings(path: Path) -> tuple[HookCheck, ...]:
         if is_riffd_group(group)
         for hook in group["hooks"]
         if runnable(path, hook["command"])
+        and (by_path or os.path.isabs(shlex.split(hook["command"])[0]))
     ]
     if not found:
         return ()
@@ -160,12 +161,13 @@ def mending_command(settings: Path) -> str:
     return shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
 
 
-def hook_problems(paths: Sequence[Path]) -> tuple[str, ...]:
+def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
     """Each riffd hook in the settings files `paths` that does not run, as a problem naming the
-    file, the command, what went wrong and the command that mends it."""
+    file, the command, what went wrong and the command that mends it (`by_path`: see
+    check_settings)."""
     problems = []
     for path in paths:
-        for check in check_settings(path):
+        for check in check_settings(path, by_path):
             if check.problem is None:
                 continue
             problems.append(
