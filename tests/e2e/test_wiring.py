@@ -170,7 +170,10 @@ def test_project_hooks_go_to_the_local_settings_not_the_shared_file(tmp_path: Pa
     (project / ".claude").mkdir(parents=True)
     shared = project / ".claude" / "settings.json"
     shared.write_bytes(CLAUDE_SETTINGS)  # the team's file, committed
-    assert riffd(tmp_path, "hook", "install", "--project", str(project)).returncode == 0
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    installed = riffd(tmp_path, "hook", "install", "--project", str(project))
+    assert installed.returncode == 0, installed.stderr
+    assert b"git does not ignore" in installed.stderr  # it names a path on this machine
     written = json.loads((project / ".claude" / "settings.local.json").read_bytes())
     assert set(written["hooks"]) == {"PreToolUse", "SessionStart"}
     assert shared.read_bytes() == CLAUDE_SETTINGS  # a path of this machine stays out of it

@@ -134,7 +134,32 @@ def run_install(args: argparse.Namespace) -> int:
             "out of both files; then install again",
             file=sys.stderr,
         )
-    return _carry_out(args, change, "install")
+    code = _carry_out(args, change, "install")
+    if args.project and code == EXIT_OK and not args.dry_run and _tracked_by_git(path):
+        print(
+            f"riffd: note: git does not ignore {path}: it names a path on this machine; add "
+            "`.claude/settings.local.json` to the project's .gitignore (Claude Code does when it "
+            "makes the file)",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _tracked_by_git(path: Path) -> bool:
+    """Whether `path` lies in a git work tree that does not ignore it (False without git)."""
+    import subprocess
+
+    try:
+        checked = subprocess.run(
+            ["git", "check-ignore", "-q", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return checked.returncode == 1  # 0: ignored; 128: not a work tree (or git failed)
 
 
 def run_uninstall(args: argparse.Namespace) -> int:
