@@ -340,3 +340,30 @@ def test_an_unreadable_archive_is_a_tool_error_and_the_sessions_on_disk_still_an
     assert [row["session_id"] for row in _data(listed)] == [home.kept.session_id]
     assert _data(read)["from_archive"] is False
     assert archive.read_bytes() == b"not a database at all\n" * 512  # read-only: left as it is
+
+
+def test_latest_and_the_listing_go_by_the_last_record_not_the_file_time(tmp_path: Path) -> None:
+    home = _home(tmp_path, delete=False)
+    record = json.loads(_user(home.kept.session_id, 9, "the newest words"))
+    record["timestamp"] = "2030-01-01T00:00:00Z"
+    with open(home.kept.main, "ab") as transcript:
+        transcript.write((json.dumps(record) + "\n").encode())
+    later = home.kept.main.stat().st_mtime + 3600
+    os.utime(home.deleted.main, (later, later))  # as a repair or a restore leaves the other one
+    ids = (home.kept.session_id, home.deleted.session_id)
+    length = next(n for n in range(1, 37) if ids[0][:n] != ids[1][:n])
+    prefix = home.kept.session_id[:length].upper()  # the shortest unique prefix, upper case
+
+    async def talk(session: ClientSession) -> tuple[Any, Any, Any]:
+        latest = await session.call_tool("read_session", {"session": "latest"})
+        named = await session.call_tool("session_health", {"session": prefix})
+        listed = await session.call_tool("list_sessions", {})
+        return _data(latest), _data(named), _data(listed)
+
+    latest, named, listed = _talk(home, talk)
+    assert latest["session_id"] == home.kept.session_id
+    assert named["session_id"] == home.kept.session_id
+    assert [row["session_id"] for row in listed][:2] == [
+        home.kept.session_id,
+        home.deleted.session_id,
+    ]

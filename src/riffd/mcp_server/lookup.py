@@ -22,7 +22,7 @@ from riffd.mcp_server.memory import (
 )
 from riffd.mcp_server.results import SearchResult, SessionSummary
 from riffd.state.database import STATE_NAME
-from riffd.transcript.sessions import describe_file, local_time, session_files
+from riffd.transcript.sessions import describe_file, last_activity, local_time, session_files
 
 MAX_LIMIT = 200
 
@@ -102,7 +102,7 @@ def list_sessions(
         if wanted
         else memory.disk_sessions()
     )
-    newest = sorted(files, key=_mtime, reverse=True)[:limit]
+    newest = sorted(files, key=last_activity, reverse=True)[:limit]
     held = {item["path"] for item in archived}
     health = health_counts(memory.config.state_dir / STATE_NAME)
     rows = []
@@ -162,10 +162,3 @@ def _deleted(
             )
         )
     return rows
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0

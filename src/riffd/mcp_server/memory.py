@@ -20,7 +20,13 @@ from riffd.claude_code.projects import SESSION_ID, find_project_folders
 from riffd.config import Config
 from riffd.database import DatabaseDamaged, is_busy_error
 from riffd.display import shell_command
-from riffd.transcript.sessions import ID_PREFIX, project_folders, session_files
+from riffd.transcript.sessions import (
+    ID_PREFIX,
+    last_activity,
+    project_folders,
+    session_files,
+    session_key,
+)
 
 if TYPE_CHECKING:
     from riffd.archive.store import Archive
@@ -103,14 +109,14 @@ class Memory:
         """The session `text` names: a full id, a prefix only one session's id has, or `latest`
         (the newest session of the project in the server's folder, else the newest of all); on
         disk first, else in the archive. Raise ToolProblem for none, or several."""
-        text = text.strip()
+        text = session_key(text.strip())
         on_disk = self.disk_sessions()
         if text == LATEST:
             return self._latest(on_disk)
         if not ID_PREFIX.fullmatch(text):
             raise ToolProblem(
-                f"{text!r} is not a session id: give a full id, a prefix of at least 4 of its "
-                "characters, or `latest` (list_sessions lists them)."
+                f"{text!r} is not a session id: give a full id, a prefix of it (any length, "
+                "either case), or `latest` (list_sessions lists them)."
             )
         trouble: ToolProblem | None = None
         try:
@@ -160,20 +166,13 @@ class Memory:
                 "none is the latest; give a session id (list_sessions with deleted=true lists "
                 "archived ones)."
             )
-        newest = max(pool, key=_mtime)
+        newest = max(pool, key=last_activity)
         try:
             held = self.archive_path.exists() and bool(self.archive().files_of(newest.stem))
         except (ToolProblem, sqlite3.Error, PackDamaged):
             self.forget_archive()
             held = False
         return SessionRef(newest.stem, newest, held)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def archive_problem(path: Path, exc: BaseException) -> ToolProblem:

@@ -46,7 +46,7 @@ INSTRUCTIONS = (
     "decided in earlier sessions (search, then read_session), to see which sessions exist "
     "(list_sessions), to check whether a session will resume cleanly (session_health), and to put a "
     "deleted session back so `claude --resume` can continue it (restore_session). A SESSION argument "
-    "is a full session id, a unique prefix of one (at least 4 characters), or `latest` (the newest "
+    "is a full session id, a unique prefix of one (any length), or `latest` (the newest "
     "session of this project)."
 )
 READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
