@@ -3,24 +3,20 @@ of `riffd archive restore` (riffd.commands.archive_restore: the whole session, b
 kept whole first and the transcripts last, checked as written), never with `--force`: a file that
 is there is never overwritten. A session a running Claude Code process has registered is refused.
 
-What `riffd archive restore` prints is what this returns: the files it wrote, and its notes."""
+What `riffd archive restore` says is what this returns (riffd.commands.archive_restore.RestoreRun):
+the files it wrote, and its notes."""
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import sqlite3
 from pathlib import Path
 
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.liveness import claude_dirs_for, live_session_ids
-from riffd.commands.archive_restore import restore_files
+from riffd.commands.archive_restore import restore_session_files
 from riffd.commands.output import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command
 from riffd.mcp_server.results import RestoreResult
-
-ERROR_MARK = "riffd: error: "
 
 
 def restore_session(memory: Memory, session: str) -> RestoreResult:
@@ -56,39 +52,28 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
                 f"Session {ref.session_id} is live (a running Claude Code process has it, per "
                 f"{folder / 'sessions'}); restore it once that process has ended."
             )
-    args = argparse.Namespace(
-        session=ref.session_id, to=None, force=False, quiet_period=None, loaded_config=config
-    )
-    out, err = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = restore_files(archive, args)
+        run = restore_session_files(archive, ref.session_id, config)
     except (sqlite3.Error, PackDamaged) as exc:
         memory.forget_archive()
         raise archive_problem(memory.archive_path, exc) from exc
-    said = [line for line in err.getvalue().splitlines() if line.strip()]
-    if code == EXIT_ERROR:
-        errors = [line.removeprefix(ERROR_MARK) for line in said if line.startswith(ERROR_MARK)]
+    errors = run.errors()
+    if run.exit_code == EXIT_ERROR:
         raise ToolProblem(
             f"Session {ref.session_id} was not restored whole: "
-            + (errors[0] if errors else said[-1] if said else "riffd archive restore failed")
+            + (errors[0] if errors else run.summary or "riffd archive restore failed")
             + (
-                f" (and {len(errors) - 1} more error(s); run `riffd archive restore {ref.session_id}` to see them)"
+                f" (and {len(errors) - 1} more error(s); run `riffd archive restore "
+                f"{ref.session_id}` to see them)"
                 if len(errors) > 1
                 else ""
             )
         )
-    written = [
-        line.split(" -> ", 1)[1]
-        for line in out.getvalue().splitlines()
-        if line.startswith("restored ") and " -> " in line
-    ]
-    summary = said[-1].removeprefix("riffd: ") if said else ""
     return RestoreResult(
         ref.session_id,
-        written,
-        code == 0,
-        summary,
-        said[:-1],
+        [str(target) for _path, target in run.written],
+        run.exit_code == 0,
+        run.summary,
+        [text for kind, text in run.said if kind != "restored" and text != run.summary],
         resume_command(ref.session_id, project, True),
     )
