@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import write_config
+from conftest import dead_pid, write_config
 from helpers.run import riffd_command, riffd_env, run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
 
@@ -367,3 +367,25 @@ def test_latest_and_the_listing_go_by_the_last_record_not_the_file_time(tmp_path
         home.kept.session_id,
         home.deleted.session_id,
     ]
+
+
+def test_a_killed_servers_conversations_are_removed_by_the_next(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    left = temp / f"riffd-mcp-{dead_pid()}-abc123"  # a server killed with -9 left it
+    (left / "session").mkdir(parents=True)
+    (left / "session" / "words.jsonl").write_text("what a deleted session said\n")
+    alive = temp / f"riffd-mcp-{os.getpid()}-def456"  # a running server's
+    alive.mkdir()
+    env = {**home.env, "TMPDIR": str(temp)}
+
+    async def talk(session: ClientSession) -> Any:
+        read = _data(await session.call_tool("read_session", {"session": home.deleted.session_id}))
+        return read, sorted(path.name for path in temp.iterdir())
+
+    read, during = _talk(home, talk, env=env)
+    assert read["session_id"] == home.deleted.session_id
+    assert not left.exists() and alive.is_dir()
+    assert len(during) == 2 and alive.name in during  # its own folder and the live one
+    assert sorted(path.name for path in temp.iterdir()) == [alive.name]  # its own, gone on exit

@@ -162,7 +162,7 @@ def _before_install(path: Path, state_dir: Path) -> tuple[bool, bool]:
 
 def _write(args: argparse.Namespace, change: Change, kind: str) -> int:
     try:
-        saved = apply(change, config_for_folders(args).state_dir, kind)
+        saved = apply(change, config_for_folders(args).state_dir, kind, "riffd's server entry")
     except (SettingsError, OSError) as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

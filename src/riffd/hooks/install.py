@@ -315,11 +315,11 @@ def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str
     return (raw, document) if isinstance(document, dict) else None
 
 
-def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
+def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -> Path | None:
     """Write `change` (nothing when it changes nothing): first a private copy of the previous file
     in riffd's state folder (returned), then the new bytes by atomic replace, keeping the file's
     mode; a symlinked settings file (a dotfile manager's) has its target replaced, the link stays.
-    Raise SettingsError for a read-only file."""
+    Raise SettingsError for a read-only file (saying to add `what` by hand)."""
     if not change.changed:
         return None
     # a dotfile manager's link stays
@@ -327,8 +327,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     # marked read-only (root or not)
     if change.before is not None and not target.stat().st_mode & 0o222:
         raise SettingsError(
-            f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
-            "hooks yourself: --dry-run prints them)"
+            f"{change.path} is read-only: riffd changes nothing (make it writable, or add {what} "
+            "yourself: --dry-run prints what riffd would write)"
         )
     folder = backup_folder(state_dir, change.path)
     # 0700, whatever the umask: copies of the user's settings

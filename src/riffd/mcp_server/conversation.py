@@ -11,6 +11,7 @@ slice of it, so the pages join to the whole text.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -30,6 +31,8 @@ from riffd.transcript.sessions import describe_file
 
 KEPT_TEXTS = 2  # sessions whose text is kept for the next page (memory stays flat across calls)
 MAX_PAGE = 200_000
+# the temporary folder of one server: riffd-mcp-<pid>-<random>
+TEMP_PREFIX = "riffd-mcp-"
 
 
 class Conversations:
@@ -85,7 +88,9 @@ class Conversations:
             raise ToolProblem(f"The archive holds no transcript of session {ref.session_id}.")
         signature = (ref.session_id, sum(archive.cursor(path)[1] for _id, path, _s in files))
         if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix="riffd-mcp-"))  # 0700: conversations
+            sweep_folders_of_dead_servers()
+            # 0700: conversations
+            self._folder = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
         main = self._folder / "session" / f"{ref.session_id}.jsonl"
         if self._written == signature and main.exists():
             return main
@@ -161,3 +166,24 @@ def render(session_id: str, path: Path, *, from_archive: bool) -> str:
     except OSError as exc:
         raise ToolProblem(f"{path} cannot be read ({exc.strerror or exc}).") from exc
     return "\n\n".join(parts) + "\n"
+
+
+def sweep_folders_of_dead_servers() -> None:
+    """Remove the temporary folders (conversations read from the archive) of servers of this user
+    that were killed before they could remove their own: `riffd-mcp-<pid>-*` whose process is gone."""
+    top = Path(tempfile.gettempdir())
+    try:
+        names = [name for name in os.listdir(top) if name.startswith(TEMP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(TEMP_PREFIX) :].split("-", 1)[0]
+        folder = top / name
+        try:
+            if not pid.isdigit() or folder.lstat().st_uid != os.getuid() or not folder.is_dir():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
