@@ -470,3 +470,52 @@ def test_worker_turns_repeats_into_informational_findings(tmp_path: Path) -> Non
         {"session": SESSION, "redundant": 2, "bytes_wasted": 8}
     ]
     assert "redundant tool calls: 2 (Read 1, Grep 1), 8 bytes" in render_markdown(model)
+
+
+def _repeating_session(calls: int) -> list[dict[str, Any]]:
+    """A session of `calls` Read calls of 4 files, each with its result, 1 s apart and ending 5 s
+    ago (the tracker forgets calls older than its window): most repeat the call 4 before them."""
+    start = time.time() - T0 - calls - 5
+    lines = []
+    for number in range(calls):
+        tool_id = f"t{number:03d}"
+        lines.append(use("Read", {"file_path": f"/work/{number % 4}.py"}, tool_id, start + number))
+        lines.append(result(tool_id, "z" * (10 + number), start + number + 0.5))
+    return chained(lines)
+
+
+def test_appended_redundant_calls_equal_those_of_a_whole_reading(tmp_path: Path) -> None:
+    """The worker judges an append's redundant calls from those it judged last (never rebuilt from
+    every stored finding): line by line, then after a restart, they equal those a fresh worker finds
+    reading the whole file, in the same order."""
+    lines = _repeating_session(40)
+    path = tmp_path / "p" / f"{SESSION}.jsonl"
+    path.parent.mkdir()
+    path.touch()
+    store = StateStore(tmp_path / "appended" / "state.db")
+    worker = Worker(store, WorkerSettings(repair=False), tracker=ToolCallTracker())
+
+    def whole_reading() -> list[dict[str, Any]]:
+        fresh = StateStore(tmp_path / f"whole-{path.stat().st_size}" / "state.db")
+        Worker(fresh, WorkerSettings(repair=False), tracker=ToolCallTracker()).process(path)
+        state = fresh.file(str(path))
+        assert state is not None
+        return state.findings
+
+    def appended(more: list[dict[str, Any]], by: Worker) -> list[dict[str, Any]]:
+        for line in more:
+            with path.open("ab") as handle:
+                handle.write(json.dumps(line).encode() + b"\n")
+            by.process(path)
+        state = store.file(str(path))
+        assert state is not None
+        return state.findings
+
+    half = len(lines) // 2
+    assert appended(lines[:half], worker) == whole_reading()
+    restarted = Worker(store, WorkerSettings(repair=False), tracker=ToolCallTracker())
+    assert appended(lines[half : half + 2], restarted) == whole_reading()  # read from its start
+    found = appended(lines[half + 2 :], restarted)
+    assert found == whole_reading()
+    assert len(found) == 36 and {item["class"] for item in found} == {"redundant_tool_call"}
+    assert [item["lines"][-1] for item in found] == sorted(item["lines"][-1] for item in found)
