@@ -9,7 +9,10 @@ other command (`riffd hook install` too), and `--help`, goes to `riffd.commands.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections costs the hooks a millisecond at every start)
+    from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:

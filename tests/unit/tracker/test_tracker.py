@@ -4,21 +4,24 @@ findings."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import CORPUS_DIR, requires_corpus
+from conftest import CORPUS_DIR, examples, requires_corpus
 from riffd.config import TrackerConfig
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.state.store import StateStore
-from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED
+from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED, name_words, parse_time
 from riffd.tracker.tracker import (
     DEFAULT_MAX_CALLS,
     RedundantCall,
@@ -519,3 +522,37 @@ def test_appended_redundant_calls_equal_those_of_a_whole_reading(tmp_path: Path)
     assert found == whole_reading()
     assert len(found) == 36 and {item["class"] for item in found} == {"redundant_tool_call"}
     assert [item["lines"][-1] for item in found] == sorted(item["lines"][-1] for item in found)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(name=st.text(alphabet="aZbYzA_-09é.", max_size=16))
+def test_tool_names_split_into_words_as_the_pattern_splits_them(name: str) -> None:
+    """`name_words` (no `re` on the hook's path) gives the letter words of the pattern it
+    replaced."""
+    assert name_words(name) == re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    digits=st.sampled_from([0, 3, 6]),
+    separator=st.sampled_from("Tt "),
+)
+def test_timestamps_read_by_hand_equal_datetimes(
+    moment: datetime, digits: int, separator: str
+) -> None:
+    """The form Claude Code writes is read without importing datetime, to the same float."""
+    text = f"{moment.year:04d}-" + moment.strftime(f"%m-%d{separator}%H:%M:%S")
+    if digits:
+        text += "." + f"{moment.microsecond:06d}"[:digits]
+    text += "Z"
+    want = datetime.fromisoformat(text[:-1] + "+00:00").timestamp()
+    assert parse_time(text) == want
+    assert parse_time(text[:-1] + "+00:00") == want  # another form: datetime reads it
+
+
+@pytest.mark.parametrize(
+    "text", ["2025-02-29T00:00:00Z", "2025-13-01T00:00:00Z", "2025-01-01T24:00:00Z", "x", 7, None]
+)
+def test_a_timestamp_that_is_no_time_is_none(text: object) -> None:
+    assert parse_time(text) is None
