@@ -38,7 +38,7 @@ RUN_CACHE = (
 # Lines of a file in one run at most: a run's header is encoded again at each batch that adds to it
 # (each append, in the daemon), so a run of every line a pack holds (tens of thousands of short lines
 # once their pieces are cut out) cost an append its file's length; a new run starts past this
-RUN_LINES = 1024
+RUN_LINES = 256
 SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
 log = logging.getLogger(__name__)

@@ -100,15 +100,14 @@ def test_an_append_to_a_longer_run_of_an_earlier_riffd_starts_a_new_run(tmp_path
     archive.close()
     with sqlite3.connect(archive.path) as db:  # one run of every line, as an earlier riffd wrote it
         rows = db.execute("SELECT first, pack, header FROM runs ORDER BY first").fetchall()
-        assert len(rows) == 2 and len({pack for _, pack, _ in rows}) == 1
+        assert len(rows) >= 2 and len({pack for _, pack, _ in rows}) == 1
         whole = Run(rows[0][1], 0, rows[0][2])
-        tail = Run(rows[1][1], rows[1][0], rows[1][2])
-        whole.offsets += tail.offsets
-        whole.lengths += tail.lengths
-        whole.cuts.update(
-            {len(whole.lengths) - len(tail.lengths) + k: v for k, v in tail.cuts.items()}
-        )
-        whole.unterminated, whole.crc = tail.unterminated, tail.crc
+        for first, pack, header in rows[1:]:
+            tail = Run(pack, first, header)
+            whole.cuts.update({first + line: ids for line, ids in tail.cuts.items()})
+            whole.offsets += tail.offsets
+            whole.lengths += tail.lengths
+            whole.unterminated, whole.crc = tail.unterminated, tail.crc
         db.execute("DELETE FROM runs")
         db.execute(
             "INSERT INTO runs(file_id, generation, first, pack, header) VALUES (1, 0, 0, ?, ?)",
