@@ -416,7 +416,8 @@ def tracker_cost(calls: int = 10_000) -> dict[str, Any]:
 
 # How the docs' table names each row.
 LABELS = {
-    ANCHOR: "`python3 -c pass` (the interpreter alone, on this machine)",
+    ANCHOR: "`python3 -c pass` (the interpreter alone, on this machine; paired with itself: the "
+    "method's noise)",
     "python -m riffd hook (warn)": "`python3 -m riffd hook pre-tool-use`, warn",
     "python -m riffd hook (cache)": "the same, `--mode cache` (answers from the cache)",
     "python -m riffd hook (warn, no .pyc)": "the same without bytecode cache "
@@ -444,11 +445,9 @@ def markdown(measured: dict[str, Any]) -> str:
         p50 = f"{value['p50_ms']:.1f}"
         if name in GOALS:
             label, p50 = f"{label} (goal < {GOALS[name]} ms)", f"**{p50}**"
-        over = f"+{value['over_anchor_ms']:.1f} ms ({value['ratio_to_anchor']:.2f}x)"
+        over = f"{value['over_anchor_ms']:+.1f} ms ({value['ratio_to_anchor']:.2f}x)"
         if name in OVER_GOALS:
             over = f"**{over}** (goal +{OVER_GOALS[name]} ms)"
-        if name == ANCHOR:
-            over = "1.00"
         rows.append((label, f"{p50} / {value['p95_ms']:.1f} ms", over))
     tracker = measured["tracker"]
     rows.append(
