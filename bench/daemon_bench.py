@@ -7,6 +7,7 @@ Run by hand from the repository root::
     python3 bench/daemon_bench.py --quick         # smaller figures, about a minute
     python3 bench/daemon_bench.py --json > result.json
     python3 bench/daemon_bench.py --only latency,append --keep
+    python3 bench/daemon_bench.py --only outside --write docs/figures/daemon-outside.md
     python3 bench/daemon_bench.py --write docs/figures/daemon.md  # the table the docs include
 
 Everything happens in a fresh temporary folder (`--tmp` picks where it is made; `--keep` keeps it):
@@ -36,6 +37,17 @@ database).
    the log line for the processing that covered it - the moment just before its `write`. It
    includes inotify, watchdog, the debounce (50 ms), the worker and the SQLite commit. A log line
    with `lines` n covers the next n appends of its file (n > 1: appends coalesced; counted).
+1b. outside: the whole daemon seen from outside, as a user's machine sees it: for each size of
+   `--big-mb`, a real `riffd run` (`repair.mode = "report-only"`, the archive on, `log.level =
+   "info"` as by default, `watcher.debounce = 0.2`, `archive.settle_after = 3600` so no settle
+   falls in the window) over one healthy session of that size. Once it has read the file (its
+   INFO log line), a 3 s settle, then its idle CPU rate over `--outside-idle` (30) s; then
+   `--outside-appends` (40) one-line appends, 0.5 s apart (each processed alone), and the CPU time
+   of the process (utime + stime of all its threads, `/proc/<pid>/stat`) over them, less the idle
+   rate over the same time, per appended line: archive, tracker, state store, detection, the
+   watcher and logging included. A quiet append logs at DEBUG, so after SIGTERM the store's
+   `lines.processed` must have grown by exactly the appends, or the run fails. The goal: at most
+   2 ms a line at every size, and the largest file at most 1.5x the smallest.
 2. append: in-process and exact, no daemon: sessions of about 10, 100 and 1,000 MB (`--big-mb`),
    page cache warm; for each, a full `riffd.transcript.scan.index_file` of it (best of 3), then a
    `riffd.daemon.worker.Worker` on a real `StateStore` with default settings: its first `process`
@@ -689,6 +701,86 @@ def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
     return times
 
 
+# --- 2b. one appended line, the whole daemon from outside ----------------------------------------
+
+
+def measure_outside(
+    base: Path, corpus: Corpus, sizes_mb: list[float], appends: int, idle_window: float
+) -> dict[str, Any]:
+    """`measure_outside_one` for each size, and the largest file's figure against the smallest's."""
+    runs = [
+        measure_outside_one(base, corpus, size_mb, appends, idle_window) for size_mb in sizes_mb
+    ]
+    per_line = [run["cpu_ms_per_line"] for run in runs]
+    return {
+        "sizes": runs,
+        "flatness": round(per_line[-1] / per_line[0], 2) if per_line[0] > 0 else None,
+    }
+
+
+def measure_outside_one(
+    base: Path, corpus: Corpus, size_mb: float, appends: int, idle_window: float
+) -> dict[str, Any]:
+    """A real `riffd run` (report-only, archive on, log at INFO as by default) over one healthy
+    session of `size_mb` MB: once it has read the file, its idle CPU rate over `idle_window` s, then
+    `appends` one-line appends 0.5 s apart (the debounce is 0.2 s, so each is processed alone); the
+    CPU the daemon spent on them (utime + stime from /proc, all threads) less its idle rate over the
+    same time, per line. A quiet append logs at DEBUG, so the appends are checked after the daemon
+    stopped: the store's `lines.processed` must have grown by exactly `appends`."""
+    home = base / f"outside-{size_mb:g}"
+    root = home / "projects"
+    started = time.perf_counter()
+    path, size = corpus.big_file(root, size_mb)
+    _say(f"  built {size / MB:,.0f} MB in {time.perf_counter() - started:.1f} s: {path}")
+    warm([path])
+    settings: dict[str, dict[str, Any]] = {
+        "watcher": {"debounce": 0.2},
+        "repair": {"mode": "report-only"},
+        "log": {"level": "info"},
+        # (no settle or compaction of the archive inside the windows measured)
+        "archive": {"settle_after": 3600.0},
+    }
+    daemon = Daemon(home, [root], settings)
+    daemon.start()
+    try:
+        read_at = daemon.wait(f"{path.name} to be read", _all_read(daemon, 1), 1800)
+        first_s = read_at - daemon.spawned
+        read_lines = sum(int(entry["lines"]) for _, entry in daemon.processed(str(path)))
+        time.sleep(3.0)
+        cpu_before, clock_before = daemon.cpu_seconds(), time.monotonic()
+        time.sleep(idle_window)
+        idle_rate = (daemon.cpu_seconds() - cpu_before) / (time.monotonic() - clock_before)
+        cpu_before, clock_before = daemon.cpu_seconds(), time.monotonic()
+        for _ in range(appends):
+            corpus.append(path)
+            time.sleep(0.5)
+        cpu_after, clock_after = daemon.cpu_seconds(), time.monotonic()
+        rss, peak = daemon.memory_mb()
+        daemon.stop()
+    finally:
+        with contextlib.suppress(BenchError):
+            daemon.stop()
+    processed = daemon.counters().get("lines.processed", 0)
+    if processed != read_lines + appends:
+        raise BenchError(
+            f"{path}: the daemon processed {processed - read_lines} appended line(s), not {appends}"
+        )
+    elapsed = clock_after - clock_before
+    spent = cpu_after - cpu_before - idle_rate * elapsed
+    return {
+        "file_bytes": size,
+        "appends": appends,
+        "first_read_s": round(first_s, 1),
+        "idle_cpu_ms_per_s": round(idle_rate * 1000, 2),
+        "window_s": round(elapsed, 1),
+        "cpu_ms_total": round((cpu_after - cpu_before) * 1000, 1),
+        "cpu_ms_per_line": round(spent * 1000 / appends, 2),
+        "rss_mb": round(rss, 1),
+        "peak_rss_mb": round(peak, 1),
+        "clock_tick_ms": round(1000 / os.sysconf("SC_CLK_TCK"), 1),
+    }
+
+
 def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int) -> dict[str, Any]:
     """Per-append cost of a Worker on a 10 MB session holding each count of findings (orphan
     results)."""
@@ -881,6 +973,22 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
                 f" (worker p50 {latency['worker_ms_p50']:.1f} ms)",
             )
         )
+    if outside := results.get("outside"):
+        for run in outside["sizes"]:
+            out.append(
+                (
+                    f"daemon CPU per appended line, from outside, {run['file_bytes'] / MB:,.0f} MB file",
+                    f"{run['cpu_ms_per_line']:.2f} ms ({run['appends']} appends; idle "
+                    f"{run['idle_cpu_ms_per_s']:.2f} ms/s subtracted; RSS {run['rss_mb']:.0f} MB)",
+                )
+            )
+        if outside["flatness"] is not None:
+            out.append(
+                (
+                    "daemon CPU per appended line, largest / smallest file (goal <= 1.5x)",
+                    f"{outside['flatness']:.2f}x",
+                )
+            )
     if appended := results.get("append"):
         for append in appended["sizes"]:
             out.append(
@@ -943,7 +1051,26 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-MEASURES = ("latency", "append", "damaged", "idle", "reconcile")
+def notes(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What the figures file says under its table, for the measures in `results`."""
+    said = []
+    if "latency" in results:
+        said.append(
+            "Latency is from just before an append's `write` to the arrival of the worker's JSON log "
+            "line for it."
+        )
+    if "outside" in results:
+        said.append(
+            "Daemon CPU per appended line: user + system time of all the daemon's threads from "
+            "`/proc/<pid>/stat` (10 ms ticks: about 0.25 ms a line over 40 appends), less its idle "
+            "rate measured over 30 s before the appends."
+        )
+    return [
+        " ".join([*said, "CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."])
+    ]
+
+
+MEASURES = ("latency", "outside", "append", "damaged", "idle", "reconcile")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -961,6 +1088,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="sizes of the big files in MB, comma-separated; default 10,100,1000 (--quick 10,50)",
     )
     add("--big-appends", type=int, help="appends to the big file; default 50 (--quick 20)")
+    add(
+        "--outside-appends",
+        type=int,
+        default=40,
+        help="appends to the big file a real daemon processes (outside); default 40",
+    )
+    add(
+        "--outside-idle",
+        type=float,
+        default=30.0,
+        help="seconds of idle measured before the appends (outside); default 30",
+    )
     add(
         "--findings",
         default="0,1000,10000",
@@ -1064,6 +1203,9 @@ def main(argv: list[str] | None = None) -> int:
         corpus = Corpus(args.real, args.seed)
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "latency": lambda: measure_latency(base, corpus, args.appends, 0.05),
+            "outside": lambda: measure_outside(
+                base, corpus, args.big_mb, args.outside_appends, args.outside_idle
+            ),
             "append": lambda: measure_append(base, corpus, args.big_mb, args.big_appends),
             "damaged": lambda: measure_damaged(base, corpus, args.findings, args.big_appends),
             "idle": lambda: measure_idle(base, corpus, args.idle_files, args.idle_window),
@@ -1110,10 +1252,7 @@ def main(argv: list[str] | None = None) -> int:
             args.write,
             figures.shown_command("daemon_bench.py", argv if argv is not None else sys.argv[1:]),
             figures.markdown_table(("measure", "figure"), rows(results)),
-            [
-                "Latency is from just before an append's `write` to the arrival of the worker's JSON "
-                "log line for it; CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."
-            ],
+            notes(results),
         )
     return 1 if failed else 0
 

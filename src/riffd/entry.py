@@ -10,7 +10,10 @@ from here without importing the full command line (whose imports alone take abou
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (collections costs the hooks a millisecond at every start)
+    from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,6 +26,7 @@ LAYERS = {
     "riffd.logs": 0,
     "riffd.forking": 0,
     "riffd.display": 0,
+    "riffd.quickjson": 0,
     "riffd.paths": 1,
     "riffd.database": 1,
     "riffd.claude_code": 1,

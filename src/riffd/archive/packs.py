@@ -9,7 +9,8 @@ and compressed again at level 17 once the archive is quiet (`tighten`); the two 
 in size on transcripts. Every frame carries zstd's checksum of its bytes, so a pack whose stored
 bytes were damaged (which SQLite's own check does not see in a blob) is refused when read, never
 read as other bytes: `PackDamaged` names it. A run header records where each of a file's lines is in
-a pack, and a checksum of the file's bytes through its last line, which a restore checks.
+a pack (RUN_LINES lines at most: a file's lines in one pack may take several runs), and a checksum of
+the file's bytes through its last line, which a restore checks.
 `PackStore` holds the packs of one database connection: the open pack in memory (as committed, and
 as the running transaction has it) and a few settled packs, decompressed.
 """
@@ -31,7 +32,13 @@ SEGMENT_BYTES = 128 * 1024
 SETTLED_LEVEL = 17
 OPEN_LEVEL = 3
 PACK_CACHE = 4  # decompressed packs kept (at most 16 MiB)
-RUN_CACHE = 16  # the last runs of this many files kept decoded (a run holds up to a pack's lines: a few thousand)
+RUN_CACHE = (
+    16  # the last runs of this many files kept decoded (a run holds RUN_LINES lines at most)
+)
+# Lines of a file in one run at most: a run's header is encoded again at each batch that adds to it
+# (each append, in the daemon), so a run of every line a pack holds (tens of thousands of short lines
+# once their pieces are cut out) cost an append its file's length; a new run starts past this
+RUN_LINES = 256
 SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
 log = logging.getLogger(__name__)

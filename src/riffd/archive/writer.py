@@ -22,7 +22,7 @@ from typing import Any
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.contents import Parsed, parse
 from riffd.archive.dedup import Deduplicator
-from riffd.archive.packs import PackDamaged, Run, tightened
+from riffd.archive.packs import RUN_LINES, PackDamaged, Run, tightened
 from riffd.archive.reading import ArchiveReader
 from riffd.archive.wholefiles import note_slugs
 from riffd.display import path_key
@@ -231,7 +231,7 @@ class ArchiveWriter:
             if position >= archived:  # below the watermark: archived before (a restart, a re-read)
                 line = self._dedup.stored(raw, info, None if prepared is None else prepared[number])
                 pack_id, at = packs.append(line.stored)
-                if run is None or run.pack != pack_id:
+                if run is None or run.pack != pack_id or len(run.lengths) >= RUN_LINES:
                     if run is not None:
                         self._save_run(file_id, generation, run)
                     run = Run(pack_id, count)

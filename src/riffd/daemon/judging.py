@@ -7,6 +7,7 @@ whether a repair is due, and when to look at the file again.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,15 +31,14 @@ from riffd.transcript.index import TranscriptIndex
 class Seen:
     """What the worker saw of one file, for `judge`: the findings of the lines read (or, for an
     unchanged file, the ones stored, with the `stored_repairable` count the store holds); the index
-    they came from, with the redundant calls the tracker found in them (`repeats`, None without a
-    tracker) and the stored findings those join; the bytes of an unfinished last line (`tail`) and
-    the file's modification time."""
+    they came from, with its redundant_tool_call findings (`redundant`, from `RedundantCalls`; None
+    without a tracker); the bytes of an unfinished last line (`tail`) and the file's modification
+    time."""
 
     name: str
     findings: list[Finding]
     index: TranscriptIndex | None = None
-    repeats: dict[str, RedundantCall] | None = None
-    stored: list[dict[str, Any]] | None = None
+    redundant: list[Finding] | None = None
     tail: int = 0
     mtime: float = 0.0
     stored_repairable: int | None = None
@@ -59,8 +59,8 @@ def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: f
     """Given what was seen of a file, whether its session is live (asked only when it matters) and
     the settings, return the verdict on it at `now`."""
     findings = list(seen.findings)
-    if seen.repeats is not None and seen.index is not None:
-        findings += redundant_findings(seen.name, seen.index, seen.stored or [], seen.repeats)
+    if seen.redundant is not None and seen.index is not None:
+        findings += seen.redundant
     if has_latest_turn_calls(findings):
         findings = pending_while_live(findings, live())
     if seen.tail and seen.index is not None and now - seen.mtime > settings.quiet_period:
@@ -117,17 +117,82 @@ def redundant_findings(
             )
     for tool_id, record in repeats.items():
         kept[tool_id] = redundant_finding(record, name)
-    findings: list[Finding] = []
-    for tool_id, finding in kept.items():
-        if tool_id not in index.tool_uses:
-            continue  # the file was rewritten without that call
-        lines = tuple(
-            index.line_of_uuid[uuid] + 1 for uuid in finding.uuids if uuid in index.line_of_uuid
-        )
-        findings.append(
-            replace(finding, lines=lines) if len(lines) == len(finding.lines) else finding
-        )
-    return sorted(findings, key=lambda finding: finding.lines[-1:])
+    findings = [
+        placed(finding, index)
+        for tool_id, finding in kept.items()
+        if tool_id in index.tool_uses  # (else the file was rewritten without that call)
+    ]
+    return sorted(findings, key=_last_line)
+
+
+class RedundantCalls:
+    """The redundant_tool_call findings the worker judged last, per file that has any: an append's
+    new repeats join them at the cost of those repeats, where `redundant_findings` rebuilds them
+    from every stored finding (a file read from its start, rewritten, or first seen by this
+    daemon). An append moves no line and removes no call, so what was judged stays true."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, list[Finding]] = {}  # in `redundant_findings` order
+
+    def judged(
+        self,
+        name: str,
+        index: TranscriptIndex,
+        repeats: dict[str, RedundantCall],
+        stored: Callable[[], list[dict[str, Any]]],
+        *,
+        appended: bool,
+    ) -> list[Finding]:
+        """Given a file's index, the repeats just found in it and its stored findings (asked only
+        when needed), return its redundant_tool_call findings; `appended`: the lines read were
+        added to the index of the file judged last (its held findings hold)."""
+        held = self._held.get(name)
+        if not appended or held is None:
+            found = redundant_findings(name, index, stored(), repeats)
+        else:
+            found = list(held)
+            for tool_id, record in repeats.items():
+                if tool_id in index.tool_uses:
+                    _place(found, placed(redundant_finding(record, name), index))
+        self.remember(name, found)
+        return found
+
+    def remember(self, name: str, found: list[Finding]) -> None:
+        """Hold `found` as the file's redundant calls (none: forget the file)."""
+        if found:
+            self._held[name] = found
+        else:
+            self._held.pop(name, None)
+
+    def forget(self, name: str) -> None:
+        """The file is gone or read again from its start."""
+        self._held.pop(name, None)
+
+
+def _place(found: list[Finding], finding: Finding) -> None:
+    """Put `finding` into `found` (sorted by last line) as `redundant_findings` would: in the place
+    of the finding of its tool id (a repeat reported again once its result came), else after those
+    ending on the same line or before."""
+    for number in range(len(found) - 1, -1, -1):  # (a repeat's result follows it closely)
+        if found[number].tool_id == finding.tool_id:
+            moved = _last_line(found[number]) != _last_line(finding)
+            found[number] = finding
+            if moved:  # (its lines are the same ones: never seen, but kept in order all the same)
+                found.sort(key=_last_line)
+            return
+    bisect.insort_right(found, finding, key=_last_line)
+
+
+def _last_line(finding: Finding) -> tuple[int, ...]:
+    return finding.lines[-1:]
+
+
+def placed(finding: Finding, index: TranscriptIndex) -> Finding:
+    """Return `finding` at its lines' current numbers in `index` (by uuid), when all are there."""
+    lines = tuple(
+        index.line_of_uuid[uuid] + 1 for uuid in finding.uuids if uuid in index.line_of_uuid
+    )
+    return replace(finding, lines=lines) if len(lines) == len(finding.lines) else finding
 
 
 def redundant_finding(record: RedundantCall, path: str) -> Finding:

@@ -19,10 +19,11 @@ from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from riffd.archive.store import Archive
 from riffd.daemon.cache import IndexCache
-from riffd.daemon.judging import Seen, Verdict, judge, liveness
+from riffd.daemon.judging import RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
 from riffd.daemon.reading import Gone, PassedBy, Reading, open_reading, status_of, watermark_of
 from riffd.daemon.repairing import RepairStep
@@ -69,6 +70,7 @@ class Worker:
         # path -> the findings this worker stored last for it (files with findings only): an append
         # that leaves them as they were writes only the watermark.
         self._stored: dict[str, list[Finding]] = {}
+        self._redundant = RedundantCalls()  # the redundant calls judged last, per file
 
     def reconfigure(self, settings: WorkerSettings) -> None:
         """Work with `settings` from now on (a reloaded configuration)."""
@@ -121,7 +123,7 @@ class Worker:
                 sink.feed(chunk)
         for sink in sinks:
             sink.done()
-        verdict = self._judge(reading, tracked)
+        verdict = self._judge(reading, tracked, appended=own_rewrite is None)
         return self._commit(reading, verdict, own_rewrite), verdict
 
     def _sinks(
@@ -138,19 +140,32 @@ class Worker:
             )
         return sinks
 
-    def _judge(self, reading: Reading, tracked: TrackerSink | None) -> Verdict:
-        """Judge the file `reading` read, from the detectors' findings and what the tracker found."""
+    def _judge(self, reading: Reading, tracked: TrackerSink | None, *, appended: bool) -> Verdict:
+        """Judge the file `reading` read, from the detectors' findings and what the tracker found
+        (`appended`: unless riffd's own rewrite was read, which moved lines)."""
         index, state = reading.index, reading.state
         findings = reading.growing.findings(fs=self.fs)
-        stored = None  # the redundant calls found before, which those found now join
-        if tracked and state is not None and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL):
-            stored = state.findings
+        redundant = None
+        if tracked is not None:
+
+            def stored() -> list[dict[str, Any]]:
+                """The findings stored, which the redundant calls found now join."""
+                if state is not None and state.may_hold(FindingClass.REDUNDANT_TOOL_CALL):
+                    return state.findings
+                return []
+
+            redundant = self._redundant.judged(
+                reading.name,
+                index,
+                tracked.repeats,
+                stored,
+                appended=appended and reading.kind == "appended",
+            )
         seen = Seen(
             reading.name,
             findings,
             index,
-            tracked.repeats if tracked is not None else None,
-            stored,
+            redundant,
             reading.tail,
             reading.status.st_mtime,
         )
@@ -256,3 +271,4 @@ class Worker:
         self.store.forget_file(name)
         self.cache.drop(name)
         self._stored.pop(name, None)
+        self._redundant.forget(name)

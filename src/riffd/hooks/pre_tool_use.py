@@ -16,25 +16,29 @@ as the window reaches, looking for the same call under the tracker's rules (riff
   marked `[Cached result from HH:MM:SS]`. Otherwise it warns.
 
 Every failure lets the call run: exit 0 with nothing on stdout, at most one line on stderr. Only the
-standard library and riffd.tracker.calls are imported, and none of the slow modules (orjson's import
-alone takes 9 ms; the few lines in the window parse as fast with `json`): the hook runs inside every
-tool call.
+standard library, riffd.quickjson and riffd.tracker.calls are imported, and none of the modules that
+are slow to import (`json`, `re`, `typing`, `datetime`; orjson's import alone takes 9 ms, and the few
+lines in the window parse as fast with CPython's own `_json`): the hook runs inside every tool call
+(`tests/unit/hooks` holds its imports to that).
 """
 
 from __future__ import annotations
 
 import errno
-import io
-import json
 import math
 import os
 import stat
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
 
+from riffd.quickjson import dumps, loads
 from riffd.tracker.calls import DEFAULT_WINDOW, CallKey, call_key, parse_time, similar
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import io
+    from collections.abc import Iterator, Sequence
+    from typing import Any
 
 EVENT = "PreToolUse"
 MODES = ("warn", "cache")
@@ -47,14 +51,23 @@ EXIT_USAGE = 1  # a non-blocking error for Claude Code: it shows the message and
 USAGE = "usage: riffd hook pre-tool-use [--mode warn|cache] [--window SECONDS]"
 
 
-class Earlier(NamedTuple):
-    """The earlier identical call found in the transcript, with its result."""
+class Earlier:
+    """The earlier identical call found in the transcript, with its result: its `tool_id`, the
+    `time` of its tool_use line and the `result_time` of its tool_result line, the tool_result
+    block (`result`) and the result line's `toolUseResult` (`tool_use_result`)."""
 
-    tool_id: str
-    time: float  # of its tool_use line
-    result_time: float | None  # of its tool_result line
-    result: dict[str, Any]  # the tool_result block
-    tool_use_result: Any  # the result line's `toolUseResult`
+    __slots__ = ("result", "result_time", "time", "tool_id", "tool_use_result")
+
+    def __init__(
+        self,
+        tool_id: str,
+        time: float,
+        result_time: float | None,
+        result: dict[str, Any],
+        tool_use_result: Any,
+    ) -> None:
+        self.tool_id, self.time, self.result_time = tool_id, time, result_time
+        self.result, self.tool_use_result = result, tool_use_result
 
 
 class UsageError(Exception):
@@ -113,7 +126,7 @@ def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
         print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
         return EXIT_OK
     if answer is not None:
-        stdout.write(json.dumps(answer, ensure_ascii=False))
+        stdout.write(dumps(answer, ensure_ascii=False))
         stdout.flush()
     return EXIT_OK
 
@@ -124,7 +137,7 @@ def answer_event(
     """Given the hook event's JSON, the mode and the window, return the JSON answer, or None to let
     the call run without a word. Raise ValueError for an event that is not a JSON object, OSError
     for I/O errors."""
-    event = json.loads(data)
+    event = loads(data)
     if not isinstance(event, dict):
         raise ValueError("the hook event is not a JSON object")
     if event.get("hook_event_name", EVENT) != EVENT:
@@ -232,7 +245,7 @@ def find_earlier(
         if b'"tool_' not in raw:
             continue
         try:
-            record = json.loads(raw)
+            record = loads(raw)
         except ValueError:  # an unfinished last line, or one that is not JSON
             continue
         if not isinstance(record, dict):

@@ -11,22 +11,32 @@ may still be running.
 
 It reads the hook's JSON on stdin (`session_id`, `transcript_path`, `cwd`, `hook_event_name`,
 `source`) and never blocks: every failure, bad stdin included, exits 0 with nothing on stdout and at
-most one line on stderr. Only the standard library and riffd.claude_code.registry are imported, so it answers in
-a few tens of milliseconds.
+most one line on stderr. Only the standard library (none of its modules that are slow to import:
+`json`, `pathlib`, `typing`), riffd.quickjson and riffd.claude_code.registry are imported, so it
+answers within a few milliseconds of the interpreter's own start (`tests/unit/hooks` holds it to
+that).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import Any
 
-from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
+from riffd.claude_code.registry import (
+    ENTRY_LIMIT,
+    Registration,
+    clean_path,
+    file_stem,
+    parse_registration,
+)
+from riffd.quickjson import dumps, loads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+    from typing import Any
 
 EVENT = "SessionStart"
 EXIT_OK = 0
@@ -53,7 +63,7 @@ def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> in
         )
         return EXIT_OK
     if answer is not None:
-        stdout.write(json.dumps(answer, ensure_ascii=False))
+        stdout.write(dumps(answer, ensure_ascii=False))
         stdout.flush()
     return EXIT_OK
 
@@ -64,7 +74,7 @@ def answer_event(
     """Given the event's JSON, return the warning to answer with, or None. `ancestors`: the
     processes this hook runs under (the Claude Code that starts the session is one of them; default:
     looked up only when needed)."""
-    event = json.loads(data)
+    event = loads(data)
     if not isinstance(event, dict):
         raise ValueError("the hook event is not a JSON object")
     if event.get("hook_event_name", EVENT) != EVENT or not isinstance(event.get("session_id"), str):
@@ -73,7 +83,7 @@ def answer_event(
     transcript = (
         event.get("transcript_path") if isinstance(event.get("transcript_path"), str) else None
     )
-    names = {session_id} | ({Path(transcript).stem} if transcript else set())
+    names = {session_id} | ({file_stem(transcript)} if transcript else set())
     for registration in registrations(config_dirs(environ, transcript)):
         if registration.session_id not in names or not _alive(registration.pid):
             continue
@@ -111,29 +121,39 @@ def warning(session_id: str, other: Registration) -> dict[str, Any]:
     }
 
 
-def config_dirs(environ: Mapping[str, str], transcript: str | None) -> list[Path]:
+def config_dirs(environ: Mapping[str, str], transcript: str | None) -> list[str]:
     """Claude Code's config folders whose registry may name the session: $CLAUDE_CONFIG_DIR (else
     ~/.claude) and the folder above the `projects/` holding the transcript."""
-    folders = [Path(environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()]
+    configured = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(
+        os.path.expanduser("~"), ".claude"
+    )
+    folders = [clean_path(os.path.expanduser(configured))]
     if transcript:
-        for ancestor in Path(os.path.abspath(os.path.expanduser(transcript))).parents:
-            if ancestor.name == "projects":
-                folders.append(ancestor.parent)
+        ancestor = os.path.dirname(
+            os.path.normpath(os.path.abspath(os.path.expanduser(transcript)))
+        )
+        while True:
+            if os.path.basename(ancestor) == "projects":
+                folders.append(os.path.dirname(ancestor))
                 break
+            parent = os.path.dirname(ancestor)
+            if parent == ancestor:
+                break
+            ancestor = parent
     return list(dict.fromkeys(folders))
 
 
-def registrations(folders: list[Path]) -> Iterator[Registration]:
+def registrations(folders: list[str]) -> Iterator[Registration]:
     """Every readable registry entry in `folders` (alive or not)."""
     for folder in folders:
         try:
-            names = os.listdir(folder / "sessions")
+            names = os.listdir(os.path.join(folder, "sessions"))
         except OSError:
             continue
         for name in names:
             if not name.endswith(".json") or name.startswith("."):
                 continue
-            path = folder / "sessions" / name
+            path = os.path.join(folder, "sessions", name)
             try:  # without blocking, and only a regular file: a FIFO there must not hold the session's start
                 with os.fdopen(
                     os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb"

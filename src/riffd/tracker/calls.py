@@ -9,17 +9,20 @@ normalised input.
 
 The tracker (riffd.tracker.tracker) and the PreToolUse hook (riffd.hooks.pre_tool_use) both import this
 module, and the hook must start in a few milliseconds: standard library only, and no module that is
-slow to import (dataclasses, hashlib's OpenSSL, orjson, whose import alone takes about 9 ms).
+slow to import (`json`, `re`, `typing`, `datetime`, dataclasses, hashlib's OpenSSL, orjson, whose
+import alone takes about 9 ms): JSON through riffd.quickjson, names split and times read by hand.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, NamedTuple
+
+from riffd.quickjson import dumps
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 try:
     from _blake2 import blake2b  # what hashlib.blake2b is, without loading OpenSSL (3 ms)
@@ -30,7 +33,7 @@ except ImportError:  # pragma: no cover - an interpreter built without it
 DEFAULT_WINDOW = 300.0
 
 
-class Rule(NamedTuple):
+class Rule:
     """How one known tool's calls are compared.
 
     `fields`: the input properties that must all be equal (None: every property). `path`: the
@@ -40,10 +43,16 @@ class Rule(NamedTuple):
     changed it).
     """
 
-    fields: tuple[str, ...] | None
-    path: str | None = None
-    mutates: bool = False
-    cacheable: bool = False
+    __slots__ = ("cacheable", "fields", "mutates", "path")
+
+    def __init__(
+        self,
+        fields: tuple[str, ...] | None,
+        path: str | None = None,
+        mutates: bool = False,
+        cacheable: bool = False,
+    ) -> None:
+        self.fields, self.path, self.mutates, self.cacheable = fields, path, mutates, cacheable
 
 
 # The similarity rules, one line per tool. Grep and Glob compare every property (pattern, path, glob
@@ -158,7 +167,35 @@ SIDE_EFFECT_WORDS = frozenset(
         "write",
     }
 )
-_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_UPPER = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+def name_words(name: str) -> list[str]:
+    """Return the words of a tool's name as `re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)`
+    does: `createIssue` and `create_issue` give create, issue; `HTTPRequest` gives HTTP, Request;
+    `CREATE` gives CREATE (`re` is not imported: 4 ms of the hook's start)."""
+    words: list[str] = []
+    at, end = 0, len(name)
+    while at < end:
+        start = at
+        if name[at] in _UPPER:
+            while at < end and name[at] in _UPPER:
+                at += 1
+            if at < end and name[at] in _LOWER:
+                if at - start > 1:  # an acronym, then a capitalised word: HTTP, R...
+                    words.append(name[start : at - 1])
+                    start = at - 1
+            else:
+                words.append(name[start:at])
+                continue
+        elif name[at] not in _LOWER:
+            at += 1
+            continue
+        while at < end and name[at] in _LOWER:
+            at += 1
+        words.append(name[start:at])
+    return words
 
 
 def has_side_effects(tool: str) -> bool:
@@ -170,11 +207,11 @@ def has_side_effects(tool: str) -> bool:
     if tool in RULES:
         return False
     own_name = tool.rsplit("__", 1)[-1]
-    return any(word.lower() in SIDE_EFFECT_WORDS for word in _WORDS.findall(own_name))
+    return any(word.lower() in SIDE_EFFECT_WORDS for word in name_words(own_name))
 
 
 def _canonical(value: Any) -> bytes:
-    return json.dumps(
+    return dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr
     ).encode()
 
@@ -191,17 +228,26 @@ def _normal_path(value: Any, cwd: str | None) -> Any:
     return os.path.normpath(value)
 
 
-class CallKey(NamedTuple):
+class CallKey:
     """What the rules compare of one call: `key` (a digest of the compared input), per-property
-    digests for unknown tools, and the file the call reads or writes."""
+    digests for unknown tools (`properties`), the file the call reads or writes (`path`), whether it
+    `mutates` that file, whether it is `compared` at all (False for a call kept only as a file
+    change: NotebookEdit) and whether its result may be served again (`cacheable`)."""
 
-    tool: str
-    key: bytes
-    properties: Mapping[str, bytes] | None  # unknown tools only
-    path: str | None
-    mutates: bool
-    compared: bool  # False for a call kept only as a file change (NotebookEdit)
-    cacheable: bool
+    __slots__ = ("cacheable", "compared", "key", "mutates", "path", "properties", "tool")
+
+    def __init__(
+        self,
+        tool: str,
+        key: bytes,
+        properties: Mapping[str, bytes] | None,
+        path: str | None,
+        mutates: bool,
+        compared: bool,
+        cacheable: bool,
+    ) -> None:
+        self.tool, self.key, self.properties, self.path = tool, key, properties, path
+        self.mutates, self.compared, self.cacheable = mutates, compared, cacheable
 
 
 def call_key(tool: str, tool_input: Any, cwd: str | None = None) -> CallKey | None:
@@ -283,11 +329,47 @@ def parse_time(text: Any) -> float | None:
     """Given an ISO-8601 `timestamp` field, return it as seconds since the epoch, or None."""
     if not isinstance(text, str):
         return None
+    seconds = _utc_seconds(text)
+    if seconds is not None:
+        return seconds
+    from datetime import datetime  # (a form Claude Code does not write: 1 ms to import)
+
     try:
         moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
     except ValueError:
         return None
     return moment.timestamp()
+
+
+def _utc_seconds(text: str) -> float | None:
+    """The time Claude Code writes, `YYYY-MM-DDTHH:MM:SS.mmmZ` (3 or 6 digits of fraction, or none),
+    as `datetime.fromisoformat(...).timestamp()` gives it; None for any other form."""
+    if len(text) not in (20, 24, 27) or text[-1] != "Z" or text[4:5] + text[7:8] != "--":
+        return None
+    if text[10] not in "Tt " or text[13:14] + text[16:17] != "::":
+        return None
+    digits = text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:16] + text[17:19]
+    fraction = text[20:-1]
+    if not (digits + fraction).isascii() or not (digits + fraction).isdigit():
+        return None
+    if len(text) > 20 and text[19] != ".":
+        return None
+    year, month, day = int(text[:4]), int(text[5:7]), int(text[8:10])
+    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    days_in_month = (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+    if not (year >= 1 and 1 <= month <= 12 and 1 <= day <= days_in_month[month - 1]):
+        return None
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    # Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil)
+    shifted = year - (month <= 2)
+    era = shifted // 400
+    of_era = shifted - era * 400
+    of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    days = era * 146097 + (of_era * 365 + of_era // 4 - of_era // 100 + of_year) - 719468
+    micro = int(fraction.ljust(6, "0")) if fraction else 0
+    return ((days * 86400 + hour * 3600 + minute * 60 + second) * 10**6 + micro) / 10**6
 
 
 def result_size(content: Any) -> int:

@@ -257,10 +257,13 @@ class IncrementalDetection:
             self._note_anchors(line)
         moved = self._move_leaf(first, count)
         self._settle(moved, range(first, count))
+        flags = index.flags
+        # (only user and assistant lines name tool ids: the progress and system lines a new prompt
+        # often joins to the chain need no line -> tool ids map, which costs a walk of every tool)
         changed = [
             line
             for line, segment in self._before.items()
-            if line < first and self.seg[line] != segment
+            if line < first and self.seg[line] != segment and flags[line] & MESSAGE
         ]
         if changed:  # earlier lines that joined, left or moved segment: the tool ids they name are paired again
             tools_of = self._tools()

@@ -355,3 +355,84 @@ def test_a_transcript_path_that_is_not_a_regular_file_never_blocks_the_call(
     assert time.monotonic() - started < 5
     assert result.returncode == 0 and result.stdout == b""
     assert b"not a regular file" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+# Standard-library modules the hooks must not import: each costs a millisecond or more of every
+# tool call's and every session start's, on an interpreter whose site has not loaded it already
+SLOW_TO_IMPORT = frozenset(
+    {
+        "json",
+        "re",
+        "enum",
+        "typing",
+        "dataclasses",
+        "inspect",
+        "pathlib",
+        "urllib.parse",
+        "datetime",
+        "collections",
+        "functools",
+        "subprocess",
+        "hashlib",
+        "orjson",
+    }
+)
+
+
+def imported_by_hook(args: list[str], stdin: bytes, **env: str) -> tuple[bytes, set[str]]:
+    """Run `riffd hook ARGS` through the console entry in `python -S` (no site: nothing preloaded);
+    return its answer and the modules it imported."""
+    probe = (
+        "import sys; before = set(sys.modules); from riffd.entry import main; "
+        f"code = main({args!r}); "
+        "sys.stderr.write(' '.join(sorted(set(sys.modules) - before))); sys.exit(code)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        capture_output=True,
+        timeout=60,
+        check=False,
+        input=stdin,
+        env=riffd_env(**env),
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout, set(result.stderr.decode().split())
+
+
+def test_the_hooks_import_no_module_slow_to_import(
+    session: tuple[Path, Path, float], tmp_path: Path
+) -> None:
+    """Both hooks, answering with a warning (the transcript read, a registry entry parsed, a JSON
+    answer written), import riffd's own light modules and none of SLOW_TO_IMPORT."""
+    transcript, source, _ = session
+    stdout, modules = imported_by_hook(
+        ["hook", "pre-tool-use"],
+        json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+    )
+    assert "additionalContext" in json.loads(stdout)["hookSpecificOutput"]
+    assert not modules & SLOW_TO_IMPORT, sorted(modules & SLOW_TO_IMPORT)
+    assert "riffd.tracker.calls" in modules and "riffd.commands" not in modules
+
+    claude = tmp_path / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (claude / "sessions" / f"{other.pid}.json").write_text(
+            json.dumps({"pid": other.pid, "sessionId": SESSION, "cwd": "/work", "startedAt": 1})
+        )
+        start = {
+            "session_id": SESSION,
+            "transcript_path": str(claude / "projects" / "-work" / f"{SESSION}.jsonl"),
+            "cwd": "/work",
+            "hook_event_name": "SessionStart",
+            "source": "resume",
+        }
+        stdout, modules = imported_by_hook(
+            ["hook", "session-start"], json.dumps(start).encode(), CLAUDE_CONFIG_DIR=str(claude)
+        )
+    finally:
+        other.kill()
+        other.wait()
+    assert f"pid {other.pid}" in json.loads(stdout)["systemMessage"]
+    assert not modules & SLOW_TO_IMPORT, sorted(modules & SLOW_TO_IMPORT)
+    assert "riffd.claude_code.registry" in modules

@@ -4,21 +4,24 @@ findings."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import CORPUS_DIR, requires_corpus
+from conftest import CORPUS_DIR, examples, requires_corpus
 from riffd.config import TrackerConfig
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
 from riffd.state.store import StateStore
-from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED
+from riffd.tracker.calls import DEFAULT_WINDOW, NEVER_CACHED, name_words, parse_time
 from riffd.tracker.tracker import (
     DEFAULT_MAX_CALLS,
     RedundantCall,
@@ -469,3 +472,86 @@ def test_worker_turns_repeats_into_informational_findings(tmp_path: Path) -> Non
         {"session": SESSION, "redundant": 2, "bytes_wasted": 8}
     ]
     assert "redundant tool calls: 2 (Read 1, Grep 1), 8 bytes" in render_markdown(model)
+
+
+def _repeating_session(calls: int) -> list[dict[str, Any]]:
+    """A session of `calls` Read calls of 4 files, each with its result, 1 s apart and ending 5 s
+    ago (the tracker forgets calls older than its window): most repeat the call 4 before them."""
+    start = time.time() - T0 - calls - 5
+    lines = []
+    for number in range(calls):
+        tool_id = f"t{number:03d}"
+        lines.append(use("Read", {"file_path": f"/work/{number % 4}.py"}, tool_id, start + number))
+        lines.append(result(tool_id, "z" * (10 + number), start + number + 0.5))
+    return chained(lines)
+
+
+def test_appended_redundant_calls_equal_those_of_a_whole_reading(tmp_path: Path) -> None:
+    """The worker judges an append's redundant calls from those it judged last (never rebuilt from
+    every stored finding): line by line, then after a restart, they equal those a fresh worker finds
+    reading the whole file, in the same order."""
+    lines = _repeating_session(40)
+    path = tmp_path / "p" / f"{SESSION}.jsonl"
+    path.parent.mkdir()
+    path.touch()
+    store = StateStore(tmp_path / "appended" / "state.db")
+    worker = Worker(store, WorkerSettings(repair=False), tracker=ToolCallTracker())
+
+    def whole_reading() -> list[dict[str, Any]]:
+        fresh = StateStore(tmp_path / f"whole-{path.stat().st_size}" / "state.db")
+        Worker(fresh, WorkerSettings(repair=False), tracker=ToolCallTracker()).process(path)
+        state = fresh.file(str(path))
+        assert state is not None
+        return state.findings
+
+    def appended(more: list[dict[str, Any]], by: Worker) -> list[dict[str, Any]]:
+        for line in more:
+            with path.open("ab") as handle:
+                handle.write(json.dumps(line).encode() + b"\n")
+            by.process(path)
+        state = store.file(str(path))
+        assert state is not None
+        return state.findings
+
+    half = len(lines) // 2
+    assert appended(lines[:half], worker) == whole_reading()
+    restarted = Worker(store, WorkerSettings(repair=False), tracker=ToolCallTracker())
+    assert appended(lines[half : half + 2], restarted) == whole_reading()  # read from its start
+    found = appended(lines[half + 2 :], restarted)
+    assert found == whole_reading()
+    assert len(found) == 36 and {item["class"] for item in found} == {"redundant_tool_call"}
+    assert [item["lines"][-1] for item in found] == sorted(item["lines"][-1] for item in found)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(name=st.text(alphabet="aZbYzA_-09é.", max_size=16))
+def test_tool_names_split_into_words_as_the_pattern_splits_them(name: str) -> None:
+    """`name_words` (no `re` on the hook's path) gives the letter words of the pattern it
+    replaced."""
+    assert name_words(name) == re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    digits=st.sampled_from([0, 3, 6]),
+    separator=st.sampled_from("Tt "),
+)
+def test_timestamps_read_by_hand_equal_datetimes(
+    moment: datetime, digits: int, separator: str
+) -> None:
+    """The form Claude Code writes is read without importing datetime, to the same float."""
+    text = f"{moment.year:04d}-" + moment.strftime(f"%m-%d{separator}%H:%M:%S")
+    if digits:
+        text += "." + f"{moment.microsecond:06d}"[:digits]
+    text += "Z"
+    want = datetime.fromisoformat(text[:-1] + "+00:00").timestamp()
+    assert parse_time(text) == want
+    assert parse_time(text[:-1] + "+00:00") == want  # another form: datetime reads it
+
+
+@pytest.mark.parametrize(
+    "text", ["2025-02-29T00:00:00Z", "2025-13-01T00:00:00Z", "2025-01-01T24:00:00Z", "x", 7, None]
+)
+def test_a_timestamp_that_is_no_time_is_none(text: object) -> None:
+    assert parse_time(text) is None

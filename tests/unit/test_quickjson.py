@@ -1,0 +1,92 @@
+"""riffd.quickjson gives what `json` gives: the same text from `dumps` for the arguments the hooks
+use, the same values from `loads`, and a ValueError wherever `json.loads` raises one."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import examples
+from riffd import quickjson
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def same(left: Any, right: Any) -> bool:
+    """Equal values, NaN equal to NaN (its own text)."""
+    return json.dumps(left) == json.dumps(right) or (
+        isinstance(left, float)
+        and isinstance(right, float)
+        and math.isnan(left)
+        and math.isnan(right)
+    )
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(value=VALUES, ensure_ascii=st.booleans(), sort_keys=st.booleans())
+def test_dumps_writes_what_json_writes(value: Any, ensure_ascii: bool, sort_keys: bool) -> None:
+    for separators in ((", ", ": "), (",", ":")):
+        assert quickjson.dumps(
+            value, ensure_ascii=ensure_ascii, sort_keys=sort_keys, separators=separators
+        ) == json.dumps(
+            value, ensure_ascii=ensure_ascii, sort_keys=sort_keys, separators=separators
+        )
+    assert quickjson.dumps(value) == json.dumps(value)
+
+
+def test_dumps_calls_default_for_other_objects_and_refuses_them_without_it() -> None:
+    value = {"b": {1, 2}, "a": b"x"}
+    assert quickjson.dumps(value, sort_keys=True, default=repr) == json.dumps(
+        value, sort_keys=True, default=repr
+    )
+    with pytest.raises(TypeError):
+        quickjson.dumps(value)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(value=VALUES, space=st.sampled_from(["", " ", "\n", " \t\r\n"]))
+def test_loads_reads_what_json_reads(value: Any, space: str) -> None:
+    text = space + json.dumps(value) + space
+    assert same(quickjson.loads(text), json.loads(text))
+    assert same(quickjson.loads(text.encode()), json.loads(text.encode()))
+
+
+@settings(max_examples=examples(500), deadline=None)
+@given(
+    data=st.binary(max_size=30)
+    | st.text(alphabet='{}[]",:0123456789.eE+-tfnrul aINfyd\\é\t', max_size=30).map(str.encode)
+)
+def test_loads_refuses_what_json_refuses(data: bytes) -> None:
+    for document in (data, data.decode("utf-8", "surrogateescape")):
+        try:
+            want: Any = json.loads(document)
+        except ValueError:
+            with pytest.raises(ValueError):
+                quickjson.loads(document)
+            continue
+        assert same(quickjson.loads(document), want)
+
+
+@pytest.mark.parametrize(
+    "data", [b"\xef\xbb\xbf{}", '{"a": 1}'.encode("utf-16"), b'{"a":"\xed\xa0\x80"}', b"NaN"]
+)
+def test_loads_reads_other_encodings_and_lone_surrogates_as_json_does(data: bytes) -> None:
+    assert same(quickjson.loads(data), json.loads(data))
