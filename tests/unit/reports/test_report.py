@@ -235,7 +235,7 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
         replace(mark, path="/p/bad.jsonl"),
         "s",
         [
-            {"class": "malformed_line", "lines": [40], "message": "not JSON"},
+            {"class": "parent_cycle", "lines": [40], "message": "a loop"},
             {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"},
         ],
         0,
@@ -257,7 +257,7 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     )
     text = render_markdown(model)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
-    assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text
+    assert "needs attention: /p/bad.jsonl line 40: parent_cycle" in text
 
 
 def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(

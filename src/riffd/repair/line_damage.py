@@ -1,0 +1,217 @@
+"""Planning the repairs of the damage the field reports in lines and links (pure, like the planner).
+
+- A torn record with a whole record glued after it (`glued_record`): the line becomes that record
+  (the torn bytes before it are cut; the backup keeps them). If the record hung from the torn one,
+  it is re-pointed by the guess of riffd.repair.repoint, which must agree with the parent the torn
+  bytes name when they name one.
+- A line whose parent is lost where the loaded conversation stops (`dangling_parent`): re-pointed by
+  that guess (said to be a guess), never where it is unclear.
+- Optional, what current clients do in memory, written to disk for older clients and other readers:
+  characters that are not text to U+FFFD, a trailing thinking-only message dropped, a line that is
+  not JSON and holds nothing a loaded line names dropped (NULs, a torn fragment), a line written
+  again byte for byte dropped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from riffd.repair.edits import Choices
+from riffd.repair.plan import LineBytes, RepairOptions
+from riffd.repair.repoint import Guess, Stamps, guess_parent, stamp_of
+from riffd.transcript.characters import text_repaired
+from riffd.transcript.findings import CUTS_HISTORY, Finding, FindingClass
+from riffd.transcript.reader import parse_line, split_glued
+from riffd.transcript.scan import ScannedFile
+
+CHARACTERS = frozenset(
+    {FindingClass.LONE_SURROGATE, FindingClass.NUL_CHARACTER, FindingClass.INVALID_UTF8}
+)
+# The first key Claude Code writes (2.x): the parent a torn record's first bytes still name.
+_TORN_PARENT = re.compile(rb'^[\x00\s]*\{\s*"parentUuid"\s*:\s*"([^"\\]+)"')
+
+
+def plan_line_damage(
+    scanned: ScannedFile, fetch: LineBytes, work: Choices, options: RepairOptions
+) -> bool:
+    """Add to `work` the repairs of glued records, lost parents and the optional classes; return
+    whether the tree changed (a record split off, a parent re-pointed): the pairing of tool calls is
+    then judged again only by the next scan."""
+    index = scanned.index
+    stamps = Stamps(index, fetch)
+    enabled = options.classes
+    tree_changed = False
+    split_uuids: set[str] = set()
+    by_class: dict[FindingClass, list[Finding]] = {}
+    for finding in scanned.findings:
+        by_class.setdefault(finding.cls, []).append(finding)
+    for finding in by_class.get(FindingClass.GLUED_RECORD, []):
+        if FindingClass.GLUED_RECORD not in enabled:
+            work.notes.append(f"glued record on line {finding.line} left alone: the class is off")
+            continue
+        uuid = _split(scanned, finding.line - 1, fetch, work, stamps)
+        if uuid is not None:
+            split_uuids.add(uuid)
+            tree_changed = True
+            work.fixes.append(finding)
+    for finding in by_class.get(FindingClass.DANGLING_PARENT, []):
+        line = finding.line - 1
+        if index.dangling.get(line) in split_uuids:
+            work.fixes.append(finding)  # the split brings its parent back
+            continue
+        if finding.detail != CUTS_HISTORY:
+            continue  # off the loaded conversation
+        if FindingClass.DANGLING_PARENT not in enabled:
+            work.notes.append(f"lost parent of line {finding.line} left alone: the class is off")
+            continue
+        stamp = stamp_of(fetch(line))
+        if stamp is None:
+            continue
+        guess = guess_parent(index, stamps, line, stamp, scanned.loaded.on_chain, index.uuids[line])
+        guess = _agrees_with_lost_record(scanned, index.dangling[line], guess, fetch)
+        if _repoint(scanned, line, guess, work, "its parent is lost"):
+            tree_changed = True
+            work.fixes.append(finding)
+    _plan_optional(scanned, by_class, fetch, work, options)
+    return tree_changed
+
+
+def _split(
+    scanned: ScannedFile, line: int, fetch: LineBytes, work: Choices, stamps: Stamps
+) -> str | None:
+    """Plan the split of the glued line `line`; return the uuid of the record split off (None when
+    it is not split)."""
+    index = scanned.index
+    raw = fetch(line)
+    at = split_glued(raw.rstrip(b"\r\n"))
+    record = parse_line(raw[at:].rstrip(b"\r\n")) if at else None
+    if at is None or not isinstance(record, dict):
+        work.notes.append(f"glued record on line {line + 1} left alone: it no longer splits")
+        return None
+    work.rewrite[line] = raw[at:]
+    work.reasons[line] = (
+        f"split off the torn record glued before it: the first {at} bytes cut (kept in the backup)"
+    )
+    uuid = record.get("uuid")
+    parent = record.get("parentUuid")
+    if isinstance(parent, str) and parent not in index.line_of_uuid:
+        stamp = stamp_of(raw[at:])
+        if stamp is not None:
+            guess = guess_parent(
+                index,
+                stamps,
+                line,
+                stamp,
+                scanned.loaded.on_chain,
+                uuid if isinstance(uuid, str) else None,
+            )
+            _repoint(
+                scanned,
+                line,
+                _agrees_with(scanned, raw[:at], guess),
+                work,
+                "it hung from the torn record",
+            )
+    return uuid if isinstance(uuid, str) else ""
+
+
+def _agrees_with(scanned: ScannedFile, torn: bytes, guess: Guess) -> Guess:
+    """`guess`, unless the torn record's first bytes name another parent that is a line here."""
+    named = _TORN_PARENT.match(torn)
+    if guess.target is None or named is None:
+        return guess
+    line = scanned.index.line_of_uuid.get(named.group(1).decode("utf-8", "replace"))
+    if line == guess.target:
+        return guess
+    if line is None:
+        return Guess(None, "the torn record names a parent that is no line of the file either")
+    return Guess(None, f"the guess (line {guess.target + 1}) is not the line the torn record names")
+
+
+def _agrees_with_lost_record(
+    scanned: ScannedFile, missing: str, guess: Guess, fetch: LineBytes
+) -> Guess:
+    """`guess`, checked against a line that does not parse and holds the lost parent (a torn
+    fragment of it), whose first bytes may name its own parent."""
+    needle = b'"uuid":"' + missing.encode() + b'"'
+    for line in scanned.index.malformed:
+        raw = fetch(line)
+        if needle in raw:
+            return _agrees_with(scanned, raw, guess)
+    return guess
+
+
+def _repoint(scanned: ScannedFile, line: int, guess: Guess, work: Choices, why: str) -> bool:
+    """Plan re-pointing `line` to the guessed parent; note why not when there is no guess."""
+    if guess.target is None:
+        work.notes.append(f"line {line + 1}: {why}, and riffd does not guess here: {guess.why}")
+        return False
+    target_uuid = scanned.index.uuids[guess.target] or ""
+    how = (
+        "Claude Code makes the same guess (within 5 s)"
+        if guess.bridged
+        else "Claude Code guesses only within 5 s and cut the history here"
+    )
+    reason = (
+        f"{why}: re-pointed parentUuid to line {guess.target + 1} ({target_uuid}), the nearest "
+        f"earlier line: a guess ({how})"
+    )
+    work.repoint[line] = target_uuid
+    work.reasons[line] = "; ".join(filter(None, (work.reasons.get(line), reason)))
+    work.notes.append(f"line {line + 1}: {reason}")
+    return True
+
+
+def _plan_optional(
+    scanned: ScannedFile,
+    by_class: dict[FindingClass, list[Finding]],
+    fetch: LineBytes,
+    work: Choices,
+    options: RepairOptions,
+) -> None:
+    index = scanned.index
+    enabled = options.classes
+    characters: dict[int, set[FindingClass]] = {}
+    for cls in CHARACTERS & enabled:
+        for finding in by_class.get(cls, []):
+            characters.setdefault(finding.line - 1, set()).add(cls)
+            work.fixes.append(finding)
+    for line, classes in sorted(characters.items()):
+        raw = work.rewrite.get(line) or fetch(line)
+        work.rewrite[line] = text_repaired(raw, frozenset(classes))
+        work.reasons[line] = "; ".join(
+            filter(
+                None,
+                (
+                    work.reasons.get(line),
+                    "characters that are not text replaced by U+FFFD (as Claude Code sends them)",
+                ),
+            )
+        )
+    if FindingClass.THINKING_ONLY_TAIL in enabled:
+        for finding in by_class.get(FindingClass.THINKING_ONLY_TAIL, []):
+            for number in finding.lines:
+                _drop(work, number - 1, "the answer after this thinking was never written")
+            work.fixes.append(finding)
+    if FindingClass.REPEATED_LINE in enabled:
+        for finding in by_class.get(FindingClass.REPEATED_LINE, []):
+            _drop(work, finding.line - 1, "a line written again byte for byte")
+            work.fixes.append(finding)
+    if FindingClass.MALFORMED_LINE in enabled:
+        lost = [uuid.encode() for uuid in index.dangling.values()]
+        for finding in by_class.get(FindingClass.MALFORMED_LINE, []):
+            raw = fetch(finding.line - 1)
+            if any(b'"uuid":"' + uuid + b'"' in raw for uuid in lost):
+                work.notes.append(
+                    f"line {finding.line} left alone: it holds a lost record a loaded line hangs from"
+                )
+                continue
+            _drop(
+                work, finding.line - 1, "a line that is not a JSON object, which Claude Code skips"
+            )
+            work.fixes.append(finding)
+
+
+def _drop(work: Choices, line: int, why: str) -> None:
+    work.remove_lines.add(line)
+    work.reasons[line] = f"{why}: cut (kept in the backup)"
