@@ -111,9 +111,8 @@ def big_corpus(args: argparse.Namespace) -> Path:
     else built)."""
     manifest_path = args.out / scan_bench.MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    single = (manifest.get("single") or {}).get(
-        "size_mb", 0
-    )  # keep scan_bench's single file as it is
+    # keep scan_bench's single file as it is
+    single = (manifest.get("single") or {}).get("size_mb", 0)
     namespace = argparse.Namespace(
         out=args.out,
         real=args.real,

@@ -145,9 +145,8 @@ class Corpus:
         self.small = scan_bench.load_source(real, SMALL_SOURCE)
         self._big: scan_bench.SessionSource | None = None
         self.user_line, self.assistant_line = self._append_templates(real / BIG_SOURCE)
-        self.tails: dict[
-            str, tuple[str, str]
-        ] = {}  # path -> (session id, uuid of its last main-chain line)
+        # path -> (session id, uuid of its last main-chain line)
+        self.tails: dict[str, tuple[str, str]] = {}
         self.appended = 0
 
     @staticmethod
@@ -442,9 +441,8 @@ class Daemon:
     def cpu_seconds(self) -> float:
         """User + system CPU time of the daemon, all threads, from /proc/<pid>/stat."""
         text = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = text[
-            text.rindex(")") + 2 :
-        ].split()  # the name may hold spaces; fields after it start at 3
+        # the name may hold spaces; fields after it start at 3
+        fields = text[text.rindex(")") + 2 :].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def memory_mb(self) -> tuple[float, float]:

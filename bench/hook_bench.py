@@ -209,13 +209,15 @@ def hook_latency(runs: int) -> dict[str, Any]:
         timings["python -m riffd --help"] = time_command(
             [*python, "-m", "riffd", "--help"], b"", runs, cache, state
         )
+        # exits 3
         timings["python -m riffd status (no daemon)"] = time_command(
             [*python, "-m", "riffd", "status"], b"", runs, cache, state, check=False
-        )  # exits 3
+        )
         populated = {**state, "RIFFD_STATE_DIR": str(populated_state(Path(folder) / "populated"))}
+        # exits 3: stopped
         timings["python -m riffd status, state of 5,000 files (stopped daemon)"] = time_command(
             [*python, "-m", "riffd", "status"], b"", runs, cache, populated, check=False
-        )  # exits 3: stopped
+        )
         script = Path(sys.executable).with_name("riffd")
         if script.is_file():
             timings["riffd hook (console script)"] = time_command(

@@ -427,9 +427,8 @@ def ensure_corpus(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         size_mb, folder = wanted[part]
         shutil.rmtree(out / folder, ignore_errors=True)
         manifest.pop(part, None)
-        manifest_path.write_text(
-            json.dumps(manifest, indent=2)
-        )  # a half-built part is never reused
+        # a half-built part is never reused
+        manifest_path.write_text(json.dumps(manifest, indent=2))
         if size_mb <= 0:
             manifest[part] = {"size_mb": size_mb, "seed": args.seed}
         elif part == "corpus":

@@ -77,8 +77,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import figures  # noqa: E402
+import stress_swap  # noqa: E402
+from tally import Tally  # noqa: E402
 
 from helpers import damage  # noqa: E402
+from helpers.run import riffd_env  # noqa: E402
 from riffd.fsio import FileSystem  # noqa: E402
 from riffd.repair.outcomes import ApplyOptions, Repaired, Skipped  # noqa: E402
 from riffd.repair.plan import RepairOptions  # noqa: E402
@@ -123,45 +126,6 @@ SUMMARY = {
         ("missing", "not_identical"),
     ),
 }
-
-
-@dataclass
-class Tally:
-    """What one mode did and found."""
-
-    mode: str
-    rounds: int = 0
-    lost: int = 0  # lines (or, for rename, new versions) lost
-    dangling: int = 0  # lines whose parentUuid names no line of the file
-    torn: int = 0  # files with a torn or unparseable line
-    brought_back: int = 0  # deleted transcripts that exist again
-    bad_backups: int = 0
-    bad_databases: int = 0
-    leftovers: int = 0  # temp files a later run did not clean up
-    missing: int = 0  # transcripts no longer on the filesystem
-    not_identical: int = 0  # files that differ from a clean repair of the same lines
-    repairs: int = 0
-    appended: int = 0
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def losses(self) -> int:
-        return (
-            self.lost
-            + self.dangling
-            + self.torn
-            + self.brought_back
-            + self.bad_backups
-            + self.bad_databases
-            + self.leftovers
-            + self.missing
-            + self.not_identical
-        )
-
-    def note(self, text: str) -> None:
-        if len(self.notes) < 10:
-            self.notes.append(text)
 
 
 # --- sessions and the Claude-like appender
@@ -261,16 +225,6 @@ def write_config(folder: Path, quiet_period: float) -> Path:
     return config
 
 
-def environment() -> dict[str, str]:
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR", "NOTIFY_SOCKET")
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    return env
-
-
 def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as stderr:
         return subprocess.Popen(
@@ -278,7 +232,7 @@ def start_daemon(config: Path, log: Path) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             stdout=stderr,
             stderr=stderr,
-            env=environment(),
+            env=riffd_env(),
         )
 
 
@@ -351,7 +305,7 @@ def verify_backups(backups: Path, tally: Tally) -> None:
 
 
 def riffd_command(folder: Path, *args: str) -> subprocess.Popen[bytes]:
-    env = environment() | {
+    env = riffd_env() | {
         "CLAUDE_CONFIG_DIR": str(folder / "claude"),
         "RIFFD_STATE_DIR": str(folder / "state"),
     }
@@ -410,7 +364,7 @@ def mode_kill_fix(folder: Path, rounds: int, rng: random.Random) -> Tally:
                 str(backups),
                 str(project),
             ],
-            env=environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")},
+            env=riffd_env() | {"CLAUDE_CONFIG_DIR": str(root / "claude")},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             check=False,
@@ -635,9 +589,8 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
             while time.monotonic() < deadline:
                 number = len(sessions)
                 backing = folder / "backing" / "-home-user-project" / f"c{number:04d}.jsonl"
-                written = write_session(
-                    backing, rng, segments=3
-                )  # arrives whole, as a sync client publishes it
+                # arrives whole, as a sync client publishes it
+                written = write_session(backing, rng, segments=3)
                 originals[backing.name] = backing.read_bytes()
                 session = Session(
                     projects / "-home-user-project" / backing.name,
@@ -679,7 +632,7 @@ def mode_cloud(folder: Path, minutes: float, rng: random.Random) -> Tally:
                 str(folder / "state" / "backups"),
                 str(projects),
             ],
-            env=environment() | {"CLAUDE_CONFIG_DIR": str(folder / "claude")},
+            env=riffd_env() | {"CLAUDE_CONFIG_DIR": str(folder / "claude")},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             check=False,
@@ -730,8 +683,6 @@ def run_mode(
     elif mode == "kill-run":
         tally = mode_kill_run(folder, rounds, rng)
     elif mode in ("resume", "holder", "kill-swap"):
-        import stress_swap
-
         if mode == "resume":
             tally = stress_swap.mode_resume(folder, rounds, rng, resume_mb)
         elif mode == "holder":

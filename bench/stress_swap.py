@@ -24,9 +24,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from stress import Tally, environment
+from tally import Tally
 
 from helpers import damage
+from helpers.run import riffd_env
 from riffd.repair.plan import RepairOptions, render
 from riffd.repair.planner import plan_file_repair
 from riffd.transcript.scan import index_file
@@ -123,7 +124,7 @@ def leftovers(tally: Tally, round_name: str, project: Path) -> None:
 
 
 def riffd_fix(root: Path, path: Path, *, wait: bool = True) -> subprocess.Popen[bytes]:
-    env = environment() | {"CLAUDE_CONFIG_DIR": str(root / "claude")}
+    env = riffd_env() | {"CLAUDE_CONFIG_DIR": str(root / "claude")}
     process = subprocess.Popen(
         [
             sys.executable,
@@ -302,7 +303,7 @@ def mode_kill_swap(folder: Path, rounds: int, rng: random.Random) -> Tally:
     finishes the swap."""
     tally = Tally("kill-swap")
     template = make_template(folder, 1.2)
-    env = environment()
+    env = riffd_env()
     for number in range(rounds):
         root, path = new_round(folder, number, template)
         held = os.open(path, os.O_WRONLY | os.O_APPEND)

@@ -261,9 +261,8 @@ def no_user_config(
     points into an empty folder on Linux (a test that needs a config names one: --config,
     RIFFD_CONFIG or XDG_CONFIG_HOME)."""
     monkeypatch.delenv("RIFFD_CONFIG", raising=False)
-    monkeypatch.setenv(
-        "XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config"))
-    )  # Linux; macOS's is fixed
+    # Linux; macOS's is fixed
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
 
 
 def pytest_terminal_summary(

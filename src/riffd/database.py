@@ -95,9 +95,8 @@ def is_busy_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
 
 
-FULL_BELOW = (
-    1 << 20
-)  # bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+# bytes free under which a filesystem counts as full (SQLite needs whole pages, a WAL more)
+FULL_BELOW = 1 << 20
 
 
 # SQLite's "disk I/O error"s that a full disk gives for writes it does not report as SQLITE_FULL
@@ -177,14 +176,12 @@ def damaged_copies(path: Path) -> list[Path]:
     )
 
 
-Connect = Callable[
-    [Path, bool], sqlite3.Connection
-]  # (path, create): with create False, never makes a file
+# (path, create): with create False, never makes a file
+Connect = Callable[[Path, bool], sqlite3.Connection]
 EMPTY = "the file is empty (0 bytes)"
 OPEN_TRIES = 20  # looks at a database that another process keeps moving aside or making meanwhile
-STALE_AFTER_SECONDS = (
-    600.0  # a `<name>.new-*` this old was left by a process killed while it made the database
-)
+# a `<name>.new-*` this old was left by a process killed while it made the database
+STALE_AFTER_SECONDS = 600.0
 
 
 def open_checked(
@@ -241,13 +238,11 @@ def open_checked(
             except sqlite3.DatabaseError as exc:
                 if db is not None:
                     db.close()
-                if not os.path.lexists(
-                    path
-                ):  # moved aside by another process meanwhile: look again
+                # moved aside by another process meanwhile: look again
+                if not os.path.lexists(path):
                     continue
-                if not is_damage_error(
-                    exc
-                ):  # busy, locked, cannot be opened: no damage, and never moved aside
+                # busy, locked, cannot be opened: no damage, and never moved aside
+                if not is_damage_error(exc):
                     raise
                 problem = str(exc)
             else:
@@ -313,9 +308,8 @@ def _create(path: Path, connect: Connect) -> None:
                 temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), FILE_MODE
             )
         )
-    except (
-        OSError
-    ) as exc:  # (named as the database, not the passing name: the log says one reason once)
+    # (named as the database, not the passing name: the log says one reason once)
+    except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         db = connect(temp, True)
@@ -324,16 +318,14 @@ def _create(path: Path, connect: Connect) -> None:
         finally:
             db.close()  # (the last connection: SQLite removes an empty -wal and the -shm)
         with contextlib.suppress(FileNotFoundError):
-            if (
-                os.path.getsize(f"{temp}-wal") > 0
-            ):  # never link a database whose set-up is still in its log
+            # never link a database whose set-up is still in its log
+            if os.path.getsize(f"{temp}-wal") > 0:
                 raise sqlite3.OperationalError(
                     f"{path}: the new database's log could not be folded into it"
                 )
         with open(temp, "rb") as made:
-            if (
-                made.read(16) != b"SQLite format 3\x00"
-            ):  # nothing was written: never put an empty file in place
+            # nothing was written: never put an empty file in place
+            if made.read(16) != b"SQLite format 3\x00":
                 raise sqlite3.OperationalError(
                     f"unable to open database file: {path} could not be set up"
                 )
@@ -361,10 +353,11 @@ def _put_in_place(temp: Path, path: Path) -> None:
             errno.ENOSYS,
         ):
             raise
+    # (here: most filesystems have hard links)
     from riffd.fsio import (
         EXCHANGE_UNSUPPORTED,
         rename_noreplace,
-    )  # (here: most filesystems have hard links)
+    )
 
     try:
         rename_noreplace(temp, path)

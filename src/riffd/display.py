@@ -106,10 +106,11 @@ def use_display_streams() -> None:
         if reconfigure is not None:
             try:
                 reconfigure(errors=DISPLAY_ERRORS)
+            # a stream that cannot change now (closed, or a test's capture)
             except (
                 ValueError,
                 OSError,
-            ):  # a stream that cannot change now (closed, or a test's capture)
+            ):
                 continue
 
 

@@ -22,10 +22,11 @@ def state_dir(environ: dict[str, str] | None = None) -> Path:
     if configured:
         return Path(configured).expanduser()
     xdg = env.get("XDG_STATE_HOME", "").strip()
+    # as platformdirs reads it, but from `environ`
     if xdg and sys.platform not in (
         "win32",
         "darwin",
-    ):  # as platformdirs reads it, but from `environ`
+    ):
         return Path(xdg).expanduser() / APP_NAME
     return Path(platformdirs.user_state_dir(APP_NAME))
 

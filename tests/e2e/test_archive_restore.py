@@ -109,9 +109,8 @@ def test_restore_force_over_a_live_session_is_skipped_and_an_idle_one_is_backed_
         in live.stderr
     )
     assert path.read_bytes() == now
-    elsewhere = (
-        tmp_path / "copies" / "elsewhere.jsonl"
-    )  # a copy under another name: still that session's file
+    # a copy under another name: still that session's file
+    elsewhere = tmp_path / "copies" / "elsewhere.jsonl"
     elsewhere.parent.mkdir()
     elsewhere.write_bytes(now)
     _quiet(elsewhere)
@@ -273,9 +272,8 @@ def test_a_killed_restore_leaves_a_temp_that_the_next_restore_in_its_folder_remo
     then), named as riffd's temps are, with the pid of the killed process; the next restore into
     that folder, of another session, removes it, and leaves alone a temp of a process that still
     runs."""
-    big = _session(
-        tmp_path, lines=60_000, pad=300, name="big"
-    )  # about 25 MB: its restore takes a while
+    # about 25 MB: its restore takes a while
+    big = _session(tmp_path, lines=60_000, pad=300, name="big")
     small = _session(tmp_path, lines=3, name="small")
     assert _riffd(tmp_path, "archive", "ingest").returncode == 0
     out = tmp_path / "out"

@@ -27,9 +27,8 @@ def _ingested(tmp_path: Path) -> SessionTree:
     build_session(tmp_path / "claude", seed=2)  # another session, which no restore below touches
     result = _riffd(tmp_path, "archive", "ingest")
     assert result.returncode == 0, result.stderr
-    assert (
-        "kept 15 file(s) of the sessions whole (15 new or changed" in result.stderr
-    )  # 7 + 7 + one shared plan
+    # 7 + 7 + one shared plan
+    assert "kept 15 file(s) of the sessions whole (15 new or changed" in result.stderr
     return tree
 
 
@@ -39,20 +38,16 @@ def test_a_session_deleted_by_the_cleanup_comes_back_whole_by_its_id_prefix(tmp_
     delete_like_cleanup(tree)
     result = _riffd(tmp_path, "archive", "restore", tree.session_id[:8])
     assert result.returncode == 0, result.stderr
-    assert (
-        snapshot(tree.files()) == before
-    )  # every file's bytes and modification time, the transcripts' too
-    assert (
-        not tree.ignored[0].exists() or tree.ignored[0].stat().st_size == 0
-    )  # (the client's lock: not kept)
+    # every file's bytes and modification time, the transcripts' too
+    assert snapshot(tree.files()) == before
+    # (the client's lock: not kept)
+    assert not tree.ignored[0].exists() or tree.ignored[0].stat().st_size == 0
     restored = [line.split(" -> ")[1] for line in result.stdout.splitlines()]
-    assert restored[-1] == str(
-        tree.main
-    )  # the transcript last: once `claude --resume` sees it, all is there
+    # the transcript last: once `claude --resume` sees it, all is there
+    assert restored[-1] == str(tree.main)
     assert len(restored) == len(tree.files()) - 2  # the task list and the plan were never deleted
-    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {
-        0o600
-    }  # the client's were 0644
+    # the client's were 0644
+    assert {Path(path).stat().st_mode & 0o777 for path in restored} == {0o600}
     assert "2 already there" in result.stderr
 
 
@@ -101,9 +96,8 @@ def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_bac
         f"restored {checkpoint} -> {checkpoint} (what was there is backed up as {backup['id']})"
         in forced.stdout
     )
-    assert (
-        forced.stdout.count("restored") == 1
-    )  # the files that are the same are left alone, --force or not
+    # the files that are the same are left alone, --force or not
+    assert forced.stdout.count("restored") == 1
 
 
 def test_restore_to_a_folder_writes_the_session_tree_below_the_folder_its_files_share(
@@ -198,9 +192,8 @@ def test_sessions_say_what_the_archive_holds_of_each_and_whether_it_is_whole(
         "todo_files": 0,
         "other_files": 0,
     }
-    assert (
-        rows[tree.session_id]["whole"] is True and rows[partial.session_id]["whole"] is True
-    )  # as on disk
+    # as on disk
+    assert rows[tree.session_id]["whole"] is True and rows[partial.session_id]["whole"] is True
     checkpoint = next(path for path in tree.whole if path.parent.parent.name == "file-history")
     checkpoint.write_bytes(b"changed since\n")
     text = _riffd(tmp_path, "sessions").stdout
@@ -250,9 +243,8 @@ def test_a_file_the_archive_cannot_give_whole_is_not_restored_and_nothing_is_lef
             in result.stderr
         )
         assert not output.exists()
-    assert (
-        sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []
-    )  # no temp left either
+    # no temp left either
+    assert sorted(path.name for path in (tree.folder / "tool-results").iterdir()) == []
     assert all(path.exists() for path in tree.whole if path.parent.name != "tool-results")
     # Its transcripts are held back: `claude --resume` never sees a session whose outputs are missing
     for transcript in tree.transcripts:

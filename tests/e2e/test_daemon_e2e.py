@@ -51,9 +51,8 @@ from riffd.transcript.scan import scan_file
 
 pytestmark = pytest.mark.slow
 
-STOP_WITHIN = (
-    5.0  # SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
-)
+# SIGTERM must end the daemon this fast (its drain deadline is 10 s; nothing is queued)
+STOP_WITHIN = 5.0
 
 
 # --- 1. readiness, watchdog, reload and stop, as systemd sees them
@@ -87,9 +86,8 @@ def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) 
     daemon = sandbox.start()
     path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
     append_like_claude(path, damaged.lines)
-    idle_since = (
-        path.stat().st_mtime
-    )  # riffd cannot have rewritten it yet: that waits for the quiet period
+    # riffd cannot have rewritten it yet: that waits for the quiet period
+    idle_since = path.stat().st_mtime
 
     (backup_id,) = daemon.wait_until(sandbox.backup_ids, "a backup with its manifest")
     daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
@@ -130,9 +128,8 @@ def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sand
     damaged = resumed_duplicate()
     session_id = session_id_of(damaged.lines)
     registry = sandbox.claude / "sessions" / f"{os.getpid()}.json"
-    registry.write_text(
-        json.dumps({"pid": os.getpid(), "sessionId": session_id})
-    )  # this test process is live
+    # this test process is live
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
     daemon = sandbox.start()
     path = sandbox.project / f"{session_id}.jsonl"
     append_like_claude(path, damaged.lines)
@@ -256,9 +253,8 @@ def test_saving_the_config_file_reloads_it_without_a_signal(sandbox: Sandbox) ->
     )
 
     saved = time.monotonic()
-    sandbox.write_config(
-        repair__mode="repair"
-    )  # an editor's save: a temp file renamed over the config
+    # an editor's save: a temp file renamed over the config
+    sandbox.write_config(repair__mode="repair")
     reloading = daemon.wait_notified("RELOADING", after=daemon.ready_at, timeout=5.0)
     assert time.monotonic() - saved < 5.0
     daemon.wait_notified("READY", after=reloading)
@@ -302,9 +298,8 @@ def test_a_restart_mid_stream_loses_nothing_and_processes_nothing_twice(
 ) -> None:
     lines = damage.generated_session(segments=8, turns=3, parallel=2)
     total = len(lines)
-    hold_at = (
-        total * 3 // 4
-    )  # the writer waits here until the new daemon runs, so the stream spans the restart
+    # the writer waits here until the new daemon runs, so the stream spans the restart
+    hold_at = total * 3 // 4
     path = sandbox.project / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
     daemon = sandbox.start()
     store = sandbox.open_store()
@@ -398,9 +393,8 @@ def test_the_rescan_catches_changes_when_no_event_arrives(sandbox: Sandbox) -> N
         "a report counting the rescans",
     )
     assert report["watcher"]["observer"] == "polling"
-    assert (
-        report["watcher"]["events"] == 0
-    )  # nothing came from the observer: the rescans did it all
+    # nothing came from the observer: the rescans did it all
+    assert report["watcher"]["events"] == 0
     daemon.stop()
 
 
@@ -552,19 +546,19 @@ def test_fix_with_another_backup_folder_beside_the_daemon_repairs_each_file_once
     assert "failed" not in outcomes and "error" not in outcomes, fix.stdout
     by_fix = len(list(other.glob("*.json"))) if other.exists() else 0
     by_daemon = len(sandbox.backup_ids())
+    # one backup per repair: each repaired once
     assert by_fix + by_daemon == len(paths), (
         by_fix,
         by_daemon,
-    )  # one backup per repair: each repaired once
+    )
     assert outcomes.count("repaired") == by_fix
 
 
 def test_a_new_daemon_reports_itself_at_once_and_status_never_shows_a_stopped_one_as_running(
     sandbox: Sandbox,
 ) -> None:
-    sandbox.write_config(
-        reports__interval=3600.0
-    )  # the scheduled report is an hour away: the first comes anyway
+    # the scheduled report is an hour away: the first comes anyway
+    sandbox.write_config(reports__interval=3600.0)
     started = time.time()
     daemon = sandbox.start()
     report = daemon.wait_until(
@@ -618,9 +612,8 @@ def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(
     status = sandbox.riffd("status")  # the acknowledgement counts at once
     assert status.returncode == 0, status.stdout
     assert f"acknowledged: {path} line 6: malformed_line" in status.stdout
-    assert (sandbox.report() or {}).get("findings", {}).get(
-        "open"
-    ) == {}  # the daemon's last report: before
+    # the daemon's last report: before
+    assert (sandbox.report() or {}).get("findings", {}).get("open") == {}
     daemon.stop()
 
 
@@ -637,9 +630,8 @@ def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox
         lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a first report"
     )
     with open(sandbox.config, "a") as config:
-        config.write(
-            "\n[watcher]\ndebounce = 2\n"
-        )  # a second [watcher]: not TOML; the daemon keeps its config
+        # a second [watcher]: not TOML; the daemon keeps its config
+        config.write("\n[watcher]\ndebounce = 2\n")
     for command in (["status"], ["report"]):
         result = sandbox.riffd(*command)
         assert result.returncode in (0, 1), (command, result.stdout, result.stderr)
@@ -661,12 +653,10 @@ def test_status_and_report_work_while_the_config_file_is_broken(sandbox: Sandbox
 
 def test_a_root_created_after_start_is_watched_within_seconds(tmp_path: Path) -> None:
     box = Sandbox(tmp_path)
-    (box.claude / "sessions").mkdir(
-        parents=True
-    )  # Claude Code installed, no session yet: no projects/ folder
-    box.write_config(
-        watcher__rescan_interval=3600.0
-    )  # not the rescan: the new root itself must be noticed
+    # Claude Code installed, no session yet: no projects/ folder
+    (box.claude / "sessions").mkdir(parents=True)
+    # not the rescan: the new root itself must be noticed
+    box.write_config(watcher__rescan_interval=3600.0)
     try:
         daemon = box.start()
         box.project.mkdir(parents=True)
@@ -746,18 +736,16 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(
     daemon = sandbox.start()
     numbers = dict.fromkeys(paths, 0)
     for _burst in range(5):
-        for _ in range(
-            100
-        ):  # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+        # about 1.2 MB a burst, each line's text its own (the archive keeps a text once)
+        for _ in range(100):
             path = rng.choice(paths)
             numbers[path] += 1
             record = json.loads(transcript_line(numbers[path], session_id=path.stem))
             record["message"]["content"] += " ".join(rng.choices(words, k=2_000))
             with open(path, "ab") as out:
                 out.write(json.dumps(record).encode() + b"\n")
-        if (
-            _burst == 2
-        ):  # while the daemon archives and compacts: what it has archived so far is the files' start
+        # while the daemon archives and compacts: what it has archived so far is the files' start
+        if _burst == 2:
             verified = sandbox.riffd("archive", "verify", "--json", str(sandbox.project))
             assert verified.returncode == 0, verified.stdout + verified.stderr
             assert {json.loads(line)["outcome"] for line in verified.stdout.splitlines()} <= {
@@ -783,9 +771,8 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(
         timeout=90,
     )
     daemon.stop()
-    assert (
-        "maximum number of running instances" not in daemon.stderr()
-    )  # a compaction outlasting 1 s is no warning
+    # a compaction outlasting 1 s is no warning
+    assert "maximum number of running instances" not in daemon.stderr()
     assert "malformed" not in daemon.stderr()
     archive = Archive(sandbox.state / "archive.db", read_only=True)
     try:
@@ -801,9 +788,8 @@ def test_the_archive_compacted_while_quiet_between_bursts_keeps_every_line(
         and "3 whole" in verified.stderr
     )
     compact = sandbox.riffd("archive", "compact")
-    assert compact.returncode == 0 and "compressed" not in compact.stderr, (
-        compact.stderr
-    )  # nothing was left loose
+    # nothing was left loose
+    assert compact.returncode == 0 and "compressed" not in compact.stderr, compact.stderr
 
 
 def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_reload(

@@ -100,9 +100,8 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     history, tasks = box.claude / "file-history" / SESSION, box.claude / "tasks" / SESSION
     subagent = tree.folder / "subagents" / f"agent-{agent}.jsonl"
     append_like_claude(tree.main, [line(SESSION, 0, "Print many lines")])
-    _write_growing(
-        outputs[0], BIG_OUTPUT.encode()
-    )  # a file still being written: taken once it settles
+    # a file still being written: taken once it settles
+    _write_growing(outputs[0], BIG_OUTPUT.encode())
     append_like_claude(tree.main, [line(SESSION, 1, persisted(outputs[0]))])
     _write(
         tree.folder / "subagents" / f"agent-{agent}.meta.json", b'{"agentType":"general-purpose"}'
@@ -110,9 +109,8 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     append_like_claude(
         subagent, [line(SESSION, 10, "Print many lines", isSidechain=True, agentId=agent)]
     )
-    _write(
-        outputs[1], (BIG_OUTPUT + "and more\n").encode()
-    )  # the subagent's, in the parent's folder
+    # the subagent's, in the parent's folder
+    _write(outputs[1], (BIG_OUTPUT + "and more\n").encode())
     append_like_claude(
         subagent, [line(SESSION, 11, persisted(outputs[1]), isSidechain=True, agentId=agent)]
     )
@@ -139,13 +137,11 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     archive = Archive(box.state / "archive.db", read_only=True)
     versions = archive.whole.session_versions(SESSION, every=True)
     archive.close()
-    assert [version.version for version in versions if version.path == outputs[0]] == [
-        1
-    ]  # settled first
+    # settled first
+    assert [version.version for version in versions if version.path == outputs[0]] == [1]
     assert [version.version for version in versions if version.path == tasks / "1.json"] == [1, 2]
-    assert {version.path for version in versions} == set(
-        tree.whole
-    )  # the lock is the client's, not the session's
+    # the lock is the client's, not the session's
+    assert {version.path for version in versions} == set(tree.whole)
 
     before = snapshot(tree.files())
     delete_like_cleanup(tree)
@@ -237,9 +233,8 @@ def test_kill_9_while_files_are_stored_leaves_an_archive_verify_passes_and_the_n
         f"killed with {held} of {count} files stored: not while they were being stored"
     )
 
-    partial = box.riffd(
-        "archive", "verify", timeout=120
-    )  # nothing half stored: only files not taken yet
+    # nothing half stored: only files not taken yet
+    partial = box.riffd("archive", "verify", timeout=120)
     assert partial.returncode == 0, partial.stdout + partial.stderr
     assert "not archived" in partial.stderr
     if killed == "daemon":
@@ -273,9 +268,8 @@ def test_the_rescan_takes_a_file_no_event_reported(box: Sandbox) -> None:
     report = daemon.wait_until(
         lambda: box.report_where(lambda r: r["watcher"]["rescans"] >= 2), "a report"
     )
-    assert (
-        report["watcher"]["events"] == 0
-    )  # nothing came from the observer: the rescans did it all
+    # nothing came from the observer: the rescans did it all
+    assert report["watcher"]["events"] == 0
     daemon.stop()
 
 

@@ -55,9 +55,8 @@ def make_projects(root: Path, files: int, megabytes: float) -> Path:
 
 
 def test_a_parallel_scan_reports_what_a_serial_scan_reports(tmp_path: Path) -> None:
-    projects = make_projects(
-        tmp_path, files=9, megabytes=4.5
-    )  # 40 MB: over the size where workers start
+    # 40 MB: over the size where workers start
+    projects = make_projects(tmp_path, files=9, megabytes=4.5)
     serial = finish(riffd(tmp_path, "scan", "--json", "--jobs", "1", str(projects)))
     parallel = finish(riffd(tmp_path, "scan", "--json", "--jobs", "2", str(projects)))
     assert serial[0] == parallel[0] == 1

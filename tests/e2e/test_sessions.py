@@ -49,9 +49,10 @@ def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
             "message": {"role": "assistant", "content": [{"type": "text", "text": "Sure."}]},
         },
     ]
+    # as Claude Code
     return b"".join(
         json.dumps(record, separators=(",", ":")).encode() + b"\n" for record in records
-    )  # as Claude Code
+    )
 
 
 def setup(tmp_path: Path) -> tuple[Path, Path]:
@@ -103,9 +104,8 @@ def test_sessions_lists_id_project_title_dates_size_and_archived(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)["sessions"]
     assert [row["session_id"] for row in rows] == [FIRST, SECOND, THIRD]  # newest first
-    assert (
-        rows[0]["title"] == "Fix the flaky login test"
-    )  # the first real prompt, not the /clear wrapper
+    # the first real prompt, not the /clear wrapper
+    assert rows[0]["title"] == "Fix the flaky login test"
     assert rows[0]["project"] == str(app) and rows[0]["bytes"] > 0 and rows[0]["archived"] is False
     assert rows[0]["resume"] == f"claude --resume {FIRST}"
     text = riffd(tmp_path, "sessions", "--project", str(app))
@@ -115,9 +115,8 @@ def test_sessions_lists_id_project_title_dates_size_and_archived(tmp_path: Path)
         and "Fix the flaky login test" in first_line
         and str(app) in first_line
     )
-    assert re.fullmatch(
-        r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", first_line.split()[1]
-    )  # local, with offset
+    # local, with offset
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", first_line.split()[1])
 
 
 def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_path: Path) -> None:

@@ -51,9 +51,8 @@ def test_a_key_gives_back_exactly_the_text_it_was_made_from(text: str) -> None:
     assert key_path(key) == text
     key.encode("utf-8")  # SQLite and JSON take it
     if not any("\udc80" <= char <= "\udcff" for char in text) and not text.startswith(KEY_MARK):
-        assert (
-            key == text
-        )  # every name that is text is its own key: archives made before stay as they are
+        # every name that is text is its own key: archives made before stay as they are
+        assert key == text
 
 
 def test_a_name_is_shown_with_its_bytes_escaped() -> None:
@@ -111,9 +110,8 @@ def test_every_command_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
     (exported,) = (tmp_path / "out").glob("*.md")
     assert os.fsencode(exported.name) == b"s\xfe\xff.md"  # named after its source, bytes and all
     assert f"Source: `{display_path(path)}`" in exported.read_text(encoding="utf-8")
-    ok(
-        riffd(tmp_path, config, "export", "--to", str(tmp_path / "out"), str(projects))
-    )  # its manifest read back
+    # its manifest read back
+    ok(riffd(tmp_path, config, "export", "--to", str(tmp_path / "out"), str(projects)))
 
     # The archive keeps the name without loss: deleted, the file comes back under its exact bytes.
     path.unlink()
@@ -124,15 +122,13 @@ def test_every_command_takes_a_name_that_is_not_utf8(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandbox) -> None:
-    reported = undecodable_transcript(
-        sandbox.projects
-    )  # a malformed line riffd never edits: listed in the report
+    # a malformed line riffd never edits: listed in the report
+    reported = undecodable_transcript(sandbox.projects)
     torn = sandbox.projects / FOLDER / os.fsdecode(b"agent-\xff.jsonl")
     whole = transcript_bytes(3)
     torn.write_bytes(whole + b'{"type":"user","uu')
-    os.utime(
-        torn, (1_000_000_000, 1_000_000_000)
-    )  # long idle: its torn last line is cut, after a backup
+    # long idle: its torn last line is cut, after a backup
+    os.utime(torn, (1_000_000_000, 1_000_000_000))
     daemon = sandbox.start()
 
     report = daemon.wait_until(

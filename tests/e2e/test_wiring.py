@@ -85,12 +85,12 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(
     assert first.returncode == 0, first.stderr
     installed = json.loads(settings.read_bytes())
     before = json.loads(CLAUDE_SETTINGS)
+    # every other key as it was
     assert {key: value for key, value in installed.items() if key != "hooks"} == {
         key: value for key, value in before.items() if key != "hooks"
-    }  # every other key as it was
-    assert (
-        installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
-    )  # the other tool's hook first
+    }
+    # the other tool's hook first
+    assert installed["hooks"]["PreToolUse"][0] == before["hooks"]["PreToolUse"][0]
     assert installed["hooks"]["Stop"] == before["hooks"]["Stop"]
     commands = [
         hook["command"]
@@ -110,9 +110,8 @@ def test_install_twice_then_uninstall_gives_back_the_same_bytes(
     assert removed.returncode == 0, removed.stderr
     assert settings.read_bytes() == CLAUDE_SETTINGS
     kept = list((tmp_path / "state" / "settings-backups").rglob("install-*.json"))
-    assert [path.read_bytes() for path in kept] == [
-        CLAUDE_SETTINGS
-    ]  # the previous file, kept privately
+    # the previous file, kept privately
+    assert [path.read_bytes() for path in kept] == [CLAUDE_SETTINGS]
     assert all((path.stat().st_mode & 0o777) == 0o600 for path in kept)
 
 
@@ -349,9 +348,8 @@ def test_a_registry_entry_that_is_a_fifo_never_holds_the_session_start(
     tmp_path: Path, other_claude: subprocess.Popen[bytes]
 ) -> None:
     (tmp_path / "claude" / "sessions").mkdir(parents=True)
-    os.mkfifo(
-        tmp_path / "claude" / "sessions" / "1.json"
-    )  # read, it would wait for a writer that never comes
+    # read, it would wait for a writer that never comes
+    os.mkfifo(tmp_path / "claude" / "sessions" / "1.json")
     register(tmp_path / "claude", other_claude.pid)
     started = time.monotonic()
     result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path), timeout=10)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from helpers import field_damage
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.findings import CUTS_HISTORY, FindingClass
 from riffd.transcript.index import SIDECHAIN
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.reader import parse_line
 
@@ -784,9 +784,8 @@ def inject_oom_off_chain(lines: Sequence[bytes], choose: Chooser = None) -> Dama
     parent = branch_uuid
     for number in range(OOM_EXTRA_RESULTS):
         copy = dict(record, parentUuid=parent, uuid=tree.new_uuid(f"oom-{result}-{number}"))
-        if (
-            "sourceToolAssistantUUID" in copy
-        ):  # 2.1.x: it equals parentUuid; the use line must not adopt these
+        # 2.1.x: it equals parentUuid; the use line must not adopt these
+        if "sourceToolAssistantUUID" in copy:
             copy["sourceToolAssistantUUID"] = parent
         new_lines.append(dumps(copy))
         parent = copy["uuid"]

@@ -25,9 +25,8 @@ from pathlib import Path
 
 PROJECT = "-home-user-app"
 SLUG = "vast-sparking-goblet"
-BIG_OUTPUT = "".join(
-    f"line-{number:06d}\n" for number in range(1, 12001)
-)  # 144,000 characters, as `seq` gives
+# 144,000 characters, as `seq` gives
+BIG_OUTPUT = "".join(f"line-{number:06d}\n" for number in range(1, 12001))
 
 
 def short_id(rng: random.Random) -> str:

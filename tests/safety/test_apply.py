@@ -505,9 +505,8 @@ def test_concurrent_appender_loses_and_duplicates_nothing(tmp_path: Path) -> Non
             go.wait()
             for line in lines:
                 append_line(target, line)
-                time.sleep(
-                    rng.random() * 0.01
-                )  # bursts and pauses, so some lines land after the rename
+                # bursts and pauses, so some lines land after the rename
+                time.sleep(rng.random() * 0.01)
 
         thread = threading.Thread(target=writer)
         thread.start()
@@ -654,18 +653,15 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
     path = tmp_path / f"{SESSION}.jsonl"
     path.write_bytes(b"{}\n")
     name = path.name
-    of_dead = (
-        tmp_path / f".{name}.riffd-{dead_pid()}-0123456789ab.tmp"
-    )  # fresh, but its writer is gone
+    # fresh, but its writer is gone
+    of_dead = tmp_path / f".{name}.riffd-{dead_pid()}-0123456789ab.tmp"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        of_running = (
-            tmp_path / f".{name}.riffd-{sleeper.pid}-0123456789ab.tmp"
-        )  # old, but its writer still runs
+        # old, but its writer still runs
+        of_running = tmp_path / f".{name}.riffd-{sleeper.pid}-0123456789ab.tmp"
         mine = temp_path_for(path)  # this process: running
-        legacy_old = (
-            tmp_path / f".{name}.riffd-00000000000a.tmp"
-        )  # no pid (an earlier riffd): by age only
+        # no pid (an earlier riffd): by age only
+        legacy_old = tmp_path / f".{name}.riffd-00000000000a.tmp"
         legacy_fresh = tmp_path / f".{name}.riffd-00000000000b.tmp"
         others = [
             tmp_path / f"{SESSION}.jsonl.compact.tmp.ab12",  # Claude Code's own temp file
@@ -688,9 +684,8 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
 def test_apply_removes_stale_temps_of_its_folder(tmp_path: Path) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)
-    stale = (
-        path.parent / f".{path.name}.riffd-{dead_pid()}-0123456789ab.tmp"
-    )  # a killed run's half a repair
+    # a killed run's half a repair
+    stale = path.parent / f".{path.name}.riffd-{dead_pid()}-0123456789ab.tmp"
     stale.write_bytes(b"half a repair")
     assert isinstance(apply_plan(plan_for(path), options_for(tmp_path)), Repaired)
     assert not stale.exists()

@@ -28,9 +28,8 @@ from riffd.transcript.scan import scan_file
 
 pytestmark = requires_corpus
 
-REAL = (
-    CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
-)  # 1,863 lines, 2.7 MB
+# 1,863 lines, 2.7 MB
+REAL = CORPUS_DIR / "marot-spotter" / "258c7280-ae70-4798-800f-63464d01a85d.jsonl"
 SMALL = CORPUS_DIR / "marot-spotter" / "tool_heavy.jsonl"
 SMALL_SESSION = "d6e0bada-1959-4eec-a9d2-0bfade768d8f"  # its sessionId
 
@@ -138,9 +137,8 @@ def test_verify_names_the_damaged_pack_with_its_sessions_and_fix_archives_what_s
     )
 
     fixed = _riffd(tmp_path, "archive", "verify", "--fix")
-    assert fixed.returncode == 1, (
-        fixed.stderr
-    )  # the pack is still damaged: the deleted session's lines are lost
+    # the pack is still damaged: the deleted session's lines are lost
+    assert fixed.returncode == 1, fixed.stderr
     assert (
         f"{kept}: the archive differs from the file" in fixed.stdout
         and "archived again as a new generation" in fixed.stdout
@@ -184,9 +182,8 @@ def test_archiving_a_file_again_is_all_or_nothing(tmp_path: Path) -> None:
     archive.close()
 
 
-@pytest.mark.parametrize(
-    "at", [0.3, 0.5]
-)  # (0.5: the pack did not decompress; 0.3: it did, to other bytes)
+# (0.5: the pack did not decompress; 0.3: it did, to other bytes)
+@pytest.mark.parametrize("at", [0.3, 0.5])
 def test_the_worker_judges_repairs_and_archives_past_a_damaged_pack(
     tmp_path: Path, at: float
 ) -> None:

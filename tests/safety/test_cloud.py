@@ -112,9 +112,8 @@ def test_a_failed_exchange_leaves_the_transcript_untouched_and_says_so_after_loo
     mount: Mount, tmp_path: Path
 ) -> None:
     path, data = damaged_session(mount)
-    mount.faults(
-        {"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO}
-    )  # the exchange itself fails
+    # the exchange itself fails
+    mount.faults({"ops": ["rename"], "glob": "*.tmp", "errno": errno.EIO})
     outcome = repair(mount, path, tmp_path)
     # libfuse hides an open name before a plain rename, not before an exchange: the original is
     # where it was.
@@ -126,9 +125,8 @@ def test_a_failed_exchange_leaves_the_transcript_untouched_and_says_so_after_loo
 
 def test_untouched_is_said_only_after_looking(mount: Mount, tmp_path: Path) -> None:
     path, data = damaged_session(mount)
-    mount.faults(
-        {"ops": ["write"], "glob": "*.tmp", "errno": errno.EIO}
-    )  # the repaired copy cannot be written
+    # the repaired copy cannot be written
+    mount.faults({"ops": ["write"], "glob": "*.tmp", "errno": errno.EIO})
     outcome = repair(mount, path, tmp_path)
     assert (
         isinstance(outcome, Failed) and "the transcript is untouched (checked)" in outcome.detail

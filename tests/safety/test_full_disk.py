@@ -191,9 +191,8 @@ def test_ingest_on_a_full_disk_keeps_what_it_stored_and_finishes_once_there_is_r
     assert archived_now == {str(path): data for path, data in originals.items()}
     added = int(again.stderr.split("archived ")[1].split(" new line(s)")[0])
     lines_before = sum(data.count(b"\n") for data in stored.values())
-    assert (
-        added == SESSIONS * LINES - lines_before
-    )  # every line once: nothing stored twice, nothing skipped
+    # every line once: nothing stored twice, nothing skipped
+    assert added == SESSIONS * LINES - lines_before
     db = sqlite3.connect(db_path)
     try:
         assert db.execute("SELECT COUNT(*), SUM(lines), MAX(generation) FROM files").fetchone() == (
@@ -238,9 +237,8 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
     tmp_path: Path, small_disk: SmallDisk
 ) -> None:
     originals = _sessions(tmp_path / "claude" / "projects")
-    _config(
-        tmp_path, "[reports]\ninterval = 2\n"
-    )  # reports fail on the full disk too, and come back
+    # reports fail on the full disk too, and come back
+    _config(tmp_path, "[reports]\ninterval = 2\n")
     log_path = tmp_path / "daemon.log"
     with open(log_path, "wb") as log_file:
         daemon = start_riffd(
@@ -264,9 +262,8 @@ def test_daemon_on_a_full_state_disk_says_so_and_catches_up_once_there_is_room(
         report = json.loads(_riffd(tmp_path, "status", "--json").stdout)["report"]
         assert not report["healthy"] and any("is full" in problem for problem in report["problems"])
 
-        time.sleep(
-            5
-        )  # a few ticks and reports with the disk still full: the log says so once, not every second
+        # a few ticks and reports with the disk still full: the log says so once, not every second
+        time.sleep(5)
         log = log_path.read_text()
         assert log.count("could not store the live figures") <= 1
         assert "Traceback" not in log, "a failed report is one line, not a traceback"
@@ -330,9 +327,8 @@ def test_status_names_a_running_daemon_that_has_stored_no_figures_for_minutes(
     start) is not shown as 'starting', healthy, for ever: after STUCK_SECONDS status says it and
     exits 1."""
     state = tmp_path / "state"
-    store = StateStore(
-        state / "state.db"
-    )  # the state a previous run left, with a finding still open
+    # the state a previous run left, with a finding still open
+    store = StateStore(state / "state.db")
     store.save_file(
         Watermark("/p/a.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0),
         "s",
@@ -416,9 +412,8 @@ def test_a_daemon_started_on_a_full_disk_says_so_in_one_line_and_moves_nothing_a
     assert len(lines) == 1 and "is full" in lines[0] and "Traceback" not in started.stderr, (
         started.stderr
     )
-    status = _riffd(
-        tmp_path, "status"
-    )  # SQLite cannot even read the state without room for its -shm
+    # SQLite cannot even read the state without room for its -shm
+    status = _riffd(tmp_path, "status")
     assert status.returncode in (2, 3), status.stdout + status.stderr
     assert "is full" in status.stdout + status.stderr and "Traceback" not in status.stderr
 
@@ -435,9 +430,8 @@ def test_an_archive_that_cannot_be_opened_at_start_is_opened_by_a_later_rescan(
     the daemon's whole life: each rescan tries again, then archives every line read meanwhile."""
     originals = _sessions(tmp_path / "claude" / "projects")
     (tmp_path / "state" / "archive.db").mkdir(parents=True)
-    (tmp_path / "state" / "archive.db" / "in-the-way").write_text(
-        "x"
-    )  # (an empty folder is 0 bytes on btrfs)
+    # (an empty folder is 0 bytes on btrfs)
+    (tmp_path / "state" / "archive.db" / "in-the-way").write_text("x")
     _config(tmp_path, "[watcher]\nrescan_interval = 1\n")
     daemon = _run_until_started(tmp_path)
     log_path = tmp_path / "daemon.log"

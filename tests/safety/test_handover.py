@@ -162,9 +162,8 @@ def test_a_truncate_or_rewrite_just_before_the_swap_is_kept(tmp_path: Path, chan
     changed: list[bytes] = []
 
     def before(target: Path) -> None:
-        if (
-            change == "truncate"
-        ):  # Claude Code drops its last line by truncating at an offset it computed
+        # Claude Code drops its last line by truncating at an offset it computed
+        if change == "truncate":
             os.truncate(target, len(original) - len(transcript_line(400, pad=40)))
         else:
             with open(target, "r+b") as handle:
@@ -263,9 +262,8 @@ def test_a_writer_holding_the_old_file_longer_is_finished_by_the_next_run(tmp_pa
         assert isinstance(outcome, Repaired), outcome
         assert outcome.pending_swap is not None and outcome.pending_swap.exists()
         assert any("still hold the old file" in warning for warning in outcome.warnings)
-        assert (
-            recover_folder(RetryingFS(FileSystem(), FAST), path.parent) == []
-        )  # still held: nothing to do yet
+        # still held: nothing to do yet
+        assert recover_folder(RetryingFS(FileSystem(), FAST), path.parent) == []
     finally:
         release(holder)
         reap(holder)
@@ -338,9 +336,8 @@ def test_killed_right_after_the_swap_a_late_line_is_carried_by_the_next_run(tmp_
     repaired = (
         original[: line_spans(original)[1].offset] + original[line_spans(original)[2].offset :]
     )
-    writer = os.open(
-        path, os.O_WRONLY | os.O_APPEND
-    )  # a client's descriptor, opened before the swap
+    # a client's descriptor, opened before the swap
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
     child = killed_repair(tmp_path, path, "after")
     assert child.stdout is not None and child.stdout.readline() == "swapped\n"
     late = transcript_line(41)
@@ -350,9 +347,8 @@ def test_killed_right_after_the_swap_a_late_line_is_carried_by_the_next_run(tmp_
     child.stdin.write("die\n")
     child.stdin.flush()
     assert reap(child) == -signal.SIGKILL
-    assert (
-        path.read_bytes() == repaired
-    )  # the late line is only in the old file, under riffd's name
+    # the late line is only in the old file, under riffd's name
+    assert path.read_bytes() == repaired
     assert [name for name in riffd_names(path.parent) if name.endswith(".swap")]
     # What a daemon does at its start (and `riffd fix`, and a repair in that folder): finish the
     # swap.

@@ -132,9 +132,8 @@ def test_on_a_rename_only_filesystem_a_writer_holding_the_old_file_is_waited_for
     path = make_transcript(tmp_path, original)
     plan = plan_for(path)
     late = transcript_line(41)
-    holder = start_holder(
-        path, 1.0, late
-    )  # its descriptor names the old file, whose name goes in the rename
+    # its descriptor names the old file, whose name goes in the rename
+    holder = start_holder(path, 1.0, late)
     try:
         fs = RenameOnly()
         original_replace = fs.replace
@@ -250,9 +249,8 @@ def test_killed_after_the_exchange_with_a_session_registered_the_next_run_undoes
             == -signal.SIGKILL
         )
         recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
-        append_line(
-            path, line("client-next", "uuid-000020")
-        )  # the client hangs from the leaf it loaded
+        # the client hangs from the leaf it loaded
+        append_line(path, line("client-next", "uuid-000020"))
         assert dangling(path.read_bytes()) == []
         assert path.read_bytes() == original + line("client-next", "uuid-000020")
     finally:
@@ -275,13 +273,11 @@ def test_an_undo_on_a_rename_only_filesystem_keeps_what_is_written_to_the_copy(
     def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
         original_replace(src, dst)
         if os.fspath(dst) == os.fspath(path) and not holders:
-            holders.append(
-                start_holder(path, 0.5, late)
-            )  # opened the repaired copy by its new name
+            # opened the repaired copy by its new name
+            holders.append(start_holder(path, 0.5, late))
             release(holders[0])
-            write_registry(
-                options.claude_dir, os.getpid()
-            )  # and a session registers: the repair is undone
+            # and a session registers: the repair is undone
+            write_registry(options.claude_dir, os.getpid())
 
     fs.replace = replace  # type: ignore[method-assign]
     outcome = apply_plan(plan_for(path), options_for(tmp_path, fs=fs))
@@ -296,15 +292,13 @@ def test_an_undo_waits_for_a_writer_of_the_copy_before_removing_it(tmp_path: Pat
     original = transcript_bytes(40)
     path = make_transcript(tmp_path, original)
     conflict, late_new = line("resumed-1", "uuid-000002"), transcript_line(41)
-    old_writer = start_holder(
-        path, 2.5, conflict
-    )  # past the repair's wait: the hand-over is left pending
+    # past the repair's wait: the hand-over is left pending
+    old_writer = start_holder(path, 2.5, conflict)
     release(old_writer)
     outcome = apply_plan(plan_for(path), options_for(tmp_path))
     assert isinstance(outcome, Repaired) and outcome.pending_swap is not None, outcome
-    new_writer = start_holder(
-        path, 1.5, late_new
-    )  # holds the repaired file across the undo to come
+    # holds the repaired file across the undo to come
+    new_writer = start_holder(path, 1.5, late_new)
     release(new_writer)
     reap(old_writer)
     # The conflict: undone, but the copy is still held.
@@ -427,9 +421,8 @@ def test_identical_metadata_lines_are_each_carried_in_order(tmp_path: Path) -> N
     recover_folder(RetryingFS(FileSystem(), FAST), path.parent)
     tail = path.read_bytes()[len(render(original, plan.edits)) :]
     assert sorted(tail.splitlines(keepends=True)) == sorted([default_mode, plan_mode, default_mode])
-    assert (
-        tail.splitlines(keepends=True)[-1] == default_mode
-    )  # the held writer's last line is the last one
+    # the held writer's last line is the last one
+    assert tail.splitlines(keepends=True)[-1] == default_mode
     assert names(path.parent) == []
 
 

@@ -18,7 +18,7 @@ from riffd.archive.recover import recover
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import DAMAGED, DatabaseDamaged, damaged_copies
 from riffd.state.database import STATE_NAME
 from riffd.state.records import Watermark
@@ -66,9 +66,8 @@ def test_a_damaged_state_store_is_moved_aside_and_made_anew(tmp_path: Path, how:
     assert path.read_bytes() == before
     store = StateStore(path, heal=True)
     try:
-        assert (
-            store.moved_aside is not None and store.moved_aside.read_bytes() == before
-        )  # kept, byte for byte
+        # kept, byte for byte
+        assert store.moved_aside is not None and store.moved_aside.read_bytes() == before
         assert store.moved_aside.name.startswith(f"{STATE_NAME}{DAMAGED}")
         assert damaged_copies(path) == [store.moved_aside]
         assert store.file("/p/s.jsonl") is None  # a new, empty store: a rescan fills it again
@@ -87,18 +86,16 @@ def test_a_store_damaged_while_open_is_moved_aside_on_the_next_error(tmp_path: P
     with open(path, "r+b") as handle:  # another program scribbles over the middle of the file
         handle.seek(4096)
         handle.write(b"\xff" * 8192)
-    assert not store.reopen_if_damaged(
-        sqlite3.OperationalError("database is locked")
-    )  # busy is not damage
+    # busy is not damage
+    assert not store.reopen_if_damaged(sqlite3.OperationalError("database is locked"))
     # The error the worker's next query meets (its connection may still answer from pages it
     # cached).
     assert store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
     assert store.moved_aside is not None and store.moved_aside.exists()
     store.save_file(a_watermark("/p/new.jsonl"), "s", [], 0)
     assert store.file("/p/new.jsonl") is not None
-    assert not store.reopen_if_damaged(
-        sqlite3.DatabaseError("database disk image is malformed")
-    )  # healthy now
+    # healthy now
+    assert not store.reopen_if_damaged(sqlite3.DatabaseError("database disk image is malformed"))
     store.close()
 
 
@@ -178,9 +175,8 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
         (tmp_path / str(round)).mkdir()
         if start == "empty":
             (tmp_path / str(round) / "x.db").write_bytes(b"")
-    at = (
-        time.time() + 1.5
-    )  # every process has imported riffd by then (on a slow machine, the rounds still meet)
+    # every process has imported riffd by then (on a slow machine, the rounds still meet)
+    at = time.time() + 1.5
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", OPENER, kind, str(tmp_path), str(number), str(at), str(rounds)],
@@ -202,9 +198,8 @@ def test_riffd_processes_opening_a_database_together_never_move_each_others_asid
         moved = sorted(
             result[2] for result in results if result[0] == round and result[2] != "None"
         )
-        if (
-            start == "empty"
-        ):  # moved aside once, by one of them; the others open the database it made
+        # moved aside once, by one of them; the others open the database it made
+        if start == "empty":
             assert len(moved) == 1 and damaged_copies(path) == [Path(moved[0])]
             assert Path(moved[0]).stat().st_size == 0
         else:
@@ -369,9 +364,8 @@ def test_recover_copies_every_readable_file_and_names_the_rest(
     archived: tuple[Path, list[Path]], tmp_path: Path
 ) -> None:
     path, transcripts = archived
-    truncate(
-        path, 0.9
-    )  # the last tenth of the pages lost: some packs go with it, others stay whole
+    # the last tenth of the pages lost: some packs go with it, others stay whole
+    truncate(path, 0.9)
     before = path.read_bytes()
     into = Archive(tmp_path / "new.db")
     try:
@@ -412,9 +406,8 @@ def test_recover_puts_older_history_before_what_the_new_archive_holds(
             old,
             b"".join(shorter),
         ]
-        assert b"".join(into.iter_file(file_id)) == b"".join(
-            shorter
-        )  # the latest generation is still the latest
+        # the latest generation is still the latest
+        assert b"".join(into.iter_file(file_id)) == b"".join(shorter)
         assert result.already_there == 1
     finally:
         into.close()

@@ -17,7 +17,7 @@ from helpers import damage
 from riffd.archive.store import Archive
 from riffd.claude_code.walk import iter_transcripts
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.daemon.watcher import TranscriptFilter, Watcher, reconcile
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.repair.recovery import recover_and_sweep
@@ -41,10 +41,12 @@ def claude(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def damaged_session(folder: Path) -> tuple[Path, bytes]:
+def damaged_session(folder: Path, generated: bool = False) -> tuple[Path, bytes]:
     """Write a transcript with a resumed duplicate into `folder`, named after its session; return it
-    and its bytes."""
-    damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
+    and its bytes. It is made from a real transcript, or, `generated`, from a generated session (for
+    the tests that need any damaged transcript, so they run without the sample transcripts too)."""
+    lines = damage.generated_session() if generated else corpus_lines(BASE)
+    damaged = damage.inject_resumed_duplicate(lines)
     session_id = json.loads(damaged.lines[-1])["sessionId"]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{session_id}.jsonl"
@@ -122,9 +124,9 @@ class LinkedTree:
 @pytest.fixture
 def tree(claude: Path, tmp_path: Path) -> LinkedTree:
     root = claude / "projects"
-    real, _ = damaged_session(root / "-work-real")
+    real, _ = damaged_session(root / "-work-real", generated=True)
     disk = tmp_path / "disk" / "work-linked"
-    linked_real, _ = damaged_session(disk)
+    linked_real, _ = damaged_session(disk, generated=True)
     (root / "-work-linked").symlink_to(disk)
     (root / "-work-twice").symlink_to(disk)  # a second link to the same folder
     (disk / "up").symlink_to(root)  # a link back up the tree
@@ -156,9 +158,8 @@ def test_a_linked_transcript_is_named_by_its_real_path_when_the_walk_reaches_it(
     (tree.root / "-work-real" / "alias.jsonl").symlink_to(tree.real)  # the same file twice
     elsewhere = tree.root.parent / "elsewhere.jsonl"
     elsewhere.write_bytes(tree.real.read_bytes())
-    (tree.root / "-work-real" / "outside.jsonl").symlink_to(
-        elsewhere
-    )  # reached through this link only
+    # reached through this link only
+    (tree.root / "-work-real" / "outside.jsonl").symlink_to(elsewhere)
     found = list(iter_transcripts([tree.root], lambda _exc: None))
     assert found == [tree.real, tree.linked, tree.root / "-work-real" / "outside.jsonl"]
 
@@ -181,9 +182,8 @@ def test_scan_and_fix_follow_a_linked_project_and_repair_in_its_real_folder(
     assert f"repaired {tree.linked}" in out and f"repaired {tree.real}" in out
     assert scan_file(tree.linked_real).findings == []
     assert (tree.root / "-work-linked").is_symlink() and tree.linked_real.is_file()
-    assert not [
-        name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")
-    ]  # no temp left
+    # no temp left
+    assert not [name for name in os.listdir(tree.linked_real.parent) if name.startswith(".")]
 
 
 @requires_corpus
@@ -239,9 +239,8 @@ def test_a_real_observer_sees_appends_in_a_linked_folder(tree: LinkedTree, tmp_p
     try:
         reconcile(transcript_filter, store, lambda _name: None, lambda _exc: None, watcher)
         assert set(watcher.linked) == {tree.root / "-work-linked"}
-        with open(
-            tree.linked_real, "ab"
-        ) as handle:  # Claude Code appends by the real path (its own cwd)
+        # Claude Code appends by the real path (its own cwd)
+        with open(tree.linked_real, "ab") as handle:
             handle.write(b'{"type":"user"}\n')
         assert arrived.wait(10), heard
         (tree.root / "-work-linked").unlink()
@@ -266,9 +265,8 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
     (disk / "early").mkdir(parents=True)
     (box.projects / "-work-early").symlink_to(disk / "early")  # there at start
     gone = box.projects / "-work-gone"
-    gone.symlink_to(
-        tmp_path / "unmounted"
-    )  # a link it cannot follow: named in the report, never silent
+    # a link it cannot follow: named in the report, never silent
+    gone.symlink_to(tmp_path / "unmounted")
     try:
         daemon = box.start()
         (disk / "late").mkdir()
@@ -276,9 +274,8 @@ def test_a_real_daemon_repairs_sessions_written_into_linked_folders(tmp_path: Pa
         for folder in ("early", "late"):
             damaged = resumed_duplicate()
             real = disk / folder / f"{session_id_of(damaged.lines)}.jsonl"
-            append_like_claude(
-                real, damaged.lines, pause=0
-            )  # by the real path, as a client working there writes
+            # by the real path, as a client working there writes
+            append_like_claude(real, damaged.lines, pause=0)
             daemon.wait_until(
                 lambda real=real: scan_file(real).findings == [] and real,  # type: ignore[misc]
                 f"the session in the linked folder {folder} repaired",

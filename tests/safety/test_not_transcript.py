@@ -119,9 +119,8 @@ def test_the_daemon_leaves_a_binary_file_and_other_json_lines_byte_for_byte(
     }
     for path, data in files.items():
         path.write_bytes(data)
-        os.utime(
-            path, (1_000_000_000, 1_000_000_000)
-        )  # long idle: the unfinished last line is torn
+        # long idle: the unfinished last line is torn
+        os.utime(path, (1_000_000_000, 1_000_000_000))
     daemon = sandbox.start()
 
     def judged(report: dict[str, object]) -> bool:

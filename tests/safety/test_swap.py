@@ -189,9 +189,8 @@ class FlakyAfterSwapFS(HeldSwapFS):
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
-        if (
-            flags & os.O_APPEND
-        ):  # riffd appends late lines to the repaired file through such a descriptor
+        # riffd appends late lines to the repaired file through such a descriptor
+        if flags & os.O_APPEND:
             self.copy_appenders.add(fd)
         return fd
 
@@ -199,9 +198,8 @@ class FlakyAfterSwapFS(HeldSwapFS):
         old_name = next(
             target.parent / name for name in temp_files(target.parent) if name.endswith(".tmp")
         )
-        append_line(
-            old_name, self.late
-        )  # lands in the old file, which riffd then holds only by descriptor
+        # lands in the old file, which riffd then holds only by descriptor
+        append_line(old_name, self.late)
         self.swapped = True
 
     def fstat(self, fd: int) -> os.stat_result:
@@ -241,9 +239,8 @@ def test_late_lines_that_cannot_be_copied_are_kept_in_a_second_backup(tmp_path: 
     store = BackupStore(options.backup_dir)
     before, old_file = store.list()
     assert store.open_bytes(before.backup_id) == original
-    assert (
-        store.open_bytes(old_file.backup_id) == original + late
-    )  # every line written to the old file
+    # every line written to the old file
+    assert store.open_bytes(old_file.backup_id) == original + late
     assert (
         f"backup {old_file.backup_id}" in outcome.detail
         and "riffd backups restore" in outcome.detail

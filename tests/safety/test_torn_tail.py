@@ -113,9 +113,8 @@ def test_the_daemon_cuts_a_torn_tail_once_the_archive_holds_it(tmp_path: Path) -
         ((file_id, _name, _session),) = archive.files_of(str(path))
         first, *later = archive.generations(file_id)
         assert b"".join(archive.iter_file(file_id, first)) == WHOLE + FRAGMENT
-        assert (
-            b"".join(archive.iter_file(file_id)) == WHOLE
-        )  # the repaired file, a generation of its own
+        # the repaired file, a generation of its own
+        assert b"".join(archive.iter_file(file_id)) == WHOLE
         assert later
     finally:
         archive.close()
@@ -176,9 +175,8 @@ def test_a_torn_line_continued_during_the_replace_comes_back_whole(tmp_path: Pat
     assert [finding.cls for finding in plan.fixes] == [FindingClass.TORN_TAIL]
     outcome = apply_plan(plan, options_for(tmp_path, fs=ContinuingWriterFS(rest)))
     assert isinstance(outcome, Repaired), outcome
-    assert (
-        path.read_bytes() == WHOLE + FRAGMENT + rest
-    )  # line 13 as its writer meant it, then line 14
+    # line 13 as its writer meant it, then line 14
+    assert path.read_bytes() == WHOLE + FRAGMENT + rest
     assert outcome.carried_over_bytes == len(FRAGMENT + rest)
     assert any("put back" in warning for warning in outcome.warnings)
     assert scan_file(path).findings == []
@@ -194,8 +192,7 @@ def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
     fixed = run_riffd("fix", str(path), env=env)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert str(tmp_path / "my-backups") in fixed.stdout  # the backup went where the config says
-    assert (
-        tmp_path / "elsewhere" / "archive.db"
-    ).is_file()  # and the fragment to the configured state folder
+    # and the fragment to the configured state folder
+    assert (tmp_path / "elsewhere" / "archive.db").is_file()
     listed = run_riffd("backups", "list", env=env)
     assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr

@@ -128,9 +128,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def layer_of(module: str) -> tuple[str, int]:
     """Return (the LAYERS entry that holds `module`, its rank)."""
     parts = module.split(".")
-    for size in range(
-        len(parts), 1, -1
-    ):  # the package itself ("riffd") holds only what LAYERS names exactly
+    # the package itself ("riffd") holds only what LAYERS names exactly
+    for size in range(len(parts), 1, -1):
         key = ".".join(parts[:size])
         if key in LAYERS:
             return key, LAYERS[key]

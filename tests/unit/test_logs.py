@@ -40,12 +40,13 @@ def test_log_file_is_private_and_rotated(tmp_path) -> None:  # type: ignore[no-u
     subprocess.run([sys.executable, "-c", script], check=True, timeout=60, env=riffd_env())
     assert log.exists() and (log.stat().st_mode & 0o777) == 0o600
     rotated = sorted(p.name for p in log.parent.iterdir())
+    # 3 old files kept, no more
     assert rotated == [
         "riffd.log",
         "riffd.log.1",
         "riffd.log.2",
         "riffd.log.3",
-    ]  # 3 old files kept, no more
+    ]
     assert all(
         p.stat().st_size <= 2100 and p.stat().st_mode & 0o777 == 0o600 for p in log.parent.iterdir()
     )

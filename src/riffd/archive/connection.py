@@ -41,9 +41,8 @@ class ArchiveConnection:
         self.path = path
         self.lock_timeout = lock_timeout
         self.lock = threading.RLock()
-        self.moved_aside: Path | None = (
-            None  # where a damaged archive went (then `damage` says why)
-        )
+        # where a damaged archive went (then `damage` says why)
+        self.moved_aside: Path | None = None
         self.damage: str | None = None
         if read_only:
             self.db = sqlite3.connect(

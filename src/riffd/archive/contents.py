@@ -28,9 +28,8 @@ from riffd.transcript.reader import BOM, parse_line
 from riffd.transcript.sessions import prompt_text, shorten
 
 MARK = b"\x00"  # where a piece seen before was cut out of a stored line (never in a JSON line)
-MIN_PIECE = (
-    128  # a piece without text shorter than this stays in its line without a content of its own
-)
+# a piece without text shorter than this stays in its line without a content of its own
+MIN_PIECE = 128
 ROLES = {"user": 1, "assistant": 2, "system": 3, "summary": 4}
 ROLE_NAMES = {value: name for name, value in ROLES.items()}
 ROLE_TOKEN = "riffdrole{}"  # added to each indexed text: a role filter is one more FTS term
@@ -108,9 +107,8 @@ class Piece:
 def pieces_of(raw: bytes, obj: dict[str, Any], role: int) -> list[Piece]:
     """Return the pieces of content of a parsed line, each found exactly once in its bytes, in line
     order, none overlapping another."""
-    found: list[
-        tuple[tuple[str | int, ...], bytes, Any, str]
-    ] = []  # (where in the line, key, value, text)
+    # (where in the line, key, value, text)
+    found: list[tuple[tuple[str | int, ...], bytes, Any, str]] = []
     message = obj.get("message")
     if isinstance(message, dict) and "content" in message:
         content = message["content"]
@@ -158,9 +156,8 @@ def pieces_of(raw: bytes, obj: dict[str, Any], role: int) -> list[Piece]:
             found.append((("message", "content"), b'"content":', content, text_of(content)))
     if obj.get("type") == "summary" and isinstance(obj.get("summary"), str):
         found.append((("summary",), b'"summary":', obj["summary"], obj["summary"]))
-    if (
-        "toolUseResult" in obj
-    ):  # stored, not indexed: it repeats the tool_result block, which is indexed
+    # stored, not indexed: it repeats the tool_result block, which is indexed
+    if "toolUseResult" in obj:
         found.append((("toolUseResult",), b'"toolUseResult":', obj["toolUseResult"], ""))
     pieces = []
     spans: dict[tuple[str | int, ...], tuple[int, int]] | None = None
@@ -174,9 +171,8 @@ def pieces_of(raw: bytes, obj: dict[str, Any], role: int) -> list[Piece]:
             continue
         needle = key + exact
         at = raw.find(needle)
-        if (
-            at >= 0 and raw.find(needle, at + 1) < 0
-        ):  # written as Claude Code writes it, once: the fast way
+        # written as Claude Code writes it, once: the fast way
+        if at >= 0 and raw.find(needle, at + 1) < 0:
             pieces.append(Piece(at + len(key), exact, text, role))
             continue
         if spans is None:
@@ -334,9 +330,8 @@ def parse(raw: bytes, want_prompt: bool) -> Parsed:
         prompt = prompt_text(obj.get("message"))
         prompt = shorten(prompt) if prompt else None
     pieces = None
-    if (
-        MARK not in raw
-    ):  # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
+    # a NUL byte of its own (not JSON): nothing is cut, so restore never confuses it
+    if MARK not in raw:
         pieces = [
             (piece.start, piece.start + len(piece.exact), content_key(piece), piece.text)
             for piece in pieces_of(raw, obj, role)

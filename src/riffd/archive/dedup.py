@@ -123,9 +123,8 @@ class Deduplicator:
         per batch). Return its text id (None: no text). Ids are given here, so a content indexed is
         written once, with its text id."""
         db = self._connection.db
-        if (
-            self._next_content is None
-        ):  # the write lock is held: no other writer takes ids meanwhile
+        # the write lock is held: no other writer takes ids meanwhile
+        if self._next_content is None:
             self._next_content = int(
                 db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM contents").fetchone()[0]
             )

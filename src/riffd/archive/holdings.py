@@ -54,9 +54,8 @@ class Holdings:
     sizes: dict[str, int]  # archived path -> bytes held (transcripts)
     subagents: dict[str, int]  # session -> its subagents' transcripts archived
     kinds: dict[str, dict[str, int]]  # session -> kind -> files kept whole
-    whole_files: dict[
-        str, tuple[int, int, int]
-    ]  # path -> (size, mtime_ns, kept mode) of its newest version
+    # path -> (size, mtime_ns, kept mode) of its newest version
+    whole_files: dict[str, tuple[int, int, int]]
     slugs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -133,9 +132,8 @@ def named_outputs(archive: Any, file_ids: list[int]) -> dict[str, str]:
     whose folder holds it. Raise PackDamaged when the lines cannot be read."""
     found: dict[str, str] = {}
     for file_id in file_ids:
-        with contextlib.closing(
-            archive.iter_file(file_id)
-        ) as lines:  # (it holds the archive's lock while open)
+        # (it holds the archive's lock while open)
+        with contextlib.closing(archive.iter_file(file_id)) as lines:
             for line in lines:
                 if b"/tool-results/" in line:
                     for project, session, name in NAMED_OUTPUT.findall(line):

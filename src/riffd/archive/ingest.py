@@ -60,9 +60,8 @@ def ingest_file(archive: Archive, path: Path) -> int:
                 )
             note_time(archive, path)
             return added
-        except (
-            ArchiveGap
-        ):  # another process started a new generation meanwhile: read from where it is now
+        # another process started a new generation meanwhile: read from where it is now
+        except ArchiveGap:
             if attempt == 2:
                 raise
     return added
@@ -151,9 +150,8 @@ def _ingest_here(archive: Archive, path: Path) -> int | OSError:
         return ingest_file(archive, path)
     except OSError as exc:
         return exc
-    except (
-        ArchiveGap
-    ) as exc:  # changed by another process at every try: this file is for the next run
+    # changed by another process at every try: this file is for the next run
+    except ArchiveGap as exc:
         return OSError(
             f"the archive of it changed while it was read three times ({exc}); run the ingest again"
         )
@@ -210,9 +208,8 @@ def _ingest_with_reader(
             gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
-        sent = ahead = (
-            0  # files looked at for the reader so far; the bytes of those from the one being stored on
-        )
+        # files looked at for the reader so far; the bytes of those from the one being stored on
+        sent = ahead = 0
         handed: set[str] = set()
         for number, path in enumerate(paths):
             # The reader reads ahead, up to `read_ahead` bytes and JOBS_AHEAD files, while this
@@ -244,9 +241,8 @@ def _ingest_with_reader(
                 added, done_here, alive = _store_batches(
                     archive, receiver, number, path, starts[number]
                 )
-            if (
-                done_here
-            ):  # from the archive's watermark: what the reader's batches stored stays, once
+            # from the archive's watermark: what the reader's batches stored stays, once
+            if done_here:
                 done = _ingest_here(archive, path)
                 yield path, done if isinstance(done, OSError) else added + done
             else:
@@ -292,9 +288,8 @@ def _store_batches(
                         last_terminated=batch.terminated,
                         prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None,
                     )
-                except (
-                    ArchiveGap
-                ):  # another process changed the archive of this file meanwhile: archived here
+                # another process changed the archive of this file meanwhile: archived here
+                except ArchiveGap:
                     stale = True
     except (EOFError, OSError, msgspec.DecodeError):
         return added, True, False
@@ -316,9 +311,8 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
                     parsed = [parse(raw, True) for raw in lines]
                     try:
                         message = encode(Batch(job.number, offset, lines, parsed, terminated))
-                    except (
-                        UnicodeEncodeError
-                    ):  # a text with a lone surrogate (an escape JSON allows): parsed there
+                    # a text with a lone surrogate (an escape JSON allows): parsed there
+                    except UnicodeEncodeError:
                         message = encode(Batch(job.number, offset, lines, [], terminated))
                     sender.send_bytes(message)
             except OSError:

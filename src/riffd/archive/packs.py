@@ -140,9 +140,8 @@ class PackStore:
     def __init__(self, db: sqlite3.Connection) -> None:
         self.db = db
         self.cache: OrderedDict[int, bytes] = OrderedDict()  # settled packs, decompressed
-        self.committed: OpenPack | None = (
-            None  # the open pack as committed; None: read it from the database
-        )
+        # the open pack as committed; None: read it from the database
+        self.committed: OpenPack | None = None
         self.pending: OpenPack | None = None  # the open pack inside the running transaction
         # The last run of the (file, generation)s written last through this connection (RUN_CACHE),
         # as committed: decoding its header at every batch cost a fifth of an ingest of big files.
@@ -198,9 +197,8 @@ class PackStore:
             self.version = version
 
     def _open_pack(self) -> OpenPack:
-        if (
-            self.committed is not None
-        ):  # not copied (4 MiB at most, each transaction): a rollback forgets both
+        # not copied (4 MiB at most, each transaction): a rollback forgets both
+        if self.committed is not None:
             return self.committed
         row = self.db.execute("SELECT value FROM meta WHERE key = 'open_pack'").fetchone()
         if row is None:

@@ -129,9 +129,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         timeout=lock_timeout,
     )
     try:
-        names = {
-            row[0] for row in db.execute("SELECT name FROM sqlite_schema")
-        }  # tables and indexes
+        # tables and indexes
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
         if "lines" in names:
             raise ArchiveError(
                 f"{path} was made by an earlier development version of riffd (archive format 1), "
@@ -143,9 +142,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.execute(
-            "PRAGMA cache_size = -32768"
-        )  # 32 MiB of pages: the content-key index takes random inserts
+        # 32 MiB of pages: the content-key index takes random inserts
+        db.execute("PRAGMA cache_size = -32768")
         # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs
         # the database, about a tenth of an ingest's time at 1 MiB
         db.execute("PRAGMA wal_autocheckpoint = 8192")
@@ -157,9 +155,8 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         ):
             db.executescript(_SCHEMA)
             if "mtime_ns" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
-                db.execute(
-                    "ALTER TABLE files ADD COLUMN mtime_ns INTEGER"
-                )  # made before riffd recorded it
+                # made before riffd recorded it
+                db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('format', ?)", (FORMAT,))
     except BaseException:
         db.close()

@@ -98,10 +98,11 @@ def search(
             if isinstance(piece, PackDamaged):
                 raise piece
             shown = snippet(normalise(text_of(orjson.loads(piece))), query)
+        # (a damaged pack archived without checksums)
         except (
             PackDamaged,
             orjson.JSONDecodeError,
-        ) as exc:  # (a damaged pack archived without checksums)
+        ) as exc:
             shown = (
                 f"(the text cannot be shown: {exc}; `riffd archive verify` names the damaged packs)"
             )

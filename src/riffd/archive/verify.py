@@ -49,9 +49,8 @@ class Verdict:
     outcome: str  # whole, behind, rewritten, differs, not archived, gone
     detail: str = ""
     archived_again: int | None = None  # the lines archived again by `check_file` with `fix`
-    error: str | None = (
-        None  # why it could not be verified or archived again (then `outcome` is empty)
-    )
+    # why it could not be verified or archived again (then `outcome` is empty)
+    error: str | None = None
 
 
 def check_whole(archive: Archive, found: SessionFile, *, fix: bool) -> Verdict:

@@ -334,22 +334,15 @@ def _folders(
             elif entry.is_dir():
                 found.append(Path(entry.path))
         return found
-    except FileNotFoundError:
-        return []
     except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(folder)
-        if on_error is None:
-            raise
-        on_error(exc)
-        return []
+        return _failed(folder, exc, on_error)
 
 
 def _listed(folder: Path, on_error: OnError | None, on_link: OnLink | None = None) -> list[Path]:
     """The regular files directly in `folder` (a symlink, or `folder` as one, to `on_link`)."""
+    if _linked_top(folder, on_link):
+        return []
     try:
-        if _linked_top(folder, on_link):
-            return []
         found = []
         for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
             if entry.is_symlink():
@@ -358,15 +351,21 @@ def _listed(folder: Path, on_error: OnError | None, on_link: OnLink | None = Non
             elif entry.is_file(follow_symlinks=False):
                 found.append(Path(entry.path))
         return found
-    except FileNotFoundError:
-        return []
     except OSError as exc:
-        if exc.filename is None:
-            exc.filename = str(folder)
-        if on_error is None:
-            raise
-        on_error(exc)
+        return _failed(folder, exc, on_error)
+
+
+def _failed(folder: Path, exc: OSError, on_error: OnError | None) -> list[Path]:
+    """What a listing of `folder` that failed with `exc` gives: nothing when the folder is gone;
+    else the error (naming the folder) raised, or told to `on_error`."""
+    if isinstance(exc, FileNotFoundError):
         return []
+    if exc.filename is None:
+        exc.filename = str(folder)
+    if on_error is None:
+        raise exc
+    on_error(exc)
+    return []
 
 
 def _linked_top(folder: Path, on_link: OnLink | None) -> bool:

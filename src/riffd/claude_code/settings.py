@@ -23,9 +23,8 @@ def project_settings_path(project: Path) -> Path:
     return project.expanduser().absolute() / ".claude" / "settings.json"
 
 
-CLEANUP_DEFAULT_DAYS = (
-    30  # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
-)
+# Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)
+CLEANUP_DEFAULT_DAYS = 30
 
 
 def cleanup_period_days(claude_dir: Path) -> float:

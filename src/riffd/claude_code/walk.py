@@ -77,9 +77,8 @@ class TranscriptWalk:
         # EIO retried per its policy (a seam gets the default one)
         self.fs = fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
         self.folders: set[tuple[int, int]] = set()  # (device, inode) of every folder entered
-        self.files: set[tuple[int, int]] = (
-            set()
-        )  # of files named as given, and targets of linked transcripts
+        # of files named as given, and targets of linked transcripts
+        self.files: set[tuple[int, int]] = set()
         self._folder_links: list[Path] = []
         self._file_links: list[Path] = []
 

@@ -1,7 +1,8 @@
 """The `riffd` command line: one module per command group, each with a `register(subcommands)`.
 
-`cli` builds the parser and holds `main`; `common` the exit codes, the parser class and helpers
-every command uses; `configured` loads the configuration for a command. The groups: `scan`, `fix` (its results rendered by `fix_output`),
+`cli` builds the parser and holds `main`; `arguments` is what commands take (the parser class,
+argument types, the transcripts PATH names), `output` what they give back (exit codes, JSON,
+progress); `config_loading` loads the configuration for a command. The groups: `scan`, `fix` (its results rendered by `fix_output`),
 `ack`, `show`, `sessions`, `export`, `backups`, `daemon` (`run`, `report`, `status`), `config`,
 `service`, `hook`, and `archive` with `archive_ingest`, `archive_restore` (what it writes:
 `restore_items`) and `archive_verify`.

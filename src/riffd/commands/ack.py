@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, UsageError, print_json
-from riffd.commands.configured import load_despite_errors
+from riffd.commands.arguments import Parser, UsageError
+from riffd.commands.config_loading import load_despite_errors
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.display import shell_command
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
 from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE

@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, date_seconds
-from riffd.commands.configured import load_or_report
+from riffd.commands.arguments import date_seconds
+from riffd.commands.config_loading import load_or_report
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import (
     BUSY,
     DAMAGED,
@@ -231,9 +232,8 @@ def _one_line_errors(
                     "command again (an ingest goes on from where it stopped)",
                     file=sys.stderr,
                 )
-            elif is_damage_error(exc) or isinstance(
-                exc, zstandard.ZstdError
-            ):  # a pack that cannot be read
+            # a pack that cannot be read
+            elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):
                 print(
                     f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
                     file=sys.stderr,
@@ -375,9 +375,8 @@ def run_stats(args: argparse.Namespace) -> int:
         kind["files"] += 1
         kind["bytes"] += size
     archive.close()
-    stats["kinds"] = (
-        transcripts | whole["kinds"]
-    )  # files (and versions, for files kept whole) and bytes by kind
+    # files (and versions, for files kept whole) and bytes by kind
+    stats["kinds"] = transcripts | whole["kinds"]
     stats["whole_files"] = {
         "blobs": whole["blobs"],
         "bytes": whole["blob_bytes"],

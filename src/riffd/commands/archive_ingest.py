@@ -25,7 +25,8 @@ from riffd.claude_code.session_files import (
     saved_output_folder,
     session_files,
 )
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
+from riffd.commands.arguments import transcript_targets
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 
 
 def run_ingest(args: argparse.Namespace, archive: Any) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.packs import PackDamaged
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.restore_items import Item, restore_items, restore_targets
 from riffd.fsio import NOFOLLOW
 from riffd.repair.folders import check_folders, make_folder
@@ -293,9 +293,8 @@ def _compare(item: Item, target: Path, *, exact: bool) -> bool:
                 if handle.read(len(chunk)) != chunk:
                     return False
         finally:
-            getattr(
-                chunks, "close", lambda: None
-            )()  # (a transcript's lines hold the archive's lock while open)
+            # (a transcript's lines hold the archive's lock while open)
+            getattr(chunks, "close", lambda: None)()
         return not (exact and handle.read(1))
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, transcript_targets
+from riffd.commands.arguments import transcript_targets
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
 
 OUTCOMES = (
@@ -39,23 +40,20 @@ def run_verify(args: argparse.Namespace, archive: Any) -> int:
             [Path(name) for _file_id, name in archive.files() if os.path.exists(name)],
             [],
         )
-    files = list(
-        dict.fromkeys(archive_key(path) for path in files)
-    )  # a file named twice is verified once
+    # a file named twice is verified once
+    files = list(dict.fromkeys(archive_key(path) for path in files))
     counts: dict[str, int] = {}
     faults = 0
     try:
         damaged_files = 0
-        if (
-            not args.paths
-        ):  # the whole archive: its packs and blobs too, with the files of deleted sessions
+        # the whole archive: its packs and blobs too, with the files of deleted sessions
+        if not args.paths:
             packs, damaged_files = _damage(archive, args, counts)
             faults += packs
         faults += _transcripts(archive, args, files, counts, errors)
         faults += _whole_files(archive, args, files, counts, errors)
-        if (
-            damaged_files and args.fix
-        ):  # what --fix stored afresh from the files is no longer damaged
+        # what --fix stored afresh from the files is no longer damaged
+        if damaged_files and args.fix:
             damaged_files = len(archive.whole.damaged())
         faults += damaged_files
     finally:

@@ -8,16 +8,9 @@ import sys
 from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, default_roots
-from riffd.commands.common import (
-    EXIT_ERROR,
-    EXIT_FINDINGS,
-    EXIT_OK,
-    Parser,
-    UsageError,
-    nonnegative_number,
-    print_json,
-)
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import Parser, UsageError, nonnegative_number
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
 from riffd.repair.restore import restore_backup

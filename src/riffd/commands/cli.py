@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from riffd import __version__
-from riffd.commands.common import EXIT_ERROR, Parser, UsageError
+from riffd.commands.arguments import Parser, UsageError
+from riffd.commands.output import EXIT_ERROR
 from riffd.display import use_display_streams
 
 # Each command: the module that registers and runs it, and its one-line help. Only the module of the

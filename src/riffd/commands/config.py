@@ -21,8 +21,8 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import AoT, Table
 
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
-from riffd.commands.configured import load_or_report, print_errors
+from riffd.commands.config_loading import load_or_report, print_errors
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.config import (
     CONFIG_ENV,
     STATE_DIR_ENV,

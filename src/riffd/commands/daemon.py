@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
-from riffd.commands.configured import load_despite_errors
+from riffd.commands.config_loading import load_despite_errors
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
 from riffd.state.database import STATE_NAME
@@ -18,9 +18,8 @@ from riffd.state.database import STATE_NAME
 if TYPE_CHECKING:
     from riffd.reports.model import HealthReport
 
-EXIT_NOT_RUNNING = (
-    3  # `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
-)
+# `riffd status`: no daemon holds the state folder (as `systemctl is-active` says 3)
+EXIT_NOT_RUNNING = 3
 
 
 def register(commands: Any) -> None:
@@ -95,22 +94,21 @@ def run_daemon(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         code = daemon.run()
-        if (
-            code == EXIT_RESTART
-        ):  # its state folder was deleted under it: the same command again, same pid
+        # its state folder was deleted under it: the same command again, same pid
+        if code == EXIT_RESTART:
             restart_in_place()
             return EXIT_FINDINGS  # not started again: a service manager restarts it (exit 2 would stop that)
         return code
     except AlreadyRunning as exc:
         print(f"riffd: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    # the state database busy, or not to be opened: never moved
     except (
         sqlite3.OperationalError,
         OSError,
-    ) as exc:  # the state database busy, or not to be opened: never moved
-        where = (
-            daemon.config.state_dir / STATE_NAME
-        )  # aside; or the state folder full or not writable
+    ) as exc:
+        # aside; or the state folder full or not writable
+        where = daemon.config.state_dir / STATE_NAME
         if is_busy_error(exc):
             print(f"riffd: error: {where}: {exc} ({BUSY}); start riffd again", file=sys.stderr)
         elif is_full_error(exc, daemon.config.state_dir):
@@ -161,9 +159,8 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
             snapshot = None
         elif snapshot.get("pid") != pid:  # a stopped daemon's last figures
             snapshot = {**snapshot, "running": False}
-        elif not snapshot.get(
-            "running"
-        ):  # it said it stops: finishing its queue, if it said so since taking the
+        # it said it stops: finishing its queue, if it said so since taking the
+        elif not snapshot.get("running"):
             # lock; else these are the last figures of an earlier daemon that had the same pid
             stopping = float(snapshot.get("seen_at") or 0) >= (lock_time(config.state_dir) or 0)
             snapshot = {**snapshot, "stopping": True} if stopping else None
@@ -304,8 +301,7 @@ def run_status(args: argparse.Namespace) -> int:
             sys.stdout.write(render_markdown(report))
     if pid is None or stopping:
         return EXIT_NOT_RUNNING
-    if (
-        starting
-    ):  # not a problem, unless something keeps the daemon itself from working (a full disk)
+    # not a problem, unless something keeps the daemon itself from working (a full disk)
+    if starting:
         return EXIT_FINDINGS if blocked else EXIT_OK
     return EXIT_OK if report is not None and report.healthy else EXIT_FINDINGS

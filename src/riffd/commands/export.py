@@ -21,7 +21,8 @@ from typing import IO, Any
 
 import orjson
 
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, transcript_targets
+from riffd.commands.arguments import transcript_targets
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.display import display_path, key_path, path_key
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
 from riffd.transcript.detect import loaded_conversation
@@ -151,9 +152,8 @@ class Exporter:
             raise ValueError(
                 f"unknown export format {self.format!r}; expected one of {', '.join(FORMATS)}"
             )
-        ensure_private_folder(
-            REAL_FS, self.target
-        )  # 0700 whatever the umask: exports hold conversations
+        # 0700 whatever the umask: exports hold conversations
+        ensure_private_folder(REAL_FS, self.target)
         self._manifest = self._load_manifest()
 
     def _load_manifest(self) -> dict[str, Any]:
@@ -231,9 +231,8 @@ class Exporter:
         return "\0" not in name and (self.target / name).parent.resolve() == self.target.resolve()
 
     def _write(self, source: Path, destination: Path) -> ExportResult:
-        if (
-            destination.parent.resolve() != self.target.resolve()
-        ):  # the one check every write passes
+        # the one check every write passes
+        if destination.parent.resolve() != self.target.resolve():
             raise OSError(
                 errno.EINVAL,
                 f"{destination} is not in {self.target}; riffd writes exports only there",

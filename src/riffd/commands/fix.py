@@ -15,18 +15,8 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.folders import claude_config_dir, default_roots
-from riffd.commands.common import (
-    EXIT_ERROR,
-    EXIT_FINDINGS,
-    EXIT_OK,
-    REPORT_SCHEMA,
-    Parser,
-    Progress,
-    nonnegative_number,
-    print_json,
-    transcript_targets,
-)
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
+from riffd.commands.config_loading import config_for_folders
 from riffd.commands.fix_output import (
     CLEAN,
     ERROR,
@@ -37,6 +27,14 @@ from riffd.commands.fix_output import (
     FixedFile,
     fix_document,
     print_text,
+)
+from riffd.commands.output import (
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_OK,
+    REPORT_SCHEMA,
+    Progress,
+    print_json,
 )
 from riffd.database import DatabaseDamaged
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
@@ -123,13 +121,11 @@ def run_fix(args: argparse.Namespace) -> int:
     )
     repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
     recovered: list[str] = []
-    if (
-        not args.dry_run
-    ):  # what a killed riffd left in the backup folder goes now (a running one's stays)
+    # what a killed riffd left in the backup folder goes now (a running one's stays)
+    if not args.dry_run:
         BackupStore(backup_dir).remove_leftovers(time.time())
-        for folder in sorted(
-            {path.parent for path in files}
-        ):  # and swaps it left half done beside transcripts
+        # and swaps it left half done beside transcripts
+        for folder in sorted({path.parent for path in files}):
             recovered += recover_folder(REAL_FILES, folder)
         for line in recovered:
             print(line)

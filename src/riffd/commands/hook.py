@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from riffd.claude_code.settings import project_settings_path, user_settings_path
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, positive_number
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import positive_number
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.hooks import session_start
 from riffd.hooks.install import SettingsError, apply, plan_install, plan_uninstall
 from riffd.hooks.pre_tool_use import MODES, run

@@ -15,17 +15,16 @@ from typing import TYPE_CHECKING
 from riffd import __version__
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
-from riffd.commands.common import (
+from riffd.commands.arguments import Parser, transcript_targets
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import (
     EXIT_ERROR,
     EXIT_FINDINGS,
     EXIT_OK,
     REPORT_SCHEMA,
-    Parser,
     Progress,
     print_json,
-    transcript_targets,
 )
-from riffd.commands.configured import config_for_folders
 from riffd.config import RepairConfig
 from riffd.fsio import pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
@@ -112,9 +111,8 @@ def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]
             _scan_in_workers(
                 files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress
             )
-        for number, path in enumerate(
-            files
-        ):  # every file here when serial; the rest if a worker died
+        # every file here when serial; the rest if a worker died
+        for number, path in enumerate(files):
             if reports[number] is None:
                 report = reports[number] = _scan_one(
                     path, str(backup_dir), decoder_process=jobs > 1
@@ -195,9 +193,8 @@ def _scan_in_workers(
 
 
 def _worker_init() -> None:
-    signal.signal(
-        signal.SIGINT, signal.SIG_IGN
-    )  # the parent handles Ctrl-C: no traceback from every worker
+    # the parent handles Ctrl-C: no traceback from every worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_scan(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ from typing import TypeVar
 import platformdirs
 
 from riffd import paths
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, Parser
+from riffd.commands.arguments import Parser
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.config import ConfigError, config_path, load_config
 from riffd.daemon.service_files import (
     LAUNCHD_LABEL,
@@ -31,9 +32,8 @@ from riffd.daemon.service_files import (
 )
 from riffd.paths import APP_NAME
 
-COMMAND_TIMEOUT_SECONDS = (
-    120.0  # `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
-)
+# `enable --now` waits for READY=1, up to the unit's TimeoutStartSec=60
+COMMAND_TIMEOUT_SECONDS = 120.0
 
 _ParserT = TypeVar("_ParserT", bound=argparse.ArgumentParser)
 

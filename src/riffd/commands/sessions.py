@@ -18,8 +18,9 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive
 from riffd.claude_code.projects import find_project_folders
 from riffd.claude_code.session_files import config_folders
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, Parser, print_json
-from riffd.commands.configured import config_for_folders
+from riffd.commands.arguments import Parser
+from riffd.commands.config_loading import config_for_folders
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.database import DatabaseDamaged
 from riffd.display import shell_command
 from riffd.state.database import STATE_NAME
@@ -160,9 +161,8 @@ def _with_titles(archive: Archive) -> list[dict[str, Any]]:
     for item in items:
         if not item["title"] and not os.path.exists(item["path"]):
             lines = []
-            with contextlib.closing(
-                archive.iter_file(item["file_id"])
-            ) as archived:  # (it holds the lock while open)
+            # (it holds the lock while open)
+            with contextlib.closing(archive.iter_file(item["file_id"])) as archived:
                 for line in archived:
                     lines.append(line)
                     if len(lines) >= 400:

@@ -38,7 +38,7 @@ from typing import Any
 
 from riffd import __version__
 from riffd.claude_code.folders import default_roots
-from riffd.commands.common import EXIT_ERROR, EXIT_OK, print_json
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.tracker.tracker import redundant_calls_in
 from riffd.transcript.conversation import Conversation, conversation_of
 from riffd.transcript.scan import ScannedFile, index_file

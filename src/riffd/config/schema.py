@@ -198,9 +198,8 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
 
         try:
             shlex.split(value)
-        except (
-            ValueError
-        ) as exc:  # the daemon runs the command by these words: a line that does not split is none
+        # the daemon runs the command by these words: a line that does not split is none
+        except ValueError as exc:
             raise InvalidValue(f"bad value: {describe_value(value)}: {str(exc).lower()}") from None
     return value
 

@@ -3,7 +3,7 @@ report.
 
 `runner` is the lifecycle (start, serve, reload, shutdown); it holds the parts: `work_thread` hands
 each queued path to the worker or the keeper, `schedule` runs the jobs of `jobs`, `archiving` holds
-the archive while it can be open, `figures` publishes the live figures (`counters`) and writes the
+the archive while it can be open, `publisher` publishes the live figures (`counters`) and writes the
 reports; `disk_full` watches for a full disk under the state folder; `lock` is the
 one-daemon-per-state-folder lock; `watcher` turns file events into queue entries, `workqueue`
 coalesces them. The `worker` brings one file up to date from its watermark as a pipeline: `reading`

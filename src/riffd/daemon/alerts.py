@@ -56,11 +56,12 @@ class Alerts:
         pass), `repaired`, `repair_failed`."""
         if outcome.kind == "gone":
             self._seen.pop(outcome.path, None)
+        # the kinds that judged the file (with its classes)
         elif outcome.kind in (
             "appended",
             "read",
             "rebuilt",
-        ):  # the kinds that judged the file (with its classes)
+        ):
             damage = {
                 name: count
                 for name, count in outcome.classes.items()

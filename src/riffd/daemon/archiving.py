@@ -14,8 +14,8 @@ from pathlib import Path
 
 from riffd.archive.schema import ArchiveError
 from riffd.archive.store import Archive
-from riffd.daemon.counters import Stats
-from riffd.daemon.disk_full import Room
+from riffd.daemon.counters import Counters
+from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import catch_up_archive, settle_archive
 from riffd.state.store import StateStore
 
@@ -28,10 +28,10 @@ class ArchiveSlot:
     """Holds the daemon's archive at `path` when it is open (`archive`, else None); its troubles go
     to `stats` (and a full disk to `room`)."""
 
-    def __init__(self, path: Path, stats: Stats, room: Room) -> None:
+    def __init__(self, path: Path, counters: Counters, disk: DiskWatch) -> None:
         self.path = path
-        self.stats = stats
-        self.room = room
+        self.counters = counters
+        self.disk = disk
         self.archive: Archive | None = None
         self._off = ""  # why the archive could not be opened, as the log said it
 
@@ -49,36 +49,36 @@ class ArchiveSlot:
                     retry_every,
                 )
             self._off = str(exc)
-            self.room.ran_out(exc)
-            self.stats.resolved("archive")
-            self.stats.error(
+            self.disk.ran_out(exc)
+            self.counters.resolved("archive")
+            self.counters.error(
                 f"the archive is off: {exc}",
-                self.room.advice(exc, "see the message; repairs and reports go on without it"),
+                self.disk.advice(exc, "see the message; repairs and reports go on without it"),
                 about="archive",
             )
             return False
         self._off = ""
-        self.stats.resolved("archive")
+        self.counters.resolved("archive")
         return True
 
     def catch_up(self, store: StateStore | None) -> None:
         """Archive what the archive missed (read while it was off, or not written for a full
         disk), from its own watermark."""
         if self.archive is not None and store is not None:
-            catch_up_archive(self.archive, store, self.room.ran_out)
+            catch_up_archive(self.archive, store, self.disk.ran_out)
 
     def settle(self, settle_after: float, keep_going: Callable[[], bool]) -> None:
         """Once lines stopped coming for `settle_after` seconds (the worker made no progress since):
         compress the packs filled meanwhile for at most ARCHIVE_COMPACT_SECONDS, while nothing comes
         and `keep_going()`, then settle the open pack."""
-        progress = self.stats.progress
+        progress = self.counters.progress
         if self.archive is None or time.monotonic() - progress < settle_after:
             return
         deadline = time.monotonic() + ARCHIVE_COMPACT_SECONDS
         settle_archive(
             self.archive,
             lambda: (
-                keep_going() and self.stats.progress == progress and time.monotonic() < deadline
+                keep_going() and self.counters.progress == progress and time.monotonic() < deadline
             ),
         )
 

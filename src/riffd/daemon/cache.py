@@ -8,9 +8,8 @@ from collections import OrderedDict
 
 from riffd.transcript.incremental import GrowingIndex
 
-INDEX_CACHE_LINES = (
-    300_000  # lines of indexes kept in memory (about 230 bytes a line, 60 more for its detector)
-)
+# lines of indexes kept in memory (about 230 bytes a line, 60 more for its detector)
+INDEX_CACHE_LINES = 300_000
 ACTIVE_SECONDS = 600.0  # an index used this recently is never evicted (its session is active)
 
 

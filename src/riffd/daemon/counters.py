@@ -27,7 +27,7 @@ def advice(why: str) -> str:
 
 
 @dataclass
-class Stats:
+class Counters:
     """What the daemon counts while it runs (the live part of the health report). The worker, the
     scheduler's threads and the main thread all keep errors here: `errors` is only changed and
     copied under `_lock`."""

@@ -2,8 +2,8 @@
 
 Every write to `state.db` and `archive.db` may meet a full disk (SQLite's "database or disk is
 full", ENOSPC). That is no damage: what was committed stays and the failed step is rolled back
-whole. `Room` keeps what the daemon does about it in one place: the log says the live figures cannot
-be stored once (then every STILL_FAILING_LOG_SECONDS, not at every tick), and once the disk has room
+whole. `DiskWatch` keeps what the daemon does about it in one place: the log says the live figures cannot
+be stored once (then every STILL_FAILING_LOG_SECONDS, not at every tick), and once the disk has disk
 again the daemon rescans at once, so the files whose findings or lines could not be stored meanwhile
 are looked at and archived again without waiting for the scheduled rescan.
 """
@@ -20,29 +20,24 @@ from riffd.database import FULL_BELOW, free_bytes, full_disk_note, is_full_error
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
-STILL_FAILING_LOG_SECONDS = (
-    600.0  # while the live figures cannot be stored, the log says so this often
-)
-FIRST_LOOK_SECONDS = (
-    5.0  # after a full-disk error, the disk's room is looked at this often at first,
-)
+# while the live figures cannot be stored, the log says so this often
+STILL_FAILING_LOG_SECONDS = 600.0
+# after a full-disk error, the disk's disk is looked at this often at first,
+FIRST_LOOK_SECONDS = 5.0
 LAST_LOOK_SECONDS = 600.0  # doubling after each rescan that met a full disk again, up to this
-QUIET_SECONDS = (
-    600.0  # a full-disk error after this long without one starts again from FIRST_LOOK_SECONDS
-)
+# a full-disk error after this long without one starts again from FIRST_LOOK_SECONDS
+QUIET_SECONDS = 600.0
 
 
-class Room:
+class DiskWatch:
     """Whether the state folder's disk ran full, what the log says about it, and when to rescan."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._lock = (
-            threading.Lock()
-        )  # ran_out comes from the worker, the scheduler and the main thread
-        self._wanted = (
-            False  # a write failed for a full disk and no rescan has run since room came back
-        )
+        # ran_out comes from the worker, the scheduler and the main thread
+        self._lock = threading.Lock()
+        # a write failed for a full disk and no rescan has run since disk came back
+        self._wanted = False
         self._wait = FIRST_LOOK_SECONDS
         self._looked = 0.0
         self._last_full = float("-inf")
@@ -67,7 +62,7 @@ class Room:
 
     def ran_out(self, exc: BaseException, written: Path | None = None) -> bool:
         """Note a failed write (to `written`, when not a database); return whether the state
-        folder's disk is full (then a rescan follows once there is room)."""
+        folder's disk is full (then a rescan follows once there is disk)."""
         if not self.is_full(exc, written):
             return False
         with self._lock:
@@ -78,7 +73,7 @@ class Room:
         return True
 
     def back(self) -> int | None:
-        """Return the bytes free when the disk has room again after a full-disk error and a rescan
+        """Return the bytes free when the disk has disk again after a full-disk error and a rescan
         is due (once per wait, the wait doubling each time), else None."""
         with self._lock:
             now = time.monotonic()

@@ -85,7 +85,7 @@ def catch_up_archive(
 ) -> None:
     """Archive what the worker read but could not archive (a full disk, a locked database), from the
     archive's own watermark, so every line is archived once; a file that fails now is tried again at
-    the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.Room.ran_out)."""
+    the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.DiskWatch.ran_out)."""
     for path, offset in store.offsets().items():
         try:
             # Behind, or ahead (a rewrite that shrank the file, which the archive did not take):
@@ -103,9 +103,8 @@ def catch_up_archive(
                 archive.reopen_if_damaged(exc)
 
 
-CLEANUP_WARNING_DAYS = (
-    7.0  # warn this long before Claude Code's cleanup deletes a transcript not archived
-)
+# warn this long before Claude Code's cleanup deletes a transcript not archived
+CLEANUP_WARNING_DAYS = 7.0
 
 
 def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
@@ -126,7 +125,7 @@ def archive_summary(
     written whatever the archive does), with the transcripts not (fully) archived that Claude Code's
     cleanup deletes within CLEANUP_WARNING_DAYS (`cleanup_at_risk`, `cleanup_days`)."""
     try:
-        stats = archive.stats()
+        figures = archive.stats()
         offsets = store.offsets()
         files, lag = archive.behind(offsets)
         days = cleanup_period_days(claude_dir) if claude_dir is not None else CLEANUP_DEFAULT_DAYS
@@ -140,10 +139,10 @@ def archive_summary(
         archive.reopen_if_damaged(exc)
         return {"error": str(exc)}
     return {
-        "stored_bytes": stats["stored_bytes"],
-        "raw_bytes": stats["raw_bytes"],
-        "ratio": stats["ratio"],
-        "sessions": stats["sessions"],
+        "stored_bytes": figures["stored_bytes"],
+        "raw_bytes": figures["raw_bytes"],
+        "ratio": figures["ratio"],
+        "sessions": figures["sessions"],
         "files_behind": files,
         "bytes_behind": lag,
         "cleanup_days": days,

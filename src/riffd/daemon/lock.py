@@ -28,9 +28,8 @@ from pathlib import Path
 
 LOCK_NAME = "riffd.lock"
 EXIT_RESTART = 75  # Daemon.run's code for "start me again in place" (riffd.commands.daemon execs); never an exit
-HANDED_OVER = (
-    "RIFFD_HANDED_OVER_LOCK"  # "<lock fd>,<socket fd or -1>" across the exec of a restart in place
-)
+# "<lock fd>,<socket fd or -1>" across the exec of a restart in place
+HANDED_OVER = "RIFFD_HANDED_OVER_LOCK"
 CHECK_SECONDS = 1.0
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
@@ -158,9 +157,8 @@ class StateLock:
         while not self._stop.is_set():
             if self.guard is not None:
                 try:
-                    connection, _address = (
-                        self.guard.accept()
-                    )  # a `status` probe: it has read our pid already
+                    # a `status` probe: it has read our pid already
+                    connection, _address = self.guard.accept()
                     connection.close()
                 except TimeoutError:
                     pass
@@ -228,9 +226,8 @@ class StateLock:
             held, on_disk = os.fstat(lock_fd), os.stat(self.path)
             if (held.st_dev, held.st_ino) != (on_disk.st_dev, on_disk.st_ino):
                 raise FileNotFoundError(self.path)
-            fcntl.flock(
-                lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB
-            )  # the same open file: ours already, never blocks
+            # the same open file: ours already, never blocks
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             for fd in (lock_fd, guard_fd):
                 if fd >= 0:

@@ -93,13 +93,12 @@ class RepairStep:
         if waiting is not None:
             return waiting
         settings, fs = self.settings, self.fs
-        # (riffd.transcript and riffd.repair retry with the policy themselves: given the bare seam)
-        scanned = index_file(path, fs=fs.seam, retry=fs.policy, with_identity=True)
+        scanned = index_file(path, fs=fs, with_identity=True)
         options = RepairOptions(
             add_missing_results=settings.add_missing_results, classes=settings.classes
         )
         try:
-            plan = plan_file_repair(scanned, options, fs=fs.seam, retry=fs.policy)
+            plan = plan_file_repair(scanned, options, fs=fs)
         except FileChanged as exc:  # written to since it was read: its event brings it back
             if exc.reason is not SkipReason.CHANGED:  # a symlink: in the report, not tried again
                 return Skipped(path, exc.reason, str(exc))

@@ -29,9 +29,8 @@ from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
 from riffd.daemon.alerts import Alerts
 from riffd.daemon.archiving import ArchiveSlot
-from riffd.daemon.counters import DaemonNow, Stats
-from riffd.daemon.disk_full import Room
-from riffd.daemon.figures import Figures
+from riffd.daemon.counters import Counters, DaemonNow
+from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import (
     backup_retention,
     clean_leftovers,
@@ -42,6 +41,7 @@ from riffd.daemon.jobs import (
 from riffd.daemon.keeper import Keeper, reconcile_files
 from riffd.daemon.lock import StateLock
 from riffd.daemon.notify import Notifier
+from riffd.daemon.publisher import Publisher
 from riffd.daemon.schedule import Job, Schedule
 from riffd.daemon.watcher import Watcher, reconcile
 from riffd.daemon.work_thread import TICK_SECONDS, WorkThread
@@ -81,15 +81,15 @@ class Daemon:
         self._rescan_lock = threading.Lock()  # one rescan (or archive reopening) at a time
         self._startup_done = self._stopping = False
         # a full disk under the state folder (riffd.daemon.disk_full)
-        self.room = Room(self.config.state_dir)
-        self.stats = Stats()
+        self.disk = DiskWatch(self.config.state_dir)
+        self.counters = Counters()
         self.notifier = Notifier(environ)
         self.alerts = Alerts(self.config.notify.command)
         self.queue = WorkQueue(self.config.watcher.debounce)
         self.lock = StateLock(self.config.state_dir)
         self.store: StateStore | None = None
-        self.figures: Figures | None = None  # while the store is open
-        self.archives = ArchiveSlot(self.config.state_dir / ARCHIVE_NAME, self.stats, self.room)
+        self.publisher: Publisher | None = None  # while the store is open
+        self.archives = ArchiveSlot(self.config.state_dir / ARCHIVE_NAME, self.counters, self.disk)
         self.worker: Worker | None = None
         self.tracker = ToolCallTracker(self.config.tracker.window, self.config.tracker.max_calls)
         self.watcher: Watcher | None = None
@@ -118,9 +118,9 @@ class Daemon:
     def _start(self) -> None:
         config = self.config
         self.store = StateStore(config.state_dir / STATE_NAME, heal=True)
-        self.figures = Figures(self.store, self.stats, self.queue, self.tracker, self.room)
+        self.publisher = Publisher(self.store, self.counters, self.queue, self.tracker, self.disk)
         # `status` sees this daemon, starting, from now on (the archive's check may last)
-        self.figures.publish(self._now(), force=True)
+        self.publisher.publish(self._now(), force=True)
         self._open_archive()
         clean_leftovers(config)
         self.worker = Worker(
@@ -128,11 +128,11 @@ class Daemon:
             worker_settings(config),
             tracker=self.tracker,
             archive=self.archive,
-            on_write_error=self.room.ran_out,
+            on_write_error=self.disk.ran_out,
         )
         # the files kept whole are read as the worker reads transcripts: through its `fs`
         self.keeper = Keeper(
-            config.watcher.file_settle, self.store, self.room.ran_out, self.worker.fs
+            config.watcher.file_settle, self.store, self.disk.ran_out, self.worker.fs
         )
         self._work = WorkThread(
             self.queue,
@@ -140,15 +140,15 @@ class Daemon:
             self.worker,
             self.keeper,
             self.store,
-            self.stats,
+            self.counters,
             self.alerts,
-            self.room,
+            self.disk,
             now=self._now,
             on_new_store=self._reconcile,
         )
         self._work.start()
         self._start_watcher()
-        self.schedule = Schedule(self.stats, self.room)
+        self.schedule = Schedule(self.counters, self.disk)
         self.schedule.start(self._jobs())
         queued = self._reconcile()
         self._queue_pending_repairs()
@@ -184,15 +184,15 @@ class Daemon:
         )
 
     def _status_line(self) -> str:
-        return self.figures.status_line(self.watcher) if self.figures is not None else ""
+        return self.publisher.status_line(self.watcher) if self.publisher is not None else ""
 
     def _write_report(self) -> None:
-        if self.figures is not None:
-            self.figures.write_report(self._now())
+        if self.publisher is not None:
+            self.publisher.write_report(self._now())
 
     def _scheduled_report(self) -> None:
-        if self.figures is not None:
-            self.figures.write_scheduled_report(self._now())
+        if self.publisher is not None:
+            self.publisher.write_scheduled_report(self._now())
 
     def _open_archive(self) -> None:
         """Open the archive; when it cannot be, riffd works without it, and each rescan and settle
@@ -251,7 +251,7 @@ class Daemon:
             except (OSError, sqlite3.Error) as exc:
                 log.error("could not write the last report: %s", exc)
             self.store.close()
-            self.store = self.figures = None
+            self.store = self.publisher = None
         self.archives.close()
         log.info("riffd stopped")
 
@@ -290,15 +290,15 @@ class Daemon:
         ping_every = self.notifier.watchdog_interval()
         while not self.stop.wait(TICK_SECONDS):
             self._watch_new_roots()
-            if not self._startup_done and not len(self.queue) and not self.stats.busy:
+            if not self._startup_done and not len(self.queue) and not self.counters.busy:
                 self._startup_done = True
                 self._after_startup_pass()
-            if self.figures is not None:
-                self.figures.publish(self._now())
-            free = self.room.back()
+            if self.publisher is not None:
+                self.publisher.publish(self._now())
+            free = self.disk.back()
             if free is not None:
                 log.info(
-                    "the state folder %s has room again (%.1f MiB free): rescanning now for what "
+                    "the state folder %s has disk again (%.1f MiB free): rescanning now for what "
                     "could not be stored meanwhile",
                     self.config.state_dir,
                     free / 2**20,
@@ -308,7 +308,7 @@ class Daemon:
                 self.reload_requested.clear()
                 self.reload()
             now = time.monotonic()
-            stalled = len(self.queue) > 0 and now - self.stats.progress > STALL_SECONDS
+            stalled = len(self.queue) > 0 and now - self.counters.progress > STALL_SECONDS
             if ping_every is not None and now - last_ping >= ping_every and not stalled:
                 self.notifier.watchdog()
                 last_ping = now
@@ -329,7 +329,7 @@ class Daemon:
         """Once the files found at start are looked at: one summary line, and a first report right
         away."""
         assert self.store is not None
-        log_startup_summary(self.store, self.config, self.stats.errors_met)
+        log_startup_summary(self.store, self.config, self.counters.errors_met)
         try:
             self._write_report()
         except (OSError, sqlite3.Error) as exc:
@@ -346,8 +346,8 @@ class Daemon:
             new = load_config(self.config_flag, environ=self.environ, overrides=self.overrides)
         except ConfigError as exc:
             log.error("configuration reload failed, keeping the running configuration: %s", exc)
-            self.stats.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
-            self.stats.error(
+            self.counters.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
+            self.counters.error(
                 f"{RELOAD_FAILED}: {exc}",
                 "fix the file; `riffd config validate` checks it",
                 about=RELOAD_FAILED,
@@ -382,8 +382,8 @@ class Daemon:
         # A config error is over once a good config is loaded: it no longer makes the report
         # unhealthy. (Before last_reload says ok, so no report shows a good reload beside the old
         # error.)
-        self.stats.resolved(RELOAD_FAILED)
-        self.stats.last_reload = {"time": time.time(), "ok": True, "errors": []}
+        self.counters.resolved(RELOAD_FAILED)
+        self.counters.last_reload = {"time": time.time(), "ok": True, "errors": []}
         log.info("configuration reloaded from %s", new.source or "defaults (no file)")
         self.notifier.ready(self._status_line())
         return True
@@ -407,7 +407,7 @@ class Daemon:
             self._unlistable,
             self.keeper.note_link,
         )
-        self.stats.rescans += 1
+        self.counters.rescans += 1
         return queued
 
     def _unlistable(self, exc: OSError) -> None:
@@ -416,7 +416,7 @@ class Daemon:
             exc.filename,
             exc.strerror or exc,
         )
-        self.stats.error(
+        self.counters.error(
             f"{exc.filename}: cannot be listed ({exc.strerror or exc})",
             "check the folder's permissions, or the disk or sync client behind it",
         )
@@ -460,7 +460,7 @@ class Daemon:
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running
-        (one that is running may have looked at a file before there was room)."""
+        (one that is running may have looked at a file before there was disk)."""
         if self.schedule is not None:
             self.schedule.run_now("rescan_now", self._rescan)
 

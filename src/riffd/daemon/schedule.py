@@ -13,8 +13,8 @@ from typing import NamedTuple
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from riffd.daemon.counters import Stats
-from riffd.daemon.disk_full import Room
+from riffd.daemon.counters import Counters
+from riffd.daemon.disk_full import DiskWatch
 
 log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
@@ -30,9 +30,9 @@ class Job(NamedTuple):
 class Schedule:
     """Runs the daemon's jobs; a failure goes to `stats` (and a full disk to `room`)."""
 
-    def __init__(self, stats: Stats, room: Room) -> None:
-        self.stats = stats
-        self.room = room
+    def __init__(self, counters: Counters, disk: DiskWatch) -> None:
+        self.counters = counters
+        self.disk = disk
         self._scheduler = BackgroundScheduler(
             timezone="UTC",
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 3600},
@@ -82,12 +82,12 @@ class Schedule:
 
     def _failed(self, event: JobExecutionEvent) -> None:
         log.error("scheduled job %s failed: %s", event.job_id, event.exception)
-        self.room.ran_out(event.exception)
-        self.stats.error(
+        self.disk.ran_out(event.exception)
+        self.counters.error(
             f"scheduled job {event.job_id} failed: {event.exception}",
-            self.room.advice(event.exception, "it runs again at its next time"),
+            self.disk.advice(event.exception, "it runs again at its next time"),
             about=f"job {event.job_id}",
         )
 
     def _done(self, event: JobExecutionEvent) -> None:
-        self.stats.resolved(f"job {event.job_id}")  # it failed before, and has run well since
+        self.counters.resolved(f"job {event.job_id}")  # it failed before, and has run well since

@@ -97,7 +97,7 @@ class TrackerSink:
 class ArchiveErrors:
     """What a failure of the archive does. Detection and repairs go on whatever the archive does;
     it catches up later from its own watermark (the daemon's rescan). The error goes to the log, to
-    `on_write_error` (the daemon's Room: a full disk is followed by a rescan once there is room) and
+    `on_write_error` (the daemon's DiskWatch: a full disk is followed by a rescan once there is disk) and
     to the store's counters; a damaged archive is moved aside and a new one started at once."""
 
     store: StateStore
@@ -158,9 +158,8 @@ class ArchiveSink:
                 self.archive.add_lines(
                     self.name, chunk.offset, chunk.lines, rewritten=rewritten, mtime_ns=mtime_ns
                 )
-            except (
-                ArchiveGap
-            ) as gap:  # bytes read before were not archived then: from its watermark
+            # bytes read before were not archived then: from its watermark
+            except ArchiveGap as gap:
                 added = ingest_file(self.archive, Path(self.name))
                 log.info(
                     "%s: the archive lacked bytes %d to %d (not archived when they were read); "

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from riffd.claude_code.session_files import SessionFile
 from riffd.daemon.alerts import Alerts
-from riffd.daemon.counters import DaemonNow, Stats, advice
-from riffd.daemon.disk_full import Room
+from riffd.daemon.counters import Counters, DaemonNow, advice
+from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import log_outcome, transcript_filter
 from riffd.daemon.keeper import Keeper
 from riffd.daemon.outcome import Outcome
@@ -42,15 +42,15 @@ class WorkThread:
         worker: Worker,
         keeper: Keeper,
         store: StateStore,
-        stats: Stats,
+        counters: Counters,
         alerts: Alerts,
-        room: Room,
+        disk: DiskWatch,
         now: Callable[[], DaemonNow],
         on_new_store: Callable[[], object],
     ) -> None:
         self.queue, self.stop = queue, stop
         self.worker, self.keeper, self.store = worker, keeper, store
-        self.stats, self.alerts, self.room = stats, alerts, room
+        self.counters, self.alerts, self.disk = counters, alerts, disk
         self.now, self.on_new_store = now, on_new_store
         self._thread = threading.Thread(target=self._run, name="riffd-worker", daemon=True)
 
@@ -68,11 +68,11 @@ class WorkThread:
             if item is None:
                 continue
             path, first_event = item
-            self.stats.busy = True
+            self.counters.busy = True
             try:
                 self._process(Path(path), first_event)
             finally:
-                self.stats.busy = False
+                self.counters.busy = False
 
     def _process(self, path: Path, first_event: float) -> None:
         now = self.now()
@@ -87,14 +87,14 @@ class WorkThread:
             return
         except Exception as exc:  # one bad file must not stop the worker: log it, count it, go on
             log.error("%s: unexpected error: %s\n%s", path, exc, traceback.format_exc())
-            self.stats.error(
+            self.counters.error(
                 f"{path}: {exc}",
                 "run `riffd scan` on it; report the traceback if it persists",
                 about=str(path),
             )
             return
         finally:
-            self.stats.progress = time.monotonic()
+            self.counters.progress = time.monotonic()
         self._count(path, outcome, first_event, quiet=now.starting)
 
     def _keep(self, path: Path, found: SessionFile | None, now: DaemonNow) -> None:
@@ -109,35 +109,35 @@ class WorkThread:
 
     def _database_error(self, path: Path, exc: sqlite3.Error) -> None:
         if self.store.reopen_if_damaged(exc):
-            self.stats.error(
+            self.counters.error(
                 f"{self.store.path} was damaged and moved aside to {self.store.moved_aside}",
                 "nothing to do: a rescan fills the new state store again",
             )
             self.on_new_store()
             return
         log.error("%s: database error: %s", path, exc)
-        self.room.ran_out(exc)
-        self.stats.error(
+        self.disk.ran_out(exc)
+        self.counters.error(
             f"{path}: database error: {exc}",
-            self.room.advice(exc, "it is retried at the next change or rescan"),
+            self.disk.advice(exc, "it is retried at the next change or rescan"),
             about=str(path),
         )
 
     def _count(self, path: Path, outcome: Outcome, first_event: float, *, quiet: bool) -> None:
         """Count what processing `path` came to, alert (not while `quiet`: the start-up pass), log
         it, and queue the path again when it asks to be looked at later."""
-        stats = self.stats
-        stats.processed += 1
+        counters = self.counters
+        counters.processed += 1
         failed = (outcome.repair or "").startswith("failed")
         if (outcome.kind == "skipped" and outcome.why) or failed:
-            stats.error(
+            counters.error(
                 f"{path}: {outcome.why or outcome.repair}", advice(outcome.why), about=str(path)
             )
         else:
-            stats.resolved(str(path))
+            counters.resolved(str(path))
         self.alerts.outcome(outcome, quiet=quiet)
         if outcome.kind != "unchanged":
-            stats.latencies.append(time.monotonic() - first_event)
+            counters.latencies.append(time.monotonic() - first_event)
             log_outcome(outcome)
         if outcome.retry_after is not None and not self.stop.is_set():  # none while draining
             self.queue.put(str(path), delay=outcome.retry_after)

@@ -90,9 +90,8 @@ def _rename_with(
         function = getattr(libc, "renameat2", None)
         if function is not None:
             result = function(_AT_FDCWD, source, _AT_FDCWD, target, linux_flag)
-        elif (
-            platform.machine() in _SYS_RENAMEAT2
-        ):  # a libc older than glibc 2.28, or one without the wrapper
+        # a libc older than glibc 2.28, or one without the wrapper
+        elif platform.machine() in _SYS_RENAMEAT2:
             result = libc.syscall(
                 _SYS_RENAMEAT2[platform.machine()], _AT_FDCWD, source, _AT_FDCWD, target, linux_flag
             )

@@ -81,9 +81,8 @@ def retrying_call(
             log.debug("I/O error again on %s (attempt %d): %s", what, state.attempt_number, exc)
 
     try:
-        return (
-            func()
-        )  # the fast path: building tenacity's machinery per read costs more than the read
+        # the fast path: building tenacity's machinery per read costs more than the read
+        return func()
     except OSError as exc:
         if not is_cloud_sync_error(exc):
             raise

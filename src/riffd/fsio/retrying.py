@@ -26,9 +26,8 @@ class RetryingFS(FileSystem):
     it as they take a seam."""
 
     def __init__(self, seam: FileSystem = REAL_FS, policy: RetryPolicy = DEFAULT_RETRY) -> None:
-        self.seam: FileSystem = (
-            seam.seam if isinstance(seam, RetryingFS) else seam
-        )  # no retries twice
+        # no retries twice
+        self.seam: FileSystem = seam.seam if isinstance(seam, RetryingFS) else seam
         self.policy = policy
         self._names: dict[int, str] = {}  # descriptors opened here, by what they name
 

@@ -33,9 +33,8 @@ from typing import Any
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
-HOOK_TIMEOUT_SECONDS = (
-    10  # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
-)
+# Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
+HOOK_TIMEOUT_SECONDS = 10
 
 
 class SettingsError(Exception):
@@ -279,20 +278,17 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     Raise SettingsError for a read-only file."""
     if not change.changed:
         return None
-    target = (
-        change.path.resolve() if change.path.is_symlink() else change.path
-    )  # a dotfile manager's link stays
-    if (
-        change.before is not None and not target.stat().st_mode & 0o222
-    ):  # marked read-only (root or not)
+    # a dotfile manager's link stays
+    target = change.path.resolve() if change.path.is_symlink() else change.path
+    # marked read-only (root or not)
+    if change.before is not None and not target.stat().st_mode & 0o222:
         raise SettingsError(
             f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
             "hooks yourself: --dry-run prints them)"
         )
     folder = backup_folder(state_dir, change.path)
-    ensure_private_folder(
-        REAL_FS, folder
-    )  # 0700, whatever the umask: copies of the user's settings
+    # 0700, whatever the umask: copies of the user's settings
+    ensure_private_folder(REAL_FS, folder)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)

@@ -40,9 +40,8 @@ EVENT = "PreToolUse"
 MODES = ("warn", "cache")
 BLOCK_BYTES = 64 * 1024
 CACHE_MAX_CHARS = 9_000  # Claude Code caps hook text given to the model at 10,000 characters
-MTIME_SLACK_SECONDS = (
-    2.0  # coarse file-system clocks: a change this close to the read may predate it on paper
-)
+# coarse file-system clocks: a change this close to the read may predate it on paper
+MTIME_SLACK_SECONDS = 2.0
 EXIT_OK = 0
 EXIT_USAGE = 1  # a non-blocking error for Claude Code: it shows the message and runs the call
 USAGE = "usage: riffd hook pre-tool-use [--mode warn|cache] [--window SECONDS]"
@@ -109,9 +108,8 @@ def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
         answer = answer_event(stdin.read(), mode, window)
     except FileNotFoundError:
         return EXIT_OK  # a new session has no transcript yet
-    except (
-        Exception
-    ) as exc:  # any failure lets the call run: it must never block the user's session
+    # any failure lets the call run: it must never block the user's session
+    except Exception as exc:
         print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
         return EXIT_OK
     if answer is not None:
@@ -209,9 +207,8 @@ def _line_time(raw: bytes) -> float | None:
     at = raw.find(b'"timestamp":')
     if at < 0:
         return None
-    start = (
-        raw.find(b'"', at + 12, at + 16) + 1
-    )  # Claude Code writes no space after the colon; others may
+    # Claude Code writes no space after the colon; others may
+    start = raw.find(b'"', at + 12, at + 16) + 1
     stop = raw.find(b'"', start, start + 40) if start > 0 else -1
     return parse_time(raw[start:stop].decode("ascii", "replace")) if stop > 0 else None
 

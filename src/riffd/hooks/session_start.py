@@ -173,9 +173,8 @@ def ancestry(pid: int) -> set[int]:
                     stat = handle.read()
             except OSError:
                 break
-            current = int(
-                stat[stat.rindex(b")") + 2 :].split()[1]
-            )  # the field after the state: ppid
+            # the field after the state: ppid
+            current = int(stat[stat.rindex(b")") + 2 :].split()[1])
             if current <= 0 or current in chain:
                 break
             chain.add(current)

@@ -29,11 +29,9 @@ from riffd import __version__
 from riffd.claude_code.folders import session_id_for
 from riffd.claude_code.liveness import pid_is_alive
 from riffd.fsio import (
-    DEFAULT_RETRY,
     NOFOLLOW,
     REAL_FS,
     FileSystem,
-    RetryPolicy,
     ensure_private_folder,
     fsync_folder,
     remove_leftover,
@@ -125,12 +123,11 @@ class BackupStore:
     """The folder of verified backups: create, list, read, verify, prune (riffd.repair.restore puts
     one back)."""
 
-    def __init__(
-        self, root: Path, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
-    ) -> None:
+    def __init__(self, root: Path, fs: FileSystem = REAL_FS) -> None:
         self.root = Path(root)
+        # a RetryingFS retries EIO per its policy; a seam alone is retried only where the store
+        # reads bytes (riffd.transcript.reader.iter_fd gives it the default policy)
         self.fs = fs
-        self.retry = retry
 
     # -- paths -------------------------------------------------------------------------------------
 
@@ -220,7 +217,7 @@ class BackupStore:
         out_fd = self.fs.open(data_temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, FILE_MODE)
         try:
             copied = 0
-            for chunk in iter_fd(fd, what=str(source_path), fs=self.fs, retry=self.retry, end=size):
+            for chunk in iter_fd(fd, what=str(source_path), fs=self.fs, end=size):
                 source_hash.update(chunk)
                 write_all(self.fs, out_fd, compressor.compress(chunk))
                 copied += len(chunk)
@@ -239,7 +236,7 @@ class BackupStore:
         decompressor = zlib.decompressobj(31)
         in_fd = self.fs.open(data_path, os.O_RDONLY | NOFOLLOW)
         try:
-            for chunk in iter_fd(in_fd, what=f"backup {data_path}", fs=self.fs, retry=self.retry):
+            for chunk in iter_fd(in_fd, what=f"backup {data_path}", fs=self.fs):
                 try:
                     plain = decompressor.decompress(chunk)
                 except zlib.error as exc:
@@ -316,9 +313,7 @@ class BackupStore:
         except FileNotFoundError as exc:
             raise UnknownBackup(f"no backup {backup_id} in {self.root}") from exc
         try:
-            parts = list(
-                iter_fd(fd, what=f"manifest {manifest_path}", fs=self.fs, retry=self.retry)
-            )
+            parts = list(iter_fd(fd, what=f"manifest {manifest_path}", fs=self.fs))
         finally:
             self.fs.close(fd)
         try:

@@ -33,9 +33,8 @@ from riffd.repair.lines import (
 
 _PROC = Path("/proc")
 _NOT_FILES = (b"socket:", b"pipe:", b"anon_inode:", b"/dev/", b"/proc/", b"/sys/")
-QUIET_WITHOUT_PROC = (
-    1.0  # where no process table can be read: unchanged this long counts as no writer
-)
+# where no process table can be read: unchanged this long counts as no writer
+QUIET_WITHOUT_PROC = 1.0
 
 
 def writers_holding(identity: Pair) -> list[int] | None:
@@ -179,9 +178,8 @@ def carry_forward(
         if old_size <= record.settled_end:
             return 0
         start = record.settled_end
-        if (
-            record.cut_at is not None
-        ):  # bytes after a cut unfinished line continue it: it comes back whole
+        # bytes after a cut unfinished line continue it: it comes back whole
+        if record.cut_at is not None:
             start = record.cut_at
             record = journal.update(
                 notes=(

@@ -37,7 +37,7 @@ def read_range(
     """Yield (offset, chunk) over the open file's bytes [start, end); raise FileChanged when it ends
     sooner."""
     offset = start
-    for chunk in iter_fd(fd, what=str(path), fs=fs, retry=fs.policy, start=start, end=end):
+    for chunk in iter_fd(fd, what=str(path), fs=fs, start=start, end=end):
         yield offset, chunk
         offset += len(chunk)
     if offset < end:

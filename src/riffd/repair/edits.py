@@ -210,9 +210,8 @@ class Choices:
 
     remove_blocks: dict[int, set[int]] = field(default_factory=dict)
     remove_lines: set[int] = field(default_factory=set)
-    synthetic_after: dict[int, list[str]] = field(
-        default_factory=dict
-    )  # tool_use line -> missing ids
+    # tool_use line -> missing ids
+    synthetic_after: dict[int, list[str]] = field(default_factory=dict)
     fixes: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # the line's new bytes before any content or field change (a split, characters replaced)

@@ -44,9 +44,8 @@ log = logging.getLogger(__name__)
 # a later look (the daemon's pending job within 10 s, the next `riffd fix`).
 HOLD_WAIT = 2.0
 POLL_INTERVAL = 0.01
-MAX_FAILED_LOOKS = (
-    20  # looks that failed even after their retries (a flaky cloud-synced folder), before giving up
-)
+# looks that failed even after their retries (a flaky cloud-synced folder), before giving up
+MAX_FAILED_LOOKS = 20
 
 
 def hand_over(

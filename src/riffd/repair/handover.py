@@ -117,9 +117,8 @@ def settle(fs: RetryingFS, journal: Journal) -> SwapResult:
             and record.old_name == record.copy_name
             and at_old not in (record.old_id, None)
         ):
-            return _keep_other(
-                fs, journal
-            )  # the exchange swapped out another program's new version
+            # the exchange swapped out another program's new version
+            return _keep_other(fs, journal)
         if at_transcript == record.copy_id:
             if at_old == record.old_id:
                 verdict = _check_after_swap(fs, journal)
@@ -189,7 +188,7 @@ def _changed(fs: RetryingFS, fd: int, record: SwapRecord, what: str) -> str | No
     if size < record.settled_end:
         return f"it was truncated to {size} bytes"
     planned, settled = hashlib.sha256(), hashlib.sha256()
-    for chunk in iter_fd(fd, what=what, fs=fs, retry=fs.policy, end=record.source_size):
+    for chunk in iter_fd(fd, what=what, fs=fs, end=record.source_size):
         planned.update(chunk)
     settled.update(read_bytes(fs, fd, record.source_size, record.settled_end, what))
     if planned.hexdigest() != record.source_sha256 or settled.hexdigest() != record.settled_sha256:
@@ -280,9 +279,8 @@ def _swap_back(fs: RetryingFS, journal: Journal) -> None:
         fs.exchange(old_at, transcript)
     else:
         if identity_of(fs, copy_at) != record.copy_id:
-            fs.link(
-                transcript, copy_at
-            )  # the copy keeps a name of riffd's before it gives up the transcript's
+            # the copy keeps a name of riffd's before it gives up the transcript's
+            fs.link(transcript, copy_at)
         fs.replace(old_at, transcript)
     fsync_folder(fs, transcript.parent)
 
@@ -363,7 +361,7 @@ def _orphaned(fs: RetryingFS, journal: Journal, at_transcript: Pair | None) -> S
             continue
         fd = open_as(fs, journal.name(name), os.O_RDONLY, identity)
         try:
-            saved = BackupStore(Path(record.backup_dir), fs=fs, retry=fs.policy).create(
+            saved = BackupStore(Path(record.backup_dir), fs=fs).create(
                 transcript,
                 fd,
                 fs.fstat(fd).st_size,

@@ -34,12 +34,10 @@ from riffd.repair.locks import try_flock
 from riffd.transcript.reader import iter_fd
 
 JOURNAL_SUFFIX = ".swap"
-STAGING_SUFFIX = (
-    ".new"  # a journal being written (`<name>.swap.new`), never read: removed once its pid is gone
-)
-OLD_SUFFIX = (
-    ".old"  # the original's own hard link while lines written to it are carried (rename only)
-)
+# a journal being written (`<name>.swap.new`), never read: removed once its pid is gone
+STAGING_SUFFIX = ".new"
+# the original's own hard link while lines written to it are carried (rename only)
+OLD_SUFFIX = ".old"
 SWAP, CHECKED, UNDO = "swap", "checked", "undo"
 # riffd's own names beside a transcript: `.<transcript>.riffd-<pid>-<12 hex>.<suffix>`
 _RIFFD_NAME = re.compile(r"^\.(?P<transcript>.+)\.riffd-[0-9]+-[0-9a-f]{12}\.(?:tmp|old)$")
@@ -55,9 +53,8 @@ class SwapRecord:
 
     transcript: str
     copy_name: str  # riffd's copy before the swap; after an exchange it names the old file
-    old_name: (
-        str | None
-    )  # where the old file is while the copy holds the transcript's name (None: nowhere)
+    # where the old file is while the copy holds the transcript's name (None: nowhere)
+    old_name: str | None
     old_id: Pair
     copy_id: Pair
     source_size: int  # the original's bytes [0, source_size) were planned for, with this sha256

@@ -158,7 +158,6 @@ def _repoint(scanned: ScannedFile, line: int, guess: Guess, work: Choices, why: 
     )
     work.repoint[line] = target_uuid
     work.reasons[line] = "; ".join(filter(None, (work.reasons.get(line), reason)))
-    work.notes.append(f"line {line + 1}: {reason}")
     return True
 
 

@@ -78,9 +78,8 @@ def _json_str(text: str) -> bytes:
 def _serialise(obj: dict[str, Any]) -> bytes:
     try:
         return orjson.dumps(obj)
-    except (
-        TypeError
-    ):  # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
+    # integers beyond 64 bits or lone surrogates: the standard library writes them exactly
+    except TypeError:
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
         try:
             return text.encode("utf-8")

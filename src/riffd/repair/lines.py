@@ -78,7 +78,7 @@ def read_bytes(fs: RetryingFS, fd: int, start: int, end: int, what: str) -> byte
     EIO."""
     if end <= start:
         return b""
-    return b"".join(iter_fd(fd, what=what, fs=fs, retry=fs.policy, start=start, end=end))
+    return b"".join(iter_fd(fd, what=what, fs=fs, start=start, end=end))
 
 
 def outside(data: bytes, base: int, excluded: Sequence[Interval]) -> bytes:

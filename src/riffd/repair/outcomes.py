@@ -15,6 +15,7 @@ from riffd.claude_code.folders import claude_config_dir
 from riffd.claude_code.liveness import claude_dirs_for
 from riffd.fsio import (
     DEFAULT_RETRY,
+    REAL_FILES,
     REAL_FS,
     FileSystem,
     ReadFailed,
@@ -78,14 +79,12 @@ class FileChanged(Exception):
         self.reason = reason
 
 
-def still_as_scanned(
-    identity: FileIdentity, fs: FileSystem = REAL_FS, retry: RetryPolicy = DEFAULT_RETRY
-) -> None:
+def still_as_scanned(identity: FileIdentity, fs: RetryingFS = REAL_FILES) -> None:
     """Given a transcript's identity as scanned, return when its path still names that file, grown
     or not; raise FileChanged (reason symlink when the path is a link) when it was written to in
     place or replaced since."""
     path = identity.path
-    status = RetryingFS.of(fs, retry).stat(path)
+    status = fs.stat(path)
     if stat.S_ISLNK(status.st_mode):
         raise FileChanged(symlink_detail(Path(path)), SkipReason.SYMLINK)
     if (status.st_dev, status.st_ino, status.st_mtime_ns) != (
@@ -115,9 +114,8 @@ class Repaired:
     edits: tuple[Edit, ...]
     carried_over_bytes: int  # bytes appended by another writer while riffd worked, copied verbatim
     warnings: tuple[str, ...] = ()  # what the user should know although the repair is done
-    pending_swap: Path | None = (
-        None  # the journal of a hand-over a later run finishes (a writer held the old file)
-    )
+    # the journal of a hand-over a later run finishes (a writer held the old file)
+    pending_swap: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from riffd.fsio import DEFAULT_RETRY, REAL_FS, FileSystem, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.repair.edits import Choices, line_edits, parse_line_object, span_of
 from riffd.repair.line_damage import plan_line_damage
 from riffd.repair.outcomes import still_as_scanned
@@ -225,8 +225,7 @@ def plan_file_repair(
     scanned: ScannedFile,
     options: RepairOptions | None = None,
     *,
-    fs: FileSystem = REAL_FS,
-    retry: RetryPolicy = DEFAULT_RETRY,
+    fs: FileSystem = REAL_FILES,
     now: float | None = None,
 ) -> RepairPlan:
     """Given a scan made with identity, plan its repair, reading the lines the plan names from the
@@ -245,14 +244,16 @@ def plan_file_repair(
     ) - scanned.identity.mtime_ns / 1e9 < IN_FLIGHT_GRACE_SECONDS:
         options = replace(options, answer_newest_message=False)
     path, index, identity = scanned.identity.path, scanned.index, scanned.identity
+    # EIO retried per its policy (a seam alone gets the default one)
+    files = fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
 
     def unchanged() -> None:
-        still_as_scanned(identity, fs, retry)
+        still_as_scanned(identity, files)
 
     unchanged()
     try:
         plan = plan_repair(
-            scanned, lambda line: read_span(path, *index.span(line), fs=fs, retry=retry), options
+            scanned, lambda line: read_span(path, *index.span(line), fs=files), options
         )
     except ValueError:
         unchanged()  # a line that no longer parses because the file changed under the planner: say that

@@ -19,7 +19,6 @@ from riffd.fsio import (
     NOFOLLOW,
     FileSystem,
     RetryingFS,
-    RetryPolicy,
     fsync_folder,
     remove_leftover,
     write_all,
@@ -45,7 +44,7 @@ from riffd.transcript.scan import FileIdentity
 log = logging.getLogger(__name__)
 
 
-def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentity:
+def _identity_now(path: Path, fs: RetryingFS) -> FileIdentity:
     """The identity of the regular file at `path`; FileChanged for anything else (a FIFO is opened
     without waiting for a writer, as the hooks open a transcript)."""
     fd = fs.open(path, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
@@ -54,9 +53,7 @@ def _identity_now(path: Path, fs: FileSystem, retry: RetryPolicy) -> FileIdentit
         if not stat.S_ISREG(status.st_mode):
             raise FileChanged("not a regular file; riffd never replaces it")
         digest = hashlib.sha256()
-        for _offset, chunk in read_range(
-            RetryingFS.of(fs, retry), fd, 0, status.st_size, path=path
-        ):
+        for _offset, chunk in read_range(fs, fd, 0, status.st_size, path=path):
             digest.update(chunk)
     finally:
         fs.close(fd)
@@ -155,7 +152,8 @@ def restore_backup(
     """Given a store and backup id, write the backup to `to` (refusing an existing file unless
     `overwrite`) or back over its original path, which, like a repair, needs an idle session and
     first takes a verified backup of the current file; return Restored, Skipped or Failed."""
-    effective = options or ApplyOptions(backup_dir=store.root, fs=store.fs, retry=store.retry)
+    files = store.fs if isinstance(store.fs, RetryingFS) else RetryingFS(store.fs)
+    effective = options or ApplyOptions(backup_dir=store.root, fs=files.seam, retry=files.policy)
     try:
         record = store.get(backup_id)
     except UnknownBackup as exc:
@@ -218,7 +216,7 @@ def put_back(
             f"{destination}: a file is already there; choose another path or allow overwriting it",
         )
     try:
-        current = _identity_now(destination, fs, options.retry)
+        current = _identity_now(destination, options.files)
     except FileChanged as exc:
         return Skipped(destination, SkipReason.CHANGED, f"{destination}: {exc}")
     except OSError as exc:
@@ -323,7 +321,7 @@ def put_back_file(
         return failure(destination, exc, "opening the current file")
     try:
         before = fs.fstat(fd)
-        backup = BackupStore(options.backup_dir, fs=fs, retry=options.retry).create(
+        backup = BackupStore(options.backup_dir, fs=options.files).create(
             destination, fd, before.st_size, reason=reason
         )
     except BackupError as exc:

@@ -159,9 +159,8 @@ def put_in_place(
         fs.replace(temp_path, path)
     except BaseException:
         if where_is(fs, path, held, new_fd) != COPY:
-            remove_leftover(
-                fs, keep
-            )  # the original is still at its name (or lost, and put back from riffd's fd)
+            # the original is still at its name (or lost, and put back from riffd's fd)
+            remove_leftover(fs, keep)
         raise
     return RENAME
 
@@ -286,7 +285,6 @@ def carry_late_appends(
                     original_fd,
                     what=str(path),
                     fs=fs,
-                    retry=fs.policy,
                     start=carried_end,
                     end=size_now,
                 ):
@@ -411,7 +409,6 @@ def put_original_back(
                 original_fd,
                 what=str(path),
                 fs=fs,
-                retry=fs.policy,
                 end=fs.fstat(original_fd).st_size,
             ),
         ),
@@ -445,9 +442,8 @@ def put_original_back(
             log.error("%s: could not put the transcript back from %s: %s", path, source, exc)
             continue
         finally:
-            if (
-                not placed or linked
-            ):  # closed by now: removing an open file's name is a rename on FUSE
+            # closed by now: removing an open file's name is a rename on FUSE
+            if not placed or linked:
                 remove_leftover(fs, temp)
         log.error(
             "%s: the filesystem lost the transcript during a failed rename; put back from %s",

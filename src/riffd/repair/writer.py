@@ -124,7 +124,7 @@ def rewrite(
             SkipReason.HARD_LINKED,
             f"{path}: it has {status.st_nlink} hard links; replacing it would split them",
         )
-    store = BackupStore(options.backup_dir, fs=fs, retry=fs.policy)
+    store = BackupStore(options.backup_dir, fs=fs)
     try:
         store.ensure_root()
     except OSError as exc:
@@ -224,9 +224,8 @@ def _rewrite_locked(
         stage = "writing the repaired copy beside it"
         # Readable too, to carry back what writers added if the copy has to give the name back.
         temp_path, temp_fd = create_temp(fs, path)
-        try_flock(
-            fs, temp_fd
-        )  # a second riffd run that opens the transcript's name after the swap finds it busy
+        # a second riffd run that opens the transcript's name after the swap finds it busy
+        try_flock(fs, temp_fd)
         appender = OffsetWriter(fs, temp_fd)
         copied = write_new_content(fs, path, original_fd, appender, segments, source.size)
         if copied.sha256 != source.sha256:
@@ -336,9 +335,8 @@ def _rewrite_locked(
         warnings: list[str] = []
         try:
             fsync_folder(fs, path.parent)
-        except (
-            OSError
-        ) as exc:  # the new name stands; only how soon it reaches the disk is uncertain
+        # the new name stands; only how soon it reaches the disk is uncertain
+        except OSError as exc:
             warnings.append(
                 f"{path}: repaired, but flushing its folder failed ({exc}); the repair stands"
             )

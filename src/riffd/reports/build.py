@@ -352,9 +352,8 @@ class SortedFindings:
 def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
-    except (
-        AckFileError
-    ) as exc:  # a broken file must not hide damage: nothing counts as acknowledged
+    # a broken file must not hide damage: nothing counts as acknowledged
+    except AckFileError as exc:
         acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
     damage: Counter[str] = Counter()
     acknowledged: Counter[str] = Counter()

@@ -232,9 +232,8 @@ class HealthReport:
     watcher: WatcherFigures
     queue: QueueFigures
     files: FileCounts
-    attention: tuple[
-        AttentionItem, ...
-    ]  # open first, then acknowledged; the first ATTENTION_LISTED
+    # open first, then acknowledged; the first ATTENTION_LISTED
+    attention: tuple[AttentionItem, ...]
     attention_total: int
     findings: FindingCounts
     repairs: RepairCounts

@@ -58,9 +58,8 @@ def _sample(
     if value is None:
         return None
     label_text = ",".join(f'{key}="{_escape(str(item))}"' for key, item in (labels or {}).items())
-    number = (
-        str(value) if isinstance(value, int) else repr(float(value))
-    )  # every digit: a timestamp needs them
+    # every digit: a timestamp needs them
+    number = str(value) if isinstance(value, int) else repr(float(value))
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
 
 

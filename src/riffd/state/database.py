@@ -47,9 +47,8 @@ HEAL_ADVICE = (
 )
 
 
-LOCK_TIMEOUT = (
-    30.0  # seconds SQLite waits for another process's lock before it calls the database busy
-)
+# seconds SQLite waits for another process's lock before it calls the database busy
+LOCK_TIMEOUT = 30.0
 
 
 def connect(path: Path, create: bool, lock_timeout: float = LOCK_TIMEOUT) -> sqlite3.Connection:

@@ -74,9 +74,8 @@ class StateStore:
     def close(self) -> None:
         """Close the connection (after a checkpoint, so the WAL does not linger)."""
         with self._lock:
-            with contextlib.suppress(
-                sqlite3.OperationalError
-            ):  # read-only, or the daemon holds it: its business
+            # read-only, or the daemon holds it: its business
+            with contextlib.suppress(sqlite3.OperationalError):
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
 
@@ -380,9 +379,8 @@ class StateStore:
         with self._lock:
             try:
                 rows = self._db.execute("SELECT hour, point FROM history ORDER BY hour").fetchall()
-            except (
-                sqlite3.OperationalError
-            ):  # a store made before the history, opened read-only: none yet
+            # a store made before the history, opened read-only: none yet
+            except sqlite3.OperationalError:
                 return []
         return [(int(hour), json.loads(point)) for hour, point in rows]
 

@@ -26,9 +26,8 @@ try:
 except ImportError:  # pragma: no cover - an interpreter built without it
     from hashlib import blake2b
 
-DEFAULT_WINDOW = (
-    300.0  # seconds; the same default as the `tracker.window` config key (a test checks)
-)
+# seconds; the same default as the `tracker.window` config key (a test checks)
+DEFAULT_WINDOW = 300.0
 
 
 class Rule(NamedTuple):

@@ -73,11 +73,12 @@ class _Call:
         path: str | None,
     ) -> None:
         self.tool_id, self.key, self.time, self.seq = tool_id, key, time, seq
+        # `path`: the transcript it was read from
         self.line, self.uuid, self.path = (
             line,
             uuid,
             path,
-        )  # `path`: the transcript it was read from
+        )
         self.result_bytes: int | None = None
         self.failed = False
 

@@ -3,8 +3,8 @@
 Reading lines (`reader`, with a second process for big files: `parallel_read`), the fields
 detection needs (`records`, a batch of them as `columns`), characters that are not text
 (`characters`), telling a transcript from another file
-(`shape`), the compact index of one file (`index`, made by the builder in `building`, which indexes message
-lines' content with `blocks`, with parents
+(`shape`), the compact index of one file (`index`, made by the builder in `index_builder`, which
+indexes message lines' content with `blocks`, with parents
 looked up in the session file by `external`, kept up to date append by append by `incremental`),
 its conversation structure (`conversation`, `sidechains`, linked to their agents by
 `agent_links`), the conversation Claude Code loads (`loaded`), detection on it (`detect`, its API messages

@@ -101,9 +101,8 @@ def save_acks(state_dir: Path, acks: Iterable[Ack]) -> Path:
     document = {"acknowledged": [ack.to_json() for ack in acks]}
     try:
         data = orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n"
-    except (
-        TypeError
-    ):  # a path that is not UTF-8: the standard library escapes it, and reads it back the same
+    # a path that is not UTF-8: the standard library escapes it, and reads it back the same
+    except TypeError:
         data = json.dumps(document, indent=2).encode() + b"\n"
     replace_file(path, data)
     return path

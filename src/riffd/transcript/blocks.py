@@ -1,7 +1,7 @@
 """Indexing the content of a message line: its API message, its tool uses and results, its server
 tool blocks, and whether it holds only thinking.
 
-The index builder (riffd.transcript.building) hands every user and assistant line whose message is
+The index builder (riffd.transcript.index_builder) hands every user and assistant line whose message is
 an object to one `MessageLines`, which fills the index's tool maps and says the line's flags and
 API message group.
 """

@@ -2,7 +2,7 @@
 and what a decoder process hands over (riffd.transcript.parallel_read) as msgpack.
 
 `batch_columns` makes them from a batch's records; `records_of` makes the records again for the
-line-by-line path when a batch cannot be added by columns (riffd.transcript.building).
+line-by-line path when a batch cannot be added by columns (riffd.transcript.index_builder).
 """
 
 from __future__ import annotations

@@ -127,9 +127,8 @@ def conversation_of(index: TranscriptIndex) -> Conversation:
         chain=chain,
         chain_segments=chain_segments,
         boundaries=boundaries,
-        compactions=flags.count(
-            COMPACT_BOUNDARY
-        ),  # only system lines carry this flag, and nothing else
+        # only system lines carry this flag, and nothing else
+        compactions=flags.count(COMPACT_BOUNDARY),
         branches=_branches(index),
         roots=_roots(index, parents, uuids),
         cycles=cycles,
@@ -150,9 +149,8 @@ def _active_chain(
     while line is not None and line >= 0:
         if visited[line]:
             cycle_at = line
-            if (
-                line not in in_cycle
-            ):  # a loop through logicalParentUuid: find_cycles sees parent links only
+            # a loop through logicalParentUuid: find_cycles sees parent links only
+            if line not in in_cycle:
                 log.warning(
                     "%s: the active chain loops at uuid %s (line %d); the walk stops there",
                     index.path,

@@ -17,8 +17,8 @@ from pathlib import Path
 import orjson
 
 from riffd.fsio import REAL_FILES, RetryingFS
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_raw, parse_line, read_span
 
 HEAD_BYTES = 4096  # how much of a session file tells a rewrite from an append

@@ -193,9 +193,8 @@ def torn_tail(path: str, line: int, offset: int | None) -> Finding:
     )
 
 
-LATEST_TURN = (
-    "latest_turn"  # the `detail` of a missing_tool_result whose tool_use is in the latest turn
-)
+# the `detail` of a missing_tool_result whose tool_use is in the latest turn
+LATEST_TURN = "latest_turn"
 
 
 def pending_while_live(findings: list[Finding], live: bool) -> list[Finding]:

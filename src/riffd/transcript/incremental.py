@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from array import array
 
-from riffd.fsio import REAL_FILES, FileSystem, RetryPolicy
-from riffd.transcript.building import IndexBuilder, Observer
+from riffd.fsio import REAL_FILES, FileSystem
 from riffd.transcript.detect import (
     OOM_RISK_RESULTS,
     ToolGroup,
@@ -50,6 +49,7 @@ from riffd.transcript.index import (
     TranscriptIndex,
     lines_in,
 )
+from riffd.transcript.index_builder import IndexBuilder, Observer
 from riffd.transcript.loaded import is_loaded_copy, latest_turn, loaded_conversation
 from riffd.transcript.messages import chain_from, message_findings
 from riffd.transcript.reader import retrying
@@ -93,14 +93,12 @@ class GrowingIndex:
         them."""
         return self.builder.add_lines(offset, lines, last_terminated)
 
-    def findings(
-        self, *, fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None
-    ) -> list[Finding]:
+    def findings(self, *, fs: FileSystem = REAL_FILES) -> list[Finding]:
         """Finish the index and return its findings, as a full detection would, at the cost of the
         lines added since the last call, not of the whole file. `fs` reads the session file (see
-        riffd.transcript.external), retrying EIO per its policy or `retry` (see
+        riffd.transcript.external), retrying EIO per its policy (see
         riffd.transcript.reader.retrying)."""
-        finish_index(self.builder, self.search, fs=retrying(fs, retry))
+        finish_index(self.builder, self.search, fs=retrying(fs))
         if self.detection is None:
             tool_log: list[tuple[int, str]] = []
             self.builder.tool_log = tool_log
@@ -152,24 +150,20 @@ class IncrementalDetection:
             self.pos[line] = place
             self.state[line] = CHAIN
         self.waiting: set[str] = set()  # uuids whose arrival changes an earlier decision
-        self._tools_of: dict[int, list[str]] | None = (
-            None  # line -> tool ids it names; made when first needed
-        )
+        # line -> tool ids it names; made when first needed
+        self._tools_of: dict[int, list[str]] | None = None
         self.result_children: dict[int, list[int]] = {}
         for line in index.result_lines:
             self._note_anchors(line)
         for line in loaded.chain:
-            self._step(
-                line
-            )  # notes the chain's compact boundaries whose logical parent is not there yet
+            # notes the chain's compact boundaries whose logical parent is not there yet
+            self._step(line)
         self.problems: dict[str, list[ToolGroup]] = {}
-        self.pairing: dict[
-            str, list[Finding]
-        ] = {}  # the findings of each problem tool id, made when it changed
+        # the findings of each problem tool id, made when it changed
+        self.pairing: dict[str, list[Finding]] = {}
         self.stale: set[str] = set()  # problem tool ids whose findings must be made again
-        self.turn_judged: tuple[int, int] | None = (
-            None  # the latest turn the pairing findings were made with
-        )
+        # the latest turn the pairing findings were made with
+        self.turn_judged: tuple[int, int] | None = None
         for tool_id in set(index.tool_uses) | set(index.packed_results):
             self._pair(tool_id)
         self.cycles = find_cycles(index) if index.forward_parents else []
@@ -261,9 +255,8 @@ class IncrementalDetection:
                 self._tools_of.setdefault(line, []).append(tool_id)
             touched.add(tool_id)
             if index.results.count(tool_id) > OOM_RISK_RESULTS:
-                self.oom[tool_id] = oom_finding(
-                    index, tool_id
-                )  # made again only when its lines grow
+                # made again only when its lines grow
+                self.oom[tool_id] = oom_finding(index, tool_id)
         self.tool_log.clear()
         results = index.result_lines
         start = len(results)
@@ -307,9 +300,8 @@ class IncrementalDetection:
                 return line
         if self.leaf is not None and not flags[self.leaf] & SIDECHAIN:
             return self.leaf
-        for line in range(
-            count - 1, first - 1, -1
-        ):  # a subagent file: its newest sidechain message
+        # a subagent file: its newest sidechain message
+        for line in range(count - 1, first - 1, -1):
             if flags[line] & MESSAGE:
                 return line
         return self.leaf

@@ -2,7 +2,7 @@
 
 The index keeps small per-line metadata in arrays (about 260 bytes a line with the uuid map),
 never line contents, so a 1 GB transcript indexes in bounded memory. An `IndexBuilder`
-(riffd.transcript.building) fills it from the lines in file order and finishes it; detection and
+(riffd.transcript.index_builder) fills it from the lines in file order and finishes it; detection and
 repair planning read the finished index.
 """
 
@@ -146,7 +146,7 @@ def is_placeholder_result(record: dict[str, Any], position: int) -> bool:
 
 class TranscriptIndex:
     """Per-line metadata of one transcript and the maps detection and repair planning need (made
-    by an IndexBuilder: see riffd.transcript.building)."""
+    by an IndexBuilder: see riffd.transcript.index_builder)."""
 
     def __init__(self, path: str, start: int = 0) -> None:
         self.path = path

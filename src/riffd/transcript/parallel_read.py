@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
-from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
-from riffd.transcript.building import IndexBuilder
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.transcript.characters import has_nul_escape
 from riffd.transcript.columns import Columns, batch_columns
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_chunks, retrying
 from riffd.transcript.records import fast_records
 
@@ -91,7 +91,6 @@ def index_piped(
     path: str,
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     chunk_size: int,
 ) -> IndexBuilder | None:
     """Index `path` with a decoder process (see the module): return the builder fed with every
@@ -100,7 +99,7 @@ def index_piped(
     receiver, sender = big_pipe(context)
     child = context.Process(
         target=_decode,
-        args=(sender, receiver, path, retrying(fs, retry), chunk_size),
+        args=(sender, receiver, path, retrying(fs), chunk_size),
         daemon=True,
         name="riffd-decoder",
     )

@@ -1,8 +1,8 @@
 """Streaming a transcript line by line: number, byte offset, bytes; parsing each line leniently.
 
 Files are read through one `fs`, a RetryingFS that carries its retry policy (riffd.fsio): reads
-are positional, and EIO is retried per that policy. The functions here still take a plain seam
-with an apart `retry` (`retrying` joins them) for the callers not converted yet.
+are positional, and EIO is retried per that policy. A plain seam passed alone (a test's faults)
+gets the default policy (`retrying`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -114,12 +114,10 @@ def split_glued(data: bytes) -> int | None:
     return at if isinstance(tail, dict) and isinstance(tail.get("type"), str) else None
 
 
-def retrying(fs: FileSystem = REAL_FILES, retry: RetryPolicy | None = None) -> RetryingFS:
-    """`fs` as one RetryingFS: itself when it is one and no `retry` is given, else its seam with
-    `retry` (the default policy when None). Where a seam and a policy passed apart meet."""
-    if retry is None:
-        return fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
-    return RetryingFS.of(fs, retry)
+def retrying(fs: FileSystem = REAL_FILES) -> RetryingFS:
+    """`fs` as a RetryingFS: itself when it is one, else `fs` with the default policy (a test's
+    fault seam passed alone)."""
+    return fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
 
 
 def iter_fd(
@@ -127,18 +125,17 @@ def iter_fd(
     *,
     what: str,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     start: int = 0,
     end: int | None = None,
     chunk_size: int = CHUNK_SIZE,
 ) -> Iterator[bytes]:
     """Yield the bytes of the open file `fd` from `start` up to `end` (None: to its end) in chunks.
 
-    Reads are positional and EIO is retried per `fs`'s policy (or `retry`: see `retrying`; `what`
-    names the file in errors). The file may end before `end`: callers that need exactly that many
+    Reads are positional and EIO is retried per `fs`'s policy (see `retrying`; `what` names the
+    file in errors). The file may end before `end`: callers that need exactly that many
     bytes count them. Raise ReadFailed when EIO persists, OSError for other errors.
     """
-    fs = retrying(fs, retry)
+    fs = retrying(fs)
     pread = fs.seam.pread  # retried below, naming the file as `what` says (it was opened elsewhere)
     position = start
     while end is None or position < end:
@@ -154,13 +151,12 @@ def iter_raw(
     path: str | os.PathLike[str],
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
 ) -> Iterator[bytes]:
     """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see
     iter_fd)."""
-    fs = retrying(fs, retry)
+    fs = retrying(fs)
     fd = fs.open(path, os.O_RDONLY)
     try:
         yield from iter_fd(fd, what=os.fspath(path), fs=fs, start=start, chunk_size=chunk_size)
@@ -172,7 +168,6 @@ def iter_chunks(
     path: str | os.PathLike[str],
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     hasher: Any = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
@@ -188,7 +183,7 @@ def iter_chunks(
     position = start
     pending: list[bytes] = []  # pieces of a line not finished yet (no newline read so far)
     pending_offset = start
-    for chunk in iter_raw(path, fs=retrying(fs, retry), chunk_size=chunk_size, start=start):
+    for chunk in iter_raw(path, fs=retrying(fs), chunk_size=chunk_size, start=start):
         if hasher is not None:
             hasher.update(chunk)
         position += len(chunk)
@@ -196,9 +191,8 @@ def iter_chunks(
             pending.append(chunk)  # a long line: join once, when its newline comes
             continue
         lines = chunk.split(b"\n")
-        if (
-            pending
-        ):  # only the first line is joined: copying the whole chunk again cost a tenth of a scan
+        # only the first line is joined: copying the whole chunk again cost a tenth of a scan
+        if pending:
             lines[0] = b"".join([*pending, lines[0]])
         tail = lines.pop()
         pending = [tail] if tail else []
@@ -212,7 +206,6 @@ def iter_lines(
     path: str | os.PathLike[str],
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     hasher: Any = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
@@ -225,7 +218,7 @@ def iter_lines(
     """
     number = first_number
     for offset, lines, terminated in iter_chunks(
-        path, fs=retrying(fs, retry), hasher=hasher, chunk_size=chunk_size, start=start
+        path, fs=retrying(fs), hasher=hasher, chunk_size=chunk_size, start=start
     ):
         for raw in lines:
             yield number, offset, raw, terminated
@@ -239,11 +232,10 @@ def read_span(
     length: int,
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
 ) -> bytes:
     """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is
     shorter."""
-    fs = retrying(fs, retry)
+    fs = retrying(fs)
     fd = fs.open(path, os.O_RDONLY)
     try:
         parts: list[bytes] = []

@@ -90,9 +90,8 @@ def fast_records(lines: list[bytes]) -> list[Record] | None:
     decoder declines any line of it (then `read_record` takes the batch line by line)."""
     try:
         records = list(map(decode_record, lines))
-        deque(
-            map(bytes.decode, filterfalse(bytes.isascii, lines)), 0
-        )  # the UTF-8 of skipped values
+        # the UTF-8 of skipped values
+        deque(map(bytes.decode, filterfalse(bytes.isascii, lines)), 0)
     except DECLINED:
         return None
     return records

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from riffd.forking import can_fork
-from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
-from riffd.transcript.building import IndexBuilder
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.transcript.detect import detect, suggestions
 from riffd.transcript.external import finish_index
 from riffd.transcript.findings import Finding, has_latest_turn_calls, pending_while_live
 from riffd.transcript.index import TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.reader import iter_chunks, read_span, retrying
@@ -33,9 +33,8 @@ class FileReport:
     metrics: dict[str, Any] = field(default_factory=dict)
     suggestions: list[str] = field(default_factory=list)
     error: str | None = None
-    not_a_transcript: str = (
-        ""  # why the file is not recognised as a Claude Code transcript (riffd never edits it)
-    )
+    # why the file is not recognised as a Claude Code transcript (riffd never edits it)
+    not_a_transcript: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """Return the report as a JSON-ready dict."""
@@ -73,7 +72,6 @@ def index_file(
     path: str | os.PathLike[str],
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     with_identity: bool = False,
     decoder_process: bool = False,
 ) -> ScannedFile:
@@ -82,10 +80,10 @@ def index_file(
     With `with_identity`, also hash the bytes read and stat the file, so a repair can later prove
     the file is still what was scanned. With `decoder_process`, a big file is read and decoded by a
     second process while this one indexes it (riffd.transcript.parallel_read; the same index).
-    Reads retry EIO per `fs`'s policy, or `retry` (see riffd.transcript.reader.retrying). Raise
+    Reads retry EIO per `fs`'s policy (see riffd.transcript.reader.retrying). Raise
     OSError (ReadFailed for persistent EIO) on read errors.
     """
-    fs = retrying(fs, retry)
+    fs = retrying(fs)
     name = os.fspath(path)
     hasher = _sha256() if with_identity else None
     before = fs.stat(name) if with_identity else None
@@ -142,7 +140,6 @@ def scan_file(
     path: Path,
     *,
     fs: FileSystem = REAL_FILES,
-    retry: RetryPolicy | None = None,
     backup_dir: str = "",
     is_live: Callable[[Path, str | None], bool] | None = None,
     decoder_process: bool = False,
@@ -150,8 +147,8 @@ def scan_file(
     """Scan one transcript and return its report; read errors become the report's `error`, not
     exceptions. `is_live(path, session_id)` says whether its session is live: unanswered tool calls
     of its latest turn are then pending, not missing (without it, they are missing).
-    `decoder_process`, `fs` and `retry`: see index_file."""
-    fs = retrying(fs, retry)
+    `decoder_process` and `fs`: see index_file."""
+    fs = retrying(fs)
     try:
         scanned = index_file(path, fs=fs, decoder_process=decoder_process)
     except OSError as exc:

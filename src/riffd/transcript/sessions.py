@@ -177,9 +177,8 @@ def project_folders(
                 found.append((path, os.path.islink(path), (status.st_dev, status.st_ino)))
     seen: set[tuple[int, int]] = set()
     kept: set[Path] = set()
-    for path, _is_link, key in sorted(
-        found, key=lambda item: item[1]
-    ):  # real folders before links (stable)
+    # real folders before links (stable)
+    for path, _is_link, key in sorted(found, key=lambda item: item[1]):
         if key not in seen:
             seen.add(key)
             kept.add(path)

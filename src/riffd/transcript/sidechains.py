@@ -31,8 +31,8 @@ import orjson
 
 from riffd.fsio import REAL_FILES, RetryingFS
 from riffd.transcript.agent_links import Links, TaskCall, scan_links
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import ASSISTANT, MESSAGE, SIDECHAIN, TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import newest_leaf
 from riffd.transcript.reader import iter_chunks, parse_line, read_span
 

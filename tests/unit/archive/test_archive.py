@@ -209,9 +209,8 @@ def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_
             stderr=subprocess.DEVNULL,
         )
         try:
-            process.wait(
-                timeout=rng.uniform(0.2, 0.4)
-            )  # mid-ingest, or mid-compaction once all is archived
+            # mid-ingest, or mid-compaction once all is archived
+            process.wait(timeout=rng.uniform(0.2, 0.4))
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGKILL)
             process.wait()
@@ -391,9 +390,8 @@ def test_lines_added_after_a_settle_survive_a_restart(tmp_path: Path) -> None:
     archive.close()
     archive = _archive(tmp_path)
     assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
-    archive.add_lines(
-        str(path), len(written), [transcript_line(7)[:-1]]
-    )  # and the reopened pack grows on
+    # and the reopened pack grows on
+    archive.add_lines(str(path), len(written), [transcript_line(7)[:-1]])
     written += transcript_line(7)
     archive.close()
     archive = _archive(tmp_path)
@@ -437,9 +435,8 @@ def test_a_write_that_fails_stores_none_of_its_lines_and_the_next_ones_restore(
         written += line
     assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
     archive.close()
-    assert _pack_bytes(archive.path) == len(written) - written.count(
-        b"\n"
-    )  # no stored byte of the failed line
+    # no stored byte of the failed line
+    assert _pack_bytes(archive.path) == len(written) - written.count(b"\n")
     _assert_each_line_once(archive.path, {str(path): written})
     archive = _archive(tmp_path)
     assert b"".join(archive.iter_file(archive.files_of(str(path))[0][0])) == written
@@ -510,9 +507,8 @@ def test_a_torn_last_line_is_restored_as_it_was_then_replaced_by_the_completed_l
     if completion == "the next write starts with a newline":
         whole = whole[:-30] + b"\n" + transcript_line(4)
     path.write_bytes(whole)
-    if (
-        completion == "a caller feeds the completed line from its start"
-    ):  # as the daemon's worker does
+    # as the daemon's worker does
+    if completion == "a caller feeds the completed line from its start":
         archive.add_lines(
             str(path), len(whole) - len(transcript_line(3)), [transcript_line(3)[:-1]]
         )
@@ -578,9 +574,8 @@ def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path
         str(tmp_path / "out.jsonl"),
     )
     assert (tmp_path / "out.jsonl").read_bytes() == session.read_bytes()
-    exported = riffd_in(
-        session.parent, "archive", "export", session.name
-    )  # a bare file name, from its folder
+    # a bare file name, from its folder
+    exported = riffd_in(session.parent, "archive", "export", session.name)
     assert orjson.loads(exported.stdout), exported.stdout
 
 
@@ -933,9 +928,8 @@ def test_a_line_ending_at_the_watermark_is_taken_only_when_it_is_the_line_archiv
     archive = Archive(tmp_path / "archive.db")
     archive.add_lines("/p/a.jsonl", 0, lines)
     last = sum(len(line) + 1 for line in lines[:4])
-    assert (
-        archive.add_lines("/p/a.jsonl", last, [lines[4]]) == 0
-    )  # the same line again: archived before, skipped
+    # the same line again: archived before, skipped
+    assert archive.add_lines("/p/a.jsonl", last, [lines[4]]) == 0
     assert archive.add_lines("/p/a.jsonl", 0, lines) == 0
     with pytest.raises(ArchiveMismatch):
         archive.add_lines("/p/a.jsonl", last, [other, b'{"type":"user"}'])
@@ -944,9 +938,8 @@ def test_a_line_ending_at_the_watermark_is_taken_only_when_it_is_the_line_archiv
     ((file_id, _path, _session),) = archive.files_of("/p/a.jsonl")
     assert list(archive.iter_file(file_id)) == [line + b"\n" for line in lines]
     assert archive.cursor("/p/a.jsonl") == (0, last + len(lines[4]) + 1)
-    assert (
-        archive.add_lines("/p/a.jsonl", last + len(lines[4]) + 1, [b'{"type":"user"}']) == 1
-    )  # an append: taken
+    # an append: taken
+    assert archive.add_lines("/p/a.jsonl", last + len(lines[4]) + 1, [b'{"type":"user"}']) == 1
     archive.close()
 
 
@@ -970,9 +963,8 @@ def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_fil
     archive = _archive(tmp_path)
     archive.add_lines(str(holed), 0, [line[:-1] for line in lines[:20]])
     archive.close()
-    db = sqlite3.connect(
-        tmp_path / "state" / "archive.db"
-    )  # the earlier version's fault, made by hand
+    # the earlier version's fault, made by hand
+    db = sqlite3.connect(tmp_path / "state" / "archive.db")
     db.execute(
         "UPDATE files SET archived_bytes = ? WHERE path = ?",
         (len(b"".join(lines[:40])), str(holed)),
@@ -997,9 +989,8 @@ def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_fil
         and "1 whole, 1 behind, 1 rewritten, 1 differs" in found.stderr
     )
 
-    fixed = _riffd(
-        tmp_path, "archive", "verify", "--fix", str(holed), str(holed)
-    )  # named twice: once
+    # named twice: once
+    fixed = _riffd(tmp_path, "archive", "verify", "--fix", str(holed), str(holed))
     assert "archived again as a new generation (60 lines; the old one is kept)" in fixed.stdout
     assert "verified 1 file(s)" in fixed.stderr and "1 archived again" in fixed.stderr
     again = _riffd(tmp_path, "archive", "verify", "--json", str(project))
@@ -1068,9 +1059,8 @@ def test_a_pack_settled_by_another_process_while_it_is_read_gives_its_lines(tmp_
     def settle_now(statement: str) -> None:
         if "segments" in statement and "SELECT" in statement and not settled.is_set():
             settled.set()
-            daemon = threading.Thread(
-                target=lambda: writer.settle(optimize=False)
-            )  # another connection
+            # another connection
+            daemon = threading.Thread(target=lambda: writer.settle(optimize=False))
             daemon.start()
             daemon.join()
 

@@ -142,17 +142,15 @@ def test_search_finds_json_with_spaces_and_pieces_whose_bytes_occur_twice(tmp_pa
         assert [(hit["session_id"], hit["line"]) for hit in hits] == [(SESSION, line)], word
     assert "the okapi report" in str(_search(tmp_path, "okapi")[0]["snippet"])
     contents = _contents(tmp_path)
-    assert (
-        contents == 6
-    )  # the prompt, the tool input, the result, its toolUseResult, narwhal (once), the escaped text
+    # the prompt, the tool input, the result, its toolUseResult, narwhal (once), the escaped text
+    assert contents == 6
 
     other = "44444444-5555-6666-7777-888888888888"
     second = project / f"{other}.jsonl"  # a resumed copy: the same contents, another session
     second.write_bytes(first.read_bytes().replace(SESSION.encode(), other.encode()))
     assert _riffd(tmp_path, "archive", "ingest").returncode == 0
-    assert (
-        _contents(tmp_path) == contents
-    )  # every piece of the copy was found, and cut out of its line
+    # every piece of the copy was found, and cut out of its line
+    assert _contents(tmp_path) == contents
     originals = {path: path.read_bytes() for path in (first, second)}
     for path in originals:
         path.unlink()

@@ -93,9 +93,8 @@ def test_packs_filled_during_an_ingest_are_compacted_later_without_changing_a_by
     riffd(tmp_path, "archive", "ingest", "--no-compact", str(tmp_path / "projects"))
     db_path = tmp_path / "state" / "archive.db"
     loose, loose_bytes = packs(db_path)
-    assert (
-        loose >= 2
-    )  # the full packs; the open one was settled at the settled level by the ingest's end
+    # the full packs; the open one was settled at the settled level by the ingest's end
+    assert loose >= 2
     word = WORDS[5]
     hits_before = riffd(tmp_path, "archive", "search", word, "--json").stdout
     assert restored(tmp_path, "00000000", "before") == original
@@ -211,18 +210,15 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
                 ]
                 if frame:
                     framed.add(pack)
-            several = random.Random(3).sample(
-                [row[:3] for row in rows], 40
-            )  # many of a pack, in any order
+            # many of a pack, in any order
+            several = random.Random(3).sample([row[:3] for row in rows], 40)
             assert store.spans(several) == [
                 whole[pack][offset : offset + length] for pack, offset, length in several
             ]
-            assert framed and not framed & set(
-                store.cache
-            )  # read in part, never whole (which caches it)
-            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[
-                0
-            ]  # a text piece: its JSON string
+            # read in part, never whole (which caches it)
+            assert framed and not framed & set(store.cache)
+            # a text piece: its JSON string
+            word = orjson.loads(store.spans([rows[-1][:3]])[0]).split()[0]
             assert archive.search(word)
         finally:
             archive.close()

@@ -248,9 +248,8 @@ def test_a_file_named_twice_after_a_rewrite_is_one_new_generation(tmp_path: Path
         for archive in (alone, shared):
             for path in paths:
                 ingest_file(archive, path)
-        paths[0].write_bytes(
-            b"".join(transcript_line(number) for number in range(1, 5))
-        )  # rewritten
+        # rewritten
+        paths[0].write_bytes(b"".join(transcript_line(number) for number in range(1, 5)))
         assert [ingest_file(alone, path) for path in twice] == [4, 0, 0]
         assert [added for _, added in ingest_files(shared, twice, min_bytes=0)] == [4, 0, 0]
     finally:
@@ -337,9 +336,8 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     sender.send_bytes(encode(Batch(7, end=True)))
     storing.join(60)
     assert not storing.is_alive()
-    assert result == [
-        (20, True, True)
-    ]  # 20 lines stored, the rest refused: archived here after all, reader alive
+    # 20 lines stored, the rest refused: archived here after all, reader alive
+    assert result == [(20, True, True)]
     assert ingest_file(archive, path) == 0  # what the caller does then: nothing is missing
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old[:20])

@@ -53,17 +53,17 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
         archive.whole.keep(found).outcome
         for found in all_session_files([claude / "projects"], [claude])
     ]
+    # one plan
     assert (
         outcomes.count("stored") + outcomes.count("known") == len(tree.whole) + len(other.whole) - 1
-    )  # one plan
+    )
     # The 144,000-byte output is in both saved outputs of both sessions: one blob, compressed to a
     # fraction
     blobs = archive.whole.stats()
     assert blobs["blobs"] == len({path.read_bytes() for path in tree.whole + other.whole})
     assert blobs["stored_bytes"] < 20_000
-    for path in (
-        path for path in tree.whole if path.parent.name != "plans"
-    ):  # (a plan: by its slug, below)
+    # (a plan: by its slug, below)
+    for path in (path for path in tree.whole if path.parent.name != "plans"):
         (version,) = [
             item for item in archive.whole.session_versions(tree.session_id) if item.path == path
         ]
@@ -79,9 +79,8 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
         for version in archive.whole.session_versions(tree.session_id)
         if version.kind == "plan"
     ]
-    archive.add_lines(
-        str(tree.main), 0, tree.main.read_bytes().splitlines()
-    )  # its lines name the plan's slug
+    # its lines name the plan's slug
+    archive.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
     (plan,) = [
         version
         for version in archive.whole.session_versions(tree.session_id)
@@ -502,21 +501,18 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
         version for version in old.whole.session_versions(tree.session_id) if version.path == output
     ]
     old.close()
-    with sqlite3.connect(
-        tmp_path / "old.db"
-    ) as db:  # its saved output's frame damaged (the other file shares it)
+    # its saved output's frame damaged (the other file shares it)
+    with sqlite3.connect(tmp_path / "old.db") as db:
         db.execute("UPDATE blob_chunks SET data = x'00' WHERE blob = ?", (damaged.blob,))
     task = claude / "tasks" / tree.session_id / "1.json"
     first = task.read_bytes()
-    task.write_bytes(
-        b'{"id":"1","status":"completed"}'
-    )  # the new archive took a later version meanwhile
+    # the new archive took a later version meanwhile
+    task.write_bytes(b'{"id":"1","status":"completed"}')
     new = Archive(tmp_path / "new.db")
     new.whole.keep(_found(claude, task))
     result = recover(tmp_path / "old.db", new)
-    assert (
-        result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2
-    )  # both outputs: one blob
+    # both outputs: one blob
+    assert result.versions == len(tree.whole) - 2 and len(result.unreadable) == 2
     assert all(
         str(output.name) in part or str(tree.tool_results()[1].name) in part
         for part in result.unreadable
@@ -534,9 +530,8 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
     assert b"".join(new.whole.content(newest[task])) == task.read_bytes()
     for path in tree.whole:
         if path.parent.name not in ("tool-results", "tasks"):
-            assert (
-                b"".join(new.whole.content(newest[path])) == path.read_bytes()
-            )  # the plan too, by its slug
+            # the plan too, by its slug
+            assert b"".join(new.whole.content(newest[path])) == path.read_bytes()
     new.close()
 
 

@@ -103,9 +103,8 @@ def test_malformed_registry_entries_of_processes_that_are_gone_are_ignored(tmp_p
     other = old_transcript(
         tmp_path / "projects" / "-elsewhere", "0f5b6c1e-9999-2222-3333-444444444444.jsonl"
     )
-    assert not session_liveness(other, tmp_path, quiet_period=0)[
-        0
-    ]  # the live entry is of another project
+    # the live entry is of another project
+    assert not session_liveness(other, tmp_path, quiet_period=0)[0]
 
 
 def test_pid_taken_from_file_name_when_entry_lacks_it(tmp_path: Path) -> None:
@@ -158,9 +157,8 @@ def test_every_claude_folder_riffd_knows_is_asked(
     )
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(from_env))
     (beside_root / "sessions").mkdir(parents=True)
-    no_registry = (
-        tmp_path / "plain"
-    )  # a root whose parent has no sessions/ folder is not a Claude folder
+    # a root whose parent has no sessions/ folder is not a Claude folder
+    no_registry = tmp_path / "plain"
     transcript = old_transcript(holding / "projects" / "p")
     assert claude_dirs_for(
         transcript, configured, (beside_root / "projects", no_registry / "projects")

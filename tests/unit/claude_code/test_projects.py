@@ -16,7 +16,7 @@ from riffd.claude_code.projects import (
     project_folder_name,
 )
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.transcript.targets import agent_files_of, resolve_target
 
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"

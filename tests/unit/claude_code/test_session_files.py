@@ -45,16 +45,18 @@ def test_config_folders_are_the_folders_above_projects_roots_and_claude_dir(tmp_
         ),
         (f"projects/p/{SESSION}/tool-results/pdf-1/page-1.jpg", (SESSION, TOOL_RESULT, None)),
         (f"projects/p/{SESSION}/subagents/agent-a1.meta.json", (SESSION, SUBAGENT_META, None)),
+        # not a transcript
         (
             f"projects/p/{SESSION}/workflows/w1/journal.jsonl",
             (SESSION, SESSION_OTHER, None),
-        ),  # not a transcript
+        ),
         (f"file-history/{SESSION}/388d6e47436fd4a5@v2", (SESSION, FILE_HISTORY, None)),
         (f"tasks/{SESSION}/1.json", (SESSION, TASKS, None)),
+        # the highest task id given: carried with them
         (
             f"tasks/{SESSION}/.highwatermark",
             (SESSION, TASKS, None),
-        ),  # the highest task id given: carried with them
+        ),
         ("plans/vast-sparking-goblet.md", (None, PLAN, None)),
         (f"todos/{SESSION}-agent-{SESSION}.json", (SESSION, TODOS, None)),
     ],

@@ -54,9 +54,8 @@ def test_the_hook_refuses_a_window_that_is_not_finite(capsys: pytest.CaptureFixt
     for value in ("nan", "inf", "-5", "0"):
         with pytest.raises(UsageError, match="--window must be"):
             parse_args(["pre-tool-use", "--window", value])  # as Claude Code runs it
-        assert (
-            main(["hook", "pre-tool-use", "--window", value]) == 2
-        )  # through the full command line
+        # through the full command line
+        assert main(["hook", "pre-tool-use", "--window", value]) == 2
         assert f"argument --window: '{value}' is not" in capsys.readouterr().err
     assert parse_args(["pre-tool-use", "--window", "0.5"]) == ("warn", 0.5)
 

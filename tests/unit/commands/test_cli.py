@@ -22,7 +22,7 @@ from conftest import CORPUS_DIR, REPO_DIR, requires_corpus
 from helpers import damage
 from helpers.run import riffd_env, run_riffd
 from riffd.commands.cli import build_parser, main
-from riffd.commands.common import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 
 COMMANDS_PAGE = REPO_DIR / "docs" / "usage.md"
 SESSION = "5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
@@ -113,9 +113,8 @@ def test_scan_shows_a_running_tool_of_a_live_session_as_pending(
     path = session_file(claude_home)
     lines = path.read_bytes().splitlines(keepends=True)
     cut = max(number for number, line in enumerate(lines) if b'"type":"tool_use"' in line)
-    path.write_bytes(
-        b"".join(lines[: cut + 1])
-    )  # the tool is still running: its result is not written yet
+    # the tool is still running: its result is not written yet
+    path.write_bytes(b"".join(lines[: cut + 1]))
     registry = claude_home / "sessions" / f"{os.getpid()}.json"
     registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
     assert main(["scan", str(path)]) == EXIT_OK
@@ -171,9 +170,8 @@ def test_fix_repairs_idle_session_after_verified_backup(
     assert f"repaired {path}" in out
     assert path.read_bytes() != damaged
     source = CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl"
-    assert (
-        path.read_bytes() == source.read_bytes()
-    )  # the injected line removed, nothing else touched
+    # the injected line removed, nothing else touched
+    assert path.read_bytes() == source.read_bytes()
     backups = list((claude_home.parent / "state" / "backups").glob("*.gz"))
     assert len(backups) == 1 and not backups[0].name.endswith(".jsonl")
     assert gzip.decompress(backups[0].read_bytes()) == damaged
@@ -225,9 +223,8 @@ def test_backups_list_and_restore_round_trip(
     restored = tmp_path / "restored.jsonl"
     assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_OK
     assert restored.read_bytes() == damaged
-    assert (
-        main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_ERROR
-    )  # no overwrite
+    # no overwrite
+    assert main(["backups", "restore", record["id"], "--to", str(restored)]) == EXIT_ERROR
     assert main(["backups", "restore", "20990101T000000.000000Z-nope-abcdef"]) == EXIT_ERROR
 
 
@@ -335,9 +332,8 @@ def test_the_command_table_is_true_to_the_commands_and_a_command_loads_only_its_
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=riffd_env()
     ).stdout
     assert "riffd.commands.daemon" in loaded and "riffd.commands.archive" not in loaded
-    assert (
-        "riffd.commands.config'" not in loaded
-    )  # tomlkit and the config editor stay out of status
+    # tomlkit and the config editor stay out of status
+    assert "riffd.commands.config'" not in loaded
 
 
 def test_fix_json_keeps_schema_1s_keys_in_order(tmp_path: Path) -> None:

@@ -78,9 +78,8 @@ def test_a_rerun_resumes_and_skips_what_is_done(tmp_path: Path) -> None:
     (out / MANIFEST).write_text(json.dumps(manifest))
     again = [Exporter(out).export(path) for path in sorted(sources.iterdir())]
     assert [result.status for result in again] == ["skipped", "skipped", "exported"]
-    with open(
-        sorted(sources.iterdir())[0], "ab"
-    ) as handle:  # a session that grew is exported again
+    # a session that grew is exported again
+    with open(sorted(sources.iterdir())[0], "ab") as handle:
         handle.write(DAG.read_bytes().splitlines(keepends=True)[-1])
     assert Exporter(out).export(sorted(sources.iterdir())[0]).status == "exported"
 
@@ -150,9 +149,8 @@ def test_a_manifest_entry_that_leads_out_of_the_folder_is_ignored(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert victim.read_text() == "the user's own file\n"
     assert "not a file of this folder; ignored" in done.stderr
-    assert any(
-        "line 6" in path.read_text() for path in out.glob("*.md")
-    )  # exported, into the folder
+    # exported, into the folder
+    assert any("line 6" in path.read_text() for path in out.glob("*.md"))
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out", "projects", "victim.txt"]
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from helpers import damage
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_FINDINGS, EXIT_OK
 from riffd.transcript.scan import scan_file
 
 

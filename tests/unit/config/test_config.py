@@ -15,7 +15,7 @@ from conftest import REPO_DIR
 from riffd import paths
 from riffd.claude_code import folders
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.config import (
     Config,
     ConfigError,
@@ -450,9 +450,8 @@ def test_config_show_prints_the_effective_config_as_toml(
 def test_config_validate_prints_every_error_or_ok(
     isolated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
-    )  # named, but missing
+    # named, but missing
+    assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
     assert "no such file" in capsys.readouterr().err
     write(isolated, USER_FILE)
     assert main(["--config", str(isolated), "config", "validate"]) == EXIT_OK
@@ -518,10 +517,11 @@ def test_config_set_adds_missing_keys_and_tables_without_moving_the_rest(
     assert text.endswith("[retry]\nattempts = 5\n")
     assert tomllib.loads(text)["state_dir"] == str(tmp_path / "s")
     config = load_config(isolated)
+    # RIFFD_STATE_DIR still wins
     assert (config.state_dir, config.retry.attempts) == (
         tmp_path / "state",
         5,
-    )  # RIFFD_STATE_DIR still wins
+    )
 
 
 def test_config_set_rejects_invalid_values_and_leaves_the_file_untouched(

@@ -24,7 +24,7 @@ from conftest import REPO_DIR
 from riffd import paths
 from riffd.commands import service
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.daemon import service_files as units
 from riffd.daemon.notify import Notifier
 
@@ -97,9 +97,8 @@ def verify_problems(unit_text: str, folder: Path, home_folder: Path) -> list[str
     folder.mkdir(parents=True, exist_ok=True)
     unit = folder / units.UNIT_NAME
     unit.write_text(unit_text)
-    runtime = (
-        folder / "runtime"
-    )  # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
+    # --user needs $XDG_RUNTIME_DIR, which a CI job or container may lack
+    runtime = folder / "runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
     environment = dict(os.environ, HOME=str(home_folder), XDG_RUNTIME_DIR=str(runtime))
     result = subprocess.run(
@@ -227,6 +226,7 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     document = plistlib.loads(plan.content.encode())
     assert document["Label"] == "io.github.riffd.riffd"
     assert plan.log_dir is not None
+    # riffd rotates it
     assert document["ProgramArguments"] == [
         python,
         "-m",
@@ -236,11 +236,10 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
         "run",
         "--log-file",
         str(plan.log_dir / "riffd.log"),
-    ]  # riffd rotates it
+    ]
     assert document["RunAtLoad"] is True
-    assert document["KeepAlive"] == {
-        "Crashed": True
-    }  # not after exit 2 (bad config, lock held): no spinning
+    # not after exit 2 (bad config, lock held): no spinning
+    assert document["KeepAlive"] == {"Crashed": True}
     assert document["Nice"] == 10
     assert document["ThrottleInterval"] == 10
     assert document["ProcessType"] == "Background"

@@ -36,9 +36,8 @@ def test_debounce_waits_for_quiet_but_not_forever() -> None:
         queue.put("/a.jsonl")
         assert queue.get(0.01) is None
     item = queue.get(1.0)
-    assert (
-        item is not None and time.monotonic() - started < 0.6
-    )  # capped at 3 x debounce after the first event
+    # capped at 3 x debounce after the first event
+    assert item is not None and time.monotonic() - started < 0.6
 
 
 def test_a_scheduled_retry_waits_its_delay_and_an_event_brings_it_forward() -> None:
@@ -113,9 +112,8 @@ def test_watcher_reports_appends_new_files_and_new_folders(
         assert wait_for(new_project)
         ignored = root / "-p" / "journal.jsonl"
         ignored.write_bytes(LINE)
-        sentinel = (
-            root / "-p" / "sentinel.jsonl"
-        )  # events come in order: once this is seen, so was the other
+        # events come in order: once this is seen, so was the other
+        sentinel = root / "-p" / "sentinel.jsonl"
         sentinel.write_bytes(LINE)
         assert wait_for(sentinel)
         assert str(ignored) not in seen

@@ -356,25 +356,21 @@ def test_the_worker_archives_every_line_once_across_restarts_and_repairs(
     damaged = damage.inject_resumed_duplicate(corpus_lines(BASE))
     path = project / "s.jsonl"
     half = len(damaged.lines) // 2
-    quiet = WorkerSettings(
-        **{**settings.__dict__, "quiet_period": 3600}
-    )  # no repair while it is written
+    # no repair while it is written
+    quiet = WorkerSettings(**{**settings.__dict__, "quiet_period": 3600})
     append(path, damaged.lines[:half])
     Worker(store, quiet, archive=archive).process(path)
     append(path, damaged.lines[half:])
-    Worker(store, quiet, archive=archive).process(
-        path
-    )  # a new worker: rebuilds from the start, archives the rest
+    # a new worker: rebuilds from the start, archives the rest
+    Worker(store, quiet, archive=archive).process(path)
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == damaged.data  # every line, once, in order
     Worker(store, settings, archive=archive).process(path)  # now idle: repaired
     assert scan_file(path).findings == []
-    assert (
-        b"".join(archive.iter_file(file_id)) == path.read_bytes()
-    )  # the repaired file, a new generation
-    assert (
-        b"".join(archive.iter_file(file_id, generation=0)) == damaged.data
-    )  # the original is still there
+    # the repaired file, a new generation
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    # the original is still there
+    assert b"".join(archive.iter_file(file_id, generation=0)) == damaged.data
 
 
 @requires_corpus
@@ -439,9 +435,8 @@ def test_a_running_tool_in_a_live_session_is_pending_not_damage(
         }
     ]
     assert "pending tool calls" in render_markdown(model)
-    assert (
-        worker.process(path).retry_after is not None
-    )  # still live: still pending, nothing written
+    # still live: still pending, nothing written
+    assert worker.process(path).retry_after is not None
     assert path.read_bytes() == before
 
     registry.unlink()  # the client went away with the tool unanswered: now it is damage
@@ -503,9 +498,8 @@ def test_appends_to_a_damaged_file_keep_its_findings_true_and_rewrite_them_only_
         assert outcome.kind == "appended" and outcome.findings == 30
         assert store.file(str(path)).watermark.lines == len(lines) + number - 400  # type: ignore[union-attr]
     assert stored() == scanned()
-    assert (
-        writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1
-    )  # the watermark alone
+    # the watermark alone
+    assert writes.execute("SELECT COUNT(*) FROM findings_writes").fetchone()[0] == 1
     append(path, [b"{more garbage\n"])
     assert worker.process(path).findings == 31
     assert (
@@ -556,9 +550,8 @@ def test_a_call_judged_missing_is_pending_again_when_its_client_comes_back(
         "content": "note",
     }
     append(path, [json.dumps(note).encode() + b"\n"])
-    outcome = worker.process(
-        path
-    )  # live again, the same call unanswered: pending, as a full scan says
+    # live again, the same call unanswered: pending, as a full scan says
+    outcome = worker.process(path)
     assert outcome.kind == "appended"
     assert [item["class"] for item in store.file(str(path)).findings] == ["pending_tool_call"]  # type: ignore[union-attr]
 

@@ -215,9 +215,8 @@ def test_cache_needs_an_unchanged_size_and_a_cacheable_tool(
             json.dumps(event(transcript, "Grep", {"pattern": "os"})).encode(), "--mode", "cache"
         )
     )
-    assert (
-        "permissionDecision" not in grep["hookSpecificOutput"]
-    )  # a search may see changed files: warn only
+    # a search may see changed files: warn only
+    assert "permissionDecision" not in grep["hookSpecificOutput"]
 
 
 def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
@@ -316,9 +315,8 @@ def test_arguments() -> None:
         with pytest.raises(UsageError):
             parse_args(bad)
     result = run_hook(b"{}", "--mode", "block")
-    assert (
-        result.returncode == 1 and result.stdout == b""
-    )  # a non-blocking error: Claude Code runs the call
+    # a non-blocking error: Claude Code runs the call
+    assert result.returncode == 1 and result.stdout == b""
 
 
 def test_the_console_entry_skips_the_full_command_line(session: tuple[Path, Path, float]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from conftest import dead_pid, transcript_bytes
 from riffd import __version__
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_OK
+from riffd.commands.output import EXIT_OK
 from riffd.fsio import FileSystem
 from riffd.repair.backup import (
     BackupCorrupt,
@@ -379,13 +379,11 @@ def test_leftovers_of_a_killed_run_are_removed_only_when_old(tmp_path: Path) -> 
 def test_temps_of_a_dead_process_go_at_once_and_a_running_ones_never(tmp_path: Path) -> None:
     store = BackupStore(tmp_path / "backups")
     kept_id = backup_of(store, make_source(tmp_path, transcript_bytes(3)))
-    of_dead = (
-        store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"
-    )  # fresh: a kill -9 just now
+    # fresh: a kill -9 just now
+    of_dead = store.root / f".20200101T000000.000000Z-abc-000001.gz.{dead_pid()}.tmp"
     of_dead_manifest = store.root / f".20200101T000000.000000Z-abc-000001.json.{dead_pid()}.tmp"
-    of_running = (
-        store.root / f".20200101T000000.000000Z-abc-000002.gz.{os.getpid()}.tmp"
-    )  # old: still being written
+    # old: still being written
+    of_running = store.root / f".20200101T000000.000000Z-abc-000002.gz.{os.getpid()}.tmp"
     for leftover in (of_dead, of_dead_manifest, of_running):
         leftover.write_bytes(b"partial")
     long_ago = time.time() - 7200

@@ -24,7 +24,7 @@ from conftest import (
 )
 from helpers import field_damage
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_OK
+from riffd.commands.output import EXIT_OK
 from riffd.repair.backup import BackupStore
 from riffd.repair.plan import RepairOptions
 from riffd.repair.planner import plan_repair

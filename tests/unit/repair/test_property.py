@@ -89,9 +89,8 @@ def test_mixed_damage_is_repaired_soundly(base: str, names: list[str], data: st.
     removed = [edit for edit in plan.edits if isinstance(edit, RemoveLine)]
     for edit in removed:
         raw = original[edit.span.offset : edit.span.end]
-        if edit.span.end == len(original) and not raw.endswith(
-            b"\n"
-        ):  # the torn tail: a fragment, cut off
+        # the torn tail: a fragment, cut off
+        if edit.span.end == len(original) and not raw.endswith(b"\n"):
             assert FindingClass.TORN_TAIL in {finding.cls for finding in plan.fixes}
             with pytest.raises(ValueError):
                 json.loads(raw)

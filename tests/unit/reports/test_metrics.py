@@ -63,9 +63,8 @@ def test_metrics_parse_as_prometheus_text_and_carry_the_reports_figures(tmp_path
         value[("riffd_findings", (("class", "redundant_tool_call"), ("state", "informational")))]
         == 1
     )
-    assert (
-        families["riffd_repairs"].type == "counter"
-    )  # the parser names a counter family without _total
+    # the parser names a counter family without _total
+    assert families["riffd_repairs"].type == "counter"
     assert value[("riffd_repairs_total", (("outcome", "repaired"), ("reason", "")))] == 1
     assert value[("riffd_repairs_total", (("outcome", "skipped"), ("reason", "live")))] == 1
     assert value[("riffd_findings_repaired_total", (("class", "missing_tool_result"),))] == 2

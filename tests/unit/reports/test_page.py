@@ -108,17 +108,15 @@ def page_with_history(tmp_path: Path) -> Path:
 def test_the_page_says_what_needs_attention_and_holds_nothing_from_outside(tmp_path: Path) -> None:
     html = page_with_history(tmp_path).read_text()
     assert "<strong>needs attention</strong>" in html
-    assert (
-        "riffd fix /home/me/.claude/projects/-app/s1.jsonl" in html
-    )  # the command for the open finding
+    # the command for the open finding
+    assert "riffd fix /home/me/.claude/projects/-app/s1.jsonl" in html
     assert 'class="acknowledged"' in html and "riffd ack --undo" in html
     assert "riffd backups restore 20261124T010000-abc123" in html  # each repair with its backup
     assert html.count("<figure>") == 4 and html.count("<polyline") >= 6
     assert "<script" not in html and "<link" not in html and "url(" not in html
     assert re.findall(r"(?:src|href)=", html) == []
-    assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {
-        "http://www.w3.org/2000/svg"
-    }  # a namespace name
+    # a namespace name
+    assert set(re.findall(r"https?://[^\s\"'<>]+", html)) == {"http://www.w3.org/2000/svg"}
     assert "default-src 'none'" in html
 
 
@@ -198,9 +196,8 @@ def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path
         timeout=120,
         check=False,
     ).stdout
-    assert (
-        dom.count("<svg") == 4 and dom.count("<polyline") >= 6
-    )  # rendered: the four charts and their lines
+    # rendered: the four charts and their lines
+    assert dom.count("<svg") == 4 and dom.count("<polyline") >= 6
     assert "Open findings by class" in dom and "needs attention" in dom
     assert [request for request in proxy.requests if not _browser_own(request)] == []
     # The proxy does see what a page asks for: a page with one outside image, loaded the same way.

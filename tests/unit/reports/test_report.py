@@ -153,9 +153,8 @@ def test_riffd_report_and_status_without_a_daemon(
     config = write_config(tmp_path)
     assert main(["--config", str(config), "status"]) == EXIT_NOT_RUNNING
     assert f"not running; no riffd state in {tmp_path / 'state'} yet" in capsys.readouterr().out
-    assert (
-        main(["--config", str(config), "report"]) == 2
-    )  # nothing to report on: said, nothing written
+    # nothing to report on: said, nothing written
+    assert main(["--config", str(config), "report"]) == 2
     assert "nothing to report yet" in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # neither command made riffd state
     # A daemon ran here once and stopped: what it saw is shown as that, never as running.
@@ -195,14 +194,12 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
     config.write_text(
         f"state_dir = '{tmp_path / 'state'}'\n[watcher]\ndebounse = 1\n[log]\nlevel = 'loud'\n"
     )
-    assert (
-        main(["--config", str(config), "status"]) == 3
-    )  # it answers: no daemon runs on that state folder
+    # it answers: no daemon runs on that state folder
+    assert main(["--config", str(config), "status"]) == 3
     captured = capsys.readouterr()
     assert "watcher.debounse" in captured.err and "log.level" in captured.err
-    assert (
-        f"no riffd state in {tmp_path / 'state'} yet" in captured.out
-    )  # the folder the file names
+    # the folder the file names
+    assert f"no riffd state in {tmp_path / 'state'} yet" in captured.out
 
 
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(
@@ -243,10 +240,11 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     model = build_report(store, tmp_path, {"running": True})
     report = report_document(model)
     by_path = {item["path"]: item for item in report["attention"]}
+    # informational findings need nothing
     assert set(by_path) == {
         "/p/waiting.jsonl",
         "/p/bad.jsonl",
-    }  # informational findings need nothing
+    }
     assert (
         by_path["/p/waiting.jsonl"]["repairable"]
         and "`riffd fix /p/waiting.jsonl`" in by_path["/p/waiting.jsonl"]["action"]
@@ -270,9 +268,8 @@ def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are
 
     claude = tmp_path / "claude"
     claude.mkdir()
-    (claude / "settings.json").write_text(
-        '{"cleanupPeriodDays": 20}'
-    )  # deleted after 20 days: warned from 13
+    # deleted after 20 days: warned from 13
+    (claude / "settings.json").write_text('{"cleanupPeriodDays": 20}')
     store = StateStore(tmp_path / "state" / "state.db")
     archive = Archive(tmp_path / "state" / "archive.db")
     files = {}
@@ -312,22 +309,22 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     theirs."""
     import threading
 
-    from riffd.daemon.counters import ERRORS_KEPT, Stats
+    from riffd.daemon.counters import ERRORS_KEPT, Counters
 
-    stats, failures, stop = Stats(), [], threading.Event()
+    counters, failures, stop = Counters(), [], threading.Event()
 
     def keep(about: str) -> None:
         try:
             while not stop.is_set():
-                stats.error("boom", "look", about=about)
-                stats.resolved(about)
+                counters.error("boom", "look", about=about)
+                counters.resolved(about)
         except Exception as exc:
             failures.append(exc)
 
     def read() -> None:
         try:
             while not stop.is_set():
-                assert all(isinstance(error, dict) for error in stats.recent_errors())
+                assert all(isinstance(error, dict) for error in counters.recent_errors())
         except Exception as exc:
             failures.append(exc)
 
@@ -340,12 +337,11 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     for thread in threads:
         thread.join()
     assert failures == []
-    assert (
-        stats.recent_errors() == [] and stats.errors_met > 0
-    )  # each error taken back by its own thread
-    stats.error("kept", about="/p/other.jsonl")
-    stats.resolved("/p/unrelated.jsonl")
-    assert [error["message"] for error in stats.recent_errors()] == ["kept"]
+    # each error taken back by its own thread
+    assert counters.recent_errors() == [] and counters.errors_met > 0
+    counters.error("kept", about="/p/other.jsonl")
+    counters.resolved("/p/unrelated.jsonl")
+    assert [error["message"] for error in counters.recent_errors()] == ["kept"]
     for number in range(ERRORS_KEPT + 5):
-        stats.error(f"e{number}")
-    assert len(stats.recent_errors()) == ERRORS_KEPT  # the newest kept
+        counters.error(f"e{number}")
+    assert len(counters.recent_errors()) == ERRORS_KEPT  # the newest kept

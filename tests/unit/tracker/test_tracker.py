@@ -319,9 +319,8 @@ def test_wasted_bytes_are_the_repeated_results_size() -> None:
     tracker.feed(SESSION, use("Read", READ, "t1", 0))
     tracker.feed(SESSION, result("t1", "é" * 50, 1))  # 100 bytes in UTF-8
     [found] = tracker.feed(SESSION, use("Read", READ, "t2", 5))
-    assert (
-        found.wasted_bytes == 100
-    )  # the earlier result's size, until the repeat's own result is seen
+    # the earlier result's size, until the repeat's own result is seen
+    assert found.wasted_bytes == 100
     [updated] = tracker.feed(SESSION, result("t2", "z" * 70, 6))
     assert updated.wasted_bytes == 70 and tracker.stats()["bytes_wasted"] == 70
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
 from riffd.commands.cli import main
-from riffd.commands.common import EXIT_ERROR, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.transcript.conversation import EXTERNAL, ORPHAN, ROOT, SIDECHAIN_ROOT, conversation_of
 from riffd.transcript.scan import index_file
 from riffd.transcript.sidechains import (
@@ -160,14 +160,12 @@ def test_a_session_compacted_nine_times_reads_as_one_conversation(tmp_path: Path
     conversation = conversation_of(index_file(path).index)
     assert conversation.compactions == 9
     assert conversation.segments == 10
-    assert (
-        conversation.chain[0] == 0
-    )  # the walk from the newest message reaches the first segment's root
+    # the walk from the newest message reaches the first segment's root
+    assert conversation.chain[0] == 0
     assert len(conversation.chain) == 2 + 9 * 4  # every line of every segment
     assert conversation.chain_segments[0] == 0 and conversation.chain_segments[-1] == 9
-    assert [root.kind for root in conversation.roots] == [
-        ROOT
-    ]  # boundaries continue, they do not start over
+    # boundaries continue, they do not start over
+    assert [root.kind for root in conversation.roots] == [ROOT]
 
 
 def test_an_orphan_is_a_root_of_its_own_logged_at_debug(
@@ -240,9 +238,8 @@ def test_a_loop_through_logical_parents_also_stops_with_a_warning(
 @requires_corpus
 def test_parallel_tool_results_are_splits_not_forks() -> None:
     conversation = conversation_of(index_file(MAROT_SESSION).index)
-    assert (
-        len(conversation.branches) > 100
-    )  # results and hook progress hang from their tool_use lines
+    # results and hook progress hang from their tool_use lines
+    assert len(conversation.branches) > 100
     assert conversation.forks == []
     assert [root.kind for root in conversation.roots] == [ROOT]
     assert conversation.segments == 2 and conversation.compactions == 1
@@ -276,9 +273,8 @@ def test_every_subagent_file_of_the_real_2_1_session_is_named() -> None:
     compaction = next(sidechain for sidechain in sidechains if sidechain.agent == COMPACTION_AGENT)
     (summarised_up_to,) = index.logical_parent.values()  # the compact boundary's logicalParentUuid
     assert compaction.anchor == index.line_of_uuid[summarised_up_to]
-    assert (
-        compaction.anchor is not None and compaction.anchor < task.anchor
-    )  # ordered by their anchors
+    # ordered by their anchors
+    assert compaction.anchor is not None and compaction.anchor < task.anchor
     assert [sidechain.agent for sidechain in sidechains] == [COMPACTION_AGENT, "claude-code-guide"]
 
 
@@ -396,9 +392,8 @@ def test_meta_json_names_an_agent_nothing_else_links_and_unknown_is_the_last_res
 def test_a_subagent_file_read_on_its_own_hangs_from_its_session(tmp_path: Path) -> None:
     compaction = MAROT_SESSION.with_suffix("") / "subagents" / "agent-acompact-fffbd0.jsonl"
     roots = conversation_of(index_file(compaction).index).roots
-    assert {root.kind for root in roots} == {
-        EXTERNAL
-    }  # parents in the session file are not orphans
+    # parents in the session file are not orphans
+    assert {root.kind for root in roots} == {EXTERNAL}
 
 
 # --- riffd show

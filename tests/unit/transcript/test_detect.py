@@ -427,9 +427,8 @@ def test_a_finding_as_json_is_every_field_in_order_without_nones() -> None:
         detail="in_line",
         api_error="400",
     )
-    assert [*[field.name for field in fields(Finding)][1:], "breaks"] == list(full.to_json())[
-        1:
-    ]  # a new field shows up here; `breaks` (which clients it breaks, by class) comes last
+    # a new field shows up here; `breaks` (which clients it breaks, by class) comes last
+    assert [*[field.name for field in fields(Finding)][1:], "breaks"] == list(full.to_json())[1:]
     expected = {("class" if name == "cls" else name): value for name, value in asdict(full).items()}
     assert full.to_json() == expected | {
         "class": "glued_record",

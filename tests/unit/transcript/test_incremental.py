@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from helpers import damage
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.incremental import GrowingIndex, IncrementalDetection
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.scan import analyse
 
 PATH = "/p/-home-u-proj/0b1f5e2e-4a4c-4c2b-9b1e-1f2d3c4b5a69.jsonl"
@@ -312,9 +312,8 @@ def test_incremental_equals_full_on_damaged_sessions(names: list[str], data: st.
     lines = damage.injected(
         lines, names, lambda name, points: data.draw(st.sampled_from(points), label=name)
     )
-    whole = [
-        raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")
-    ]  # the daemon indexes whole lines only
+    # the daemon indexes whole lines only
+    whole = [raw.rstrip(b"\n") for raw in lines if raw.endswith(b"\n")]
     check_line_by_line(whole, [1])
 
 
@@ -384,9 +383,8 @@ def test_a_compact_boundary_without_a_logical_parent_continues_nowhere():
         builder = IndexBuilder(PATH)
         builder.add_lines(0, lines, True)
         index = analyse(builder)[0]
-        assert (
-            index.metrics.loaded_lines == 2
-        )  # c and the boundary: nothing before a boundary that names none
+        # c and the boundary: nothing before a boundary that names none
+        assert index.metrics.loaded_lines == 2
 
 
 def subagent_files(tmp_path: Path) -> tuple[Path, Path, str]:
@@ -456,9 +454,8 @@ def test_a_session_file_rewritten_then_grown_is_searched_again_from_its_start(tm
     assert [finding.cls for finding in growing.findings()] == ["dangling_parent"]
     with open(session_file, "ab") as handle:
         handle.write(record(session, "X", None, "p" * 10) + b"\n")
-    session_file.write_bytes(
-        b"\n".join(session_file.read_bytes().split(b"\n")[1:])
-    )  # rewritten without q1
+    # rewritten without q1
+    session_file.write_bytes(b"\n".join(session_file.read_bytes().split(b"\n")[1:]))
     with open(session_file, "ab") as handle:
         handle.write(record(session, "q3", None, "p" * 400) + b"\n")
     more = [record(session, "c2", "c1", isSidechain=True)]

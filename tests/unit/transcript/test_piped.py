@@ -22,7 +22,7 @@ from conftest import (
 from helpers import damage
 from helpers.run import riffd_env
 from riffd.forking import can_fork
-from riffd.fsio import FileSystem, RetryPolicy
+from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
 from riffd.transcript.parallel_read import PIPED_MIN_BYTES, index_piped
 from riffd.transcript.scan import analyse, index_file, scan_file
 from test_records import index_state
@@ -39,7 +39,9 @@ def alone(path: Path) -> dict[str, object]:
 
 
 def piped(path: Path, chunk_size: int, fs: FileSystem | None = None) -> dict[str, object] | None:
-    builder = index_piped(str(path), fs=fs or FileSystem(), retry=NO_WAIT, chunk_size=chunk_size)
+    builder = index_piped(
+        str(path), fs=RetryingFS(fs or FileSystem(), NO_WAIT), chunk_size=chunk_size
+    )
     if builder is None:
         return None
     index = analyse(builder)[0]  # what index_file does after reading: finish, then judge
@@ -62,9 +64,8 @@ def damaged_session(tmp_path: Path) -> Path:
     ]
     lines = damage.injected(lines, names, lambda name, points: points[len(points) // 2])
     path = tmp_path / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
-    path.write_bytes(
-        "\ufeff".encode() + b"".join(lines)
-    )  # a BOM: the first batch goes to the reference parse
+    # a BOM: the first batch goes to the reference parse
+    path.write_bytes("\ufeff".encode() + b"".join(lines))
     return path
 
 
@@ -106,12 +107,14 @@ def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(
     tmp_path: Path, how: str
 ) -> None:
     path = damaged_session(tmp_path)
-    assert index_piped(str(path), fs=FailsInTheChild(how), retry=NO_WAIT, chunk_size=300) is None
+    assert (
+        index_piped(str(path), fs=RetryingFS(FailsInTheChild(how), NO_WAIT), chunk_size=300) is None
+    )
     big = tmp_path / "big.jsonl"
     big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
     assert big.stat().st_size >= PIPED_MIN_BYTES
     fs = FailsInTheChild(how)
-    together = index_file(big, fs=fs, retry=NO_WAIT, decoder_process=True)
+    together = index_file(big, fs=RetryingFS(fs, NO_WAIT), decoder_process=True)
     assert (
         index_state(together.index) == alone(big) and together.findings == index_file(big).findings
     )
@@ -124,8 +127,8 @@ def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_pat
 
     big = tmp_path / "big.jsonl"
     big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
-    with_decoder = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT, decoder_process=True)
-    without = scan_file(big, fs=AlwaysEIO(), retry=NO_WAIT)
+    with_decoder = scan_file(big, fs=RetryingFS(AlwaysEIO(), NO_WAIT), decoder_process=True)
+    without = scan_file(big, fs=RetryingFS(AlwaysEIO(), NO_WAIT))
     assert with_decoder.error is not None and with_decoder.error == without.error
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
-from riffd.fsio import FileSystem, ReadFailed, RetryPolicy
+from riffd.fsio import FileSystem, ReadFailed, RetryingFS, RetryPolicy
 from riffd.transcript.reader import Unparsed, iter_lines, parse_line, read_span
 from riffd.transcript.scan import index_file, scan_file
 
@@ -114,7 +114,9 @@ def test_eio_on_30_percent_of_reads_gives_the_clean_result(seed: int) -> None:
     for path in sorted(CORPUS_DIR.rglob("*.jsonl")):
         clean = list(iter_lines(path, chunk_size=16384))
         digest = hashlib.sha256()
-        noisy = list(iter_lines(path, chunk_size=16384, fs=flaky, retry=FAST_RETRY, hasher=digest))
+        noisy = list(
+            iter_lines(path, chunk_size=16384, fs=RetryingFS(flaky, FAST_RETRY), hasher=digest)
+        )
         assert noisy == clean
         assert digest.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
     assert flaky.failures > 30  # the fault really was injected, many times
@@ -129,7 +131,7 @@ def test_eio_on_30_percent_of_reads_gives_the_same_findings(tmp_path: Path) -> N
     lines = path.read_bytes().splitlines(keepends=True)
     damaged.write_bytes(b"".join([*lines[:40], b"not json at all\n", *lines[40:]]))
     clean = index_file(damaged)
-    noisy = index_file(damaged, fs=FlakyFS(0.3, seed=3), retry=FAST_RETRY)
+    noisy = index_file(damaged, fs=RetryingFS(FlakyFS(0.3, seed=3), FAST_RETRY))
     assert [f.to_json() for f in noisy.findings] == [f.to_json() for f in clean.findings]
     assert [f.cls for f in clean.findings] == ["malformed_line"]
 
@@ -141,7 +143,7 @@ def test_persistent_eio_fails_after_three_tries_with_advice(
     path.write_bytes(b'{"a":1}\n')
     broken = BrokenFS(errno.EIO)
     with caplog.at_level(logging.WARNING, logger="riffd.fsio"), pytest.raises(ReadFailed) as raised:
-        list(iter_lines(path, fs=broken, retry=FAST_RETRY))
+        list(iter_lines(path, fs=RetryingFS(broken, FAST_RETRY)))
     assert broken.calls == 3
     message = str(raised.value)
     assert (
@@ -154,7 +156,7 @@ def test_persistent_eio_fails_after_three_tries_with_advice(
 def test_scan_turns_persistent_eio_into_a_file_error(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(b'{"a":1}\n')
-    report = scan_file(path, fs=BrokenFS(errno.EIO), retry=FAST_RETRY)
+    report = scan_file(path, fs=RetryingFS(BrokenFS(errno.EIO), FAST_RETRY))
     assert report.error is not None and str(path) in report.error and "errno 5" in report.error
 
 
@@ -164,7 +166,7 @@ def test_other_errors_are_not_retried(tmp_path: Path, code: int) -> None:
     path.write_bytes(b'{"a":1}\n')
     broken = BrokenFS(code)
     with pytest.raises(OSError) as raised:
-        list(iter_lines(path, fs=broken, retry=FAST_RETRY))
+        list(iter_lines(path, fs=RetryingFS(broken, FAST_RETRY)))
     assert broken.calls == 1
     assert raised.value.errno == code and not isinstance(raised.value, ReadFailed)
 
@@ -173,7 +175,10 @@ def test_read_span_returns_exact_bytes_and_retries(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     path.write_bytes(b"0123456789" * 100)
     assert read_span(
-        path, 95, 10, fs=FlakyFS(0.5, seed=1), retry=RetryPolicy(attempts=10, first_wait=0.001)
+        path,
+        95,
+        10,
+        fs=RetryingFS(FlakyFS(0.5, seed=1), RetryPolicy(attempts=10, first_wait=0.001)),
     ) == (b"5678901234")
     with pytest.raises(OSError, match="file ended"):
         read_span(path, 995, 10)

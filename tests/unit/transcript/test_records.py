@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from conftest import corpus_transcript_params, corpus_transcripts, examples, requires_corpus
 from helpers import damage
 from helpers.run import run_riffd
-from riffd.transcript.building import IndexBuilder
 from riffd.transcript.index import MESSAGE, TranscriptIndex
+from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.parallel_read import BatchEncoder, add_batch
 from riffd.transcript.reader import parse_line
 from riffd.transcript.records import UNSET, Block, Message, Record, fast_record, record_of
@@ -448,9 +448,8 @@ def test_a_batch_added_again_line_by_line_keeps_a_session_id_first_named_by_a_pr
         "parentUuid": "u-1",
         "message": {"role": "user", "content": "hi"},
     }
-    again = dict(
-        prompt, message={"role": "user", "content": "hi again"}
-    )  # the same uuid: line by line, not columns
+    # the same uuid: line by line, not columns
+    again = dict(prompt, message={"role": "user", "content": "hi again"})
     lines = [orjson.dumps(record) for record in (first, prompt, again)]
     assert_built_alike(lines, [3])
     assert built(lines, [3], "columns").index.session_id == session

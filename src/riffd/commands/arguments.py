@@ -1,5 +1,4 @@
-"""What every command shares: the exit codes, the parser class whose mistakes exit 2, the transcript
-files a command's PATH and --project arguments name, a progress line, and JSON output."""
+"""What commands take: the parser class whose mistakes exit 2, the argument types (numbers, dates), and the transcript files a command's PATH and --project arguments name."""
 
 from __future__ import annotations
 
@@ -7,18 +6,8 @@ import argparse
 import math
 import os
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
-
-EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
-EXIT_FINDINGS = 1  # findings remain
-EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
-
-REPORT_SCHEMA = 1
-PROGRESS_MIN_FILES = 20
 
 
 class UsageError(Exception):
@@ -67,11 +56,12 @@ def date_seconds(text: str) -> int:
         ) from None
     try:
         return int(moment.timestamp())
+    # e.g. 0001-01-01 east of UTC: the local day starts in year 0
     except (
         OverflowError,
         ValueError,
         OSError,
-    ):  # e.g. 0001-01-01 east of UTC: the local day starts in year 0
+    ):
         return int(
             (
                 moment.replace(tzinfo=moment.tzinfo or UTC) - datetime(1970, 1, 1, tzinfo=UTC)
@@ -112,9 +102,8 @@ def transcript_targets(
 
     walked: list[Path] = []
     for path in paths:
-        if not path.exists() and os.sep not in str(
-            path
-        ):  # a session id, a unique prefix of one, or `latest`
+        # a session id, a unique prefix of one, or `latest`
+        if not path.exists() and os.sep not in str(path):
             try:
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:
@@ -130,43 +119,3 @@ def transcript_targets(
     except FileNotFoundError as exc:
         errors.append(f"{exc}: check the path")
     return files, errors
-
-
-@dataclass
-class Progress:
-    """A one-line progress counter on stderr, shown only on a terminal and for long runs."""
-
-    total: int
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
-    done: int = 0
-    bytes_done: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def enabled(self) -> bool:
-        return self.total >= PROGRESS_MIN_FILES and self.stream.isatty()
-
-    def step(self, size: int) -> None:
-        self.done += 1
-        self.bytes_done += size
-        if self.enabled:
-            rate = self.bytes_done / 1e6 / max(time.monotonic() - self.started, 1e-6)
-            self.stream.write(
-                f"\rriffd: {self.done}/{self.total} files, {self.bytes_done / 1e6:.0f} MB, "
-                f"{rate:.0f} MB/s "
-            )
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-
-
-def print_json(document: object) -> None:
-    """Print `document` on stdout as indented JSON."""
-    import orjson
-
-    from riffd.display import display_json
-
-    sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")

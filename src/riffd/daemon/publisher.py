@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
-from riffd.daemon.counters import DaemonNow, Stats
-from riffd.daemon.disk_full import Room
+from riffd.daemon.counters import Counters, DaemonNow
+from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import archive_summary, store_snapshot
 from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import IO_STATS
@@ -40,7 +40,7 @@ SNAPSHOT_SECONDS = 5.0
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
 
 
-class Figures:
+class Publisher:
     """Publishes a running daemon's live figures to its state store, and writes its reports, from
     the parts it is given: those that last as long as the daemon here, the others (`DaemonNow`) at
     each call."""
@@ -48,16 +48,16 @@ class Figures:
     def __init__(
         self,
         store: StateStore,
-        stats: Stats,
+        counters: Counters,
         queue: WorkQueue,
         tracker: ToolCallTracker,
-        room: Room,
+        disk: DiskWatch,
     ) -> None:
         self.store = store
-        self.stats = stats
+        self.counters = counters
         self.queue = queue
         self.tracker = tracker
-        self.room = room
+        self.disk = disk
         self._report_lock = threading.Lock()  # one report at a time: latest.json is the newest
         # computed with each report (costly): the snapshot reuses them
         self._archive_figures: dict[str, Any] = {}
@@ -69,7 +69,7 @@ class Figures:
         observer."""
         return (
             f"{self.store.count_files()} files watched, {len(self.queue)} queued, "
-            f"{self.stats.processed} processed, "
+            f"{self.counters.processed} processed, "
             f"observer {watcher.observer_kind if watcher else '-'}"
         )
 
@@ -78,15 +78,15 @@ class Figures:
         most every SNAPSHOT_SECONDS), and every HEARTBEAT_SECONDS anyway, so their age tells a stuck
         daemon from a quiet one."""
         moment = time.monotonic()
-        watcher, stats = now.watcher, self.stats
+        watcher, counters = now.watcher, self.counters
         state = (
-            stats.processed,
+            counters.processed,
             len(self.queue),
             watcher.events if watcher else 0,
-            stats.errors_met,
-            len(stats.errors),
-            str(stats.last_reload),
-            stats.rescans,
+            counters.errors_met,
+            len(counters.errors),
+            str(counters.last_reload),
+            counters.rescans,
             not now.starting,
             now.stopping,
         )
@@ -100,40 +100,40 @@ class Figures:
         except sqlite3.Error as exc:
             self._unstored(now.config, exc)
             return
-        if self.room.stored():
-            stats.resolved("live figures")
+        if self.disk.stored():
+            counters.resolved("live figures")
         self._published, self._published_at = state, moment
 
     def _unstored(self, config: Config, exc: sqlite3.Error) -> None:
-        if self.room.unstored(exc):
-            self.stats.error(
+        if self.disk.unstored(exc):
+            self.counters.error(
                 f"could not store the live figures in {config.state_dir}: {exc}",
-                self.room.advice(exc, "see the errors before this"),
+                self.disk.advice(exc, "see the errors before this"),
                 about="live figures",
             )
 
     def snapshot(self, now: DaemonNow) -> dict[str, Any]:
         """The daemon's live figures, as the health report and `riffd report` read them."""
-        config, watcher, stats = now.config, now.watcher, self.stats
+        config, watcher, counters = now.config, now.watcher, self.counters
         return {
             "running": not now.stopping,
             "starting": now.starting,
             "seen_at": time.time(),
             "version": __version__,
             "pid": os.getpid(),
-            "started": stats.started,
+            "started": counters.started,
             "config_path": str(config.source) if config.source else None,
             "repair_mode": config.repair.mode,
-            "last_reload": stats.last_reload,
+            "last_reload": counters.last_reload,
             "roots": [str(root) for root in config.roots],
             "observer": watcher.observer_kind if watcher else None,
             "observer_reason": watcher.observer_why if watcher else None,
             "events": watcher.events if watcher else 0,
-            "rescans": stats.rescans,
+            "rescans": counters.rescans,
             "queue_depth": len(self.queue),
-            "processed": stats.processed,
-            "latencies": list(stats.latencies),
-            "errors": stats.recent_errors(),
+            "processed": counters.processed,
+            "latencies": list(counters.latencies),
+            "errors": counters.recent_errors(),
             "io_retries": IO_STATS.retries,
             "io_give_ups": IO_STATS.give_ups,
             "tracker": self.tracker.stats(),
@@ -144,24 +144,26 @@ class Figures:
         """The report job. A report that cannot be written for a full disk is a line in the log and
         an error in the live figures (not a traceback at every interval), which the next report
         written takes back."""
-        stats, room = self.stats, self.room
+        counters, disk = self.counters, self.disk
         reports = now.config.reports.dir
         try:
             self.write_report(now)
         except (OSError, sqlite3.Error) as exc:
-            on_state_disk = room.ran_out(exc, written=reports)
+            on_state_disk = disk.ran_out(exc, written=reports)
             if not (on_state_disk or is_full_error(exc)):
                 raise
             advice = (
-                room.advice(exc, "", written=reports)
+                disk.advice(exc, "", written=reports)
                 if on_state_disk
                 else f"{full_disk_note(reports)}: free some space there"
             )
             log.error("could not write the report: %s; %s", exc, advice)
-            stats.resolved("reports")
-            stats.error(f"could not write the report to {reports}: {exc}", advice, about="reports")
+            counters.resolved("reports")
+            counters.error(
+                f"could not write the report to {reports}: {exc}", advice, about="reports"
+            )
             return
-        stats.resolved("reports")
+        counters.resolved("reports")
 
     def write_report(self, now: DaemonNow) -> Path:
         """Write a health report now (the scheduled job, and at shutdown)."""
