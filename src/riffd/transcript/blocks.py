@@ -61,24 +61,27 @@ class MessageLines:
                     group_lines[group].append(line)
             if type(content) is list:
                 tool_uses, tool_log = index.tool_uses, self.tool_log
-                thinking = bool(content)
-                for position, block in enumerate(content):
+                other = False  # a block that is neither text, thinking nor a tool_use
+                for block in content:
                     if type(block) is not Block:
-                        thinking = False
                         continue
                     kind = block.type
                     if kind == "tool_use":
-                        thinking = False
                         tool_id = block.id
                         if type(tool_id) is str and tool_id and not tool_id.isspace():
                             add_value(tool_uses, tool_id, line)
                             if tool_log is not None:
                                 tool_log.append((line, tool_id))
-                    elif kind not in THINKING:
-                        thinking = False
-                        if type(kind) is str and kind != "text":
-                            self._server_block(line, position, block, kind)
-                if thinking:
+                    elif kind != "text" and kind not in THINKING:
+                        other = True
+                if other:
+                    self._server_blocks(line, content)
+                first = content[0] if content else None
+                if (
+                    type(first) is Block
+                    and first.type in THINKING
+                    and all(type(block) is Block and block.type in THINKING for block in content)
+                ):
                     flags |= THINKING_ONLY
         elif type(content) is list and self._index_results(line, content):
             source = record.sourceToolAssistantUUID
@@ -88,19 +91,23 @@ class MessageLines:
                     index.source_tool_line[line] = source
         return flags, group
 
-    def _server_block(self, line: int, position: int, block: Block, kind: str) -> None:
-        """Index a server tool's use or result block (an assistant line's: the API pairs them
+    def _server_blocks(self, line: int, content: list[Any]) -> None:
+        """Index the server tools' use and result blocks of an assistant line (the API pairs them
         inside one assistant message)."""
         index = self.index
-        if kind in SERVER_TOOL_USES:
-            tool_id = block.id
-            if type(tool_id) is str and tool_id:
-                add_value(index.server_uses, tool_id, line << BLOCK_BITS | position)
-        elif kind.endswith(RESULT_SUFFIX) and kind != "tool_result":
-            result_of = block.tool_use_id
-            if type(result_of) is str and result_of:
-                add_value(index.server_results, result_of, line << BLOCK_BITS | position)
-                index.server_result_type[result_of] = kind
+        for position, block in enumerate(content):
+            kind = block.type if type(block) is Block else None
+            if type(kind) is not str:
+                continue
+            if kind in SERVER_TOOL_USES:
+                tool_id = block.id
+                if type(tool_id) is str and tool_id:
+                    add_value(index.server_uses, tool_id, line << BLOCK_BITS | position)
+            elif kind.endswith(RESULT_SUFFIX) and kind != "tool_result":
+                result_of = block.tool_use_id
+                if type(result_of) is str and result_of:
+                    add_value(index.server_results, result_of, line << BLOCK_BITS | position)
+                    index.server_result_type[result_of] = kind
 
     def _index_results(self, line: int, content: list[Any]) -> bool:
         """Record the tool_result blocks of a user line's content; return whether it holds one."""

@@ -24,9 +24,11 @@ from riffd.transcript.characters import character_damage, has_nul_escape
 from riffd.transcript.columns import Columns, batch_columns, records_of
 from riffd.transcript.findings import Finding, FindingClass, api_error_for, torn_tail
 from riffd.transcript.index import (
+    ASSISTANT,
     COMPACT_BOUNDARY,
     DANGLING,
     LOCAL_COMMAND,
+    MESSAGE,
     NO_PARENT,
     UNRESOLVED,
     TranscriptIndex,
@@ -117,7 +119,7 @@ class IndexBuilder:
             # the daemon's tracker wants each message line whole: parse those whole
             fast = fast_records(pieces)
             if fast is not None:
-                suspects = () if not has_nul_escape(pieces) else suspects
+                suspects = () if not has_nul_escape(pieces, fast) else suspects
             records: list[Any] = fast or list(map(read_record, pieces))
             wholes = [
                 parse_line(raw)
@@ -131,7 +133,7 @@ class IndexBuilder:
             if fast is None:
                 self._add_each(list(map(read_record, pieces)), first_index, terminated_to, None)
             else:
-                suspects = () if not has_nul_escape(pieces) else suspects
+                suspects = () if not has_nul_escape(pieces, fast) else suspects
                 if not self._add_columns(
                     batch_columns(fast, index.session_id is None), first_index
                 ):
@@ -149,14 +151,15 @@ class IndexBuilder:
         """Report the characters that are not text in the lines of a batch just added (those
         `suspects` names: positions in `pieces`), lines that parsed as records only."""
         index = self.index
-        uuids = index.uuids
+        uuids, flags = index.uuids, index.flags
         malformed = set(index.malformed[-len(pieces) :])
         for position in suspects:
             raw = pieces[position]
             line = first_index + position
             if line in malformed or not raw.strip():
                 continue
-            for cls, what in character_damage(raw):
+            user = flags[line] & (MESSAGE | ASSISTANT) == MESSAGE
+            for cls, what in character_damage(raw, user):
                 index.line_findings.append(
                     Finding(
                         cls,

@@ -68,7 +68,7 @@ class BatchEncoder:
     def encode(self, offset: int, lines: list[bytes], terminated: bool) -> bytes:
         self._count += 1
         records = fast_records(lines) if terminated and self._count % PARENT_SHARE else None
-        if records is None or has_nul_escape(lines):  # this process reports the NULs
+        if records is None or has_nul_escape(lines, records):  # this process reports the NULs
             return self._encode(Batch(offset, lines=lines, terminated=terminated))
         columns = batch_columns(records, self._want_session)
         self._want_session = self._want_session and columns.session is None
