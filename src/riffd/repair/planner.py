@@ -198,6 +198,27 @@ def cuts_torn_tail(plan: RepairPlan) -> bool:
     return any(finding.cls is FindingClass.TORN_TAIL for finding in plan.fixes)
 
 
+# The classes whose repair cuts bytes that are nowhere else in the file (a torn record, a stray
+# line, an unanswered thinking, characters replaced): `fix` puts the file in the archive first.
+CUTTING = frozenset(
+    {
+        FindingClass.TORN_TAIL,
+        FindingClass.GLUED_RECORD,
+        FindingClass.MALFORMED_LINE,
+        FindingClass.THINKING_ONLY_TAIL,
+        FindingClass.LONE_SURROGATE,
+        FindingClass.NUL_CHARACTER,
+        FindingClass.INVALID_UTF8,
+    }
+)
+
+
+def cuts_bytes(plan: RepairPlan) -> bool:
+    """Whether `plan` cuts bytes found nowhere else in the file (see CUTTING): they must first be
+    in the archive, as in the backup."""
+    return any(finding.cls in CUTTING for finding in plan.fixes)
+
+
 def keep_torn_tail(plan: RepairPlan, why: str) -> RepairPlan:
     """Return `plan` without its cut of the torn last line, saying `why` in its notes."""
     torn = [finding for finding in plan.fixes if finding.cls is FindingClass.TORN_TAIL]
