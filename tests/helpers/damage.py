@@ -211,8 +211,11 @@ class Tree:
 
 def dumps(record: dict[str, Any]) -> bytes:
     """One compact JSON line with its newline, written the way Claude Code writes (UTF-8, no
-    escapes)."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    escapes; a lone surrogate, which UTF-8 cannot hold, as its escape)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def set_parent(raw: bytes, parent: str | None) -> bytes:

@@ -21,6 +21,7 @@ from riffd.repair.plan import LineBytes, RepairOptions
 from riffd.repair.repoint import Guess, Stamps, guess_parent, stamp_of
 from riffd.transcript.characters import text_repaired
 from riffd.transcript.findings import CUTS_HISTORY, Finding, FindingClass
+from riffd.transcript.index import TranscriptIndex
 from riffd.transcript.reader import parse_line, split_glued
 from riffd.transcript.scan import ScannedFile
 
@@ -54,26 +55,66 @@ def plan_line_damage(
             split_uuids.add(uuid)
             tree_changed = True
             work.fixes.append(finding)
-    for finding in by_class.get(FindingClass.DANGLING_PARENT, []):
-        line = finding.line - 1
+    dangling = {
+        finding.line - 1: finding for finding in by_class.get(FindingClass.DANGLING_PARENT, [])
+    }
+    for line, finding in dangling.items():
         if index.dangling.get(line) in split_uuids:
             work.fixes.append(finding)  # the split brings its parent back
-            continue
-        if finding.detail != CUTS_HISTORY:
-            continue  # off the loaded conversation
-        if FindingClass.DANGLING_PARENT not in enabled:
-            work.notes.append(f"lost parent of line {finding.line} left alone: the class is off")
-            continue
-        stamp = stamp_of(fetch(line))
-        if stamp is None:
-            continue
-        guess = guess_parent(index, stamps, line, stamp, scanned.loaded.on_chain, index.uuids[line])
-        guess = _agrees_with_lost_record(scanned, index.dangling[line], guess, fetch)
-        if _repoint(scanned, line, guess, work, "its parent is lost"):
-            tree_changed = True
-            work.fixes.append(finding)
+    cut = next((line for line, finding in dangling.items() if finding.detail == CUTS_HISTORY), None)
+    if cut is not None and index.dangling.get(cut) not in split_uuids:
+        if FindingClass.DANGLING_PARENT in enabled:
+            tree_changed |= _repoint_chain(scanned, cut, dangling, stamps, fetch, work)
+        else:
+            work.notes.append(f"lost parent of line {cut + 1} left alone: the class is off")
     _plan_optional(scanned, by_class, fetch, work, options)
     return tree_changed
+
+
+def _repoint_chain(
+    scanned: ScannedFile,
+    cut: int,
+    dangling: dict[int, Finding],
+    stamps: Stamps,
+    fetch: LineBytes,
+    work: Choices,
+) -> bool:
+    """Re-point the line where the loaded conversation stops (`cut`), then each line whose parent
+    is lost that the guessed parent's own history reaches, while the guess is clear; return
+    whether one was re-pointed."""
+    index = scanned.index
+    above = set(scanned.loaded.on_chain)
+    line: int | None = cut
+    changed = False
+    while line is not None:
+        stamp = stamp_of(fetch(line))
+        if stamp is None:
+            break
+        guess = guess_parent(index, stamps, line, stamp, above, index.uuids[line])
+        guess = _agrees_with_lost_record(scanned, index.dangling[line], guess, fetch)
+        if not _repoint(scanned, line, guess, work, "its parent is lost"):
+            break
+        changed = True
+        work.fixes.append(dangling[line])
+        line = _next_cut(index, guess.target, above)
+        if line not in dangling:
+            break
+    return changed
+
+
+def _next_cut(index: TranscriptIndex, start: int | None, above: set[int]) -> int | None:
+    """Walk up from `start` (adding the lines to `above`) to the next line whose parent is lost;
+    None when the walk ends at a root or a line already seen."""
+    line = -1 if start is None else start
+    while line >= 0 and line not in above:
+        above.add(line)
+        if line in index.dangling:
+            return line
+        parent = index.parents[line]
+        if parent < 0 and index.logical_line(line) is not None:
+            parent = index.logical_line(line) or -1
+        line = parent
+    return None
 
 
 def _split(
