@@ -41,64 +41,63 @@ def plan_line_damage(
     index = scanned.index
     stamps = Stamps(index, fetch)
     enabled = options.classes
-    tree_changed = False
-    split_uuids: set[str] = set()
     by_class: dict[FindingClass, list[Finding]] = {}
     for finding in scanned.findings:
         by_class.setdefault(finding.cls, []).append(finding)
+    # uuid of each record split off -> the line it hangs from once split (None: from no line)
+    splits: dict[str, int | None] = {}
     for finding in by_class.get(FindingClass.GLUED_RECORD, []):
         if FindingClass.GLUED_RECORD not in enabled:
             work.notes.append(f"glued record on line {finding.line} left alone: the class is off")
-            continue
-        uuid = _split(scanned, finding.line - 1, fetch, work, stamps)
-        if uuid is not None:
-            split_uuids.add(uuid)
-            tree_changed = True
+        elif _split(scanned, finding.line - 1, fetch, work, stamps, splits):
             work.fixes.append(finding)
     dangling = {
         finding.line - 1: finding for finding in by_class.get(FindingClass.DANGLING_PARENT, [])
     }
     for line, finding in dangling.items():
-        if index.dangling.get(line) in split_uuids:
+        if index.dangling.get(line) in splits:
             work.fixes.append(finding)  # the split brings its parent back
     cut = next((line for line, finding in dangling.items() if finding.detail == CUTS_HISTORY), None)
-    if cut is not None and index.dangling.get(cut) not in split_uuids:
-        if FindingClass.DANGLING_PARENT in enabled:
-            tree_changed |= _repoint_chain(scanned, cut, dangling, stamps, fetch, work)
-        else:
-            work.notes.append(f"lost parent of line {cut + 1} left alone: the class is off")
+    repointed = False
+    if cut is not None and FindingClass.DANGLING_PARENT not in enabled:
+        work.notes.append(f"lost parent of line {cut + 1} left alone: the class is off")
+    elif cut is not None:
+        repointed = _repoint_chain(scanned, cut, dangling, splits, stamps, fetch, work)
     _plan_optional(scanned, by_class, fetch, work, options)
-    return tree_changed
+    return bool(splits) or repointed
 
 
 def _repoint_chain(
     scanned: ScannedFile,
     cut: int,
     dangling: dict[int, Finding],
+    splits: dict[str, int | None],
     stamps: Stamps,
     fetch: LineBytes,
     work: Choices,
 ) -> bool:
-    """Re-point the line where the loaded conversation stops (`cut`), then each line whose parent
-    is lost that the guessed parent's own history reaches, while the guess is clear; return
-    whether one was re-pointed."""
+    """Follow the loaded conversation up from where it stops (`cut`), as it will be once the plan
+    is made: past each record split off, re-pointing each line whose parent is lost while the
+    guess is clear; return whether one was re-pointed."""
     index = scanned.index
     above = set(scanned.loaded.on_chain)
     line: int | None = cut
     changed = False
-    while line is not None:
+    while line is not None and line in dangling:
+        missing = index.dangling[line]
+        if missing in splits:  # the record split off is its parent: go on from where it hangs
+            line = _next_cut(index, splits[missing], above)
+            continue
         stamp = stamp_of(fetch(line))
         if stamp is None:
             break
         guess = guess_parent(index, stamps, line, stamp, above, index.uuids[line])
-        guess = _agrees_with_lost_record(scanned, index.dangling[line], guess, fetch)
+        guess = _agrees_with_lost_record(scanned, missing, guess, fetch)
         if not _repoint(scanned, line, guess, work, "its parent is lost"):
             break
         changed = True
         work.fixes.append(dangling[line])
         line = _next_cut(index, guess.target, above)
-        if line not in dangling:
-            break
     return changed
 
 
@@ -118,42 +117,39 @@ def _next_cut(index: TranscriptIndex, start: int | None, above: set[int]) -> int
 
 
 def _split(
-    scanned: ScannedFile, line: int, fetch: LineBytes, work: Choices, stamps: Stamps
-) -> str | None:
-    """Plan the split of the glued line `line`; return the uuid of the record split off (None when
-    it is not split)."""
+    scanned: ScannedFile,
+    line: int,
+    fetch: LineBytes,
+    work: Choices,
+    stamps: Stamps,
+    splits: dict[str, int | None],
+) -> bool:
+    """Plan the split of the glued line `line` (noting in `splits` the record's uuid and the line it
+    will hang from); return whether it is split."""
     index = scanned.index
     raw = fetch(line)
     at = split_glued(raw.rstrip(b"\r\n"))
     record = parse_line(raw[at:].rstrip(b"\r\n")) if at else None
     if at is None or not isinstance(record, dict):
         work.notes.append(f"glued record on line {line + 1} left alone: it no longer splits")
-        return None
+        return False
     work.rewrite[line] = raw[at:]
     work.reasons[line] = (
         f"split off the torn record glued before it: the first {at} bytes cut (kept in the backup)"
     )
     uuid = record.get("uuid")
+    uuid = uuid if isinstance(uuid, str) else ""
     parent = record.get("parentUuid")
-    if isinstance(parent, str) and parent not in index.line_of_uuid:
+    hangs_from = index.line_of_uuid.get(parent) if isinstance(parent, str) else None
+    if isinstance(parent, str) and hangs_from is None:
         stamp = stamp_of(raw[at:])
         if stamp is not None:
-            guess = guess_parent(
-                index,
-                stamps,
-                line,
-                stamp,
-                scanned.loaded.on_chain,
-                uuid if isinstance(uuid, str) else None,
-            )
-            _repoint(
-                scanned,
-                line,
-                _agrees_with(scanned, raw[:at], guess),
-                work,
-                "it hung from the torn record",
-            )
-    return uuid if isinstance(uuid, str) else ""
+            guess = guess_parent(index, stamps, line, stamp, scanned.loaded.on_chain, uuid or None)
+            guess = _agrees_with(scanned, raw[:at], guess)
+            if _repoint(scanned, line, guess, work, "it hung from the torn record"):
+                hangs_from = guess.target
+    splits[uuid] = hangs_from
+    return True
 
 
 def _agrees_with(scanned: ScannedFile, torn: bytes, guess: Guess) -> Guess:
