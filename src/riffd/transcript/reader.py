@@ -19,6 +19,7 @@ from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
+RECORD_IDS = ("uuid", "sessionId", "leafUuid", "messageId")  # what a record has and a block has not
 
 
 class Unparsed:
@@ -106,12 +107,16 @@ def last_record_start(body: bytes) -> int | None:
 def split_glued(data: bytes) -> int | None:
     """Where a line that does not parse holds a whole record glued after a torn one (or after
     NULs): the offset of the last whole record it holds, or None. Accepted only past offset 0 and
-    when the rest parses as an object with a string `type` (a Claude Code record)."""
+    when the rest parses as an object with a string `type` and an id of a Claude Code record
+    (`uuid`, `sessionId`, `leafUuid` or `messageId`): a torn record that ends right after one of
+    its content blocks (`{"type":"text",...}`) is no record glued after another."""
     at = last_record_start(data)
     if not at:
         return None
     tail = parse_line(data[at:].rstrip(b"\r\n"))
-    return at if isinstance(tail, dict) and isinstance(tail.get("type"), str) else None
+    if not isinstance(tail, dict) or not isinstance(tail.get("type"), str):
+        return None
+    return at if any(isinstance(tail.get(key), str) for key in RECORD_IDS) else None
 
 
 def retrying(fs: FileSystem = REAL_FILES) -> RetryingFS:
