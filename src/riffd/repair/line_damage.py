@@ -205,7 +205,6 @@ def _plan_optional(
     work: Choices,
     options: RepairOptions,
 ) -> None:
-    index = scanned.index
     enabled = options.classes
     characters: dict[int, set[FindingClass]] = {}
     for cls in CHARACTERS & enabled:
@@ -234,12 +233,11 @@ def _plan_optional(
             _drop(work, finding.line - 1, "a line written again byte for byte")
             work.fixes.append(finding)
     if FindingClass.MALFORMED_LINE in enabled:
-        lost = [uuid.encode() for uuid in index.dangling.values()]
         for finding in by_class.get(FindingClass.MALFORMED_LINE, []):
             raw = fetch(finding.line - 1)
-            if any(b'"uuid":"' + uuid + b'"' in raw for uuid in lost):
+            if re.search(rb'"uuid"\s*:\s*"', raw):  # a record's own id: more than a stray fragment
                 work.notes.append(
-                    f"line {finding.line} left alone: it holds a lost record a loaded line hangs from"
+                    f"line {finding.line} left alone: it does not parse but holds a record's uuid"
                 )
                 continue
             _drop(

@@ -188,3 +188,15 @@ def test_an_optional_class_turned_off_is_left_as_it_is(
     options = RepairOptions(classes=REPAIRABLE - {cls})
     plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)
     assert plan.is_empty and plan.fixes == ()
+
+
+def test_a_line_that_does_not_parse_but_holds_a_record_is_kept(tmp_path: Path) -> None:
+    """A whole record with NULs after it (the newest answer, no child names it) does not parse, and
+    is no stray fragment: the optional repair that drops stray lines leaves it, and says why."""
+    lines = corpus_lines(CORPUS_DIR / SUBAGENT)
+    last = lines[-1].rstrip(b"\n") + b"\x00" * 16 + b"\n"
+    path, scanned = scan_transcript_bytes(tmp_path, b"".join([*lines[:-1], last]))
+    assert FindingClass.MALFORMED_LINE in {finding.cls for finding in scanned.findings}
+    plan = plan_transcript_repair(path, scanned)
+    assert all(edit.span.number != len(lines) for edit in plan.edits if hasattr(edit, "span"))
+    assert any("holds a record's uuid" in note for note in plan.notes), plan.notes
