@@ -2,8 +2,9 @@
 
 `riffd hook pre-tool-use` runs inside every Claude Code tool call, and `riffd hook session-start`
 inside every session's start, so they must answer in a few tens of milliseconds; they are dispatched
-from here without importing the full command line (whose imports alone take about 130 ms). Every
-other command (`riffd hook install` too), and `--help`, goes to `riffd.commands.cli.main`.
+from here without importing the full command line (whose imports alone take about 130 ms), as is
+`riffd mcp`, the MCP server Claude Code starts (riffd.mcp_server.start). Every other command
+(`riffd hook install`, `riffd mcp install` too), and `--help`, goes to `riffd.commands.cli.main`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from riffd.hooks.session_start import main as session_start_main
 
         return session_start_main(args[1:])
+    from riffd.mcp_server.start import is_serve
+
+    if is_serve(args):
+        from riffd.mcp_server.start import main as mcp_main
+
+        return mcp_main(args)
     from riffd.commands.cli import main as cli_main
 
     return cli_main(args)

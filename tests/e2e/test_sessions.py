@@ -3,13 +3,18 @@ holds)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from helpers.fusefs import Mount, fuse_unavailable
 from helpers.run import run_riffd
 from riffd.claude_code.projects import project_folder_name
 
@@ -18,7 +23,7 @@ SECOND = "1af70000-1111-4222-8333-444455556666"
 THIRD = "9c0ffee0-1111-4222-8333-444455556666"
 
 
-def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
+def session_lines(session_id: str, cwd: str, prompt: str, hour: int = 9) -> bytes:
     records = [
         {
             "type": "user",
@@ -26,7 +31,7 @@ def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
             "parentUuid": None,
             "sessionId": session_id,
             "cwd": cwd,
-            "timestamp": "2026-11-20T09:00:00.000Z",
+            "timestamp": f"2026-11-20T{hour:02d}:00:00.000Z",
             "isMeta": True,
             "message": {"role": "user", "content": "<command-name>/clear</command-name>"},
         },
@@ -36,7 +41,7 @@ def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
             "parentUuid": f"{session_id}-u1",
             "sessionId": session_id,
             "cwd": cwd,
-            "timestamp": "2026-11-20T09:00:01.000Z",
+            "timestamp": f"2026-11-20T{hour:02d}:00:01.000Z",
             "message": {"role": "user", "content": [{"type": "text", "text": prompt}]},
         },
         {
@@ -45,7 +50,7 @@ def session_lines(session_id: str, cwd: str, prompt: str) -> bytes:
             "parentUuid": f"{session_id}-u2",
             "sessionId": session_id,
             "cwd": cwd,
-            "timestamp": "2026-11-20T09:00:05.000Z",
+            "timestamp": f"2026-11-20T{hour:02d}:00:05.000Z",
             "message": {"role": "assistant", "content": [{"type": "text", "text": "Sure."}]},
         },
     ]
@@ -68,8 +73,8 @@ def setup(tmp_path: Path) -> tuple[Path, Path]:
         ]
     ):
         path = folder / f"{session}.jsonl"
-        path.write_bytes(session_lines(session, str(app), prompt))
-        os.utime(path, (time.time() - 3600 * (age + 1),) * 2)  # FIRST is the newest
+        path.write_bytes(session_lines(session, str(app), prompt, hour=12 - age))  # FIRST newest
+        os.utime(path, (time.time() - 3600 * (age + 1),) * 2)
     return app, folder
 
 
@@ -158,6 +163,12 @@ def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: P
         hit["title"] == "Write the release notes for 2.0"
         and hit["resume"] == f"claude --resume {THIRD}"
     )
+    none = riffd(tmp_path, "archive", "search", "no such words", "--session", THIRD[:4].upper())
+    assert none.returncode == 1 and none.stdout == ""
+    assert (
+        f"riffd: no matches for 'no such words' in the archive (--session {THIRD[:4].upper()})"
+        in (none.stderr)
+    )
 
 
 def test_backups_list_takes_a_session_prefix(tmp_path: Path) -> None:
@@ -169,3 +180,98 @@ def test_backups_list_takes_a_session_prefix(tmp_path: Path) -> None:
         assert riffd(tmp_path, "fix", str(path)).returncode == 0
     listed = riffd(tmp_path, "backups", "list", THIRD[:8], "--json")
     assert [item["session"] for item in json.loads(listed.stdout)] == [THIRD]
+
+
+def test_last_activity_is_the_last_record_not_a_repairs_mtime(tmp_path: Path) -> None:
+    app, folder = setup(tmp_path)
+    os.utime(folder / f"{THIRD}.jsonl")  # repaired or restored just now: its mtime is now
+    rows = json.loads(riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    assert [row["session_id"] for row in rows] == [FIRST, SECOND, THIRD]
+    last = datetime(2026, 11, 20, 12, 0, 5, tzinfo=UTC).timestamp()
+    assert rows[0]["last_ts"] == last
+    text = riffd(tmp_path, "sessions").stdout.splitlines()
+    assert text[0].split()[1] == datetime.fromtimestamp(last).astimezone().isoformat(
+        timespec="minutes"
+    )  # the same moment in text and JSON
+    latest = riffd(tmp_path, "show", "latest", "--format", "json", cwd=app)
+    assert json.loads(latest.stdout)["sessions"][0]["path"] == str(folder / f"{FIRST}.jsonl")
+
+
+def test_any_unique_prefix_in_either_case_names_a_session(tmp_path: Path) -> None:
+    _app, folder = setup(tmp_path)
+    for typed in ("9", "9C0FFEE0", THIRD.upper()):
+        shown = riffd(tmp_path, "show", typed, "--format", "json")
+        assert shown.returncode == 0, (typed, shown.stderr)
+        assert json.loads(shown.stdout)["sessions"][0]["path"] == str(folder / f"{THIRD}.jsonl")
+    assert "1: 2 sessions start with it" in riffd(tmp_path, "show", "1").stderr
+    none = riffd(tmp_path, "show", "7")
+    assert none.returncode == 2 and "no session starts with 7" in none.stderr
+
+
+@pytest.mark.skipif(fuse_unavailable() is not None, reason=fuse_unavailable() or "")
+def test_sessions_names_what_it_could_not_read_and_exits_2(tmp_path: Path) -> None:
+    with Mount(tmp_path / "backing", tmp_path / "mount", tmp_path / "faults.json") as mount:
+        _app, folder = setup(mount.mountpoint)
+        hidden = folder / f"{SECOND}.jsonl"
+        mount.faults({"ops": ["open"], "glob": f"*/{SECOND}.jsonl", "errno": errno.EIO})
+        done = run_riffd(
+            "sessions",
+            "--json",
+            env={
+                "CLAUDE_CONFIG_DIR": str(mount.mountpoint / "claude"),
+                "RIFFD_STATE_DIR": str(tmp_path / "state"),
+            },
+            cwd=tmp_path,
+        )
+        assert done.returncode == 2, done.stderr
+        listed = [row["session_id"] for row in json.loads(done.stdout)["sessions"]]
+        assert listed == [FIRST, THIRD]  # the rest is listed
+        assert f"riffd: error: {hidden}: Input/output error" in done.stderr
+
+
+def test_show_says_a_redundant_call_in_words_in_every_format(tmp_path: Path) -> None:
+    _app, folder = setup(tmp_path)
+    path = folder / f"{THIRD}.jsonl"
+    records = []
+    for number, minute in ((1, 1), (2, 2)):
+        use = f"toolu_{number}"
+        stamp = f"2026-11-20T10:0{minute}:00.000Z"
+        records += [
+            {
+                "type": "assistant",
+                "uuid": f"read-{number}",
+                "sessionId": THIRD,
+                "timestamp": stamp,
+                "message": {
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": use,
+                            "name": "Read",
+                            "input": {"file_path": "/a.py"},
+                        }
+                    ],
+                },
+            },
+            {
+                "type": "user",
+                "uuid": f"result-{number}",
+                "sessionId": THIRD,
+                "timestamp": stamp,
+                "message": {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": use, "content": "x = 1\n"}],
+                },
+            },
+        ]
+    with path.open("ab") as handle:
+        handle.writelines(json.dumps(record).encode() + b"\n" for record in records)
+    for form in ("text", "md"):
+        shown = riffd(tmp_path, "show", THIRD, "--format", form)
+        assert shown.returncode == 0, shown.stderr
+        assert "redundant tool calls" in shown.stdout
+        assert "line 6: Read toolu_2 repeats toolu_1 (line 4, 60 s earlier)" in shown.stdout
+        assert "{'" not in shown.stdout and "RedundantCall(" not in shown.stdout
+    document = json.loads(riffd(tmp_path, "show", THIRD, "--format", "json").stdout)
+    assert document["sessions"][0]["redundant_calls"][0]["later_id"] == "toolu_2"

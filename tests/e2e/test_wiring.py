@@ -165,13 +165,27 @@ def test_dry_run_shows_the_change_and_writes_nothing(tmp_path: Path, settings: P
     assert not (tmp_path / "state").exists()
 
 
-def test_project_settings(tmp_path: Path) -> None:
+def test_project_hooks_go_to_the_local_settings_not_the_shared_file(tmp_path: Path) -> None:
     project = tmp_path / "app"
-    project.mkdir()
-    assert riffd(tmp_path, "hook", "install", "--project", str(project)).returncode == 0
-    written = json.loads((project / ".claude" / "settings.json").read_bytes())
+    (project / ".claude").mkdir(parents=True)
+    shared = project / ".claude" / "settings.json"
+    shared.write_bytes(CLAUDE_SETTINGS)  # the team's file, committed
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    installed = riffd(tmp_path, "hook", "install", "--project", str(project))
+    assert installed.returncode == 0, installed.stderr
+    assert b"git does not ignore" in installed.stderr  # it names a path on this machine
+    written = json.loads((project / ".claude" / "settings.local.json").read_bytes())
     assert set(written["hooks"]) == {"PreToolUse", "SessionStart"}
+    assert shared.read_bytes() == CLAUDE_SETTINGS  # a path of this machine stays out of it
     assert not (tmp_path / "claude" / "settings.json").exists()
+    # an older riffd's hooks in the shared file: install says so, uninstall takes out both
+    local = (project / ".claude" / "settings.local.json").read_bytes()
+    shared.write_bytes(local)
+    again = riffd(tmp_path, "hook", "install", "--project", str(project))
+    assert again.returncode == 0 and b"shared: teams commit it" in again.stderr
+    assert riffd(tmp_path, "hook", "uninstall", "--project", str(project)).returncode == 0
+    assert not (project / ".claude" / "settings.local.json").exists()
+    assert "hooks" not in json.loads(shared.read_bytes())
 
 
 # --- the SessionStart hook

@@ -190,11 +190,11 @@ def test_scan_and_fix_follow_a_linked_project_and_repair_in_its_real_folder(
 def test_sessions_lists_a_linked_project_once_and_names_a_link_to_nothing(
     tree: LinkedTree, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["sessions", "--json"]) == EXIT_OK
+    assert main(["sessions", "--json"]) == EXIT_ERROR  # a folder it could not read: named, exit 2
     captured = capsys.readouterr()
     listed = [row["path"] for row in json.loads(captured.out)["sessions"]]
     assert sorted(listed) == sorted(map(str, tree.damaged))
-    assert f"riffd: note: {tree.dangling}: a symlink to" in captured.err
+    assert f"riffd: error: {tree.dangling}: a symlink to" in captured.err
 
 
 @requires_corpus

@@ -39,8 +39,9 @@ LAYERS = {
     "riffd.reports": 4,
     "riffd.daemon": 5,
     "riffd.commands": 6,
-    "riffd.entry": 7,
-    "riffd.__main__": 8,
+    "riffd.mcp_server": 7,
+    "riffd.entry": 8,
+    "riffd.__main__": 9,
 }
 
 

@@ -25,7 +25,7 @@ from riffd.archive.packs import PackDamaged, Run
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
-from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
+from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
 
 
 class ArchiveReader:
@@ -140,7 +140,8 @@ class ArchiveReader:
     def files_of(self, target: str) -> list[tuple[int, str, str | None]]:
         """Return (id, path, session) of the archived files a session id, path or path suffix names,
         or a prefix of one session's id (raise AmbiguousSession, listing them, when several
-        sessions' ids start with it)."""
+        sessions' ids start with it). An id or prefix may be typed in either case."""
+        target = session_key(target)
         # A path as typed, from any folder (a bare file name too)
         absolute = (
             os.path.abspath(target) if os.sep in target or target.endswith(".jsonl") else target

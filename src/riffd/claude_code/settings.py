@@ -1,5 +1,5 @@
 """Claude Code's settings as riffd reads them: where the user's and a project's `settings.json`
-are, and `cleanupPeriodDays`, after which Claude Code deletes a session.
+are (and a project's settings.local.json), and `cleanupPeriodDays`, after which Claude Code deletes a session.
 """
 
 from __future__ import annotations
@@ -19,8 +19,14 @@ def user_settings_path(environ: dict[str, str] | None = None) -> Path:
 
 
 def project_settings_path(project: Path) -> Path:
-    """A project's shared settings: <project>/.claude/settings.json."""
+    """A project's shared settings (teams commit it): <project>/.claude/settings.json."""
     return project.expanduser().absolute() / ".claude" / "settings.json"
+
+
+def project_local_settings_path(project: Path) -> Path:
+    """A project's settings for this machine only (Claude Code keeps it out of git):
+    <project>/.claude/settings.local.json."""
+    return project.expanduser().absolute() / ".claude" / "settings.local.json"
 
 
 # Claude Code deletes transcripts not modified for this long (cleanupPeriodDays)

@@ -33,8 +33,7 @@ from riffd.database import (
     is_damage_error,
     is_full_error,
 )
-from riffd.display import display_json, shell_command
-from riffd.transcript.sessions import local_time
+from riffd.display import display_json
 
 
 def register(commands: Any) -> None:
@@ -307,52 +306,17 @@ def run_restore(args: argparse.Namespace) -> int:
 
 
 def run_search(args: argparse.Namespace) -> int:
-    """`riffd archive search QUERY`: print session, time and a snippet per hit; exit 0 with hits, 1
-    without."""
+    """`riffd archive search QUERY`: print session, time and a snippet per hit
+    (riffd.commands.archive_search); exit 0 with hits, 1 without ("no matches" on stderr)."""
+    from riffd.commands.archive_search import print_hits
 
-    since = args.since  # a Unix time (date_seconds)
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR
-    hits = archive.search(
-        args.query,
-        project=args.project,
-        session=args.session,
-        role=args.role,
-        since=since,
-        limit=args.limit,
-    )
-    if args.json:
-        sys.stdout.write(
-            display_json(
-                [
-                    hit.__dict__
-                    | {
-                        "time": local_time(hit.timestamp) if hit.timestamp else None,
-                        "resume": shell_command("claude", "--resume", hit.session_id)
-                        if hit.session_id
-                        else None,
-                    }
-                    for hit in hits
-                ],
-                orjson.OPT_INDENT_2,
-            ).decode()
-            + "\n"
-        )
-    for hit in [] if args.json else hits:
-        title = f'"{hit.title}"' if hit.title else "-"
-        print(
-            f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
-            f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
-            + (
-                f"; back to it: {shell_command('cd', hit.project or '.')} && "
-                f"{shell_command('claude', '--resume', hit.session_id)}"
-                if hit.session_id
-                else ""
-            )
-        )
-    archive.close()
-    return EXIT_OK if hits else EXIT_FINDINGS
+    try:
+        return print_hits(archive, args)
+    finally:
+        archive.close()
 
 
 def run_stats(args: argparse.Namespace) -> int:

@@ -32,6 +32,8 @@ import stat
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,9 @@ from riffd.transcript.sessions import AmbiguousSession
 # this old.
 LEGACY_TEMP = re.compile(r"^\..+\.riffd-restore\.tmp$")
 STALE_TEMP_SECONDS = 3600.0
+# What a restore says, each line of a kind: restored (stdout: `restored PATH -> TARGET`), error,
+# note, skipped, info (stderr)
+Say = Callable[[str, str], None]
 # How the outcomes are said in the summary, in its order (restored comes first)
 SAID = (
     ("there", "already there"),
@@ -68,64 +73,124 @@ SAID = (
 )
 
 
+@dataclass
+class RestoreRun:
+    """What `riffd archive restore` did: how many archived files it named, what came of each (the
+    tally), the files it wrote (archived path, where), and every line it said, by kind."""
+
+    items: int = 0
+    tally: Counter[str] = field(default_factory=Counter)
+    written: list[tuple[str, Path]] = field(default_factory=list)
+    said: list[tuple[str, str]] = field(default_factory=list)
+    summary: str = ""  # how many were restored, there, differ, ...
+
+    @property
+    def exit_code(self) -> int:
+        """0 when everything is there now, 1 when a file was skipped, differs, or was never
+        archived, 2 when one failed or was held back (or nothing is archived under that name)."""
+        tally = self.tally
+        if tally["failed"] or tally["held"] or not self.items:
+            return EXIT_ERROR
+        if tally["skipped"] or tally["differ"] or tally["unheld"]:
+            return EXIT_FINDINGS
+        return EXIT_OK
+
+    def errors(self) -> list[str]:
+        """What it said was an error."""
+        return [text for kind, text in self.said if kind == "error"]
+
+
+def print_said(kind: str, text: str) -> None:
+    """Say one line of a restore as `riffd archive restore` prints it."""
+    if kind == "restored":
+        print(text)
+    elif kind == "skipped":
+        print(text, file=sys.stderr)
+    elif kind == "info":
+        print(f"riffd: {text}", file=sys.stderr)
+    else:
+        print(f"riffd: {kind}: {text}", file=sys.stderr)
+
+
 def restore_files(archive: Any, args: argparse.Namespace) -> int:
     """Restore what `args.session` names from the open `riffd.archive.store.Archive` (see the
-    module); exit 0 when everything is there now, 1 when a file was skipped (its session live, a
-    file that differs left as it is) or a saved output the transcripts name was never archived, 2
-    when one failed, was refused or was held back."""
-    config = args.loaded_config
+    module), printing as it goes; exit as RestoreRun.exit_code says."""
+    return restore_session_files(
+        archive,
+        args.session,
+        args.loaded_config,
+        to=args.to,
+        force=args.force,
+        quiet_period=args.quiet_period,
+        say=print_said,
+    ).exit_code
+
+
+def restore_session_files(
+    archive: Any,
+    session: str,
+    config: Any,
+    *,
+    to: Path | None = None,
+    force: bool = False,
+    quiet_period: float | None = None,
+    say: Say | None = None,
+) -> RestoreRun:
+    """Restore what `session` (a session id, a prefix of one, or an archived path) names from the
+    open archive, per `config` (see the module); each line said goes to `say` as it comes, and
+    into the result."""
+    run = RestoreRun()
+
+    def said(kind: str, text: str) -> None:
+        run.said.append((kind, text))
+        if say is not None:
+            say(kind, text)
+
     try:
-        items, missing = restore_items(archive, args.session, config.roots)
+        items, missing = restore_items(archive, session, config.roots)
     except AmbiguousSession as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        said("error", str(exc))
+        return run
     if not items:
-        print(
-            f"riffd: error: nothing archived for {args.session!r} (a session id, a prefix of one, or an archived "
-            "path)",
-            file=sys.stderr,
+        said(
+            "error",
+            f"nothing archived for {session!r} (a session id, a prefix of one, or an archived path)",
         )
-        return EXIT_ERROR
+        return run
+    run.items = len(items)
     options = ApplyOptions(
         backup_dir=config.backups.dir,
         claude_dir=config.claude_dir,
         roots=config.roots,
-        quiet_period=config.repair.quiet_period if args.quiet_period is None else args.quiet_period,
+        quiet_period=config.repair.quiet_period if quiet_period is None else quiet_period,
         stale_temp_seconds=STALE_TEMP_SECONDS,
     )
-    targets, shared = restore_targets(items, args.to)
+    targets, shared = restore_targets(items, to)
     if shared is not None and any(os.sep in os.path.relpath(item.path, shared) for item in items):
-        print(
-            f"riffd: note: {len(items)} archived files are restored under their paths below {shared}",
-            file=sys.stderr,
-        )
-    tally: Counter[str] = Counter()
+        said("note", f"{len(items)} archived files are restored under their paths below {shared}")
     swept: set[Path] = set()
     failed: set[str] = set()  # the sessions a file of which failed
     for item, target in targets:
         held = item.mode is None and item.part_of is not None and item.part_of in failed
-        outcome = _restore_one(archive, item, target, args.force, options, swept, held)
-        tally[outcome] += 1
+        outcome = _restore_one(archive, item, target, force, options, swept, held, said)
+        run.tally[outcome] += 1
+        if outcome == "restored":
+            run.written.append((item.path, target))
         if outcome == "failed" and item.part_of is not None:
             failed.add(item.part_of)
     for tail in missing:
-        print(
-            f"riffd: note: the transcripts name the saved output .../{tail}, which the archive does "
-            "not hold (deleted before riffd took it); it cannot be restored",
-            file=sys.stderr,
+        said(
+            "note",
+            f"the transcripts name the saved output .../{tail}, which the archive does not hold "
+            "(deleted before riffd took it); it cannot be restored",
         )
-    tally["unheld"] = len(missing)
-    said = [f"{tally['restored']} restored"] + [
-        f"{tally[name]} {words}" for name, words in SAID if tally[name]
+    run.tally["unheld"] = len(missing)
+    summary = [f"{run.tally['restored']} restored"] + [
+        f"{run.tally[name]} {words}" for name, words in SAID if run.tally[name]
     ]
-    print(f"riffd: {len(items)} archived file(s): " + ", ".join(said), file=sys.stderr)
-    return (
-        EXIT_ERROR
-        if tally["failed"] or tally["held"]
-        else EXIT_FINDINGS
-        if tally["skipped"] or tally["differ"] or tally["unheld"]
-        else EXIT_OK
-    )
+    run.summary = f"{len(items)} archived file(s): " + ", ".join(summary)
+    said("info", run.summary)
+    return run
 
 
 def _restore_one(
@@ -136,6 +201,7 @@ def _restore_one(
     options: ApplyOptions,
     swept: set[Path],
     held: bool,
+    said: Say,
 ) -> str:
     """Restore one item to `target`; return what came of it: restored, there, differ, skipped,
     failed or held (not written: `held`, another file of its session failed)."""
@@ -143,27 +209,27 @@ def _restore_one(
         if item.base is not None:
             check_folders(item.base, target.parent, project_link=item.project_link)
     except OSError as exc:
-        print(f"riffd: error: {item.path}: not restored: {exc.strerror or exc}", file=sys.stderr)
+        said("error", f"{item.path}: not restored: {exc.strerror or exc}")
         return "failed"
     if os.path.lexists(target):
-        there = _existing(archive, item, target, force)
+        there = _existing(archive, item, target, force, said)
         if there is not None:
             return there
     if held:
-        print(
-            f"riffd: error: {item.path}: not restored: another file of session {item.part_of} failed "
-            "(above), and its transcripts go back only once all of it can, so that `claude --resume` "
-            "never sees half a session; see what failed, then run the restore again",
-            file=sys.stderr,
+        said(
+            "error",
+            f"{item.path}: not restored: another file of session {item.part_of} failed (above), "
+            "and its transcripts go back only once all of it can, so that `claude --resume` never "
+            "sees half a session; see what failed, then run the restore again",
         )
         return "held"
     try:
         make_folder(target.parent)
     except OSError as exc:
-        print(
-            f"riffd: error: {item.path}: not restored: its folder {target.parent} cannot be made "
+        said(
+            "error",
+            f"{item.path}: not restored: its folder {target.parent} cannot be made "
             f"({exc.strerror or exc})",
-            file=sys.stderr,
         )
         return "failed"
     if target.parent not in swept:
@@ -172,18 +238,15 @@ def _restore_one(
     try:
         outcome = _put_back(item, target, force, options)
     except PackDamaged as exc:
-        print(
-            f"riffd: error: {damage_message(archive, item.path, item.session_id, target, exc)}",
-            file=sys.stderr,
-        )
+        said("error", damage_message(archive, item.path, item.session_id, target, exc))
         return "failed"
     if not force and _appeared(outcome):  # (another restore, say, put it there meanwhile)
-        return _existing(archive, item, target, force) or "differ"
+        return _existing(archive, item, target, force, said) or "differ"
     if isinstance(outcome, Skipped):
-        print(f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}", file=sys.stderr)
+        said("skipped", f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}")
         return "skipped"
     if isinstance(outcome, Failed):
-        print(f"riffd: error: {outcome.detail}", file=sys.stderr)
+        said("error", str(outcome.detail))
         return "failed"
     safety = (
         (
@@ -198,7 +261,7 @@ def _restore_one(
         if outcome.safety_backup_id
         else ""
     )
-    print(f"restored {item.path} -> {target}{safety}")
+    said("restored", f"restored {item.path} -> {target}{safety}")
     return "restored"
 
 
@@ -238,32 +301,28 @@ def _appeared(outcome: RestoreOutcome) -> bool:
     )
 
 
-def _existing(archive: Any, item: Item, target: Path, force: bool) -> str | None:
+def _existing(archive: Any, item: Item, target: Path, force: bool, said: Say) -> str | None:
     """For a file at `target`: there (the same), differ (left, without `force`), failed (it or the
     archive's copy cannot be read), or None (it differs and `force` replaces it)."""
     try:
         same = _compare(item, target, exact=force)
     except PackDamaged as exc:
-        print(
-            f"riffd: error: {damage_message(archive, item.path, item.session_id, target, exc)}",
-            file=sys.stderr,
-        )
+        said("error", damage_message(archive, item.path, item.session_id, target, exc))
         return "failed"
     except OSError as exc:
-        print(
-            f"riffd: error: {target}: cannot be compared with the archive ({exc.strerror or exc}); left as it "
-            "is",
-            file=sys.stderr,
+        said(
+            "error",
+            f"{target}: cannot be compared with the archive ({exc.strerror or exc}); left as it is",
         )
         return "failed"
     if same:
         return "there"
     if force:
         return None
-    print(
-        f"riffd: {target} exists and differs from the archive's copy; left as it is (--force replaces "
-        "it, only while its session is idle, after a backup of it)",
-        file=sys.stderr,
+    said(
+        "info",
+        f"{target} exists and differs from the archive's copy; left as it is (--force replaces it, "
+        "only while its session is idle, after a backup of it)",
     )
     return "differ"
 

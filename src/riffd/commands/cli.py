@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "show a session's structure: chain, branches, compactions, sidechains by agent, findings",
     ),
     "hook": ("hook", "Claude Code hook commands (settings.json runs them)"),
+    "mcp": (
+        "mcp_setup",
+        "an MCP server on stdio: Claude searches, reads, checks and restores its sessions",
+    ),
     "archive": ("archive", "the archive: every conversation kept, deduplicated, searchable"),
 }
 _TAKES_VALUE = {"--config", "--log-level"}

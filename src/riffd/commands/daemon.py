@@ -48,7 +48,7 @@ def register(commands: Any) -> None:
         help="write a health report now and print it",
         description="Build a health report from the state store and the running daemon's live figures (or a "
         "stopped daemon's last ones, shown as stopped), write it to the report folder as report-<time>.json, "
-        "latest.json and latest.md, and print it. Exit 0 healthy, 1 not, 2 no state or unreadable state.",
+        "latest.json and latest.md, and print it. Exit 0 healthy (or starting, no verdict yet), 1 not, 2 no state or unreadable state.",
     )
     report.add_argument(
         "--json", action="store_true", help="print the JSON report instead of the summary"
@@ -174,12 +174,27 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
                 "started": lock_time(config.state_dir),
                 "unpublished": True,
             }
-        report = build_report(store, config.backups.dir, snapshot)
+        report = build_report(store, config.backups.dir, snapshot, installed_hook_problems(config))
         if not page:
             return CurrentReport(report, pid)
         return CurrentReport(report, pid, store.history(), store.recent_repairs())
     finally:
         store.close()
+
+
+def installed_hook_problems(config: Config) -> tuple[str, ...]:
+    """The riffd hooks that do not run, in the user's Claude Code settings and in the current
+    folder's project settings (`riffd.hooks.checking`)."""
+    from riffd.hooks.checking import hook_problems
+
+    project = Path.cwd() / ".claude"
+    return hook_problems(
+        [
+            config.claude_dir / "settings.json",
+            project / "settings.local.json",
+            project / "settings.json",
+        ]
+    )
 
 
 def _state_error(config: Config, exc: Exception) -> int:
@@ -222,14 +237,19 @@ def run_report(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
     path = write_report(
-        report, config.reports.dir, config.reports.keep, current.history, current.repairs
+        report,
+        config.reports.dir,
+        config.reports.keep,
+        current.history,
+        current.repairs,
+        config.reports.metrics_readable,
     )
     if args.json:
         print_json(report_document(report))
     else:
         sys.stdout.write(render_markdown(report))
     print(f"riffd: report written to {path}", file=sys.stderr)
-    return EXIT_OK if report.healthy else EXIT_FINDINGS
+    return EXIT_FINDINGS if report.healthy is False else EXIT_OK  # None: starting, no verdict yet
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -269,6 +289,8 @@ def run_status(args: argparse.Namespace) -> int:
                 f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
                 "service install`)"
             )
+            for problem in installed_hook_problems(config):
+                print(f"- {problem}")
         elif pid is None:
             last_seen = None if daemon is None else iso_seconds(daemon.last_seen)
             last = (
@@ -304,4 +326,4 @@ def run_status(args: argparse.Namespace) -> int:
     # not a problem, unless something keeps the daemon itself from working (a full disk)
     if starting:
         return EXIT_FINDINGS if blocked else EXIT_OK
-    return EXIT_OK if report is not None and report.healthy else EXIT_FINDINGS
+    return EXIT_OK if report is not None and report.healthy is not False else EXIT_FINDINGS

@@ -15,6 +15,7 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.liveness import session_liveness
 from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.fix_output import (
@@ -26,6 +27,7 @@ from riffd.commands.fix_output import (
     WOULD_REPAIR,
     FixedFile,
     fix_document,
+    print_remaining,
     print_text,
 )
 from riffd.commands.output import (
@@ -37,6 +39,7 @@ from riffd.commands.output import (
     print_json,
 )
 from riffd.database import DatabaseDamaged
+from riffd.display import shell_command
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
@@ -131,6 +134,7 @@ def run_fix(args: argparse.Namespace) -> int:
             print(line)
     results: list[FixedFile] = []
     remaining = 0
+    left: list[Finding] = []
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
     keeper = TailKeeper(config.state_dir / ARCHIVE_NAME)
@@ -140,6 +144,7 @@ def run_fix(args: argparse.Namespace) -> int:
             progress.step(path.stat().st_size if path.exists() else 0)
             counts[outcome.outcome] += 1
             remaining += outcome.remaining
+            left += outcome.left
             if outcome.is_error:
                 errors.append(str(outcome.detail))
             if outcome.outcome != CLEAN:
@@ -160,13 +165,15 @@ def run_fix(args: argparse.Namespace) -> int:
         print_json(fix_document(REPORT_SCHEMA, args.dry_run, recovered, results, counts, errors))
     for error in errors:
         print(f"riffd: error: {error}", file=sys.stderr)
-    word = "would repair" if args.dry_run else "repaired"
+    word = "would repair (the same checks as a real run)" if args.dry_run else "repaired"
     print(
         f"riffd: {len(files)} file(s): {counts['repaired'] + counts['would_repair']} {word}, "
         f"{counts['skipped']} skipped, {counts['failed'] + counts['error']} failed, "
-        f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain",
+        f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain"
+        + (":" if left else ""),
         file=sys.stderr,
     )
+    print_remaining(left)
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if remaining else EXIT_OK
@@ -236,22 +243,38 @@ def _fix_one(
         return FixedFile(path, ERROR, 0, detail=f"{path}: {exc}")
     damage = _damage(scanned.findings)
     if not [finding for finding in scanned.findings if finding.cls in REPAIRABLE]:
-        return FixedFile(path, CLEAN, len(damage), unrepaired=tuple(scanned.findings))
+        return FixedFile(
+            path, CLEAN, len(damage), unrepaired=tuple(scanned.findings), left=tuple(damage)
+        )
     try:
         plan = plan_file_repair(scanned, repair_options)
     except FileNotFoundError:
         return FixedFile(path, SKIPPED, 0, str(SkipReason.GONE), gone(path).detail)
     except FileChanged as exc:
-        return FixedFile(path, SKIPPED, len(damage), str(exc.reason), str(exc))
+        return FixedFile(path, SKIPPED, len(damage), str(exc.reason), str(exc), left=tuple(damage))
     except (OSError, ValueError) as exc:
-        return FixedFile(path, ERROR, len(damage), detail=f"{path}: could not plan a repair: {exc}")
+        return FixedFile(
+            path,
+            ERROR,
+            len(damage),
+            detail=f"{path}: could not plan a repair: {exc}",
+            left=tuple(damage),
+        )
     if not plan.is_empty and not dry_run:
         plan = keeper.checked(path, plan)
     if plan.is_empty:
         why = "; ".join(plan.notes) or "no safe repair"
-        return FixedFile(path, SKIPPED, len(damage), "nothing_safe_to_do", why, plan)
-    if dry_run:
-        return FixedFile(path, WOULD_REPAIR, len(damage), plan=plan)
+        return FixedFile(
+            path, SKIPPED, len(damage), "nothing_safe_to_do", why, plan, left=tuple(damage)
+        )
+    left = tuple(damage)
+    if dry_run:  # the same rules as a real run: a session that may be live is skipped
+        live = live_detail(path, options, scanned.index.session_id)
+        if live is not None:
+            return FixedFile(
+                path, SKIPPED, len(damage), str(SkipReason.LIVE), live, plan, left=left
+            )
+        return FixedFile(path, WOULD_REPAIR, len(damage), plan=plan, left=left)
     # The lines' own sessionId too: a 2.0.x subagent file (agent-<id>.jsonl) is named after its
     # agent.
     outcome = apply_plan(plan, replace(options, session_id=scanned.index.session_id))
@@ -259,24 +282,57 @@ def _fix_one(
         # Judged on the file riffd wrote, not on what the plan meant to fix.
         warnings = outcome.warnings
         try:
-            left = _damage(index_file(path).findings)
+            after = _damage(index_file(path).findings)
         except OSError as exc:
-            left = [finding for finding in damage if finding not in plan.fixes]
+            after = [finding for finding in damage if finding not in plan.fixes]
             warnings = (*warnings, f"{path}: could not scan it again: {exc}")
         return FixedFile(
             path,
             REPAIRED,
-            len(left),
+            len(after),
             plan=plan,
             backup_id=outcome.backup_id,
             backup_path=outcome.backup_path,
             carried_over_bytes=outcome.carried_over_bytes,
             warnings=warnings,
             pending_swap=outcome.pending_swap,
-            left=tuple(left),
+            left=tuple(after),
         )
     if isinstance(outcome, Skipped):
         result = CLEAN if outcome.reason is SkipReason.NOTHING_TO_DO else SKIPPED
-        return FixedFile(path, result, len(damage), str(outcome.reason), outcome.detail, plan)
+        detail = outcome.detail
+        if outcome.reason is SkipReason.LIVE:
+            detail += quiet_period_advice(path, options, scanned.index.session_id)
+        return FixedFile(path, result, len(damage), str(outcome.reason), detail, plan, left=left)
     assert isinstance(outcome, Failed)
-    return FixedFile(path, FAILED, len(damage), str(outcome.reason), outcome.detail, plan)
+    return FixedFile(
+        path, FAILED, len(damage), str(outcome.reason), outcome.detail, plan, left=left
+    )
+
+
+def live_detail(path: Path, options: ApplyOptions, session_id: str | None) -> str | None:
+    """Why the session of `path` may be live, as `fix` would find at its write (with what makes the
+    repair now when only the quiet period holds it), or None when it is idle."""
+    live, why = session_liveness(
+        path, options.claude_dirs(path), options.quiet_period, session_id=session_id
+    )
+    if not live:
+        return None
+    return f"{path}: the session may be in use: {why}" + quiet_period_advice(
+        path, options, session_id
+    )
+
+
+def quiet_period_advice(path: Path, options: ApplyOptions, session_id: str | None) -> str:
+    """When only the quiet period keeps `fix` from repairing `path` (no Claude Code process has its
+    session open): the command that repairs it now; else nothing."""
+    if options.quiet_period <= 0:
+        return ""
+    live, _ = session_liveness(path, options.claude_dirs(path), 0, session_id=session_id)
+    if live:
+        return ""
+    command = shell_command("riffd", "fix", "--quiet-period", "0", path)
+    return (
+        f"; only the quiet period holds it: if you are sure the session is closed, `{command}` "
+        "repairs it now (the daemon repairs it by itself once the quiet period is over)"
+    )

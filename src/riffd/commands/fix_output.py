@@ -40,7 +40,7 @@ class FixedFile:
     carried_over_bytes: int = 0
     warnings: tuple[str, ...] = ()
     pending_swap: Path | None = None
-    left: tuple[Finding, ...] = ()  # after a repair: the findings of the file riffd wrote
+    left: tuple[Finding, ...] = ()  # what still counts (after a repair: in the file riffd wrote)
     unrepaired: tuple[Finding, ...] = field(default=())  # a clean file's findings
 
     @property
@@ -126,3 +126,20 @@ def print_text(result: FixedFile) -> None:
         print(f"failed {result.path}: {result.detail}")
     for note in result.plan.notes if result.plan is not None else ():
         print(f"  note: {note}")
+
+
+REMAINING_SHOWN = 20  # findings `fix` names at its end; `riffd scan` lists them all
+
+
+def print_remaining(left: Sequence[Finding]) -> None:
+    """Name the findings that remain after `fix` (on stderr, after its summary): file, line, class
+    and what it is, the first REMAINING_SHOWN of them."""
+    import sys
+
+    for finding in left[:REMAINING_SHOWN]:
+        print(f"  {finding.path}:{finding.line}: {finding.cls}: {finding.message}", file=sys.stderr)
+    if len(left) > REMAINING_SHOWN:
+        print(
+            f"  and {len(left) - REMAINING_SHOWN} more (`riffd scan PATH` lists every one)",
+            file=sys.stderr,
+        )

@@ -7,18 +7,28 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
-import shlex
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from riffd.claude_code.settings import project_settings_path, user_settings_path
+from riffd.claude_code.settings import (
+    project_local_settings_path,
+    project_settings_path,
+    user_settings_path,
+)
 from riffd.commands.arguments import positive_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
+from riffd.display import shell_command
 from riffd.hooks import session_start
-from riffd.hooks.install import SettingsError, apply, plan_install, plan_uninstall
+from riffd.hooks.install import (
+    SettingsError,
+    apply,
+    holds_riffd_hooks,
+    plan_install,
+    plan_uninstall,
+)
 from riffd.hooks.pre_tool_use import MODES, run
 from riffd.tracker.calls import DEFAULT_WINDOW
 
@@ -62,7 +72,7 @@ def register(commands: Any) -> None:
             help=f"{verb} riffd's hooks in Claude Code's settings.json",
             description=f"{verb.capitalize()} riffd's PreToolUse hook (redundant tool calls, warn mode) and "
             "SessionStart hook (a resume of a session open elsewhere) in Claude Code's user settings "
-            "($CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json) or a project's .claude/settings.json. "
+            "($CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json) or a project's .claude/settings.local.json. "
             "Every other key and hook stays as it is; the previous file is kept in <state dir>/settings-backups/; "
             "the new one is written atomically. Install twice changes nothing the second time; uninstall after "
             "install gives the file back byte for byte when nothing else changed in it. A file that does not parse "
@@ -75,7 +85,13 @@ def register(commands: Any) -> None:
             "--project",
             type=Path,
             metavar="DIR",
-            help="the project's DIR/.claude/settings.json instead of the user settings",
+            help="the project's DIR/.claude/settings.local.json (this machine's; the hooks name a "
+            "path on it) instead of the user settings"
+            + (
+                "; its settings.json too, where an older riffd wrote them"
+                if name == "uninstall"
+                else ""
+            ),
         )
         command.set_defaults(run=run_install if name == "install" else run_uninstall)
 
@@ -86,40 +102,85 @@ def run_command(args: Any) -> int:
     return run(args.mode, args.window, sys.stdin.buffer, sys.stdout)
 
 
-def riffd_command() -> str:
-    """How Claude Code should run this riffd: the absolute path of the console script that runs now
-    (else the one on PATH), else this Python with `-m riffd`."""
-    script = sys.argv[0] if os.path.basename(sys.argv[0]) == "riffd" else shutil.which("riffd")
-    if script:
-        return shlex.quote(os.path.abspath(script))
-    return f"{shlex.quote(sys.executable)} -m riffd"
+def riffd_launcher() -> tuple[str, ...]:
+    """The words that run this riffd from anywhere, as Claude Code should run it: the absolute path
+    of the `riffd` console script that runs now; else, run as `python -m riffd`, this Python (by its
+    absolute path, a venv's too) with `-m riffd`; else the console script on PATH."""
+    if os.path.basename(sys.argv[0]) == "riffd":
+        return (os.path.abspath(sys.argv[0]),)
+    on_path = shutil.which("riffd")
+    if os.path.basename(sys.argv[0]) == "__main__.py" or on_path is None:
+        return (os.path.abspath(sys.executable), "-m", "riffd")
+    return (os.path.abspath(on_path),)
 
 
 def _settings_path(args: argparse.Namespace) -> Path:
-    return project_settings_path(args.project) if args.project else user_settings_path()
+    return project_local_settings_path(args.project) if args.project else user_settings_path()
 
 
 def run_install(args: argparse.Namespace) -> int:
     """`riffd hook install`: exit 0 added (or there already), 2 refused."""
     path = _settings_path(args)
     try:
-        change = plan_install(path, riffd_command())
+        change = plan_install(path, riffd_launcher())
     except SettingsError as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    return _carry_out(args, change, "install")
+    if args.project and holds_riffd_hooks(project_settings_path(args.project)):
+        print(
+            f"riffd: note: {project_settings_path(args.project)} (shared: teams commit it) holds riffd's "
+            "hooks too, with a path of one machine (an older riffd wrote them there): "
+            f"`{shell_command('riffd', 'hook', 'uninstall', '--project', args.project)}` takes them "
+            "out of both files; then install again",
+            file=sys.stderr,
+        )
+    code = _carry_out(args, change, "install")
+    if args.project and code == EXIT_OK and not args.dry_run and _tracked_by_git(path):
+        print(
+            f"riffd: note: git does not ignore {path}: it names a path on this machine; add "
+            "`.claude/settings.local.json` to the project's .gitignore (Claude Code does when it "
+            "makes the file)",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _tracked_by_git(path: Path) -> bool:
+    """Whether `path` lies in a git work tree that does not ignore it (False without git)."""
+    import subprocess
+
+    try:
+        checked = subprocess.run(
+            ["git", "check-ignore", "-q", path.name],
+            cwd=path.parent,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return checked.returncode == 1  # 0: ignored; 128: not a work tree (or git failed)
 
 
 def run_uninstall(args: argparse.Namespace) -> int:
-    """`riffd hook uninstall`: exit 0 taken out (or not there), 2 refused."""
-    path = _settings_path(args)
+    """`riffd hook uninstall`: exit 0 taken out (or not there), 2 refused. With `--project`, out of
+    the project's settings.local.json and (where an older riffd wrote them) its settings.json."""
+    paths = [_settings_path(args)]
+    if args.project:
+        paths.append(project_settings_path(args.project))
     state_dir = config_for_folders(args).state_dir
-    try:
-        change = plan_uninstall(path, state_dir)
-    except SettingsError as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    return _carry_out(args, change, "uninstall")
+    worst = EXIT_OK
+    for path in paths:
+        try:
+            change = plan_uninstall(path, state_dir)
+        except SettingsError as exc:
+            print(f"riffd: error: {exc}", file=sys.stderr)
+            worst = EXIT_ERROR
+            continue
+        if path != paths[0] and not change.changed:
+            continue  # the shared file, without riffd's hooks: nothing to say about it
+        worst = max(worst, _carry_out(args, change, "uninstall"))
+    return worst
 
 
 def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 from riffd.archive.holdings import named_outputs, output_tail
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.session_files import IN_SESSION_FOLDER, PLAN, TOOL_RESULT, session_config
-from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession
+from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ def restore_items(archive: Any, target: str, roots: Iterable[Path]) -> tuple[lis
     archive does not hold and that are not on disk (their paths' ends). `roots`: the configured roots, below which a
     transcript's project folder may be a link. Raise AmbiguousSession for a prefix of several
     sessions' ids."""
+    target = session_key(target)
     files = archive.files_of(target)
     path_like = os.sep in target or target.endswith(".jsonl")
     sessions = [] if path_like else sorted({session for _id, _path, session in files if session})

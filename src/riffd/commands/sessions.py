@@ -8,6 +8,7 @@ import contextlib
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 
 def run_sessions(args: argparse.Namespace) -> int:
-    """`riffd sessions`: exit 0, 2 when the archive is needed (--deleted) and cannot be read."""
+    """`riffd sessions`: exit 0; 2 when a transcript or folder cannot be read (each named; the rest
+    is listed), or the archive is needed (--deleted) and cannot be read."""
     config = config_for_folders(args)
     view = _archived(config.state_dir / ARCHIVE_NAME, args.deleted)
     if view is None and args.deleted:
@@ -72,11 +74,10 @@ def run_sessions(args: argparse.Namespace) -> int:
         )
         return EXIT_ERROR
 
+    unread: list[str] = []
+
     def unfollowed(exc: OSError) -> None:
-        print(
-            f"riffd: note: {exc.filename}: {exc.strerror}; its sessions are not listed",
-            file=sys.stderr,
-        )
+        unread.append(f"{exc.filename}: {exc.strerror}")
 
     folders = (
         find_project_folders(Path(args.project).expanduser().absolute(), config.roots)
@@ -88,17 +89,18 @@ def run_sessions(args: argparse.Namespace) -> int:
         _deleted(view, args.project)
         if args.deleted and view is not None
         else _on_disk(
-            session_files(folders),
+            session_files(folders, unfollowed),
             view,
-            _health(config.state_dir / STATE_NAME),
+            health_counts(config.state_dir / STATE_NAME),
             list(config.roots),
             configs,
+            unfollowed,
         )
     )
     rows.sort(key=lambda row: row.get("last_ts") or 0, reverse=True)
     if args.json:
         print_json({"sessions": rows})
-        return EXIT_OK
+        return _unread(unread)
     for row in rows:
         size = f"{row['bytes'] / 1e6:.1f} MB" if row.get("bytes") is not None else "-"
         print(
@@ -116,7 +118,19 @@ def run_sessions(args: argparse.Namespace) -> int:
         + ("" if args.deleted or view is not None else "; no archive yet (the daemon makes it)"),
         file=sys.stderr,
     )
-    return EXIT_OK
+    return _unread(unread)
+
+
+def _unread(unread: list[str]) -> int:
+    """Name each file or folder `sessions` could not read (its sessions are not listed): exit 2 when
+    there is one, else 0."""
+    for what in unread:
+        print(
+            f"riffd: error: {what}; its sessions are not listed (check that it is yours and "
+            "readable)",
+            file=sys.stderr,
+        )
+    return EXIT_ERROR if unread else EXIT_OK
 
 
 @dataclass
@@ -187,7 +201,7 @@ def _held_words(row: dict[str, Any]) -> str:
     ) + f" ({', '.join(['transcript', *parts])})"
 
 
-def _health(path: Path) -> dict[str, int]:
+def health_counts(path: Path) -> dict[str, int]:
     """Path -> the number of findings that count (not informational) in the daemon's state; {}
     without one."""
     if not path.exists():
@@ -212,6 +226,7 @@ def _on_disk(
     health: dict[str, int],
     roots: list[Path],
     configs: list[Path],
+    on_error: Callable[[OSError], None],
 ) -> list[dict[str, Any]]:
     archived = {item["path"] for item in view.items} if view is not None else set()
     rows = []
@@ -219,7 +234,10 @@ def _on_disk(
         try:
             info = describe_file(path)
             size = path.stat().st_size
-        except OSError:
+        except FileNotFoundError:
+            continue  # deleted since it was listed: not a session any more
+        except OSError as exc:
+            on_error(exc if exc.filename else OSError(exc.errno, exc.strerror, str(path)))
             continue
         findings = health.get(str(path))
         held = str(path) in archived

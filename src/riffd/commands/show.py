@@ -305,10 +305,22 @@ def _summary_lines(session: dict[str, Any]) -> list[tuple[str, list[str]]]:
     parts.append(
         (
             f"redundant tool calls: {session['redundant_calls_note'] or len(redundant)}",
-            [str(call) for call in redundant[:LISTED]],
+            [_redundant_words(call) for call in redundant[:LISTED]],
         )
     )
     return parts
+
+
+def _redundant_words(call: dict[str, Any]) -> str:
+    """One redundant tool call (the JSON form of a tracker.RedundantCall) in words."""
+    later = call.get("later_line") or "-"
+    earlier = call.get("earlier_line") or "-"
+    seconds = float(call.get("later_time") or 0) - float(call.get("earlier_time") or 0)
+    return (
+        f"line {later}: {call.get('tool')} {call.get('later_id')} repeats {call.get('earlier_id')} "
+        f"(line {earlier}, {seconds:.0f} s earlier): {int(call.get('wasted_bytes') or 0):,} bytes "
+        "of result again"
+    )
 
 
 def _sidechain_text(sidechain: dict[str, Any], session_path: str) -> str:

@@ -244,6 +244,16 @@ class ReportConfig:
     )
     interval: float = field(default=300.0, metadata=_meta("Seconds between two reports.", gt=0))
     keep: int = field(default=48, metadata=_meta("Timestamped reports kept.", ge=1))
+    metrics_readable: bool = field(
+        default=False,
+        metadata=_meta(
+            "Let other users read metrics.prom (node_exporter's textfile collector, run as its own "
+            "user): it is written 0644 and the reports folder gets r and x for others, so others may "
+            "list the reports' names (the reports stay readable by you only); metrics.prom holds "
+            "figures, never transcript content. The folders above it must let that user through "
+            "(x). Turning it off again writes metrics.prom 0600 and leaves the folder's mode."
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,7 +3,7 @@
 Every write to `state.db` and `archive.db` may meet a full disk (SQLite's "database or disk is
 full", ENOSPC). That is no damage: what was committed stays and the failed step is rolled back
 whole. `DiskWatch` keeps what the daemon does about it in one place: the log says the live figures cannot
-be stored once (then every STILL_FAILING_LOG_SECONDS, not at every tick), and once the disk has disk
+be stored once (then every STILL_FAILING_LOG_SECONDS, not at every tick), and once the disk has room
 again the daemon rescans at once, so the files whose findings or lines could not be stored meanwhile
 are looked at and archived again without waiting for the scheduled rescan.
 """
@@ -22,7 +22,7 @@ log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 
 # while the live figures cannot be stored, the log says so this often
 STILL_FAILING_LOG_SECONDS = 600.0
-# after a full-disk error, the disk's disk is looked at this often at first,
+# after a full-disk error, the disk's room is looked at this often at first,
 FIRST_LOOK_SECONDS = 5.0
 LAST_LOOK_SECONDS = 600.0  # doubling after each rescan that met a full disk again, up to this
 # a full-disk error after this long without one starts again from FIRST_LOOK_SECONDS
@@ -36,7 +36,7 @@ class DiskWatch:
         self.folder = folder
         # ran_out comes from the worker, the scheduler and the main thread
         self._lock = threading.Lock()
-        # a write failed for a full disk and no rescan has run since disk came back
+        # a write failed for a full disk and no rescan has run since room came back
         self._wanted = False
         self._wait = FIRST_LOOK_SECONDS
         self._looked = 0.0
@@ -62,7 +62,7 @@ class DiskWatch:
 
     def ran_out(self, exc: BaseException, written: Path | None = None) -> bool:
         """Note a failed write (to `written`, when not a database); return whether the state
-        folder's disk is full (then a rescan follows once there is disk)."""
+        folder's disk is full (then a rescan follows once there is room)."""
         if not self.is_full(exc, written):
             return False
         with self._lock:
@@ -73,7 +73,7 @@ class DiskWatch:
         return True
 
     def back(self) -> int | None:
-        """Return the bytes free when the disk has disk again after a full-disk error and a rescan
+        """Return the bytes free when the disk has room again after a full-disk error and a rescan
         is due (once per wait, the wait doubling each time), else None."""
         with self._lock:
             now = time.monotonic()

@@ -22,6 +22,7 @@ from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import archive_summary, store_snapshot
 from riffd.database import full_disk_note, is_full_error
 from riffd.fsio import IO_STATS
+from riffd.hooks.checking import hook_problems
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
 from riffd.reports.publish import write_report
@@ -124,6 +125,7 @@ class Publisher:
             "started": counters.started,
             "config_path": str(config.source) if config.source else None,
             "repair_mode": config.repair.mode,
+            "quiet_period": config.repair.quiet_period,
             "last_reload": counters.last_reload,
             "roots": [str(root) for root in config.roots],
             "observer": watcher.observer_kind if watcher else None,
@@ -172,7 +174,7 @@ class Publisher:
             self._archive_figures = (
                 {}
                 if now.archive is None
-                else archive_summary(now.archive, store, config.claude_dir)
+                else archive_summary(now.archive, store, config.claude_dir) | {"at": time.time()}
             )
             snapshot = self.snapshot(now)
             # A state store that cannot be written to (a full disk) still gets its report written,
@@ -181,7 +183,9 @@ class Publisher:
                 store_snapshot(store, snapshot)
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
-            report = build_report(store, config.backups.dir, snapshot)
+            # the service's PATH is not Claude Code's: only hooks named by their path are run
+            hooks = hook_problems([config.claude_dir / "settings.json"], by_path=False)
+            report = build_report(store, config.backups.dir, snapshot, hooks)
             try:
                 store.record_history(history_point(report), time.time())
             except sqlite3.Error as exc:
@@ -192,4 +196,5 @@ class Publisher:
                 config.reports.keep,
                 store.history(),
                 store.recent_repairs(),
+                config.reports.metrics_readable,
             )

@@ -298,7 +298,7 @@ class Daemon:
             free = self.disk.back()
             if free is not None:
                 log.info(
-                    "the state folder %s has disk again (%.1f MiB free): rescanning now for what "
+                    "the state folder %s has room again (%.1f MiB free): rescanning now for what "
                     "could not be stored meanwhile",
                     self.config.state_dir,
                     free / 2**20,
@@ -460,7 +460,7 @@ class Daemon:
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running
-        (one that is running may have looked at a file before there was disk)."""
+        (one that is running may have looked at a file before there was room)."""
         if self.schedule is not None:
             self.schedule.run_now("rescan_now", self._rescan)
 

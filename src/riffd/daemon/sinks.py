@@ -97,7 +97,7 @@ class TrackerSink:
 class ArchiveErrors:
     """What a failure of the archive does. Detection and repairs go on whatever the archive does;
     it catches up later from its own watermark (the daemon's rescan). The error goes to the log, to
-    `on_write_error` (the daemon's DiskWatch: a full disk is followed by a rescan once there is disk) and
+    `on_write_error` (the daemon's DiskWatch: a full disk is followed by a rescan once there is room) and
     to the store's counters; a damaged archive is moved aside and a new one started at once."""
 
     store: StateStore

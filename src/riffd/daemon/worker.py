@@ -44,7 +44,7 @@ class Worker:
     are read through (a test's faults included), with the retry policy of `settings`; `tracker` is
     fed every message line read (its repeats become redundant_tool_call findings); `archive` every
     complete line read, before the state store commits; `on_write_error` is told every archive
-    write that failed (the daemon's DiskWatch: a full disk is followed by a rescan once there is disk)."""
+    write that failed (the daemon's DiskWatch: a full disk is followed by a rescan once there is room)."""
 
     def __init__(
         self,

@@ -1,15 +1,20 @@
 """riffd's hooks in a Claude Code `settings.json`: added, and taken out again, touching nothing
 else.
 
-Claude Code reads hooks from `<config dir>/settings.json` (user) and
-`<project>/.claude/settings.json`: `hooks.<Event>` is a list of `{"matcher": ..., "hooks": [{"type":
+Claude Code reads hooks from `<config dir>/settings.json` (user),
+`<project>/.claude/settings.json` (shared: teams commit it) and `<project>/.claude/settings.local.json`
+(this machine's: where riffd writes a project's hooks, since they name a path on this machine):
+`hooks.<Event>` is a list of `{"matcher": ..., "hooks": [{"type":
 "command", "command": ...}]}` groups. riffd adds one group per event (PreToolUse: the redundant-call
 hook; SessionStart: the live-session warning) and recognises its own by the command (`... hook
 pre-tool-use`, `... hook session-start` run by a riffd executable).
 
-- Install is idempotent: a second run finds riffd's groups and writes nothing.
-- Every other key, group and hook is kept, in its order. The file is written in its own style
-  (indent, final newline), atomically, with its mode, after a copy of the previous file is kept in
+- Each hook command names the riffd to run by its words (`riffd_hooks`), each quoted once, so that
+  `sh -c COMMAND` (how Claude Code runs it) runs it wherever riffd is installed.
+- Install is idempotent: a second run finds riffd's groups and writes nothing; a riffd hook there
+  that does not run (`checking.hook_problem`) gets this riffd in place of its own.
+- Every other key, group and hook is kept, in its order. The file is written as JSON with its own
+  indent and final newline (as Claude Code writes it: other layouts are laid out anew), atomically, with its mode, after a copy of the previous file is kept in
   riffd's state folder.
 - Uninstall takes riffd's groups out (and the `hooks` keys riffd made). When the rest is what it was
   before the install, the file gets back the exact bytes it had (from that copy).
@@ -24,13 +29,15 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.display import shell_command
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
+from riffd.hooks.checking import hook_problem, is_riffd_group, runnable
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
 # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
@@ -57,16 +64,17 @@ class Change:
         return self.before != self.after
 
 
-def riffd_hooks(executable: str) -> dict[str, dict[str, Any]]:
-    """The hook group riffd adds per event, running `executable`."""
-    command = shlex.quote(executable)
+def riffd_hooks(launcher: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The hook group riffd adds per event, running the riffd that `launcher` names (its words: the
+    console script's path, or a Python and `-m riffd`), each word quoted once for `sh -c`, as Claude
+    Code runs a hook command."""
     return {
         "PreToolUse": {
             "matcher": PRE_TOOL_USE_MATCHER,
             "hooks": [
                 {
                     "type": "command",
-                    "command": f"{command} hook pre-tool-use --mode warn",
+                    "command": shell_command(*launcher, "hook", "pre-tool-use", "--mode", "warn"),
                     "timeout": HOOK_TIMEOUT_SECONDS,
                 }
             ],
@@ -76,7 +84,7 @@ def riffd_hooks(executable: str) -> dict[str, dict[str, Any]]:
             "hooks": [
                 {
                     "type": "command",
-                    "command": f"{command} hook session-start",
+                    "command": shell_command(*launcher, "hook", "session-start"),
                     "timeout": HOOK_TIMEOUT_SECONDS,
                 }
             ],
@@ -84,24 +92,7 @@ def riffd_hooks(executable: str) -> dict[str, dict[str, Any]]:
     }
 
 
-_OURS = re.compile(r"(^|[/\s'\"])riffd['\"]?\s+hook\s+(pre-tool-use|session-start)\b")
-
-
-def is_riffd_group(group: Any) -> bool:
-    """Whether a hook group is riffd's: every hook in it runs `riffd hook
-    pre-tool-use|session-start`."""
-    if (
-        not isinstance(group, dict)
-        or not isinstance(group.get("hooks"), list)
-        or not group["hooks"]
-    ):
-        return False
-    return all(
-        isinstance(hook, dict)
-        and isinstance(hook.get("command"), str)
-        and _OURS.search(hook["command"])
-        for hook in group["hooks"]
-    )
+_HOOK_WORDS = re.compile(r"\s+hook\s+(pre-tool-use|session-start)\b")
 
 
 def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
@@ -173,23 +164,76 @@ def _dump(document: dict[str, Any], raw: bytes | None) -> bytes:
     ).encode()
 
 
-def plan_install(path: Path, executable: str) -> Change:
-    """What `hook install` does to the settings file at `path`; raise SettingsError when it must not
-    be touched."""
+def plan_install(
+    path: Path,
+    launcher: Sequence[str],
+    runs: Callable[[str], str | None] = hook_problem,
+) -> Change:
+    """What `hook install` does to the settings file at `path` for the riffd `launcher` names: add
+    riffd's hooks; a riffd hook already there stays when it runs (`runs(command)` is None), else it
+    gets `launcher` in place of its own (its options kept). Raise SettingsError when the file must
+    not be touched."""
     raw, document = _load(path)
     updated = copy.deepcopy(document)
     hooks = updated.setdefault("hooks", {})
-    notes = []
-    for event, group in riffd_hooks(executable).items():
+    notes: list[str] = []
+
+    def runs_here(command: str) -> str | None:
+        # never run a command from another user's file, or one not in riffd's form: it is kept
+        return runs(command) if runnable(path, command) else None
+
+    for event, group in riffd_hooks(launcher).items():
         groups = hooks.setdefault(event, [])
-        if any(is_riffd_group(existing) for existing in groups):
-            notes.append(f"{event}: riffd's hook is there already")
+        ours = [existing for existing in groups if is_riffd_group(existing)]
+        if not ours:
+            groups.append(group)
+            notes.append(f"{event}: added `{group['hooks'][0]['command']}`")
             continue
-        groups.append(group)
-        notes.append(f"{event}: added `{group['hooks'][0]['command']}`")
+        for existing in ours:
+            for hook in existing["hooks"]:
+                notes.append(_mend(event, hook, shell_command(*launcher), runs_here))
     if updated == document:
         return Change(path, raw, raw, tuple(notes))
-    return Change(path, raw, _dump(updated, raw), tuple(notes))
+    after = _dump(updated, raw)
+    if raw and raw.strip() and _dump(document, raw) != raw:
+        indent, _ = _style(raw)
+        notes.append(
+            f"the file is written out anew as JSON indented by {indent!r} (as Claude Code writes "
+            "it): its other lines keep their keys and values, not their layout (`--dry-run` shows "
+            "every line that changes)"
+        )
+    return Change(path, raw, after, tuple(notes))
+
+
+def _mend(
+    event: str, hook: dict[str, Any], launcher: str, runs: Callable[[str], str | None]
+) -> str:
+    """Give a riffd hook that does not run `launcher` (the text before its `hook EVENT`) in place
+    of its own, in `hook`; return the note that says what became of it."""
+    command = hook["command"]
+    problem = runs(command)
+    if problem is None:
+        return f"{event}: riffd's hook is there already (`{command}`)"
+    found = _HOOK_WORDS.search(command)
+    mended = command if found is None else launcher + command[found.start() :]
+    if mended == command:
+        return (
+            f"{event}: riffd's hook `{command}` does not run ({problem}), and this riffd would "
+            "write the same command: run `riffd hook install` with the riffd Claude Code should run"
+        )
+    hook["command"] = mended
+    return f"{event}: `{command}` did not run ({problem}); now `{mended}`"
+
+
+def holds_riffd_hooks(path: Path) -> bool:
+    """Whether the settings file at `path` holds a riffd hook (False when it is absent or does not
+    parse)."""
+    try:
+        _, document = _load(path)
+    except SettingsError:
+        return False
+    hooks = document.get("hooks") or {}
+    return any(is_riffd_group(group) for groups in hooks.values() for group in groups)
 
 
 def plan_uninstall(path: Path, state_dir: Path) -> Change:
@@ -271,11 +315,11 @@ def _before_install(path: Path, state_dir: Path) -> tuple[bytes | None, dict[str
     return (raw, document) if isinstance(document, dict) else None
 
 
-def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
+def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -> Path | None:
     """Write `change` (nothing when it changes nothing): first a private copy of the previous file
     in riffd's state folder (returned), then the new bytes by atomic replace, keeping the file's
     mode; a symlinked settings file (a dotfile manager's) has its target replaced, the link stays.
-    Raise SettingsError for a read-only file."""
+    Raise SettingsError for a read-only file (saying to add `what` by hand)."""
     if not change.changed:
         return None
     # a dotfile manager's link stays
@@ -283,8 +327,8 @@ def apply(change: Change, state_dir: Path, kind: str) -> Path | None:
     # marked read-only (root or not)
     if change.before is not None and not target.stat().st_mode & 0o222:
         raise SettingsError(
-            f"{change.path} is read-only: riffd changes nothing (make it writable, or add the "
-            "hooks yourself: --dry-run prints them)"
+            f"{change.path} is read-only: riffd changes nothing (make it writable, or add {what} "
+            "yourself: --dry-run prints what riffd would write)"
         )
     folder = backup_folder(state_dir, change.path)
     # 0700, whatever the umask: copies of the user's settings

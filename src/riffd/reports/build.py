@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,10 @@ from typing import Any
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
-from riffd.display import shell_word
 from riffd.fsio import IO_STATS
+from riffd.reports.attention import RepairTiming, sort_findings
 from riffd.reports.model import (
     ArchiveFigures,
-    AttentionItem,
-    AttentionState,
     BackupFigures,
     DaemonState,
     DatabaseFiles,
@@ -41,10 +38,8 @@ from riffd.reports.model import (
     WatcherFigures,
 )
 from riffd.state.store import StateStore
-from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
-from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, FindingClass
+from riffd.transcript.findings import FindingClass
 
-REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
 RECENT_SECONDS = 3600.0
 STUCK_SECONDS = 120.0  # a running daemon refreshes its figures every 30 s at least
 ATTENTION_LISTED = 200  # findings listed under `attention` (all are counted in `findings`)
@@ -60,17 +55,38 @@ def percentile(samples: list[float], fraction: float) -> float | None:
 
 
 def build_report(
-    store: StateStore, backup_dir: Path, daemon: dict[str, Any] | None
+    store: StateStore,
+    backup_dir: Path,
+    daemon: dict[str, Any] | None,
+    hook_problems: Sequence[str] = (),
 ) -> HealthReport:
-    """Given the state store, the backup folder and the daemon's snapshot (its live figures,
-    `running` true only when that daemon runs now; a stopped daemon's last figures; or None when
-    none was ever seen), return the health report."""
+    """Given the state store, the backup folder, the daemon's snapshot (its live figures, `running`
+    true only when that daemon runs now; a stopped daemon's last figures; or None when none was ever
+    seen) and the installed hooks that do not run (`riffd.hooks.checking.hook_problems`), return the
+    health report. The store is read in one snapshot: its findings, repairs and counters are those
+    of one moment."""
+    with store.read_snapshot():
+        return _build(store, backup_dir, daemon or {}, hook_problems)
+
+
+def _build(
+    store: StateStore,
+    backup_dir: Path,
+    daemon: dict[str, Any],
+    hook_problems: Sequence[str],
+) -> HealthReport:
     now = time.time()
-    daemon = daemon or {}
-    findings = _sort_findings(store, daemon.get("repair_mode"))
+    rechecking = store.repaired_since_read()
+    running = bool(daemon.get("running"))
+    timing = RepairTiming(
+        running=running and not daemon.get("stopping"),
+        quiet_period=daemon.get("quiet_period"),
+        modified={path: known[3] / 1e9 for path, known in store.known_files().items()},
+        now=now,
+    )
+    findings = sort_findings(store, daemon.get("repair_mode"), rechecking, timing)
     repairs = store.repair_summary()
     counters = store.counters()
-    running = bool(daemon.get("running"))
     latencies = [float(value) for value in daemon.get("latencies", [])]
     errors = tuple(
         _error(error)
@@ -79,7 +95,7 @@ def build_report(
     )
     seen_at = float(daemon["seen_at"]) if daemon.get("seen_at") else None
     uptime = now - float(daemon["started"]) if running and daemon.get("started") else None
-    archive = _archive(daemon.get("archive") or {})
+    archive = _archive(daemon.get("archive") or {}, now)
     last_reload = _reload(daemon.get("last_reload"))
     state_dir = store.path.parent
     free = free_bytes(state_dir)
@@ -139,6 +155,7 @@ def build_report(
         problems.append(
             "the last configuration reload failed; the previous configuration is still in use"
         )
+    problems.extend(hook_problems)
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
     return HealthReport(
         generated_at=datetime.fromtimestamp(now, UTC).replace(microsecond=0),
@@ -171,6 +188,7 @@ def build_report(
             watched=store.count_files(),
             with_findings=findings.files,
             repaired=repairs["files_repaired"],
+            rechecking=len(rechecking),
         ),
         attention=tuple(findings.attention[:ATTENTION_LISTED]),
         attention_total=len(findings.attention),
@@ -182,6 +200,7 @@ def build_report(
             pending=tuple(
                 PendingCall(path=path, tool_id=item.get("tool_id"), line=item["lines"][0])
                 for path, item in store.findings_of_class(FindingClass.PENDING_TOOL_CALL)
+                if path not in rechecking
             ),
         ),
         repairs=RepairCounts(
@@ -300,9 +319,11 @@ def _tracker(stats: dict[str, Any]) -> TrackerFigures:
     )
 
 
-def _archive(figures: dict[str, Any]) -> ArchiveFigures:
-    """The archive's figures the daemon gathered (each None when it did not, or could not)."""
+def _archive(figures: dict[str, Any], now: float) -> ArchiveFigures:
+    """The archive's figures the daemon gathered (each None when it did not, or could not), with
+    when it gathered them and their age at `now`."""
     at_risk = figures.get("cleanup_at_risk")
+    gathered = figures.get("at")
     return ArchiveFigures(
         stored_bytes=figures.get("stored_bytes"),
         raw_bytes=figures.get("raw_bytes"),
@@ -313,6 +334,8 @@ def _archive(figures: dict[str, Any]) -> ArchiveFigures:
         cleanup_days=figures.get("cleanup_days"),
         cleanup_at_risk=None if at_risk is None else tuple(at_risk),
         cleanup_at_risk_count=figures.get("cleanup_at_risk_count"),
+        as_of=_local_time(gathered),
+        age_seconds=None if gathered is None else round(max(0.0, now - float(gathered)), 1),
     )
 
 
@@ -332,98 +355,4 @@ def _backups(backup_dir: Path) -> BackupFigures:
         count=len(records),
         total_bytes=sum(record.stored_bytes for record in records),
         oldest=oldest,
-    )
-
-
-@dataclass(frozen=True)
-class SortedFindings:
-    """Every stored finding sorted out: open damage by class (and the files holding it),
-    acknowledged and informational findings by class, and the `attention` list (open first, then
-    acknowledged); `ack_error` says why no acknowledgement applies, when the file is broken."""
-
-    open: Counter[str]
-    files: int
-    acknowledged: Counter[str]
-    informational: Counter[str]
-    attention: list[AttentionItem]
-    ack_error: str
-
-
-def _sort_findings(store: StateStore, mode: str | None) -> SortedFindings:
-    try:
-        acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
-    # a broken file must not hide damage: nothing counts as acknowledged
-    except AckFileError as exc:
-        acks, ack_error = Acknowledged(()), f"acknowledgements not applied: {exc}"
-    damage: Counter[str] = Counter()
-    acknowledged: Counter[str] = Counter()
-    informational: Counter[str] = Counter()
-    files: set[str] = set()
-    listed, later = [], []
-    for path, item, waiting in store.all_findings():
-        cls = str(item.get("class"))
-        if cls in INFORMATIONAL:
-            informational[cls] += 1
-            continue
-        ack = acks.of(path, item) if acks else None
-        if ack is not None:
-            acknowledged[cls] += 1
-            later.append(attention_item(path, item, waiting, mode, ack))
-        else:
-            damage[cls] += 1
-            files.add(path)
-            listed.append(attention_item(path, item, waiting, mode))
-    return SortedFindings(
-        damage, len(files), acknowledged, informational, listed + later, ack_error
-    )
-
-
-def attention_item(
-    path: str,
-    finding: dict[str, Any],
-    waiting: bool,
-    mode: str | None = None,
-    ack: Ack | None = None,
-) -> AttentionItem:
-    """One finding as the report lists it: the file, the class, the lines, its state
-    (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
-    riffd does not edit, acknowledged) and the command that deals with it."""
-    cls = str(finding.get("class"))
-    lines = finding.get("lines") or []
-    quoted = shell_word(path)
-    where = shell_word(f"{path}:{lines[0]}") if lines else quoted
-    state: AttentionState
-    if ack is not None:
-        state = "acknowledged"
-        action = (
-            f"acknowledged {ack.at}"
-            + (f" ({ack.note})" if ack.note else "")
-            + f"; `riffd ack --undo {where}` counts it again"
-        )
-    elif cls in REPAIRABLE_NAMES and mode == "report-only":
-        state = "waiting_for_repair"
-        action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
-    elif cls in REPAIRABLE_NAMES and waiting:
-        state = "waiting_for_repair"
-        action = f"riffd repairs it once the session is idle; now: `riffd fix {quoted}`"
-    elif cls in REPAIRABLE_NAMES:
-        state = "not_repaired"
-        action = (
-            f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
-            f"`riffd ack {where}` accepts it as it is"
-        )
-    else:
-        state = "never_repaired"
-        action = (
-            f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
-            f"well, `riffd ack {where}` acknowledges it"
-        )
-    return AttentionItem(
-        path=path,
-        finding_class=cls,
-        lines=tuple(lines),
-        message=finding.get("message", ""),
-        repairable=cls in REPAIRABLE_NAMES,
-        state=state,
-        action=action,
     )

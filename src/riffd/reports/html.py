@@ -1,24 +1,23 @@
 """latest.html: the health report as one page to look at, self-contained (inline CSS and SVG, no
 script, no request: its Content-Security-Policy forbids any), written beside latest.json.
 
-It shows the verdict and its problems, every finding that needs attention with the command that
-deals with it, the recent repairs with their backups, and charts over the hourly history the daemon
-keeps (90 days): open findings by class, repairs, the archive's size against the raw bytes it holds,
-and event-to-done latency.
+It shows the verdict and its problems, the figures in words (open and informational findings, the
+archive), every finding that needs attention with the command that deals with it, the recent repairs
+with their backups, and the charts of `charts` over the hourly history the daemon keeps (90 days),
+each ending on the report's own figures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from html import escape
 from typing import Any
 
 from riffd.display import shell_command
-from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair
-
-WIDTH, HEIGHT, PAD, LEFT = 560, 180, 36, 64
-COLOURS = ("#d1495b", "#2e86ab", "#edae49", "#00798c", "#6a4c93", "#3d9970", "#8d6a9f", "#ff851b")
+from riffd.reports.charts import charts
+from riffd.reports.markdown import archive_age
+from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair, verdict_words
 
 
 def history_point(report: HealthReport) -> dict[str, Any]:
@@ -30,6 +29,7 @@ def history_point(report: HealthReport) -> dict[str, Any]:
         "archive_raw": report.archive.raw_bytes,
         "latency_p50": report.latency.p50,
         "latency_p95": report.latency.p95,
+        "at": report.generated_at.timestamp(),
     }
 
 
@@ -45,6 +45,7 @@ def history_points(stored: Sequence[tuple[int, dict[str, Any]]]) -> list[History
             archive_raw=_number(point.get("archive_raw")),
             latency_p50=_number(point.get("latency_p50")),
             latency_p95=_number(point.get("latency_p95")),
+            at=_number(point.get("at")),
         )
         for hour, point in stored
     ]
@@ -74,72 +75,13 @@ def _local(seconds: float) -> str:
     return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="minutes")
 
 
-def chart(title: str, series: dict[str, list[tuple[float, float]]], unit: str = "") -> str:
-    """One line chart as inline SVG: a polyline (or a dot, for one point) per series, its range on
-    the axes."""
-    points = [point for values in series.values() for point in values]
-    head = f"<figure><figcaption>{escape(title)}</figcaption>"
-    if not points:
-        return (
-            head
-            + '<p class="empty">no history yet: the daemon adds a point every hour</p></figure>'
-        )
-    x_low, x_high = min(x for x, _ in points), max(x for x, _ in points)
-    y_high = max(max(y for _, y in points), 1e-9)
-    x_span = (x_high - x_low) or 1.0
-
-    def place(x: float, y: float) -> str:
-        return (
-            f"{LEFT + (x - x_low) / x_span * (WIDTH - LEFT - PAD):.1f},"
-            f"{HEIGHT - PAD - y / y_high * (HEIGHT - 2 * PAD):.1f}"
-        )
-
-    parts = [
-        f'<svg role="img" aria-label="{escape(title)}" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" xmlns="http://www.w3.org/2000/svg">',
-        f'<line x1="{LEFT}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<line x1="{LEFT}" y1="{PAD}" x2="{LEFT}" y2="{HEIGHT - PAD}" class="axis"/>',
-        f'<text x="{LEFT - 4}" y="{PAD + 4}" text-anchor="end">{escape(_figure(y_high, unit))}</text>',
-        f'<text x="{LEFT - 4}" y="{HEIGHT - PAD}" text-anchor="end">0</text>',
-        f'<text x="{LEFT}" y="{HEIGHT - 8}">{escape(_local(x_low))}</text>',
-        f'<text x="{WIDTH - PAD}" y="{HEIGHT - 8}" text-anchor="end">{escape(_local(x_high))}</text>',
-    ]
-    legend = []
-    for number, (name, values) in enumerate(sorted(series.items())):
-        colour = COLOURS[number % len(COLOURS)]
-        if len(values) == 1:
-            x, y = place(*values[0]).split(",")
-            parts.append(f'<circle class="series" cx="{x}" cy="{y}" r="3" fill="{colour}"/>')
-        elif values:
-            coords = " ".join(place(x, y) for x, y in values)
-            parts.append(
-                f'<polyline class="series" points="{coords}" fill="none" stroke="{colour}" '
-                'stroke-width="2"/>'
-            )
-        legend.append(
-            f'<span style="color:{colour}">&#9632;</span> {escape(name)} '
-            f"({escape(_figure(values[-1][1], unit)) if values else '-'} now)"
-        )
-    parts.append("</svg>")
-    return head + "".join(parts) + f'<p class="legend">{" &nbsp; ".join(legend)}</p></figure>'
-
-
-def _figure(value: float, unit: str = "") -> str:
-    """A figure for an axis or a legend: 1.9 MB, 47, 0.030 s."""
-    for limit, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            return f"{value / limit:.1f} {prefix}{unit}"
-    number = f"{value:g}" if value == int(value) else f"{value:.3f}"
-    return f"{number} {unit}" if unit else number
-
-
 def render_page(
     report: HealthReport, history: Sequence[HistoryPoint], repairs: Sequence[RecentRepair]
 ) -> str:
     """Return latest.html for `report`, with the hourly `history` (oldest first) and the recent
     `repairs` (newest first)."""
     healthy, daemon, files = report.healthy, report.daemon, report.files
-    verdict = "healthy" if healthy else "needs attention"
+    verdict = verdict_words(report)
     problems = "".join(f"<li>{escape(problem)}</li>" for problem in report.problems)
     attention_rows = "".join(
         f'<tr class="{escape(item.state)}"><td><code>{escape(item.path)}</code></td>'
@@ -154,38 +96,6 @@ def render_page(
         f"<td>{_backup(item.backup_id)}</td></tr>"
         for item in repairs
     )
-    times = [point.hour * 3600.0 for point in history]
-    open_classes = sorted({name for point in history for name in point.open})
-    charts = [
-        chart(
-            "Open findings by class",
-            {
-                name: [
-                    (t, float(point.open.get(name, 0)))
-                    for t, point in zip(times, history, strict=True)
-                ]
-                for name in open_classes
-            }
-            or {"all classes": [(t, 0.0) for t in times]},
-        ),
-        chart("Repairs done", {"repairs": _series(times, history, lambda p: p.repairs)}),
-        chart(
-            "Archive",
-            {
-                "stored on disk": _series(times, history, lambda p: p.archive_stored),
-                "transcript bytes it holds": _series(times, history, lambda p: p.archive_raw),
-            },
-            "B",
-        ),
-        chart(
-            "Latency, event to done",
-            {
-                "p50": _series(times, history, lambda p: p.latency_p50),
-                "p95": _series(times, history, lambda p: p.latency_p95),
-            },
-            "s",
-        ),
-    ]
     state = "stopped" if not daemon.running else "starting" if daemon.starting else "running"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -195,7 +105,7 @@ def render_page(
 <style>
 body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }}
 .verdict {{ padding: .6em 1em; border-radius: 6px; color: #fff; background: {
-        "#3d9970" if healthy else "#d1495b"
+        "#3d9970" if healthy else "#777" if healthy is None else "#d1495b"
     }; }}
 table {{ border-collapse: collapse; width: 100%; margin: .5em 0 1.5em; }}
 td, th {{ border-bottom: 1px solid #ddd; padding: .3em .5em; text-align: left; vertical-align: top; }}
@@ -204,7 +114,7 @@ code {{ font-size: 12px; word-break: break-all; }}
 .charts {{ display: flex; flex-wrap: wrap; gap: 1em; }}
 figure {{ margin: 0; }} figcaption {{ font-weight: 600; }}
 svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
-.legend, .empty {{ font-size: 12px; color: #555; }}
+.legend, .empty, .since {{ font-size: 12px; color: #555; }}
 </style></head>
 <body>
 <h1>riffd health report</h1>
@@ -216,6 +126,7 @@ svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
     }. Files watched:
 {files.watched}; with findings: {files.with_findings}; repairs done:
 {report.repairs.done}; backups: {report.backups.count}.</p>
+<p class="figures">{escape(_figures_words(report))}</p>
 <h2>Needs attention ({len(report.attention)})</h2>
 {
         f"<table><tr><th>file</th><th>lines</th><th>class</th><th>state</th><th>what deals with it</th></tr>"
@@ -230,22 +141,32 @@ svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
         else "<p>None yet.</p>"
     }
 <h2>Over time</h2>
-<div class="charts">{"".join(charts)}</div>
+<div class="charts">{"".join(charts(report, history))}</div>
 </body></html>
 """
 
 
-def _series(
-    times: list[float],
-    history: Sequence[HistoryPoint],
-    figure: Callable[[HistoryPoint], float | None],
-) -> list[tuple[float, float]]:
-    """(time, figure) for every point that has the figure."""
-    return [
-        (t, float(value))
-        for t, point in zip(times, history, strict=True)
-        if (value := figure(point)) is not None
-    ]
+def _figures_words(report: HealthReport) -> str:
+    """The figures the charts end on, in words: open and informational findings by class, and the
+    archive (with the age of its figures)."""
+    findings, archive = report.findings, report.archive
+
+    def counts(by_class: Mapping[str, int]) -> str:
+        return ", ".join(f"{name} {count}" for name, count in by_class.items()) or "none"
+
+    words = (
+        f"Open findings: {counts(findings.open)} ({sum(findings.open.values())} in all). "
+        f"Informational (never unhealthy): {counts(findings.informational)}. "
+    )
+    if archive.stored_bytes is None:
+        return words + "Archive: no figures yet."
+    return (
+        words
+        + f"Archive: {archive.stored_bytes:,} bytes stored for {archive.raw_bytes or 0:,} bytes of "
+        f"transcripts, {archive.sessions} session(s); behind: {archive.files_behind} file(s)"
+        + archive_age(archive)
+        + "."
+    )
 
 
 def _commands(action: str) -> str:

@@ -50,6 +50,7 @@ def report_document(report: HealthReport) -> dict[str, Any]:
             "watched": report.files.watched,
             "with_findings": report.files.with_findings,
             "repaired": report.files.repaired,
+            "rechecking": report.files.rechecking,
         },
         "attention": [_attention(item) for item in report.attention],
         "attention_total": report.attention_total,
@@ -166,6 +167,8 @@ def _archive(archive: ArchiveFigures) -> dict[str, Any]:
         "cleanup_days": archive.cleanup_days,
         "cleanup_at_risk": None if at_risk is None else list(at_risk),
         "cleanup_at_risk_count": archive.cleanup_at_risk_count,
+        "as_of": iso_seconds(archive.as_of),
+        "age_seconds": archive.age_seconds,
     }
 
 

@@ -11,6 +11,7 @@ from riffd.reports.model import (
     HealthReport,
     PendingCall,
     iso_seconds,
+    verdict_words,
 )
 
 
@@ -23,17 +24,18 @@ def render_markdown(report: HealthReport) -> str:
         report.backups,
         report.latency,
     )
-    status = "healthy" if report.healthy else "needs attention"
     lines = [
         f"# riffd health report ({iso_seconds(report.generated_at)})",
         "",
-        f"**{status}**" + ("" if report.healthy else ": " + "; ".join(report.problems)),
+        f"**{verdict_words(report)}**"
+        + (": " + "; ".join(report.problems) if report.problems else ""),
         "",
         f"- daemon: {_daemon_words(daemon)}",
         _config_line(daemon),
         f"- watcher: {report.watcher.observer or '-'} over {', '.join(report.watcher.roots) or '-'}; "
         f"{report.watcher.events} events, {report.watcher.rescans} rescans",
-        f"- files: {files.watched} watched, {files.with_findings} with findings, {files.repaired} repaired",
+        f"- files: {files.watched} watched, {files.with_findings} with findings, {files.repaired} repaired"
+        + (f", {files.rechecking} being read again after their repair" if files.rechecking else ""),
         f"- open findings: {_counts(findings.open)}"
         + (f"; acknowledged: {_counts(findings.acknowledged)}" if findings.acknowledged else ""),
         _pending_line(findings.pending),
@@ -120,8 +122,15 @@ def _archive_line(archive: ArchiveFigures) -> str:
     return (
         f"- archive: {archive.stored_bytes:,} bytes stored, {ratio} {raw_bytes:,} seen, "
         f"{archive.sessions} session(s); behind: {archive.files_behind} file(s), "
-        f"{behind:,} bytes"
+        f"{behind:,} bytes{archive_age(archive)}"
     )
+
+
+def archive_age(archive: ArchiveFigures) -> str:
+    """How old the archive's figures are, as the renderers say it (empty when they are fresh)."""
+    if archive.as_of is None or archive.age_seconds is None or archive.age_seconds < 1:
+        return ""
+    return f" (as of {iso_seconds(archive.as_of)}, {archive.age_seconds:.0f} s before this report)"
 
 
 def _counts(counts: Mapping[str, int]) -> str:

@@ -70,11 +70,13 @@ class QueueFigures:
 
 @dataclass(frozen=True)
 class FileCounts:
-    """Transcripts watched, those with open findings, and those repaired."""
+    """Transcripts watched, those with open findings, those repaired, and those repaired since riffd
+    last read them (being read again: their findings from before the repair are not counted)."""
 
     watched: int
     with_findings: int
     repaired: int
+    rechecking: int = 0
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ class ArchiveFigures:
     cleanup_days: float | None
     cleanup_at_risk: tuple[str, ...] | None
     cleanup_at_risk_count: int | None
+    as_of: datetime | None = None  # when the daemon gathered these figures (local time)
+    age_seconds: float | None = None  # how old they are at the report's moment
 
 
 @dataclass(frozen=True)
@@ -224,7 +228,7 @@ class ErrorRecord:
 @dataclass(frozen=True)
 class HealthReport:
     """What the daemon has seen and done, and what needs attention; healthy when no problem is
-    named."""
+    named, once the daemon has looked at the files it found at start."""
 
     generated_at: datetime  # UTC, whole seconds
     problems: tuple[str, ...]
@@ -247,9 +251,12 @@ class HealthReport:
     errors: tuple[ErrorRecord, ...]
 
     @property
-    def healthy(self) -> bool:
-        """True when the report names no problem."""
-        return not self.problems
+    def healthy(self) -> bool | None:
+        """True when the report names no problem; None (no verdict yet) while the daemon is still
+        looking at the files it found at start and no problem is named; False when one is."""
+        if self.problems:
+            return False
+        return None if self.daemon.running and self.daemon.starting else True
 
 
 @dataclass(frozen=True)
@@ -263,6 +270,7 @@ class HistoryPoint:
     archive_raw: float | None
     latency_p50: float | None
     latency_p95: float | None
+    at: float | None = None  # when its report was made (None: a point an earlier riffd kept)
 
 
 @dataclass(frozen=True)
@@ -276,6 +284,16 @@ class RecentRepair:
     backup_id: str | None
     fixes: Mapping[str, int]
     detail: str | None
+
+
+STARTING_WORDS = "starting: no verdict until the files found at start are looked at"
+
+
+def verdict_words(report: HealthReport) -> str:
+    """The verdict as every renderer words it: healthy, needs attention, or starting (no verdict
+    yet)."""
+    healthy = report.healthy
+    return "healthy" if healthy else STARTING_WORDS if healthy is None else "needs attention"
 
 
 def iso_seconds(moment: datetime | None) -> str | None:

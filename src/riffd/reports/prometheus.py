@@ -3,17 +3,29 @@ node_exporter's textfile collector): written atomically with every report, so a 
 half a file.
 
 Every figure comes from the report it is written with; `riffd_report_timestamp_seconds` says when,
-so an alert on its age catches a daemon that stopped writing.
+so an alert on its age catches a daemon that stopped writing. The same series are written whether
+the daemon runs or has stopped (`riffd_up 0`, the last figures kept, uptime 0), so none vanishes; no
+label value is empty; the latency is three gauges (NaN before the first change is handled).
 """
 
 from __future__ import annotations
+
+import math
 
 from riffd.reports.model import HealthReport
 
 # name -> (type, help); labels are added where the figure has them.
 _METRICS: dict[str, tuple[str, str]] = {
     "riffd_up": ("gauge", "1 when the riffd daemon that wrote this file was running, else 0."),
-    "riffd_healthy": ("gauge", "1 when the report found nothing that needs attention, else 0."),
+    "riffd_healthy": (
+        "gauge",
+        "1 when the report found nothing that needs attention, else 0; no sample while the daemon "
+        "starts and has found nothing yet (riffd_starting 1).",
+    ),
+    "riffd_starting": (
+        "gauge",
+        "1 while the daemon looks at the files it found at start (no verdict yet), else 0.",
+    ),
     "riffd_report_timestamp_seconds": (
         "gauge",
         "When the report behind these figures was made (Unix time).",
@@ -37,14 +49,26 @@ _METRICS: dict[str, tuple[str, str]] = {
     "riffd_archive_stored_bytes": ("gauge", "Bytes the archive takes on disk."),
     "riffd_archive_raw_bytes": ("gauge", "Bytes of transcript lines the archive holds."),
     "riffd_archive_sessions": ("gauge", "Sessions in the archive."),
+    "riffd_archive_figures_timestamp_seconds": (
+        "gauge",
+        "When the daemon gathered the archive's figures (Unix time; with each scheduled report).",
+    ),
     "riffd_backups": ("gauge", "Verified backups kept."),
     "riffd_backup_bytes": ("gauge", "Bytes the backups take."),
     "riffd_queue_depth": ("gauge", "Files waiting to be looked at."),
-    "riffd_event_latency_seconds": (
+    "riffd_event_latency_p50_seconds": (
         "gauge",
-        "From a change on disk to riffd done with it, by quantile (recent).",
+        "From a change on disk to riffd done with it: the median of the recent changes.",
     ),
-    "riffd_uptime_seconds": ("gauge", "How long the daemon has run."),
+    "riffd_event_latency_p95_seconds": (
+        "gauge",
+        "From a change on disk to riffd done with it: the 95th percentile of the recent changes.",
+    ),
+    "riffd_event_latency_max_seconds": (
+        "gauge",
+        "From a change on disk to riffd done with it: the longest of the recent changes.",
+    ),
+    "riffd_uptime_seconds": ("gauge", "How long the daemon has run (0 when it does not run)."),
 }
 
 
@@ -57,10 +81,18 @@ def _sample(
 ) -> str | None:
     if value is None:
         return None
-    label_text = ",".join(f'{key}="{_escape(str(item))}"' for key, item in (labels or {}).items())
-    # every digit: a timestamp needs them
-    number = str(value) if isinstance(value, int) else repr(float(value))
+    label_text = ",".join(
+        f'{key}="{_escape(str(item) or "none")}"' for key, item in (labels or {}).items()
+    )
+    # every digit: a timestamp needs them; NaN for a figure not known yet
+    number = (
+        str(value) if isinstance(value, int) else "NaN" if math.isnan(value) else repr(float(value))
+    )
     return f"{name}{{{label_text}}} {number}" if label_text else f"{name} {number}"
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def render_metrics(report: HealthReport) -> str:
@@ -74,7 +106,12 @@ def render_metrics(report: HealthReport) -> str:
     }
     samples: dict[str, list[str | None]] = {
         "riffd_up": [_sample("riffd_up", int(report.daemon.running))],
-        "riffd_healthy": [_sample("riffd_healthy", int(report.healthy))],
+        "riffd_healthy": [
+            None if report.healthy is None else _sample("riffd_healthy", int(report.healthy))
+        ],
+        "riffd_starting": [
+            _sample("riffd_starting", int(report.daemon.running and report.daemon.starting))
+        ],
         "riffd_report_timestamp_seconds": [
             _sample("riffd_report_timestamp_seconds", report.generated_at.timestamp())
         ],
@@ -92,7 +129,7 @@ def render_metrics(report: HealthReport) -> str:
             for name, count in findings.repaired.items()
         ],
         "riffd_repairs_total": [
-            _sample("riffd_repairs_total", repairs.done, {"outcome": "repaired", "reason": ""})
+            _sample("riffd_repairs_total", repairs.done, {"outcome": "repaired", "reason": "none"})
         ]
         + [
             _sample("riffd_repairs_total", count, {"outcome": outcome, "reason": reason})
@@ -104,18 +141,28 @@ def render_metrics(report: HealthReport) -> str:
         "riffd_archive_stored_bytes": [_sample("riffd_archive_stored_bytes", archive.stored_bytes)],
         "riffd_archive_raw_bytes": [_sample("riffd_archive_raw_bytes", archive.raw_bytes)],
         "riffd_archive_sessions": [_sample("riffd_archive_sessions", archive.sessions)],
+        "riffd_archive_figures_timestamp_seconds": [
+            _sample(
+                "riffd_archive_figures_timestamp_seconds",
+                None if archive.as_of is None else archive.as_of.timestamp(),
+            )
+        ],
         "riffd_backups": [_sample("riffd_backups", backups.count)],
         "riffd_backup_bytes": [_sample("riffd_backup_bytes", backups.total_bytes)],
         "riffd_queue_depth": [_sample("riffd_queue_depth", report.queue.depth)],
-        "riffd_event_latency_seconds": [
-            _sample("riffd_event_latency_seconds", value, {"quantile": quantile})
-            for value, quantile in (
-                (latency.p50, "0.5"),
-                (latency.p95, "0.95"),
-                (latency.maximum, "1"),
+        **{
+            f"riffd_event_latency_{name}_seconds": [
+                _sample(f"riffd_event_latency_{name}_seconds", _or_nan(value))
+            ]
+            for name, value in (
+                ("p50", latency.p50),
+                ("p95", latency.p95),
+                ("max", latency.maximum),
             )
+        },
+        "riffd_uptime_seconds": [
+            _sample("riffd_uptime_seconds", report.daemon.uptime_seconds or 0.0)
         ],
-        "riffd_uptime_seconds": [_sample("riffd_uptime_seconds", report.daemon.uptime_seconds)],
     }
     lines = []
     for name, (kind, text) in _METRICS.items():

@@ -26,14 +26,19 @@ def write_report(
     keep: int,
     history: Sequence[tuple[int, dict[str, Any]]] = (),
     repairs: Sequence[dict[str, Any]] = (),
+    metrics_readable: bool = False,
 ) -> Path:
     """Write the report as `report-<time>.json`, `latest.json`, `latest.md`, `metrics.prom` and
     `latest.html` (with the state store's hourly `history` and its recent `repairs`), each
-    atomically; prune the oldest timestamped reports beyond `keep`; return the timestamped file's
-    path."""
+    atomically and readable by its owner only, but metrics.prom (and the folder, to list it) when
+    `metrics_readable` (reports.metrics_readable: node_exporter runs as its own user); prune the
+    oldest timestamped reports beyond `keep`; return the timestamped file's path."""
     from riffd.reports.html import history_points, recent_repairs, render_page
 
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    mode = folder.stat().st_mode & 0o7777
+    if metrics_readable and mode & 0o055 != 0o055:  # others may list it and go in; no bit taken
+        folder.chmod(mode | 0o055)
     # A path that is not UTF-8 shown as display_path does.
     report, shown_repairs = (
         displayed_values(report),
@@ -44,7 +49,11 @@ def write_report(
     _atomic_write(timestamped, data)
     _atomic_write(folder / "latest.json", data)
     _atomic_write(folder / "latest.md", render_markdown(report).encode())
-    _atomic_write(folder / "metrics.prom", render_metrics(report).encode())
+    replace_file(
+        folder / "metrics.prom",
+        render_metrics(report).encode(),
+        0o644 if metrics_readable else 0o600,
+    )
     page = render_page(report, history_points(history), shown_repairs)
     _atomic_write(folder / "latest.html", page.encode())
     reports = sorted(folder.glob("report-*.json"))

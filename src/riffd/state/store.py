@@ -91,6 +91,18 @@ class StateStore:
                 raise
             self._db.execute("COMMIT")
 
+    @contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Run a block of reads in one read transaction: each sees the store as it was at one
+        moment, whatever riffd's other threads or processes commit meanwhile (a report never counts
+        a repair beside the findings it removed)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                yield
+            finally:
+                self._db.execute("COMMIT")
+
     # --- files ------------------------------------------------------------------------------------
 
     def file(self, path: str) -> FileState | None:
@@ -213,6 +225,17 @@ class StateStore:
             for path, blob, repairable in rows
             for item in json.loads(blob)
         ]
+
+    def repaired_since_read(self) -> set[str]:
+        """Return the files repaired since riffd last read them: their stored findings are those of
+        before the repair, until the file is read again (moments later)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT files.path FROM files JOIN (SELECT path, MAX(time) AS repaired FROM repairs "
+                "WHERE outcome = 'repaired' GROUP BY path) AS last ON last.path = files.path "
+                "WHERE last.repaired > files.processed_at"
+            ).fetchall()
+        return {key_path(row[0]) for row in rows}
 
     def finding_summary(
         self, informational: frozenset[str] = frozenset()
@@ -364,13 +387,19 @@ class StateStore:
         return json.loads(row[0]) if row else None
 
     def record_history(self, point: dict[str, Any], now: float) -> None:
-        """Keep `point` as this hour's (replacing an earlier one of the same hour); forget hours
-        over HISTORY_DAYS."""
+        """Keep `point` as this hour's, merged into an earlier one of the same hour: its figures
+        win, but one it lacks (None: a new daemon that has no latency yet) keeps the earlier value;
+        forget hours over HISTORY_DAYS."""
         hour = int(now // 3600)
         with self.transaction() as db:
+            row = db.execute("SELECT point FROM history WHERE hour = ?", (hour,)).fetchone()
+            earlier = json.loads(row[0]) if row else {}
+            merged = (earlier if isinstance(earlier, dict) else {}) | {
+                key: value for key, value in point.items() if value is not None
+            }
             db.execute(
                 "INSERT OR REPLACE INTO history(hour, point) VALUES (?, ?)",
-                (hour, json.dumps(point)),
+                (hour, json.dumps(merged)),
             )
             db.execute("DELETE FROM history WHERE hour < ?", (hour - HISTORY_DAYS * 24,))
 

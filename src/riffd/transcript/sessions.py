@@ -17,7 +17,11 @@ from riffd.transcript.reader import parse_line
 
 HEAD_LINES = 400  # the title and project are near the start; the rest of the file is not read
 TITLE_CHARS = 80
-ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,35}")
+# What a user may type for a session: any prefix of its id, in either case (ids are lower case:
+# `session_key` gives the form to look up).
+ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,35}")
+TAIL_CHUNK = 65536  # the last record's time is read backwards from the end, this much at a time
+TAIL_LIMIT = 4 << 20  # ... up to this much: a file whose last 4 MiB hold no time shows its mtime
 _WRAPPERS = re.compile(r"<(command-name|command-message|local-command-stdout|system-reminder)>")
 
 
@@ -70,9 +74,14 @@ def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
     return info
 
 
+def session_key(text: str) -> str:
+    """What a user typed for a session id (or a prefix of one), in the form ids have: lower case."""
+    return text.lower() if ID_PREFIX.fullmatch(text) else text
+
+
 def describe_file(path: Path) -> SessionInfo:
-    """Read the first lines of the transcript at `path` and return what they say (its mtime as the
-    last date)."""
+    """Read the first lines of the transcript at `path` and return what they say, with the time of
+    its last record as the last date (`last_activity`)."""
     lines: list[bytes] = []
     with open(path, "rb") as handle:
         for raw in handle:
@@ -80,8 +89,41 @@ def describe_file(path: Path) -> SessionInfo:
             if len(lines) >= HEAD_LINES:
                 break
     info = describe_lines(lines, path.stem)
-    info.last_ts = path.stat().st_mtime
+    info.last_ts = last_activity(path)
     return info
+
+
+def last_activity(path: Path) -> float:
+    """The time of the last record of the transcript at `path` that has one (read backwards from its
+    end); its mtime when none has (or it cannot be read). A repair or a restore changes the mtime,
+    not this."""
+    try:
+        with open(path, "rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            tail = b""
+            position = end
+            while position > 0 and end - position < TAIL_LIMIT:
+                step = min(TAIL_CHUNK, position)
+                position -= step
+                handle.seek(position)
+                tail = handle.read(step) + tail
+                lines = tail.split(b"\n")
+                complete = lines if position == 0 else lines[1:]  # the first may be cut
+                for raw in reversed(complete):
+                    stamp = _line_time(raw)
+                    if stamp is not None:
+                        return stamp
+                tail = lines[0] if position > 0 else b""
+    except OSError:
+        pass
+    return path.stat().st_mtime
+
+
+def _line_time(raw: bytes) -> float | None:
+    if b'"timestamp"' not in raw:
+        return None
+    obj = parse_line(raw.rstrip(b"\r"))
+    return _epoch(obj.get("timestamp")) if isinstance(obj, dict) else None
 
 
 def prompt_text(message: Any) -> str | None:
@@ -128,13 +170,18 @@ def local_time(seconds: float | None) -> str:
     return datetime.fromtimestamp(seconds).astimezone().isoformat(timespec="minutes")
 
 
-def session_files(folders: Iterable[Path]) -> list[Path]:
-    """The session transcripts (not subagents') directly in the project folders `folders`."""
+def session_files(
+    folders: Iterable[Path], on_error: Callable[[OSError], None] | None = None
+) -> list[Path]:
+    """The session transcripts (not subagents') directly in the project folders `folders`; a folder
+    that cannot be listed goes to `on_error`."""
     found = []
     for folder in folders:
         try:
             names = os.listdir(folder)
-        except OSError:
+        except OSError as exc:
+            if on_error is not None:
+                on_error(exc)
             continue
         found += [
             folder / name
@@ -151,12 +198,17 @@ def project_folders(
 ) -> list[Path]:
     """Every project folder under the transcript roots, symlinked ones too, each real folder once
     (by device and inode; by its real path when it also has one there). A link that cannot be
-    followed (to nothing, say) goes to `on_error` as an OSError naming it."""
+    followed (to nothing, say), and a root that exists but cannot be listed, go to `on_error` as an
+    OSError naming it."""
     found: list[tuple[Path, bool, tuple[int, int]]] = []
     for root in roots:
         try:
             names = sorted(os.listdir(root))
-        except OSError:
+        except FileNotFoundError:
+            continue  # a root that is not there (yet): no sessions, nothing wrong
+        except OSError as exc:
+            if on_error is not None:
+                on_error(exc)
             continue
         for name in names:
             path = root / name

@@ -17,7 +17,14 @@ from riffd.claude_code.projects import (
 from riffd.claude_code.walk import iter_transcripts
 from riffd.paths import is_inside
 from riffd.transcript.reader import iter_lines, parse_line
-from riffd.transcript.sessions import ID_PREFIX, by_prefix, project_folders, session_files
+from riffd.transcript.sessions import (
+    ID_PREFIX,
+    by_prefix,
+    last_activity,
+    project_folders,
+    session_files,
+    session_key,
+)
 
 SESSION_ID_LINES = 20  # how many lines of a 2.0.x agent file are read to find its sessionId
 
@@ -92,9 +99,12 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
                 f"latest: no session of the project {Path.cwd()} (the current folder) under "
                 f"{root_list}"
             )
-        newest = max(sessions, key=lambda file: file.stat().st_mtime)
+        newest = max(sessions, key=last_activity)  # its last record, not a repair's mtime
         return [newest, *agent_files_of(newest, newest.stem)] if subagents else [newest]
-    if ID_PREFIX.fullmatch(text) and not SESSION_ID.fullmatch(text) and not path.exists():
+    typed_id = ID_PREFIX.fullmatch(text) is not None and not path.exists()
+    if typed_id:
+        text = session_key(text)  # ids are lower case; a user may type them in either
+    if typed_id and not SESSION_ID.fullmatch(text):
         matches = by_prefix(text, session_files(project_folders(roots)))
         if matches:
             return [
@@ -124,6 +134,8 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
             dict.fromkeys(project_folder_name(spelling) for spelling in spellings(path))
         )
         what = "no such file, and no" if not path.exists() else "not a transcript file, and no"
+        if typed_id:
+            what = f"no session starts with {text} under {root_list}, and no"
         raise FileNotFoundError(
             f"{text}: {what} Claude Code project folder for it: looked for {tried} in {root_list} "
             "(a project folder is the project path with every character outside A-Z, a-z, 0-9 replaced by '-'); "

@@ -209,8 +209,12 @@ def test_kill_9_during_ingest_then_restart_archives_every_line_exactly_once(tmp_
             stderr=subprocess.DEVNULL,
         )
         try:
-            # mid-ingest, or mid-compaction once all is archived
-            process.wait(timeout=rng.uniform(0.2, 0.4))
+            # once the archive exists (a loaded machine may take long to start riffd), mid-ingest,
+            # or mid-compaction once all is archived
+            deadline = time.monotonic() + 30
+            while not db_path.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            process.wait(timeout=rng.uniform(0.1, 0.3))
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGKILL)
             process.wait()

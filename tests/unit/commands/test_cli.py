@@ -346,6 +346,9 @@ def test_fix_json_keeps_schema_1s_keys_in_order(tmp_path: Path) -> None:
     session.write_bytes(
         b"".join(damage.inject_resumed_duplicate(damage.generated_session(3)).lines)
     )
+    os.utime(
+        session, (time.time() - 3600, time.time() - 3600)
+    )  # idle: a dry run checks as fix does
     env = os.environ | {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
     result = subprocess.run(
         [sys.executable, "-m", "riffd", "fix", "--json", "--dry-run", str(session)],

@@ -53,3 +53,40 @@ def test_what_the_repair_leaves_is_counted_from_the_new_file(
         == [str(finding.cls) for finding in scan_file(path).findings]
         == ["invalid_tool_result"]
     )
+
+
+def test_dry_run_applies_the_quiet_period_as_fix_does_and_names_the_command_that_repairs_now(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damaged = damage.inject_identical_line(damage.generated_session(segments=2))
+    path = tmp_path / "projects" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"".join(damaged.lines))  # modified just now: within the quiet period
+    before = path.read_bytes()
+    backups = ["--backup-dir", str(tmp_path / "backups")]
+    for dry_run in (["--dry-run"], []):
+        assert main(["fix", *dry_run, *backups, str(path)]) == EXIT_FINDINGS
+        out, _ = capsys.readouterr()
+        assert "would repair" not in out and f"skipped {path}: live:" in out, out
+        assert "within the quiet period of 120s" in out
+        assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in out
+        assert path.read_bytes() == before
+    assert main(["fix", "--quiet-period", "0", *backups, str(path)]) == EXIT_OK
+    assert scan_file(path).findings == []
+
+
+# A line that does not parse but holds a record's uuid: riffd keeps it (it is no stray fragment).
+TORN_WITH_UUID = b'{"type":"user","uuid":"00000000-0000-4000-8000-0000000000ff","mess\n'
+
+
+def test_fix_names_the_findings_that_remain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
+    path = idle(
+        tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], TORN_WITH_UUID, *lines[3:]])
+    )
+    assert main(["fix", "--backup-dir", str(tmp_path / "backups"), str(path)]) == EXIT_FINDINGS
+    err = capsys.readouterr().err
+    assert "1 finding(s) remain:" in err
+    assert f"  {path}:4: malformed_line: " in err

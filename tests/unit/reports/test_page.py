@@ -109,7 +109,7 @@ def test_the_page_says_what_needs_attention_and_holds_nothing_from_outside(tmp_p
     html = page_with_history(tmp_path).read_text()
     assert "<strong>needs attention</strong>" in html
     # the command for the open finding
-    assert "riffd fix /home/me/.claude/projects/-app/s1.jsonl" in html
+    assert "riffd fix --dry-run /home/me/.claude/projects/-app/s1.jsonl" in html
     assert 'class="acknowledged"' in html and "riffd ack --undo" in html
     assert "riffd backups restore 20261124T010000-abc123" in html  # each repair with its backup
     assert html.count("<figure>") == 4 and html.count("<polyline") >= 6

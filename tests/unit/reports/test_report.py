@@ -23,6 +23,7 @@ from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.reports.build import build_report, percentile
 from riffd.reports.json import report_document
 from riffd.reports.markdown import render_markdown
+from riffd.reports.prometheus import render_metrics
 from riffd.reports.publish import read_latest, write_report
 from riffd.state.store import StateStore
 
@@ -74,7 +75,7 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
         )
     )
     assert report["schema"] == 1
-    assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1}
+    assert report["files"] == {"watched": 1, "with_findings": 1, "repaired": 1, "rechecking": 0}
     assert report["findings"]["open"] == {"duplicate_tool_result": 1}
     assert report["findings"]["repaired"] == {"duplicate_tool_result": 2}
     assert report["repairs"] == {"done": 1, "skipped": {"live": 1}, "failed": {}}
@@ -84,6 +85,43 @@ def test_report_counts_what_the_store_knows(store_with_history: tuple[StateStore
         "open finding" in problem for problem in report["problems"]
     )
     assert report["daemon"]["pid"] == 7 and 9 < report["daemon"]["uptime_seconds"] < 60
+
+
+@requires_corpus
+def test_a_file_repaired_since_it_was_read_is_not_both_open_and_repaired(
+    store_with_history: tuple[StateStore, Path],
+) -> None:
+    store, tmp_path = store_with_history
+    path = tmp_path / "p" / "s.jsonl"
+    # the daemon repaired it; the worker has not read the new file yet
+    store.record_repair(
+        str(path), "repaired", None, "b2", Counter({"duplicate_tool_result": 1}), "1 edit"
+    )
+    report = report_document(build_report(store, tmp_path, {"running": True, "pid": 7}))
+    assert report["findings"]["open"] == {} and report["repairs"]["done"] == 2
+    assert report["files"]["rechecking"] == 1 and report["attention"] == []
+    assert not any("open finding" in problem for problem in report["problems"])
+    # read again (the repair put a new file in its place): what is left is counted again
+    fresh = path.with_name("new.jsonl")
+    fresh.write_bytes(path.read_bytes())
+    fresh.replace(path)
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    report = report_document(build_report(store, tmp_path, {"running": True, "pid": 7}))
+    assert report["files"]["rechecking"] == 0 and report["findings"]["open"]
+
+
+def test_no_verdict_before_the_start_up_pass_is_done(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state.db")
+    starting = {"running": True, "starting": True, "pid": 7, "seen_at": time.time()}
+    report = build_report(store, tmp_path, starting)
+    document = report_document(report)
+    assert document["healthy"] is None and document["problems"] == []
+    assert "**starting: no verdict" in render_markdown(report)
+    metrics = render_metrics(report)
+    assert "riffd_healthy" not in metrics and "riffd_starting 1" in metrics
+    done = build_report(store, tmp_path, starting | {"starting": False})
+    assert report_document(done)["healthy"] is True
+    assert "riffd_healthy 1" in render_metrics(done) and "riffd_starting 0" in render_metrics(done)
 
 
 @requires_corpus
@@ -247,7 +285,8 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     }
     assert (
         by_path["/p/waiting.jsonl"]["repairable"]
-        and "`riffd fix /p/waiting.jsonl`" in by_path["/p/waiting.jsonl"]["action"]
+        and "`riffd fix --dry-run /p/waiting.jsonl` says what holds it"
+        in by_path["/p/waiting.jsonl"]["action"]
     )
     assert (
         not by_path["/p/bad.jsonl"]["repairable"]
@@ -345,3 +384,36 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
     for number in range(ERRORS_KEPT + 5):
         counters.error(f"e{number}")
     assert len(counters.recent_errors()) == ERRORS_KEPT  # the newest kept
+
+
+def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state" / "state.db")
+    duplicate = damage.inject_resumed_duplicate(damage.generated_session(segments=2))
+    damaged = damage.inject_duplicate_uuid(duplicate.lines)
+    path = tmp_path / "p" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"".join(damaged.lines))  # modified now
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    snapshot = {"running": True, "pid": 7, "quiet_period": 120.0, "seen_at": time.time()}
+    report = report_document(build_report(store, tmp_path, snapshot))
+    by_class = {item["class"]: item for item in report["attention"]}
+    assert set(by_class) == {"duplicate_tool_result", "duplicate_uuid"}
+    due = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime + 120))
+    waiting = by_class["duplicate_tool_result"]
+    assert waiting["state"] == "waiting_for_repair"
+    assert f"riffd repairs it by itself at {due}" in waiting["action"]
+    assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in waiting["action"]
+    # damage riffd does not repair, in a file a repair waits for: look again after it, no `ack` yet
+    assert "riffd ack" not in by_class["duplicate_uuid"]["action"]
+    assert "look again after that repair" in by_class["duplicate_uuid"]["action"]
+    # past the quiet period: no time, and no command that would skip it
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    fresh = path.with_name("new.jsonl")
+    fresh.write_bytes(path.read_bytes())
+    os.utime(fresh, (old, old))
+    fresh.replace(path)
+    Worker(store, WorkerSettings(repair=False)).process(path)
+    report = report_document(build_report(store, tmp_path, snapshot))
+    action = next(item["action"] for item in report["attention"] if item["repairable"])
+    assert "as soon as no Claude Code process has the session open" in action

@@ -65,7 +65,7 @@ SCHEMA_1 = {
     "daemon.last_reload": ["time", "ok", "errors"],
     "watcher": ["roots", "observer", "observer_reason", "events", "rescans"],
     "queue": ["depth", "processed"],
-    "files": ["watched", "with_findings", "repaired"],
+    "files": ["watched", "with_findings", "repaired", "rechecking"],
     "attention.0": ["path", "class", "lines", "message", "repairable", "state", "action"],
     "findings": ["open", "acknowledged", "informational", "repaired", "pending"],
     "findings.pending.0": ["path", "tool_id", "line"],
@@ -86,6 +86,8 @@ SCHEMA_1 = {
         "cleanup_days",
         "cleanup_at_risk",
         "cleanup_at_risk_count",
+        "as_of",
+        "age_seconds",
     ],
     "databases": ["state", "archive"],
     "databases.state": ["path", "moved_aside"],
@@ -169,5 +171,5 @@ def test_the_page_draws_history_points_an_earlier_riffd_kept(tmp_path: Path) -> 
     assert newer.archive_raw == 90 and newer.latency_p50 == report.latency.p50
     page = render_page(report, [older, newer], [])
     # Open findings (0 where a point has none) and repairs: lines; the archive's and the latency's
-    # figures, which only the newer point has: a dot each.
+    # figures, which only the newer point has (the report's own moment: one point): a dot each.
     assert page.count("<polyline") == 2 and page.count("<circle") == 4

@@ -1,0 +1,75 @@
+"""`riffd archive search`: the hits of a search of the archive, as text or JSON, and "no matches"
+said on stderr when there are none."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from riffd.commands.output import EXIT_FINDINGS, EXIT_OK
+from riffd.display import display_json, shell_command
+from riffd.transcript.sessions import local_time, session_key
+
+
+def print_hits(archive: Any, args: argparse.Namespace) -> int:
+    """Search the open `archive` as `args` say; print each hit (session, time, role, project,
+    title, snippet, where and how to go back), or "no matches" on stderr. Return 0 with hits, 1
+    without."""
+    since = args.since  # a Unix time (date_seconds)
+    hits = archive.search(
+        args.query,
+        project=args.project,
+        session=session_key(args.session) if args.session else None,
+        role=args.role,
+        since=since,
+        limit=args.limit,
+    )
+    if args.json:
+        sys.stdout.write(
+            display_json(
+                [
+                    hit.__dict__
+                    | {
+                        "time": local_time(hit.timestamp) if hit.timestamp else None,
+                        "resume": shell_command("claude", "--resume", hit.session_id)
+                        if hit.session_id
+                        else None,
+                    }
+                    for hit in hits
+                ],
+                orjson.OPT_INDENT_2,
+            ).decode()
+            + "\n"
+        )
+    for hit in [] if args.json else hits:
+        title = f'"{hit.title}"' if hit.title else "-"
+        print(
+            f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
+            f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
+            + (
+                f"; back to it: {shell_command('cd', hit.project or '.')} && "
+                f"{shell_command('claude', '--resume', hit.session_id)}"
+                if hit.session_id
+                else ""
+            )
+        )
+    if not hits:
+        narrowed = [
+            f"{name} {value}"
+            for name, value in (
+                ("--project", args.project),
+                ("--session", args.session),
+                ("--role", args.role),
+                ("--since", local_time(args.since) if args.since else None),
+            )
+            if value
+        ]
+        print(
+            f"riffd: no matches for {args.query!r} in the archive"
+            + (f" ({', '.join(narrowed)})" if narrowed else ""),
+            file=sys.stderr,
+        )
+    return EXIT_OK if hits else EXIT_FINDINGS

@@ -1,0 +1,178 @@
+"""Whether riffd's hooks in a Claude Code settings file run: each hook command riffd installed is
+run as Claude Code runs it (`sh -c COMMAND`, a hook event on stdin), with an event no hook answers,
+and must exit 0 within the hook's timeout. A command whose executable is gone, or whose riffd is
+broken, fails there, where Claude Code shows nothing and the hook silently stops working.
+
+`hook_problem(command)` checks one command; `check_settings(path)` every riffd hook in one file;
+`hook_problems(paths)` says each broken one as a problem with the command that mends it.
+
+Running a command found in a file is only safe when the file is the runner's own: riffd run as root
+must never run what a user wrote into a settings file. So a command is run only from a file owned by
+the effective user (`runnable`), and only when it is plain words in riffd's form (`riffd_words`: no
+shell syntax beyond quoting, then `hook pre-tool-use|session-start` and options); any other riffd
+hook is left unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HOOK_CHECK_SECONDS = 10.0  # the timeout riffd writes for its hooks
+# An event neither hook answers (they let anything not theirs pass, silently, exit 0).
+_CHECK_EVENT = json.dumps({"hook_event_name": "riffd-check", "session_id": ""}).encode()
+
+
+_OURS = re.compile(r"(^|[/\s'\"])riffd['\"]?\s+hook\s+(pre-tool-use|session-start)\b")
+
+
+def is_riffd_group(group: Any) -> bool:
+    """Whether a hook group is riffd's: every hook in it runs `riffd hook
+    pre-tool-use|session-start`."""
+    if (
+        not isinstance(group, dict)
+        or not isinstance(group.get("hooks"), list)
+        or not group["hooks"]
+    ):
+        return False
+    return all(
+        isinstance(hook, dict)
+        and isinstance(hook.get("command"), str)
+        and _OURS.search(hook["command"])
+        for hook in group["hooks"]
+    )
+
+
+@dataclass(frozen=True)
+class HookCheck:
+    """One riffd hook command found in a settings file, and why it does not run (None: it runs)."""
+
+    settings: Path
+    event: str
+    command: str
+    problem: str | None
+
+
+def hook_problem(command: str, timeout: float = HOOK_CHECK_SECONDS) -> str | None:
+    """Run `command` as Claude Code runs a hook (`sh -c`, an event on stdin that no riffd hook
+    answers); return None when it exits 0 in time, else what went wrong (the exit code and the last
+    line it wrote on stderr)."""
+    try:
+        done = subprocess.run(
+            ["/bin/sh", "-c", command],
+            input=_CHECK_EVENT,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"no answer within {timeout:g} s"
+    except OSError as exc:
+        return f"/bin/sh cannot run it ({exc.strerror})"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    meaning = {126: "cannot be executed", 127: "not found"}.get(done.returncode)
+    return (
+        f"exit {done.returncode}"
+        + (f" ({meaning})" if meaning else "")
+        + (f": {said[-1]}" if said else "")
+    )
+
+
+def riffd_words(command: str) -> list[str] | None:
+    """The words of `command` when it is riffd's form: plain words (what `shlex` splits it into,
+    quoted again, is the command itself: no `;`, `$(...)`, redirection or glob), a launcher, then
+    `hook pre-tool-use|session-start` and options; None when it is not."""
+    from riffd.display import shell_command
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if shell_command(*words) != command or "hook" not in words:
+        return None
+    at = words.index("hook")
+    if at == 0 or at + 1 >= len(words) or words[at + 1] not in ("pre-tool-use", "session-start"):
+        return None
+    return words
+
+
+def runnable(path: Path, command: str) -> bool:
+    """Whether riffd may run `command` to check it: it comes from a file the effective user owns,
+    and it is in riffd's form (`riffd_words`)."""
+    try:
+        owner = path.stat().st_uid
+    except OSError:
+        return False
+    return owner == os.geteuid() and riffd_words(command) is not None
+
+
+def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
+    """Check every riffd hook in the settings file at `path` that riffd may run (`runnable`); none
+    when the file is absent, does not parse, or holds no riffd hook (`hook install` says what is
+    wrong with such a file). Without `by_path`, a command whose executable is looked up on PATH is
+    left unchecked (a service's PATH is not the one Claude Code runs hooks with)."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return ()
+    hooks = document.get("hooks") if isinstance(document, dict) else None
+    if not isinstance(hooks, dict):
+        return ()
+    found = [
+        (event, hook["command"])
+        for event, groups in hooks.items()
+        if isinstance(groups, list)
+        for group in groups
+        if is_riffd_group(group)
+        for hook in group["hooks"]
+        if runnable(path, hook["command"])
+        and (by_path or os.path.isabs(shlex.split(hook["command"])[0]))
+    ]
+    if not found:
+        return ()
+    # each check starts a Python: side by side, `status` waits for one, not for all
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(found)) as pool:
+        problems = list(pool.map(hook_problem, [command for _event, command in found]))
+    return tuple(
+        HookCheck(path, event, command, problem)
+        for (event, command), problem in zip(found, problems, strict=True)
+    )
+
+
+def mending_command(settings: Path) -> str:
+    """The command that writes riffd's hooks into `settings` again, with a command that runs: `riffd
+    hook install`, with `--project DIR` for a project's `DIR/.claude/settings(.local).json`."""
+    from riffd.claude_code.settings import user_settings_path
+    from riffd.display import shell_command
+
+    if settings.absolute() == user_settings_path().absolute() or settings.parent.name != ".claude":
+        return "riffd hook install"
+    return shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+
+
+def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
+    """Each riffd hook in the settings files `paths` that does not run, as a problem naming the
+    file, the command, what went wrong and the command that mends it (`by_path`: see
+    check_settings)."""
+    problems = []
+    for path in paths:
+        for check in check_settings(path, by_path):
+            if check.problem is None:
+                continue
+            problems.append(
+                f"the {check.event} hook in {path} does not run (`{check.command}`: "
+                f"{check.problem}): Claude Code shows nothing and the hook does nothing; "
+                f"`{mending_command(path)}` writes a command that runs"
+            )
+    return tuple(problems)

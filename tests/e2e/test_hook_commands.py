@@ -1,0 +1,307 @@
+"""The hook commands `riffd hook install` writes run as Claude Code runs them (`sh -c COMMAND`, in
+Claude Code's environment, not the installer's), wherever riffd is installed: a console script on
+PATH, a console script in a folder with a space in its name, and `python -m riffd` from a venv that
+is not on PATH. A hook that does not run is named by `riffd status` with the command that mends it,
+and `hook install` mends it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.daemon import Sandbox
+from helpers.run import SRC_DIR, riffd_env, run_riffd
+
+SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
+BARE_PATH = "/usr/bin:/bin"  # Claude Code's PATH need not hold the folder riffd was installed to
+
+
+def console_script(folder: Path) -> Path:
+    """A `riffd` console script as pip writes one (a shebang to this Python, then riffd's entry
+    point), running the riffd of this working tree."""
+    folder.mkdir(parents=True)
+    script = folder / "riffd"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(SRC_DIR)!r})\n"
+        "from riffd.entry import main\n"
+        "sys.exit(main())\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def venv_python(folder: Path) -> Path:
+    """A venv (without pip) whose Python imports this working tree's riffd through a .pth file."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(folder)],
+        check=True,
+        timeout=120,
+    )
+    python = folder / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    Path(site, "riffd-src.pth").write_text(str(SRC_DIR) + "\n")
+    return python
+
+
+def claude_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment a hook runs in: no PYTHONPATH, no riffd on PATH."""
+    environ = riffd_env(
+        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+        RIFFD_STATE_DIR=str(tmp_path / "state"),
+        HOME=str(tmp_path),
+        PATH=BARE_PATH,
+        **extra,
+    )
+    del environ["PYTHONPATH"]
+    return environ
+
+
+def installed_commands(settings: Path) -> dict[str, str]:
+    document = json.loads(settings.read_bytes())
+    return {
+        event: group["hooks"][0]["command"]
+        for event, groups in document["hooks"].items()
+        for group in groups
+    }
+
+
+def transcript_with_a_read(tmp_path: Path) -> tuple[Path, Path]:
+    """A transcript whose session read a file 30 s ago, and that file."""
+    source = tmp_path / "work" / "a.py"
+    source.parent.mkdir()
+    source.write_text("print('hello')\n")
+    moment = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(time.time() - 30))
+    lines = [
+        {
+            "type": "assistant",
+            "uuid": "u1",
+            "sessionId": SESSION,
+            "timestamp": moment,
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "Read",
+                        "input": {"file_path": str(source)},
+                    }
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "uuid": "r1",
+            "sessionId": SESSION,
+            "timestamp": moment,
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "1\tprint"}],
+            },
+        },
+    ]
+    transcript = tmp_path / "claude" / "projects" / "-work" / f"{SESSION}.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    return transcript, source
+
+
+def run_as_claude_code(command: str, event: dict[str, object], env: dict[str, str]) -> str:
+    """Run a hook command as Claude Code does (`sh -c`, the event on stdin); return its stdout."""
+    done = subprocess.run(
+        ["/bin/sh", "-c", command],
+        input=json.dumps(event).encode(),
+        capture_output=True,
+        env=env,
+        cwd="/",
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, (command, done.returncode, done.stderr)
+    return done.stdout.decode()
+
+
+def assert_hooks_run(tmp_path: Path, env: dict[str, str]) -> None:
+    commands = installed_commands(tmp_path / "claude" / "settings.json")
+    assert set(commands) == {"PreToolUse", "SessionStart"}
+    transcript, source = transcript_with_a_read(tmp_path)
+    event = {
+        "session_id": SESSION,
+        "transcript_path": str(transcript),
+        "cwd": "/work",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Read",
+        "tool_input": {"file_path": str(source)},
+        "tool_use_id": "t2",
+    }
+    answer = json.loads(run_as_claude_code(commands["PreToolUse"], event, env))
+    assert "repeats the identical call" in answer["hookSpecificOutput"]["additionalContext"]
+    start = {"session_id": SESSION, "hook_event_name": "SessionStart", "source": "resume"}
+    assert run_as_claude_code(commands["SessionStart"], start, env) == ""  # ran, nothing to warn
+
+
+@pytest.mark.parametrize("folder", ["bin", "my tools/bin"])
+def test_a_console_script_writes_hooks_that_run(tmp_path: Path, folder: str) -> None:
+    script = console_script(tmp_path / folder)
+    env = claude_env(tmp_path)
+    # installed from a shell that has the script's folder on PATH
+    installer = env | {"PATH": f"{script.parent}{os.pathsep}{BARE_PATH}"}
+    done = subprocess.run(
+        ["/bin/sh", "-c", "riffd hook install"], env=installer, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert_hooks_run(tmp_path, env)
+
+
+def test_python_m_riffd_from_a_venv_not_on_path_writes_hooks_that_run(tmp_path: Path) -> None:
+    python = venv_python(tmp_path / "my venv")
+    env = claude_env(tmp_path)
+    done = subprocess.run(
+        [str(python), "-m", "riffd", "hook", "install"], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    commands = installed_commands(tmp_path / "claude" / "settings.json")
+    assert commands["SessionStart"].startswith(f"'{python}' -m riffd hook")
+    assert_hooks_run(tmp_path, env)
+
+
+def test_a_hook_that_does_not_run_is_a_problem_and_install_mends_it(tmp_path: Path) -> None:
+    settings = tmp_path / "claude" / "settings.json"
+    settings.parent.mkdir()
+    broken = f"'{sys.executable} -m riffd'"  # what riffd 0.2.0 wrote: the launcher quoted whole
+    settings.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {
+                            "matcher": "Read",
+                            "hooks": [
+                                {
+                                    "type": "command",
+                                    "command": f"{broken} hook pre-tool-use --mode cache",
+                                }
+                            ],
+                        }
+                    ]
+                }
+            },
+            indent=2,
+        )
+    )
+    folders = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+    }
+    status = run_riffd("status", env=folders)
+    assert "the PreToolUse hook in" in status.stdout and "does not run" in status.stdout
+    assert "exit 127 (not found)" in status.stdout and "`riffd hook install`" in status.stdout
+    installed = run_riffd("hook", "install", env=folders)
+    assert installed.returncode == 0, installed.stderr
+    assert "did not run (exit 127 (not found)" in installed.stdout
+    commands = installed_commands(settings)
+    assert commands["PreToolUse"].endswith(" hook pre-tool-use --mode cache")  # its option kept
+    env = claude_env(tmp_path)
+    for command in commands.values():
+        run_as_claude_code(command, {"hook_event_name": "riffd-check"}, env)
+    status = run_riffd("status", env=folders)
+    assert "does not run" not in status.stdout
+
+
+def settings_with(path: Path, command: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {"matcher": "Read", "hooks": [{"type": "command", "command": command}]}
+                    ]
+                }
+            }
+        )
+    )
+
+
+def test_riffd_never_runs_a_hook_command_it_did_not_write_or_from_another_users_file(
+    tmp_path: Path,
+) -> None:
+    folders = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+    }
+    settings = tmp_path / "claude" / "settings.json"
+    marker = tmp_path / "ran"
+    # shell syntax around a riffd hook: not riffd's form, so never run
+    settings_with(settings, f"touch {marker}; riffd hook pre-tool-use")
+    for args in (("status",), ("hook", "install")):
+        run_riffd(*args, env=folders)
+        assert not marker.exists(), args
+    # riffd's form, but in a file another user owns (root reads a user's settings): never run
+    script = tmp_path / "bin" / "riffd"
+    script.parent.mkdir()
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    settings_with(settings, f"{script} hook pre-tool-use")
+    if os.geteuid() == 0:
+        os.chown(settings, 1234, 1234)
+        assert "does not run" not in run_riffd("status", env=folders).stdout
+        assert not marker.exists()
+        os.chown(settings, 0, 0)
+    run_riffd("status", env=folders)  # the runner's own file: checked, so run
+    assert marker.exists()
+
+
+@pytest.mark.slow
+def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
+    sandbox: Sandbox,
+) -> None:
+    missing = sandbox.root / "gone" / "riffd"  # riffd was removed from where the hook names it
+    settings = sandbox.claude / "settings.json"
+    settings.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {
+                            "matcher": "Read",
+                            "hooks": [
+                                {"type": "command", "command": f"{missing} hook pre-tool-use"}
+                            ],
+                        }
+                    ],
+                    "SessionStart": [
+                        {
+                            "matcher": "resume",
+                            "hooks": [
+                                {"type": "command", "command": "no-such-riffd hook session-start"}
+                            ],
+                        }
+                    ],
+                }
+            }
+        )
+    )
+    daemon = sandbox.start()
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a report"
+    )
+    problems = [problem for problem in report["problems"] if "hook in" in problem]
+    assert len(problems) == 1, report["problems"]  # the PATH lookup is not the service's to judge
+    assert f"the PreToolUse hook in {settings} does not run" in problems[0]
+    assert "exit 127 (not found)" in problems[0] and "`riffd hook install`" in problems[0]
+    assert report["healthy"] is False
+    daemon.stop()
