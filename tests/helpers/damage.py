@@ -18,10 +18,11 @@ import json
 import re
 import uuid as uuid_module
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from riffd.transcript.findings import FindingClass
+from helpers import field_damage
+from riffd.transcript.findings import CUTS_HISTORY, FindingClass
 from riffd.transcript.index import SIDECHAIN
 from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.loaded import LoadedConversation, loaded_conversation
@@ -210,8 +211,11 @@ class Tree:
 
 def dumps(record: dict[str, Any]) -> bytes:
     """One compact JSON line with its newline, written the way Claude Code writes (UTF-8, no
-    escapes)."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    escapes; a lone surrogate, which UTF-8 cannot hold, as its escape)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(record, separators=(",", ":")).encode() + b"\n"
 
 
 def set_parent(raw: bytes, parent: str | None) -> bytes:
@@ -370,18 +374,15 @@ def inject_duplicate_in_line(lines: Sequence[bytes], choose: Chooser = None) -> 
 
 
 def inject_identical_line(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
-    """A result line written twice, byte for byte. Two lines share a uuid, so duplicate_uuid comes
-    too."""
+    """A result line written twice, byte for byte: a repeated line (not a duplicate result)."""
     tree = Tree(lines)
     _use, result, tool_id = _pick(loaded_pair_points(tree), choose)
     damaged = [*tree.lines[: result + 1], tree.lines[result], *tree.lines[result + 1 :]]
     return Damaged(
         "identical_line",
         damaged,
-        [
-            Expect(FindingClass.DUPLICATE_TOOL_RESULT, (result + 1, result + 2), tool_id),
-            Expect(FindingClass.DUPLICATE_UUID, (result + 2, result + 1)),
-        ],
+        # Claude Code loads a uuid once: the API never sees the second result
+        [Expect(FindingClass.REPEATED_LINE, (result + 2, result + 1))],
         {"first": result, "repeat": result + 1},
         tool_id,
     )
@@ -605,7 +606,7 @@ def inject_repeated_tool_use(lines: Sequence[bytes], choose: Chooser = None) -> 
     )
 
 
-# --- damage riffd reports and never edits ---------------------------------------------------------
+# --- lines that do not parse, links that name no line ---------------------------------------------------------
 
 
 def position_points(tree: Tree) -> list[int]:
@@ -678,8 +679,24 @@ def inject_duplicate_uuid(lines: Sequence[bytes], choose: Chooser = None) -> Dam
 
 
 def dangling_points(tree: Tree) -> list[int]:
-    """Clean-cut prompts that have a parent."""
-    return [line for line in tree.clean_cut_prompts() if tree.index.parents[line] >= 0]
+    """Clean-cut prompts that have a parent (not compact summaries) which, once lost, is where the
+    client's guess leads with no age limit: the newest earlier line by time, alone, and the nearest
+    before the prompt in the file (helpers.field_damage.ClientView: the client's rules)."""
+    points = []
+    for line in tree.clean_cut_prompts():
+        parent = tree.index.parents[line]
+        if parent < 0 or (tree.records[line] or {}).get("isCompactSummary"):
+            continue
+        lost = field_damage.set_parent(tree.lines[line], "00000000-0000-4000-8000-00000000dead")
+        after = field_damage.ClientView(
+            [*tree.lines[:line], lost, *tree.lines[line + 1 :]], bridge=False
+        )
+        if after.cut_at != line or after.rule_target(line) != parent:
+            continue
+        before = after.bridge_candidates(line, after.on_chain, window=None)
+        if max(candidate for candidate in before if candidate < line) == parent:
+            points.append(line)
+    return points
 
 
 def inject_dangling_parent(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
@@ -691,8 +708,36 @@ def inject_dangling_parent(lines: Sequence[bytes], choose: Chooser = None) -> Da
     return Damaged(
         "dangling_parent",
         damaged,
-        [Expect(FindingClass.DANGLING_PARENT, (line + 1,))],
+        [
+            Expect(
+                FindingClass.DANGLING_PARENT,
+                (line + 1,),
+                detail=CUTS_HISTORY if line in tree.on_chain else None,
+            )
+        ],
         {"dangling": line},
+    )
+
+
+def inject_lost_record(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
+    """A dangling parent whose lost record is still in the file as a torn fragment that names its
+    uuid, and a parent that is no line either: riffd does not guess where the line hangs."""
+    dangling = inject_dangling_parent(lines, choose)
+    line = dangling.marks["dangling"]
+    missing = json.loads(dangling.lines[line])["parentUuid"]
+    fragment = (
+        b'{"parentUuid":"0b7d1c2e-aaaa-4bbb-8ccc-123456789abc","uuid":"'
+        + missing.encode()
+        + b'","type":"user","message":{"role":"us\n'
+    )
+    return Damaged(
+        "lost_record",
+        [*dangling.lines[:line], fragment, *dangling.lines[line:]],
+        [
+            Expect(FindingClass.MALFORMED_LINE, (line + 1,)),
+            *(replace(expect, lines=(line + 2,)) for expect in dangling.expected),
+        ],
+        {"fragment": line, "dangling": line + 1},
     )
 
 
@@ -905,12 +950,109 @@ def generated_session(
     return lines
 
 
+# --- the damage the field reports (helpers.field_damage), with the findings it must give ----------
+
+
+def _server_id(raw: bytes) -> str:
+    """The tool id of the one server tool block of a line."""
+    (block,) = json.loads(raw)["message"]["content"]
+    return str(block.get("id") or block.get("tool_use_id"))
+
+
+def _simple_glued(view: field_damage.ClientView, record: int, lost: int) -> bool:
+    """Whether losing `lost` and the record at `record` (glued after it) cuts the chain and nothing
+    else: the record and the line lost hold no tool blocks, the record has one child, which holds
+    no result, and nothing else hangs from the line lost."""
+    kids = view.children(record)
+    tools = {"tool_use", "tool_result"}
+    return (
+        len(kids) == 1
+        and not tools & set(view.block_types(record))
+        and not tools & set(view.block_types(lost))
+        and "tool_result" not in view.block_types(kids[0])
+        and (lost == record or view.children(lost) == [record])
+    )
+
+
+def _field(
+    kind: str, expect: Callable[[field_damage.Damaged28], list[Expect]], **options: Any
+) -> Injector:
+    """The field injector `kind` as a catalogue injector that gives `expect(damaged)`."""
+
+    def inject(lines: Sequence[bytes], choose: Chooser = None) -> Damaged:
+        view = field_damage.ClientView(lines)
+
+        def simple(points: Sequence[Any]) -> Any:
+            if kind in ("2", "3b"):
+                points = [
+                    point for point in points if _simple_glued(view, point + (kind == "3b"), point)
+                ]
+            return _pick(points, choose)
+
+        try:
+            damaged = field_damage.INJECTORS[kind](lines, simple, **options)
+        except (field_damage.NoPoint, NoPoint):
+            raise NoPoint from None
+        return Damaged(f"field_{kind}", damaged.lines, expect(damaged), damaged.marks)
+
+    return inject
+
+
+def _glued_expect(damaged: field_damage.Damaged28) -> list[Expect]:
+    glued = damaged.marks["glued"]
+    record = json.loads(damaged.lines[glued][damaged.marks["record_start"] :])
+    kids = [
+        line
+        for line, raw in enumerate(damaged.lines)
+        if (field_damage.client_parse(raw) or {}).get("parentUuid") == record["uuid"]
+    ]
+    return [
+        Expect(FindingClass.GLUED_RECORD, (glued + 1,), detail=str(damaged.marks["record_start"])),
+        *(Expect(FindingClass.DANGLING_PARENT, (kid + 1,), detail=CUTS_HISTORY) for kid in kids),
+    ]
+
+
+def _at(cls: FindingClass, mark: str) -> Callable[[field_damage.Damaged28], list[Expect]]:
+    return lambda damaged: [Expect(cls, (damaged.marks[mark] + 1,))]
+
+
+def _server(cls: FindingClass, mark: str) -> Callable[[field_damage.Damaged28], Expect]:
+    return lambda damaged: Expect(
+        cls, (damaged.marks[mark] + 1,), _server_id(damaged.lines[damaged.marks[mark]])
+    )
+
+
+FIELD_INJECTORS: dict[str, Injector] = {
+    "server_use_without_result": _field(
+        "1a", lambda d: [_server(FindingClass.ORPHAN_SERVER_TOOL_USE, "use")(d)]
+    ),
+    "server_result_without_use": _field(
+        "1b", lambda d: [_server(FindingClass.ORPHAN_SERVER_TOOL_RESULT, "result")(d)]
+    ),
+    "server_pair_split": _field(
+        "1b",
+        lambda d: [
+            _server(FindingClass.ORPHAN_SERVER_TOOL_USE, "use")(d),
+            _server(FindingClass.ORPHAN_SERVER_TOOL_RESULT, "result")(d),
+        ],
+        split=True,
+    ),
+    "glued_record": _field("2", _glued_expect),
+    "nul_glued_record": _field("3b", _glued_expect),
+    "lone_surrogate": _field("4", _at(FindingClass.LONE_SURROGATE, "result")),
+    "nul_characters": _field("5a", _at(FindingClass.NUL_CHARACTER, "result")),
+    "invalid_utf8": _field("5b", _at(FindingClass.INVALID_UTF8, "result")),
+    "thinking_tail": _field("6", _at(FindingClass.THINKING_ONLY_TAIL, "thinking")),
+}
+
+
 # --- the catalogue --------------------------------------------------------------------------------
 
 Injector = Callable[[Sequence[bytes], Chooser], Damaged]
 
 # Damage riffd repairs, by the name of the injector.
 REPAIRABLE_INJECTORS: dict[str, Injector] = {
+    **FIELD_INJECTORS,
     "resumed_duplicate": inject_resumed_duplicate,
     "parallel_duplicate": inject_parallel_duplicate,
     "duplicate_in_line": inject_duplicate_in_line,
@@ -921,17 +1063,18 @@ REPAIRABLE_INJECTORS: dict[str, Injector] = {
     "orphan": inject_orphan,
     "repeated_tool_use": inject_repeated_tool_use,
     "torn_tail": inject_torn_tail,
+    "garbage_line": inject_garbage_line,
+    "nul_run": inject_nul_run,
+    "dangling_parent": inject_dangling_parent,
 }
 
 # Damage riffd reports and never edits.
 REPORTED_INJECTORS: dict[str, Injector] = {
     "invalid_missing_field": inject_invalid_missing_field,
     "invalid_type": inject_invalid_type,
-    "garbage_line": inject_garbage_line,
-    "nul_run": inject_nul_run,
     "duplicate_uuid": inject_duplicate_uuid,
-    "dangling_parent": inject_dangling_parent,
     "cycle": inject_cycle,
+    "lost_record": inject_lost_record,
     "oom_off_chain": inject_oom_off_chain,
 }
 

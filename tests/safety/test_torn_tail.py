@@ -196,3 +196,24 @@ def test_fix_and_backups_use_the_configured_folders(tmp_path: Path) -> None:
     assert (tmp_path / "elsewhere" / "archive.db").is_file()
     listed = run_riffd("backups", "list", env=env)
     assert listed.returncode == 0 and str(path) in listed.stdout, listed.stdout + listed.stderr
+
+
+def test_fix_splits_a_glued_record_after_keeping_the_torn_bytes_in_the_backup_and_the_archive(
+    tmp_path: Path,
+) -> None:
+    """A torn record with the next record glued after it, mid-file: `fix` cuts the torn bytes
+    (Claude Code skips the whole line, so the history is cut there) once the file is in the
+    backup and in the archive; the record glued after them stays byte for byte."""
+    path = torn_transcript(tmp_path)
+    lines = WHOLE.splitlines(keepends=True)
+    glued = [*lines[:6], FRAGMENT + lines[6], *lines[7:]]
+    path.write_bytes(b"".join(glued))
+    os.utime(path, (os.path.getmtime(path) - 3600,) * 2)
+    assert FindingClass.GLUED_RECORD in {finding.cls for finding in scan_file(path).findings}
+    result = riffd(tmp_path, "fix", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert path.read_bytes() == WHOLE
+    (record,) = BackupStore(tmp_path / "state" / "backups").list()
+    store = BackupStore(tmp_path / "state" / "backups")
+    assert store.open_bytes(record.backup_id) == b"".join(glued)
+    assert archived_generations(tmp_path / "state" / "archive.db", path)[0] == b"".join(glued)

@@ -53,7 +53,7 @@ from riffd.repair.outcomes import (
     gone,
 )
 from riffd.repair.plan import RepairOptions, RepairPlan
-from riffd.repair.planner import cuts_torn_tail, keep_torn_tail, plan_file_repair
+from riffd.repair.planner import cuts_bytes, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in
@@ -188,8 +188,10 @@ class TailKeeper:
         self._archive: Archive | None = None
 
     def checked(self, path: Path, plan: RepairPlan) -> RepairPlan:
-        """Return `plan` once its torn tail is archived, or without that cut when it cannot be."""
-        if not cuts_torn_tail(plan):
+        """Return `plan` once the file is archived when it cuts bytes (a torn tail, a torn record, a
+        stray line...), or without the cut of its torn tail when it cannot be (the others are in
+        the backup)."""
+        if not cuts_bytes(plan):
             return plan
         try:
             if self._archive is None:

@@ -127,6 +127,17 @@ class RepairConfig:
             FindingClass.DUPLICATE_TOOL_USE,
             FindingClass.MISSING_TOOL_RESULT,
             FindingClass.TORN_TAIL,
+            FindingClass.ORPHAN_SERVER_TOOL_RESULT,
+            FindingClass.GLUED_RECORD,
+            FindingClass.DANGLING_PARENT,
+            # what current clients do in memory, written to disk for older clients and other readers
+            FindingClass.ORPHAN_SERVER_TOOL_USE,
+            FindingClass.LONE_SURROGATE,
+            FindingClass.NUL_CHARACTER,
+            FindingClass.INVALID_UTF8,
+            FindingClass.THINKING_ONLY_TAIL,
+            FindingClass.MALFORMED_LINE,
+            FindingClass.REPEATED_LINE,
         ),
         metadata=_meta(
             "The kinds of damage to repair; the others are only reported.", choices=REPAIRABLE

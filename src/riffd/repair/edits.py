@@ -50,10 +50,15 @@ def line_edits(
     edits: list[Edit] = []
     new_content: dict[int, list[Any]] = {}
     deleted = set(work.remove_lines)
+
+    def source(line: int) -> bytes:
+        """The line's bytes as the plan has them before its content and fields change."""
+        return work.rewrite.get(line) or fetch(line)
+
     for line, positions in work.remove_blocks.items():
         if line in deleted:
             continue
-        obj = parse_line_object(fetch(line))
+        obj = parse_line_object(source(line))
         content = obj["message"]["content"]
         kept = [block for position, block in enumerate(content) if position not in positions]
         if kept:
@@ -106,20 +111,26 @@ def line_edits(
             if isinstance(target, str):
                 changes.setdefault(line, {})["leafUuid"] = target
 
+    for line, parent_uuid in work.repoint.items():
+        if line not in deleted:
+            changes.setdefault(line, {})["parentUuid"] = parent_uuid
     for line in sorted(deleted):
         edits.append(
             RemoveLine(
-                span_of(index, line), "nothing left in the line after removing duplicate blocks"
+                span_of(index, line),
+                work.reasons.get(line, "nothing left in the line after removing duplicate blocks"),
             )
         )
-    for line in sorted(set(new_content) | set(changes)):
-        raw = fetch(line)
+    for line in sorted((set(new_content) | set(changes) | set(work.rewrite)) - deleted):
+        raw = source(line)
+        fields = changes.get(line, {})
+        content = new_content.get(line)
+        reasons = [work.reasons[line]] if line in work.reasons else []
+        if content is not None or fields.keys() - {"parentUuid"} or line not in work.repoint:
+            reasons.append(_reason(content is not None, fields))
+        new_line = edited_line(raw, content, fields) if content is not None or fields else raw
         edits.append(
-            ReplaceLine(
-                span_of(index, line),
-                edited_line(raw, new_content.get(line), changes.get(line, {})),
-                _reason(new_content.get(line) is not None, changes.get(line, {})),
-            )
+            ReplaceLine(span_of(index, line), new_line, "; ".join(part for part in reasons if part))
         )
     for anchor, new_line in synthetic_lines.items():
         span = span_of(index, anchor)
@@ -203,3 +214,7 @@ class Choices:
     synthetic_after: dict[int, list[str]] = field(default_factory=dict)
     fixes: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the line's new bytes before any content or field change (a split, characters replaced)
+    rewrite: dict[int, bytes] = field(default_factory=dict)
+    repoint: dict[int, str] = field(default_factory=dict)  # line -> its new parentUuid
+    reasons: dict[int, str] = field(default_factory=dict)  # why a line changes, when not pairing

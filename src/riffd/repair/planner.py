@@ -11,9 +11,14 @@ and returns a `RepairPlan`. Rules (see the README):
   plan that says why: nothing in it is edited, a torn last line included;
 - a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the
   backup and the archive first (Claude Code cannot resume past it);
-- malformed lines mid-file, dangling parents and cycles are never edited; while any of them (or two
-  different lines sharing a uuid) makes the tree uncertain, only duplicate results are removed,
-  because the other repairs depend on knowing the conversation for sure.
+- a record glued after a torn one is split off, a parent lost where the loaded conversation stops
+  is re-pointed by a clear guess, and the optional classes are repaired (riffd.repair.line_damage);
+  a plan that changes the tree so leaves the pairing to the next scan;
+- server tool blocks not paired inside their API message are removed like orphan results;
+- cycles, and lines that do not parse but hold a lost record, are never edited; while any of them
+  (or a dangling parent not re-pointed, or two different lines sharing a uuid) makes the tree
+  uncertain, only duplicate results are removed, because the other repairs depend on knowing the
+  conversation for sure.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import replace
 
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.repair.edits import Choices, line_edits, parse_line_object, span_of
+from riffd.repair.line_damage import plan_line_damage
 from riffd.repair.outcomes import still_as_scanned
 from riffd.repair.plan import LineBytes, RemoveLine, RepairOptions, RepairPlan
 from riffd.transcript.detect import (
@@ -34,9 +40,11 @@ from riffd.transcript.detect import (
 )
 from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
 from riffd.transcript.index import (
+    BLOCK_BITS,
     ResultBlock,
     TranscriptIndex,
     is_placeholder_result,
+    lines_in,
 )
 from riffd.transcript.reader import read_span
 from riffd.transcript.scan import ScannedFile
@@ -83,6 +91,9 @@ def plan_repair(
     chain = loaded.on_chain
     turn = latest_turn(index, loaded)
     groups = list(unpaired_tools(index, loaded))
+    # The tree first: a record split off or a parent re-pointed changes the loaded conversation,
+    # so the pairing of tool calls waits for the next scan (pass 1 stays: it is safe on any tree).
+    tree_changed = plan_line_damage(scanned, fetch, work, options)
 
     # Pass 1: duplicate results. Safe whatever the tree looks like (one result always stays), and
     # done first so that the certainty of the tree is judged on what this plan leaves, which keeps
@@ -102,7 +113,12 @@ def plan_repair(
                 _remove_block(work, index, block, fetch)
         _fixed(work, by_class, FindingClass.DUPLICATE_TOOL_RESULT, group.tool_id)
 
-    uncertain = _tree_uncertainty(scanned, fetch, work)
+    uncertain = (
+        "the plan splits or re-points lines, so the pairing is judged again after it (run `riffd "
+        "fix` again)"
+        if tree_changed
+        else _tree_uncertainty(scanned, fetch, work)
+    )
 
     # Pass 2: what needs a tree riffd can trust.
     for group in groups:
@@ -160,6 +176,7 @@ def plan_repair(
             work.synthetic_after.setdefault(keeper_line, []).append(tool_id)
             _fixed(work, by_class, FindingClass.MISSING_TOOL_RESULT, tool_id)
 
+    _plan_server_tools(scanned, work, options, uncertain)
     edits = line_edits(index, work, fetch, options)
     torn = next(
         (finding for finding in scanned.findings if finding.cls is FindingClass.TORN_TAIL), None
@@ -179,6 +196,27 @@ def cuts_torn_tail(plan: RepairPlan) -> bool:
     """Whether `plan` cuts off a torn last line (whose bytes must first be in the archive, as in the
     backup)."""
     return any(finding.cls is FindingClass.TORN_TAIL for finding in plan.fixes)
+
+
+# The classes whose repair cuts bytes that are nowhere else in the file (a torn record, a stray
+# line, an unanswered thinking, characters replaced): `fix` puts the file in the archive first.
+CUTTING = frozenset(
+    {
+        FindingClass.TORN_TAIL,
+        FindingClass.GLUED_RECORD,
+        FindingClass.MALFORMED_LINE,
+        FindingClass.THINKING_ONLY_TAIL,
+        FindingClass.LONE_SURROGATE,
+        FindingClass.NUL_CHARACTER,
+        FindingClass.INVALID_UTF8,
+    }
+)
+
+
+def cuts_bytes(plan: RepairPlan) -> bool:
+    """Whether `plan` cuts bytes found nowhere else in the file (see CUTTING): they must first be
+    in the archive, as in the backup."""
+    return any(finding.cls in CUTTING for finding in plan.fixes)
 
 
 def keep_torn_tail(plan: RepairPlan, why: str) -> RepairPlan:
@@ -266,9 +304,12 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: Choices) -> 
     # a malformed line ended by a newline does not, wherever it is (once the torn tail is cut, it
     # would be the last line, and a second repair would do what the first one refused).
     torn = len(index) - 1 if index.metrics.unterminated_last_line else -1
+    lost = [uuid.encode() for uuid in index.dangling.values()]
     for line in index.malformed:
-        if line != torn:
-            return f"line {line + 1} is malformed, so the conversation around it is uncertain"
+        if line != torn and line not in work.remove_lines:
+            raw = fetch(line)
+            if any(b'"uuid":"' + uuid + b'"' in raw for uuid in lost):  # a lost record
+                return f"line {line + 1} is malformed, so the conversation around it is uncertain"
     if index.dangling:
         line = min(index.dangling)
         return f"line {line + 1} has a dangling parent"
@@ -282,6 +323,34 @@ def _tree_uncertainty(scanned: ScannedFile, fetch: LineBytes, work: Choices) -> 
         if fetch(first).rstrip(b"\r\n") != fetch(repeat).rstrip(b"\r\n"):
             return f"lines {first + 1} and {repeat + 1} share a uuid but differ"
     return ""
+
+
+def _plan_server_tools(
+    scanned: ScannedFile, work: Choices, options: RepairOptions, uncertain: str
+) -> None:
+    """Drop the server tool blocks not paired inside their API message (a line left empty goes,
+    what hung from it re-pointed)."""
+    index = scanned.index
+    for finding in scanned.findings:
+        cls = finding.cls
+        if cls not in (FindingClass.ORPHAN_SERVER_TOOL_USE, FindingClass.ORPHAN_SERVER_TOOL_RESULT):
+            continue
+        if cls not in options.classes:
+            work.notes.append(f"{cls} {finding.tool_id} left alone: the class is not enabled")
+            continue
+        if uncertain:
+            work.notes.append(f"{cls} {finding.tool_id} left alone: {uncertain}")
+            continue
+        packed = (
+            index.server_uses
+            if cls is FindingClass.ORPHAN_SERVER_TOOL_USE
+            else index.server_results
+        )
+        mask = (1 << BLOCK_BITS) - 1
+        for value in lines_in(packed.get(finding.tool_id or "", ())):
+            if value >> BLOCK_BITS == finding.line - 1:
+                work.remove_blocks.setdefault(finding.line - 1, set()).add(value & mask)
+        work.fixes.append(finding)
 
 
 def _removed_whole(work: Choices, line: int, fetch: LineBytes) -> bool:

@@ -11,11 +11,17 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from riffd.display import shell_command
-from riffd.transcript.findings import LATEST_TURN, Finding, FindingClass, api_error_for
+from riffd.transcript.findings import (
+    CUTS_HISTORY,
+    LATEST_TURN,
+    Finding,
+    FindingClass,
+    api_error_for,
+)
 from riffd.transcript.index import BLOCK_BITS, FileMetrics, ResultBlock, TranscriptIndex, lines_in
 from riffd.transcript.loaded import (
     LoadedConversation,
@@ -23,6 +29,7 @@ from riffd.transcript.loaded import (
     latest_turn,
     loaded_conversation,
 )
+from riffd.transcript.messages import message_findings
 
 # What riffd.transcript.loaded holds now, for the callers that import it from here still.
 __all__ = [
@@ -140,6 +147,8 @@ def detect(index: TranscriptIndex, loaded: LoadedConversation | None = None) -> 
         cycles,
         [oom_finding(index, tool_id) for tool_id in oom],
         loaded.count,
+        message_findings(index, reversed(loaded.chain), loaded.leaf),
+        loaded.segment_of.__contains__,
     )
 
 
@@ -157,15 +166,19 @@ def assemble(
     cycles: list[list[int]],
     oom: list[Finding],
     loaded_count: int,
+    messages: list[Finding],
+    loaded: Callable[[int], bool],
 ) -> list[Finding]:
     """Given a finished index and what was found on its loaded conversation (the pairing findings
     and how many duplicate results they hold, the parent cycles, the findings of tool ids at risk of
-    exhausting memory, how many lines load), return every finding in one order: by line, then class,
-    tool id and lines. Sets the metrics that depend on them."""
+    exhausting memory, how many lines load, the findings of its API messages, which lines load),
+    return every finding in one order: by line, then class, tool id and lines. Sets the metrics
+    that depend on them."""
     findings: list[Finding] = list(index.line_findings)
     findings += pairing
-    findings += _tree_findings(index, cycles)
+    findings += _tree_findings(index, cycles, loaded)
     findings += oom
+    findings += messages
     index.metrics.loaded_lines = loaded_count
     index.metrics.duplicates_detected = duplicates
     findings.sort(
@@ -251,11 +264,26 @@ def pairing_findings(
     return findings
 
 
-def _tree_findings(index: TranscriptIndex, cycles: list[list[int]]) -> list[Finding]:
+def _tree_findings(
+    index: TranscriptIndex, cycles: list[list[int]], loaded: Callable[[int], bool]
+) -> list[Finding]:
     path = index.path
     findings: list[Finding] = []
     for first, repeat in index.duplicate_uuid_lines:
         uuid = index.uuids[repeat] or ""
+        if repeat in index.repeated_lines:
+            findings.append(
+                Finding(
+                    FindingClass.REPEATED_LINE,
+                    path,
+                    (repeat + 1, first + 1),
+                    f"line {repeat + 1} repeats line {first + 1} byte for byte (uuid {uuid}): "
+                    "Claude Code loads it once, so the API never sees it twice",
+                    uuids=(uuid,),
+                    offset=index.offsets[repeat],
+                )
+            )
+            continue
         findings.append(
             Finding(
                 FindingClass.DUPLICATE_UUID,
@@ -267,15 +295,22 @@ def _tree_findings(index: TranscriptIndex, cycles: list[list[int]]) -> list[Find
             )
         )
     for line, parent in sorted(index.dangling.items()):
+        cuts = loaded(line)
         findings.append(
             Finding(
                 FindingClass.DANGLING_PARENT,
                 path,
                 (line + 1,),
-                f"parentUuid {parent} names no line in this file, so line {line + 1} starts a history of its own "
-                "(resume shows a cut conversation)",
+                f"parentUuid {parent} names no line in this file, so line {line + 1} starts a history of its own"
+                + (
+                    " and the conversation Claude Code loads stops there (it loses the history "
+                    "above, or the API refuses a conversation that starts with an assistant message)"
+                    if cuts
+                    else " (not on the conversation Claude Code loads)"
+                ),
                 uuids=(index.uuids[line] or "",),
                 offset=index.offsets[line],
+                detail=CUTS_HISTORY if cuts else None,
             )
         )
     for cycle in cycles:

@@ -1,4 +1,6 @@
 """Parents in another file: a subagent transcript's lines that hang from lines of its session.
+(And the other read that finishing an index needs: the lines that repeat a uuid, compared with
+the first copy by `compare_repeats`.)
 
 Subagent transcripts, compaction agents above all, start from lines of their parent session: a
 parent uuid missing from the agent file is looked up in the session file before it is called
@@ -22,6 +24,21 @@ from riffd.transcript.reader import iter_raw, parse_line, read_span
 HEAD_BYTES = 4096  # how much of a session file tells a rewrite from an append
 
 
+def compare_repeats(index: TranscriptIndex, *, fs: RetryingFS = REAL_FILES) -> None:
+    """Read the lines that repeat a uuid (the pairs not compared yet) and note in the index those
+    whose bytes equal the first copy's: a line written again, which Claude Code loads once."""
+    pairs = index.duplicate_uuid_lines
+    for first, repeat in pairs[index.compared_repeats :]:
+        try:
+            copies = [read_span(index.path, *index.span(line), fs=fs) for line in (first, repeat)]
+        except FileNotFoundError:
+            return  # the file is gone (or was never on disk): nothing to compare
+
+        if copies[0].rstrip(b"\r\n") == copies[1].rstrip(b"\r\n"):
+            index.repeated_lines.add(repeat)
+    index.compared_repeats = len(pairs)
+
+
 @dataclass
 class ExternalSearch:
     """What was looked for in a subagent's session file, and how far: kept between appends."""
@@ -42,6 +59,7 @@ def finish_index(
     With `search` (kept between appends), a parent already looked for is looked for again only in
     the bytes the session file gained since."""
     index = builder.finish()
+    compare_repeats(index, fs=fs)
     wanted = set(index.dangling.values())
     if not wanted:
         return index

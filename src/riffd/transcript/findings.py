@@ -23,18 +23,66 @@ class FindingClass(StrEnum):
     PARENT_CYCLE = "parent_cycle"
     REDUNDANT_TOOL_CALL = "redundant_tool_call"
     PENDING_TOOL_CALL = "pending_tool_call"
+    ORPHAN_SERVER_TOOL_USE = "orphan_server_tool_use"
+    ORPHAN_SERVER_TOOL_RESULT = "orphan_server_tool_result"
+    GLUED_RECORD = "glued_record"
+    LONE_SURROGATE = "lone_surrogate"
+    NUL_CHARACTER = "nul_character"
+    INVALID_UTF8 = "invalid_utf8"
+    THINKING_ONLY_TAIL = "thinking_only_tail"
+    REPEATED_LINE = "repeated_line"
 
 
-# The classes a repair plan edits; the others are reported and never touched.
-REPAIRABLE = frozenset(
+# The damage that stops current clients from resuming (they must be repaired on disk), and the
+# damage current clients repair in memory when they load the file (written to disk so that older
+# clients and other readers work too). Each can be turned off in the config (`repair.classes`).
+REQUIRED_REPAIRS = frozenset(
     {
         FindingClass.DUPLICATE_TOOL_RESULT,
         FindingClass.MISSING_TOOL_RESULT,
         FindingClass.ORPHAN_TOOL_RESULT,
         FindingClass.DUPLICATE_TOOL_USE,
         FindingClass.TORN_TAIL,
+        FindingClass.ORPHAN_SERVER_TOOL_RESULT,
+        FindingClass.GLUED_RECORD,
+        FindingClass.DANGLING_PARENT,
     }
 )
+OPTIONAL_REPAIRS = frozenset(
+    {
+        FindingClass.ORPHAN_SERVER_TOOL_USE,
+        FindingClass.LONE_SURROGATE,
+        FindingClass.NUL_CHARACTER,
+        FindingClass.INVALID_UTF8,
+        FindingClass.THINKING_ONLY_TAIL,
+        FindingClass.MALFORMED_LINE,
+        FindingClass.REPEATED_LINE,
+    }
+)
+# The classes a repair plan edits; the others are reported and never touched.
+REPAIRABLE = REQUIRED_REPAIRS | OPTIONAL_REPAIRS
+
+# Which clients a finding breaks, measured with the real Claude Code (2.1.332; 2.1.75 and 1.0.128 for
+# older clients): what the user will see on resume.
+BREAKS_CURRENT = "breaks resume in current clients"
+BREAKS_OLDER = "current clients cope; older clients and other readers fail"
+BREAKS_BY_CLASS: dict[FindingClass, str] = {
+    FindingClass.ORPHAN_SERVER_TOOL_RESULT: BREAKS_CURRENT,
+    FindingClass.GLUED_RECORD: BREAKS_CURRENT,
+    FindingClass.ORPHAN_SERVER_TOOL_USE: BREAKS_OLDER,
+    FindingClass.MISSING_TOOL_RESULT: BREAKS_OLDER,
+    FindingClass.ORPHAN_TOOL_RESULT: BREAKS_OLDER,
+    FindingClass.DUPLICATE_TOOL_USE: BREAKS_OLDER,
+    FindingClass.MALFORMED_LINE: BREAKS_OLDER,
+    FindingClass.LONE_SURROGATE: BREAKS_OLDER,
+    FindingClass.NUL_CHARACTER: BREAKS_OLDER,
+    FindingClass.INVALID_UTF8: BREAKS_OLDER,
+    FindingClass.THINKING_ONLY_TAIL: BREAKS_OLDER,
+    FindingClass.REPEATED_LINE: BREAKS_OLDER,
+}
+# The `detail` of a dangling_parent that cuts the loaded conversation (its line is the oldest one
+# Claude Code loads): current clients lose the history above it, or fail with a 400.
+CUTS_HISTORY = "cuts_history"
 
 # Classes that describe how a session went, not damage: reported, never repaired, and never a reason
 # for `riffd scan` to exit 1 or for a health report to call riffd unhealthy. A pending tool call is
@@ -56,6 +104,7 @@ API_ERRORS: dict[FindingClass, str] = {
         "each tool_use must have a single result. Found multiple `tool_result` blocks with id: {tool_id}"
     ),
     FindingClass.DUPLICATE_TOOL_USE: "`tool_use` ids must be unique",
+    FindingClass.LONE_SURROGATE: "The request body is not valid JSON: no low surrogate in string",
 }
 
 
@@ -72,6 +121,14 @@ class Finding:
     offset: int | None = None
     detail: str | None = None  # a sub-type, e.g. invalid_type / missing_field for invalid blocks
     api_error: str | None = field(default=None)
+
+    @property
+    def breaks(self) -> str | None:
+        """Which clients this damage breaks on resume (BREAKS_CURRENT or BREAKS_OLDER), None when
+        that was not measured."""
+        if self.cls is FindingClass.DANGLING_PARENT:
+            return BREAKS_CURRENT if self.detail == CUTS_HISTORY else BREAKS_OLDER
+        return BREAKS_BY_CLASS.get(self.cls)
 
     @property
     def line(self) -> int:
@@ -106,7 +163,7 @@ class Finding:
             "message": self.message,
             "uuids": list(self.uuids),
         }
-        for name in ("tool_id", "offset", "detail", "api_error"):
+        for name in ("tool_id", "offset", "detail", "api_error", "breaks"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -50,7 +50,8 @@ from riffd.transcript.index import (
     lines_in,
 )
 from riffd.transcript.index_builder import IndexBuilder, Observer
-from riffd.transcript.loaded import latest_turn, loaded_conversation
+from riffd.transcript.loaded import is_loaded_copy, latest_turn, loaded_conversation
+from riffd.transcript.messages import chain_from, message_findings
 from riffd.transcript.reader import retrying
 
 # A line's state on the loaded conversation.
@@ -219,8 +220,17 @@ class IncrementalDetection:
         self.stale.clear()
         pairing = [finding for findings in self.pairing.values() for finding in findings]
         duplicates = duplicates_of(group for groups in self.problems.values() for group in groups)
+        chain = chain_from(index, self.leaf) if index.server_uses or index.server_results else []
+        seg = self.seg
         return assemble(
-            index, pairing, duplicates, self.cycles, list(self.oom.values()), self.count
+            index,
+            pairing,
+            duplicates,
+            self.cycles,
+            list(self.oom.values()),
+            self.count,
+            message_findings(index, chain, self.leaf),
+            lambda line: seg[line] >= 0,
         )
 
     def _woken(self) -> bool:
@@ -387,6 +397,9 @@ class IncrementalDetection:
                 self._set(line, NOT_LOADED, -1)
         for line in results:
             if state[line] == CHAIN:
+                continue
+            if not is_loaded_copy(index, line):
+                self._set(line, NOT_LOADED, -1)
                 continue
             for anchor in index.anchors(line):
                 if state[anchor] in (CHAIN, SIBLING):

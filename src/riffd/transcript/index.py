@@ -22,6 +22,10 @@ SIDECHAIN = 1
 COMPACT_BOUNDARY = 2
 MESSAGE = 4  # a user or assistant line: a candidate for the newest leaf
 ASSISTANT = 8
+LOCAL_COMMAND = (
+    16  # a system line Claude Code sends as a user message (/usage): it ends an API message
+)
+THINKING_ONLY = 32  # an assistant line whose content is thinking blocks only
 
 BLOCK_BITS = 32  # results are stored packed: line << BLOCK_BITS | block
 
@@ -169,6 +173,15 @@ class TranscriptIndex:
         self.packed_results: dict[str, Lines] = {}
         self.results = ResultsView(self.packed_results)
         self.result_lines: list[int] = []
+        # server tools (web_search, advisor, MCP): server_tool_use id -> packed blocks, and a
+        # *_tool_result's tool_use_id -> packed blocks (line << BLOCK_BITS | block, see lines_in)
+        self.server_uses: dict[str, Lines] = {}
+        self.server_results: dict[str, Lines] = {}
+        self.server_result_type: dict[str, str] = {}
+        # repeats of a uuid whose bytes equal the first copy's (riffd.transcript.external compares
+        # them when it finishes the index), and how many of duplicate_uuid_lines were compared
+        self.repeated_lines: set[int] = set()
+        self.compared_repeats = 0
         self.malformed: list[int] = []
         self.line_findings: list[Finding] = []
         self.metrics = FileMetrics()

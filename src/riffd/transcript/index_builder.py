@@ -19,24 +19,22 @@ from itertools import accumulate, chain, compress, repeat
 from operator import add, ge, is_
 from typing import Any
 
-from msgspec import UNSET
-
+from riffd.transcript.blocks import MessageLines
+from riffd.transcript.characters import character_damage, has_nul_escape
 from riffd.transcript.columns import Columns, batch_columns, records_of
-from riffd.transcript.findings import Finding, FindingClass, torn_tail
+from riffd.transcript.findings import Finding, FindingClass, api_error_for, torn_tail
 from riffd.transcript.index import (
     ASSISTANT,
-    BLOCK_BITS,
     COMPACT_BOUNDARY,
     DANGLING,
+    LOCAL_COMMAND,
     MESSAGE,
     NO_PARENT,
-    SIDECHAIN,
     UNRESOLVED,
     TranscriptIndex,
-    add_value,
 )
 from riffd.transcript.reader import Unparsed, parse_line
-from riffd.transcript.records import Block, Message, Record, fast_records, read_record, record_of
+from riffd.transcript.records import Message, Record, fast_records, read_record, record_of
 
 _MESSAGE_TYPES = frozenset({"assistant", "user"})
 _NO_GROUPS = array("i", [-1]) * 4096
@@ -67,13 +65,24 @@ class IndexBuilder:
         # (line index, tool id) of every tool_use and tool_result block added while this is a list:
         # how incremental detection (riffd.transcript.incremental) learns which ids an append names.
         # None in scans.
-        self.tool_log: list[tuple[int, str]] | None = None
+        self.blocks = MessageLines(self.index)
         self._pending: dict[str, list[int]] = {}  # a parent uuid not read yet -> its children
         # the last node line's uuid and line
         self._previous: tuple[str | None, int] = (None, NO_PARENT)
         # Parents found in the parent session's file (their children stay pending: see
         # resolve_external).
         self._external: set[str] = set()
+
+    @property
+    def tool_log(self) -> list[tuple[int, str]] | None:
+        """(line index, tool id) of every tool_use and tool_result block added while this is a
+        list: how incremental detection (riffd.transcript.incremental) learns which ids an append
+        names. None in scans."""
+        return self.blocks.tool_log
+
+    @tool_log.setter
+    def tool_log(self, log: list[tuple[int, str]] | None) -> None:
+        self.blocks.tool_log = log
 
     def add(self, offset: int, raw: bytes, terminated: bool) -> None:
         """Record one line (its bytes without the newline) at `offset`; see add_lines."""
@@ -97,6 +106,7 @@ class IndexBuilder:
         lengths = list(map(len, pieces))
         offsets.extend(accumulate(chain((offset,), map(add, lengths[:-1], repeat(1)))))
         terminated_to = first_index + (len(pieces) if last_terminated else len(pieces) - 1)
+        suspects: Any = range(len(pieces))  # lines that may hold characters that are not text
         if self.reference_parse:  # every line parsed whole, added one by one: the reference
             objs = list(map(parse_line, pieces))
             self._add_each(
@@ -107,7 +117,10 @@ class IndexBuilder:
             )
         elif self.observe is not None:
             # the daemon's tracker wants each message line whole: parse those whole
-            records: list[Any] = fast_records(pieces) or list(map(read_record, pieces))
+            fast = fast_records(pieces)
+            if fast is not None:
+                suspects = () if not has_nul_escape(pieces, fast) else suspects
+            records: list[Any] = fast or list(map(read_record, pieces))
             wholes = [
                 parse_line(raw)
                 if type(record) is Record and record.type in _MESSAGE_TYPES
@@ -119,14 +132,46 @@ class IndexBuilder:
             fast = fast_records(pieces)
             if fast is None:
                 self._add_each(list(map(read_record, pieces)), first_index, terminated_to, None)
-            elif not self._add_columns(batch_columns(fast, index.session_id is None), first_index):
-                self._add_each(fast, first_index, terminated_to, None)
+            else:
+                suspects = () if not has_nul_escape(pieces, fast) else suspects
+                if not self._add_columns(
+                    batch_columns(fast, index.session_id is None), first_index
+                ):
+                    self._add_each(fast, first_index, terminated_to, None)
+        if suspects:
+            self._check_characters(first_index, pieces, suspects)
         offset += sum(lengths) + len(pieces)
         if pieces and not last_terminated:
             offset -= 1
             index.metrics.unterminated_last_line = True
         index.end = offset
         return offset
+
+    def _check_characters(self, first_index: int, pieces: list[bytes], suspects: Any) -> None:
+        """Report the characters that are not text in the lines of a batch just added (those
+        `suspects` names: positions in `pieces`), lines that parsed as records only."""
+        index = self.index
+        uuids, flags = index.uuids, index.flags
+        malformed = set(index.malformed[-len(pieces) :])
+        for position in suspects:
+            raw = pieces[position]
+            line = first_index + position
+            if line in malformed or not raw.strip():
+                continue
+            user = flags[line] & (MESSAGE | ASSISTANT) == MESSAGE
+            for cls, what in character_damage(raw, user):
+                index.line_findings.append(
+                    Finding(
+                        cls,
+                        index.path,
+                        (line + 1,),
+                        f"line {line + 1} holds {what}: Claude Code sends U+FFFD in its place "
+                        "(older clients were refused by the API); it is kept as it is until repaired",
+                        uuids=(uuids[line] or "",) if uuids[line] else (),
+                        offset=index.offsets[line],
+                        api_error=api_error_for(cls, None),
+                    )
+                )
 
     def add_columns(self, offset: int, lengths: list[int], columns: Columns) -> int:
         """Record a batch of whole lines (each followed by a newline) starting at byte `offset`,
@@ -167,14 +212,16 @@ class IndexBuilder:
         metrics.unique_tool_use_ids = len(index.tool_uses)
         findings = index.line_findings
         if findings and index.offsets and metrics.unterminated_last_line:
-            tail = findings[-1]
-            if (
-                tail.cls is FindingClass.MALFORMED_LINE
-                and tail.detail == "unterminated"
-                and tail.line == len(index.offsets)
-            ):
-                metrics.malformed_lines -= 1
-                findings[-1] = torn_tail(index.path, tail.line, tail.offset)
+            for at in range(len(findings) - 1, -1, -1):  # the last line's finding is near the end
+                tail = findings[at]
+                if (
+                    tail.line == len(index.offsets)
+                    and tail.cls is FindingClass.MALFORMED_LINE
+                    and tail.detail == "unterminated"
+                ):
+                    metrics.malformed_lines -= 1
+                    findings[at] = torn_tail(index.path, tail.line, tail.offset)
+                    break
         return index
 
     def resolve_external(self, known_uuids: set[str]) -> None:
@@ -256,10 +303,12 @@ class IndexBuilder:
                     flags[position] = COMPACT_BOUNDARY
                     if type(record.logicalParentUuid) is str:
                         index.logical_parent[first_index + position] = record.logicalParentUuid
+                elif record.subtype == "local_command":
+                    flags[position] = LOCAL_COMMAND
             elif type(record.message) is Message:
                 # the int the uuid map holds for this line, not a new one: the lists of tool ids and
                 # groups share it
-                flags[position], groups[position] = self._message_line(
+                flags[position], groups[position] = self.blocks.message_line(
                     line_of_uuid[record.uuid], record
                 )
         if index.session_id is None and columns.session is not None:
@@ -339,12 +388,14 @@ class IndexBuilder:
                     whole = wholes[line - first_index] if wholes is not None else None
                     if observe is not None and isinstance(whole, dict):
                         observe(line, whole)
-                    flags, group = self._message_line(line, record)
+                    flags, group = self.blocks.message_line(line, record)
             elif line_type == "system" and record.subtype == "compact_boundary":
                 flags = COMPACT_BOUNDARY
                 logical = record.logicalParentUuid
                 if type(logical) is str:
                     logical_parent[line] = logical
+            elif line_type == "system" and record.subtype == "local_command":
+                flags = LOCAL_COMMAND
             if need_session and type(record.sessionId) is str:
                 index.session_id = record.sessionId
                 need_session = False
@@ -352,43 +403,6 @@ class IndexBuilder:
             groups_append(group)
             line += 1
         self._previous = (previous_uuid, previous_index)
-
-    def _message_line(self, line: int, record: Record) -> tuple[int, int]:
-        """Index a user or assistant line whose message is an object (its group, tool uses,
-        results); return its (flags, group). Only messages can be the newest leaf, the one thing the
-        sidechain flag decides."""
-        message = record.message
-        assert message is not None
-        flags = (MESSAGE | SIDECHAIN) if record.isSidechain is True else MESSAGE
-        group = -1
-        content = message.content
-        index = self.index
-        if record.type == "assistant":
-            flags |= ASSISTANT
-            message_id = message.id
-            if type(message_id) is str:
-                group_lines = index.group_lines
-                group = index.group_of_message.setdefault(message_id, len(group_lines))
-                if group == len(group_lines):
-                    group_lines.append([line])
-                else:
-                    group_lines[group].append(line)
-            if type(content) is list:
-                tool_uses, tool_log = index.tool_uses, self.tool_log
-                for block in content:
-                    if type(block) is Block and block.type == "tool_use":
-                        tool_id = block.id
-                        if type(tool_id) is str and tool_id and not tool_id.isspace():
-                            add_value(tool_uses, tool_id, line)
-                            if tool_log is not None:
-                                tool_log.append((line, tool_id))
-        elif type(content) is list and self._index_results(line, content):
-            source = record.sourceToolAssistantUUID
-            if type(source) is str:
-                index.uses_source_tool_field = True
-                if source != record.parentUuid:
-                    index.source_tool_line[line] = source
-        return flags, group
 
     def _add_unusual(self, line: int, offset: int, obj: object, terminated: bool) -> None:
         """A blank line, a line that does not parse, or JSON that is not an object: kept, and
@@ -406,6 +420,22 @@ class IndexBuilder:
             obj.reason if isinstance(obj, Unparsed) else f"JSON {type(obj).__name__}, not an object"
         )
         index.metrics.malformed_lines += 1
+        glued_at = obj.glued_at if isinstance(obj, Unparsed) else None
+        if glued_at is not None and terminated:
+            index.line_findings.append(
+                Finding(
+                    FindingClass.GLUED_RECORD,
+                    index.path,
+                    (line + 1,),
+                    f"line {line + 1} is a torn record (or NULs) with a whole record glued after it "
+                    f"at byte {glued_at} of the line: Claude Code skips the whole line, so that "
+                    "record is lost to it and the history is cut there; `riffd fix` splits it off "
+                    "(the torn part is kept in the backup)",
+                    offset=offset,
+                    detail=str(glued_at),
+                )
+            )
+            return
         # Whether an unterminated malformed line is the torn tail is known only at `finish`.
         index.line_findings.append(
             Finding(
@@ -415,60 +445,5 @@ class IndexBuilder:
                 f"line is {reason}; it is kept as it is",
                 offset=offset,
                 detail=None if terminated else "unterminated",
-            )
-        )
-
-    def _index_results(self, line: int, content: list[Any]) -> bool:
-        """Record the tool_result blocks of a user line's content; return whether it holds one."""
-        found = False
-        results = self.index.packed_results
-        packed_line = line << BLOCK_BITS
-        for position, block in enumerate(content):
-            if type(block) is not Block:
-                self._invalid_block(
-                    line,
-                    position,
-                    "invalid_type",
-                    f"content block is a JSON {type(block).__name__}, not an object",
-                )
-                continue
-            if block.type != "tool_result":
-                continue
-            tool_id = block.tool_use_id
-            if type(tool_id) is str and tool_id and not tool_id.isspace():
-                add_value(results, tool_id, packed_line | position)
-                self.index.metrics.blocks_valid += 1
-                if self.tool_log is not None:
-                    self.tool_log.append((line, tool_id))
-                found = True
-            elif tool_id is UNSET:
-                self._invalid_block(line, position, "missing_field", "has no tool_use_id")
-            elif type(tool_id) is not str:
-                self._invalid_block(
-                    line,
-                    position,
-                    "invalid_type",
-                    f"tool_use_id is {type(tool_id).__name__}, not a string",
-                )
-            else:
-                self._invalid_block(line, position, "missing_field", "tool_use_id is empty")
-        if found:
-            self.index.result_lines.append(line)
-        return found
-
-    def _invalid_block(self, line: int, position: int, kind: str, why: str) -> None:
-        index = self.index
-        index.metrics.blocks_invalid += 1
-        failures = index.metrics.failures_by_type
-        failures[kind] = failures.get(kind, 0) + 1
-        index.line_findings.append(
-            Finding(
-                FindingClass.INVALID_TOOL_RESULT,
-                index.path,
-                (line + 1,),
-                f"tool_result block {position} {why}; it is kept as it is",
-                uuids=(index.uuids[line] or "",),
-                offset=index.offsets[line],
-                detail=kind,
             )
         )

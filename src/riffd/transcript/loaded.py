@@ -127,7 +127,7 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
     # Results hang from a chain line or a sibling (decided before any result is added).
     spliced = []
     for result_line in index.result_lines:
-        if segment[result_line] < 0:
+        if segment[result_line] < 0 and is_loaded_copy(index, result_line):
             for anchor in index.anchors(result_line):
                 if segment[anchor] >= 0:
                     spliced.append((result_line, segment[anchor]))
@@ -135,6 +135,13 @@ def loaded_conversation(index: TranscriptIndex) -> LoadedConversation:
     for result_line, result_segment in spliced:
         segment[result_line] = result_segment
     return LoadedConversation(leaf, chain, segment, count + len(spliced), cycle_at)
+
+
+def is_loaded_copy(index: TranscriptIndex, line: int) -> bool:
+    """Whether `line` is the copy of its uuid Claude Code loads (it loads a uuid once): a line
+    written again does not give the API a second result."""
+    uuid = index.uuids[line]
+    return uuid is None or index.line_of_uuid.get(uuid) == line
 
 
 def latest_turn(index: TranscriptIndex, loaded: LoadedConversation) -> tuple[int, int]:

@@ -26,6 +26,7 @@ import msgspec
 
 from riffd.forking import as_child, big_pipe, fork_context, reap
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
+from riffd.transcript.characters import has_nul_escape
 from riffd.transcript.columns import Columns, batch_columns
 from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_chunks, retrying
@@ -67,7 +68,7 @@ class BatchEncoder:
     def encode(self, offset: int, lines: list[bytes], terminated: bool) -> bytes:
         self._count += 1
         records = fast_records(lines) if terminated and self._count % PARENT_SHARE else None
-        if records is None:
+        if records is None or has_nul_escape(lines, records):  # this process reports the NULs
             return self._encode(Batch(offset, lines=lines, terminated=terminated))
         columns = batch_columns(records, self._want_session)
         self._want_session = self._want_session and columns.session is None

@@ -19,15 +19,18 @@ from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
+RECORD_IDS = ("uuid", "sessionId", "leafUuid", "messageId")  # what a record has and a block has not
 
 
 class Unparsed:
-    """Why a line did not parse as a JSON object (kept, reported, never dropped)."""
+    """Why a line did not parse as a JSON object (kept, reported, never dropped), and where the
+    whole record glued after a torn one starts in it (`glued_at`, None when there is none)."""
 
-    __slots__ = ("reason",)
+    __slots__ = ("glued_at", "reason")
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, glued_at: int | None = None) -> None:
         self.reason = reason
+        self.glued_at = glued_at
 
 
 def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
@@ -35,6 +38,9 @@ def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
 
     orjson first; the standard library only when orjson refuses, because valid JSON that orjson
     does not take (integers beyond 64 bits, lone surrogate escapes) must not be called malformed.
+    Bytes that are not UTF-8 read as U+FFFD, as Claude Code reads them (riffd.transcript.characters
+    reports them). A line that does not parse says where a whole record glued after a torn one
+    starts (`split_glued`).
     """
     if data.startswith(BOM):
         data = data[len(BOM) :]
@@ -44,14 +50,73 @@ def parse_line(data: bytes) -> dict[str, Any] | Unparsed | None:
         if not data.strip():
             return None
         if b"\x00" in data:
-            return Unparsed("contains NUL bytes (a crash or a sync client padded the file)")
+            return Unparsed(
+                "contains NUL bytes (a crash or a sync client padded the file)", split_glued(data)
+            )
         try:
             value = json.loads(data)
+        except UnicodeDecodeError:
+            value = _replaced(data)
+            if value is None:
+                return Unparsed(f"not valid JSON ({exc})", split_glued(data))
         except (ValueError, RecursionError):
-            return Unparsed(f"not valid JSON ({exc})")
+            return Unparsed(f"not valid JSON ({exc})", split_glued(data))
     if not isinstance(value, dict):
         return Unparsed(f"JSON {type(value).__name__}, not an object")
     return value
+
+
+def _replaced(data: bytes) -> Any:
+    """`data` parsed with each invalid UTF-8 sequence read as U+FFFD, None when it does not parse."""
+    try:
+        return json.loads(data.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return None
+
+
+def last_record_start(body: bytes) -> int | None:
+    """The offset of the `{` that opens the JSON object ending `body`, found by matching brackets
+    backwards from the last `}` (string-aware: a quote preceded by an even number of backslashes
+    toggles the string state); None when `body` does not end with one. Linear, and it never looks
+    at the bytes before that object (NULs, a fragment, bytes that are not UTF-8)."""
+    body = body.rstrip(b"\r\n")
+    if not body.endswith(b"}"):
+        return None
+    depth, in_string, at = 0, False, len(body) - 1
+    while at >= 0:
+        byte = body[at]
+        if byte == 0x22:  # "
+            slashes = 0
+            while at - 1 - slashes >= 0 and body[at - 1 - slashes] == 0x5C:
+                slashes += 1
+            if slashes % 2 == 0:
+                in_string = not in_string
+        elif not in_string:
+            if byte in (0x7D, 0x5D):  # } ]
+                depth += 1
+            elif byte in (0x7B, 0x5B):  # { [
+                depth -= 1
+                if depth == 0:
+                    return at if byte == 0x7B else None
+                if depth < 0:
+                    return None
+        at -= 1
+    return None
+
+
+def split_glued(data: bytes) -> int | None:
+    """Where a line that does not parse holds a whole record glued after a torn one (or after
+    NULs): the offset of the last whole record it holds, or None. Accepted only past offset 0 and
+    when the rest parses as an object with a string `type` and an id of a Claude Code record
+    (`uuid`, `sessionId`, `leafUuid` or `messageId`): a torn record that ends right after one of
+    its content blocks (`{"type":"text",...}`) is no record glued after another."""
+    at = last_record_start(data)
+    if not at:
+        return None
+    tail = parse_line(data[at:].rstrip(b"\r\n"))
+    if not isinstance(tail, dict) or not isinstance(tail.get("type"), str):
+        return None
+    return at if any(isinstance(tail.get(key), str) for key in RECORD_IDS) else None
 
 
 def retrying(fs: FileSystem = REAL_FILES) -> RetryingFS:

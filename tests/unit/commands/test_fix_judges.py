@@ -28,10 +28,8 @@ def test_a_line_written_twice_is_repaired_and_fix_exits_0(
 ) -> None:
     damaged = damage.inject_identical_line(damage.generated_session(segments=2))
     path = idle(tmp_path / "projects" / "s.jsonl", b"".join(damaged.lines))
-    assert {str(finding.cls) for finding in scan_file(path).findings} == {
-        "duplicate_tool_result",
-        "duplicate_uuid",
-    }
+    # Claude Code loads a uuid once: a repeated line, not a duplicate result
+    assert {str(finding.cls) for finding in scan_file(path).findings} == {"repeated_line"}
     assert main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)]) == EXIT_OK
     document = json.loads(capsys.readouterr().out)
     [result] = document["files"]
@@ -43,8 +41,8 @@ def test_what_the_repair_leaves_is_counted_from_the_new_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
-    malformed = b"not json\n"  # riffd never edits a malformed line: it remains after the repair
-    path = idle(tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], malformed, *lines[3:]]))
+    lines = damage.inject_invalid_type(lines).lines  # riffd never edits it: it remains
+    path = idle(tmp_path / "projects" / "s.jsonl", b"".join(lines))
     assert (
         main(["fix", "--backup-dir", str(tmp_path / "backups"), "--json", str(path)])
         == EXIT_FINDINGS
@@ -53,7 +51,7 @@ def test_what_the_repair_leaves_is_counted_from_the_new_file(
     assert (
         [item["class"] for item in result["remaining"]]
         == [str(finding.cls) for finding in scan_file(path).findings]
-        == ["malformed_line"]
+        == ["invalid_tool_result"]
     )
 
 
@@ -77,12 +75,16 @@ def test_dry_run_applies_the_quiet_period_as_fix_does_and_names_the_command_that
     assert scan_file(path).findings == []
 
 
+# A line that does not parse but holds a record's uuid: riffd keeps it (it is no stray fragment).
+TORN_WITH_UUID = b'{"type":"user","uuid":"00000000-0000-4000-8000-0000000000ff","mess\n'
+
+
 def test_fix_names_the_findings_that_remain(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
     path = idle(
-        tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], b"not json\n", *lines[3:]])
+        tmp_path / "projects" / "s.jsonl", b"".join([*lines[:3], TORN_WITH_UUID, *lines[3:]])
     )
     assert main(["fix", "--backup-dir", str(tmp_path / "backups"), str(path)]) == EXIT_FINDINGS
     err = capsys.readouterr().err

@@ -201,7 +201,7 @@ polling_interval = 0
 observer = "inotify"
 
 [repair]
-classes = ["duplicate_tool_result", "malformed_line", 3]
+classes = ["duplicate_tool_result", "parent_cycle", 3]
 add_missing_results = "yes"
 
 [backups]
@@ -228,7 +228,7 @@ level = "loud"
         "polling_interval, debounce, rescan_interval",
         "watcher.polling_interval: out of range: 0; expected a number > 0",
         'watcher.observer: bad value: string "inotify"; expected one of "auto", "native", "polling"',
-        'repair.classes: item 1: bad value: string "malformed_line", item 2: wrong type: integer 3; expected a list of',
+        'repair.classes: item 1: bad value: string "parent_cycle", item 2: wrong type: integer 3; expected a list of',
         'repair.add_missing_results: wrong type: string "yes"; expected true or false',
         "backups.keep_per_file: wrong type: number 2.5; expected an integer >= 1",
         "backups.max_age_days: out of range: inf; expected a number > 0",
@@ -534,7 +534,7 @@ def test_config_set_rejects_invalid_values_and_leaves_the_file_untouched(
         ("log.level", "loud"),
         ("watcher.debounse", "2"),
         ("backups.keep_per_file", "true"),
-        ("repair.classes", '["malformed_line"]'),
+        ("repair.classes", '["parent_cycle"]'),
         ("retry.max_wait", "0.1"),
         ("watcher", "1"),
         ("log.level.deeper", "x"),

@@ -270,7 +270,7 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
         replace(mark, path="/p/bad.jsonl"),
         "s",
         [
-            {"class": "malformed_line", "lines": [40], "message": "not JSON"},
+            {"class": "parent_cycle", "lines": [40], "message": "a loop"},
             {"class": "redundant_tool_call", "lines": [3, 5], "message": "again"},
         ],
         0,
@@ -294,7 +294,7 @@ def test_the_report_names_every_file_that_needs_attention_and_what_deals_with_it
     )
     text = render_markdown(model)
     assert "needs attention: /p/waiting.jsonl line 7, 9: duplicate_tool_result" in text
-    assert "needs attention: /p/bad.jsonl line 40: malformed_line" in text
+    assert "needs attention: /p/bad.jsonl line 40: parent_cycle" in text
 
 
 def test_the_report_warns_of_transcripts_claude_code_will_delete_before_they_are_archived(
@@ -388,7 +388,8 @@ def test_errors_kept_by_several_threads_are_never_lost_nor_break_a_reader() -> N
 
 def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state" / "state.db")
-    damaged = damage.inject_identical_line(damage.generated_session(segments=2))
+    duplicate = damage.inject_resumed_duplicate(damage.generated_session(segments=2))
+    damaged = damage.inject_duplicate_uuid(duplicate.lines)
     path = tmp_path / "p" / "s.jsonl"
     path.parent.mkdir()
     path.write_bytes(b"".join(damaged.lines))  # modified now
@@ -402,7 +403,7 @@ def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path:
     assert waiting["state"] == "waiting_for_repair"
     assert f"riffd repairs it by itself at {due}" in waiting["action"]
     assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in waiting["action"]
-    # the pending repair takes the repeated line out, and its uuid with it: no `ack` advice
+    # damage riffd does not repair, in a file a repair waits for: look again after it, no `ack` yet
     assert "riffd ack" not in by_class["duplicate_uuid"]["action"]
     assert "look again after that repair" in by_class["duplicate_uuid"]["action"]
     # past the quiet period: no time, and no command that would skip it

@@ -5,7 +5,9 @@ walk (`riffd.transcript.scan.analyse`) is the reference. Random transcripts are 
 shapes that change what Claude Code loads: rewinds and new roots, multi-line API messages, parallel
 tool calls with results hanging from any line of the message, compact boundaries (their logical
 parent known, unknown or still to come), sidechains, parents that arrive after their child, lines
-written twice, duplicate and missing results, malformed, blank and non-object lines, summaries.
+written twice, duplicate and missing results, malformed, blank and non-object lines, summaries,
+server tool blocks (paired or not, split by user and local_command lines), thinking-only messages,
+records glued after a torn one, characters that are not text.
 """
 
 from __future__ import annotations
@@ -140,6 +142,12 @@ class Builder:
                     "blank",
                     "not_object",
                     "bad_block",
+                    "server",
+                    "server",
+                    "thinking",
+                    "local_command",
+                    "glued",
+                    "characters",
                 ]
             ),
             "kind",
@@ -202,6 +210,44 @@ class Builder:
                     "logicalParentUuid": logical,
                 }
             )
+        elif kind in ("server", "thinking"):
+            same = self.message_ids and self.draw(st.booleans(), "same message")
+            if not same:
+                self.message_ids.append(f"msg_{len(self.message_ids):04d}")
+            server = f"srvtoolu_{self.draw(st.integers(0, 3), 'server id')}"
+            block = self.draw(
+                st.sampled_from(
+                    [
+                        {"type": "server_tool_use", "id": server, "name": "advisor", "input": {}},
+                        {"type": "advisor_tool_result", "tool_use_id": server, "content": {}},
+                        {"type": "web_search_tool_result", "tool_use_id": server, "content": []},
+                    ]
+                ),
+                "server block",
+            )
+            if kind == "thinking":
+                block = {"type": "thinking", "thinking": "hm", "signature": "x"}
+            content = {"id": self.message_ids[-1], "role": "assistant", "content": [block]}
+            self.emit({**base, "type": "assistant", "message": content})
+        elif kind == "local_command":
+            self.emit({**base, "type": "system", "subtype": "local_command", "content": "/usage"})
+        elif kind == "glued":
+            record = {**base, "type": "user", "message": {"role": "user", "content": "glued"}}
+            torn = self.draw(
+                st.sampled_from([b'{"parentUuid":"x","type":"ass', b"\x00" * 8]), "torn"
+            )
+            record.setdefault("sessionId", SESSION)
+            self.lines.append(torn + orjson.dumps(record))
+        elif kind == "characters":
+            text = self.draw(
+                st.sampled_from([b"\\ud83d", b"\\u0000", b"caf\xe9", b"\\ud83d\\ude00"]),
+                "characters",
+            )
+            line = orjson.dumps(
+                {**base, "sessionId": SESSION, "type": "user", "message": {"content": "HERE"}}
+            )
+            self.lines.append(line.replace(b"HERE", text))
+            self.last = base["uuid"]
         elif kind == "repeat" and self.lines:
             self.used -= 1
             self.lines.append(self.lines[self.draw(st.integers(0, len(self.lines) - 1), "repeat")])

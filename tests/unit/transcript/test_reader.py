@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CORPUS_DIR, requires_corpus
 from riffd.fsio import FileSystem, ReadFailed, RetryingFS, RetryPolicy
-from riffd.transcript.reader import Unparsed, iter_lines, parse_line, read_span
+from riffd.transcript.reader import Unparsed, iter_lines, parse_line, read_span, split_glued
 from riffd.transcript.scan import index_file, scan_file
 
 FAST_RETRY = RetryPolicy(attempts=3, first_wait=0.001, max_wait=0.004)
@@ -182,3 +182,35 @@ def test_read_span_returns_exact_bytes_and_retries(tmp_path: Path) -> None:
     ) == (b"5678901234")
     with pytest.raises(OSError, match="file ended"):
         read_span(path, 995, 10)
+
+
+RECORD = b'{"parentUuid":"p","type":"user","uuid":"u","sessionId":"s","message":{"role":"user","content":"hi"}}'
+
+
+@pytest.mark.parametrize(
+    "torn",
+    [
+        b'{"parentUuid":"p","type":"assistant","message":{"content":[{"type":"te',
+        b"\x00" * 32,
+        b'{"parentUuid":"p","message":{"content":"a \\" quote and a { brace',
+        b"caf\xe9 \xff",
+    ],
+)
+def test_a_record_glued_after_a_torn_one_is_found_where_it_starts(torn: bytes) -> None:
+    assert split_glued(torn + RECORD) == len(torn)
+    assert split_glued(RECORD) is None  # a whole record alone is no glued line
+
+
+def test_a_torn_record_that_ends_after_a_content_block_is_not_split() -> None:
+    """The last `{...}` of a record cut right after one of its content blocks is that block, with
+    a string `type`: splitting there would cut the record down to a block."""
+    torn = b'{"parentUuid":"p","type":"assistant","message":{"content":[{"type":"text","text":"hi"}'
+    assert split_glued(torn) is None
+    assert parse_line(torn).glued_at is None  # type: ignore[union-attr]
+
+
+def test_bytes_that_are_not_utf8_read_as_u_fffd_as_claude_code_reads_them() -> None:
+    assert parse_line(b'{"type":"user","text":"caf\xe9 \xff\xfe \xe2\x82"}') == {
+        "type": "user",
+        "text": "caf\ufffd \ufffd\ufffd \ufffd",
+    }

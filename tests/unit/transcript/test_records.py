@@ -352,9 +352,9 @@ def index_state(index: TranscriptIndex) -> dict[str, object]:
 def builder_state(builder: IndexBuilder) -> dict[str, object]:
     """Everything a builder holds: its index, and what it keeps for the lines still to come (but
     its observer and how it parses)."""
-    skip = ("index", "observe", "reference_parse")
+    skip = ("index", "observe", "reference_parse", "blocks")
     state = {name: value for name, value in vars(builder).items() if name not in skip}
-    return {**state, "index": index_state(builder.index)}
+    return {**state, "tool_log": builder.tool_log, "index": index_state(builder.index)}
 
 
 def built(lines: list[bytes], sizes: list[int], how: str) -> IndexBuilder:
