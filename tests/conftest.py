@@ -206,15 +206,17 @@ def scan_transcript_bytes(
 
 def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
     """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new
-    uuids."""
+    uuids, every repair class named (the opt-in ones too)."""
     from riffd.repair.plan import RepairOptions
     from riffd.repair.planner import plan_repair
+    from riffd.transcript.findings import REPAIRABLE
     from riffd.transcript.reader import read_span
 
     counter = iter(range(1, 1_000_000))
     options = RepairOptions(
         add_missing_results=add_missing_results,
         new_uuid=lambda: f"00000000-0000-4000-8000-{next(counter):012d}",
+        classes=REPAIRABLE,
     )
     return plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)  # type: ignore[attr-defined]
 

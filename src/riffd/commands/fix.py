@@ -57,7 +57,7 @@ from riffd.repair.planner import cuts_bytes, keep_torn_tail, plan_file_repair
 from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in
-from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE, Finding
+from riffd.transcript.findings import INFORMATIONAL, Finding
 from riffd.transcript.scan import index_file
 
 
@@ -122,7 +122,9 @@ def run_fix(args: argparse.Namespace) -> int:
         roots=tuple(default_roots()) + tuple(path for path in args.paths if path.is_dir()),
         quiet_period=args.quiet_period,
     )
-    repair_options = RepairOptions(add_missing_results=not args.no_synthesize)
+    repair_options = RepairOptions(
+        add_missing_results=not args.no_synthesize, classes=frozenset(config.repair.classes)
+    )
     recovered: list[str] = []
     # what a killed riffd left in the backup folder goes now (a running one's stays)
     if not args.dry_run:
@@ -242,7 +244,7 @@ def _fix_one(
     except (OSError, ReadFailed) as exc:
         return FixedFile(path, ERROR, 0, detail=f"{path}: {exc}")
     damage = _damage(scanned.findings)
-    if not [finding for finding in scanned.findings if finding.cls in REPAIRABLE]:
+    if not [finding for finding in scanned.findings if finding.cls in repair_options.classes]:
         return FixedFile(
             path, CLEAN, len(damage), unrepaired=tuple(scanned.findings), left=tuple(damage)
         )

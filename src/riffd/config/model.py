@@ -13,7 +13,12 @@ from typing import Any, Literal
 from riffd import paths
 from riffd.claude_code import folders
 from riffd.fsio import RetryPolicy
-from riffd.transcript.findings import REPAIRABLE, FindingClass
+from riffd.transcript.findings import (
+    DEFAULT_REPAIRS,
+    OPT_IN_REPAIRS,
+    REPAIRABLE,
+    FindingClass,
+)
 
 CONFIG_ENV = "RIFFD_CONFIG"
 STATE_DIR_ENV = "RIFFD_STATE_DIR"
@@ -121,26 +126,13 @@ class RepairConfig:
         ),
     )
     classes: tuple[FindingClass, ...] = field(
-        default=(
-            FindingClass.DUPLICATE_TOOL_RESULT,
-            FindingClass.ORPHAN_TOOL_RESULT,
-            FindingClass.DUPLICATE_TOOL_USE,
-            FindingClass.MISSING_TOOL_RESULT,
-            FindingClass.TORN_TAIL,
-            FindingClass.ORPHAN_SERVER_TOOL_RESULT,
-            FindingClass.GLUED_RECORD,
-            FindingClass.DANGLING_PARENT,
-            # what current clients do in memory, written to disk for older clients and other readers
-            FindingClass.ORPHAN_SERVER_TOOL_USE,
-            FindingClass.LONE_SURROGATE,
-            FindingClass.NUL_CHARACTER,
-            FindingClass.INVALID_UTF8,
-            FindingClass.THINKING_ONLY_TAIL,
-            FindingClass.MALFORMED_LINE,
-            FindingClass.REPEATED_LINE,
-        ),
+        default=tuple(sorted(DEFAULT_REPAIRS)),
         metadata=_meta(
-            "The kinds of damage to repair; the others are only reported.", choices=REPAIRABLE
+            "The kinds of damage to repair; the others are only reported. Not by default: "
+            + ", ".join(sorted(OPT_IN_REPAIRS))
+            + " (they change or drop bytes of a line Claude Code skips or reads leniently; name "
+            "them to have riffd write what the client does in memory, for older clients).",
+            choices=REPAIRABLE,
         ),
     )
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from riffd.fsio import DEFAULT_RETRY, RetryPolicy
-from riffd.transcript.findings import REPAIRABLE, FindingClass
+from riffd.transcript.findings import DEFAULT_REPAIRS, FindingClass
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class WorkerSettings:
     repair: bool = True  # False: report only
     quiet_period: float = 120.0
     add_missing_results: bool = True
-    classes: frozenset[FindingClass] = REPAIRABLE
+    classes: frozenset[FindingClass] = DEFAULT_REPAIRS
     backup_dir: Path = Path()
     claude_dir: Path = Path()
     roots: tuple[Path, ...] = ()

@@ -126,6 +126,7 @@ class Publisher:
             "config_path": str(config.source) if config.source else None,
             "repair_mode": config.repair.mode,
             "quiet_period": config.repair.quiet_period,
+            "repair_classes": sorted(map(str, config.repair.classes)),
             "last_reload": counters.last_reload,
             "roots": [str(root) for root in config.roots],
             "observer": watcher.observer_kind if watcher else None,

@@ -11,7 +11,7 @@ import uuid as uuid_module
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from riffd.transcript.findings import REPAIRABLE, Finding, FindingClass
+from riffd.transcript.findings import DEFAULT_REPAIRS, Finding, FindingClass
 from riffd.transcript.scan import FileIdentity
 
 
@@ -151,5 +151,5 @@ class RepairOptions:
 
     add_missing_results: bool = True
     answer_newest_message: bool = True
-    classes: frozenset[FindingClass] = REPAIRABLE
+    classes: frozenset[FindingClass] = DEFAULT_REPAIRS
     new_uuid: Callable[[], str] = field(default=lambda: str(uuid_module.uuid4()))

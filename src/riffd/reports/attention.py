@@ -17,9 +17,11 @@ from riffd.display import shell_command, shell_word
 from riffd.reports.model import AttentionItem, AttentionState
 from riffd.state.store import StateStore
 from riffd.transcript.acks import Ack, AckFileError, Acknowledged, load_acks
-from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE
+from riffd.transcript.findings import DEFAULT_REPAIRS, INFORMATIONAL, OPT_IN_REPAIRS
 
-REPAIRABLE_NAMES = frozenset(map(str, REPAIRABLE))
+# What riffd repairs when the report knows no configuration (the daemon publishes its own)
+DEFAULT_REPAIR_NAMES = frozenset(map(str, DEFAULT_REPAIRS))
+OPT_IN_NAMES = frozenset(map(str, OPT_IN_REPAIRS))
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,15 @@ class SortedFindings:
 
 
 def sort_findings(
-    store: StateStore, mode: str | None, rechecking: set[str], timing: RepairTiming
+    store: StateStore,
+    mode: str | None,
+    rechecking: set[str],
+    timing: RepairTiming,
+    repairable: frozenset[str] = DEFAULT_REPAIR_NAMES,
 ) -> SortedFindings:
     """Sort the stored findings, leaving out those of the files in `rechecking` (repaired since
-    riffd read them: what is left of their findings is known once they are read again)."""
+    riffd read them: what is left of their findings is known once they are read again);
+    `repairable` names the classes riffd is configured to repair."""
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
     # a broken file must not hide damage: nothing counts as acknowledged
@@ -80,11 +87,11 @@ def sort_findings(
         ack = acks.of(path, item) if acks else None
         if ack is not None:
             acknowledged[cls] += 1
-            later.append(attention_item(path, item, waiting, mode, ack, timing))
+            later.append(attention_item(path, item, waiting, mode, ack, timing, repairable))
         else:
             damage[cls] += 1
             files.add(path)
-            listed.append(attention_item(path, item, waiting, mode, None, timing))
+            listed.append(attention_item(path, item, waiting, mode, None, timing, repairable))
     return SortedFindings(
         damage, len(files), acknowledged, informational, listed + later, ack_error
     )
@@ -97,6 +104,7 @@ def attention_item(
     mode: str | None = None,
     ack: Ack | None = None,
     timing: RepairTiming | None = None,
+    repairable: frozenset[str] = DEFAULT_REPAIR_NAMES,
 ) -> AttentionItem:
     """One finding as the report lists it: the file, the class, the lines, its state
     (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
@@ -114,17 +122,24 @@ def attention_item(
             + (f" ({ack.note})" if ack.note else "")
             + f"; `riffd ack --undo {where}` counts it again"
         )
-    elif cls in REPAIRABLE_NAMES and mode == "report-only":
+    elif cls in repairable and mode == "report-only":
         state = "waiting_for_repair"
         action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
-    elif cls in REPAIRABLE_NAMES and waiting:
+    elif cls in repairable and waiting:
         state = "waiting_for_repair"
         action = _waiting_advice(path, timing or RepairTiming())
-    elif cls in REPAIRABLE_NAMES:
+    elif cls in repairable:
         state = "not_repaired"
         action = (
             f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
             f"`riffd ack {where}` accepts it as it is"
+        )
+    elif cls in OPT_IN_NAMES:
+        state = "never_repaired"
+        action = (
+            f"current clients cope with this ({cls}); riffd repairs it only when `repair.classes` in "
+            f"the config names it (for older clients and other readers); `riffd show {quoted}` shows "
+            f"where; `riffd ack {where}` acknowledges it"
         )
     elif waiting:  # the repair this file waits for may remove it (a duplicate line goes with it)
         state = "never_repaired"
@@ -144,7 +159,7 @@ def attention_item(
         finding_class=cls,
         lines=tuple(lines),
         message=finding.get("message", ""),
-        repairable=cls in REPAIRABLE_NAMES,
+        repairable=cls in repairable,
         state=state,
         action=action,
     )

@@ -15,7 +15,7 @@ from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.database import FULL_BELOW, damaged_copies, free_bytes
 from riffd.fsio import IO_STATS
-from riffd.reports.attention import RepairTiming, sort_findings
+from riffd.reports.attention import DEFAULT_REPAIR_NAMES, RepairTiming, sort_findings
 from riffd.reports.model import (
     ArchiveFigures,
     BackupFigures,
@@ -84,7 +84,14 @@ def _build(
         modified={path: known[3] / 1e9 for path, known in store.known_files().items()},
         now=now,
     )
-    findings = sort_findings(store, daemon.get("repair_mode"), rechecking, timing)
+    classes = daemon.get("repair_classes")
+    findings = sort_findings(
+        store,
+        daemon.get("repair_mode"),
+        rechecking,
+        timing,
+        frozenset(classes) if isinstance(classes, list) else DEFAULT_REPAIR_NAMES,
+    )
     repairs = store.repair_summary()
     counters = store.counters()
     latencies = [float(value) for value in daemon.get("latencies", [])]

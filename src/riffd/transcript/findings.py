@@ -61,6 +61,21 @@ OPTIONAL_REPAIRS = frozenset(
 )
 # The classes a repair plan edits; the others are reported and never touched.
 REPAIRABLE = REQUIRED_REPAIRS | OPTIONAL_REPAIRS
+# Of the optional ones, those that change or drop the bytes of a line the client only skips or reads
+# leniently (a stray fragment, a character replaced): repaired only when the configuration names
+# them, since riffd keeps malformed lines and a line's bytes unless asked (the one rule). The rest
+# (an orphan server-tool block the client drops, a line written twice byte for byte) lose nothing.
+OPT_IN_REPAIRS = frozenset(
+    {
+        FindingClass.LONE_SURROGATE,
+        FindingClass.NUL_CHARACTER,
+        FindingClass.INVALID_UTF8,
+        FindingClass.THINKING_ONLY_TAIL,
+        FindingClass.MALFORMED_LINE,
+    }
+)
+# What riffd repairs with no configuration (`repair.classes`' default)
+DEFAULT_REPAIRS = REPAIRABLE - OPT_IN_REPAIRS
 
 # Which clients a finding breaks, measured with the real Claude Code (2.1.332; 2.1.75 and 1.0.128 for
 # older clients): what the user will see on resume.

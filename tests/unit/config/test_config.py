@@ -27,7 +27,7 @@ from riffd.config import (
     loads_config,
 )
 from riffd.fsio import RetryPolicy
-from riffd.transcript.findings import REPAIRABLE, FindingClass
+from riffd.transcript.findings import DEFAULT_REPAIRS, FindingClass
 
 EXAMPLE = REPO_DIR / "config" / "riffd.toml"
 
@@ -118,7 +118,7 @@ def test_defaults_with_no_file_at_all(tmp_path: Path, environ: dict[str, str]) -
     assert config.watcher.observer == "auto"
     assert config.watcher.polling_interval == 5.0
     assert config.repair.mode == "repair"
-    assert set(config.repair.classes) == REPAIRABLE
+    assert set(config.repair.classes) == DEFAULT_REPAIRS  # the opt-in classes only when named
     assert config.retry.policy == RetryPolicy()
     assert config.log.level == "info"
     assert config.log.format == "plain"

@@ -32,6 +32,8 @@ from riffd.transcript.findings import (
     BREAKS_CURRENT,
     BREAKS_OLDER,
     CUTS_HISTORY,
+    DEFAULT_REPAIRS,
+    OPT_IN_REPAIRS,
     REPAIRABLE,
     FindingClass,
 )
@@ -130,9 +132,9 @@ def test_each_kind_is_found_and_fixed_as_the_client_needs(
         assert any(f.detail == CUTS_HISTORY and f.breaks == BREAKS_CURRENT for f in cut)
 
     backups = tmp_path / "backups"
-    assert main(["fix", "--backup-dir", str(backups), "--json", str(path)]) == EXIT_OK, (
-        capsys.readouterr()
-    )
+    config = _config_naming(tmp_path, REPAIRABLE if cls in OPT_IN_REPAIRS else DEFAULT_REPAIRS)
+    fix = ["--config", str(config), "fix", "--backup-dir", str(backups), "--json", str(path)]
+    assert main(fix) == EXIT_OK, capsys.readouterr()
     report = json.loads(capsys.readouterr().out)["files"][0]
     repaired = path.read_bytes()
     assert field_damage.kept_in_order(damaged, repaired.splitlines(keepends=True)) == []
@@ -142,6 +144,30 @@ def test_each_kind_is_found_and_fixed_as_the_client_needs(
     store = BackupStore(backups)
     # the cut bytes, with the rest, in the verified backup
     assert [store.open_bytes(record.backup_id) for record in store.list()] == [damaged.data]
+
+
+def _config_naming(tmp_path: Path, classes: frozenset[FindingClass]) -> Path:
+    """A config file whose `repair.classes` names `classes`."""
+    config = tmp_path / "riffd.toml"
+    names = ", ".join(f'"{name}"' for name in sorted(classes))
+    config.write_text(f"[repair]\nclasses = [{names}]\n", encoding="utf-8")
+    return config
+
+
+@pytest.mark.parametrize("kind", sorted(kind for kind in KINDS if KINDS[kind][1] in OPT_IN_REPAIRS))
+def test_with_no_configuration_a_kind_the_client_copes_with_is_reported_not_edited(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The classes that change or drop bytes of a line the client skips or reads leniently are
+    repaired only when the configuration names them: by default the file stays byte for byte and
+    `fix` says what remains."""
+    damaged = inject(kind, SUBAGENT)
+    path = idle(tmp_path / "projects" / "p" / "session.jsonl", damaged.data)
+    code = main(["fix", "--backup-dir", str(tmp_path / "backups"), str(path)])
+    said = capsys.readouterr().out
+    assert code == 1 and path.read_bytes() == damaged.data, said
+    assert KINDS[kind][1] in {finding.cls for finding in scan_file(path).findings}
+    assert not (tmp_path / "backups").exists()  # nothing was even backed up
 
 
 @pytest.mark.parametrize("kind", ["7", "2_live", "3b"])
@@ -197,6 +223,7 @@ def test_a_line_that_does_not_parse_but_holds_a_record_is_kept(tmp_path: Path) -
     last = lines[-1].rstrip(b"\n") + b"\x00" * 16 + b"\n"
     path, scanned = scan_transcript_bytes(tmp_path, b"".join([*lines[:-1], last]))
     assert FindingClass.MALFORMED_LINE in {finding.cls for finding in scanned.findings}
-    plan = plan_transcript_repair(path, scanned)
+    options = RepairOptions(classes=REPAIRABLE)  # the stray-line repair named in the config
+    plan = plan_repair(scanned, lambda line: read_span(path, *scanned.index.span(line)), options)
     assert all(edit.span.number != len(lines) for edit in plan.edits if hasattr(edit, "span"))
     assert any("holds a record's uuid" in note for note in plan.notes), plan.notes
