@@ -337,8 +337,8 @@ def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)
     replace_file(folder / "path.txt", (str(change.path.absolute()) + "\n").encode(), 0o600)
-    if change.after is None:
-        change.path.unlink(missing_ok=True)
+    if change.after is None:  # a link stays: its target goes, as it was before the install
+        target.unlink(missing_ok=True)
         return saved
     target.parent.mkdir(parents=True, exist_ok=True)
     try:  # the new file keeps the old one's mode and owner (riffd run by root must not take a user's file)
