@@ -7,18 +7,27 @@ The file holds much more than MCP servers (the client rewrites it often), so a s
 taken out as text: one member inserted after the last one, in the file's own indent, and the same
 text cut out again, every other byte left as it was. Adding then removing gives the file back byte
 for byte. Each edit is checked: the edited text must parse to the document with only that change.
+
+Claude Code changes the file holding `<file>.lock` (proper-lockfile: a folder made by mkdir, stale
+once its time is 10 s old) from its read to its write; riffd takes the same lock for its own
+(`held_lock`), so neither writes over the other's change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SERVERS = "mcpServers"
+LOCK_STALE_SECONDS = 10.0  # proper-lockfile's default, which Claude Code keeps
+LOCK_WAIT_SECONDS = 5.0
 
 
 class ConfigFileError(Exception):
@@ -30,6 +39,41 @@ def user_config_path(environ: dict[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     folder = env.get("CLAUDE_CONFIG_DIR")
     return Path(folder).expanduser() / ".claude.json" if folder else Path.home() / ".claude.json"
+
+
+@contextlib.contextmanager
+def held_lock(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """Hold Claude Code's lock on its user configuration `path` (the folder `<path>.lock`), as
+    Claude Code does while it changes the file: wait up to `wait` seconds for it, take over a stale
+    one; raise ConfigFileError when it stays held. Without the file's folder, there is nothing to
+    lock."""
+    lock = path.with_name(path.name + ".lock")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.mkdir(lock, 0o700)
+            break
+        except FileNotFoundError:
+            yield  # no folder yet: no Claude Code writes there
+            return
+        except FileExistsError:
+            pass
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - os.stat(lock).st_mtime > LOCK_STALE_SECONDS:
+                with contextlib.suppress(OSError):  # a Claude Code that died holding it
+                    os.rmdir(lock)
+                continue
+        if time.monotonic() > deadline:
+            raise ConfigFileError(
+                f"{path}: Claude Code holds {lock} (it is changing the file); riffd changed "
+                "nothing: run this again in a moment"
+            )
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(lock)
 
 
 def stdio_server(command: list[str]) -> dict[str, Any]:

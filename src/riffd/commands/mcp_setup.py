@@ -10,13 +10,16 @@ line, so that it answers Claude Code quickly; this module only describes `riffd 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from riffd.claude_code.user_config import (
     SERVERS,
     ConfigFileError,
+    held_lock,
     parse_document,
     stdio_server,
     user_config_path,
@@ -94,7 +97,27 @@ def server_command(config: Path | None) -> list[str]:
 
 def run_install(args: argparse.Namespace) -> int:
     """`riffd mcp install`: exit 0 registered (or there already), 2 refused."""
+    return _locked(args, _install)
+
+
+def run_uninstall(args: argparse.Namespace) -> int:
+    """`riffd mcp uninstall`: exit 0 taken out (or not there), 2 refused."""
+    return _locked(args, _uninstall)
+
+
+def _locked(args: argparse.Namespace, change: Callable[[argparse.Namespace, Path], int]) -> int:
+    """`change` the user configuration holding Claude Code's lock on it, from the read to the
+    write (a dry run reads it without)."""
     path = user_config_path()
+    try:
+        with contextlib.nullcontext() if getattr(args, "dry_run", False) else held_lock(path):
+            return change(args, path)
+    except ConfigFileError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _install(args: argparse.Namespace, path: Path) -> int:
     command = server_command(getattr(args, "config", None))
     try:
         before = _read(path)
@@ -113,9 +136,7 @@ def run_install(args: argparse.Namespace) -> int:
     return _write(args, Change(path, before, after), "install")
 
 
-def run_uninstall(args: argparse.Namespace) -> int:
-    """`riffd mcp uninstall`: exit 0 taken out (or not there), 2 refused."""
-    path = user_config_path()
+def _uninstall(args: argparse.Namespace, path: Path) -> int:
     state_dir = config_for_folders(args).state_dir
     try:
         before = _read(path)
