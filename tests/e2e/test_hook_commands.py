@@ -265,6 +265,32 @@ def test_riffd_never_runs_a_hook_command_it_did_not_write_or_from_another_users_
     assert marker.exists()
 
 
+def test_status_in_a_cloned_project_never_runs_the_projects_own_code(tmp_path: Path) -> None:
+    # A project's .claude/settings.json comes with the clone (teams commit it), as does any file
+    # beside it: Claude Code runs its hooks only once the user trusts the folder, and `riffd
+    # status` run there must never run code the project brought, whatever riffd-like words name it
+    project = tmp_path / "clone"
+    marker = tmp_path / "ran"
+    script = project / "bin" / "riffd"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    commands = [
+        "bin/riffd hook pre-tool-use",
+        "/bin/sh bin/riffd hook session-start",
+        "/proc/self/cwd/bin/riffd hook pre-tool-use",
+    ]
+    settings = project / ".claude" / "settings.json"
+    for command in commands:
+        settings_with(settings, command)
+        result = run_riffd(
+            "status",
+            env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path)},
+            cwd=project,
+        )
+        assert not marker.exists(), (command, result.stdout)
+
+
 @pytest.mark.slow
 def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
     sandbox: Sandbox,
