@@ -161,6 +161,35 @@ def test_a_stale_lock_is_taken_over_and_a_held_one_refused(tmp_path: Path) -> No
     assert "riffd" in json.loads(path.read_bytes())["mcpServers"] and lock.is_dir()
 
 
+def test_a_riffd_entry_of_the_users_own_is_never_replaced(tmp_path: Path) -> None:
+    # e.g. added by hand with `claude mcp add -e RIFFD_STATE_DIR=... riffd -- riffd mcp`: install
+    # replaced it (its env gone) without a word, and uninstall then took it out altogether
+    path = _user_config(tmp_path)
+    own = WITH_SERVERS.replace(
+        '  "mcpServers": {\n    "github": {',
+        '  "mcpServers": {\n    "riffd": {\n      "type": "stdio",\n'
+        '      "command": "/opt/riffd/bin/riffd",\n      "args": [\n        "mcp"\n      ],\n'
+        '      "env": {\n        "RIFFD_STATE_DIR": "/data/riffd"\n      }\n    },\n    "github": {',
+    )
+    assert json.loads(own)["mcpServers"]["riffd"]["env"]
+    path.write_bytes(own.encode())
+    result = _riffd(tmp_path, "mcp", "install")
+    assert result.returncode == 2 and "riffd changed nothing" in result.stderr, result.stderr
+    assert "RIFFD_STATE_DIR" in result.stderr and path.read_bytes() == own.encode()
+    # one riffd wrote (its form: no env), naming a riffd that moved: replaced, and said so
+    moved = json.loads(own)
+    moved["mcpServers"]["riffd"] = {
+        "type": "stdio",
+        "command": "/gone/bin/riffd",
+        "args": ["mcp"],
+        "env": {},
+    }
+    path.write_text(json.dumps(moved, indent=2))
+    result = _riffd(tmp_path, "mcp", "install")
+    assert result.returncode == 0 and "/gone/bin/riffd" in result.stdout, result.stdout
+    assert json.loads(path.read_bytes())["mcpServers"]["riffd"]["command"] != "/gone/bin/riffd"
+
+
 def test_a_file_that_is_not_json_is_refused_and_left(tmp_path: Path) -> None:
     path = _user_config(tmp_path)
     path.write_bytes(b'{"numStartups": 4,,}\n')

@@ -81,6 +81,26 @@ def stdio_server(command: list[str]) -> dict[str, Any]:
     return {"type": "stdio", "command": command[0], "args": command[1:], "env": {}}
 
 
+def server_entry(text: str, name: str, where: Path) -> Any:
+    """The user-scope server `name` in `text` (None: there is none)."""
+    servers = parse_document(text, where).get(SERVERS)
+    return servers.get(name) if isinstance(servers, dict) else None
+
+
+def is_plain_stdio(entry: Any) -> bool:
+    """Whether `entry` is in the form `stdio_server` writes (a command and its arguments, nothing
+    else: no env), so that another such one can take its place without losing anything but where
+    it points."""
+    return (
+        isinstance(entry, dict)
+        and set(entry) <= {"type", "command", "args", "env"}
+        and entry.get("type", "stdio") == "stdio"
+        and isinstance(entry.get("command"), str)
+        and isinstance(entry.get("args", []), list)
+        and not entry.get("env")
+    )
+
+
 @dataclass(frozen=True)
 class Member:
     """One `"key": value` of a JSON object, by character offsets into the text."""

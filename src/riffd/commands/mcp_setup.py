@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from riffd.claude_code.user_config import (
     SERVERS,
     ConfigFileError,
     held_lock,
+    is_plain_stdio,
     parse_document,
+    server_entry,
     stdio_server,
     user_config_path,
     with_server,
@@ -122,10 +126,19 @@ def _install(args: argparse.Namespace, path: Path) -> int:
     try:
         before = _read(path)
         text = before.decode("utf-8") if before is not None else ""
-        after = with_server(text, NAME, stdio_server(command), path).encode("utf-8")
+        entry, there = stdio_server(command), server_entry(text, NAME, path)
+        if there not in (None, entry) and not is_plain_stdio(there):
+            raise ConfigFileError(
+                f"{path}: {SERVERS}.{NAME} is there already, not in the form riffd writes "
+                f"({json.dumps(there, ensure_ascii=False)}); riffd changed nothing: keep it, or take "
+                f"it out (`claude mcp remove --scope user {NAME}`) and run this again"
+            )
+        after = with_server(text, NAME, entry, path).encode("utf-8")
     except (ConfigFileError, UnicodeDecodeError) as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if there not in (None, entry):
+        print(f"{path}: {SERVERS}.{NAME} ran `{_command_of(there)}`; now this riffd")
     print(f"{path}: {SERVERS}.{NAME} runs `{shell_command(*command)}`")
     if before is not None and after == before:
         print(f"{path}: riffd's server is there already; nothing to change")
@@ -134,6 +147,11 @@ def _install(args: argparse.Namespace, path: Path) -> int:
         print(f"riffd: dry run: {path} not written", file=sys.stderr)
         return EXIT_OK
     return _write(args, Change(path, before, after), "install")
+
+
+def _command_of(entry: dict[str, Any]) -> str:
+    """The command a stdio server entry runs, as a shell would take it."""
+    return shell_command(entry["command"], *map(str, entry.get("args", [])))
 
 
 def _uninstall(args: argparse.Namespace, path: Path) -> int:
