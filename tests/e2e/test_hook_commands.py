@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -289,6 +290,28 @@ def test_status_in_a_cloned_project_never_runs_the_projects_own_code(tmp_path: P
             cwd=project,
         )
         assert not marker.exists(), (command, result.stdout)
+
+
+def test_the_command_status_advises_for_a_projects_broken_hook_mends_it(tmp_path: Path) -> None:
+    # an older riffd wrote the hooks into the project's shared settings.json; riffd moved since
+    project = tmp_path / "app"
+    settings_with(project / ".claude" / "settings.json", "/gone/bin/riffd hook pre-tool-use")
+    folders = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path)}
+    status = run_riffd("status", env=folders, cwd=project)
+    advised = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
+    assert len(advised) == 1, status.stdout
+    done = subprocess.run(
+        advised[0].replace("riffd ", f"{sys.executable} -m riffd "),
+        shell=True,
+        env=riffd_env(**folders),
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status = run_riffd("status", env=folders, cwd=project)
+    assert "does not run" not in status.stdout, status.stdout
 
 
 @pytest.mark.slow

@@ -177,13 +177,18 @@ def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
 
 def mending_command(settings: Path) -> str:
     """The command that writes riffd's hooks into `settings` again, with a command that runs: `riffd
-    hook install`, with `--project DIR` for a project's `DIR/.claude/settings(.local).json`."""
+    hook install`, with `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its
+    shared `settings.json` (where an older riffd wrote them, and install no longer does), `hook
+    uninstall --project DIR` first, which takes them out of it."""
     from riffd.claude_code.settings import user_settings_path
     from riffd.display import shell_command
 
     if settings.absolute() == user_settings_path().absolute() or settings.parent.name != ".claude":
         return "riffd hook install"
-    return shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+    install = shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+    if settings.name != "settings.json":
+        return install
+    return f"{shell_command('riffd', 'hook', 'uninstall', '--project', settings.parent.parent)} && {install}"
 
 
 def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
