@@ -177,6 +177,27 @@ def test_a_live_damaged_session_at_start_does_not_keep_the_daemon_starting(
     daemon.stop()
 
 
+def test_sessions_health_is_ok_only_for_files_the_daemon_checked(sandbox: Sandbox) -> None:
+    # `sessions` (and the MCP server's list_sessions) said "-" for every session while the daemon
+    # had found nothing anywhere, and "ok" for one it never read once it had found something
+    sandbox.write_config(repair__mode="report-only")
+    ids = [f"5e55104e-0000-4000-8000-00000000000{number}" for number in range(3)]
+    clean, damaged, unseen = (sandbox.project / f"{session}.jsonl" for session in ids)
+    clean.write_bytes(b"".join(damage.generated_session(segments=1, session_id=ids[0])))
+    lines = damage.generated_session(segments=2, session_id=ids[1])
+    damaged.write_bytes(damage.inject_resumed_duplicate(lines).data)
+    daemon = sandbox.start()
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: not r["daemon"]["starting"]), "the start-up pass"
+    )
+    daemon.stop()
+    unseen.write_bytes(b"".join(damage.generated_session(segments=1, session_id=ids[2])))
+    listed = json.loads(sandbox.riffd("sessions", "--json").stdout)
+    health = {Path(row["path"]).stem: row["health"] for row in listed["sessions"]}
+    assert health[ids[0]] == "ok" and health[ids[1]].endswith("finding(s)"), health
+    assert health[ids[2]] == "-", health
+
+
 @requires_corpus
 def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: Sandbox) -> None:
     damaged = resumed_duplicate()
