@@ -314,6 +314,14 @@ def test_the_command_status_advises_for_a_projects_broken_hook_mends_it(tmp_path
     assert "does not run" not in status.stdout, status.stdout
 
 
+def test_status_in_the_home_folder_names_a_broken_user_hook_once(tmp_path: Path) -> None:
+    # run in ~, the project's .claude/settings.json is the user's own settings file
+    settings_with(tmp_path / ".claude" / "settings.json", "/gone/bin/riffd hook pre-tool-use")
+    folders = {"CLAUDE_CONFIG_DIR": str(tmp_path / ".claude"), "RIFFD_STATE_DIR": str(tmp_path)}
+    status = run_riffd("status", env=folders, cwd=tmp_path)
+    assert status.stdout.count("does not run") == 1, status.stdout
+
+
 @pytest.mark.slow
 def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
     sandbox: Sandbox,

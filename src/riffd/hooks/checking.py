@@ -196,7 +196,11 @@ def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...
     file, the command, what went wrong and the command that mends it (`by_path`: see
     check_settings)."""
     problems = []
+    seen: set[Path] = set()
     for path in paths:
+        if path.resolve() in seen:  # (in ~, the project's settings.json is the user's own)
+            continue
+        seen.add(path.resolve())
         for check in check_settings(path, by_path):
             if check.problem is None:
                 continue
