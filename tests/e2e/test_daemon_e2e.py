@@ -152,6 +152,53 @@ def test_a_registered_live_session_waits_until_its_process_is_gone(sandbox: Sand
 
 
 @requires_corpus
+def test_a_live_damaged_session_at_start_does_not_keep_the_daemon_starting(
+    sandbox: Sandbox,
+) -> None:
+    # The start-up pass is done once every file found at start is read: a repair that waits for
+    # a live session (for hours, while the user works in it) is not part of it, and `status`
+    # gives its verdict (exit 1: a finding is open) rather than `starting`, exit 0.
+    damaged = resumed_duplicate()
+    session_id = session_id_of(damaged.lines)
+    registry = sandbox.claude / "sessions" / f"{os.getpid()}.json"
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session_id}))
+    path = sandbox.project / f"{session_id}.jsonl"
+    path.write_bytes(damaged.data)
+    daemon = sandbox.start()
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: not r["daemon"]["starting"]),
+        "the start-up pass to be done while the live session's repair waits",
+        timeout=QUIET_PERIOD + 4 * REPORT_INTERVAL + 5,
+    )
+    assert open_duplicates(report) == 1 and report["healthy"] is False
+    assert report["repairs"]["done"] == 0 and path.read_bytes() == damaged.data
+    status = sandbox.riffd("status")
+    assert status.returncode == 1 and "starting" not in status.stdout.splitlines()[0], status.stdout
+    daemon.stop()
+
+
+def test_sessions_health_is_ok_only_for_files_the_daemon_checked(sandbox: Sandbox) -> None:
+    # `sessions` (and the MCP server's list_sessions) said "-" for every session while the daemon
+    # had found nothing anywhere, and "ok" for one it never read once it had found something
+    sandbox.write_config(repair__mode="report-only")
+    ids = [f"5e55104e-0000-4000-8000-00000000000{number}" for number in range(3)]
+    clean, damaged, unseen = (sandbox.project / f"{session}.jsonl" for session in ids)
+    clean.write_bytes(b"".join(damage.generated_session(segments=1, session_id=ids[0])))
+    lines = damage.generated_session(segments=2, session_id=ids[1])
+    damaged.write_bytes(damage.inject_resumed_duplicate(lines).data)
+    daemon = sandbox.start()
+    daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: not r["daemon"]["starting"]), "the start-up pass"
+    )
+    daemon.stop()
+    unseen.write_bytes(b"".join(damage.generated_session(segments=1, session_id=ids[2])))
+    listed = json.loads(sandbox.riffd("sessions", "--json").stdout)
+    health = {Path(row["path"]).stem: row["health"] for row in listed["sessions"]}
+    assert health[ids[0]] == "ok" and health[ids[1]].endswith("finding(s)"), health
+    assert health[ids[2]] == "-", health
+
+
+@requires_corpus
 def test_a_repair_still_waiting_at_shutdown_is_done_after_a_restart(sandbox: Sandbox) -> None:
     damaged = resumed_duplicate()
     session_id = session_id_of(damaged.lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -263,6 +264,62 @@ def test_riffd_never_runs_a_hook_command_it_did_not_write_or_from_another_users_
         os.chown(settings, 0, 0)
     run_riffd("status", env=folders)  # the runner's own file: checked, so run
     assert marker.exists()
+
+
+def test_status_in_a_cloned_project_never_runs_the_projects_own_code(tmp_path: Path) -> None:
+    # A project's .claude/settings.json comes with the clone (teams commit it), as does any file
+    # beside it: Claude Code runs its hooks only once the user trusts the folder, and `riffd
+    # status` run there must never run code the project brought, whatever riffd-like words name it
+    project = tmp_path / "clone"
+    marker = tmp_path / "ran"
+    script = project / "bin" / "riffd"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    commands = [
+        "bin/riffd hook pre-tool-use",
+        "/bin/sh bin/riffd hook session-start",
+        "/proc/self/cwd/bin/riffd hook pre-tool-use",
+    ]
+    settings = project / ".claude" / "settings.json"
+    for command in commands:
+        settings_with(settings, command)
+        result = run_riffd(
+            "status",
+            env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path)},
+            cwd=project,
+        )
+        assert not marker.exists(), (command, result.stdout)
+
+
+def test_the_command_status_advises_for_a_projects_broken_hook_mends_it(tmp_path: Path) -> None:
+    # an older riffd wrote the hooks into the project's shared settings.json; riffd moved since
+    project = tmp_path / "app"
+    settings_with(project / ".claude" / "settings.json", "/gone/bin/riffd hook pre-tool-use")
+    folders = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path)}
+    status = run_riffd("status", env=folders, cwd=project)
+    advised = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
+    assert len(advised) == 1, status.stdout
+    done = subprocess.run(
+        advised[0].replace("riffd ", f"{sys.executable} -m riffd "),
+        shell=True,
+        env=riffd_env(**folders),
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status = run_riffd("status", env=folders, cwd=project)
+    assert "does not run" not in status.stdout, status.stdout
+
+
+def test_status_in_the_home_folder_names_a_broken_user_hook_once(tmp_path: Path) -> None:
+    # run in ~, the project's .claude/settings.json is the user's own settings file
+    settings_with(tmp_path / ".claude" / "settings.json", "/gone/bin/riffd hook pre-tool-use")
+    folders = {"CLAUDE_CONFIG_DIR": str(tmp_path / ".claude"), "RIFFD_STATE_DIR": str(tmp_path)}
+    status = run_riffd("status", env=folders, cwd=tmp_path)
+    assert status.stdout.count("does not run") == 1, status.stdout
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -193,6 +194,33 @@ def test_session_health_names_the_finding_and_the_api_error(tmp_path: Path) -> N
     assert "each tool_use must have a single result" in report["findings"][0]["api_error"]
     assert report["findings"][0]["riffd_repairs"] is True
     assert report["repair_now"].startswith("riffd fix ")
+
+
+def test_the_repair_now_command_repairs_it_now(tmp_path: Path) -> None:
+    # written a moment ago: within the quiet period, `riffd fix PATH` skips it as live; the command
+    # session_health gives must repair it when run now (the model sees the note on when to)
+    home = _home(tmp_path)
+    path = home.kept.project / f"{DAMAGED}.jsonl"
+    path.write_bytes(_duplicate_result())
+    report = _data(
+        _talk(home, lambda session: session.call_tool("session_health", {"session": DAMAGED}))
+    )
+    words = shlex.split(report["repair_now"])
+    assert words[:2] == ["riffd", "fix"], report
+    done = run_riffd(*words[1:], config=home.config, env=home.env)
+    assert done.returncode == 0 and path.read_bytes() != _duplicate_result(), done.stdout
+    assert any("sure the session is closed" in note for note in report["notes"]), report
+    # a Claude Code process has it open: nothing repairs it now
+    path.write_bytes(_duplicate_result())
+    registry = tmp_path / "claude" / "sessions"
+    registry.mkdir()
+    (registry / f"{os.getpid()}.json").write_text(
+        json.dumps({"pid": os.getpid(), "sessionId": DAMAGED, "cwd": "/home/user/app"})
+    )
+    report = _data(
+        _talk(home, lambda session: session.call_tool("session_health", {"session": DAMAGED}))
+    )
+    assert report["repair_now"] is None and "live" in report["notes"][0], report
 
 
 def _duplicate_result() -> bytes:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,82 @@ def test_uninstall_takes_out_only_riffd_after_claude_code_changed_the_file(tmp_p
     expected = WITH_SERVERS.replace('"numStartups": 42', '"numStartups": 43')
     expected = expected.replace('  "userID"', '  "lastOnboardingVersion": "2.1.332",\n  "userID"')
     assert path.read_text() == expected
+
+
+# Claude Code changes ~/.claude.json holding `~/.claude.json.lock` (proper-lockfile: a folder made
+# by mkdir, stale after 10 s): it reads the file, changes it, writes it, takes the lock away.
+CLAUDE_CODE_SAVE = """
+import json, os, sys, time
+path = sys.argv[1]
+os.mkdir(path + ".lock")
+document = json.loads(open(path).read())
+print("locked", flush=True)
+time.sleep(1.0)
+document["numStartups"] += 1
+open(path + ".tmp", "w").write(json.dumps(document, indent=2))
+os.replace(path + ".tmp", path)
+os.rmdir(path + ".lock")
+"""
+
+
+def test_install_waits_for_claude_codes_lock_and_loses_neither_change(tmp_path: Path) -> None:
+    path = _user_config(tmp_path)
+    path.write_bytes(CLAUDE_JSON.encode())
+    with subprocess.Popen(
+        [sys.executable, "-c", CLAUDE_CODE_SAVE, str(path)], stdout=subprocess.PIPE, text=True
+    ) as claude_code:
+        assert claude_code.stdout is not None and claude_code.stdout.readline() == "locked\n"
+        result = _riffd(tmp_path, "mcp", "install")
+        assert claude_code.wait(timeout=30) == 0
+    assert result.returncode == 0, result.stderr
+    document = json.loads(path.read_bytes())
+    assert document["numStartups"] == 43 and "riffd" in document["mcpServers"]
+    assert not Path(f"{path}.lock").exists()
+
+
+def test_a_stale_lock_is_taken_over_and_a_held_one_refused(tmp_path: Path) -> None:
+    path = _user_config(tmp_path)
+    path.write_bytes(CLAUDE_JSON.encode())
+    lock = Path(f"{path}.lock")
+    lock.mkdir()
+    old = time.time() - 60  # a Claude Code that died holding it: stale, as proper-lockfile says
+    os.utime(lock, (old, old))
+    assert _riffd(tmp_path, "mcp", "install").returncode == 0
+    assert "riffd" in json.loads(path.read_bytes())["mcpServers"] and not lock.exists()
+    lock.mkdir()  # held now: uninstall waits, then changes nothing and says why
+    result = _riffd(tmp_path, "mcp", "uninstall")
+    assert result.returncode == 2 and f"{lock}" in result.stderr, result.stderr
+    assert "riffd changed nothing" in result.stderr
+    assert "riffd" in json.loads(path.read_bytes())["mcpServers"] and lock.is_dir()
+
+
+def test_a_riffd_entry_of_the_users_own_is_never_replaced(tmp_path: Path) -> None:
+    # e.g. added by hand with `claude mcp add -e RIFFD_STATE_DIR=... riffd -- riffd mcp`: install
+    # replaced it (its env gone) without a word, and uninstall then took it out altogether
+    path = _user_config(tmp_path)
+    own = WITH_SERVERS.replace(
+        '  "mcpServers": {\n    "github": {',
+        '  "mcpServers": {\n    "riffd": {\n      "type": "stdio",\n'
+        '      "command": "/opt/riffd/bin/riffd",\n      "args": [\n        "mcp"\n      ],\n'
+        '      "env": {\n        "RIFFD_STATE_DIR": "/data/riffd"\n      }\n    },\n    "github": {',
+    )
+    assert json.loads(own)["mcpServers"]["riffd"]["env"]
+    path.write_bytes(own.encode())
+    result = _riffd(tmp_path, "mcp", "install")
+    assert result.returncode == 2 and "riffd changed nothing" in result.stderr, result.stderr
+    assert "RIFFD_STATE_DIR" in result.stderr and path.read_bytes() == own.encode()
+    # one riffd wrote (its form: no env), naming a riffd that moved: replaced, and said so
+    moved = json.loads(own)
+    moved["mcpServers"]["riffd"] = {
+        "type": "stdio",
+        "command": "/gone/bin/riffd",
+        "args": ["mcp"],
+        "env": {},
+    }
+    path.write_text(json.dumps(moved, indent=2))
+    result = _riffd(tmp_path, "mcp", "install")
+    assert result.returncode == 0 and "/gone/bin/riffd" in result.stdout, result.stdout
+    assert json.loads(path.read_bytes())["mcpServers"]["riffd"]["command"] != "/gone/bin/riffd"
 
 
 def test_a_file_that_is_not_json_is_refused_and_left(tmp_path: Path) -> None:

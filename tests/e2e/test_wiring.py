@@ -316,6 +316,20 @@ def test_a_symlinked_settings_file_keeps_its_link_and_a_read_only_one_is_refused
     assert dotfiles.read_bytes() == CLAUDE_SETTINGS
 
 
+def test_uninstall_keeps_a_link_whose_target_the_install_made(tmp_path: Path) -> None:
+    # a dotfile manager's link to a file that is not there yet: the install makes the target, and
+    # uninstall takes the target away again, not the link (which would leave the hooks behind)
+    dotfiles = tmp_path / "dotfiles" / "claude-settings.json"
+    dotfiles.parent.mkdir()
+    (tmp_path / "claude").mkdir()
+    link = tmp_path / "claude" / "settings.json"
+    link.symlink_to(dotfiles)
+    assert riffd(tmp_path, "hook", "install").returncode == 0
+    assert link.is_symlink() and "SessionStart" in json.loads(dotfiles.read_bytes())["hooks"]
+    assert riffd(tmp_path, "hook", "uninstall").returncode == 0
+    assert link.is_symlink() and not dotfiles.exists()
+
+
 def test_a_key_written_twice_is_refused_rather_than_dropped(tmp_path: Path, settings: Path) -> None:
     twice = CLAUDE_SETTINGS.replace(b'"model": "opus",', b'"model": "opus",\n  "model": "sonnet",')
     settings.write_bytes(twice)

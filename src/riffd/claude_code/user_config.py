@@ -7,18 +7,27 @@ The file holds much more than MCP servers (the client rewrites it often), so a s
 taken out as text: one member inserted after the last one, in the file's own indent, and the same
 text cut out again, every other byte left as it was. Adding then removing gives the file back byte
 for byte. Each edit is checked: the edited text must parse to the document with only that change.
+
+Claude Code changes the file holding `<file>.lock` (proper-lockfile: a folder made by mkdir, stale
+once its time is 10 s old) from its read to its write; riffd takes the same lock for its own
+(`held_lock`), so neither writes over the other's change.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SERVERS = "mcpServers"
+LOCK_STALE_SECONDS = 10.0  # proper-lockfile's default, which Claude Code keeps
+LOCK_WAIT_SECONDS = 5.0
 
 
 class ConfigFileError(Exception):
@@ -32,9 +41,64 @@ def user_config_path(environ: dict[str, str] | None = None) -> Path:
     return Path(folder).expanduser() / ".claude.json" if folder else Path.home() / ".claude.json"
 
 
+@contextlib.contextmanager
+def held_lock(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """Hold Claude Code's lock on its user configuration `path` (the folder `<path>.lock`), as
+    Claude Code does while it changes the file: wait up to `wait` seconds for it, take over a stale
+    one; raise ConfigFileError when it stays held. Without the file's folder, there is nothing to
+    lock."""
+    lock = path.with_name(path.name + ".lock")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            os.mkdir(lock, 0o700)
+            break
+        except FileNotFoundError:
+            yield  # no folder yet: no Claude Code writes there
+            return
+        except FileExistsError:
+            pass
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - os.stat(lock).st_mtime > LOCK_STALE_SECONDS:
+                with contextlib.suppress(OSError):  # a Claude Code that died holding it
+                    os.rmdir(lock)
+                continue
+        if time.monotonic() > deadline:
+            raise ConfigFileError(
+                f"{path}: Claude Code holds {lock} (it is changing the file); riffd changed "
+                "nothing: run this again in a moment"
+            )
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(lock)
+
+
 def stdio_server(command: list[str]) -> dict[str, Any]:
     """The entry `claude mcp add` writes for a stdio server run as `command` (an argv list)."""
     return {"type": "stdio", "command": command[0], "args": command[1:], "env": {}}
+
+
+def server_entry(text: str, name: str, where: Path) -> Any:
+    """The user-scope server `name` in `text` (None: there is none)."""
+    servers = parse_document(text, where).get(SERVERS)
+    return servers.get(name) if isinstance(servers, dict) else None
+
+
+def is_plain_stdio(entry: Any) -> bool:
+    """Whether `entry` is in the form `stdio_server` writes (a command and its arguments, nothing
+    else: no env), so that another such one can take its place without losing anything but where
+    it points."""
+    return (
+        isinstance(entry, dict)
+        and set(entry) <= {"type", "command", "args", "env"}
+        and entry.get("type", "stdio") == "stdio"
+        and isinstance(entry.get("command"), str)
+        and isinstance(entry.get("args", []), list)
+        and not entry.get("env")
+    )
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,21 @@ line, so that it answers Claude Code quickly; this module only describes `riffd 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from riffd.claude_code.user_config import (
     SERVERS,
     ConfigFileError,
+    held_lock,
+    is_plain_stdio,
     parse_document,
+    server_entry,
     stdio_server,
     user_config_path,
     with_server,
@@ -94,15 +101,44 @@ def server_command(config: Path | None) -> list[str]:
 
 def run_install(args: argparse.Namespace) -> int:
     """`riffd mcp install`: exit 0 registered (or there already), 2 refused."""
+    return _locked(args, _install)
+
+
+def run_uninstall(args: argparse.Namespace) -> int:
+    """`riffd mcp uninstall`: exit 0 taken out (or not there), 2 refused."""
+    return _locked(args, _uninstall)
+
+
+def _locked(args: argparse.Namespace, change: Callable[[argparse.Namespace, Path], int]) -> int:
+    """`change` the user configuration holding Claude Code's lock on it, from the read to the
+    write (a dry run reads it without)."""
     path = user_config_path()
+    try:
+        with contextlib.nullcontext() if getattr(args, "dry_run", False) else held_lock(path):
+            return change(args, path)
+    except ConfigFileError as exc:
+        print(f"riffd: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _install(args: argparse.Namespace, path: Path) -> int:
     command = server_command(getattr(args, "config", None))
     try:
         before = _read(path)
         text = before.decode("utf-8") if before is not None else ""
-        after = with_server(text, NAME, stdio_server(command), path).encode("utf-8")
+        entry, there = stdio_server(command), server_entry(text, NAME, path)
+        if there not in (None, entry) and not is_plain_stdio(there):
+            raise ConfigFileError(
+                f"{path}: {SERVERS}.{NAME} is there already, not in the form riffd writes "
+                f"({json.dumps(there, ensure_ascii=False)}); riffd changed nothing: keep it, or take "
+                f"it out (`claude mcp remove --scope user {NAME}`) and run this again"
+            )
+        after = with_server(text, NAME, entry, path).encode("utf-8")
     except (ConfigFileError, UnicodeDecodeError) as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if there not in (None, entry):
+        print(f"{path}: {SERVERS}.{NAME} ran `{_command_of(there)}`; now this riffd")
     print(f"{path}: {SERVERS}.{NAME} runs `{shell_command(*command)}`")
     if before is not None and after == before:
         print(f"{path}: riffd's server is there already; nothing to change")
@@ -113,9 +149,12 @@ def run_install(args: argparse.Namespace) -> int:
     return _write(args, Change(path, before, after), "install")
 
 
-def run_uninstall(args: argparse.Namespace) -> int:
-    """`riffd mcp uninstall`: exit 0 taken out (or not there), 2 refused."""
-    path = user_config_path()
+def _command_of(entry: dict[str, Any]) -> str:
+    """The command a stdio server entry runs, as a shell would take it."""
+    return shell_command(entry["command"], *map(str, entry.get("args", [])))
+
+
+def _uninstall(args: argparse.Namespace, path: Path) -> int:
     state_dir = config_for_folders(args).state_dir
     try:
         before = _read(path)

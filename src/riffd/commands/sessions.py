@@ -202,8 +202,9 @@ def _held_words(row: dict[str, Any]) -> str:
 
 
 def health_counts(path: Path) -> dict[str, int]:
-    """Path -> the number of findings that count (not informational) in the daemon's state; {}
-    without one."""
+    """Path -> the number of findings that count (not informational) in the daemon's state, for
+    every file the daemon has read (0: none); a file it has not read is not in it ({} without a
+    state)."""
     if not path.exists():
         return {}
     try:
@@ -211,7 +212,7 @@ def health_counts(path: Path) -> dict[str, int]:
     except (DatabaseDamaged, sqlite3.Error, OSError):
         return {}
     try:
-        counts: dict[str, int] = {}
+        counts = dict.fromkeys(store.known_files(), 0)
         for name, item, _waiting in store.all_findings():
             if item.get("class") not in INFORMATIONAL:
                 counts[name] = counts.get(name, 0) + 1
@@ -250,7 +251,11 @@ def _on_disk(
                 "first_ts": info.first_ts,
                 "last_ts": info.last_ts,
                 "bytes": size,
-                "health": "-" if not health else f"{findings} finding(s)" if findings else "ok",
+                "health": "-"
+                if findings is None
+                else f"{findings} finding(s)"
+                if findings
+                else "ok",
                 "archived": held,
                 "resume": shell_command("claude", "--resume", info.session_id),
                 "holds": view.holdings.holds(info.session_id, held) if view is not None else None,

@@ -290,7 +290,7 @@ class Daemon:
         ping_every = self.notifier.watchdog_interval()
         while not self.stop.wait(TICK_SECONDS):
             self._watch_new_roots()
-            if not self._startup_done and not len(self.queue) and not self.counters.busy:
+            if not self._startup_done and not self.queue.unread() and not self.counters.busy:
                 self._startup_done = True
                 self._after_startup_pass()
             if self.publisher is not None:

@@ -103,7 +103,7 @@ class WorkThread:
         if found is not None:
             again = self.keeper.process(now.archive, found)
             if again and not self.stop.is_set():
-                self.queue.put(str(path), delay=again)
+                self.queue.put(str(path), delay=again, again=True)
         else:
             self.store.forget_file(str(path))
 
@@ -140,4 +140,4 @@ class WorkThread:
             counters.latencies.append(time.monotonic() - first_event)
             log_outcome(outcome)
         if outcome.retry_after is not None and not self.stop.is_set():  # none while draining
-            self.queue.put(str(path), delay=outcome.retry_after)
+            self.queue.put(str(path), delay=outcome.retry_after, again=True)

@@ -2,7 +2,9 @@
 
 Each `put` pushes the file's due time to `debounce` seconds after the latest event, but never past
 `max_delay` after the first one, so a file written continuously is still looked at regularly. The
-time of the first event is kept, so the worker can report latency from event to done.
+time of the first event is kept, so the worker can report latency from event to done. A path the
+worker has looked at and queues `again` (a repair waiting for its session to go quiet, maybe for
+hours) is told apart from one not looked at yet (`unread`: what the start-up pass waits for).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 class _Entry:
     due: float
     first_event: float
+    again: bool = False  # looked at before: queued for another look
 
 
 class WorkQueue:
@@ -28,9 +31,9 @@ class WorkQueue:
         self.max_delay_factor = max_delay_factor
         self.puts = 0
 
-    def put(self, path: str, delay: float | None = None) -> None:
+    def put(self, path: str, delay: float | None = None, *, again: bool = False) -> None:
         """Queue `path` after the debounce (or exactly `delay` seconds from now, for a scheduled
-        retry)."""
+        retry); `again`: the worker has looked at it and wants another look."""
         now = time.monotonic()
         with self._changed:
             self.puts += 1
@@ -38,9 +41,13 @@ class WorkQueue:
             if delay is not None:
                 due = now + delay
                 if entry is None or due < entry.due:
-                    self._entries[path] = _Entry(due, entry.first_event if entry else now)
+                    self._entries[path] = _Entry(
+                        due,
+                        entry.first_event if entry else now,
+                        again and (entry is None or entry.again),
+                    )
             elif entry is None:
-                self._entries[path] = _Entry(now + self.debounce, now)
+                self._entries[path] = _Entry(now + self.debounce, now, again)
             else:
                 # Trailing debounce, capped: a new event also brings a far-off scheduled retry
                 # forward.
@@ -81,6 +88,11 @@ class WorkQueue:
         """Wake a waiting `get` (so it can see a stop request)."""
         with self._changed:
             self._changed.notify_all()
+
+    def unread(self) -> int:
+        """How many queued paths are not queued `again`: not looked at since they were queued."""
+        with self._changed:
+            return sum(1 for entry in self._entries.values() if not entry.again)
 
     def __len__(self) -> int:
         with self._changed:

@@ -9,8 +9,11 @@ broken, fails there, where Claude Code shows nothing and the hook silently stops
 Running a command found in a file is only safe when the file is the runner's own: riffd run as root
 must never run what a user wrote into a settings file. So a command is run only from a file owned by
 the effective user (`runnable`), and only when it is plain words in riffd's form (`riffd_words`: no
-shell syntax beyond quoting, then `hook pre-tool-use|session-start` and options); any other riffd
-hook is left unchecked.
+shell syntax beyond quoting, one of riffd's own launchers, then `hook pre-tool-use|session-start`
+and options); any other riffd hook is left unchecked. A project's settings file comes with a clone,
+and so may files beside it: a launcher is `riffd` (looked up on PATH), an absolute path to a `riffd`,
+or a Python with `-m riffd`, and the check runs in `/`, so that neither a relative path nor `python
+-m` (the current folder first on sys.path) reaches the project's own code.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def hook_problem(command: str, timeout: float = HOOK_CHECK_SECONDS) -> str | Non
     try:
         done = subprocess.run(
             ["/bin/sh", "-c", command],
+            cwd="/",  # not the folder riffd runs in: a cloned project's files never run
             input=_CHECK_EVENT,
             capture_output=True,
             timeout=timeout,
@@ -100,9 +104,30 @@ def riffd_words(command: str) -> list[str] | None:
     if shell_command(*words) != command or "hook" not in words:
         return None
     at = words.index("hook")
-    if at == 0 or at + 1 >= len(words) or words[at + 1] not in ("pre-tool-use", "session-start"):
+    if at + 1 >= len(words) or words[at + 1] not in ("pre-tool-use", "session-start"):
         return None
-    return words
+    return words if _riffd_launcher(words[:at]) else None
+
+
+_PYTHON = re.compile(r"python[0-9.]*")
+
+
+def _riffd_launcher(words: list[str]) -> bool:
+    """Whether `words` run riffd as `riffd hook install` writes it: `riffd` on PATH, an absolute
+    path to a `riffd`, or a Python (on PATH, or by an absolute path) with `-m riffd`."""
+    if len(words) == 1:  # (riffd 0.2.0 quoted a launcher whole, some twice: `'... -m riffd'`)
+        words = words[0].strip("'").split(" -m ") if " -m " in words[0] else [words[0].strip("'")]
+        if len(words) == 1:
+            return words[0] == "riffd" or (
+                os.path.isabs(words[0]) and os.path.basename(words[0]) == "riffd"
+            )
+        words = [words[0], "-m", words[1]]
+    if len(words) == 3 and words[1:] == ["-m", "riffd"]:
+        python = words[0]
+        return bool(_PYTHON.fullmatch(os.path.basename(python))) and (
+            os.path.isabs(python) or os.sep not in python
+        )
+    return False
 
 
 def runnable(path: Path, command: str) -> bool:
@@ -152,13 +177,18 @@ def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
 
 def mending_command(settings: Path) -> str:
     """The command that writes riffd's hooks into `settings` again, with a command that runs: `riffd
-    hook install`, with `--project DIR` for a project's `DIR/.claude/settings(.local).json`."""
+    hook install`, with `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its
+    shared `settings.json` (where an older riffd wrote them, and install no longer does), `hook
+    uninstall --project DIR` first, which takes them out of it."""
     from riffd.claude_code.settings import user_settings_path
     from riffd.display import shell_command
 
     if settings.absolute() == user_settings_path().absolute() or settings.parent.name != ".claude":
         return "riffd hook install"
-    return shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+    install = shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+    if settings.name != "settings.json":
+        return install
+    return f"{shell_command('riffd', 'hook', 'uninstall', '--project', settings.parent.parent)} && {install}"
 
 
 def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
@@ -166,7 +196,11 @@ def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...
     file, the command, what went wrong and the command that mends it (`by_path`: see
     check_settings)."""
     problems = []
+    seen: set[Path] = set()
     for path in paths:
+        if path.resolve() in seen:  # (in ~, the project's settings.json is the user's own)
+            continue
+        seen.add(path.resolve())
         for check in check_settings(path, by_path):
             if check.problem is None:
                 continue

@@ -15,7 +15,7 @@ pre-tool-use`, `... hook session-start` run by a riffd executable).
   that does not run (`checking.hook_problem`) gets this riffd in place of its own.
 - Every other key, group and hook is kept, in its order. The file is written as JSON with its own
   indent and final newline (as Claude Code writes it: other layouts are laid out anew), atomically, with its mode, after a copy of the previous file is kept in
-  riffd's state folder.
+  riffd's state folder, and only when it still holds the bytes the change was planned on.
 - Uninstall takes riffd's groups out (and the `hooks` keys riffd made). When the rest is what it was
   before the install, the file gets back the exact bytes it had (from that copy).
 - A file that does not parse, or whose `hooks` are not what Claude Code reads, is refused: riffd
@@ -337,8 +337,13 @@ def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)
     replace_file(folder / "path.txt", (str(change.path.absolute()) + "\n").encode(), 0o600)
-    if change.after is None:
-        change.path.unlink(missing_ok=True)
+    if _bytes_of(target) != change.before:  # (the last look: what another program wrote stays)
+        raise SettingsError(
+            f"{change.path} changed while riffd was changing it (another program, Claude Code say, "
+            "wrote it); riffd changed nothing: run this again"
+        )
+    if change.after is None:  # a link stays: its target goes, as it was before the install
+        target.unlink(missing_ok=True)
         return saved
     target.parent.mkdir(parents=True, exist_ok=True)
     try:  # the new file keeps the old one's mode and owner (riffd run by root must not take a user's file)
@@ -358,3 +363,11 @@ def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -
             "owner"
         ) from exc
     return saved
+
+
+def _bytes_of(path: Path) -> bytes | None:
+    """The bytes of the file at `path` (None: there is none)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

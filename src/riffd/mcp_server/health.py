@@ -4,7 +4,10 @@ it now. A deleted session is judged on the copy the archive would restore."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
+from riffd.config import Config
 from riffd.daemon.lock import running_pid
 from riffd.display import shell_command
 from riffd.mcp_server.conversation import Conversations
@@ -67,12 +70,33 @@ def session_health(memory: Memory, conversations: Conversations, session: str) -
         )
     if live:
         notes.insert(0, f"The session is live ({why}): riffd repairs it only once it is idle.")
-    needs = any(item.riffd_repairs for item in findings)
+    needs = any(item.riffd_repairs for item in findings) and ref.path is not None
+    repair_now = shell_command("riffd", "fix", str(ref.path)) if needs else None
+    if needs and live:
+        repair_now = _repair_now_while_live(path, config, ref.session_id, notes)
     return Health(
         ref.session_id,
         str(ref.path or ref.archived_path or path),
         not any(item.finding not in INFORMATIONAL for item in findings),
         findings,
-        shell_command("riffd", "fix", str(ref.path)) if needs and ref.path is not None else None,
+        repair_now,
         notes,
     )
+
+
+def _repair_now_while_live(
+    path: Path, config: Config, session_id: str, notes: list[str]
+) -> str | None:
+    """What repairs a live session's transcript now, as `riffd fix` says it: nothing while a
+    Claude Code process has it open; `riffd fix --quiet-period 0` when only the quiet period holds
+    it (with a note: only if the session is closed)."""
+    held, _ = session_liveness(
+        path, claude_dirs_for(path, config.claude_dir, config.roots), 0, session_id=session_id
+    )
+    if held:
+        return None
+    notes.append(
+        "Only the quiet period holds it: repair_now repairs it now, but run it only if you are "
+        "sure the session is closed (not the one you are in)."
+    )
+    return shell_command("riffd", "fix", "--quiet-period", "0", str(path))

@@ -121,7 +121,7 @@ def list_sessions(
                 local_time(info.last_ts),
                 size,
                 "not checked by the daemon yet"
-                if not health
+                if findings is None
                 else f"{findings} finding(s): session_health names them"
                 if findings
                 else "ok",

@@ -115,7 +115,8 @@ def build_server(recall: Recall) -> FastMCP:
     ) -> list[SearchResult]:
         """Search every conversation riffd has archived, deleted sessions included, for messages
         holding all the words of `query`. Use it to recall what was said, decided or tried in an
-        earlier session. Filters: `project` (a project path; its sessions and those below it),
+        earlier session. Filters: `project` (the sessions whose project path starts with it as text:
+        give a whole path, and mind that /a/app also keeps /a/app2),
         `session` (an id, a unique prefix, or `latest`), `since` (a date, YYYY-MM-DD). Returns up
         to `limit` hits, newest first: session id, project, title, local time, role, a short
         snippet, the transcript path and line, whether the transcript still exists, and `go_back`,
