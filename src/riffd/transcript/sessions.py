@@ -116,7 +116,10 @@ def last_activity(path: Path) -> float:
                 tail = lines[0] if position > 0 else b""
     except OSError:
         pass
-    return path.stat().st_mtime
+    try:
+        return path.stat().st_mtime
+    except OSError:  # gone meanwhile
+        return 0.0
 
 
 def _line_time(raw: bytes) -> float | None:
@@ -247,7 +250,7 @@ def by_prefix(prefix: str, files: Iterable[Path]) -> list[Path]:
     matches = [path for path in files if path.stem.startswith(prefix)]
     if len({path.stem for path in matches}) > 1:
         listed = "; ".join(
-            f"{path.stem} ({path.parent.name}, {local_time(path.stat().st_mtime)})"
+            f"{path.stem} ({path.parent.name}, {local_time(last_activity(path))})"
             for path in sorted(matches, key=lambda item: item.stem)[:10]
         )
         raise AmbiguousSession(
