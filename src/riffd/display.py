@@ -9,7 +9,8 @@ real name, and writes the name down three ways:
 - for a person (text and JSON output, the log): `display_path`, the undecodable bytes as `\\xff`
   (the standard streams do this for every text riffd prints: `use_display_streams`; JSON documents:
   `display_json`);
-- in an advised command: `shell_word` (bash's `$'...\\xff...'`, which names the real file);
+- in an advised command: `shell_word` (bash's `$'...\\xff...'`, which names the real file), after
+  the words that run this riffd (`riffd_launcher`);
 - as a key (SQLite, riffd's own JSON files): `path_key`, a reversible text form (`key_path` gives
   the name back), equal to the path itself for every name that is text, so existing keys stay as
   they are.
@@ -54,6 +55,20 @@ DISPLAY_ERRORS = "riffd-display"  # the codec error handler that shows undecodab
 
 
 KEY_MARK = "\\bytes:"  # begins a key whose path is not all text; no absolute path does
+
+
+def riffd_launcher() -> tuple[str, ...]:
+    """The words that run this riffd from anywhere, for a command riffd writes or advises: the
+    absolute path of the `riffd` console script that runs now; else, run as `python -m riffd`, this
+    Python (by its absolute path, a venv's too) with `-m riffd`; else the console script on PATH."""
+    import shutil  # (not on the hooks' path)
+
+    if os.path.basename(sys.argv[0]) == "riffd":
+        return (os.path.abspath(sys.argv[0]),)
+    on_path = shutil.which("riffd")
+    if os.path.basename(sys.argv[0]) == "__main__.py" or on_path is None:
+        return (os.path.abspath(sys.executable), "-m", "riffd")
+    return (os.path.abspath(on_path),)
 
 
 def _display_replacement(error: UnicodeError) -> tuple[str, int]:

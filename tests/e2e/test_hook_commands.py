@@ -18,6 +18,7 @@ import pytest
 
 from helpers.daemon import Sandbox
 from helpers.run import SRC_DIR, riffd_env, run_riffd
+from riffd.display import shell_command
 
 SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
 BARE_PATH = "/usr/bin:/bin"  # Claude Code's PATH need not hold the folder riffd was installed to
@@ -209,8 +210,16 @@ def test_a_hook_that_does_not_run_is_a_problem_and_install_mends_it(tmp_path: Pa
     }
     status = run_riffd("status", env=folders)
     assert "the PreToolUse hook in" in status.stdout and "does not run" in status.stdout
-    assert "exit 127 (not found)" in status.stdout and "`riffd hook install`" in status.stdout
-    installed = run_riffd("hook", "install", env=folders)
+    # the advice names this riffd by its path (`riffd` is not on PATH here) and works as it stands
+    advised = shell_command(os.path.abspath(sys.executable), "-m", "riffd", "hook", "install")
+    assert "exit 127 (not found)" in status.stdout and f"`{advised}`" in status.stdout
+    installed = subprocess.run(
+        ["/bin/sh", "-c", advised],
+        env=riffd_env(**folders, PATH="/usr/bin:/bin"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert installed.returncode == 0, installed.stderr
     assert "did not run (exit 127 (not found)" in installed.stdout
     commands = installed_commands(settings)
@@ -300,10 +309,9 @@ def test_the_command_status_advises_for_a_projects_broken_hook_mends_it(tmp_path
     status = run_riffd("status", env=folders, cwd=project)
     advised = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
     assert len(advised) == 1, status.stdout
-    done = subprocess.run(
-        advised[0].replace("riffd ", f"{sys.executable} -m riffd "),
-        shell=True,
-        env=riffd_env(**folders),
+    done = subprocess.run(  # as it stands: this riffd by its path, `riffd` not on PATH
+        ["/bin/sh", "-c", advised[0]],
+        env=riffd_env(**folders, PATH="/usr/bin:/bin"),
         cwd=project,
         capture_output=True,
         text=True,
@@ -359,6 +367,7 @@ def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
     problems = [problem for problem in report["problems"] if "hook in" in problem]
     assert len(problems) == 1, report["problems"]  # the PATH lookup is not the service's to judge
     assert f"the PreToolUse hook in {settings} does not run" in problems[0]
-    assert "exit 127 (not found)" in problems[0] and "`riffd hook install`" in problems[0]
+    advised = shell_command(os.path.abspath(sys.executable), "-m", "riffd", "hook", "install")
+    assert "exit 127 (not found)" in problems[0] and f"`{advised}`" in problems[0]
     assert report["healthy"] is False
     daemon.stop()

@@ -247,3 +247,26 @@ def test_the_entry_starts_a_working_server_as_claude_code_runs_it(tmp_path: Path
         "session_health",
         "restore_session",
     ]
+
+
+def test_the_entry_carries_the_state_folder_riffd_runs_with(tmp_path: Path) -> None:
+    """Claude Code starts the server with its own environment: the entry names the state folder
+    (and config) of the riffd that installed it, so the server reads that archive; installing again
+    changes nothing and uninstalling gives the file back."""
+    path = _user_config(tmp_path)
+    path.write_bytes(CLAUDE_JSON.encode())
+    state = tmp_path / "elsewhere" / "state"
+    folders = {
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+        "HOME": str(tmp_path / "home"),
+        "RIFFD_STATE_DIR": str(state),
+    }
+    first = run_riffd("mcp", "install", env=folders)
+    assert first.returncode == 0, first.stderr
+    entry = json.loads(path.read_bytes())["mcpServers"]["riffd"]
+    assert entry["env"] == {"RIFFD_STATE_DIR": str(state)}
+    assert f"with RIFFD_STATE_DIR={state}" in first.stdout
+    again = run_riffd("mcp", "install", env=folders)
+    assert again.returncode == 0 and "there already" in again.stdout, again.stdout
+    assert run_riffd("mcp", "uninstall", env=folders).returncode == 0
+    assert path.read_bytes() == CLAUDE_JSON.encode()

@@ -76,9 +76,15 @@ def held_lock(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
             os.rmdir(lock)
 
 
-def stdio_server(command: list[str]) -> dict[str, Any]:
-    """The entry `claude mcp add` writes for a stdio server run as `command` (an argv list)."""
-    return {"type": "stdio", "command": command[0], "args": command[1:], "env": {}}
+# The variables of riffd's own an entry may carry (where its state and config are), so that the
+# server Claude Code starts finds what the `riffd` that installed it uses
+RIFFD_VARIABLES = ("RIFFD_CONFIG", "RIFFD_STATE_DIR")
+
+
+def stdio_server(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The entry `claude mcp add` writes for a stdio server run as `command` (an argv list), with
+    the variables `env` (riffd's own: RIFFD_VARIABLES)."""
+    return {"type": "stdio", "command": command[0], "args": command[1:], "env": dict(env or {})}
 
 
 def server_entry(text: str, name: str, where: Path) -> Any:
@@ -89,15 +95,16 @@ def server_entry(text: str, name: str, where: Path) -> Any:
 
 def is_plain_stdio(entry: Any) -> bool:
     """Whether `entry` is in the form `stdio_server` writes (a command and its arguments, nothing
-    else: no env), so that another such one can take its place without losing anything but where
-    it points."""
+    else: no env but riffd's own variables), so that another such one can take its place without
+    losing anything but where it points."""
     return (
         isinstance(entry, dict)
         and set(entry) <= {"type", "command", "args", "env"}
         and entry.get("type", "stdio") == "stdio"
         and isinstance(entry.get("command"), str)
         and isinstance(entry.get("args", []), list)
-        and not entry.get("env")
+        and isinstance(entry.get("env", {}), dict)
+        and set(entry.get("env") or {}) <= set(RIFFD_VARIABLES)
     )
 
 

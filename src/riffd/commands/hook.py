@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ from riffd.claude_code.settings import (
 from riffd.commands.arguments import positive_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
-from riffd.display import shell_command
+from riffd.display import riffd_launcher, shell_command
 from riffd.hooks import session_start
 from riffd.hooks.install import (
     SettingsError,
@@ -100,18 +98,6 @@ def run_command(args: Any) -> int:
     """`riffd hook pre-tool-use` reached through the full command line: the same code as the console
     script."""
     return run(args.mode, args.window, sys.stdin.buffer, sys.stdout)
-
-
-def riffd_launcher() -> tuple[str, ...]:
-    """The words that run this riffd from anywhere, as Claude Code should run it: the absolute path
-    of the `riffd` console script that runs now; else, run as `python -m riffd`, this Python (by its
-    absolute path, a venv's too) with `-m riffd`; else the console script on PATH."""
-    if os.path.basename(sys.argv[0]) == "riffd":
-        return (os.path.abspath(sys.argv[0]),)
-    on_path = shutil.which("riffd")
-    if os.path.basename(sys.argv[0]) == "__main__.py" or on_path is None:
-        return (os.path.abspath(sys.executable), "-m", "riffd")
-    return (os.path.abspath(on_path),)
 
 
 def _settings_path(args: argparse.Namespace) -> Path:

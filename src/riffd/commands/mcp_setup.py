@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.claude_code.user_config import (
+    RIFFD_VARIABLES,
     SERVERS,
     ConfigFileError,
     held_lock,
@@ -33,7 +34,7 @@ from riffd.claude_code.user_config import (
 from riffd.commands.arguments import Parser
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
-from riffd.display import shell_command
+from riffd.display import riffd_launcher, shell_command
 from riffd.hooks.install import Change, SettingsError, apply, backup_folder
 
 NAME = "riffd"  # the server's name in Claude Code (its tools are mcp__riffd__search, ...)
@@ -88,12 +89,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def server_command(config: Path | None) -> list[str]:
     """How Claude Code should start this riffd's server: the console script that runs now, by its
     absolute path, else this Python with `-m riffd`; with `--config` when one was given."""
-    script = sys.argv[0]
-    command = (
-        [os.path.abspath(script)]
-        if os.path.basename(script) == "riffd" and os.path.isfile(script)
-        else [sys.executable, "-m", "riffd"]
-    )
+    command = list(riffd_launcher())
     if config is not None:
         command += ["--config", os.path.abspath(config)]
     return [*command, "mcp"]
@@ -126,8 +122,11 @@ def _install(args: argparse.Namespace, path: Path) -> int:
     try:
         before = _read(path)
         text = before.decode("utf-8") if before is not None else ""
-        entry, there = stdio_server(command), server_entry(text, NAME, path)
-        if there not in (None, entry) and not is_plain_stdio(there):
+        entry = stdio_server(command, riffd_variables())
+        there = server_entry(text, NAME, path)
+        # replaced only when it is riffd's own: its form, with the variables riffd gives it now
+        ours = is_plain_stdio(there) and (there.get("env") or {}) == entry["env"]
+        if there not in (None, entry) and not ours:
             raise ConfigFileError(
                 f"{path}: {SERVERS}.{NAME} is there already, not in the form riffd writes "
                 f"({json.dumps(there, ensure_ascii=False)}); riffd changed nothing: keep it, or take "
@@ -139,7 +138,8 @@ def _install(args: argparse.Namespace, path: Path) -> int:
         return EXIT_ERROR
     if there not in (None, entry):
         print(f"{path}: {SERVERS}.{NAME} ran `{_command_of(there)}`; now this riffd")
-    print(f"{path}: {SERVERS}.{NAME} runs `{shell_command(*command)}`")
+    variables = "".join(f" with {name}={value}" for name, value in entry["env"].items())
+    print(f"{path}: {SERVERS}.{NAME} runs `{shell_command(*command)}`{variables}")
     if before is not None and after == before:
         print(f"{path}: riffd's server is there already; nothing to change")
         return EXIT_OK
@@ -147,6 +147,16 @@ def _install(args: argparse.Namespace, path: Path) -> int:
         print(f"riffd: dry run: {path} not written", file=sys.stderr)
         return EXIT_OK
     return _write(args, Change(path, before, after), "install")
+
+
+def riffd_variables() -> dict[str, str]:
+    """riffd's own variables set here (RIFFD_CONFIG, RIFFD_STATE_DIR), as absolute paths: Claude
+    Code starts the server with its own environment, which may not have them."""
+    return {
+        name: os.path.abspath(os.path.expanduser(os.environ[name]))
+        for name in RIFFD_VARIABLES
+        if os.environ.get(name, "").strip()
+    }
 
 
 def _command_of(entry: dict[str, Any]) -> str:

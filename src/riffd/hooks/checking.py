@@ -176,19 +176,21 @@ def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
 
 
 def mending_command(settings: Path) -> str:
-    """The command that writes riffd's hooks into `settings` again, with a command that runs: `riffd
-    hook install`, with `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its
+    """The command that writes riffd's hooks into `settings` again, with a command that runs (this
+    riffd by its path: it may not be on PATH, which is often why a hook broke): `riffd hook install`, with `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its
     shared `settings.json` (where an older riffd wrote them, and install no longer does), `hook
     uninstall --project DIR` first, which takes them out of it."""
     from riffd.claude_code.settings import user_settings_path
-    from riffd.display import shell_command
+    from riffd.display import riffd_launcher, shell_command
 
+    riffd = riffd_launcher()  # the riffd that runs now: `riffd` may not be on PATH
     if settings.absolute() == user_settings_path().absolute() or settings.parent.name != ".claude":
-        return "riffd hook install"
-    install = shell_command("riffd", "hook", "install", "--project", settings.parent.parent)
+        return shell_command(*riffd, "hook", "install")
+    install = shell_command(*riffd, "hook", "install", "--project", settings.parent.parent)
     if settings.name != "settings.json":
         return install
-    return f"{shell_command('riffd', 'hook', 'uninstall', '--project', settings.parent.parent)} && {install}"
+    uninstall = shell_command(*riffd, "hook", "uninstall", "--project", settings.parent.parent)
+    return f"{uninstall} && {install}"
 
 
 def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
