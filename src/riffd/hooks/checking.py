@@ -34,11 +34,14 @@ _CHECK_EVENT = json.dumps({"hook_event_name": "riffd-check", "session_id": ""}).
 
 
 _OURS = re.compile(r"(^|[/\s'\"])riffd['\"]?\s+hook\s+(pre-tool-use|session-start)\b")
+# What riffd never writes into a hook command: a second command or a shell's substitution (`x.sh;
+# riffd hook ...` is the user's own group, which uninstall must leave)
+_SHELL_OPERATORS = re.compile(r"[;&|`<>\n]|\$\(")
 
 
 def is_riffd_group(group: Any) -> bool:
     """Whether a hook group is riffd's: every hook in it runs `riffd hook
-    pre-tool-use|session-start`."""
+    pre-tool-use|session-start` alone (no other command before or after it)."""
     if (
         not isinstance(group, dict)
         or not isinstance(group.get("hooks"), list)
@@ -49,6 +52,7 @@ def is_riffd_group(group: Any) -> bool:
         isinstance(hook, dict)
         and isinstance(hook.get("command"), str)
         and _OURS.search(hook["command"])
+        and not _SHELL_OPERATORS.search(hook["command"])
         for hook in group["hooks"]
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from riffd.hooks.checking import check_settings, riffd_words
+from riffd.hooks.checking import check_settings, is_riffd_group, riffd_words
 
 
 def settings(path: Path, command: str) -> Path:
@@ -69,3 +69,33 @@ def test_python_m_riffd_is_checked_outside_the_folder_it_is_found_in(
     monkeypatch.chdir(project)
     check_settings(path)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "./notify.sh; riffd hook pre-tool-use",
+        "riffd hook session-start && ./after.sh",
+        "riffd hook pre-tool-use | tee -a /tmp/log",
+        "riffd hook pre-tool-use > /tmp/out",
+        "echo $(riffd hook session-start)",
+    ],
+)
+def test_a_users_own_group_that_also_runs_riffd_is_not_riffds(command: str) -> None:
+    """Uninstall takes out riffd's groups whole: one a user wrote around a riffd hook stays."""
+    assert not is_riffd_group(
+        {"matcher": "Read", "hooks": [{"type": "command", "command": command}]}
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "riffd hook pre-tool-use",
+        "/home/u/.local/bin/riffd hook session-start",
+        "/usr/bin/python3 -m riffd hook pre-tool-use --mode cache",
+        "'/home/u/my venv/bin/python' -m riffd hook session-start",
+    ],
+)
+def test_the_groups_riffd_writes_are_riffds(command: str) -> None:
+    assert is_riffd_group({"matcher": "Read", "hooks": [{"type": "command", "command": command}]})
