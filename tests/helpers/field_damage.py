@@ -1056,52 +1056,6 @@ INJECTORS: dict[str, Injector] = {
 }
 
 
-def last_record_start(body: bytes) -> int | None:
-    """The offset of the `{` that opens the JSON object ending the line, found by matching braces backwards
-    from the last `}` (string-aware: a quote preceded by an even number of backslashes toggles the string state).
-    Linear in the line; never looks into the bytes before that object, whatever they are (NULs, a fragment, bytes
-    that are not UTF-8)."""
-    body = body.rstrip(b"\r\n")
-    if not body.endswith(b"}"):
-        return None
-    depth, in_string, at = 0, False, len(body) - 1
-    while at >= 0:
-        byte = body[at]
-        if byte == 0x22:  # "
-            slashes = 0
-            while at - 1 - slashes >= 0 and body[at - 1 - slashes] == 0x5C:
-                slashes += 1
-            if slashes % 2 == 0:
-                in_string = not in_string
-        elif not in_string:
-            if byte in (0x7D, 0x5D):  # } ]
-                depth += 1
-            elif byte in (0x7B, 0x5B):  # { [
-                depth -= 1
-                if depth == 0:
-                    return at if byte == 0x7B else None
-                if depth < 0:
-                    return None
-        at -= 1
-    return None
-
-
-def split_glued(raw: bytes) -> int | None:
-    """Where a line that does not parse, holding a torn record (or NULs) with a whole record glued after it,
-    should be split: the start of the last whole record it holds, or None. The record is found by
-    `last_record_start` and accepted only if it starts past offset 0 and parses (as the client decodes: U+FFFD)
-    as an object with a string `type` (a Claude Code record). The part before may parse too: two whole records
-    whose newline was lost."""
-    body = raw.rstrip(b"\n")
-    if client_parse(body) is not None:
-        return None
-    at = last_record_start(body)
-    if not at:
-        return None
-    tail = client_parse(body[at:])
-    return at if tail is not None and isinstance(tail.get("type"), str) else None
-
-
 def kept_in_order(damaged: Damaged28, repaired: Sequence[bytes]) -> list[int]:
     """The indexes of `damaged.lines` outside `touched` that are missing from `repaired` (byte for byte, in
     order): empty when the repair kept every line it was not allowed to change."""
