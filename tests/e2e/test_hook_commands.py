@@ -371,3 +371,22 @@ def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
     assert "exit 127 (not found)" in problems[0] and f"`{advised}`" in problems[0]
     assert report["healthy"] is False
     daemon.stop()
+
+
+@pytest.mark.slow
+def test_a_hook_that_hangs_does_not_hold_up_the_daemons_shutdown(sandbox: Sandbox) -> None:
+    """The report at shutdown uses the last check of the hooks: a hook that never answers costs
+    its timeout at a scheduled report, not again when the daemon is told to stop."""
+    hanging = sandbox.root / "bin" / "riffd"
+    hanging.parent.mkdir()
+    hanging.write_text("#!/bin/sh\nsleep 60\n")
+    hanging.chmod(0o755)
+    hook = {"type": "command", "command": f"{hanging} hook pre-tool-use"}
+    settings = {"hooks": {"PreToolUse": [{"matcher": "Read", "hooks": [hook]}]}}
+    (sandbox.claude / "settings.json").write_text(json.dumps(settings))
+    daemon = sandbox.start()
+    report = daemon.wait_until(
+        lambda: sandbox.report_where(lambda r: r["daemon"]["pid"] == daemon.pid), "a report"
+    )
+    assert any("hook in" in problem for problem in report["problems"]), report["problems"]
+    assert daemon.stop(timeout=30) < 5.0  # not the hook check's 10 s again

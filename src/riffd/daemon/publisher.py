@@ -39,6 +39,8 @@ log = logging.getLogger("riffd.daemon.runner")  # the daemon's own lines
 # the live figures `status` and `report` read are at most this old when something changed
 SNAPSHOT_SECONDS = 5.0
 HEARTBEAT_SECONDS = 30.0  # and at most this old when nothing did
+# The installed hooks are run to check them at most this often (a report may come every second)
+HOOK_RECHECK_SECONDS = 60.0
 
 
 class Publisher:
@@ -62,6 +64,8 @@ class Publisher:
         self._report_lock = threading.Lock()  # one report at a time: latest.json is the newest
         # computed with each report (costly): the snapshot reuses them
         self._archive_figures: dict[str, Any] = {}
+        # the installed hooks that do not run, as last checked, and when (None: not yet)
+        self._hooks: tuple[float, tuple[str, ...] | None] = (0.0, None)
         self._published: tuple[object, ...] | None = None
         self._published_at = 0.0
 
@@ -168,6 +172,18 @@ class Publisher:
             return
         counters.resolved("reports")
 
+    def _hook_problems(self, claude_dir: Path, stopping: bool) -> tuple[str, ...]:
+        """The installed hooks that do not run, checked at most every HOOK_RECHECK_SECONDS, and not
+        again while stopping: a hook that hangs costs its timeout once, not at every report nor at
+        the shutdown. The service's PATH is not Claude Code's: only hooks named by their path run."""
+        checked_at, problems = self._hooks
+        if problems is None or (
+            not stopping and time.monotonic() - checked_at >= HOOK_RECHECK_SECONDS
+        ):
+            problems = hook_problems([claude_dir / "settings.json"], by_path=False)
+            self._hooks = (time.monotonic(), problems)
+        return problems
+
     def write_report(self, now: DaemonNow) -> Path:
         """Write a health report now (the scheduled job, and at shutdown)."""
         config, store = now.config, self.store
@@ -184,8 +200,7 @@ class Publisher:
                 store_snapshot(store, snapshot)
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
-            # the service's PATH is not Claude Code's: only hooks named by their path are run
-            hooks = hook_problems([config.claude_dir / "settings.json"], by_path=False)
+            hooks = self._hook_problems(config.claude_dir, now.stopping)
             report = build_report(store, config.backups.dir, snapshot, hooks)
             try:
                 store.record_history(history_point(report), time.time())

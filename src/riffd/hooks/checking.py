@@ -18,10 +18,12 @@ or a Python with `-m riffd`, and the check runs in `/`, so that neither a relati
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -72,24 +74,31 @@ def hook_problem(command: str, timeout: float = HOOK_CHECK_SECONDS) -> str | Non
     answers); return None when it exits 0 in time, else what went wrong (the exit code and the last
     line it wrote on stderr)."""
     try:
-        done = subprocess.run(
+        # in a session of its own: at the timeout the shell and all it started go (a child left
+        # holding the pipes would keep riffd waiting for it)
+        shell = subprocess.Popen(
             ["/bin/sh", "-c", command],
             cwd="/",  # not the folder riffd runs in: a cloned project's files never run
-            input=_CHECK_EVENT,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
-        return f"no answer within {timeout:g} s"
     except OSError as exc:
         return f"/bin/sh cannot run it ({exc.strerror})"
-    if done.returncode == 0:
+    try:
+        _out, err = shell.communicate(_CHECK_EVENT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.communicate()
+        return f"no answer within {timeout:g} s"
+    if shell.returncode == 0:
         return None
-    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-    meaning = {126: "cannot be executed", 127: "not found"}.get(done.returncode)
+    said = err.decode("utf-8", "replace").strip().splitlines()
+    meaning = {126: "cannot be executed", 127: "not found"}.get(shell.returncode)
     return (
-        f"exit {done.returncode}"
+        f"exit {shell.returncode}"
         + (f" ({meaning})" if meaning else "")
         + (f": {said[-1]}" if said else "")
     )
