@@ -14,7 +14,7 @@ from riffd.commands.config_loading import load_despite_errors
 from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.display import shell_command
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
-from riffd.transcript.findings import INFORMATIONAL, REPAIRABLE
+from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.scan import scan_file
 
 
@@ -115,7 +115,7 @@ def run_ack(args: argparse.Namespace) -> int:
                     Ack(str(path), cls, line, key, time.strftime("%Y-%m-%dT%H:%M:%S%z"), args.note)
                 )
             print(f"acknowledged {path}:{line}: {cls}: {finding.get('message', '')}")
-            if cls in map(str, REPAIRABLE):
+            if cls in map(str, config.repair.classes):
                 print(
                     f"  note: riffd still repairs {cls} once the session is idle; the acknowledgement only stops "
                     "it counting against health until then"
