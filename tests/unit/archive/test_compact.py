@@ -65,12 +65,13 @@ def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def packs(db_path: Path) -> tuple[int, int]:
-    """(loose packs, bytes of every pack's frame)."""
+    """(loose packs, bytes of every pack's frame or segments)."""
     db = sqlite3.connect(db_path)
     try:
         return (
             db.execute("SELECT COUNT(*) FROM loose").fetchone()[0],
-            db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM packs").fetchone()[0],
+            db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM packs").fetchone()[0]
+            + db.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM segments").fetchone()[0],
         )
     finally:
         db.close()
