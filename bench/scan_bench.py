@@ -34,7 +34,9 @@ What it does:
      fails the run.
    - scan, one process: the same with `--jobs 1`, so the table shows what the decoder and the
      index do on one core, beside what the other processes add.
-   Each runs on the corpus root and on the single file.
+   Each runs on the corpus root and on the single file, with this checkout's `src` first on the
+   path and bytecode cached (under `bench/out/pycache`, compiled before the first run) as an
+   installed package has it.
 3. Prints the machine, a table (MB/s with MB = 10^6 bytes, the scan/baseline ratio of wall
    times, peak RSS in MB = 10^6 bytes, wall time, CPU time of the process and its workers,
    lines) and, per goal, "goal met" or "goal missed". The goals are judged on the command as
@@ -485,6 +487,21 @@ class Measurement:
         return self.bytes / MB / self.seconds
 
 
+# Bytecode of the measured children, cached as an installed package has it: an environment with
+# PYTHONDONTWRITEBYTECODE (this machine's) compiled riffd's modules again at every run, about 0.1 s
+PYCACHE = REPO / "bench" / "out" / "pycache"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a measured child: this checkout's `src` first on the path (not a riffd
+    installed from elsewhere), and bytecode cached in PYCACHE."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    return env
+
+
 def run_child(command: list[str], stdout_path: Path) -> Run:
     """Run `command` with stdout into `stdout_path`; return its wall time, own peak RSS and exit
     code.
@@ -500,6 +517,7 @@ def run_child(command: list[str], stdout_path: Path) -> Run:
             stdout=stdout,
             stderr=stderr,
             cwd=REPO,
+            env=child_env(),
             check=False,
         )
     stderr_tail = stderr_path.read_text(errors="replace")[-2000:]
@@ -569,6 +587,10 @@ def compare(label: str, target: Path, results: Path, repeat: int) -> Pair:
         "scan -j1": scan_command(target, "--jobs", "1"),
     }
     runs: dict[str, list[Run]] = {what: [] for what in commands}
+    # once unmeasured: the bytecode cached, as an installed package has it
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "src")], env=child_env(), check=True
+    )
     for attempt in range(repeat):  # interleaved, so a noisy neighbour hurts all alike
         for what, command in commands.items():
             runs[what].append(

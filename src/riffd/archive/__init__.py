@@ -6,7 +6,7 @@ one `connection` (the SQLite connection, its lock and the packs held in memory),
 lines exactly once, generation by generation, and the reader giving them back (restore, sessions,
 search, stats); `schema` makes and opens the database; `packs` are the compressed packs that hold
 the lines, `dedup` cuts out of a line the pieces of content the archive holds already and
-`contents` finds and keys those pieces; `search` is the full-text search; `ingest` back-fills from
+`contents` finds and keys those pieces; `search` is the full-text search, its snippets read by `spans`; `ingest` back-fills from
 transcripts (with its reader process); `verify` compares the archive with the files and `recover`
 copies what is readable of a damaged archive; `wholefiles` keeps a session's other files whole
 (saved outputs, checkpoints, ...), every version, their bytes in content-addressed `blobs`, and

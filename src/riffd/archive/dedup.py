@@ -7,10 +7,17 @@ where the archive holds those exact bytes, read back from their pack; a piece se
 time stays in its line, and once the line is in a pack `record` makes it a content of its own, its
 text indexed for search unless a variant of it is (same role, same normalised text). A piece in a
 pack that cannot be read is never cut out again: the line keeps it, and archiving goes on.
+
+Within a batch (one write transaction) the contents of every key looked up are held in memory, the
+batch's new ones added as they are recorded, and written at its end in one statement (`flush`): a
+batch whose pieces are known beforehand (an ingest's reader process parsed them) looks all its keys
+up in a few statements (`prefetch`). One statement per piece cost the distinct-text corpus's ingest
+most of its time in SQLite calls. The lines stored are the same as with one lookup per piece.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +51,9 @@ class StoredLine:
     role: int = 0
 
 
+PREFETCH_KEYS = 500  # keys per statement of `prefetch` (SQLite allows 32,766 parameters)
+
+
 class Deduplicator:
     """Cuts the pieces the archive holds out of lines, and records new ones, inside the writer's
     transaction (its lock held)."""
@@ -51,10 +61,51 @@ class Deduplicator:
     def __init__(self, connection: ArchiveConnection) -> None:
         self._connection = connection
         self._next_content: int | None = None  # the next content id, within a write transaction
+        # key -> its contents (id, pack, offset, length, text id) by id, those of this batch
+        # included, for every key looked up in this batch
+        self._known: dict[int, list[tuple[int, int, int, int, int | None]]] = {}
+        # the contents rows recorded in this batch, not written yet (`flush`)
+        self._rows: list[tuple[int, int, int, int, int, int | None]] = []
 
     def begin(self) -> None:
         """A new batch of lines, in a new write transaction: content ids are looked up afresh."""
         self._next_content = None
+        self._known = {}
+        self._rows = []
+
+    def prefetch(self, keys: Iterable[int]) -> None:
+        """Look the contents of `keys` up in a few statements, before the batch that names them."""
+        wanted = list({key for key in keys if key not in self._known})
+        db = self._connection.db
+        for start in range(0, len(wanted), PREFETCH_KEYS):
+            part = wanted[start : start + PREFETCH_KEYS]
+            for key in part:
+                self._known[key] = []
+            for key, *content in db.execute(
+                "SELECT key, id, pack, offset, length, text FROM contents WHERE key IN "
+                f"({','.join('?' * len(part))}) ORDER BY id",
+                part,
+            ):
+                self._known[key].append(tuple(content))
+
+    def flush(self) -> None:
+        """Write the contents recorded in this batch (before the transaction commits)."""
+        self._connection.db.executemany(
+            "INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, ?)",
+            self._rows,
+        )
+        self._rows = []
+
+    def _contents(self, key: int) -> list[tuple[int, int, int, int, int | None]]:
+        """The contents of `key` (those of this batch included), by id."""
+        known = self._known.get(key)
+        if known is None:
+            # (no content of this key was recorded in this batch: it would be known)
+            known = self._known[key] = self._connection.db.execute(
+                "SELECT id, pack, offset, length, text FROM contents WHERE key = ? ORDER BY id",
+                (key,),
+            ).fetchall()
+        return known
 
     def stored(self, raw: bytes, info: dict[str, Any], parsed: Parsed | None = None) -> StoredLine:
         """Given a line (and what `parse` takes from it, when a reader process did that), return it
@@ -103,9 +154,7 @@ class Deduplicator:
         with this key, which has the same role and normalised text, or None)."""
         packs = self._connection.packs
         text_id = None
-        for content_id, pack, offset, length, text in self._connection.db.execute(
-            "SELECT id, pack, offset, length, text FROM contents WHERE key = ?", (key,)
-        ).fetchall():
+        for content_id, pack, offset, length, text in self._contents(key):
             if length == len(exact) and pack not in packs.damaged:
                 try:
                     if packs.read(pack, offset, length) == exact:
@@ -131,17 +180,10 @@ class Deduplicator:
         content_id = self._next_content
         self._next_content += 1
         own_text = bool(new.text) and new.variant is None
-        db.execute(
-            "INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                content_id,
-                new.key,
-                pack,
-                line_at + new.offset,
-                new.length,
-                content_id if own_text else new.variant,
-            ),
-        )
+        text = content_id if own_text else new.variant
+        at = line_at + new.offset
+        self._contents(new.key).append((content_id, pack, at, new.length, text))
+        self._rows.append((content_id, new.key, pack, at, new.length, text))
         if not own_text:
             return new.variant
         indexed.append((content_id, f"{new.text}\n{ROLE_TOKEN.format(new.role)}"))

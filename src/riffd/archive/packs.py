@@ -3,10 +3,10 @@
 A settled pack is one zstd frame at level 17 (within 5% of lzma preset 6 in size on transcripts, and
 decompressed in under 2 ms where lzma takes 20: every search snippet and every dedup check reads a
 pack). The open pack, while it still grows, is kept in 128 KiB segments at level 3, so a commit
-rewrites only the last ones. A pack filled while lines keep coming is stored whole at level 3
-("loose": level 17 compresses about 12 MB/s, level 3 over 1 GB/s, so archiving never waits for it)
-and compressed again at level 17 once the archive is quiet (`tighten`); the two differ by about 12%
-in size on transcripts. Every frame carries zstd's checksum of its bytes, so a pack whose stored
+rewrites only the last ones. A pack filled while lines keep coming stays in those segments ("loose":
+level 17 compresses about 12 MB/s, level 3 over 1 GB/s, so archiving never waits for it) and is
+compressed whole at level 17 once the archive is quiet (`tighten`); the two differ by about 12% in
+size on transcripts (more for the segments, each compressed alone). Every frame carries zstd's checksum of its bytes, so a pack whose stored
 bytes were damaged (which SQLite's own check does not see in a blob) is refused when read, never
 read as other bytes: `PackDamaged` names it. A run header records where each of a file's lines is in
 a pack (RUN_LINES lines at most: a file's lines in one pack may take several runs), and a checksum of
@@ -17,7 +17,6 @@ as the running transaction has it) and a few settled packs, decompressed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
 import zlib
@@ -39,7 +38,6 @@ RUN_CACHE = (
 # (each append, in the daemon), so a run of every line a pack holds (tens of thousands of short lines
 # once their pieces are cut out) cost an append its file's length; a new run starts past this
 RUN_LINES = 256
-SPAN_STEP = 64 * 1024  # what `spans` reads and decompresses at a time
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +56,12 @@ class PackDamaged(Exception):
         super().__init__(detail)
 
 
-def tightened(data: bytes) -> bytes | None:
-    """Given a loose pack's frame, return it compressed at the settled level, checked to decompress
-    to the same bytes; None when it does not, or the frame cannot be read (a damaged pack: never
-    rewritten)."""
+def tightened(data: bytes | list[bytes]) -> bytes | None:
+    """Given a loose pack's frame (or, for a pack kept in its segments, their frames in order),
+    return it compressed at the settled level, checked to decompress to the same bytes; None when it
+    does not, or a frame cannot be read (a damaged pack: never rewritten)."""
     try:
-        raw = unpack(data)
+        raw = unpack(data) if isinstance(data, bytes) else b"".join(map(unpack, data))
     except zstandard.ZstdError:
         return None
     tight = compress(raw, settled=True)
@@ -244,9 +242,9 @@ class PackStore:
         )
         return OpenPack(pack_id, bytearray(), 0)
 
-    def store_open(self, *, settled: bool, loose: bool = False) -> None:
-        """Write the open pack: whole when settled (its segments go), at the settled level, or fast
-        and marked loose with `loose`; else only the segments that changed."""
+    def store_open(self, *, settled: bool) -> None:
+        """Write the open pack: whole at the settled level when `settled` (its segments go), else
+        only the segments that changed."""
         current = self.pending
         assert current is not None
         db, pack_id, body = self.db, current.pack_id, current.body
@@ -257,13 +255,10 @@ class PackStore:
         if settled:
             db.execute(
                 "UPDATE packs SET data = ?, raw_size = ? WHERE id = ?",
-                (compress(bytes(body), settled=not loose), len(body), pack_id),
+                (compress(bytes(body), settled=True), len(body), pack_id),
             )
             db.execute("DELETE FROM segments WHERE pack = ?", (pack_id,))
-            if loose:
-                db.execute("INSERT OR IGNORE INTO loose(pack) VALUES (?)", (pack_id,))
-            else:
-                db.execute("DELETE FROM loose WHERE pack = ?", (pack_id,))
+            db.execute("DELETE FROM loose WHERE pack = ?", (pack_id,))
             current.saved = -1
             return
         if current.saved < 0:
@@ -290,23 +285,41 @@ class PackStore:
         """How many packs wait to be compressed at the settled level."""
         return int(self.db.execute("SELECT COUNT(*) FROM loose").fetchone()[0])
 
-    def next_loose(self) -> tuple[int, bytes] | None:
-        """The oldest loose pack: (its id, its frame), or None."""
+    def next_loose(self) -> tuple[int, bytes | list[bytes]] | None:
+        """The oldest loose pack: (its id, its frame, or its segments' frames in order when it is
+        kept in them), or None."""
         row = self.db.execute(
             "SELECT loose.pack, packs.data FROM loose JOIN packs ON packs.id = loose.pack "
             "ORDER BY loose.pack LIMIT 1"
         ).fetchone()
-        return None if row is None else (int(row[0]), bytes(row[1]))
+        if row is None:
+            return None
+        if row[1]:
+            return int(row[0]), bytes(row[1])
+        return int(row[0]), self._segments(int(row[0]))
 
-    def replace_loose(self, pack_id: int, data: bytes, tight: bytes | None) -> None:
-        """Inside a write transaction: store `tight` for the loose pack `pack_id` if its frame is
-        still `data` (and `tight`, checked by `tightened`, is smaller), and take it off the loose
-        list; a pack whose frame changed meanwhile stays on it, to be looked at again."""
+    def _segments(self, pack_id: int) -> list[bytes]:
+        return [
+            bytes(part)
+            for (part,) in self.db.execute(
+                "SELECT data FROM segments WHERE pack = ? ORDER BY number", (pack_id,)
+            )
+        ]
+
+    def replace_loose(self, pack_id: int, data: bytes | list[bytes], tight: bytes | None) -> None:
+        """Inside a write transaction: store `tight` for the loose pack `pack_id` if it is still
+        stored as `data` (and `tight`, checked by `tightened`, is smaller; its segments then go),
+        and take it off the loose list; a pack stored otherwise meanwhile stays on it, to be looked
+        at again."""
         row = self.db.execute("SELECT data FROM packs WHERE id = ?", (pack_id,)).fetchone()
-        if row is not None and row[0] != data:
+        if row is not None and (
+            row[0] != data if isinstance(data, bytes) else row[0] or self._segments(pack_id) != data
+        ):
             return
-        if row is not None and tight is not None and len(tight) < len(data):
+        size = len(data) if isinstance(data, bytes) else sum(map(len, data))
+        if row is not None and tight is not None and len(tight) < size:
             self.db.execute("UPDATE packs SET data = ? WHERE id = ?", (tight, pack_id))
+            self.db.execute("DELETE FROM segments WHERE pack = ?", (pack_id,))
         self.db.execute("DELETE FROM loose WHERE pack = ?", (pack_id,))
 
     def append(self, data: bytes) -> tuple[int, int]:
@@ -314,7 +327,11 @@ class PackStore:
         offset)."""
         assert self.pending is not None
         if len(self.pending.body) + len(data) > PACK_BYTES and self.pending.body:
-            self.store_open(settled=True, loose=True)
+            # Full: it stays in its segments, each compressed once (at the commit that wrote it),
+            # marked loose; compressing it whole again at the fast level cost an ingest a tenth of
+            # its time
+            self.store_open(settled=False)
+            self.db.execute("INSERT OR IGNORE INTO loose(pack) VALUES (?)", (self.pending.pack_id,))
             self.pending = self._new_pack()
         body = self.pending.body
         body += data
@@ -322,7 +339,7 @@ class PackStore:
 
     def pack(self, pack_id: int) -> bytes:
         """Return a whole pack, decompressed (the last few read are cached)."""
-        held = self._in_memory(pack_id)
+        held = self.in_memory(pack_id)
         if held is not None:
             return bytes(held)
         data = self.cache.get(pack_id)
@@ -357,63 +374,6 @@ class PackStore:
             self.cache.move_to_end(pack_id)
         return data
 
-    def spans(self, wanted: list[tuple[int, int, int]]) -> list[bytes | PackDamaged]:
-        """Return the bytes of each (pack, offset, length) of `wanted`, for search snippets
-        (PackDamaged for those of a pack that cannot be read): each settled pack not held in memory
-        is read from the database once, and decompressed only as far as the last of its pieces, in
-        steps of SPAN_STEP; it is not cached. A whole pack (4 MiB) or its frame read at once costs
-        its page faults in a short-lived process (`riffd archive search`): about a millisecond a
-        snippet, more than decompressing."""
-        by_pack: dict[int, list[int]] = {}
-        for number, (pack, _offset, _length) in enumerate(wanted):
-            by_pack.setdefault(pack, []).append(number)
-        found: list[bytes | PackDamaged] = [b""] * len(wanted)
-        for pack, numbers in by_pack.items():
-            ranges = [
-                (wanted[number][1], wanted[number][1] + wanted[number][2]) for number in numbers
-            ]
-            parts: list[bytes | PackDamaged]
-            try:
-                parts = list(self._ranges(pack, ranges))
-            except PackDamaged as exc:
-                parts = [exc] * len(numbers)
-            for number, data in zip(numbers, parts, strict=True):
-                found[number] = data
-        return found
-
-    def _ranges(self, pack: int, ranges: list[tuple[int, int]]) -> list[bytes]:
-        held = self._in_memory(pack)
-        source = held if held is not None else self.cache.get(pack)
-        if source is not None:
-            return [bytes(source[start:end]) for start, end in ranges]
-        parts: list[list[bytes]] = [[] for _ in ranges]
-        position, last = 0, max(end for _start, end in ranges)
-        # (no such row: the error is raised below; no frame, the pack still in segments, or a frame
-        # that cannot be read: read whole below, which names a damaged pack)
-        with (
-            contextlib.suppress(sqlite3.OperationalError, zstandard.ZstdError),
-            self.db.blobopen("packs", "data", pack, readonly=True) as blob,
-            zstandard.ZstdDecompressor().stream_reader(
-                blob,  # type: ignore[arg-type]
-                read_size=SPAN_STEP,
-                closefd=False,
-            ) as reader,
-        ):
-            while position < last:
-                chunk = reader.read(min(SPAN_STEP, last - position))
-                if not chunk:
-                    break
-                after = position + len(chunk)
-                for (start, end), into in zip(ranges, parts, strict=True):
-                    if start < after and end > position:
-                        into.append(chunk[max(0, start - position) : end - position])
-                position = after
-        found = [b"".join(into) for into in parts]
-        if all(len(data) == end - start for data, (start, end) in zip(found, ranges, strict=True)):
-            return found
-        whole = self.pack(pack)
-        return [whole[start:end] for start, end in ranges]
-
     def readable(self, pack_id: int) -> None:
         """Read and decompress a pack (its checksum checked), not kept: raise PackDamaged when it
         cannot be."""
@@ -435,12 +395,12 @@ class PackStore:
 
     def read(self, pack: int, offset: int, length: int) -> bytes:
         """Return `length` bytes of a pack from `offset`."""
-        held = self._in_memory(pack)
+        held = self.in_memory(pack)
         if held is not None:
             return bytes(held[offset : offset + length])
         return self.pack(pack)[offset : offset + length]
 
-    def _in_memory(self, pack: int) -> bytearray | None:
+    def in_memory(self, pack: int) -> bytearray | None:
         """The bytes of `pack` when it is the open pack (as this transaction has it, else as
         committed)."""
         for current in (self.pending, self.committed):

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Generator, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from riffd.archive.connection import ArchiveConnection
 from riffd.archive.contents import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.packs import PackDamaged, Run
 from riffd.archive.search import SearchHit, like_literal, search
+from riffd.archive.spans import read_spans
 from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
@@ -345,7 +347,7 @@ class ArchiveReader:
             self._connection.packs.refresh()
             return search(
                 self._connection.db,
-                self._connection.packs.spans,
+                partial(read_spans, self._connection.packs),
                 query,
                 project=project,
                 session=session,

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS files (
 );
 CREATE INDEX IF NOT EXISTS files_session ON files(session_id);
 CREATE TABLE IF NOT EXISTS packs (id INTEGER PRIMARY KEY, data BLOB NOT NULL, raw_size INTEGER NOT NULL);
--- The open pack, while it grows, in zstd segments: a commit rewrites only the last ones. Empty once settled.
+-- The open pack, while it grows, in zstd segments: a commit rewrites only the last ones. A full pack
+-- stays in them until it is compressed whole (loose). Empty once settled.
 CREATE TABLE IF NOT EXISTS segments (
     pack INTEGER NOT NULL, number INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (pack, number)
 ) WITHOUT ROWID;

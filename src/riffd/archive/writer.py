@@ -198,6 +198,10 @@ class ArchiveWriter:
         newest: dict[int, tuple[int, int, int | None, int]] = {}
         indexed: list[tuple[int, str]] = []  # search index rows of the contents recorded
         self._dedup.begin()
+        if prepared is not None:  # (parsed beforehand: every key of the batch looked up at once)
+            self._dedup.prefetch(
+                key for parsed in prepared for _start, _end, key, _text in parsed.pieces or ()
+            )
         last = len(lines) - 1
         for number, raw in enumerate(lines):
             terminated = last_terminated or number != last
@@ -256,6 +260,7 @@ class ArchiveWriter:
             position = end
         if run is not None:
             self._save_run(file_id, generation, run)
+        self._dedup.flush()
         db.executemany("INSERT INTO search(rowid, text) VALUES (?, ?)", indexed)
         db.executemany(
             "INSERT INTO seen(text, file_id, generation, line, ts, role) VALUES (?, ?, ?, ?, ?, ?) "
