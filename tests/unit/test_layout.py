@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,3 +234,11 @@ def test_every_test_module_lives_in_the_folder_of_its_kind() -> None:
     assert misplaced == [], f"move them under tests/{{{','.join(KINDS)}}}/"
     names = [path.name for path in modules]
     assert sorted({name for name in names if names.count(name) > 1}) == []
+
+
+def test_every_test_module_has_a_name_of_its_own() -> None:
+    """pytest imports a test module by its base name (the folders have no __init__), so two of one
+    name in different folders stop the whole run at collection."""
+    tests = Path(__file__).resolve().parents[1]
+    names = Counter(path.name for path in tests.rglob("test_*.py"))
+    assert [name for name, count in names.items() if count > 1] == []
