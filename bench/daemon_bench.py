@@ -339,7 +339,8 @@ class Daemon:
         address.unlink(missing_ok=True)
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.bind(str(address))
-        env = {key: value for key, value in os.environ.items() if key not in CLEAN_ENV}
+        # this checkout's riffd, bytecode cached, as scan_bench measures its children
+        env = {key: value for key, value in scan_bench.child_env().items() if key not in CLEAN_ENV}
         env["NOTIFY_SOCKET"] = str(address)
         self.log, self.other_stderr, self.notices, self.ready = [], [], [], None
         command = [sys.executable, "-m", "riffd", "--config", str(self.config_path), "run"]

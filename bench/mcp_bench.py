@@ -59,6 +59,7 @@ class Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
+            env=scan_bench.child_env(),  # this checkout's riffd, bytecode cached
         )
         self._next = 0
 
