@@ -86,7 +86,7 @@ def test_every_figure_file_is_written_by_a_bench_and_included() -> None:
         )
         assert written, f"{relative}: the first line must name the bench run that writes it"
         bench, target = written.groups()
-        assert target == relative
+        assert target == relative, f"{relative}: its first line says the bench writes {target}"
         assert '"--write"' in (REPO / bench).read_text(encoding="utf-8"), f"{bench} has no --write"
         assert relative in included, f"{relative}: no page includes it"
 
