@@ -133,10 +133,7 @@ def test_restore_force_over_a_live_session_is_skipped_and_an_idle_one_is_backed_
     done = _riffd(tmp_path, "archive", "restore", SESSION, "--force")
     assert done.returncode == 0, done.stderr
     (backup,) = _backups(tmp_path)
-    assert (
-        done.stdout
-        == f"restored {path} -> {path} (what was there is backed up as {backup['id']})\n"
-    )
+    assert done.stdout == f"restored {path} (what was there is backed up as {backup['id']})\n"
     assert path.read_bytes() == archived
     assert _backed_up(backup) == now  # the 5 appended lines, in the verified backup
     assert backup["reason"] == "before restoring it from riffd's archive"

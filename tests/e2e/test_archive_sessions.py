@@ -42,7 +42,8 @@ def test_a_session_deleted_by_the_cleanup_comes_back_whole_by_its_id_prefix(tmp_
     assert snapshot(tree.files()) == before
     # (the client's lock: not kept)
     assert not tree.ignored[0].exists() or tree.ignored[0].stat().st_size == 0
-    restored = [line.split(" -> ")[1] for line in result.stdout.splitlines()]
+    # `restored PATH` (or `restored PATH -> TARGET` when put elsewhere)
+    restored = [line.split(" ")[-1] for line in result.stdout.splitlines()]
     # the transcript last: once `claude --resume` sees it, all is there
     assert restored[-1] == str(tree.main)
     assert len(restored) == len(tree.files()) - 2  # the task list and the plan were never deleted
@@ -64,7 +65,7 @@ def test_a_saved_output_deleted_by_its_own_age_is_put_back_alone(tmp_path: Path)
     status = tree.main.stat()
     result = _riffd(tmp_path, "archive", "restore", tree.session_id)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == f"restored {output} -> {output}\n"
+    assert result.stdout == f"restored {output}\n"
     assert snapshot([output]) == before
     assert (tree.main.stat().st_ino, tree.main.stat().st_size) == (status.st_ino, status.st_size)
 
@@ -92,10 +93,7 @@ def test_a_file_that_differs_is_named_and_left_and_force_replaces_it_after_a_bac
     assert checkpoint.read_bytes() == archived
     (backup,) = json.loads(_riffd(tmp_path, "backups", "list", "--json").stdout)
     assert backup["source"] == str(checkpoint) and backup["session"] == tree.session_id
-    assert (
-        f"restored {checkpoint} -> {checkpoint} (what was there is backed up as {backup['id']})"
-        in forced.stdout
-    )
+    assert f"restored {checkpoint} (what was there is backed up as {backup['id']})" in forced.stdout
     # the files that are the same are left alone, --force or not
     assert forced.stdout.count("restored") == 1
 

@@ -155,7 +155,7 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     append_like_claude(tree.main, [line(SESSION, 4, "resumed")])
     again = box.riffd("archive", "restore", SESSION[:8])
     assert again.returncode == 0, again.stderr
-    assert again.stdout == f"restored {outputs[1]} -> {outputs[1]}\n"
+    assert again.stdout == f"restored {outputs[1]}\n"
     assert snapshot([outputs[1]]) == {outputs[1]: before[outputs[1]]}
     daemon.stop()
 

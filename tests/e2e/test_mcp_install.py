@@ -270,3 +270,24 @@ def test_the_entry_carries_the_state_folder_riffd_runs_with(tmp_path: Path) -> N
     assert again.returncode == 0 and "there already" in again.stdout, again.stdout
     assert run_riffd("mcp", "uninstall", env=folders).returncode == 0
     assert path.read_bytes() == CLAUDE_JSON.encode()
+
+
+def test_install_without_the_sdk_writes_nothing_and_says_how_to_get_it(tmp_path: Path) -> None:
+    """A server that cannot start would fail in every Claude Code session: install refuses."""
+    path = _user_config(tmp_path)
+    path.write_bytes(CLAUDE_JSON.encode())
+    code = (
+        "import sys; sys.modules['mcp'] = None; from riffd.entry import main; "
+        "raise SystemExit(main(['mcp', 'install']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=riffd_env(CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), HOME=str(tmp_path / "home")),
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "pip install 'riffd[mcp]'" in result.stderr and "not written" in result.stderr
+    assert path.read_bytes() == CLAUDE_JSON.encode()

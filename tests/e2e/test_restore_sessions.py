@@ -222,7 +222,7 @@ def test_a_forked_session_brings_back_the_saved_outputs_it_names_in_its_parents_
     assert {row["session_id"]: row["whole"] for row in listed["sessions"]}[fork_id] is True
     result = _riffd(tmp_path, "archive", "restore", fork_id)
     assert result.returncode == 0, result.stderr
-    assert f"restored {named} -> {named}" in result.stdout
+    assert f"restored {named}\n" in result.stdout
     assert snapshot([named]) == before and fork.is_file()
     # One the archive never held: the fork is not whole, and its restore says so (exit 1)
     with sqlite3.connect(tmp_path / "state" / "archive.db") as db:

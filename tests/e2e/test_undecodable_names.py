@@ -147,6 +147,8 @@ def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandb
     assert status.returncode == 1 and json.loads(status.stdout)["pid"] == daemon.pid, status.stderr
     printed = sandbox.riffd("report")
     assert printed.returncode == 1 and display_path(reported) in printed.stdout, printed.stderr
+    # it names the files a user opens, not only the timestamped one
+    assert f"written to {sandbox.state / 'reports'}: latest.json, latest.md" in printed.stderr
     # The command the report advises names the real file: acknowledged through a real shell, it
     # counts no more.
     advised = next(word for word in item["action"].split("`") if word.startswith("riffd ack "))

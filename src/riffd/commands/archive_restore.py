@@ -261,7 +261,8 @@ def _restore_one(
         if outcome.safety_backup_id
         else ""
     )
-    said("restored", f"restored {item.path} -> {target}{safety}")
+    where = "" if os.path.abspath(item.path) == os.path.abspath(target) else f" -> {target}"
+    said("restored", f"restored {item.path}{where}{safety}")
     return "restored"
 
 

@@ -248,7 +248,11 @@ def run_report(args: argparse.Namespace) -> int:
         print_json(report_document(report))
     else:
         sys.stdout.write(render_markdown(report))
-    print(f"riffd: report written to {path}", file=sys.stderr)
+    print(
+        f"riffd: report written to {path.parent}: latest.json, latest.md, latest.html and "
+        f"metrics.prom, and {path.name} (kept: the newest {config.reports.keep})",
+        file=sys.stderr,
+    )
     return EXIT_FINDINGS if report.healthy is False else EXIT_OK  # None: starting, no verdict yet
 
 

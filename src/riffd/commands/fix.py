@@ -171,7 +171,8 @@ def run_fix(args: argparse.Namespace) -> int:
     print(
         f"riffd: {len(files)} file(s): {counts['repaired'] + counts['would_repair']} {word}, "
         f"{counts['skipped']} skipped, {counts['failed'] + counts['error']} failed, "
-        f"{counts['clean']} with nothing to repair; {remaining} finding(s) remain"
+        f"{counts['clean']} with nothing to repair; {remaining} finding(s) "
+        + ("there now, before those repairs" if args.dry_run else "remain")
         + (":" if left else ""),
         file=sys.stderr,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import sys
@@ -36,6 +37,11 @@ from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.display import riffd_launcher, shell_command
 from riffd.hooks.install import Change, SettingsError, apply, backup_folder
+
+INSTALL_HINT = (
+    "riffd: error: `riffd mcp` needs the MCP SDK, an optional extra: install it with "
+    "`python3 -m pip install 'riffd[mcp]'` (or `pipx inject riffd 'mcp>=1.2,<2'`)"
+)
 
 NAME = "riffd"  # the server's name in Claude Code (its tools are mcp__riffd__search, ...)
 
@@ -118,6 +124,13 @@ def _locked(args: argparse.Namespace, change: Callable[[argparse.Namespace, Path
 
 
 def _install(args: argparse.Namespace, path: Path) -> int:
+    if not sdk_installed():
+        print(
+            f"{INSTALL_HINT}; then run `riffd mcp install` "
+            f"again ({path} not written: Claude Code would start a server that cannot run)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     command = server_command(getattr(args, "config", None))
     try:
         before = _read(path)
@@ -147,6 +160,15 @@ def _install(args: argparse.Namespace, path: Path) -> int:
         print(f"riffd: dry run: {path} not written", file=sys.stderr)
         return EXIT_OK
     return _write(args, Change(path, before, after), "install")
+
+
+def sdk_installed() -> bool:
+    """Whether the MCP SDK the server needs can be imported here (the server runs with this
+    Python)."""
+    try:
+        return importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # (sys.modules["mcp"] set to None: as if missing)
+        return False
 
 
 def riffd_variables() -> dict[str, str]:

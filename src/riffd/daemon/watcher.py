@@ -245,11 +245,13 @@ class Watcher:
             self.watched, self.linked = set(), {}
             observer.start()
         self.refresh()
+        missing = self.missing_roots()
         log.info(
-            "watching %s with %s events (%s)",
+            "watching %s with %s events (%s)%s",
             ", ".join(map(str, self.watched)) or "nothing yet",
             kind,
             why,
+            f"; waiting for {', '.join(map(str, missing))} to appear" if missing else "",
         )
 
     def missing_roots(self) -> list[Path]:

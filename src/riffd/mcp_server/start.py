@@ -12,11 +12,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-INSTALL_HINT = (
-    "riffd: error: `riffd mcp` needs the MCP SDK, an optional extra: install it with "
-    "`python3 -m pip install 'riffd[mcp]'` (or `pipx inject riffd 'mcp>=1.2,<2'`)"
-)
-
 
 def is_serve(argv: Sequence[str]) -> bool:
     """Whether `argv` is `riffd [global options] mcp` (no action, no --help)."""
@@ -62,6 +57,8 @@ def main(argv: Sequence[str]) -> int:
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in ("mcp", "anyio", "pydantic"):
             raise
+        from riffd.commands.mcp_setup import INSTALL_HINT
+
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_ERROR
     from riffd.mcp_server.memory import Memory

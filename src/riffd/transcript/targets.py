@@ -97,7 +97,8 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
         if not sessions:
             raise FileNotFoundError(
                 f"latest: no session of the project {Path.cwd()} (the current folder) under "
-                f"{root_list}"
+                f"{root_list}; run it in a project's folder, or name a session by its id "
+                "(`riffd sessions` lists them)"
             )
         newest = max(sessions, key=last_activity)  # its last record, not a repair's mtime
         return [newest, *agent_files_of(newest, newest.stem)] if subagents else [newest]

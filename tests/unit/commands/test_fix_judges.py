@@ -71,6 +71,10 @@ def test_dry_run_applies_the_quiet_period_as_fix_does_and_names_the_command_that
         assert "within the quiet period of 120s" in out
         assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in out
         assert path.read_bytes() == before
+    # a dry run that would repair does not say the findings remain: they are there until it is made
+    assert main(["fix", "--dry-run", "--quiet-period", "0", *backups, str(path)]) == EXIT_FINDINGS
+    _, err = capsys.readouterr()
+    assert "1 would repair" in err and "finding(s) there now, before those repairs" in err, err
     assert main(["fix", "--quiet-period", "0", *backups, str(path)]) == EXIT_OK
     assert scan_file(path).findings == []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -121,13 +122,19 @@ def test_watcher_reports_appends_new_files_and_new_folders(
         watcher.stop()
 
 
-def test_a_root_that_appears_later_is_watched_after_refresh(tmp_path: Path) -> None:
+def test_a_root_that_appears_later_is_watched_after_refresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     root = tmp_path / "projects"
     seen: list[str] = []
     watcher = Watcher(TranscriptFilter((root,)), seen.append, "native")
-    watcher.start()
+    with caplog.at_level(logging.INFO):
+        watcher.start()
     try:
         assert watcher.watched == set()
+        # the start says which folder it waits for (a wrong CLAUDE_CONFIG_DIR shows at once)
+        assert "watching nothing yet with native events" in caplog.text
+        assert f"waiting for {root} to appear" in caplog.text
         root.mkdir()
         watcher.refresh()
         assert watcher.watched == {root}
