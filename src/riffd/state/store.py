@@ -137,16 +137,7 @@ class StateStore:
                     "tail_len = ?, tail_sha = ?, size = ?, mtime_ns = ?, session_id = ?, repairable = ?, "
                     "processed_at = ? WHERE path = ?",
                     (
-                        watermark.dev,
-                        watermark.ino,
-                        watermark.offset,
-                        watermark.lines,
-                        watermark.head_len,
-                        watermark.head_sha,
-                        watermark.tail_len,
-                        watermark.tail_sha,
-                        watermark.size,
-                        watermark.mtime_ns,
+                        *_watermark_columns(watermark),
                         session_id,
                         repairable,
                         time.time(),
@@ -163,16 +154,7 @@ class StateStore:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     path_key(watermark.path),
-                    watermark.dev,
-                    watermark.ino,
-                    watermark.offset,
-                    watermark.lines,
-                    watermark.head_len,
-                    watermark.head_sha,
-                    watermark.tail_len,
-                    watermark.tail_sha,
-                    watermark.size,
-                    watermark.mtime_ns,
+                    *_watermark_columns(watermark),
                     session_id,
                     dumps(findings),
                     repairable,
@@ -463,3 +445,20 @@ class StateStore:
                     folded[f"repairs.pruned.{kind}.{reason or 'unknown'}"] += 1
             self._bump(db, dict(folded))
             db.execute("DELETE FROM repairs WHERE id <= ?", (cut,))
+
+
+def _watermark_columns(watermark: Watermark) -> tuple[object, ...]:
+    """The columns of `files` a watermark fills, in the order of the table: dev, ino, offset, lines,
+    head_len, head_sha, tail_len, tail_sha, size, mtime_ns."""
+    return (
+        watermark.dev,
+        watermark.ino,
+        watermark.offset,
+        watermark.lines,
+        watermark.head_len,
+        watermark.head_sha,
+        watermark.tail_len,
+        watermark.tail_sha,
+        watermark.size,
+        watermark.mtime_ns,
+    )
