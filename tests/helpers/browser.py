@@ -23,10 +23,11 @@ needs_chromium = pytest.mark.skipif(
 )
 
 
-def render(page: Path, profile: Path, screenshot: Path) -> str:
-    """Render `page` in headless Chromium (its profile in `profile`, no network); write a PNG
-    screenshot to `screenshot` and return the DOM after rendering."""
-    common = [
+def chromium(profile: Path, proxy: str = "http://127.0.0.1:9") -> list[str]:
+    """Headless Chromium with its profile in `profile`, quiet (no sync, updates or background
+    requests), every request sent to `proxy` (by default one where nothing answers: the page must
+    need nothing)."""
+    return [
         str(CHROMIUM),
         "--headless=new",
         "--no-sandbox",
@@ -35,9 +36,19 @@ def render(page: Path, profile: Path, screenshot: Path) -> str:
         "--disable-background-networking",
         "--disable-component-update",
         "--disable-sync",
-        "--proxy-server=http://127.0.0.1:9",  # nothing answers: the page must need nothing
+        "--disable-default-apps",
+        "--metrics-recording-only",
+        "--no-default-browser-check",
+        f"--proxy-server={proxy}",
+        "--proxy-bypass-list=<-loopback>",
         f"--user-data-dir={profile}",
     ]
+
+
+def render(page: Path, profile: Path, screenshot: Path) -> str:
+    """Render `page` in headless Chromium (its profile in `profile`, no network); write a PNG
+    screenshot to `screenshot` and return the DOM after rendering."""
+    common = chromium(profile)
     shot = subprocess.run(
         [*common, f"--screenshot={screenshot}", "--window-size=1280,2400", page.as_uri()],
         capture_output=True,

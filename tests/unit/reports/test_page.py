@@ -6,7 +6,6 @@ aside)."""
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 import threading
@@ -14,9 +13,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from conftest import write_config
+from helpers.browser import chromium, needs_chromium
 from riffd.commands.cli import main
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
@@ -24,18 +22,6 @@ from riffd.reports.publish import write_report
 from riffd.state.records import Watermark
 from riffd.state.store import StateStore
 from riffd.transcript.acks import Ack, save_acks
-
-CHROMIUM = next(
-    (
-        found
-        for name in ("chromium", "chromium-browser", "google-chrome")
-        if (found := shutil.which(name))
-    ),
-    None,
-)
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium here (Debian: apt-get install chromium)"
-)
 
 
 def page_with_history(tmp_path: Path) -> Path:
@@ -161,22 +147,7 @@ class CountingProxy:
 def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path: Path) -> None:
     page = page_with_history(tmp_path)
     proxy = CountingProxy()
-    common = [
-        str(CHROMIUM),
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-default-apps",
-        "--metrics-recording-only",
-        "--no-default-browser-check",
-        f"--proxy-server=http://127.0.0.1:{proxy.port}",
-        "--proxy-bypass-list=<-loopback>",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ]
+    common = chromium(tmp_path / "profile", proxy=f"http://127.0.0.1:{proxy.port}")
     screenshot = tmp_path / "latest.png"
     shot = subprocess.run(
         [*common, f"--screenshot={screenshot}", "--window-size=1280,2200", page.as_uri()],
