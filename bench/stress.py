@@ -158,6 +158,24 @@ def write_session(path: Path, rng: random.Random, segments: int = 4) -> Session:
     return Session(path, session_id, kept, synthetic, last_uuid=str(uuids[-1]))
 
 
+def appended_line(session: Session) -> tuple[str, bytes]:
+    """A new user line hanging from the session's last one, as Claude Code writes it: its uuid and
+    its bytes."""
+    line_uuid = str(uuid.uuid4())
+    record = {
+        "parentUuid": session.last_uuid,
+        "isSidechain": False,
+        "type": "user",
+        "uuid": line_uuid,
+        "sessionId": session.session_id,
+        "cwd": "/home/user/project",
+        "version": "2.1.39",
+        "timestamp": "2026-02-01T11:00:00.000Z",
+        "message": {"role": "user", "content": f"stress append {line_uuid}"},
+    }
+    return line_uuid, json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
 def append_like_claude(
     session: Session, count: int, pause: Callable[[], float] | None = None
 ) -> None:
@@ -165,21 +183,10 @@ def append_like_claude(
     for _ in range(count):
         if pause is not None:
             time.sleep(pause())
-        line_uuid = str(uuid.uuid4())
-        record = {
-            "parentUuid": session.last_uuid,
-            "isSidechain": False,
-            "type": "user",
-            "uuid": line_uuid,
-            "sessionId": session.session_id,
-            "cwd": "/home/user/project",
-            "version": "2.1.39",
-            "timestamp": "2026-02-01T11:00:00.000Z",
-            "message": {"role": "user", "content": f"stress append {line_uuid}"},
-        }
+        line_uuid, data = appended_line(session)
         fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, json.dumps(record, separators=(",", ":")).encode() + b"\n")
+            os.write(fd, data)
         finally:
             os.close(fd)
         session.appended.append(line_uuid)
@@ -501,19 +508,7 @@ def append_retrying(session: Session, count: int, rng: random.Random) -> None:
     before writing), and finish a short one."""
     for _ in range(count):
         time.sleep(rng.uniform(0.0, 0.5))
-        line_uuid = str(uuid.uuid4())
-        record = {
-            "parentUuid": session.last_uuid,
-            "isSidechain": False,
-            "type": "user",
-            "uuid": line_uuid,
-            "sessionId": session.session_id,
-            "cwd": "/home/user/project",
-            "version": "2.1.39",
-            "timestamp": "2026-02-01T11:00:00.000Z",
-            "message": {"role": "user", "content": f"stress append {line_uuid}"},
-        }
-        data = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        line_uuid, data = appended_line(session)
         rest = memoryview(data)
         for _attempt in range(200):
             try:
