@@ -160,13 +160,14 @@ class ArchiveWriter:
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
         latest = (generation, archived, count)
-        first = db.execute(
-            "SELECT MIN(generation) FROM runs WHERE file_id = ?", (file_id,)
-        ).fetchone()[0]
-        # (a file with nothing archived yet: these lines are its history so far)
-        older = older and first is not None
         if older:
-            generation, archived, count = first - 1, 0, 0
+            first = db.execute(
+                "SELECT MIN(generation) FROM runs WHERE file_id = ?", (file_id,)
+            ).fetchone()[0]
+            # (a file with nothing archived yet: these lines are its history so far)
+            older = first is not None
+            if older:
+                generation, archived, count = first - 1, 0, 0
         run = (
             None
             if older

@@ -57,19 +57,23 @@ class Verdict:
 
 def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: float) -> Verdict:
     """Given what was seen of a file, whether its session is live (asked only when it matters) and
-    the settings, return the verdict on it at `now`."""
-    findings = list(seen.findings)
-    if seen.redundant is not None and seen.index is not None:
-        findings += seen.redundant
-    if has_latest_turn_calls(findings):
-        findings = pending_while_live(findings, live())
+    the settings, return the verdict on it at `now`. Its cost follows the detectors' findings (few on
+    a healthy file), not the redundant calls held, which a long session gathers by the thousand and
+    which are never pending, missing nor repairable: an append costs the same at 10 MB and 1 GB."""
+    found = list(seen.findings)
+    if has_latest_turn_calls(found):
+        found = pending_while_live(found, live())
+    torn = []
     if seen.tail and seen.index is not None and now - seen.mtime > settings.quiet_period:
-        findings.append(torn_tail(seen.name, len(seen.index) + 1, seen.index.end))
-    if seen.stored_repairable is not None and findings == seen.findings:
+        torn.append(torn_tail(seen.name, len(seen.index) + 1, seen.index.end))
+    redundant = seen.redundant if seen.redundant is not None and seen.index is not None else []
+    findings = found + redundant + torn
+    if seen.stored_repairable is not None and not redundant and findings == seen.findings:
         repairable = seen.stored_repairable  # unchanged: a repair found impossible stays so
     else:
-        repairable = sum(1 for finding in findings if finding.cls in settings.classes)
-    pending = any(finding.cls is FindingClass.PENDING_TOOL_CALL for finding in findings)
+        # (a redundant call is never repaired: riffd.transcript.findings.REPAIRABLE)
+        repairable = sum(1 for finding in found + torn if finding.cls in settings.classes)
+    pending = any(finding.cls is FindingClass.PENDING_TOOL_CALL for finding in found)
     return Verdict(
         findings,
         repairable,

@@ -67,9 +67,10 @@ class Worker:
         # The repairs whose old file a writer still held (riffd.repair.handover): the scheduler
         # finishes them.
         self.pending_swaps = PendingSwaps()
-        # path -> the findings this worker stored last for it (files with findings only): an append
-        # that leaves them as they were writes only the watermark.
-        self._stored: dict[str, list[Finding]] = {}
+        # path -> the findings this worker stored last for it (files with findings only), with how
+        # many there are of each class: an append that leaves them as they were writes only the
+        # watermark.
+        self._stored: dict[str, tuple[list[Finding], dict[str, int]]] = {}
         self._redundant = RedundantCalls()  # the redundant calls judged last, per file
 
     def reconfigure(self, settings: WorkerSettings) -> None:
@@ -203,9 +204,11 @@ class Worker:
         # The findings stored last for this file (by this worker): when they are the same, only the
         # watermark is written, so an append to a file with thousands of findings costs what an
         # append to a clean one does.
+        stored = self._stored.get(name)
+        same = stored is not None and stored[0] == findings
         if not (
             reading.state is not None
-            and self._stored.get(name) == findings
+            and same
             and self.store.save_file(
                 watermark, index.session_id, None, verdict.repairable, counters
             )
@@ -217,7 +220,8 @@ class Worker:
                 verdict.repairable,
                 counters,
             )
-        self._remember(name, findings)
+        classes = stored[1] if same and stored is not None else _classes(findings)
+        self._remember(name, findings, classes)
         self.cache.put(name, reading.growing)
         return Outcome(
             name,
@@ -226,7 +230,7 @@ class Worker:
             bytes=read_bytes,
             findings=len(findings),
             why=why,
-            classes=dict(Counter(str(finding.cls) for finding in findings)),
+            classes=dict(classes),
             session_id=index.session_id,
         )
 
@@ -260,9 +264,11 @@ class Worker:
     def _live(self, name: str, session_id: str | None) -> bool:
         return liveness(Path(name), session_id, self.settings, self.fs)[0]
 
-    def _remember(self, name: str, findings: list[Finding]) -> None:
+    def _remember(
+        self, name: str, findings: list[Finding], classes: dict[str, int] | None = None
+    ) -> None:
         if findings:
-            self._stored[name] = findings
+            self._stored[name] = (findings, _classes(findings) if classes is None else classes)
         else:
             self._stored.pop(name, None)
 
@@ -272,3 +278,8 @@ class Worker:
         self.cache.drop(name)
         self._stored.pop(name, None)
         self._redundant.forget(name)
+
+
+def _classes(findings: list[Finding]) -> dict[str, int]:
+    """How many of `findings` there are of each class."""
+    return dict(Counter(str(finding.cls) for finding in findings))
