@@ -45,6 +45,8 @@ from riffd.state.store import StateStore
 
 log = logging.getLogger(__name__)
 
+MATCHES_KEPT = 20_000  # paths whose `TranscriptFilter.matches` answer is kept
+
 # File systems where native change events do not arrive (or not reliably): poll them.
 INOTIFY_LIMIT_HINT = (
     "the inotify limit is reached (raise it with `sysctl fs.inotify.max_user_watches=524288` and "
@@ -62,6 +64,11 @@ class TranscriptFilter:
     include: tuple[str, ...] = ("*.jsonl",)
     exclude: tuple[str, ...] = ()
     configs: tuple[Path, ...] = ()
+    # path -> `matches`, asked at each event and each file processed (two events an append, and the
+    # worker's look): the answer depends on the path alone
+    _matched: dict[str, bool] = field(
+        default_factory=dict, init=False, compare=False, hash=False, repr=False
+    )
 
     @property
     def watched_folders(self) -> tuple[Path, ...]:
@@ -91,6 +98,15 @@ class TranscriptFilter:
     def matches(self, path: Path) -> bool:
         """Return True when `path` is a transcript under one of the roots that the patterns
         admit."""
+        name = str(path)
+        known = self._matched.get(name)
+        if known is None:
+            if len(self._matched) >= MATCHES_KEPT:
+                self._matched.clear()
+            known = self._matched[name] = self._admits(path)
+        return known
+
+    def _admits(self, path: Path) -> bool:
         if not is_transcript_name(path.name) or not any(
             fnmatch.fnmatch(path.name, p) for p in self.include
         ):

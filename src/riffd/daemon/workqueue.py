@@ -38,6 +38,7 @@ class WorkQueue:
         with self._changed:
             self.puts += 1
             entry = self._entries.get(path)
+            before = None if entry is None else entry.due
             if delay is not None:
                 due = now + delay
                 if entry is None or due < entry.due:
@@ -54,7 +55,11 @@ class WorkQueue:
                 entry.due = min(
                     now + self.debounce, entry.first_event + self.debounce * self.max_delay_factor
                 )
-            self._changed.notify()
+            # A waiting `get` wakes at the due time it saw, or earlier when told: told only when a
+            # path came due sooner than before (the second event of an append, which only pushes
+            # its due time on, wakes nobody)
+            if before is None or self._entries[path].due < before:
+                self._changed.notify()
 
     def get(self, timeout: float, stop: threading.Event | None = None) -> tuple[str, float] | None:
         """Wait up to `timeout` seconds for the next due path; return (path, time of its first

@@ -49,6 +49,43 @@ def test_a_scheduled_retry_waits_its_delay_and_an_event_brings_it_forward() -> N
     assert queue.get(1.0) is not None
 
 
+def waiting_get(queue: WorkQueue, timeout: float) -> tuple[threading.Thread, list[object]]:
+    """A `get` waiting in another thread, as the worker thread waits."""
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: got.append((queue.get(timeout), time.monotonic())))
+    thread.start()
+    time.sleep(0.1)  # (waiting now)
+    return thread, got
+
+
+def test_a_waiting_get_is_woken_by_a_new_path_and_by_a_retry_brought_forward() -> None:
+    queue = WorkQueue(debounce=0.05)
+    thread, got = waiting_get(queue, 5.0)
+    put_at = time.monotonic()
+    queue.put("/a.jsonl")
+    thread.join(5.0)
+    item, at = got[0]  # type: ignore[misc]
+    assert item is not None and at - put_at < 1.0  # not at the 5 s timeout
+    queue.put("/b.jsonl", delay=30)  # a far-off retry, which a waiting get waits for ...
+    thread, got = waiting_get(queue, 5.0)
+    put_at = time.monotonic()
+    queue.put("/b.jsonl")  # ... until an event brings it forward: the get is told
+    thread.join(5.0)
+    item, at = got[0]  # type: ignore[misc]
+    assert item is not None and item[0] == "/b.jsonl" and at - put_at < 1.0
+
+
+def test_a_second_event_that_only_delays_a_path_still_lets_it_come_due() -> None:
+    queue = WorkQueue(debounce=0.2)
+    queue.put("/a.jsonl")
+    thread, got = waiting_get(queue, 5.0)  # waits for the first due time
+    queue.put("/a.jsonl")  # pushed on, the waiter not told: it wakes, looks, waits again
+    put_at = time.monotonic()
+    thread.join(5.0)
+    item, at = got[0]  # type: ignore[misc]
+    assert item is not None and 0.15 < at - put_at < 1.0
+
+
 def test_get_returns_when_stopped() -> None:
     queue = WorkQueue(debounce=0.01)
     stop = threading.Event()
