@@ -15,44 +15,11 @@ import orjson
 import pytest
 
 from helpers.run import run_riffd
+from helpers.wordy import WORDS, write_session
 from riffd.archive.ingest import ingest_file
-from riffd.archive.packs import PACK_BYTES
+from riffd.archive.packs import PACK_BYTES, PackDamaged
 from riffd.archive.spans import read_spans
 from riffd.archive.store import Archive
-
-WORDS = [
-    f"{a}{b}{c}"
-    for a in ("ka", "lo", "mi", "nu", "pe", "ra", "si", "to")
-    for b in ("ven", "dor", "lix", "mup")
-    for c in ("a", "o", "ert", "ist", "umble")
-]
-
-
-def write_session(path: Path, lines: int, seed: int) -> bytes:
-    """A session of `lines` prompts and answers with texts of random words (about 2 kB each, all
-    distinct)."""
-    rng = random.Random(seed)
-    session = f"00000000-0000-4000-8000-{seed:012d}"
-    parent = None
-    out = bytearray()
-    for number in range(lines):
-        uuid = f"{seed:08d}-0000-4000-8000-{number:012d}"
-        text = " ".join(rng.choices(WORDS, k=300))
-        role = "user" if number % 2 == 0 else "assistant"
-        record = {
-            "type": role,
-            "uuid": uuid,
-            "parentUuid": parent,
-            "sessionId": session,
-            "cwd": "/home/u/proj",
-            "timestamp": f"2026-03-01T10:{number // 60 % 60:02d}:{number % 60:02d}.000Z",
-            "message": {"role": role, "content": [{"type": "text", "text": text}]},
-        }
-        out += orjson.dumps(record) + b"\n"
-        parent = uuid
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(bytes(out))
-    return bytes(out)
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -228,3 +195,42 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
         finally:
             archive.close()
     assert kinds == {"segments", "settled"}
+
+
+def test_frames_read_side_by_side_name_only_the_damaged_pack(tmp_path: Path) -> None:
+    """Search decompresses the frames of several packs in threads: a damaged frame among them
+    makes only its own pieces PackDamaged (naming it); every other piece is its pack's bytes."""
+    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000006.jsonl"
+    write_session(path, int(PACK_BYTES * 3.5 / 2100), seed=6)
+    archive = Archive(tmp_path / "archive.db")
+    ingest_file(archive, path)
+    assert archive.compact()[0] >= 3
+    store = archive.connection.packs
+    rows = archive.connection.db.execute(
+        "SELECT contents.pack, offset, length FROM contents JOIN packs ON packs.id = "
+        "contents.pack WHERE LENGTH(packs.data) > 0 ORDER BY contents.id"
+    ).fetchall()
+    whole = {pack: store.pack(pack) for pack, *_ in rows}
+    archive.close()
+    framed = sorted(whole)
+    assert len(framed) >= 3
+    damaged = framed[1]
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        (data,) = db.execute("SELECT data FROM packs WHERE id = ?", (damaged,)).fetchone()
+        flipped = bytearray(data)
+        for offset in range(len(flipped) // 3, len(flipped) // 3 + 16):
+            flipped[offset] ^= 0xFF
+        db.execute("UPDATE packs SET data = ? WHERE id = ?", (bytes(flipped), damaged))
+    db.close()
+    wanted = random.Random(6).sample([tuple(row) for row in rows], 30)
+    assert {pack for pack, _offset, _length in wanted} >= set(framed[:3])
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        got = read_spans(archive.connection.packs, wanted)
+    finally:
+        archive.close()
+    for (pack, offset, length), piece in zip(wanted, got, strict=True):
+        if pack == damaged:
+            assert isinstance(piece, PackDamaged) and piece.packs == (damaged,)
+        else:
+            assert piece == whole[pack][offset : offset + length]
