@@ -45,7 +45,7 @@ Run by hand from the repository root::
    and the archive of transcripts and files against gzip -6 of every one of them.
 
 Goals (from the issues): ingest at 50 MB/s or more; the archive, search index included, smaller than
-gzip -6 (whole sessions too); search p95 under 50 ms. A missed goal is reported, not an error; exit
+gzip -6 (whole sessions too); search p95 under 20 ms (issue 31). A missed goal is reported, not an error; exit
 1 only when a measurement fails. Archives are made in a temporary folder (`--tmp`), removed at the
 end unless `--keep`.
 """
@@ -74,7 +74,7 @@ import scan_bench
 import whole_bench
 
 MB = 1_000_000
-P95_GOAL_MS = 50.0
+P95_GOAL_MS = 20.0  # issue 31 (it was 50)
 INGEST_GOAL_MB_S = 50.0
 CLEAN_ENV = ("RIFFD_CONFIG", "RIFFD_STATE_DIR", "CLAUDE_CONFIG_DIR")
 # The line fields a resumed copy renews; a quoted key followed by `:"` never occurs inside a JSON
@@ -488,7 +488,7 @@ def render(result: dict[str, Any]) -> str:
         rows.append(
             f"{label:44} fresh Archive per query: p50 {search['p50_ms']:.1f} ms, "
             f"p95 {search['p95_ms']:.1f} ms, max {search['max_ms']:.1f} ms "
-            f"(goal 50 ms: ratio {search['p95_ms'] / P95_GOAL_MS:.2f}); "
+            f"(goal {P95_GOAL_MS:.0f} ms: ratio {search['p95_ms'] / P95_GOAL_MS:.2f}); "
             f"one warm Archive: p95 {search['warm']['p95_ms']:.1f} ms; {search['mean_hits']} hits on average"
         )
     for row in result["storage"]:

@@ -77,6 +77,7 @@ class Archive:
         self.note_mtime = writer.note_mtime
         self.settle = writer.settle
         self.compact = writer.compact
+        self.repage = self.connection.repage
         self.close = self.connection.close
 
     @property
