@@ -42,7 +42,7 @@ database).
    "info"` as by default, `watcher.debounce = 0.2`, `archive.settle_after = 3600` so no settle
    falls in the window) over one healthy session of that size. Once it has read the file (its
    INFO log line), a 3 s settle, then its idle CPU rate over `--outside-idle` (30) s; then
-   `--outside-appends` (40) one-line appends, 0.5 s apart (each processed alone), and the CPU time
+   `--outside-appends` (100) one-line appends, 0.5 s apart (each processed alone), and the CPU time
    of the process (utime + stime of all its threads, `/proc/<pid>/stat`) over them, less the idle
    rate over the same time, per appended line: archive, tracker, state store, detection, the
    watcher and logging included. A quiet append logs at DEBUG, so after SIGTERM the store's
@@ -1060,11 +1060,13 @@ def notes(results: dict[str, dict[str, Any]]) -> list[str]:
             "Latency is from just before an append's `write` to the arrival of the worker's JSON log "
             "line for it."
         )
-    if "outside" in results:
+    if outside := results.get("outside"):
+        appends = outside["sizes"][0]["appends"]
+        tick = outside["sizes"][0]["clock_tick_ms"]
         said.append(
             "Daemon CPU per appended line: user + system time of all the daemon's threads from "
-            "`/proc/<pid>/stat` (10 ms ticks: about 0.25 ms a line over 40 appends), less its idle "
-            "rate measured over 30 s before the appends."
+            f"`/proc/<pid>/stat` ({tick:g} ms ticks: about {tick / appends:.2g} ms a line over "
+            f"{appends} appends), less its idle rate measured before the appends."
         )
     return [
         " ".join([*said, "CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."])
@@ -1092,8 +1094,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add(
         "--outside-appends",
         type=int,
-        default=40,
-        help="appends to the big file a real daemon processes (outside); default 40",
+        default=100,
+        help="appends to the big file a real daemon processes (outside); default 100",
     )
     add(
         "--outside-idle",

@@ -131,6 +131,10 @@ def register(commands: Any) -> None:
     compact = actions.add_parser(
         "compact",
         help="compress the packs archived fast at the settled level (the daemon does it when quiet)",
+        description="Compress the packs archived fast at the settled level (the daemon does it when quiet), then "
+        "move an archive made by riffd 0.2 or earlier to 4 KiB pages (searches read them about a third faster) "
+        "when nothing else has it open: with the daemon running it says so and leaves the pages; stop the "
+        "daemon and run it again. Exit 0 when done, 2 when the config or the archive cannot be read.",
     )
     compact.set_defaults(run=run_compact)
     stats = actions.add_parser("stats", help="sizes, dedup ratio, counts, oldest and newest")
