@@ -1,12 +1,13 @@
 """Forked helper processes: the scan's decoder (riffd.transcript.parallel_read) and the ingest's reader
 (riffd.archive.ingest). Where forking is safe, a pipe the child can read ahead through, the child's
 first steps, and reaping it. A helper only ever saves time: its parent does the work itself when the
-helper fails."""
+helper fails. And how many CPUs this process may use (`usable_cpus`), for helpers and threads."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import signal
 import sys
 import threading
@@ -18,6 +19,14 @@ if TYPE_CHECKING:
 
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # <linux/fcntl.h>; Python 3.10+ names it
 PIPE_BYTES = 1 << 20  # Linux's limit for anyone
+
+
+def usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system has one, as Linux does;
+    else the machine's count, as on macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def can_fork() -> bool:

@@ -5,11 +5,13 @@ kill -9 at any moment of the rewrite leaves the archive whole (SQLite's rollback
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -94,8 +96,8 @@ def test_an_archive_another_process_has_open_keeps_its_pages(tmp_path: Path) -> 
     try:
         done = run_riffd("archive", "compact", config=config(tmp_path))
         assert done.returncode == 0, done.stderr
-        assert "keeps its 1024-byte pages (another process has the archive open" in done.stderr
-        assert "while the daemon is stopped" in done.stderr
+        assert "keeps its 1024-byte pages" in done.stderr
+        assert "another process has the archive open (the daemon?): stop it" in done.stderr
         assert page_size(db_path) == 1024
         assert holdings(reader) == held  # and it reads on, in WAL mode
         assert reader.connection.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -105,6 +107,7 @@ def test_an_archive_another_process_has_open_keeps_its_pages(tmp_path: Path) -> 
 
 REPAGE = """
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from riffd.archive.store import Archive
 archive = Archive(Path(sys.argv[1]))
@@ -119,8 +122,8 @@ def test_a_kill_during_the_move_leaves_the_archive_whole(tmp_path: Path) -> None
     db_path, held = old_archive(tmp_path, sessions=4, lines=2500)
     journal = db_path.parent / "archive.db-journal"
     mid_rewrite = 0  # kills that left SQLite's journal: the rewrite was under way
-    for round_number in range(400):
-        delay = round_number * 0.005  # later each time, until a kill comes after the move
+    for round_number in range(1000):
+        delay = round_number * 0.002  # later each time, until a kill comes after the move
         with subprocess.Popen(
             [sys.executable, "-c", REPAGE, str(db_path)],
             stdin=subprocess.PIPE,
@@ -152,3 +155,101 @@ def test_a_kill_during_the_move_leaves_the_archive_whole(tmp_path: Path) -> None
     finally:
         archive.close()
     assert page_size(db_path) == 4096
+
+
+def _midway(archive: Archive, action: Callable[[], object]) -> None:
+    """Run `action` once, as the archive's connection starts setting the new page size: between
+    leaving WAL mode and the rewrite, where another process may open the archive."""
+    done: list[bool] = []
+
+    def trace(statement: str) -> None:
+        if statement.startswith("PRAGMA page_size = ") and not done:
+            done.append(True)
+            action()
+
+    archive.connection.db.set_trace_callback(trace)
+
+
+def test_a_process_that_opens_the_archive_midway_is_named_not_taken_for_done(
+    tmp_path: Path,
+) -> None:
+    """A riffd that opens the archive between the two steps sets WAL mode again, and SQLite then
+    keeps the pages: the move says it was not done."""
+    db_path, held = old_archive(tmp_path, sessions=1, lines=200)
+    archive = Archive(db_path)
+    _midway(archive, lambda: Archive(db_path).close())
+    try:
+        why = archive.repage()
+        assert why is not None and "another process has the archive open" in why
+        assert holdings(archive) == held
+    finally:
+        archive.close()
+    assert page_size(db_path) == 1024
+
+
+def test_a_reader_that_comes_midway_leaves_the_archive_whole_and_says_its_mode(
+    tmp_path: Path,
+) -> None:
+    """A reader holding a read transaction from before the rewrite until after it keeps the
+    rewrite from starting and the archive out of WAL mode for a while: both are said, nothing
+    changes, and the next riffd to open it has it in WAL mode again."""
+    db_path, held = old_archive(tmp_path, sessions=1, lines=200)
+    archive = Archive(db_path, lock_timeout=0.5)
+    reader = sqlite3.connect(db_path, isolation_level=None)
+
+    def read() -> None:
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM files").fetchone()
+
+    _midway(archive, read)
+    try:
+        why = archive.repage()
+        assert why is not None and "another process has the archive open" in why
+        assert "left in rollback-journal mode" in why
+    finally:
+        reader.execute("COMMIT")
+        reader.close()
+        archive.close()
+    again = Archive(db_path, check=True)
+    try:
+        assert again.moved_aside is None and holdings(again) == held
+        assert again.connection.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        again.close()
+    assert page_size(db_path) == 1024
+
+
+def test_a_full_disk_stops_the_move_whole_and_says_to_make_room(tmp_path: Path) -> None:
+    """On a disk with room for the archive but not for the move's journal (a tmpfs of 1.5 times its
+    size), the archive is as it was, in WAL mode, and it is said that the disk is full and what room
+    the move needs."""
+    db_path, held = old_archive(tmp_path, sessions=2, lines=600)
+    small = tmp_path / "small"
+    small.mkdir()
+    size_kib = db_path.stat().st_size * 3 // 2 // 1024
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(small)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"a small tmpfs could not be mounted here (root only): {mounted.stderr.strip()}"
+        )
+    try:
+        shutil.copy2(db_path, small / "archive.db")
+        archive = Archive(small / "archive.db")
+        try:
+            why = archive.repage()
+        finally:
+            archive.close()
+        assert why is not None and "full" in why and "make room" in why
+        again = Archive(small / "archive.db", check=True)
+        try:
+            assert again.moved_aside is None and holdings(again) == held
+            assert again.connection.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        finally:
+            again.close()
+        assert page_size(small / "archive.db") == 1024
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False, capture_output=True)

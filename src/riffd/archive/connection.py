@@ -20,6 +20,24 @@ from riffd.archive.packs import PackStore
 from riffd.archive.schema import PAGE_BYTES, RECOVER_ADVICE, connect
 from riffd.database import open_checked, reopen_if_damaged
 
+REPAGE_BUSY = (
+    "another process has the archive open (the daemon?): stop it and run `riffd archive compact` "
+    "again"
+)
+
+
+def repage_problem(exc: sqlite3.OperationalError) -> str:
+    """Why moving the archive to new pages failed, and what to do."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return REPAGE_BUSY
+    if "full" in text:
+        return (
+            f"{text}: moving it needs room for about two more copies of it (beside it, and in the "
+            "temporary folder); make room and run `riffd archive compact` again"
+        )
+    return f"{text}; run `riffd archive compact` again"
+
 
 class ArchiveConnection:
     """The archive database at `path`, behind one lock (SQLite in WAL mode), with its packs."""
@@ -79,30 +97,45 @@ class ArchiveConnection:
         needs the database to itself (no daemon, no other riffd reading it), room for two copies of
         it, and holds the lock meanwhile (VACUUM: about 2 s a 250 MB archive); SQLite's rollback
         journal makes it whole or nothing, a kill included. Return None when done or nothing was to
-        do, else why it was not done (the archive is then as it was)."""
+        do, else why it was not done and what to do (the archive's contents are then as they
+        were)."""
         with self.lock:
             if self.db.execute("PRAGMA page_size").fetchone()[0] >= PAGE_BYTES:
                 return None
-            # Leaving WAL mode needs the database to itself: asked once, not waited for
-            waits = self.db.execute("PRAGMA busy_timeout").fetchone()[0]
+            waits = int(self.db.execute("PRAGMA busy_timeout").fetchone()[0])
+            # Leaving WAL mode and the rewrite need the database to itself: asked once, not waited
+            # for (a reader of another process keeps it busy)
             self.db.execute("PRAGMA busy_timeout = 0")
             try:
-                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                mode = self.db.execute("PRAGMA journal_mode=DELETE").fetchone()[0]
-            except sqlite3.OperationalError:
-                mode = "wal"
+                why = self._rewrite_pages()
             finally:
-                self.db.execute(f"PRAGMA busy_timeout = {int(waits)}")
-            if mode != "delete":
-                return "another process has the archive open (the daemon?)"
-            try:
-                self.db.execute(f"PRAGMA page_size = {PAGE_BYTES}")
-                self.db.execute("VACUUM")
-            except sqlite3.OperationalError as exc:
-                return str(exc)
-            finally:
-                self.db.execute("PRAGMA journal_mode=WAL")
                 self.packs.forget()
+                self.db.execute(f"PRAGMA busy_timeout = {waits}")
+            # Back to WAL mode, waiting as any statement does for a reader that came meanwhile; if
+            # even that fails, the next riffd to open the archive sets it (riffd.archive.schema)
+            try:
+                mode = self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                mode = str(exc)
+            if mode != "wal":
+                why = (why or "the pages were moved") + (
+                    f"; it is left in rollback-journal mode ({mode}) until riffd next opens it"
+                )
+            if why is None and self.db.execute("PRAGMA page_size").fetchone()[0] < PAGE_BYTES:
+                # (another process opened it between the two steps: SQLite then keeps WAL mode and
+                # the pages)
+                why = REPAGE_BUSY
+            return why
+
+    def _rewrite_pages(self) -> str | None:
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if self.db.execute("PRAGMA journal_mode=DELETE").fetchone()[0] != "delete":
+                return REPAGE_BUSY
+            self.db.execute(f"PRAGMA page_size = {PAGE_BYTES}")
+            self.db.execute("VACUUM")
+        except sqlite3.OperationalError as exc:
+            return repage_problem(exc)
         return None
 
     def close(self) -> None:

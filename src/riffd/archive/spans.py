@@ -12,13 +12,13 @@ threads did eight packs' worth in 7 ms where one took 12.
 from __future__ import annotations
 
 import io
-import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 
 import zstandard
 
 from riffd.archive.packs import SEGMENT_BYTES, PackDamaged, PackStore, unpack
+from riffd.forking import usable_cpus
 
 SPAN_STEP = 64 * 1024  # what a frame is decompressed by at a time
 FRAME_HEADER = 18  # a zstd frame header's bytes at most
@@ -35,36 +35,40 @@ def read_spans(store: PackStore, wanted: list[tuple[int, int, int]]) -> list[byt
     for number, (pack, _offset, _length) in enumerate(wanted):
         by_pack.setdefault(pack, []).append(number)
     found: list[bytes | PackDamaged] = [b""] * len(wanted)
-    framed: list[tuple[int, list[tuple[int, int]], bytes]] = []
+    framed: list[tuple[int, list[tuple[int, int]], bytes, int]] = []
     for pack, numbers in by_pack.items():
         ranges = [(wanted[number][1], wanted[number][1] + wanted[number][2]) for number in numbers]
         parts = _at_hand(store, pack, ranges)
         if parts is None:
-            frame = _frame_start(store, pack, max(end for _start, end in ranges))
-            if frame is not None:
-                framed.append((pack, ranges, frame))
+            start = _frame_start(store, pack, max(end for _start, end in ranges))
+            if start is not None:
+                framed.append((pack, ranges, *start))
                 continue
         _put(found, by_pack[pack], parts if parts is not None else _whole(store, pack, ranges))
-    threads = min(THREADS, len(os.sched_getaffinity(0)), len(framed))
+    threads = min(THREADS, usable_cpus(), len(framed))
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
             decoded = list(pool.map(lambda job: _from_frame(job[2], job[1]), framed))
     else:
-        decoded = [_from_frame(frame, ranges) for _pack, ranges, frame in framed]
-    for (pack, ranges, _frame), parts in zip(framed, decoded, strict=True):
-        # (a frame that cannot be read, or whose start read was too short, is read whole: that
-        # names a damaged pack)
+        decoded = [_from_frame(frame, ranges) for _pack, ranges, frame, _size in framed]
+    for (pack, ranges, frame, size), parts in zip(framed, decoded, strict=True):
+        if parts is None and len(frame) < size:
+            # The start read was too short (the pack's first bytes compress worse than the rest: a
+            # pasted image): the whole frame, decompressed as far as needed again
+            parts = _from_frame(_whole_frame(store, pack), ranges)
+        # (a frame that cannot be read is read whole as a pack: that names a damaged pack)
         _put(found, by_pack[pack], parts if parts is not None else _whole(store, pack, ranges))
     return found
 
 
-def _frame_start(store: PackStore, pack: int, last: int) -> bytes | None:
+def _frame_start(store: PackStore, pack: int, last: int) -> tuple[bytes, int] | None:
     """The start of a pack's frame that should hold its first `last` bytes (the share of the
     frame they are of the pack, by the size its frame header names, and a margin: a frame's bytes
-    follow its pack's closely); None when the pack has no frame (or no row: read whole, which says
-    so). Read here, since SQLite is read in this thread only: a whole frame read costs its page
-    faults, about 0.7 ms a pack, which the threads would wait for. The pack's `raw_size` column is
-    not asked: it lies after the frame in the row, so SQLite would walk every page of it."""
+    mostly follow its pack's closely), and the frame's size; None when the pack has no frame (or no
+    row: read whole, which says so). Read here, since SQLite is read in this thread only: a whole
+    frame read costs its page faults, about 0.7 ms a pack, which the threads would wait for. The
+    pack's `raw_size` column is not asked: it lies after the frame in the row, so SQLite would
+    walk every page of it."""
     try:
         blob = store.db.blobopen("packs", "data", pack, readonly=True)
     except sqlite3.OperationalError:
@@ -79,8 +83,14 @@ def _frame_start(store: PackStore, pack: int, last: int) -> bytes | None:
             raw_size = -1
         blob.seek(0)
         if raw_size <= 0:
-            return blob.read()
-        return blob.read(min(size, int(size * last / raw_size * 1.25) + FRAME_MARGIN))
+            return blob.read(), size
+        return blob.read(min(size, int(size * last / raw_size * 1.25) + FRAME_MARGIN)), size
+
+
+def _whole_frame(store: PackStore, pack: int) -> bytes:
+    """A pack's whole frame, as stored (empty when it has none now)."""
+    row = store.db.execute("SELECT data FROM packs WHERE id = ?", (pack,)).fetchone()
+    return bytes(row[0]) if row is not None and row[0] else b""
 
 
 def _put(

@@ -224,9 +224,8 @@ def run_compact(args: argparse.Namespace, archive: Any) -> int:
     why_not = archive.repage()
     if why_not is not None:
         print(
-            f"riffd: note: the archive keeps its {pages}-byte pages ({why_not}); searches read "
-            "4 KiB pages about a third faster: run `riffd archive compact` again while the daemon "
-            "is stopped to move it to them",
+            f"riffd: note: the archive keeps its {pages}-byte pages (searches read 4 KiB pages "
+            f"about a third faster): {why_not}",
             file=sys.stderr,
         )
     elif archive.connection.db.execute("PRAGMA page_size").fetchone()[0] != pages:

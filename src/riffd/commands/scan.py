@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -26,6 +25,7 @@ from riffd.commands.output import (
     print_json,
 )
 from riffd.config import RepairConfig
+from riffd.forking import usable_cpus
 from riffd.fsio import pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
@@ -85,8 +85,7 @@ def _jobs(text: str) -> int:
 
 def default_jobs() -> int:
     """One worker per CPU this process may run on, at most MAX_JOBS."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(MAX_JOBS, cpus))
+    return max(1, min(MAX_JOBS, usable_cpus()))
 
 
 def _is_live(path: Path, session_id: str | None) -> bool:

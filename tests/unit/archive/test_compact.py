@@ -5,7 +5,9 @@ real `riffd` subprocesses, real SQLite."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
 import random
 import sqlite3
 import subprocess
@@ -234,3 +236,67 @@ def test_frames_read_side_by_side_name_only_the_damaged_pack(tmp_path: Path) -> 
             assert isinstance(piece, PackDamaged) and piece.packs == (damaged,)
         else:
             assert piece == whole[pack][offset : offset + length]
+
+
+def test_a_pack_that_starts_with_an_image_is_read_in_part_not_whole(tmp_path: Path) -> None:
+    """A search reads the start of a frame estimated from the share of the pack its pieces are at;
+    a pack whose first bytes compress worse than the rest (a pasted image) makes that read too
+    short. The rest of the frame is then read and decompressed as far as needed: the same bytes,
+    and the pack is not decompressed whole (which keeps it cached)."""
+    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000007.jsonl"
+    text = write_session(path, int(PACK_BYTES * 2 / 2100), seed=7)
+    image = base64.b64encode(random.Random(7).randbytes(1_200_000)).decode()
+    first = {
+        "type": "user",
+        "uuid": "image-0000-4000-8000-000000000000",
+        "parentUuid": None,
+        "sessionId": "00000000-0000-4000-8000-000000000007",
+        "message": {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": image},
+                }
+            ],
+        },
+    }
+    path.write_bytes(orjson.dumps(first) + b"\n" + text)
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        ingest_file(archive, path)
+        assert archive.compact()[0] >= 1
+        store = archive.connection.packs
+        first_pack = archive.connection.db.execute(
+            "SELECT MIN(id) FROM packs WHERE LENGTH(data) > 0"
+        ).fetchone()[0]
+        rows = archive.connection.db.execute(
+            "SELECT pack, offset, length FROM contents WHERE pack = ? ORDER BY offset",
+            (first_pack,),
+        ).fetchall()
+        whole = store.pack(first_pack)
+        middle = [row for row in rows if len(whole) * 0.4 < row[1] < len(whole) * 0.6]
+        assert middle
+        store.cache.clear()
+        assert read_spans(store, middle[:3]) == [
+            whole[offset : offset + length] for _pack, offset, length in middle[:3]
+        ]
+        assert not store.cache  # read in part: never decompressed whole
+    finally:
+        archive.close()
+
+
+def test_search_reads_frames_where_the_system_has_no_cpu_affinity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """macOS has no `os.sched_getaffinity`: the threads are sized by the CPU count there."""
+    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000008.jsonl"
+    write_session(path, int(PACK_BYTES * 2.5 / 2100), seed=8)
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        ingest_file(archive, path)
+        assert archive.compact()[0] >= 2
+        monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+        assert archive.search(WORDS[3])
+    finally:
+        archive.close()
