@@ -9,6 +9,7 @@ import base64
 import hashlib
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -199,14 +200,30 @@ def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
     assert kinds == {"segments", "settled"}
 
 
-def test_frames_read_side_by_side_name_only_the_damaged_pack(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def three_packs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An archive of one session over three packs and a half, compacted (made once: tests copy
+    it)."""
+    folder = tmp_path_factory.mktemp("three-packs")
+    path = folder / "projects" / "-p" / "00000000-0000-4000-8000-000000000006.jsonl"
+    write_session(path, int(PACK_BYTES * 3.5 / 2100), seed=6)
+    archive = Archive(folder / "archive.db")
+    try:
+        ingest_file(archive, path)
+        assert archive.compact()[0] >= 3
+        archive.settle()
+    finally:
+        archive.close()
+    return folder / "archive.db"
+
+
+def test_frames_read_side_by_side_name_only_the_damaged_pack(
+    tmp_path: Path, three_packs: Path
+) -> None:
     """Search decompresses the frames of several packs in threads: a damaged frame among them
     makes only its own pieces PackDamaged (naming it); every other piece is its pack's bytes."""
-    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000006.jsonl"
-    write_session(path, int(PACK_BYTES * 3.5 / 2100), seed=6)
+    shutil.copy2(three_packs, tmp_path / "archive.db")
     archive = Archive(tmp_path / "archive.db")
-    ingest_file(archive, path)
-    assert archive.compact()[0] >= 3
     store = archive.connection.packs
     rows = archive.connection.db.execute(
         "SELECT contents.pack, offset, length FROM contents JOIN packs ON packs.id = "
@@ -287,15 +304,12 @@ def test_a_pack_that_starts_with_an_image_is_read_in_part_not_whole(tmp_path: Pa
 
 
 def test_search_reads_frames_where_the_system_has_no_cpu_affinity(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, three_packs: Path
 ) -> None:
     """macOS has no `os.sched_getaffinity`: the threads are sized by the CPU count there."""
-    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000008.jsonl"
-    write_session(path, int(PACK_BYTES * 2.5 / 2100), seed=8)
+    shutil.copy2(three_packs, tmp_path / "archive.db")
     archive = Archive(tmp_path / "archive.db")
     try:
-        ingest_file(archive, path)
-        assert archive.compact()[0] >= 2
         monkeypatch.delattr(os, "sched_getaffinity", raising=False)
         assert archive.search(WORDS[3])
     finally:
