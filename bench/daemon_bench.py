@@ -48,6 +48,11 @@ database).
    watcher and logging included. A quiet append logs at DEBUG, so after SIGTERM the store's
    `lines.processed` must have grown by exactly the appends, or the run fails. The goal: at most
    2 ms a line at every size, and the largest file at most 1.5x the smallest.
+1c. paused: in process, what the outside figure is made of: the worker the daemon builds (its default
+   configuration, report-only: the archive and the tracker on) on a session of the first `--big-mb`
+   size; the thread CPU time of `Worker.process` for `--outside-appends` appends back to back, then
+   as many `--pause` (0.5) s apart, as the daemon sees them (the CPU's caches go cold between them:
+   the same work costs about three times as much); then the same without the archive.
 2. append: in-process and exact, no daemon: sessions of about 10, 100 and 1,000 MB (`--big-mb`),
    page cache warm; for each, a full `riffd.transcript.scan.index_file` of it (best of 3), then a
    `riffd.daemon.worker.Worker` on a real `StateStore` with default settings: its first `process`
@@ -702,6 +707,77 @@ def measure_detection(corpus: Corpus, path: Path, appends: int) -> list[float]:
     return times
 
 
+# --- 2c. one appended line in process, with the pauses the daemon sees ---------------------------
+
+
+def measure_paused(
+    base: Path, corpus: Corpus, size_mb: float, appends: int, pause: float
+) -> dict[str, Any]:
+    """In process, the worker the daemon builds (its default configuration in report-only mode:
+    the archive and the tracker on) on one healthy session of `size_mb` MB: the thread CPU time of
+    `Worker.process` for `appends` one-line appends back to back, then for as many `pause` s apart,
+    as the daemon sees them (the caches go cold meanwhile); then the same without the archive. It
+    tells what the outside figure is made of, function by function if need be."""
+    from riffd.archive.store import Archive
+    from riffd.config.load import loads_config
+    from riffd.daemon.jobs import worker_settings
+    from riffd.tracker.tracker import ToolCallTracker
+
+    runs = []
+    for archived in (True, False):
+        home = base / f"paused-{'archive' if archived else 'no-archive'}"
+        root = home / "projects"
+        path, size = corpus.big_file(root, size_mb)
+        (home / "claude").mkdir(parents=True, exist_ok=True)
+        config = loads_config(
+            f"roots = [{json.dumps(str(root))}]\nstate_dir = {json.dumps(str(home / 'state'))}\n"
+            f'claude_dir = {json.dumps(str(home / "claude"))}\n[repair]\nmode = "report-only"\n',
+            source=home / "config.toml",
+        )
+        store = StateStore(config.state_dir / "state.db")
+        archive = Archive(config.state_dir / "archive.db") if archived else None
+        worker = Worker(
+            store,
+            worker_settings(config),
+            tracker=ToolCallTracker(config.tracker.window, config.tracker.max_calls),
+            archive=archive,
+        )
+        times: dict[str, list[float]] = {"tight": [], "paused": []}
+        try:
+            worker.process(path)
+            for _ in range(appends):  # (warming up: not counted)
+                corpus.append(path)
+                worker.process(path)
+            for kind, wait in (("tight", 0.0), ("paused", pause)):
+                for _ in range(appends):
+                    corpus.append(path)
+                    time.sleep(wait)
+                    started = time.thread_time()
+                    outcome = worker.process(path)
+                    times[kind].append((time.thread_time() - started) * 1000)
+                    if outcome.kind != "appended" or outcome.lines != 1:
+                        raise BenchError(
+                            f"an append was processed as {outcome.kind!r}: {outcome.why}"
+                        )
+        finally:
+            store.close()
+            if archive is not None:
+                archive.close()
+        tight, paused = statistics.median(times["tight"]), statistics.median(times["paused"])
+        runs.append(
+            {
+                "archive": archived,
+                "file_bytes": size,
+                "appends": appends,
+                "pause_s": pause,
+                "tight_ms_median": round(tight, 3),
+                "paused_ms_median": round(paused, 3),
+                "paused_over_tight": round(paused / tight, 2),
+            }
+        )
+    return {"runs": runs}
+
+
 # --- 2b. one appended line, the whole daemon from outside ----------------------------------------
 
 
@@ -990,6 +1066,17 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
                     f"{outside['flatness']:.2f}x",
                 )
             )
+    if paused := results.get("paused"):
+        for run in paused["runs"]:
+            out.append(
+                (
+                    f"Worker.process per appended line in process, {run['file_bytes'] / MB:,.0f} MB "
+                    f"file, archive {'on' if run['archive'] else 'off'}",
+                    f"{run['tight_ms_median']:.2f} ms back to back, {run['paused_ms_median']:.2f} ms "
+                    f"{run['pause_s']:g} s apart ({run['paused_over_tight']:.1f}x; thread CPU, "
+                    f"median of {run['appends']})",
+                )
+            )
     if appended := results.get("append"):
         for append in appended["sizes"]:
             out.append(
@@ -1073,7 +1160,7 @@ def notes(results: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-MEASURES = ("latency", "outside", "append", "damaged", "idle", "reconcile")
+MEASURES = ("latency", "outside", "paused", "append", "damaged", "idle", "reconcile")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -1096,6 +1183,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=100,
         help="appends to the big file a real daemon processes (outside); default 100",
+    )
+    add(
+        "--pause",
+        type=float,
+        default=0.5,
+        help="seconds between appends for the in-process figure of `paused`; default 0.5",
     )
     add(
         "--outside-idle",
@@ -1208,6 +1301,9 @@ def main(argv: list[str] | None = None) -> int:
             "latency": lambda: measure_latency(base, corpus, args.appends, 0.05),
             "outside": lambda: measure_outside(
                 base, corpus, args.big_mb, args.outside_appends, args.outside_idle
+            ),
+            "paused": lambda: measure_paused(
+                base, corpus, args.big_mb[0], args.outside_appends, args.pause
             ),
             "append": lambda: measure_append(base, corpus, args.big_mb, args.big_appends),
             "damaged": lambda: measure_damaged(base, corpus, args.findings, args.big_appends),
