@@ -4,16 +4,18 @@ A search shows about 17 snippets from about 5 packs; in a short-lived process (`
 search`) decompressing each pack whole costs its page faults, more than the decompression. A pack
 compressed whole is decompressed only as far as the last piece it needs; a pack still in its
 segments (the open pack as committed, a full pack not compressed whole yet) gives only the segments
-its pieces lie in. The frames are decompressed side by side in two threads (zstd lets go of the
-interpreter's lock while it works): decompressing is nearly all of a slow search's time, and two
-threads did eight packs' worth in 7 ms where one took 12.
+its pieces lie in. The frames are read and decompressed side by side in two threads (zstd and
+SQLite let go of the interpreter's lock while they work; the threads take turns on the connection):
+reading and decompressing are nearly all of a slow search's time, and two threads did eight packs'
+worth in 7 ms where one took 12.
 """
 
 from __future__ import annotations
 
-import io
 import sqlite3
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import zstandard
 
@@ -21,8 +23,6 @@ from riffd.archive.packs import SEGMENT_BYTES, PackDamaged, PackStore, unpack
 from riffd.forking import usable_cpus
 
 SPAN_STEP = 64 * 1024  # what a frame is decompressed by at a time
-FRAME_HEADER = 18  # a zstd frame header's bytes at most
-FRAME_MARGIN = 128 * 1024  # compressed bytes read past the share a frame's start is estimated at
 THREADS = 2  # decompressing side by side, at most (and no more than the CPUs this process may use)
 
 
@@ -35,62 +35,58 @@ def read_spans(store: PackStore, wanted: list[tuple[int, int, int]]) -> list[byt
     for number, (pack, _offset, _length) in enumerate(wanted):
         by_pack.setdefault(pack, []).append(number)
     found: list[bytes | PackDamaged] = [b""] * len(wanted)
-    framed: list[tuple[int, list[tuple[int, int]], bytes, int]] = []
+    framed: list[tuple[int, list[tuple[int, int]]]] = []
     for pack, numbers in by_pack.items():
         ranges = [(wanted[number][1], wanted[number][1] + wanted[number][2]) for number in numbers]
         parts = _at_hand(store, pack, ranges)
         if parts is None:
-            start = _frame_start(store, pack, max(end for _start, end in ranges))
-            if start is not None:
-                framed.append((pack, ranges, *start))
-                continue
-        _put(found, by_pack[pack], parts if parts is not None else _whole(store, pack, ranges))
+            framed.append((pack, ranges))
+        else:
+            _put(found, numbers, parts)
     threads = min(THREADS, usable_cpus(), len(framed))
+    # The caller holds the archive's lock, so nothing else of this process uses its connection
+    # meanwhile; the threads take turns on it (`turns`), each through a blob of its own, while
+    # decompressing side by side
+    turns = threading.Lock()
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
-            decoded = list(pool.map(lambda job: _from_frame(job[2], job[1]), framed))
+            decoded = list(pool.map(lambda job: _from_blob(store.db, turns, *job), framed))
     else:
-        decoded = [_from_frame(frame, ranges) for _pack, ranges, frame, _size in framed]
-    for (pack, ranges, frame, size), parts in zip(framed, decoded, strict=True):
-        if parts is None and len(frame) < size:
-            # The start read was too short (the pack's first bytes compress worse than the rest: a
-            # pasted image): the whole frame, decompressed as far as needed again
-            parts = _from_frame(_whole_frame(store, pack), ranges)
-        # (a frame that cannot be read is read whole as a pack: that names a damaged pack)
+        decoded = [_from_blob(store.db, turns, pack, ranges) for pack, ranges in framed]
+    for (pack, ranges), parts in zip(framed, decoded, strict=True):
+        # (no frame now, or one that cannot be read: the pack is read whole, which names a
+        # damaged pack)
         _put(found, by_pack[pack], parts if parts is not None else _whole(store, pack, ranges))
     return found
 
 
-def _frame_start(store: PackStore, pack: int, last: int) -> tuple[bytes, int] | None:
-    """The start of a pack's frame that should hold its first `last` bytes (the share of the
-    frame they are of the pack, by the size its frame header names, and a margin: a frame's bytes
-    mostly follow its pack's closely), and the frame's size; None when the pack has no frame (or no
-    row: read whole, which says so). Read here, since SQLite is read in this thread only: a whole
-    frame read costs its page faults, about 0.7 ms a pack, which the threads would wait for. The
-    pack's `raw_size` column is not asked: it lies after the frame in the row, so SQLite would
-    walk every page of it."""
+class _TakingTurns:
+    """A blob read in turns with the other threads of one connection."""
+
+    def __init__(self, blob: sqlite3.Blob, turns: threading.Lock) -> None:
+        self.blob, self.turns = blob, turns
+
+    def read(self, size: int = -1) -> bytes:
+        with self.turns:
+            return self.blob.read(size)
+
+
+def _from_blob(
+    db: sqlite3.Connection, turns: threading.Lock, pack: int, ranges: list[tuple[int, int]]
+) -> list[bytes] | None:
+    """The ranges of a pack's frame, read through an incremental blob (in turns on `db`) and
+    decompressed only as far as the last of them; None when it has no frame, or it cannot be
+    read or ends before."""
     try:
-        blob = store.db.blobopen("packs", "data", pack, readonly=True)
-    except sqlite3.OperationalError:
+        with turns:
+            blob = db.blobopen("packs", "data", pack, readonly=True)
+    except sqlite3.Error:
         return None
-    with blob:
-        size = len(blob)
-        if not size:
-            return None
-        try:
-            raw_size = zstandard.frame_content_size(blob.read(FRAME_HEADER))
-        except zstandard.ZstdError:
-            raw_size = -1
-        blob.seek(0)
-        if raw_size <= 0:
-            return blob.read(), size
-        return blob.read(min(size, int(size * last / raw_size * 1.25) + FRAME_MARGIN)), size
-
-
-def _whole_frame(store: PackStore, pack: int) -> bytes:
-    """A pack's whole frame, as stored (empty when it has none now)."""
-    row = store.db.execute("SELECT data FROM packs WHERE id = ?", (pack,)).fetchone()
-    return bytes(row[0]) if row is not None and row[0] else b""
+    try:
+        return _from_frame(_TakingTurns(blob, turns), ranges)
+    finally:
+        with turns:
+            blob.close()
 
 
 def _put(
@@ -118,14 +114,15 @@ def _whole(store: PackStore, pack: int, ranges: list[tuple[int, int]]) -> list[b
     return [whole[start:end] for start, end in ranges]
 
 
-def _from_frame(frame: bytes, ranges: list[tuple[int, int]]) -> list[bytes] | None:
-    """The ranges of a pack's frame, decompressed only as far as the last of them; None when it
-    cannot be read or ends before."""
+def _from_frame(frame: Any, ranges: list[tuple[int, int]]) -> list[bytes] | None:
+    """The ranges of a pack's frame (`frame`: what its compressed bytes are read from, in steps of
+    SPAN_STEP), decompressed only as far as the last of them; None when it cannot be read or ends
+    before."""
     parts: list[list[bytes]] = [[] for _ in ranges]
     position, last = 0, max(end for _start, end in ranges)
     try:
         with zstandard.ZstdDecompressor().stream_reader(
-            io.BytesIO(frame), read_size=SPAN_STEP
+            frame, read_size=SPAN_STEP, closefd=False
         ) as reader:
             while position < last:
                 chunk = reader.read(min(SPAN_STEP, last - position))
@@ -136,7 +133,7 @@ def _from_frame(frame: bytes, ranges: list[tuple[int, int]]) -> list[bytes] | No
                     if start < after and end > position:
                         into.append(chunk[max(0, start - position) : end - position])
                 position = after
-    except zstandard.ZstdError:
+    except (zstandard.ZstdError, sqlite3.Error):
         return None
     found = [b"".join(into) for into in parts]
     if all(len(data) == end - start for data, (start, end) in zip(found, ranges, strict=True)):
