@@ -131,3 +131,41 @@ def _bodies_tolerant(db_path: Path) -> dict[int, bytes | None]:
                 bodies[pack] = None
     db.close()
     return bodies
+
+
+def test_a_pack_missing_a_segment_is_refused_never_read_shifted(tmp_path: Path) -> None:
+    """A loose pack one of whose segments is gone (a damaged database, a bad copy): read whole, the
+    rest joined would put every byte after the hole at another place. Its size no longer matches
+    what the pack holds, so it is refused (PackDamaged, naming it); a piece in the hole is refused
+    too, and one in a segment still there is read from that segment, its own bytes."""
+    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000032.jsonl"
+    write_session(path, int(PACK_BYTES * 1.5 / 2100), seed=32)
+    archive = Archive(tmp_path / "archive.db")
+    ingest_file(archive, path)
+    archive.close()
+    db_path = tmp_path / "archive.db"
+    before = _bodies(db_path)[1]
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT COUNT(*) FROM loose WHERE pack = 1").fetchone()[0] == 1
+        db.execute("DELETE FROM segments WHERE pack = 1 AND number = 5")
+        pieces = db.execute(
+            "SELECT pack, offset, length FROM contents WHERE pack = 1 ORDER BY offset"
+        ).fetchall()
+    db.close()
+    inside = [piece for piece in pieces if piece[1] // SEGMENT_BYTES == 5]
+    after = [piece for piece in pieces if piece[1] // SEGMENT_BYTES == 9]
+    assert inside and after
+    archive = Archive(db_path)
+    try:
+        store = archive.connection.packs
+        with pytest.raises(PackDamaged) as refused:
+            store.pack(1)
+        assert refused.value.packs == (1,)
+        with pytest.raises(PackDamaged):  # (what `riffd archive verify` asks)
+            store.readable(1)
+        got = read_spans(store, inside[:1])[0]
+        assert isinstance(got, PackDamaged) and got.packs == (1,)
+        _pack, offset, length = after[0]
+        assert read_spans(store, after[:1]) == [before[offset : offset + length]]
+    finally:
+        archive.close()

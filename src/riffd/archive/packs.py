@@ -353,7 +353,7 @@ class PackStore:
             # another process settling the open pack (its frame read empty, then its segments gone),
             # and give a pack of no bytes
             rows = self.db.execute(
-                "SELECT packs.data, segments.data FROM packs LEFT JOIN segments ON "
+                "SELECT packs.data, packs.raw_size, segments.data FROM packs LEFT JOIN segments ON "
                 "segments.pack = packs.id WHERE packs.id = ? ORDER BY segments.number",
                 (pack_id,),
             ).fetchall()
@@ -365,13 +365,21 @@ class PackStore:
                 data = (
                     unpack(rows[0][0])
                     if rows[0][0]
-                    else b"".join(unpack(part) for _frame, part in rows if part)
+                    else b"".join(unpack(part) for _frame, _size, part in rows if part)
                 )
             except zstandard.ZstdError as exc:
                 self.damaged.add(pack_id)
                 raise PackDamaged(
                     (pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})"
                 ) from exc
+            if len(data) != rows[0][1]:
+                # A segment gone (the rest would be read at other places) or a frame of other bytes
+                self.damaged.add(pack_id)
+                raise PackDamaged(
+                    (pack_id,),
+                    f"pack {pack_id} of the archive holds {len(data)} bytes where it should hold "
+                    f"{rows[0][1]}",
+                )
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)
@@ -383,20 +391,31 @@ class PackStore:
         """Read and decompress a pack (its checksum checked), not kept: raise PackDamaged when it
         cannot be."""
         rows = self.db.execute(
-            "SELECT packs.data, segments.data FROM packs LEFT JOIN segments ON segments.pack = "
-            "packs.id WHERE packs.id = ? ORDER BY segments.number",
+            "SELECT packs.data, packs.raw_size, segments.data FROM packs LEFT JOIN segments ON "
+            "segments.pack = packs.id WHERE packs.id = ? ORDER BY segments.number",
             (pack_id,),
         ).fetchall()
         try:
-            for frame in (
-                [rows[0][0]] if rows and rows[0][0] else [part for _frame, part in rows if part]
-            ):
-                unpack(frame)
+            size = sum(
+                len(unpack(frame))
+                for frame in (
+                    [rows[0][0]]
+                    if rows and rows[0][0]
+                    else [part for _frame, _size, part in rows if part]
+                )
+            )
         except zstandard.ZstdError as exc:
             self.damaged.add(pack_id)
             raise PackDamaged(
                 (pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})"
             ) from exc
+        if rows and size != rows[0][1]:
+            self.damaged.add(pack_id)
+            raise PackDamaged(
+                (pack_id,),
+                f"pack {pack_id} of the archive holds {size} bytes where it should hold "
+                f"{rows[0][1]}",
+            )
 
     def read(self, pack: int, offset: int, length: int) -> bytes:
         """Return `length` bytes of a pack from `offset`."""

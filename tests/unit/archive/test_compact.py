@@ -256,10 +256,11 @@ def test_frames_read_side_by_side_name_only_the_damaged_pack(
 
 
 def test_a_pack_that_starts_with_an_image_is_read_in_part_not_whole(tmp_path: Path) -> None:
-    """A search reads the start of a frame estimated from the share of the pack its pieces are at;
-    a pack whose first bytes compress worse than the rest (a pasted image) makes that read too
-    short. The rest of the frame is then read and decompressed as far as needed: the same bytes,
-    and the pack is not decompressed whole (which keeps it cached)."""
+    """A pack whose first bytes compress worse than the rest (a pasted image) is read and
+    decompressed only as far as its pieces need, like any other (an earlier version estimated how
+    much of the frame to read from the share of the pack, came up short on such a pack, and
+    decompressed it whole): the same bytes, and the pack never decompressed whole (which keeps it
+    cached)."""
     path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000007.jsonl"
     text = write_session(path, int(PACK_BYTES * 2 / 2100), seed=7)
     image = base64.b64encode(random.Random(7).randbytes(1_200_000)).decode()
