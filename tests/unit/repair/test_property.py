@@ -32,7 +32,9 @@ def base_lines() -> dict[str, list[bytes]]:
 
 
 def holds_tool_blocks(raw: bytes) -> bool:
-    record = json.loads(raw)
+    # (bytes that are not UTF-8 read as U+FFFD, as the client reads them: a line the invalid_utf8
+    # damage also hit is still the tool line it was)
+    record = json.loads(raw.decode("utf-8", "replace"))
     content = (
         record.get("message", {}).get("content")
         if isinstance(record.get("message"), dict)
