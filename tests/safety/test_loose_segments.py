@@ -44,6 +44,17 @@ def write_session(path: Path, lines: int, seed: int) -> None:
     path.write_bytes(bytes(out))
 
 
+def _ingested(tmp_path: Path, packs: float, seed: int) -> tuple[Path, Path]:
+    """A session of about `packs` packs' worth of lines, ingested (its full packs left loose):
+    (the session, the archive)."""
+    path = tmp_path / "projects" / "-p" / f"00000000-0000-4000-8000-{seed:012d}.jsonl"
+    write_session(path, int(PACK_BYTES * packs / 2100), seed=seed)
+    archive = Archive(tmp_path / "archive.db")
+    ingest_file(archive, path)
+    archive.close()
+    return path, tmp_path / "archive.db"
+
+
 def _bodies(db_path: Path) -> dict[int, bytes]:
     """Every pack's bytes (its frame, or its segments joined), read with plain SQLite."""
     with sqlite3.connect(db_path) as db:
@@ -58,12 +69,7 @@ def _bodies(db_path: Path) -> dict[int, bytes]:
 
 
 def test_a_damaged_segment_of_a_full_pack_is_refused_and_never_compacted(tmp_path: Path) -> None:
-    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000031.jsonl"
-    write_session(path, int(PACK_BYTES * 2.5 / 2100), seed=31)
-    archive = Archive(tmp_path / "archive.db")
-    ingest_file(archive, path)
-    archive.close()
-    db_path = tmp_path / "archive.db"
+    path, db_path = _ingested(tmp_path, packs=2.5, seed=31)
     before = _bodies(db_path)
     with sqlite3.connect(db_path) as db:
         # the full packs are loose, in their segments, with no frame of their own (the open pack
@@ -138,12 +144,7 @@ def test_a_pack_missing_a_segment_is_refused_never_read_shifted(tmp_path: Path) 
     rest joined would put every byte after the hole at another place. Its size no longer matches
     what the pack holds, so it is refused (PackDamaged, naming it); a piece in the hole is refused
     too, and one in a segment still there is read from that segment, its own bytes."""
-    path = tmp_path / "projects" / "-p" / "00000000-0000-4000-8000-000000000032.jsonl"
-    write_session(path, int(PACK_BYTES * 1.5 / 2100), seed=32)
-    archive = Archive(tmp_path / "archive.db")
-    ingest_file(archive, path)
-    archive.close()
-    db_path = tmp_path / "archive.db"
+    _path, db_path = _ingested(tmp_path, packs=1.5, seed=32)
     before = _bodies(db_path)[1]
     with sqlite3.connect(db_path) as db:
         assert db.execute("SELECT COUNT(*) FROM loose WHERE pack = 1").fetchone()[0] == 1
