@@ -224,10 +224,13 @@ def plan_transcript_repair(path: Path, scanned: object, add_missing_results: boo
 # Hypothesis: the default profile "dev" draws a fifth of each property test's examples (at least
 # 10), for a fast run; "ci" draws them all. HYPOTHESIS_PROFILE=ci selects it (CI sets it). A test
 # names its full count as `max_examples=examples(N)`; one that names none draws the profile's own
-# (20, or Hypothesis's 100).
+# (20, or Hypothesis's 100). "ci" draws the same examples at every run (derandomize, no example
+# database): a run of CI says whether the code changed what those examples find, never whether a
+# random draw this time hit something; the "dev" profile draws afresh at each run and keeps what
+# failed (.hypothesis/), which is where new failures are found.
 HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "dev")
 settings.register_profile("dev", max_examples=20)
-settings.register_profile("ci", max_examples=100)
+settings.register_profile("ci", max_examples=100, derandomize=True, database=None)
 settings.load_profile(HYPOTHESIS_PROFILE)  # an unknown name stops the run, saying so
 
 
