@@ -46,10 +46,11 @@ def plan_line_damage(
         by_class.setdefault(finding.cls, []).append(finding)
     # uuid of each record split off -> the line it hangs from once split (None: from no line)
     splits: dict[str, int | None] = {}
+    held: set[str] = set()  # uuids of the records left glued: a line hanging from one waits too
     for finding in by_class.get(FindingClass.GLUED_RECORD, []):
         if FindingClass.GLUED_RECORD not in enabled:
             work.notes.append(f"glued record on line {finding.line} left alone: the class is off")
-        elif _split(scanned, finding.line - 1, fetch, work, stamps, splits):
+        elif _split(scanned, finding.line - 1, fetch, work, stamps, splits, held):
             work.fixes.append(finding)
     dangling = {
         finding.line - 1: finding for finding in by_class.get(FindingClass.DANGLING_PARENT, [])
@@ -62,7 +63,7 @@ def plan_line_damage(
     if cut is not None and FindingClass.DANGLING_PARENT not in enabled:
         work.notes.append(f"lost parent of line {cut + 1} left alone: the class is off")
     elif cut is not None:
-        repointed = _repoint_chain(scanned, cut, dangling, splits, stamps, fetch, work)
+        repointed = _repoint_chain(scanned, cut, dangling, (splits, held), stamps, fetch, work)
     _plan_optional(scanned, by_class, fetch, work, options)
     return bool(splits) or repointed
 
@@ -71,15 +72,17 @@ def _repoint_chain(
     scanned: ScannedFile,
     cut: int,
     dangling: dict[int, Finding],
-    splits: dict[str, int | None],
+    glued: tuple[dict[str, int | None], set[str]],
     stamps: Stamps,
     fetch: LineBytes,
     work: Choices,
 ) -> bool:
     """Follow the loaded conversation up from where it stops (`cut`), as it will be once the plan
     is made: past each record split off, re-pointing each line whose parent is lost while the
-    guess is clear; return whether one was re-pointed."""
+    guess is clear; return whether one was re-pointed. A line whose lost parent is a record left
+    glued keeps it: that parent is in the file."""
     index = scanned.index
+    splits, held = glued
     above = set(scanned.loaded.on_chain)
     line: int | None = cut
     changed = False
@@ -88,6 +91,12 @@ def _repoint_chain(
         if missing in splits:  # the record split off is its parent: go on from where it hangs
             line = _next_cut(index, splits[missing], above)
             continue
+        if missing in held:
+            work.notes.append(
+                f"lost parent of line {line + 1} left alone: it is the record glued in a line "
+                "riffd leaves alone"
+            )
+            break
         stamp = stamp_of(fetch(line))
         if stamp is None:
             break
@@ -123,9 +132,10 @@ def _split(
     work: Choices,
     stamps: Stamps,
     splits: dict[str, int | None],
+    held: set[str],
 ) -> bool:
     """Plan the split of the glued line `line` (noting in `splits` the record's uuid and the line it
-    will hang from); return whether it is split."""
+    will hang from, in `held` the uuid of a record left glued); return whether it is split."""
     index = scanned.index
     raw = fetch(line)
     at = split_glued(raw.rstrip(b"\r\n"))
@@ -133,23 +143,54 @@ def _split(
     if at is None or not isinstance(record, dict):
         work.notes.append(f"glued record on line {line + 1} left alone: it no longer splits")
         return False
-    work.rewrite[line] = raw[at:]
-    work.reasons[line] = (
-        f"split off the torn record glued before it: the first {at} bytes cut (kept in the backup)"
-    )
     uuid = record.get("uuid")
     uuid = uuid if isinstance(uuid, str) else ""
     parent = record.get("parentUuid")
     hangs_from = index.line_of_uuid.get(parent) if isinstance(parent, str) else None
+    guess = None
     if isinstance(parent, str) and hangs_from is None:
         stamp = stamp_of(raw[at:])
         if stamp is not None:
             guess = guess_parent(index, stamps, line, stamp, scanned.loaded.on_chain, uuid or None)
             guess = _agrees_with(scanned, raw[:at], guess)
-            if _repoint(scanned, line, guess, work, "it hung from the torn record"):
-                hangs_from = guess.target
+    above = hangs_from if guess is None else guess.target
+    looped = _loops_back(index, uuid, above, splits)
+    if looped is not None:  # the glue hides a loop: riffd never edits one, so it stays hidden
+        work.notes.append(
+            f"glued record on line {line + 1} left alone: split off, it would close a parent loop "
+            f"through line {looped + 1}, which riffd does not edit"
+        )
+        held.add(uuid)
+        return False
+    work.rewrite[line] = raw[at:]
+    work.reasons[line] = (
+        f"split off the torn record glued before it: the first {at} bytes cut (kept in the backup)"
+    )
+    if guess is not None and _repoint(scanned, line, guess, work, "it hung from the torn record"):
+        hangs_from = guess.target
     splits[uuid] = hangs_from
     return True
+
+
+def _loops_back(
+    index: TranscriptIndex, uuid: str, start: int | None, splits: dict[str, int | None]
+) -> int | None:
+    """Walk up from `start`, the line a record split off would hang from, as the plan leaves the
+    parents (records split before it hang from their lines): return the line whose lost parent is
+    that record (the walk comes back to it: a loop), None when the walk ends elsewhere."""
+    line = -1 if start is None else start
+    seen: set[int] = set()
+    while line >= 0 and line not in seen:
+        seen.add(line)
+        missing = index.dangling.get(line)
+        if missing is None:
+            line = index.parents[line]
+        elif uuid and missing == uuid:
+            return line
+        else:
+            found = splits.get(missing)
+            line = -1 if found is None else found
+    return None
 
 
 def _agrees_with(scanned: ScannedFile, torn: bytes, guess: Guess) -> Guess:
