@@ -222,6 +222,16 @@ class ArchiveConfig:
             gt=0,
         ),
     )
+    write_delay: float = field(
+        default=2.0,
+        metadata=_meta(
+            "Seconds the lines appended to a session wait before they go to the archive, together with the "
+            "appends that follow (one write for several appends costs the daemon a third of the CPU). Lines "
+            "still waiting when the daemon is killed are archived from the file at its next start. 0 = "
+            "each append at once.",
+            ge=0,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,6 +42,7 @@ def worker_settings(config: Config) -> WorkerSettings:
         claude_dir=config.claude_dir,
         roots=config.roots,
         retry=config.retry.policy,
+        archive_delay=config.archive.write_delay,
     )
 
 

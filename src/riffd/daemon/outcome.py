@@ -22,6 +22,7 @@ class WorkerSettings:
     claude_dir: Path = Path()
     roots: tuple[Path, ...] = ()
     retry: RetryPolicy = DEFAULT_RETRY
+    archive_delay: float = 0.0  # seconds appended lines wait to go to the archive together
 
     @property
     def look_again_after(self) -> float:

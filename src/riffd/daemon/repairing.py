@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,8 @@ class RepairStep:
     pending_swaps: PendingSwaps
     archive: Archive | None
     archive_errors: ArchiveErrors
+    # writes the file's appended lines still waiting for the archive (riffd.daemon.archive_batch)
+    archive_waiting: Callable[[str], object] = lambda _name: None
 
     def run(self, path: Path, session_id: str | None, outcome: Outcome) -> Repaired | None:
         """Repair `path` if that is safe now; record what came of it and say it in `outcome`;
@@ -92,6 +95,7 @@ class RepairStep:
         waiting = self._waiting(path, session_id)
         if waiting is not None:
             return waiting
+        self.archive_waiting(str(path))  # the archive has every line read before a rewrite
         settings, fs = self.settings, self.fs
         scanned = index_file(path, fs=fs, with_identity=True)
         options = RepairOptions(

@@ -152,6 +152,8 @@ class Daemon:
         self.schedule.start(self._jobs())
         queued = self._reconcile()
         self._queue_pending_repairs()
+        # lines a daemon killed before read but had not archived yet (riffd.daemon.archive_batch)
+        self.schedule.run_now("archive_catch_up", self._catch_up_at_start)
         mode = (
             f"repair mode: idle sessions are repaired after a verified backup (quiet period "
             f"{config.repair.quiet_period:g} s)"
@@ -457,6 +459,10 @@ class Daemon:
         if self.archive is None:
             self._open_archive()
         self.archives.catch_up(self.store)
+
+    def _catch_up_at_start(self) -> None:
+        with self._rescan_lock:
+            self.archives.catch_up(self.store)
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running

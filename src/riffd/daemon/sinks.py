@@ -3,9 +3,11 @@ fed every chunk in file order, then told the reading is done.
 
 The index comes first: it parses each line once, and leaves the message records it parsed on the
 chunk. The tracker looks for repeated tool calls among them. The archive takes every complete line
-exactly once, before the state store commits the watermark past it, so nothing is ever read and not
-archived; what it could not take (a full disk, a locked database, lines read while it was off) it
-catches up from its own watermark later.
+exactly once: the lines of a new or rewritten file before the state store commits the watermark past
+them, the lines appended to a file it has a few seconds later in a batch (riffd.daemon.archive_batch);
+what it has not taken when the watermark moved on (a batch still waiting when the daemon was killed,
+a full disk, a locked database, lines read while it was off) it catches up from its own watermark,
+read from the file.
 """
 
 from __future__ import annotations
@@ -21,15 +23,14 @@ from typing import Any, Protocol
 
 from riffd.archive.ingest import ingest_file, still_appended
 from riffd.archive.packs import PackDamaged
-from riffd.archive.store import Archive, ArchiveGap
+from riffd.archive.store import Archive
+from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches, archive_lines
 from riffd.daemon.reading import Chunk, Message, Reading
 from riffd.state.store import StateStore
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
-
-ARCHIVE_ERRORS = (sqlite3.Error, OSError, ArchiveGap, PackDamaged)
 
 
 class LineSink(Protocol):
@@ -125,15 +126,27 @@ class ArchiveErrors:
 
 class ArchiveSink:
     """Feeds the archive each chunk of one file: a new generation of it from byte 0 when it was
-    rewritten, with the file's modification time on the chunk that ends where the file ended."""
+    rewritten, with the file's modification time on the chunk that ends where the file ended. The
+    lines appended to a file the archive has go to `batches` (riffd.daemon.archive_batch), written
+    a few seconds later with the appends that follow; the others are written at once, after what
+    waited for the file."""
 
     def __init__(
-        self, archive: Archive, reading: Reading, errors: ArchiveErrors, *, own_rewrite: bool
+        self,
+        archive: Archive,
+        reading: Reading,
+        errors: ArchiveErrors,
+        batches: ArchiveBatches,
+        *,
+        own_rewrite: bool,
     ) -> None:
-        self.archive, self.errors = archive, errors
+        self.archive, self.errors, self.batches = archive, errors, batches
         self.name, self.status = reading.name, reading.status
         self.end = reading.start
         self.rewritten = self._new_generation(reading, own_rewrite)
+        self.appended = not self.rewritten and reading.state is not None
+        if not self.appended:
+            batches.flush(self.name)  # the file's older lines first
 
     def _new_generation(self, reading: Reading, own_rewrite: bool) -> bool:
         """Whether the archive must start a new generation of the file (rewritten, by anyone)."""
@@ -151,32 +164,24 @@ class ArchiveSink:
         """Archive the chunk's lines (from the file itself when the archive lacks bytes before)."""
         end = chunk.end
         mtime_ns = self.status.st_mtime_ns if end == self.status.st_size else None
-        rewritten = self.rewritten and chunk.offset == 0
         self.end = end
-        try:
-            try:
-                self.archive.add_lines(
-                    self.name, chunk.offset, chunk.lines, rewritten=rewritten, mtime_ns=mtime_ns
-                )
-            # bytes read before were not archived then: from its watermark
-            except ArchiveGap as gap:
-                added = ingest_file(self.archive, Path(self.name))
-                log.info(
-                    "%s: the archive lacked bytes %d to %d (not archived when they were read); "
-                    "archived %d line(s) from the file",
-                    self.name,
-                    gap.archived,
-                    gap.offset,
-                    added,
-                )
-        except ARCHIVE_ERRORS as exc:
-            self.errors.failed(
-                self.archive, self.name, f"archive lines at byte {chunk.offset}", exc
-            )
+        if self.appended:
+            self.batches.add(self.name, chunk.offset, chunk.lines, mtime_ns)
+            return
+        archive_lines(
+            self.archive,
+            self.errors.failed,
+            self.name,
+            chunk.offset,
+            chunk.lines,
+            mtime_ns,
+            rewritten=self.rewritten and chunk.offset == 0,
+        )
 
     def done(self) -> None:
-        """Record the file's modification time when what was read ends where the file did."""
-        if self.end != self.status.st_size:
+        """Record the file's modification time when what was read ends where the file did (lines
+        waiting in a batch carry it)."""
+        if self.end != self.status.st_size or self.appended:
             return
         try:
             self.archive.note_mtime(self.name, self.end, self.status.st_mtime_ns)

@@ -65,14 +65,28 @@ class WorkThread:
     def _run(self) -> None:
         while not (self.stop.is_set() and not len(self.queue)):
             item = self.queue.get(TICK_SECONDS)
-            if item is None:
-                continue
-            path, first_event = item
-            self.counters.busy = True
-            try:
-                self._process(Path(path), first_event)
-            finally:
-                self.counters.busy = False
+            if item is not None:
+                path, first_event = item
+                self.counters.busy = True
+                try:
+                    self._process(Path(path), first_event)
+                finally:
+                    self.counters.busy = False
+            self._write_batches(self.worker.batches.flush_due)
+        self._write_batches(self.worker.batches.flush_all)  # the daemon stops
+
+    def _write_batches(self, write: Callable[[], None]) -> None:
+        """Write the archive's waiting batches (`write`); archive errors are said where they
+        happen, anything else here must not stop the worker either."""
+        try:
+            write()
+        except Exception as exc:
+            log.error("could not archive appended lines: %s\n%s", exc, traceback.format_exc())
+            self.counters.error(
+                f"could not archive appended lines: {exc}",
+                "nothing to do: the next rescan archives them from the files",
+                about="archive",
+            )
 
     def _process(self, path: Path, first_event: float) -> None:
         now = self.now()

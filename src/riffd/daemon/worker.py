@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.store import Archive
+from riffd.daemon.archive_batch import ArchiveBatches
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.judging import RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
@@ -64,6 +65,10 @@ class Worker:
         self.tracker = tracker
         self.archive = archive
         self.archive_errors = ArchiveErrors(store, on_write_error)
+        # the lines appended to known files, waiting to go to the archive together
+        self.batches = ArchiveBatches(
+            settings.archive_delay, lambda: self.archive, self.archive_errors.failed
+        )
         # The repairs whose old file a writer still held (riffd.repair.handover): the scheduler
         # finishes them.
         self.pending_swaps = PendingSwaps()
@@ -77,6 +82,7 @@ class Worker:
         """Work with `settings` from now on (a reloaded configuration)."""
         self.settings = settings
         self.fs = RetryingFS.of(self.fs, settings.retry)
+        self.batches.delay = settings.archive_delay
 
     def process(self, path: Path) -> Outcome:
         """Bring `path`'s watermark and findings up to date, then repair it if that is due; never
@@ -137,7 +143,13 @@ class Worker:
             sinks.append(tracked)
         if self.archive is not None:
             sinks.append(
-                ArchiveSink(self.archive, reading, self.archive_errors, own_rewrite=own_rewrite)
+                ArchiveSink(
+                    self.archive,
+                    reading,
+                    self.archive_errors,
+                    self.batches,
+                    own_rewrite=own_rewrite,
+                )
             )
         return sinks
 
@@ -251,6 +263,7 @@ class Worker:
             self.pending_swaps,
             self.archive,
             self.archive_errors,
+            self.batches.flush,
         )
         try:
             repaired = step.run(path, state.session_id if state else None, outcome)
@@ -274,6 +287,7 @@ class Worker:
 
     def _forget(self, name: str) -> None:
         """The file is gone: forget its state, its index and its findings."""
+        self.batches.flush(name)  # the lines of a file gone live on in the archive only
         self.store.forget_file(name)
         self.cache.drop(name)
         self._stored.pop(name, None)

@@ -1,0 +1,132 @@
+"""Lines appended to a known transcript go to the archive a few seconds later, in one transaction for
+all the appends of those seconds.
+
+An archive commit per append cost the daemon most of its CPU per appended line: each one writes
+some 17 database pages and compresses the open pack's segment again, whatever the append's size.
+The lines wait in memory (`ArchiveBatches`) while the state store's watermark moves past them, as
+it does past lines the archive could not take: a daemon killed meanwhile archives them at its next
+start or rescan, from the archive's own watermark (riffd.daemon.jobs.catch_up_archive), read from
+the file, which still holds them. A waiting batch is written before anything else is done with its
+file (a rewrite read, a repair: riffd.daemon.worker), when the file is gone (its lines live only
+here then), when it holds MAX_BYTES, when it is `delay` seconds old, and when the daemon stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from riffd.archive.ingest import ingest_file
+from riffd.archive.packs import PackDamaged
+from riffd.archive.store import Archive, ArchiveGap
+
+log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
+
+ARCHIVE_ERRORS = (sqlite3.Error, OSError, ArchiveGap, PackDamaged)
+MAX_BYTES = 1 << 20  # a batch is written once it holds this many bytes of lines
+
+
+@dataclass
+class Waiting:
+    """A file's lines waiting for the archive: consecutive whole lines from byte `offset` to `end`,
+    the file's modification time when they ended it (else None), waiting since `since`."""
+
+    offset: int
+    end: int
+    since: float
+    lines: list[bytes] = field(default_factory=list)
+    mtime_ns: int | None = None
+    size: int = 0
+
+
+def archive_lines(
+    archive: Archive,
+    failed: Callable[[Archive, str, str, Exception], object],
+    name: str,
+    offset: int,
+    lines: list[bytes],
+    mtime_ns: int | None,
+    *,
+    rewritten: bool = False,
+) -> None:
+    """Archive `lines` of `name` from byte `offset` (`rewritten`: as a new generation from byte 0;
+    from the file itself when the archive lacks bytes before them); an error goes to `failed` (the
+    archive catches up later)."""
+    try:
+        try:
+            archive.add_lines(name, offset, lines, rewritten=rewritten, mtime_ns=mtime_ns)
+        # bytes read before were not archived then: from its watermark
+        except ArchiveGap as gap:
+            added = ingest_file(archive, Path(name))
+            log.info(
+                "%s: the archive lacked bytes %d to %d (not archived when they were read); "
+                "archived %d line(s) from the file",
+                name,
+                gap.archived,
+                gap.offset,
+                added,
+            )
+    except ARCHIVE_ERRORS as exc:
+        failed(archive, name, f"archive lines at byte {offset}", exc)
+
+
+class ArchiveBatches:
+    """The lines waiting for the archive, per file; `archive()` is the archive at the time they are
+    written (None: it is off, and the catch-up archives them once it is on again), `failed` is told
+    each write that failed. `delay` 0 writes each append at once. Used by the worker's thread only."""
+
+    def __init__(
+        self,
+        delay: float,
+        archive: Callable[[], Archive | None],
+        failed: Callable[[Archive, str, str, Exception], object],
+    ) -> None:
+        self.delay = delay
+        self._archive, self._failed = archive, failed
+        self._waiting: dict[str, Waiting] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, name: str, offset: int, lines: list[bytes], mtime_ns: int | None) -> None:
+        """Take the whole `lines` of `name` from byte `offset` (`mtime_ns`: the file's modification
+        time when they end it); what waited for the file before is written first unless these lines
+        follow it."""
+        waiting = self._waiting.get(name)
+        if waiting is not None and waiting.end != offset:
+            self.flush(name)
+            waiting = None
+        if waiting is None:
+            waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic())
+        size = sum(map(len, lines)) + len(lines)
+        waiting.lines.extend(lines)
+        waiting.end += size
+        waiting.size += size
+        waiting.mtime_ns = mtime_ns
+        if self.delay <= 0 or waiting.size >= MAX_BYTES:
+            self.flush(name)
+
+    def flush(self, name: str) -> None:
+        """Write what waits for `name` now."""
+        waiting = self._waiting.pop(name, None)
+        archive = self._archive()
+        if waiting is None or archive is None or not waiting.lines:
+            return
+        archive_lines(archive, self._failed, name, waiting.offset, waiting.lines, waiting.mtime_ns)
+
+    def flush_due(self) -> None:
+        """Write the batches that waited `delay` seconds."""
+        if not self._waiting:
+            return
+        due = time.monotonic() - self.delay
+        for name in [name for name, waiting in self._waiting.items() if waiting.since <= due]:
+            self.flush(name)
+
+    def flush_all(self) -> None:
+        """Write every batch (the daemon stops)."""
+        for name in list(self._waiting):
+            self.flush(name)

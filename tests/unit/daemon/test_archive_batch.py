@@ -1,0 +1,154 @@
+"""Appended lines go to the archive in batches (riffd.daemon.archive_batch): they wait while the
+watermark moves on, and are written, whole and once, before anything else is done with their file:
+a rewrite, a repair, the file gone, a batch grown big, its delay past."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import damage
+from riffd.archive.store import Archive
+from riffd.daemon import archive_batch
+from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.fsio import FileSystem
+from riffd.state.store import StateStore
+from riffd.transcript.scan import scan_file
+
+LINES = damage.generated_session(segments=2, turns=3, parallel=2)
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> tuple[Path, StateStore, Archive, WorkerSettings]:
+    claude = tmp_path / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    project = claude / "projects" / "-p"
+    project.mkdir(parents=True)
+    settings = WorkerSettings(
+        repair=True,
+        quiet_period=3600,  # no repair unless a test asks
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=claude,
+        roots=(claude / "projects",),
+        archive_delay=3600,  # the batches wait until a test writes them
+    )
+    store = StateStore(tmp_path / "state" / "state.db")
+    archive = Archive(tmp_path / "state" / "archive.db")
+    yield project / "s.jsonl", store, archive, settings
+    archive.close()
+    store.close()
+
+
+def archived(archive: Archive, path: Path, generation: int | None = None) -> bytes:
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    return b"".join(archive.iter_file(file_id, generation=generation))
+
+
+def grow(path: Path, lines: list[bytes], worker: Worker) -> None:
+    """Append `lines` one by one, the worker processing each append, as the daemon does."""
+    for line in lines:
+        with open(path, "ab") as handle:
+            handle.write(line)
+        assert worker.process(path).kind in ("read", "appended")
+
+
+def test_appended_lines_wait_and_are_written_once_and_whole(box) -> None:
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:10], worker)  # the first read is archived at once, the appends wait
+    assert archived(archive, path) == LINES[0]
+    assert store.file(str(path)).watermark.offset == path.stat().st_size  # detection went on
+    worker.batches.delay = 0
+    worker.batches.flush_due()
+    assert archived(archive, path) == path.read_bytes() == b"".join(LINES[:10])
+    grow(path, LINES[10:], worker)
+    worker.batches.flush_all()
+    assert archived(archive, path) == b"".join(LINES)
+    assert archive.stats()["lines"] == len(LINES)  # none twice
+    assert len(worker.batches) == 0
+
+
+def test_a_batch_is_written_once_its_delay_is_past(box) -> None:
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:3], worker)
+    worker.batches.flush_due()  # not yet
+    assert archived(archive, path) == LINES[0]
+    worker.batches.delay = 0.05
+    time.sleep(0.06)
+    worker.batches.flush_due()
+    assert archived(archive, path) == b"".join(LINES[:3])
+
+
+def test_a_file_gone_while_its_lines_wait_keeps_them_in_the_archive(box) -> None:
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES, worker)
+    data = path.read_bytes()
+    path.unlink()  # Claude Code's cleanup, or the user
+    assert worker.process(path).kind == "gone"
+    assert archived(archive, path) == data
+
+
+def test_a_rewrite_while_lines_wait_keeps_them_in_the_generation_before(box) -> None:
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES, worker)
+    before = path.read_bytes()
+    path.write_bytes(b"".join(LINES[:5]))  # rewritten by someone else, shorter
+    assert worker.process(path).kind == "read"
+    assert archived(archive, path, generation=0) == before
+    assert archived(archive, path) == path.read_bytes()
+
+
+class SwapWatch(FileSystem):
+    """Notes how far the archive had `path` when the repair swapped the new file in."""
+
+    def __init__(self, archive: Archive, path: Path) -> None:
+        self.archive, self.path = archive, path
+        self.archived_at_swap: list[int] = []
+
+    def exchange(self, src, dst) -> None:
+        self.archived_at_swap.append(self.archive.cursor(str(self.path))[1])
+        super().exchange(src, dst)
+
+    def replace(self, src, dst) -> None:
+        if Path(dst) == self.path:
+            self.archived_at_swap.append(self.archive.cursor(str(self.path))[1])
+        super().replace(src, dst)
+
+
+def test_a_repair_writes_the_waiting_lines_before_it_rewrites_the_file(box) -> None:
+    path, store, archive, settings = box
+    damaged = damage.inject_resumed_duplicate(LINES)
+    swaps = SwapWatch(archive, path)
+    worker = Worker(store, settings, fs=swaps, archive=archive)
+    grow(path, damaged.lines, worker)
+    assert archived(archive, path) != damaged.data  # still waiting
+    worker.reconfigure(WorkerSettings(**{**settings.__dict__, "quiet_period": 0}))
+    assert worker.process(path).repair == "repaired"
+    assert scan_file(path).findings == []
+    # a daemon killed right after the swap would have had every line of the file it replaced
+    assert swaps.archived_at_swap == [len(damaged.data)]
+    assert archived(archive, path, generation=0) == damaged.data
+    assert archived(archive, path) == path.read_bytes()
+
+
+def test_a_big_batch_is_written_at_once(box, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, store, archive, settings = box
+    monkeypatch.setattr(archive_batch, "MAX_BYTES", len(LINES[1]) + len(LINES[2]))
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:3], worker)
+    assert archived(archive, path) == b"".join(LINES[:3])
+
+
+def test_no_delay_writes_each_append_at_once(box) -> None:
+    path, store, archive, settings = box
+    worker = Worker(
+        store, WorkerSettings(**{**settings.__dict__, "archive_delay": 0}), archive=archive
+    )
+    grow(path, LINES[:4], worker)
+    assert archived(archive, path) == b"".join(LINES[:4])
+    assert len(worker.batches) == 0
