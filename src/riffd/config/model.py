@@ -226,9 +226,9 @@ class ArchiveConfig:
         default=2.0,
         metadata=_meta(
             "Seconds the lines appended to a session wait before they go to the archive, together with the "
-            "appends that follow (one write for several appends costs the daemon a third of the CPU). Lines "
-            "still waiting when the daemon is killed are archived from the file at its next start. 0 = "
-            "each append at once.",
+            "appends that follow (a write per append was the largest part of the daemon's CPU per line). "
+            "Lines still waiting when the daemon is killed are archived from the file at its next start, "
+            "if the file still holds them. 0 = each append at once.",
             ge=0,
         ),
     )

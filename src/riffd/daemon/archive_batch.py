@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
-from riffd.archive.store import Archive, ArchiveGap
+from riffd.archive.store import Archive, ArchiveGap, ArchiveMismatch
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 
@@ -59,15 +61,20 @@ def archive_lines(
     try:
         try:
             archive.add_lines(name, offset, lines, rewritten=rewritten, mtime_ns=mtime_ns)
-        # bytes read before were not archived then: from its watermark
+        # bytes read before were not archived then, or the archive holds others there: from its
+        # watermark
         except ArchiveGap as gap:
             added = ingest_file(archive, Path(name))
             log.info(
-                "%s: the archive lacked bytes %d to %d (not archived when they were read); "
-                "archived %d line(s) from the file",
+                "%s: %s; archived %d line(s) from the file",
                 name,
-                gap.archived,
-                gap.offset,
+                (
+                    f"the archive holds other bytes about byte {gap.offset} (the file was "
+                    "rewritten, or archived by another process)"
+                    if isinstance(gap, ArchiveMismatch)
+                    else f"the archive lacked bytes {gap.archived} to {gap.offset} (not archived "
+                    "when they were read)"
+                ),
                 added,
             )
     except ARCHIVE_ERRORS as exc:
@@ -77,7 +84,9 @@ def archive_lines(
 class ArchiveBatches:
     """The lines waiting for the archive, per file; `archive()` is the archive at the time they are
     written (None: it is off, and the catch-up archives them once it is on again), `failed` is told
-    each write that failed. `delay` 0 writes each append at once. Used by the worker's thread only."""
+    each write that failed. `delay` 0 writes each append at once. The worker's thread takes and writes
+    the batches; the catch-up (a scheduler thread) writes a file's batch before it reads the file
+    (`written_first`), under the same lock, so it never archives a rewrite past lines still waiting."""
 
     def __init__(
         self,
@@ -88,6 +97,7 @@ class ArchiveBatches:
         self.delay = delay
         self._archive, self._failed = archive, failed
         self._waiting: dict[str, Waiting] = {}
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -96,37 +106,51 @@ class ArchiveBatches:
         """Take the whole `lines` of `name` from byte `offset` (`mtime_ns`: the file's modification
         time when they end it); what waited for the file before is written first unless these lines
         follow it."""
-        waiting = self._waiting.get(name)
-        if waiting is not None and waiting.end != offset:
-            self.flush(name)
-            waiting = None
-        if waiting is None:
-            waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic())
-        size = sum(map(len, lines)) + len(lines)
-        waiting.lines.extend(lines)
-        waiting.end += size
-        waiting.size += size
-        waiting.mtime_ns = mtime_ns
-        if self.delay <= 0 or waiting.size >= MAX_BYTES:
-            self.flush(name)
+        with self._lock:
+            waiting = self._waiting.get(name)
+            if waiting is not None and waiting.end != offset:
+                self.flush(name)
+                waiting = None
+            if waiting is None:
+                waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic())
+            size = sum(map(len, lines)) + len(lines)
+            waiting.lines.extend(lines)
+            waiting.end += size
+            waiting.size += size
+            waiting.mtime_ns = mtime_ns
+            if self.delay <= 0 or waiting.size >= MAX_BYTES:
+                self.flush(name)
 
     def flush(self, name: str) -> None:
         """Write what waits for `name` now."""
-        waiting = self._waiting.pop(name, None)
-        archive = self._archive()
-        if waiting is None or archive is None or not waiting.lines:
-            return
-        archive_lines(archive, self._failed, name, waiting.offset, waiting.lines, waiting.mtime_ns)
+        with self._lock:
+            waiting = self._waiting.pop(name, None)
+            archive = self._archive()
+            if waiting is None or archive is None or not waiting.lines:
+                return
+            archive_lines(
+                archive, self._failed, name, waiting.offset, waiting.lines, waiting.mtime_ns
+            )
+
+    @contextmanager
+    def written_first(self, name: str) -> Iterator[None]:
+        """Write what waits for `name`, and keep the worker from taking more of it until the block
+        ends."""
+        with self._lock:
+            self.flush(name)
+            yield
 
     def flush_due(self) -> None:
         """Write the batches that waited `delay` seconds."""
         if not self._waiting:
             return
         due = time.monotonic() - self.delay
-        for name in [name for name, waiting in self._waiting.items() if waiting.since <= due]:
-            self.flush(name)
+        with self._lock:
+            for name in [name for name, waiting in self._waiting.items() if waiting.since <= due]:
+                self.flush(name)
 
     def flush_all(self) -> None:
         """Write every batch (the daemon stops)."""
-        for name in list(self._waiting):
-            self.flush(name)
+        with self._lock:
+            for name in list(self._waiting):
+                self.flush(name)

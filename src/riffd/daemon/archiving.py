@@ -14,6 +14,7 @@ from pathlib import Path
 
 from riffd.archive.schema import ArchiveError
 from riffd.archive.store import Archive
+from riffd.daemon.archive_batch import ArchiveBatches
 from riffd.daemon.counters import Counters
 from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import catch_up_archive, settle_archive
@@ -61,11 +62,12 @@ class ArchiveSlot:
         self.counters.resolved("archive")
         return True
 
-    def catch_up(self, store: StateStore | None) -> None:
+    def catch_up(self, store: StateStore | None, batches: ArchiveBatches | None = None) -> None:
         """Archive what the archive missed (read while it was off, or not written for a full
-        disk), from its own watermark."""
+        disk, or waiting in the worker's `batches` when a daemon was killed), from its own
+        watermark."""
         if self.archive is not None and store is not None:
-            catch_up_archive(self.archive, store, self.disk.ran_out)
+            catch_up_archive(self.archive, store, self.disk.ran_out, batches)
 
     def settle(self, settle_after: float, keep_going: Callable[[], bool]) -> None:
         """Once lines stopped coming for `settle_after` seconds (the worker made no progress since):

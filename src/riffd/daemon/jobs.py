@@ -9,6 +9,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.session_files import config_folders
 from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
+from riffd.daemon.archive_batch import ArchiveBatches
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.daemon.worker import Outcome, WorkerSettings
 from riffd.fsio import REAL_FS, RetryingFS
@@ -82,26 +84,32 @@ def backup_retention(config: Config) -> None:
 
 
 def catch_up_archive(
-    archive: Archive, store: StateStore, failed: Callable[[BaseException], object] | None = None
+    archive: Archive,
+    store: StateStore,
+    failed: Callable[[BaseException], object] | None = None,
+    batches: ArchiveBatches | None = None,
 ) -> None:
     """Archive what the worker read but could not archive (a full disk, a locked database), from the
     archive's own watermark, so every line is archived once; a file that fails now is tried again at
-    the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.DiskWatch.ran_out)."""
+    the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.DiskWatch.ran_out).
+    The lines of a file waiting in the worker's `batches` are written before the file is read: one
+    rewritten since the worker read them may no longer hold them."""
     for path, offset in store.offsets().items():
-        try:
-            # Behind, or ahead (a rewrite that shrank the file, which the archive did not take):
-            # ingest_file reads only the last line when nothing is new
-            if archive.cursor(path)[1] != offset and Path(path).is_file():
-                added = ingest_file(archive, Path(path))
-                log.info("%s: archived %d line(s) the archive had missed", path, added)
-        except (OSError, sqlite3.Error, ArchiveGap, PackDamaged) as exc:
-            log.warning(
-                "%s: could not catch the archive up: %s; the next rescan tries again", path, exc
-            )
-            if failed is not None:
-                failed(exc)
-            if isinstance(exc, sqlite3.Error):
-                archive.reopen_if_damaged(exc)
+        with batches.written_first(path) if batches is not None else nullcontext():
+            try:
+                # Behind, or ahead (a rewrite that shrank the file, which the archive did not
+                # take): ingest_file reads only the last line when nothing is new
+                if archive.cursor(path)[1] != offset and Path(path).is_file():
+                    added = ingest_file(archive, Path(path))
+                    log.info("%s: archived %d line(s) the archive had missed", path, added)
+            except (OSError, sqlite3.Error, ArchiveGap, PackDamaged) as exc:
+                log.warning(
+                    "%s: could not catch the archive up: %s; the next rescan tries again", path, exc
+                )
+                if failed is not None:
+                    failed(exc)
+                if isinstance(exc, sqlite3.Error):
+                    archive.reopen_if_damaged(exc)
 
 
 # warn this long before Claude Code's cleanup deletes a transcript not archived

@@ -28,6 +28,7 @@ from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
 from riffd.daemon.alerts import Alerts
+from riffd.daemon.archive_batch import ArchiveBatches
 from riffd.daemon.archiving import ArchiveSlot
 from riffd.daemon.counters import Counters, DaemonNow
 from riffd.daemon.disk_full import DiskWatch
@@ -458,11 +459,15 @@ class Daemon:
         `_rescan_lock`)."""
         if self.archive is None:
             self._open_archive()
-        self.archives.catch_up(self.store)
+        self.archives.catch_up(self.store, self._batches())
+
+    def _batches(self) -> ArchiveBatches | None:
+        """The worker's batches of appended lines waiting for the archive."""
+        return self.worker.batches if self.worker is not None else None
 
     def _catch_up_at_start(self) -> None:
         with self._rescan_lock:
-            self.archives.catch_up(self.store)
+            self.archives.catch_up(self.store, self._batches())
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running

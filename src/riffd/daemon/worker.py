@@ -45,7 +45,8 @@ class Worker:
     """Processes one file at a time; the daemon's worker thread owns it. `fs` is the seam its files
     are read through (a test's faults included), with the retry policy of `settings`; `tracker` is
     fed every message line read (its repeats become redundant_tool_call findings); `archive` every
-    complete line read, before the state store commits; `on_write_error` is told every archive
+    complete line read (a new or rewritten file's before the state store commits, appends a few
+    seconds later in `batches`: riffd.daemon.archive_batch); `on_write_error` is told every archive
     write that failed (the daemon's DiskWatch: a full disk is followed by a rescan once there is room)."""
 
     def __init__(

@@ -4,6 +4,7 @@ a rewrite, a repair, the file gone, a batch grown big, its delay past."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -152,3 +153,29 @@ def test_no_delay_writes_each_append_at_once(box) -> None:
     grow(path, LINES[:4], worker)
     assert archived(archive, path) == b"".join(LINES[:4])
     assert len(worker.batches) == 0
+
+
+@pytest.mark.parametrize("how", ["truncate", "rename"])
+def test_the_catch_up_writes_the_waiting_lines_before_it_reads_a_rewritten_file(box, how) -> None:
+    """The file is rewritten without its last line while that line waits; the daemon's catch-up
+    (a scheduler thread: at start, each rescan, once the disk has room) looks at it before the
+    worker does. It writes the batch first: the line is in the generation before the rewrite."""
+    from riffd.daemon.jobs import catch_up_archive
+
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:6], worker)
+    before = path.read_bytes()
+    kept = b"".join(LINES[:5]) + LINES[6]  # Claude Code drops its last line and writes on
+    if how == "truncate":
+        os.truncate(path, len(b"".join(LINES[:5])))
+        with open(path, "ab") as handle:
+            handle.write(LINES[6])
+    else:
+        path.with_suffix(".tmp").write_bytes(kept)
+        os.replace(path.with_suffix(".tmp"), path)
+    catch_up_archive(archive, store, batches=worker.batches)
+    worker.process(path)
+    worker.batches.flush_all()
+    assert archived(archive, path, generation=0) == before
+    assert archived(archive, path) == path.read_bytes() == kept
