@@ -204,6 +204,26 @@ def scan_transcript_bytes(
     return path, index_file(path, with_identity=True)
 
 
+def worker_home(tmp_path: Path, **settings: object) -> tuple[Path, object]:
+    """A Claude Code folder under `tmp_path` with one project (returned) and the WorkerSettings of a
+    worker on it (repairs on, no quiet period, backups in tmp_path/state/backups), `settings`
+    applied."""
+    from riffd.daemon.outcome import WorkerSettings
+
+    claude = tmp_path / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    project = claude / "projects" / "-p"
+    project.mkdir(parents=True)
+    defaults: dict[str, object] = {
+        "repair": True,
+        "quiet_period": 0,
+        "backup_dir": tmp_path / "state" / "backups",
+        "claude_dir": claude,
+        "roots": (claude / "projects",),
+    }
+    return project, WorkerSettings(**{**defaults, **settings})  # type: ignore[arg-type]
+
+
 def plan_transcript_repair(path: Path, scanned: object, add_missing_results: bool = True) -> object:
     """Return riffd's repair plan for a scanned file, reading lines from `path`, with numbered new
     uuids, every repair class named (the opt-in ones too)."""

@@ -16,13 +16,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_line, write_config
+from conftest import (
+    CORPUS_DIR,
+    corpus_lines,
+    requires_corpus,
+    transcript_line,
+    worker_home,
+    write_config,
+)
 from helpers import damage
 from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 from riffd.archive.verify import archive_again
-from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.daemon.worker import Worker
 from riffd.state.store import StateStore
 from riffd.transcript.scan import scan_file
 
@@ -191,17 +198,7 @@ def test_the_worker_judges_repairs_and_archives_past_a_damaged_pack(
     it is judged, repaired and archived whole (before, looking a piece up in the pack raised and the
     file was skipped), and a file whose last archived line is in it is archived again from its start
     as a new generation when it grows."""
-    claude = tmp_path / "claude"
-    (claude / "sessions").mkdir(parents=True)
-    project = claude / "projects" / "-p"
-    project.mkdir(parents=True)
-    settings = WorkerSettings(
-        repair=True,
-        quiet_period=0,
-        backup_dir=tmp_path / "state" / "backups",
-        claude_dir=claude,
-        roots=(claude / "projects",),
-    )
+    project, settings = worker_home(tmp_path)
     store = StateStore(tmp_path / "state" / "state.db")
     first = project / "first.jsonl"
     shutil.copyfile(SMALL, first)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import worker_home
 from helpers import damage
 from riffd.archive.store import Archive
 from riffd.daemon import archive_batch
@@ -23,16 +24,9 @@ LINES = damage.generated_session(segments=2, turns=3, parallel=2)
 
 @pytest.fixture
 def box(tmp_path: Path) -> tuple[Path, StateStore, Archive, WorkerSettings]:
-    claude = tmp_path / "claude"
-    (claude / "sessions").mkdir(parents=True)
-    project = claude / "projects" / "-p"
-    project.mkdir(parents=True)
-    settings = WorkerSettings(
-        repair=True,
+    project, settings = worker_home(
+        tmp_path,
         quiet_period=3600,  # no repair unless a test asks
-        backup_dir=tmp_path / "state" / "backups",
-        claude_dir=claude,
-        roots=(claude / "projects",),
         archive_delay=3600,  # the batches wait until a test writes them
     )
     store = StateStore(tmp_path / "state" / "state.db")

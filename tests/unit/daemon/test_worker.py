@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS_DIR, corpus_lines, requires_corpus, transcript_bytes, transcript_line
+from conftest import (
+    CORPUS_DIR,
+    corpus_lines,
+    requires_corpus,
+    transcript_bytes,
+    transcript_line,
+    worker_home,
+)
 from helpers import damage
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.worker import Worker, WorkerSettings
@@ -38,17 +45,7 @@ class CountingFS(FileSystem):
 
 @pytest.fixture
 def setup(tmp_path: Path) -> tuple[Path, StateStore, WorkerSettings]:
-    claude = tmp_path / "claude"
-    (claude / "sessions").mkdir(parents=True)
-    project = claude / "projects" / "-p"
-    project.mkdir(parents=True)
-    settings = WorkerSettings(
-        repair=True,
-        quiet_period=0,
-        backup_dir=tmp_path / "state" / "backups",
-        claude_dir=claude,
-        roots=(claude / "projects",),
-    )
+    project, settings = worker_home(tmp_path)
     return project, StateStore(tmp_path / "state" / "state.db"), settings
 
 
