@@ -23,9 +23,9 @@ from pathlib import Path
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.reading import ArchiveReader
 from riffd.archive.wholefiles import WholeFiles
-from riffd.archive.writer import ArchiveGap, ArchiveMismatch, ArchiveWriter
+from riffd.archive.writer import ArchiveGap, ArchiveMismatch, ArchiveMovedOn, ArchiveWriter
 
-__all__ = ["Archive", "ArchiveGap", "ArchiveMismatch"]
+__all__ = ["Archive", "ArchiveGap", "ArchiveMismatch", "ArchiveMovedOn"]
 
 
 class Archive:

@@ -50,6 +50,19 @@ class ArchiveMismatch(ArchiveGap):
     generation."""
 
 
+class ArchiveMovedOn(Exception):
+    """Lines offered for the end of a file's generation that is no longer where the caller saw it
+    (`expect` of `add_lines`): another process archived the file further, or a new generation of it,
+    since. Nothing is stored; the caller knows where the lines belong."""
+
+    def __init__(self, path: str, expected: tuple[int, int], found: tuple[int, int]) -> None:
+        self.path, self.expected, self.found = path, expected, found
+        super().__init__(
+            f"{path}: the archive holds generation {found[0]} up to byte {found[1]}, not generation "
+            f"{expected[0]} up to byte {expected[1]}"
+        )
+
+
 class ArchiveWriter:
     """Adds lines to the archive through `connection`; `reader` reads back what it checks."""
 
@@ -77,6 +90,7 @@ class ArchiveWriter:
         last_terminated: bool = True,
         prepared: list[Parsed] | None = None,
         mtime_ns: int | None = None,
+        expect: tuple[int, int] | None = None,
     ) -> int:
         """Archive `lines` of `path` starting at byte `offset` (each without its newline; the last
         one has none in the file when `last_terminated` is False); lines below the file's archive
@@ -85,8 +99,9 @@ class ArchiveWriter:
         archived, so start a new generation from offset 0. `prepared`: what
         `riffd.archive.contents.parse` gave for each line (with every user prompt), when a reader
         process did that. `mtime_ns`: the file's modification time when it ended with these lines
-        (None: not known; restore then gives it the time of its last line). Return how many lines
-        were added."""
+        (None: not known; restore then gives it the time of its last line). `expect`: the file's
+        (generation, bytes archived) the lines follow; ArchiveMovedOn when the archive holds another
+        (nothing stored). Return how many lines were added."""
         return self._write(
             lambda: self._add(
                 path,
@@ -96,6 +111,7 @@ class ArchiveWriter:
                 last_terminated,
                 prepared=prepared,
                 mtime_ns=mtime_ns,
+                expect=expect,
             )
         )
 
@@ -142,6 +158,7 @@ class ArchiveWriter:
         older: bool = False,
         prepared: list[Parsed] | None = None,
         mtime_ns: int | None = None,
+        expect: tuple[int, int] | None = None,
     ) -> int:
         """Inside a write transaction: archive `lines` of `path` from byte `offset` (see
         `add_lines`; `older`: as a generation older than every one it has). Return the lines
@@ -157,6 +174,8 @@ class ArchiveWriter:
             file_id, generation, archived, count = new_id, 0, 0, 0
         else:
             file_id, generation, archived, count = row
+            if expect is not None and (generation, archived) != expect:
+                raise ArchiveMovedOn(path, expect, (generation, archived))
             if rewritten and offset == 0:
                 generation, archived, count = generation + 1, 0, 0
         latest = (generation, archived, count)

@@ -24,22 +24,24 @@ from pathlib import Path
 
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
-from riffd.archive.store import Archive, ArchiveGap, ArchiveMismatch
+from riffd.archive.store import Archive, ArchiveGap, ArchiveMismatch, ArchiveMovedOn
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 
-ARCHIVE_ERRORS = (sqlite3.Error, OSError, ArchiveGap, PackDamaged)
+ARCHIVE_ERRORS = (sqlite3.Error, OSError, ArchiveGap, ArchiveMovedOn, PackDamaged)
 MAX_BYTES = 1 << 20  # a batch is written once it holds this many bytes of lines
 
 
 @dataclass
 class Waiting:
-    """A file's lines waiting for the archive: consecutive whole lines from byte `offset` to `end`,
-    the file's modification time when they ended it (else None), waiting since `since`."""
+    """A file's lines waiting for the archive: consecutive whole lines from byte `offset` to `end`
+    that follow the end of the archive's `generation` of the file, the file's modification time when
+    they ended it (else None), waiting since `since`."""
 
     offset: int
     end: int
     since: float
+    generation: int
     lines: list[bytes] = field(default_factory=list)
     mtime_ns: int | None = None
     size: int = 0
@@ -54,13 +56,21 @@ def archive_lines(
     mtime_ns: int | None,
     *,
     rewritten: bool = False,
+    generation: int | None = None,
 ) -> None:
     """Archive `lines` of `name` from byte `offset` (`rewritten`: as a new generation from byte 0;
-    from the file itself when the archive lacks bytes before them); an error goes to `failed` (the
-    archive catches up later)."""
+    `generation`: the end of that generation, where the archive had it; from the file itself when
+    the archive lacks bytes before them); an error goes to `failed` (the archive catches up
+    later)."""
+    expect = None if generation is None else (generation, offset)
     try:
         try:
-            archive.add_lines(name, offset, lines, rewritten=rewritten, mtime_ns=mtime_ns)
+            archive.add_lines(
+                name, offset, lines, rewritten=rewritten, mtime_ns=mtime_ns, expect=expect
+            )
+        except ArchiveMovedOn:
+            assert generation is not None
+            _kept_apart(archive, name, offset, lines, generation)
         # bytes read before were not archived then, or the archive holds others there: from its
         # watermark
         except ArchiveGap as gap:
@@ -79,6 +89,34 @@ def archive_lines(
             )
     except ARCHIVE_ERRORS as exc:
         failed(archive, name, f"archive lines at byte {offset}", exc)
+
+
+def _kept_apart(
+    archive: Archive, name: str, offset: int, lines: list[bytes], generation: int
+) -> None:
+    """Lines that waited for the end of `generation` of `name` while another process archived the
+    file further or anew (`riffd archive ingest`): when that generation holds them there, nothing is
+    left to do; when it holds their start and is still the latest, the rest follows; else the file
+    as it was with them (that generation up to `offset`, then the lines) is kept as an older
+    generation, so no line read is lost."""
+    file_id = archive.file_id(name)
+    if file_id is None:  # (a new archive since: it takes the file whole)
+        ingest_file(archive, Path(name))
+        return
+    before = b"".join(archive.iter_file(file_id, generation=generation))
+    held, waited = before[offset:], b"".join(line + b"\n" for line in lines)
+    if held.startswith(waited):
+        return
+    if waited.startswith(held) and archive.cursor(name) == (generation, len(before)):
+        archive.add_lines(name, offset, lines, expect=(generation, len(before)))
+        return
+    archive.add_older_generation(name, before[:offset].split(b"\n")[:-1] + lines)
+    log.warning(
+        "%s: %d appended line(s) waited for the archive while another process archived the file "
+        "as rewritten since; the file as it was with them is kept as an older generation",
+        name,
+        len(lines),
+    )
 
 
 class ArchiveBatches:
@@ -112,7 +150,9 @@ class ArchiveBatches:
                 self.flush(name)
                 waiting = None
             if waiting is None:
-                waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic())
+                waiting = self._start(name, offset, lines, mtime_ns)
+                if waiting is None:
+                    return
             size = sum(map(len, lines)) + len(lines)
             waiting.lines.extend(lines)
             waiting.end += size
@@ -120,6 +160,24 @@ class ArchiveBatches:
             waiting.mtime_ns = mtime_ns
             if self.delay <= 0 or waiting.size >= MAX_BYTES:
                 self.flush(name)
+
+    def _start(
+        self, name: str, offset: int, lines: list[bytes], mtime_ns: int | None
+    ) -> Waiting | None:
+        """A new batch of `name` from byte `offset`, when the archive holds the file up to there;
+        else the lines are written at once (None), as they come."""
+        archive = self._archive()
+        if archive is None:
+            return None
+        try:
+            generation, archived = archive.cursor(name)
+        except ARCHIVE_ERRORS:
+            generation, archived = -1, -1
+        if archived != offset or self.delay <= 0:
+            archive_lines(archive, self._failed, name, offset, lines, mtime_ns)
+            return None
+        waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic(), generation)
+        return waiting
 
     def flush(self, name: str) -> None:
         """Write what waits for `name` now."""
@@ -129,7 +187,13 @@ class ArchiveBatches:
             if waiting is None or archive is None or not waiting.lines:
                 return
             archive_lines(
-                archive, self._failed, name, waiting.offset, waiting.lines, waiting.mtime_ns
+                archive,
+                self._failed,
+                name,
+                waiting.offset,
+                waiting.lines,
+                waiting.mtime_ns,
+                generation=waiting.generation,
             )
 
     @contextmanager

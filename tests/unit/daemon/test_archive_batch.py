@@ -173,3 +173,86 @@ def test_the_catch_up_writes_the_waiting_lines_before_it_reads_a_rewritten_file(
     worker.batches.flush_all()
     assert archived(archive, path, generation=0) == before
     assert archived(archive, path) == path.read_bytes() == kept
+
+
+def generations(archive: Archive, path: Path) -> list[bytes]:
+    file_id = archive.file_id(str(path))
+    return [
+        b"".join(archive.iter_file(file_id, generation=generation))
+        for generation in archive.generations(file_id)
+    ]
+
+
+def rewrite_without_last(path: Path, how: str) -> bytes:
+    """Claude Code drops the session's last line and writes on; return the new bytes."""
+    kept = b"".join(LINES[:5]) + LINES[6]
+    if how == "truncate":
+        os.truncate(path, len(b"".join(LINES[:5])))
+        with open(path, "ab") as handle:
+            handle.write(LINES[6])
+    else:
+        path.with_suffix(".tmp").write_bytes(kept)
+        os.replace(path.with_suffix(".tmp"), path)
+    return kept
+
+
+@pytest.mark.parametrize("how", ["truncate", "rename"])
+def test_a_rewrite_another_process_archives_while_lines_wait_loses_none_of_them(
+    box, how, tmp_path: Path
+) -> None:
+    """`riffd archive ingest` (another process, its own connection) archives the rewrite before the
+    daemon's worker writes what waited: the file as it was is kept as a generation of its own."""
+    from riffd.archive.ingest import ingest_file
+
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:6], worker)
+    before = path.read_bytes()
+    kept = rewrite_without_last(path, how)
+    other = Archive(tmp_path / "state" / "archive.db")
+    ingest_file(other, path)
+    other.close()
+    worker.process(path)
+    worker.batches.flush_all()
+    assert before in generations(archive, path)  # every line read, LINES[5] included
+    assert archived(archive, path) == kept
+
+
+def test_lines_another_process_archived_from_the_unchanged_file_are_kept_once(
+    box, tmp_path: Path
+) -> None:
+    """The other process archived the waiting lines and one more from the file: the batch is in the
+    archive already, nothing is added twice."""
+    from riffd.archive.ingest import ingest_file
+
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:4], worker)  # LINES[1:4] wait
+    with open(path, "ab") as handle:
+        handle.write(LINES[4])  # not read by the worker yet
+    other = Archive(tmp_path / "state" / "archive.db")
+    ingest_file(other, path)
+    other.close()
+    worker.batches.flush_all()
+    assert worker.process(path).kind == "appended"
+    grow(path, LINES[5:8], worker)
+    worker.batches.flush_all()
+    assert generations(archive, path) == [b"".join(LINES[:8])]
+    assert archive.stats()["lines"] == 8
+
+
+def test_a_batch_another_process_archived_in_part_is_finished_in_the_same_generation(
+    box, tmp_path: Path
+) -> None:
+    from riffd.archive.ingest import ingest_file
+
+    path, store, archive, settings = box
+    worker = Worker(store, settings, archive=archive)
+    grow(path, LINES[:3], worker)  # LINES[1:3] wait
+    other = Archive(tmp_path / "state" / "archive.db")
+    ingest_file(other, path)  # archives them
+    other.close()
+    grow(path, LINES[3:5], worker)  # they join the same batch, which the archive holds in part
+    worker.batches.flush_all()
+    assert generations(archive, path) == [b"".join(LINES[:5])]
+    assert archive.stats()["lines"] == 5
