@@ -26,7 +26,9 @@ Modes, and what counts as a loss in each:
    to its recorded sha256; the next `riffd fix` must leave no temp file and finish the repair.
 3. kill-run (500 rounds): `riffd run` on two damaged sessions with an appender, SIGKILL at a random
    moment in its first 2 s. Lost/torn as above, and both databases must pass `PRAGMA
-   integrity_check`.
+   integrity_check`; after the last round a daemon runs until its archive holds every file to its
+   end, and every line the sessions ever held (the synthetic result repairs removed too) must be in
+   some generation of the archive (unarchived).
 4. rename (200 rounds): a repair (in-process, through riffd's I/O seam with the swap held back 0-20
    ms) while another thread renames a new version over the transcript at a random moment. Lost: the
    file is not the new version afterwards (riffd's swap threw it away).
@@ -106,7 +108,7 @@ ROUNDS = {
 SUMMARY = {
     "appender": ("a writer appends while the daemon repairs", ()),
     "kill-fix": ("`riffd fix` killed (-9) at a random moment", ("bad_backups", "leftovers")),
-    "kill-run": ("the daemon killed (-9) mid-repair, restarted", ("bad_databases",)),
+    "kill-run": ("the daemon killed (-9) mid-repair, restarted", ("bad_databases", "unarchived")),
     "rename": ("a new version renamed over the transcript during the repair", ()),
     "delete": ("the transcript deleted during the repair", ("brought_back",)),
     "resume": (
@@ -429,7 +431,52 @@ def mode_kill_run(folder: Path, rounds: int, rng: random.Random) -> Tally:
         tally.appended += len(session.appended)
         tally.repairs += check_session(session, tally)
     verify_backups(folder / "state" / "backups", tally)
+    check_archived(folder, config, sessions, tally)
     return tally
+
+
+def check_archived(folder: Path, config: Path, sessions: list[Session], tally: Tally) -> None:
+    """Once more a daemon, until its archive holds every file to its end (the catch-up at its
+    start archives what the killed ones read but had not written yet), stopped; then every line the
+    sessions ever held (their original lines, the synthetic result a repair removed, every append)
+    must be in some generation of the archive."""
+    from riffd.archive.store import Archive
+
+    daemon = start_daemon(config, folder / "daemon.log")
+    database = folder / "state" / "archive.db"
+
+    def caught_up() -> bool:
+        if not database.exists():
+            return False
+        archive = Archive(database, read_only=True)
+        try:
+            return all(
+                archive.cursor(str(session.path))[1] == session.path.stat().st_size
+                for session in sessions
+            )
+        finally:
+            archive.close()
+
+    if not wait_for(caught_up, 120.0):
+        tally.note("the archive did not catch up within 120 s of the last start")
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=30)
+    archive = Archive(database, read_only=True)
+    try:
+        for session in sessions:
+            file_id = archive.file_id(str(session.path))
+            held: set[str] = set()
+            for generation in archive.generations(file_id) if file_id is not None else []:
+                for raw in archive.iter_file(file_id, generation=generation):
+                    uuid_of = json.loads(raw).get("uuid") if raw.strip() else None
+                    if isinstance(uuid_of, str):
+                        held.add(uuid_of)
+            for wanted in (*session.kept, session.synthetic, *session.appended):
+                if wanted not in held:
+                    tally.unarchived += 1
+                    tally.note(f"{session.path}: line {wanted} is in no generation of the archive")
+    finally:
+        archive.close()
 
 
 # --- 4 and 5. another writer in the replace window
@@ -739,6 +786,7 @@ def main() -> int:
             f"brought back "
             f"{tally.brought_back}  bad backups {tally.bad_backups}  bad databases {tally.bad_databases}  "
             f"leftovers {tally.leftovers}  missing {tally.missing}  not identical {tally.not_identical}  "
+            f"unarchived {tally.unarchived}  "
             f"(repairs {tally.repairs}, appended lines {tally.appended}, {tally.seconds:.0f} s)",
             flush=True,
         )

@@ -20,6 +20,7 @@ class Tally:
     leftovers: int = 0  # temp files a later run did not clean up
     missing: int = 0  # transcripts no longer on the filesystem
     not_identical: int = 0  # files that differ from a clean repair of the same lines
+    unarchived: int = 0  # lines a session held that are in no generation of the archive
     repairs: int = 0
     appended: int = 0
     seconds: float = 0.0
@@ -37,6 +38,7 @@ class Tally:
             + self.leftovers
             + self.missing
             + self.not_identical
+            + self.unarchived
         )
 
     def note(self, text: str) -> None:
