@@ -43,8 +43,9 @@ database).
    falls in the window) over one healthy session of that size. Once it has read the file (its
    INFO log line), a 3 s settle, then its idle CPU rate over `--outside-idle` (30) s; then
    `--outside-appends` (100) one-line appends, 0.5 s apart (each processed alone), and the CPU time
-   of the process (utime + stime of all its threads, `/proc/<pid>/stat`) over them, less the idle
-   rate over the same time, per appended line: archive, tracker, state store, detection, the
+   of the process over them (the run time of all its threads in ns, `/proc/<pid>/task/*/schedstat`;
+   the 10 ms ticks of `/proc/<pid>/stat` when a thread ended meanwhile), less the idle rate over
+   the same time, per appended line: archive, tracker, state store, detection, the
    watcher and logging included. A quiet append logs at DEBUG, so after SIGTERM the store's
    `lines.processed` must have grown by exactly the appends, or the run fails. The goal: at most
    2 ms a line at every size, and the largest file at most 1.5x the smallest.
@@ -464,6 +465,19 @@ class Daemon:
         fields = text[text.rindex(")") + 2 :].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def cpu_threads(self) -> tuple[float, frozenset[int]]:
+        """CPU time of the daemon's live threads in seconds, to the nanosecond (the sum of their
+        run times in /proc/<pid>/task/<tid>/schedstat), and their ids: a difference of two is
+        exact while no thread ended between them (the ticks of /proc/<pid>/stat are 10 ms)."""
+        total, tids = 0, set()
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # (a thread ending now: the caller sees its id gone)
+            tids.add(int(task.name))
+        return total / 1e9, frozenset(tids)
+
     def memory_mb(self) -> tuple[float, float]:
         """(VmRSS, VmHWM) of the daemon in MB (10^6 bytes)."""
         values = {}
@@ -832,12 +846,17 @@ def measure_outside_one(
         read_lines = sum(int(entry["lines"]) for _, entry in daemon.processed(str(path)))
         time.sleep(3.0)
         cpu_before, clock_before = daemon.cpu_seconds(), time.monotonic()
+        exact_before = daemon.cpu_threads()
         time.sleep(idle_window)
+        exact_after = daemon.cpu_threads()
         idle_rate = (daemon.cpu_seconds() - cpu_before) / (time.monotonic() - clock_before)
+        exact_idle = _exact(exact_before, exact_after, time.monotonic() - clock_before)
         cpu_before, clock_before = daemon.cpu_seconds(), time.monotonic()
+        exact_before = daemon.cpu_threads()
         for _ in range(appends):
             corpus.append(path)
             time.sleep(0.5)
+        exact_after = daemon.cpu_threads()
         cpu_after, clock_after = daemon.cpu_seconds(), time.monotonic()
         rss, peak = daemon.memory_mb()
         daemon.stop()
@@ -851,6 +870,11 @@ def measure_outside_one(
         )
     elapsed = clock_after - clock_before
     spent = cpu_after - cpu_before - idle_rate * elapsed
+    exact_spent = _exact(exact_before, exact_after, 1.0)
+    exact = exact_idle is not None and exact_spent is not None
+    if exact_idle is not None and exact_spent is not None:
+        spent = exact_spent - exact_idle * elapsed
+        idle_rate = exact_idle
     return {
         "file_bytes": size,
         "appends": appends,
@@ -859,10 +883,23 @@ def measure_outside_one(
         "window_s": round(elapsed, 1),
         "cpu_ms_total": round((cpu_after - cpu_before) * 1000, 1),
         "cpu_ms_per_line": round(spent * 1000 / appends, 2),
+        # from the threads' schedstat run times (ns), else from /proc/<pid>/stat ticks (a thread
+        # ended during a window: its time is in the ticks only)
+        "cpu_source": "schedstat" if exact else "ticks",
         "rss_mb": round(rss, 1),
         "peak_rss_mb": round(peak, 1),
         "clock_tick_ms": round(1000 / os.sysconf("SC_CLK_TCK"), 1),
     }
+
+
+def _exact(
+    before: tuple[float, frozenset[int]], after: tuple[float, frozenset[int]], seconds: float
+) -> float | None:
+    """CPU seconds per `seconds` between two `Daemon.cpu_threads` readings; None when a thread
+    ended between them (its time is lost to the sum)."""
+    if not before[1] <= after[1]:
+        return None
+    return (after[0] - before[0]) / seconds
 
 
 def measure_damaged(base: Path, corpus: Corpus, counts: list[int], appends: int) -> dict[str, Any]:
@@ -1063,7 +1100,8 @@ def rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
                 (
                     f"daemon CPU per appended line, from outside, {run['file_bytes'] / MB:,.0f} MB file",
                     f"{run['cpu_ms_per_line']:.2f} ms ({run['appends']} appends; idle "
-                    f"{run['idle_cpu_ms_per_s']:.2f} ms/s subtracted; RSS {run['rss_mb']:.0f} MB)",
+                    f"{run['idle_cpu_ms_per_s']:.2f} ms/s subtracted; RSS {run['rss_mb']:.0f} MB; "
+                    f"CPU from {run['cpu_source']})",
                 )
             )
         if outside["flatness"] is not None:
@@ -1158,12 +1196,15 @@ def notes(results: dict[str, dict[str, Any]]) -> list[str]:
         appends = outside["sizes"][0]["appends"]
         tick = outside["sizes"][0]["clock_tick_ms"]
         said.append(
-            "Daemon CPU per appended line: user + system time of all the daemon's threads from "
-            f"`/proc/<pid>/stat` ({tick:g} ms ticks: about {tick / appends:.2g} ms a line over "
-            f"{appends} appends), less its idle rate measured before the appends."
+            "Daemon CPU per appended line: the run time of all the daemon's threads, to the "
+            "nanosecond from `/proc/<pid>/task/*/schedstat` (schedstat), or where a thread ended "
+            f"during a window, user + system time from `/proc/<pid>/stat` (ticks, {tick:g} ms: "
+            f"about {tick / appends:.2g} ms a line over {appends} appends), less its idle rate "
+            "measured the same way before the appends."
         )
+    other = "Other CPU figures are" if "outside" in results else "CPU is"
     return [
-        " ".join([*said, "CPU is user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."])
+        " ".join([*said, f"{other} user + system time from `/proc/<pid>/stat`; MB is 10^6 bytes."])
     ]
 
 
