@@ -92,6 +92,7 @@ def test_a_plain_ingest_leaves_no_loose_pack(tmp_path: Path) -> None:
     assert loose == 0
 
 
+@pytest.mark.slow  # three packs and more of distinct text, compacted at level 17 (about 7 s)
 def test_compaction_stops_when_asked_and_never_replaces_a_pack_that_changed(tmp_path: Path) -> None:
     transcript = tmp_path / "projects" / "p" / "00000000-0000-4000-8000-000000000005.jsonl"
     original = write_session(transcript, 7000, seed=5)
@@ -145,6 +146,7 @@ def test_normalise_changes_only_what_the_definition_says():
     same()
 
 
+@pytest.mark.slow  # packs of distinct text, one compacted at level 17 (about 6 s)
 def test_a_snippet_read_from_part_of_a_pack_is_the_bytes_the_whole_pack_holds(
     tmp_path: Path,
 ) -> None:
@@ -217,6 +219,7 @@ def three_packs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "archive.db"
 
 
+@pytest.mark.slow  # the three packs' archive, compacted at level 17 (about 8 s)
 def test_frames_read_side_by_side_name_only_the_damaged_pack(
     tmp_path: Path, three_packs: Path
 ) -> None:
@@ -255,6 +258,7 @@ def test_frames_read_side_by_side_name_only_the_damaged_pack(
             assert piece == whole[pack][offset : offset + length]
 
 
+@pytest.mark.slow  # two packs and a 1.6 MB image line (about 4 s)
 def test_a_pack_that_starts_with_an_image_is_read_in_part_not_whole(tmp_path: Path) -> None:
     """A pack whose first bytes compress worse than the rest (a pasted image) is read and
     decompressed only as far as its pieces need, like any other (an earlier version estimated how
@@ -304,6 +308,7 @@ def test_a_pack_that_starts_with_an_image_is_read_in_part_not_whole(tmp_path: Pa
         archive.close()
 
 
+@pytest.mark.slow  # the three packs' archive (built once for the slow tests)
 def test_search_reads_frames_where_the_system_has_no_cpu_affinity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, three_packs: Path
 ) -> None:
