@@ -149,6 +149,19 @@ def test_no_delay_writes_each_append_at_once(box) -> None:
     assert len(worker.batches) == 0
 
 
+def rewrite_without_last(path: Path, how: str) -> bytes:
+    """Claude Code drops the session's last line and writes on; return the new bytes."""
+    kept = b"".join(LINES[:5]) + LINES[6]
+    if how == "truncate":
+        os.truncate(path, len(b"".join(LINES[:5])))
+        with open(path, "ab") as handle:
+            handle.write(LINES[6])
+    else:
+        path.with_suffix(".tmp").write_bytes(kept)
+        os.replace(path.with_suffix(".tmp"), path)
+    return kept
+
+
 @pytest.mark.parametrize("how", ["truncate", "rename"])
 def test_the_catch_up_writes_the_waiting_lines_before_it_reads_a_rewritten_file(box, how) -> None:
     """The file is rewritten without its last line while that line waits; the daemon's catch-up
@@ -160,14 +173,7 @@ def test_the_catch_up_writes_the_waiting_lines_before_it_reads_a_rewritten_file(
     worker = Worker(store, settings, archive=archive)
     grow(path, LINES[:6], worker)
     before = path.read_bytes()
-    kept = b"".join(LINES[:5]) + LINES[6]  # Claude Code drops its last line and writes on
-    if how == "truncate":
-        os.truncate(path, len(b"".join(LINES[:5])))
-        with open(path, "ab") as handle:
-            handle.write(LINES[6])
-    else:
-        path.with_suffix(".tmp").write_bytes(kept)
-        os.replace(path.with_suffix(".tmp"), path)
+    kept = rewrite_without_last(path, how)
     catch_up_archive(archive, store, batches=worker.batches)
     worker.process(path)
     worker.batches.flush_all()
@@ -181,19 +187,6 @@ def generations(archive: Archive, path: Path) -> list[bytes]:
         b"".join(archive.iter_file(file_id, generation=generation))
         for generation in archive.generations(file_id)
     ]
-
-
-def rewrite_without_last(path: Path, how: str) -> bytes:
-    """Claude Code drops the session's last line and writes on; return the new bytes."""
-    kept = b"".join(LINES[:5]) + LINES[6]
-    if how == "truncate":
-        os.truncate(path, len(b"".join(LINES[:5])))
-        with open(path, "ab") as handle:
-            handle.write(LINES[6])
-    else:
-        path.with_suffix(".tmp").write_bytes(kept)
-        os.replace(path.with_suffix(".tmp"), path)
-    return kept
 
 
 @pytest.mark.parametrize("how", ["truncate", "rename"])
