@@ -1,6 +1,6 @@
 """A real `riffd run` holds appended lines for the archive a few seconds (archive.write_delay), and
 never loses them: a stop writes them, and after a kill -9 the next start archives them from the
-file. The delay is an hour here, so the lines surely wait when the daemon stops."""
+file. The delay is its longest here (60 s), so the lines surely wait when the daemon stops."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def archived(sandbox: Sandbox, path) -> bytes:
 
 def started_with_waiting_lines(sandbox: Sandbox):
     """A daemon that read a session and holds its last appends for the archive."""
-    sandbox.write_config(archive__write_delay=3600.0, repair__mode="report-only")
+    sandbox.write_config(archive__write_delay=60.0, repair__mode="report-only")
     path = sandbox.project / "5e55104e-0000-4000-8000-00000000c0de.jsonl"
     daemon = sandbox.start()
     store = sandbox.open_store()

@@ -39,6 +39,7 @@ def _meta(
     *,
     gt: float | None = None,
     ge: float | None = None,
+    le: float | None = None,
     choices: frozenset[Any] | None = None,
     derive: Derive | None = None,
     command: bool = False,
@@ -51,6 +52,7 @@ def _meta(
         "doc": doc,
         "gt": gt,
         "ge": ge,
+        "le": le,
         "choices": choices,
         "derive": derive,
         "command": command,
@@ -228,8 +230,9 @@ class ArchiveConfig:
             "Seconds the lines appended to a session wait before they go to the archive, together with the "
             "appends that follow (a write per append was the largest part of the daemon's CPU per line). "
             "Lines still waiting when the daemon is killed are archived from the file at its next start, "
-            "if the file still holds them. 0 = each append at once.",
+            "if the file still holds them. 0 = each append at once; at most 60.",
             ge=0,
+            le=60,
         ),
     )
 

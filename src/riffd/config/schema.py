@@ -77,7 +77,7 @@ def expected_form(key: Key) -> str:
 def _form(hint: Any, meta: Mapping[str, Any], *, derived: bool = False) -> str:
     bounds = " and ".join(
         f"{op} {format_number(meta[name])}"
-        for name, op in (("gt", ">"), ("ge", ">="))
+        for name, op in (("gt", ">"), ("ge", ">="), ("le", "<="))
         if meta.get(name) is not None
     )
     bounds = f" {bounds}" if bounds else ""
@@ -165,8 +165,10 @@ def check_value(value: object, hint: Any, meta: Mapping[str, Any], base: Path) -
         number: int | float = value if hint is int else float(value)
         if not math.isfinite(number):
             raise InvalidValue(f"out of range: {number}")
-        if (meta.get("gt") is not None and not number > meta["gt"]) or (
-            meta.get("ge") is not None and not number >= meta["ge"]
+        if (
+            (meta.get("gt") is not None and not number > meta["gt"])
+            or (meta.get("ge") is not None and not number >= meta["ge"])
+            or (meta.get("le") is not None and not number <= meta["le"])
         ):
             raise InvalidValue(f"out of range: {format_number(number)}")
         return number

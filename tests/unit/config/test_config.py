@@ -214,6 +214,9 @@ max_wait = 1.0
 
 [log]
 level = "loud"
+
+[archive]
+write_delay = 3600
 """,
     )
     with pytest.raises(ConfigError) as caught:
@@ -234,6 +237,7 @@ level = "loud"
         "backups.max_age_days: out of range: inf; expected a number > 0",
         "retry.max_wait: out of range: 1 is less than retry.first_wait (4); expected a number >= retry.first_wait",
         'log.level: bad value: string "loud"; expected one of "debug", "info", "warning", "error"',
+        "archive.write_delay: out of range: 3600; expected a number >= 0 and <= 60",
     ]
     assert len(errors) == len(expected_fragments), "\n".join(errors)
     for fragment in expected_fragments:
