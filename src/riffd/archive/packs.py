@@ -24,6 +24,7 @@ import logging
 import sqlite3
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -349,37 +350,13 @@ class PackStore:
             return bytes(held)
         data = self.cache.get(pack_id)
         if data is None:
-            # One statement, so one snapshot: the frame and the segments read apart could straddle
-            # another process settling the open pack (its frame read empty, then its segments gone),
-            # and give a pack of no bytes
-            rows = self.db.execute(
-                "SELECT packs.data, packs.raw_size, segments.data FROM packs LEFT JOIN segments ON "
-                "segments.pack = packs.id WHERE packs.id = ? ORDER BY segments.number",
-                (pack_id,),
-            ).fetchall()
-            if not rows:
+            parts, raw_size = self._stored(pack_id)
+            if raw_size is None:
                 raise sqlite3.DatabaseError(f"pack {pack_id} is not in the archive")
             # (the open pack, still in segments, is kept too: `store_open` drops the copy whenever
             # it grows)
-            try:
-                data = (
-                    unpack(rows[0][0])
-                    if rows[0][0]
-                    else b"".join(unpack(part) for _frame, _size, part in rows if part)
-                )
-            except zstandard.ZstdError as exc:
-                self.damaged.add(pack_id)
-                raise PackDamaged(
-                    (pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})"
-                ) from exc
-            if len(data) != rows[0][1]:
-                # A segment gone (the rest would be read at other places) or a frame of other bytes
-                self.damaged.add(pack_id)
-                raise PackDamaged(
-                    (pack_id,),
-                    f"pack {pack_id} of the archive holds {len(data)} bytes where it should hold "
-                    f"{rows[0][1]}",
-                )
+            data = b"".join(parts)
+            self._sized(pack_id, len(data), raw_size)
             self.cache[pack_id] = data
             while len(self.cache) > PACK_CACHE:
                 self.cache.popitem(last=False)
@@ -390,31 +367,44 @@ class PackStore:
     def readable(self, pack_id: int) -> None:
         """Read and decompress a pack (its checksum checked), not kept: raise PackDamaged when it
         cannot be."""
+        parts, raw_size = self._stored(pack_id)
+        size = sum(map(len, parts))
+        if raw_size is not None:
+            self._sized(pack_id, size, raw_size)
+
+    def _stored(self, pack_id: int) -> tuple[Iterator[bytes], int | None]:
+        """A stored pack's parts, decompressed as they are taken (its frame, or its segments in
+        order; PackDamaged for one that cannot be), and the bytes it should hold (None: no such
+        pack). One statement, so one snapshot: the frame and the segments read apart could
+        straddle another process settling the open pack (its frame read empty, then its segments
+        gone), and give a pack of no bytes."""
         rows = self.db.execute(
             "SELECT packs.data, packs.raw_size, segments.data FROM packs LEFT JOIN segments ON "
             "segments.pack = packs.id WHERE packs.id = ? ORDER BY segments.number",
             (pack_id,),
         ).fetchall()
+        frames = (
+            [rows[0][0]] if rows and rows[0][0] else [part for _frame, _size, part in rows if part]
+        )
+        return (self._unpacked(pack_id, frame) for frame in frames), rows[0][1] if rows else None
+
+    def _unpacked(self, pack_id: int, frame: bytes) -> bytes:
         try:
-            size = sum(
-                len(unpack(frame))
-                for frame in (
-                    [rows[0][0]]
-                    if rows and rows[0][0]
-                    else [part for _frame, _size, part in rows if part]
-                )
-            )
+            return unpack(frame)
         except zstandard.ZstdError as exc:
             self.damaged.add(pack_id)
             raise PackDamaged(
                 (pack_id,), f"pack {pack_id} of the archive cannot be read ({exc})"
             ) from exc
-        if rows and size != rows[0][1]:
+
+    def _sized(self, pack_id: int, size: int, raw_size: int) -> None:
+        """Raise PackDamaged when a pack's bytes do not add up to its size: a segment gone (the rest
+        would be read at other places) or a frame of other bytes."""
+        if size != raw_size:
             self.damaged.add(pack_id)
             raise PackDamaged(
                 (pack_id,),
-                f"pack {pack_id} of the archive holds {size} bytes where it should hold "
-                f"{rows[0][1]}",
+                f"pack {pack_id} of the archive holds {size} bytes where it should hold {raw_size}",
             )
 
     def read(self, pack: int, offset: int, length: int) -> bytes:

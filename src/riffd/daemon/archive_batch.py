@@ -44,7 +44,6 @@ class Waiting:
     generation: int
     lines: list[bytes] = field(default_factory=list)
     mtime_ns: int | None = None
-    size: int = 0
 
 
 def archive_lines(
@@ -153,12 +152,10 @@ class ArchiveBatches:
                 waiting = self._start(name, offset, lines, mtime_ns)
                 if waiting is None:
                     return
-            size = sum(map(len, lines)) + len(lines)
             waiting.lines.extend(lines)
-            waiting.end += size
-            waiting.size += size
+            waiting.end += sum(map(len, lines)) + len(lines)
             waiting.mtime_ns = mtime_ns
-            if self.delay <= 0 or waiting.size >= MAX_BYTES:
+            if self.delay <= 0 or waiting.end - waiting.offset >= MAX_BYTES:
                 self.flush(name)
 
     def _start(

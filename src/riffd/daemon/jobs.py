@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.ingest import ingest_file
-from riffd.archive.packs import PackDamaged
-from riffd.archive.store import Archive, ArchiveGap
+from riffd.archive.store import Archive
 from riffd.claude_code.session_files import config_folders
 from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
 from riffd.config import Config
-from riffd.daemon.archive_batch import ArchiveBatches
+from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches
 from riffd.daemon.watcher import TranscriptFilter
 from riffd.daemon.worker import Outcome, WorkerSettings
 from riffd.fsio import REAL_FS, RetryingFS
@@ -102,7 +101,7 @@ def catch_up_archive(
                 if archive.cursor(path)[1] != offset and Path(path).is_file():
                     added = ingest_file(archive, Path(path))
                     log.info("%s: archived %d line(s) the archive had missed", path, added)
-            except (OSError, sqlite3.Error, ArchiveGap, PackDamaged) as exc:
+            except ARCHIVE_ERRORS as exc:
                 log.warning(
                     "%s: could not catch the archive up: %s; the next rescan tries again", path, exc
                 )

@@ -11,9 +11,10 @@ and returns a `RepairPlan`. Rules (see the README):
   plan that says why: nothing in it is edited, a torn last line included;
 - a torn last line (unterminated, not JSON: a write cut off) is cut off; the callers keep it in the
   backup and the archive first (Claude Code cannot resume past it);
-- a record glued after a torn one is split off (unless that closes a parent loop), a parent lost where the loaded conversation stops
-  is re-pointed by a clear guess, and the optional classes are repaired (riffd.repair.line_damage);
-  a plan that changes the tree so leaves the pairing to the next scan;
+- a record glued after a torn one is split off (unless that closes a parent loop), a parent lost
+  where the loaded conversation stops is re-pointed by a clear guess, and the optional classes are
+  repaired (riffd.repair.line_damage); a plan that changes the tree so leaves the pairing to the
+  next scan;
 - server tool blocks not paired inside their API message are removed like orphan results;
 - cycles, and lines that do not parse but hold a lost record, are never edited; while any of them
   (or a dangling parent not re-pointed, or two different lines sharing a uuid) makes the tree
