@@ -23,7 +23,8 @@ The resumed copies get no files of their own (their history is a copy).
 
 Measured: (1) the store rate: `WholeFiles.keep` of every file into a fresh archive, in this process,
 best of 3 (MB of files per second, each file hashed once and, when new, read again while
-compressed), of the corpus's files and of `--outputs-mb` (100) MB of distinct large saved outputs
+compressed at level 1), then, once, `WholeFiles.compact` as the daemon runs it when quiet (level 17),
+of the corpus's files and of `--outputs-mb` (100) MB of distinct large saved outputs
 (build and test logs, 2 MB each); (2) the storage: `riffd archive ingest` of the whole corpus (lines
 and files, then compacted as the command does) against `gzip -6` of every file (the sum of `gzip -6
 -c FILE` sizes; the real gzip binary), for the transcripts and the files apart too. MB = 10^6 bytes.
@@ -198,6 +199,12 @@ def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> 
         started = time.perf_counter()
         stored = sum(archive.whole.keep(item).stored_bytes for item in found if item is not None)
         times.append(time.perf_counter() - started)
+        if attempt == repeat - 1:
+            # what the daemon does once quiet: the frames compressed again at the settled level
+            started = time.perf_counter()
+            archive.whole.compact()
+            compact_seconds = time.perf_counter() - started
+            compacted = archive.whole.stats()["stored_bytes"]
         archive.close()
         shutil.rmtree(folder)
     distinct = sum(len(data) for data in {path.read_bytes() for path in whole})
@@ -208,6 +215,8 @@ def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> 
         "stored_bytes": stored,
         "seconds": round(min(times), 3),
         "mb_per_s": round(size / MB / min(times), 1),
+        "compact_seconds": round(compact_seconds, 2),
+        "compacted_bytes": compacted,
     }
 
 
@@ -306,18 +315,29 @@ def measure(real: Path, resumed: int, seed: int, outputs_mb: float, work: Path) 
     return result
 
 
+STORE_GOAL = 100.0  # MB/s (issue 31)
+
+
+def _goal(rate: float) -> str:
+    return f"goal >= {STORE_GOAL:.0f} MB/s: {'met' if rate >= STORE_GOAL else 'missed'}"
+
+
 def render(result: dict[str, Any]) -> str:
     """The human lines."""
     store, row, large = result["store"], result["storage"], result["store_large"]
     return "\n".join(
         [
             f"whole files, store: {large['files']} distinct saved outputs of 2 MB, {large['bytes'] / MB:.0f} MB in "
-            f"{large['seconds']:.2f} s: {large['mb_per_s']:.1f} MB/s, {large['stored_bytes'] / MB:.1f} MB stored "
+            f"{large['seconds']:.2f} s: {large['mb_per_s']:.1f} MB/s ({_goal(large['mb_per_s'])}), "
+            f"{large['stored_bytes'] / MB:.1f} MB stored "
             f"({large['stored_bytes'] / large['bytes']:.1%}; gzip -6 {large['gzip6_bytes'] / MB:.1f} MB, "
-            f"{large['gzip6_bytes'] / large['bytes']:.1%}; best of 3, in this process)",
+            f"{large['gzip6_bytes'] / large['bytes']:.1%}; best of 3, in this process); compacted once quiet "
+            f"in {large['compact_seconds']:.1f} s to {large['compacted_bytes'] / MB:.1f} MB",
             f"whole sessions, store: {store['files']} files, {store['bytes'] / MB:.1f} MB "
-            f"({store['distinct_bytes'] / MB:.1f} MB distinct) in {store['seconds']:.2f} s: {store['mb_per_s']:.1f} MB/s, "
-            f"{store['stored_bytes'] / MB:.2f} MB stored (best of 3, in this process)",
+            f"({store['distinct_bytes'] / MB:.1f} MB distinct) in {store['seconds']:.2f} s: {store['mb_per_s']:.1f} MB/s "
+            f"({_goal(store['mb_per_s'])}), "
+            f"{store['stored_bytes'] / MB:.2f} MB stored (best of 3, in this process); compacted in "
+            f"{store['compact_seconds']:.1f} s to {store['compacted_bytes'] / MB:.2f} MB",
             f"whole sessions, storage: {row['transcripts']} transcripts {row['transcript_bytes'] / MB:.1f} MB + "
             f"{row['files']} files {row['file_bytes'] / MB:.1f} MB = {row['raw_bytes'] / MB:.1f} MB; archive "
             f"{row['archive_bytes'] / MB:.2f} MB ({row['archive_bytes'] / row['raw_bytes']:.1%}; blobs "
@@ -351,12 +371,15 @@ def markdown(result: dict[str, Any]) -> str:
             (
                 f"store rate, {large['bytes'] / MB:.0f} MB of distinct 2 MB saved outputs (build and "
                 "test logs), `WholeFiles.keep` in-process, best of 3",
-                f"**{large['mb_per_s']:.1f} MB/s**; {large['stored_bytes'] / MB:.1f} MB stored against "
-                f"gzip -6 {large['gzip6_bytes'] / MB:.1f} MB",
+                f"**{large['mb_per_s']:.1f} MB/s** ({_goal(large['mb_per_s'])}); {large['stored_bytes'] / MB:.1f} MB stored against "
+                f"gzip -6 {large['gzip6_bytes'] / MB:.1f} MB; compacted once quiet (level 17) in "
+                f"{large['compact_seconds']:.1f} s to {large['compacted_bytes'] / MB:.1f} MB",
             ),
             (
                 f"store rate, the {store['files']} small files of the sessions",
-                f"{store['mb_per_s']:.1f} MB/s (a transaction each)",
+                f"**{store['mb_per_s']:.1f} MB/s** ({_goal(store['mb_per_s'])}; a transaction each); "
+                f"{store['stored_bytes'] / MB:.2f} MB stored, compacted in "
+                f"{store['compact_seconds']:.1f} s to {store['compacted_bytes'] / MB:.2f} MB",
             ),
         ],
     )

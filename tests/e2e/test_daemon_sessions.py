@@ -160,6 +160,39 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     daemon.stop()
 
 
+def test_the_daemon_compresses_the_files_it_kept_whole_again_once_quiet(box: Sandbox) -> None:
+    """A saved output is stored fast when the daemon takes it; once lines stop coming for
+    `archive.settle_after`, the daemon compresses it again at the settled level (its log says so),
+    the file still reads back byte for byte, and `riffd archive compact` finds nothing left."""
+    box.write_config(watcher__file_settle=1.0, archive__settle_after=1.0)
+    daemon = box.start()
+    tree = Tree(box.claude, SESSION, box.project)
+    output = tree.folder / "tool-results" / "0utput4ll.txt"
+    data = "".join(f"{number:06d} PASSED in {number % 97 / 31:.3f}s\n" for number in range(60_000))
+    _write(output, data.encode())
+    append_like_claude(tree.main, [line(SESSION, 0, persisted(output))])
+    tree.transcripts.append(tree.main)
+    tree.whole.append(output)
+    daemon.wait_until(lambda: _archived_as_on_disk(box, tree), "the session archived")
+    daemon.wait_until(
+        lambda: "1 file(s) kept whole compressed at the settled level, 0 left" in daemon.stderr(),
+        "the saved output compressed again once quiet",
+    )
+    daemon.stop()
+    with sqlite3.connect(box.state / "archive.db") as db:
+        stored, frames = db.execute(
+            "SELECT stored, (SELECT SUM(LENGTH(data)) FROM blob_chunks WHERE blob = blobs.id) "
+            "FROM blobs"
+        ).fetchone()
+    assert stored == frames < len(data) // 10
+    archive = Archive(box.state / "archive.db", read_only=True)
+    (version,) = archive.whole.session_versions(SESSION)
+    assert b"".join(archive.whole.content(version)) == data.encode()
+    archive.close()
+    compact = box.riffd("archive", "compact")
+    assert compact.returncode == 0 and "kept whole" not in compact.stderr, compact.stderr
+
+
 def _many_outputs(claude: Path, count: int, size: int) -> list[SessionFile]:
     """`count` saved outputs of `size` bytes each, every one its own bytes (no two the same blob),
     modified an hour ago; return them as the archive sees them."""

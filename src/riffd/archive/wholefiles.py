@@ -89,6 +89,8 @@ class WholeFiles:
     def __init__(self, connection: ArchiveConnection) -> None:
         self._connection = connection
         self._blobs = BlobStore(connection)
+        # the blobs written fast compressed again at the settled level (riffd.archive.blobs)
+        self.compact = self._blobs.compact
 
     @property
     def present(self) -> bool:

@@ -112,12 +112,12 @@ def linked_folder(found: SessionFile) -> Path | None:
     """The first folder between where `found` is kept from and the file that is a symlink riffd does
     not follow (see the module: below a root, any but the root and the project folder; below a
     config folder, any), or None."""
-    current, parts = found.base, Path(found.relative).parts[:-1]
+    current, parts = os.fspath(found.base), Path(found.relative).parts[:-1]
     followed = 2 if found.kind in IN_SESSION_FOLDER else 0
     for depth, part in enumerate(parts):
-        current = current / part
+        current = os.path.join(current, part)  # (strings: a Path per part cost a keep 5%)
         if depth >= followed and os.path.islink(current):
-            return current
+            return Path(current)
     return None
 
 

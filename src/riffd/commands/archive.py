@@ -53,8 +53,9 @@ def register(commands: Any) -> None:
     ingest.add_argument(
         "--no-compact",
         action="store_true",
-        help="leave the packs filled during the ingest compressed fast (about 12%% bigger); "
-        "`riffd archive compact` or the daemon, once quiet, compresses them at the settled level",
+        help="leave the packs filled and the files kept whole during the ingest compressed fast "
+        "(about 12%% bigger); `riffd archive compact` or the daemon, once quiet, compresses them at "
+        "the settled level",
     )
     ingest.add_argument(
         "paths",
@@ -130,8 +131,10 @@ def register(commands: Any) -> None:
     search.set_defaults(run=run_search)
     compact = actions.add_parser(
         "compact",
-        help="compress the packs archived fast at the settled level (the daemon does it when quiet)",
-        description="Compress the packs archived fast at the settled level (the daemon does it when quiet), then "
+        help="compress the packs and files archived fast at the settled level (the daemon does it "
+        "when quiet)",
+        description="Compress the packs and the files kept whole that were archived fast at the settled "
+        "level (the daemon does it when quiet), then "
         "move an archive made by riffd 0.2 or earlier to 4 KiB pages (searches read them about a third faster) "
         "when nothing else has it open: with the daemon running it says so and leaves the pages; stop the "
         "daemon and run it again. Exit 0 when done, 2 when the config or the archive cannot be read.",
@@ -278,7 +281,7 @@ def run_ingest(args: argparse.Namespace) -> int:
 
 
 def run_compact(args: argparse.Namespace) -> int:
-    """`riffd archive compact`: compress the packs archived fast at the settled level; exit 0 (2: no
+    """`riffd archive compact`: compress the packs and files archived fast at the settled level; exit 0 (2: no
     archive)."""
     from riffd.commands.archive_ingest import run_compact as compact
 

@@ -215,7 +215,7 @@ def named_link(link: Path) -> None:
 
 
 def run_compact(args: argparse.Namespace, archive: Any) -> int:
-    """`riffd archive compact`: compress the packs archived fast at the settled level, and move an
+    """`riffd archive compact`: compress the packs and files archived fast at the settled level, and move an
     archive of riffd 0.2 or earlier to 4 KiB pages when nothing else has it open; exit 0."""
     compact(archive)
     archive.settle(optimize=False)
@@ -239,25 +239,28 @@ def run_compact(args: argparse.Namespace, archive: Any) -> int:
 
 
 def compact(archive: Any) -> None:
-    """Compact an open `riffd.archive.store.Archive`, with a progress line on a terminal."""
-    started = time.monotonic()
+    """Compact an open `riffd.archive.store.Archive` (its packs, then the blobs of the files kept
+    whole), with a progress line on a terminal."""
+    for what, run in (("pack(s)", archive.compact), ("file(s) kept whole", archive.whole.compact)):
+        started = time.monotonic()
 
-    def progress(done: int, total: int) -> None:
-        if sys.stderr.isatty():
+        def progress(done: int, total: int, what: str = what) -> None:
+            if sys.stderr.isatty():
+                print(
+                    f"\rriffd: compressing {what} at the settled level: {done}/{total} ",
+                    end="",
+                    file=sys.stderr,
+                )
+
+        done, _left = run(progress=progress)
+        if sys.stderr.isatty() and done:
+            print(file=sys.stderr)
+        if done:
             print(
-                f"\rriffd: compressing packs at the settled level: {done}/{total} ",
-                end="",
+                f"riffd: compressed {done} {what} at the settled level "
+                f"in {time.monotonic() - started:.1f} s",
                 file=sys.stderr,
             )
-
-    done, _left = archive.compact(progress=progress)
-    if sys.stderr.isatty() and done:
-        print(file=sys.stderr)
-    if done:
-        print(
-            f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
-            file=sys.stderr,
-        )
 
 
 def files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:

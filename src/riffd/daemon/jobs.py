@@ -116,12 +116,17 @@ CLEANUP_WARNING_DAYS = 7.0
 
 
 def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
-    """The archive after lines stopped coming: the packs filled meanwhile compressed at the settled
-    level (while `keep_going()`), then the open pack (the search index is left to FTS5's own
-    merging: optimising it would rewrite it whole)."""
+    """The archive after lines stopped coming: the packs filled meanwhile, then the files kept whole
+    meanwhile, compressed at the settled level (while `keep_going()`), then the open pack (the
+    search index is left to FTS5's own merging: optimising it would rewrite it whole)."""
     done, left = archive.compact(keep_going)
     if done:
         log.info("archive: %d pack(s) compressed at the settled level, %d left", done, left)
+    done, left = archive.whole.compact(keep_going)
+    if done:
+        log.info(
+            "archive: %d file(s) kept whole compressed at the settled level, %d left", done, left
+        )
     if archive.settle(optimize=False):
         log.info("archive settled")
 

@@ -1,0 +1,292 @@
+"""The files kept whole are stored fast, then compressed again at the settled level once the
+archive is quiet: the same bytes read back, never a frame replaced that changed meanwhile, a
+damaged frame left as it is, a kill -9 at any instant harmless. Real files, a real SQLite archive,
+real `riffd` and Python processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from helpers.run import riffd_env
+from helpers.sessiontree import build_session
+from riffd.archive.blobs import FAST_LEVEL, BlobStore
+from riffd.archive.packs import SETTLED_LEVEL, PackDamaged
+from riffd.archive.store import Archive
+from riffd.claude_code.session_files import SessionFile, all_session_files, classify
+
+
+def _found(claude: Path, path: Path) -> SessionFile:
+    found = classify(path, [claude / "projects"], [claude])
+    assert found is not None, path
+    return found
+
+
+def _frames(archive_path: Path) -> dict[tuple[int, int], bytes]:
+    with sqlite3.connect(archive_path) as db:
+        return {
+            (blob, number): bytes(data)
+            for blob, number, data in db.execute("SELECT blob, number, data FROM blob_chunks")
+        }
+
+
+def _stored_matches_frames(archive_path: Path) -> None:
+    with sqlite3.connect(archive_path) as db:
+        wrong = db.execute(
+            "SELECT id, stored, (SELECT SUM(LENGTH(data)) FROM blob_chunks WHERE blob = id) "
+            "FROM blobs WHERE stored != (SELECT SUM(LENGTH(data)) FROM blob_chunks WHERE blob = id)"
+        ).fetchall()
+    assert not wrong, (
+        f"blobs whose stored bytes are not their frames' (id, stored, frames): {wrong}"
+    )
+
+
+def _pages(archive_path: Path) -> tuple[int, int]:
+    """The archive file's pages, and how many of them are free."""
+    with sqlite3.connect(archive_path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return (
+            db.execute("PRAGMA page_count").fetchone()[0],
+            db.execute("PRAGMA freelist_count").fetchone()[0],
+        )
+
+
+def _log_lines(count: int, seed: int) -> bytes:
+    """`count` lines of a build log: text that compresses as real logs do, not repeats."""
+    rng = random.Random(seed)
+    return b"".join(
+        b"tests/test_%05d.py::test_case_%d %s in %.3fs [%010x]\n"
+        % (
+            rng.randrange(3000),
+            rng.randrange(90),
+            rng.choice([b"PASSED", b"PASSED", b"FAILED", b"SKIPPED"]),
+            rng.random() * 3,
+            rng.getrandbits(40),
+        )
+        for _ in range(count)
+    )
+
+
+def test_files_stored_fast_are_compressed_again_once_and_read_back_the_same(
+    tmp_path: Path,
+) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    log = tree.folder / "tool-results" / "l0g0utput.txt"
+    log.write_bytes(_log_lines(40_000, seed=1))  # 2.3 MB: three frames
+    os.utime(log, ns=(1, time.time_ns() - 10**10))
+    archive = Archive(tmp_path / "archive.db")
+    for found in all_session_files([claude / "projects"], [claude]):
+        archive.whole.keep(found)
+    fast = _frames(tmp_path / "archive.db")
+    assert len(fast) > 3
+    fast_stored = archive.whole.stats()["stored_bytes"]
+    # written at the fast level: each frame is what level 3 makes of its bytes
+    decompress = zstandard.ZstdDecompressor().decompress
+    level = zstandard.ZstdCompressor(level=FAST_LEVEL, write_checksum=True)
+    assert all(level.compress(decompress(frame)) == frame for frame in fast.values())
+    blobs = archive.whole.stats()["blobs"]
+    pages, _free = _pages(tmp_path / "archive.db")
+    assert archive.whole.compact() == (blobs, 0)
+    # the pages the frames left are given back to the file system
+    after, free = _pages(tmp_path / "archive.db")
+    assert free == 0 and after < pages * 0.9, (pages, after, free)
+    tight = _frames(tmp_path / "archive.db")
+    assert tight.keys() == fast.keys()
+    assert {key: decompress(frame) for key, frame in tight.items()} == {
+        key: decompress(frame) for key, frame in fast.items()
+    }
+    # each frame smaller, or left as it was when level 17 gains nothing
+    assert all(len(tight[key]) <= len(fast[key]) for key in fast)
+    assert archive.whole.stats()["stored_bytes"] < fast_stored * 0.95
+    _stored_matches_frames(tmp_path / "archive.db")
+    for version in archive.whole.session_versions(tree.session_id):
+        assert b"".join(archive.whole.content(version)) == version.path.read_bytes()
+    # once only: nothing is left to do, and a file kept later is the next to compact
+    assert archive.whole.compact() == (0, 0)
+    later = tree.folder / "tool-results" / "l4t3r0utp.txt"
+    later.write_bytes(_log_lines(2_000, seed=2))
+    os.utime(later, ns=(1, time.time_ns() - 10**10))
+    assert archive.whole.keep(_found(claude, later)).outcome == "stored"
+    assert archive.whole.compact() == (1, 0)
+    assert _frames(tmp_path / "archive.db").items() >= tight.items()
+    archive.close()
+
+
+def test_a_compaction_stopped_between_frames_goes_on_next_time(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    log = tree.folder / "tool-results" / "l0g0utput.txt"
+    data = _log_lines(60_000, seed=3)  # three frames and a half
+    log.write_bytes(data)
+    os.utime(log, ns=(1, time.time_ns() - 10**10))
+    archive = Archive(tmp_path / "archive.db")
+    found = _found(claude, log)
+    archive.whole.keep(found)
+    answers = iter([True, True, True, False])  # the blob, its first frame, its second: stop
+    assert archive.whole.compact(lambda: next(answers, False)) == (0, 1)
+    frames = _frames(tmp_path / "archive.db")
+    level = zstandard.ZstdCompressor(level=SETTLED_LEVEL, write_checksum=True)
+    decompress = zstandard.ZstdDecompressor().decompress
+    settled = [level.compress(decompress(frames[key])) == frames[key] for key in sorted(frames)]
+    assert settled[:1] == [True] and not any(settled[2:]), settled
+    _stored_matches_frames(tmp_path / "archive.db")
+    (version,) = archive.whole.session_versions(tree.session_id)
+    assert b"".join(archive.whole.content(version)) == data
+    assert archive.whole.compact() == (1, 0)
+    assert b"".join(archive.whole.content(version)) == data
+    archive.close()
+
+
+def test_a_frame_written_afresh_meanwhile_is_not_replaced(tmp_path: Path) -> None:
+    """Compaction reads a frame, compresses it outside the lock and stores the result only if the
+    frame is still the one stored: `riffd archive verify --fix` may have written the blob afresh
+    (from another process) in between."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    archive = Archive(tmp_path / "archive.db")
+    output = tree.tool_results()[0]
+    archive.whole.keep(_found(claude, output))
+    (version,) = archive.whole.session_versions(tree.session_id)
+    ((key, frame),) = _frames(tmp_path / "archive.db").items()
+    other = Archive(tmp_path / "archive.db")  # the other process
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        db.execute("DELETE FROM blob_chunks WHERE blob = ?", (version.blob,))
+    other.whole.keep(_found(claude, output), again=True)  # heals: the frame written afresh
+    afresh = _frames(tmp_path / "archive.db")[key]
+    other.close()
+    data = zstandard.ZstdDecompressor().decompress(frame)
+    # written afresh at the settled level at once
+    assert afresh == zstandard.ZstdCompressor(level=SETTLED_LEVEL, write_checksum=True).compress(
+        data
+    )
+    stale = zstandard.ZstdCompressor(level=19, write_checksum=True).compress(data)
+    assert not BlobStore(archive.connection).replace_frame(key[0], key[1], frame, stale)
+    assert _frames(tmp_path / "archive.db")[key] == afresh
+    _stored_matches_frames(tmp_path / "archive.db")
+    assert BlobStore(archive.connection).replace_frame(key[0], key[1], afresh, stale)
+    _stored_matches_frames(tmp_path / "archive.db")
+    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    archive.close()
+
+
+def test_a_damaged_frame_is_left_as_it_is_and_still_refused(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    archive = Archive(tmp_path / "archive.db")
+    for path in tree.whole:
+        archive.whole.keep(_found(claude, path))
+    output = tree.tool_results()[0]
+    (version,) = [
+        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+    ]
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        (frame,) = db.execute(
+            "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
+        ).fetchone()
+        damaged = bytearray(frame)
+        damaged[len(damaged) // 2] ^= 0xFF
+        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (bytes(damaged), version.blob))
+    blobs = archive.whole.stats()["blobs"]
+    assert archive.whole.compact() == (blobs, 0)
+    assert _frames(tmp_path / "archive.db")[(version.blob, 0)] == bytes(damaged)
+    with pytest.raises(PackDamaged, match=str(output.name)):
+        b"".join(archive.whole.content(version))
+    archive.close()
+
+
+def test_riffd_archive_compact_says_it_compressed_the_files_kept_whole(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    state = tmp_path / "state"
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\nclaude_dir = "{claude}"\n')
+    command = [sys.executable, "-m", "riffd", "--config", str(config), "archive"]
+    ingest = subprocess.run(
+        [*command, "ingest", "--no-compact", str(tree.main), *map(str, tree.whole)],
+        env=riffd_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    fast = _frames(state / "archive.db")
+    compact = subprocess.run(
+        [*command, "compact"], env=riffd_env(), capture_output=True, text=True, check=False
+    )
+    assert compact.returncode == 0, compact.stderr
+    blobs = len({path.read_bytes() for path in tree.whole})
+    assert f"compressed {blobs} file(s) kept whole at the settled level" in compact.stderr
+    assert sum(map(len, _frames(state / "archive.db").values())) < sum(map(len, fast.values()))
+    again = subprocess.run(
+        [*command, "compact"], env=riffd_env(), capture_output=True, text=True, check=False
+    )
+    assert again.returncode == 0 and "kept whole" not in again.stderr, again.stderr
+
+
+COMPACT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from riffd.archive.store import Archive
+    marker = Path(sys.argv[2])
+    archive = Archive(Path(sys.argv[1]))
+    def going():
+        marker.write_text("compacting")
+        return True
+    archive.whole.compact(going)
+    marker.write_text("done")
+""")
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_instant_of_a_compaction_leaves_every_file_readable(tmp_path: Path) -> None:
+    claude = tmp_path / "claude"
+    tree = build_session(claude)
+    data = _log_lines(160_000, seed=4)  # 9 MB: 9 frames, 0.1-0.3 s each at level 17
+    log = tree.folder / "tool-results" / "b1g0utput.txt"
+    log.write_bytes(data)
+    os.utime(log, ns=(1, time.time_ns() - 10**10))
+    archive_path, marker = tmp_path / "archive.db", tmp_path / "marker"
+    archive = Archive(archive_path)
+    for path in [*tree.whole, log]:
+        archive.whole.keep(_found(claude, path))
+    versions = {
+        version.path: version for version in archive.whole.session_versions(tree.session_id)
+    }
+    archive.close()
+    rng = random.Random(5)
+    kills = 0
+    for _round in range(6):
+        marker.unlink(missing_ok=True)
+        compacting = subprocess.Popen(
+            [sys.executable, "-c", COMPACT, str(archive_path), str(marker)], env=riffd_env()
+        )
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.6))
+        if compacting.poll() is None:
+            compacting.send_signal(signal.SIGKILL)
+            kills += 1
+        compacting.wait()
+        _stored_matches_frames(archive_path)
+        archive = Archive(archive_path)
+        for path, version in versions.items():
+            assert b"".join(archive.whole.content(version)) == path.read_bytes(), path
+        archive.close()
+    assert kills >= 3, "the compaction ended before most kills: make the file bigger"
+    archive = Archive(archive_path)
+    archive.whole.compact()
+    assert b"".join(archive.whole.content(versions[log])) == data
+    assert archive.whole.compact() == (0, 0)
+    archive.close()
