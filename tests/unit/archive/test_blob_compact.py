@@ -1,6 +1,6 @@
 """The files kept whole are stored fast, then compressed again at the settled level once the
 archive is quiet: the same bytes read back, never a frame replaced that changed meanwhile, a
-damaged frame left as it is, a kill -9 at any instant harmless. Real files, a real SQLite archive,
+damaged frame left as it is (test_wholefiles.py), a kill -9 at any instant harmless. Real files, a real SQLite archive,
 real `riffd` and Python processes."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import zstandard
 from helpers.run import riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.blobs import FAST_LEVEL, BlobStore
-from riffd.archive.packs import SETTLED_LEVEL, PackDamaged
+from riffd.archive.packs import SETTLED_LEVEL
 from riffd.archive.store import Archive
 from riffd.claude_code.session_files import SessionFile, all_session_files, classify
 
@@ -177,31 +177,6 @@ def test_a_frame_written_afresh_meanwhile_is_not_replaced(tmp_path: Path) -> Non
     assert BlobStore(archive.connection).replace_frame(key[0], key[1], afresh, stale)
     _stored_matches_frames(tmp_path / "archive.db")
     assert b"".join(archive.whole.content(version)) == output.read_bytes()
-    archive.close()
-
-
-def test_a_damaged_frame_is_left_as_it_is_and_still_refused(tmp_path: Path) -> None:
-    claude = tmp_path / "claude"
-    tree = build_session(claude)
-    archive = Archive(tmp_path / "archive.db")
-    for path in tree.whole:
-        archive.whole.keep(_found(claude, path))
-    output = tree.tool_results()[0]
-    (version,) = [
-        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
-    ]
-    with sqlite3.connect(tmp_path / "archive.db") as db:
-        (frame,) = db.execute(
-            "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
-        ).fetchone()
-        damaged = bytearray(frame)
-        damaged[len(damaged) // 2] ^= 0xFF
-        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (bytes(damaged), version.blob))
-    blobs = archive.whole.stats()["blobs"]
-    assert archive.whole.compact() == (blobs, 0)
-    assert _frames(tmp_path / "archive.db")[(version.blob, 0)] == bytes(damaged)
-    with pytest.raises(PackDamaged, match=str(output.name)):
-        b"".join(archive.whole.content(version))
     archive.close()
 
 

@@ -351,7 +351,7 @@ def test_a_large_file_is_read_and_stored_a_chunk_at_a_time(tmp_path: Path) -> No
     archive.close()
 
 
-def test_a_damaged_frame_is_refused_never_read_as_other_bytes(tmp_path: Path) -> None:
+def test_a_damaged_frame_is_refused_never_read_as_other_bytes_nor_compacted(tmp_path: Path) -> None:
     claude = tmp_path / "claude"
     tree = build_session(claude)
     archive = Archive(tmp_path / "archive.db")
@@ -371,6 +371,14 @@ def test_a_damaged_frame_is_refused_never_read_as_other_bytes(tmp_path: Path) ->
     with pytest.raises(PackDamaged, match=str(output.name)):
         b"".join(archive.whole.content(version))
     assert [found.blob for found, _why in archive.whole.damaged()] == [version.blob]
+    # compaction (riffd.archive.blobs) leaves the damaged frame as it is, still refused
+    assert archive.whole.compact() == (archive.whole.stats()["blobs"], 0)
+    with sqlite3.connect(tmp_path / "archive.db") as db:
+        assert db.execute(
+            "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
+        ).fetchone() == (bytes(damaged),)
+    with pytest.raises(PackDamaged, match=str(output.name)):
+        b"".join(archive.whole.content(version))
     archive.close()
 
 
