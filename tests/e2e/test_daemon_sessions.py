@@ -175,7 +175,10 @@ def test_the_daemon_compresses_the_files_it_kept_whole_again_once_quiet(box: San
     tree.whole.append(output)
     daemon.wait_until(lambda: _archived_as_on_disk(box, tree), "the session archived")
     daemon.wait_until(
-        lambda: "1 file(s) kept whole compressed at the settled level, 0 left" in daemon.stderr(),
+        lambda: (
+            "the files kept whole compressed at the settled level: 1 blob(s) settled"
+            in daemon.stderr()
+        ),
         "the saved output compressed again once quiet",
     )
     daemon.stop()

@@ -7,20 +7,17 @@ and only when the bytes written hash as named; reading one back checks each fram
 the blob's hash and size: bytes that differ raise PackDamaged, never read as other bytes.
 (riffd.archive.wholefiles records which versions of which paths a blob holds.)
 
-A new blob's frames are written fast (zstd level 1, FAST_LEVEL). Once the archive is quiet (`riffd
-archive compact`, the end of an ingest, the daemon), `compact` compresses each frame of the blobs
-after the last one it settled (`blobs_settled` in `meta`: blob ids only grow, as no blob is ever
-deleted) again at the packs' settled level, one frame per transaction, and writes the new frame only
-when it decompresses to the same bytes, is smaller, and the old frame is still the one stored; a
-blob's frames written afresh (`riffd archive verify --fix`) are written at the settled level at
-once. Both are ordinary checked zstd frames: a riffd from before reads either.
+A new blob's frames are written fast (zstd level 1, FAST_LEVEL), and compressed again at the packs'
+settled level once the archive is quiet (riffd.archive.blobcompact); a blob's frames written afresh
+(`riffd archive verify --fix`) are written at the settled level at once. Both are ordinary checked
+zstd frames: a riffd from before reads either.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import zstandard
 
@@ -34,7 +31,6 @@ CHUNK_BYTES = 1024 * 1024
 # smaller), level 17 6 MB/s (19% smaller than level 1), which `compact` pays in the background
 FAST_LEVEL = 1
 _FAST = zstandard.ZstdCompressor(level=FAST_LEVEL, write_checksum=True)
-SETTLED_KEY = "blobs_settled"  # in `meta`: the last blob `compact` settled
 
 
 class BlobStore:
@@ -145,106 +141,6 @@ class BlobStore:
                 f"{what}: its stored bytes read back other than they were archived ({read} of "
                 f"{size} bytes, or other bytes)",
             )
-
-    def loose_count(self) -> int:
-        """How many blobs wait to be compressed at the settled level."""
-        with self._connection.lock:
-            return int(
-                self._connection.db.execute(
-                    "SELECT COUNT(*) FROM blobs WHERE id > ?", (self._settled(),)
-                ).fetchone()[0]
-            )
-
-    def _settled(self) -> int:
-        row = self._connection.db.execute(
-            "SELECT value FROM meta WHERE key = ?", (SETTLED_KEY,)
-        ).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def compact(
-        self,
-        keep_going: Callable[[], bool] = lambda: True,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> tuple[int, int]:
-        """Compress the frames of the blobs written fast again at the settled level, oldest blob
-        first, each frame outside the lock and stored in its own transaction (`_tighten`). Stops
-        when `keep_going()` is false between frames (a blob stopped part-way is looked at again
-        next time: its frames already tight are compressed once more, and kept as they are).
-        Return (blobs compacted, blobs still written fast)."""
-        done, total = 0, self.loose_count()
-        settled = zstandard.ZstdCompressor(level=SETTLED_LEVEL, write_checksum=True)
-        while keep_going():
-            with self._connection.lock:
-                row = self._connection.db.execute(
-                    "SELECT MIN(id) FROM blobs WHERE id > ?", (self._settled(),)
-                ).fetchone()
-            if row[0] is None:
-                break
-            blob, number = int(row[0]), 0
-            while keep_going() and self._tighten(settled, blob, number):
-                number += 1
-            if not keep_going():
-                break
-            with self._connection.writing():
-                # (another process may have settled further meanwhile)
-                self._connection.db.execute(
-                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                    "value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
-                    (SETTLED_KEY, str(blob)),
-                )
-            done += 1
-            if progress is not None:
-                progress(done, total)
-        if done:
-            with self._connection.lock:
-                # the pages the frames left given back (executescript: execute frees one page)
-                self._connection.db.executescript("PRAGMA incremental_vacuum;")
-        return done, self.loose_count()
-
-    def _tighten(self, settled: zstandard.ZstdCompressor, blob: int, number: int) -> bool:
-        """Compress frame `number` of `blob` again with `settled` and store it in place when it
-        reads back as the same bytes and is smaller (`replace_frame`); return False when the blob
-        has no such frame. A frame that cannot be read is left as it is (`riffd archive verify`
-        names it)."""
-        with self._connection.lock:
-            row = self._connection.db.execute(
-                "SELECT data FROM blob_chunks WHERE blob = ? AND number = ?", (blob, number)
-            ).fetchone()
-        if row is None:
-            return False
-        frame = bytes(row[0])
-        try:
-            chunk = zstandard.ZstdDecompressor().decompress(frame)
-            tight = settled.compress(chunk)
-            if len(tight) < len(frame) and zstandard.ZstdDecompressor().decompress(tight) == chunk:
-                self.replace_frame(blob, number, frame, tight)
-        except zstandard.ZstdError:
-            pass
-        return True
-
-    def replace_frame(self, blob: int, number: int, frame: bytes, tight: bytes) -> bool:
-        """In a transaction of its own: store `tight` as frame `number` of `blob`, and the blob's
-        `stored` bytes less the difference, only if `frame` is still the frame stored there (the
-        frames written afresh meanwhile stay); return whether it was stored."""
-        with self._connection.writing():
-            db = self._connection.db
-            if not db.execute(
-                "SELECT 1 FROM blob_chunks WHERE blob = ? AND number = ? AND data = ?",
-                (blob, number, frame),
-            ).fetchone():
-                return False
-            # a new row, not the old one updated: rows that shrank in place would leave their
-            # pages as full as before (a table's rows are packed in the order of their rowids), where
-            # the rows moved to the end leave the old pages empty, freed at the next settle
-            db.execute("DELETE FROM blob_chunks WHERE blob = ? AND number = ?", (blob, number))
-            db.execute(
-                "INSERT INTO blob_chunks(blob, number, data) VALUES (?, ?, ?)",
-                (blob, number, tight),
-            )
-            db.execute(
-                "UPDATE blobs SET stored = stored - ? WHERE id = ?", (len(frame) - len(tight), blob)
-            )
-        return True
 
     def unreadable(self, sha256: bytes) -> bool:
         """Whether the blob of these bytes is held but cannot be read back whole."""

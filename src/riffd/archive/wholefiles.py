@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.archive.blobcompact import BlobCompaction
 from riffd.archive.blobs import BlobStore, file_chunks, moved
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.packs import PackDamaged
@@ -89,8 +90,8 @@ class WholeFiles:
     def __init__(self, connection: ArchiveConnection) -> None:
         self._connection = connection
         self._blobs = BlobStore(connection)
-        # the blobs written fast compressed again at the settled level (riffd.archive.blobs)
-        self.compact = self._blobs.compact
+        # the blobs written fast compressed again at the settled level
+        self.compact = BlobCompaction(connection).compact
 
     @property
     def present(self) -> bool:

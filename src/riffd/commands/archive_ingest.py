@@ -9,7 +9,7 @@ import itertools
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,26 +241,38 @@ def run_compact(args: argparse.Namespace, archive: Any) -> int:
 def compact(archive: Any) -> None:
     """Compact an open `riffd.archive.store.Archive` (its packs, then the blobs of the files kept
     whole), with a progress line on a terminal."""
-    for what, run in (("pack(s)", archive.compact), ("file(s) kept whole", archive.whole.compact)):
-        started = time.monotonic()
+    started = time.monotonic()
+    done, _left = archive.compact(progress=_progress("packs"))
+    if sys.stderr.isatty() and done:
+        print(file=sys.stderr)
+    if done:
+        print(
+            f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+        )
+    started = time.monotonic()
+    whole = archive.whole.compact(progress=_progress("the files kept whole (blobs)"))
+    if sys.stderr.isatty() and whole.blobs:
+        print(file=sys.stderr)
+    if whole.blobs:
+        print(
+            f"riffd: compressed the files kept whole at the settled level: {whole.blobs} blob(s), "
+            f"{whole.frames} frame(s) {whole.saved / 1e3:,.1f} kB smaller, in "
+            f"{time.monotonic() - started:.1f} s",
+            file=sys.stderr,
+        )
 
-        def progress(done: int, total: int, what: str = what) -> None:
-            if sys.stderr.isatty():
-                print(
-                    f"\rriffd: compressing {what} at the settled level: {done}/{total} ",
-                    end="",
-                    file=sys.stderr,
-                )
 
-        done, _left = run(progress=progress)
-        if sys.stderr.isatty() and done:
-            print(file=sys.stderr)
-        if done:
+def _progress(what: str) -> Callable[[int, int], None]:
+    def progress(done: int, total: int) -> None:
+        if sys.stderr.isatty():
             print(
-                f"riffd: compressed {done} {what} at the settled level "
-                f"in {time.monotonic() - started:.1f} s",
+                f"\rriffd: compressing {what} at the settled level: {done}/{total} ",
+                end="",
                 file=sys.stderr,
             )
+
+    return progress
 
 
 def files_under(roots: tuple[Path, ...]) -> tuple[list[Path], list[str]]:

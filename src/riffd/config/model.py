@@ -220,7 +220,8 @@ class ArchiveConfig:
         default=300.0,
         metadata=_meta(
             "Seconds without new lines after which the daemon compresses the archive's last pack at the settled level "
-            "and compacts the packs filled meanwhile (for up to 2 minutes, stopping as soon as lines come in).",
+            "and compacts the packs filled and the files kept whole meanwhile (for up to 2 minutes, stopping as soon "
+            "as lines come in; the next time goes on where it stopped).",
             gt=0,
         ),
     )

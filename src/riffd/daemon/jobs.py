@@ -122,10 +122,15 @@ def settle_archive(archive: Archive, keep_going: Callable[[], bool]) -> None:
     done, left = archive.compact(keep_going)
     if done:
         log.info("archive: %d pack(s) compressed at the settled level, %d left", done, left)
-    done, left = archive.whole.compact(keep_going)
-    if done:
+    whole = archive.whole.compact(keep_going)
+    if whole.blobs or whole.frames:
         log.info(
-            "archive: %d file(s) kept whole compressed at the settled level, %d left", done, left
+            "archive: the files kept whole compressed at the settled level: %d blob(s) settled "
+            "(%d frame(s) %.1f kB smaller), %d left",
+            whole.blobs,
+            whole.frames,
+            whole.saved / 1e3,
+            whole.left,
         )
     if archive.settle(optimize=False):
         log.info("archive settled")
