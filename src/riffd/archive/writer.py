@@ -24,6 +24,7 @@ from riffd.archive.contents import Parsed, parse
 from riffd.archive.dedup import Deduplicator
 from riffd.archive.packs import RUN_LINES, PackDamaged, Run, tightened
 from riffd.archive.reading import ArchiveReader
+from riffd.archive.search import MERGE_DEFAULT, merging
 from riffd.archive.wholefiles import note_slugs
 from riffd.display import path_key
 
@@ -371,7 +372,8 @@ class ArchiveWriter:
 
     def settle(self, *, optimize: bool = True) -> bool:
         """Compress the open pack at the settled level (it stays open: a later line reopens it),
-        merge the search index into one segment (`optimize`: it rewrites the whole index) and give
+        give the search index FTS5's own merge settings back (riffd.archive.search.merging), merge
+        it into one segment (`optimize`: it rewrites the whole index) and give
         freed pages back to the file system. For when feeding pauses: the end of an ingest, a quiet
         daemon. Return False when nothing was added since the last settle of this connection."""
         with self._connection.lock:
@@ -379,6 +381,7 @@ class ArchiveWriter:
                 return False
             with self._connection.writing():
                 self._connection.packs.settle_open()
+                merging(self._connection.db, MERGE_DEFAULT)
                 if optimize:
                     self._connection.db.execute("INSERT INTO search(search) VALUES ('optimize')")
             db = self._connection.db

@@ -27,7 +27,9 @@ TABLES = {  # every row the archive writes, in a fixed order
     "runs": "SELECT * FROM runs ORDER BY file_id, generation, first",
     "contents": "SELECT * FROM contents ORDER BY id",
     "seen": "SELECT * FROM seen ORDER BY text, file_id",
-    "search": "SELECT * FROM search_data ORDER BY id",
+    # The search index by what it holds (every word of every text): its segments differ with how
+    # many lines each transaction held (an ingest with the reader stores a few batches in each)
+    "search": "SELECT term, doc FROM temp.words ORDER BY term, doc",
     "loose": "SELECT * FROM loose ORDER BY pack",
     "meta": "SELECT * FROM meta ORDER BY key",
 }
@@ -38,6 +40,7 @@ def _rows(db_path: Path) -> dict[str, list[tuple[object, ...]]]:
     joined)."""
     db = sqlite3.connect(db_path)
     try:
+        db.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, search, instance)")
         rows = {name: db.execute(query).fetchall() for name, query in TABLES.items()}
         packs = []
         for pack_id, data, raw_size in db.execute(
@@ -315,9 +318,14 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     receiver, sender = multiprocessing.Pipe(duplex=False)
     start = where_to_start(archive, path)
     result: list[tuple[int, bool, bool]] = []
-    storing = threading.Thread(
-        target=lambda: result.append(_store_batches(archive, receiver, 7, path, start))
-    )
+
+    def store() -> None:
+        # each batch its own transaction: the other process comes between two transactions (the
+        # ingest's hold a few batches each)
+        with archive.connection.grouped(1) as group:
+            result.append(_store_batches(archive, receiver, 7, path, start, group))
+
+    storing = threading.Thread(target=store)
     storing.start()
     encode = msgspec.msgpack.Encoder().encode
     sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]])))

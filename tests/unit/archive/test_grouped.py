@@ -1,0 +1,139 @@
+"""A bulk ingest's writes grouped into few transactions (riffd.archive.connection.grouped): each
+step still whole or not at all, nothing of a group seen by another process before its commit,
+what the steps did committed whatever ends the group, and the search index's merge settings
+given back. Real SQLite archives, two connections for two processes, a real `riffd` process."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import transcript_line
+from helpers.run import run_riffd
+from riffd.archive.connection import ArchiveGroupError
+from riffd.archive.search import MERGE_BULK, merging
+from riffd.archive.store import Archive, ArchiveGap
+
+LINES = [transcript_line(number, pad=300) for number in range(1, 31)]
+PATH = "/home/user/.claude/projects/-p/11111111-2222-3333-4444-555555555555.jsonl"
+
+
+def _lines(part: list[bytes]) -> list[bytes]:
+    return [line[:-1] for line in part]
+
+
+def _archived(path: Path) -> int:
+    """The bytes archived of PATH, as another process sees them."""
+    other = Archive(path, read_only=True)
+    try:
+        return other.cursor(PATH)[1]
+    finally:
+        other.close()
+
+
+def test_a_group_is_seen_by_another_process_only_once_committed(tmp_path: Path) -> None:
+    archive = Archive(tmp_path / "archive.db")
+    first = len(b"".join(LINES[:10]))
+    with archive.connection.grouped(2 * first) as group:
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        group.wrote(first)
+        assert _archived(tmp_path / "archive.db") == 0  # held in the group's transaction
+        archive.add_lines(PATH, first, _lines(LINES[10:20]))
+        group.wrote(len(b"".join(LINES[10:20])))  # the limit: committed
+        assert _archived(tmp_path / "archive.db") == len(b"".join(LINES[:20]))
+        archive.add_lines(PATH, len(b"".join(LINES[:20])), _lines(LINES[20:]))
+        group.commit()
+        assert _archived(tmp_path / "archive.db") == len(b"".join(LINES))
+    ((file_id, _path, _session),) = archive.files_of(PATH)
+    assert b"".join(archive.iter_file(file_id)) == b"".join(LINES)
+    archive.close()
+
+
+def test_a_step_that_fails_is_undone_alone_and_the_others_are_kept(tmp_path: Path) -> None:
+    """A step refused (lines past the archive's watermark: ArchiveGap) inside a group takes back
+    only what it did, as its own transaction did; the steps before and after it are committed."""
+    archive = Archive(tmp_path / "archive.db")
+    first = len(b"".join(LINES[:10]))
+    connection = archive.connection
+    with connection.grouped(1 << 30):
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        with pytest.raises(ArchiveGap):
+            archive.add_lines(PATH, first + 1, _lines(LINES[10:20]))  # a hole: refused
+        # a step that fails after it wrote (a full disk, say): what it wrote goes with it
+        with pytest.raises(OSError), connection.writing():
+            archive.add_lines(PATH, first, _lines(LINES[10:20]))
+            assert archive.cursor(PATH)[1] == len(b"".join(LINES[:20]))
+            raise OSError(28, "No space left on device")
+        assert archive.cursor(PATH)[1] == first
+        archive.add_lines(PATH, first, _lines(LINES[10:]))
+    assert _archived(tmp_path / "archive.db") == len(b"".join(LINES))
+    ((file_id, _path, _session),) = archive.files_of(PATH)
+    assert b"".join(archive.iter_file(file_id)) == b"".join(LINES)
+    archive.close()
+
+
+def test_what_the_steps_did_is_committed_when_the_group_ends_by_an_error(tmp_path: Path) -> None:
+    archive = Archive(tmp_path / "archive.db")
+    with pytest.raises(KeyboardInterrupt), archive.connection.grouped(1 << 30):
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        raise KeyboardInterrupt  # Ctrl-C between two steps
+    assert _archived(tmp_path / "archive.db") == len(b"".join(LINES[:10]))
+    archive.close()
+
+
+def test_a_step_that_rolls_the_transaction_back_is_an_error_not_a_silent_loss(
+    tmp_path: Path,
+) -> None:
+    archive = Archive(tmp_path / "archive.db")
+    connection = archive.connection
+    with connection.grouped(1 << 30):
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        with pytest.raises(ArchiveGroupError), connection.writing():
+            connection.db.execute("ROLLBACK")
+    # the group's first step went with the ROLLBACK: said, never reported as archived
+    assert _archived(tmp_path / "archive.db") == 0
+    archive.add_lines(PATH, 0, _lines(LINES))  # and the archive goes on
+    assert _archived(tmp_path / "archive.db") == len(b"".join(LINES))
+    archive.close()
+
+
+def _merge_settings(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT k, v FROM search_config WHERE k LIKE '%merge'"))
+
+
+def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed_one(
+    tmp_path: Path,
+) -> None:
+    projects = tmp_path / "projects" / "-p"
+    projects.mkdir(parents=True)
+    for number in range(3):
+        lines = [
+            transcript_line(
+                line, session_id=f"11111111-2222-3333-4444-55555555555{number}", pad=300
+            )
+            for line in range(1, 2000)
+        ]
+        (projects / f"11111111-2222-3333-4444-55555555555{number}.jsonl").write_bytes(
+            b"".join(lines)
+        )
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    ingest = run_riffd("archive", "ingest", str(projects), config=config)
+    assert ingest.returncode == 0, ingest.stderr
+    assert _merge_settings(tmp_path / "state" / "archive.db") in (
+        {},
+        {"automerge": 4, "crisismerge": 16},
+    )
+    # an ingest killed before its end left the bulk settings: the daemon's next settle puts FTS5's
+    # own back
+    archive = Archive(tmp_path / "state" / "archive.db")
+    with archive.connection.writing():
+        merging(archive.connection.db, MERGE_BULK)
+    assert _merge_settings(tmp_path / "state" / "archive.db") == MERGE_BULK
+    archive.add_lines(PATH, 0, _lines(LINES))
+    assert archive.settle(optimize=False)
+    assert _merge_settings(tmp_path / "state" / "archive.db") == {"automerge": 4, "crisismerge": 16}
+    archive.close()
