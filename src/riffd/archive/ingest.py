@@ -26,7 +26,7 @@ import msgspec
 from riffd.archive.connection import WriteGroup
 from riffd.archive.contents import Parsed, parse
 from riffd.archive.packs import PackDamaged
-from riffd.archive.search import MERGE_BULK, MERGE_DEFAULT, merging
+from riffd.archive.search import FTS_BULK, FTS_DEFAULT, fts_settings
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.transcript.reader import iter_chunks, read_span
@@ -217,7 +217,7 @@ def _ingest_with_reader(
         # The search index merged only at the ingest's end (`settle`), the lines stored a few
         # batches to a transaction
         with archive.connection.writing():
-            merging(archive.connection.db, MERGE_BULK)
+            fts_settings(archive.connection.db, FTS_BULK)
         with archive.connection.grouped(GROUP_BYTES) as group:
             # files looked at for the reader so far; the bytes of those from the one being stored on
             sent = ahead = 0
@@ -263,7 +263,7 @@ def _ingest_with_reader(
     finally:
         # (when this fails, a daemon's next settle does it)
         with contextlib.suppress(sqlite3.Error, OSError), archive.connection.writing():
-            merging(archive.connection.db, MERGE_DEFAULT)
+            fts_settings(archive.connection.db, FTS_DEFAULT)
         receiver.close()  # a reader still sending meets a broken pipe and exits
         with contextlib.suppress(OSError):
             jobs_out.send_bytes(encode(None))  # no more files: the reader exits
@@ -286,7 +286,9 @@ def _store_batches(
     is still there). Here after all: the reader could not read it, or it was rewritten or archived
     by another process since it was handed over (its first message shows), or the reader died or
     fell out of step (then so are the rest)."""
-    added, stale = 0, None
+    # lines stored and committed, and stored since the group's last commit
+    added = pending = 0
+    stale = None
     try:
         while True:
             batch = _decode_batch(receiver.recv_bytes())
@@ -297,10 +299,10 @@ def _store_batches(
             if stale is None:
                 stale = _where_now(archive, path) != start
             if batch.end:
-                return added, bool(stale or batch.failed), True
+                return added + pending, bool(stale or batch.failed), True
             if not stale:
                 try:
-                    added += archive.add_lines(
+                    pending += archive.add_lines(
                         str(path),
                         batch.offset,
                         batch.lines,
@@ -308,12 +310,15 @@ def _store_batches(
                         last_terminated=batch.terminated,
                         prepared=batch.parsed if len(batch.parsed) == len(batch.lines) else None,
                     )
-                # another process changed the archive of this file meanwhile: archived here
+                # another process changed the archive of this file meanwhile: archived here (the
+                # group's steps since its last commit went with the failed one)
                 except ArchiveGap:
-                    stale = True
-                group.wrote(sum(map(len, batch.lines)) + len(batch.lines))
+                    stale, pending = True, 0
+                else:
+                    if group.wrote(sum(map(len, batch.lines)) + len(batch.lines)):
+                        added, pending = added + pending, 0
     except (EOFError, OSError, msgspec.DecodeError):
-        return added, True, False
+        return added + pending, True, False
 
 
 def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:

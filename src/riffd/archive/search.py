@@ -5,12 +5,13 @@ only in whitespace join it), with a token naming its role; `seen` holds, per tex
 newest line it occurs on, with its time. One FTS-driven query applies every filter exactly; each
 matching text is one hit, at its newest occurrence that passes the filters.
 
-How the index merges its segments is a setting it keeps in the archive (`merging`): FTS5's own
-(a merge whenever 4 segments share a level) while the daemon adds lines, so a search looks through
-a few segments; during a bulk ingest none until 64 do, since the ingest merges the whole index into
-one at its end (`settle`: optimize) and the merges on the way were work thrown away (a 1 GB ingest
-of distinct texts 9% faster). A daemon that settles the archive puts FTS5's own back, should an
-ingest have been killed before it did.
+How the index merges its segments, and how many words it holds before it writes them out, are
+settings it keeps in the archive (`fts_settings`): FTS5's own (a merge whenever 4 segments share a
+level, 1 MiB of words) while the daemon adds lines, so a search looks through a few segments;
+during a bulk ingest no merge until 64 share a level and 16 MiB of words, since the ingest merges
+the whole index into one at its end (`settle`: optimize) and the merges on the way were work
+thrown away. A daemon that settles the archive puts FTS5's own back, should an ingest have been
+killed before it did.
 """
 
 from __future__ import annotations
@@ -27,19 +28,21 @@ from riffd.archive.contents import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, tex
 from riffd.archive.packs import PackDamaged
 from riffd.display import key_path
 
-# FTS5's `automerge` and `crisismerge`: its defaults, and a bulk ingest's
-MERGE_DEFAULT = {"automerge": 4, "crisismerge": 16}
-MERGE_BULK = {"automerge": 0, "crisismerge": 64}
+# FTS5's `automerge`, `crisismerge` and `hashsize` (bytes of words it holds before it writes them
+# out as a segment, which it also does at each commit): its defaults, and a bulk ingest's
+FTS_DEFAULT = {"automerge": 4, "crisismerge": 16, "hashsize": 1 << 20}
+FTS_BULK = {"automerge": 0, "crisismerge": 64, "hashsize": 16 << 20}
 
 
-def merging(db: sqlite3.Connection, settings: dict[str, int]) -> None:
-    """Inside a write transaction: make `settings` the search index's merge settings, unless they
-    are already."""
+def fts_settings(db: sqlite3.Connection, settings: dict[str, int]) -> None:
+    """Inside a write transaction: make `settings` the search index's, unless they are already."""
     held = dict(
-        db.execute("SELECT k, v FROM search_config WHERE k IN ('automerge', 'crisismerge')")
+        db.execute(
+            "SELECT k, v FROM search_config WHERE k IN ('automerge', 'crisismerge', 'hashsize')"
+        )
     )
     for key, value in settings.items():
-        if held.get(key, MERGE_DEFAULT[key]) != value:
+        if held.get(key, FTS_DEFAULT[key]) != value:
             db.execute("INSERT INTO search(search, rank) VALUES (?, ?)", (key, value))
 
 

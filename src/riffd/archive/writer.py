@@ -24,7 +24,7 @@ from riffd.archive.contents import Parsed, parse
 from riffd.archive.dedup import Deduplicator
 from riffd.archive.packs import RUN_LINES, PackDamaged, Run, tightened
 from riffd.archive.reading import ArchiveReader
-from riffd.archive.search import MERGE_DEFAULT, merging
+from riffd.archive.search import FTS_DEFAULT, fts_settings
 from riffd.archive.wholefiles import note_slugs
 from riffd.display import path_key
 
@@ -372,7 +372,7 @@ class ArchiveWriter:
 
     def settle(self, *, optimize: bool = True) -> bool:
         """Compress the open pack at the settled level (it stays open: a later line reopens it),
-        give the search index FTS5's own merge settings back (riffd.archive.search.merging), merge
+        give the search index FTS5's own settings back (riffd.archive.search.fts_settings), merge
         it into one segment (`optimize`: it rewrites the whole index) and give
         freed pages back to the file system. For when feeding pauses: the end of an ingest, a quiet
         daemon. Return False when nothing was added since the last settle of this connection."""
@@ -381,7 +381,7 @@ class ArchiveWriter:
                 return False
             with self._connection.writing():
                 self._connection.packs.settle_open()
-                merging(self._connection.db, MERGE_DEFAULT)
+                fts_settings(self._connection.db, FTS_DEFAULT)
                 if optimize:
                     self._connection.db.execute("INSERT INTO search(search) VALUES ('optimize')")
             db = self._connection.db

@@ -13,7 +13,7 @@ import pytest
 from conftest import transcript_line
 from helpers.run import run_riffd
 from riffd.archive.connection import ArchiveGroupError
-from riffd.archive.search import MERGE_BULK, merging
+from riffd.archive.search import FTS_BULK, FTS_DEFAULT, fts_settings
 from riffd.archive.store import Archive, ArchiveGap
 
 LINES = [transcript_line(number, pad=300) for number in range(1, 31)]
@@ -51,21 +51,25 @@ def test_a_group_is_seen_by_another_process_only_once_committed(tmp_path: Path) 
     archive.close()
 
 
-def test_a_step_that_fails_is_undone_alone_and_the_others_are_kept(tmp_path: Path) -> None:
-    """A step refused (lines past the archive's watermark: ArchiveGap) inside a group takes back
-    only what it did, as its own transaction did; the steps before and after it are committed."""
+def test_a_step_that_fails_takes_back_every_step_since_the_last_commit(tmp_path: Path) -> None:
+    """A step that fails inside a group (a refused one, or one that fails after it wrote: a full
+    disk, say) rolls back every step since the group's last commit, never a part of one; what was
+    committed stays, and the archive goes on from its watermark (as the ingest does then)."""
     archive = Archive(tmp_path / "archive.db")
-    first = len(b"".join(LINES[:10]))
+    first, second = len(b"".join(LINES[:10])), len(b"".join(LINES[:20]))
     connection = archive.connection
-    with connection.grouped(1 << 30):
+    with connection.grouped(1 << 30) as group:
         archive.add_lines(PATH, 0, _lines(LINES[:10]))
-        with pytest.raises(ArchiveGap):
-            archive.add_lines(PATH, first + 1, _lines(LINES[10:20]))  # a hole: refused
-        # a step that fails after it wrote (a full disk, say): what it wrote goes with it
+        group.commit()
+        archive.add_lines(PATH, first, _lines(LINES[10:20]))
         with pytest.raises(OSError), connection.writing():
-            archive.add_lines(PATH, first, _lines(LINES[10:20]))
-            assert archive.cursor(PATH)[1] == len(b"".join(LINES[:20]))
+            archive.add_lines(PATH, second, _lines(LINES[20:]))
+            assert archive.cursor(PATH)[1] == len(b"".join(LINES))
             raise OSError(28, "No space left on device")
+        assert archive.cursor(PATH)[1] == first
+        archive.add_lines(PATH, first, _lines(LINES[10:20]))
+        with pytest.raises(ArchiveGap):
+            archive.add_lines(PATH, second + 1, _lines(LINES[20:]))  # a hole: refused
         assert archive.cursor(PATH)[1] == first
         archive.add_lines(PATH, first, _lines(LINES[10:]))
     assert _archived(tmp_path / "archive.db") == len(b"".join(LINES))
@@ -101,7 +105,11 @@ def test_a_step_that_rolls_the_transaction_back_is_an_error_not_a_silent_loss(
 
 def _merge_settings(path: Path) -> dict[str, int]:
     with sqlite3.connect(path) as db:
-        return dict(db.execute("SELECT k, v FROM search_config WHERE k LIKE '%merge'"))
+        return dict(
+            db.execute(
+                "SELECT k, v FROM search_config WHERE k IN ('automerge', 'crisismerge', 'hashsize')"
+            )
+        )
 
 
 def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed_one(
@@ -125,15 +133,15 @@ def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed
     assert ingest.returncode == 0, ingest.stderr
     assert _merge_settings(tmp_path / "state" / "archive.db") in (
         {},
-        {"automerge": 4, "crisismerge": 16},
+        FTS_DEFAULT,
     )
     # an ingest killed before its end left the bulk settings: the daemon's next settle puts FTS5's
     # own back
     archive = Archive(tmp_path / "state" / "archive.db")
     with archive.connection.writing():
-        merging(archive.connection.db, MERGE_BULK)
-    assert _merge_settings(tmp_path / "state" / "archive.db") == MERGE_BULK
+        fts_settings(archive.connection.db, FTS_BULK)
+    assert _merge_settings(tmp_path / "state" / "archive.db") == FTS_BULK
     archive.add_lines(PATH, 0, _lines(LINES))
     assert archive.settle(optimize=False)
-    assert _merge_settings(tmp_path / "state" / "archive.db") == {"automerge": 4, "crisismerge": 16}
+    assert _merge_settings(tmp_path / "state" / "archive.db") == FTS_DEFAULT
     archive.close()

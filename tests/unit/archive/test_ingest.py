@@ -352,3 +352,31 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(new)
     watcher.close()
     archive.close()
+
+
+def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path: Path) -> None:
+    """In the ingest's transaction of several batches, a batch the archive refuses (another process
+    archived the file meanwhile) rolls back the batches since the last commit: they are not counted
+    as archived, and the file is then archived here from what the archive holds."""
+    import msgspec
+
+    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+
+    path = tmp_path / "s.jsonl"
+    lines = [transcript_line(number, pad=200) for number in range(1, 41)]
+    path.write_bytes(b"".join(lines))
+    archive = Archive(tmp_path / "archive.db")
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    encode = msgspec.msgpack.Encoder().encode
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    gap = len(b"".join(lines[:20])) + 5  # not where the first batch ended: refused
+    sender.send_bytes(encode(Batch(7, gap, [line[:-1] for line in lines[20:]])))
+    sender.send_bytes(encode(Batch(7, end=True)))
+    with archive.connection.grouped(1 << 30) as group:
+        result = _store_batches(archive, receiver, 7, path, where_to_start(archive, path), group)
+        assert result == (0, True, True)
+        assert archive.cursor(str(path))[1] == 0
+        assert ingest_file(archive, path) == 40
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    archive.close()
