@@ -149,8 +149,9 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         db.execute("PRAGMA synchronous=NORMAL")
         # 32 MiB of pages: the content-key index takes random inserts
         db.execute("PRAGMA cache_size = -32768")
-        # Checkpoint at 8 MiB of WAL, not SQLite's 1,000 pages (1 MiB here): each checkpoint syncs
-        # the database, about a tenth of an ingest's time at 1 MiB
+        # Checkpoint at 8,192 pages of WAL (32 MiB of 4 KiB pages; 8 MiB when pages were 1 KiB), not
+        # SQLite's 1,000: each checkpoint syncs the database, about a tenth of an ingest's time at
+        # 1 MiB
         db.execute("PRAGMA wal_autocheckpoint = 8192")
         # Only a new or older archive is written to here: opening one to read it (`riffd archive
         # search` beside a busy daemon) takes no write lock
