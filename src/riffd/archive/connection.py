@@ -73,6 +73,18 @@ class WriteGroup:
         """Every step since the last commit was rolled back."""
         self._size = 0
 
+    @contextmanager
+    def apart(self) -> Iterator[None]:
+        """Steps in transactions of their own meanwhile (what the group did so far committed
+        first): a file archived whole in this process, which would otherwise hold the lock for all
+        of it."""
+        self.commit()
+        self._connection._group = None
+        try:
+            yield
+        finally:
+            self._connection._group = self
+
 
 class ArchiveConnection:
     """The archive database at `path`, behind one lock (SQLite in WAL mode), with its packs."""
@@ -184,7 +196,8 @@ class ArchiveConnection:
         """One write transaction, under the lock: on success the open pack as the transaction left
         it is the committed one; on failure the transaction is rolled back and the packs held in
         memory are forgotten (read again from the database when next needed). A ROLLBACK made
-        inside ends it early (the packs are forgotten then too)."""
+        inside ends it early (the packs are forgotten then too). Inside `grouped`, a step of the
+        group's transaction instead (`_step`)."""
         with self.lock:
             if self._group is not None:
                 with self._step():

@@ -10,8 +10,9 @@ settings it keeps in the archive (`fts_settings`): FTS5's own (a merge whenever 
 level, 1 MiB of words) while the daemon adds lines, so a search looks through a few segments;
 during a bulk ingest no merge until 64 share a level and 16 MiB of words, since the ingest merges
 the whole index into one at its end (`settle`: optimize) and the merges on the way were work
-thrown away. A daemon that settles the archive puts FTS5's own back, should an ingest have been
-killed before it did.
+thrown away. A daemon that settles the archive after adding lines puts FTS5's own back, should an
+ingest have been killed before it did (meanwhile searches give the same answers, a little slower,
+and the write that brings a level to 64 segments merges them: 1.3 s on 573 MB of texts).
 """
 
 from __future__ import annotations

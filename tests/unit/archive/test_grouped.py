@@ -112,7 +112,7 @@ def _merge_settings(path: Path) -> dict[str, int]:
         )
 
 
-def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed_one(
+def test_the_search_index_gets_fts5s_settings_back_after_an_ingest_and_at_a_settle(
     tmp_path: Path,
 ) -> None:
     projects = tmp_path / "projects" / "-p"
@@ -135,8 +135,8 @@ def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed
         {},
         FTS_DEFAULT,
     )
-    # an ingest killed before its end left the bulk settings: the daemon's next settle puts FTS5's
-    # own back
+    # as an ingest killed before its end leaves them: the bulk settings; the daemon's next settle
+    # (once it added lines) puts FTS5's own back
     archive = Archive(tmp_path / "state" / "archive.db")
     with archive.connection.writing():
         fts_settings(archive.connection.db, FTS_BULK)
@@ -145,3 +145,55 @@ def test_the_search_index_merges_as_fts5_does_after_an_ingest_and_after_a_killed
     assert archive.settle(optimize=False)
     assert _merge_settings(tmp_path / "state" / "archive.db") == FTS_DEFAULT
     archive.close()
+
+
+def test_another_process_writing_between_two_commits_of_a_group(tmp_path: Path) -> None:
+    """The daemon archives another file (into the same open pack) between two commits of the
+    ingest's group: the group's next step reads the pack afresh, and both files restore byte for
+    byte."""
+    x, y = tmp_path / "x.jsonl", tmp_path / "y.jsonl"
+    x.write_bytes(b"".join(LINES))
+    y.write_bytes(b"".join(transcript_line(number, pad=100) for number in range(1, 41)))
+    ingest, daemon = Archive(tmp_path / "archive.db"), Archive(tmp_path / "archive.db")
+    half = len(b"".join(LINES[:15]))
+    with ingest.connection.grouped(1) as group:
+        ingest.add_lines(str(x), 0, _lines(LINES[:15]))
+        assert group.wrote(half)  # committed
+        daemon.add_lines(str(y), 0, y.read_bytes().splitlines())
+        ingest.add_lines(str(x), half, _lines(LINES[15:]))
+        group.commit()
+    ingest.close()
+    daemon.close()
+    fresh = Archive(tmp_path / "archive.db")
+    for path in (x, y):
+        ((file_id, _path, _session),) = fresh.files_of(str(path))
+        assert b"".join(fresh.iter_file(file_id)) == path.read_bytes()
+    fresh.close()
+
+
+def test_steps_apart_from_a_group_commit_one_by_one(tmp_path: Path) -> None:
+    archive = Archive(tmp_path / "archive.db")
+    first = len(b"".join(LINES[:10]))
+    with archive.connection.grouped(1 << 30) as group:
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        with group.apart():  # what the group did is committed first, then each step on its own
+            assert _archived(tmp_path / "archive.db") == first
+            archive.add_lines(PATH, first, _lines(LINES[10:20]))
+            assert _archived(tmp_path / "archive.db") == len(b"".join(LINES[:20]))
+        archive.add_lines(PATH, len(b"".join(LINES[:20])), _lines(LINES[20:]))
+        assert _archived(tmp_path / "archive.db") == len(b"".join(LINES[:20]))
+    assert _archived(tmp_path / "archive.db") == len(b"".join(LINES))
+    archive.close()
+
+
+def test_the_ingest_itself_gives_the_search_index_its_settings_back(tmp_path: Path) -> None:
+    """With nothing settled after it (no lines added at its end, say), `ingest_files` leaves
+    FTS5's own settings."""
+    from riffd.archive.ingest import ingest_files
+
+    path = tmp_path / "5e55104e-0000-4000-8000-000000000001.jsonl"
+    path.write_bytes(b"".join(LINES))
+    archive = Archive(tmp_path / "archive.db")
+    assert [added for _, added in ingest_files(archive, [path], min_bytes=0)] == [len(LINES)]
+    archive.close()
+    assert _merge_settings(tmp_path / "archive.db") in ({}, FTS_DEFAULT)

@@ -380,3 +380,92 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
     archive.close()
+
+
+def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) -> None:
+    """A reader behind (a stalled file system): what the group stored is committed before this
+    process waits for the next batch, so another writer (the daemon) is not kept out meanwhile."""
+    import threading
+
+    import msgspec
+
+    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+
+    path = tmp_path / "s.jsonl"
+    lines = [transcript_line(number, pad=200) for number in range(1, 41)]
+    path.write_bytes(b"".join(lines))
+    archive = Archive(tmp_path / "archive.db")
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    encode = msgspec.msgpack.Encoder().encode
+    result: list[tuple[int, bool, bool]] = []
+    start = where_to_start(archive, path)
+
+    def store() -> None:
+        with archive.connection.grouped(1 << 30) as group:
+            result.append(_store_batches(archive, receiver, 7, path, start, group))
+
+    storing = threading.Thread(target=store)
+    storing.start()
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    other = Archive(tmp_path / "archive.db")
+    for _ in range(3000):  # committed while the storing thread waits for the next batch
+        if other.cursor(str(path))[1] == len(b"".join(lines[:20])):
+            break
+        threading.Event().wait(0.01)
+    else:
+        pytest.fail("the stored batch was not committed while the reader was behind")
+    other.add_lines(str(tmp_path / "other.jsonl"), 0, [lines[0][:-1]])  # the lock is free
+    other.close()
+    sender.send_bytes(
+        encode(Batch(7, len(b"".join(lines[:20])), [line[:-1] for line in lines[20:]]))
+    )
+    sender.send_bytes(encode(Batch(7, end=True)))
+    storing.join(60)
+    assert result == [(40, False, True)]
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    archive.close()
+
+
+def test_a_file_yielded_by_the_ingest_is_committed(tmp_path: Path) -> None:
+    """Another process sees each file archived whole when the ingest says so (a group never spans
+    two files, so a batch refused later cannot take back a file already reported)."""
+    paths = [tmp_path / f"5e55104e-0000-4000-8000-00000000000{number}.jsonl" for number in range(3)]
+    for path in paths:
+        path.write_bytes(
+            b"".join(transcript_line(line, session_id=path.stem, pad=300) for line in range(1, 201))
+        )
+    archive = Archive(tmp_path / "archive.db")
+    for path, added in ingest_files(archive, paths, min_bytes=0):
+        assert added == 200
+        other = Archive(tmp_path / "archive.db", read_only=True)
+        assert other.cursor(str(path))[1] == path.stat().st_size
+        other.close()
+    archive.close()
+
+
+def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> None:
+    """Two batches stored, then the reader's pipe ends: both counted, and the file archived here
+    adds only the rest."""
+    import msgspec
+
+    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+
+    path = tmp_path / "s.jsonl"
+    lines = [transcript_line(number, pad=200) for number in range(1, 61)]
+    path.write_bytes(b"".join(lines))
+    archive = Archive(tmp_path / "archive.db")
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    encode = msgspec.msgpack.Encoder().encode
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    second = len(b"".join(lines[:20]))
+    sender.send_bytes(encode(Batch(7, second, [line[:-1] for line in lines[20:40]])))
+    sender.close()
+    with archive.connection.grouped(1 << 30) as group:
+        result = _store_batches(archive, receiver, 7, path, where_to_start(archive, path), group)
+        assert result == (40, True, False)
+        with group.apart():
+            assert ingest_file(archive, path) == 20
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    archive.close()
