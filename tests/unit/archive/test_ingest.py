@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sqlite3
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import orjson
@@ -354,6 +355,18 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     archive.close()
 
 
+def _playing_the_reader(
+    tmp_path: Path, count: int
+) -> tuple[Path, list[bytes], Archive, Connection, Connection]:
+    """A transcript of `count` lines, an archive, and a pipe to send batches through as the
+    reader does: (path, lines, archive, receiving end, sending end)."""
+    path = tmp_path / "s.jsonl"
+    lines = [transcript_line(number, pad=200) for number in range(1, count + 1)]
+    path.write_bytes(b"".join(lines))
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    return path, lines, Archive(tmp_path / "archive.db"), receiver, sender
+
+
 def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path: Path) -> None:
     """In the ingest's transaction of several batches, a batch the archive refuses (another process
     archived the file meanwhile) rolls back the batches since the last commit: they are not counted
@@ -362,11 +375,7 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
 
     from riffd.archive.ingest import Batch, _store_batches, where_to_start
 
-    path = tmp_path / "s.jsonl"
-    lines = [transcript_line(number, pad=200) for number in range(1, 41)]
-    path.write_bytes(b"".join(lines))
-    archive = Archive(tmp_path / "archive.db")
-    receiver, sender = multiprocessing.Pipe(duplex=False)
+    path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
     encode = msgspec.msgpack.Encoder().encode
     sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
     gap = len(b"".join(lines[:20])) + 5  # not where the first batch ended: refused
@@ -391,11 +400,7 @@ def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) 
 
     from riffd.archive.ingest import Batch, _store_batches, where_to_start
 
-    path = tmp_path / "s.jsonl"
-    lines = [transcript_line(number, pad=200) for number in range(1, 41)]
-    path.write_bytes(b"".join(lines))
-    archive = Archive(tmp_path / "archive.db")
-    receiver, sender = multiprocessing.Pipe(duplex=False)
+    path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
     encode = msgspec.msgpack.Encoder().encode
     result: list[tuple[int, bool, bool]] = []
     start = where_to_start(archive, path)
@@ -451,11 +456,7 @@ def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> N
 
     from riffd.archive.ingest import Batch, _store_batches, where_to_start
 
-    path = tmp_path / "s.jsonl"
-    lines = [transcript_line(number, pad=200) for number in range(1, 61)]
-    path.write_bytes(b"".join(lines))
-    archive = Archive(tmp_path / "archive.db")
-    receiver, sender = multiprocessing.Pipe(duplex=False)
+    path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 60)
     encode = msgspec.msgpack.Encoder().encode
     sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
     second = len(b"".join(lines[:20]))
