@@ -6,12 +6,15 @@ given back. Real SQLite archives, two connections for two processes, a real `rif
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from conftest import transcript_line
-from helpers.run import run_riffd
+from helpers.run import riffd_env, run_riffd
 from riffd.archive.connection import ArchiveGroupError
 from riffd.archive.search import FTS_BULK, FTS_DEFAULT, fts_settings
 from riffd.archive.store import Archive, ArchiveGap
@@ -197,3 +200,67 @@ def test_the_ingest_itself_gives_the_search_index_its_settings_back(tmp_path: Pa
     assert [added for _, added in ingest_files(archive, [path], min_bytes=0)] == [len(LINES)]
     archive.close()
     assert _merge_settings(tmp_path / "archive.db") in ({}, FTS_DEFAULT)
+
+
+FAILING_COMMIT = textwrap.dedent("""
+    import json, random, resource, signal, sys
+    from pathlib import Path
+    from riffd.archive.store import Archive
+    work = Path(sys.argv[1])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    rng = random.Random(3)
+    lines = [
+        json.dumps({"type": "user", "message": {"role": "user", "content": f"{n} " + " ".join(
+            "".join(rng.choice("abcdefghij") for _ in range(8)) for _ in range(40))}}).encode()
+        for n in range(3000)
+    ]
+    path = work / "x.jsonl"
+    path.write_bytes(b"".join(line + b"\\n" for line in lines))
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line) + 1)
+    db = work / "archive.db"
+    archive = Archive(db)
+    archive.add_lines(str(path), 0, lines[:1000])
+    wal = Path(str(db) + "-wal")
+    error = None
+    try:
+        with archive.connection.grouped(1 << 30) as group:
+            archive.add_lines(str(path), offsets[1000], lines[1000:2000])
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            room = max(wal.stat().st_size, db.stat().st_size) + 8192
+            resource.setrlimit(resource.RLIMIT_FSIZE, (room, hard))
+            try:
+                group.commit()
+            except Exception as exc:
+                error = exc
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    except Exception as exc:
+        error = error or exc
+    archived = archive.cursor(str(path))[1]
+    print("failed:", repr(error), "watermark:", archived, "committed:", offsets[1000])
+    archive.add_lines(str(path), archived, lines[offsets.index(archived):])
+    archive.close()
+    fresh = Archive(db)
+    ((file_id, _path, _session),) = fresh.files_of(str(path))
+    sys.exit(0 if error is not None and b"".join(fresh.iter_file(file_id)) == path.read_bytes() else 1)
+""")
+
+
+def test_a_group_whose_commit_fails_for_want_of_room_loses_nothing_committed(
+    tmp_path: Path,
+) -> None:
+    """The group's COMMIT fails for real (the WAL cannot grow: RLIMIT_FSIZE, as on a full disk): the
+    group's steps are rolled back, the packs held in memory forgotten, and the same connection goes
+    on from the archive's watermark: the file restores byte for byte."""
+    run = subprocess.run(
+        [sys.executable, "-c", FAILING_COMMIT, str(tmp_path)],
+        env=riffd_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "failed: None" not in run.stdout
