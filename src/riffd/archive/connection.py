@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,11 +47,26 @@ class ArchiveGroupError(RuntimeError):
     user's)."""
 
 
+# Run inside a transaction on its connection
+InTransaction = Callable[[sqlite3.Connection], None]
+
+
+def _nothing(_db: sqlite3.Connection) -> None:
+    pass
+
+
 class WriteGroup:
     """The transaction of a group of write steps (`ArchiveConnection.grouped`)."""
 
-    def __init__(self, connection: ArchiveConnection, limit: int) -> None:
+    def __init__(
+        self,
+        connection: ArchiveConnection,
+        limit: int,
+        begin: InTransaction = _nothing,
+        end: InTransaction = _nothing,
+    ) -> None:
         self._connection, self._limit, self._size = connection, limit, 0
+        self.begin, self.end = begin, end
 
     def wrote(self, size: int) -> bool:
         """A step wrote `size` bytes of lines: commit once the group holds `limit` of them; return
@@ -67,7 +82,7 @@ class WriteGroup:
         COMMIT does (everything since the last commit is then rolled back)."""
         self._size = 0
         with self._connection.lock:
-            self._connection._commit()
+            self._connection._commit(self.end)
 
     def lost(self) -> None:
         """Every step since the last commit was rolled back."""
@@ -217,7 +232,9 @@ class ArchiveConnection:
             self.packs.commit()
 
     @contextmanager
-    def grouped(self, limit: int) -> Iterator[WriteGroup]:
+    def grouped(
+        self, limit: int, *, begin: InTransaction = _nothing, end: InTransaction = _nothing
+    ) -> Iterator[WriteGroup]:
         """Under the lock, the write steps (`writing`) of a bulk ingest in few transactions, each
         committed once the steps said to have written `limit` bytes (`WriteGroup.wrote`), when
         asked (`WriteGroup.commit`: before the ingest says what it stored) and at the end, also when
@@ -225,19 +242,22 @@ class ArchiveConnection:
         step committed). A step that fails rolls back every step since the last commit (the caller
         counts them lost and archives from the archive's watermark again); so does a kill, which the
         next ingest repairs the same way. A ROLLBACK made by a step inside a group raises
-        ArchiveGroupError."""
+        ArchiveGroupError. `begin` runs in each of the group's transactions once it has begun, `end`
+        before it commits (what they do is committed with the steps, or rolled back with them: a
+        setting the group's transactions want and no other process is to see)."""
         with self.lock:
-            group = self._group = WriteGroup(self, limit)
+            group = self._group = WriteGroup(self, limit, begin, end)
             try:
                 yield group
             finally:
                 self._group = None
                 group.commit()
 
-    def _commit(self) -> None:
+    def _commit(self, end: InTransaction = _nothing) -> None:
         if not self.db.in_transaction:
             return
         try:
+            end(self.db)
             self.db.execute("COMMIT")
         except BaseException:
             self._roll_back()
@@ -260,10 +280,11 @@ class ArchiveConnection:
         them). A step that fails rolls back the whole transaction, every step since the group's last
         commit."""
         assert self._group is not None
-        if not self.db.in_transaction:
-            self.db.execute("BEGIN IMMEDIATE")
-            self.packs.refresh()
         try:
+            if not self.db.in_transaction:
+                self.db.execute("BEGIN IMMEDIATE")
+                self.packs.refresh()
+                self._group.begin(self.db)
             yield
             if not self.db.in_transaction:
                 raise ArchiveGroupError("a step of a grouped write rolled the whole group back")

@@ -16,7 +16,6 @@ import contextlib
 import gc
 import logging
 import os
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +25,7 @@ import msgspec
 from riffd.archive.connection import WriteGroup
 from riffd.archive.contents import Parsed, parse
 from riffd.archive.packs import PackDamaged
-from riffd.archive.search import FTS_BULK, FTS_DEFAULT, fts_settings
+from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.transcript.reader import iter_chunks, read_span
@@ -215,11 +214,9 @@ def _ingest_with_reader(
             gc.unfreeze()
         sender.close()  # only the reader writes: its exit ends the stream
         jobs_in.close()
-        # The search index merged only at the ingest's end (`settle`), the lines stored a few
-        # batches to a transaction
-        with archive.connection.writing():
-            fts_settings(archive.connection.db, FTS_BULK)
-        with archive.connection.grouped(GROUP_BYTES) as group:
+        # The lines stored a few batches to a transaction, the search index merged only at the
+        # ingest's end (`settle`)
+        with archive.connection.grouped(GROUP_BYTES, begin=bulk_begin, end=bulk_end) as group:
             # files looked at for the reader so far; the bytes of those from the one being stored on
             sent = ahead = 0
             handed: set[str] = set()
@@ -263,9 +260,6 @@ def _ingest_with_reader(
                 group.commit()  # what is said to be archived is
                 yield path, done if isinstance(done, OSError) else added + done
     finally:
-        # (when this fails, a daemon's next settle does it)
-        with contextlib.suppress(sqlite3.Error, OSError), archive.connection.writing():
-            fts_settings(archive.connection.db, FTS_DEFAULT)
         receiver.close()  # a reader still sending meets a broken pipe and exits
         with contextlib.suppress(OSError):
             jobs_out.send_bytes(encode(None))  # no more files: the reader exits

@@ -35,6 +35,22 @@ FTS_DEFAULT = {"automerge": 4, "crisismerge": 16, "hashsize": 1 << 20}
 FTS_BULK = {"automerge": 0, "crisismerge": 64, "hashsize": 16 << 20}
 
 
+def bulk_begin(db: sqlite3.Connection) -> None:
+    """At the start of each of a bulk ingest's transactions: the search index takes the bulk
+    settings (FTS_BULK), which `bulk_end` takes back before the transaction commits. So no other
+    process ever sees them, and a killed ingest (whose transaction rolls back) never leaves them."""
+    fts_settings(db, FTS_BULK)
+
+
+def bulk_end(db: sqlite3.Connection) -> None:
+    """Before a bulk ingest's transaction commits: write the index's pending words out under the
+    bulk settings (FTS5 does at a savepoint; left to the commit, it would under FTS5's own, and
+    merge), then give it FTS5's own settings back."""
+    db.execute("SAVEPOINT riffd_words")
+    db.execute("RELEASE riffd_words")
+    fts_settings(db, FTS_DEFAULT)
+
+
 def fts_settings(db: sqlite3.Connection, settings: dict[str, int]) -> None:
     """Inside a write transaction: make `settings` the search index's, unless they are already."""
     held = dict(

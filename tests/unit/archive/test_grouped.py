@@ -5,6 +5,8 @@ given back. Real SQLite archives, two connections for two processes, a real `rif
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
 import subprocess
 import sys
@@ -14,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_line
-from helpers.run import riffd_env, run_riffd
+from helpers.run import riffd_command, riffd_env
 from riffd.archive.connection import ArchiveGroupError
-from riffd.archive.search import FTS_BULK, FTS_DEFAULT, fts_settings
+from riffd.archive.search import FTS_BULK, FTS_DEFAULT, bulk_begin, bulk_end, fts_settings
 from riffd.archive.store import Archive, ArchiveGap
 
 LINES = [transcript_line(number, pad=300) for number in range(1, 31)]
@@ -106,8 +108,14 @@ def test_a_step_that_rolls_the_transaction_back_is_an_error_not_a_silent_loss(
     archive.close()
 
 
-def _merge_settings(path: Path) -> dict[str, int]:
-    with sqlite3.connect(path) as db:
+def _merge_settings(where: Path | sqlite3.Connection) -> dict[str, int]:
+    """The search index's merge settings, as a connection of this process or another sees them."""
+    with contextlib.ExitStack() as stack:
+        db = (
+            where
+            if isinstance(where, sqlite3.Connection)
+            else stack.enter_context(contextlib.closing(sqlite3.connect(where)))
+        )
         return dict(
             db.execute(
                 "SELECT k, v FROM search_config WHERE k IN ('automerge', 'crisismerge', 'hashsize')"
@@ -115,38 +123,111 @@ def _merge_settings(path: Path) -> dict[str, int]:
         )
 
 
-def test_the_search_index_gets_fts5s_settings_back_after_an_ingest_and_at_a_settle(
+def _segments(db: sqlite3.Connection) -> int:
+    """How many segments the search index is in: the second varint of FTS5's structure record
+    (row 10 of its data table), after its 4-byte cookie and its count of levels."""
+    (record,) = db.execute("SELECT block FROM search_data WHERE id = 10").fetchone()
+    values, value, shift = [], 0, 0
+    for byte in record[4:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            values.append(value)
+            if len(values) == 2:
+                return values[1]
+            value = shift = 0
+    raise AssertionError("no structure record")
+
+
+def test_the_bulk_settings_hold_only_inside_the_groups_transactions(tmp_path: Path) -> None:
+    """The ingest's search index settings are set in each of its transactions and taken back before
+    it commits: no other process sees them, and the words of each are written out under them
+    (eighteen commits, eighteen segments: under FTS5's own settings, the sixteenth segment of a
+    level merges them)."""
+    archive = Archive(tmp_path / "archive.db")
+    db = archive.connection.db
+    with archive.connection.grouped(1 << 30, begin=bulk_begin, end=bulk_end) as group:
+        for part in range(18):
+            offset = len(b"".join(LINES[:part]))
+            archive.add_lines(PATH, offset, _lines(LINES[part : part + 1]))
+            assert _merge_settings(db) == FTS_BULK  # in this transaction
+            assert _merge_settings(tmp_path / "archive.db") in ({}, FTS_DEFAULT)  # elsewhere
+            group.commit()
+            assert _merge_settings(db) == FTS_DEFAULT
+    assert _segments(db) == 18
+    archive.close()
+
+
+KILLED_INGEST_CORPUS = 40  # files of about 400 kB of distinct words each
+
+
+def test_a_killed_ingest_leaves_fts5s_own_settings_and_no_one_saw_the_bulk_ones(
     tmp_path: Path,
 ) -> None:
+    """A real `riffd archive ingest` killed (SIGKILL) after its first commits: another process
+    reading the archive throughout never saw the bulk settings, and they are not left behind."""
+    import random
+
+    rng = random.Random(5)
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=7)) for _ in range(5000)]
     projects = tmp_path / "projects" / "-p"
     projects.mkdir(parents=True)
-    for number in range(3):
+    for number in range(KILLED_INGEST_CORPUS):
+        session = f"11111111-2222-3333-4444-{number:012d}"
         lines = [
-            transcript_line(
-                line, session_id=f"11111111-2222-3333-4444-55555555555{number}", pad=300
-            )
-            for line in range(1, 2000)
+            json.dumps(
+                {
+                    "type": "user",
+                    "uuid": f"{session}-{line}",
+                    "sessionId": session,
+                    "message": {"role": "user", "content": " ".join(rng.choices(words, k=60))},
+                }
+            ).encode()
+            + b"\n"
+            for line in range(1, 800)
         ]
-        (projects / f"11111111-2222-3333-4444-55555555555{number}.jsonl").write_bytes(
-            b"".join(lines)
-        )
+        (projects / f"{session}.jsonl").write_bytes(b"".join(lines))
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    ingest = run_riffd("archive", "ingest", str(projects), config=config)
-    assert ingest.returncode == 0, ingest.stderr
-    assert _merge_settings(tmp_path / "state" / "archive.db") in (
-        {},
-        FTS_DEFAULT,
+    db_path = tmp_path / "state" / "archive.db"
+    child = subprocess.Popen(
+        riffd_command("archive", "ingest", "--no-compact", str(projects), config=config),
+        env=riffd_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
-    # as an ingest killed before its end leaves them: the bulk settings; the daemon's next settle
-    # (once it added lines) puts FTS5's own back
-    archive = Archive(tmp_path / "state" / "archive.db")
+    seen: list[dict[str, int]] = []
+    archived = 0
+    try:
+        while child.poll() is None and archived < 3:
+            if db_path.exists():
+                with contextlib.suppress(sqlite3.OperationalError):  # (being made)
+                    seen.append(_merge_settings(db_path))
+                    archived = _files_archived(db_path)
+    finally:
+        child.kill()
+        _out, errors = child.communicate()
+    assert archived >= 3, f"the ingest ended before three files were archived: {errors!r}"
+    assert seen and all(settings in ({}, FTS_DEFAULT) for settings in seen)
+    assert _merge_settings(db_path) in ({}, FTS_DEFAULT)
+    assert _files_archived(db_path) < KILLED_INGEST_CORPUS  # killed part way
+
+
+def _files_archived(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return int(db.execute("SELECT COUNT(*) FROM files WHERE archived_bytes > 0").fetchone()[0])
+
+
+def test_a_settle_gives_the_search_index_fts5s_settings_back(tmp_path: Path) -> None:
+    """As a killed ingest of a development build (never released) left them, committed: the
+    daemon's next settle (once it added lines) puts FTS5's own back."""
+    archive = Archive(tmp_path / "archive.db")
     with archive.connection.writing():
         fts_settings(archive.connection.db, FTS_BULK)
-    assert _merge_settings(tmp_path / "state" / "archive.db") == FTS_BULK
+    assert _merge_settings(tmp_path / "archive.db") == FTS_BULK
     archive.add_lines(PATH, 0, _lines(LINES))
     assert archive.settle(optimize=False)
-    assert _merge_settings(tmp_path / "state" / "archive.db") == FTS_DEFAULT
+    assert _merge_settings(tmp_path / "archive.db") == FTS_DEFAULT
     archive.close()
 
 
