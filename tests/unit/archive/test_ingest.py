@@ -470,3 +470,45 @@ def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> N
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
     archive.close()
+
+
+def test_a_file_archived_here_commits_batch_by_batch(tmp_path: Path) -> None:
+    """A file the reader leaves to this process (here: the reader killed) is archived a transaction
+    a batch, apart from the ingest's group: another process sees its watermark move part way, so a
+    daemon waiting to write never waits for the whole file (a group's one transaction for a 1.1 GB
+    file kept another writer out for 30 s)."""
+    import threading
+
+    first, big = tmp_path / "first.jsonl", tmp_path / "big.jsonl"
+    first.write_bytes(b"".join(transcript_line(number) for number in range(1, 20)))
+    big.write_bytes(b"".join(transcript_line(number, pad=2000) for number in range(1, 5000)))
+    archive = Archive(tmp_path / "archive.db")
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        with sqlite3.connect(tmp_path / "archive.db") as db:
+            while not done.is_set():
+                row = db.execute(
+                    "SELECT archived_bytes FROM files WHERE path = ?", (str(big),)
+                ).fetchone()
+                seen.add(row[0] if row else 0)
+
+    watcher = threading.Thread(target=watch)
+    try:
+        files = ingest_files(archive, [first, big], min_bytes=0, read_ahead=0)
+        assert next(files)[0] == first
+        for child in multiprocessing.active_children():
+            if child.name == "riffd-ingest-reader":
+                os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        watcher.start()
+        assert next(files) == (big, 4999)
+        assert next(files, None) is None
+    finally:
+        done.set()
+        if watcher.is_alive():
+            watcher.join()
+        archive.close()
+    size = big.stat().st_size
+    assert [at for at in seen if 0 < at < size], f"seen only {sorted(seen)} of {size} bytes"
+    assert _restored(tmp_path / "archive.db")[str(big)] == big.read_bytes()
