@@ -372,10 +372,11 @@ class ArchiveWriter:
 
     def settle(self, *, optimize: bool = True) -> bool:
         """Compress the open pack at the settled level (it stays open: a later line reopens it),
-        give the search index FTS5's own settings back (riffd.archive.search.fts_settings), merge
-        it into one segment (`optimize`: it rewrites the whole index) and give
-        freed pages back to the file system. For when feeding pauses: the end of an ingest, a quiet
-        daemon. Return False when nothing was added since the last settle of this connection."""
+        give the search index FTS5's own settings back (riffd.archive.search.fts_settings: only an
+        archive a killed ingest of a development build left otherwise, never released, needs it),
+        merge it into one segment (`optimize`: it rewrites the whole index) and give freed pages
+        back to the file system. For when feeding pauses: the end of an ingest, a quiet daemon.
+        Return False when nothing was added since the last settle of this connection."""
         with self._connection.lock:
             if not self._dirty:
                 return False

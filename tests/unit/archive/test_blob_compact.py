@@ -22,7 +22,7 @@ import zstandard
 
 from helpers.run import riffd_env
 from helpers.sessiontree import build_session
-from riffd.archive.blobcompact import BlobCompaction
+from riffd.archive.blobcompact import BlobCompaction, Compacted
 from riffd.archive.packs import SETTLED_LEVEL
 from riffd.archive.store import Archive
 from riffd.claude_code.session_files import SessionFile, all_session_files, classify
@@ -408,7 +408,7 @@ def test_two_compactions_at_once_settle_every_frame_once(tmp_path: Path) -> None
     }
     for log in logs:
         assert b"".join(fresh.whole.content(versions[log.name])) == log.read_bytes()
-    assert fresh.whole.compact() == type(fresh.whole.compact())(0, 0, 0, 0)
+    assert fresh.whole.compact() == Compacted(0, 0, 0, 0)
     fresh.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import sqlite3
 import subprocess
 import sys
@@ -158,6 +159,55 @@ def test_the_bulk_settings_hold_only_inside_the_groups_transactions(tmp_path: Pa
     archive.close()
 
 
+class _Injected(sqlite3.OperationalError):
+    """A failure injected into a group's own statements (a full disk, an I/O error)."""
+
+
+@pytest.mark.parametrize("where", ["begin", "end"])
+def test_a_failure_in_the_groups_own_statements_takes_back_its_transaction(
+    tmp_path: Path, where: str
+) -> None:
+    """`begin` failing in the group's second transaction, or `end` failing after it wrote the
+    words out: that transaction's steps are taken back (the watermark is where the first commit
+    left it), FTS5's own settings are what is committed, and archiving on from the watermark
+    restores the file byte for byte."""
+    calls = {"begin": 0, "end": 0}
+
+    def begin(db: sqlite3.Connection) -> None:
+        calls["begin"] += 1
+        bulk_begin(db)
+        if where == "begin" and calls["begin"] == 2:
+            raise _Injected("disk I/O error (injected in begin)")
+
+    def end(db: sqlite3.Connection) -> None:
+        calls["end"] += 1
+        if where == "end" and calls["end"] == 2:
+            db.execute("SAVEPOINT riffd_words")  # the words written out, as bulk_end does
+            db.execute("RELEASE riffd_words")
+            raise _Injected("disk I/O error (injected in end)")
+        bulk_end(db)
+
+    archive = Archive(tmp_path / "archive.db")
+    first = len(b"".join(LINES[:10]))
+    with archive.connection.grouped(1 << 30, begin=begin, end=end) as group:
+        archive.add_lines(PATH, 0, _lines(LINES[:10]))
+        group.commit()
+        with pytest.raises(_Injected):
+            archive.add_lines(PATH, first, _lines(LINES[10:20]))
+            group.commit()
+        assert not archive.connection.db.in_transaction  # (the write lock let go at once)
+        assert _archived(tmp_path / "archive.db") == first
+        assert _merge_settings(tmp_path / "archive.db") in ({}, FTS_DEFAULT)
+        assert _merge_settings(archive.connection.db) in ({}, FTS_DEFAULT)
+        archive.add_lines(PATH, first, _lines(LINES[10:]))  # archived on from the watermark
+    assert _merge_settings(tmp_path / "archive.db") in ({}, FTS_DEFAULT)
+    archive.close()
+    fresh = Archive(tmp_path / "archive.db")
+    ((file_id, _path, _session),) = fresh.files_of(PATH)
+    assert b"".join(fresh.iter_file(file_id)) == b"".join(LINES)
+    fresh.close()
+
+
 KILLED_INGEST_CORPUS = 40  # files of about 400 kB of distinct words each
 
 
@@ -166,8 +216,6 @@ def test_a_killed_ingest_leaves_fts5s_own_settings_and_no_one_saw_the_bulk_ones(
 ) -> None:
     """A real `riffd archive ingest` killed (SIGKILL) after its first commits: another process
     reading the archive throughout never saw the bulk settings, and they are not left behind."""
-    import random
-
     rng = random.Random(5)
     words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=7)) for _ in range(5000)]
     projects = tmp_path / "projects" / "-p"

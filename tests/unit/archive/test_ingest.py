@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -302,8 +303,6 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     arrives, offered from past that generation's watermark. The archive refuses it (ArchiveGap) and
     the file is archived here from what it holds now: no batch of the old version is put after the
     new one, and the ingest goes on (before the catch, it ended there)."""
-    import threading
-
     import msgspec
 
     from riffd.archive.ingest import Batch, _store_batches, where_to_start
@@ -394,8 +393,6 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
 def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) -> None:
     """A reader behind (a stalled file system): what the group stored is committed before this
     process waits for the next batch, so another writer (the daemon) is not kept out meanwhile."""
-    import threading
-
     import msgspec
 
     from riffd.archive.ingest import Batch, _store_batches, where_to_start
@@ -477,8 +474,6 @@ def test_a_file_archived_here_commits_batch_by_batch(tmp_path: Path) -> None:
     a batch, apart from the ingest's group: another process sees its watermark move part way, so a
     daemon waiting to write never waits for the whole file (a group's one transaction for a 1.1 GB
     file kept another writer out for 30 s)."""
-    import threading
-
     first, big = tmp_path / "first.jsonl", tmp_path / "big.jsonl"
     first.write_bytes(b"".join(transcript_line(number) for number in range(1, 20)))
     big.write_bytes(b"".join(transcript_line(number, pad=2000) for number in range(1, 5000)))
@@ -498,9 +493,13 @@ def test_a_file_archived_here_commits_batch_by_batch(tmp_path: Path) -> None:
     try:
         files = ingest_files(archive, [first, big], min_bytes=0, read_ahead=0)
         assert next(files)[0] == first
-        for child in multiprocessing.active_children():
-            if child.name == "riffd-ingest-reader":
-                os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        readers = [
+            child
+            for child in multiprocessing.active_children()
+            if child.name == "riffd-ingest-reader"
+        ]
+        assert len(readers) == 1  # (else the reader path, which also commits part way, is tested)
+        os.kill(readers[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
         watcher.start()
         assert next(files) == (big, 4999)
         assert next(files, None) is None
