@@ -550,16 +550,36 @@ def markdown(result: dict[str, Any]) -> str:
             )
         )
     for row in result["storage"]:
+        parts = composition(row["detail"]["dbstat"])
         rows.append(
             (
                 f"storage, {row['corpus']}"
                 + ("" if "MB" in row["corpus"] else f", {row['raw_bytes'] / MB:,.1f} MB"),
                 f"archive {row['archive_bytes'] / MB:,.2f} MB ({row['archive_ratio']:.1%}) against "
                 f"gzip -6 {row['gzip6_bytes'] / MB:,.2f} MB ({row['gzip6_ratio']:.1%}): ratio "
-                f"{row['archive_bytes'] / row['gzip6_bytes']:.2f}",
+                f"{row['archive_bytes'] / row['gzip6_bytes']:.2f}; of it, the lines "
+                f"{parts['lines'] / MB:,.2f} MB (ratio {parts['lines'] / row['gzip6_bytes']:.2f}), "
+                f"the search index {parts['search'] / MB:,.2f}, the pieces and their keys "
+                f"{parts['pieces'] / MB:,.2f}, where each text was seen "
+                f"{parts['seen'] / MB:,.2f}, the rest {parts['rest'] / MB:,.2f} MB",
             )
         )
     return figures.markdown_table(("measure", "figure"), rows)
+
+
+def composition(dbstat: dict[str, int]) -> dict[str, int]:
+    """The archive's bytes by what they hold: the lines (packs, the open pack's segments, where each
+    line is in them), the search index, the pieces of content and their key index, where each text
+    was seen, and the rest (files, whole files, free pages are not in dbstat)."""
+    groups = {
+        "lines": ("packs", "segments", "runs", "loose"),
+        "pieces": ("contents", "contents_key"),
+        "seen": ("seen",),
+    }
+    parts = {name: sum(dbstat.get(table, 0) for table in tables) for name, tables in groups.items()}
+    parts["search"] = sum(size for name, size in dbstat.items() if name.startswith("search"))
+    parts["rest"] = sum(dbstat.values()) - sum(parts.values())
+    return parts
 
 
 def distinct_texts(db_path: Path) -> int:

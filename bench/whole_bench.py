@@ -12,12 +12,12 @@ resumed copies of each, laid out as the client 2.1.332 lays out a session (trans
 section 1), with the files beside them made as the client makes them:
 - saved outputs, `<session>/tool-results/<short random id>.txt`: every tool result of 2,000
   characters or more in the session's lines (the client saves those over about 30,000; the real
-  corpus has few), and two large outputs per session, as a `cat` of 3 to 8 of riffd's source files
-  and a `pytest -v` log of riffd's test names (50 to 300 kB); one of them read twice (the same bytes
-  in a second file);
-- checkpoints, `file-history/<session>/<hash>@v<N>`: 4 of riffd's source files per session, each in
-  2 or 3 versions a line apart (sessions pick from the same files, so some copies are in several
-  sessions);
+  corpus has few), and two large outputs per session, as a `cat` of 3 to 8 source files of the
+  interpreter's standard library and a `pytest -v` log of test names made from its functions (50
+  to 300 kB); one of them read twice (the same bytes in a second file);
+- checkpoints, `file-history/<session>/<hash>@v<N>`: 4 standard library source files per session,
+  each in 2 or 3 versions a line apart (sessions pick from the same files, so some copies are in
+  several sessions);
 - a subagent's settings beside each subagent transcript, 3 task files, a plan.
 The resumed copies get no files of their own (their history is a copy).
 
@@ -42,6 +42,7 @@ import shutil
 import string
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -83,18 +84,32 @@ def _write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
 
 
+def stable_sources() -> tuple[list[Path], list[str]]:
+    """The source files the corpus's saved outputs and checkpoints are cut from, and the test names
+    its logs list: the interpreter's own standard library (its top-level modules of 2 to 16 kB, sized
+    as riffd's own sources are: 8 kB on average; and a test name per function they define), the same
+    from one riffd commit to the next (riffd's own sources made the corpus 209 to 217 files as the
+    code changed, so figures compared across commits only roughly)."""
+    sources = [
+        path
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+        if 2_000 <= path.stat().st_size <= 16_000
+    ]
+    tests = [
+        f"tests/test_{path.stem}.py::test_{name}"
+        for path in sources
+        for name in re.findall(r"^def (\w+)", path.read_text(errors="replace"), re.M)
+    ]
+    return sources, tests
+
+
 def build(real: Path, claude: Path, resumed: int, seed: int) -> tuple[list[Path], list[Path]]:
     """Lay the corpus out under the config folder `claude`; return (the transcripts, the files kept
     whole)."""
     from archive_bench import resumed_copy
 
     rng = random.Random(seed)
-    sources = sorted((REPO / "src").rglob("*.py"))
-    tests = [
-        f"tests/{path.name}::{name}"
-        for path in sorted((REPO / "tests").rglob("test_*.py"), key=lambda path: path.name)
-        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
-    ]
+    sources, tests = stable_sources()
     transcripts: list[Path] = []
     whole: list[Path] = []
     for source in sorted(real.rglob("*.jsonl")):
@@ -225,11 +240,7 @@ def large_outputs(folder: Path, size_mb: float, seed: int) -> list[Path]:
     (lines of test names, durations and hex ids: text that compresses as real logs do, not
     repeats)."""
     rng = random.Random(seed)
-    tests = [
-        f"tests/{path.name}::{name}"
-        for path in sorted((REPO / "tests").rglob("test_*.py"), key=lambda path: path.name)
-        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
-    ]
+    _sources, tests = stable_sources()
     paths = []
     for _output in range(max(1, int(size_mb / 2))):
         lines = [
