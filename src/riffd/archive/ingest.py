@@ -40,8 +40,10 @@ READ_AHEAD = 8_000_000  # bytes of files the reader is given ahead of the one be
 JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which no one else drains)
 # Lines of one file stored per transaction (riffd.archive.connection.grouped), committed sooner when
 # the reader is behind: 1 GB of distinct texts in 24 s a transaction per 1 MiB batch, 21.5 s per
-# 4 MiB, 19.3 s per 8 MiB with the search index's bulk settings
-GROUP_BYTES = 8 << 20
+# 4 MiB, 19.3 s per 8 MiB with the search index's bulk settings; later, runs interleaved, 19.0 s on
+# average per 8 MiB, 17.9 per 16 and 17.2 per 64 (whose transactions outgrow the 32 MiB page
+# cache and hold the write lock about a second)
+GROUP_BYTES = 16 << 20
 
 
 def ingest_file(archive: Archive, path: Path) -> int:
