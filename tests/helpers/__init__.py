@@ -2,4 +2,4 @@
 start it), `daemon` (`riffd run` in a sandbox), `damage` (damage injectors), `fusefs` (a FUSE
 filesystem that fails on purpose), `sessiontree` (a session's files as the client lays them out),
 `browser` (a page rendered by headless Chromium), `wordy` (sessions of distinct texts for the
-archive)."""
+archive), `archive_damage` (an archive's stored bytes damaged in place)."""

@@ -243,24 +243,24 @@ def compact(archive: Any) -> None:
     whole), with a progress line on a terminal."""
     started = time.monotonic()
     done, _left = archive.compact(progress=_progress("packs"))
-    if sys.stderr.isatty() and done:
-        print(file=sys.stderr)
     if done:
-        print(
-            f"riffd: compressed {done} pack(s) at the settled level in {time.monotonic() - started:.1f} s",
-            file=sys.stderr,
-        )
+        _compacted(f"{done} pack(s) at the settled level", started)
     started = time.monotonic()
     whole = archive.whole.compact(progress=_progress("the files kept whole (blobs)"))
-    if sys.stderr.isatty() and whole.blobs:
-        print(file=sys.stderr)
     if whole.blobs:
-        print(
-            f"riffd: compressed the files kept whole at the settled level: {whole.blobs} blob(s), "
-            f"{whole.frames} frame(s) {whole.saved / 1e3:,.1f} kB smaller, in "
-            f"{time.monotonic() - started:.1f} s",
-            file=sys.stderr,
+        _compacted(
+            f"the files kept whole at the settled level: {whole.blobs} blob(s), {whole.frames} "
+            f"frame(s) {whole.saved / 1e3:,.1f} kB smaller,",
+            started,
         )
+
+
+def _compacted(what: str, started: float) -> None:
+    """Say what a compaction compressed and in how long, on a line of its own (after the progress
+    line a terminal shows)."""
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(f"riffd: compressed {what} in {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 def _progress(what: str) -> Callable[[int, int], None]:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from helpers.archive_damage import flip_frame_byte
 from helpers.run import riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.blobcompact import BlobCompaction, Compacted
@@ -185,19 +186,10 @@ def test_a_damaged_frame_is_passed_over_and_the_next_ones_compacted(tmp_path: Pa
     archive = Archive(tmp_path / "archive.db")
     archive.whole.keep(_found(claude, log))
     (version,) = archive.whole.session_versions(tree.session_id)
-    with sqlite3.connect(tmp_path / "archive.db") as db:
-        (frame,) = db.execute(
-            "SELECT data FROM blob_chunks WHERE blob = ? AND number = 0", (version.blob,)
-        ).fetchone()
-        damaged = bytearray(frame)
-        damaged[len(damaged) // 2] ^= 0xFF
-        db.execute(
-            "UPDATE blob_chunks SET data = ? WHERE blob = ? AND number = 0",
-            (bytes(damaged), version.blob),
-        )
+    damaged = flip_frame_byte(tmp_path / "archive.db", version.blob)
     done = archive.whole.compact()
     assert (done.blobs, done.frames, done.left) == (1, 2, 0)
-    assert _frames(tmp_path / "archive.db")[(version.blob, 0)] == bytes(damaged)
+    assert _frames(tmp_path / "archive.db")[(version.blob, 0)] == damaged
     assert _settled_frames(tmp_path / "archive.db", first=1) == [True, True]
     archive.close()
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.archive_damage import flip_frame_byte
 from helpers.run import riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.packs import PackDamaged
@@ -361,23 +362,17 @@ def test_a_damaged_frame_is_refused_never_read_as_other_bytes_nor_compacted(tmp_
     (version,) = [
         item for item in archive.whole.session_versions(tree.session_id) if item.path == output
     ]
-    with sqlite3.connect(tmp_path / "archive.db") as db:
-        (frame,) = db.execute(
-            "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
-        ).fetchone()
-        damaged = bytearray(frame)
-        damaged[len(damaged) // 2] ^= 0xFF
-        db.execute("UPDATE blob_chunks SET data = ? WHERE blob = ?", (bytes(damaged), version.blob))
+    damaged = flip_frame_byte(tmp_path / "archive.db", version.blob)
     with pytest.raises(PackDamaged, match=str(output.name)):
         b"".join(archive.whole.content(version))
     assert [found.blob for found, _why in archive.whole.damaged()] == [version.blob]
-    # compaction (riffd.archive.blobs) leaves the damaged frame as it is, still refused
+    # compaction (riffd.archive.blobcompact) leaves the damaged frame as it is, still refused
     done = archive.whole.compact()
     assert (done.blobs, done.left) == (archive.whole.stats()["blobs"], 0)
     with sqlite3.connect(tmp_path / "archive.db") as db:
         assert db.execute(
             "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
-        ).fetchone() == (bytes(damaged),)
+        ).fetchone() == (damaged,)
     with pytest.raises(PackDamaged, match=str(output.name)):
         b"".join(archive.whole.content(version))
     archive.close()
