@@ -334,8 +334,10 @@ def test_the_ingest_itself_gives_the_search_index_its_settings_back(tmp_path: Pa
 FAILING_COMMIT = textwrap.dedent("""
     import json, random, resource, signal, sys
     from pathlib import Path
+    from riffd.archive.search import bulk_begin, bulk_end
     from riffd.archive.store import Archive
-    work = Path(sys.argv[1])
+    work, bulk = Path(sys.argv[1]), sys.argv[2] == "bulk"
+    hooks = {"begin": bulk_begin, "end": bulk_end} if bulk else {}
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
     rng = random.Random(3)
     lines = [
@@ -354,7 +356,7 @@ FAILING_COMMIT = textwrap.dedent("""
     wal = Path(str(db) + "-wal")
     error = None
     try:
-        with archive.connection.grouped(1 << 30) as group:
+        with archive.connection.grouped(1 << 30, **hooks) as group:
             archive.add_lines(str(path), offsets[1000], lines[1000:2000])
             soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
             room = max(wal.stat().st_size, db.stat().st_size) + 8192
@@ -373,18 +375,25 @@ FAILING_COMMIT = textwrap.dedent("""
     archive.close()
     fresh = Archive(db)
     ((file_id, _path, _session),) = fresh.files_of(str(path))
-    sys.exit(0 if error is not None and b"".join(fresh.iter_file(file_id)) == path.read_bytes() else 1)
+    settings = dict(fresh.connection.db.execute(
+        "SELECT k, v FROM search_config WHERE k IN ('automerge', 'crisismerge', 'hashsize')"))
+    print("settings:", settings)
+    own = settings in ({}, {"automerge": 4, "crisismerge": 16, "hashsize": 1 << 20})
+    sys.exit(0 if error is not None and own and b"".join(fresh.iter_file(file_id)) == path.read_bytes() else 1)
 """)
 
 
+@pytest.mark.parametrize("hooks", ["plain", "bulk"])
 def test_a_group_whose_commit_fails_for_want_of_room_loses_nothing_committed(
-    tmp_path: Path,
+    tmp_path: Path, hooks: str
 ) -> None:
-    """The group's COMMIT fails for real (the WAL cannot grow: RLIMIT_FSIZE, as on a full disk): the
-    group's steps are rolled back, the packs held in memory forgotten, and the same connection goes
-    on from the archive's watermark: the file restores byte for byte."""
+    """The group's COMMIT fails for real (the WAL cannot grow: RLIMIT_FSIZE, as on a full disk), also
+    with the ingest's search index settings (whose words are written out just before it): the
+    group's steps are rolled back, the packs held in memory forgotten, FTS5's own settings are what
+    is committed, and the same connection goes on from the archive's watermark: the file restores
+    byte for byte."""
     run = subprocess.run(
-        [sys.executable, "-c", FAILING_COMMIT, str(tmp_path)],
+        [sys.executable, "-c", FAILING_COMMIT, str(tmp_path), hooks],
         env=riffd_env(),
         capture_output=True,
         text=True,
