@@ -278,3 +278,44 @@ def test_verify_names_a_file_that_still_has_the_bytes_of_a_damaged_blob(tmp_path
     assert _riffd(tmp_path, "archive", "verify", "--fix").returncode == 0
     assert _riffd(tmp_path, "archive", "restore", tree.session_id).returncode == 0
     assert all(path.read_bytes() == other.read_bytes() for path in tree.tool_results())
+
+
+def test_the_ingest_says_how_many_files_it_kept_as_it_commits_them(tmp_path: Path) -> None:
+    """On a terminal, `riffd archive ingest` counts the files kept whole as each hundred is
+    committed (what another process then sees), and says the total at its end."""
+    import pty
+
+    from helpers.run import riffd_command, riffd_env
+
+    tree = build_session(tmp_path / "claude")
+    folder = tree.folder / "tool-results"
+    for number in range(240):
+        (folder / f"x{number:08d}.txt").write_bytes(b"output %d\n" % number * 50)
+    total = len(tree.files()) - 1 - 1 + 240  # not the transcript nor the client's lock
+    leader, follower = pty.openpty()
+    command = riffd_command("archive", "ingest", config=write_config(tmp_path))
+    with subprocess.Popen(
+        command,
+        env=riffd_env(CLAUDE_CONFIG_DIR=str(tmp_path / "claude")),
+        stdout=subprocess.PIPE,
+        stderr=follower,
+    ) as ingest:
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # (Linux: EIO once the child has closed its end)
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert ingest.wait(timeout=60) == 0, shown
+    os.close(leader)
+    text = shown.decode()
+    assert "\rriffd: 100 files kept whole" in text and "\rriffd: 200 files kept whole" in text
+    assert f"kept {total} file(s) of the sessions whole ({total} new or changed" in text
+    state = tmp_path / "state"
+    (archive,) = state.rglob("archive.db")
+    with sqlite3.connect(archive) as db:
+        assert db.execute("SELECT COUNT(*) FROM session_files").fetchone()[0] == total

@@ -29,13 +29,14 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from riffd.archive.blobcompact import BlobCompaction
 from riffd.archive.blobs import BlobStore, file_chunks, moved
-from riffd.archive.connection import ArchiveConnection
+from riffd.archive.connection import ArchiveConnection, WriteGroup
 from riffd.archive.packs import PackDamaged
 from riffd.claude_code.session_files import (
     PLAN,
@@ -83,6 +84,16 @@ class Kept:
     read_bytes: int = 0
 
 
+class _Changing(Exception):
+    """A file's bytes changed between the two reads (what `keep` wrote of it is undone)."""
+
+
+# Files `keep` stores in one transaction inside `together` (an ingest's): one COMMIT was a third of
+# the time a small file took alone
+TOGETHER_FILES = 100
+TOGETHER_BYTES = 16 << 20
+
+
 class WholeFiles:
     """The session files of one archive connection (its lock held for every statement), their
     bytes in its blobs."""
@@ -106,6 +117,17 @@ class WholeFiles:
             )
 
     # --- storing ----------------------------------------------------------------------------------
+
+    @contextmanager
+    def together(self) -> Iterator[WriteGroup]:
+        """`keep` many files in few transactions (`riffd archive ingest`): each file is a savepoint
+        of a transaction committed once the files kept, said by `WriteGroup.wrote` with the bytes
+        each read, reach TOGETHER_FILES or TOGETHER_BYTES, and at the end. A file that cannot be
+        read or changes while it is read takes back only its own rows; a kill takes back the files
+        since the last commit, whole (their files are where they were, for the next ingest or the
+        daemon)."""
+        with self._connection.grouped(TOGETHER_BYTES, steps=TOGETHER_FILES) as group:
+            yield group
 
     def keep(
         self,
@@ -148,20 +170,20 @@ class WholeFiles:
             if not again and _same(latest, sha256, before):
                 return Kept("unchanged", version=latest.version if latest else None)
             healing = again and self._blobs.unreadable(sha256)
-            with self._connection.writing():
+            with self._connection.undoable():
                 # Another process may have taken it meanwhile (an ingest beside the daemon)
                 latest = self.latest(base, relative)
                 if not again and _same(latest, sha256, before):
-                    self._connection.db.execute("ROLLBACK")
                     return Kept("unchanged", version=latest.version if latest else None)
                 blob, stored = self._blobs.find(sha256), 0
                 # (healing: the same bytes by their hash, for every version of them)
                 if blob is None or healing:
                     blob, stored = self._blobs.store_file(fs, fd, before, sha256, blob)
-                    if blob is None:  # the bytes changed between the two reads
-                        self._connection.db.execute("ROLLBACK")
-                        return Kept("changing")
+                    if blob is None:  # the bytes changed between the two reads: undone
+                        raise _Changing
                 version = self._add_version(found, base, relative, blob, sha256, before)
+        except _Changing:
+            return Kept("changing")
         finally:
             fs.close(fd)
         return Kept(

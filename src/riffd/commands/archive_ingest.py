@@ -170,30 +170,36 @@ def keep_whole_files(
     read each time (for the daemon or the next ingest), a note when it went meanwhile or is not a
     regular file or is reached through a symlinked folder riffd does not follow."""
     looked = added = stored = 0
-    for number, item in enumerate(found, 1):
-        looked = number
-        for _attempt in range(3):
-            try:
-                kept = archive.whole.keep(item)
-            except OSError as exc:
-                errors.append(f"{item.path}: {exc.strerror or exc}")
-                break
-            if kept.outcome != "changing":
-                added += kept.outcome in ("stored", "known")
-                stored += kept.stored_bytes
-                if kept.outcome == "linked":
-                    named_link(linked_folder(item) or item.path)
-                elif kept.outcome in NOT_TAKEN:
-                    print(f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr)
-                break
-        else:
-            errors.append(
-                f"{item.path}: it changed while it was read, three times; the daemon or the next ingest "
-                "takes it once it stays as it is"
-            )
-        if sys.stderr.isatty() and number % 100 == 0:
-            print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
-    if sys.stderr.isatty() and looked >= 100:
+    shown = False  # a progress line
+    with archive.whole.together() as group:
+        for number, item in enumerate(found, 1):
+            looked, read = number, 0
+            for _attempt in range(3):
+                try:
+                    kept = archive.whole.keep(item)
+                except OSError as exc:
+                    errors.append(f"{item.path}: {exc.strerror or exc}")
+                    break
+                read += kept.read_bytes
+                if kept.outcome != "changing":
+                    added += kept.outcome in ("stored", "known")
+                    stored += kept.stored_bytes
+                    if kept.outcome == "linked":
+                        named_link(linked_folder(item) or item.path)
+                    elif kept.outcome in NOT_TAKEN:
+                        print(
+                            f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr
+                        )
+                    break
+            else:
+                errors.append(
+                    f"{item.path}: it changed while it was read, three times; the daemon or the next "
+                    "ingest takes it once it stays as it is"
+                )
+            if group.wrote(read) and sys.stderr.isatty():  # (said once committed)
+                print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
+                shown = True
+    if shown:
         print(file=sys.stderr)
     return looked, added, stored
 
