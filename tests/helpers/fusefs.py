@@ -12,6 +12,9 @@ or fails can always unmount it. The faults are read from the JSON file CONTROL w
     {"seed": 1, "exchange": "honour" | "drop" | "refuse", "rules": [{"ops": ["rename", "getattr"],
      "glob": "*.jsonl", "errno": 5, "chance": 0.1, "times": 3, "unlinked": false}]}
 
+A rule with `"delay": SECONDS` makes the operation that long instead of failing it (a cloud folder
+fetching a file on demand).
+
 A rule applies to an operation in `ops` on a path matching `glob` (fnmatch on the path inside the
 mount, "/" first), with `chance` (1 = always), at most `times` times (absent: no limit). With
 `unlinked`, it applies only to an open file whose last name is gone (`getattr` of such a handle
@@ -145,6 +148,7 @@ def serve(
             self.rng = random.Random(settings.get("seed", 0))
 
         def check(self, op: str, path: str | None, *, unlinked: bool = False) -> None:
+            delay = 0.0
             with self.lock:
                 self.refresh()
                 for rule in self.rules:
@@ -157,7 +161,12 @@ def serve(
                     if self.rng.random() < rule.get("chance", 1.0):
                         if rule.get("times") is not None:
                             rule["times"] -= 1
+                        if rule.get("delay"):  # slow, not failing (a file fetched on demand)
+                            delay = max(delay, float(rule["delay"]))
+                            continue
                         raise mfusepy.FuseOSError(rule.get("errno", errno.EIO))
+            if delay:
+                time.sleep(delay)
 
     faults = Faults()
 

@@ -254,3 +254,57 @@ def test_the_daemon_never_loses_a_transcript_whose_replace_always_fails(tmp_path
             assert "put it back from the file riffd held open" in daemon.stderr()
         finally:
             box.close()
+
+
+@pytest.mark.slow
+def test_an_ingest_waiting_for_a_slow_cloud_file_holds_no_lock_on_the_archive(
+    mount: Mount, tmp_path: Path
+) -> None:
+    """`riffd archive ingest` reads the files it keeps whole outside any transaction: while a saved
+    output on a cloud folder takes seconds to be fetched, the daemon (here, another connection
+    taking the write lock every 50 ms) never waits for it; the ingest then keeps every file."""
+    import sqlite3
+    import subprocess
+    import time
+
+    from helpers.run import riffd_command, riffd_env
+    from helpers.sessiontree import build_session
+
+    claude = mount.mountpoint / "claude"
+    tree = build_session(claude)
+    folder = tree.folder / "tool-results"
+    for number in range(60):  # the slow one read after 30 others
+        name = f"{'s1ow' if number == 30 else 'f4st'}{number:05d}.txt"
+        (folder / name).write_bytes(b"output %d\n" % number * 400)
+    mount.faults({"ops": ["read"], "glob": "*/s1ow*", "delay": 4, "times": 1})
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{claude}"\n'
+        f'roots = ["{claude / "projects"}"]\n'
+    )
+    ingest = subprocess.Popen(
+        riffd_command("archive", "ingest", "--no-compact", config=config),
+        env=riffd_env(CLAUDE_CONFIG_DIR=str(claude)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    archive_path, waits, started = tmp_path / "state" / "archive.db", [], time.monotonic()
+    while ingest.poll() is None:
+        if archive_path.exists():
+            other = sqlite3.connect(archive_path, timeout=30, isolation_level=None)
+            before = time.monotonic()
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("COMMIT")
+            waits.append(time.monotonic() - before)
+            other.close()
+        time.sleep(0.05)
+    _out, err = ingest.communicate()
+    assert ingest.returncode == 0, err
+    assert time.monotonic() - started >= 4  # it did wait for the slow file
+    assert len(waits) > 40 and max(waits) < 1.5, sorted(waits)[-5:]
+    with sqlite3.connect(archive_path) as db:
+        kept = {
+            Path(base) / path for base, path in db.execute("SELECT base, path FROM session_files")
+        }
+    assert set(folder.iterdir()) <= kept

@@ -10,6 +10,6 @@ the lines, `dedup` cuts out of a line the pieces of content the archive holds al
 transcripts (with its reader process); `verify` compares the archive with the files and `recover`
 copies what is readable of a damaged archive; `wholefiles` keeps a session's other files whole
 (saved outputs, checkpoints, ...), every version, their bytes in content-addressed `blobs` (stored
-fast, then compressed again once quiet by `blobcompact`), and `holdings` says what it holds of each session. It imports only the transcript model and
+fast, then compressed again once quiet by `blobcompact`), `versions` reads them back, and `holdings` says what it holds of each session. It imports only the transcript model and
 `riffd.claude_code`; repair, the daemon and the commands use it.
 """

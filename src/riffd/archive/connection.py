@@ -64,18 +64,15 @@ class WriteGroup:
         limit: int,
         begin: InTransaction = _nothing,
         end: InTransaction = _nothing,
-        steps: int = 0,
     ) -> None:
         self._connection, self._limit, self._size = connection, limit, 0
-        self._steps, self._done = steps, 0
         self.begin, self.end = begin, end
 
     def wrote(self, size: int) -> bool:
-        """A step wrote `size` bytes: commit once the group holds `limit` of them (or, given
-        `steps`, that many steps); return whether it did."""
+        """A step wrote `size` bytes of lines: commit once the group holds `limit` of them; return
+        whether it did."""
         self._size += size
-        self._done += 1
-        if self._size < self._limit and not (self._steps and self._done >= self._steps):
+        if self._size < self._limit:
             return False
         self.commit()
         return True
@@ -83,13 +80,13 @@ class WriteGroup:
     def commit(self) -> None:
         """Commit what the steps so far did (the next step begins a new transaction); raise as
         COMMIT does (everything since the last commit is then rolled back)."""
-        self._size = self._done = 0
+        self._size = 0
         with self._connection.lock:
             self._connection._commit(self.end)
 
     def lost(self) -> None:
         """Every step since the last commit was rolled back."""
-        self._size = self._done = 0
+        self._size = 0
 
     @contextmanager
     def apart(self) -> Iterator[None]:
@@ -235,38 +232,8 @@ class ArchiveConnection:
             self.packs.commit()
 
     @contextmanager
-    def undoable(self) -> Iterator[None]:
-        """A write step undone alone when it raises: a transaction of its own (`writing`), or inside
-        `grouped` a savepoint of the group's transaction, rolled back to when the step raises an
-        Exception, the group going on (a file kept whole: a file that cannot be read, or changes
-        while it is read, takes back only its own rows). Not for steps that write the search index:
-        FTS5 writes its pending words out at every savepoint."""
-        with self.lock:
-            if self._group is None:
-                with self.writing():
-                    yield
-                return
-            failure: Exception | None = None
-            with self._step():
-                self.db.execute("SAVEPOINT riffd_step")
-                try:
-                    yield
-                except Exception as exc:  # (anything else rolls the whole group back)
-                    self.db.execute("ROLLBACK TO riffd_step")
-                    self.packs.forget()
-                    failure = exc
-                self.db.execute("RELEASE riffd_step")
-            if failure is not None:
-                raise failure
-
-    @contextmanager
     def grouped(
-        self,
-        limit: int,
-        *,
-        begin: InTransaction = _nothing,
-        end: InTransaction = _nothing,
-        steps: int = 0,
+        self, limit: int, *, begin: InTransaction = _nothing, end: InTransaction = _nothing
     ) -> Iterator[WriteGroup]:
         """Under the lock, the write steps (`writing`) of a bulk ingest in few transactions, each
         committed once the steps said to have written `limit` bytes (`WriteGroup.wrote`), when
@@ -277,10 +244,9 @@ class ArchiveConnection:
         next ingest repairs the same way. A ROLLBACK made by a step inside a group raises
         ArchiveGroupError. `begin` runs in each of the group's transactions once it has begun, `end`
         before it commits (what they do is committed with the steps, or rolled back with them: a
-        setting the group's transactions want and no other process is to see). `steps`: commit also
-        once that many steps said what they wrote."""
+        setting the group's transactions want and no other process is to see)."""
         with self.lock:
-            group = self._group = WriteGroup(self, limit, begin, end, steps)
+            group = self._group = WriteGroup(self, limit, begin, end)
             try:
                 yield group
             finally:

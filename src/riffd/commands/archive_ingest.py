@@ -165,43 +165,70 @@ def keep_whole_files(
     archive: Any, found: Iterable[SessionFile], errors: list[str]
 ) -> tuple[int, int, int]:
     """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
-    does not wait for a file to settle); return (files looked at, versions added, bytes stored).
-    Every file not stored is named with why: an error when it cannot be read or changed while it was
-    read each time (for the daemon or the next ingest), a note when it went meanwhile or is not a
-    regular file or is reached through a symlinked folder riffd does not follow."""
-    looked = added = stored = 0
-    shown = False  # a progress line
-    with archive.whole.together() as group:
-        for number, item in enumerate(found, 1):
-            looked, read = number, 0
-            for _attempt in range(3):
-                try:
-                    kept = archive.whole.keep(item)
-                except OSError as exc:
-                    errors.append(f"{item.path}: {exc.strerror or exc}")
-                    break
-                read += kept.read_bytes
-                if kept.outcome != "changing":
-                    added += kept.outcome in ("stored", "known")
-                    stored += kept.stored_bytes
-                    if kept.outcome == "linked":
-                        named_link(linked_folder(item) or item.path)
-                    elif kept.outcome in NOT_TAKEN:
-                        print(
-                            f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr
-                        )
-                    break
-            else:
-                errors.append(
-                    f"{item.path}: it changed while it was read, three times; the daemon or the next "
-                    "ingest takes it once it stays as it is"
-                )
-            if group.wrote(read) and sys.stderr.isatty():  # (said once committed)
-                print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
-                shown = True
+    does not wait for a file to settle): each read and hashed outside any transaction, those to
+    store stored a hundred to a transaction (`store_together`). Return (files looked at, versions
+    added, bytes stored). Every file not stored is named with why: an error when it cannot be read
+    or changed while it was read each time (for the daemon or the next ingest), a note when it went
+    meanwhile or is not a regular file or is reached through a symlinked folder riffd does not
+    follow. The progress line counts a file once what it stored is committed."""
+    from riffd.archive.wholefiles import TOGETHER_BYTES, TOGETHER_FILES, Kept
+
+    looked_at = added = stored = shown = 0  # shown: files the progress line counted
+    batch: list[Any] = []  # looked at, to store together
+    batch_bytes = 0
+
+    def settled(item: SessionFile, kept: Any, attempts: int) -> None:
+        nonlocal added, stored
+        # (a file that changed since it was looked at is taken again alone, up to three times)
+        while isinstance(kept, Kept) and kept.outcome == "changing" and attempts < 3:
+            attempts += 1
+            try:
+                kept = archive.whole.keep(item)
+            except OSError as exc:
+                kept = exc
+        if isinstance(kept, OSError):
+            errors.append(f"{item.path}: {kept.strerror or kept}")
+        elif kept.outcome == "changing":
+            errors.append(
+                f"{item.path}: it changed while it was read, three times; the daemon or the next "
+                "ingest takes it once it stays as it is"
+            )
+        else:
+            added += kept.outcome in ("stored", "known")
+            stored += kept.stored_bytes
+            if kept.outcome == "linked":
+                named_link(linked_folder(item) or item.path)
+            elif kept.outcome in NOT_TAKEN:
+                print(f"riffd: note: {item.path}: {NOT_TAKEN[kept.outcome]}", file=sys.stderr)
+
+    def store() -> None:
+        nonlocal batch_bytes
+        for looked, kept in zip(batch, archive.whole.store_together(batch), strict=True):
+            settled(looked.found, kept, 1)
+        batch.clear()
+        batch_bytes = 0
+
+    for number, item in enumerate(found, 1):
+        looked_at = number
+        try:
+            looked = archive.whole.look(item)
+        except OSError as exc:
+            looked = exc
+        if isinstance(looked, (Kept, OSError)):
+            settled(item, looked, 1)
+        else:
+            batch.append(looked)
+            batch_bytes += looked.status.st_size
+            if len(batch) >= TOGETHER_FILES or batch_bytes >= TOGETHER_BYTES:
+                store()
+        if not batch and number - shown >= 100 and sys.stderr.isatty():
+            print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
+            shown = number
+    if batch:
+        store()
     if shown:
         print(file=sys.stderr)
-    return looked, added, stored
+    return looked_at, added, stored
 
 
 # Why `keep` took no version of a file, for the outcomes that are not an error

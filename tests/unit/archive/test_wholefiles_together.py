@@ -1,8 +1,8 @@
-"""Files kept whole many to a transaction (`WholeFiles.together`, as `riffd archive ingest` keeps
-them): committed every hundred files, a file that fails taking back only its own rows, a kill -9
-taking back only the files since the last commit, each whole or not at all. Real files, a real
-SQLite archive watched from a second connection, riffd's I/O seam for reads that fail or change,
-a real kill -9."""
+"""Files kept whole many to a transaction (`WholeFiles.store_together`, as `riffd archive ingest`
+stores them after reading each outside any transaction): a file that fails among others takes back
+only its own rows, reading holds no lock, a kill -9 takes back only the files of the transaction it
+met, each whole or not at all. Real files, a real SQLite archive watched from a second connection,
+riffd's I/O seam for reads that fail, change or stall, a real kill -9."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from helpers.run import riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.store import Archive
-from riffd.archive.wholefiles import TOGETHER_FILES
+from riffd.archive.wholefiles import Kept, Looked
 from riffd.claude_code.session_files import SessionFile, classify
 from riffd.fsio import FileSystem
 
@@ -46,6 +47,12 @@ def _found(claude: Path, path: Path) -> SessionFile:
     return found
 
 
+def _looked(archive: Archive, claude: Path, path: Path) -> Looked:
+    looked = archive.whole.look(_found(claude, path))
+    assert isinstance(looked, Looked), looked
+    return looked
+
+
 def _rows(archive_path: Path) -> dict[str, int]:
     """What another process sees committed."""
     with sqlite3.connect(archive_path) as db:
@@ -65,43 +72,40 @@ def _read_back(archive: Archive, paths: list[Path]) -> dict[Path, bytes]:
     return found
 
 
-def test_files_kept_together_are_committed_every_hundred_and_at_the_end(tmp_path: Path) -> None:
+def test_files_stored_together_are_committed_as_one_and_read_back_the_same(
+    tmp_path: Path,
+) -> None:
     claude = tmp_path / "claude"
-    paths = _outputs(claude, 250)
+    paths = _outputs(claude, 120)
     archive_path = tmp_path / "archive.db"
     archive = Archive(archive_path)
-    seen = []
-    with archive.whole.together() as group:
-        for path in paths:
-            kept = archive.whole.keep(_found(claude, path))
-            assert kept.outcome == "stored"
-            group.wrote(kept.read_bytes)
-            seen.append(_rows(archive_path)["session_files"])
-    assert seen == [TOGETHER_FILES * (number // TOGETHER_FILES) for number in range(1, 251)]
-    assert _rows(archive_path) == {"blobs": 250, "blob_chunks": 250, "session_files": 250}
+    looked = [_looked(archive, claude, path) for path in paths]
+    assert _rows(archive_path)["session_files"] == 0  # looking stores nothing
+    kept = archive.whole.store_together(looked)
+    assert [item.outcome for item in kept if isinstance(item, Kept)] == ["stored"] * 120
+    assert _rows(archive_path) == {"blobs": 120, "blob_chunks": 120, "session_files": 120}
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths}
-    # kept again together, the archive holds them as they are: nothing added
-    with archive.whole.together() as group:
-        for path in paths:
-            kept = archive.whole.keep(_found(claude, path))
-            assert kept.outcome == "unchanged"
-            group.wrote(kept.read_bytes)
-    assert _rows(archive_path) == {"blobs": 250, "blob_chunks": 250, "session_files": 250}
+    # looked at again, the archive holds them as they are; stored again meanwhile (another process
+    # took them between the look and the store), nothing is added
+    again_looked = [archive.whole.look(_found(claude, path)) for path in paths]
+    assert [getattr(item, "outcome", None) for item in again_looked] == ["unchanged"] * 120
+    again = archive.whole.store_together(looked)
+    assert {item.outcome for item in again if isinstance(item, Kept)} == {"unchanged"}
+    assert _rows(archive_path) == {"blobs": 120, "blob_chunks": 120, "session_files": 120}
     archive.close()
 
 
 class FailsOnce(FileSystem):
-    """The `at`-th read of `path` fails (EIO, not tried again) or finds the file grown (a writer
-    the settle time did not see)."""
+    """The `at`-th read of `path` (counted from when `armed`) fails (EIO, not tried again) or finds
+    the file grown (a writer the settle time did not see)."""
 
     def __init__(self, path: Path, at: int, how: str) -> None:
         self.path, self.at, self.how, self.reads = path, at, how, 0
         self.fd: int | None = None
 
-    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o777) -> int:
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
-        if Path(path) == self.path:
-            self.fd = fd
+        self.fd = fd if Path(path) == self.path else self.fd
         return fd
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
@@ -115,40 +119,72 @@ class FailsOnce(FileSystem):
         return super().pread(fd, size, offset)
 
 
-# its five 1 MiB chunks are reads 1-5 while it is hashed, 6-10 while it is stored
 @pytest.mark.parametrize(
-    ("at", "how"), [(1, "grows"), (8, "grows"), (8, "eio")], ids=["hashing", "storing", "eio"]
+    "how", ["changed since looked at", "grows while stored", "eio while stored"]
 )
 def test_a_file_that_fails_among_others_takes_back_only_its_own_rows(
-    tmp_path: Path, at: int, how: str
+    tmp_path: Path, how: str
 ) -> None:
-    """The second of three files changes, or cannot be read, while it is stored (after the frames of
-    some of it are written in the group's transaction): only its rows are taken back; the files
-    before and after it are committed whole, and it is stored whole once it reads as it is."""
+    """The second of three files changed since it was looked at, or changes or cannot be read while
+    it is stored (after some of its frames are written in the transaction): only its rows are taken
+    back; the files before and after it are committed whole, and it is stored whole once it reads
+    as it is."""
     claude = tmp_path / "claude"
     paths = _outputs(claude, 3)
-    # (three frames: reads while it is stored write some before the one that fails)
-    paths[1].write_bytes(os.urandom(5 << 20))
+    paths[1].write_bytes(os.urandom(5 << 20))  # five 1 MiB frames
     os.utime(paths[1], ns=(1, time.time_ns() - 10**10))
     archive_path = tmp_path / "archive.db"
     archive = Archive(archive_path)
-    failing = FailsOnce(paths[1], at, how)
-    outcomes = []
-    with archive.whole.together() as group:
-        for path in paths:
-            try:
-                kept = archive.whole.keep(_found(claude, path), fs=failing)
-            except OSError as exc:
-                outcomes.append(errno.errorcode[exc.errno or 0])
-                continue
-            outcomes.append(kept.outcome)
-            group.wrote(kept.read_bytes)
-    assert outcomes == ["stored", "EIO" if how == "eio" else "changing", "stored"]
+    looked = [_looked(archive, claude, path) for path in paths]
+    if how == "changed since looked at":
+        with open(paths[1], "ab") as out:
+            out.write(b"more\n")
+    failing = FailsOnce(paths[1], 3, how.split()[0])  # its third frame, two written
+    kept = archive.whole.store_together(looked, fs=failing)
+    described = [
+        errno.errorcode[item.errno or 0] if isinstance(item, OSError) else item.outcome
+        for item in kept
+    ]
+    assert described == ["stored", "EIO" if how.startswith("eio") else "changing", "stored"]
     assert _rows(archive_path) == {"blobs": 2, "blob_chunks": 2, "session_files": 2}
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths[::2]}
     os.utime(paths[1], ns=(1, time.time_ns() - 10**10))
     assert archive.whole.keep(_found(claude, paths[1])).outcome == "stored"
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths}
+    archive.close()
+
+
+def test_reading_a_file_holds_no_lock_another_process_could_wait_for(tmp_path: Path) -> None:
+    """A read that stalls (a cloud folder fetching the file) while files are looked at for the next
+    transaction: another process takes the archive's write lock at once meanwhile."""
+    claude = tmp_path / "claude"
+    paths = _outputs(claude, 3)
+    archive_path = tmp_path / "archive.db"
+    archive = Archive(archive_path)
+    archive.whole.store_together([_looked(archive, claude, path) for path in paths[:2]])
+    reading, go_on = threading.Event(), threading.Event()
+
+    class Stalls(FileSystem):
+        def pread(self, fd: int, size: int, offset: int) -> bytes:
+            reading.set()
+            assert go_on.wait(30)
+            return super().pread(fd, size, offset)
+
+    looked: list[object] = []
+    looker = threading.Thread(
+        target=lambda: looked.append(archive.whole.look(_found(claude, paths[2]), fs=Stalls()))
+    )
+    looker.start()
+    try:
+        assert reading.wait(30)
+        other = sqlite3.connect(archive_path, timeout=0, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if the look held it
+        other.execute("COMMIT")
+        other.close()
+    finally:
+        go_on.set()
+        looker.join()
+    assert isinstance(looked[0], Looked)
     archive.close()
 
 
@@ -159,7 +195,7 @@ KEEP_AND_STALL = textwrap.dedent("""
     from riffd.claude_code.session_files import classify
     from riffd.fsio import FileSystem
     claude, marker, db = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-    paths, stall = [Path(path) for path in sys.argv[5:]], int(sys.argv[4])
+    stall, paths = int(sys.argv[4]), [Path(path) for path in sys.argv[5:]]
     class Stall(FileSystem):
         reads = 0
         def pread(self, fd, size, offset):
@@ -169,43 +205,39 @@ KEEP_AND_STALL = textwrap.dedent("""
                 time.sleep(60)
             return super().pread(fd, size, offset)
     archive = Archive(db)
-    with archive.whole.together() as group:
-        for path in paths:
-            found = classify(path, [claude / "projects"], [claude])
-            group.wrote(archive.whole.keep(found, fs=Stall()).read_bytes)
+    for start in range(0, len(paths), 100):  # as `riffd archive ingest` does
+        found = [classify(path, [claude / "projects"], [claude]) for path in paths[start:start + 100]]
+        archive.whole.store_together([archive.whole.look(item) for item in found], fs=Stall())
 """)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("read", [2 * 130 - 1, 2 * 130])  # file 130 hashed; being stored
-def test_kill_9_among_files_kept_together_loses_only_the_uncommitted_each_whole(
-    tmp_path: Path, read: int
+@pytest.mark.parametrize("file", [101, 130, 150])  # the first, a middle, the last of the second
+def test_kill_9_while_files_are_stored_together_takes_back_that_transaction_whole(
+    tmp_path: Path, file: int
 ) -> None:
-    """Killed part way through its second hundred files, the ingest's transaction of files takes
-    back all of them and nothing of the first hundred; keeping them again stores every file
-    byte for byte."""
+    """Killed while it stores the second hundred files, the transaction takes back all of them and
+    nothing of the first hundred; keeping them again stores every file byte for byte."""
     claude = tmp_path / "claude"
     paths = _outputs(claude, 150)
     marker, archive_path = tmp_path / "marker", tmp_path / "archive.db"
     Archive(archive_path).close()
     writer = subprocess.Popen(
         [sys.executable, "-c", KEEP_AND_STALL, str(claude), str(marker), str(archive_path)]
-        + [str(read)]
+        + [str(file)]  # (the store's reads only: one per file)
         + [str(path) for path in paths],
         env=riffd_env(),
     )
     deadline = time.monotonic() + 60
     while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert marker.exists(), "the keeping never got there"
+    assert marker.exists(), "the store never got there"
     writer.send_signal(signal.SIGKILL)
     writer.wait()
     assert _rows(archive_path) == {"blobs": 100, "blob_chunks": 100, "session_files": 100}
     archive = Archive(archive_path)
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths[:100]}
-    with archive.whole.together() as group:
-        outcomes = [archive.whole.keep(_found(claude, path)).outcome for path in paths]
-        group.wrote(0)
+    outcomes = [archive.whole.keep(_found(claude, path)).outcome for path in paths]
     assert outcomes == ["unchanged"] * 100 + ["stored"] * 50
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths}
     archive.close()
