@@ -78,3 +78,21 @@ def start_riffd(
     return subprocess.Popen(
         riffd_command(*args, config=config), env=riffd_env(**(env or {})), cwd=cwd, **popen
     )
+
+
+def kill_9_once_marked(script: str, *args: str | Path, marker: Path, timeout: float = 60) -> None:
+    """Run `python -c script ARGS` (riffd importable), wait until it writes `marker` (the instant
+    the test wants it killed at: it then waits there), SIGKILL it and reap it; fail when it never
+    got there."""
+    import signal
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=riffd_env())
+    deadline = time.monotonic() + timeout
+    while not marker.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert marker.exists(), f"the child never got there (exit {child.poll()})"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()

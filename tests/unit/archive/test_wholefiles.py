@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -17,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers.archive_damage import flip_frame_byte
-from helpers.run import riffd_env
+from helpers.run import kill_9_once_marked
 from helpers.sessiontree import build_session
 from riffd.archive.packs import PackDamaged
 from riffd.archive.recover import recover
@@ -407,24 +404,9 @@ def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_
     os.utime(big, ns=(1, time.time_ns() - 10**10))
     marker, archive_path = tmp_path / "marker", tmp_path / "archive.db"
     Archive(archive_path).close()
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            STORE_AND_STALL,
-            str(claude),
-            str(big),
-            str(marker),
-            str(archive_path),
-        ],
-        env=riffd_env(),
+    kill_9_once_marked(
+        STORE_AND_STALL, claude, big, marker, archive_path, marker=marker, timeout=30
     )
-    deadline = time.monotonic() + 30
-    while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert marker.exists(), "the store never began"
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
     for table in ("blobs", "blob_chunks", "session_files"):
         assert _count(archive_path, table) == 0, table
     archive = Archive(archive_path)

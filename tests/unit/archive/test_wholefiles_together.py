@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -19,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.run import riffd_env
+from helpers.run import kill_9_once_marked
 from helpers.sessiontree import build_session
 from riffd.archive.store import Archive
 from riffd.archive.wholefiles import Kept, Looked
@@ -222,18 +219,15 @@ def test_kill_9_while_files_are_stored_together_takes_back_that_transaction_whol
     paths = _outputs(claude, 150)
     marker, archive_path = tmp_path / "marker", tmp_path / "archive.db"
     Archive(archive_path).close()
-    writer = subprocess.Popen(
-        [sys.executable, "-c", KEEP_AND_STALL, str(claude), str(marker), str(archive_path)]
-        + [str(file)]  # (the store's reads only: one per file)
-        + [str(path) for path in paths],
-        env=riffd_env(),
+    kill_9_once_marked(
+        KEEP_AND_STALL,
+        claude,
+        marker,
+        archive_path,
+        str(file),  # (the store's reads only: one per file)
+        *paths,
+        marker=marker,
     )
-    deadline = time.monotonic() + 60
-    while not marker.exists() and writer.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert marker.exists(), "the store never got there"
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
     assert _rows(archive_path) == {"blobs": 100, "blob_chunks": 100, "session_files": 100}
     archive = Archive(archive_path)
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths[:100]}
