@@ -8,12 +8,13 @@ and modification time, and when riffd took it. A version is never changed: other
 at the same path are the next version.
 
 A file is read once to hash it, outside any transaction (`look`: known bytes then cost one row),
-and, when new, read again while it is compressed, inside one transaction that records the blob, its
-frames and the version together (`store`), and only when the bytes read the second time hash the
-same: a kill -9 at any point leaves a file stored whole or not at all. The transaction looks at the
-newest version again first, so two processes taking the same file at once add one version. An ingest
-stores the files it looked at a hundred to a transaction (`store_together`), each a savepoint of
-it. (When a file has settled is the daemon's business: riffd.daemon.keeper.)
+and, when new, read again while it is compressed, through the descriptor that hashed it (the file
+read is the one stored, also when it is deleted or replaced meanwhile, and a cache serves the second
+read), inside one transaction that records the blob, its frames and the version together (`store`),
+and only when the bytes read the second time hash the same: a kill -9 at any point leaves a file
+stored whole or not at all. The transaction looks at the newest version again first, so two
+processes taking the same file at once add one version. An ingest stores the files it looked at a
+hundred to a transaction (`store_together`), each a savepoint of it. (When a file has settled is the daemon's business: riffd.daemon.keeper.)
 
 A file is the newest version as it is when one stat says so: the same size, modification time and
 mode (its type and owner's bits, what a restore writes back:
@@ -24,6 +25,7 @@ as is a file restored since, which hashes the same).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -59,10 +61,11 @@ class Kept:
     read_bytes: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Looked:
     """A file `WholeFiles.look` read and hashed whose bytes the archive does not hold as they are:
-    its stat then, their SHA-256, and whether to store them afresh (`healing`)."""
+    its stat then, their SHA-256, whether to store them afresh (`healing`), and the descriptor
+    that read them, open until `store` or `store_together` stores them (or `let_go` drops them)."""
 
     found: SessionFile
     base: str
@@ -71,6 +74,7 @@ class Looked:
     sha256: bytes
     again: bool
     healing: bool
+    fd: int | None
 
 
 class _Changing(Exception):
@@ -132,6 +136,7 @@ class WholeFiles(Versions):
             fd = fs.open(found.path, _READ)
         except FileNotFoundError:
             return Kept("gone")
+        looked = None
         try:
             before = fs.fstat(fd)
             if not stat.S_ISREG(before.st_mode):
@@ -141,22 +146,35 @@ class WholeFiles(Versions):
                 digest.update(chunk)
             if moved(before, fs.fstat(fd)) or moved(before, status):
                 return Kept("changing")
+            sha256 = digest.digest()
+            if not again and _same(latest, sha256, before):
+                return Kept("unchanged", version=latest.version if latest else None)
+            healing = again and self._blobs.unreadable(sha256)
+            looked = Looked(found, base, relative, before, sha256, again, healing, fd)
+            return looked
         finally:
-            fs.close(fd)
-        sha256 = digest.digest()
-        if not again and _same(latest, sha256, before):
-            return Kept("unchanged", version=latest.version if latest else None)
-        healing = again and self._blobs.unreadable(sha256)
-        return Looked(found, base, relative, before, sha256, again, healing)
+            if looked is None:  # (else the store reads it again through it)
+                fs.close(fd)
+
+    def let_go(self, looked: Iterable[Looked], *, fs: RetryingFS = REAL_FILES) -> None:
+        """Close the descriptors of files looked at and not stored (or stored: it is done once)."""
+        for item in looked:
+            fd, item.fd = item.fd, None
+            if fd is not None:
+                with contextlib.suppress(OSError):  # (only read: nothing is lost)
+                    fs.close(fd)
 
     def store(self, looked: Looked, *, fs: RetryingFS = REAL_FILES) -> Kept:
-        """Store a file `look` read, in a transaction of its own, if it is still as it was then
-        ("changing" when not); raise as `keep`."""
+        """Store a file `look` read, through the descriptor that read it (closed then), in a
+        transaction of its own, if it is still as it was then ("changing" when not); raise as
+        `keep`."""
         try:
             with self._connection.writing():
                 return self._store(looked, fs)
         except _Changing:  # (what it wrote is rolled back)
             return Kept("changing")
+        finally:
+            self.let_go([looked], fs=fs)
 
     def store_together(
         self, looked: list[Looked], *, fs: RetryingFS = REAL_FILES
@@ -165,44 +183,44 @@ class WholeFiles(Versions):
         of a small file's time), each file a savepoint of it: one that cannot be read (its OSError
         in its place) or changed since it was looked at ("changing") takes back only its own rows.
         Raise sqlite3.Error when the archive cannot be written: none of them is then stored, as
-        after a kill -9."""
+        after a kill -9. Each is read through the descriptor that hashed it, closed then."""
         results: list[Kept | OSError] = []
         db = self._connection.db
-        with self._connection.writing():
-            for item in looked:
-                db.execute("SAVEPOINT riffd_file")
-                try:
-                    results.append(self._store(item, fs))
-                except (OSError, _Changing) as exc:
-                    db.execute("ROLLBACK TO riffd_file")
-                    results.append(exc if isinstance(exc, OSError) else Kept("changing"))
-                db.execute("RELEASE riffd_file")
+        try:
+            with self._connection.writing():
+                for item in looked:
+                    db.execute("SAVEPOINT riffd_file")
+                    try:
+                        results.append(self._store(item, fs))
+                    except (OSError, _Changing) as exc:
+                        db.execute("ROLLBACK TO riffd_file")
+                        results.append(exc if isinstance(exc, OSError) else Kept("changing"))
+                    db.execute("RELEASE riffd_file")
+        finally:
+            self.let_go(looked, fs=fs)
         return results
 
     def _store(self, looked: Looked, fs: RetryingFS) -> Kept:
-        """Inside the caller's write transaction: store `looked` (raise _Changing when its bytes are
-        not those hashed any more; the caller takes back what this wrote)."""
-        found, base, relative, before = looked.found, looked.base, looked.relative, looked.status
-        try:
-            fd = fs.open(found.path, _READ)
-        except FileNotFoundError:
-            return Kept("gone")
-        try:
-            if moved(before, fs.fstat(fd)):
+        """Inside the caller's write transaction: store `looked` through the descriptor that hashed
+        it (raise _Changing when its bytes are not those hashed any more; the caller takes back
+        what this wrote)."""
+        found, base, relative = looked.found, looked.base, looked.relative
+        before, fd = looked.status, looked.fd
+        if fd is None:
+            raise ValueError(f"{found.path}: stored once already (look at it again)")
+        if moved(before, fs.fstat(fd)):
+            raise _Changing
+        # Another process may have taken it meanwhile (an ingest beside the daemon)
+        latest = self.latest(base, relative)
+        if not looked.again and _same(latest, looked.sha256, before):
+            return Kept("unchanged", version=latest.version if latest else None)
+        blob, stored = self._blobs.find(looked.sha256), 0
+        # (healing: the same bytes by their hash, for every version of them)
+        if blob is None or looked.healing:
+            blob, stored = self._blobs.store_file(fs, fd, before, looked.sha256, blob)
+            if blob is None:  # the bytes changed between the two reads
                 raise _Changing
-            # Another process may have taken it meanwhile (an ingest beside the daemon)
-            latest = self.latest(base, relative)
-            if not looked.again and _same(latest, looked.sha256, before):
-                return Kept("unchanged", version=latest.version if latest else None)
-            blob, stored = self._blobs.find(looked.sha256), 0
-            # (healing: the same bytes by their hash, for every version of them)
-            if blob is None or looked.healing:
-                blob, stored = self._blobs.store_file(fs, fd, before, looked.sha256, blob)
-                if blob is None:  # the bytes changed between the two reads
-                    raise _Changing
-            version = self._add_version(found, base, relative, blob, looked.sha256, before)
-        finally:
-            fs.close(fd)
+        version = self._add_version(found, base, relative, blob, looked.sha256, before)
         return Kept(
             "stored" if stored else "known",
             version=version,

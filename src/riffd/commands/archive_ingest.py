@@ -208,24 +208,27 @@ def keep_whole_files(
         batch.clear()
         batch_bytes = 0
 
-    for number, item in enumerate(found, 1):
-        looked_at = number
-        try:
-            looked = archive.whole.look(item)
-        except OSError as exc:
-            looked = exc
-        if isinstance(looked, (Kept, OSError)):
-            settled(item, looked, 1)
-        else:
-            batch.append(looked)
-            batch_bytes += looked.status.st_size
-            if len(batch) >= TOGETHER_FILES or batch_bytes >= TOGETHER_BYTES:
-                store()
-        if not batch and number - shown >= 100 and sys.stderr.isatty():
-            print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
-            shown = number
-    if batch:
-        store()
+    try:
+        for number, item in enumerate(found, 1):
+            looked_at = number
+            try:
+                looked = archive.whole.look(item)
+            except OSError as exc:
+                looked = exc
+            if isinstance(looked, (Kept, OSError)):
+                settled(item, looked, 1)
+            else:
+                batch.append(looked)
+                batch_bytes += looked.status.st_size
+                if len(batch) >= TOGETHER_FILES or batch_bytes >= TOGETHER_BYTES:
+                    store()
+            if not batch and number - shown >= 100 and sys.stderr.isatty():
+                print(f"\rriffd: {number} files kept whole ", end="", file=sys.stderr)
+                shown = number
+        if batch:
+            store()
+    finally:  # (the descriptors of files looked at and not stored, when the ingest stops)
+        archive.whole.let_go(batch)
     if shown:
         print(file=sys.stderr)
     return looked_at, added, stored

@@ -21,7 +21,7 @@ from helpers.sessiontree import build_session
 from riffd.archive.store import Archive
 from riffd.archive.wholefiles import Kept, Looked
 from riffd.claude_code.session_files import SessionFile, classify
-from riffd.fsio import FileSystem
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 
 def _outputs(claude: Path, count: int) -> list[Path]:
@@ -44,8 +44,8 @@ def _found(claude: Path, path: Path) -> SessionFile:
     return found
 
 
-def _looked(archive: Archive, claude: Path, path: Path) -> Looked:
-    looked = archive.whole.look(_found(claude, path))
+def _looked(archive: Archive, claude: Path, path: Path, fs: FileSystem = REAL_FILES) -> Looked:
+    looked = archive.whole.look(_found(claude, path), fs=RetryingFS.of(fs))
     assert isinstance(looked, Looked), looked
     return looked
 
@@ -73,7 +73,8 @@ def test_files_stored_together_are_committed_as_one_and_read_back_the_same(
     tmp_path: Path,
 ) -> None:
     claude = tmp_path / "claude"
-    paths = _outputs(claude, 120)
+    paths = _outputs(claude, 125)
+    paths, later = paths[:120], paths[120:]
     archive_path = tmp_path / "archive.db"
     archive = Archive(archive_path)
     looked = [_looked(archive, claude, path) for path in paths]
@@ -82,13 +83,17 @@ def test_files_stored_together_are_committed_as_one_and_read_back_the_same(
     assert [item.outcome for item in kept if isinstance(item, Kept)] == ["stored"] * 120
     assert _rows(archive_path) == {"blobs": 120, "blob_chunks": 120, "session_files": 120}
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths}
-    # looked at again, the archive holds them as they are; stored again meanwhile (another process
-    # took them between the look and the store), nothing is added
+    # looked at again, the archive holds them as they are
     again_looked = [archive.whole.look(_found(claude, path)) for path in paths]
     assert [getattr(item, "outcome", None) for item in again_looked] == ["unchanged"] * 120
+    # stored by another process between the look and the store: nothing is added
+    looked = [_looked(archive, claude, path) for path in later]
+    other = Archive(archive_path)
+    assert {other.whole.keep(_found(claude, path)).outcome for path in later} == {"stored"}
+    other.close()
     again = archive.whole.store_together(looked)
-    assert {item.outcome for item in again if isinstance(item, Kept)} == {"unchanged"}
-    assert _rows(archive_path) == {"blobs": 120, "blob_chunks": 120, "session_files": 120}
+    assert [getattr(item, "outcome", None) for item in again] == ["unchanged"] * 5
+    assert _rows(archive_path) == {"blobs": 125, "blob_chunks": 125, "session_files": 125}
     archive.close()
 
 
@@ -99,6 +104,7 @@ class FailsOnce(FileSystem):
     def __init__(self, path: Path, at: int, how: str) -> None:
         self.path, self.at, self.how, self.reads = path, at, how, 0
         self.fd: int | None = None
+        self.armed = False
 
     def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
         fd = super().open(path, flags, mode)
@@ -106,7 +112,7 @@ class FailsOnce(FileSystem):
         return fd
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
-        if fd == self.fd:
+        if fd == self.fd and self.armed:
             self.reads += 1
             if self.reads == self.at and self.how == "eio":
                 raise OSError(errno.EIO, "Input/output error")
@@ -132,11 +138,12 @@ def test_a_file_that_fails_among_others_takes_back_only_its_own_rows(
     os.utime(paths[1], ns=(1, time.time_ns() - 10**10))
     archive_path = tmp_path / "archive.db"
     archive = Archive(archive_path)
-    looked = [_looked(archive, claude, path) for path in paths]
+    failing = FailsOnce(paths[1], 3, how.split()[0])  # its third frame, two written
+    looked = [_looked(archive, claude, path, failing) for path in paths]
     if how == "changed since looked at":
         with open(paths[1], "ab") as out:
             out.write(b"more\n")
-    failing = FailsOnce(paths[1], 3, how.split()[0])  # its third frame, two written
+    failing.armed = True
     kept = archive.whole.store_together(looked, fs=failing)
     described = [
         errno.errorcode[item.errno or 0] if isinstance(item, OSError) else item.outcome
@@ -234,4 +241,47 @@ def test_kill_9_while_files_are_stored_together_takes_back_that_transaction_whol
     outcomes = [archive.whole.keep(_found(claude, path)).outcome for path in paths]
     assert outcomes == ["unchanged"] * 100 + ["stored"] * 50
     assert _read_back(archive, paths) == {path: path.read_bytes() for path in paths}
+    archive.close()
+
+
+class ChangesAfterItIsRead(FileSystem):
+    """Once the file at `path` has been read whole (hashed), it is deleted, replaced by a rename
+    (an atomic write) or replaced by a symlink, before the store: while `keep` waits for the
+    archive's write lock, or while an ingest looks at the next files of its hundred."""
+
+    def __init__(self, path: Path, how: str) -> None:
+        self.path, self.how, self.done = path, how, False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        chunk = super().pread(fd, size, offset)
+        if not self.done and offset + len(chunk) >= self.path.stat().st_size:
+            self.done = True
+            self.path.unlink()
+            if self.how == "replaced by a rename":
+                self.path.with_name("staging").write_bytes(b"the next version\n")
+                os.replace(self.path.with_name("staging"), self.path)
+            elif self.how == "replaced by a symlink":
+                self.path.symlink_to(self.path.with_name("elsewhere"))
+        return chunk
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced by a rename", "replaced by a symlink"])
+@pytest.mark.parametrize("way", ["keep", "store_together"])
+def test_the_bytes_read_are_stored_when_the_file_goes_before_the_store(
+    tmp_path: Path, how: str, way: str
+) -> None:
+    """A file read and hashed, then deleted or replaced before its store (the daemon's `keep`
+    waiting for the lock, an ingest reading the next files): the version read is archived, from the
+    descriptor that read it, as d1d73cc's `keep` did; the next look takes the new file."""
+    claude = tmp_path / "claude"
+    (path,) = _outputs(claude, 1)
+    read = path.read_bytes()
+    archive = Archive(tmp_path / "archive.db")
+    fs = RetryingFS(ChangesAfterItIsRead(path, how))
+    if way == "keep":
+        kept = archive.whole.keep(_found(claude, path), fs=fs)
+    else:
+        (kept,) = archive.whole.store_together([_looked(archive, claude, path, fs)], fs=fs)
+    assert isinstance(kept, Kept) and kept.outcome == "stored", kept
+    assert _read_back(archive, [path]) == {path: read}
     archive.close()
