@@ -285,3 +285,40 @@ def test_the_bytes_read_are_stored_when_the_file_goes_before_the_store(
     assert isinstance(kept, Kept) and kept.outcome == "stored", kept
     assert _read_back(archive, [path]) == {path: read}
     archive.close()
+
+
+def test_the_progress_line_counts_only_files_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each time the ingest's progress line (on a terminal) says N files, another connection finds
+    at least the new ones among them committed."""
+    from riffd.commands.archive_ingest import keep_whole_files
+
+    claude = tmp_path / "claude"
+    paths = _outputs(claude, 250)
+    archive_path = tmp_path / "archive.db"
+    archive = Archive(archive_path)
+    said: list[tuple[int, int]] = []  # (files the line counted, rows committed then)
+
+    class Terminal:
+        def isatty(self) -> bool:
+            return True
+
+        def write(self, text: str) -> int:
+            if "files kept whole" in text:
+                said.append((int(text.split()[1]), _rows(archive_path)["session_files"]))
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    errors: list[str] = []
+    looked, added, _stored = keep_whole_files(
+        archive, [_found(claude, path) for path in paths], errors
+    )
+    monkeypatch.undo()
+    assert (looked, added, errors) == (250, 250, [])
+    assert [counted for counted, _committed in said] == [100, 200]
+    assert all(committed >= counted for counted, committed in said), said
+    archive.close()
