@@ -21,11 +21,12 @@ section 1), with the files beside them made as the client makes them:
 - a subagent's settings beside each subagent transcript, 3 task files, a plan.
 The resumed copies get no files of their own (their history is a copy).
 
-Measured: (1) the store rate: `WholeFiles.keep` of every file into a fresh archive, in this process,
-best of 3 (MB of files per second, each file hashed once and, when new, read again while
-compressed at level 1), as `riffd archive ingest` keeps them (its own loop: each file read and
-hashed outside any transaction, then stored a hundred to a transaction) and, interleaved, one to a transaction (as the daemon takes each once it settles), then, once, `WholeFiles.compact` as the daemon runs it when quiet (level 17),
-of the corpus's files and of `--outputs-mb` (100) MB of distinct large saved outputs
+Measured: (1) the store rate: every file into a fresh archive, in this process, best of 3 (MB of
+files per second, each file hashed once and, when new, read again while compressed at level 1), as
+`riffd archive ingest` keeps them (its own loop: each file read and hashed outside any transaction,
+then stored a hundred to a transaction) and, interleaved, one to a transaction (`WholeFiles.keep`,
+as the daemon takes each once it settles), then, once, `WholeFiles.compact` as the daemon runs it
+when quiet (level 17), of the corpus's files and of `--outputs-mb` (100) MB of distinct large saved outputs
 (build and test logs, 2 MB each); (2) the storage: `riffd archive ingest` of the whole corpus (lines
 and files, then compacted as the command does) against `gzip -6` of every file (the sum of `gzip -6
 -c FILE` sizes; the real gzip binary), for the transcripts and the files apart too. MB = 10^6 bytes.
@@ -222,8 +223,8 @@ def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> 
             if way == "together":  # the ingest's own loop
                 errors: list[str] = []
                 added = keep_whole_files(archive, [item for item in found if item], errors)
-                assert not errors and added[1] == len(found), (errors, added)
-                stored = added[2]
+                assert not errors and added.added == len(found), (errors, added)
+                stored = added.stored
             else:
                 for item in found:
                     assert item is not None
@@ -234,7 +235,7 @@ def store_rate(claude: Path, whole: list[Path], work: Path, repeat: int = 3) -> 
                 started = time.perf_counter()
                 archive.whole.compact()
                 compact_seconds = time.perf_counter() - started
-                compacted = archive.whole.stats()["stored_bytes"]
+                compacted = archive.versions.stats()["stored_bytes"]
             archive.close()
             shutil.rmtree(folder)
     distinct = sum(len(data) for data in {path.read_bytes() for path in whole})

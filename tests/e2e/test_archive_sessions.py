@@ -282,8 +282,9 @@ def test_verify_names_a_file_that_still_has_the_bytes_of_a_damaged_blob(tmp_path
 
 
 def test_the_ingest_says_how_many_files_it_kept_as_it_commits_them(tmp_path: Path) -> None:
-    """On a terminal, `riffd archive ingest` counts the files kept whole every hundred or so, each
-    time once what it stored of them is committed, and says the total at its end."""
+    """On a terminal, `riffd archive ingest` shows how many files it has kept whole every hundred
+    or so, and says the total at its end (that each count is committed then:
+    test_wholefiles_together.py)."""
     import pty
 
     from helpers.run import riffd_command, riffd_env

@@ -68,7 +68,7 @@ def _archived_as_on_disk(box: Sandbox, tree: Tree) -> bool:
         return False
     archive = Archive(box.state / "archive.db", read_only=True)
     try:
-        held = archive.whole.held()
+        held = archive.versions.held()
         for path in tree.whole:
             status = path.stat()
             if held.get(str(path)) != file_state(status):
@@ -135,7 +135,7 @@ def test_a_session_written_while_the_daemon_runs_comes_back_whole_after_the_clea
     daemon.wait_until(lambda: _archived_as_on_disk(box, tree), "the later versions archived")
 
     archive = Archive(box.state / "archive.db", read_only=True)
-    versions = archive.whole.session_versions(SESSION, every=True)
+    versions = archive.versions.session_versions(SESSION, every=True)
     archive.close()
     # settled first
     assert [version.version for version in versions if version.path == outputs[0]] == [1]
@@ -189,8 +189,8 @@ def test_the_daemon_compresses_the_files_it_kept_whole_again_once_quiet(box: San
         ).fetchone()
     assert stored == frames < len(data) // 10
     archive = Archive(box.state / "archive.db", read_only=True)
-    (version,) = archive.whole.session_versions(SESSION)
-    assert b"".join(archive.whole.content(version)) == data.encode()
+    (version,) = archive.versions.session_versions(SESSION)
+    assert b"".join(archive.versions.content(version)) == data.encode()
     archive.close()
     compact = box.riffd("archive", "compact")
     assert compact.returncode == 0 and "kept whole" not in compact.stderr, compact.stderr
@@ -222,7 +222,7 @@ def _versions_held(box: Sandbox) -> int:
     except (sqlite3.Error, OSError):  # not made yet, or being made
         return 0
     try:
-        return len(archive.whole.held())
+        return len(archive.versions.held())
     except sqlite3.Error:
         return 0
     finally:
@@ -338,7 +338,7 @@ def test_the_daemon_never_archives_through_a_sessions_folder_linked_out_of_the_r
     daemon.stop()
     archive = Archive(box.state / "archive.db", read_only=True)
     try:
-        held = sorted(archive.whole.held())
+        held = sorted(archive.versions.held())
     finally:
         archive.close()
     assert held == [str(kept), str(kept.with_name("agent-a2.meta.json"))]

@@ -14,6 +14,7 @@ import errno
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -311,3 +312,32 @@ def test_an_ingest_waiting_for_a_slow_cloud_file_holds_no_lock_on_the_archive(
             Path(base) / path for base, path in db.execute("SELECT base, path FROM session_files")
         }
     assert set(folder.iterdir()) <= kept
+
+
+def test_an_ingest_counts_as_kept_only_the_files_the_archive_holds(
+    mount: Mount, tmp_path: Path
+) -> None:
+    """A saved output that cannot be read (EIO on every read, retries and all) is named as an
+    error, and the ingest's count says how many of the files it looked at the archive holds."""
+    from helpers.sessiontree import build_session
+
+    claude = mount.mountpoint / "claude"
+    tree = build_session(claude)
+    unreadable = tree.folder / "tool-results" / "e10unread.txt"
+    unreadable.write_bytes(b"output\n" * 100)
+    mount.faults({"ops": ["read"], "glob": "*/e10unread.txt", "errno": errno.EIO})
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{claude}"\n'
+        f'roots = ["{claude / "projects"}"]\n'
+        "[retry]\nattempts = 2\nfirst_wait = 0.01\n"
+    )
+    result = run_riffd("archive", "ingest", config=config, env={"CLAUDE_CONFIG_DIR": str(claude)})
+    assert result.returncode == 2, result.stderr
+    assert f"riffd: error: {unreadable}: " in result.stderr
+    counted = re.search(
+        r"kept (\d+) of (\d+) file\(s\) of the sessions whole \((\d+) new", result.stderr
+    )
+    assert counted is not None, result.stderr
+    held, looked, added = map(int, counted.groups())
+    assert held == added == looked - 1 >= 5, result.stderr

@@ -68,9 +68,9 @@ class Holdings:
         return cls(
             archive.archived_bytes(),
             subagents,
-            archive.whole.counts(),
-            archive.whole.held(),
-            archive.whole.all_slugs(),
+            archive.versions.counts(),
+            archive.versions.held(),
+            archive.versions.all_slugs(),
         )
 
     def holds(self, session_id: str, transcript: bool) -> dict[str, Any]:

@@ -110,14 +110,14 @@ def _recover_whole(source: Archive, into: Archive, result: Recovery) -> None:
     """Copy every readable version of every file kept whole, below what the new archive holds of its
     path, and the plan slugs of the sessions."""
     try:
-        versions = source.whole.every_version()
-        slugs = source.whole.all_slugs()
+        versions = source.versions.every_version()
+        slugs = source.versions.all_slugs()
     except _READ_ERRORS as exc:
         result.unreadable.append(f"the list of files kept whole: {exc}")
         return
     for version in versions:
         try:
-            result.versions += into.whole.add_older(version, source.whole.content(version))
+            result.versions += into.whole.add_older(version, source.versions.content(version))
         except (*_READ_ERRORS, OSError) as exc:
             result.unreadable.append(f"{version.path} (version {version.version}): {exc}")
     for session_id, names in slugs.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.reading import ArchiveReader
+from riffd.archive.versions import Versions
 from riffd.archive.wholefiles import WholeFiles
 from riffd.archive.writer import ArchiveGap, ArchiveMismatch, ArchiveMovedOn, ArchiveWriter
 
@@ -30,7 +31,8 @@ __all__ = ["Archive", "ArchiveGap", "ArchiveMismatch", "ArchiveMovedOn"]
 
 class Archive:
     """The archive database (thread-safe: one connection behind a lock, SQLite in WAL mode): its
-    `reader`, its `writer` and its `whole` files, over one `connection`."""
+    `reader`, its `writer`, and the files kept `whole` with their `versions`, over one
+    `connection`."""
 
     def __init__(
         self,
@@ -49,7 +51,9 @@ class Archive:
         )
         self.reader = ArchiveReader(self.connection)
         self.writer = ArchiveWriter(self.connection, self.reader)
-        self.whole = WholeFiles(self.connection)  # the session's other files
+        # the session's other files kept whole: what is kept of them, and their keeper
+        self.versions = Versions(self.connection)
+        self.whole = WholeFiles(self.connection, self.versions)
         reader, writer = self.reader, self.writer
         # What the archive answers (riffd.archive.reading)
         self.snapshot = reader.snapshot

@@ -78,7 +78,7 @@ def check_whole(archive: Archive, found: SessionFile, *, fix: bool) -> Verdict:
 def verify_whole(archive: Archive, found: SessionFile) -> Verdict:
     """Compare the newest version the archive holds of a file kept whole with the file, byte for
     byte."""
-    latest = archive.whole.latest(path_key(found.base), path_key(found.relative))
+    latest = archive.versions.latest(path_key(found.base), path_key(found.relative))
     try:
         status = os.lstat(found.path)
     except FileNotFoundError:
@@ -89,7 +89,7 @@ def verify_whole(archive: Archive, found: SessionFile) -> Verdict:
     try:
         with open(found.path, "rb") as handle:
             position = 0
-            for chunk in archive.whole.content(latest):
+            for chunk in archive.versions.content(latest):
                 read = handle.read(len(chunk))
                 if read != chunk:
                     position += next(

@@ -14,7 +14,8 @@ read), inside one transaction that records the blob, its frames and the version 
 and only when the bytes read the second time hash the same: a kill -9 at any point leaves a file
 stored whole or not at all. The transaction looks at the newest version again first, so two
 processes taking the same file at once add one version. An ingest stores the files it looked at a
-hundred to a transaction (`store_together`), each a savepoint of it. (When a file has settled is the daemon's business: riffd.daemon.keeper.)
+hundred to a transaction (`store_together`), each a savepoint of it, their descriptors open until
+then. (When a file has settled is the daemon's business: riffd.daemon.keeper.)
 
 A file is the newest version as it is when one stat says so: the same size, modification time and
 mode (its type and owner's bits, what a restore writes back:
@@ -35,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from riffd.archive.blobcompact import BlobCompaction
-from riffd.archive.blobs import file_chunks, moved
+from riffd.archive.blobs import BlobStore, file_chunks, moved
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.versions import Version, Versions
 from riffd.claude_code.session_files import (
@@ -87,12 +88,14 @@ TOGETHER_FILES = 100
 TOGETHER_BYTES = 16 << 20
 
 
-class WholeFiles(Versions):
-    """The session files of one archive connection (its lock held for every statement), their
-    bytes in its blobs: stored here, read as `Versions` reads them."""
+class WholeFiles:
+    """Stores the session files of one archive connection (its lock held for every statement), their
+    bytes in its blobs; `versions` reads what it holds."""
 
-    def __init__(self, connection: ArchiveConnection) -> None:
-        super().__init__(connection)
+    def __init__(self, connection: ArchiveConnection, versions: Versions) -> None:
+        self._connection = connection
+        self._versions = versions
+        self._blobs = BlobStore(connection)
         # the blobs written fast compressed again at the settled level
         self.compact = BlobCompaction(connection).compact
 
@@ -129,7 +132,7 @@ class WholeFiles(Versions):
             return Kept("gone")
         if not stat.S_ISREG(status.st_mode):
             return Kept("skipped")
-        latest = self.latest(base, relative)
+        latest = self._versions.latest(base, relative)
         if not again and latest is not None and _as_taken(latest, status):
             return Kept("unchanged", version=latest.version)
         try:
@@ -211,7 +214,7 @@ class WholeFiles(Versions):
         if moved(before, fs.fstat(fd)):
             raise _Changing
         # Another process may have taken it meanwhile (an ingest beside the daemon)
-        latest = self.latest(base, relative)
+        latest = self._versions.latest(base, relative)
         if not looked.again and _same(latest, looked.sha256, before):
             return Kept("unchanged", version=latest.version if latest else None)
         blob, stored = self._blobs.find(looked.sha256), 0

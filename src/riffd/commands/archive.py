@@ -334,7 +334,7 @@ def run_stats(args: argparse.Namespace) -> int:
     if archive is None:
         return EXIT_ERROR
     stats = archive.stats()
-    whole = archive.whole.stats()
+    whole = archive.versions.stats()
     transcripts: dict[str, dict[str, int]] = {}
     for path, size in archive.archived_bytes().items():
         kind = transcripts.setdefault(

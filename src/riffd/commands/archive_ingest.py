@@ -10,8 +10,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from riffd.claude_code.folders import is_transcript_name, session_id_for
 from riffd.claude_code.projects import SESSION_ID
@@ -27,6 +28,9 @@ from riffd.claude_code.session_files import (
 )
 from riffd.commands.arguments import transcript_targets
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
+
+if TYPE_CHECKING:
+    from riffd.archive.wholefiles import Kept, Looked
 
 
 def run_ingest(args: argparse.Namespace, archive: Any) -> int:
@@ -78,9 +82,10 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
         f"riffd: archived {added} new line(s) from {len(files)} file(s) into {archive.path}",
         file=sys.stderr,
     )
+    of = f" of {kept.looked}" if kept.held != kept.looked else ""
     print(
-        f"riffd: kept {kept[0]} file(s) of the sessions whole ({kept[1]} new or changed, {kept[2] / 1e6:.2f} MB "
-        "stored)",
+        f"riffd: kept {kept.held}{of} file(s) of the sessions whole ({kept.added} new or changed, "
+        f"{kept.stored / 1e6:.2f} MB stored)",
         file=sys.stderr,
     )
     if not args.no_compact:
@@ -157,28 +162,36 @@ def session_files_of(
     for session, folders in sorted(sessions.items()):
         yield from session_files(session, sorted(folders), roots, configs, unlistable, named_link)
     yield from plan_files(
-        sorted({slug for session in sessions for slug in archive.whole.slugs(session)}), configs
+        sorted({slug for session in sessions for slug in archive.versions.slugs(session)}), configs
     )
 
 
-def keep_whole_files(
-    archive: Any, found: Iterable[SessionFile], errors: list[str]
-) -> tuple[int, int, int]:
+@dataclass(frozen=True)
+class FilesKept:
+    """What `keep_whole_files` did: files looked at, those the archive now holds as they are,
+    versions added, bytes stored."""
+
+    looked: int
+    held: int
+    added: int
+    stored: int
+
+
+def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[str]) -> FilesKept:
     """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
     does not wait for a file to settle): each read and hashed outside any transaction, those to
-    store stored a hundred to a transaction (`store_together`). Return (files looked at, versions
-    added, bytes stored). Every file not stored is named with why: an error when it cannot be read
+    store stored a hundred to a transaction (`store_together`). Every file not stored is named with why: an error when it cannot be read
     or changed while it was read each time (for the daemon or the next ingest), a note when it went
     meanwhile or is not a regular file or is reached through a symlinked folder riffd does not
     follow. The progress line counts a file once what it stored is committed."""
     from riffd.archive.wholefiles import TOGETHER_BYTES, TOGETHER_FILES, Kept
 
-    looked_at = added = stored = shown = 0  # shown: files the progress line counted
-    batch: list[Any] = []  # looked at, to store together
+    looked_at = held = added = stored = shown = 0  # shown: files the progress line counted
+    batch: list[Looked] = []  # looked at, to store together
     batch_bytes = 0
 
-    def settled(item: SessionFile, kept: Any, attempts: int) -> None:
-        nonlocal added, stored
+    def settled(item: SessionFile, kept: Kept | OSError, attempts: int) -> None:
+        nonlocal held, added, stored
         # (a file that changed since it was looked at is taken again alone, up to three times)
         while isinstance(kept, Kept) and kept.outcome == "changing" and attempts < 3:
             attempts += 1
@@ -194,6 +207,7 @@ def keep_whole_files(
                 "ingest takes it once it stays as it is"
             )
         else:
+            held += kept.outcome in ("stored", "known", "unchanged")
             added += kept.outcome in ("stored", "known")
             stored += kept.stored_bytes
             if kept.outcome == "linked":
@@ -231,7 +245,7 @@ def keep_whole_files(
         archive.whole.let_go(batch)
     if shown:
         print(file=sys.stderr)
-    return looked_at, added, stored
+    return FilesKept(looked_at, held, added, stored)
 
 
 # Why `keep` took no version of a file, for the outcomes that are not an error

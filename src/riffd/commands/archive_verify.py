@@ -54,7 +54,7 @@ def run_verify(args: argparse.Namespace, archive: Any) -> int:
         faults += _whole_files(archive, args, files, counts, errors)
         # what --fix stored afresh from the files is no longer damaged
         if damaged_files and args.fix:
-            damaged_files = len(archive.whole.damaged())
+            damaged_files = len(archive.versions.damaged())
         faults += damaged_files
     finally:
         archive.close()
@@ -105,7 +105,7 @@ def _damage(archive: Any, args: argparse.Namespace, counts: dict[str, int]) -> t
         )
         for user in users:
             print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
-    for version, why in archive.whole.damaged():
+    for version, why in archive.versions.damaged():
         files += 1
         counts["damaged file"] = counts.get("damaged file", 0) + 1
         exists = os.path.exists(version.path)
@@ -230,7 +230,9 @@ def _whole_files(
         faults += verdict.outcome in FAULTS and verdict.archived_again is None
     if not args.paths:
         gone = [
-            path for path in archive.whole.held() if path not in seen and not os.path.lexists(path)
+            path
+            for path in archive.versions.held()
+            if path not in seen and not os.path.lexists(path)
         ]
         if gone:
             counts["gone"] = counts.get("gone", 0) + len(gone)

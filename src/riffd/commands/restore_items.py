@@ -54,7 +54,9 @@ def restore_items(archive: Any, target: str, roots: Iterable[Path]) -> tuple[lis
     path_like = os.sep in target or target.endswith(".jsonl")
     sessions = [] if path_like else sorted({session for _id, _path, session in files if session})
     if not files and not path_like:
-        sessions = archive.whole.sessions_with_files(target) if ID_PREFIX.fullmatch(target) else []
+        sessions = (
+            archive.versions.sessions_with_files(target) if ID_PREFIX.fullmatch(target) else []
+        )
         sessions = [session for session in sessions if session == target] or sessions
         if len(sessions) > 1:
             raise AmbiguousSession(
@@ -100,7 +102,7 @@ def _session_versions(
     """The newest version of each file of `session` kept whole (its plans: those of its own config
     folder) with the saved outputs of other sessions' folders its transcripts (`own`) name; and the
     named ones the archive does not hold."""
-    versions = archive.whole.session_versions(session)
+    versions = archive.versions.session_versions(session)
     configs = {
         config
         for _id, path, owner in files
@@ -127,7 +129,7 @@ def _session_versions(
         if owner not in outputs:
             outputs[owner] = [
                 version
-                for version in archive.whole.session_versions(owner)
+                for version in archive.versions.session_versions(owner)
                 if version.kind == TOOL_RESULT
             ]
         found = [version for version in outputs[owner] if output_tail(str(version.path)) == tail]
@@ -146,7 +148,7 @@ def _whole_item(archive: Any, version: Any, session: str) -> Item:
     return Item(
         str(version.path),
         version.session_id or session,
-        functools.partial(archive.whole.content, version),
+        functools.partial(archive.versions.content, version),
         version.mtime_ns,
         version.mode,
         version.sha256,

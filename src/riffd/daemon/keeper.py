@@ -149,7 +149,7 @@ def reconcile_files(
     reads. The symlinks met that are not followed go to `on_link`."""
     if archive is None:
         return 0
-    held = archive.whole.held()
+    held = archive.versions.held()
     queued = 0
     roots = [root for root in transcript_filter.roots if os.path.isdir(root)]
     for found in all_session_files(roots, transcript_filter.configs, on_error, on_link):

@@ -94,12 +94,12 @@ def test_files_stored_fast_are_compressed_again_once_and_read_back_the_same(
         archive.whole.keep(found)
     fast = _frames(tmp_path / "archive.db")
     assert len(fast) > 3
-    fast_stored = archive.whole.stats()["stored_bytes"]
+    fast_stored = archive.versions.stats()["stored_bytes"]
     # written fast: each frame is what zstd level 1 makes of its bytes
     decompress = zstandard.ZstdDecompressor().decompress
     level = zstandard.ZstdCompressor(level=1, write_checksum=True)
     assert all(level.compress(decompress(frame)) == frame for frame in fast.values())
-    blobs = archive.whole.stats()["blobs"]
+    blobs = archive.versions.stats()["blobs"]
     pages, _free = _pages(tmp_path / "archive.db")
     done = archive.whole.compact()
     assert (done.blobs, done.left) == (blobs, 0) and done.frames >= 3
@@ -113,10 +113,10 @@ def test_files_stored_fast_are_compressed_again_once_and_read_back_the_same(
     }
     # each frame smaller, or left as it was when level 17 gains nothing
     assert all(len(tight[key]) <= len(fast[key]) for key in fast)
-    assert archive.whole.stats()["stored_bytes"] == fast_stored - done.saved < fast_stored * 0.95
+    assert archive.versions.stats()["stored_bytes"] == fast_stored - done.saved < fast_stored * 0.95
     _stored_matches_frames(tmp_path / "archive.db")
-    for version in archive.whole.session_versions(tree.session_id):
-        assert b"".join(archive.whole.content(version)) == version.path.read_bytes()
+    for version in archive.versions.session_versions(tree.session_id):
+        assert b"".join(archive.versions.content(version)) == version.path.read_bytes()
     # once only: nothing is left to do, and a file kept later is the next to compact
     assert archive.whole.compact().blobs == 0
     later = tree.folder / "tool-results" / "l4t3r0utp.txt"
@@ -171,8 +171,8 @@ def test_a_compaction_stopped_inside_a_blob_goes_on_where_it_stopped(tmp_path: P
         [True, True, True, True],
         [True, True, True, True],
     ]
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert b"".join(archive.whole.content(version)) == data
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert b"".join(archive.versions.content(version)) == data
     assert archive.whole.compact().blobs == 0
     archive.close()
 
@@ -185,7 +185,7 @@ def test_a_damaged_frame_is_passed_over_and_the_next_ones_compacted(tmp_path: Pa
     os.utime(log, ns=(1, time.time_ns() - 10**10))
     archive = Archive(tmp_path / "archive.db")
     archive.whole.keep(_found(claude, log))
-    (version,) = archive.whole.session_versions(tree.session_id)
+    (version,) = archive.versions.session_versions(tree.session_id)
     damaged = flip_frame_byte(tmp_path / "archive.db", version.blob)
     done = archive.whole.compact()
     assert (done.blobs, done.frames, done.left) == (1, 2, 0)
@@ -265,7 +265,7 @@ def test_a_frame_written_afresh_meanwhile_is_not_replaced(tmp_path: Path) -> Non
     archive = Archive(tmp_path / "archive.db")
     output = tree.tool_results()[0]
     archive.whole.keep(_found(claude, output))
-    (version,) = archive.whole.session_versions(tree.session_id)
+    (version,) = archive.versions.session_versions(tree.session_id)
     ((key, frame),) = _frames(tmp_path / "archive.db").items()
     other = Archive(tmp_path / "archive.db")  # the other process
     with sqlite3.connect(tmp_path / "archive.db") as db:
@@ -284,7 +284,7 @@ def test_a_frame_written_afresh_meanwhile_is_not_replaced(tmp_path: Path) -> Non
     _stored_matches_frames(tmp_path / "archive.db")
     assert BlobCompaction(archive.connection).replace_frame(key[0], key[1], afresh, stale)
     _stored_matches_frames(tmp_path / "archive.db")
-    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    assert b"".join(archive.versions.content(version)) == output.read_bytes()
     archive.close()
 
 
@@ -344,8 +344,8 @@ def test_a_frame_that_reads_back_other_bytes_is_never_stored(tmp_path: Path) -> 
     assert _chunk_rows(tmp_path / "archive.db") == before
     settled = zstandard.ZstdCompressor(level=SETTLED_LEVEL, write_checksum=True)
     assert compaction._tighten(settled, blob, number) > 0  # (the honest one is stored)
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert b"".join(archive.whole.content(version)) == log.read_bytes()
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert b"".join(archive.versions.content(version)) == log.read_bytes()
     archive.close()
 
 
@@ -402,10 +402,10 @@ def test_two_compactions_at_once_settle_every_frame_once(tmp_path: Path) -> None
     fresh = Archive(tmp_path / "archive.db")
     versions = {
         Path(version.path).name: version
-        for version in fresh.whole.session_versions(tree.session_id)
+        for version in fresh.versions.session_versions(tree.session_id)
     }
     for log in logs:
-        assert b"".join(fresh.whole.content(versions[log.name])) == log.read_bytes()
+        assert b"".join(fresh.versions.content(versions[log.name])) == log.read_bytes()
     assert fresh.whole.compact() == Compacted(0, 0, 0, 0)
     fresh.close()
 
@@ -470,7 +470,7 @@ def test_kill_9_at_any_instant_of_a_compaction_leaves_every_file_readable(tmp_pa
     for path in [*tree.whole, log]:
         archive.whole.keep(_found(claude, path))
     versions = {
-        version.path: version for version in archive.whole.session_versions(tree.session_id)
+        version.path: version for version in archive.versions.session_versions(tree.session_id)
     }
     archive.close()
     rng = random.Random(5)
@@ -491,11 +491,11 @@ def test_kill_9_at_any_instant_of_a_compaction_leaves_every_file_readable(tmp_pa
         _stored_matches_frames(archive_path)
         archive = Archive(archive_path)
         for path, version in versions.items():
-            assert b"".join(archive.whole.content(version)) == path.read_bytes(), path
+            assert b"".join(archive.versions.content(version)) == path.read_bytes(), path
         archive.close()
     assert kills >= 3, "the compaction ended before most kills: make the file bigger"
     archive = Archive(archive_path)
     archive.whole.compact()
-    assert b"".join(archive.whole.content(versions[log])) == data
+    assert b"".join(archive.versions.content(versions[log])) == data
     assert archive.whole.compact().blobs == 0
     archive.close()

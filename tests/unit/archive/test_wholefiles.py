@@ -57,15 +57,15 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
     )
     # The 144,000-byte output is in both saved outputs of both sessions: one blob, compressed to a
     # fraction
-    blobs = archive.whole.stats()
+    blobs = archive.versions.stats()
     assert blobs["blobs"] == len({path.read_bytes() for path in tree.whole + other.whole})
     assert blobs["stored_bytes"] < 20_000
     # (a plan: by its slug, below)
     for path in (path for path in tree.whole if path.parent.name != "plans"):
         (version,) = [
-            item for item in archive.whole.session_versions(tree.session_id) if item.path == path
+            item for item in archive.versions.session_versions(tree.session_id) if item.path == path
         ]
-        assert b"".join(archive.whole.content(version)) == path.read_bytes()
+        assert b"".join(archive.versions.content(version)) == path.read_bytes()
         status = path.stat()
         assert (version.size, version.mode, version.mtime_ns) == (
             status.st_size,
@@ -74,18 +74,20 @@ def test_a_file_is_kept_whole_and_the_same_bytes_are_stored_once(tmp_path: Path)
         )
     assert not [
         version
-        for version in archive.whole.session_versions(tree.session_id)
+        for version in archive.versions.session_versions(tree.session_id)
         if version.kind == "plan"
     ]
     # its lines name the plan's slug
     archive.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
     (plan,) = [
         version
-        for version in archive.whole.session_versions(tree.session_id)
+        for version in archive.versions.session_versions(tree.session_id)
         if version.kind == "plan"
     ]
-    assert b"".join(archive.whole.content(plan)) == (claude / "plans" / plan.path.name).read_bytes()
-    assert archive.whole.counts()[tree.session_id] == {
+    assert (
+        b"".join(archive.versions.content(plan)) == (claude / "plans" / plan.path.name).read_bytes()
+    )
+    assert archive.versions.counts()[tree.session_id] == {
         "tool-result": 2,
         "subagent-meta": 1,
         "file-history": 3,
@@ -121,17 +123,17 @@ def test_a_later_version_is_kept_beside_the_earlier_and_an_unchanged_file_is_not
     assert (kept.outcome, kept.version) == ("stored", 2)
     versions = [
         version
-        for version in archive.whole.session_versions(tree.session_id, every=True)
+        for version in archive.versions.session_versions(tree.session_id, every=True)
         if version.path == task
     ]
-    assert [b"".join(archive.whole.content(version)) for version in versions] == [
+    assert [b"".join(archive.versions.content(version)) for version in versions] == [
         first,
         task.read_bytes(),
     ]
     assert versions[1].mtime_ns == 1_700_000_000_000_000_000
     (newest,) = [
         version
-        for version in archive.whole.session_versions(tree.session_id)
+        for version in archive.versions.session_versions(tree.session_id)
         if version.path == task
     ]
     assert newest.version == 2
@@ -179,9 +181,9 @@ def test_a_file_whose_time_is_ahead_of_the_clock_is_taken_once_it_stays_the_same
     time.sleep(2.05)
     assert keeper.process(archive, _found(claude, output)) is None
     (version,) = [
-        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+        item for item in archive.versions.session_versions(tree.session_id) if item.path == output
     ]
-    assert version.mtime_ns == ahead and b"".join(archive.whole.content(version)) == (
+    assert version.mtime_ns == ahead and b"".join(archive.versions.content(version)) == (
         output.read_bytes()
     )
     archive.close()
@@ -216,7 +218,7 @@ def test_two_processes_storing_one_file_at_once_add_one_version(tmp_path: Path) 
             "mtime_ns, seen) SELECT session_id, kind, base, path, 2, blob, size, mode, mtime_ns, seen "
             "FROM session_files"
         )
-    assert second.whole.stats()["kinds"]["tool-result"] == {
+    assert second.versions.stats()["kinds"]["tool-result"] == {
         "files": 1,
         "versions": 1,
         "bytes": output.stat().st_size,
@@ -320,8 +322,8 @@ def test_a_file_that_changes_while_it_is_read_is_not_stored(tmp_path: Path, at: 
         assert _count(tmp_path / "archive.db", table) == 0, table
     os.utime(output, ns=(1, time.time_ns() - 10**10))
     assert archive.whole.keep(_found(claude, output)).outcome == "stored"
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert b"".join(archive.versions.content(version)) == output.read_bytes()
     archive.close()
 
 
@@ -343,9 +345,9 @@ def test_a_large_file_is_read_and_stored_a_chunk_at_a_time(tmp_path: Path) -> No
     assert archive.whole.keep(_found(claude, big), fs=Largest()).outcome == "stored"
     assert Largest.largest == 1 << 20
     assert _count(tmp_path / "archive.db", "blob_chunks") == -(-big.stat().st_size // (1 << 20))
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert max(len(chunk) for chunk in archive.whole.content(version)) == 1 << 20
-    assert b"".join(archive.whole.content(version)) == big.read_bytes()
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert max(len(chunk) for chunk in archive.versions.content(version)) == 1 << 20
+    assert b"".join(archive.versions.content(version)) == big.read_bytes()
     archive.close()
 
 
@@ -357,21 +359,21 @@ def test_a_damaged_frame_is_refused_never_read_as_other_bytes_nor_compacted(tmp_
         archive.whole.keep(_found(claude, path))
     output = tree.tool_results()[0]
     (version,) = [
-        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+        item for item in archive.versions.session_versions(tree.session_id) if item.path == output
     ]
     damaged = flip_frame_byte(tmp_path / "archive.db", version.blob)
     with pytest.raises(PackDamaged, match=str(output.name)):
-        b"".join(archive.whole.content(version))
-    assert [found.blob for found, _why in archive.whole.damaged()] == [version.blob]
+        b"".join(archive.versions.content(version))
+    assert [found.blob for found, _why in archive.versions.damaged()] == [version.blob]
     # compaction (riffd.archive.blobcompact) leaves the damaged frame as it is, still refused
     done = archive.whole.compact()
-    assert (done.blobs, done.left) == (archive.whole.stats()["blobs"], 0)
+    assert (done.blobs, done.left) == (archive.versions.stats()["blobs"], 0)
     with sqlite3.connect(tmp_path / "archive.db") as db:
         assert db.execute(
             "SELECT data FROM blob_chunks WHERE blob = ?", (version.blob,)
         ).fetchone() == (damaged,)
     with pytest.raises(PackDamaged, match=str(output.name)):
-        b"".join(archive.whole.content(version))
+        b"".join(archive.versions.content(version))
     archive.close()
 
 
@@ -411,8 +413,8 @@ def test_kill_9_while_a_file_is_stored_leaves_it_stored_whole_or_not_at_all(tmp_
         assert _count(archive_path, table) == 0, table
     archive = Archive(archive_path)
     assert archive.whole.keep(_found(claude, big)).outcome == "stored"
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert b"".join(archive.whole.content(version)) == big.read_bytes()
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert b"".join(archive.versions.content(version)) == big.read_bytes()
     archive.close()
 
 
@@ -431,14 +433,14 @@ def test_an_archive_made_before_whole_files_gains_their_tables_and_keeps_its_lin
         )
     reader = Archive(tmp_path / "archive.db", read_only=True)
     assert (
-        not reader.whole.present
-        and reader.whole.session_versions("s") == []
-        and reader.whole.counts() == {}
+        not reader.versions.present
+        and reader.versions.session_versions("s") == []
+        and reader.versions.counts() == {}
     )
     assert len(reader.sessions()) == 1
     reader.close()
     archive = Archive(tmp_path / "archive.db")
-    assert archive.whole.present
+    assert archive.versions.present
     ((file_id, _path, _session),) = archive.files_of(str(transcript))
     assert b"".join(archive.iter_file(file_id)) == transcript.read_bytes()
     assert archive.restore_time(file_id) is None
@@ -465,8 +467,8 @@ def test_a_read_that_fails_with_eio_is_tried_again(tmp_path: Path) -> None:
         _found(claude, output), fs=RetryingFS(Flaky(), RetryPolicy(attempts=3, first_wait=0.01))
     )
     assert (kept.outcome, Flaky.failures) == ("stored", 2)
-    (version,) = archive.whole.session_versions(tree.session_id)
-    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    (version,) = archive.versions.session_versions(tree.session_id)
+    assert b"".join(archive.versions.content(version)) == output.read_bytes()
     archive.close()
 
 
@@ -484,7 +486,9 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
     old.add_lines(str(tree.main), 0, tree.main.read_bytes().splitlines())
     output = tree.tool_results()[0]
     (damaged,) = [
-        version for version in old.whole.session_versions(tree.session_id) if version.path == output
+        version
+        for version in old.versions.session_versions(tree.session_id)
+        if version.path == output
     ]
     old.close()
     # its saved output's frame damaged (the other file shares it)
@@ -505,19 +509,19 @@ def test_recover_copies_every_readable_version_below_what_the_new_archive_holds(
     )
     versions = [
         version
-        for version in new.whole.session_versions(tree.session_id, every=True)
+        for version in new.versions.session_versions(tree.session_id, every=True)
         if version.path == task
     ]
-    assert [b"".join(new.whole.content(version)) for version in versions] == [
+    assert [b"".join(new.versions.content(version)) for version in versions] == [
         first,
         task.read_bytes(),
     ]
-    newest = {version.path: version for version in new.whole.session_versions(tree.session_id)}
-    assert b"".join(new.whole.content(newest[task])) == task.read_bytes()
+    newest = {version.path: version for version in new.versions.session_versions(tree.session_id)}
+    assert b"".join(new.versions.content(newest[task])) == task.read_bytes()
     for path in tree.whole:
         if path.parent.name not in ("tool-results", "tasks"):
             # the plan too, by its slug
-            assert b"".join(new.whole.content(newest[path])) == path.read_bytes()
+            assert b"".join(new.versions.content(newest[path])) == path.read_bytes()
     new.close()
 
 
@@ -548,7 +552,7 @@ def test_an_archive_damaged_while_open_goes_on_whole_in_a_new_one(tmp_path: Path
     ((file_id, _path, _session),) = archive.files_of(str(tree.main))
     assert b"".join(archive.iter_file(file_id)) == tree.main.read_bytes()
     (version,) = [
-        item for item in archive.whole.session_versions(tree.session_id) if item.path == output
+        item for item in archive.versions.session_versions(tree.session_id) if item.path == output
     ]
-    assert b"".join(archive.whole.content(version)) == output.read_bytes()
+    assert b"".join(archive.versions.content(version)) == output.read_bytes()
     archive.close()

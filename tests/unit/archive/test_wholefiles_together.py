@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import sys
 import textwrap
 import threading
 import time
@@ -62,10 +63,10 @@ def _rows(archive_path: Path) -> dict[str, int]:
 def _read_back(archive: Archive, paths: list[Path]) -> dict[Path, bytes]:
     wanted = set(paths)
     found = {}
-    for session in archive.whole.sessions_with_files():
-        for version in archive.whole.session_versions(session):
+    for session in archive.versions.sessions_with_files():
+        for version in archive.versions.session_versions(session):
             if version.path in wanted:
-                found[version.path] = b"".join(archive.whole.content(version))
+                found[version.path] = b"".join(archive.versions.content(version))
     return found
 
 
@@ -314,11 +315,9 @@ def test_the_progress_line_counts_only_files_committed(
 
     monkeypatch.setattr(sys, "stderr", Terminal())
     errors: list[str] = []
-    looked, added, _stored = keep_whole_files(
-        archive, [_found(claude, path) for path in paths], errors
-    )
+    kept = keep_whole_files(archive, [_found(claude, path) for path in paths], errors)
     monkeypatch.undo()
-    assert (looked, added, errors) == (250, 250, [])
+    assert (kept.looked, kept.held, kept.added, errors) == (250, 250, 250, [])
     assert [counted for counted, _committed in said] == [100, 200]
     assert all(committed >= counted for counted, committed in said), said
     archive.close()
