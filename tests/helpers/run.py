@@ -11,9 +11,10 @@ autouse fixture of tests/conftest.py).
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,26 @@ def kill_9_once_marked(script: str, *args: str | Path, marker: Path, timeout: fl
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
+
+
+def kill_9_at_random(
+    child: subprocess.Popen[Any],
+    ready: Callable[[], bool],
+    wait: float,
+    rng: random.Random,
+    timeout: float = 60,
+) -> bool:
+    """Once `ready()` (polled) or `child` ended, wait a random time up to `wait` seconds and SIGKILL
+    `child` if it still runs; reap it; return whether it was killed."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + timeout
+    while child.poll() is None and not ready() and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(rng.uniform(0, wait))
+    killed = child.poll() is None
+    if killed:
+        child.send_signal(signal.SIGKILL)
+    child.wait()
+    return killed

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import random
-import signal
 import sqlite3
 import subprocess
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from conftest import write_config
-from helpers.run import riffd_command, riffd_env, run_riffd
+from helpers.run import kill_9_at_random, riffd_command, riffd_env, run_riffd
 from helpers.sessiontree import build_session
 
 
@@ -27,6 +26,10 @@ def _files_held(archive: Path) -> int:
             return int(db.execute("SELECT COUNT(*) FROM session_files").fetchone()[0])
     except sqlite3.OperationalError:  # not made yet, or its tables not yet
         return 0
+
+
+def _more_held(archive: Path, than: int) -> bool:
+    return _files_held(archive) > than
 
 
 @pytest.mark.slow
@@ -57,17 +60,9 @@ def test_an_ingest_killed_while_it_keeps_files_whole_leaves_each_whole_or_absent
         )
         # once the files' phase has begun (a hundred of them committed, or all of them), at a
         # random instant of it
-        held = _files_held(archive)
-        deadline = time.monotonic() + 60
-        while (
-            ingest.poll() is None and _files_held(archive) <= held and time.monotonic() < deadline
-        ):
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.08))
-        if ingest.poll() is None:
-            ingest.send_signal(signal.SIGKILL)
-            kills += 1
-        ingest.wait()
+        kills += kill_9_at_random(
+            ingest, partial(_more_held, archive, _files_held(archive)), 0.08, rng
+        )
     assert kills >= 3, "the ingest ended before most kills: give it more files"
     # What it holds, it holds whole (a file half stored would be "differs", and stay so: its bytes'
     # hash would name the broken blob for every later version of them)

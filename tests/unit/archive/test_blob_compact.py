@@ -10,7 +10,6 @@ import json
 import os
 import random
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 import zstandard
 
 from helpers.archive_damage import flip_frame_byte
-from helpers.run import riffd_env
+from helpers.run import kill_9_at_random, riffd_env
 from helpers.sessiontree import build_session
 from riffd.archive.blobcompact import BlobCompaction, Compacted
 from riffd.archive.packs import SETTLED_LEVEL
@@ -480,14 +479,7 @@ def test_kill_9_at_any_instant_of_a_compaction_leaves_every_file_readable(tmp_pa
         compacting = subprocess.Popen(
             [sys.executable, "-c", COMPACT, str(archive_path), str(marker)], env=riffd_env()
         )
-        deadline = time.monotonic() + 30
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.6))
-        if compacting.poll() is None:
-            compacting.send_signal(signal.SIGKILL)
-            kills += 1
-        compacting.wait()
+        kills += kill_9_at_random(compacting, marker.exists, 0.6, rng, timeout=30)
         _stored_matches_frames(archive_path)
         archive = Archive(archive_path)
         for path, version in versions.items():
