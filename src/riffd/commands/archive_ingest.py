@@ -180,21 +180,23 @@ class FilesKept:
 def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[str]) -> FilesKept:
     """Archive each file as `riffd.archive.wholefiles.WholeFiles.keep` does, as it is now (an ingest
     does not wait for a file to settle): each read and hashed outside any transaction, those to
-    store stored a hundred to a transaction (`store_together`). Every file not stored is named with why: an error when it cannot be read
-    or changed while it was read each time (for the daemon or the next ingest), a note when it went
-    meanwhile or is not a regular file or is reached through a symlinked folder riffd does not
-    follow. The progress line counts a file once what it stored is committed."""
+    store stored a hundred to a transaction (`store_together`). Every file not stored is named with
+    why: an error when it cannot be read or changed while it was read each time (for the daemon or
+    the next ingest), a note when it went meanwhile or is not a regular file or is reached through a
+    symlinked folder riffd does not follow. The progress line counts a file once what it stored is
+    committed."""
     from riffd.archive.wholefiles import TOGETHER_BYTES, TOGETHER_FILES, Kept
 
     looked_at = held = added = stored = shown = 0  # shown: files the progress line counted
     batch: list[Looked] = []  # looked at, to store together
     batch_bytes = 0
 
-    def settled(item: SessionFile, kept: Kept | OSError, attempts: int) -> None:
+    def settled(item: SessionFile, kept: Kept | OSError) -> None:
         nonlocal held, added, stored
-        # (a file that changed since it was looked at is taken again alone, up to three times)
-        while isinstance(kept, Kept) and kept.outcome == "changing" and attempts < 3:
-            attempts += 1
+        # (a file that changed while it was read is taken again alone, up to three times in all)
+        for _again in range(2):
+            if not (isinstance(kept, Kept) and kept.outcome == "changing"):
+                break
             try:
                 kept = archive.whole.keep(item)
             except OSError as exc:
@@ -218,7 +220,7 @@ def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[st
     def store() -> None:
         nonlocal batch_bytes
         for looked, kept in zip(batch, archive.whole.store_together(batch), strict=True):
-            settled(looked.found, kept, 1)
+            settled(looked.found, kept)
         batch.clear()
         batch_bytes = 0
 
@@ -230,7 +232,7 @@ def keep_whole_files(archive: Any, found: Iterable[SessionFile], errors: list[st
             except OSError as exc:
                 looked = exc
             if isinstance(looked, (Kept, OSError)):
-                settled(item, looked, 1)
+                settled(item, looked)
             else:
                 batch.append(looked)
                 batch_bytes += looked.status.st_size
