@@ -322,3 +322,38 @@ def test_the_ingest_says_how_many_files_it_kept_as_it_commits_them(tmp_path: Pat
     (archive,) = state.rglob("archive.db")
     with sqlite3.connect(archive) as db:
         assert db.execute("SELECT COUNT(*) FROM session_files").fetchone()[0] == total
+
+
+def test_a_file_that_keeps_changing_while_the_ingest_reads_it_is_named_and_the_rest_kept(
+    tmp_path: Path,
+) -> None:
+    """A saved output appended to every millisecond (a writer the ingest does not wait for) changes
+    while it is read at each of three attempts: the ingest names it, exits 2, keeps every other
+    file, and keeps no version of it."""
+    import threading
+
+    tree = build_session(tmp_path / "claude")
+    growing = tree.folder / "tool-results" / "gr0w1ng00.txt"
+    growing.write_bytes(b"line of a long build log\n" * 1_200_000)  # 30 MB: a read takes a while
+    stop = threading.Event()
+
+    def append() -> None:
+        with open(growing, "ab", buffering=0) as out:
+            while not stop.is_set():
+                out.write(b"more\n")
+                time.sleep(0.001)
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        result = _riffd(tmp_path, "archive", "ingest", "--no-compact")
+    finally:
+        stop.set()
+        writer.join()
+    assert result.returncode == 2, result.stderr
+    assert f"riffd: error: {growing}: it changed while it was read, three times" in result.stderr
+    counted = re.search(r"kept (\d+) of (\d+) file\(s\)", result.stderr)
+    assert counted is not None and int(counted[1]) == int(counted[2]) - 1, result.stderr
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        paths = [row[0] for row in db.execute("SELECT path FROM session_files")]
+    assert paths and not [path for path in paths if path.endswith(growing.name)]
