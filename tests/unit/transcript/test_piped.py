@@ -34,6 +34,16 @@ pytestmark = pytest.mark.skipif(
 NO_WAIT = RetryPolicy(attempts=2, first_wait=0.0)
 
 
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One transcript past PIPED_MIN_BYTES and far more than a pipe holds (38 MB), written once for
+    the tests that only read it: the suite's temporary folders stay small on a small disk."""
+    path = tmp_path_factory.mktemp("piped") / "big.jsonl"
+    path.write_bytes(transcript_bytes(max(40_000, int(PIPED_MIN_BYTES / 950) + 1), pad=900))
+    assert path.stat().st_size >= PIPED_MIN_BYTES
+    return path
+
+
 def alone(path: Path) -> dict[str, object]:
     return index_state(index_file(path).index)
 
@@ -104,15 +114,12 @@ class FailsInTheChild(FileSystem):
 
 @pytest.mark.parametrize("how", ["eio", "kill"])
 def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(
-    tmp_path: Path, how: str
+    tmp_path: Path, big: Path, how: str
 ) -> None:
     path = damaged_session(tmp_path)
     assert (
         index_piped(str(path), fs=RetryingFS(FailsInTheChild(how), NO_WAIT), chunk_size=300) is None
     )
-    big = tmp_path / "big.jsonl"
-    big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
-    assert big.stat().st_size >= PIPED_MIN_BYTES
     fs = FailsInTheChild(how)
     together = index_file(big, fs=RetryingFS(fs, NO_WAIT), decoder_process=True)
     assert (
@@ -120,24 +127,20 @@ def test_a_decoder_that_fails_or_dies_leaves_the_work_to_this_process(
     )
 
 
-def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(tmp_path: Path) -> None:
+def test_a_read_that_fails_everywhere_is_reported_as_without_the_decoder(big: Path) -> None:
     class AlwaysEIO(FileSystem):
         def pread(self, fd: int, size: int, offset: int) -> bytes:
             raise OSError(errno.EIO, "Input/output error")
 
-    big = tmp_path / "big.jsonl"
-    big.write_bytes(transcript_bytes(int(PIPED_MIN_BYTES / 950) + 1, pad=900))
     with_decoder = scan_file(big, fs=RetryingFS(AlwaysEIO(), NO_WAIT), decoder_process=True)
     without = scan_file(big, fs=RetryingFS(AlwaysEIO(), NO_WAIT))
     assert with_decoder.error is not None and with_decoder.error == without.error
 
 
-def test_a_decoder_whose_parent_is_killed_exits(tmp_path: Path) -> None:
+def test_a_decoder_whose_parent_is_killed_exits(big: Path) -> None:
     """SIGKILL the process indexing a big file as soon as its decoder exists: the decoder, left
     writing to a pipe no one reads, exits (its copy of the reading end is closed), and never waits
     forever."""
-    big = tmp_path / "big.jsonl"
-    big.write_bytes(transcript_bytes(40_000, pad=900))  # 38 MB: far more than the pipe holds
     parent = subprocess.Popen(
         [
             sys.executable,
