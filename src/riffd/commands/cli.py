@@ -15,7 +15,11 @@ from pathlib import Path
 
 from riffd import __version__
 from riffd.commands.arguments import Parser, UsageError
-from riffd.commands.output import EXIT_ERROR
+from riffd.commands.output import (
+    EXIT_ERROR,
+    leave_quietly_for_closed_stdout,
+    stdout_reader_gone,
+)
 from riffd.display import use_display_streams
 
 # Each command: the module that registers and runs it, and its one-line help. Only the module of the
@@ -141,6 +145,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError as exc:
+        if stdout_reader_gone():  # `riffd ... | head`: nothing more to say, and no one to say it to
+            return leave_quietly_for_closed_stdout()
+        print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # what no command expected (a disk or sync client failing): one line, never a traceback
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)

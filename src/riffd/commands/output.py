@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import select
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,7 +18,37 @@ EXIT_FINDINGS = 1  # findings remain
 EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
 
 
+# The program reading riffd's output stopped reading (`riffd archive search x | head -1`): the code
+# a shell gives a process that SIGPIPE ended (128 + 13), as it does for grep or cat there.
+EXIT_READER_GONE = 141
+
+
 REPORT_SCHEMA = 1
+
+
+def stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe or socket whose reading end is closed (poll reports an
+    error or a hang-up on it: Linux and macOS alike). Asked only after a BrokenPipeError, so that
+    one from riffd's own pipes is never taken for it."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, ValueError, OSError):
+        return False
+    return any(event & (select.POLLERR | select.POLLHUP) for _fd, event in events)
+
+
+def leave_quietly_for_closed_stdout() -> int:
+    """Point standard output at /dev/null, so nothing left in its buffer fails again as Python
+    exits, and return EXIT_READER_GONE."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return EXIT_READER_GONE
 
 
 PROGRESS_MIN_FILES = 20
