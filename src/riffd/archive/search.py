@@ -142,7 +142,7 @@ def search(
         try:
             if isinstance(piece, PackDamaged):
                 raise piece
-            shown = snippet(normalise(text_of(orjson.loads(piece))), query)
+            shown = snippet(normalise(shown_text(orjson.loads(piece))), query)
         # (a damaged pack archived without checksums)
         except (
             PackDamaged,
@@ -165,6 +165,16 @@ def search(
         )
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results
+
+
+def shown_text(value: object) -> str:
+    """The text a hit's snippet is cut from: the piece's searchable text (`text_of`), except for a
+    tool call's input (the only piece that is an object), whose JSON was indexed (after the tool's
+    name, which is not in the piece): `text_of` finds no text in most inputs (an Edit's, a
+    WebFetch's), and a Write's gives only the file's content, not its path."""
+    if isinstance(value, dict):
+        return orjson.dumps(value).decode()
+    return text_of(value)
 
 
 def like_literal(text: str) -> str:

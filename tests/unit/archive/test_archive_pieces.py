@@ -71,7 +71,7 @@ def _lines(session: str) -> list[bytes]:
                             "type": "tool_use",
                             "id": "toolu_1",
                             "name": "Bash",
-                            "input": {"command": "count nests"},
+                            "input": {"command": "count nests", "description": "for the pangolin"},
                         }
                     ],
                 },
@@ -133,6 +133,7 @@ def test_search_finds_json_with_spaces_and_pieces_whose_bytes_occur_twice(tmp_pa
     assert _riffd(tmp_path, "archive", "ingest").returncode == 0
     for word, line in (
         ("zebrafinch", 1),
+        ("pangolin", 2),
         ("okapi", 3),
         ("narwhal", 4),
         ("quetzal", 5),
@@ -141,6 +142,9 @@ def test_search_finds_json_with_spaces_and_pieces_whose_bytes_occur_twice(tmp_pa
         hits = _search(tmp_path, word)
         assert [(hit["session_id"], hit["line"]) for hit in hits] == [(SESSION, line)], word
     assert "the okapi report" in str(_search(tmp_path, "okapi")[0]["snippet"])
+    # a tool call's input: its JSON, as it was indexed (it showed an empty snippet)
+    ((line, shown),) = [(hit["line"], hit["snippet"]) for hit in _search(tmp_path, "pangolin")]
+    assert line == 2 and str(shown).endswith('nests","description":"for the pangolin"}')
     contents = _contents(tmp_path)
     # the prompt, the tool input, the result, its toolUseResult, narwhal (once), the escaped text
     assert contents == 6
