@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_bytes
+from helpers import damage
 from helpers.run import run_riffd
 from riffd.display import shell_command, shell_word
 
@@ -82,3 +83,47 @@ def test_sessions_and_scan_advise_quoted_commands(tmp_path: Path) -> None:
     (advice,) = json.loads(scanned.stdout)["files"][0]["suggestions"]
     command = advice.split("`")[1]
     assert shlex.split(command) == ["riffd", "fix", str(path)]
+
+
+def _advised(stderr: str) -> list[str]:
+    """The commands between backquotes in what riffd printed."""
+    return stderr.split("`")[1::2]
+
+
+def test_a_restore_the_quiet_period_holds_back_names_the_command_that_restores_it_now(
+    tmp_path: Path,
+) -> None:
+    """`riffd backups restore ID` over a session modified a moment ago (by the repair itself) is
+    skipped: it says to run it again once the session is idle, and, since no Claude Code process
+    has the session open, the command that restores it now, which does. While a Claude Code process
+    has the session open, that second command is not offered."""
+    session = "dddddddd-0000-4000-8000-000000000001"
+    project = tmp_path / "claude" / "projects" / "-home-me-app"
+    project.mkdir(parents=True)
+    path = project / f"{session}.jsonl"
+    damaged = b"".join(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines)
+    path.write_bytes(damaged)
+    os.utime(path, (1e9, 1e9))
+    assert riffd(tmp_path, "fix", str(path)).returncode == 0
+    (backup,) = json.loads(riffd(tmp_path, "backups", "list", "--json").stdout)
+    repaired = path.read_bytes()
+
+    registry = tmp_path / "claude" / "sessions" / f"{os.getpid()}.json"  # this process: alive
+    registry.parent.mkdir()
+    registry.write_text(json.dumps({"pid": os.getpid(), "sessionId": session}))
+    held = riffd(tmp_path, "backups", "restore", backup["id"])
+    assert held.returncode == 1 and "skipped" in held.stderr, held.stderr
+    assert [shlex.split(command) for command in _advised(held.stderr)] == [
+        ["riffd", "backups", "restore", backup["id"]]
+    ]
+    registry.unlink()
+
+    skipped = riffd(tmp_path, "backups", "restore", backup["id"])
+    assert skipped.returncode == 1 and "within the quiet period" in skipped.stderr
+    again, now = (shlex.split(command) for command in _advised(skipped.stderr))
+    assert again == ["riffd", "backups", "restore", backup["id"]]
+    assert now == ["riffd", "backups", "restore", "--quiet-period", "0", backup["id"]]
+    assert path.read_bytes() == repaired
+    done = riffd(tmp_path, *now[1:])
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes() == damaged

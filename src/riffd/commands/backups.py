@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.liveness import session_liveness
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
+from riffd.display import shell_command
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
-from riffd.repair.outcomes import ApplyOptions, Failed, Skipped
+from riffd.repair.outcomes import ApplyOptions, Failed, Skipped, SkipReason
 from riffd.repair.restore import restore_backup
 from riffd.transcript.targets import resolve_target
 
@@ -148,7 +150,10 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     )
     outcome = restore_backup(store, args.backup_id, args.to, overwrite=args.force, options=options)
     if isinstance(outcome, Skipped):
-        print(f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}", file=sys.stderr)
+        detail = outcome.detail
+        if outcome.reason is SkipReason.LIVE:
+            detail += _restore_now_advice(Path(outcome.path), options, args.backup_id)
+        print(f"skipped {outcome.path}: {outcome.reason}: {detail}", file=sys.stderr)
         return EXIT_FINDINGS
     if isinstance(outcome, Failed):
         print(f"riffd: error: {outcome.detail}", file=sys.stderr)
@@ -160,6 +165,25 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     )
     print(f"restored {args.backup_id} to {outcome.path}{safety}")
     return EXIT_OK
+
+
+def _restore_now_advice(path: Path, options: ApplyOptions, backup_id: str) -> str:
+    """What to do about a restore a live session held back: when only the quiet period holds it
+    (no Claude Code process has the session open), the command that restores it now; always, that
+    the same command restores it once the session is idle."""
+    again = (
+        f"; run `{shell_command('riffd', 'backups', 'restore', backup_id)}` again once it is idle"
+    )
+    if options.quiet_period <= 0:
+        return again
+    held, _ = session_liveness(path, options.claude_dirs(path), 0)
+    if held:
+        return again
+    now = shell_command("riffd", "backups", "restore", "--quiet-period", "0", backup_id)
+    return (
+        f"{again}; only the quiet period holds it: if you are sure the session is closed, `{now}` "
+        "restores it now"
+    )
 
 
 def run_backups_prune(args: argparse.Namespace) -> int:
