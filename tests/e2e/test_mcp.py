@@ -309,6 +309,7 @@ def test_errors_are_tool_errors_and_the_server_keeps_serving(tmp_path: Path) -> 
             await session.call_tool("search", {"query": "plan", "limit": 0}),
             await session.call_tool("search", {"query": "plan", "since": "yesterday"}),
             await session.call_tool("list_sessions", {"limit": "many"}),
+            await session.call_tool("search", {"query": "?! --"}),
             await session.call_tool("search", {"query": "quokka"}),
         ]
 
@@ -320,6 +321,7 @@ def test_errors_are_tool_errors_and_the_server_keeps_serving(tmp_path: Path) -> 
     assert "2 sessions start with" in texts[2]
     assert "limit must be between 1 and" in texts[3]
     assert "is not a date" in texts[4]
+    assert "query '?! --' holds no word" in texts[6]
     assert [hit["session_id"] for hit in _data(last)] == [home.deleted.session_id]
 
 

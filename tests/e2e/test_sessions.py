@@ -169,6 +169,11 @@ def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: P
         f"riffd: no matches for 'no such words' in the archive (--session {THIRD[:4].upper()})"
         in (none.stderr)
     )
+    # a query of punctuation only searches for nothing: said so, not "no matches"
+    for query in ("", '"', "-- ?!"):
+        wordless = riffd(tmp_path, "archive", "search", query)
+        assert wordless.returncode == 2 and wordless.stdout == ""
+        assert f"riffd: error: {query!r} holds no word to search for" in wordless.stderr
 
 
 def test_backups_list_takes_a_session_prefix(tmp_path: Path) -> None:

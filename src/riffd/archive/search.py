@@ -183,10 +183,15 @@ def like_literal(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def query_words(query: str) -> list[str]:
+    """The words a search looks for: each run of letters and digits (punctuation and spaces only
+    part them)."""
+    return re.findall(r"\w+", query)
+
+
 def fts_query(query: str) -> str:
     """Quote each word so user text never breaks FTS5 syntax (plain words: all must match)."""
-    words = re.findall(r"\w+", query)
-    return " ".join(f'"{word}"' for word in words) or '""'
+    return " ".join(f'"{word}"' for word in query_words(query)) or '""'
 
 
 def snippet(text: str, query: str, width: int = 80) -> str:

@@ -314,9 +314,18 @@ def run_restore(args: argparse.Namespace) -> int:
 
 def run_search(args: argparse.Namespace) -> int:
     """`riffd archive search QUERY`: print session, time and a snippet per hit
-    (riffd.commands.archive_search); exit 0 with hits, 1 without ("no matches" on stderr)."""
+    (riffd.commands.archive_search); exit 0 with hits, 1 without ("no matches" on stderr), 2 for a
+    query that holds no word."""
+    from riffd.archive.search import query_words
     from riffd.commands.archive_search import print_hits
 
+    if not query_words(args.query):
+        print(
+            f"riffd: error: {args.query!r} holds no word to search for: a search finds the lines "
+            "holding every word (letters and digits) of its query",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     archive = _open(args)
     if archive is None:
         return EXIT_ERROR

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.packs import PackDamaged
+from riffd.archive.search import query_words
 from riffd.claude_code.projects import find_project_folders
 from riffd.commands.arguments import date_seconds
 from riffd.commands.sessions import health_counts
@@ -45,8 +46,11 @@ def search(
     """Up to `limit` places where every word of `query` occurs in the archive, newest first (see
     riffd.archive.search), filtered by project path prefix, session and date."""
     checked_limit(limit)
-    if not query.strip():
-        raise ToolProblem("query is empty: give the words to look for.")
+    if not query_words(query):
+        raise ToolProblem(
+            f"query {query!r} holds no word: give the words to look for (letters and digits; "
+            "punctuation only parts them)."
+        )
     try:
         after = None if since is None else date_seconds(since)
     except argparse.ArgumentTypeError as exc:
