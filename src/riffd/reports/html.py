@@ -16,7 +16,7 @@ from typing import Any
 
 from riffd.display import shell_command
 from riffd.reports.charts import charts
-from riffd.reports.markdown import archive_age
+from riffd.reports.markdown import archive_age, stopped_figures_note
 from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair, verdict_words
 
 
@@ -121,6 +121,7 @@ svg text {{ font-size: 10px; fill: #555; }} .axis {{ stroke: #999; }}
 <p class="verdict"><strong>{escape(verdict)}</strong> &middot;
 {escape(_local(report.generated_at.timestamp()))}</p>
 {f"<ul class='problems'>{problems}</ul>" if problems else ""}
+{f"<p class='since'>{escape(note)}</p>" if (note := stopped_figures_note(report)) else ""}
 <p>Daemon: {escape(state)}{f", pid {daemon.pid}" if daemon.pid else ""}{
         f", {escape(daemon.repair_mode)} mode" if daemon.repair_mode else ""
     }. Files watched:

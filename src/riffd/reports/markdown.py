@@ -30,6 +30,7 @@ def render_markdown(report: HealthReport) -> str:
         f"**{verdict_words(report)}**"
         + (": " + "; ".join(report.problems) if report.problems else ""),
         "",
+        *([note, ""] if (note := stopped_figures_note(report)) else []),
         f"- daemon: {_daemon_words(daemon)}",
         _config_line(daemon),
         f"- watcher: {report.watcher.observer or '-'} over {', '.join(report.watcher.roots) or '-'}; "
@@ -123,6 +124,20 @@ def _archive_line(archive: ArchiveFigures) -> str:
         f"- archive: {archive.stored_bytes:,} bytes stored, {ratio} {raw_bytes:,} seen, "
         f"{archive.sessions} session(s); behind: {archive.files_behind} file(s), "
         f"{behind:,} bytes{archive_age(archive)}"
+    )
+
+
+def stopped_figures_note(report: HealthReport) -> str:
+    """What the renderers say above the figures when no daemon runs: they are what it last saw,
+    and when (empty while one runs, or when none ever ran here)."""
+    daemon = report.daemon
+    if daemon.running or daemon.last_seen is None:
+        return ""
+    age = (report.generated_at - daemon.last_seen).total_seconds()
+    return (
+        f"The files, findings, repairs and archive below are as the daemon last saw them, at "
+        f"{iso_seconds(daemon.last_seen)} ({age:.0f} s before this report); `riffd scan` looks at "
+        "the files as they are now."
     )
 
 

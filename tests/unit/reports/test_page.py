@@ -191,3 +191,30 @@ def _browser_own(request: str) -> bool:
     page's."""
     host = re.sub(r"^(GET|CONNECT|POST) (https?://)?", "", request).split("/")[0].split(":")[0]
     return host.endswith((".google.com", ".googleapis.com", ".gstatic.com", ".gvt1.com"))
+
+
+@needs_chromium
+def test_a_stopped_daemons_page_says_its_figures_are_what_it_last_saw(tmp_path: Path) -> None:
+    """No daemon runs: the page, as Chromium renders it, says the daemon stopped and that the
+    files, findings and archive shown are as it last saw them, with when."""
+    store = StateStore(tmp_path / "state" / "state.db")
+    store.set_meta(
+        "daemon",
+        {"running": True, "pid": 999_999_999, "seen_at": time.time() - 90, "latencies": []},
+    )
+    store.close()
+    assert main(["--config", str(write_config(tmp_path)), "report"]) == 1
+    page = tmp_path / "state" / "reports" / "latest.html"
+    dom = subprocess.run(
+        [*chromium(tmp_path / "profile"), "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    assert "Daemon: stopped" in dom
+    assert re.search(
+        r"The files, findings, repairs and archive below are as the daemon last saw them, at \S+ "
+        r"\(9\d s before this report\)",
+        dom,
+    ), dom[-3000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from collections import Counter
@@ -211,6 +212,12 @@ def test_riffd_report_and_status_without_a_daemon(
     out = capsys.readouterr().out
     assert "riffd daemon: stopped, last seen at" in out and "pid 999999999" in out
     assert "riffd health report" in out and "running" not in out.replace("no riffd daemon runs", "")
+    # and its figures are said to be what it last saw, with when
+    assert re.search(
+        r"The files, findings, repairs and archive below are as the daemon last saw them, at "
+        r"\S+ \((6\d) s before this report\); `riffd scan` looks at the files as they are now\.",
+        out,
+    ), out
 
 
 def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
