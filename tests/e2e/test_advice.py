@@ -13,6 +13,7 @@ import pytest
 
 from conftest import transcript_bytes
 from helpers import damage
+from helpers.daemon import Sandbox
 from helpers.run import run_riffd
 from riffd.display import shell_command, shell_word
 
@@ -127,3 +128,77 @@ def test_a_restore_the_quiet_period_holds_back_names_the_command_that_restores_i
     done = riffd(tmp_path, *now[1:])
     assert done.returncode == 0, done.stderr
     assert path.read_bytes() == damaged
+
+
+def test_a_held_back_restore_with_its_own_options_advises_them_all(tmp_path: Path) -> None:
+    """`riffd backups --backup-dir D restore --to T --force ID`, held back because T was written a
+    moment ago: both advised commands keep the backup folder, the target and --force (the one that
+    restores now once dropped them and wrote over the original transcript); the second, run as
+    printed, writes the target and leaves the original as it was."""
+    project = tmp_path / "claude" / "projects" / "-home-me-app"
+    project.mkdir(parents=True)
+    path = project / "eeeeeeee-0000-4000-8000-000000000001.jsonl"
+    damaged = b"".join(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines)
+    path.write_bytes(damaged)
+    os.utime(path, (1e9, 1e9))
+    backups = tmp_path / "my backups"
+    assert riffd(tmp_path, "fix", "--backup-dir", str(backups), str(path)).returncode == 0
+    repaired = path.read_bytes()
+    listed = riffd(tmp_path, "backups", "--backup-dir", str(backups), "list", "--json")
+    (backup,) = json.loads(listed.stdout)
+    target = tmp_path / "out dir" / "restored.jsonl"
+    target.parent.mkdir()
+    target.write_bytes(b"an older copy\n")  # written just now: within the quiet period
+    restore = ["backups", "--backup-dir", str(backups), "restore", "--to", str(target), "--force"]
+    held = riffd(tmp_path, *restore, backup["id"])
+    assert held.returncode == 1, held.stderr
+    again, now = (shlex.split(command) for command in _advised(held.stderr))
+    assert again == ["riffd", *restore, backup["id"]]
+    assert now == ["riffd", *restore, "--quiet-period", "0", backup["id"]]
+    done = riffd(tmp_path, *now[1:])
+    assert done.returncode == 0, done.stderr
+    assert (target.read_bytes(), path.read_bytes()) == (damaged, repaired)
+
+
+def test_fix_advises_its_own_options_and_a_daemon_only_where_one_repairs(sandbox: Sandbox) -> None:
+    """A file modified a moment ago: `fix --dry-run --no-synthesize --backup-dir D` advises the
+    repair with those options (its backup goes where asked, it adds no placeholder results), and
+    says the daemon repairs it by itself only while a daemon runs in repair mode over its folder."""
+    sandbox.write_config(repair__quiet_period=600)  # the daemon leaves the file alone meanwhile
+    inside = sandbox.project / "ffffffff-0000-4000-8000-000000000001.jsonl"
+    outside = sandbox.root / "elsewhere" / "ffffffff-0000-4000-8000-000000000002.jsonl"
+    outside.parent.mkdir()
+    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
+    for path in (inside, outside):
+        path.write_bytes(b"".join(lines))
+    backups = sandbox.root / "my backups"
+    by_itself = "the riffd daemon, running in repair mode, repairs it by itself"
+
+    def advice(path: Path) -> tuple[list[str], bool]:
+        run = sandbox.riffd(
+            "fix", "--dry-run", "--no-synthesize", "--backup-dir", str(backups), str(path)
+        )
+        assert run.returncode == 1, run.stderr
+        (command,) = _advised(run.stdout)
+        return shlex.split(command), by_itself in run.stdout
+
+    words, said = advice(inside)
+    assert words == [
+        "riffd",
+        "--config",
+        str(sandbox.config),
+        "fix",
+        "--quiet-period",
+        "0",
+        "--no-synthesize",
+        "--backup-dir",
+        str(backups),
+        str(inside),
+    ]
+    assert not said  # no daemon runs
+    daemon = sandbox.start()
+    assert advice(inside)[1] and not advice(outside)[1]  # the daemon watches only its folders
+    daemon.stop()
+    sandbox.write_config(repair__mode="report-only")
+    sandbox.start()
+    assert not advice(inside)[1]

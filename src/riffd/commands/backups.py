@@ -9,6 +9,7 @@ from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import session_liveness
+from riffd.commands.advice import restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
@@ -152,7 +153,7 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     if isinstance(outcome, Skipped):
         detail = outcome.detail
         if outcome.reason is SkipReason.LIVE:
-            detail += _restore_now_advice(Path(outcome.path), options, args.backup_id)
+            detail += _restore_now_advice(Path(outcome.path), options, restore_words(args))
         print(f"skipped {outcome.path}: {outcome.reason}: {detail}", file=sys.stderr)
         return EXIT_FINDINGS
     if isinstance(outcome, Failed):
@@ -167,19 +168,17 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _restore_now_advice(path: Path, options: ApplyOptions, backup_id: str) -> str:
-    """What to do about a restore a live session held back: when only the quiet period holds it
-    (no Claude Code process has the session open), the command that restores it now; always, that
-    the same command restores it once the session is idle."""
-    again = (
-        f"; run `{shell_command('riffd', 'backups', 'restore', backup_id)}` again once it is idle"
-    )
+def _restore_now_advice(path: Path, options: ApplyOptions, typed: tuple[str, ...]) -> str:
+    """What to do about a restore a live session held back: `typed`, the command as given, again
+    once the session is idle; and when only the quiet period holds it (no Claude Code process has
+    the session open), the same with `--quiet-period 0`, which restores it now."""
+    again = f"; run `{shell_command(*typed)}` again once it is idle"
     if options.quiet_period <= 0:
         return again
     held, _ = session_liveness(path, options.claude_dirs(path), 0)
     if held:
         return again
-    now = shell_command("riffd", "backups", "restore", "--quiet-period", "0", backup_id)
+    now = shell_command(*typed[:-1], "--quiet-period", "0", typed[-1])
     return (
         f"{again}; only the quiet period holds it: if you are sure the session is closed, `{now}` "
         "restores it now"

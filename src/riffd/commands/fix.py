@@ -16,6 +16,7 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import session_liveness
+from riffd.commands.advice import PLAIN_REPAIR_NOW, RepairNow, repair_now
 from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.fix_output import (
@@ -39,7 +40,6 @@ from riffd.commands.output import (
     print_json,
 )
 from riffd.database import DatabaseDamaged
-from riffd.display import shell_command
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
@@ -140,9 +140,10 @@ def run_fix(args: argparse.Namespace) -> int:
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
     keeper = TailKeeper(config.state_dir / ARCHIVE_NAME)
+    now = repair_now(args, config)  # the command a skipped file's advice names
     try:
         for path in files:
-            outcome = _fix_one(path, options, repair_options, args.dry_run, keeper, acks)
+            outcome = _fix_one(path, options, repair_options, args.dry_run, keeper, acks, now)
             progress.step(path.stat().st_size if path.exists() else 0)
             counts[outcome.outcome] += 1
             remaining += outcome.remaining
@@ -226,9 +227,11 @@ def _fix_one(
     dry_run: bool,
     keeper: TailKeeper,
     acks: Acknowledged | None = None,
+    now: RepairNow = PLAIN_REPAIR_NOW,
 ) -> FixedFile:
     """Scan, plan and (unless dry_run) apply one file; return what was done, with the findings left
-    that are neither informational nor acknowledged in `acks`."""
+    that are neither informational nor acknowledged in `acks`; a file only the quiet period holds
+    back names `now`'s command."""
 
     def _damage(findings: list[Finding]) -> list[Finding]:
         return [
@@ -272,7 +275,7 @@ def _fix_one(
         )
     left = tuple(damage)
     if dry_run:  # the same rules as a real run: a session that may be live is skipped
-        live = live_detail(path, options, scanned.index.session_id)
+        live = live_detail(path, options, scanned.index.session_id, now)
         if live is not None:
             return FixedFile(
                 path, SKIPPED, len(damage), str(SkipReason.LIVE), live, plan, left=left
@@ -305,7 +308,7 @@ def _fix_one(
         result = CLEAN if outcome.reason is SkipReason.NOTHING_TO_DO else SKIPPED
         detail = outcome.detail
         if outcome.reason is SkipReason.LIVE:
-            detail += quiet_period_advice(path, options, scanned.index.session_id)
+            detail += quiet_period_advice(path, options, scanned.index.session_id, now)
         return FixedFile(path, result, len(damage), str(outcome.reason), detail, plan, left=left)
     assert isinstance(outcome, Failed)
     return FixedFile(
@@ -313,29 +316,29 @@ def _fix_one(
     )
 
 
-def live_detail(path: Path, options: ApplyOptions, session_id: str | None) -> str | None:
-    """Why the session of `path` may be live, as `fix` would find at its write (with what makes the
-    repair now when only the quiet period holds it), or None when it is idle."""
+def live_detail(
+    path: Path, options: ApplyOptions, session_id: str | None, now: RepairNow
+) -> str | None:
+    """Why the session of `path` may be live, as `fix` would find at its write (with `now`'s
+    command when only the quiet period holds it), or None when it is idle."""
     live, why = session_liveness(
         path, options.claude_dirs(path), options.quiet_period, session_id=session_id
     )
     if not live:
         return None
     return f"{path}: the session may be in use: {why}" + quiet_period_advice(
-        path, options, session_id
+        path, options, session_id, now
     )
 
 
-def quiet_period_advice(path: Path, options: ApplyOptions, session_id: str | None) -> str:
+def quiet_period_advice(
+    path: Path, options: ApplyOptions, session_id: str | None, now: RepairNow
+) -> str:
     """When only the quiet period keeps `fix` from repairing `path` (no Claude Code process has its
-    session open): the command that repairs it now; else nothing."""
+    session open): the command that repairs it now (`now`); else nothing."""
     if options.quiet_period <= 0:
         return ""
     live, _ = session_liveness(path, options.claude_dirs(path), 0, session_id=session_id)
     if live:
         return ""
-    command = shell_command("riffd", "fix", "--quiet-period", "0", path)
-    return (
-        f"; only the quiet period holds it: if you are sure the session is closed, `{command}` "
-        "repairs it now (the daemon repairs it by itself once the quiet period is over)"
-    )
+    return now.advice(path)

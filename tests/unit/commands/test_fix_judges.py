@@ -69,7 +69,9 @@ def test_dry_run_applies_the_quiet_period_as_fix_does_and_names_the_command_that
         out, _ = capsys.readouterr()
         assert "would repair" not in out and f"skipped {path}: live:" in out, out
         assert "within the quiet period of 120s" in out
-        assert f"`riffd fix --quiet-period 0 {path}` repairs it now" in out
+        # the repair it advises keeps the backup folder asked for
+        advised = f"riffd fix --quiet-period 0 --backup-dir {tmp_path / 'backups'} {path}"
+        assert f"`{advised}` repairs it now" in out
         assert path.read_bytes() == before
     # a dry run that would repair does not say the findings remain: they are there until it is made
     assert main(["fix", "--dry-run", "--quiet-period", "0", *backups, str(path)]) == EXIT_FINDINGS

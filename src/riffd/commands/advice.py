@@ -1,0 +1,111 @@
+"""The commands `fix` and `backups restore` advise when only the quiet period holds a file back:
+the command the user typed, with its own options, and `--quiet-period 0`; and whether a riffd daemon
+in repair mode runs now to do it by itself."""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from riffd.config.model import Config
+from riffd.database import DatabaseDamaged
+from riffd.display import shell_command
+from riffd.state.database import STATE_NAME
+
+
+def _global_words(args: argparse.Namespace) -> list[str]:
+    """`riffd` and the options given before the command that change what it does (`--config`)."""
+    config = getattr(args, "config", None)
+    return ["riffd", *(["--config", str(config)] if config is not None else [])]
+
+
+@dataclass(frozen=True)
+class RepairNow:
+    """What `fix` says of a file only its quiet period holds back: `words`, the command that
+    repairs it now (the user's own options kept, `--quiet-period 0`), and the folders a riffd daemon
+    running in repair mode watches (none when no such daemon runs): it repairs a file there by
+    itself once the quiet period is over."""
+
+    words: tuple[str, ...] = ("riffd", "fix", "--quiet-period", "0")
+    daemon_roots: tuple[Path, ...] = ()
+
+    def command(self, path: Path) -> str:
+        """The command that repairs `path` now, quoted word by word."""
+        return shell_command(*self.words, path)
+
+    def daemon_repairs(self, path: Path) -> bool:
+        """Whether the running daemon repairs `path` by itself (it is under a folder it watches)."""
+        where = path.resolve()
+        return any(where.is_relative_to(root.resolve()) for root in self.daemon_roots)
+
+    def advice(self, path: Path) -> str:
+        """The words added to the reason a live file was skipped."""
+        by_itself = (
+            " (the riffd daemon, running in repair mode, repairs it by itself once the quiet period "
+            "is over)"
+            if self.daemon_repairs(path)
+            else ""
+        )
+        return (
+            f"; only the quiet period holds it: if you are sure the session is closed, "
+            f"`{self.command(path)}` repairs it now{by_itself}"
+        )
+
+
+# what `fix` advises when its caller gave no options (a test's `_fix_one`)
+PLAIN_REPAIR_NOW = RepairNow()
+
+
+def repair_now(args: argparse.Namespace, config: Config) -> RepairNow:
+    """The RepairNow of a `riffd fix` run with `args` (`--no-synthesize` and `--backup-dir` kept:
+    the advised repair makes the same edits and puts its backup where this one would)."""
+    words = [*_global_words(args), "fix", "--quiet-period", "0"]
+    if args.no_synthesize:
+        words.append("--no-synthesize")
+    if args.backup_dir is not None:
+        words += ["--backup-dir", str(args.backup_dir)]
+    return RepairNow(tuple(words), repair_daemon_roots(config))
+
+
+def restore_words(args: argparse.Namespace) -> tuple[str, ...]:
+    """The command `riffd backups restore` was given as `args`: the same backup folder, target,
+    `--force` and backup id (not its quiet period)."""
+    words = [*_global_words(args), "backups"]
+    if args.backup_dir is not None:
+        words += ["--backup-dir", str(args.backup_dir)]
+    words.append("restore")
+    if args.to is not None:
+        words += ["--to", str(args.to)]
+    if args.force:
+        words.append("--force")
+    return (*words, args.backup_id)
+
+
+def repair_daemon_roots(config: Config) -> tuple[Path, ...]:
+    """The folders a riffd daemon running now on `config`'s state folder in repair mode watches (as
+    its last figures say); none when no daemon runs, it only reports, or its state cannot be
+    read."""
+    from riffd.daemon.lock import running_pid
+    from riffd.state.store import StateStore
+
+    pid = running_pid(config.state_dir)
+    path = config.state_dir / STATE_NAME
+    if pid is None or not path.exists():
+        return ()
+    try:
+        store = StateStore(path, read_only=True)
+    except (sqlite3.Error, DatabaseDamaged, OSError):
+        return ()
+    try:
+        snapshot = store.meta("daemon")
+    except sqlite3.Error:
+        return ()
+    finally:
+        store.close()
+    if not isinstance(snapshot, dict) or snapshot.get("pid") != pid:
+        return ()
+    if snapshot.get("repair_mode") != "repair" or not snapshot.get("running"):
+        return ()
+    return tuple(Path(root) for root in snapshot.get("roots") or ())
