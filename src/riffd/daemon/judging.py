@@ -1,7 +1,8 @@
 """Judging one transcript once its new lines are read: `judge` decides, in one place, what the
 worker concludes beyond the detectors' findings: the redundant tool calls the tracker found, the
 latest turn's unanswered calls (pending while the session is live, missing once it is idle), a torn
-last line (only once nothing was written for the quiet period), how many findings a repair may fix,
+last line (one that is not JSON, as `riffd scan` says, and only once nothing was written for the
+quiet period: the file is looked at again then), how many findings a repair may fix,
 whether a repair is due, and when to look at the file again.
 """
 
@@ -26,14 +27,17 @@ from riffd.transcript.findings import (
 )
 from riffd.transcript.index import TranscriptIndex
 
+# seconds past the quiet period at which a file ending in an unfinished line is looked at again
+TAIL_MARGIN = 1.0
+
 
 @dataclass(frozen=True)
 class Seen:
     """What the worker saw of one file, for `judge`: the findings of the lines read (or, for an
     unchanged file, the ones stored, with the `stored_repairable` count the store holds); the index
     they came from, with its redundant_tool_call findings (`redundant`, from `RedundantCalls`; None
-    without a tracker); the bytes of an unfinished last line (`tail`) and the file's modification
-    time."""
+    without a tracker); the bytes of an unfinished last line (`tail`), whether it is no record
+    (`tail_torn`: not JSON) and the file's modification time."""
 
     name: str
     findings: list[Finding]
@@ -42,6 +46,7 @@ class Seen:
     tail: int = 0
     mtime: float = 0.0
     stored_repairable: int | None = None
+    tail_torn: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,8 @@ def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: f
     if has_latest_turn_calls(found):
         found = pending_while_live(found, live())
     torn = []
-    if seen.tail and seen.index is not None and now - seen.mtime > settings.quiet_period:
+    quiet_for = now - seen.mtime
+    if seen.tail_torn and seen.index is not None and quiet_for > settings.quiet_period:
         torn.append(torn_tail(seen.name, len(seen.index) + 1, seen.index.end))
     redundant = seen.redundant if seen.redundant is not None and seen.index is not None else []
     findings = found + redundant + torn
@@ -74,11 +80,16 @@ def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: f
         # (a redundant call is never repaired: riffd.transcript.findings.REPAIRABLE)
         repairable = sum(1 for finding in found + torn if finding.cls in settings.classes)
     pending = any(finding.cls is FindingClass.PENDING_TOOL_CALL for finding in found)
+    waits = [settings.look_again_after] if pending else []
+    if seen.tail and quiet_for <= settings.quiet_period:
+        # an unfinished last line, judged and archived once nothing was written for the quiet
+        # period: look again then, whether or not the file changes meanwhile
+        waits.append(settings.quiet_period - quiet_for + TAIL_MARGIN)
     return Verdict(
         findings,
         repairable,
         repair_due=settings.repair and repairable > 0,
-        look_again=settings.look_again_after if pending else None,
+        look_again=min(waits) if waits else None,
     )
 
 

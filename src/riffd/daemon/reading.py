@@ -23,7 +23,8 @@ from riffd.fsio import RetryingFS
 from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
 from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.reader import iter_chunks, read_span
+from riffd.transcript.reader import Unparsed, iter_chunks, read_span
+from riffd.transcript.records import read_record
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 
@@ -94,7 +95,8 @@ class Reading:
     (`already` of its lines were processed
     before: a rebuild reads them again, but does not process them again); `kind` is appended /
     rebuilt / read, `why` says why it is read from the start; `tail` counts the bytes of an
-    unfinished last line once the chunks are read."""
+    unfinished last line once the chunks are read, and `tail_torn` says it is no record (not JSON,
+    as `riffd scan` judges a last line without its newline)."""
 
     name: str
     status: os.stat_result
@@ -105,6 +107,7 @@ class Reading:
     kind: str = "read"
     why: str = ""
     tail: int = 0
+    tail_torn: bool = False
 
     @property
     def index(self) -> TranscriptIndex:
@@ -126,15 +129,24 @@ class Reading:
         for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start):
             if terminated:
                 yield Chunk(offset, lines)
-            else:
-                self.tail = len(lines[0])  # an unfinished last line: wait for its newline
+            else:  # an unfinished last line: wait for its newline
+                self.tail = len(lines[0])
+                self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
 
 
 def open_reading(
-    name: str, status: os.stat_result, state: FileState | None, cache: IndexCache, fs: RetryingFS
+    name: str,
+    status: os.stat_result,
+    state: FileState | None,
+    cache: IndexCache,
+    fs: RetryingFS,
+    *,
+    settle_tail: bool = False,
 ) -> Reading | None:
     """Given a file's status and its stored state, return where to read it from, or None when its
-    watermark says nothing changed (one stat, no read: what a restart costs per untouched file)."""
+    watermark says nothing changed (one stat, no read: what a restart costs per untouched file).
+    With `settle_tail`, an unchanged file that ends in an unfinished line is read again from its
+    watermark (that line, to be judged and archived once the file is idle)."""
     watermark = state.watermark if state else None
     if watermark is None:
         cache.drop(name)
@@ -144,7 +156,7 @@ def open_reading(
         watermark.ino,
         watermark.size,
         watermark.mtime_ns,
-    ):
+    ) and not (settle_tail and watermark.size > watermark.offset):
         return None
     why = still_same_file(name, status, watermark, fs)
     if why:

@@ -117,7 +117,8 @@ class Worker:
         and findings. After riffd's own rewrite, `own_rewrite` says how many bytes at its end other
         writers added (carried over): only their lines are new; the rest was processed before."""
         state = self.store.file(name)
-        reading = open_reading(name, status, state, self.cache, self.fs)
+        idle = time.time() - status.st_mtime > self.settings.quiet_period
+        reading = open_reading(name, status, state, self.cache, self.fs, settle_tail=idle)
         if reading is None:
             assert state is not None
             return Outcome(name, "unchanged"), self._recheck(state)
@@ -132,6 +133,14 @@ class Worker:
         for sink in sinks:
             sink.done()
         verdict = self._judge(reading, tracked, appended=own_rewrite is None)
+        if reading.tail and idle and self.archive is not None:
+            # An unfinished last line nothing was written after for the quiet period: archived
+            # as it is, so a session Claude Code deletes comes back whole (a line completed later
+            # replaces it in the archive).
+            with self.batches.written_first(name):
+                self.archive_errors.take_file(
+                    self.archive, Path(name), "archive its unfinished last line"
+                )
         return self._commit(reading, verdict, own_rewrite), verdict
 
     def _sinks(
@@ -182,6 +191,7 @@ class Worker:
             redundant,
             reading.tail,
             reading.status.st_mtime,
+            tail_torn=reading.tail_torn,
         )
         live = partial(self._live, reading.name, index.session_id)
         return judge(seen, live, self.settings, time.time())

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from conftest import transcript_line
-from riffd.daemon.judging import Seen, Verdict, judge
+from riffd.daemon.judging import TAIL_MARGIN, Seen, Verdict, judge
 from riffd.daemon.outcome import WorkerSettings
 from riffd.transcript.findings import (
     LATEST_TURN,
@@ -37,18 +37,25 @@ def reference(
         findings += seen.redundant
     if has_latest_turn_calls(findings):
         findings = pending_while_live(findings, live)
-    if seen.tail and seen.index is not None and now - seen.mtime > settings.quiet_period:
+    quiet_for = now - seen.mtime
+    # torn: an unfinished last line that is not JSON, once nothing was written for the quiet period
+    if seen.tail_torn and seen.index is not None and quiet_for > settings.quiet_period:
         findings.append(torn_tail(seen.name, len(seen.index) + 1, seen.index.end))
     if seen.stored_repairable is not None and findings == seen.findings:
         repairable = seen.stored_repairable
     else:
         repairable = sum(1 for finding in findings if finding.cls in settings.classes)
     pending = any(finding.cls is FindingClass.PENDING_TOOL_CALL for finding in findings)
+    # looked at again: a pending call after look_again_after; an unfinished last line just after
+    # the quiet period is over
+    waits = [settings.look_again_after] if pending else []
+    if seen.tail and quiet_for <= settings.quiet_period:
+        waits.append(settings.quiet_period - quiet_for + TAIL_MARGIN)
     return (
         findings,
         repairable,
         settings.repair and repairable > 0,
-        settings.look_again_after if pending else None,
+        min(waits) if waits else None,
     )
 
 
@@ -85,6 +92,7 @@ def test_a_redundant_call_is_never_repaired() -> None:
     with_index=st.booleans(),
     live=st.booleans(),
     tail=st.sampled_from([0, 12]),
+    torn=st.booleans(),
     quiet=st.sampled_from([0.0, 1e9]),
     stored=st.sampled_from([None, 0, 3]),
     repair=st.booleans(),
@@ -96,6 +104,7 @@ def test_a_redundant_call_is_never_repaired() -> None:
     with_index=True,
     live=False,
     tail=12,
+    torn=True,
     quiet=0.0,
     stored=None,
     repair=True,
@@ -107,6 +116,7 @@ def test_a_redundant_call_is_never_repaired() -> None:
     with_index=True,
     live=True,
     tail=0,
+    torn=False,
     quiet=1e9,
     stored=None,
     repair=True,
@@ -119,6 +129,7 @@ def test_the_verdict_is_that_of_a_judge_over_every_finding(
     with_index: bool,
     live: bool,
     tail: int,
+    torn: bool,
     quiet: float,
     stored: int | None,
     repair: bool,
@@ -134,6 +145,7 @@ def test_the_verdict_is_that_of_a_judge_over_every_finding(
         tail,
         1000.0,
         stored,
+        tail_torn=bool(tail) and torn,
     )
     settings = WorkerSettings(repair=repair, quiet_period=quiet, classes=frozenset(classes))
     asked: list[bool] = []
