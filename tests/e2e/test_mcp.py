@@ -136,7 +136,7 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
     assert [hit["session_id"] for hit in hits] == [home.deleted.session_id]
     assert hits[0]["transcript_exists"] is False
     assert "quokka" in hits[0]["snippet"]
-    assert hits[0]["go_back"].startswith(f"riffd archive restore {home.deleted.session_id[:8]} && ")
+    assert hits[0]["go_back"].startswith(f"riffd archive restore {home.deleted.session_id} && ")
     assert [row["session_id"] for row in deleted] == [home.deleted.session_id]
     assert deleted[0]["deleted"] is True and deleted[0]["archived"] is True
     assert [row["session_id"] for row in on_disk] == [home.kept.session_id]

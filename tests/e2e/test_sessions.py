@@ -144,6 +144,28 @@ def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_pa
     assert ambiguous.returncode == 2 and "2 archived sessions start with it" in ambiguous.stderr
 
 
+def test_the_restore_a_deleted_session_names_is_not_ambiguous(tmp_path: Path) -> None:
+    """Two archived sessions share their first eight characters: the command `sessions --deleted`
+    names for the deleted one takes as much of the id as tells them apart, and does restore it."""
+    _app, folder = setup(tmp_path)
+    twin = "9c0ffee0-2222-4222-8333-444455556666"  # THIRD's first 8 characters and more
+    (folder / f"{twin}.jsonl").write_bytes(
+        (folder / f"{THIRD}.jsonl").read_bytes().replace(THIRD.encode(), twin.encode())
+    )
+    path = folder / f"{THIRD}.jsonl"
+    original = path.read_bytes()
+    assert (
+        riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    )
+    path.unlink()
+    listed = riffd(tmp_path, "sessions", "--deleted")
+    (command,) = re.findall(r"`([^`]+)` brings it back", listed.stdout)
+    assert command == "riffd archive restore 9c0ffee0-1"
+    restored = riffd(tmp_path, *command.split()[1:])
+    assert restored.returncode == 0, restored.stderr
+    assert path.read_bytes() == original
+
+
 def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: Path) -> None:
     app, _folder = setup(tmp_path)
     assert (

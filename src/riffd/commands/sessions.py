@@ -101,6 +101,11 @@ def run_sessions(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"sessions": rows})
         return _unread(unread)
+    archived = (
+        {item["session_id"] or Path(item["path"]).stem for item in view.items}
+        if args.deleted and view is not None
+        else set()
+    )
     for row in rows:
         size = f"{row['bytes'] / 1e6:.1f} MB" if row.get("bytes") is not None else "-"
         print(
@@ -109,8 +114,9 @@ def run_sessions(args: argparse.Namespace) -> int:
         )
         if args.deleted:
             print(
-                f"    deleted; `{shell_command('riffd', 'archive', 'restore', row['session_id'][:8])}` brings it "
-                f"back to {row['path']}"
+                "    deleted; "
+                f"`{shell_command('riffd', 'archive', 'restore', unique_prefix(row['session_id'], archived))}`"
+                f" brings it back to {row['path']}"
             )
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
     print(
@@ -119,6 +125,17 @@ def run_sessions(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return _unread(unread)
+
+
+def unique_prefix(session: str, sessions: set[str], least: int = 8) -> str:
+    """The shortest start of `session`, at least `least` characters, that no other of `sessions`
+    starts with (the whole id when another holds it all)."""
+    others = [other for other in sessions if other != session]
+    for length in range(least, len(session)):
+        prefix = session[:length]
+        if not any(other.startswith(prefix) for other in others):
+            return prefix
+    return session
 
 
 def _unread(unread: list[str]) -> int:

@@ -197,7 +197,8 @@ def resume_command(session_id: str, project: str | None, exists: bool) -> str:
         resume = f"{shell_command('cd', project)} && {resume}"
     if exists:
         return resume
-    return f"{shell_command('riffd', 'archive', 'restore', session_id[:8])} && {resume}"
+    # (the whole id: a prefix another archived session shares would restore neither)
+    return f"{shell_command('riffd', 'archive', 'restore', session_id)} && {resume}"
 
 
 def transcript_exists(path: str) -> bool:
