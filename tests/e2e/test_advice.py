@@ -202,3 +202,26 @@ def test_fix_advises_its_own_options_and_a_daemon_only_where_one_repairs(sandbox
     sandbox.write_config(repair__mode="report-only")
     sandbox.start()
     assert not advice(inside)[1]
+
+
+def test_a_restored_backup_says_when_the_daemon_will_repair_it_again(sandbox: Sandbox) -> None:
+    """Putting back a backup taken before a repair restores its damage: while a daemon in repair
+    mode watches the folder, `backups restore` says that it will repair it again and how to keep the
+    file as restored; with no daemon it says nothing of the kind."""
+    sandbox.write_config(repair__quiet_period=600)  # the daemon waits: the test looks meanwhile
+    path = sandbox.project / "abababab-0000-4000-8000-000000000001.jsonl"
+    damaged = b"".join(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines)
+    path.write_bytes(damaged)
+    assert sandbox.riffd("fix", "--quiet-period", "0", str(path)).returncode == 0
+    (backup_id,) = sandbox.backup_ids()
+    note = "note: the riffd daemon runs in repair mode over this folder"
+    daemon = sandbox.start()
+    restored = sandbox.riffd("backups", "restore", "--quiet-period", "0", backup_id)
+    assert restored.returncode == 0, restored.stderr
+    assert path.read_bytes() == damaged
+    assert (
+        note in restored.stdout and "`riffd config set repair.mode report-only`" in restored.stdout
+    )
+    daemon.stop()
+    again = sandbox.riffd("backups", "restore", "--quiet-period", "0", backup_id)
+    assert again.returncode == 0 and note not in again.stdout

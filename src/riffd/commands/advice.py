@@ -109,3 +109,17 @@ def repair_daemon_roots(config: Config) -> tuple[Path, ...]:
     if snapshot.get("repair_mode") != "repair" or not snapshot.get("running"):
         return ()
     return tuple(Path(root) for root in snapshot.get("roots") or ())
+
+
+def repaired_again_note(path: Path, config: Config) -> str:
+    """After a backup holding damage is put back at `path`: when a riffd daemon in repair mode
+    watches its folder, the note that it repairs that damage again, and how to keep the file as
+    restored; else nothing."""
+    where = path.resolve()
+    if not any(where.is_relative_to(root.resolve()) for root in repair_daemon_roots(config)):
+        return ""
+    return (
+        "note: the riffd daemon runs in repair mode over this folder: once the session is idle, it "
+        "repairs the damage this backup holds again; `riffd config set repair.mode report-only` "
+        "(the daemon reloads it) keeps the file as restored"
+    )

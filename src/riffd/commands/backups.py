@@ -9,7 +9,7 @@ from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import session_liveness
-from riffd.commands.advice import restore_words
+from riffd.commands.advice import repaired_again_note, restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
@@ -165,6 +165,10 @@ def run_backups_restore(args: argparse.Namespace) -> int:
         else ""
     )
     print(f"restored {args.backup_id} to {outcome.path}{safety}")
+    if store.get(args.backup_id).findings:
+        note = repaired_again_note(Path(outcome.path), config_for_folders(args))
+        if note:
+            print(note)
     return EXIT_OK
 
 
