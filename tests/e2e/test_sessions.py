@@ -191,6 +191,11 @@ def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: P
         f"riffd: no matches for 'no such words' in the archive (--session {THIRD[:4].upper()})"
         in (none.stderr)
     )
+    # --session takes a prefix of one session's id, as every SESSION argument does
+    by_prefix = riffd(tmp_path, "archive", "search", "release notes", "--session", THIRD[:6])
+    assert by_prefix.returncode == 0 and THIRD in by_prefix.stdout, by_prefix.stderr
+    shared = riffd(tmp_path, "archive", "search", "release notes", "--session", "1af7")
+    assert shared.returncode == 2 and "2 archived sessions start with it" in shared.stderr
     # a query of punctuation only searches for nothing: said so, not "no matches"
     for query in ("", '"', "-- ?!"):
         wordless = riffd(tmp_path, "archive", "search", query)

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
-from riffd.commands.arguments import date_seconds
+from riffd.commands.arguments import date_seconds, nonnegative_number
 from riffd.commands.config_loading import load_or_report
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import (
@@ -100,7 +100,7 @@ def register(commands: Any) -> None:
     )
     restore.add_argument(
         "--quiet-period",
-        type=float,
+        type=nonnegative_number,
         default=None,
         metavar="SECONDS",
         help="how long a file to replace must be unmodified to count as idle (default: the config's "
@@ -112,7 +112,11 @@ def register(commands: Any) -> None:
     search.add_argument(
         "--project", default=None, help="only sessions whose project path starts with this"
     )
-    search.add_argument("--session", default=None, help="only this session id")
+    search.add_argument(
+        "--session",
+        default=None,
+        help="only this session (its id, or a prefix of it only one archived session has)",
+    )
     search.add_argument(
         "--role",
         choices=["user", "assistant", "system", "summary"],

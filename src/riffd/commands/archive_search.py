@@ -9,9 +9,9 @@ from typing import Any
 
 import orjson
 
-from riffd.commands.output import EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
-from riffd.transcript.sessions import local_time, session_key
+from riffd.transcript.sessions import AmbiguousSession, local_time, session_key
 
 
 def print_hits(archive: Any, args: argparse.Namespace) -> int:
@@ -19,10 +19,18 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
     title, snippet, where and how to go back), or "no matches" on stderr. Return 0 with hits, 1
     without."""
     since = args.since  # a Unix time (date_seconds)
+    session = None
+    if args.session:
+        try:  # a prefix of one archived session's id, as every SESSION argument takes
+            named = {found for _id, _path, found in archive.files_of(args.session) if found}
+        except AmbiguousSession as exc:
+            print(f"riffd: error: --session {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        session = named.pop() if len(named) == 1 else session_key(args.session)
     hits = archive.search(
         args.query,
         project=args.project,
-        session=session_key(args.session) if args.session else None,
+        session=session,
         role=args.role,
         since=since,
         limit=args.limit,
