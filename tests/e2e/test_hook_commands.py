@@ -390,3 +390,13 @@ def test_a_hook_that_hangs_does_not_hold_up_the_daemons_shutdown(sandbox: Sandbo
     )
     assert any("hook in" in problem for problem in report["problems"]), report["problems"]
     assert daemon.stop(timeout=30) < 5.0  # not the hook check's 10 s again
+
+
+def test_install_into_a_project_folder_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    """A mistyped `--project`: said, exit 2, and no folder made (it made the folder and its
+    settings file, and said it had installed the hooks)."""
+    missing = tmp_path / "my proj"
+    result = run_riffd("hook", "install", "--project", str(missing), env=claude_env(tmp_path))
+    assert result.returncode == 2
+    assert f"--project {missing}: no such folder" in result.stderr
+    assert not missing.exists()

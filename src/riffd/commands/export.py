@@ -205,7 +205,11 @@ class Exporter:
         try:
             result = self._write(source, self.target / name)
         except OSError as exc:
-            return ExportResult(key, None, "failed", detail=f"{source}: {exc.strerror or exc}")
+            # the file that failed: the transcript read, or the folder or file written
+            where = exc.filename if exc.filename is not None else source
+            return ExportResult(
+                key, None, "failed", detail=f"{where}: {exc.strerror or exc} (exporting {source})"
+            )
         self._manifest[path_key(key)] = {
             "file": path_key(name),
             "stamp": stamp,
@@ -334,6 +338,13 @@ def run_export(args: Any) -> int:
     """`riffd export`: exit 0 when every session was exported or already was, 2 when one failed."""
     import sys
 
+    if args.to.exists() and not args.to.is_dir():
+        print(
+            f"riffd: error: --to {args.to}: a file is there; --to names the folder to export into "
+            "(made when missing)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     files, errors = transcript_targets(args.paths)
     exporter = Exporter(args.to, args.format, sidechains=sidechains_of)
     from riffd.transcript.targets import agent_files_of

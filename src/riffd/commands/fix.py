@@ -66,12 +66,14 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     fix = commands.add_parser(
         "fix",
         help="repair tool-result pairing in idle sessions, after a verified backup",
-        description="Repair duplicate, orphan and missing tool results and repeated tool_use ids. A file is "
+        description="Repair duplicate, orphan and missing tool results and repeated tool_use ids, records glued "
+        "to a torn one, and a lost parent where it cuts the history Claude Code loads. A file is "
         "rewritten only if its session is idle (not registered as running by Claude Code, not modified for the "
         "quiet period), only after a verified backup, and only by atomic replace; every line the repair does "
         "not name stays byte for byte. A torn last line (a write cut off) is cut off once it is in the backup "
-        "and in riffd's archive. Malformed lines mid-file and broken parent links are reported, never edited "
-        "(`riffd ack` acknowledges them).",
+        "and in riffd's archive. Duplicate uuids and parent loops are reported, never edited, as are malformed "
+        "lines mid-file unless the config's repair.classes asks for them (`riffd ack` acknowledges what "
+        "riffd leaves); docs/findings.md lists each class and what is done.",
     )
     fix.add_argument(
         "paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders"

@@ -106,6 +106,13 @@ def _settings_path(args: argparse.Namespace) -> Path:
 
 def run_install(args: argparse.Namespace) -> int:
     """`riffd hook install`: exit 0 added (or there already), 2 refused."""
+    if args.project and not Path(args.project).is_dir():
+        print(
+            f"riffd: error: --project {args.project}: no such folder; name the project's folder "
+            "(where you run `claude`)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     path = _settings_path(args)
     try:
         change = plan_install(path, riffd_launcher())

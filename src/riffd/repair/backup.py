@@ -351,7 +351,8 @@ class BackupStore:
         BackupCorrupt when its manifest cannot be read."""
         if not is_backup_id(backup_id):
             raise UnknownBackup(
-                f"{backup_id!r} is not a backup id (they look like 20261122T101500.123456Z-…)"
+                f"{backup_id!r} is not a backup id (they look like 20261122T101500.123456Z-…; "
+                "`riffd backups list` lists them)"
             )
         return self._load(backup_id)
 

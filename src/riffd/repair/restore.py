@@ -213,7 +213,8 @@ def put_back(
         return Failed(
             destination,
             FailReason.DESTINATION_EXISTS,
-            f"{destination}: a file is already there; choose another path or allow overwriting it",
+            f"{destination}: a file is already there; choose another path, or --force to replace it "
+            "(after a backup of it)",
         )
     try:
         current = _identity_now(destination, options.files)

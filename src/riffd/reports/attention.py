@@ -177,10 +177,20 @@ def _waiting_advice(path: str, timing: RepairTiming) -> str:
         )
     if timing.running:
         return (
-            "riffd repairs it as soon as no Claude Code process has the session open (it looks "
-            f"again every few seconds); `riffd fix --dry-run {shell_word(path)}` says what holds it"
+            "riffd repairs it soon after no Claude Code process has the session open (it looks "
+            f"again every {_look_again(timing.quiet_period):g} s); `riffd fix --dry-run "
+            f"{shell_word(path)}` says what holds it"
         )
     return (
         f"no riffd daemon runs to repair it: `riffd fix {shell_word(path)}` does, once the session "
         "is idle"
     )
+
+
+def _look_again(quiet_period: float | None) -> float:
+    """How often the daemon looks again at a session held open (WorkerSettings.look_again_after)."""
+    from riffd.daemon.outcome import WorkerSettings
+
+    if quiet_period is None:
+        return WorkerSettings().look_again_after
+    return WorkerSettings(quiet_period=quiet_period).look_again_after

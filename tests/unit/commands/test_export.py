@@ -162,3 +162,18 @@ def test_the_folders_made_for_an_export_are_private_whatever_the_umask(tmp_path:
     assert stat.S_IMODE((tmp_path / "a").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "a" / "b").stat().st_mode) == 0o700
     assert stat.S_IMODE((tmp_path / "a" / "b" / "session.md").stat().st_mode) == 0o600
+
+
+def test_a_file_given_as_the_folder_to_export_into_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--to` naming a file: the error names `--to` and that file (it named the transcript, with
+    'Not a directory'), and nothing is written."""
+    source = tmp_path / "s.jsonl"
+    source.write_bytes(transcript_bytes(3))
+    target = tmp_path / "report.out"
+    target.write_text("mine\n")
+    assert main(["export", "--to", str(target), str(source)]) == 2
+    err = capsys.readouterr().err
+    assert f"riffd: error: --to {target}: a file is there" in err and str(source) not in err
+    assert target.read_text() == "mine\n"

@@ -423,4 +423,8 @@ def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path:
     Worker(store, WorkerSettings(repair=False)).process(path)
     report = report_document(build_report(store, tmp_path, snapshot))
     action = next(item["action"] for item in report["attention"] if item["repairable"])
-    assert "as soon as no Claude Code process has the session open" in action
+    # how often it looks again: the daemon's look_again_after of its 120 s quiet period
+    assert (
+        "soon after no Claude Code process has the session open (it looks again every 60 s)"
+        in action
+    )
