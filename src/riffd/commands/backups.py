@@ -57,9 +57,10 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     restore.add_argument(
         "--quiet-period",
         type=nonnegative_number,
-        default=120.0,
+        default=None,
         metavar="SECONDS",
-        help="how long the original must be unmodified to count as idle (default: 120)",
+        help="how long the original must be unmodified to count as idle (default: the config's "
+        "repair.quiet_period, 120)",
     )
     restore.set_defaults(run=run_backups_restore)
     prune = actions.add_parser(
@@ -147,7 +148,11 @@ def run_backups_restore(args: argparse.Namespace) -> int:
         backup_dir=store.root,
         claude_dir=claude_config_dir(),
         roots=tuple(default_roots()),
-        quiet_period=args.quiet_period,
+        quiet_period=(
+            config_for_folders(args).repair.quiet_period
+            if args.quiet_period is None
+            else args.quiet_period
+        ),
     )
     outcome = restore_backup(store, args.backup_id, args.to, overwrite=args.force, options=options)
     if isinstance(outcome, Skipped):

@@ -84,9 +84,10 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     fix.add_argument(
         "--quiet-period",
         type=nonnegative_number,
-        default=120.0,
+        default=None,
         metavar="SECONDS",
-        help="how long a file must be unmodified to count as idle (default: 120)",
+        help="how long a file must be unmodified to count as idle (default: the config's "
+        "repair.quiet_period, 120)",
     )
     fix.add_argument(
         "--no-synthesize",
@@ -122,7 +123,9 @@ def run_fix(args: argparse.Namespace) -> int:
         backup_dir=backup_dir,
         claude_dir=claude_config_dir(),
         roots=tuple(default_roots()) + tuple(path for path in args.paths if path.is_dir()),
-        quiet_period=args.quiet_period,
+        quiet_period=(
+            config.repair.quiet_period if args.quiet_period is None else args.quiet_period
+        ),
     )
     repair_options = RepairOptions(
         add_missing_results=not args.no_synthesize, classes=frozenset(config.repair.classes)

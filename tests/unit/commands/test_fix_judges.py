@@ -96,3 +96,27 @@ def test_fix_names_the_findings_that_remain(
     err = capsys.readouterr().err
     assert "1 finding(s) remain:" in err
     assert f"  {path}:4: malformed_line: " in err
+
+
+def test_fix_and_backups_restore_take_the_configured_quiet_period(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`repair.quiet_period = 30` in the config: a file last written a minute ago is idle for `fix`,
+    as for the daemon and `archive restore` (`fix` used 120 s whatever the config said)."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\n[repair]\nquiet_period = 30\n', encoding="utf-8"
+    )
+    damaged = damage.inject_resumed_duplicate(damage.generated_session(segments=2))
+    path = tmp_path / "projects" / "s.jsonl"
+    path.parent.mkdir()
+    path.write_bytes(b"".join(damaged.lines))
+    minute_ago = time.time() - 60
+    os.utime(path, (minute_ago, minute_ago))
+    assert main(["--config", str(config), "fix", str(path)]) == EXIT_OK
+    assert scan_file(path).findings == []
+    capsys.readouterr()
+    # and the skip says the configured period
+    path.write_bytes(b"".join(damaged.lines))
+    assert main(["--config", str(config), "fix", "--dry-run", str(path)]) == EXIT_FINDINGS
+    assert "within the quiet period of 30s" in capsys.readouterr().out
