@@ -307,3 +307,24 @@ def test_show_says_a_redundant_call_in_words_in_every_format(tmp_path: Path) -> 
         assert "{'" not in shown.stdout and "RedundantCall(" not in shown.stdout
     document = json.loads(riffd(tmp_path, "show", THIRD, "--format", "json").stdout)
     assert document["sessions"][0]["redundant_calls"][0]["later_id"] == "toolu_2"
+
+
+def test_reading_commands_never_make_an_empty_archive(tmp_path: Path) -> None:
+    """Before the daemon or an ingest made the archive, `archive search`, `stats`, `export`,
+    `restore`, `verify` and `compact` say there is none yet and exit 2; none of them makes an empty
+    one (after which `sessions` no longer said 'no archive yet')."""
+    setup(tmp_path)
+    archive = tmp_path / "state" / "archive.db"
+    for args in (
+        ("search", "login"),
+        ("stats",),
+        ("export", FIRST),
+        ("restore", FIRST),
+        ("verify",),
+        ("compact",),
+    ):
+        result = riffd(tmp_path, "archive", *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"riffd: error: no archive at {archive} yet" in result.stderr, args
+        assert not archive.exists(), args
+    assert "no archive yet (the daemon makes it)" in riffd(tmp_path, "sessions").stderr

@@ -259,7 +259,9 @@ def _one_line_errors(
     return guarded
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace, *, existing: bool = True) -> Any:
+    """The archive the config names, or None once the error is said. With `existing` (every
+    command but `ingest`), a missing archive is said as such, never made empty."""
     from riffd.archive.store import Archive
 
     config = load_or_report(args)
@@ -268,6 +270,13 @@ def _open(args: argparse.Namespace) -> Any:
     args.archive_path = config.state_dir / ARCHIVE_NAME
     args.roots = config.roots  # what the daemon watches (and archives)
     args.loaded_config = config
+    if existing and not args.archive_path.exists():
+        print(
+            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`riffd run`) makes it "
+            "as it reads the sessions, or `riffd archive ingest` at once",
+            file=sys.stderr,
+        )
+        return None
     try:
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
@@ -280,7 +289,7 @@ def run_ingest(args: argparse.Namespace) -> int:
     beside them (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
     from riffd.commands.archive_ingest import run_ingest as ingest
 
-    archive = _open(args)
+    archive = _open(args, existing=False)
     return EXIT_ERROR if archive is None else ingest(args, archive)
 
 
