@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.store import Archive
-from riffd.daemon.archive_batch import ArchiveBatches
+from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.judging import RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
@@ -118,7 +118,9 @@ class Worker:
         writers added (carried over): only their lines are new; the rest was processed before."""
         state = self.store.file(name)
         idle = time.time() - status.st_mtime > self.settings.quiet_period
-        reading = open_reading(name, status, state, self.cache, self.fs, settle_tail=idle)
+        reading = open_reading(
+            name, status, state, self.cache, self.fs, settle_tail=idle and self._tail_due(state)
+        )
         if reading is None:
             assert state is not None
             return Outcome(name, "unchanged"), self._recheck(state)
@@ -142,6 +144,21 @@ class Worker:
                     self.archive, Path(name), "archive its unfinished last line"
                 )
         return self._commit(reading, verdict, own_rewrite), verdict
+
+    def _tail_due(self, state: FileState | None) -> bool:
+        """Whether an idle file's unfinished last line (its watermark ends before the file) waits
+        to be judged and archived: it was last looked at before the quiet period was over, or the
+        archive does not hold it (an archive error then: tried again at each look)."""
+        if state is None or state.watermark.size <= state.watermark.offset:
+            return False
+        if state.processed_at <= state.watermark.mtime_ns / 1e9 + self.settings.quiet_period:
+            return True
+        if self.archive is None:
+            return False
+        try:
+            return self.archive.cursor(state.watermark.path)[1] < state.watermark.size
+        except ARCHIVE_ERRORS:
+            return True
 
     def _sinks(
         self, reading: Reading, tracked: TrackerSink | None, own_rewrite: bool

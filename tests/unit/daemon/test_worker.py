@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -629,3 +630,34 @@ def test_a_rewrite_the_archive_missed_starts_a_new_generation_and_mixes_nothing(
         archive.add_lines(str(torn), len(old[0]), [new[5][:-1]])
     assert b"".join(archive.iter_file(archive.files_of(str(torn))[0][0])) == old[0] + old[1][:50]
     archive.close()
+
+
+def test_an_idle_files_unfinished_line_is_settled_once_and_again_when_the_archive_lacks_it(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    """An idle file ending in a whole record without its newline: the first look archives that
+    line; looking again at the unchanged file reads nothing (no cost at each rescan); when the
+    archive does not hold the line (an archive made anew), the next look archives it again."""
+    from riffd.archive.store import Archive
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(5) + transcript_line(6).rstrip(b"\n"))
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    fs = CountingFS()
+    archive = Archive(tmp_path / "archive.db")
+    worker = Worker(store, settings, fs=fs, archive=archive)
+    assert worker.process(path).kind == "read"
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    fs.bytes_read = 0
+    assert worker.process(path).kind == "unchanged" and fs.bytes_read == 0
+    archive.close()
+    (tmp_path / "archive.db").unlink()
+    fresh = Archive(tmp_path / "archive.db")
+    again = Worker(store, settings, fs=fs, archive=fresh)
+    assert again.process(path).kind != "unchanged"
+    ((file_id, _path, _session),) = fresh.files_of(str(path))
+    assert b"".join(fresh.iter_file(file_id)) == path.read_bytes()
+    fresh.close()
