@@ -328,3 +328,22 @@ def test_reading_commands_never_make_an_empty_archive(tmp_path: Path) -> None:
         assert f"riffd: error: no archive at {archive} yet" in result.stderr, args
         assert not archive.exists(), args
     assert "no archive yet (the daemon makes it)" in riffd(tmp_path, "sessions").stderr
+
+
+def test_an_acknowledged_finding_does_not_count_in_a_sessions_health(tmp_path: Path) -> None:
+    """The health `sessions` shows counts what the report counts: an acknowledged finding is
+    not one (it showed '1 finding(s)' while the report said 'open findings: none')."""
+    from riffd.commands.sessions import health_counts
+    from riffd.state.records import Watermark
+    from riffd.state.store import StateStore
+    from riffd.transcript.acks import Ack, save_acks
+
+    state = tmp_path / "state"
+    store = StateStore(state / "state.db")
+    for name in ("a", "b"):
+        mark = Watermark(f"/p/{name}.jsonl", 1, 1, 0, 0, 0, "", 0, "", 0, 0)
+        finding = {"class": "duplicate_uuid", "lines": [4], "message": "twice", "uuids": ["u4"]}
+        store.save_file(mark, name, [finding], 0)
+    store.close()
+    save_acks(state, [Ack("/p/a.jsonl", "duplicate_uuid", 4, "duplicate_uuid||u4", "2026-11-26")])
+    assert health_counts(state / "state.db") == {"/p/a.jsonl": 0, "/p/b.jsonl": 1}

@@ -26,6 +26,7 @@ from riffd.database import DatabaseDamaged
 from riffd.display import shell_command
 from riffd.state.database import STATE_NAME
 from riffd.state.store import StateStore
+from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.sessions import (
     describe_file,
@@ -219,11 +220,12 @@ def _held_words(row: dict[str, Any]) -> str:
 
 
 def health_counts(path: Path) -> dict[str, int]:
-    """Path -> the number of findings that count (not informational) in the daemon's state, for
-    every file the daemon has read (0: none); a file it has not read is not in it ({} without a
-    state)."""
+    """Path -> the number of findings that count (neither informational nor acknowledged with
+    `riffd ack`, as the health report counts them) in the daemon's state, for every file the daemon
+    has read (0: none); a file it has not read is not in it ({} without a state)."""
     if not path.exists():
         return {}
+    acks = acknowledged_in(path.parent)
     try:
         store = StateStore(path, read_only=True)
     except (DatabaseDamaged, sqlite3.Error, OSError):
@@ -231,7 +233,7 @@ def health_counts(path: Path) -> dict[str, int]:
     try:
         counts = dict.fromkeys(store.known_files(), 0)
         for name, item, _waiting in store.all_findings():
-            if item.get("class") not in INFORMATIONAL:
+            if item.get("class") not in INFORMATIONAL and acks.of(name, item) is None:
                 counts[name] = counts.get(name, 0) + 1
         return counts
     finally:
