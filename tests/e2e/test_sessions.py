@@ -137,6 +137,15 @@ def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_pa
     assert THIRD in listed.stdout and "Write the release notes for 2.0" in listed.stdout
     assert f"`riffd archive restore {THIRD[:8]}` brings it back to {path}" in listed.stdout
     assert FIRST not in listed.stdout  # still on disk
+    # the commands that look in the project folders say the archive holds it, and how to get it
+    for command in ("show", "scan", "export"):
+        extra = ["--to", str(tmp_path / "out")] if command == "export" else []
+        missing = riffd(tmp_path, command, THIRD[:8], *extra)
+        assert missing.returncode == 2, (command, missing.stderr)
+        assert (
+            f"the archive holds it (Claude Code deleted it?): `riffd archive restore {THIRD[:8]}` "
+            "brings it back" in missing.stderr
+        ), command
     restored = riffd(tmp_path, "archive", "restore", THIRD[:8])
     assert restored.returncode == 0, restored.stderr
     assert path.read_bytes() == original

@@ -69,11 +69,44 @@ def date_seconds(text: str) -> int:
         )
 
 
+def archived_hint(target: str, archive_path: Path | None) -> str:
+    """For a session id (or prefix) found in no project folder: when the archive at `archive_path`
+    holds it (Claude Code deleted it), the words that say so and name the command that brings it
+    back; else nothing."""
+    import sqlite3
+
+    if archive_path is None or not archive_path.exists():
+        return ""
+    from riffd.archive.schema import ArchiveError
+    from riffd.archive.store import Archive
+    from riffd.database import DatabaseDamaged
+    from riffd.display import shell_command
+    from riffd.transcript.sessions import AmbiguousSession
+
+    try:
+        archive = Archive(archive_path, read_only=True)
+    except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError):
+        return ""
+    try:
+        held = archive.files_of(target)
+    except (AmbiguousSession, sqlite3.Error):
+        return ""
+    finally:
+        archive.close()
+    if not held:
+        return ""
+    return (
+        "; the archive holds it (Claude Code deleted it?): "
+        f"`{shell_command('riffd', 'archive', 'restore', target)}` brings it back"
+    )
+
+
 def transcript_targets(
-    paths: list[Path], projects: Sequence[str] = ()
+    paths: list[Path], projects: Sequence[str] = (), *, archive_path: Path | None = None
 ) -> tuple[list[Path], list[str]]:
     """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default
-    roots when both are empty) and errors for bad paths."""
+    roots when both are empty) and errors for bad paths (a session the archive at `archive_path`
+    holds, but no project folder, says so)."""
     from riffd.claude_code.folders import default_roots
     from riffd.claude_code.walk import iter_transcripts
     from riffd.transcript.targets import resolve_target
@@ -107,7 +140,9 @@ def transcript_targets(
             try:
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:
-                errors.append(f"{exc}; nor is it a file or folder")
+                errors.append(
+                    f"{exc}; nor is it a file or folder" + archived_hint(str(path), archive_path)
+                )
         elif not os.path.lexists(path):
             errors.append(f"{path}: no such file or folder: check the path")
         elif path.exists() and not (path.is_file() or path.is_dir()):

@@ -21,7 +21,9 @@ from typing import IO, Any
 
 import orjson
 
+from riffd.archive.schema import ARCHIVE_NAME
 from riffd.commands.arguments import transcript_targets
+from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
 from riffd.display import display_path, key_path, path_key
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
@@ -345,7 +347,9 @@ def run_export(args: Any) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    files, errors = transcript_targets(args.paths)
+    files, errors = transcript_targets(
+        args.paths, archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME
+    )
     exporter = Exporter(args.to, args.format, sidechains=sidechains_of)
     from riffd.transcript.targets import agent_files_of
 

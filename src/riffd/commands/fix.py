@@ -115,8 +115,10 @@ def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings
     remain, 2 on errors."""
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
-    files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
+    files, errors = transcript_targets(
+        args.paths, args.project, archive_path=config.state_dir / ARCHIVE_NAME
+    )
     backup_dir = args.backup_dir or config.backups.dir
     acks = acknowledged_in(config.state_dir)
     options = ApplyOptions(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from riffd import __version__
+from riffd.archive.schema import ARCHIVE_NAME
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.commands.arguments import Parser, transcript_targets
@@ -200,8 +201,10 @@ def run_scan(args: argparse.Namespace) -> int:
     """`riffd scan`: print findings per file; exit 0 clean, 1 findings, 2 errors."""
     started = time.monotonic()
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
-    files, errors = transcript_targets(args.paths, args.project)
     config = config_for_folders(args)
+    files, errors = transcript_targets(
+        args.paths, args.project, archive_path=config.state_dir / ARCHIVE_NAME
+    )
     reports = _reports(files, config.backups.dir, args.jobs or default_jobs())
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]

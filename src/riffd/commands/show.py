@@ -37,7 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from riffd import __version__
+from riffd.archive.schema import ARCHIVE_NAME
 from riffd.claude_code.folders import default_roots
+from riffd.commands.arguments import archived_hint
+from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.tracker.tracker import redundant_calls_in
 from riffd.transcript.conversation import Conversation, conversation_of
@@ -81,7 +84,8 @@ def run_show(args: argparse.Namespace) -> int:
     try:
         files = resolve_target(args.target, default_roots(), subagents=False)
     except FileNotFoundError as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
+        hint = archived_hint(args.target, config_for_folders(args).state_dir / ARCHIVE_NAME)
+        print(f"riffd: error: {exc}{hint}", file=sys.stderr)
         return EXIT_ERROR
     sessions: list[dict[str, Any]] = []
     errors: list[str] = []
