@@ -225,3 +225,29 @@ def test_a_restored_backup_says_when_the_daemon_will_repair_it_again(sandbox: Sa
     daemon.stop()
     again = sandbox.riffd("backups", "restore", "--quiet-period", "0", backup_id)
     assert again.returncode == 0 and note not in again.stdout
+
+
+def test_an_archive_restore_the_quiet_period_holds_back_says_how_to_restore_now(
+    tmp_path: Path,
+) -> None:
+    """`riffd archive restore SESSION --force` over a transcript written a moment ago is held back:
+    it says to run it again once the session is idle and names the command with `--quiet-period 0`,
+    which, run as printed, puts the archived bytes back."""
+    session = "cdcdcdcd-0000-4000-8000-000000000001"
+    project = tmp_path / "claude" / "projects" / "-home-me-app"
+    project.mkdir(parents=True)
+    path = project / f"{session}.jsonl"
+    archived = transcript_bytes(6).replace(
+        b"11111111-2222-3333-4444-555555555555", session.encode()
+    )
+    path.write_bytes(archived)
+    assert riffd(tmp_path, "archive", "ingest").returncode == 0
+    path.write_bytes(archived[: len(archived) // 2])  # changed just now: within the quiet period
+    held = riffd(tmp_path, "archive", "restore", "--force", session[:8])
+    assert held.returncode == 1, held.stderr
+    again, now = (shlex.split(command) for command in _advised(held.stderr.split("held back")[1]))
+    assert again == ["riffd", "archive", "restore", "--force", session[:8]]
+    assert now == ["riffd", "archive", "restore", "--force", "--quiet-period", "0", session[:8]]
+    done = riffd(tmp_path, *now[1:])
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes() == archived

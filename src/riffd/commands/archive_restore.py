@@ -40,6 +40,7 @@ from typing import Any
 from riffd.archive.packs import PackDamaged
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.commands.restore_items import Item, restore_items, restore_targets
+from riffd.display import shell_command
 from riffd.fsio import NOFOLLOW
 from riffd.repair.folders import check_folders, make_folder
 from riffd.repair.locks import remove_stale_temps
@@ -81,6 +82,9 @@ class RestoreRun:
     items: int = 0
     tally: Counter[str] = field(default_factory=Counter)
     written: list[tuple[str, Path]] = field(default_factory=list)
+    skipped: list[Path] = field(
+        default_factory=list
+    )  # where a file was not written (live, changed)
     said: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""  # how many were restored, there, differ, ...
 
@@ -114,16 +118,45 @@ def print_said(kind: str, text: str) -> None:
 
 def restore_files(archive: Any, args: argparse.Namespace) -> int:
     """Restore what `args.session` names from the open `riffd.archive.store.Archive` (see the
-    module), printing as it goes; exit as RestoreRun.exit_code says."""
-    return restore_session_files(
+    module), printing as it goes, and what to do about files a session not idle held back; exit as
+    RestoreRun.exit_code says."""
+    config = args.loaded_config
+    run = restore_session_files(
         archive,
         args.session,
-        args.loaded_config,
+        config,
         to=args.to,
         force=args.force,
         quiet_period=args.quiet_period,
         say=print_said,
-    ).exit_code
+    )
+    if run.skipped:
+        print(f"riffd: {_skipped_advice(run.skipped, args)}", file=sys.stderr)
+    return run.exit_code
+
+
+def _skipped_advice(skipped: list[Path], args: argparse.Namespace) -> str:
+    """What to do about files a restore held back: the same command once the session is idle, and,
+    when no Claude Code process has any of them open, the one with `--quiet-period 0` that restores
+    them now."""
+    from riffd.claude_code.liveness import claude_dirs_for, session_liveness
+
+    config = args.loaded_config
+    words = ["riffd", *(["--config", str(args.config)] if args.config is not None else [])]
+    words += ["archive", "restore", *(["--to", str(args.to)] if args.to is not None else [])]
+    words += ["--force"] if args.force else []
+    again = f"run `{shell_command(*words, args.session)}` again once the session is idle"
+    held = any(
+        session_liveness(path, claude_dirs_for(path, config.claude_dir, config.roots), 0)[0]
+        for path in skipped
+    )
+    if held:
+        return f"{len(skipped)} file(s) held back: {again}"
+    now = shell_command(*words, "--quiet-period", "0", args.session)
+    return (
+        f"{len(skipped)} file(s) held back: {again}; no Claude Code process has it open: if you are "
+        f"sure the session is closed, `{now}` restores them now"
+    )
 
 
 def restore_session_files(
@@ -176,6 +209,8 @@ def restore_session_files(
         run.tally[outcome] += 1
         if outcome == "restored":
             run.written.append((item.path, target))
+        elif outcome == "skipped":
+            run.skipped.append(target)
         if outcome == "failed" and item.part_of is not None:
             failed.add(item.part_of)
     for tail in missing:
