@@ -91,3 +91,33 @@ def test_a_torn_write_while_the_daemon_runs_is_judged_torn_once_idle(sandbox: Sa
     # kept in the archive as it is before anything cuts it off
     assert archived(sandbox, path) == WHOLE + FRAGMENT
     assert path.read_bytes() == WHOLE + FRAGMENT  # report-only: nothing is edited
+
+
+def test_a_restart_within_the_quiet_period_still_archives_and_judges_the_line(
+    sandbox: Sandbox,
+) -> None:
+    """The worker's look again at the end of the quiet period lives in memory: a daemon stopped
+    and started again before it fires must still archive the whole record and judge the torn one
+    (the next rescan queues such files; it lost them for good)."""
+    sandbox.write_config(repair__mode="report-only", watcher__rescan_interval=2.0)
+    daemon = sandbox.start()
+    whole = sandbox.project / f"{SESSION}.jsonl"
+    torn = sandbox.project / f"{SESSION[:-1]}2.jsonl"
+    whole.write_bytes(WHOLE + LAST_RECORD)
+    torn.write_bytes(WHOLE + FRAGMENT)
+    store = sandbox.open_store()
+    daemon.wait_until(
+        lambda: all(watermark_of(store, path) is not None for path in (whole, torn)),
+        "both files read once",
+    )
+    daemon.stop()  # within the quiet period: the look again is lost with the process
+    daemon = sandbox.start()
+    daemon.wait_until(
+        lambda: (
+            archived(sandbox, whole) == WHOLE + LAST_RECORD
+            and archived(sandbox, torn) == WHOLE + FRAGMENT
+            and FindingClass.TORN_TAIL in stored_classes(sandbox, torn)
+        ),
+        "both unfinished lines archived and the torn one judged, after the restart",
+    )
+    assert stored_classes(sandbox, whole) == []

@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"[0-9]+")
 
 
+def look_again_after(quiet_period: float) -> float:
+    """Seconds after which a session that may be live now is looked at again (the daemon's worker,
+    and what its report says of it): half the quiet period, a second at least."""
+    return max(quiet_period / 2, 1.0)
+
+
 def pid_is_alive(pid: int) -> bool:
     """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
     if pid <= 0:

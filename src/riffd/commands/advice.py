@@ -36,7 +36,10 @@ class RepairNow:
         return shell_command(*self.words, path)
 
     def daemon_repairs(self, path: Path) -> bool:
-        """Whether the running daemon repairs `path` by itself (it is under a folder it watches)."""
+        """Whether the running daemon repairs `path` by itself: under a folder it watches, and not a
+        symlink (the daemon never repairs through one)."""
+        if path.is_symlink():
+            return False
         where = path.resolve()
         return any(where.is_relative_to(root.resolve()) for root in self.daemon_roots)
 

@@ -62,12 +62,17 @@ class ArchiveSlot:
         self.counters.resolved("archive")
         return True
 
-    def catch_up(self, store: StateStore | None, batches: ArchiveBatches | None = None) -> None:
+    def catch_up(
+        self,
+        store: StateStore | None,
+        batches: ArchiveBatches | None = None,
+        quiet_period: float | None = None,
+    ) -> None:
         """Archive what the archive missed (read while it was off, or not written for a full
-        disk, or waiting in the worker's `batches` when a daemon was killed), from its own
-        watermark."""
+        disk, or waiting in the worker's `batches` when a daemon was killed, or a file's unfinished
+        last line once it is quiet for `quiet_period`), from its own watermark."""
         if self.archive is not None and store is not None:
-            catch_up_archive(self.archive, store, self.disk.ran_out, batches)
+            catch_up_archive(self.archive, store, self.disk.ran_out, batches, quiet_period)
 
     def settle(self, settle_after: float, keep_going: Callable[[], bool]) -> None:
         """Once lines stopped coming for `settle_after` seconds (the worker made no progress since):

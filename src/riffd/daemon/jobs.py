@@ -87,18 +87,24 @@ def catch_up_archive(
     store: StateStore,
     failed: Callable[[BaseException], object] | None = None,
     batches: ArchiveBatches | None = None,
+    quiet_period: float | None = None,
 ) -> None:
     """Archive what the worker read but could not archive (a full disk, a locked database), from the
     archive's own watermark, so every line is archived once; a file that fails now is tried again at
     the next rescan (and its error is told to `failed`: riffd.daemon.disk_full.DiskWatch.ran_out).
-    The lines of a file waiting in the worker's `batches` are written before the file is read: one
-    rewritten since the worker read them may no longer hold them."""
-    for path, offset in store.offsets().items():
+    A file that ends in an unfinished line, quiet for `quiet_period`, is archived to its end, that
+    line included, as the worker archives it. The lines of a file waiting in the worker's `batches`
+    are written before the file is read: one rewritten since the worker read them may no longer
+    hold them."""
+    now = time.time()
+    for path, (offset, size, mtime_ns) in store.sizes().items():
+        quiet = quiet_period is not None and mtime_ns / 1e9 + quiet_period < now
+        end = size if quiet and size > offset else offset
         with batches.written_first(path) if batches is not None else nullcontext():
             try:
                 # Behind, or ahead (a rewrite that shrank the file, which the archive did not
                 # take): ingest_file reads only the last line when nothing is new
-                if archive.cursor(path)[1] != offset and Path(path).is_file():
+                if archive.cursor(path)[1] != end and Path(path).is_file():
                     added = ingest_file(archive, Path(path))
                     log.info("%s: archived %d line(s) the archive had missed", path, added)
             except ARCHIVE_ERRORS as exc:

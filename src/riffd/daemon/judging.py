@@ -1,7 +1,7 @@
 """Judging one transcript once its new lines are read: `judge` decides, in one place, what the
 worker concludes beyond the detectors' findings: the redundant tool calls the tracker found, the
 latest turn's unanswered calls (pending while the session is live, missing once it is idle), a torn
-last line (one that is not JSON, as `riffd scan` says, and only once nothing was written for the
+last line (one that is not a JSON object, as `riffd scan` says, and only once nothing was written for the
 quiet period: the file is looked at again then), how many findings a repair may fix,
 whether a repair is due, and when to look at the file again.
 """
@@ -37,7 +37,7 @@ class Seen:
     unchanged file, the ones stored, with the `stored_repairable` count the store holds); the index
     they came from, with its redundant_tool_call findings (`redundant`, from `RedundantCalls`; None
     without a tracker); the bytes of an unfinished last line (`tail`), whether it is no record
-    (`tail_torn`: not JSON) and the file's modification time."""
+    (`tail_torn`: not a JSON object) and the file's modification time."""
 
     name: str
     findings: list[Finding]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from riffd.claude_code.liveness import look_again_after
 from riffd.fsio import DEFAULT_RETRY, RetryPolicy
 from riffd.transcript.findings import DEFAULT_REPAIRS, FindingClass
 
@@ -27,7 +28,7 @@ class WorkerSettings:
     @property
     def look_again_after(self) -> float:
         """Seconds after which a session live now may have become idle."""
-        return max(self.quiet_period / 2, 1.0)
+        return look_again_after(self.quiet_period)
 
 
 @dataclass

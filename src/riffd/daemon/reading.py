@@ -95,8 +95,8 @@ class Reading:
     (`already` of its lines were processed
     before: a rebuild reads them again, but does not process them again); `kind` is appended /
     rebuilt / read, `why` says why it is read from the start; `tail` counts the bytes of an
-    unfinished last line once the chunks are read, and `tail_torn` says it is no record (not JSON,
-    as `riffd scan` judges a last line without its newline)."""
+    unfinished last line once the chunks are read, and `tail_torn` says it is no record (not a JSON
+    object, as `riffd scan` judges a last line without its newline)."""
 
     name: str
     status: os.stat_result

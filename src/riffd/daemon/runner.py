@@ -411,7 +411,7 @@ class Daemon:
             self.keeper.note_link,
         )
         self.counters.rescans += 1
-        return queued
+        return queued + self._queue_unsettled_tails()  # a look again lost (a restart, say)
 
     def _unlistable(self, exc: OSError) -> None:
         log.error(
@@ -437,6 +437,15 @@ class Daemon:
             self.queue.put(path)
         return len(pending)
 
+    def _queue_unsettled_tails(self) -> int:
+        """Queue the files whose unfinished last line waits to be judged and archived (the worker's
+        look again lives in memory only: StateStore.unsettled_tails); return how many."""
+        assert self.store is not None
+        unsettled = self.store.unsettled_tails(self.config.repair.quiet_period, time.time())
+        for path in unsettled:
+            self.queue.put(path)
+        return len(unsettled)
+
     # --- scheduled jobs ---------------------------------------------------------------------------
 
     def _rescan(self) -> None:
@@ -459,7 +468,7 @@ class Daemon:
         `_rescan_lock`)."""
         if self.archive is None:
             self._open_archive()
-        self.archives.catch_up(self.store, self._batches())
+        self.archives.catch_up(self.store, self._batches(), self.config.repair.quiet_period)
 
     def _batches(self) -> ArchiveBatches | None:
         """The worker's batches of appended lines waiting for the archive."""
@@ -467,7 +476,7 @@ class Daemon:
 
     def _catch_up_at_start(self) -> None:
         with self._rescan_lock:
-            self.archives.catch_up(self.store, self._batches())
+            self.archives.catch_up(self.store, self._batches(), self.config.repair.quiet_period)
 
     def _rescan_now(self) -> None:
         """Rescan at once, in a scheduler thread; after the scheduled rescan, when one is running

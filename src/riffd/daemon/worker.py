@@ -17,6 +17,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from riffd.archive.store import Archive
 from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches
 from riffd.daemon.cache import IndexCache
-from riffd.daemon.judging import RedundantCalls, Seen, Verdict, judge, liveness
+from riffd.daemon.judging import TAIL_MARGIN, RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
 from riffd.daemon.reading import Gone, PassedBy, Reading, open_reading, status_of, watermark_of
 from riffd.daemon.repairing import RepairStep
@@ -117,13 +118,19 @@ class Worker:
         and findings. After riffd's own rewrite, `own_rewrite` says how many bytes at its end other
         writers added (carried over): only their lines are new; the rest was processed before."""
         state = self.store.file(name)
-        idle = time.time() - status.st_mtime > self.settings.quiet_period
+        now = time.time()  # one clock for whether the file is idle and for the judge
+        idle = now - status.st_mtime > self.settings.quiet_period
         reading = open_reading(
             name, status, state, self.cache, self.fs, settle_tail=idle and self._tail_due(state)
         )
         if reading is None:
             assert state is not None
-            return Outcome(name, "unchanged"), self._recheck(state)
+            verdict = self._recheck(state)
+            if state.watermark.size > state.watermark.offset and not idle:
+                # an unfinished line, looked at early (an event with no change): again once quiet
+                wait = status.st_mtime + self.settings.quiet_period + TAIL_MARGIN - now
+                verdict = replace(verdict, look_again=min(verdict.look_again or wait, wait))
+            return Outcome(name, "unchanged"), verdict
         if reading.rewritten and own_rewrite is None:
             log.info("%s: %s; reading it again from the start", name, reading.why)
             self.store.bump({"rescans.changed_files": 1})
@@ -134,7 +141,7 @@ class Worker:
                 sink.feed(chunk)
         for sink in sinks:
             sink.done()
-        verdict = self._judge(reading, tracked, appended=own_rewrite is None)
+        verdict = self._judge(reading, tracked, now, appended=own_rewrite is None)
         if reading.tail and idle and self.archive is not None:
             # An unfinished last line nothing was written after for the quiet period: archived
             # as it is, so a session Claude Code deletes comes back whole (a line completed later
@@ -180,7 +187,9 @@ class Worker:
             )
         return sinks
 
-    def _judge(self, reading: Reading, tracked: TrackerSink | None, *, appended: bool) -> Verdict:
+    def _judge(
+        self, reading: Reading, tracked: TrackerSink | None, now: float, *, appended: bool
+    ) -> Verdict:
         """Judge the file `reading` read, from the detectors' findings and what the tracker found
         (`appended`: unless riffd's own rewrite was read, which moved lines)."""
         index, state = reading.index, reading.state
@@ -211,7 +220,7 @@ class Worker:
             tail_torn=reading.tail_torn,
         )
         live = partial(self._live, reading.name, index.session_id)
-        return judge(seen, live, self.settings, time.time())
+        return judge(seen, live, self.settings, now)
 
     def _recheck(self, state: FileState) -> Verdict:
         """Judge an unchanged file again when it holds tool calls pending while its session was

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from riffd.claude_code.liveness import look_again_after
+from riffd.config.model import RepairConfig
 from riffd.display import shell_command, shell_word
 from riffd.reports.model import AttentionItem, AttentionState
 from riffd.state.store import StateStore
@@ -178,19 +180,10 @@ def _waiting_advice(path: str, timing: RepairTiming) -> str:
     if timing.running:
         return (
             "riffd repairs it soon after no Claude Code process has the session open (it looks "
-            f"again every {_look_again(timing.quiet_period):g} s); `riffd fix --dry-run "
+            f"again every {look_again_after(timing.quiet_period or RepairConfig().quiet_period):g} s); `riffd fix --dry-run "
             f"{shell_word(path)}` says what holds it"
         )
     return (
         f"no riffd daemon runs to repair it: `riffd fix {shell_word(path)}` does, once the session "
         "is idle"
     )
-
-
-def _look_again(quiet_period: float | None) -> float:
-    """How often the daemon looks again at a session held open (WorkerSettings.look_again_after)."""
-    from riffd.daemon.outcome import WorkerSettings
-
-    if quiet_period is None:
-        return WorkerSettings().look_again_after
-    return WorkerSettings(quiet_period=quiet_period).look_again_after

@@ -195,6 +195,26 @@ class StateStore:
             ).fetchall()
         return [key_path(row[0]) for row in rows]
 
+    def unsettled_tails(self, quiet_period: float, now: float) -> list[str]:
+        """Return the files that end in an unfinished line (the watermark stops before the file's
+        end), quiet for `quiet_period` at `now`, and last looked at before they were: that line is
+        still to be judged and archived (riffd.daemon.worker). The worker's look again at the end of
+        the quiet period lives in memory only: a restart, an event that came first or an archive
+        error loses it, and no event or changed size brings such a file back."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT path FROM files WHERE size > offset AND mtime_ns / 1e9 + ? < ? "
+                "AND processed_at <= mtime_ns / 1e9 + ? ORDER BY path",
+                (quiet_period, now, quiet_period),
+            ).fetchall()
+        return [key_path(row[0]) for row in rows]
+
+    def sizes(self) -> dict[str, tuple[int, int, int]]:
+        """Return path -> (bytes read, the file's size, its mtime in ns) when last looked at."""
+        with self._lock:
+            rows = self._db.execute("SELECT path, offset, size, mtime_ns FROM files").fetchall()
+        return {key_path(path): (offset, size, mtime_ns) for path, offset, size, mtime_ns in rows}
+
     def all_findings(self) -> list[tuple[str, dict[str, Any], bool]]:
         """Return (path, finding, whether the file waits for a repair) for every stored finding, by
         path."""

@@ -661,3 +661,32 @@ def test_an_idle_files_unfinished_line_is_settled_once_and_again_when_the_archiv
     ((file_id, _path, _session),) = fresh.files_of(str(path))
     assert b"".join(fresh.iter_file(file_id)) == path.read_bytes()
     fresh.close()
+
+
+def test_the_archive_catch_up_takes_an_unfinished_line_once_and_then_leaves_it(
+    setup: tuple[Path, StateStore, WorkerSettings],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker could not archive an idle file's unfinished line (the archive was off, locked,
+    or the disk full): the rescan's catch-up archives it to the file's end. Once it is archived,
+    the next catch-ups leave the file alone (they read it again at every rescan)."""
+    from riffd.archive.store import Archive
+    from riffd.daemon.jobs import catch_up_archive
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(5) + transcript_line(6).rstrip(b"\n"))
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    Worker(store, settings).process(path)  # no archive: the line waits
+    archive = Archive(tmp_path / "archive.db")
+    catch_up_archive(archive, store, quiet_period=settings.quiet_period)
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    caplog.set_level("INFO", logger="riffd.daemon.jobs")
+    caplog.clear()
+    for _rescan in range(3):
+        catch_up_archive(archive, store, quiet_period=settings.quiet_period)
+    assert [record.getMessage() for record in caplog.records] == []
+    archive.close()
