@@ -58,6 +58,7 @@ class Verdict:
     repairable: int
     repair_due: bool
     look_again: float | None = None
+    judged_at: float | None = None  # the time it was judged at (None: a verdict on stored findings)
 
 
 def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: float) -> Verdict:
@@ -90,6 +91,7 @@ def judge(seen: Seen, live: Callable[[], bool], settings: WorkerSettings, now: f
         repairable,
         repair_due=settings.repair and repairable > 0,
         look_again=min(waits) if waits else None,
+        judged_at=now,
     )
 
 

@@ -411,7 +411,8 @@ class Daemon:
             self.keeper.note_link,
         )
         self.counters.rescans += 1
-        return queued + self._queue_unsettled_tails()  # a look again lost (a restart, say)
+        self._queue_unsettled_tails()  # a look again lost (a restart, say)
+        return queued
 
     def _unlistable(self, exc: OSError) -> None:
         log.error(
@@ -437,14 +438,12 @@ class Daemon:
             self.queue.put(path)
         return len(pending)
 
-    def _queue_unsettled_tails(self) -> int:
+    def _queue_unsettled_tails(self) -> None:
         """Queue the files whose unfinished last line waits to be judged and archived (the worker's
-        look again lives in memory only: StateStore.unsettled_tails); return how many."""
+        look again lives in memory only: StateStore.unsettled_tails), as a rescan queues files."""
         assert self.store is not None
-        unsettled = self.store.unsettled_tails(self.config.repair.quiet_period, time.time())
-        for path in unsettled:
-            self.queue.put(path)
-        return len(unsettled)
+        for path in self.store.unsettled_tails(self.config.repair.quiet_period, time.time()):
+            self.queue.put(path, delay=self.queue.debounce)
 
     # --- scheduled jobs ---------------------------------------------------------------------------
 

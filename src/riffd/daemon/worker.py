@@ -259,7 +259,7 @@ class Worker:
             reading.state is not None
             and same
             and self.store.save_file(
-                watermark, index.session_id, None, verdict.repairable, counters
+                watermark, index.session_id, None, verdict.repairable, counters, verdict.judged_at
             )
         ):
             self.store.save_file(
@@ -268,6 +268,7 @@ class Worker:
                 [finding.to_json() for finding in findings],
                 verdict.repairable,
                 counters,
+                verdict.judged_at,
             )
         classes = stored[1] if same and stored is not None else _classes(findings)
         self._remember(name, findings, classes)

@@ -126,10 +126,13 @@ class StateStore:
         findings: list[dict[str, Any]] | None,
         repairable: int,
         counters: dict[str, int] | None = None,
+        judged_at: float | None = None,
     ) -> bool:
         """Store a file's watermark and findings (and bump counters) in one transaction. Findings
         None: they are the ones stored, so only the rest is written; False (nothing written) when
-        the file has no row."""
+        the file has no row. `processed_at` is `judged_at`, the time the findings were judged at
+        (now when not given): what `unsettled_tails` compares with the quiet period."""
+        processed_at = time.time() if judged_at is None else judged_at
         with self.transaction() as db:
             if findings is None:
                 updated = db.execute(
@@ -140,7 +143,7 @@ class StateStore:
                         *_watermark_columns(watermark),
                         session_id,
                         repairable,
-                        time.time(),
+                        processed_at,
                         path_key(watermark.path),
                     ),
                 )
@@ -158,7 +161,7 @@ class StateStore:
                     session_id,
                     dumps(findings),
                     repairable,
-                    time.time(),
+                    processed_at,
                 ),
             )
             self._bump(db, counters or {})

@@ -690,3 +690,44 @@ def test_the_archive_catch_up_takes_an_unfinished_line_once_and_then_leaves_it(
         catch_up_archive(archive, store, quiet_period=settings.quiet_period)
     assert [record.getMessage() for record in caplog.records] == []
     archive.close()
+
+
+def test_unsettled_tails_are_the_quiet_files_whose_unfinished_line_was_judged_too_early(
+    tmp_path: Path,
+) -> None:
+    """StateStore.unsettled_tails, which every rescan queues: a file ending in an unfinished line,
+    quiet now, judged before its quiet period was over (or at the same moment); not one judged
+    after it, not one quiet for less, not one with no unfinished line."""
+    from riffd.state.records import Watermark
+
+    store = StateStore(tmp_path / "state.db")
+    now, quiet = 10_000.0, 120.0
+
+    def save(name: str, size: int, mtime: float, judged_at: float) -> None:
+        mark = Watermark(f"/p/{name}.jsonl", 1, 1, 100, 3, 0, "", 0, "", size, int(mtime * 1e9))
+        store.save_file(mark, name, [], 0, judged_at=judged_at)
+
+    save("early", 140, now - 500, now - 500 + quiet - 0.5)  # judged just before it was quiet
+    save("late", 140, now - 500, now - 500 + quiet + 0.5)  # judged once quiet: settled
+    save("fresh", 140, now - 60, now - 60)  # not quiet yet: the worker looks again itself
+    save("whole", 100, now - 500, now - 500)  # no unfinished line
+    assert store.unsettled_tails(quiet, now) == ["/p/early.jsonl"]
+    store.close()
+
+
+def test_an_unchanged_file_looked_at_early_is_looked_at_again_once_quiet(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    """An event that changes nothing brings a file with an unfinished line back before its quiet
+    period is over: the worker, finding it unchanged, still asks to look at it again when the
+    quiet period ends (it asked for nothing, and the line waited for the next change)."""
+    project, store, settings = setup
+    quiet = WorkerSettings(**{**settings.__dict__, "quiet_period": 30.0})
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(5) + transcript_line(6)[:40])
+    worker = Worker(store, quiet)
+    first = worker.process(path)
+    assert first.retry_after is not None and 29 < first.retry_after <= 31
+    again = worker.process(path)  # nothing changed
+    assert again.kind == "unchanged"
+    assert again.retry_after is not None and 0 < again.retry_after <= 31
