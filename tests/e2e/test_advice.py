@@ -160,6 +160,7 @@ def test_a_held_back_restore_with_its_own_options_advises_them_all(tmp_path: Pat
     assert (target.read_bytes(), path.read_bytes()) == (damaged, repaired)
 
 
+@pytest.mark.slow  # a real daemon
 def test_fix_advises_its_own_options_and_a_daemon_only_where_one_repairs(sandbox: Sandbox) -> None:
     """A file modified a moment ago: `fix --dry-run --no-synthesize --backup-dir D` advises the
     repair with those options (its backup goes where asked, it adds no placeholder results), and
@@ -204,6 +205,7 @@ def test_fix_advises_its_own_options_and_a_daemon_only_where_one_repairs(sandbox
     assert not advice(inside)[1]
 
 
+@pytest.mark.slow  # a real daemon
 def test_a_restored_backup_says_when_the_daemon_will_repair_it_again(sandbox: Sandbox) -> None:
     """Putting back a backup taken before a repair restores its damage: while a daemon in repair
     mode watches the folder, `backups restore` says that it will repair it again and how to keep the
