@@ -30,6 +30,11 @@ _METRICS: dict[str, tuple[str, str]] = {
         "gauge",
         "When the report behind these figures was made (Unix time).",
     ),
+    "riffd_figures_timestamp_seconds": (
+        "gauge",
+        "When the daemon last stored the figures of files, findings and repairs (Unix time): now "
+        "while it runs; a stopped daemon's last moment, however new the report (NaN: none ran).",
+    ),
     "riffd_files_watched": ("gauge", "Transcripts riffd keeps a watermark for."),
     "riffd_files_with_findings": (
         "gauge",
@@ -114,6 +119,12 @@ def render_metrics(report: HealthReport) -> str:
         ],
         "riffd_report_timestamp_seconds": [
             _sample("riffd_report_timestamp_seconds", report.generated_at.timestamp())
+        ],
+        "riffd_figures_timestamp_seconds": [
+            _sample(
+                "riffd_figures_timestamp_seconds",
+                None if report.daemon.last_seen is None else report.daemon.last_seen.timestamp(),
+            )
         ],
         "riffd_files_watched": [_sample("riffd_files_watched", report.files.watched)],
         "riffd_files_with_findings": [

@@ -100,6 +100,15 @@ def test_every_series_stays_when_the_daemon_stops_and_no_label_is_empty(tmp_path
     assert set(series(up)) == set(series(down))  # a stop makes no series vanish
     assert series(up)[("riffd_up", ())] == 1 and series(down)[("riffd_up", ())] == 0
     assert series(down)[("riffd_uptime_seconds", ())] == 0
+    # how old the figures are: the stopped daemon's last moment, not the report's
+    seen = running["seen_at"]
+    stopped = running | {"running": False, "seen_at": seen - 3600}
+    late = series(render_metrics(build_report(store, tmp_path, stopped)))
+    assert abs(late[("riffd_figures_timestamp_seconds", ())] - (seen - 3600)) < 1
+    assert (
+        late[("riffd_report_timestamp_seconds", ())] - late[("riffd_figures_timestamp_seconds", ())]
+        > 3500
+    )
     for family in text_string_to_metric_families(up):
         for sample in family.samples:
             assert all(sample.labels.values()), sample  # no empty label value
