@@ -62,14 +62,17 @@ class Versions:
                 is not None
             )
 
-    def every_version(self) -> list[Version]:
-        """Every version of every file, newest first per path (what a recovery copies)."""
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of a query of the tables of files kept whole (none when the archive has not
+        those tables: `present`)."""
         if not self.present:
             return []
         with self._connection.lock:
-            rows = self._connection.db.execute(
-                _SELECT_VERSIONS + "ORDER BY base, path, version DESC"
-            ).fetchall()
+            return self._connection.db.execute(sql, params).fetchall()
+
+    def every_version(self) -> list[Version]:
+        """Every version of every file, newest first per path (what a recovery copies)."""
+        rows = self._rows(_SELECT_VERSIONS + "ORDER BY base, path, version DESC")
         return [_version(row) for row in rows]
 
     def latest(self, base: str, relative: str) -> Version | None:
@@ -84,15 +87,12 @@ class Versions:
     def session_versions(self, session_id: str, *, every: bool = False) -> list[Version]:
         """The newest version of each file of a session (`every`: all versions), its plans (by the
         slugs its lines name) included, by path."""
-        if not self.present:
-            return []
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                _SELECT_VERSIONS
-                + "WHERE session_id = ? OR (kind = ? AND path IN (SELECT 'plans/' || slug || '.md' FROM plan_slugs "
-                "WHERE session_id = ?)) ORDER BY base, path, version",
-                (session_id, PLAN, session_id),
-            ).fetchall()
+        rows = self._rows(
+            _SELECT_VERSIONS
+            + "WHERE session_id = ? OR (kind = ? AND path IN (SELECT 'plans/' || slug || '.md' FROM plan_slugs "
+            "WHERE session_id = ?)) ORDER BY base, path, version",
+            (session_id, PLAN, session_id),
+        )
         versions = [_version(row) for row in rows]
         if every:
             return versions
@@ -103,34 +103,23 @@ class Versions:
 
     def sessions_with_files(self, prefix: str = "") -> list[str]:
         """The session ids that have files kept whole (starting with `prefix`)."""
-        if not self.present:
-            return []
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                "SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
-                "ORDER BY session_id",
-                (prefix.replace("%", "").replace("_", "") + "%",),
-            ).fetchall()
+        rows = self._rows(
+            "SELECT DISTINCT session_id FROM session_files WHERE session_id LIKE ? "
+            "ORDER BY session_id",
+            (prefix.replace("%", "").replace("_", "") + "%",),
+        )
         return [row[0] for row in rows if row[0] is not None and row[0].startswith(prefix)]
 
     def slugs(self, session_id: str) -> list[str]:
         """The plan slugs a session's lines name."""
-        if not self.present:
-            return []
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                "SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug", (session_id,)
-            ).fetchall()
+        rows = self._rows(
+            "SELECT slug FROM plan_slugs WHERE session_id = ? ORDER BY slug", (session_id,)
+        )
         return [row[0] for row in rows]
 
     def all_slugs(self) -> dict[str, list[str]]:
         """Session id -> the plan slugs its lines name, for every session."""
-        if not self.present:
-            return {}
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                "SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug"
-            ).fetchall()
+        rows = self._rows("SELECT session_id, slug FROM plan_slugs ORDER BY session_id, slug")
         found: dict[str, list[str]] = {}
         for session_id, slug in rows:
             found.setdefault(session_id, []).append(slug)
@@ -139,13 +128,10 @@ class Versions:
     def held(self) -> dict[str, tuple[int, int, int]]:
         """Every path the archive holds (its newest version): path -> (size, mtime_ns, kept mode),
         for a rescan to compare files with (`file_state`), one stat each."""
-        if not self.present:
-            return {}
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                "SELECT base, path, size, mtime_ns, mode FROM session_files AS newest WHERE version = "
-                "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
-            ).fetchall()
+        rows = self._rows(
+            "SELECT base, path, size, mtime_ns, mode FROM session_files AS newest WHERE version = "
+            "(SELECT MAX(version) FROM session_files WHERE base = newest.base AND path = newest.path)"
+        )
         return {
             os.path.join(key_path(base), key_path(path)): (size, mtime_ns, kept_mode(mode))
             for base, path, size, mtime_ns, mode in rows
@@ -153,20 +139,17 @@ class Versions:
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per session: how many files of each kind the archive holds (each path once)."""
-        if not self.present:
-            return {}
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                "SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
-                "WHERE session_id IS NOT NULL GROUP BY session_id, kind"
-            ).fetchall()
-            plans = self._connection.db.execute(
-                "SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
-                "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
-                "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
-                "GROUP BY plan_slugs.session_id",
-                (PLAN,),
-            ).fetchall()
+        rows = self._rows(
+            "SELECT session_id, kind, COUNT(DISTINCT base || '/' || path) FROM session_files "
+            "WHERE session_id IS NOT NULL GROUP BY session_id, kind"
+        )
+        plans = self._rows(
+            "SELECT plan_slugs.session_id, COUNT(DISTINCT session_files.path) "
+            "FROM plan_slugs JOIN session_files ON session_files.kind = ? AND "
+            "session_files.path = 'plans/' || plan_slugs.slug || '.md' "
+            "GROUP BY plan_slugs.session_id",
+            (PLAN,),
+        )
         found: dict[str, dict[str, int]] = {}
         for session_id, kind, count in rows:
             found.setdefault(session_id, {})[kind] = int(count)
@@ -189,12 +172,7 @@ class Versions:
         """Read every blob back (checked as `content` does) and return a version of each that cannot
         be, with why: one whose file still exists when any does (every path with the same bytes
         shares the blob, and `keep(again=True)` of such a file stores it afresh)."""
-        if not self.present:
-            return []
-        with self._connection.lock:
-            rows = self._connection.db.execute(
-                _SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id"
-            ).fetchall()
+        rows = self._rows(_SELECT_VERSIONS + "ORDER BY session_files.blob, session_files.id")
         sharing: dict[int, list[Version]] = {}
         for version in map(_version, rows):
             sharing.setdefault(version.blob, []).append(version)

@@ -1,6 +1,6 @@
-"""The commands `fix` and `backups restore` advise when only the quiet period holds a file back:
-the command the user typed, with its own options, and `--quiet-period 0`; and whether a riffd daemon
-in repair mode runs now to do it by itself."""
+"""The commands `fix`, `backups restore` and `archive restore` advise when only the quiet period
+holds a file back: the command the user typed, with its own options, and `--quiet-period 0`; and
+whether a riffd daemon in repair mode runs now to do it by itself."""
 
 from __future__ import annotations
 
@@ -38,10 +38,7 @@ class RepairNow:
     def daemon_repairs(self, path: Path) -> bool:
         """Whether the running daemon repairs `path` by itself: under a folder it watches, and not a
         symlink (the daemon never repairs through one)."""
-        if path.is_symlink():
-            return False
-        where = path.resolve()
-        return any(where.is_relative_to(root.resolve()) for root in self.daemon_roots)
+        return not path.is_symlink() and _under(path, self.daemon_roots)
 
     def advice(self, path: Path) -> str:
         """The words added to the reason a live file was skipped."""
@@ -72,6 +69,12 @@ def repair_now(args: argparse.Namespace, config: Config) -> RepairNow:
     return RepairNow(tuple(words), repair_daemon_roots(config))
 
 
+def _under(path: Path, roots: tuple[Path, ...]) -> bool:
+    """Whether `path` is in one of the folders `roots` (links resolved)."""
+    where = path.resolve()
+    return any(where.is_relative_to(root.resolve()) for root in roots)
+
+
 def restore_words(args: argparse.Namespace) -> tuple[str, ...]:
     """The command `riffd backups restore` was given as `args`: the same backup folder, target,
     `--force` and backup id (not its quiet period)."""
@@ -84,6 +87,17 @@ def restore_words(args: argparse.Namespace) -> tuple[str, ...]:
     if args.force:
         words.append("--force")
     return (*words, args.backup_id)
+
+
+def archive_restore_words(args: argparse.Namespace) -> list[str]:
+    """The command `riffd archive restore` was given as `args`, without its SESSION and quiet
+    period: `--config`, `--to` and `--force` kept."""
+    words = [*_global_words(args), "archive", "restore"]
+    if args.to is not None:
+        words += ["--to", str(args.to)]
+    if args.force:
+        words.append("--force")
+    return words
 
 
 def repair_daemon_roots(config: Config) -> tuple[Path, ...]:
@@ -118,8 +132,7 @@ def repaired_again_note(path: Path, config: Config) -> str:
     """After a backup holding damage is put back at `path`: when a riffd daemon in repair mode
     watches its folder, the note that it repairs that damage again, and how to keep the file as
     restored; else nothing."""
-    where = path.resolve()
-    if not any(where.is_relative_to(root.resolve()) for root in repair_daemon_roots(config)):
+    if not _under(path, repair_daemon_roots(config)):
         return ""
     return (
         "note: the riffd daemon runs in repair mode over this folder: once the session is idle, it "

@@ -82,9 +82,8 @@ class RestoreRun:
     items: int = 0
     tally: Counter[str] = field(default_factory=Counter)
     written: list[tuple[str, Path]] = field(default_factory=list)
-    skipped: list[Path] = field(
-        default_factory=list
-    )  # where a file was not written (live, changed)
+    # where a file was not written (its session live, or the file changed meanwhile)
+    skipped: list[Path] = field(default_factory=list)
     said: list[tuple[str, str]] = field(default_factory=list)
     summary: str = ""  # how many were restored, there, differ, ...
 
@@ -140,11 +139,10 @@ def _skipped_advice(skipped: list[Path], args: argparse.Namespace) -> str:
     when no Claude Code process has any of them open, the one with `--quiet-period 0` that restores
     them now."""
     from riffd.claude_code.liveness import claude_dirs_for, session_liveness
+    from riffd.commands.advice import archive_restore_words
 
     config = args.loaded_config
-    words = ["riffd", *(["--config", str(args.config)] if args.config is not None else [])]
-    words += ["archive", "restore", *(["--to", str(args.to)] if args.to is not None else [])]
-    words += ["--force"] if args.force else []
+    words = archive_restore_words(args)
     again = f"run `{shell_command(*words, args.session)}` again once the session is idle"
     held = any(
         session_liveness(path, claude_dirs_for(path, config.claude_dir, config.roots), 0)[0]

@@ -178,10 +178,10 @@ def _waiting_advice(path: str, timing: RepairTiming) -> str:
             f"has it open); if you are sure the session is closed, `{now_command}` repairs it now"
         )
     if timing.running:
+        every = look_again_after(timing.quiet_period or RepairConfig().quiet_period)
         return (
             "riffd repairs it soon after no Claude Code process has the session open (it looks "
-            f"again every {look_again_after(timing.quiet_period or RepairConfig().quiet_period):g} s); `riffd fix --dry-run "
-            f"{shell_word(path)}` says what holds it"
+            f"again every {every:g} s); `riffd fix --dry-run {shell_word(path)}` says what holds it"
         )
     return (
         f"no riffd daemon runs to repair it: `riffd fix {shell_word(path)}` does, once the session "
