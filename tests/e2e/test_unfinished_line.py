@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,30 @@ def test_a_restart_within_the_quiet_period_still_archives_and_judges_the_line(
         "both unfinished lines archived and the torn one judged, after the restart",
     )
     assert stored_classes(sandbox, whole) == []
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [b"\n" + transcript_line(14), transcript_line(14)],
+    ids=["its newline, then a line", "the next record glued on"],
+)
+def test_a_writer_that_goes_on_after_the_line_was_archived_leaves_the_archive_whole(
+    sandbox: Sandbox, completion: bytes
+) -> None:
+    """The unfinished line is archived once idle; then the writer goes on, a write at a time, while
+    the daemon reads: the archive ends holding the file byte for byte (the line replaced by what it
+    became, nothing twice, nothing lost)."""
+    sandbox.write_config(repair__mode="report-only")
+    daemon = sandbox.start()
+    path = sandbox.project / f"{SESSION}.jsonl"
+    path.write_bytes(WHOLE + LAST_RECORD)
+    daemon.wait_until(lambda: archived(sandbox, path) == WHOLE + LAST_RECORD, "the line archived")
+    for number, piece in enumerate([completion, *(transcript_line(n) for n in range(15, 40))]):
+        with open(path, "ab") as file:  # as Claude Code appends: one write a record
+            file.write(piece)
+        if number % 5 == 0:
+            time.sleep(0.05)
+    daemon.wait_until(
+        lambda: archived(sandbox, path) == path.read_bytes(),
+        "the archive to hold the file as it is now",
+    )
