@@ -28,7 +28,8 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
-from riffd.transcript.reader import iter_chunks, read_span
+from riffd.fsio import REAL_FILES, FileSystem
+from riffd.transcript.reader import iter_chunks, read_span, retrying
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -46,17 +47,24 @@ JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which n
 GROUP_BYTES = 16 << 20
 
 
-def ingest_file(archive: Archive, path: Path) -> int:
+def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) -> int:
     """Back-fill one transcript from where the archive stopped (from the start, as a new generation,
     when the file was rewritten since); return the lines added. Only complete lines are archived.
     The archive keeps it under its absolute path (`archive_key`), whatever folder the command ran
-    in."""
+    in.
+
+    The file is opened once for each try, and where to start is judged on the bytes the lines are
+    then read from: a file replaced meanwhile (a repair's swap, Claude Code's own rewrite) is read
+    as it was or as it is, never judged on the one and read from the other, which put the new
+    file's bytes after the old one's (from the middle of a line) into the archive."""
     path = archive_key(path)
+    fs = retrying(fs)
     added = 0
     for attempt in range(3):
-        start, rewritten = where_to_start(archive, path)
+        fd = fs.open(path, os.O_RDONLY)
         try:
-            for offset, lines, terminated in iter_chunks(path, start=start):
+            start, rewritten = where_to_start(archive, path, fs=fs, fd=fd)
+            for offset, lines, terminated in iter_chunks(path, fs=fs, start=start, fd=fd):
                 # An unterminated last line is kept too (lossless); restore writes it back without a
                 # newline.
                 added += archive.add_lines(
@@ -66,21 +74,23 @@ def ingest_file(archive: Archive, path: Path) -> int:
                     rewritten=rewritten and offset == 0,
                     last_terminated=terminated,
                 )
-            note_time(archive, path)
+            note_time(archive, path, fs.fstat(fd))
             return added
         # another process started a new generation meanwhile: read from where it is now
         except ArchiveGap:
             if attempt == 2:
                 raise
+        finally:
+            fs.close(fd)
     return added
 
 
-def note_time(archive: Archive, path: Path) -> None:
+def note_time(archive: Archive, path: Path, status: os.stat_result | None = None) -> None:
     """Record the file's modification time in the archive when the archive holds it whole (what
     `riffd archive restore` gives the file back); a file that grew since it was read is noted when
-    it is archived next."""
+    it is archived next. `status`: the file's as it was read (default: as it is now)."""
     try:
-        status = path.stat()
+        status = status or path.stat()
     except OSError:
         return
     if archive.cursor(str(path))[1] == status.st_size:
@@ -94,27 +104,40 @@ def archive_key(path: Path) -> Path:
     return Path(os.path.abspath(path))
 
 
-def where_to_start(archive: Archive, path: Path) -> tuple[int, bool]:
+def where_to_start(
+    archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES, fd: int | None = None
+) -> tuple[int, bool]:
     """Return (the byte to read `path` from, whether it is to be archived from its start as a new
     generation: it was rewritten since it was last archived, or the archive's last line of it is in
-    a damaged pack, so where its generation ends cannot be checked)."""
+    a damaged pack, so where its generation ends cannot be checked). Judged on `fd` when given
+    (`path` open already: the lines are then read from it)."""
     _generation, archived = archive.cursor(str(path))
     try:
-        rewritten = archived > 0 and not still_appended(archive, path, archived)
+        rewritten = archived > 0 and not still_appended(archive, path, archived, fs=fs, fd=fd)
     except PackDamaged as exc:
         log.warning("%s: archived from its start as a new generation: %s", path, exc)
         rewritten = True
     return (0 if rewritten else archived), rewritten
 
 
-def still_appended(archive: Archive, path: Path, archived: int) -> bool:
-    """Return True when `path` still holds, just before byte `archived`, the last line the archive
-    has of it."""
+def still_appended(
+    archive: Archive,
+    path: Path,
+    archived: int,
+    *,
+    fs: FileSystem = REAL_FILES,
+    fd: int | None = None,
+) -> bool:
+    """Return True when `path` (read from `fd` when given) still holds, just before byte
+    `archived`, the last line the archive has of it."""
     last = archive.last_line(str(path))
-    if last is None or path.stat().st_size < archived:
+    if last is None:
+        return False
+    fs = retrying(fs)
+    if (fs.stat(path) if fd is None else fs.fstat(fd)).st_size < archived:
         return False
     try:
-        return read_span(path, archived - len(last), len(last)) == last
+        return read_span(path, archived - len(last), len(last), fs=fs, fd=fd) == last
     except OSError:
         return False
 

@@ -176,8 +176,10 @@ def iter_chunks(
     hasher: Any = None,
     chunk_size: int = CHUNK_SIZE,
     start: int = 0,
+    fd: int | None = None,
 ) -> Iterator[tuple[int, list[bytes], bool]]:
-    """Yield (offset, lines, terminated) batches of `path`'s lines from byte `start`, in order.
+    """Yield (offset, lines, terminated) batches of `path`'s lines from byte `start`, in order
+    (read from `fd` when given: `path` open already, which stays open).
 
     `lines` are the lines' bytes exactly as stored, without their newlines (a UTF-8 BOM stays;
     `parse_line` skips it), starting at byte `offset`. Every batch is newline-terminated but a
@@ -188,7 +190,12 @@ def iter_chunks(
     position = start
     pending: list[bytes] = []  # pieces of a line not finished yet (no newline read so far)
     pending_offset = start
-    for chunk in iter_raw(path, fs=retrying(fs), chunk_size=chunk_size, start=start):
+    chunks = (
+        iter_raw(path, fs=retrying(fs), chunk_size=chunk_size, start=start)
+        if fd is None
+        else iter_fd(fd, what=os.fspath(path), fs=retrying(fs), start=start, chunk_size=chunk_size)
+    )
+    for chunk in chunks:
         if hasher is not None:
             hasher.update(chunk)
         position += len(chunk)
@@ -237,17 +244,20 @@ def read_span(
     length: int,
     *,
     fs: FileSystem = REAL_FILES,
+    fd: int | None = None,
 ) -> bytes:
-    """Return `length` bytes of `path` at `offset` (EIO retried); raise OSError if the file is
-    shorter."""
+    """Return `length` bytes of `path` at `offset` (EIO retried; read from `fd` when given: `path`
+    open already, which stays open); raise OSError if the file is shorter."""
     fs = retrying(fs)
-    fd = fs.open(path, os.O_RDONLY)
+    opened = fs.open(path, os.O_RDONLY) if fd is None else None
+    source = opened if opened is not None else fd
+    assert source is not None
     try:
         parts: list[bytes] = []
         got = 0
         while got < length:
             at = offset + got
-            piece = fs.pread(fd, length - got, at)
+            piece = fs.pread(source, length - got, at)
             if not piece:
                 raise OSError(
                     f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}"
@@ -256,4 +266,5 @@ def read_span(
             got += len(piece)
         return b"".join(parts)
     finally:
-        fs.close(fd)
+        if opened is not None:
+            fs.close(opened)
