@@ -33,6 +33,11 @@ class Gone(Exception):
     """Nothing is at the path any more."""
 
 
+class Replaced(Exception):
+    """Another file took the name between its status and its read (a repair's swap, an editor's
+    save): it is looked at again as the file it now is."""
+
+
 class PassedBy(Exception):
     """A path the worker does not read now; `why` says why, and `error` that it is a read error (in
     the log and the counters)."""
@@ -125,13 +130,22 @@ class Reading:
         return self.index.end == self.status.st_size
 
     def chunks(self, fs: RetryingFS) -> Iterator[Chunk]:
-        """Yield the complete new lines in chunks; an unfinished last line is only measured."""
-        for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start):
-            if terminated:
-                yield Chunk(offset, lines)
-            else:  # an unfinished last line: wait for its newline
-                self.tail = len(lines[0])
-                self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
+        """Yield the complete new lines in chunks; an unfinished last line is only measured. Raise
+        Replaced, before the first chunk, when the name no longer holds the file `status` is of:
+        where to read from was judged on that file, so the lines are read from it or not at all."""
+        fd = fs.open(self.name, os.O_RDONLY)
+        try:
+            opened = fs.fstat(fd)
+            if (opened.st_dev, opened.st_ino) != (self.status.st_dev, self.status.st_ino):
+                raise Replaced(self.name)
+            for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start, fd=fd):
+                if terminated:
+                    yield Chunk(offset, lines)
+                else:  # an unfinished last line: wait for its newline
+                    self.tail = len(lines[0])
+                    self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
+        finally:
+            fs.close(fd)
 
 
 def open_reading(

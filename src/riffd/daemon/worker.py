@@ -27,7 +27,15 @@ from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.judging import TAIL_MARGIN, RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
-from riffd.daemon.reading import Gone, PassedBy, Reading, open_reading, status_of, watermark_of
+from riffd.daemon.reading import (
+    Gone,
+    PassedBy,
+    Reading,
+    Replaced,
+    open_reading,
+    status_of,
+    watermark_of,
+)
 from riffd.daemon.repairing import RepairStep
 from riffd.daemon.sinks import ArchiveErrors, ArchiveSink, IndexSink, LineSink, TrackerSink
 from riffd.fsio import REAL_FS, FileSystem, RetryingFS
@@ -40,6 +48,9 @@ from riffd.transcript.findings import Finding, FindingClass
 __all__ = ["Outcome", "Worker", "WorkerSettings"]
 
 log = logging.getLogger(__name__)
+
+# Looks at a file whose name another file took while it was read, before it is left to its next change
+READ_TRIES = 3
 
 
 class Worker:
@@ -92,8 +103,7 @@ class Worker:
         started = time.monotonic()
         name = str(path)
         try:
-            status = status_of(name, self.fs)  # through a symlink the walk reached it by
-            outcome, verdict = self._update(name, status)  # read, feed, judge, commit
+            outcome, verdict = self._update_now(name)  # read, feed, judge, commit
         except Gone:
             self._forget(name)
             return Outcome(name, "gone", seconds=time.monotonic() - started)
@@ -110,6 +120,23 @@ class Worker:
             self._repair(path, outcome)
         outcome.seconds = time.monotonic() - started
         return outcome
+
+    def _update_now(self, name: str, own_rewrite: int | None = None) -> tuple[Outcome, Verdict]:
+        """`_update` with the file's status now, taken again when another file took the name
+        between that status and the read (then read as the file it now is, from its start: not
+        riffd's own rewrite). Raise PassedBy when that happens at every try, Gone when nothing is
+        there."""
+        for _attempt in range(READ_TRIES):
+            status = status_of(name, self.fs)  # through a symlink the walk reached it by
+            try:
+                return self._update(name, status, own_rewrite)
+            except Replaced:
+                log.info("%s: another file took its name as it was read; reading that one", name)
+                own_rewrite = None
+        raise PassedBy(
+            f"another file took its name at each of {READ_TRIES} reads; "
+            "it is looked at again at its next change"
+        )
 
     def _update(
         self, name: str, status: os.stat_result, own_rewrite: int | None = None
@@ -307,7 +334,11 @@ class Worker:
             repaired = step.run(path, state.session_id if state else None, outcome)
             if repaired is not None:
                 self.cache.drop(name)
-                self._update(name, self.fs.stat(name), repaired.carried_over_bytes)
+                self._update_now(name, repaired.carried_over_bytes)
+        except Gone:  # deleted as soon as it was repaired
+            self._forget(name)
+        except PassedBy as passed:
+            log.warning("%s: repaired, but not read again since: %s", name, passed.why)
         except OSError as exc:  # reading it for the repair failed: nothing was written
             log.error("%s: could not read it to repair it: %s", name, exc)
             outcome.repair, outcome.why = "failed:io_error", str(exc)

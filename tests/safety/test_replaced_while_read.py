@@ -1,0 +1,132 @@
+"""riffd's readers against a transcript replaced while they read it.
+
+The archive's back-fill (`ingest_file`: `riffd archive ingest`, `riffd fix`, the daemon's catch-up)
+judges where to go on in a file from the bytes the archive has of it, then reads the rest; the
+daemon's worker judges from the file's watermark, then reads what is new. A repair's swap or Claude
+Code's own rewrite may replace the file at any instant of that. Each test here renames a new version
+over the transcript (a real rename of real files) just before each file call the reader makes, in
+turn, through its I/O seam (helpers.replacing), and checks that every generation the archive holds
+is a whole version the file had, and that the next look brings the archive (and the worker's
+watermark) to the file as it is: never the old file's watermark with the new file's bytes after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import transcript_bytes, transcript_line, worker_home
+from helpers.replacing import ReplacedAt, longer_line_3, shorter_line_3
+from riffd.archive.ingest import ingest_file
+from riffd.archive.store import Archive
+from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.state.store import StateStore
+
+FIRST = transcript_bytes(10, pad=40)
+GROWN = FIRST + transcript_line(11, pad=40) + transcript_line(12, pad=40)
+REPAIRS = [shorter_line_3, longer_line_3]
+
+
+def _generations(archive: Archive, path: Path) -> list[bytes]:
+    file_id = archive.file_id(str(path))
+    assert file_id is not None
+    return [b"".join(archive.iter_file(file_id, gen)) for gen in archive.generations(file_id)]
+
+
+def _replace_at_each_call(
+    folder: Path,
+    archive: Archive,
+    repair: Callable[[bytes], bytes],
+    first_look: Callable[[Path], object],
+    look: Callable[[Path, ReplacedAt], object],
+) -> int:
+    """For each call number in turn: a file archived as FIRST by `first_look`, grown in place to
+    GROWN, then replaced by its repaired version before that call of `look`; check the archive then
+    and after a look with nothing replaced. Return the calls `look` makes."""
+    repaired = repair(GROWN)
+    seam = ReplacedAt()
+    at = 1
+    while True:
+        path = folder / f"session-{at}.jsonl"
+        path.write_bytes(FIRST)
+        first_look(path)
+        assert _generations(archive, path) == [FIRST]
+        with path.open("ab") as appended:  # the session writes on, in place
+            appended.write(GROWN[len(FIRST) :])
+        replacement = path.with_suffix(".new")
+        replacement.write_bytes(repaired)
+        seam.aim(at, replacement, path)
+        look(path, seam)
+        held = _generations(archive, path)
+        # every generation a version the file had; the newest the file read whole
+        assert set(held) <= {FIRST, GROWN, repaired}, f"replaced before call {at}"
+        assert held[-1] in {GROWN, repaired}, f"replaced before call {at}"
+        if not seam.replaced:  # every call was made: the replacement comes after the look
+            replacement.replace(path)
+        look(path, ReplacedAt())
+        assert _generations(archive, path)[-1] == repaired, f"replaced before call {at}"
+        if not seam.replaced:
+            return at - 1
+        at += 1
+
+
+@pytest.mark.parametrize("repair", REPAIRS)
+def test_the_back_fill_archives_a_file_replaced_at_any_call_as_one_version(
+    tmp_path: Path, repair: Callable[[bytes], bytes]
+) -> None:
+    archive = Archive(tmp_path / "archive.db")
+    folder = tmp_path / "projects" / "-p"
+    folder.mkdir(parents=True)
+    try:
+        calls = _replace_at_each_call(
+            folder,
+            archive,
+            repair,
+            lambda path: ingest_file(archive, path),
+            lambda path, seam: ingest_file(archive, path, fs=seam),
+        )
+        assert calls >= 4  # the open, the check's reads, the read, the status: each tried
+    finally:
+        archive.close()
+
+
+@pytest.mark.parametrize("repair", REPAIRS)
+def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
+    tmp_path: Path, repair: Callable[[bytes], bytes]
+) -> None:
+    project, settings = worker_home(tmp_path, quiet_period=3600)  # no repair: only reading
+    assert isinstance(settings, WorkerSettings)
+    store = StateStore(tmp_path / "state" / "state.db")
+    archive = Archive(tmp_path / "archive.db")
+    seams: dict[str, ReplacedAt] = {}
+
+    def look(path: Path, seam: ReplacedAt) -> None:
+        seams["now"] = seam
+        worker.process(path)
+        worker.batches.flush_all()  # the appended lines, archived a few seconds later by the daemon
+
+    class Seam(ReplacedAt):  # the worker's file system: the seam of the look under way
+        def _tick(self) -> None:
+            if "now" in seams:
+                seams["now"]._tick()
+
+    worker = Worker(store, settings, fs=Seam(), archive=archive)
+    try:
+        calls = _replace_at_each_call(
+            project, archive, repair, lambda path: look(path, ReplacedAt()), look
+        )
+        assert calls >= 4
+        # the worker's watermark is the file's as it is (the index read it whole)
+        for path in project.glob("session-*.jsonl"):
+            state = store.file(str(path))
+            assert state is not None
+            status = path.stat()
+            assert (state.watermark.ino, state.watermark.offset) == (
+                status.st_ino,
+                status.st_size,
+            )
+    finally:
+        archive.close()
+        store.close()
