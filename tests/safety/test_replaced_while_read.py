@@ -12,6 +12,8 @@ watermark) to the file as it is: never the old file's watermark with the new fil
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 
 from conftest import transcript_bytes, transcript_line, worker_home
 from helpers.replacing import ReplacedAt, longer_line_3, shorter_line_3
-from riffd.archive.ingest import ingest_file
+from riffd.archive.ingest import ingest_file, ingest_files
 from riffd.archive.store import Archive
 from riffd.daemon.worker import Worker, WorkerSettings
 from riffd.state.store import StateStore
@@ -130,3 +132,43 @@ def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
     finally:
         archive.close()
         store.close()
+
+
+@pytest.mark.parametrize("repair", REPAIRS)
+def test_the_reader_process_stores_no_line_of_a_file_replaced_and_put_back(
+    tmp_path: Path, repair: Callable[[bytes], bytes]
+) -> None:
+    """`riffd archive ingest` judges a file, then its reader process opens it. Here the file is
+    replaced before the reader opens it and put back before the first batch is stored (a repair and
+    its undo, or riffd's swap putting another program's file back): both judgements are made on the
+    old file, the reader reads the other one. The second is put back a second after the reader was
+    free to read the first: before riffd named the file it read, that stored the other file's bytes
+    from the old watermark (a later reader only makes the test pass as the old code did)."""
+    folder = tmp_path / "projects" / "-p"
+    folder.mkdir(parents=True)
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        target = folder / "target.jsonl"
+        target.write_bytes(FIRST)
+        assert ingest_file(archive, target) == 10
+        with target.open("ab") as appended:
+            appended.write(GROWN[len(FIRST) :])
+        os.link(target, folder / "target.old")
+        repaired = repair(GROWN)
+        (folder / "target.new").write_bytes(repaired)
+        small = folder / "a.jsonl"
+        small.write_bytes(transcript_bytes(50, pad=40))
+        big = folder / "b.jsonl"  # more than the reader's pipe holds: the reader waits in it
+        big.write_bytes(b"".join(transcript_line(n, pad=2000) for n in range(1, 2500)))
+        stored = ingest_files(archive, [small, big, target])
+        assert next(stored) == (small, 50)  # the target is judged by now, the reader is in b
+        os.replace(folder / "target.new", target)
+        assert next(stored) == (big, 2499)  # the reader goes on to the target, and reads it
+        time.sleep(1.0)
+        os.replace(folder / "target.old", target)  # put back before the first batch is stored
+        assert [path for path, _added in stored] == [target]
+        held = _generations(archive, target)
+        assert set(held) <= {FIRST, GROWN}
+        assert held[-1] == GROWN == target.read_bytes()
+    finally:
+        archive.close()

@@ -16,9 +16,9 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -28,7 +28,7 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
-from riffd.fsio import REAL_FILES, FileSystem
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 from riffd.transcript.reader import iter_chunks, read_span, retrying
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) ->
                     rewritten=rewritten and offset == 0,
                     last_terminated=terminated,
                 )
-            note_time(archive, path, fs.fstat(fd))
+            note_time(archive, path, fs=fs, fd=fd)
             return added
         # another process started a new generation meanwhile: read from where it is now
         except ArchiveGap:
@@ -85,16 +85,26 @@ def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) ->
     return added
 
 
-def note_time(archive: Archive, path: Path, status: os.stat_result | None = None) -> None:
+def note_time(
+    archive: Archive,
+    path: Path,
+    *,
+    fs: FileSystem = REAL_FILES,
+    fd: int | None = None,
+    seen: tuple[int, int] | None = None,
+) -> None:
     """Record the file's modification time in the archive when the archive holds it whole (what
     `riffd archive restore` gives the file back); a file that grew since it was read is noted when
-    it is archived next. `status`: the file's as it was read (default: as it is now)."""
-    try:
-        status = status or path.stat()
-    except OSError:
-        return
-    if archive.cursor(str(path))[1] == status.st_size:
-        archive.note_mtime(str(path), status.st_size, status.st_mtime_ns)
+    it is archived next. The file is the one `fd` is open on when given, else the one at `path`;
+    `seen`: its (size, mtime_ns) as a reader process saw them at the end of its read."""
+    if seen is None:
+        try:
+            status = retrying(fs).fstat(fd) if fd is not None else path.stat()
+        except OSError:
+            return
+        seen = status.st_size, status.st_mtime_ns
+    if archive.cursor(str(path))[1] == seen[0]:
+        archive.note_mtime(str(path), *seen)
 
 
 def archive_key(path: Path) -> Path:
@@ -134,7 +144,19 @@ def still_appended(
     if last is None:
         return False
     fs = retrying(fs)
-    if (fs.stat(path) if fd is None else fs.fstat(fd)).st_size < archived:
+    if fd is not None:
+        return _ends_with(fs, path, fd, archived, last)
+    # the file the name leads to (through a symlink too), as the read that follows opens it
+    opened = fs.open(path, os.O_RDONLY)
+    try:
+        return _ends_with(fs, path, opened, archived, last)
+    finally:
+        fs.close(opened)
+
+
+def _ends_with(fs: RetryingFS, path: Path, fd: int, archived: int, last: bytes) -> bool:
+    """Whether the file open on `fd` holds `last` just before byte `archived`."""
+    if fs.fstat(fd).st_size < archived:
         return False
     try:
         return read_span(path, archived - len(last), len(last), fs=fs, fd=fd) == last
@@ -191,7 +213,7 @@ def _ingest_here(archive: Archive, path: Path) -> int | OSError:
 class Batch(msgspec.Struct, array_like=True, gc=False):
     """One message of the reader: a batch of lines of job `job` from byte `offset`, with what
     `parse` gave for each; or, `lines` empty, the end of the job (`failed`: reading failed there,
-    the file is archived here)."""
+    the file is archived here). Each names the file it was read from."""
 
     job: int
     offset: int = 0
@@ -200,6 +222,10 @@ class Batch(msgspec.Struct, array_like=True, gc=False):
     terminated: bool = True
     end: bool = False
     failed: bool = False
+    # (st_dev, st_ino) of the file the reader read (None: it could not open it)
+    file: tuple[int, int] | None = None
+    # with the end: the file's (size, mtime_ns) when the reader had read it
+    seen: tuple[int, int] | None = None
 
 
 class Job(msgspec.Struct, array_like=True):
@@ -227,7 +253,8 @@ def _ingest_with_reader(
         name="riffd-ingest-reader",
     )
     encode = msgspec.msgpack.Encoder().encode
-    starts: dict[int, tuple[int, bool]] = {}  # per file handed to the reader: `where_to_start` then
+    # per file handed to the reader: `where_to_start` then, and the file it was judged on
+    starts: dict[int, tuple[tuple[int, bool], tuple[int, int]]] = {}
     try:
         gc.freeze()  # the reader's collections then never touch (and copy) the pages it shares with this process
         try:
@@ -260,19 +287,21 @@ def _ingest_with_reader(
                     if str(paths[sent - 1]) in handed:
                         continue
                     try:
-                        start = where_to_start(archive, paths[sent - 1])
+                        start = _judged(archive, paths[sent - 1])
                     except OSError:
                         continue
                     try:
-                        jobs_out.send_bytes(encode(Job(sent - 1, str(paths[sent - 1]), start[0])))
+                        jobs_out.send_bytes(
+                            encode(Job(sent - 1, str(paths[sent - 1]), start[0][0]))
+                        )
                     except OSError:
                         alive = False
                     handed.add(str(paths[sent - 1]))
                     starts[sent - 1] = start
                 ahead -= sizes[number]
-                added, done_here = 0, True
+                added, done_here, seen = 0, True, None
                 if alive and number in starts:
-                    added, done_here, alive = _store_batches(
+                    added, done_here, alive, seen = _store_batches(
                         archive, receiver, number, path, starts[number], group
                     )
                 # from the archive's watermark: what the reader's batches stored stays, once
@@ -280,7 +309,7 @@ def _ingest_with_reader(
                     with group.apart():  # a transaction a batch, as `ingest_file` does alone
                         done = _ingest_here(archive, path)
                 else:
-                    note_time(archive, path)
+                    note_time(archive, path, seen=seen)
                     done = 0
                 group.commit()  # what is said to be archived is
                 yield path, done if isinstance(done, OSError) else added + done
@@ -294,19 +323,34 @@ def _ingest_with_reader(
         reap(reader, 1.0)
 
 
+def _judged(archive: Archive, path: Path) -> tuple[tuple[int, bool], tuple[int, int]]:
+    """`where_to_start` of the file at `path`, judged through one open of it, and that file's
+    (st_dev, st_ino): the file the reader's lines must come from."""
+    fs = retrying(REAL_FILES)
+    fd = fs.open(path, os.O_RDONLY)
+    try:
+        status = fs.fstat(fd)
+        return where_to_start(archive, path, fs=fs, fd=fd), (status.st_dev, status.st_ino)
+    finally:
+        fs.close(fd)
+
+
 def _store_batches(
     archive: Archive,
     receiver: Connection,
     number: int,
     path: Path,
-    start: tuple[int, bool],
+    judged: tuple[tuple[int, bool], tuple[int, int]],
     group: WriteGroup,
-) -> tuple[int, bool, bool]:
-    """Store the reader's batches of file `number`, handed to it when `where_to_start` gave `start`;
-    return (the lines added, whether the file is to be archived here after all, whether the reader
-    is still there). Here after all: the reader could not read it, or it was rewritten or archived
-    by another process since it was handed over (its first message shows), or the reader died or
-    fell out of step (then so are the rest)."""
+) -> tuple[int, bool, bool, tuple[int, int] | None]:
+    """Store the reader's batches of file `number`, handed to it when `where_to_start` gave
+    `judged` (with the file it judged); return (the lines added, whether the file is to be archived
+    here after all, whether the reader is still there, the file's (size, mtime_ns) when the reader
+    had read it). Here after all: the reader could not read it, or read another file than the one
+    judged (replaced in between), or it was rewritten or archived by another process since it was
+    handed over (its first message shows), or the reader died or fell out of step (then so are the
+    rest)."""
+    start, file = judged
     # lines stored and committed, and stored since the group's last commit
     added = pending = 0
     stale = None
@@ -323,9 +367,9 @@ def _store_batches(
                     f"a batch of file {batch.job} while storing file {number}"
                 )
             if stale is None:
-                stale = _where_now(archive, path) != start
+                stale = batch.file != file or _where_now(archive, path) != start
             if batch.end:
-                return added + pending, bool(stale or batch.failed), True
+                return added + pending, bool(stale or batch.failed), True, batch.seen
             if not stale:
                 try:
                     pending += archive.add_lines(
@@ -344,7 +388,7 @@ def _store_batches(
                     if group.wrote(sum(map(len, batch.lines)) + len(batch.lines)):
                         added, pending = added + pending, 0
     except (EOFError, OSError, msgspec.DecodeError):
-        return added + pending, True, False
+        return added + pending, True, False, None
 
 
 def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:
@@ -358,19 +402,34 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
     try:
         while (job := _decode_job(jobs.recv_bytes())) is not None:
             try:
-                for offset, lines, terminated in iter_chunks(job.path, start=job.start):
-                    # every user prompt: `add_lines` takes the first of the lines it stores
-                    parsed = [parse(raw, True) for raw in lines]
-                    try:
-                        message = encode(Batch(job.number, offset, lines, parsed, terminated))
-                    # a text with a lone surrogate (an escape JSON allows): parsed there
-                    except UnicodeEncodeError:
-                        message = encode(Batch(job.number, offset, lines, [], terminated))
-                    sender.send_bytes(message)
+                end = _send_file(sender, encode, job)
             except OSError:
-                sender.send_bytes(encode(Batch(job.number, end=True, failed=True)))
-            else:
-                sender.send_bytes(encode(Batch(job.number, end=True)))
+                end = Batch(job.number, end=True, failed=True)
+            sender.send_bytes(encode(end))
     except BaseException:
         os._exit(1)
     os._exit(0)
+
+
+def _send_file(sender: Connection, encode: Callable[[Any], bytes], job: Job) -> Batch:
+    """Send the batches of the job's file, each naming the file read (one open of it: a file
+    renamed over the name meanwhile is read whole or not at all); return the job's end, with the
+    file's size and time once read. Raise OSError when reading fails."""
+    fs = retrying(REAL_FILES)
+    fd = fs.open(job.path, os.O_RDONLY)
+    try:
+        opened = fs.fstat(fd)
+        file = (opened.st_dev, opened.st_ino)
+        for offset, lines, terminated in iter_chunks(job.path, fs=fs, start=job.start, fd=fd):
+            # every user prompt: `add_lines` takes the first of the lines it stores
+            parsed = [parse(raw, True) for raw in lines]
+            try:
+                message = encode(Batch(job.number, offset, lines, parsed, terminated, file=file))
+            # a text with a lone surrogate (an escape JSON allows): parsed there
+            except UnicodeEncodeError:
+                message = encode(Batch(job.number, offset, lines, [], terminated, file=file))
+            sender.send_bytes(message)
+        read = fs.fstat(fd)
+        return Batch(job.number, end=True, file=file, seen=(read.st_size, read.st_mtime_ns))
+    finally:
+        fs.close(fd)

@@ -305,7 +305,7 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     new one, and the ingest goes on (before the catch, it ended there)."""
     import msgspec
 
-    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+    from riffd.archive.ingest import Batch, _judged, _store_batches
 
     path = tmp_path / "s.jsonl"
     old = [transcript_line(number, pad=200) for number in range(1, 41)]
@@ -314,21 +314,22 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
         for number in range(1, 6)
     ]
     path.write_bytes(b"".join(old))
+    read = _file_of(path)  # the file the reader reads: the old one, to its end
     archive = Archive(tmp_path / "archive.db")
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    start = where_to_start(archive, path)
-    result: list[tuple[int, bool, bool]] = []
+    judged = _judged(archive, path)
+    result: list[tuple[int, bool, bool, tuple[int, int] | None]] = []
 
     def store() -> None:
         # each batch its own transaction: the other process comes between two transactions (the
         # ingest's hold a few batches each)
         with archive.connection.grouped(1) as group:
-            result.append(_store_batches(archive, receiver, 7, path, start, group))
+            result.append(_store_batches(archive, receiver, 7, path, judged, group))
 
     storing = threading.Thread(target=store)
     storing.start()
     encode = msgspec.msgpack.Encoder().encode
-    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]])))
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in old[:20]], file=read)))
     watcher = Archive(tmp_path / "archive.db")
     for _ in range(3000):  # until the first batch is stored
         if watcher.cursor(str(path))[1] == len(b"".join(old[:20])):
@@ -340,18 +341,26 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     replacement.write_bytes(b"".join(new))
     os.replace(replacement, path)
     assert ingest_file(watcher, path) == 5  # the other process: a new generation, 5 lines
-    sender.send_bytes(encode(Batch(7, len(b"".join(old[:20])), [line[:-1] for line in old[20:]])))
-    sender.send_bytes(encode(Batch(7, end=True)))
+    sender.send_bytes(
+        encode(Batch(7, len(b"".join(old[:20])), [line[:-1] for line in old[20:]], file=read))
+    )
+    sender.send_bytes(encode(Batch(7, end=True, file=read)))
     storing.join(60)
     assert not storing.is_alive()
     # 20 lines stored, the rest refused: archived here after all, reader alive
-    assert result == [(20, True, True)]
+    assert result == [(20, True, True, None)]
     assert ingest_file(archive, path) == 0  # what the caller does then: nothing is missing
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old[:20])
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes() == b"".join(new)
     watcher.close()
     archive.close()
+
+
+def _file_of(path: Path) -> tuple[int, int]:
+    """(st_dev, st_ino) of the file at `path`: what the reader names each batch by."""
+    status = path.stat()
+    return status.st_dev, status.st_ino
 
 
 def _playing_the_reader(
@@ -372,17 +381,18 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
     as archived, and the file is then archived here from what the archive holds."""
     import msgspec
 
-    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+    from riffd.archive.ingest import Batch, _judged, _store_batches
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
+    read = _file_of(path)
     encode = msgspec.msgpack.Encoder().encode
-    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]], file=read)))
     gap = len(b"".join(lines[:20])) + 5  # not where the first batch ended: refused
-    sender.send_bytes(encode(Batch(7, gap, [line[:-1] for line in lines[20:]])))
-    sender.send_bytes(encode(Batch(7, end=True)))
+    sender.send_bytes(encode(Batch(7, gap, [line[:-1] for line in lines[20:]], file=read)))
+    sender.send_bytes(encode(Batch(7, end=True, file=read)))
     with archive.connection.grouped(1 << 30) as group:
-        result = _store_batches(archive, receiver, 7, path, where_to_start(archive, path), group)
-        assert result == (0, True, True)
+        result = _store_batches(archive, receiver, 7, path, _judged(archive, path), group)
+        assert result == (0, True, True, None)
         assert archive.cursor(str(path))[1] == 0
         assert ingest_file(archive, path) == 40
     ((file_id, _path, _session),) = archive.files_of(str(path))
@@ -395,20 +405,21 @@ def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) 
     process waits for the next batch, so another writer (the daemon) is not kept out meanwhile."""
     import msgspec
 
-    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+    from riffd.archive.ingest import Batch, _judged, _store_batches
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
+    read = _file_of(path)
     encode = msgspec.msgpack.Encoder().encode
-    result: list[tuple[int, bool, bool]] = []
-    start = where_to_start(archive, path)
+    result: list[tuple[int, bool, bool, tuple[int, int] | None]] = []
+    judged = _judged(archive, path)
 
     def store() -> None:
         with archive.connection.grouped(1 << 30) as group:
-            result.append(_store_batches(archive, receiver, 7, path, start, group))
+            result.append(_store_batches(archive, receiver, 7, path, judged, group))
 
     storing = threading.Thread(target=store)
     storing.start()
-    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]], file=read)))
     other = Archive(tmp_path / "archive.db")
     for _ in range(3000):  # committed while the storing thread waits for the next batch
         if other.cursor(str(path))[1] == len(b"".join(lines[:20])):
@@ -419,11 +430,11 @@ def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) 
     other.add_lines(str(tmp_path / "other.jsonl"), 0, [lines[0][:-1]])  # the lock is free
     other.close()
     sender.send_bytes(
-        encode(Batch(7, len(b"".join(lines[:20])), [line[:-1] for line in lines[20:]]))
+        encode(Batch(7, len(b"".join(lines[:20])), [line[:-1] for line in lines[20:]], file=read))
     )
-    sender.send_bytes(encode(Batch(7, end=True)))
+    sender.send_bytes(encode(Batch(7, end=True, file=read)))
     storing.join(60)
-    assert result == [(40, False, True)]
+    assert result == [(40, False, True, None)]
     ((file_id, _path, _session),) = archive.files_of(str(path))
     assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
     archive.close()
@@ -451,17 +462,18 @@ def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> N
     adds only the rest."""
     import msgspec
 
-    from riffd.archive.ingest import Batch, _store_batches, where_to_start
+    from riffd.archive.ingest import Batch, _judged, _store_batches
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 60)
+    read = _file_of(path)
     encode = msgspec.msgpack.Encoder().encode
-    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]])))
+    sender.send_bytes(encode(Batch(7, 0, [line[:-1] for line in lines[:20]], file=read)))
     second = len(b"".join(lines[:20]))
-    sender.send_bytes(encode(Batch(7, second, [line[:-1] for line in lines[20:40]])))
+    sender.send_bytes(encode(Batch(7, second, [line[:-1] for line in lines[20:40]], file=read)))
     sender.close()
     with archive.connection.grouped(1 << 30) as group:
-        result = _store_batches(archive, receiver, 7, path, where_to_start(archive, path), group)
-        assert result == (40, True, False)
+        result = _store_batches(archive, receiver, 7, path, _judged(archive, path), group)
+        assert result == (40, True, False, None)
         with group.apart():
             assert ingest_file(archive, path) == 20
     ((file_id, _path, _session),) = archive.files_of(str(path))
@@ -511,3 +523,51 @@ def test_a_file_archived_here_commits_batch_by_batch(tmp_path: Path) -> None:
     size = big.stat().st_size
     assert [at for at in seen if 0 < at < size], f"seen only {sorted(seen)} of {size} bytes"
     assert _restored(tmp_path / "archive.db")[str(big)] == big.read_bytes()
+
+
+def test_a_transcript_archived_through_a_symlink_is_not_judged_rewritten(tmp_path: Path) -> None:
+    """The archive keeps a file the daemon reaches through a link under the link's name: judging
+    whether it was rewritten reads the file the link leads to, as the read does (not the link's own
+    size, which made every ingest archive it again whole)."""
+    from riffd.archive.ingest import still_appended
+    from riffd.archive.verify import verify_file
+
+    real = tmp_path / "elsewhere" / "s.jsonl"
+    real.parent.mkdir()
+    real.write_bytes(b"".join(transcript_line(n, pad=1000) for n in range(1, 1200)))  # > 1 MB
+    link = tmp_path / "projects" / "-p" / "s.jsonl"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        assert ingest_file(archive, link) == 1199
+        assert still_appended(archive, link, archive.cursor(str(link))[1])
+        assert verify_file(archive, link).outcome == "whole"
+        for _run in range(2):  # the reader process: nothing new, no new generation
+            assert list(ingest_files(archive, [link])) == [(link, 0)]
+        file_id = archive.file_id(str(link))
+        assert file_id is not None and archive.generations(file_id) == [0]
+    finally:
+        archive.close()
+
+
+def test_a_status_that_fails_after_the_lines_are_archived_fails_nothing(tmp_path: Path) -> None:
+    """The file's time is noted once its lines are archived; a status read that keeps failing
+    (EIO from a cloud folder) then loses only the time, not the ingest."""
+    import errno
+
+    from riffd.fsio import FileSystem, RetryingFS, RetryPolicy
+
+    class StatusFails(FileSystem):
+        def fstat(self, fd: int) -> os.stat_result:
+            raise OSError(errno.EIO, "Input/output error")
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(transcript_line(n) for n in range(1, 11)))
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        fs = RetryingFS(StatusFails(), RetryPolicy(attempts=2, first_wait=0.001, max_wait=0.002))
+        assert ingest_file(archive, path, fs=fs) == 10
+        assert archive.cursor(str(path))[1] == path.stat().st_size
+    finally:
+        archive.close()
