@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_bytes, transcript_line, worker_home
+from helpers import damage
 from helpers.replacing import ReplacedAt, longer_line_3, shorter_line_3
 from riffd.archive.ingest import ingest_file, ingest_files
 from riffd.archive.store import Archive
 from riffd.daemon.worker import Worker, WorkerSettings
+from riffd.fsio import FileSystem
 from riffd.state.store import StateStore
 
 FIRST = transcript_bytes(10, pad=40)
@@ -120,6 +122,10 @@ def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
             project, archive, repair, lambda path: look(path, ReplacedAt()), look
         )
         assert calls >= 4
+        # each replacement counted once, none taken for a read error
+        counters = store.counters()
+        assert counters.get("errors.read", 0) == 0
+        assert counters.get("rescans.changed_files", 0) <= calls + 1
         # the worker's watermark is the file's as it is (the index read it whole)
         for path in project.glob("session-*.jsonl"):
             state = store.file(str(path))
@@ -172,3 +178,102 @@ def test_the_reader_process_stores_no_line_of_a_file_replaced_and_put_back(
         assert held[-1] == GROWN == target.read_bytes()
     finally:
         archive.close()
+
+
+class AfterTheSwap(FileSystem):
+    """Runs `act(transcript)` once, just before the `at`th `call` ("stat" or "open" for reading) of
+    the transcript after riffd's swap (the swap's own checks, then the look the worker takes at its
+    repair)."""
+
+    def __init__(self, call: str, act: Callable[[Path], object], at: int = 1) -> None:
+        self.call, self.act, self.at = call, act, at
+        self.swapped, self.seen = False, 0
+
+    @property
+    def acted(self) -> bool:
+        return self.seen >= self.at
+
+    def exchange(self, src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        super().exchange(src, dst)
+        self.swapped = True
+
+    def _maybe(self, call: str, path: str | os.PathLike[str]) -> None:
+        if self.swapped and call == self.call and Path(path).name == "s.jsonl":
+            self.seen += 1
+            if self.seen == self.at:
+                self.act(Path(path))
+
+    def stat(self, path: str | os.PathLike[str]) -> os.stat_result:
+        self._maybe("stat", path)
+        return super().stat(path)
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        if flags == os.O_RDONLY:
+            self._maybe("open", path)
+        return super().open(path, flags, mode)
+
+
+def _damaged_session(project: Path) -> Path:
+    path = project / "s.jsonl"
+    path.write_bytes(damage.inject_resumed_duplicate(damage.generated_session()).data)
+    return path
+
+
+def test_a_repair_whose_file_is_deleted_at_once_is_reported_done(tmp_path: Path) -> None:
+    """The worker looks at its own repair at once; the file deleted in between is forgotten, and
+    the repair, which was made (its backup kept), is reported made, not failed."""
+    project, settings = worker_home(tmp_path)
+    assert isinstance(settings, WorkerSettings)
+    store = StateStore(tmp_path / "state" / "state.db")
+    path = _damaged_session(project)
+    seam = AfterTheSwap("open", os.unlink)
+    try:
+        outcome = Worker(store, settings, fs=seam).process(path)
+        assert seam.acted
+        assert outcome.repair == "repaired"
+        assert store.file(str(path)) is None  # forgotten: nothing is there
+        assert store.counters().get("errors.read", 0) == 0
+        assert list((tmp_path / "state" / "backups").rglob("*")) != []
+    finally:
+        store.close()
+
+
+def test_another_file_renamed_over_a_repair_at_once_is_read_as_what_it_is(tmp_path: Path) -> None:
+    """Another program renames its file over riffd's repaired copy, before each status riffd takes
+    of the transcript after its swap in turn: the swap's checks keep that file, and once the repair
+    is done, the worker's look reads it whole as a file of its own (counted, archived as a new
+    generation), not as riffd's rewrite whose lines were processed before."""
+    project, settings = worker_home(tmp_path)
+    assert isinstance(settings, WorkerSettings)
+    other = transcript_bytes(30, pad=40)
+
+    def rename_over(transcript: Path) -> None:
+        replacement = transcript.with_suffix(".other")
+        replacement.write_bytes(other)
+        replacement.replace(transcript)
+
+    looked_after_repair = False
+    at = 1
+    while True:
+        home = tmp_path / f"try-{at}"
+        store = StateStore(home / "state.db")
+        archive = Archive(home / "archive.db")
+        path = _damaged_session(project)
+        seam = AfterTheSwap("stat", rename_over, at)
+        try:
+            outcome = Worker(store, settings, fs=seam, archive=archive).process(path)
+            if not seam.acted:
+                break
+            assert path.read_bytes() == other, f"status {at}"  # never thrown away
+            if outcome.repair == "repaired":  # the repair was done: the look read the other file
+                looked_after_repair = True
+                assert store.counters().get("rescans.changed_files", 0) == 1, f"status {at}"
+                state = store.file(str(path))
+                assert state is not None and state.watermark.ino == path.stat().st_ino
+                assert state.watermark.offset == len(other)
+                assert _generations(archive, path)[-1] == other, f"status {at}"
+        finally:
+            archive.close()
+            store.close()
+        at += 1
+    assert looked_after_repair

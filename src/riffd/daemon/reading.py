@@ -113,6 +113,8 @@ class Reading:
     why: str = ""
     tail: int = 0
     tail_torn: bool = False
+    # the file open for reading (the one `status` is of): judged, read and fingerprinted through it
+    fd: int | None = None
 
     @property
     def index(self) -> TranscriptIndex:
@@ -130,21 +132,21 @@ class Reading:
         return self.index.end == self.status.st_size
 
     def chunks(self, fs: RetryingFS) -> Iterator[Chunk]:
-        """Yield the complete new lines in chunks; an unfinished last line is only measured. Raise
-        Replaced, before the first chunk, when the name no longer holds the file `status` is of:
-        where to read from was judged on that file, so the lines are read from it or not at all."""
-        fd = fs.open(self.name, os.O_RDONLY)
-        try:
-            opened = fs.fstat(fd)
-            if (opened.st_dev, opened.st_ino) != (self.status.st_dev, self.status.st_ino):
-                raise Replaced(self.name)
-            for offset, lines, terminated in iter_chunks(self.name, fs=fs, start=self.start, fd=fd):
-                if terminated:
-                    yield Chunk(offset, lines)
-                else:  # an unfinished last line: wait for its newline
-                    self.tail = len(lines[0])
-                    self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
-        finally:
+        """Yield the complete new lines in chunks; an unfinished last line is only measured."""
+        assert self.fd is not None
+        for offset, lines, terminated in iter_chunks(
+            self.name, fs=fs, start=self.start, fd=self.fd
+        ):
+            if terminated:
+                yield Chunk(offset, lines)
+            else:  # an unfinished last line: wait for its newline
+                self.tail = len(lines[0])
+                self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
+
+    def close(self, fs: RetryingFS) -> None:
+        """Close the file (once read, its watermark taken)."""
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
             fs.close(fd)
 
 
@@ -160,19 +162,55 @@ def open_reading(
     """Given a file's status and its stored state, return where to read it from, or None when its
     watermark says nothing changed (one stat, no read: what a restart costs per untouched file).
     With `settle_tail`, an unchanged file that ends in an unfinished line is read again from its
-    watermark (that line, to be judged and archived once the file is idle)."""
+    watermark (that line, to be judged and archived once the file is idle). The Reading holds the
+    file open, judged and read through that one open (`close` it); raise Replaced when the name no
+    longer holds the file `status` is of."""
+    watermark = state.watermark if state else None
+    if watermark is not None and (
+        (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+        == (watermark.dev, watermark.ino, watermark.size, watermark.mtime_ns)
+        and not (settle_tail and watermark.size > watermark.offset)
+    ):
+        return None
+    fd = open_as(name, status, fs)
+    try:
+        reading = _where_from(name, status, state, cache, fs, fd)
+    except BaseException:
+        fs.close(fd)
+        raise
+    reading.fd = fd
+    return reading
+
+
+def open_as(name: str, status: os.stat_result, fs: RetryingFS) -> int:
+    """Open `name` for reading; raise Replaced (having closed it) when it is no longer the file
+    `status` is of: what was judged on that file is read from it, or not at all."""
+    fd = fs.open(name, os.O_RDONLY)
+    try:
+        opened = fs.fstat(fd)
+    except BaseException:
+        fs.close(fd)
+        raise
+    if (opened.st_dev, opened.st_ino) != (status.st_dev, status.st_ino):
+        fs.close(fd)
+        raise Replaced(name)
+    return fd
+
+
+def _where_from(
+    name: str,
+    status: os.stat_result,
+    state: FileState | None,
+    cache: IndexCache,
+    fs: RetryingFS,
+    fd: int,
+) -> Reading:
+    """Where to read the changed file open on `fd` from (see open_reading)."""
     watermark = state.watermark if state else None
     if watermark is None:
         cache.drop(name)
         return Reading(name, status, state, GrowingIndex(name), why="new file")
-    if (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns) == (
-        watermark.dev,
-        watermark.ino,
-        watermark.size,
-        watermark.mtime_ns,
-    ) and not (settle_tail and watermark.size > watermark.offset):
-        return None
-    why = still_same_file(name, status, watermark, fs)
+    why = still_same_file(name, status, watermark, fs, fd)
     if why:
         cache.drop(name)
         return Reading(name, status, state, GrowingIndex(name), why=why)
@@ -184,22 +222,26 @@ def open_reading(
     return Reading(name, status, state, GrowingIndex(name), 0, watermark.lines, "rebuilt", why)
 
 
-def still_same_file(name: str, status: os.stat_result, watermark: Watermark, fs: RetryingFS) -> str:
-    """Return why `name` is no longer the file the watermark describes, or '' if it still is."""
+def still_same_file(
+    name: str, status: os.stat_result, watermark: Watermark, fs: RetryingFS, fd: int
+) -> str:
+    """Return why `name` (open on `fd`, of `status`) is no longer the file the watermark
+    describes, or '' if it still is."""
     if (status.st_dev, status.st_ino) != (watermark.dev, watermark.ino):
         return "it was replaced by another file"
     if status.st_size < watermark.offset:
         return f"it shrank below the {watermark.offset} bytes already read (truncated)"
-    if digest(name, 0, watermark.head_len, fs) != watermark.head_sha:
+    if digest(name, 0, watermark.head_len, fs, fd) != watermark.head_sha:
         return "its first line changed (rewritten)"
     tail_start = watermark.offset - watermark.tail_len
-    if digest(name, tail_start, watermark.tail_len, fs) != watermark.tail_sha:
+    if digest(name, tail_start, watermark.tail_len, fs, fd) != watermark.tail_sha:
         return "bytes before the watermark changed (rewritten)"
     return ""
 
 
 def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
-    """Return the watermark that records what `reading` read."""
+    """Return the watermark that records what `reading` read (fingerprinted through its open file,
+    before it is closed)."""
     name, status, index = reading.name, reading.status, reading.index
     offset = index.end
     head_len = min(index.span(0)[1], FINGERPRINT_BYTES) if len(index) else 0
@@ -211,17 +253,17 @@ def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
         offset=offset,
         lines=len(index),
         head_len=head_len,
-        head_sha=digest(name, 0, head_len, fs),
+        head_sha=digest(name, 0, head_len, fs, reading.fd),
         tail_len=tail_len,
-        tail_sha=digest(name, offset - tail_len, tail_len, fs),
+        tail_sha=digest(name, offset - tail_len, tail_len, fs, reading.fd),
         size=status.st_size,
         mtime_ns=status.st_mtime_ns,
     )
 
 
-def digest(name: str, offset: int, length: int, fs: RetryingFS) -> str:
-    """The sha256 of `length` bytes of `name` at `offset`."""
+def digest(name: str, offset: int, length: int, fs: RetryingFS, fd: int | None) -> str:
+    """The sha256 of `length` bytes of `name` (open on `fd`, when given) at `offset`."""
     if length <= 0:
         return hashlib.sha256(b"").hexdigest()
-    data = read_span(name, offset, length, fs=fs)
+    data = read_span(name, offset, length, fs=fs, fd=fd)
     return hashlib.sha256(data).hexdigest()

@@ -155,7 +155,9 @@ class ArchiveSink:
         if reading.state is None:  # new to the state store: new to the archive, or recreated?
             try:
                 _generation, archived = self.archive.cursor(self.name)
-                return archived > 0 and not still_appended(self.archive, Path(self.name), archived)
+                return archived > 0 and not still_appended(
+                    self.archive, Path(self.name), archived, fd=reading.fd
+                )
             except (sqlite3.Error, OSError, PackDamaged) as exc:
                 self.errors.failed(self.archive, self.name, "ask the archive about it", exc)
         return False

@@ -121,13 +121,21 @@ class Worker:
         outcome.seconds = time.monotonic() - started
         return outcome
 
-    def _update_now(self, name: str, own_rewrite: int | None = None) -> tuple[Outcome, Verdict]:
+    def _update_now(
+        self,
+        name: str,
+        own_rewrite: int | None = None,
+        own_file: tuple[int, int] | None = None,
+    ) -> tuple[Outcome, Verdict]:
         """`_update` with the file's status now, taken again when another file took the name
         between that status and the read (then read as the file it now is, from its start: not
-        riffd's own rewrite). Raise PassedBy when that happens at every try, Gone when nothing is
-        there."""
+        riffd's own rewrite). `own_rewrite` counts only while the name holds `own_file` ((st_dev,
+        st_ino) of riffd's repaired copy). Raise PassedBy when the name changed hands at every
+        try, Gone when nothing is there."""
         for _attempt in range(READ_TRIES):
             status = status_of(name, self.fs)  # through a symlink the walk reached it by
+            if own_file is not None and (status.st_dev, status.st_ino) != own_file:
+                own_rewrite = None  # another file took the name since riffd's swap
             try:
                 return self._update(name, status, own_rewrite)
             except Replaced:
@@ -158,6 +166,17 @@ class Worker:
                 wait = status.st_mtime + self.settings.quiet_period + TAIL_MARGIN - now
                 verdict = replace(verdict, look_again=min(verdict.look_again or wait, wait))
             return Outcome(name, "unchanged"), verdict
+        try:
+            return self._read(reading, now, idle, own_rewrite)
+        finally:
+            reading.close(self.fs)
+
+    def _read(
+        self, reading: Reading, now: float, idle: bool, own_rewrite: int | None
+    ) -> tuple[Outcome, Verdict]:
+        """Read the file `reading` holds open from where it says, feed the sinks, judge it and
+        commit (see `_update`)."""
+        name = reading.name
         if reading.rewritten and own_rewrite is None:
             log.info("%s: %s; reading it again from the start", name, reading.why)
             self.store.bump({"rescans.changed_files": 1})
@@ -332,16 +351,22 @@ class Worker:
         )
         try:
             repaired = step.run(path, state.session_id if state else None, outcome)
-            if repaired is not None:
-                self.cache.drop(name)
-                self._update_now(name, repaired.carried_over_bytes)
-        except Gone:  # deleted as soon as it was repaired
-            self._forget(name)
-        except PassedBy as passed:
-            log.warning("%s: repaired, but not read again since: %s", name, passed.why)
         except OSError as exc:  # reading it for the repair failed: nothing was written
             log.error("%s: could not read it to repair it: %s", name, exc)
             outcome.repair, outcome.why = "failed:io_error", str(exc)
+            return
+        if repaired is None:
+            return
+        self.cache.drop(name)
+        try:
+            self._update_now(name, repaired.carried_over_bytes, repaired.copy_id)
+        except (Gone, FileNotFoundError):  # deleted as soon as it was repaired
+            self._forget(name)
+        except (PassedBy, OSError) as exc:  # the repair is done: only the look after it failed
+            why = exc.why if isinstance(exc, PassedBy) else str(exc)
+            log.warning(
+                "%s: repaired, but not read again since (%s); read at its next look", name, why
+            )
 
     def _live(self, name: str, session_id: str | None) -> bool:
         return liveness(Path(name), session_id, self.settings, self.fs)[0]

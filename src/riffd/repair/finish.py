@@ -153,4 +153,5 @@ def _outcome(
         + sum(end - start for start, end in record.carried_at),
         warnings=tuple(notes),
         pending_swap=pending,
+        copy_id=(record.copy_id[0], record.copy_id[1]),
     )

@@ -116,6 +116,9 @@ class Repaired:
     warnings: tuple[str, ...] = ()  # what the user should know although the repair is done
     # the journal of a hand-over a later run finishes (a writer held the old file)
     pending_swap: Path | None = None
+    # (st_dev, st_ino) of the repaired copy now at the path: what a look right after reads as
+    # riffd's own rewrite (another file renamed over it since is read as what it is)
+    copy_id: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
