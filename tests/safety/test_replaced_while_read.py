@@ -45,15 +45,20 @@ def _replace_at_each_call(
     repair: Callable[[bytes], bytes],
     first_look: Callable[[Path], object],
     look: Callable[[Path, ReplacedAt], object],
+    *,
+    undo: bool = False,
 ) -> int:
     """For each call number in turn: a file archived as FIRST by `first_look`, grown in place to
-    GROWN, then replaced by its repaired version before that call of `look`; check the archive then
-    and after a look with nothing replaced. Return the calls `look` makes."""
+    GROWN, then replaced by its repaired version before that call of `look` (`undo`: replaced by
+    it before the look, and the original put back before that call, as a repair's undo or riffd's
+    swap putting another program's file back); check the archive then, and after a look with
+    nothing replaced, that it ends at the file as it is, with its time. Return the calls `look`
+    makes."""
     repaired = repair(GROWN)
     seam = ReplacedAt()
     at = 1
     while True:
-        path = folder / f"session-{at}.jsonl"
+        path = folder / f"session-{at}{'-undo' if undo else ''}.jsonl"
         path.write_bytes(FIRST)
         first_look(path)
         assert _generations(archive, path) == [FIRST]
@@ -61,6 +66,11 @@ def _replace_at_each_call(
             appended.write(GROWN[len(FIRST) :])
         replacement = path.with_suffix(".new")
         replacement.write_bytes(repaired)
+        if undo:  # the repair is in place, the original waits to be put back
+            original = path.with_suffix(".old")
+            os.link(path, original)
+            replacement.replace(path)
+            replacement = original
         seam.aim(at, replacement, path)
         look(path, seam)
         held = _generations(archive, path)
@@ -70,15 +80,19 @@ def _replace_at_each_call(
         if not seam.replaced:  # every call was made: the replacement comes after the look
             replacement.replace(path)
         look(path, ReplacedAt())
-        assert _generations(archive, path)[-1] == repaired, f"replaced before call {at}"
+        assert _generations(archive, path)[-1] == path.read_bytes(), f"replaced before call {at}"
+        file_id = archive.file_id(str(path))
+        assert file_id is not None
+        assert archive.restore_time(file_id) == path.stat().st_mtime_ns, f"replaced before {at}"
         if not seam.replaced:
             return at - 1
         at += 1
 
 
+@pytest.mark.parametrize("undo", [False, True], ids=["replaced", "put-back"])
 @pytest.mark.parametrize("repair", REPAIRS)
 def test_the_back_fill_archives_a_file_replaced_at_any_call_as_one_version(
-    tmp_path: Path, repair: Callable[[bytes], bytes]
+    tmp_path: Path, repair: Callable[[bytes], bytes], undo: bool
 ) -> None:
     archive = Archive(tmp_path / "archive.db")
     folder = tmp_path / "projects" / "-p"
@@ -90,15 +104,17 @@ def test_the_back_fill_archives_a_file_replaced_at_any_call_as_one_version(
             repair,
             lambda path: ingest_file(archive, path),
             lambda path, seam: ingest_file(archive, path, fs=seam),
+            undo=undo,
         )
         assert calls >= 4  # the open, the check's reads, the read, the status: each tried
     finally:
         archive.close()
 
 
+@pytest.mark.parametrize("undo", [False, True], ids=["replaced", "put-back"])
 @pytest.mark.parametrize("repair", REPAIRS)
 def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
-    tmp_path: Path, repair: Callable[[bytes], bytes]
+    tmp_path: Path, repair: Callable[[bytes], bytes], undo: bool
 ) -> None:
     project, settings = worker_home(tmp_path, quiet_period=3600)  # no repair: only reading
     assert isinstance(settings, WorkerSettings)
@@ -119,13 +135,14 @@ def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
     worker = Worker(store, settings, fs=Seam(), archive=archive)
     try:
         calls = _replace_at_each_call(
-            project, archive, repair, lambda path: look(path, ReplacedAt()), look
+            project, archive, repair, lambda path: look(path, ReplacedAt()), look, undo=undo
         )
         assert calls >= 4
-        # each replacement counted once, none taken for a read error
+        # each replacement counted once (two a try when the original is put back), none taken for
+        # a read error
         counters = store.counters()
         assert counters.get("errors.read", 0) == 0
-        assert counters.get("rescans.changed_files", 0) <= calls + 1
+        assert counters.get("rescans.changed_files", 0) <= (calls + 1) * (2 if undo else 1)
         # the worker's watermark is the file's as it is (the index read it whole)
         for path in project.glob("session-*.jsonl"):
             state = store.file(str(path))
@@ -277,3 +294,36 @@ def test_another_file_renamed_over_a_repair_at_once_is_read_as_what_it_is(tmp_pa
             store.close()
         at += 1
     assert looked_after_repair
+
+
+@pytest.mark.parametrize("undo", [False, True], ids=["replaced", "put-back"])
+def test_verify_judges_a_file_replaced_at_any_call_as_one_file(tmp_path: Path, undo: bool) -> None:
+    """`riffd archive verify` judges the file and compares it line by line: a file replaced (or
+    put back) before any of its calls is the archived one or a rewritten one, never a false
+    "differs" (exit 1, the archive's fault)."""
+    from riffd.archive.verify import verify_file
+
+    archive = Archive(tmp_path / "archive.db")
+    repaired = shorter_line_3(GROWN)
+    try:
+        at = 1
+        while True:
+            path = tmp_path / f"session-{at}.jsonl"
+            path.write_bytes(GROWN)
+            ingest_file(archive, path)
+            replacement = path.with_suffix(".new")
+            replacement.write_bytes(repaired)
+            if undo:
+                original = path.with_suffix(".old")
+                os.link(path, original)
+                replacement.replace(path)
+                replacement = original
+            seam = ReplacedAt(at, replacement, path)
+            verdict = verify_file(archive, path, fs=seam)
+            assert verdict.outcome in {"whole", "rewritten"}, f"call {at}: {verdict}"
+            if not seam.replaced:
+                break
+            at += 1
+        assert at > 3
+    finally:
+        archive.close()

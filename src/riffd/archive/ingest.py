@@ -29,7 +29,7 @@ from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
-from riffd.transcript.reader import iter_chunks, read_span, retrying
+from riffd.transcript.reader import close_read, iter_chunks, read_span, retrying
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -81,7 +81,7 @@ def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) ->
             if attempt == 2:
                 raise
         finally:
-            fs.close(fd)
+            close_read(fs, fd)
     return added
 
 
@@ -151,7 +151,7 @@ def still_appended(
     try:
         return _ends_with(fs, path, opened, archived, last)
     finally:
-        fs.close(opened)
+        close_read(fs, opened)
 
 
 def _ends_with(fs: RetryingFS, path: Path, fd: int, archived: int, last: bytes) -> bool:
@@ -332,7 +332,7 @@ def _judged(archive: Archive, path: Path) -> tuple[tuple[int, bool], tuple[int, 
         status = fs.fstat(fd)
         return where_to_start(archive, path, fs=fs, fd=fd), (status.st_dev, status.st_ino)
     finally:
-        fs.close(fd)
+        close_read(fs, fd)
 
 
 def _store_batches(
@@ -432,4 +432,4 @@ def _send_file(sender: Connection, encode: Callable[[Any], bytes], job: Job) -> 
         read = fs.fstat(fd)
         return Batch(job.number, end=True, file=file, seen=(read.st_size, read.st_mtime_ns))
     finally:
-        fs.close(fd)
+        close_read(fs, fd)

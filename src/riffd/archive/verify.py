@@ -36,7 +36,8 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.session_files import SessionFile
 from riffd.display import path_key
-from riffd.transcript.reader import iter_chunks
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
+from riffd.transcript.reader import close_read, iter_chunks, retrying
 
 FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
 
@@ -193,7 +194,7 @@ def check_file(archive: Archive, path: Path, *, fix: bool) -> Verdict:
         )
 
 
-def verify_file(archive: Archive, path: Path) -> Verdict:
+def verify_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) -> Verdict:
     """Compare the archive's latest generation of `path` with the file, reading the archive as of
     one moment (lines a running daemon archives meanwhile are not seen) and the file from its start,
     line by line (the archive's line records of the file are held: a few hundred bytes a line). A
@@ -202,41 +203,48 @@ def verify_file(archive: Archive, path: Path) -> Verdict:
     path = archive_key(path)
     try:
         with archive.snapshot():
-            return _compare(archive, path, *archive.cursor(str(path)))
+            return _compare(archive, path, retrying(fs), *archive.cursor(str(path)))
     except PackDamaged as exc:
         return Verdict(path, "differs", f"the archive cannot give its lines as archived: {exc}")
 
 
-def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Verdict:
+def _compare(
+    archive: Archive, path: Path, fs: RetryingFS, generation: int, archived: int
+) -> Verdict:
+    """The verdict on the file at `path`, judged and compared through one open of it (a file
+    replaced meanwhile is one file or the other, never a false "differs")."""
     try:
-        size = path.stat().st_size
+        fd = fs.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return Verdict(path, "gone" if archived else "not archived")
-    if archived == 0:
-        return Verdict(
-            path,
-            "not archived" if size else "whole",
-            "not under this name (a link to an archived file "
-            "is archived under the name the daemon watches)"
-            if size
-            else "an empty file",
-        )
-    if not still_appended(archive, path, archived):
-        return Verdict(
-            path, "rewritten", "the file no longer holds the archive's last line where it ended"
-        )
-    file_id = archive.file_id(str(path))
-    assert file_id is not None  # (archived bytes were recorded for it)
-    position = 0
-    with open(path, "rb") as handle:
+    try:
+        size = fs.fstat(fd).st_size
+        if archived == 0:
+            return Verdict(
+                path,
+                "not archived" if size else "whole",
+                "not under this name (a link to an archived file "
+                "is archived under the name the daemon watches)"
+                if size
+                else "an empty file",
+            )
+        if not still_appended(archive, path, archived, fs=fs, fd=fd):
+            return Verdict(
+                path, "rewritten", "the file no longer holds the archive's last line where it ended"
+            )
+        file_id = archive.file_id(str(path))
+        assert file_id is not None  # (archived bytes were recorded for it)
+        position = 0
         for number, line in enumerate(archive.iter_file(file_id, generation), 1):
-            if handle.read(len(line)) != line:
+            if _read_at(fs, fd, len(line), position) != line:
                 return Verdict(
                     path,
                     "differs",
                     f"line {number} (from byte {position}) is not the line archived",
                 )
             position += len(line)
+    finally:
+        close_read(fs, fd)
     if position != archived:
         return Verdict(
             path,
@@ -248,6 +256,19 @@ def _compare(archive: Archive, path: Path, generation: int, archived: int) -> Ve
         if archived == size
         else Verdict(path, "behind", f"{size - archived} bytes not archived yet")
     )
+
+
+def _read_at(fs: RetryingFS, fd: int, size: int, offset: int) -> bytes:
+    """`size` bytes of the file open on `fd` at `offset`, fewer where it ends."""
+    parts: list[bytes] = []
+    got = 0
+    while got < size:
+        piece = fs.pread(fd, size - got, offset + got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)
 
 
 def archive_again(archive: Archive, path: Path) -> int:

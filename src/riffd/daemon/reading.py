@@ -23,7 +23,7 @@ from riffd.fsio import RetryingFS
 from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
 from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.reader import Unparsed, iter_chunks, read_span
+from riffd.transcript.reader import Unparsed, close_read, iter_chunks, read_span
 from riffd.transcript.records import read_record
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
@@ -147,7 +147,7 @@ class Reading:
         """Close the file (once read, its watermark taken)."""
         if self.fd is not None:
             fd, self.fd = self.fd, None
-            fs.close(fd)
+            close_read(fs, fd)
 
 
 def open_reading(
@@ -172,29 +172,30 @@ def open_reading(
         and not (settle_tail and watermark.size > watermark.offset)
     ):
         return None
-    fd = open_as(name, status, fs)
+    fd, status = open_as(name, status, fs)
     try:
         reading = _where_from(name, status, state, cache, fs, fd)
     except BaseException:
-        fs.close(fd)
+        close_read(fs, fd)
         raise
     reading.fd = fd
     return reading
 
 
-def open_as(name: str, status: os.stat_result, fs: RetryingFS) -> int:
-    """Open `name` for reading; raise Replaced (having closed it) when it is no longer the file
-    `status` is of: what was judged on that file is read from it, or not at all."""
+def open_as(name: str, status: os.stat_result, fs: RetryingFS) -> tuple[int, os.stat_result]:
+    """Open `name` for reading; return the descriptor and the status of the file it is open on.
+    Raise Replaced (having closed it) when that is not the file `status` is of: what was judged on
+    that file is read from it, or not at all."""
     fd = fs.open(name, os.O_RDONLY)
     try:
         opened = fs.fstat(fd)
     except BaseException:
-        fs.close(fd)
+        close_read(fs, fd)
         raise
     if (opened.st_dev, opened.st_ino) != (status.st_dev, status.st_ino):
-        fs.close(fd)
+        close_read(fs, fd)
         raise Replaced(name)
-    return fd
+    return fd, opened
 
 
 def _where_from(

@@ -26,6 +26,7 @@ from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive
 from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches, archive_lines
 from riffd.daemon.reading import Chunk, Message, Reading
+from riffd.fsio import RetryingFS
 from riffd.state.store import StateStore
 from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
@@ -137,10 +138,11 @@ class ArchiveSink:
         reading: Reading,
         errors: ArchiveErrors,
         batches: ArchiveBatches,
+        fs: RetryingFS,
         *,
         own_rewrite: bool,
     ) -> None:
-        self.archive, self.errors, self.batches = archive, errors, batches
+        self.archive, self.errors, self.batches, self.fs = archive, errors, batches, fs
         self.name, self.status = reading.name, reading.status
         self.end = reading.start
         self.rewritten = self._new_generation(reading, own_rewrite)
@@ -156,7 +158,7 @@ class ArchiveSink:
             try:
                 _generation, archived = self.archive.cursor(self.name)
                 return archived > 0 and not still_appended(
-                    self.archive, Path(self.name), archived, fd=reading.fd
+                    self.archive, Path(self.name), archived, fs=self.fs, fd=reading.fd
                 )
             except (sqlite3.Error, OSError, PackDamaged) as exc:
                 self.errors.failed(self.archive, self.name, "ask the archive about it", exc)

@@ -132,14 +132,20 @@ class Worker:
         riffd's own rewrite). `own_rewrite` counts only while the name holds `own_file` ((st_dev,
         st_ino) of riffd's repaired copy). Raise PassedBy when the name changed hands at every
         try, Gone when nothing is there."""
-        for _attempt in range(READ_TRIES):
+        for attempt in range(READ_TRIES):
             status = status_of(name, self.fs)  # through a symlink the walk reached it by
             if own_file is not None and (status.st_dev, status.st_ino) != own_file:
                 own_rewrite = None  # another file took the name since riffd's swap
             try:
                 return self._update(name, status, own_rewrite)
             except Replaced:
-                log.info("%s: another file took its name as it was read; reading that one", name)
+                log.info(
+                    "%s: another file took its name as it was read; %s",
+                    name,
+                    "reading that one"
+                    if attempt + 1 < READ_TRIES
+                    else "leaving it to its next change",
+                )
                 own_rewrite = None
         raise PassedBy(
             f"another file took its name at each of {READ_TRIES} reads; "
@@ -228,6 +234,7 @@ class Worker:
                     reading,
                     self.archive_errors,
                     self.batches,
+                    self.fs,
                     own_rewrite=own_rewrite,
                 )
             )

@@ -8,6 +8,7 @@ gets the default policy (`retrying`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from functools import partial
@@ -16,6 +17,8 @@ from typing import Any
 import orjson
 
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
+
+log = logging.getLogger(__name__)
 
 CHUNK_SIZE = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -125,6 +128,16 @@ def retrying(fs: FileSystem = REAL_FILES) -> RetryingFS:
     return fs if isinstance(fs, RetryingFS) else RetryingFS(fs)
 
 
+def close_read(fs: FileSystem, fd: int) -> None:
+    """Close a descriptor opened for reading. An error there loses nothing (the descriptor is closed
+    all the same, and nothing was written through it): it is logged, not raised, so a read that
+    is done is not reported failed (a cloud folder's EIO at close)."""
+    try:
+        fs.close(fd)
+    except OSError as exc:
+        log.debug("closing a file read: %s", exc)
+
+
 def iter_fd(
     fd: int,
     *,
@@ -166,7 +179,7 @@ def iter_raw(
     try:
         yield from iter_fd(fd, what=os.fspath(path), fs=fs, start=start, chunk_size=chunk_size)
     finally:
-        fs.close(fd)
+        close_read(fs, fd)
 
 
 def iter_chunks(
@@ -267,4 +280,4 @@ def read_span(
         return b"".join(parts)
     finally:
         if opened is not None:
-            fs.close(opened)
+            close_read(fs, opened)

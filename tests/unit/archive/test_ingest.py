@@ -571,3 +571,28 @@ def test_a_status_that_fails_after_the_lines_are_archived_fails_nothing(tmp_path
         assert archive.cursor(str(path))[1] == path.stat().st_size
     finally:
         archive.close()
+
+
+def test_a_close_that_fails_after_the_read_fails_nothing(tmp_path: Path) -> None:
+    """Closing a file read can fail (a cloud folder's EIO); nothing read through it is lost, so
+    the ingest of it stands."""
+    import errno
+
+    from riffd.fsio import FileSystem
+
+    class CloseFails(FileSystem):
+        def close(self, fd: int) -> None:
+            super().close(fd)
+            raise OSError(errno.EIO, "Input/output error")
+
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(transcript_line(n) for n in range(1, 11)))
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        assert ingest_file(archive, path, fs=CloseFails()) == 10
+        with path.open("ab") as appended:
+            appended.write(transcript_line(11))
+        assert ingest_file(archive, path, fs=CloseFails()) == 1  # judged, then read: both closed
+        assert archive.cursor(str(path))[1] == path.stat().st_size
+    finally:
+        archive.close()

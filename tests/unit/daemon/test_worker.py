@@ -731,3 +731,27 @@ def test_an_unchanged_file_looked_at_early_is_looked_at_again_once_quiet(
     again = worker.process(path)  # nothing changed
     assert again.kind == "unchanged"
     assert again.retry_after is not None and 0 < again.retry_after <= 31
+
+
+def test_a_close_that_fails_after_the_read_is_no_read_error(
+    setup: tuple[Path, StateStore, WorkerSettings],
+) -> None:
+    """The worker closes a file once it is read and its watermark taken: EIO there (a cloud folder)
+    loses nothing, so the look stands: processed, not skipped, no read error."""
+
+    class CloseFails(FileSystem):
+        def close(self, fd: int) -> None:
+            super().close(fd)
+            raise OSError(errno.EIO, "Input/output error")
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    append(path, [transcript_line(number) for number in range(1, 11)])
+    worker = Worker(store, settings, fs=CloseFails())
+    assert worker.process(path).kind == "read"
+    append(path, [transcript_line(11)])
+    outcome = worker.process(path)
+    assert (outcome.kind, outcome.lines) == ("appended", 1)
+    state = store.file(str(path))
+    assert state is not None and state.watermark.offset == path.stat().st_size
+    assert store.counters().get("errors.read", 0) == 0
