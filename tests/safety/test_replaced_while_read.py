@@ -327,3 +327,48 @@ def test_verify_judges_a_file_replaced_at_any_call_as_one_file(tmp_path: Path, u
         assert at > 3
     finally:
         archive.close()
+
+
+def test_the_worker_judges_repeated_lines_on_the_file_it_read(tmp_path: Path) -> None:
+    """A line written twice byte for byte is a `repeated_line` (Claude Code loads it once); written
+    twice with other bytes, a `duplicate_uuid`. The worker compares the two copies after its read:
+    a file of the same size renamed over the transcript before any of its calls in turn must not
+    lend its bytes to the file read. The findings stored are those of the file whose watermark is
+    stored."""
+    from riffd.transcript.scan import scan_file
+
+    project, settings = worker_home(tmp_path, quiet_period=3600)
+    assert isinstance(settings, WorkerSettings)
+    lines = [transcript_line(number, pad=40) for number in range(1, 11)]
+    repeated = b"".join([*lines, lines[4]])  # line 5 again, byte for byte
+    other = b"".join([*lines, lines[4].replace(b"line 5 x", b"line 5 y")])  # same size
+    assert len(other) == len(repeated)
+    kept = tmp_path / "versions"
+    kept.mkdir()
+    at = 1
+    while True:
+        store = StateStore(tmp_path / f"state-{at}.db")
+        path = project / f"session-{at}.jsonl"
+        path.write_bytes(repeated)
+        os.link(path, kept / f"{at}-repeated.jsonl")
+        replacement = path.with_suffix(".new")
+        replacement.write_bytes(other)
+        os.link(replacement, kept / f"{at}-other.jsonl")
+        seam = ReplacedAt(at, replacement, path)
+        try:
+            Worker(store, settings, fs=seam).process(path)
+            state = store.file(str(path))
+            assert state is not None
+            read = next(
+                version
+                for version in kept.glob(f"{at}-*.jsonl")
+                if version.stat().st_ino == state.watermark.ino
+            )
+            stored = sorted(str(finding["class"]) for finding in state.findings)
+            assert stored == sorted(str(f.cls) for f in scan_file(read).findings), f"call {at}"
+        finally:
+            store.close()
+        if not seam.replaced:
+            break
+        at += 1
+    assert at > 4

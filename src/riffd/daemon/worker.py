@@ -246,7 +246,7 @@ class Worker:
         """Judge the file `reading` read, from the detectors' findings and what the tracker found
         (`appended`: unless riffd's own rewrite was read, which moved lines)."""
         index, state = reading.index, reading.state
-        findings = reading.growing.findings(fs=self.fs)
+        findings = reading.growing.findings(fs=self.fs, fd=reading.fd)
         redundant = None
         if tracked is not None:
 

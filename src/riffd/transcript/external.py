@@ -24,13 +24,18 @@ from riffd.transcript.reader import iter_raw, parse_line, read_span
 HEAD_BYTES = 4096  # how much of a session file tells a rewrite from an append
 
 
-def compare_repeats(index: TranscriptIndex, *, fs: RetryingFS = REAL_FILES) -> None:
+def compare_repeats(
+    index: TranscriptIndex, *, fs: RetryingFS = REAL_FILES, fd: int | None = None
+) -> None:
     """Read the lines that repeat a uuid (the pairs not compared yet) and note in the index those
-    whose bytes equal the first copy's: a line written again, which Claude Code loads once."""
+    whose bytes equal the first copy's: a line written again, which Claude Code loads once. Read
+    from `fd` when given (the file the index was read from, open still)."""
     pairs = index.duplicate_uuid_lines
     for first, repeat in pairs[index.compared_repeats :]:
         try:
-            copies = [read_span(index.path, *index.span(line), fs=fs) for line in (first, repeat)]
+            copies = [
+                read_span(index.path, *index.span(line), fs=fs, fd=fd) for line in (first, repeat)
+            ]
         except FileNotFoundError:
             return  # the file is gone (or was never on disk): nothing to compare
 
@@ -54,12 +59,14 @@ def finish_index(
     search: ExternalSearch | None = None,
     *,
     fs: RetryingFS = REAL_FILES,
+    fd: int | None = None,
 ) -> TranscriptIndex:
     """Finish the builder's index, look up its dangling parents in its session file, and return it.
     With `search` (kept between appends), a parent already looked for is looked for again only in
-    the bytes the session file gained since."""
+    the bytes the session file gained since. `fd`: the index's file, open still (see
+    `compare_repeats`)."""
     index = builder.finish()
-    compare_repeats(index, fs=fs)
+    compare_repeats(index, fs=fs, fd=fd)
     wanted = set(index.dangling.values())
     if not wanted:
         return index

@@ -93,12 +93,13 @@ class GrowingIndex:
         them."""
         return self.builder.add_lines(offset, lines, last_terminated)
 
-    def findings(self, *, fs: FileSystem = REAL_FILES) -> list[Finding]:
+    def findings(self, *, fs: FileSystem = REAL_FILES, fd: int | None = None) -> list[Finding]:
         """Finish the index and return its findings, as a full detection would, at the cost of the
         lines added since the last call, not of the whole file. `fs` reads the session file (see
         riffd.transcript.external), retrying EIO per its policy (see
-        riffd.transcript.reader.retrying)."""
-        finish_index(self.builder, self.search, fs=retrying(fs))
+        riffd.transcript.reader.retrying); `fd` is the index's own file, open still, when given
+        (its repeated lines are compared there)."""
+        finish_index(self.builder, self.search, fs=retrying(fs), fd=fd)
         if self.detection is None:
             tool_log: list[tuple[int, str]] = []
             self.builder.tool_log = tool_log
