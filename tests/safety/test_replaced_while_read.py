@@ -13,7 +13,6 @@ watermark) to the file as it is: never the old file's watermark with the new fil
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -157,16 +156,36 @@ def test_the_worker_reads_a_file_replaced_at_any_call_as_one_version(
         store.close()
 
 
+class SwappedForTheReader(FileSystem):
+    """In the ingest's reader process only (a forked copy of this seam): renames `other` over
+    `target` just before the reader opens it, and puts the original (`original`, a second name of
+    it) back just after, before the storing process looks at the file again."""
+
+    def __init__(self, target: Path, other: Path, original: Path) -> None:
+        self.target, self.other, self.original = target, other, original
+        self.parent = os.getpid()
+        self.opened: int | None = None
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        in_reader = os.getpid() != self.parent and Path(path) == self.target
+        if in_reader and self.opened is None:
+            os.replace(self.other, self.target)
+        fd = super().open(path, flags, mode)
+        if in_reader and self.opened is None:
+            self.opened = fd
+            os.replace(self.original, self.target)
+        return fd
+
+
 @pytest.mark.parametrize("repair", REPAIRS)
 def test_the_reader_process_stores_no_line_of_a_file_replaced_and_put_back(
     tmp_path: Path, repair: Callable[[bytes], bytes]
 ) -> None:
     """`riffd archive ingest` judges a file, then its reader process opens it. Here the file is
-    replaced before the reader opens it and put back before the first batch is stored (a repair and
-    its undo, or riffd's swap putting another program's file back): both judgements are made on the
-    old file, the reader reads the other one. The second is put back a second after the reader was
-    free to read the first: before riffd named the file it read, that stored the other file's bytes
-    from the old watermark (a later reader only makes the test pass as the old code did)."""
+    replaced just before the reader opens it and put back just after (a repair and its undo, or
+    riffd's swap putting another program's file back): both judgements of the storing process are
+    made on the original, the reader reads the other file. None of its lines may be stored after
+    the original's."""
     folder = tmp_path / "projects" / "-p"
     folder.mkdir(parents=True)
     archive = Archive(tmp_path / "archive.db")
@@ -177,19 +196,13 @@ def test_the_reader_process_stores_no_line_of_a_file_replaced_and_put_back(
         with target.open("ab") as appended:
             appended.write(GROWN[len(FIRST) :])
         os.link(target, folder / "target.old")
-        repaired = repair(GROWN)
-        (folder / "target.new").write_bytes(repaired)
+        (folder / "target.new").write_bytes(repair(GROWN))
+        seam = SwappedForTheReader(target, folder / "target.new", folder / "target.old")
         small = folder / "a.jsonl"
         small.write_bytes(transcript_bytes(50, pad=40))
-        big = folder / "b.jsonl"  # more than the reader's pipe holds: the reader waits in it
-        big.write_bytes(b"".join(transcript_line(n, pad=2000) for n in range(1, 2500)))
-        stored = ingest_files(archive, [small, big, target])
-        assert next(stored) == (small, 50)  # the target is judged by now, the reader is in b
-        os.replace(folder / "target.new", target)
-        assert next(stored) == (big, 2499)  # the reader goes on to the target, and reads it
-        time.sleep(1.0)
-        os.replace(folder / "target.old", target)  # put back before the first batch is stored
-        assert [path for path, _added in stored] == [target]
+        stored = list(ingest_files(archive, [small, target], min_bytes=0, fs=seam))
+        assert [path for path, _added in stored] == [small, target]
+        assert not (folder / "target.new").exists()  # the reader did open it, and it was put back
         held = _generations(archive, target)
         assert set(held) <= {FIRST, GROWN}
         assert held[-1] == GROWN == target.read_bytes()

@@ -170,18 +170,21 @@ def ingest_files(
     *,
     min_bytes: int = READER_MIN_BYTES,
     read_ahead: int = READ_AHEAD,
+    fs: FileSystem = REAL_FILES,
 ) -> Iterator[tuple[Path, int | OSError]]:
     """Back-fill each transcript of `paths` as `ingest_file` does, with a reader process when they
     hold `min_bytes` or more and forking is safe (see the module), given files up to `read_ahead`
     bytes ahead of the one stored; yield, in order, each path with the lines added or the error met.
-    The archive is the same, row for row, as `ingest_file` on each path makes."""
+    The archive is the same, row for row, as `ingest_file` on each path makes. Files are read
+    through `fs` (the reader's copy of it: forked) and judged through it."""
+    fs = retrying(fs)
     paths = [archive_key(path) for path in paths]
     sizes = [_size(path) for path in paths]
     if sum(sizes) < min_bytes or not can_fork():
         for path in paths:
-            yield path, _ingest_here(archive, path)
+            yield path, _ingest_here(archive, path, fs)
         return
-    yield from _ingest_with_reader(archive, paths, sizes, read_ahead)
+    yield from _ingest_with_reader(archive, paths, sizes, read_ahead, fs)
 
 
 def _where_now(archive: Archive, path: Path) -> tuple[int, bool] | None:
@@ -198,9 +201,9 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _ingest_here(archive: Archive, path: Path) -> int | OSError:
+def _ingest_here(archive: Archive, path: Path, fs: RetryingFS) -> int | OSError:
     try:
-        return ingest_file(archive, path)
+        return ingest_file(archive, path, fs=fs)
     except OSError as exc:
         return exc
     # changed by another process at every try: this file is for the next run
@@ -241,14 +244,14 @@ _decode_job = msgspec.msgpack.Decoder(Job | None).decode
 
 
 def _ingest_with_reader(
-    archive: Archive, paths: list[Path], sizes: list[int], read_ahead: int
+    archive: Archive, paths: list[Path], sizes: list[int], read_ahead: int, fs: RetryingFS
 ) -> Iterator[tuple[Path, int | OSError]]:
     context = fork_context()
     receiver, sender = big_pipe(context)
     jobs_in, jobs_out = context.Pipe(duplex=False)
     reader = context.Process(
         target=_read,
-        args=(sender, jobs_in, (receiver, jobs_out)),
+        args=(sender, jobs_in, (receiver, jobs_out), fs),
         daemon=True,
         name="riffd-ingest-reader",
     )
@@ -287,7 +290,7 @@ def _ingest_with_reader(
                     if str(paths[sent - 1]) in handed:
                         continue
                     try:
-                        start = _judged(archive, paths[sent - 1])
+                        start = _judged(archive, paths[sent - 1], fs)
                     except OSError:
                         continue
                     try:
@@ -307,7 +310,7 @@ def _ingest_with_reader(
                 # from the archive's watermark: what the reader's batches stored stays, once
                 if done_here:
                     with group.apart():  # a transaction a batch, as `ingest_file` does alone
-                        done = _ingest_here(archive, path)
+                        done = _ingest_here(archive, path, fs)
                 else:
                     note_time(archive, path, seen=seen)
                     done = 0
@@ -323,10 +326,11 @@ def _ingest_with_reader(
         reap(reader, 1.0)
 
 
-def _judged(archive: Archive, path: Path) -> tuple[tuple[int, bool], tuple[int, int]]:
+def _judged(
+    archive: Archive, path: Path, fs: RetryingFS
+) -> tuple[tuple[int, bool], tuple[int, int]]:
     """`where_to_start` of the file at `path`, judged through one open of it, and that file's
     (st_dev, st_ino): the file the reader's lines must come from."""
-    fs = retrying(REAL_FILES)
     fd = fs.open(path, os.O_RDONLY)
     try:
         status = fs.fstat(fd)
@@ -391,7 +395,12 @@ def _store_batches(
         return added + pending, True, False, None
 
 
-def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Connection]) -> None:
+def _read(
+    sender: Connection,
+    jobs: Connection,
+    parents: tuple[Connection, Connection],
+    fs: RetryingFS,
+) -> None:
     """The reader: for each job, send the file's batches with what `parse` takes from each line,
     then its end (failed, when reading it failed); exit when the jobs end. Any other error: exit 1
     (the parent goes on alone). Its copies of the parent's ends of the pipes (`parents`) are closed
@@ -402,7 +411,7 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
     try:
         while (job := _decode_job(jobs.recv_bytes())) is not None:
             try:
-                end = _send_file(sender, encode, job)
+                end = _send_file(sender, encode, job, fs)
             except OSError:
                 end = Batch(job.number, end=True, failed=True)
             sender.send_bytes(encode(end))
@@ -411,11 +420,12 @@ def _read(sender: Connection, jobs: Connection, parents: tuple[Connection, Conne
     os._exit(0)
 
 
-def _send_file(sender: Connection, encode: Callable[[Any], bytes], job: Job) -> Batch:
+def _send_file(
+    sender: Connection, encode: Callable[[Any], bytes], job: Job, fs: RetryingFS
+) -> Batch:
     """Send the batches of the job's file, each naming the file read (one open of it: a file
     renamed over the name meanwhile is read whole or not at all); return the job's end, with the
     file's size and time once read. Raise OSError when reading fails."""
-    fs = retrying(REAL_FILES)
     fd = fs.open(job.path, os.O_RDONLY)
     try:
         opened = fs.fstat(fd)

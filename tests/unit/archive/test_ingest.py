@@ -306,6 +306,7 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     import msgspec
 
     from riffd.archive.ingest import Batch, _judged, _store_batches
+    from riffd.fsio import REAL_FILES
 
     path = tmp_path / "s.jsonl"
     old = [transcript_line(number, pad=200) for number in range(1, 41)]
@@ -317,7 +318,7 @@ def test_a_new_generation_made_by_another_process_between_two_batches_leaves_no_
     read = _file_of(path)  # the file the reader reads: the old one, to its end
     archive = Archive(tmp_path / "archive.db")
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    judged = _judged(archive, path)
+    judged = _judged(archive, path, REAL_FILES)
     result: list[tuple[int, bool, bool, tuple[int, int] | None]] = []
 
     def store() -> None:
@@ -382,6 +383,7 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
     import msgspec
 
     from riffd.archive.ingest import Batch, _judged, _store_batches
+    from riffd.fsio import REAL_FILES
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
     read = _file_of(path)
@@ -391,7 +393,9 @@ def test_a_refused_batch_takes_the_uncommitted_ones_with_it_and_says_so(tmp_path
     sender.send_bytes(encode(Batch(7, gap, [line[:-1] for line in lines[20:]], file=read)))
     sender.send_bytes(encode(Batch(7, end=True, file=read)))
     with archive.connection.grouped(1 << 30) as group:
-        result = _store_batches(archive, receiver, 7, path, _judged(archive, path), group)
+        result = _store_batches(
+            archive, receiver, 7, path, _judged(archive, path, REAL_FILES), group
+        )
         assert result == (0, True, True, None)
         assert archive.cursor(str(path))[1] == 0
         assert ingest_file(archive, path) == 40
@@ -406,12 +410,13 @@ def test_the_ingest_holds_no_lock_while_it_waits_for_the_reader(tmp_path: Path) 
     import msgspec
 
     from riffd.archive.ingest import Batch, _judged, _store_batches
+    from riffd.fsio import REAL_FILES
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 40)
     read = _file_of(path)
     encode = msgspec.msgpack.Encoder().encode
     result: list[tuple[int, bool, bool, tuple[int, int] | None]] = []
-    judged = _judged(archive, path)
+    judged = _judged(archive, path, REAL_FILES)
 
     def store() -> None:
         with archive.connection.grouped(1 << 30) as group:
@@ -463,6 +468,7 @@ def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> N
     import msgspec
 
     from riffd.archive.ingest import Batch, _judged, _store_batches
+    from riffd.fsio import REAL_FILES
 
     path, lines, archive, receiver, sender = _playing_the_reader(tmp_path, 60)
     read = _file_of(path)
@@ -472,7 +478,9 @@ def test_a_reader_that_dies_mid_file_leaves_the_count_right(tmp_path: Path) -> N
     sender.send_bytes(encode(Batch(7, second, [line[:-1] for line in lines[20:40]], file=read)))
     sender.close()
     with archive.connection.grouped(1 << 30) as group:
-        result = _store_batches(archive, receiver, 7, path, _judged(archive, path), group)
+        result = _store_batches(
+            archive, receiver, 7, path, _judged(archive, path, REAL_FILES), group
+        )
         assert result == (40, True, False, None)
         with group.apart():
             assert ingest_file(archive, path) == 20
