@@ -37,7 +37,7 @@ from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.session_files import SessionFile
 from riffd.display import path_key
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
-from riffd.transcript.reader import close_read, iter_chunks, retrying
+from riffd.transcript.reader import close_read, iter_chunks, read_at, retrying
 
 FAULTS = ("differs",)  # the outcomes that are the archive's fault (exit 1; `--fix` mends them)
 
@@ -236,7 +236,7 @@ def _compare(
         assert file_id is not None  # (archived bytes were recorded for it)
         position = 0
         for number, line in enumerate(archive.iter_file(file_id, generation), 1):
-            if _read_at(fs, fd, len(line), position) != line:
+            if read_at(fs, fd, len(line), position) != line:
                 return Verdict(
                     path,
                     "differs",
@@ -256,19 +256,6 @@ def _compare(
         if archived == size
         else Verdict(path, "behind", f"{size - archived} bytes not archived yet")
     )
-
-
-def _read_at(fs: RetryingFS, fd: int, size: int, offset: int) -> bytes:
-    """`size` bytes of the file open on `fd` at `offset`, fewer where it ends."""
-    parts: list[bytes] = []
-    got = 0
-    while got < size:
-        piece = fs.pread(fd, size - got, offset + got)
-        if not piece:
-            break
-        parts.append(piece)
-        got += len(piece)
-    return b"".join(parts)
 
 
 def archive_again(archive: Archive, path: Path) -> int:

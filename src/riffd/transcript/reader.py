@@ -266,18 +266,26 @@ def read_span(
     source = opened if opened is not None else fd
     assert source is not None
     try:
-        parts: list[bytes] = []
-        got = 0
-        while got < length:
-            at = offset + got
-            piece = fs.pread(source, length - got, at)
-            if not piece:
-                raise OSError(
-                    f"{os.fspath(path)}: file ended at byte {at}, expected {offset + length}"
-                )
-            parts.append(piece)
-            got += len(piece)
-        return b"".join(parts)
+        data = read_at(fs, source, length, offset)
     finally:
         if opened is not None:
             close_read(fs, opened)
+    if len(data) < length:
+        raise OSError(
+            f"{os.fspath(path)}: file ended at byte {offset + len(data)}, expected "
+            f"{offset + length}"
+        )
+    return data
+
+
+def read_at(fs: RetryingFS, fd: int, length: int, offset: int) -> bytes:
+    """`length` bytes of the file open on `fd` at `offset` (EIO retried), fewer where it ends."""
+    parts: list[bytes] = []
+    got = 0
+    while got < length:
+        piece = fs.pread(fd, length - got, offset + got)
+        if not piece:
+            break
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)
