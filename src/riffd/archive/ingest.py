@@ -49,8 +49,8 @@ GROUP_BYTES = 16 << 20
 
 def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) -> int:
     """Back-fill one transcript from where the archive stopped (from the start, as a new generation,
-    when the file was rewritten since); return the lines added. Only complete lines are archived.
-    The archive keeps it under its absolute path (`archive_key`), whatever folder the command ran
+    when the file was rewritten since); return the lines added. An unfinished last line is archived
+    too (a line completed later takes its place). The archive keeps it under its absolute path (`archive_key`), whatever folder the command ran
     in.
 
     The file is opened once for each try, and where to start is judged on the bytes the lines are

@@ -145,15 +145,18 @@ class RepairStep:
         return None
 
     def _archive_torn_tail(self, path: Path, plan: RepairPlan) -> RepairPlan:
-        """A torn last line is cut off only once the archive holds it (the worker archives complete
-        lines only); return the plan, without that cut when the archive cannot take it."""
+        """A torn last line is cut off only once the archive holds it (the worker archives an
+        unfinished line only once the file is quiet); return the plan, without that cut when the
+        archive cannot take it."""
         if self.archive is None:
             return keep_torn_tail(
                 plan,
                 "the archive is off, and riffd keeps a fragment in the archive before "
                 "cutting it off",
             )
-        failure = self.archive_errors.take_file(self.archive, path, "archive its torn last line")
+        failure = self.archive_errors.take_file(
+            self.archive, path, "archive its torn last line", self.fs
+        )
         if failure is not None:
             return keep_torn_tail(plan, f"it could not be archived first ({failure})")
         return plan

@@ -114,11 +114,13 @@ class ArchiveErrors:
         if archive.reopen_if_damaged(exc):
             self.store.bump({"archive.moved_aside": 1})
 
-    def take_file(self, archive: Archive, path: Path, what: str) -> Exception | None:
-        """Archive `path` from the archive's own watermark to its last complete line; return the
-        error that prevented it, or None."""
+    def take_file(
+        self, archive: Archive, path: Path, what: str, fs: RetryingFS
+    ) -> Exception | None:
+        """Archive `path` from the archive's own watermark to its end (an unfinished last line
+        too), read through `fs`; return the error that prevented it, or None."""
         try:
-            ingest_file(archive, path)
+            ingest_file(archive, path, fs=fs)
         except ARCHIVE_ERRORS as exc:
             self.failed(archive, str(path), what, exc)
             return exc

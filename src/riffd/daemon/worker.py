@@ -200,7 +200,7 @@ class Worker:
             # replaces it in the archive).
             with self.batches.written_first(name):
                 self.archive_errors.take_file(
-                    self.archive, Path(name), "archive its unfinished last line"
+                    self.archive, Path(name), "archive its unfinished last line", self.fs
                 )
         return self._commit(reading, verdict, own_rewrite), verdict
 
