@@ -13,6 +13,7 @@ from riffd.commands.advice import repaired_again_note, restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
+from riffd.config.model import Config
 from riffd.display import shell_command
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
 from riffd.repair.outcomes import ApplyOptions, Failed, Skipped, SkipReason
@@ -86,9 +87,12 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     prune.set_defaults(run=run_backups_prune)
 
 
-def _store(args: argparse.Namespace) -> BackupStore:
-    """The backup folder: --backup-dir, else the configuration's backups.dir (the daemon's)."""
-    return BackupStore(args.backup_dir or config_for_folders(args).backups.dir)
+def _store(args: argparse.Namespace, config: Config | None = None) -> BackupStore:
+    """The backup folder: --backup-dir, else the configuration's backups.dir (the daemon's; `config`
+    when loaded already)."""
+    if args.backup_dir:
+        return BackupStore(args.backup_dir)
+    return BackupStore((config or config_for_folders(args)).backups.dir)
 
 
 def run_backups_list(args: argparse.Namespace) -> int:
@@ -143,15 +147,14 @@ def _names(session: str, record: BackupRecord) -> bool:
 def run_backups_restore(args: argparse.Namespace) -> int:
     """`riffd backups restore ID [--to PATH]`: put a backup back; exit 0 done, 1 skipped, 2
     failed."""
-    store = _store(args)
+    config = config_for_folders(args)  # loaded once: a file with errors is noted once
+    store = _store(args, config)
     options = ApplyOptions(
         backup_dir=store.root,
         claude_dir=claude_config_dir(),
         roots=tuple(default_roots()),
         quiet_period=(
-            config_for_folders(args).repair.quiet_period
-            if args.quiet_period is None
-            else args.quiet_period
+            config.repair.quiet_period if args.quiet_period is None else args.quiet_period
         ),
     )
     outcome = restore_backup(store, args.backup_id, args.to, overwrite=args.force, options=options)
@@ -171,7 +174,7 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     )
     print(f"restored {args.backup_id} to {outcome.path}{safety}")
     if store.get(args.backup_id).findings:
-        note = repaired_again_note(Path(outcome.path), config_for_folders(args))
+        note = repaired_again_note(Path(outcome.path), config)
         if note:
             print(note)
     return EXIT_OK

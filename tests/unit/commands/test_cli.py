@@ -228,6 +228,19 @@ def test_backups_list_and_restore_round_trip(
     assert main(["backups", "restore", "20990101T000000.000000Z-nope-abcdef"]) == EXIT_ERROR
 
 
+def test_backups_restore_notes_a_config_with_errors_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`backups restore` reads the configuration for its folder, its quiet period and its note:
+    a file with errors is said once, not once per use."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # the default folders: here
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[repair]\nquiet_period = "x"\n')
+    backup_id = "20990101T000000.000000Z-nope-abcdef"
+    assert main(["--config", str(config), "backups", "restore", backup_id]) == EXIT_ERROR
+    assert capsys.readouterr().err.count("error(s) (`riffd config validate` lists them)") == 1
+
+
 def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
     environment = {"HOME": str(tmp_path), "RIFFD_STATE_DIR": str(tmp_path / "state")}
     result = run_riffd("scan", env=environment, timeout=60)
