@@ -309,7 +309,7 @@ def archive_size(db_path: Path) -> dict[str, Any]:
             "SELECT COUNT(*), COALESCE(SUM(raw_size), 0), COALESCE(SUM(length(data)), 0) FROM packs"
         ).fetchone()
         contents = db.execute(
-            "SELECT COUNT(*), COALESCE(SUM(length), 0), COUNT(*) FILTER (WHERE text = id) "
+            "SELECT COUNT(*), COALESCE(SUM(length), 0), COUNT(*) FILTER (WHERE text IN (0, id)) "
             "FROM contents"
         ).fetchone()
     finally:
@@ -573,7 +573,8 @@ def composition(dbstat: dict[str, int]) -> dict[str, int]:
     was seen, and the rest (files, whole files, free pages are not in dbstat)."""
     groups = {
         "lines": ("packs", "segments", "runs", "loose"),
-        "pieces": ("contents", "contents_key"),
+        # (format 3 keeps the keys in a table, format 2 in an index)
+        "pieces": ("contents", "content_keys", "contents_key"),
         "seen": ("seen",),
     }
     parts = {name: sum(dbstat.get(table, 0) for table in tables) for name, tables in groups.items()}
@@ -586,7 +587,8 @@ def distinct_texts(db_path: Path) -> int:
     """How many texts the archive's search index holds."""
     db = sqlite3.connect(db_path)
     try:
-        return int(db.execute("SELECT COUNT(*) FROM contents WHERE text = id").fetchone()[0])
+        # (a content's own text id: 0 in format 3, its id in format 2)
+        return int(db.execute("SELECT COUNT(*) FROM contents WHERE text IN (0, id)").fetchone()[0])
     finally:
         db.close()
 

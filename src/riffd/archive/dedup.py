@@ -51,6 +51,9 @@ class StoredLine:
     role: int = 0
 
 
+# A content as looked up: id, pack, offset, length and text id (the archive writes a content's own
+# text id as 0: riffd.archive.schema)
+_CONTENT = "id, pack, offset, length, CASE text WHEN 0 THEN id ELSE text END"
 PREFETCH_KEYS = 500  # keys per statement of `prefetch` (SQLite allows 32,766 parameters)
 
 
@@ -64,14 +67,16 @@ class Deduplicator:
         # key -> its contents (id, pack, offset, length, text id) by id, those of this batch
         # included, for every key looked up in this batch
         self._known: dict[int, list[tuple[int, int, int, int, int | None]]] = {}
-        # the contents rows recorded in this batch, not written yet (`flush`)
-        self._rows: list[tuple[int, int, int, int, int, int | None]] = []
+        # the contents recorded in this batch, not written yet (`flush`): their rows (a content's own
+        # text id written 0) and keys
+        self._rows: list[tuple[int, int, int, int, int | None]] = []
+        self._keys: list[tuple[int, int]] = []
 
     def begin(self) -> None:
         """A new batch of lines, in a new write transaction: content ids are looked up afresh."""
         self._next_content = None
         self._known = {}
-        self._rows = []
+        self._rows, self._keys = [], []
 
     def prefetch(self, keys: Iterable[int]) -> None:
         """Look the contents of `keys` up in a few statements, before the batch that names them."""
@@ -82,7 +87,7 @@ class Deduplicator:
             for key in part:
                 self._known[key] = []
             for key, *content in db.execute(
-                "SELECT key, id, pack, offset, length, text FROM contents WHERE key IN "
+                f"SELECT key, {_CONTENT} FROM content_keys JOIN contents USING (id) WHERE key IN "
                 f"({','.join('?' * len(part))}) ORDER BY id",
                 part,
             ):
@@ -90,11 +95,13 @@ class Deduplicator:
 
     def flush(self) -> None:
         """Write the contents recorded in this batch (before the transaction commits)."""
-        self._connection.db.executemany(
-            "INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, ?)",
+        db = self._connection.db
+        db.executemany(
+            "INSERT INTO contents(id, pack, offset, length, text) VALUES (?, ?, ?, ?, ?)",
             self._rows,
         )
-        self._rows = []
+        db.executemany("INSERT INTO content_keys(key, id) VALUES (?, ?)", self._keys)
+        self._rows, self._keys = [], []
 
     def _contents(self, key: int) -> list[tuple[int, int, int, int, int | None]]:
         """The contents of `key` (those of this batch included), by id."""
@@ -102,7 +109,8 @@ class Deduplicator:
         if known is None:
             # (no content of this key was recorded in this batch: it would be known)
             known = self._known[key] = self._connection.db.execute(
-                "SELECT id, pack, offset, length, text FROM contents WHERE key = ? ORDER BY id",
+                f"SELECT {_CONTENT} FROM content_keys JOIN contents USING (id) WHERE key = ? "
+                "ORDER BY id",
                 (key,),
             ).fetchall()
         return known
@@ -183,7 +191,8 @@ class Deduplicator:
         text = content_id if own_text else new.variant
         at = line_at + new.offset
         self._contents(new.key).append((content_id, pack, at, new.length, text))
-        self._rows.append((content_id, new.key, pack, at, new.length, text))
+        self._rows.append((content_id, pack, at, new.length, 0 if own_text else text))
+        self._keys.append((new.key, content_id))
         if not own_text:
             return new.variant
         indexed.append((content_id, f"{new.text}\n{ROLE_TOKEN.format(new.role)}"))

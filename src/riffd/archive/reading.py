@@ -376,8 +376,9 @@ class ArchiveReader:
                 "MIN(first_ts), MAX(last_ts), COALESCE(SUM(stored_lines), 0), "
                 "COALESCE(SUM(messages), 0) FROM files"
             ).fetchone()
+            # (a content's own text id is 0 in format 3, its id in a format 2 archive read as it is)
             unique = db.execute(
-                "SELECT COUNT(*), COUNT(*) FILTER (WHERE text = id) FROM contents"
+                "SELECT COUNT(*), COUNT(*) FILTER (WHERE text IN (0, id)) FROM contents"
             ).fetchone()
         database = self._connection.path
         stored = database.stat().st_size + sum(

@@ -28,6 +28,7 @@ TABLES = {  # every row the archive writes, in a fixed order
     "files": "SELECT * FROM files ORDER BY id",
     "runs": "SELECT * FROM runs ORDER BY file_id, generation, first",
     "contents": "SELECT * FROM contents ORDER BY id",
+    "content_keys": "SELECT * FROM content_keys ORDER BY key, id",
     "seen": "SELECT * FROM seen ORDER BY text, file_id",
     # The search index by what it holds (every word of every text): its segments differ with how
     # many lines each transaction held (an ingest with the reader stores a few batches in each)

@@ -1,0 +1,279 @@
+"""An archive of format 2, as riffd 0.2 wrote it, up to a76630d (tests/data/archive-format-2, made by
+that riffd: tests/data/make_archive_format_2.py), is moved to format 3 when first opened: every
+line, content, text id and search hit is as it was, pieces seen before are still found (a resumed
+copy adds no content), and a kill -9 or a full disk at any moment of the move leaves it whole, as
+it was, to be moved at the next open. A format newer than riffd's is refused and left untouched."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.run import riffd_env, run_riffd
+from riffd.archive.ingest import ingest_file
+from riffd.archive.schema import FORMAT, ArchiveError
+from riffd.archive.store import Archive
+
+FIXTURE = Path(__file__).parent.parent / "data" / "archive-format-2"
+PROJECT = "-home-u-proj"
+SESSION_1 = "00000000-0000-4000-8000-000000000001"
+
+
+def _copy(tmp_path: Path) -> Path:
+    """A copy of the fixture (archive and transcripts) in tmp_path; return the archive."""
+    shutil.copytree(FIXTURE, tmp_path / "fixture")
+    return tmp_path / "fixture" / "archive.db"
+
+
+FORMAT_2 = {"contents", "contents_key"}
+FORMAT_3 = {"contents", "content_keys"}
+
+
+def _format(db_path: Path) -> str:
+    """The archive's format, checked against its tables: never one half moved."""
+    db = sqlite3.connect(db_path)
+    try:
+        stated = str(db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
+    finally:
+        db.close()
+    made = {"2": FORMAT_2, "3": FORMAT_3}[stated]
+    assert names & (FORMAT_2 | FORMAT_3 | {"contents_3"}) == made, (stated, names)
+    return stated
+
+
+def _contents(db_path: Path) -> dict[int, tuple[int, int, int, int | None, int]]:
+    """Content id -> (pack, offset, length, text id, key), in either format."""
+    with sqlite3.connect(db_path) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(contents)")}
+        if "key" in columns:  # format 2
+            rows = db.execute("SELECT id, pack, offset, length, text, key FROM contents").fetchall()
+        else:
+            rows = db.execute(
+                "SELECT id, pack, offset, length, CASE text WHEN 0 THEN id ELSE text END, key "
+                "FROM contents JOIN content_keys USING (id)"
+            ).fetchall()
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _held(archive: Archive) -> dict[str, bytes]:
+    """File name -> the bytes the archive holds of it."""
+    return {
+        Path(path).name: b"".join(archive.iter_file(file_id))
+        for file_id, path, _session in archive.all_files()
+    }
+
+
+def _transcripts() -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in (FIXTURE / "projects" / PROJECT).iterdir()}
+
+
+def _hits(archive: Archive, query: str) -> list[tuple[str | None, int, str | None, str]]:
+    return sorted(
+        (hit.session_id, hit.line, hit.role, hit.snippet) for hit in archive.search(query, limit=50)
+    )
+
+
+QUERIES = ["marker1x2", "marker2x3", "marker3x9", "kaven", "done"]
+
+
+def test_a_format_2_archive_is_moved_with_every_line_content_and_hit_kept(tmp_path: Path) -> None:
+    db_path = _copy(tmp_path)
+    assert _format(db_path) == "2"
+    before = Archive(db_path, read_only=True)  # (as `riffd archive recover` reads one)
+    try:
+        held, stats = _held(before), before.stats()
+        hits = {query: _hits(before, query) for query in QUERIES}
+    finally:
+        before.close()
+    contents = _contents(db_path)
+    # what the fixture holds, read as format 2: each file whole, one text for the variant
+    assert held == _transcripts()
+    assert stats["unique_contents"] == len(contents) > stats["unique_texts"] > 20
+    assert all(hits.values()) and len(hits["marker1x2"]) == 1
+
+    archive = Archive(db_path, check=True)
+    try:
+        assert archive.moved_aside is None
+        assert _held(archive) == held
+        sizes = {"stored_bytes", "ratio"}
+        assert {key: value for key, value in archive.stats().items() if key not in sizes} == {
+            key: value for key, value in stats.items() if key not in sizes
+        }
+        assert {query: _hits(archive, query) for query in QUERIES} == hits
+    finally:
+        archive.close()
+    assert _format(db_path) == FORMAT == "3"
+    assert _contents(db_path) == contents
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_pieces_archived_before_the_move_are_found_after_it(tmp_path: Path) -> None:
+    """A resumed copy of a session archived in format 2 adds no content; a text written again with
+    other whitespace is a new content under the old text, one search entry."""
+    db_path = _copy(tmp_path)
+    original = (FIXTURE / "projects" / PROJECT / f"{SESSION_1}.jsonl").read_bytes()
+    complete = original[: original.rindex(b"\n") + 1]  # (its unfinished last line left out)
+    copy = tmp_path / "projects" / PROJECT / "00000000-0000-4000-8000-000000000009.jsonl"
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(complete.replace(SESSION_1.encode(), b"00000000-0000-4000-8000-000000000009"))
+    before = _contents(db_path)
+    archive = Archive(db_path)
+    try:
+        assert ingest_file(archive, copy) == complete.count(b"\n")
+        assert b"".join(archive.iter_file(archive.files_of(str(copy))[0][0])) == copy.read_bytes()
+        assert _contents(db_path) == before  # every piece cut out, none stored again
+        first = complete.split(b"\n")[0]
+        text = first.split(b'"text":"')[1].split(b'"')[0]
+        variant = first.replace(text, text.replace(b" ", b"   ", 2))
+        copy.write_bytes(
+            copy.read_bytes() + variant.replace(b"000000000000", b"000000000777") + b"\n"
+        )
+        ingest_file(archive, copy)
+        added = {key: value for key, value in _contents(db_path).items() if key not in before}
+        assert len(added) == 1
+        ((new_id, (_pack, _offset, _length, text_id, key)),) = added.items()
+        assert text_id is not None and text_id != new_id
+        assert before[text_id][4] == key  # the old content's text
+        assert b"marker1x0" in text and len(archive.search("marker1x0")) == 1
+    finally:
+        archive.close()
+
+
+def _inflated(tmp_path: Path, rows: int) -> Path:
+    """The fixture with `rows` contents more (each a copy of a real content's place under a random
+    key, as format 2 wrote them), so that its move takes long enough to be interrupted."""
+    db_path = _copy(tmp_path)
+    rng = random.Random(7)
+    with sqlite3.connect(db_path) as db:
+        places = db.execute("SELECT pack, offset, length FROM contents").fetchall()
+        start = db.execute("SELECT MAX(id) FROM contents").fetchone()[0] + 1
+        db.executemany(
+            "INSERT INTO contents(id, key, pack, offset, length, text) VALUES (?, ?, ?, ?, ?, NULL)",
+            (
+                (start + number, rng.getrandbits(63) - (1 << 62), *rng.choice(places))
+                for number in range(rows)
+            ),
+        )
+    return db_path
+
+
+OPEN = """
+import sys
+from pathlib import Path
+from riffd.archive.store import Archive
+print("ready", flush=True)
+sys.stdin.readline()
+Archive(Path(sys.argv[1])).close()
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow  # kills the move of 300,000 contents at several moments
+def test_a_kill_during_the_move_leaves_the_archive_as_it_was(tmp_path: Path) -> None:
+    db_path = _inflated(tmp_path, 300_000)
+    contents = _contents(db_path)
+    wal = Path(f"{db_path}-wal")
+    midway = 0  # kills that left the move's pages in the log, not committed
+    for round_number in range(400):
+        with subprocess.Popen(
+            [sys.executable, "-c", OPEN, str(db_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=riffd_env(),
+            text=True,
+        ) as child:
+            assert child.stdin is not None and child.stdout is not None
+            assert child.stdout.readline().strip() == "ready"
+            wal_before = wal.stat().st_size if wal.exists() else 0
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            time.sleep(round_number * 0.01)
+            os.kill(child.pid, signal.SIGKILL)
+            assert child.wait() == -signal.SIGKILL, (
+                f"the open failed by itself at kill {round_number}"
+            )
+        moved = _format(db_path) == "3"
+        midway += not moved and wal.exists() and wal.stat().st_size > wal_before + (1 << 20)
+        assert _contents(db_path) == contents, f"kill {round_number}"
+        if moved:
+            break
+    assert moved and midway >= 1
+    archive = Archive(db_path, check=True)
+    try:
+        assert archive.moved_aside is None and _held(archive) == _transcripts()
+    finally:
+        archive.close()
+
+
+def test_a_full_disk_during_the_move_leaves_the_archive_as_it_was(tmp_path: Path) -> None:
+    """On a disk with room for the archive but not for the move (a tmpfs a little larger than it),
+    the archive is not opened and is as it was (format 2), the command says the disk is full and to
+    free space; once there is room, the next open moves it."""
+    db_path = _inflated(tmp_path, 100_000)
+    contents = _contents(db_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    size_kib = db_path.stat().st_size * 11 // 10 // 1024
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(state)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(
+            f"a small tmpfs could not be mounted here (root only): {mounted.stderr.strip()}"
+        )
+    try:
+        shutil.copy2(db_path, state / "archive.db")
+        config = tmp_path / "riffd.toml"
+        config.write_text(f'state_dir = "{state}"\n')
+        env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+        result = run_riffd("archive", "stats", config=config, env=env)
+        assert result.returncode == 2, result.stderr
+        assert "full" in result.stderr and "Free some space" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert _format(state / "archive.db") == "2" and _contents(state / "archive.db") == contents
+        subprocess.run(["mount", "-o", f"remount,size={size_kib * 4}k", str(state)], check=True)
+        result = run_riffd("archive", "stats", config=config, env=env)
+        assert result.returncode == 0, result.stderr
+        assert _format(state / "archive.db") == "3" and _contents(state / "archive.db") == contents
+        archive = Archive(state / "archive.db", check=True)
+        try:
+            assert _held(archive) == _transcripts()
+        finally:
+            archive.close()
+    finally:
+        subprocess.run(["umount", "-l", str(state)], check=False, capture_output=True)
+
+
+def test_an_archive_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    db_path = _copy(tmp_path)
+    archive = Archive(db_path)
+    archive.close()
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
+    db.execute("PRAGMA journal_mode = DELETE")  # (all of it in the file)
+    db.close()
+    before = db_path.read_bytes()
+    with pytest.raises(ArchiveError, match=r"newer riffd.*format 4.*up to 3"):
+        Archive(db_path)
+    state = db_path.parent
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\n')
+    result = run_riffd(
+        "archive", "stats", config=config, env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    )
+    assert result.returncode == 2
+    assert "newer riffd" in result.stderr and "left as it is" in result.stderr
+    assert db_path.read_bytes() == before
