@@ -12,8 +12,8 @@ every path) and `plan_slugs` (the plan names a session's lines carry).
 Format 3 keeps each content's lookup key in `content_keys` (key, id), not in a column of `contents`
 with an index on it, and writes a content's own text id as 0: 11 bytes less a content, 6 MB of 238
 on 1 GB of distinct texts. A format 2 archive is moved to it when first opened (`_upgrade`: in one
-transaction, so a kill or a full disk leaves it as it was, to be moved at the next open; about a
-second per 500,000 contents); its lines, packs and search index are not touched. A riffd of format 2
+transaction, so a kill or a full disk leaves it as it was, to be moved at the next open; half a
+second for 568,013 contents); its lines, packs and search index are not touched. A riffd of format 2
 refuses the new archive ("no such column: key") and changes nothing. An archive of a format newer
 than this riffd's is refused (ArchiveError), never changed.
 
