@@ -14,6 +14,8 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -277,3 +279,60 @@ def test_an_archive_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Pat
     assert result.returncode == 2
     assert "newer riffd" in result.stderr and "left as it is" in result.stderr
     assert db_path.read_bytes() == before
+
+
+@contextmanager
+def _daemon_lock(state: Path) -> Iterator[None]:
+    """A real process holding the state folder's daemon lock, as a running daemon does (one of an
+    earlier riffd, say), while the block runs."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from riffd.daemon.lock import StateLock; "
+            "StateLock(Path(sys.argv[1])).acquire(); print('locked', flush=True); time.sleep(60)",
+            str(state),
+        ],
+        stdout=subprocess.PIPE,
+        env=riffd_env(),
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def test_no_command_moves_the_archive_while_a_daemon_has_it(tmp_path: Path) -> None:
+    """A daemon of riffd 0.2 left running after an upgrade writes format 2: while a daemon holds the
+    state folder, `riffd archive` commands and `fix` leave the archive in format 2 and say to
+    restart the daemon; `fix` keeps the torn tail it would have archived first. Once no daemon has
+    it, the next command moves it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    shutil.copy2(FIXTURE / "archive.db", state / "archive.db")
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\nroots = ["{tmp_path / "projects"}"]\n')
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    torn = tmp_path / "projects" / PROJECT / f"{SESSION_1}.jsonl"
+    torn.parent.mkdir(parents=True)
+    shutil.copy2(FIXTURE / "projects" / PROJECT / torn.name, torn)
+    written = torn.read_bytes()
+    assert not written.endswith(b"\n")  # its last line unfinished: a torn tail
+    with _daemon_lock(state):
+        for command in (["archive", "stats"], ["archive", "search", "marker1x2"]):
+            result = run_riffd(*command, config=config, env=env)
+            assert result.returncode == 2, result.stderr
+            assert "is in format 2" in result.stderr and "Restart the daemon" in result.stderr
+            assert "riffd service install" in result.stderr
+        result = run_riffd("fix", "--quiet-period", "0", str(torn), config=config, env=env)
+        assert "Restart the daemon" in result.stdout + result.stderr
+        # (its orphan tool result removed, which needs no archive) the torn tail kept
+        tail = written[written.rindex(b"\n") :]
+        assert torn.read_bytes().endswith(tail) and len(tail) > 100
+        assert _format(state / "archive.db") == "2"
+    result = run_riffd("archive", "stats", config=config, env=env)
+    assert result.returncode == 0, result.stderr
+    assert _format(state / "archive.db") == "3"

@@ -180,6 +180,21 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
     return db
 
 
+def needs_move(path: Path) -> bool:
+    """Whether the archive at `path` is of format 2, which `connect` moves to this format (False
+    when it is not, or cannot be read: opening it then says why). Changes nothing."""
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return "key" in _columns(db, "contents")
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+
+
 def _format(db: sqlite3.Connection, names: set[str]) -> str | None:
     """The archive's format as it says (None: it says none); raise ArchiveError for a format newer
     than this riffd's."""

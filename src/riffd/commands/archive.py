@@ -18,7 +18,8 @@ from typing import Any
 
 import orjson
 
-from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
+from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE
+from riffd.commands.archive_open import move_waits, open_archive
 from riffd.commands.arguments import date_seconds, nonnegative_number
 from riffd.commands.config_loading import load_or_report
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
@@ -26,7 +27,6 @@ from riffd.database import (
     BUSY,
     DAMAGED,
     SIDECARS,
-    DatabaseDamaged,
     damaged_copies,
     full_disk_note,
     is_busy_error,
@@ -259,37 +259,12 @@ def _one_line_errors(
     return guarded
 
 
-def _open(args: argparse.Namespace, *, existing: bool = True) -> Any:
-    """The archive the config names, or None once the error is said. With `existing` (every
-    command but `ingest`), a missing archive is said as such, never made empty."""
-    from riffd.archive.store import Archive
-
-    config = load_or_report(args)
-    if config is None:
-        return None
-    args.archive_path = config.state_dir / ARCHIVE_NAME
-    args.roots = config.roots  # what the daemon watches (and archives)
-    args.loaded_config = config
-    if existing and not args.archive_path.exists():
-        print(
-            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`riffd run`) makes it "
-            "as it reads the sessions, or `riffd archive ingest` at once",
-            file=sys.stderr,
-        )
-        return None
-    try:
-        return Archive(args.archive_path)
-    except (ArchiveError, DatabaseDamaged) as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
-        return None
-
-
 def run_ingest(args: argparse.Namespace) -> int:
     """`riffd archive ingest`: archive what is new in each transcript and the files kept whole
     beside them (riffd.commands.archive_ingest); exit 0, or 2 when a file failed."""
     from riffd.commands.archive_ingest import run_ingest as ingest
 
-    archive = _open(args, existing=False)
+    archive = open_archive(args, existing=False)
     return EXIT_ERROR if archive is None else ingest(args, archive)
 
 
@@ -298,7 +273,7 @@ def run_compact(args: argparse.Namespace) -> int:
     archive)."""
     from riffd.commands.archive_ingest import run_compact as compact
 
-    archive = _open(args)
+    archive = open_archive(args)
     return EXIT_ERROR if archive is None else compact(args, archive)
 
 
@@ -307,7 +282,7 @@ def run_verify(args: argparse.Namespace) -> int:
     (riffd.commands.archive_verify); exit 0, 1 (files differ), 2 (error)."""
     from riffd.commands.archive_verify import run_verify as verify
 
-    archive = _open(args)
+    archive = open_archive(args)
     return EXIT_ERROR if archive is None else verify(args, archive)
 
 
@@ -316,7 +291,7 @@ def run_restore(args: argparse.Namespace) -> int:
     (riffd.commands.archive_restore)."""
     from riffd.commands.archive_restore import restore_files
 
-    archive = _open(args)
+    archive = open_archive(args)
     if archive is None:
         return EXIT_ERROR
     try:
@@ -339,7 +314,7 @@ def run_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    archive = _open(args)
+    archive = open_archive(args)
     if archive is None:
         return EXIT_ERROR
     try:
@@ -352,7 +327,7 @@ def run_stats(args: argparse.Namespace) -> int:
     """`riffd archive stats`: print the archive's figures, with the files it holds counted by
     kind."""
 
-    archive = _open(args)
+    archive = open_archive(args)
     if archive is None:
         return EXIT_ERROR
     stats = archive.stats()
@@ -408,7 +383,7 @@ def run_export(args: argparse.Namespace) -> int:
     """`riffd archive export SESSION`: print the documented JSON form of the session's archived
     messages."""
 
-    archive = _open(args)
+    archive = open_archive(args)
     if archive is None:
         return EXIT_ERROR
     sessions = archive.export(args.session)
@@ -451,6 +426,10 @@ def run_recover(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_OK
+    why = move_waits(config.state_dir, path)
+    if why is not None:
+        print(f"riffd: error: {why}", file=sys.stderr)
+        return EXIT_ERROR
     into = Archive(path)
     partial = False
     try:

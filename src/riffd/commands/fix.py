@@ -17,6 +17,7 @@ from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.folders import claude_config_dir, default_roots
 from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import PLAIN_REPAIR_NOW, RepairNow, repair_now
+from riffd.commands.archive_open import move_waits
 from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.fix_output import (
@@ -206,6 +207,9 @@ class TailKeeper:
             return plan
         try:
             if self._archive is None:
+                why = move_waits(self.path.parent, self.path)
+                if why is not None:
+                    raise ArchiveError(why)
                 self._archive = Archive(self.path)
             ingest_file(self._archive, path)
         except (
