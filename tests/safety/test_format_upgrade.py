@@ -336,3 +336,81 @@ def test_no_command_moves_the_archive_while_a_daemon_has_it(tmp_path: Path) -> N
     result = run_riffd("archive", "stats", config=config, env=env)
     assert result.returncode == 0, result.stderr
     assert _format(state / "archive.db") == "3"
+
+
+def test_two_processes_opening_it_at_once_move_it_once(tmp_path: Path) -> None:
+    """Two riffd processes meeting a format 2 archive at the same moment (the daemon starting, a
+    command): one moves it, the other finds it moved once it has the write lock."""
+    db_path = _inflated(tmp_path, 100_000)
+    contents = _contents(db_path)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN, str(db_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=riffd_env(),
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    for child in children:
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0 and out.strip() == "done", err
+    assert _format(db_path) == "3" and _contents(db_path) == contents
+
+
+def test_a_reader_refuses_an_archive_it_cannot_read(tmp_path: Path) -> None:
+    """Opened read-only (`riffd archive recover`, `riffd sessions`, the MCP server), an archive of a
+    newer format or of format 1 is refused as it is when opened to write, and left as it is."""
+    db_path = _copy(tmp_path)
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
+    db.close()
+    before = db_path.read_bytes()
+    with pytest.raises(ArchiveError, match="newer riffd"):
+        Archive(db_path, read_only=True)
+    assert db_path.read_bytes() == before
+    db = sqlite3.connect(db_path, isolation_level=None)
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'format'")
+    db.execute("CREATE TABLE lines (file_id INTEGER)")
+    db.close()
+    before = db_path.read_bytes()
+    with pytest.raises(ArchiveError, match="archive format 1"):
+        Archive(db_path, read_only=True)
+    assert db_path.read_bytes() == before
+
+
+def test_a_damaged_archive_of_format_2_is_moved_aside_as_it_is(tmp_path: Path) -> None:
+    """The move rewrites the contents: a damaged archive is judged before it, and moved aside
+    untouched (for `riffd archive recover`), never rewritten first, even where the damage is in a
+    table the move does not read."""
+    db_path = _inflated(tmp_path, 20_000)
+    db = sqlite3.connect(db_path)
+    page = db.execute(
+        # (a table the move never reads: only a check before it finds the damage)
+        "SELECT pageno FROM dbstat WHERE name = 'seen' AND pagetype = 'leaf' LIMIT 1"
+    ).fetchone()[0]
+    page_size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    with open(db_path, "r+b") as handle:
+        handle.seek((page - 1) * page_size)
+        handle.write(b"\x0d\xff\xff\xff" + os.urandom(page_size - 4))
+    damaged = db_path.read_bytes()
+    archive = Archive(db_path, heal=True)
+    try:
+        assert archive.moved_aside is not None and archive.damage is not None
+        moved = archive.moved_aside.read_bytes()
+        # every page as it was (the first's header says WAL mode now: riffd's open sets it first)
+        assert (
+            moved[page_size:] == damaged[page_size:]
+            and moved[100:page_size] == damaged[100:page_size]
+        )
+    finally:
+        archive.close()

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from riffd.archive.packs import PackStore
-from riffd.archive.schema import PAGE_BYTES, RECOVER_ADVICE, connect
+from riffd.archive.schema import PAGE_BYTES, RECOVER_ADVICE, connect, names_of, readable_format
 from riffd.database import open_checked, reopen_if_damaged
 
 REPAGE_BUSY = (
@@ -132,6 +132,11 @@ class ArchiveConnection:
                 isolation_level=None,
                 timeout=lock_timeout,
             )
+            try:
+                readable_format(self.db, names_of(self.db))
+            except BaseException:
+                self.db.close()
+                raise
         else:
             self.db, self.moved_aside, self.damage = open_checked(
                 path, self._connect, heal=heal, check=check, advice=RECOVER_ADVICE

@@ -10,12 +10,14 @@ FTS5 index; riffd.archive.search); for the files of a session kept whole (riffd.
 every path) and `plan_slugs` (the plan names a session's lines carry).
 
 Format 3 keeps each content's lookup key in `content_keys` (key, id), not in a column of `contents`
-with an index on it, and writes a content's own text id as 0: 11 bytes less a content, 6 MB of 238
-on 1 GB of distinct texts. A format 2 archive is moved to it when first opened (`_upgrade`: in one
-transaction, so a kill or a full disk leaves it as it was, to be moved at the next open; half a
-second for 568,013 contents); its lines, packs and search index are not touched. A riffd of format 2
-refuses the new archive ("no such column: key") and changes nothing. An archive of a format newer
-than this riffd's is refused (ArchiveError), never changed.
+with an index on it, and writes a content's own text id as 0: 11 bytes less a content, 6.5 MB of 238
+on 1 GB of distinct texts. A format 2 archive is moved to it when first opened to write (`_upgrade`,
+after SQLite's quick check: a damaged archive is moved aside as it is, riffd.database); in one
+transaction, so a kill or a full disk leaves it as it was, to be moved at the next open (half a
+second and 40 MB of log for 568,013 contents); its lines, packs and search index are not touched. A
+riffd of format 2 fails to open the new archive to write ("no such column: key") and changes none
+of its rows. An archive of a format this riffd cannot read (1, or newer than its own) is refused
+(ArchiveError, `readable_format`; read-only openers too), never changed.
 
 An archive made before the whole files were kept gains them when first opened for writing: the
 missing tables are created (`CREATE TABLE IF NOT EXISTS`) and `files` gets its `mtime_ns` column
@@ -25,6 +27,7 @@ such an archive holds no whole files (`WholeFiles.present`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import time
@@ -149,16 +152,9 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         timeout=lock_timeout,
     )
     try:
-        # tables and indexes
-        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
-        if "lines" in names:
-            raise ArchiveError(
-                f"{path} was made by an earlier development version of riffd (archive format 1), "
-                "which this version cannot read; move it away and run `riffd archive ingest` to "
-                "archive the transcripts that still exist"
-            )
+        names = names_of(db)
         # (before any setting: an archive of a newer format is left as it is)
-        stated = _format(db, names)
+        stated = readable_format(db, names)
         if not names:
             db.execute(f"PRAGMA page_size = {PAGE_BYTES}")
             db.execute("PRAGMA auto_vacuum = INCREMENTAL")
@@ -195,9 +191,20 @@ def needs_move(path: Path) -> bool:
         db.close()
 
 
-def _format(db: sqlite3.Connection, names: set[str]) -> str | None:
-    """The archive's format as it says (None: it says none); raise ArchiveError for a format newer
-    than this riffd's."""
+def names_of(db: sqlite3.Connection) -> set[str]:
+    """The names of the archive's tables and indexes."""
+    return {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
+
+
+def readable_format(db: sqlite3.Connection, names: set[str]) -> str | None:
+    """The archive's format as it says (None: it says none); raise ArchiveError for one this riffd
+    cannot read: format 1, or a format newer than its own. Read-only openers check it too."""
+    if "lines" in names:
+        raise ArchiveError(
+            f"{db_name(db)} was made by an earlier development version of riffd (archive format "
+            "1), which this version cannot read; move it away and run `riffd archive ingest` to "
+            "archive the transcripts that still exist"
+        )
     if "meta" not in names:
         return None
     row = db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
@@ -224,9 +231,13 @@ def _set_up(db: sqlite3.Connection) -> None:
     done it meanwhile)."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        names = {row[0] for row in db.execute("SELECT name FROM sqlite_schema")}
-        _format(db, names)
+        names = names_of(db)
+        readable_format(db, names)
         if "contents" in names and "key" in _columns(db, "contents"):
+            # A damaged archive is moved aside as it is (riffd.database), never rewritten first
+            checked = str(db.execute("PRAGMA quick_check").fetchone()[0])
+            if checked != "ok":
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {checked}")
             started = time.monotonic()
             moved = _upgrade(db)
             log.info(
@@ -236,10 +247,8 @@ def _set_up(db: sqlite3.Connection) -> None:
                 moved,
                 time.monotonic() - started,
             )
-        # (each statement of _SCHEMA ends a line; executescript would commit first)
-        for statement in _SCHEMA.split(";\n"):
-            if statement.strip():
-                db.execute(statement)
+        for statement in _statements(_SCHEMA):  # (executescript would commit first)
+            db.execute(statement)
         if "mtime_ns" not in _columns(db, "files"):
             # made before riffd recorded it
             db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")
@@ -253,6 +262,22 @@ def _set_up(db: sqlite3.Connection) -> None:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
+    # The pages a move freed given back now, not at the next settle (which does it when this cannot,
+    # another process writing meanwhile)
+    with contextlib.suppress(sqlite3.OperationalError):
+        db.executescript("PRAGMA incremental_vacuum;")
+
+
+def _statements(script: str) -> list[str]:
+    """The SQL statements of `script`, each whole (a `;` in a comment does not end one)."""
+    statements, statement = [], ""
+    for line in script.splitlines(keepends=True):
+        statement += line
+        if sqlite3.complete_statement(statement):
+            statements.append(statement)
+            statement = ""
+    assert not statement.strip(), statement
+    return statements
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
