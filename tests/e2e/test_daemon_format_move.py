@@ -20,27 +20,23 @@ FIXTURE = Path(__file__).parent.parent / "data" / "archive-format-2"
 SESSION_3 = "00000000-0000-4000-8000-000000000003.jsonl"
 
 
-def _contents(db_path: Path) -> int:
+def _one(db_path: Path, query: str) -> object:
     db = sqlite3.connect(db_path)
     try:
-        return int(db.execute("SELECT COUNT(*) FROM contents").fetchone()[0])
+        return db.execute(query).fetchone()[0]
     finally:
         db.close()
 
 
-def _format(db_path: Path) -> str:
-    db = sqlite3.connect(db_path)
-    try:
-        return str(db.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()[0])
-    finally:
-        db.close()
+CONTENTS = "SELECT COUNT(*) FROM contents"
+FORMAT = "SELECT value FROM meta WHERE key = 'format'"
 
 
 def test_the_daemon_moves_an_archive_of_format_2_as_it_starts(sandbox: Sandbox) -> None:
     sandbox.state.mkdir(parents=True, exist_ok=True)
     db_path = sandbox.state / "archive.db"
     shutil.copy2(FIXTURE / "archive.db", db_path)
-    before = _contents(db_path)
+    before = _one(db_path, CONTENTS)
     # a copy of a session the old archive holds, under another folder: its pieces are known
     session = sandbox.project / SESSION_3
     shutil.copy2(FIXTURE / "projects" / "-home-u-proj" / SESSION_3, session)
@@ -54,9 +50,9 @@ def test_the_daemon_moves_an_archive_of_format_2_as_it_starts(sandbox: Sandbox) 
             archive.close()
 
     daemon.wait_until(archived_whole, "the session archived")
-    assert _format(db_path) == "3"
+    assert _one(db_path, FORMAT) == "3"
     assert "to format 3" in daemon.stderr()
-    assert _contents(db_path) == before  # every piece found in what format 2 stored
+    assert _one(db_path, CONTENTS) == before  # every piece found in what format 2 stored
     first = session.read_bytes().split(b"\n")[0]
     with open(session, "ab") as out:
         out.write(first.replace(b"000000000000", b"000000000999") + b"\n")

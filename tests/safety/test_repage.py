@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from helpers.run import riffd_env, run_riffd
+from helpers.tmpfs import small_tmpfs
 from helpers.wordy import write_session
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
@@ -224,19 +225,7 @@ def test_a_full_disk_stops_the_move_whole_and_says_to_make_room(tmp_path: Path) 
     size), the archive is as it was, in WAL mode, and it is said that the disk is full and what room
     the move needs."""
     db_path, held = old_archive(tmp_path, sessions=2, lines=600)
-    small = tmp_path / "small"
-    small.mkdir()
-    size_kib = db_path.stat().st_size * 3 // 2 // 1024
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(small)],
-        capture_output=True,
-        text=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(
-            f"a small tmpfs could not be mounted here (root only): {mounted.stderr.strip()}"
-        )
-    try:
+    with small_tmpfs(tmp_path / "small", db_path.stat().st_size * 3 // 2 // 1024) as small:
         shutil.copy2(db_path, small / "archive.db")
         archive = Archive(small / "archive.db")
         try:
@@ -251,5 +240,3 @@ def test_a_full_disk_stops_the_move_whole_and_says_to_make_room(tmp_path: Path) 
         finally:
             again.close()
         assert page_size(small / "archive.db") == 1024
-    finally:
-        subprocess.run(["umount", "-l", str(small)], check=False, capture_output=True)

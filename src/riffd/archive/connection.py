@@ -134,6 +134,8 @@ class ArchiveConnection:
             )
             try:
                 readable_format(self.db, names_of(self.db))
+            except sqlite3.DatabaseError:
+                pass  # damaged: read as far as it can be (`riffd archive recover`)
             except BaseException:
                 self.db.close()
                 raise
