@@ -23,6 +23,7 @@ import pytest
 from helpers.run import riffd_env, run_riffd
 from helpers.tmpfs import grow_tmpfs, small_tmpfs
 from riffd.archive.ingest import ingest_file
+from riffd.archive.recover import recover
 from riffd.archive.schema import FORMAT, ArchiveError
 from riffd.archive.store import Archive
 
@@ -406,6 +407,9 @@ def test_a_damaged_archive_of_format_2_is_moved_aside_as_it_is(tmp_path: Path) -
     try:
         assert archive.moved_aside is not None and archive.damage is not None
         moved = archive.moved_aside.read_bytes()
+        # and `riffd archive recover` copies every line of it into the new archive
+        recover(archive.moved_aside, archive)
+        assert _held(archive) == _transcripts()
         # every page as it was (the first's header says WAL mode now: riffd's open sets it first)
         assert (
             moved[page_size:] == damaged[page_size:]
