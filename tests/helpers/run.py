@@ -120,3 +120,26 @@ def kill_9_at_random(
         child.send_signal(signal.SIGKILL)
     child.wait()
     return killed
+
+
+def kill_9_after(script: str, *args: str | Path, delay: float) -> int:
+    """Run `python -c script ARGS` (riffd importable; it prints "ready" once imported, then waits
+    for a line on stdin before it starts the work to interrupt), let it work `delay` seconds, SIGKILL
+    it and reap it; return its exit code (-SIGKILL unless it ended by itself first)."""
+    import signal
+    import time
+
+    with subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=riffd_env(),
+        text=True,
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        return child.wait()

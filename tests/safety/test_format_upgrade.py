@@ -13,14 +13,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
-from helpers.run import riffd_env, run_riffd
+from helpers.run import kill_9_after, riffd_env, run_riffd
 from helpers.tmpfs import grow_tmpfs, small_tmpfs
 from riffd.archive.ingest import ingest_file
 from riffd.archive.recover import recover
@@ -196,23 +195,10 @@ def test_a_kill_during_the_move_leaves_the_archive_as_it_was(tmp_path: Path) -> 
     wal = Path(f"{db_path}-wal")
     midway = 0  # kills that left the move's pages in the log, not committed
     for round_number in range(400):
-        with subprocess.Popen(
-            [sys.executable, "-c", OPEN, str(db_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=riffd_env(),
-            text=True,
-        ) as child:
-            assert child.stdin is not None and child.stdout is not None
-            assert child.stdout.readline().strip() == "ready"
-            wal_before = wal.stat().st_size if wal.exists() else 0
-            child.stdin.write("go\n")
-            child.stdin.flush()
-            time.sleep(round_number * 0.01)
-            os.kill(child.pid, signal.SIGKILL)
-            assert child.wait() == -signal.SIGKILL, (
-                f"the open failed by itself at kill {round_number}"
-            )
+        wal_before = wal.stat().st_size if wal.exists() else 0
+        ended = kill_9_after(OPEN, db_path, delay=round_number * 0.01)
+        # (0: it ended before the kill, the archive moved)
+        assert ended in (0, -signal.SIGKILL), f"the open failed by itself at kill {round_number}"
         # (looked at before anything opens the archive: the last connection's close folds the log)
         logged = wal.stat().st_size if wal.exists() else 0
         moved = _format(db_path) == "3"

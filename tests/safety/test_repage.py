@@ -4,19 +4,14 @@ kill -9 at any moment of the rewrite leaves the archive whole (SQLite's rollback
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from helpers.run import riffd_env, run_riffd
+from helpers.run import kill_9_after, run_riffd
 from helpers.tmpfs import small_tmpfs
 from helpers.wordy import write_session
 from riffd.archive.ingest import ingest_file
@@ -125,20 +120,7 @@ def test_a_kill_during_the_move_leaves_the_archive_whole(tmp_path: Path) -> None
     mid_rewrite = 0  # kills that left SQLite's journal: the rewrite was under way
     for round_number in range(1000):
         delay = round_number * 0.002  # later each time, until a kill comes after the move
-        with subprocess.Popen(
-            [sys.executable, "-c", REPAGE, str(db_path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=riffd_env(),
-            text=True,
-        ) as child:
-            assert child.stdin is not None and child.stdout is not None
-            assert child.stdout.readline().strip() == "ready"
-            child.stdin.write("go\n")
-            child.stdin.flush()
-            time.sleep(delay)
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
+        kill_9_after(REPAGE, db_path, delay=delay)
         mid_rewrite += journal.exists()
         archive = Archive(db_path, check=True)
         try:
