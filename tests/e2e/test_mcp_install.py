@@ -145,6 +145,7 @@ def test_install_waits_for_claude_codes_lock_and_loses_neither_change(tmp_path: 
     assert not Path(f"{path}.lock").exists()
 
 
+@pytest.mark.slow  # waits out the 5 s riffd gives a held lock
 def test_a_stale_lock_is_taken_over_and_a_held_one_refused(tmp_path: Path) -> None:
     path = _user_config(tmp_path)
     path.write_bytes(CLAUDE_JSON.encode())
