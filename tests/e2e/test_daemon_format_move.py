@@ -57,6 +57,8 @@ def test_the_daemon_moves_an_archive_of_format_2_as_it_starts(sandbox: Sandbox) 
     with open(session, "ab") as out:
         out.write(first.replace(b"000000000000", b"000000000999") + b"\n")
     daemon.wait_until(archived_whole, "the appended line archived")
+    # what commands read to tell this daemon from one of riffd 0.2 (the sandbox closes the store)
+    assert sandbox.open_store().meta("daemon")["archive_format"] == "3"
     daemon.stop()
     archive = Archive(db_path, read_only=True)
     try:

@@ -25,6 +25,8 @@ from riffd.archive.ingest import ingest_file
 from riffd.archive.recover import recover
 from riffd.archive.schema import FORMAT, ArchiveError
 from riffd.archive.store import Archive
+from riffd.state.database import STATE_NAME
+from riffd.state.store import StateStore
 
 FIXTURE = Path(__file__).parent.parent / "data" / "archive-format-2"
 PROJECT = "-home-u-proj"
@@ -265,7 +267,7 @@ def test_an_archive_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Pat
 
 
 @contextmanager
-def _daemon_lock(state: Path) -> Iterator[None]:
+def _daemon_lock(state: Path) -> Iterator[int]:
     """A real process holding the state folder's daemon lock, as a running daemon does (one of an
     earlier riffd, say), while the block runs."""
     holder = subprocess.Popen(
@@ -282,7 +284,7 @@ def _daemon_lock(state: Path) -> Iterator[None]:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
-        yield
+        yield holder.pid
     finally:
         holder.kill()
         holder.communicate()
@@ -419,3 +421,51 @@ def test_a_session_archived_in_format_2_is_restored_whole_after_the_move(tmp_pat
     assert _format(db_path) == "3"
     (restored,) = target.rglob("*.jsonl")
     assert restored.read_bytes() == _transcripts()[f"{SESSION_1}.jsonl"]
+
+
+def test_recover_refuses_an_archive_of_a_newer_format_in_one_line(tmp_path: Path) -> None:
+    """`riffd archive recover FILE` of an archive a newer riffd made: exit 2, one line naming FILE
+    (not the copy recover reads), no traceback, nothing recovered into the archive."""
+    source = _copy(tmp_path)
+    db = sqlite3.connect(source, isolation_level=None)
+    db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
+    db.close()
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    result = run_riffd(
+        "archive",
+        "recover",
+        str(source),
+        config=config,
+        env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"{source} was made by a newer riffd" in result.stderr
+
+
+def test_a_daemon_of_this_riffd_that_could_not_move_it_yet_is_not_called_older(
+    tmp_path: Path,
+) -> None:
+    """A daemon of this riffd whose own move failed at its start (the archive held by another
+    process, a full disk) says in its figures which format it writes: commands then say it moves
+    the archive once it can, and do not advise a restart that would change nothing."""
+    state = tmp_path / "state"
+    state.mkdir()
+    shutil.copy2(FIXTURE / "archive.db", state / "archive.db")
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\n')
+    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    with _daemon_lock(state) as pid:
+        for said, advice in (
+            ({"pid": pid, "archive_format": FORMAT}, "runs this riffd"),
+            ({"pid": pid, "version": "0.2.0"}, "Restart the daemon"),  # as riffd 0.2 says it
+        ):
+            store = StateStore(state / STATE_NAME)
+            try:
+                store.set_meta("daemon", said)
+            finally:
+                store.close()
+            result = run_riffd("archive", "stats", config=config, env=env)
+            assert result.returncode == 2 and advice in result.stderr, result.stderr
+    assert _format(state / "archive.db") == "2"

@@ -22,6 +22,7 @@ from pathlib import Path
 import zstandard
 
 from riffd.archive.packs import PackDamaged
+from riffd.archive.schema import ArchiveError
 from riffd.archive.store import Archive
 
 # What reading a damaged database or pack may raise besides OSError.
@@ -71,9 +72,16 @@ def readable_copy(damaged: Path, folder: Path) -> Path:
 def recover(damaged: Path, into: Archive) -> Recovery:
     """Copy every readable generation of every file of the archive at `damaged` into `into`; return
     what was done. `damaged` itself is only read. Raise sqlite3.Error when it cannot be opened at
-    all."""
+    all, ArchiveError when it says a format this riffd cannot read (named as `damaged`)."""
     with tempfile.TemporaryDirectory(prefix=".riffd-recover-", dir=damaged.parent) as folder:
-        return _recover(readable_copy(damaged, Path(folder)), into)
+        copy = readable_copy(damaged, Path(folder))
+        try:
+            return _recover(copy, into)
+        except ArchiveError as exc:
+            said = (
+                str(exc).replace(str(copy.resolve()), str(damaged)).replace(str(copy), str(damaged))
+            )
+            raise ArchiveError(said) from exc
 
 
 def _recover(damaged: Path, into: Archive) -> Recovery:

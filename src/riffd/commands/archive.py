@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE
+from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.archive_open import move_waits, open_archive
 from riffd.commands.arguments import date_seconds, nonnegative_number
 from riffd.commands.config_loading import load_or_report
@@ -218,6 +218,11 @@ def _one_line_errors(
 
         try:
             return run(args)
+        except (
+            ArchiveError
+        ) as exc:  # a format this riffd cannot read (an archive, or one to recover)
+            print(f"riffd: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
         except PackDamaged as exc:
             print(
                 f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "

@@ -4,17 +4,19 @@ never moved to this riffd's format while a daemon has it.
 A daemon of riffd 0.2, left running after an upgrade, writes the archive in format 2 and fails on
 every write once another riffd has moved it to format 3 (riffd.archive.schema). So while a daemon
 holds the state folder, a command does not open an archive still of format 2: it says to restart
-the daemon, whose new riffd moves the archive as it starts.
+the daemon, whose new riffd moves the archive as it starts; or, when the daemon's figures say it
+writes this riffd's format (its own move could not be made yet), that it moves it once it can.
 """
 
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
-from riffd.archive.schema import ARCHIVE_NAME, ArchiveError, needs_move
+from riffd.archive.schema import ARCHIVE_NAME, FORMAT, ArchiveError, needs_move
 from riffd.commands.config_loading import load_or_report
 from riffd.database import DatabaseDamaged
 
@@ -24,16 +26,50 @@ def move_waits(state_dir: Path, archive_path: Path) -> str | None:
     a daemon holds `state_dir` (None when neither, or either cannot be told)."""
     from riffd.daemon.lock import running_pid
 
+    if not needs_move(archive_path):  # (first: a lock file riffd cannot read blocks nothing then)
+        return None
     pid = running_pid(state_dir)
-    if pid is None or not needs_move(archive_path):
+    if pid is None:
         return None
     holder = "the riffd daemon running now" + (f" (pid {pid})" if pid > 0 else "")
+    if _writes_this_format(state_dir, pid):
+        return (
+            f"{archive_path} is still in format 2: {holder} runs this riffd and moves it to format "
+            f"{FORMAT} as soon as it can open it, which it could not yet (`riffd status` says why: a "
+            "full disk, or another process holding the archive); run this again once it has"
+        )
     return (
         f"{archive_path} is in format 2, which this riffd moves to format 3 when it opens it, and "
         f"{holder} has it: a daemon of riffd 0.2 would fail on every write after that. Restart "
         "the daemon so that it runs this riffd, which moves the archive as it starts (`riffd "
         "service install` restarts the service; or stop `riffd run` and start it again), then run "
         "this again"
+    )
+
+
+def _writes_this_format(state_dir: Path, pid: int) -> bool:
+    """Whether the daemon `pid` said, in the figures it keeps in the state store, that it writes this
+    riffd's archive format (a daemon of riffd 0.2 says no format)."""
+    from riffd.state.database import STATE_NAME
+    from riffd.state.store import StateStore
+
+    path = state_dir / STATE_NAME
+    if not path.exists():
+        return False
+    try:
+        store = StateStore(path, read_only=True)
+    except (sqlite3.Error, DatabaseDamaged, OSError):
+        return False
+    try:
+        snapshot = store.meta("daemon")
+    except sqlite3.Error:
+        return False
+    finally:
+        store.close()
+    return (
+        isinstance(snapshot, dict)
+        and snapshot.get("pid") == pid
+        and snapshot.get("archive_format") == FORMAT
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
+from riffd.archive.schema import FORMAT as ARCHIVE_FORMAT
 from riffd.daemon.counters import Counters, DaemonNow
 from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import archive_summary, store_snapshot
@@ -125,6 +126,8 @@ class Publisher:
             "starting": now.starting,
             "seen_at": time.time(),
             "version": __version__,
+            # the archive format this daemon writes (it moves an older archive to it as it opens it)
+            "archive_format": ARCHIVE_FORMAT,
             "pid": os.getpid(),
             "started": counters.started,
             "config_path": str(config.source) if config.source else None,
