@@ -74,6 +74,22 @@ def _contents(db_path: Path) -> dict[int, tuple[int, int, int, int | None, int]]
     return {row[0]: tuple(row[1:]) for row in rows}
 
 
+def _config(tmp_path: Path, state: Path, more: str = "") -> tuple[Path, dict[str, str]]:
+    """A config naming `state` as the state folder (and the TOML lines `more`), and an environment
+    that keeps the user's own Claude Code folder out; return both."""
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{state}"\n{more}')
+    return config, {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+
+
+def _state_of_format_2(tmp_path: Path) -> Path:
+    """A state folder holding the fixture's archive; return it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    shutil.copy2(FIXTURE / "archive.db", state / "archive.db")
+    return state
+
+
 def _held(archive: Archive) -> dict[str, bytes]:
     """File name -> the bytes the archive holds of it."""
     return {
@@ -225,9 +241,7 @@ def test_a_full_disk_during_the_move_leaves_the_archive_as_it_was(tmp_path: Path
     size_kib = db_path.stat().st_size * 11 // 10 // 1024
     with small_tmpfs(tmp_path / "state", size_kib) as state:
         shutil.copy2(db_path, state / "archive.db")
-        config = tmp_path / "riffd.toml"
-        config.write_text(f'state_dir = "{state}"\n')
-        env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+        config, env = _config(tmp_path, state)
         result = run_riffd("archive", "stats", config=config, env=env)
         assert result.returncode == 2, result.stderr
         assert "full" in result.stderr and "Free some space" in result.stderr
@@ -255,12 +269,8 @@ def test_an_archive_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Pat
     before = db_path.read_bytes()
     with pytest.raises(ArchiveError, match=r"newer riffd.*format 4.*up to 3"):
         Archive(db_path)
-    state = db_path.parent
-    config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{state}"\n')
-    result = run_riffd(
-        "archive", "stats", config=config, env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
-    )
+    config, env = _config(tmp_path, db_path.parent)
+    result = run_riffd("archive", "stats", config=config, env=env)
     assert result.returncode == 2
     assert "newer riffd" in result.stderr and "left as it is" in result.stderr
     assert db_path.read_bytes() == before
@@ -295,12 +305,8 @@ def test_no_command_moves_the_archive_while_a_daemon_has_it(tmp_path: Path) -> N
     state folder, `riffd archive` commands and `fix` leave the archive in format 2 and say to
     restart the daemon; `fix` keeps the torn tail it would have archived first. Once no daemon has
     it, the next command moves it."""
-    state = tmp_path / "state"
-    state.mkdir()
-    shutil.copy2(FIXTURE / "archive.db", state / "archive.db")
-    config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{state}"\nroots = ["{tmp_path / "projects"}"]\n')
-    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    state = _state_of_format_2(tmp_path)
+    config, env = _config(tmp_path, state, f'roots = ["{tmp_path / "projects"}"]\n')
     torn = tmp_path / "projects" / PROJECT / f"{SESSION_1}.jsonl"
     torn.parent.mkdir(parents=True)
     shutil.copy2(FIXTURE / "projects" / PROJECT / torn.name, torn)
@@ -411,9 +417,7 @@ def test_a_session_archived_in_format_2_is_restored_whole_after_the_move(tmp_pat
     """`riffd archive restore` of a session riffd 0.2 archived, the archive moved by that very
     command: every file of it byte for byte (its unfinished last line and malformed line too)."""
     db_path = _copy(tmp_path)
-    config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{db_path.parent}"\n')
-    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    config, env = _config(tmp_path, db_path.parent)
     target = tmp_path / "restored"
     target.mkdir()
     result = run_riffd("archive", "restore", SESSION_1, "--to", str(target), config=config, env=env)
@@ -430,15 +434,8 @@ def test_recover_refuses_an_archive_of_a_newer_format_in_one_line(tmp_path: Path
     db = sqlite3.connect(source, isolation_level=None)
     db.execute("UPDATE meta SET value = '4' WHERE key = 'format'")
     db.close()
-    config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
-    result = run_riffd(
-        "archive",
-        "recover",
-        str(source),
-        config=config,
-        env={"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")},
-    )
+    config, env = _config(tmp_path, tmp_path / "state")
+    result = run_riffd("archive", "recover", str(source), config=config, env=env)
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert f"{source} was made by a newer riffd" in result.stderr
@@ -450,12 +447,8 @@ def test_a_daemon_of_this_riffd_that_could_not_move_it_yet_is_not_called_older(
     """A daemon of this riffd whose own move failed at its start (the archive held by another
     process, a full disk) says in its figures which format it writes: commands then say it moves
     the archive once it can, and do not advise a restart that would change nothing."""
-    state = tmp_path / "state"
-    state.mkdir()
-    shutil.copy2(FIXTURE / "archive.db", state / "archive.db")
-    config = tmp_path / "riffd.toml"
-    config.write_text(f'state_dir = "{state}"\n')
-    env = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude")}
+    state = _state_of_format_2(tmp_path)
+    config, env = _config(tmp_path, state)
     with _daemon_lock(state) as pid:
         for said, advice in (
             ({"pid": pid, "archive_format": FORMAT}, "runs this riffd"),
