@@ -1,6 +1,7 @@
 """The commands `fix`, `backups restore` and `archive restore` advise when only the quiet period
 holds a file back: the command the user typed, with its own options, and `--quiet-period 0`; and
-whether a riffd daemon in repair mode runs now to do it by itself."""
+whether a riffd daemon in repair mode runs now to do it by itself (`daemon_figures`: what the
+daemon running now says of itself)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from riffd.config.model import Config
 from riffd.database import DatabaseDamaged
@@ -100,30 +102,38 @@ def archive_restore_words(args: argparse.Namespace) -> list[str]:
     return words
 
 
-def repair_daemon_roots(config: Config) -> tuple[Path, ...]:
-    """The folders a riffd daemon running now on `config`'s state folder in repair mode watches (as
-    its last figures say); none when no daemon runs, it only reports, or its state cannot be
+def daemon_figures(state_dir: Path) -> dict[str, Any] | None:
+    """The figures the riffd daemon running now on `state_dir` keeps in the state store (its pid,
+    mode, roots, archive format...); None when no daemon runs, or they are not its own or cannot be
     read."""
     from riffd.daemon.lock import running_pid
     from riffd.state.store import StateStore
 
-    pid = running_pid(config.state_dir)
-    path = config.state_dir / STATE_NAME
+    pid = running_pid(state_dir)
+    path = state_dir / STATE_NAME
     if pid is None or not path.exists():
-        return ()
+        return None
     try:
         store = StateStore(path, read_only=True)
     except (sqlite3.Error, DatabaseDamaged, OSError):
-        return ()
+        return None
     try:
         snapshot = store.meta("daemon")
     except sqlite3.Error:
-        return ()
+        return None
     finally:
         store.close()
     if not isinstance(snapshot, dict) or snapshot.get("pid") != pid:
-        return ()
-    if snapshot.get("repair_mode") != "repair" or not snapshot.get("running"):
+        return None
+    return snapshot
+
+
+def repair_daemon_roots(config: Config) -> tuple[Path, ...]:
+    """The folders a riffd daemon running now on `config`'s state folder in repair mode watches (as
+    its last figures say); none when no daemon runs, it only reports, or its state cannot be
+    read."""
+    snapshot = daemon_figures(config.state_dir)
+    if snapshot is None or snapshot.get("repair_mode") != "repair" or not snapshot.get("running"):
         return ()
     return tuple(Path(root) for root in snapshot.get("roots") or ())
 

@@ -11,12 +11,12 @@ writes this riffd's format (its own move could not be made yet), that it moves i
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 from riffd.archive.schema import ARCHIVE_NAME, FORMAT, ArchiveError, needs_move
+from riffd.commands.advice import daemon_figures
 from riffd.commands.config_loading import load_or_report
 from riffd.database import DatabaseDamaged
 
@@ -32,7 +32,8 @@ def move_waits(state_dir: Path, archive_path: Path) -> str | None:
     if pid is None:
         return None
     holder = "the riffd daemon running now" + (f" (pid {pid})" if pid > 0 else "")
-    if _writes_this_format(state_dir, pid):
+    figures = daemon_figures(state_dir)  # (a daemon of riffd 0.2 says no archive format)
+    if figures is not None and figures.get("archive_format") == FORMAT:
         return (
             f"{archive_path} is still in format 2: {holder} runs this riffd and moves it to format "
             f"{FORMAT} as soon as it can open it, which it could not yet (`riffd status` says why: a "
@@ -44,32 +45,6 @@ def move_waits(state_dir: Path, archive_path: Path) -> str | None:
         "the daemon so that it runs this riffd, which moves the archive as it starts (`riffd "
         "service install` restarts the service; or stop `riffd run` and start it again), then run "
         "this again"
-    )
-
-
-def _writes_this_format(state_dir: Path, pid: int) -> bool:
-    """Whether the daemon `pid` said, in the figures it keeps in the state store, that it writes this
-    riffd's archive format (a daemon of riffd 0.2 says no format)."""
-    from riffd.state.database import STATE_NAME
-    from riffd.state.store import StateStore
-
-    path = state_dir / STATE_NAME
-    if not path.exists():
-        return False
-    try:
-        store = StateStore(path, read_only=True)
-    except (sqlite3.Error, DatabaseDamaged, OSError):
-        return False
-    try:
-        snapshot = store.meta("daemon")
-    except sqlite3.Error:
-        return False
-    finally:
-        store.close()
-    return (
-        isinstance(snapshot, dict)
-        and snapshot.get("pid") == pid
-        and snapshot.get("archive_format") == FORMAT
     )
 
 
