@@ -56,7 +56,7 @@ def _format(db_path: Path) -> str:
     finally:
         db.close()
     made = {"2": FORMAT_2, "3": FORMAT_3}[stated]
-    assert names & (FORMAT_2 | FORMAT_3 | {"contents_3"}) == made, (stated, names)
+    assert names & (FORMAT_2 | FORMAT_3 | {"contents_2"}) == made, (stated, names)
     return stated
 
 

@@ -233,11 +233,17 @@ def _set_up(db: sqlite3.Connection) -> None:
     try:
         names = names_of(db)
         readable_format(db, names)
-        if "contents" in names and "key" in _columns(db, "contents"):
+        older = "contents" in names and "key" in _columns(db, "contents")
+        if older:
             # A damaged archive is moved aside as it is (riffd.database), never rewritten first
             checked = str(db.execute("PRAGMA quick_check").fetchone()[0])
             if checked != "ok":
                 raise sqlite3.DatabaseError(f"database disk image is malformed: {checked}")
+            # (its index goes with it; _SCHEMA then makes the tables of this format)
+            db.execute("ALTER TABLE contents RENAME TO contents_2")
+        for statement in _statements(_SCHEMA):  # (executescript would commit first)
+            db.execute(statement)
+        if older:
             started = time.monotonic()
             moved = _upgrade(db)
             log.info(
@@ -247,8 +253,6 @@ def _set_up(db: sqlite3.Connection) -> None:
                 moved,
                 time.monotonic() - started,
             )
-        for statement in _statements(_SCHEMA):  # (executescript would commit first)
-            db.execute(statement)
         if "mtime_ns" not in _columns(db, "files"):
             # made before riffd recorded it
             db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")
@@ -285,23 +289,14 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
 
 
 def _upgrade(db: sqlite3.Connection) -> int:
-    """Move `contents` of format 2 (its `key` column and index; a content's own text id written
-    out) to format 3, inside the caller's transaction; return the contents moved. Every content
-    keeps its id, place and text id; nothing else is touched."""
+    """Copy the contents of format 2 (renamed `contents_2`: their `key` column and index, a
+    content's own text id written out) into the tables of format 3, inside the caller's
+    transaction; return the contents moved. Every content keeps its id, place and text id; nothing
+    else is touched."""
+    db.execute("INSERT INTO content_keys(key, id) SELECT key, id FROM contents_2 ORDER BY key, id")
     db.execute(
-        "CREATE TABLE content_keys (key INTEGER NOT NULL, id INTEGER NOT NULL, "
-        "PRIMARY KEY (key, id)) WITHOUT ROWID"
+        "INSERT INTO contents(id, pack, offset, length, text) SELECT id, pack, offset, length, "
+        "CASE WHEN text = id THEN 0 ELSE text END FROM contents_2 ORDER BY id"
     )
-    db.execute("INSERT INTO content_keys(key, id) SELECT key, id FROM contents ORDER BY key, id")
-    db.execute("DROP INDEX IF EXISTS contents_key")
-    db.execute(
-        "CREATE TABLE contents_3 (id INTEGER PRIMARY KEY, pack INTEGER NOT NULL, "
-        "offset INTEGER NOT NULL, length INTEGER NOT NULL, text INTEGER)"
-    )
-    db.execute(
-        "INSERT INTO contents_3(id, pack, offset, length, text) SELECT id, pack, offset, length, "
-        "CASE WHEN text = id THEN 0 ELSE text END FROM contents ORDER BY id"
-    )
-    db.execute("DROP TABLE contents")
-    db.execute("ALTER TABLE contents_3 RENAME TO contents")
+    db.execute("DROP TABLE contents_2")
     return int(db.execute("SELECT COUNT(*) FROM contents").fetchone()[0])
