@@ -120,6 +120,27 @@ def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path)
         )
 
 
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_and_again_still_stops_a_parallel_scan(tmp_path: Path) -> None:
+    """Ctrl-C held down: a KeyboardInterrupt raised inside the pool's own waiting left a future's
+    lock held, and the scan hung in the pool's shutdown for ever (every run of riffd 0.2 here)."""
+    projects = make_projects(tmp_path, files=12, megabytes=12)
+    process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
+    workers = wait_for_workers(process)
+    assert workers, "the scan started no worker process"
+    started = time.monotonic()
+    while process.poll() is None and time.monotonic() - started < 1:
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.002)
+    _out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err
+    for pid in workers:
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )
+
+
 def test_one_big_file_is_decoded_by_a_second_process_with_the_same_report(tmp_path: Path) -> None:
     projects = make_projects(tmp_path, files=1, megabytes=40)
     path = next(projects.rglob("0*.jsonl"))

@@ -40,11 +40,12 @@ def config_for_folders(args: argparse.Namespace) -> Config:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         path = config_path(getattr(args, "config", None))
-        print(
-            f"riffd: note: {path} has {len(exc.errors)} error(s) (`riffd config validate` lists them); using the "
-            "default folders",
-            file=sys.stderr,
+        what = (  # one error said as it is (a file that is not there, above all), more counted
+            exc.errors[0]
+            if len(exc.errors) == 1
+            else f"{path} has {len(exc.errors)} errors (`riffd config validate` lists them)"
         )
+        print(f"riffd: note: {what}; using the default folders", file=sys.stderr)
         return loads_config("", source=path)
 
 

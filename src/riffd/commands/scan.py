@@ -141,7 +141,7 @@ def _scan_in_workers(
     """Fill `reports` by scanning `files` in `jobs` worker processes, the biggest first (so one big
     file does not finish alone at the end). A worker that dies (killed, out of memory) leaves its
     files unscanned, with a warning: the caller scans them here. Workers ignore Ctrl-C; an interrupt
-    cancels what has not started."""
+    stops them and raises KeyboardInterrupt here."""
     import multiprocessing  # here: a serial scan starts without them
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
@@ -149,11 +149,12 @@ def _scan_in_workers(
     order = sorted(range(len(files)), key=lambda number: -sizes[number])
     # fork is the cheapest start, and safe while this process runs no other thread; else (or on
     # macOS) spawn.
-    method = "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
-
-    # Ctrl-C while the pool starts would leave it half started (its manager thread not running, so
-    # it cannot be shut down): the interrupt waits until every file is handed over, and is raised
-    # then.
+    context = multiprocessing.get_context(
+        "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+    )
+    # Ctrl-C only sets a flag while the pool runs, looked at between waits: a KeyboardInterrupt
+    # raised wherever the main thread happens to be can leave a future's lock held (inside
+    # concurrent.futures.wait), and the pool's shutdown then waits for it for ever.
     interrupted: list[int] = []
     in_main = threading.current_thread() is threading.main_thread()
     previous = (
@@ -163,20 +164,12 @@ def _scan_in_workers(
     )
     executor = None
     try:
-        try:
-            executor = ProcessPoolExecutor(
-                jobs, mp_context=multiprocessing.get_context(method), initializer=_worker_init
-            )
-            pending: dict[Future[FileReport], int] = {
-                executor.submit(_scan_one, files[number], backup_dir): number for number in order
-            }
-        finally:
-            if in_main:
-                signal.signal(signal.SIGINT, previous)
-        if interrupted:
-            raise KeyboardInterrupt
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init)
+        pending: dict[Future[FileReport], int] = {
+            executor.submit(_scan_one, files[number], backup_dir): number for number in order
+        }
+        while pending and not interrupted:
+            done, _ = wait(pending, timeout=INTERRUPT_POLL, return_when=FIRST_COMPLETED)
             for future in done:
                 number = pending.pop(future)
                 report = reports[number] = future.result()
@@ -188,8 +181,21 @@ def _scan_in_workers(
             file=sys.stderr,
         )
     finally:
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        try:
+            if interrupted:  # the files being scanned are not waited for: the workers only read
+                for worker in context.active_children():
+                    worker.terminate()
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+        finally:
+            if in_main:  # once interrupted, the process ends: Ctrl-C again would cut its last words
+                signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+# seconds between looks at whether Ctrl-C was pressed while worker processes scan
+INTERRUPT_POLL = 0.05
 
 
 def _worker_init() -> None:

@@ -238,7 +238,14 @@ def test_backups_restore_notes_a_config_with_errors_once(
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n[repair]\nquiet_period = "x"\n')
     backup_id = "20990101T000000.000000Z-nope-abcdef"
     assert main(["--config", str(config), "backups", "restore", backup_id]) == EXIT_ERROR
-    assert capsys.readouterr().err.count("error(s) (`riffd config validate` lists them)") == 1
+    err = capsys.readouterr().err
+    assert err.count("using the default folders") == 1 and "quiet_period" in err
+    missing = tmp_path / "not-there.toml"
+    assert main(["--config", str(missing), "backups", "restore", backup_id]) == EXIT_ERROR
+    assert (
+        f"riffd: note: {missing}: no such file; expected a riffd config file (`riffd config init` "
+        "writes one); using the default folders\n"
+    ) in capsys.readouterr().err
 
 
 def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
