@@ -7,4 +7,4 @@ and `hooks`; `repair`, `archive`, `tracker`, `config` and `state`; `transcript`;
 (JSON for the hooks, without importing `json`). This module holds only the version.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
