@@ -26,6 +26,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:  # (the full command line says this itself; the fast paths here)
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process ends: no traceback on a second
+        print("riffd: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args: list[str]) -> int:
+    """Run the command `args` names: a hook or the MCP server from here, the rest by the full
+    command line."""
     if args[:2] == ["hook", "pre-tool-use"] and not {"-h", "--help"} & set(args):
         from riffd.hooks.pre_tool_use import main as hook_main
 

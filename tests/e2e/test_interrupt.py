@@ -1,0 +1,67 @@
+"""Ctrl-C in the commands the front door runs without the full command line (the two hooks Claude
+Code runs, and `riffd mcp`): one line, exit 130, never a traceback (docs/exit-codes.md). Real
+subprocesses, each waiting on a standard input that stays open, as they wait for Claude Code."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.run import start_riffd
+
+
+def _idle(pid: int, settle: float = 0.3, timeout: float = 30) -> None:
+    """Wait until process `pid` has used no CPU for `settle` seconds: started, and blocked reading
+    its standard input."""
+
+    def cpu() -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime
+
+    deadline = time.monotonic() + timeout
+    last, since = cpu(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = cpu()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= settle:
+            return
+    raise AssertionError(f"process {pid} never went idle")
+
+
+@pytest.mark.parametrize(
+    "command", [("hook", "pre-tool-use"), ("hook", "session-start"), ("mcp",)], ids=" ".join
+)
+def test_ctrl_c_while_waiting_for_claude_code_says_one_line_and_exits_130(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    if command == ("mcp",):
+        pytest.importorskip("mcp", reason="the MCP SDK (riffd[mcp]) is not installed")
+    environment = {
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+    }
+    process = start_riffd(
+        *command,
+        env=environment,
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _idle(process.pid)
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err
