@@ -196,6 +196,15 @@ def test_sessions_health_is_ok_only_for_files_the_daemon_checked(sandbox: Sandbo
     health = {Path(row["path"]).stem: row["health"] for row in listed["sessions"]}
     assert health[ids[0]] == "ok" and health[ids[1]].endswith("finding(s)"), health
     assert health[ids[2]] == "-", health
+    # repaired with the daemon stopped: its "finding(s)" are of the file as it was, and say so
+    fixed = sandbox.riffd("fix", "--quiet-period", "0", str(damaged))
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    listed = json.loads(sandbox.riffd("sessions", "--json").stdout)
+    health = {Path(row["path"]).stem: row["health"] for row in listed["sessions"]}
+    assert health[ids[1]] == "1 finding(s); changed since", health
+    assert health[ids[0]] == "ok" and health[ids[2]] == "-", health
+    text = sandbox.riffd("sessions").stdout
+    assert "1 finding(s); changed since" in text and text.count("changed since") == 1, text
 
 
 @requires_corpus

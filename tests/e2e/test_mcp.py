@@ -180,6 +180,43 @@ def test_read_session_pages_join_to_the_whole_text(tmp_path: Path) -> None:
     assert "agent-" in deleted["text"]  # the subagent, named
 
 
+def test_list_sessions_says_when_a_file_changed_since_the_daemon_read_it(tmp_path: Path) -> None:
+    """The health list_sessions gives is the daemon's, of the file as it read it: a file changed
+    since (repaired with the daemon stopped, written before it looked) says so."""
+    from riffd.state.records import Watermark
+    from riffd.state.store import StateStore
+
+    home = _home(tmp_path, delete=False)
+    store = StateStore(tmp_path / "state" / "state.db")
+    finding = {"class": "duplicate_uuid", "lines": [4], "message": "twice", "uuids": ["u4"]}
+    for tree, findings in ((home.kept, []), (home.deleted, [finding])):
+        now = tree.main.stat()
+        mark = Watermark(
+            str(tree.main),
+            now.st_dev,
+            now.st_ino,
+            now.st_size,
+            1,
+            0,
+            "",
+            0,
+            "",
+            now.st_size,
+            now.st_mtime_ns,
+        )
+        store.save_file(mark, tree.session_id, findings, 0)
+    store.close()
+    with open(home.deleted.main, "ab") as transcript:
+        transcript.write(_user(home.deleted.session_id, 5, "written after the daemon looked"))
+    rows = _data(_talk(home, lambda session: session.call_tool("list_sessions", {})))
+    health = {row["session_id"]: row["health"] for row in rows}
+    assert health[home.kept.session_id] == "ok", health
+    assert health[home.deleted.session_id] == (
+        "1 finding(s): session_health names them; the file changed after the daemon read it "
+        "(session_health checks it as it is now)"
+    ), health
+
+
 def test_session_health_names_the_finding_and_the_api_error(tmp_path: Path) -> None:
     home = _home(tmp_path)
     (home.kept.project / f"{DAMAGED}.jsonl").write_bytes(_duplicate_result())

@@ -43,7 +43,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "sessions",
         help="list sessions: id, project, title, dates, size, health, what the archive holds",
         description="List the sessions under the transcript roots, newest first: id, last activity (local time), "
-        "project, size, health (riffd's findings, from the daemon's state), what the archive holds of it "
+        "project, size, health (riffd's findings, from the daemon's state; 'changed since' when the file changed after the daemon read it), what the archive holds of it "
         "(transcript, subagents, saved outputs, checkpoints, task files, plans) and whether that is all of it, and "
         "its title (a title Claude Code gave it, else its first prompt). --deleted lists the sessions whose transcript "
         "is gone (Claude Code deletes them after cleanupPeriodDays, 30 by default) but the archive holds, with the "
@@ -219,10 +219,30 @@ def _held_words(row: dict[str, Any]) -> str:
     ) + f" ({', '.join(['transcript', *parts])})"
 
 
-def health_counts(path: Path) -> dict[str, int]:
+@dataclass(frozen=True)
+class Health:
+    """What the daemon's state says of one file: the findings that count, and the file as the daemon
+    last read it (inode, size, mtime), to tell whether it changed since."""
+
+    findings: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    def current(self, status: os.stat_result) -> bool:
+        """Whether the file, as `status` shows it now, is the one the daemon last read."""
+        return (self.ino, self.size, self.mtime_ns) == (
+            status.st_ino,
+            status.st_size,
+            status.st_mtime_ns,
+        )
+
+
+def health_counts(path: Path) -> dict[str, Health]:
     """Path -> the number of findings that count (neither informational nor acknowledged with
-    `riffd ack`, as the health report counts them) in the daemon's state, for every file the daemon
-    has read (0: none); a file it has not read is not in it ({} without a state)."""
+    `riffd ack`, as the health report counts them) in the daemon's state, with the file as the
+    daemon last read it, for every file the daemon has read (0 findings: none); a file it has not
+    read is not in it ({} without a state)."""
     if not path.exists():
         return {}
     acks = acknowledged_in(path.parent)
@@ -231,19 +251,37 @@ def health_counts(path: Path) -> dict[str, int]:
     except (DatabaseDamaged, sqlite3.Error, OSError):
         return {}
     try:
-        counts = dict.fromkeys(store.known_files(), 0)
+        known = store.known_files()
+        counts = dict.fromkeys(known, 0)
         for name, item, _waiting in store.all_findings():
             if item.get("class") not in INFORMATIONAL and acks.of(name, item) is None:
                 counts[name] = counts.get(name, 0) + 1
-        return counts
+        return {
+            name: Health(counts[name], ino, size, mtime_ns)
+            for name, (_dev, ino, size, mtime_ns) in known.items()
+        }
     finally:
         store.close()
+
+
+# said after a file's health when it changed since the daemon last read it (`riffd fix` with the daemon
+# stopped, Claude Code writing it before the daemon looked)
+CHANGED_SINCE = "changed since"
+
+
+def health_words(health: Health | None, status: os.stat_result) -> str:
+    """A file's health as `riffd sessions` shows it: `-` (the daemon has not read it), `ok` or `N
+    finding(s)`, followed by `; changed since` when the file is no longer what the daemon read."""
+    if health is None:
+        return "-"
+    words = f"{health.findings} finding(s)" if health.findings else "ok"
+    return words if health.current(status) else f"{words}; {CHANGED_SINCE}"
 
 
 def _on_disk(
     files: list[Path],
     view: ArchiveView | None,
-    health: dict[str, int],
+    health: dict[str, Health],
     roots: list[Path],
     configs: list[Path],
     on_error: Callable[[OSError], None],
@@ -253,13 +291,12 @@ def _on_disk(
     for path in files:
         try:
             info = describe_file(path)
-            size = path.stat().st_size
+            status = path.stat()
         except FileNotFoundError:
             continue  # deleted since it was listed: not a session any more
         except OSError as exc:
             on_error(exc if exc.filename else OSError(exc.errno, exc.strerror, str(path)))
             continue
-        findings = health.get(str(path))
         held = str(path) in archived
         rows.append(
             {
@@ -269,12 +306,8 @@ def _on_disk(
                 "title": info.title,
                 "first_ts": info.first_ts,
                 "last_ts": info.last_ts,
-                "bytes": size,
-                "health": "-"
-                if findings is None
-                else f"{findings} finding(s)"
-                if findings
-                else "ok",
+                "bytes": status.st_size,
+                "health": health_words(health.get(str(path)), status),
                 "archived": held,
                 "resume": shell_command("claude", "--resume", info.session_id),
                 "holds": view.holdings.holds(info.session_id, held) if view is not None else None,

@@ -113,22 +113,27 @@ def list_sessions(
     for path in newest:
         try:
             info = describe_file(path)
-            size = path.stat().st_size
+            status = path.stat()
         except OSError:
             continue
-        findings = health.get(str(path))
+        known = health.get(str(path))
+        words = (
+            "not checked by the daemon yet"
+            if known is None
+            else f"{known.findings} finding(s): session_health names them"
+            if known.findings
+            else "ok"
+        )
+        if known is not None and not known.current(status):
+            words += "; the file changed after the daemon read it (session_health checks it as it is now)"
         rows.append(
             SessionSummary(
                 info.session_id,
                 info.title,
                 info.project,
                 local_time(info.last_ts),
-                size,
-                "not checked by the daemon yet"
-                if findings is None
-                else f"{findings} finding(s): session_health names them"
-                if findings
-                else "ok",
+                status.st_size,
+                words,
                 str(path) in held,
                 False,
                 str(path),
