@@ -350,6 +350,12 @@ def run_export(args: Any) -> int:
     files, errors = transcript_targets(
         args.paths, archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME
     )
+    if not files:  # nothing to export: no folder made, no summary of nothing
+        for error in errors:
+            print(f"riffd: error: {error}", file=sys.stderr)
+        if not errors:
+            print("riffd: no transcripts to export; nothing written", file=sys.stderr)
+        return EXIT_ERROR if errors else EXIT_OK
     exporter = Exporter(args.to, args.format, sidechains=sidechains_of)
     from riffd.transcript.targets import agent_files_of
 

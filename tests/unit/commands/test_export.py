@@ -104,6 +104,20 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "out")]) == 2
 
 
+def test_an_export_of_nothing_makes_no_folder_and_no_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`riffd export latest --to notes/` outside a project: the error alone, exit 2 (it went on to
+    say "0 exported, ..." and made an empty notes/)."""
+    assert main(["export", str(tmp_path / "missing"), "--to", str(tmp_path / "notes")]) == 2
+    err = capsys.readouterr().err
+    assert "riffd: error:" in err and "exported" not in err
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty"), "--to", str(tmp_path / "notes")]) == 0
+    assert "no transcripts to export; nothing written" in capsys.readouterr().err
+    assert not (tmp_path / "notes").exists()
+
+
 @requires_corpus
 def test_sidechains_are_exported_under_their_agent_names(tmp_path: Path) -> None:
     inline = (
