@@ -105,7 +105,7 @@ def test_restore_force_over_a_live_session_is_skipped_and_an_idle_one_is_backed_
     live = _riffd(tmp_path, "archive", "restore", SESSION, "--force")
     assert live.returncode == 1, live.stderr
     assert (
-        f"skipped {path}: live: {path}: the session may be in use: session {SESSION} is registered"
+        f"skipped {path}: live: the session may be in use: session {SESSION} is registered"
         in live.stderr
     )
     assert path.read_bytes() == now

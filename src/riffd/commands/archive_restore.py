@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.archive.packs import PackDamaged
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, skipped_line
 from riffd.commands.restore_items import Item, restore_items, restore_targets
 from riffd.display import shell_command
 from riffd.fsio import NOFOLLOW
@@ -276,7 +276,7 @@ def _restore_one(
     if not force and _appeared(outcome):  # (another restore, say, put it there meanwhile)
         return _existing(archive, item, target, force, said) or "differ"
     if isinstance(outcome, Skipped):
-        said("skipped", f"skipped {outcome.path}: {outcome.reason}: {outcome.detail}")
+        said("skipped", skipped_line(outcome.path, outcome.reason, outcome.detail))
         return "skipped"
     if isinstance(outcome, Failed):
         said("error", str(outcome.detail))

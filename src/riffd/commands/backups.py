@@ -12,7 +12,7 @@ from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import repaired_again_note, restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
 from riffd.commands.config_loading import config_for_folders
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json, skipped_line
 from riffd.config.model import Config
 from riffd.display import shell_command
 from riffd.repair.backup import BackupError, BackupRecord, BackupStore
@@ -162,7 +162,7 @@ def run_backups_restore(args: argparse.Namespace) -> int:
         detail = outcome.detail
         if outcome.reason is SkipReason.LIVE:
             detail += _restore_now_advice(Path(outcome.path), options, restore_words(args))
-        print(f"skipped {outcome.path}: {outcome.reason}: {detail}", file=sys.stderr)
+        print(skipped_line(outcome.path, outcome.reason, detail), file=sys.stderr)
         return EXIT_FINDINGS
     if isinstance(outcome, Failed):
         print(f"riffd: error: {outcome.detail}", file=sys.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd import __version__
+from riffd.commands.output import skipped_line
 from riffd.repair.plan import InsertLine, RemoveLine, RepairPlan, ReplaceLine
 from riffd.transcript.findings import Finding
 
@@ -121,7 +122,7 @@ def print_text(result: FixedFile) -> None:
             for warning in result.warnings:
                 print(f"  warning: {warning}")
     elif result.outcome == SKIPPED:
-        print(f"skipped {result.path}: {result.reason}: {result.detail}")
+        print(skipped_line(result.path, result.reason, result.detail or ""))
     elif result.is_error:
         print(f"failed {result.path}: {result.detail}")
     for note in result.plan.notes if result.plan is not None else ():

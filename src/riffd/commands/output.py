@@ -85,6 +85,12 @@ class Progress:
             self.stream.flush()
 
 
+def skipped_line(path: object, reason: object, detail: str) -> str:
+    """`skipped PATH: REASON: DETAIL`, the line `fix`, `backups restore` and `archive restore` print
+    for a file they left alone; DETAIL without the path it starts with (said once, not twice)."""
+    return f"skipped {path}: {reason}: {detail.removeprefix(f'{path}: ')}"
+
+
 def print_json(document: object) -> None:
     """Print `document` on stdout as indented JSON."""
     import orjson
