@@ -185,7 +185,7 @@ def run_fix(args: argparse.Namespace) -> int:
         + (":" if left else ""),
         file=sys.stderr,
     )
-    print_remaining(left)
+    print_remaining(left, frozenset(map(str, config.repair.classes)))
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if remaining else EXIT_OK

@@ -126,19 +126,27 @@ def print_text(result: FixedFile) -> None:
     elif result.is_error:
         print(f"failed {result.path}: {result.detail}")
     for note in result.plan.notes if result.plan is not None else ():
-        print(f"  note: {note}")
+        if note not in (result.detail or ""):  # (nothing safe to do: its notes are the reason)
+            print(f"  note: {note}")
 
 
 REMAINING_SHOWN = 20  # findings `fix` names at its end; `riffd scan` lists them all
 
 
-def print_remaining(left: Sequence[Finding]) -> None:
+def print_remaining(left: Sequence[Finding], repairable: frozenset[str]) -> None:
     """Name the findings that remain after `fix` (on stderr, after its summary): file, line, class
-    and what it is, the first REMAINING_SHOWN of them."""
+    and what it is, the first REMAINING_SHOWN of them; for a class riffd never edits (not in
+    `repairable`, the classes this configuration repairs), what to do about it, as `riffd status`
+    says it."""
     import sys
+
+    from riffd.reports.attention import attention_item
 
     for finding in left[:REMAINING_SHOWN]:
         print(f"  {finding.path}:{finding.line}: {finding.cls}: {finding.message}", file=sys.stderr)
+        item = attention_item(finding.path, finding.to_json(), False, repairable=repairable)
+        if item.state == "never_repaired":
+            print(f"    {item.action}", file=sys.stderr)
     if len(left) > REMAINING_SHOWN:
         print(
             f"  and {len(left) - REMAINING_SHOWN} more (`riffd scan PATH` lists every one)",

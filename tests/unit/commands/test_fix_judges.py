@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -53,6 +54,44 @@ def test_what_the_repair_leaves_is_counted_from_the_new_file(
         == [str(finding.cls) for finding in scan_file(path).findings]
         == ["invalid_tool_result"]
     )
+
+
+def test_a_finding_riffd_never_edits_comes_with_what_to_do_about_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fix` ended on "1 finding(s) remain" and exit 1 with no word on what to do about a class it
+    never edits; it says now what `riffd status` says, and the command it names works."""
+    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
+    lines = damage.inject_invalid_type(lines).lines
+    path = idle(tmp_path / "projects" / "s.jsonl", b"".join(lines))
+    backups = ["--backup-dir", str(tmp_path / "backups")]
+    assert main(["fix", *backups, str(path)]) == EXIT_FINDINGS
+    err = capsys.readouterr().err
+    [finding] = scan_file(path).findings
+    advice = (
+        f"    riffd never edits this (invalid_tool_result): `riffd show {path}` shows where; if the "
+        f"session resumes well, `riffd ack {path}:{finding.line}` acknowledges it\n"
+    )
+    assert f"  {path}:{finding.line}: invalid_tool_result: " in err and advice in err, err
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    assert main(["ack", f"{path}:{finding.line}"]) == EXIT_OK
+    assert main(["fix", *backups, str(path)]) == EXIT_OK
+
+
+def test_a_skip_says_its_reason_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan with nothing safe to do: its note is the skip's reason, printed once (it was twice,
+    on the `skipped` line and again as a `note:`)."""
+    lines = damage.generated_session(segments=2)
+    cut = damage.inject_cut_after_tool_use(lines, choose=lambda points: points[-1]).lines
+    path = tmp_path / "projects" / "s.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"".join(cut))
+    os.utime(path, (time.time() - 300, time.time() - 300))  # idle, not yet for a long time
+    assert main(["fix", "--backup-dir", str(tmp_path / "backups"), str(path)]) == EXIT_FINDINGS
+    out = capsys.readouterr().out
+    assert f"skipped {path}: nothing_safe_to_do: missing result for " in out, out
+    said = re.findall(r"missing result for (\S+) not added", out)
+    assert said and len(said) == len(set(said)) and "note:" not in out, out
 
 
 def test_dry_run_applies_the_quiet_period_as_fix_does_and_names_the_command_that_repairs_now(
