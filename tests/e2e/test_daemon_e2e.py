@@ -119,6 +119,23 @@ def test_a_session_written_line_by_line_is_repaired_once_idle(sandbox: Sandbox) 
     daemon.stop()
 
 
+def test_the_log_gives_a_repair_its_own_words(sandbox: Sandbox) -> None:
+    """An idle damaged session found at start is read as a new file and repaired at once: the log
+    said "repair repaired: new file" (the read's why as the repair's)."""
+    damaged = resumed_duplicate()
+    path = sandbox.project / f"{session_id_of(damaged.lines)}.jsonl"
+    path.write_bytes(damaged.data)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+    daemon = sandbox.start()
+    daemon.wait_until(lambda: scan_file(path).findings == [], "the transcript to scan clean")
+    daemon.stop()
+    said = [
+        line for line in daemon.stderr().splitlines() if f"{path}: " in line and "repair " in line
+    ]
+    assert any(line.endswith(" ms") and ", repair repaired in " in line for line in said), said
+    assert not any("repair repaired:" in line for line in said), said
+
+
 # --- 3. a live session is left alone
 # -------------------------------------------------------------------
 

@@ -169,15 +169,16 @@ class RepairStep:
         give_up = False
         if isinstance(attempt, NotYet):
             outcome.repair, outcome.retry_after = attempt.repair, attempt.seconds
-            outcome.why = attempt.why or outcome.why
+            outcome.why = attempt.why  # (the read's own why, "new file" say, is not the repair's)
         elif isinstance(attempt, NothingSafe):
             outcome.repair, outcome.why = "skipped:nothing_safe_to_do", attempt.why
             store.record_repair(name, "skipped", "nothing_safe_to_do", None, Counter(), attempt.why)
             give_up = True
         elif isinstance(attempt, Done):
+            outcome.why = ""
             self._repaired(name, attempt, outcome)
         elif isinstance(attempt, Skipped):
-            outcome.repair = f"skipped:{attempt.reason}"
+            outcome.repair, outcome.why = f"skipped:{attempt.reason}", attempt.detail
             store.record_repair(
                 name, "skipped", str(attempt.reason), None, Counter(), attempt.detail
             )
