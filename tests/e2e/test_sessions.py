@@ -153,6 +153,23 @@ def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_pa
     assert ambiguous.returncode == 2 and "2 archived sessions start with it" in ambiguous.stderr
 
 
+def test_a_session_whose_file_is_named_otherwise_is_not_called_deleted(tmp_path: Path) -> None:
+    """A transcript renamed (its lines name a session its file name does not): `show ID` said the
+    archive holds it, "Claude Code deleted it?", and named a restore that restores nothing; it
+    names the file instead."""
+    _app, folder = setup(tmp_path)
+    renamed = folder / "kept-by-hand.jsonl"
+    (folder / f"{THIRD}.jsonl").rename(renamed)
+    assert riffd(tmp_path, "archive", "ingest").returncode == 0
+    missing = riffd(tmp_path, "show", THIRD[:8])
+    assert missing.returncode == 2, missing.stderr
+    assert f"its lines name it, but its file is named otherwise: {renamed} (pass that path)" in (
+        missing.stderr
+    ), missing.stderr
+    assert "deleted" not in missing.stderr
+    assert riffd(tmp_path, "show", str(renamed)).returncode in (0, 1)
+
+
 def test_the_restore_a_deleted_session_names_is_not_ambiguous(tmp_path: Path) -> None:
     """Two archived sessions share their first eight characters: the command `sessions --deleted`
     names for the deleted one takes as much of the id as tells them apart, and does restore it."""

@@ -95,6 +95,20 @@ def archived_hint(target: str, archive_path: Path | None) -> str:
         archive.close()
     if not held:
         return ""
+    from riffd.display import display_path, key_path
+
+    on_disk = sorted(
+        {
+            display_path(key_path(path))
+            for _id, path, _session in held
+            if os.path.lexists(key_path(path))
+        }
+    )
+    if on_disk:  # its lines say that session id, its file is named otherwise: not deleted
+        return (
+            f"; its lines name it, but its file is named otherwise: {', '.join(on_disk[:3])}"
+            f"{' ...' if len(on_disk) > 3 else ''} (pass that path)"
+        )
     return (
         "; the archive holds it (Claude Code deleted it?): "
         f"`{shell_command('riffd', 'archive', 'restore', target)}` brings it back"
