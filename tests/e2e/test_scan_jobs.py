@@ -3,6 +3,7 @@ gives."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -139,6 +140,113 @@ def test_ctrl_c_pressed_again_and_again_still_stops_a_parallel_scan(tmp_path: Pa
         assert (
             not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
         )
+
+
+# the number of write(2) in /proc/PID/syscall, where a worker sends its result
+WRITE_CALL = {"x86_64": 1, "aarch64": 64}.get(os.uname().machine)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    WRITE_CALL is None, reason="write(2)'s number on this machine is not known here"
+)
+def test_ctrl_c_while_a_worker_sends_its_result_still_stops_the_scan(tmp_path: Path) -> None:
+    """Ctrl-C while a worker is in the middle of sending a big result (its report of a file with
+    many findings) through the pool's pipe: the scan hung for ever when it killed its workers (the
+    pool then waited for the rest of that result). The scan is stopped (SIGSTOP), so that it reads
+    no result, until a worker is caught in such a write; then Ctrl-C, and it goes on."""
+    projects = tmp_path / "projects"
+    for number in range(12):  # 40 MB: over the size where workers start
+        folder = projects / f"-home-user-proj-{number % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = transcript_bytes(3000, pad=900).splitlines(keepends=True)
+        # a line that is not JSON after every line: 3,000 findings, a result of ~500 KB
+        data = b"".join(line + b"{not json\n" for line in lines[:-1]) + lines[-1]
+        (folder / f"{number:08d}-aaaa-bbbb-cccc-dddddddddddd.jsonl").write_bytes(data)
+    process = start_riffd(
+        "scan",
+        "--jobs",
+        "2",
+        str(projects),
+        env={"RIFFD_STATE_DIR": str(tmp_path / "state")},
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        workers = wait_for_workers(process)
+        assert workers, "the scan started no worker process"
+        # stopped once a worker scans a file (before, the workers would wait for work for ever)
+        assert _reading(workers, projects), "no worker was seen reading a transcript"
+        process.send_signal(signal.SIGSTOP)
+        assert _sending(workers), "no worker was seen sending its result"
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGCONT)
+        _out, err = process.communicate(timeout=30)  # (hung for ever)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+def test_workers_end_when_the_scan_is_killed(tmp_path: Path) -> None:
+    """`kill -9` (or a plain `kill`) of a parallel scan: its workers waited for work for ever,
+    adopted by init; they end within a second."""
+    projects = make_projects(tmp_path, files=12, megabytes=12)
+    process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
+    workers = wait_for_workers(process)
+    assert workers and _reading(workers, projects), "no worker was seen reading a transcript"
+    process.kill()
+    process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    process.communicate(timeout=30)  # (the workers held its pipes open)
+    assert not left, "a worker outlived its scan"
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    try:
+        return "zombie" not in status.read_text()
+    except OSError:
+        return False
+
+
+def _reading(workers: list[int], folder: Path, timeout: float = 30) -> bool:
+    """Whether one of `workers` comes to have a file under `folder` open within `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in workers:
+            with contextlib.suppress(OSError):
+                for fd in Path(f"/proc/{pid}/fd").iterdir():
+                    if os.readlink(fd).startswith(f"{folder}/"):
+                        return True
+        time.sleep(0.001)
+    return False
+
+
+def _sending(workers: list[int], timeout: float = 60) -> bool:
+    """Whether one of `workers` comes to wait in a write(2) of over 64 KiB (a result bigger than
+    the pipe, which nobody reads) within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in workers:
+            try:
+                call = Path(f"/proc/{pid}/syscall").read_text().split()
+            except OSError:
+                continue
+            if len(call) > 3 and call[0] == str(WRITE_CALL) and int(call[3], 16) > 65536:
+                return True
+        time.sleep(0.01)
+    return False
 
 
 def test_one_big_file_is_decoded_by_a_second_process_with_the_same_report(tmp_path: Path) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
@@ -27,7 +29,7 @@ from riffd.commands.output import (
 )
 from riffd.config import RepairConfig
 from riffd.forking import usable_cpus
-from riffd.fsio import pin_mmap_threshold
+from riffd.fsio import REAL_FILES, FileSystem, pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
 from riffd.transcript.scan import FileReport, scan_file
@@ -96,8 +98,17 @@ def _is_live(path: Path, session_id: str | None) -> bool:
     return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
 
 
-def _scan_one(path: Path, backup_dir: str, decoder_process: bool = False) -> FileReport:
-    return scan_file(path, backup_dir=backup_dir, is_live=_is_live, decoder_process=decoder_process)
+def _scan_one(
+    path: Path, backup_dir: str, decoder_process: bool = False, fs: FileSystem = REAL_FILES
+) -> FileReport:
+    return scan_file(
+        path, fs=fs, backup_dir=backup_dir, is_live=_is_live, decoder_process=decoder_process
+    )
+
+
+def _scan_in_worker(path: Path, backup_dir: str) -> FileReport:
+    """`_scan_one` in a worker process: its reads stop once the parent asks (`_StoppableFiles`)."""
+    return _scan_one(path, backup_dir, fs=_STOPPABLE)
 
 
 def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]:
@@ -156,18 +167,42 @@ def _scan_in_workers(
     # raised wherever the main thread happens to be can leave a future's lock held (inside
     # concurrent.futures.wait), and the pool's shutdown then waits for it for ever.
     interrupted: list[int] = []
+
+    def on_ctrl_c(signum: int, _frame: object) -> None:
+        interrupted.append(signum)
+
     in_main = threading.current_thread() is threading.main_thread()
+    spawned = context.get_start_method() == "spawn"
     previous = (
-        signal.signal(signal.SIGINT, lambda signum, _frame: interrupted.append(signum))
+        (
+            signal.signal(signal.SIGINT, on_ctrl_c),
+            # a forked worker has its handler from its first instant (see _worker_init)
+            signal.signal(STOP_SIGNAL, _ask_to_stop),
+        )
         if in_main
         else None
     )
     executor = None
     try:
-        executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init)
-        pending: dict[Future[FileReport], int] = {
-            executor.submit(_scan_one, files[number], backup_dir): number for number in order
-        }
+        if in_main:
+            # Ctrl-C is held back while the workers start: a forked worker starts with it held back
+            # (its _worker_init then ignores it); a spawned one, a new interpreter, starts ignoring
+            # it (ignored is what an exec keeps), else a Ctrl-C before its _worker_init shows a
+            # traceback of its imports. Held back here meanwhile, it sets the flag after.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            if spawned:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init)
+            pending: dict[Future[FileReport], int] = {
+                executor.submit(_scan_in_worker, files[number], backup_dir): number
+                for number in order
+            }
+        finally:
+            if in_main:  # a Ctrl-C held back meanwhile sets the flag now
+                if spawned:
+                    signal.signal(signal.SIGINT, on_ctrl_c)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         while pending and not interrupted:
             done, _ = wait(pending, timeout=INTERRUPT_POLL, return_when=FIRST_COMPLETED)
             for future in done:
@@ -175,32 +210,83 @@ def _scan_in_workers(
                 report = reports[number] = future.result()
                 progress.step(int(report.metrics.get("bytes", 0)))
     except BrokenProcessPool as exc:  # (also while files are handed over: a worker killed at once)
-        left = sum(report is None for report in reports)
-        print(
-            f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
-            file=sys.stderr,
-        )
+        if not interrupted:
+            left = sum(report is None for report in reports)
+            print(
+                f"riffd: warning: a scan worker process died ({exc}); scanning the {left} file(s) left in this process",
+                file=sys.stderr,
+            )
     finally:
         try:
-            if interrupted:  # the files being scanned are not waited for: the workers only read
-                for worker in context.active_children():
-                    worker.terminate()
+            if interrupted:
+                _stop_workers(context)
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
         finally:
-            if in_main:  # once interrupted, the process ends: Ctrl-C again would cut its last words
-                signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous)
+            if previous is not None:
+                # once interrupted, the process ends: Ctrl-C again would cut its last words
+                signal.signal(signal.SIGINT, signal.SIG_IGN if interrupted else previous[0])
+                signal.signal(STOP_SIGNAL, previous[1])
     if interrupted:
         raise KeyboardInterrupt
 
 
 # seconds between looks at whether Ctrl-C was pressed while worker processes scan
 INTERRUPT_POLL = 0.05
+# what the parent sends its workers to stop them (see _StoppableFiles)
+STOP_SIGNAL = signal.SIGUSR1
+
+
+class ScanStopped(Exception):
+    """A worker's scan, stopped at a read because the scan was interrupted."""
+
+
+class _StoppableFiles(FileSystem):
+    """The real files, for a worker: once the parent sent STOP_SIGNAL, the next read raises
+    ScanStopped, so the scan running ends within a chunk's read and the pool sends that back as any
+    result. Killing a worker instead can cut it off in the middle of sending a result, and the
+    pool then waits for the rest of it for ever."""
+
+    stop = False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if _StoppableFiles.stop:
+            raise ScanStopped("the scan was interrupted")
+        return super().pread(fd, size, offset)
+
+
+_STOPPABLE = _StoppableFiles()
+
+
+def _ask_to_stop(_signum: int, _frame: object) -> None:
+    _StoppableFiles.stop = True
+
+
+def _stop_workers(context: Any) -> None:
+    """Ask every worker process to stop its scan (the pool's: this process starts no other
+    multiprocessing child while it runs)."""
+    for worker in context.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, STOP_SIGNAL)
 
 
 def _worker_init() -> None:
-    # the parent handles Ctrl-C: no traceback from every worker
+    """A worker's first steps: Ctrl-C is the parent's (no traceback from every worker), the parent
+    asks it to stop by STOP_SIGNAL, and it ends when the parent has gone (killed, say: no worker
+    left waiting for work for ever)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(STOP_SIGNAL, _ask_to_stop)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # (ignored: held back no more)
+    threading.Thread(target=_end_with, args=(os.getppid(),), daemon=True).start()
+
+
+def _end_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL)
+    os._exit(EXIT_ERROR)
+
+
+PARENT_POLL = 0.5  # seconds between a worker's looks at whether its parent is still there
 
 
 def run_scan(args: argparse.Namespace) -> int:
