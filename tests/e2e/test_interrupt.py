@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.run import start_riffd
+from helpers.run import killed_at_the_end, said_interrupted, start_riffd
 
 
 def _idle(pid: int, settle: float = 0.3, timeout: float = 30) -> None:
@@ -55,13 +55,7 @@ def test_ctrl_c_while_waiting_for_claude_code_says_one_line_and_exits_130(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with killed_at_the_end(process):
         _idle(process.pid)
         process.send_signal(signal.SIGINT)
-        _out, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 130, err
-    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err
+        said_interrupted(process)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import transcript_bytes
-from helpers.run import start_riffd
+from helpers.run import killed_at_the_end, said_interrupted, start_riffd
 
 
 def riffd(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -174,7 +174,7 @@ def test_ctrl_c_while_a_worker_sends_its_result_still_stops_the_scan(tmp_path: P
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with killed_at_the_end(process):
         workers = wait_for_workers(process)
         assert workers, "the scan started no worker process"
         # stopped once a worker scans a file (before, the workers would wait for work for ever)
@@ -183,13 +183,7 @@ def test_ctrl_c_while_a_worker_sends_its_result_still_stops_the_scan(tmp_path: P
         assert _sending(workers), "no worker was seen sending its result"
         process.send_signal(signal.SIGINT)
         process.send_signal(signal.SIGCONT)
-        _out, err = process.communicate(timeout=30)  # (hung for ever)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
-    assert process.returncode == 130, err
-    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err
+        said_interrupted(process)  # (hung for ever)
 
 
 @pytest.mark.slow

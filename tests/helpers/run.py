@@ -10,11 +10,12 @@ autouse fixture of tests/conftest.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -143,3 +144,23 @@ def kill_9_after(script: str, *args: str | Path, delay: float) -> int:
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
         return child.wait()
+
+
+@contextlib.contextmanager
+def killed_at_the_end(process: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """`process`, killed and reaped when the block ends with it still running (a test that failed
+    half way, or a riffd that hung)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def said_interrupted(process: subprocess.Popen[str], timeout: float = 30) -> None:
+    """Wait for a riffd the test sent Ctrl-C, and check it ended as docs/exit-codes.md says: one
+    line, no traceback, exit 130."""
+    _out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 130, err
+    assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err
