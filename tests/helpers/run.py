@@ -160,7 +160,10 @@ def killed_at_the_end(process: subprocess.Popen[Any]) -> Iterator[subprocess.Pop
 
 def said_interrupted(process: subprocess.Popen[str], timeout: float = 30) -> None:
     """Wait for a riffd the test sent Ctrl-C, and check it ended as docs/exit-codes.md says: one
-    line, no traceback, exit 130."""
-    _out, err = process.communicate(timeout=timeout)
+    line, no traceback, exit 130. (Its standard input stays open until it has ended: `communicate`
+    would close it at once, and a riffd that reads it could see the end of its input before the
+    signal.)"""
+    process.wait(timeout=timeout)
+    _out, err = process.communicate()
     assert process.returncode == 130, err
     assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, err

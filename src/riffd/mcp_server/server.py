@@ -14,8 +14,10 @@ from __future__ import annotations
 import functools
 import io
 import os
+import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -190,8 +192,18 @@ def serve(memory: Memory) -> None:
                 read_stream, write_stream, server._mcp_server.create_initialization_options()
             )
 
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         anyio.run(run)
     finally:
         recall.close()
         print(f"riffd {__version__}: MCP server stopped", file=sys.stderr)
+
+
+def _interrupted(_signum: int, _frame: object) -> None:
+    """Ctrl-C: stop now. The server waits for its client in a thread's read of standard input,
+    which only the end of that input interrupts (a KeyboardInterrupt waited for it); what riffd
+    writes (a restore) is safe against a stop at any instant, as against kill -9."""
+    os.write(2, b"riffd: interrupted\n")
+    os._exit(130)
