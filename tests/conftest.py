@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -269,6 +270,15 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
+def pytest_configure(config: pytest.Config) -> None:
+    """The riffd processes the tests start meet Ctrl-C as a terminal's foreground process does: a
+    test run started in the background of a script has SIGINT ignored, which its children would
+    inherit (and keep: Python leaves an ignored SIGINT so), and the tests that send them Ctrl-C
+    would wait for nothing."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with the kind of the folder it lives in (KINDS)."""
     for item in items:

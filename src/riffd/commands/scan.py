@@ -173,9 +173,11 @@ def _scan_in_workers(
 
     in_main = threading.current_thread() is threading.main_thread()
     spawned = context.get_start_method() == "spawn"
+    # (run with Ctrl-C ignored, as a script's background job is: it stays ignored)
+    ctrl_c = signal.SIG_IGN if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else on_ctrl_c
     previous = (
         (
-            signal.signal(signal.SIGINT, on_ctrl_c),
+            signal.signal(signal.SIGINT, ctrl_c),
             # a forked worker has its handler from its first instant (see _worker_init)
             signal.signal(STOP_SIGNAL, _ask_to_stop),
         )
@@ -201,7 +203,7 @@ def _scan_in_workers(
         finally:
             if in_main:  # a Ctrl-C held back meanwhile sets the flag now
                 if spawned:
-                    signal.signal(signal.SIGINT, on_ctrl_c)
+                    signal.signal(signal.SIGINT, ctrl_c)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         while pending and not interrupted:
             done, _ = wait(pending, timeout=INTERRUPT_POLL, return_when=FIRST_COMPLETED)

@@ -192,7 +192,10 @@ def serve(memory: Memory) -> None:
                 read_stream, write_stream, server._mcp_server.create_initialization_options()
             )
 
-    if threading.current_thread() is threading.main_thread():
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # (started with it ignored)
+    ):
         signal.signal(signal.SIGINT, _interrupted)
     try:
         anyio.run(run)
