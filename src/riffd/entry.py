@@ -29,11 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except KeyboardInterrupt:  # (the full command line says this itself; the fast paths here)
-        import signal
+        from riffd.commands.output import say_interrupted
 
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the process ends: no traceback on a second
-        print("riffd: interrupted", file=sys.stderr)
-        return 130
+        return say_interrupted()
 
 
 def _dispatch(args: list[str]) -> int:

@@ -18,6 +18,7 @@ from riffd.commands.arguments import Parser, UsageError
 from riffd.commands.output import (
     EXIT_ERROR,
     leave_quietly_for_closed_stdout,
+    say_interrupted,
     stdout_reader_gone,
 )
 from riffd.display import use_display_streams
@@ -155,11 +156,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            # the process ends: Ctrl-C again would only cut this line or show a traceback
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-        print("riffd: interrupted", file=sys.stderr)
-        return 130
+        return say_interrupted()

@@ -85,6 +85,18 @@ class Progress:
             self.stream.flush()
 
 
+def say_interrupted() -> int:
+    """What every command does on Ctrl-C: one line, exit 130; a Ctrl-C after it is ignored (the
+    process ends: another would only cut the line or show a traceback)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("riffd: interrupted", file=sys.stderr)
+    return 130
+
+
 def skipped_line(path: object, reason: object, detail: str) -> str:
     """`skipped PATH: REASON: DETAIL`, the line `fix`, `backups restore` and `archive restore` print
     for a file they left alone; DETAIL without the path it starts with (said once, not twice)."""
