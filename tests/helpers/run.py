@@ -123,10 +123,13 @@ def kill_9_at_random(
     return killed
 
 
-def kill_9_after(script: str, *args: str | Path, delay: float) -> int:
+def kill_9_after(
+    script: str, *args: str | Path, delay: float, when: Callable[[], bool] | None = None
+) -> int:
     """Run `python -c script ARGS` (riffd importable; it prints "ready" once imported, then waits
-    for a line on stdin before it starts the work to interrupt), let it work `delay` seconds, SIGKILL
-    it and reap it; return its exit code (-SIGKILL unless it ended by itself first)."""
+    for a line on stdin before it starts the work to interrupt), let it work `delay` seconds (after
+    `when()`, polled every millisecond, is first true, if given), SIGKILL it and reap it; return its
+    exit code (-SIGKILL unless it ended by itself first)."""
     import signal
     import time
 
@@ -141,6 +144,8 @@ def kill_9_after(script: str, *args: str | Path, delay: float) -> int:
         assert child.stdout.readline().strip() == "ready"
         child.stdin.write("go\n")
         child.stdin.flush()
+        while when is not None and child.poll() is None and not when():
+            time.sleep(0.001)
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
         return child.wait()
