@@ -279,6 +279,7 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test with the kind of the folder it lives in (KINDS), and put the slow ones in one
     group, which pytest-xdist runs one after another in one worker: they time kills and signals to
