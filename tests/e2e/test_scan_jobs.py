@@ -92,15 +92,22 @@ def test_jobs_must_be_a_positive_number(tmp_path: Path) -> None:
         assert f"argument -j/--jobs: {bad!r} is not a number of processes (1 or more)" in err
 
 
+def _workers_now(process: subprocess.Popen[str]) -> list[int]:
+    """The pids of a running scan's worker processes now (its children)."""
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+    with contextlib.suppress(OSError):
+        return [int(pid) for pid in children.read_text().split()]
+    return []
+
+
 def wait_for_workers(process: subprocess.Popen[str]) -> list[int]:
     """The pids of a running scan's worker processes, once it has started them (empty if it never
     does)."""
-    children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and process.poll() is None:
-        workers = children.read_text().split() if children.exists() else []
+        workers = _workers_now(process)
         if workers:
-            return [int(pid) for pid in workers]
+            return workers
         time.sleep(0.01)
     return []
 
@@ -178,9 +185,9 @@ def test_ctrl_c_while_a_worker_sends_its_result_still_stops_the_scan(tmp_path: P
         workers = wait_for_workers(process)
         assert workers, "the scan started no worker process"
         # stopped once a worker scans a file (before, the workers would wait for work for ever)
-        assert _reading(workers, projects), "no worker was seen reading a transcript"
+        assert _reading(process, projects), "no worker was seen reading a transcript"
         process.send_signal(signal.SIGSTOP)
-        assert _sending(workers), "no worker was seen sending its result"
+        assert _sending(process), "no worker was seen sending its result"
         process.send_signal(signal.SIGINT)
         process.send_signal(signal.SIGCONT)
         said_interrupted(process)  # (hung for ever)
@@ -193,7 +200,7 @@ def test_workers_end_when_the_scan_is_killed(tmp_path: Path) -> None:
     projects = make_projects(tmp_path, files=12, megabytes=12)
     process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
     workers = wait_for_workers(process)
-    assert workers and _reading(workers, projects), "no worker was seen reading a transcript"
+    assert workers and _reading(process, projects), "no worker was seen reading a transcript"
     process.kill()
     process.wait(timeout=30)
     deadline = time.monotonic() + 10
@@ -214,11 +221,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _reading(workers: list[int], folder: Path, timeout: float = 30) -> bool:
-    """Whether one of `workers` comes to have a file under `folder` open within `timeout` s."""
+def _reading(process: subprocess.Popen[str], folder: Path, timeout: float = 30) -> bool:
+    """Whether one of the scan's workers comes to have a file under `folder` open within `timeout`
+    s (its workers as they are at each look: the first may not be all)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in workers:
+        for pid in _workers_now(process):
             with contextlib.suppress(OSError):
                 for fd in Path(f"/proc/{pid}/fd").iterdir():
                     if os.readlink(fd).startswith(f"{folder}/"):
@@ -227,12 +235,14 @@ def _reading(workers: list[int], folder: Path, timeout: float = 30) -> bool:
     return False
 
 
-def _sending(workers: list[int], timeout: float = 60) -> bool:
-    """Whether one of `workers` comes to wait in a write(2) of over 64 KiB (a result bigger than
-    the pipe, which nobody reads) within `timeout` seconds."""
+def _sending(process: subprocess.Popen[str], timeout: float = 60) -> bool:
+    """Whether one of the scan's workers comes to wait in a write(2) of over 64 KiB (a result bigger
+    than the pipe, which nobody reads) within `timeout` seconds. Its workers as they are at each
+    look: the one that writes may have started after the first was seen, and the others wait for
+    the queue's lock, not in a write."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in workers:
+        for pid in _workers_now(process):
             try:
                 call = Path(f"/proc/{pid}/syscall").read_text().split()
             except OSError:
