@@ -293,11 +293,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("slow"))
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than the cores (at most 8), since a test spends much of its time
-    waiting for a riffd subprocess (on 2 cores: 145 s with 3 workers, 169 s with 2, 318 s with
-    none, the default run of a fresh clone)."""
-    return min(8, (os.cpu_count() or 1) + 1)
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's: the tests run without it too)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto`: one worker more than the cores this process may run on (at most 8), since a test
+    spends much of its time waiting for a riffd subprocess (on 2 cores: 145 s with 3 workers, 169 s
+    with 2, 318 s with none, the default run of a fresh clone). PYTEST_XDIST_AUTO_NUM_WORKERS, when
+    set, is left to pytest-xdist."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(8, (cores or 1) + 1)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
@@ -315,6 +320,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         output["deselected"] = sum(_deselected)
 
 
+@pytest.hookimpl(optionalhook=True)  # (pytest-xdist's)
 def pytest_testnodedown(node: object, error: object) -> None:
     """The main process keeps the count a worker handed over (each worker collects every test)."""
     output = getattr(node, "workeroutput", {})

@@ -124,12 +124,16 @@ def kill_9_at_random(
 
 
 def kill_9_after(
-    script: str, *args: str | Path, delay: float, when: Callable[[], bool] | None = None
+    script: str,
+    *args: str | Path,
+    delay: float,
+    when: Callable[[], bool] | None = None,
+    timeout: float = 60,
 ) -> int:
     """Run `python -c script ARGS` (riffd importable; it prints "ready" once imported, then waits
     for a line on stdin before it starts the work to interrupt), let it work `delay` seconds (after
-    `when()`, polled every millisecond, is first true, if given), SIGKILL it and reap it; return its
-    exit code (-SIGKILL unless it ended by itself first)."""
+    `when()`, polled every millisecond, is first true, if given, or `timeout` seconds have passed),
+    SIGKILL it and reap it; return its exit code (-SIGKILL unless it ended by itself first)."""
     import signal
     import time
 
@@ -144,7 +148,10 @@ def kill_9_after(
         assert child.stdout.readline().strip() == "ready"
         child.stdin.write("go\n")
         child.stdin.flush()
-        while when is not None and child.poll() is None and not when():
+        deadline = time.monotonic() + timeout
+        while when is not None and child.poll() is None and time.monotonic() < deadline:
+            if when():
+                break
             time.sleep(0.001)
         time.sleep(delay)
         child.send_signal(signal.SIGKILL)
