@@ -306,8 +306,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    """Count the tests `-m` left out, in a pytest-xdist worker too (see pytest_terminal_summary)."""
-    _deselected.append(len(items))
+    """Count the slow tests left out (not those `-k` or `--lf` left out), in a pytest-xdist worker
+    too (see pytest_terminal_summary)."""
+    _deselected.append(sum(item.get_closest_marker("slow") is not None for item in items))
 
 
 _deselected: list[int] = []
@@ -345,7 +346,7 @@ def pytest_terminal_summary(
     """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts
     missing: where to get them), instead of one line per skipped test; and, in the default run, how
     to run the slow tests it left out."""
-    deselected = len(terminalreporter.stats.get("deselected", [])) or sum(_deselected)
+    deselected = sum(_deselected)
     if deselected and config.option.markexpr == "not slow":
         terminalreporter.write_line(
             f"{deselected} slow test(s) left out; every test, every example, as CI runs them: "
