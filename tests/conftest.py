@@ -301,31 +301,31 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     set, is left to pytest-xdist."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return min(8, (cores or 1) + 1)
+    from riffd.forking import usable_cpus
+
+    return min(8, usable_cpus() + 1)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
-    """Count the slow tests left out (not those `-k` or `--lf` left out), in a pytest-xdist worker
-    too (see pytest_terminal_summary)."""
-    _deselected.append(sum(item.get_closest_marker("slow") is not None for item in items))
+    """Count the slow tests left out, in a pytest-xdist worker too (see pytest_terminal_summary)."""
+    _slow_left_out[0] += sum(item.get_closest_marker("slow") is not None for item in items)
 
 
-_deselected: list[int] = []
+_slow_left_out = [0]  # (a list: the hooks here add to it)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """A pytest-xdist worker hands its count of left-out tests to the main process."""
+    """A pytest-xdist worker hands its count of slow tests left out to the main process."""
     output = getattr(session.config, "workeroutput", None)
     if output is not None:
-        output["deselected"] = sum(_deselected)
+        output["slow_left_out"] = _slow_left_out[0]
 
 
 @pytest.hookimpl(optionalhook=True)  # (pytest-xdist's)
 def pytest_testnodedown(node: object, error: object) -> None:
     """The main process keeps the count a worker handed over (each worker collects every test)."""
-    output = getattr(node, "workeroutput", {})
-    _deselected.append(max(0, output.get("deselected", 0) - sum(_deselected)))
+    handed = getattr(node, "workeroutput", {}).get("slow_left_out", 0)
+    _slow_left_out[0] = max(_slow_left_out[0], handed)
 
 
 @pytest.fixture(autouse=True)
@@ -346,7 +346,7 @@ def pytest_terminal_summary(
     """Say once per reason, at the end, how many tests were skipped and why (the sample transcripts
     missing: where to get them), instead of one line per skipped test; and, in the default run, how
     to run the slow tests it left out."""
-    deselected = sum(_deselected)
+    deselected = _slow_left_out[0]
     if deselected and config.option.markexpr == "not slow":
         terminalreporter.write_line(
             f"{deselected} slow test(s) left out; every test, every example, as CI runs them: "

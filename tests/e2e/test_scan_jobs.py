@@ -100,6 +100,11 @@ def _workers_now(process: subprocess.Popen[str]) -> list[int]:
     return []
 
 
+def _with_workers_now(process: subprocess.Popen[str], seen: list[int]) -> list[int]:
+    """`seen` and the scan's workers now: the pool starts its second worker after the first."""
+    return sorted({*seen, *_workers_now(process)})
+
+
 def wait_for_workers(process: subprocess.Popen[str]) -> list[int]:
     """The pids of a running scan's worker processes, once it has started them (empty if it never
     does)."""
@@ -118,7 +123,7 @@ def test_ctrl_c_stops_a_parallel_scan_with_one_line_and_exit_130(tmp_path: Path)
     process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
     workers = wait_for_workers(process)
     assert workers, "the scan started no worker process"
-    workers = sorted({*workers, *_workers_now(process)})  # (a second may have started since)
+    workers = _with_workers_now(process, workers)
     process.send_signal(signal.SIGINT)
     _out, err = process.communicate(timeout=120)
     assert process.returncode == 130, err
@@ -139,7 +144,7 @@ def test_ctrl_c_pressed_again_and_again_still_stops_a_parallel_scan(tmp_path: Pa
     assert workers, "the scan started no worker process"
     started = time.monotonic()
     while process.poll() is None and time.monotonic() - started < 1:
-        workers = sorted({*workers, *_workers_now(process)})  # (a second may start meanwhile)
+        workers = _with_workers_now(process, workers)
         process.send_signal(signal.SIGINT)
         time.sleep(0.002)
     _out, err = process.communicate(timeout=30)
@@ -203,7 +208,7 @@ def test_workers_end_when_the_scan_is_killed(tmp_path: Path) -> None:
     process = riffd(tmp_path, "scan", "--jobs", "2", str(projects))
     workers = wait_for_workers(process)
     assert workers and _reading(process, projects), "no worker was seen reading a transcript"
-    workers = sorted({*workers, *_workers_now(process)})  # (a second may have started since)
+    workers = _with_workers_now(process, workers)
     process.kill()
     process.wait(timeout=30)
     deadline = time.monotonic() + 10

@@ -7,7 +7,7 @@ import select
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
 
@@ -85,6 +85,9 @@ class Progress:
             self.stream.flush()
 
 
+INTERRUPTED = "riffd: interrupted"  # the one line every command says on Ctrl-C
+
+
 def say_interrupted() -> int:
     """What every command does on Ctrl-C: one line, exit 130; a Ctrl-C after it is ignored (the
     process ends: another would only cut the line or show a traceback)."""
@@ -93,8 +96,16 @@ def say_interrupted() -> int:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("riffd: interrupted", file=sys.stderr)
+    print(INTERRUPTED, file=sys.stderr)
     return 130
+
+
+def ctrl_c_or_ignored(handler: Any) -> Any:
+    """`handler` for Ctrl-C, or SIG_IGN where the process started with Ctrl-C ignored (a script's
+    background job): an ignored Ctrl-C stays ignored in every command."""
+    import signal
+
+    return signal.SIG_IGN if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else handler
 
 
 def skipped_line(path: object, reason: object, detail: str) -> str:

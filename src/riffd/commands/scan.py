@@ -25,6 +25,7 @@ from riffd.commands.output import (
     EXIT_OK,
     REPORT_SCHEMA,
     Progress,
+    ctrl_c_or_ignored,
     print_json,
 )
 from riffd.config import RepairConfig
@@ -173,8 +174,7 @@ def _scan_in_workers(
 
     in_main = threading.current_thread() is threading.main_thread()
     spawned = context.get_start_method() == "spawn"
-    # (run with Ctrl-C ignored, as a script's background job is: it stays ignored)
-    ctrl_c = signal.SIG_IGN if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else on_ctrl_c
+    ctrl_c = ctrl_c_or_ignored(on_ctrl_c)
     previous = (
         (
             signal.signal(signal.SIGINT, ctrl_c),

@@ -28,6 +28,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import ToolAnnotations
 
 from riffd import __version__
+from riffd.commands.output import INTERRUPTED, ctrl_c_or_ignored
 from riffd.mcp_server.memory import Memory, ToolProblem
 from riffd.mcp_server.results import (
     Health,
@@ -192,11 +193,8 @@ def serve(memory: Memory) -> None:
                 read_stream, write_stream, server._mcp_server.create_initialization_options()
             )
 
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # (started with it ignored)
-    ):
-        signal.signal(signal.SIGINT, _interrupted)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, ctrl_c_or_ignored(_interrupted))
     try:
         anyio.run(run)
     finally:
@@ -208,5 +206,5 @@ def _interrupted(_signum: int, _frame: object) -> None:
     """Ctrl-C: stop now. The server waits for its client in a thread's read of standard input,
     which only the end of that input interrupts (a KeyboardInterrupt waited for it); what riffd
     writes (a restore) is safe against a stop at any instant, as against kill -9."""
-    os.write(2, b"riffd: interrupted\n")
+    os.write(2, f"{INTERRUPTED}\n".encode())
     os._exit(130)
