@@ -11,6 +11,7 @@ parent already looked for is looked for again only in the bytes the session file
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from riffd.transcript.index_builder import IndexBuilder
 from riffd.transcript.reader import iter_raw, parse_line, read_span
 
 HEAD_BYTES = 4096  # how much of a session file tells a rewrite from an append
+FIND_EACH = 3  # find_uuids looks for each of at most this many uuids on its own
 
 
 def compare_repeats(
@@ -139,18 +141,33 @@ def find_uuids(
     line's start), and the offset just after the last whole line read (where a later search of what
     was appended starts).
 
-    One regular-expression pass over the raw bytes finds the few lines that mention a wanted uuid;
-    only those are parsed, so this costs about a read of the file.
+    A pass over the raw bytes finds the few lines that mention a wanted uuid; only those are
+    parsed, so this costs about a read of the file. The pass looks for each uuid with `bytes.find`
+    (0.24 s a GB on this project's 2-core machine, where one regular expression takes 0.86) while
+    there are at most FIND_EACH of them, else with one regular expression for them all.
     """
     if not wanted:
         return set(), start
-    needle = re.compile(b"|".join(re.escape(orjson.dumps(uuid)) for uuid in sorted(wanted)))
+    quoted = [orjson.dumps(uuid) for uuid in sorted(wanted)]
+    needle = re.compile(b"|".join(map(re.escape, quoted)))
     found: set[str] = set()
 
+    def mentions(buffer: bytes, end: int) -> Iterator[tuple[int, int]]:
+        """(start, end) of each mention of a wanted uuid in buffer[:end]."""
+        if len(quoted) > FIND_EACH:
+            for match in needle.finditer(buffer, 0, end):
+                yield match.span()
+            return
+        for each in quoted:
+            at = buffer.find(each, 0, end)
+            while at >= 0:
+                yield at, at + len(each)
+                at = buffer.find(each, at + len(each), end)
+
     def check(buffer: bytes, end: int) -> None:
-        for match in needle.finditer(buffer, 0, end):
-            line_start = buffer.rfind(b"\n", 0, match.start()) + 1
-            line_end = buffer.find(b"\n", match.end(), end)
+        for mention_start, mention_end in mentions(buffer, end):
+            line_start = buffer.rfind(b"\n", 0, mention_start) + 1
+            line_end = buffer.find(b"\n", mention_end, end)
             obj = parse_line(buffer[line_start : end if line_end < 0 else line_end])
             if isinstance(obj, dict) and obj.get("uuid") in wanted:
                 found.add(obj["uuid"])
