@@ -5,11 +5,15 @@ client. Sessions laid out as the client writes them (helpers.sessiontree), archi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -456,3 +460,60 @@ def test_a_killed_servers_conversations_are_removed_by_the_next(tmp_path: Path) 
     assert not left.exists() and alive.is_dir()
     assert len(during) == 2 and alive.name in during  # its own folder and the live one
     assert sorted(path.name for path in temp.iterdir()) == [alive.name]  # its own, gone on exit
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_restore_leaves_every_file_whole_or_absent(tmp_path: Path) -> None:
+    """kill -9 `riffd mcp` while restore_session writes a big transcript back: no file of the
+    session is left part-written where Claude Code reads it (each is absent, or its archived bytes),
+    and a new server's restore_session puts the whole session back, byte for byte, and removes the
+    killed server's temp file."""
+    home = _home(tmp_path, delete=False)
+    session = home.deleted.session_id
+    with open(home.deleted.main, "ab") as transcript:  # about 25 MB: its restore takes a while
+        for number in range(5, 60_005):
+            transcript.write(_user(session, number, f"line {number} " + "x" * 300))
+    assert run_riffd("archive", "ingest", config=home.config, env=home.env).returncode == 0
+    before = {path: path.read_bytes() for path in home.deleted.files()}
+    delete_like_cleanup(home.deleted)
+    project = home.deleted.main.parent
+    killed: list[int] = []
+
+    def kill_once_the_transcript_is_being_written() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for temp in project.glob(f".{session}.jsonl.riffd-*.tmp"):
+                if temp.stat().st_size > 0:
+                    pid = int(temp.name.split(".riffd-")[1].split("-")[0])
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.001)
+
+    async def talk(client: ClientSession) -> Any:
+        watcher = threading.Thread(target=kill_once_the_transcript_is_being_written)
+        watcher.start()
+        try:
+            return await asyncio.wait_for(
+                client.call_tool("restore_session", {"session": session}), 60
+            )
+        except Exception as exc:  # the server is gone: the SDK says so as it will
+            return exc
+        finally:
+            watcher.join()
+
+    with contextlib.suppress(Exception):  # (leaving the client after its server died)
+        _talk(home, talk)
+    assert killed, "the restore ended before its transcript was seen being written"
+    temps = list(project.glob(f".{session}.jsonl.riffd-{killed[0]}-*.tmp"))
+    assert len(temps) == 1 and not home.deleted.main.exists()
+    for path, data in before.items():  # what is there is whole
+        assert not path.exists() or path.read_bytes() == data, path
+
+    async def again(client: ClientSession) -> Any:
+        return _data(await client.call_tool("restore_session", {"session": session}))
+
+    result = _talk(home, again)
+    assert result["complete"] is True
+    assert {path: path.read_bytes() for path in before} == before
+    assert not temps[0].exists()
