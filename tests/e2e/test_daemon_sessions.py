@@ -21,6 +21,7 @@ from helpers.run import start_riffd
 from helpers.sessiontree import (
     BIG_OUTPUT,
     SLUG,
+    build_session,
     delete_like_cleanup,
     line,
     persisted,
@@ -344,3 +345,29 @@ def test_the_daemon_never_archives_through_a_sessions_folder_linked_out_of_the_r
     assert held == [str(kept), str(kept.with_name("agent-a2.meta.json"))]
     for link in (box.project / SESSION, box.project / other / "tool-results"):
         assert daemon.stderr().count(f"{link}: a symlink (to {outside})") == 1, daemon.stderr()
+
+
+def test_the_start_up_lines_count_transcripts_and_the_files_beside_them_apart(
+    box: Sandbox,
+) -> None:
+    """The daemon's first lines say how many transcripts and other session files it has to read,
+    and how many transcripts it watches: counted apart, as they are (before, one number of files
+    to look at counted both, and the next line's number of files watched counted transcripts)."""
+    tree = build_session(box.claude)
+    started = box.start()
+    started.wait_until(lambda: "start-up pass done" in started.stderr(), "the start-up pass")
+    started.wait_until(lambda: _archived_as_on_disk(box, tree), "the session archived")
+    transcripts, others = len(tree.transcripts), len(tree.whole)
+    log = started.stderr()
+    assert (
+        f"{transcripts} transcript(s) and {others} other session file(s) new or changed since "
+        "riffd last read them" in log
+    ), log
+    assert f"start-up pass done: {transcripts} transcript(s) watched" in log, log
+    started.stop()
+    again = box.start()
+    again.wait_until(lambda: "start-up pass done" in again.stderr(), "the second start-up pass")
+    log = again.stderr()
+    assert "0 transcript(s) and 0 other session file(s) new or changed" in log, log
+    assert f"start-up pass done: {transcripts} transcript(s) watched" in log, log
+    again.stop()

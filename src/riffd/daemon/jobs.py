@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from riffd import __version__
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 from riffd.claude_code.session_files import config_folders
@@ -175,6 +177,26 @@ def archive_summary(
     }
 
 
+def new_or_changed(transcripts: int, others: int) -> str:
+    """'N transcript(s) and M other session file(s)': what a pass over the roots queued."""
+    return f"{transcripts} transcript(s) and {others} other session file(s)"
+
+
+def started_line(config: Config, transcripts: int, others: int) -> str:
+    """The daemon's first line: its version, pid and mode, what it has to read, its config."""
+    mode = (
+        f"repair mode: idle sessions are repaired after a verified backup (quiet period "
+        f"{config.repair.quiet_period:g} s)"
+        if config.repair.mode == "repair"
+        else "report-only mode: nothing is rewritten"
+    )
+    return (
+        f"riffd {__version__} started (pid {os.getpid()}) in {mode}; "
+        f"{new_or_changed(transcripts, others)} new or changed since riffd last read them; "
+        f"config {config.source or 'defaults (no file)'}"
+    )
+
+
 def log_startup_summary(store: StateStore, config: Config, errors: int = 0) -> None:
     """One line once the files found at start are looked at: files, damage by class, repairs waiting
     and why, and how many errors the pass met (`riffd status` lists them)."""
@@ -195,7 +217,7 @@ def log_startup_summary(store: StateStore, config: Config, errors: int = 0) -> N
         else ""
     )
     (log.warning if errors else log.info)(
-        "start-up pass done: %d file(s) watched, %d with findings (%s); %d repair(s) waiting%s%s",
+        "start-up pass done: %d transcript(s) watched, %d with findings (%s); %d repair(s) waiting%s%s",
         watched,
         with_findings,
         ", ".join(f"{name} {count}" for name, count in sorted(damage.items()))

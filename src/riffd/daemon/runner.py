@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from riffd import __version__, logs
+from riffd import logs
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
@@ -36,6 +36,8 @@ from riffd.daemon.jobs import (
     backup_retention,
     clean_leftovers,
     log_startup_summary,
+    new_or_changed,
+    started_line,
     transcript_filter,
     worker_settings,
 )
@@ -155,20 +157,7 @@ class Daemon:
         self._queue_pending_repairs()
         # lines a daemon killed before read but had not archived yet (riffd.daemon.archive_batch)
         self.schedule.run_now("archive_catch_up", self._catch_up_at_start)
-        mode = (
-            f"repair mode: idle sessions are repaired after a verified backup (quiet period "
-            f"{config.repair.quiet_period:g} s)"
-            if config.repair.mode == "repair"
-            else "report-only mode: nothing is rewritten"
-        )
-        log.info(
-            "riffd %s started (pid %d) in %s; %d file(s) to look at; config %s",
-            __version__,
-            os.getpid(),
-            mode,
-            queued,
-            config.source or "defaults (no file)",
-        )
+        log.info("%s", started_line(config, *queued))
         self.notifier.ready(self._status_line())
 
     @property
@@ -393,17 +382,19 @@ class Daemon:
 
     # --- what to look at: the start-up pass, rescans ----------------------------------------------
 
-    def _reconcile(self) -> int:
+    def _reconcile(self) -> tuple[int, int]:
+        """Queue the transcripts and other session files riffd has not read as they are now."""
         assert self.store is not None
         # Not an event: a file already queued keeps its time (a rescan during a long start-up pass
         # must not put every waiting file off by another debounce)
-        queued = reconcile(
+        transcripts = reconcile(
             transcript_filter(self.config),
             self.store,
             lambda path: self.queue.put(path, delay=self.queue.debounce),
             self._unlistable,
             self.watcher,
-        ) + reconcile_files(
+        )
+        others = reconcile_files(
             transcript_filter(self.config),
             self.archive,
             self.queue.put,
@@ -412,7 +403,7 @@ class Daemon:
         )
         self.counters.rescans += 1
         self._queue_unsettled_tails()  # a look again lost (a restart, say)
-        return queued
+        return transcripts, others
 
     def _unlistable(self, exc: OSError) -> None:
         log.error(
@@ -456,10 +447,10 @@ class Daemon:
             queued = self._reconcile()
             # swaps a killed `riffd fix` left, which no event brings here
             clean_leftovers(self.config)
-        if queued:
+        if any(queued):
             log.info(
-                "rescan: %d file(s) to look at (changed without an event, or not stored before)",
-                queued,
+                "rescan: %s to look at (changed without an event, or not read before)",
+                new_or_changed(*queued),
             )
 
     def _catch_up_archive(self) -> None:
