@@ -150,6 +150,22 @@ def test_scan_of_a_missing_path_exits_2_and_names_it(
     assert f"{tmp_path / 'nope'}: no such file or folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["scan", "fix"])
+def test_with_no_transcripts_folder_scan_and_fix_say_so_and_exit_0(
+    tmp_path: Path, command: str
+) -> None:
+    """Where Claude Code never ran, `scan` and `fix` with no path find nothing damaged: exit 0, and
+    they name the folder they looked for (docs/exit-codes.md)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    result = run_riffd(command, env=riffd_env(HOME=str(home), CLAUDE_CONFIG_DIR=""))
+    assert result.returncode == EXIT_OK, result.stderr
+    assert (
+        f"no Claude Code transcripts here: {home / '.claude' / 'projects'} does not exist"
+        in result.stderr
+    )
+
+
 def test_unknown_command_exits_2_with_help_hint(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["frobnicate"]) == EXIT_ERROR
     assert "riffd --help" in capsys.readouterr().err
