@@ -347,12 +347,30 @@ def test_the_daemon_never_archives_through_a_sessions_folder_linked_out_of_the_r
         assert daemon.stderr().count(f"{link}: a symlink (to {outside})") == 1, daemon.stderr()
 
 
-def test_the_start_up_lines_count_transcripts_and_the_files_beside_them_apart(
+def _the_report_measures_the_archive_against_lines_and_files(box: Sandbox, tree: Tree) -> None:
+    """The report's archive size is against every byte it holds: the lines and the files kept
+    whole (before, against the lines alone, while the size counted the files too)."""
+    report = box.report()
+    assert report is not None
+    figures = report["archive"]
+    lines = sum(path.stat().st_size for path in tree.transcripts)
+    files = sum(path.stat().st_size for path in tree.whole)
+    assert (figures["raw_bytes"], figures["whole_bytes"]) == (lines, files)
+    assert figures["ratio"] == round(figures["stored_bytes"] / (lines + files), 4)
+    markdown = (box.state / "reports" / "latest.md").read_text()
+    assert (
+        f"{figures['stored_bytes']:,} bytes on disk, {figures['ratio']:.1%} of {lines + files:,} "
+        f"bytes seen ({lines:,} of transcript lines, {files:,} of files kept whole)" in markdown
+    ), markdown
+
+
+def test_the_start_up_lines_and_the_report_count_transcripts_and_files_apart(
     box: Sandbox,
 ) -> None:
     """The daemon's first lines say how many transcripts and other session files it has to read,
     and how many transcripts it watches: counted apart, as they are (before, one number of files
-    to look at counted both, and the next line's number of files watched counted transcripts)."""
+    to look at counted both, and the next line's number of files watched counted transcripts).
+    Its last report measures the archive against both."""
     tree = build_session(box.claude)
     started = box.start()
     started.wait_until(lambda: "start-up pass done" in started.stderr(), "the start-up pass")
@@ -364,7 +382,8 @@ def test_the_start_up_lines_count_transcripts_and_the_files_beside_them_apart(
         "riffd last read them" in log
     ), log
     assert f"start-up pass done: {transcripts} transcript(s) watched" in log, log
-    started.stop()
+    started.stop()  # its last report: the archive's figures as it stops
+    _the_report_measures_the_archive_against_lines_and_files(box, tree)
     again = box.start()
     again.wait_until(lambda: "start-up pass done" in again.stderr(), "the second start-up pass")
     log = again.stderr()

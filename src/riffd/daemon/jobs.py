@@ -152,6 +152,10 @@ def archive_summary(
     cleanup deletes within CLEANUP_WARNING_DAYS (`cleanup_at_risk`, `cleanup_days`)."""
     try:
         figures = archive.stats()
+        # every version of the files kept whole (saved outputs, checkpoints): their bytes are in
+        # stored_bytes too, so the ratio counts them on both sides
+        whole = sum(kind["bytes"] for kind in archive.versions.stats()["kinds"].values())
+        seen = figures["raw_bytes"] + whole
         offsets = store.offsets()
         files, lag = archive.behind(offsets)
         days = cleanup_period_days(claude_dir) if claude_dir is not None else CLEANUP_DEFAULT_DAYS
@@ -167,7 +171,8 @@ def archive_summary(
     return {
         "stored_bytes": figures["stored_bytes"],
         "raw_bytes": figures["raw_bytes"],
-        "ratio": figures["ratio"],
+        "whole_bytes": whole,
+        "ratio": round(figures["stored_bytes"] / seen, 4) if seen else None,
         "sessions": figures["sessions"],
         "files_behind": files,
         "bytes_behind": lag,

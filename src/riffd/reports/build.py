@@ -334,6 +334,7 @@ def _archive(figures: dict[str, Any], now: float) -> ArchiveFigures:
     return ArchiveFigures(
         stored_bytes=figures.get("stored_bytes"),
         raw_bytes=figures.get("raw_bytes"),
+        whole_bytes=figures.get("whole_bytes"),
         ratio=figures.get("ratio"),
         sessions=figures.get("sessions"),
         files_behind=figures.get("files_behind"),

@@ -16,7 +16,7 @@ from typing import Any
 
 from riffd.display import shell_command
 from riffd.reports.charts import charts
-from riffd.reports.markdown import archive_age, stopped_figures_note
+from riffd.reports.markdown import archive_age, seen_words, stopped_figures_note
 from riffd.reports.model import HealthReport, HistoryPoint, RecentRepair, verdict_words
 
 
@@ -162,9 +162,8 @@ def _figures_words(report: HealthReport) -> str:
     if archive.stored_bytes is None:
         return words + "Archive: no figures yet."
     return (
-        words
-        + f"Archive: {archive.stored_bytes:,} bytes stored for {archive.raw_bytes or 0:,} bytes of "
-        f"transcripts, {archive.sessions} session(s); behind: {archive.files_behind} file(s)"
+        words + f"Archive: {archive.stored_bytes:,} bytes on disk for {seen_words(archive)}, "
+        f"{archive.sessions} session(s); behind: {archive.files_behind} file(s)"
         + archive_age(archive)
         + "."
     )

@@ -169,6 +169,7 @@ def _archive(archive: ArchiveFigures) -> dict[str, Any]:
         "cleanup_at_risk_count": archive.cleanup_at_risk_count,
         "as_of": iso_seconds(archive.as_of),
         "age_seconds": archive.age_seconds,
+        "whole_bytes": archive.whole_bytes,
     }
 
 

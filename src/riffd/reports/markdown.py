@@ -119,9 +119,9 @@ def _archive_line(archive: ArchiveFigures) -> str:
     if archive.stored_bytes is None:
         return "- archive: -"
     ratio = f"{archive.ratio:.1%} of" if archive.ratio is not None else "of"
-    raw_bytes, behind = archive.raw_bytes or 0, archive.bytes_behind or 0
+    behind = archive.bytes_behind or 0
     return (
-        f"- archive: {archive.stored_bytes:,} bytes stored, {ratio} {raw_bytes:,} seen, "
+        f"- archive: {archive.stored_bytes:,} bytes on disk, {ratio} {seen_words(archive)}, "
         f"{archive.sessions} session(s); behind: {archive.files_behind} file(s), "
         f"{behind:,} bytes{archive_age(archive)}"
     )
@@ -154,3 +154,15 @@ def _counts(counts: Mapping[str, int]) -> str:
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f} s"
+
+
+def seen_words(archive: ArchiveFigures) -> str:
+    """'N bytes seen (M of transcript lines, K of files kept whole)': what the archive's size is
+    measured against (the lines alone, from a daemon that did not count the files)."""
+    raw = archive.raw_bytes or 0
+    if archive.whole_bytes is None:
+        return f"{raw:,} bytes of transcript lines seen"
+    return (
+        f"{raw + archive.whole_bytes:,} bytes seen ({raw:,} of transcript lines, "
+        f"{archive.whole_bytes:,} of files kept whole)"
+    )

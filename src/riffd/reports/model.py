@@ -197,6 +197,8 @@ class ArchiveFigures:
     cleanup_at_risk_count: int | None
     as_of: datetime | None = None  # when the daemon gathered these figures (local time)
     age_seconds: float | None = None  # how old they are at the report's moment
+    # every version of the files kept whole (None from a daemon that did not count them)
+    whole_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ SCHEMA_1 = {
         "cleanup_at_risk_count",
         "as_of",
         "age_seconds",
+        "whole_bytes",
     ],
     "databases": ["state", "archive"],
     "databases.state": ["path", "moved_aside"],
