@@ -78,7 +78,14 @@ def test_sessions_and_scan_advise_quoted_commands(tmp_path: Path) -> None:
     listed = riffd(tmp_path, "sessions", "--json")
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)["sessions"]
-    assert shlex.split(row["resume"]) == ["claude", "--resume", session]
+    assert row["session_id"] == session
+    assert row["resume"] is None  # a file name that is not a UUID: no id the client takes
+    uuid_named = project / "0bad1dea-0000-4000-8000-000000000001.jsonl"
+    path.rename(uuid_named)
+    listed = riffd(tmp_path, "sessions", "--json")
+    (row,) = json.loads(listed.stdout)["sessions"]
+    assert shlex.split(row["resume"]) == ["claude", "--resume", uuid_named.stem]
+    uuid_named.rename(path)
 
     scanned = riffd(tmp_path, "scan", "--json", str(path))
     (advice,) = json.loads(scanned.stdout)["files"][0]["suggestions"]

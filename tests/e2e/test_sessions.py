@@ -377,3 +377,22 @@ def test_an_acknowledged_finding_does_not_count_in_a_sessions_health(tmp_path: P
         "/p/a.jsonl": 0,
         "/p/b.jsonl": 1,
     }
+
+
+def test_the_resume_command_names_the_file_as_claude_code_finds_it(tmp_path: Path) -> None:
+    """A transcript renamed (file X.jsonl, lines saying sessionId Y): Claude Code 2.1.332 resumes
+    it by X and says "No conversation found" for Y (checked with the real client), so every
+    `claude --resume` riffd prints names X: `sessions`, and `archive search` for a word in it."""
+    _app, folder = setup(tmp_path)
+    renamed = "7e7e7e7e-1111-4222-8333-444455556666"
+    (folder / f"{SECOND}.jsonl").rename(folder / f"{renamed}.jsonl")
+    rows = json.loads(riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    row = next(row for row in rows if row["path"].endswith(f"{renamed}.jsonl"))
+    assert row["resume"] == f"claude --resume {renamed}"
+    assert riffd(tmp_path, "archive", "ingest").returncode == 0
+    found = riffd(tmp_path, "archive", "search", "dark mode", "--json")
+    assert found.returncode == 0, found.stderr
+    (hit,) = json.loads(found.stdout)
+    assert hit["resume"] == f"claude --resume {renamed}"
+    text = riffd(tmp_path, "archive", "search", "dark mode").stdout
+    assert text.rstrip().endswith(f"claude --resume {renamed}"), text

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
-from riffd.transcript.sessions import AmbiguousSession, local_time, session_key
+from riffd.transcript.sessions import AmbiguousSession, local_time, resume_id, session_key
+
+if TYPE_CHECKING:
+    from riffd.archive.search import SearchHit
 
 
 def print_hits(archive: Any, args: argparse.Namespace) -> int:
@@ -42,9 +45,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
                     hit.__dict__
                     | {
                         "time": local_time(hit.timestamp) if hit.timestamp else None,
-                        "resume": shell_command("claude", "--resume", hit.session_id)
-                        if hit.session_id
-                        else None,
+                        "resume": _resume(hit),
                     }
                     for hit in hits
                 ],
@@ -58,9 +59,8 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
             f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
             + (
-                f"; back to it: {shell_command('cd', hit.project or '.')} && "
-                f"{shell_command('claude', '--resume', hit.session_id)}"
-                if hit.session_id
+                f"; back to it: {shell_command('cd', hit.project or '.')} && {_resume(hit)}"
+                if _resume(hit)
                 else ""
             )
         )
@@ -81,3 +81,9 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK if hits else EXIT_FINDINGS
+
+
+def _resume(hit: SearchHit) -> str | None:
+    """The command that resumes a hit's session (None: no id the client takes: see resume_id)."""
+    resume = resume_id(hit.path, hit.session_id)
+    return shell_command("claude", "--resume", resume) if resume is not None else None

@@ -33,6 +33,7 @@ from riffd.transcript.sessions import (
     describe_lines,
     local_time,
     project_folders,
+    resume_id,
     session_files,
 )
 
@@ -309,7 +310,7 @@ def _on_disk(
                 "bytes": status.st_size,
                 "health": health_words(health.get(str(path)), status),
                 "archived": held,
-                "resume": shell_command("claude", "--resume", info.session_id),
+                "resume": _resume(path, info.session_id),
                 "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
                 "whole": held
                 and view is not None
@@ -343,3 +344,10 @@ def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _resume(path: Path, session_id: str) -> str | None:
+    """The command that resumes the session of the transcript at `path` (None: no id the client
+    takes: see resume_id)."""
+    resume = resume_id(path, session_id)
+    return shell_command("claude", "--resume", resume) if resume is not None else None

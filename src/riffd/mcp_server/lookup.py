@@ -76,7 +76,9 @@ def search(
                 hit.path,
                 hit.line,
                 exists,
-                resume_command(hit.session_id, hit.project, exists) if hit.session_id else None,
+                resume_command(hit.session_id, hit.project, exists, hit.path)
+                if hit.session_id
+                else None,
             )
         )
     return results
@@ -137,7 +139,7 @@ def list_sessions(
                 str(path) in held,
                 False,
                 str(path),
-                resume_command(info.session_id, info.project, True),
+                resume_command(info.session_id, info.project, True, path),
             )
         )
     return rows
@@ -167,7 +169,7 @@ def _deleted(
                 True,
                 True,
                 item["path"],
-                resume_command(session, item["project"], False),
+                resume_command(session, item["project"], False, item["path"]),
             )
         )
     return rows

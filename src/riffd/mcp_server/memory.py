@@ -24,6 +24,7 @@ from riffd.transcript.sessions import (
     ID_PREFIX,
     last_activity,
     project_folders,
+    resume_id,
     session_files,
     session_key,
 )
@@ -189,10 +190,16 @@ def archive_problem(path: Path, exc: BaseException) -> ToolProblem:
     )
 
 
-def resume_command(session_id: str, project: str | None, exists: bool) -> str:
-    """The shell command that goes back to a session: `claude --resume` in its project, after
-    `riffd archive restore` when its transcript is gone."""
-    resume = shell_command("claude", "--resume", session_id)
+def resume_command(
+    session_id: str, project: str | None, exists: bool, path: str | os.PathLike[str] | None
+) -> str | None:
+    """The shell command that goes back to a session: `claude --resume` in its project (with the id
+    the client takes for the transcript at `path`: riffd.transcript.sessions.resume_id; None when
+    there is none), after `riffd archive restore` when its transcript is gone."""
+    resumed = resume_id(path, session_id) if path is not None else session_id
+    if resumed is None:
+        return None
+    resume = shell_command("claude", "--resume", resumed)
     if project:
         resume = f"{shell_command('cd', project)} && {resume}"
     if exists:

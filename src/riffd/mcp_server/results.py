@@ -37,7 +37,7 @@ class SessionSummary:
     archived: bool
     deleted: bool
     path: str
-    go_back: str
+    go_back: str | None
 
 
 @dataclass(frozen=True)
@@ -89,4 +89,4 @@ class RestoreResult:
     complete: bool
     summary: str
     notes: list[str]
-    resume: str
+    resume: str | None

@@ -22,6 +22,7 @@ TITLE_CHARS = 80
 ID_PREFIX = re.compile(r"[0-9a-fA-F][0-9a-fA-F-]{0,35}")
 TAIL_CHUNK = 65536  # the last record's time is read backwards from the end, this much at a time
 TAIL_LIMIT = 4 << 20  # ... up to this much: a file whose last 4 MiB hold no time shows its mtime
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _WRAPPERS = re.compile(r"<(command-name|command-message|local-command-stdout|system-reminder)>")
 
 
@@ -34,6 +35,23 @@ class SessionInfo:
     title: str | None = None
     first_ts: float | None = None
     last_ts: float | None = None
+
+
+def resume_id(path: str | os.PathLike[str], session_id: str | None) -> str | None:
+    """The id `claude --resume` takes for the session of the transcript at `path`, None when there
+    is none. The client (2.1.332) finds a session by its transcript's file name (`<id>.jsonl`), not
+    by the `sessionId` its lines carry (they differ in a renamed file: the client then says "No
+    conversation found" for the lines' id), and refuses a prefix or a name that is not a UUID. A
+    subagent's transcript resumes with its session's: the folder it is under (2.1.x), or the
+    `sessionId` its lines carry (2.0.x `agent-<id>.jsonl`, named by no session)."""
+    path = Path(path)
+    if path.parent.name == "subagents":
+        found: str | None = path.parent.parent.name
+    elif path.name.startswith("agent-"):
+        found = session_id
+    else:
+        found = path.name.removesuffix(".jsonl")
+    return found if found is not None and _UUID.fullmatch(found) else None
 
 
 def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from riffd.transcript.sessions import AmbiguousSession, by_prefix, last_activity, local_time
+from riffd.mcp_server.memory import resume_command
+from riffd.transcript.sessions import (
+    AmbiguousSession,
+    by_prefix,
+    last_activity,
+    local_time,
+    resume_id,
+)
 
 
 def _session(folder: Path, session_id: str, stamp: str) -> Path:
@@ -35,3 +42,33 @@ def test_an_ambiguous_prefix_names_each_session_by_its_last_record(tmp_path: Pat
 
 def test_the_last_activity_of_a_file_gone_meanwhile_is_no_error(tmp_path: Path) -> None:
     assert last_activity(tmp_path / "gone.jsonl") == 0.0
+
+
+X = "7e7e7e7e-1111-4222-8333-444455556666"
+Y = "1af7fc5e-0b7d-4c2e-9aaa-123456789abc"
+
+
+@pytest.mark.parametrize(
+    ("path", "lines_say", "resumes"),
+    [
+        (f"/p/-app/{X}.jsonl", Y, X),  # renamed: the client finds it by its file name
+        (f"/p/-app/{X}.jsonl", None, X),
+        (f"/p/-app/{X.upper()}.jsonl", Y, X.upper()),
+        (f"/p/-app/{X}/subagents/agent-a1.jsonl", Y, X),  # 2.1.x: the session's folder
+        ("/p/-app/agent-a1.jsonl", Y, Y),  # 2.0.x: named by no session but its lines
+        ("/p/-app/agent-a1.jsonl", None, None),
+        ("/p/-app/it's here.jsonl", Y, None),  # the client takes no name that is not a UUID
+        (f"/p/-app/{X[:8]}.jsonl", Y, None),
+    ],
+)
+def test_the_id_claude_resumes_a_transcript_by(
+    path: str, lines_say: str | None, resumes: str
+) -> None:
+    assert resume_id(path, lines_say) == resumes
+
+
+def test_the_mcp_servers_resume_command_names_the_file_and_restores_by_the_archive_id() -> None:
+    command = resume_command(Y, "/home/me/app", False, f"/p/-home-me-app/{X}.jsonl")
+    assert command == f"riffd archive restore {Y} && cd /home/me/app && claude --resume {X}"
+    assert resume_command(Y, None, True, None) == f"claude --resume {Y}"
+    assert resume_command(Y, None, True, "/p/-home-me-app/notes.jsonl") is None
