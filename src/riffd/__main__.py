@@ -2,6 +2,11 @@
 
 import sys
 
-from riffd.entry import main
+try:
+    from riffd.entry import main
+except KeyboardInterrupt:  # Ctrl-C while the front door loads, before main() can catch one
+    from riffd.commands.output import say_interrupted
+
+    sys.exit(say_interrupted())
 
 sys.exit(main())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -270,3 +271,29 @@ def test_one_big_file_is_decoded_by_a_second_process_with_the_same_report(tmp_pa
     assert "read and decoded by a second process" in err and "failed" not in err
     assert "read and decoded by a second process" not in alone[2]
     assert (code, report) == alone[:2] and code == 1 and report["summary"]["findings"] == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_any_moment_of_the_start_says_one_line_and_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C at 16 moments of a scan's first 0.35 s, riffd's imports and its workers' start among
+    them: each ends with one line and exit 130. Before, one landing in the command's imports could
+    end in a RuntimeError's traceback (CPython 3.11 wraps a KeyboardInterrupt raised in a class
+    body's `__set_name__`), a crash (orjson 3.13's set-up, SIGSEGV), or be lost (importlib's
+    module-lock callback). A Ctrl-C that lands before any of riffd runs, in Python's own start
+    (before its handler is set, its site-packages' `.pth` files, runpy), ends Python's way: such a
+    run is counted apart."""
+    projects = make_projects(tmp_path, files=12, megabytes=8)  # seconds of scanning
+    before_riffd = 0
+    for step in range(16):
+        process = riffd(tmp_path, "scan", str(projects))
+        time.sleep(0.04 + step * 0.02)
+        process.send_signal(signal.SIGINT)
+        _out, err = process.communicate(timeout=60)
+        if (process.returncode == -signal.SIGINT and not err) or (
+            "Traceback" in err and not re.search(r'File "[^"]*/riffd/', err)
+        ):  # before Python had its handler, or in its own start (no frame is riffd's)
+            before_riffd += 1
+            continue
+        assert process.returncode == 130, (step, err)
+        assert err.count("riffd: interrupted") == 1 and "Traceback" not in err, (step, err)
+    assert before_riffd <= 8, "most Ctrl-Cs landed before riffd ran: the test saw too little"

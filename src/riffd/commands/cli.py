@@ -17,6 +17,7 @@ from riffd import __version__
 from riffd.commands.arguments import Parser, UsageError
 from riffd.commands.output import (
     EXIT_ERROR,
+    CtrlCNoted,
     leave_quietly_for_closed_stdout,
     say_interrupted,
     stdout_reader_gone,
@@ -132,8 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     use_display_streams()  # a file name that is not UTF-8 prints as \xff escapes, never a traceback
-    parser = build_parser(argv)
+    with CtrlCNoted() as ctrl_c:  # the commands' imports
+        parser = build_parser(argv)
     try:
+        if ctrl_c.noted:
+            raise KeyboardInterrupt
         args = parser.parse_args(argv)
         logging.basicConfig(
             level=(args.log_level or "warning").upper(),

@@ -100,6 +100,39 @@ def say_interrupted() -> int:
     return 130
 
 
+class CtrlCNoted:
+    """Within a `with` block, a Ctrl-C is noted (`noted`), not raised: for the command line's
+    imports, where a KeyboardInterrupt is not safe to raise. CPython 3.11 turns one raised in a
+    class body's `__set_name__` (a dataclass's field) into a RuntimeError with a traceback, and
+    orjson 3.13's module set-up crashed the process (SIGSEGV) on one. Only in the main thread, and
+    only where Ctrl-C raises KeyboardInterrupt (an ignored one stays ignored)."""
+
+    def __init__(self) -> None:
+        self.noted = False
+        self._held = False
+
+    def __enter__(self) -> CtrlCNoted:
+        import signal
+        import threading
+
+        self._held = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        )
+        if self._held:
+            signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def _note(self, _signum: int, _frame: object) -> None:
+        self.noted = True
+
+    def __exit__(self, *_exc: object) -> None:
+        import signal
+
+        if self._held:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def ctrl_c_or_ignored(handler: Any) -> Any:
     """`handler` for Ctrl-C, or SIG_IGN where the process started with Ctrl-C ignored (a script's
     background job): an ignored Ctrl-C stays ignored in every command."""

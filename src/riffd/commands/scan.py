@@ -154,16 +154,7 @@ def _scan_in_workers(
     file does not finish alone at the end). A worker that dies (killed, out of memory) leaves its
     files unscanned, with a warning: the caller scans them here. Workers ignore Ctrl-C; an interrupt
     stops them and raises KeyboardInterrupt here."""
-    import multiprocessing  # here: a serial scan starts without them
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
-
     order = sorted(range(len(files)), key=lambda number: -sizes[number])
-    # fork is the cheapest start, and safe while this process runs no other thread; else (or on
-    # macOS) spawn.
-    context = multiprocessing.get_context(
-        "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
-    )
     # Ctrl-C only sets a flag while the pool runs, looked at between waits: a KeyboardInterrupt
     # raised wherever the main thread happens to be can leave a future's lock held (inside
     # concurrent.futures.wait), and the pool's shutdown then waits for it for ever.
@@ -173,7 +164,6 @@ def _scan_in_workers(
         interrupted.append(signum)
 
     in_main = threading.current_thread() is threading.main_thread()
-    spawned = context.get_start_method() == "spawn"
     ctrl_c = ctrl_c_or_ignored(on_ctrl_c)
     previous = (
         (
@@ -184,8 +174,23 @@ def _scan_in_workers(
         if in_main
         else None
     )
-    executor = None
+    executor = context = None
+    broken: type[BaseException] = _NotRaised
     try:
+        # imported with the flag set up: a KeyboardInterrupt raised inside an import can be lost
+        # (importlib's module-lock callback only says "Exception ignored") or break it half-way
+        import multiprocessing  # here: a serial scan starts without them
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures.process import BrokenProcessPool
+
+        broken = BrokenProcessPool
+
+        # fork is the cheapest start, and safe while this process runs no other thread; else (or
+        # on macOS) spawn.
+        context = multiprocessing.get_context(
+            "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+        )
+        spawned = context.get_start_method() == "spawn"
         if in_main:
             # Ctrl-C is held back while the workers start: a forked worker starts with it held back
             # (its _worker_init then ignores it); a spawned one, a new interpreter, starts ignoring
@@ -211,7 +216,9 @@ def _scan_in_workers(
                 number = pending.pop(future)
                 report = reports[number] = future.result()
                 progress.step(int(report.metrics.get("bytes", 0)))
-    except BrokenProcessPool as exc:  # (also while files are handed over: a worker killed at once)
+    except (
+        broken
+    ) as exc:  # a BrokenProcessPool (also while files are handed over: a worker killed at once)
         if not interrupted:
             left = sum(report is None for report in reports)
             print(
@@ -220,7 +227,7 @@ def _scan_in_workers(
             )
     finally:
         try:
-            if interrupted:
+            if interrupted and context is not None:
                 _stop_workers(context)
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)
@@ -231,6 +238,10 @@ def _scan_in_workers(
                 signal.signal(STOP_SIGNAL, previous[1])
     if interrupted:
         raise KeyboardInterrupt
+
+
+class _NotRaised(Exception):
+    """What `_scan_parallel` catches until its BrokenProcessPool is imported: nothing raises it."""
 
 
 # seconds between looks at whether Ctrl-C was pressed while worker processes scan
