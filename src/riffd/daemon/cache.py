@@ -27,7 +27,9 @@ class IndexCache:
     ) -> None:
         self.max_lines = max_lines
         self.active_seconds = active_seconds
-        self._indexes: OrderedDict[str, tuple[GrowingIndex, float]] = OrderedDict()
+        # path -> (index, when last used, its lines when it was put: an index grows in place as
+        # appends are read, and is counted again when put back)
+        self._indexes: OrderedDict[str, tuple[GrowingIndex, float, int]] = OrderedDict()
         self._lines = 0
 
     def get(self, path: str, end: int) -> GrowingIndex | None:
@@ -35,7 +37,7 @@ class IndexCache:
         entry = self._indexes.get(path)
         if entry is None or entry[0].end != end:
             return None
-        self._indexes[path] = (entry[0], time.monotonic())
+        self._indexes[path] = (entry[0], time.monotonic(), entry[2])
         self._indexes.move_to_end(path)
         return entry[0]
 
@@ -44,22 +46,22 @@ class IndexCache:
         budget."""
         self.drop(path)
         now = time.monotonic()
-        self._indexes[path] = (index, now)
+        self._indexes[path] = (index, now, len(index))
         self._lines += len(index)
         if self._lines <= self.max_lines:
             return
-        for name, (old, used) in list(self._indexes.items()):
+        for name, (_old, used, counted) in list(self._indexes.items()):
             if self._lines <= self.max_lines:
                 break
             if name != path and now - used >= self.active_seconds:
                 del self._indexes[name]
-                self._lines -= len(old)
+                self._lines -= counted
 
     def drop(self, path: str) -> None:
         """Forget the index of `path`."""
         entry = self._indexes.pop(path, None)
         if entry is not None:
-            self._lines -= len(entry[0])
+            self._lines -= entry[2]
 
     def clear(self) -> None:
         """Forget every index."""

@@ -27,6 +27,8 @@ from riffd.transcript.reader import Unparsed, close_read, iter_chunks, read_span
 from riffd.transcript.records import read_record
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
+# How much of the start and of the end of what a read took is compared with the file once read
+VERIFY_BYTES = 1 << 20
 
 
 class Gone(Exception):
@@ -36,6 +38,17 @@ class Gone(Exception):
 class Replaced(Exception):
     """Another file took the name between its status and its read (a repair's swap, an editor's
     save): it is looked at again as the file it now is."""
+
+
+class ChangedUnderRead(Replaced):
+    """The file changed under the read: what was read is not what it holds (truncated and written
+    again in place, as Claude Code's truncate to drop a line does): read again, never kept.
+    `archived_at_once`: the read's lines went to the archive as they came (a new generation), so
+    the next read starts another."""
+
+    def __init__(self, why: str, *, archived_at_once: bool = False) -> None:
+        super().__init__(why)
+        self.why, self.archived_at_once = why, archived_at_once
 
 
 class PassedBy(Exception):
@@ -115,6 +128,10 @@ class Reading:
     tail_torn: bool = False
     # the file open for reading (the one `status` is of): judged, read and fingerprinted through it
     fd: int | None = None
+    # the first chunk read and the last ones (VERIFY_BYTES of them at least): compared with the
+    # file once read (changed_under_read)
+    first: Chunk | None = None
+    last: list[Chunk] = field(default_factory=list)
 
     @property
     def index(self) -> TranscriptIndex:
@@ -138,16 +155,69 @@ class Reading:
             self.name, fs=fs, start=self.start, fd=self.fd
         ):
             if terminated:
-                yield Chunk(offset, lines)
+                chunk = Chunk(offset, lines)
+                self._keep(chunk)
+                yield chunk
             else:  # an unfinished last line: wait for its newline
                 self.tail = len(lines[0])
                 self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
+
+    def _keep(self, chunk: Chunk) -> None:
+        """Keep the first chunk and enough of the last ones to compare with the file once read."""
+        if self.first is None:
+            self.first = chunk
+            return
+        self.last.append(chunk)
+        end = chunk.end
+        while len(self.last) > 1 and end - self.last[1].offset >= VERIFY_BYTES:
+            del self.last[0]
+
+    def changed_under_read(self, fs: RetryingFS) -> str:
+        """Why the file no longer holds what this read took from it, '' when it does. A file is
+        appended to, never changed in place, but by a rewrite: Claude Code's own truncate at an
+        offset to drop a line, then its next appends, or a copy over it. One that lands behind the
+        read while it reads splices the old bytes read with the new ones after them (a line cut in
+        two, a line gone from the archive). So, once read: the watermark the read started from must
+        still hold (the bytes before it are as they were), and the first and the last VERIFY_BYTES
+        of what was read must still be the file's (all of it, for an append)."""
+        assert self.fd is not None
+        if self.state is not None and self.kind != "read":  # from the watermark, or rebuilt
+            watermark = self.state.watermark
+            tail_start = watermark.offset - watermark.tail_len
+            if fs.fstat(self.fd).st_size < watermark.offset or (
+                digest(self.name, tail_start, watermark.tail_len, fs, self.fd) != watermark.tail_sha
+            ):
+                return "bytes before the watermark changed as it was read"
+        chunks = [chunk for chunk in (self.first, *self.last) if chunk is not None]
+        for offset, data in _windows(chunks):
+            try:
+                now = read_span(self.name, offset, len(data), fs=fs, fd=self.fd)
+            except OSError:  # shorter now
+                now = b""
+            if now != data:
+                return f"bytes {offset}-{offset + len(data)} changed as they were read"
+        return ""
 
     def close(self, fs: RetryingFS) -> None:
         """Close the file (once read, its watermark taken)."""
         if self.fd is not None:
             fd, self.fd = self.fd, None
             close_read(fs, fd)
+
+
+def _windows(chunks: list[Chunk]) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of the first and of the last VERIFY_BYTES of the consecutive `chunks` (one
+    window when they hold no more)."""
+    if not chunks:
+        return []
+    joined = [b"\n".join(chunk.lines) + b"\n" for chunk in chunks]
+    first = (chunks[0].offset, joined[0][:VERIFY_BYTES])
+    if len(chunks) == 1 and len(joined[0]) <= VERIFY_BYTES:
+        return [first]
+    tail = b"".join(joined[1:]) if len(chunks) > 1 else joined[0]
+    tail = tail[-VERIFY_BYTES:]
+    end = chunks[-1].end
+    return [first, (end - len(tail), tail)]
 
 
 def open_reading(
@@ -247,6 +317,11 @@ def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
     offset = index.end
     head_len = min(index.span(0)[1], FINGERPRINT_BYTES) if len(index) else 0
     tail_len = min(offset, FINGERPRINT_BYTES)
+    before = reading.state.watermark if reading.state is not None else None
+    if reading.kind == "appended" and before is not None and before.head_len == head_len:
+        head_sha = before.head_sha  # checked at the open; the read began after it
+    else:
+        head_sha = digest(name, 0, head_len, fs, reading.fd)
     return Watermark(
         path=name,
         dev=status.st_dev,
@@ -254,7 +329,7 @@ def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
         offset=offset,
         lines=len(index),
         head_len=head_len,
-        head_sha=digest(name, 0, head_len, fs, reading.fd),
+        head_sha=head_sha,
         tail_len=tail_len,
         tail_sha=digest(name, offset - tail_len, tail_len, fs, reading.fd),
         size=status.st_size,

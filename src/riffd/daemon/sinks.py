@@ -32,6 +32,7 @@ from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
+HELD_BYTES = 8 << 20  # appended lines an ArchiveSink holds until the read is done, at most
 
 
 class LineSink(Protocol):
@@ -131,8 +132,9 @@ class ArchiveSink:
     """Feeds the archive each chunk of one file: a new generation of it from byte 0 when it was
     rewritten, with the file's modification time on the chunk that ends where the file ended. The
     lines appended to a file the archive has go to `batches` (riffd.daemon.archive_batch), written
-    a few seconds later with the appends that follow; the others are written at once, after what
-    waited for the file."""
+    a few seconds later with the appends that follow, once the read is `done` (the worker first
+    checks that the file did not change under it: riffd.daemon.reading.changed_under_read), or as
+    they come past HELD_BYTES; the others are written at once, after what waited for the file."""
 
     def __init__(
         self,
@@ -149,6 +151,10 @@ class ArchiveSink:
         self.end = reading.start
         self.rewritten = self._new_generation(reading, own_rewrite)
         self.appended = not self.rewritten and reading.state is not None
+        # appended lines not handed to the batches yet: (offset, lines, mtime_ns), and their bytes
+        self.held: list[tuple[int, list[bytes], int | None]] = []
+        self.held_bytes = 0
+        self.archived_at_once = False  # lines went to the archive as they came
         if not self.appended:
             batches.flush(self.name)  # the file's older lines first
 
@@ -172,8 +178,13 @@ class ArchiveSink:
         mtime_ns = self.status.st_mtime_ns if end == self.status.st_size else None
         self.end = end
         if self.appended:
-            self.batches.add(self.name, chunk.offset, chunk.lines, mtime_ns)
+            self.held.append((chunk.offset, chunk.lines, mtime_ns))
+            self.held_bytes += end - chunk.offset
+            if self.held_bytes > HELD_BYTES:  # a long catch-up: as they come, in bounded memory
+                self.archived_at_once = True
+                self._hand_over()
             return
+        self.archived_at_once = True
         archive_lines(
             self.archive,
             self.errors.failed,
@@ -184,9 +195,16 @@ class ArchiveSink:
             rewritten=self.rewritten and chunk.offset == 0,
         )
 
+    def _hand_over(self) -> None:
+        """Give the lines held to the batches."""
+        for offset, lines, mtime_ns in self.held:
+            self.batches.add(self.name, offset, lines, mtime_ns)
+        self.held, self.held_bytes = [], 0
+
     def done(self) -> None:
-        """Record the file's modification time when what was read ends where the file did (lines
-        waiting in a batch carry it)."""
+        """Hand the appended lines held to the batches; record the file's modification time when
+        what was read ends where the file did (lines waiting in a batch carry it)."""
+        self._hand_over()
         if self.end != self.status.st_size or self.appended:
             return
         try:

@@ -28,6 +28,7 @@ from riffd.daemon.cache import IndexCache
 from riffd.daemon.judging import TAIL_MARGIN, RedundantCalls, Seen, Verdict, judge, liveness
 from riffd.daemon.outcome import Outcome, WorkerSettings
 from riffd.daemon.reading import (
+    ChangedUnderRead,
     Gone,
     PassedBy,
     Reading,
@@ -132,12 +133,18 @@ class Worker:
         riffd's own rewrite). `own_rewrite` counts only while the name holds `own_file` ((st_dev,
         st_ino) of riffd's repaired copy). Raise PassedBy when the name changed hands at every
         try, Gone when nothing is there."""
+        new_generation = False  # a read the archive took as it came, then found changed under it
         for attempt in range(READ_TRIES):
             status = status_of(name, self.fs)  # through a symlink the walk reached it by
             if own_file is not None and (status.st_dev, status.st_ino) != own_file:
                 own_rewrite = None  # another file took the name since riffd's swap
             try:
-                return self._update(name, status, own_rewrite)
+                return self._update(name, status, own_rewrite, new_generation)
+            except ChangedUnderRead as changed:
+                log.info("%s: it changed as it was read (%s); reading it again", name, changed.why)
+                self.store.bump({"rescans.changed_under_read": 1})
+                new_generation = new_generation or changed.archived_at_once
+                own_rewrite = None
             except Replaced:
                 log.info(
                     "%s: another file took its name as it was read; %s",
@@ -153,11 +160,17 @@ class Worker:
         )
 
     def _update(
-        self, name: str, status: os.stat_result, own_rewrite: int | None = None
+        self,
+        name: str,
+        status: os.stat_result,
+        own_rewrite: int | None = None,
+        new_generation: bool = False,
     ) -> tuple[Outcome, Verdict]:
         """Read what is new in `name`, feed it to the sinks, judge the file and commit its watermark
         and findings. After riffd's own rewrite, `own_rewrite` says how many bytes at its end other
-        writers added (carried over): only their lines are new; the rest was processed before."""
+        writers added (carried over): only their lines are new; the rest was processed before.
+        `new_generation`: the archive starts a new generation of the file (an earlier read it took
+        as it came was found changed under it)."""
         state = self.store.file(name)
         now = time.time()  # one clock for whether the file is idle and for the judge
         idle = now - status.st_mtime > self.settings.quiet_period
@@ -173,24 +186,37 @@ class Worker:
                 verdict = replace(verdict, look_again=min(verdict.look_again or wait, wait))
             return Outcome(name, "unchanged"), verdict
         try:
-            return self._read(reading, now, idle, own_rewrite)
+            return self._read(reading, now, idle, own_rewrite, new_generation)
         finally:
             reading.close(self.fs)
 
     def _read(
-        self, reading: Reading, now: float, idle: bool, own_rewrite: int | None
+        self,
+        reading: Reading,
+        now: float,
+        idle: bool,
+        own_rewrite: int | None,
+        new_generation: bool,
     ) -> tuple[Outcome, Verdict]:
         """Read the file `reading` holds open from where it says, feed the sinks, judge it and
-        commit (see `_update`)."""
+        commit (see `_update`); raise ChangedUnderRead, keeping nothing of the read, when the file
+        changed under it."""
         name = reading.name
         if reading.rewritten and own_rewrite is None:
             log.info("%s: %s; reading it again from the start", name, reading.why)
             self.store.bump({"rescans.changed_files": 1})
         tracked = TrackerSink(self.tracker, name) if self.tracker is not None else None
-        sinks = self._sinks(reading, tracked, own_rewrite is not None)
+        sinks = self._sinks(reading, tracked, own_rewrite is not None or new_generation)
         for chunk in reading.chunks(self.fs):
             for sink in sinks:
                 sink.feed(chunk)
+        changed = reading.changed_under_read(self.fs)
+        if changed:
+            self.cache.drop(name)  # the index took lines the file no longer holds
+            archived = any(
+                isinstance(sink, ArchiveSink) and sink.archived_at_once for sink in sinks
+            )
+            raise ChangedUnderRead(changed, archived_at_once=archived)
         for sink in sinks:
             sink.done()
         verdict = self._judge(reading, tracked, now, appended=own_rewrite is None)
