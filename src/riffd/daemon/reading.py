@@ -129,9 +129,10 @@ class Reading:
     # the file open for reading (the one `status` is of): judged, read and fingerprinted through it
     fd: int | None = None
     # the first chunk read and the last ones (VERIFY_BYTES of them at least): compared with the
-    # file once read (changed_under_read)
+    # file once read (changed_under_read), which keeps (offset, bytes) of what it found as read
     first: Chunk | None = None
     last: list[Chunk] = field(default_factory=list)
+    held: list[tuple[int, bytes]] = field(default_factory=list)
 
     @property
     def index(self) -> TranscriptIndex:
@@ -184,10 +185,13 @@ class Reading:
         if self.state is not None and self.kind != "read":  # from the watermark, or rebuilt
             watermark = self.state.watermark
             tail_start = watermark.offset - watermark.tail_len
-            if fs.fstat(self.fd).st_size < watermark.offset or (
-                digest(self.name, tail_start, watermark.tail_len, fs, self.fd) != watermark.tail_sha
-            ):
+            try:
+                before = read_span(self.name, tail_start, watermark.tail_len, fs=fs, fd=self.fd)
+            except OSError:  # shorter now
+                before = b""
+            if hashlib.sha256(before).hexdigest() != watermark.tail_sha:
                 return "bytes before the watermark changed as it was read"
+            self.held.append((tail_start, before))
         chunks = [chunk for chunk in (self.first, *self.last) if chunk is not None]
         for offset, data in _windows(chunks):
             try:
@@ -196,7 +200,24 @@ class Reading:
                 now = b""
             if now != data:
                 return f"bytes {offset}-{offset + len(data)} changed as they were read"
+            self.held.append((offset, data))
         return ""
+
+    def held_bytes(self, offset: int, length: int) -> bytes | None:
+        """The `length` bytes at `offset` as changed_under_read found them, when it held them all:
+        the new watermark is fingerprinted on those, not on a read after it (a change landing in
+        between would be fingerprinted as if it had been read)."""
+        if length <= 0:
+            return b""
+        end, at, found = offset + length, offset, []
+        for start, data in sorted(self.held, key=lambda piece: piece[0]):
+            stop = start + len(data)
+            if start <= at < stop:
+                found.append(data[at - start : min(end, stop) - start])
+                at = min(end, stop)
+                if at == end:
+                    return b"".join(found)
+        return None
 
     def close(self, fs: RetryingFS) -> None:
         """Close the file (once read, its watermark taken)."""
@@ -321,7 +342,7 @@ def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
     if reading.kind == "appended" and before is not None and before.head_len == head_len:
         head_sha = before.head_sha  # checked at the open; the read began after it
     else:
-        head_sha = digest(name, 0, head_len, fs, reading.fd)
+        head_sha = _fingerprint(reading, 0, head_len, fs)
     return Watermark(
         path=name,
         dev=status.st_dev,
@@ -331,10 +352,19 @@ def watermark_of(reading: Reading, fs: RetryingFS) -> Watermark:
         head_len=head_len,
         head_sha=head_sha,
         tail_len=tail_len,
-        tail_sha=digest(name, offset - tail_len, tail_len, fs, reading.fd),
+        tail_sha=_fingerprint(reading, offset - tail_len, tail_len, fs),
         size=status.st_size,
         mtime_ns=status.st_mtime_ns,
     )
+
+
+def _fingerprint(reading: Reading, offset: int, length: int, fs: RetryingFS) -> str:
+    """The sha256 of `length` bytes at `offset` of what `reading` read and found still there (read
+    again only where it did not hold them)."""
+    held = reading.held_bytes(offset, length)
+    if held is not None:
+        return hashlib.sha256(held).hexdigest()
+    return digest(reading.name, offset, length, fs, reading.fd)
 
 
 def digest(name: str, offset: int, length: int, fs: RetryingFS, fd: int | None) -> str:

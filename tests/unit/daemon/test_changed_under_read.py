@@ -120,3 +120,77 @@ def test_the_cache_counts_an_index_that_grew_in_place_as_it_is_when_put_back() -
     assert cache.lines == 10
     cache.drop("a")
     assert cache.lines == 0
+
+
+class ChangedAfterCheck(FileSystem):
+    """Once a read has reached the end of the file (a pread that returns nothing) and `checks` more
+    preads were made (the worker's check of what it read), cuts the file to `cut` bytes and appends
+    `then` before the next file call of any kind."""
+
+    def __init__(self, checks: int) -> None:
+        self.checks = checks
+        self.path: Path | None = None
+        self.cut = 0
+        self.then: list[bytes] = []
+        self.seen: int | None = None  # preads since the end was reached (None: not yet)
+        self.done = False
+
+    def aim(self, path: Path, cut: int, then: list[bytes]) -> None:
+        self.path, self.cut, self.then, self.seen, self.done = path, cut, then, None, False
+
+    def _maybe(self) -> None:
+        if (
+            self.path is not None
+            and not self.done
+            and self.seen is not None
+            and self.seen >= self.checks
+        ):
+            self.done = True
+            os.truncate(self.path, self.cut)
+            for line in self.then:
+                with open(self.path, "ab") as handle:
+                    handle.write(line)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        self._maybe()
+        data = super().pread(fd, size, offset)
+        if self.path is not None and not self.done:
+            if self.seen is not None:
+                self.seen += 1
+            elif not data:
+                self.seen = 0
+        return data
+
+    def fstat(self, fd: int) -> os.stat_result:
+        self._maybe()
+        return super().fstat(fd)
+
+    def close(self, fd: int) -> None:
+        self._maybe()
+        super().close(fd)
+
+
+def test_a_truncate_landing_just_after_the_check_is_seen_at_the_next_look(home) -> None:  # type: ignore[no-untyped-def]
+    """The same truncate and appends, landing once the worker has checked what it read: the new
+    watermark is fingerprinted on the bytes it read, so the next look sees the change and reads the
+    file again. Before, the fingerprints were read from the file after the check, the new bytes
+    were taken for the ones read, and the next look went on from the old end: a splice."""
+    project, settings, store, archive = home
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(40, pad=200))
+    seam = ChangedAfterCheck(checks=2)  # the watermark's tail, then what was read
+    worker = Worker(store, settings, archive=archive, fs=seam)
+    worker.process(path)
+    dropped = transcript_line(41, pad=200)
+    with open(path, "ab") as handle:
+        handle.write(dropped)
+    before = path.stat().st_size
+    # the new line starts as the dropped one did, and is longer: the file never ends before the
+    # old end, where the next look goes on from
+    seam.aim(path, cut=before - len(dropped), then=[dropped[:-3] + b"x" * 5000 + b'"}}\n'])
+    worker.process(path)
+    assert seam.done, "the change was not made"
+    worker.process(path)  # the next look
+    data = path.read_bytes()
+    assert _archived(archive, path) == data
+    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
