@@ -197,7 +197,8 @@ def started_line(config: Config, transcripts: int, others: int) -> str:
     )
     return (
         f"riffd {__version__} started (pid {os.getpid()}) in {mode}; "
-        f"{new_or_changed(transcripts, others)} new or changed since riffd last read them; "
+        f"{new_or_changed(transcripts, others)} to look at (new, changed or gone since riffd last "
+        "read them); "
         f"config {config.source or 'defaults (no file)'}"
     )
 

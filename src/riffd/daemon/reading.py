@@ -29,6 +29,9 @@ from riffd.transcript.records import read_record
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 # How much of the start and of the end of what a read took is compared with the file once read
 VERIFY_BYTES = 1 << 20
+SEAM_BYTES = (
+    1024  # and on each side of the place where one read of the file ended and the next began
+)
 
 
 class Gone(Exception):
@@ -42,13 +45,11 @@ class Replaced(Exception):
 
 class ChangedUnderRead(Replaced):
     """The file changed under the read: what was read is not what it holds (truncated and written
-    again in place, as Claude Code's truncate to drop a line does): read again, never kept.
-    `archived_at_once`: the read's lines went to the archive as they came (a new generation), so
-    the next read starts another."""
+    again in place, as Claude Code's truncate to drop a line does): read again, never kept."""
 
-    def __init__(self, why: str, *, archived_at_once: bool = False) -> None:
+    def __init__(self, why: str) -> None:
         super().__init__(why)
-        self.why, self.archived_at_once = why, archived_at_once
+        self.why = why
 
 
 class PassedBy(Exception):
@@ -133,6 +134,11 @@ class Reading:
     first: Chunk | None = None
     last: list[Chunk] = field(default_factory=list)
     held: list[tuple[int, bytes]] = field(default_factory=list)
+    # (offset, bytes) around each place where one read of the file ended and the next began: where
+    # a change under the read splices old bytes with new ones
+    seams: list[tuple[int, bytes]] = field(default_factory=list)
+    _raw_end: int = 0
+    _raw_tail: bytes = b""
 
     @property
     def index(self) -> TranscriptIndex:
@@ -152,8 +158,9 @@ class Reading:
     def chunks(self, fs: RetryingFS) -> Iterator[Chunk]:
         """Yield the complete new lines in chunks; an unfinished last line is only measured."""
         assert self.fd is not None
+        self._raw_end = self.start
         for offset, lines, terminated in iter_chunks(
-            self.name, fs=fs, start=self.start, fd=self.fd
+            self.name, fs=fs, start=self.start, fd=self.fd, hasher=self
         ):
             if terminated:
                 chunk = Chunk(offset, lines)
@@ -163,11 +170,20 @@ class Reading:
                 self.tail = len(lines[0])
                 self.tail_torn = isinstance(read_record(lines[0]), Unparsed)
 
+    def update(self, data: bytes) -> None:
+        """Take note of one read of the file (iter_chunks calls it with each, in order): the bytes
+        on both sides of where it began."""
+        if self._raw_end > self.start:
+            self.seams.append(
+                (self._raw_end - len(self._raw_tail), self._raw_tail + data[:SEAM_BYTES])
+            )
+        self._raw_end += len(data)
+        self._raw_tail = data[-SEAM_BYTES:]
+
     def _keep(self, chunk: Chunk) -> None:
         """Keep the first chunk and enough of the last ones to compare with the file once read."""
         if self.first is None:
             self.first = chunk
-            return
         self.last.append(chunk)
         end = chunk.end
         while len(self.last) > 1 and end - self.last[1].offset >= VERIFY_BYTES:
@@ -180,7 +196,8 @@ class Reading:
         read while it reads splices the old bytes read with the new ones after them (a line cut in
         two, a line gone from the archive). So, once read: the watermark the read started from must
         still hold (the bytes before it are as they were), and the first and the last VERIFY_BYTES
-        of what was read must still be the file's (all of it, for an append)."""
+        of what was read, and the SEAM_BYTES on each side of every place where one read of the
+        file ended and the next began (where such a splice lies), must still be the file's."""
         assert self.fd is not None
         if self.state is not None and self.kind != "read":  # from the watermark, or rebuilt
             watermark = self.state.watermark
@@ -192,8 +209,7 @@ class Reading:
             if hashlib.sha256(before).hexdigest() != watermark.tail_sha:
                 return "bytes before the watermark changed as it was read"
             self.held.append((tail_start, before))
-        chunks = [chunk for chunk in (self.first, *self.last) if chunk is not None]
-        for offset, data in _windows(chunks):
+        for offset, data in [*_windows(self.first, self.last), *self.seams]:
             try:
                 now = read_span(self.name, offset, len(data), fs=fs, fd=self.fd)
             except OSError:  # shorter now
@@ -226,19 +242,16 @@ class Reading:
             close_read(fs, fd)
 
 
-def _windows(chunks: list[Chunk]) -> list[tuple[int, bytes]]:
-    """(offset, bytes) of the first and of the last VERIFY_BYTES of the consecutive `chunks` (one
-    window when they hold no more)."""
-    if not chunks:
+def _windows(first: Chunk | None, last: list[Chunk]) -> list[tuple[int, bytes]]:
+    """(offset, bytes) of the first VERIFY_BYTES of the `first` chunk read and of the last
+    VERIFY_BYTES of the consecutive `last` chunks (the first among them, when they are all)."""
+    if first is None or not last:
         return []
-    joined = [b"\n".join(chunk.lines) + b"\n" for chunk in chunks]
-    first = (chunks[0].offset, joined[0][:VERIFY_BYTES])
-    if len(chunks) == 1 and len(joined[0]) <= VERIFY_BYTES:
-        return [first]
-    tail = b"".join(joined[1:]) if len(chunks) > 1 else joined[0]
-    tail = tail[-VERIFY_BYTES:]
-    end = chunks[-1].end
-    return [first, (end - len(tail), tail)]
+    head = (b"\n".join(first.lines) + b"\n")[:VERIFY_BYTES]
+    tail = b"".join(b"\n".join(chunk.lines) + b"\n" for chunk in last)[-VERIFY_BYTES:]
+    end = last[-1].end
+    windows = [(first.offset, head), (end - len(tail), tail)]
+    return windows[1:] if first.offset == end - len(tail) else windows
 
 
 def open_reading(

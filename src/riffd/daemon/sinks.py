@@ -144,12 +144,12 @@ class ArchiveSink:
         batches: ArchiveBatches,
         fs: RetryingFS,
         *,
-        own_rewrite: bool,
+        new_generation: bool,
     ) -> None:
         self.archive, self.errors, self.batches, self.fs = archive, errors, batches, fs
         self.name, self.status = reading.name, reading.status
         self.end = reading.start
-        self.rewritten = self._new_generation(reading, own_rewrite)
+        self.rewritten = self._new_generation(reading, new_generation)
         self.appended = not self.rewritten and reading.state is not None
         # appended lines not handed to the batches yet: (offset, lines, mtime_ns), and their bytes
         self.held: list[tuple[int, list[bytes], int | None]] = []
@@ -158,9 +158,10 @@ class ArchiveSink:
         if not self.appended:
             batches.flush(self.name)  # the file's older lines first
 
-    def _new_generation(self, reading: Reading, own_rewrite: bool) -> bool:
-        """Whether the archive must start a new generation of the file (rewritten, by anyone)."""
-        if own_rewrite or reading.rewritten:
+    def _new_generation(self, reading: Reading, asked: bool) -> bool:
+        """Whether the archive must start a new generation of the file (rewritten, by anyone, or
+        `asked`: riffd's own rewrite, a read of it thrown away)."""
+        if asked or reading.rewritten:
             return True
         if reading.state is None:  # new to the state store: new to the archive, or recreated?
             try:

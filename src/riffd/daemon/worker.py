@@ -43,7 +43,7 @@ from riffd.fsio import REAL_FS, FileSystem, RetryingFS
 from riffd.repair.recovery import PendingSwaps
 from riffd.state.records import FileState
 from riffd.state.store import StateStore
-from riffd.tracker.tracker import ToolCallTracker
+from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.findings import Finding, FindingClass
 
 __all__ = ["Outcome", "Worker", "WorkerSettings"]
@@ -79,6 +79,11 @@ class Worker:
         self.tracker = tracker
         self.archive = archive
         self.archive_errors = ArchiveErrors(store, on_write_error)
+        # Files a read was thrown away of (riffd.daemon.reading.changed_under_read): those whose
+        # next read starts a new archive generation (the archive took that read as it came), and
+        # the repeated tool calls found in it (the tracker, having seen them, finds them no more)
+        self._new_generation: set[str] = set()
+        self._unkept_repeats: dict[str, dict[str, RedundantCall]] = {}
         # the lines appended to known files, waiting to go to the archive together
         self.batches = ArchiveBatches(
             settings.archive_delay, lambda: self.archive, self.archive_errors.failed
@@ -133,19 +138,20 @@ class Worker:
         riffd's own rewrite). `own_rewrite` counts only while the name holds `own_file` ((st_dev,
         st_ino) of riffd's repaired copy). Raise PassedBy when the name changed hands at every
         try, Gone when nothing is there."""
-        new_generation = False  # a read the archive took as it came, then found changed under it
+        changed_each_time = True
         for attempt in range(READ_TRIES):
             status = status_of(name, self.fs)  # through a symlink the walk reached it by
             if own_file is not None and (status.st_dev, status.st_ino) != own_file:
                 own_rewrite = None  # another file took the name since riffd's swap
             try:
-                return self._update(name, status, own_rewrite, new_generation)
+                return self._update(name, status, own_rewrite)
             except ChangedUnderRead as changed:
                 log.info("%s: it changed as it was read (%s); reading it again", name, changed.why)
                 self.store.bump({"rescans.changed_under_read": 1})
-                new_generation = new_generation or changed.archived_at_once
                 own_rewrite = None
+                continue
             except Replaced:
+                changed_each_time = False
                 log.info(
                     "%s: another file took its name as it was read; %s",
                     name,
@@ -155,22 +161,19 @@ class Worker:
                 )
                 own_rewrite = None
         raise PassedBy(
-            f"another file took its name at each of {READ_TRIES} reads; "
+            f"it changed as it was read, at each of {READ_TRIES} reads; "
             "it is looked at again at its next change"
+            if changed_each_time
+            else f"another file took its name or it changed as it was read, at each of "
+            f"{READ_TRIES} reads; it is looked at again at its next change"
         )
 
     def _update(
-        self,
-        name: str,
-        status: os.stat_result,
-        own_rewrite: int | None = None,
-        new_generation: bool = False,
+        self, name: str, status: os.stat_result, own_rewrite: int | None = None
     ) -> tuple[Outcome, Verdict]:
         """Read what is new in `name`, feed it to the sinks, judge the file and commit its watermark
         and findings. After riffd's own rewrite, `own_rewrite` says how many bytes at its end other
-        writers added (carried over): only their lines are new; the rest was processed before.
-        `new_generation`: the archive starts a new generation of the file (an earlier read it took
-        as it came was found changed under it)."""
+        writers added (carried over): only their lines are new; the rest was processed before."""
         state = self.store.file(name)
         now = time.time()  # one clock for whether the file is idle and for the judge
         idle = now - status.st_mtime > self.settings.quiet_period
@@ -186,17 +189,12 @@ class Worker:
                 verdict = replace(verdict, look_again=min(verdict.look_again or wait, wait))
             return Outcome(name, "unchanged"), verdict
         try:
-            return self._read(reading, now, idle, own_rewrite, new_generation)
+            return self._read(reading, now, idle, own_rewrite)
         finally:
             reading.close(self.fs)
 
     def _read(
-        self,
-        reading: Reading,
-        now: float,
-        idle: bool,
-        own_rewrite: int | None,
-        new_generation: bool,
+        self, reading: Reading, now: float, idle: bool, own_rewrite: int | None
     ) -> tuple[Outcome, Verdict]:
         """Read the file `reading` holds open from where it says, feed the sinks, judge it and
         commit (see `_update`); raise ChangedUnderRead, keeping nothing of the read, when the file
@@ -206,17 +204,22 @@ class Worker:
             log.info("%s: %s; reading it again from the start", name, reading.why)
             self.store.bump({"rescans.changed_files": 1})
         tracked = TrackerSink(self.tracker, name) if self.tracker is not None else None
-        sinks = self._sinks(reading, tracked, own_rewrite is not None or new_generation)
+        if tracked is not None:  # found in a read the file changed under (the tracker saw them)
+            tracked.repeats.update(self._unkept_repeats.pop(name, {}))
+        fresh = own_rewrite is not None or name in self._new_generation
+        sinks = self._sinks(reading, tracked, fresh)
         for chunk in reading.chunks(self.fs):
             for sink in sinks:
                 sink.feed(chunk)
         changed = reading.changed_under_read(self.fs)
         if changed:
             self.cache.drop(name)  # the index took lines the file no longer holds
-            archived = any(
-                isinstance(sink, ArchiveSink) and sink.archived_at_once for sink in sinks
-            )
-            raise ChangedUnderRead(changed, archived_at_once=archived)
+            if any(isinstance(sink, ArchiveSink) and sink.archived_at_once for sink in sinks):
+                self._new_generation.add(name)  # until a read of it is kept
+            if tracked is not None:
+                self._unkept_repeats[name] = tracked.repeats
+            raise ChangedUnderRead(changed)
+        self._new_generation.discard(name)
         for sink in sinks:
             sink.done()
         verdict = self._judge(reading, tracked, now, appended=own_rewrite is None)
@@ -246,10 +249,10 @@ class Worker:
             return True
 
     def _sinks(
-        self, reading: Reading, tracked: TrackerSink | None, own_rewrite: bool
+        self, reading: Reading, tracked: TrackerSink | None, new_generation: bool
     ) -> list[LineSink]:
         """The sinks of one reading: the index first (it parses the lines), then the tracker and the
-        archive."""
+        archive (`new_generation`: it starts a new generation of the file)."""
         sinks: list[LineSink] = [IndexSink(reading.growing, keep_messages=tracked is not None)]
         if tracked is not None:
             sinks.append(tracked)
@@ -261,7 +264,7 @@ class Worker:
                     self.archive_errors,
                     self.batches,
                     self.fs,
-                    own_rewrite=own_rewrite,
+                    new_generation=new_generation,
                 )
             )
         return sinks

@@ -8,7 +8,9 @@ the I/O seam at the read's next pread, as the helper's reproducer made it with i
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from riffd.daemon.cache import IndexCache
 from riffd.daemon.worker import Worker
 from riffd.fsio import FileSystem
 from riffd.state.store import StateStore
+from riffd.tracker.tracker import ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.scan import scan_file
 
@@ -194,3 +197,108 @@ def test_a_truncate_landing_just_after_the_check_is_seen_at_the_next_look(home) 
     data = path.read_bytes()
     assert _archived(archive, path) == data
     assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+
+
+def _filled(number: int, size: int, fill: bytes) -> bytes:
+    """A line of about `size` bytes of text `fill` (lines of one filler would hold the same bytes
+    at the same places, which no check of bytes tells apart)."""
+    return transcript_line(number, pad=size).replace(b"x" * size, fill * size)
+
+
+def test_a_truncate_behind_a_read_whose_first_chunk_is_over_a_mib(home) -> None:  # type: ignore[no-untyped-def]
+    """Found by review: an append of a 2.5 MiB line, a short one and a 1 MiB one, truncated at the
+    short one 3 MiB into the read and given a 1.5 MiB line instead. The first chunk read (the long
+    line and the short one) is over the 1 MiB compared at the start; the end compared must still
+    reach back over the short line."""
+    project, settings, store, archive = home
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(40, pad=200))
+    seam = ChangedAtRead()
+    worker = Worker(store, settings, archive=archive, fs=seam)
+    worker.process(path)
+    start = path.stat().st_size
+    long_line = _filled(41, int(2.5 * (1 << 20)), b"a")
+    short = _filled(42, 50, b"b")
+    with open(path, "ab") as handle:
+        handle.write(long_line + short + _filled(43, 1 << 20, b"c"))
+    cut = start + len(long_line)
+    seam.aim(path, at=start + (3 << 20), cut=cut, then=[_filled(42, 3 << 19, b"d")])
+    worker.process(path)
+    assert seam.done
+    data = path.read_bytes()
+    assert _archived(archive, path) == data
+    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+
+
+def test_a_truncate_below_the_watermark_during_the_read_of_an_append(home) -> None:  # type: ignore[no-untyped-def]
+    """The truncate cuts lines read before this read began (below its watermark), and appends
+    others: the file is read again from its start, as a new archive generation, and nothing of
+    the read is kept."""
+    project, settings, store, archive = home
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(40, pad=200))
+    seam = ChangedAtRead()
+    worker = Worker(store, settings, archive=archive, fs=seam)
+    worker.process(path)
+    first = path.read_bytes()
+    with open(path, "ab") as handle:
+        handle.write(transcript_line(41, pad=200))
+    before = path.stat().st_size
+    cut = len(b"".join(first.splitlines(keepends=True)[:38]))  # lines 39 and 40 go too
+    seam.aim(path, at=before, cut=cut, then=[transcript_line(39, pad=5000), transcript_line(40)])
+    worker.process(path)
+    assert seam.done
+    data = path.read_bytes()
+    assert _archived(archive, path) == data
+    assert _archived(archive, path, generation=0) == first  # the generation read before
+    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+    assert store.counters()["rescans.changed_under_read"] == 1
+
+
+def _record(number: int, kind: str, content: object, stamp: datetime) -> bytes:
+    record = {
+        "type": kind,
+        "uuid": f"u{number}",
+        "parentUuid": f"u{number - 1}" if number else None,
+        "sessionId": "11111111-2222-3333-4444-555555555555",
+        "timestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "message": {"role": kind, "content": content},
+    }
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"
+
+
+def _read_call(number: int, tool_id: str, stamp: datetime) -> bytes:
+    use = [{"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": "/a"}}]
+    return _record(number, "assistant", use, stamp)
+
+
+def _result(number: int, tool_id: str, stamp: datetime, text: str = "hello") -> bytes:
+    return _record(
+        number, "user", [{"type": "tool_result", "tool_use_id": tool_id, "content": text}], stamp
+    )
+
+
+def test_a_repeated_call_found_in_a_read_thrown_away_is_kept(home) -> None:  # type: ignore[no-untyped-def]
+    """Found by review: the tracker ignores tool_use ids it has seen, so a repeated Read found in a
+    read the file changed under was found no more by the read again, and never stored."""
+    project, settings, store, archive = home
+    path = project / "s.jsonl"
+    now = datetime.now(UTC)
+    path.write_bytes(
+        _record(0, "user", "hi", now)
+        + _read_call(1, "t1", now)
+        + _result(2, "t1", now + timedelta(seconds=1))
+    )
+    seam = ChangedAtRead()
+    worker = Worker(store, settings, archive=archive, fs=seam, tracker=ToolCallTracker())
+    worker.process(path)
+    last = _result(4, "t2", now + timedelta(seconds=11))
+    with open(path, "ab") as handle:
+        handle.write(_read_call(3, "t2", now + timedelta(seconds=10)) + last)
+    size = path.stat().st_size
+    changed = _result(4, "t2", now + timedelta(seconds=11), text="hellO")
+    seam.aim(path, at=size, cut=size - len(last), then=[changed])
+    worker.process(path)
+    assert seam.done
+    classes = [finding["class"] for finding in store.file(str(path)).findings]
+    assert classes == ["redundant_tool_call"]
