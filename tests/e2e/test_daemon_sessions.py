@@ -378,8 +378,8 @@ def test_the_start_up_lines_and_the_report_count_transcripts_and_files_apart(
     transcripts, others = len(tree.transcripts), len(tree.whole)
     log = started.stderr()
     assert (
-        f"{transcripts} transcript(s) and {others} other session file(s) new or changed since "
-        "riffd last read them" in log
+        f"{transcripts} transcript(s) and {others} other session file(s) to look at (new, changed "
+        "or gone since riffd last read them)" in log
     ), log
     assert f"start-up pass done: {transcripts} transcript(s) watched" in log, log
     started.stop()  # its last report: the archive's figures as it stops
@@ -387,6 +387,6 @@ def test_the_start_up_lines_and_the_report_count_transcripts_and_files_apart(
     again = box.start()
     again.wait_until(lambda: "start-up pass done" in again.stderr(), "the second start-up pass")
     log = again.stderr()
-    assert "0 transcript(s) and 0 other session file(s) new or changed" in log, log
+    assert "0 transcript(s) and 0 other session file(s) to look at" in log, log
     assert f"start-up pass done: {transcripts} transcript(s) watched" in log, log
     again.stop()

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.display import display_json, shell_command
-from riffd.transcript.sessions import AmbiguousSession, local_time, resume_id, session_key
-
-if TYPE_CHECKING:
-    from riffd.archive.search import SearchHit
+from riffd.transcript.sessions import (
+    AmbiguousSession,
+    claude_resume,
+    local_time,
+    session_key,
+)
 
 
 def print_hits(archive: Any, args: argparse.Namespace) -> int:
@@ -45,7 +47,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
                     hit.__dict__
                     | {
                         "time": local_time(hit.timestamp) if hit.timestamp else None,
-                        "resume": _resume(hit),
+                        "resume": claude_resume(hit.path, hit.session_id),
                     }
                     for hit in hits
                 ],
@@ -59,8 +61,8 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
             f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
             + (
-                f"; back to it: {shell_command('cd', hit.project or '.')} && {_resume(hit)}"
-                if _resume(hit)
+                f"; back to it: {shell_command('cd', hit.project or '.')} && {resume}"
+                if (resume := claude_resume(hit.path, hit.session_id))
                 else ""
             )
         )
@@ -81,9 +83,3 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return EXIT_OK if hits else EXIT_FINDINGS
-
-
-def _resume(hit: SearchHit) -> str | None:
-    """The command that resumes a hit's session (None: no id the client takes: see resume_id)."""
-    resume = resume_id(hit.path, hit.session_id)
-    return shell_command("claude", "--resume", resume) if resume is not None else None

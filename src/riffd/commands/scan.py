@@ -241,7 +241,7 @@ def _scan_in_workers(
 
 
 class _NotRaised(Exception):
-    """What `_scan_parallel` catches until its BrokenProcessPool is imported: nothing raises it."""
+    """What `_scan_in_workers` catches until its BrokenProcessPool is imported: nothing raises it."""
 
 
 # seconds between looks at whether Ctrl-C was pressed while worker processes scan

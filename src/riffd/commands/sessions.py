@@ -29,11 +29,11 @@ from riffd.state.store import StateStore
 from riffd.transcript.acks import acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL
 from riffd.transcript.sessions import (
+    claude_resume,
     describe_file,
     describe_lines,
     local_time,
     project_folders,
-    resume_id,
     session_files,
 )
 
@@ -310,7 +310,7 @@ def _on_disk(
                 "bytes": status.st_size,
                 "health": health_words(health.get(str(path)), status),
                 "archived": held,
-                "resume": _resume(path, info.session_id),
+                "resume": claude_resume(path, info.session_id),
                 "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
                 "whole": held
                 and view is not None
@@ -344,10 +344,3 @@ def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def _resume(path: Path, session_id: str) -> str | None:
-    """The command that resumes the session of the transcript at `path` (None: no id the client
-    takes: see resume_id)."""
-    resume = resume_id(path, session_id)
-    return shell_command("claude", "--resume", resume) if resume is not None else None

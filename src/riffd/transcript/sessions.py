@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from riffd.display import shell_command
 from riffd.transcript.reader import parse_line
 
 HEAD_LINES = 400  # the title and project are near the start; the rest of the file is not read
@@ -52,6 +53,13 @@ def resume_id(path: str | os.PathLike[str], session_id: str | None) -> str | Non
     else:
         found = path.name.removesuffix(".jsonl")
     return found if found is not None and _UUID.fullmatch(found) else None
+
+
+def claude_resume(path: str | os.PathLike[str], session_id: str | None) -> str | None:
+    """The `claude --resume <id>` that resumes the session of the transcript at `path` (None: no id
+    the client takes: see resume_id)."""
+    resume = resume_id(path, session_id)
+    return shell_command("claude", "--resume", resume) if resume is not None else None
 
 
 def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
