@@ -56,6 +56,23 @@ def _archived(archive: Archive, path: Path, generation: int | None = None) -> by
     return b"".join(archive.iter_file(file_id, generation=generation))
 
 
+def _read_once(  # type: ignore[no-untyped-def]
+    project: Path, settings, store: StateStore, archive: Archive, seam: FileSystem
+) -> tuple[Path, Worker]:
+    """A 40-line transcript read once by a worker through `seam`: the file and the worker."""
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(40, pad=200))
+    worker = Worker(store, settings, archive=archive, fs=seam)
+    worker.process(path)
+    return path, worker
+
+
+def _kept_as_the_file_is(store: StateStore, archive: Archive, path: Path) -> None:
+    """The archive's newest generation is the file, and the stored findings are a scan's of it."""
+    assert _archived(archive, path) == path.read_bytes()
+    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+
+
 @pytest.fixture
 def home(tmp_path: Path):  # type: ignore[no-untyped-def]
     project, settings = worker_home(tmp_path, repair=False, quiet_period=3600, archive_delay=0)
@@ -71,11 +88,8 @@ def test_a_line_dropped_by_a_truncate_during_the_read_of_its_append(home) -> Non
     at that line's start and appends two others: the archive and the findings end as those of the
     file, every line of it whole."""
     project, settings, store, archive = home
-    path = project / "s.jsonl"
-    path.write_bytes(transcript_bytes(40, pad=200))
     seam = ChangedAtRead()
-    worker = Worker(store, settings, archive=archive, fs=seam)
-    worker.process(path)
+    path, worker = _read_once(project, settings, store, archive, seam)
     dropped = transcript_line(41, pad=200)
     with open(path, "ab") as handle:
         handle.write(dropped)
@@ -88,10 +102,8 @@ def test_a_line_dropped_by_a_truncate_during_the_read_of_its_append(home) -> Non
     )
     worker.process(path)
     assert seam.done, "the change was not made during the read"
-    data = path.read_bytes()
-    assert _archived(archive, path) == data
-    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
-    assert store.file(str(path)).watermark.offset == len(data)
+    _kept_as_the_file_is(store, archive, path)
+    assert store.file(str(path)).watermark.offset == path.stat().st_size
 
 
 def test_a_copy_over_the_file_during_its_first_read(home) -> None:  # type: ignore[no-untyped-def]
@@ -194,9 +206,7 @@ def test_a_truncate_landing_just_after_the_check_is_seen_at_the_next_look(home) 
     worker.process(path)
     assert seam.done, "the change was not made"
     worker.process(path)  # the next look
-    data = path.read_bytes()
-    assert _archived(archive, path) == data
-    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+    _kept_as_the_file_is(store, archive, path)
 
 
 def _filled(number: int, size: int, fill: bytes) -> bytes:
@@ -211,11 +221,8 @@ def test_a_truncate_behind_a_read_whose_first_chunk_is_over_a_mib(home) -> None:
     line and the short one) is over the 1 MiB compared at the start; the end compared must still
     reach back over the short line."""
     project, settings, store, archive = home
-    path = project / "s.jsonl"
-    path.write_bytes(transcript_bytes(40, pad=200))
     seam = ChangedAtRead()
-    worker = Worker(store, settings, archive=archive, fs=seam)
-    worker.process(path)
+    path, worker = _read_once(project, settings, store, archive, seam)
     start = path.stat().st_size
     long_line = _filled(41, int(2.5 * (1 << 20)), b"a")
     short = _filled(42, 50, b"b")
@@ -225,9 +232,7 @@ def test_a_truncate_behind_a_read_whose_first_chunk_is_over_a_mib(home) -> None:
     seam.aim(path, at=start + (3 << 20), cut=cut, then=[_filled(42, 3 << 19, b"d")])
     worker.process(path)
     assert seam.done
-    data = path.read_bytes()
-    assert _archived(archive, path) == data
-    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+    _kept_as_the_file_is(store, archive, path)
 
 
 def test_a_truncate_below_the_watermark_during_the_read_of_an_append(home) -> None:  # type: ignore[no-untyped-def]
@@ -235,11 +240,8 @@ def test_a_truncate_below_the_watermark_during_the_read_of_an_append(home) -> No
     others: the file is read again from its start, as a new archive generation, and nothing of
     the read is kept."""
     project, settings, store, archive = home
-    path = project / "s.jsonl"
-    path.write_bytes(transcript_bytes(40, pad=200))
     seam = ChangedAtRead()
-    worker = Worker(store, settings, archive=archive, fs=seam)
-    worker.process(path)
+    path, worker = _read_once(project, settings, store, archive, seam)
     first = path.read_bytes()
     with open(path, "ab") as handle:
         handle.write(transcript_line(41, pad=200))
@@ -248,10 +250,8 @@ def test_a_truncate_below_the_watermark_during_the_read_of_an_append(home) -> No
     seam.aim(path, at=before, cut=cut, then=[transcript_line(39, pad=5000), transcript_line(40)])
     worker.process(path)
     assert seam.done
-    data = path.read_bytes()
-    assert _archived(archive, path) == data
+    _kept_as_the_file_is(store, archive, path)
     assert _archived(archive, path, generation=0) == first  # the generation read before
-    assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
     assert store.counters()["rescans.changed_under_read"] == 1
 
 
