@@ -216,9 +216,8 @@ def _scan_in_workers(
                 number = pending.pop(future)
                 report = reports[number] = future.result()
                 progress.step(int(report.metrics.get("bytes", 0)))
-    except (
-        broken
-    ) as exc:  # a BrokenProcessPool (also while files are handed over: a worker killed at once)
+    # a BrokenProcessPool (also while files are handed over: a worker killed at once)
+    except broken as exc:
         if not interrupted:
             left = sum(report is None for report in reports)
             print(

@@ -15,7 +15,7 @@ import os
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, NamedTuple
 
 from riffd.daemon.cache import IndexCache
@@ -102,7 +102,7 @@ class Chunk:
     lines: list[bytes]
     messages: list[Message] = field(default_factory=list)
 
-    @property
+    @cached_property  # (the archive's sink and the read's check each ask)
     def end(self) -> int:
         """The byte after the last line's newline."""
         return self.offset + sum(map(len, self.lines)) + len(self.lines)
@@ -202,22 +202,22 @@ class Reading:
         if self.state is not None and self.kind != "read":  # from the watermark, or rebuilt
             watermark = self.state.watermark
             tail_start = watermark.offset - watermark.tail_len
-            try:
-                before = read_span(self.name, tail_start, watermark.tail_len, fs=fs, fd=self.fd)
-            except OSError:  # shorter now
-                before = b""
+            before = self._now(tail_start, watermark.tail_len, fs)
             if hashlib.sha256(before).hexdigest() != watermark.tail_sha:
                 return "bytes before the watermark changed as it was read"
             self.held.append((tail_start, before))
         for offset, data in [*_windows(self.first, self.last), *self.seams]:
-            try:
-                now = read_span(self.name, offset, len(data), fs=fs, fd=self.fd)
-            except OSError:  # shorter now
-                now = b""
-            if now != data:
+            if self._now(offset, len(data), fs) != data:
                 return f"bytes {offset}-{offset + len(data)} changed as they were read"
             self.held.append((offset, data))
         return ""
+
+    def _now(self, offset: int, length: int, fs: RetryingFS) -> bytes:
+        """The file's `length` bytes at `offset` now, through the read's open (b"": shorter now)."""
+        try:
+            return read_span(self.name, offset, length, fs=fs, fd=self.fd)
+        except OSError:
+            return b""
 
     def held_bytes(self, offset: int, length: int) -> bytes | None:
         """The `length` bytes at `offset` as changed_under_read found them, when it held them all:

@@ -22,9 +22,9 @@ from riffd.database import DatabaseDamaged, is_busy_error
 from riffd.display import shell_command
 from riffd.transcript.sessions import (
     ID_PREFIX,
+    claude_resume,
     last_activity,
     project_folders,
-    resume_id,
     session_files,
     session_key,
 )
@@ -196,10 +196,13 @@ def resume_command(
     """The shell command that goes back to a session: `claude --resume` in its project (with the id
     the client takes for the transcript at `path`: riffd.transcript.sessions.resume_id; None when
     there is none), after `riffd archive restore` when its transcript is gone."""
-    resumed = resume_id(path, session_id) if path is not None else session_id
-    if resumed is None:
+    resume = (
+        claude_resume(path, session_id)
+        if path is not None
+        else shell_command("claude", "--resume", session_id)
+    )
+    if resume is None:
         return None
-    resume = shell_command("claude", "--resume", resumed)
     if project:
         resume = f"{shell_command('cd', project)} && {resume}"
     if exists:
