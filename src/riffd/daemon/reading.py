@@ -23,7 +23,7 @@ from riffd.fsio import RetryingFS
 from riffd.state.records import FINGERPRINT_BYTES, FileState, Watermark
 from riffd.transcript.incremental import GrowingIndex
 from riffd.transcript.index import TranscriptIndex
-from riffd.transcript.reader import Unparsed, close_read, iter_chunks, read_span
+from riffd.transcript.reader import Unparsed, close_read, iter_chunks, read_at, read_span
 from riffd.transcript.records import read_record
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
@@ -213,11 +213,11 @@ class Reading:
         return ""
 
     def _now(self, offset: int, length: int, fs: RetryingFS) -> bytes:
-        """The file's `length` bytes at `offset` now, through the read's open (b"": shorter now)."""
-        try:
-            return read_span(self.name, offset, length, fs=fs, fd=self.fd)
-        except OSError:
-            return b""
+        """The file's `length` bytes at `offset` now, through the read's open (shorter when the
+        file is). A read that fails at every try raises: it is a read error (counted, logged and
+        looked at again), not a change."""
+        assert self.fd is not None
+        return read_at(fs, self.fd, length, offset)
 
     def held_bytes(self, offset: int, length: int) -> bytes | None:
         """The `length` bytes at `offset` as changed_under_read found them, when it held them all:

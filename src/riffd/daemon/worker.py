@@ -211,13 +211,13 @@ class Worker:
         for chunk in reading.chunks(self.fs):
             for sink in sinks:
                 sink.feed(chunk)
-        changed = reading.changed_under_read(self.fs)
+        try:
+            changed = reading.changed_under_read(self.fs)
+        except OSError:  # EIO at every try: a read error, and nothing of the read is kept
+            self._throw_away(name, sinks, tracked)
+            raise
         if changed:
-            self.cache.drop(name)  # the index took lines the file no longer holds
-            if any(isinstance(sink, ArchiveSink) and sink.archived_at_once for sink in sinks):
-                self._new_generation.add(name)  # until a read of it is kept
-            if tracked is not None:
-                self._unkept_repeats[name] = tracked.repeats
+            self._throw_away(name, sinks, tracked)
             raise ChangedUnderRead(changed)
         self._new_generation.discard(name)
         for sink in sinks:
@@ -268,6 +268,14 @@ class Worker:
                 )
             )
         return sinks
+
+    def _throw_away(self, name: str, sinks: list[LineSink], tracked: TrackerSink | None) -> None:
+        """Keep nothing of a read that could not be checked or that the file changed under."""
+        self.cache.drop(name)  # the index took lines the file may no longer hold
+        if any(isinstance(sink, ArchiveSink) and sink.archived_at_once for sink in sinks):
+            self._new_generation.add(name)  # until a read of it is kept
+        if tracked is not None:
+            self._unkept_repeats[name] = tracked.repeats
 
     def _judge(
         self, reading: Reading, tracked: TrackerSink | None, now: float, *, appended: bool

@@ -8,8 +8,10 @@ the I/O seam at the read's next pread, as the helper's reproducer made it with i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from riffd.archive.store import Archive
 from riffd.daemon.cache import IndexCache
 from riffd.daemon.worker import Worker
 from riffd.fsio import FileSystem
+from riffd.fsio.retry import RetryPolicy
 from riffd.state.store import StateStore
 from riffd.tracker.tracker import ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
@@ -302,3 +305,42 @@ def test_a_repeated_call_found_in_a_read_thrown_away_is_kept(home) -> None:  # t
     assert seam.done
     classes = [finding["class"] for finding in store.file(str(path)).findings]
     assert classes == ["redundant_tool_call"]
+
+
+class FailsAtTheCheck(FileSystem):
+    """While `failing`: reads succeed until one comes back empty (the read reached the file's end),
+    and every read after that fails with EIO, as a cloud file evicted just as the worker checks
+    what it read."""
+
+    def __init__(self) -> None:
+        self.failing, self.at_end = True, False
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if self.failing and self.at_end:
+            raise OSError(errno.EIO, "Input/output error")
+        data = super().pread(fd, size, offset)
+        self.at_end = not data
+        return data
+
+
+def test_a_check_that_cannot_read_is_a_read_error_not_a_change(home) -> None:  # type: ignore[no-untyped-def]
+    """EIO at every try of the check's reads is a read that failed: counted and logged as one, the
+    file skipped with the error, no watermark taken; once reads work, the archive's newest
+    generation and the findings are the file's. Before, it was taken for a change (read again
+    three times, then "it changed as it was read"), and no read error was counted."""
+    project, settings, store, archive = home
+    settings = replace(settings, retry=RetryPolicy(attempts=2, first_wait=0.001))
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(40, pad=200))
+    seam = FailsAtTheCheck()
+    worker = Worker(store, settings, archive=archive, fs=seam)
+    outcome = worker.process(path)
+    assert outcome.kind == "skipped"
+    assert "2 attempts" in outcome.why and "changed" not in outcome.why
+    counters = store.counters()
+    assert counters.get("errors.read") == 1
+    assert "rescans.changed_under_read" not in counters
+    assert store.file(str(path)) is None  # no watermark: read again from the start next time
+    seam.failing = False
+    assert worker.process(path).kind != "skipped"
+    _kept_as_the_file_is(store, archive, path)
