@@ -16,6 +16,7 @@ import contextlib
 import gc
 import logging
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +26,12 @@ import msgspec
 from riffd.archive.connection import WriteGroup
 from riffd.archive.contents import Parsed, parse
 from riffd.archive.packs import PackDamaged
+from riffd.archive.reading import Tip
 from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
-from riffd.transcript.reader import close_read, iter_chunks, read_span, retrying
+from riffd.transcript.reader import close_read, iter_chunks, read_at, read_span, retrying
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -45,6 +47,7 @@ JOBS_AHEAD = 64  # and files at most (their jobs then fit the jobs pipe, which n
 # average per 8 MiB, 17.9 per 16 and 17.2 per 64 (whose transactions outgrow the 32 MiB page
 # cache and hold the write lock about a second)
 GROUP_BYTES = 16 << 20
+CHECK_BYTES = 1 << 20  # bytes read at a time to check a file against its archived generation
 
 
 def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) -> int:
@@ -138,20 +141,49 @@ def still_appended(
     fs: FileSystem = REAL_FILES,
     fd: int | None = None,
 ) -> bool:
-    """Return True when `path` (read from `fd` when given) still holds, just before byte
-    `archived`, the last line the archive has of it."""
-    last = archive.last_line(str(path))
-    if last is None:
+    """Return True when `path` (read from `fd` when given) still holds, as its first `archived`
+    bytes, the archive's latest generation of it: its last line just before byte `archived`, then
+    every byte before it as the generation's checksum and line count say (a file recreated with
+    other lines and the same last one is a new generation, not more of the old one)."""
+    tip = archive.tip(str(path))
+    if tip is None:
         return False
     fs = retrying(fs)
     if fd is not None:
-        return _ends_with(fs, path, fd, archived, last)
+        return _holds(fs, path, fd, archived, tip)
     # the file the name leads to (through a symlink too), as the read that follows opens it
     opened = fs.open(path, os.O_RDONLY)
     try:
-        return _ends_with(fs, path, opened, archived, last)
+        return _holds(fs, path, opened, archived, tip)
     finally:
         close_read(fs, opened)
+
+
+def ends_as_archived(
+    archive: Archive, path: Path, archived: int, *, fs: RetryingFS, fd: int
+) -> bool:
+    """Whether the file open on `fd` holds the archive's last line of `path` just before byte
+    `archived` (what `still_appended` checks first; the bytes before it are not read)."""
+    tip = archive.tip(str(path))
+    return tip is not None and _ends_with(fs, path, fd, archived, tip.line)
+
+
+def _holds(fs: RetryingFS, path: Path, fd: int, archived: int, tip: Tip) -> bool:
+    """Whether the file open on `fd` holds `tip`'s generation as its first `archived` bytes."""
+    if not _ends_with(fs, path, fd, archived, tip.line):
+        return False
+    crc = newlines = 0
+    for offset in range(0, archived, CHECK_BYTES):
+        try:
+            data = read_at(fs, fd, min(CHECK_BYTES, archived - offset), offset)
+        except OSError:  # (as unreadable as a last line that cannot be read: a new generation)
+            return False
+        if not data:
+            return False
+        newlines += data.count(b"\n")
+        if tip.crc is not None:
+            crc = zlib.crc32(data.replace(b"\n", b""), crc)
+    return newlines == tip.lines - tip.unterminated and tip.crc in (None, crc)
 
 
 def _ends_with(fs: RetryingFS, path: Path, fd: int, archived: int, last: bytes) -> bool:

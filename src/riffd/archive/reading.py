@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -28,6 +28,17 @@ from riffd.archive.spans import read_spans
 from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
+
+
+class Tip(NamedTuple):
+    """How a file's latest generation ends in the archive: its last line (with newline unless
+    `unterminated`), its `lines`, and `crc`, the CRC-32 of every line without newlines (None:
+    archived by a riffd that did not record it; riffd.archive.packs.Run)."""
+
+    line: bytes
+    lines: int
+    unterminated: bool
+    crc: int | None
 
 
 class ArchiveReader:
@@ -321,15 +332,19 @@ class ArchiveReader:
                     users.add((path, session, generation))
         return sorted(users, key=lambda user: (user[0], user[2]))
 
-    def last_line(self, path: str) -> bytes | None:
-        """Return the last archived line (with newline) of `path`'s latest generation, or None."""
+    def tip(self, path: str) -> Tip | None:
+        """Return how `path`'s latest generation ends (its last line, with newline unless it is
+        unterminated; its line count; its checksum), or None when nothing of it is archived."""
         with self._connection.lock:
             self._connection.packs.refresh()
             row = self._connection.db.execute(
                 "SELECT id, generation FROM files WHERE path = ?", (path_key(path),)
             ).fetchone()
             run = None if row is None else self.last_run(row[0], row[1])
-            return None if run is None or not run.lengths else self.line(run, len(run.lengths) - 1)
+            if run is None or not run.lengths:
+                return None
+            last = len(run.lengths) - 1
+            return Tip(self.line(run, last), run.first + last + 1, run.unterminated, run.crc)
 
     def search(
         self,

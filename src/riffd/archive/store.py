@@ -69,7 +69,7 @@ class Archive:
         self.iter_file = reader.iter_file
         self.damaged_packs = reader.damaged_packs
         self.pack_users = reader.pack_users
-        self.last_line = reader.last_line
+        self.tip = reader.tip
         self.search = reader.search
         self.behind = reader.behind
         self.stats = reader.stats

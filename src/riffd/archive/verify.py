@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from riffd.archive.ingest import archive_key, ingest_file, still_appended
+from riffd.archive.ingest import archive_key, ends_as_archived, ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.session_files import SessionFile
@@ -228,7 +228,7 @@ def _compare(
                 if size
                 else "an empty file",
             )
-        if not still_appended(archive, path, archived, fs=fs, fd=fd):
+        if not ends_as_archived(archive, path, archived, fs=fs, fd=fd):
             return Verdict(
                 path, "rewritten", "the file no longer holds the archive's last line where it ended"
             )

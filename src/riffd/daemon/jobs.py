@@ -105,7 +105,7 @@ def catch_up_archive(
         with batches.written_first(path) if batches is not None else nullcontext():
             try:
                 # Behind, or ahead (a rewrite that shrank the file, which the archive did not
-                # take): ingest_file reads only the last line when nothing is new
+                # take); ingest_file reads the bytes archived again to check them
                 if archive.cursor(path)[1] != end and Path(path).is_file():
                     added = ingest_file(archive, Path(path))
                     log.info("%s: archived %d line(s) the archive had missed", path, added)

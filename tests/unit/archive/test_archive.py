@@ -280,7 +280,7 @@ def test_appends_are_archived_incrementally(tmp_path: Path) -> None:
             )
         assert ingest_file(archive, path) == 2
         assert archive.cursor(str(path)) == (0, path.stat().st_size)
-        assert archive.last_line(str(path)) == transcript_line(12 + 2 * round_number)
+        assert archive.tip(str(path)).line == transcript_line(12 + 2 * round_number)
     assert ingest_file(archive, path) == 0
     archive.close()
     _assert_each_line_once(archive.path, {str(path): path.read_bytes()})
@@ -914,7 +914,7 @@ def test_lines_read_back_after_a_failed_write_are_the_lines_written(tmp_path: Pa
         archive.add_lines("/p/b.jsonl", 10**6, [b"{}"])
     ((b_id, _path, _session),) = archive.files_of("/p/b.jsonl")
     assert list(archive.iter_file(b_id)) == [line + b"\n" for line in second]
-    assert archive.last_line("/p/b.jsonl") == second[-1] + b"\n"
+    assert archive.tip("/p/b.jsonl").line == second[-1] + b"\n"
     archive.close()
 
 

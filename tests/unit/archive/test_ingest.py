@@ -605,3 +605,35 @@ def test_a_close_that_fails_after_the_read_fails_nothing(tmp_path: Path) -> None
         assert archive.cursor(str(path))[1] == path.stat().st_size
     finally:
         archive.close()
+
+
+def test_a_file_recreated_with_other_lines_and_the_same_last_one_is_a_new_generation(
+    tmp_path: Path,
+) -> None:
+    """A transcript deleted and written again (a new file: a sync client's copy from another
+    machine, a user's edit) with a line changed in the middle, its length kept, and one more line
+    after the archive's last: before, only the archive's last line was compared, and the new line
+    was archived after the old ones, a version that never existed. Both ingests now archive the file
+    as it is, as a new generation, and keep the old one whole."""
+    old = [transcript_line(number, pad=60) for number in range(1, 11)]
+    edited = [*old]
+    edited[4] = old[4].replace(b"x" * 10, b"y" * 10)
+    assert edited[4] != old[4] and len(edited[4]) == len(old[4])
+    new = [*edited, transcript_line(11)]
+    paths = [tmp_path / "alone.jsonl", tmp_path / "shared.jsonl"]
+    alone, shared = Archive(tmp_path / "alone.db"), Archive(tmp_path / "shared.db")
+    try:
+        for archive, path in zip((alone, shared), paths, strict=True):
+            path.write_bytes(b"".join(old))
+            ingest_file(archive, path)
+            path.unlink()
+            path.write_bytes(b"".join(new))
+        assert ingest_file(alone, paths[0]) == 11
+        assert [added for _, added in ingest_files(shared, paths[1:], min_bytes=0)] == [11]
+        for archive, path in zip((alone, shared), paths, strict=True):
+            ((file_id, *_),) = archive.files_of(str(path))
+            assert b"".join(archive.iter_file(file_id)) == b"".join(new)
+            assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old)
+    finally:
+        alone.close()
+        shared.close()

@@ -633,6 +633,36 @@ def test_a_rewrite_the_archive_missed_starts_a_new_generation_and_mixes_nothing(
     archive.close()
 
 
+def test_a_file_recreated_with_a_line_changed_and_the_same_last_one_is_a_new_generation(
+    setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
+) -> None:
+    """A transcript deleted (the worker forgets it) and written again with a line changed in the
+    middle, its length kept, and one more line: the worker, finding the archive's last line where
+    the archive ended, archived the new line after the old ones (a version that never existed).
+    Now the archive's newest generation is the file, the old one kept whole."""
+    from riffd.archive.store import Archive
+
+    project, store, settings = setup
+    path = project / "s.jsonl"
+    old = [transcript_line(number, pad=100) for number in range(1, 31)]
+    edited = [*old]
+    edited[10] = old[10].replace(b"x" * 10, b"y" * 10)
+    assert edited[10] != old[10] and len(edited[10]) == len(old[10])
+    append(path, old)
+    archive = Archive(tmp_path / "archive.db")
+    worker = Worker(store, settings, archive=archive)
+    worker.process(path)
+    path.unlink()
+    assert worker.process(path).kind == "gone"
+    append(path, [*edited, transcript_line(31, pad=100)])
+    worker.process(path)
+    worker.batches.flush(str(path))
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    assert b"".join(archive.iter_file(file_id, generation=0)) == b"".join(old)
+    archive.close()
+
+
 def test_an_idle_files_unfinished_line_is_settled_once_and_again_when_the_archive_lacks_it(
     setup: tuple[Path, StateStore, WorkerSettings], tmp_path: Path
 ) -> None:
