@@ -656,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(key, None)  # the children read only the bench's own config
     about = scan_bench.machine()
     _say("machine: " + ", ".join(f"{key} {value}" for key, value in about.items()))
+    if args.tmp is not None:  # (a folder to make it under, made when missing)
+        args.tmp.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="riffd-archive-bench-", dir=args.tmp))
     if args.only == "whole":
         return _whole_only(args, work)

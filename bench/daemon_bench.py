@@ -1339,6 +1339,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     about = scan_bench.machine()
     _say("machine: " + ", ".join(f"{key} {value}" for key, value in about.items()))
+    if args.tmp is not None:  # (a folder to make it under, made when missing)
+        args.tmp.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="riffd-daemon-bench-", dir=args.tmp))
     _say(f"working in {base}")
     results: dict[str, dict[str, Any]] = {}

@@ -146,6 +146,37 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
     assert [row["session_id"] for row in on_disk] == [home.kept.session_id]
 
 
+def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: Path) -> None:
+    """A deleted transcript whose lines carry no `sessionId`: the hit's `go_back` restores it by its
+    archived path and resumes it by its file name, as `riffd archive search` prints (it was None)."""
+    home = _home(tmp_path, delete=False)
+    name = "5e5e5e5e-1111-4222-8333-444455556666"
+    path = home.deleted.main.parent / f"{name}.jsonl"
+    record = json.loads(_user(name, 1, "the wombat release checklist"))
+    del record["sessionId"]
+    line = (json.dumps(record) + "\n").encode()
+    path.write_bytes(line)
+    result = run_riffd("archive", "ingest", config=home.config, env=home.env)
+    assert result.returncode == 0, result.stderr
+    path.unlink()
+
+    async def talk(session: ClientSession) -> Any:
+        return _data(await session.call_tool("search", {"query": "wombat"}))
+
+    (hit,) = _talk(home, talk)
+    assert hit["transcript_exists"] is False
+    assert hit["go_back"] == (
+        f"riffd archive restore {path} && cd /home/user/app && claude --resume {name}"
+    )
+    cli = run_riffd("archive", "search", "wombat", "--json", config=home.config, env=home.env)
+    assert json.loads(cli.stdout)[0]["go_back"] == hit["go_back"]
+    restored = run_riffd(
+        "archive", "restore", str(path), config=home.config, env=home.env
+    )  # the command's first part, as it names the file
+    assert restored.returncode == 0, restored.stderr
+    assert path.read_bytes() == line
+
+
 def test_read_session_pages_join_to_the_whole_text(tmp_path: Path) -> None:
     home = _home(tmp_path)
     with open(home.kept.main, "ab") as transcript:

@@ -4,16 +4,18 @@ said on stderr when there are none."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
 import orjson
 
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.display import display_json, shell_command
+from riffd.display import display_json
 from riffd.transcript.sessions import (
     AmbiguousSession,
     claude_resume,
+    go_back_command,
     local_time,
     session_key,
 )
@@ -48,6 +50,9 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
                     | {
                         "time": local_time(hit.timestamp) if hit.timestamp else None,
                         "resume": claude_resume(hit.path, hit.session_id),
+                        "go_back": go_back_command(
+                            hit.path, hit.session_id, hit.project, os.path.exists(hit.path)
+                        ),
                     }
                     for hit in hits
                 ],
@@ -61,8 +66,12 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             f"{hit.session_id or '-'}  {local_time(hit.timestamp)}  {hit.role or '-'}  {hit.project or '-'}  "
             f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
             + (
-                f"; back to it: {shell_command('cd', hit.project or '.')} && {resume}"
-                if (resume := claude_resume(hit.path, hit.session_id))
+                f"; back to it: {back}"
+                if (
+                    back := go_back_command(
+                        hit.path, hit.session_id, hit.project, os.path.exists(hit.path)
+                    )
+                )
                 else ""
             )
         )

@@ -76,9 +76,7 @@ def search(
                 hit.path,
                 hit.line,
                 exists,
-                resume_command(hit.session_id, hit.project, exists, hit.path)
-                if hit.session_id
-                else None,
+                resume_command(hit.session_id, hit.project, exists, hit.path),
             )
         )
     return results

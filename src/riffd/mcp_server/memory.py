@@ -19,10 +19,9 @@ from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.claude_code.projects import SESSION_ID, find_project_folders
 from riffd.config import Config
 from riffd.database import DatabaseDamaged, is_busy_error
-from riffd.display import shell_command
 from riffd.transcript.sessions import (
     ID_PREFIX,
-    claude_resume,
+    go_back_command,
     last_activity,
     project_folders,
     session_files,
@@ -191,24 +190,14 @@ def archive_problem(path: Path, exc: BaseException) -> ToolProblem:
 
 
 def resume_command(
-    session_id: str, project: str | None, exists: bool, path: str | os.PathLike[str] | None
+    session_id: str | None, project: str | None, exists: bool, path: str | os.PathLike[str] | None
 ) -> str | None:
-    """The shell command that goes back to a session: `claude --resume` in its project (with the id
-    the client takes for the transcript at `path`: riffd.transcript.sessions.resume_id; None when
-    there is none), after `riffd archive restore` when its transcript is gone."""
-    resume = (
-        claude_resume(path, session_id)
-        if path is not None
-        else shell_command("claude", "--resume", session_id)
-    )
-    if resume is None:
-        return None
-    if project:
-        resume = f"{shell_command('cd', project)} && {resume}"
-    if exists:
-        return resume
-    # (the whole id: a prefix another archived session shares would restore neither)
-    return f"{shell_command('riffd', 'archive', 'restore', session_id)} && {resume}"
+    """The shell command that goes back to a session (riffd.transcript.sessions.go_back_command;
+    by `session_id` alone, as its transcript's name, when no transcript path is known)."""
+    if path is None:
+        assert session_id is not None
+        path = f"{session_id}.jsonl"
+    return go_back_command(path, session_id, project, exists)
 
 
 def transcript_exists(path: str) -> bool:

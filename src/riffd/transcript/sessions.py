@@ -62,6 +62,25 @@ def claude_resume(path: str | os.PathLike[str], session_id: str | None) -> str |
     return shell_command("claude", "--resume", resume) if resume is not None else None
 
 
+def go_back_command(
+    path: str | os.PathLike[str], session_id: str | None, project: str | None, exists: bool
+) -> str | None:
+    """The shell command that goes back to the session of the transcript at `path` now: `claude
+    --resume` (claude_resume; None when there is none) in its project, after `riffd archive
+    restore` when the transcript is gone (the client finds no conversation without it): of the
+    whole session id (a prefix another archived session shares would restore neither), or of the
+    archived path when its lines name none."""
+    resume = claude_resume(path, session_id)
+    if resume is None:
+        return None
+    if project:
+        resume = f"{shell_command('cd', project)} && {resume}"
+    if exists:
+        return resume
+    restore = shell_command("riffd", "archive", "restore", session_id or os.fspath(path))
+    return f"{restore} && {resume}"
+
+
 def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:
     """Given a transcript's first lines, return what they say of the session."""
     info = SessionInfo(fallback_id)
