@@ -32,7 +32,7 @@ from riffd.tracker.tracker import RedundantCall, ToolCallTracker
 from riffd.transcript.incremental import GrowingIndex
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
-HELD_BYTES = 8 << 20  # appended lines an ArchiveSink holds until the read is done, at most
+HELD_BYTES = 8 << 20  # bytes of lines an ArchiveSink holds until the read is done, at most
 
 
 class LineSink(Protocol):
@@ -131,10 +131,11 @@ class ArchiveErrors:
 class ArchiveSink:
     """Feeds the archive each chunk of one file: a new generation of it from byte 0 when it was
     rewritten, with the file's modification time on the chunk that ends where the file ended. The
-    lines appended to a file the archive has go to `batches` (riffd.daemon.archive_batch), written
-    a few seconds later with the appends that follow, once the read is `done` (the worker first
-    checks that the file did not change under it: riffd.daemon.reading.changed_under_read), or as
-    they come past HELD_BYTES; the others are written at once, after what waited for the file."""
+    lines are held until the read is `done` (the worker first checks that the file did not change
+    under it: riffd.daemon.reading.changed_under_read), or handed over as they come past
+    HELD_BYTES: those appended to a file the archive has go to `batches`
+    (riffd.daemon.archive_batch), written a few seconds later with the appends that follow; the
+    others are written then, after what waited for the file."""
 
     def __init__(
         self,
@@ -174,37 +175,38 @@ class ArchiveSink:
         return False
 
     def feed(self, chunk: Chunk) -> None:
-        """Archive the chunk's lines (from the file itself when the archive lacks bytes before)."""
+        """Hold the chunk's lines until the read is done (`done`), or archive them with those held
+        once they pass HELD_BYTES (a long read: in bounded memory)."""
         end = chunk.end
         mtime_ns = self.status.st_mtime_ns if end == self.status.st_size else None
         self.end = end
-        if self.appended:
-            self.held.append((chunk.offset, chunk.lines, mtime_ns))
-            self.held_bytes += end - chunk.offset
-            if self.held_bytes > HELD_BYTES:  # a long catch-up: as they come, in bounded memory
-                self.archived_at_once = True
-                self._hand_over()
-            return
-        self.archived_at_once = True
-        archive_lines(
-            self.archive,
-            self.errors.failed,
-            self.name,
-            chunk.offset,
-            chunk.lines,
-            mtime_ns,
-            rewritten=self.rewritten and chunk.offset == 0,
-        )
+        self.held.append((chunk.offset, chunk.lines, mtime_ns))
+        self.held_bytes += end - chunk.offset
+        if self.held_bytes > HELD_BYTES:
+            self.archived_at_once = True
+            self._hand_over()
 
     def _hand_over(self) -> None:
-        """Give the lines held to the batches."""
+        """Give the appended lines held to the batches; archive the others now (from the file
+        itself when the archive lacks bytes before them)."""
         for offset, lines, mtime_ns in self.held:
-            self.batches.add(self.name, offset, lines, mtime_ns)
+            if self.appended:
+                self.batches.add(self.name, offset, lines, mtime_ns)
+            else:
+                archive_lines(
+                    self.archive,
+                    self.errors.failed,
+                    self.name,
+                    offset,
+                    lines,
+                    mtime_ns,
+                    rewritten=self.rewritten and offset == 0,
+                )
         self.held, self.held_bytes = [], 0
 
     def done(self) -> None:
-        """Hand the appended lines held to the batches; record the file's modification time when
-        what was read ends where the file did (lines waiting in a batch carry it)."""
+        """Hand the lines held over (`_hand_over`); record the file's modification time when what
+        was read ends where the file did (lines waiting in a batch carry it)."""
         self._hand_over()
         if self.end != self.status.st_size or self.appended:
             return

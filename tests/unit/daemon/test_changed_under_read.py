@@ -112,7 +112,7 @@ def test_a_line_dropped_by_a_truncate_during_the_read_of_its_append(home) -> Non
 def test_a_copy_over_the_file_during_its_first_read(home) -> None:  # type: ignore[no-untyped-def]
     """A file new to the worker is copied over (cut to nothing, written again) while the worker
     reads it from the start: the archive's newest generation is the new file, whole, and the
-    findings are its own."""
+    findings are its own; it is the archive's only generation."""
     project, settings, store, archive = home
     path = project / "s.jsonl"
     old = transcript_bytes(3000, pad=600)  # a few reads' worth
@@ -124,6 +124,10 @@ def test_a_copy_over_the_file_during_its_first_read(home) -> None:  # type: igno
     assert seam.done
     assert _archived(archive, path) == new
     assert store.file(str(path)).findings == [f.to_json() for f in scan_file(path).findings]
+    # The read thrown away held its lines (under HELD_BYTES): it archived nothing, so no version
+    # that never existed is kept as an older generation either
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert len(archive.generations(file_id)) == 1
 
 
 def test_the_cache_counts_an_index_that_grew_in_place_as_it_is_when_put_back() -> None:
