@@ -31,7 +31,7 @@ from riffd.archive.search import bulk_begin, bulk_end
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.forking import as_child, big_pipe, can_fork, fork_context, reap
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
-from riffd.transcript.reader import close_read, iter_chunks, read_at, read_span, retrying
+from riffd.transcript.reader import close_read, iter_chunks, read_at, retrying
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -118,15 +118,22 @@ def archive_key(path: Path) -> Path:
 
 
 def where_to_start(
-    archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES, fd: int | None = None
+    archive: Archive,
+    path: Path,
+    *,
+    fs: FileSystem = REAL_FILES,
+    fd: int | None = None,
+    whole: bool = True,
 ) -> tuple[int, bool]:
     """Return (the byte to read `path` from, whether it is to be archived from its start as a new
     generation: it was rewritten since it was last archived, or the archive's last line of it is in
     a damaged pack, so where its generation ends cannot be checked). Judged on `fd` when given
-    (`path` open already: the lines are then read from it)."""
+    (`path` open already: the lines are then read from it); `whole`: see still_appended."""
     _generation, archived = archive.cursor(str(path))
     try:
-        rewritten = archived > 0 and not still_appended(archive, path, archived, fs=fs, fd=fd)
+        rewritten = archived > 0 and not still_appended(
+            archive, path, archived, fs=fs, fd=fd, whole=whole
+        )
     except PackDamaged as exc:
         log.warning("%s: archived from its start as a new generation: %s", path, exc)
         rewritten = True
@@ -140,23 +147,34 @@ def still_appended(
     *,
     fs: FileSystem = REAL_FILES,
     fd: int | None = None,
+    whole: bool = True,
 ) -> bool:
     """Return True when `path` (read from `fd` when given) still holds, as its first `archived`
     bytes, the archive's latest generation of it: its last line just before byte `archived`, then
-    every byte before it as the generation's checksum and line count say (a file recreated with
-    other lines and the same last one is a new generation, not more of the old one)."""
+    (`whole`) every byte before it, as the generation's checksum and line count say, or compared
+    with the archive's lines where it has no checksum (archived by an earlier riffd). A file
+    recreated with other lines and the same last one is a new generation, not more of the old one.
+    Raise OSError when the file cannot be read (EIO at every try), PackDamaged when the archive
+    cannot give what it compares."""
     tip = archive.tip(str(path))
     if tip is None:
         return False
     fs = retrying(fs)
-    if fd is not None:
-        return _holds(fs, path, fd, archived, tip)
     # the file the name leads to (through a symlink too), as the read that follows opens it
-    opened = fs.open(path, os.O_RDONLY)
+    opened = fs.open(path, os.O_RDONLY) if fd is None else None
     try:
-        return _holds(fs, path, opened, archived, tip)
+        held = fd if opened is None else opened
+        assert held is not None
+        if not _ends_with(fs, held, archived, tip.line):
+            return False
+        if not whole:
+            return True
+        if tip.crc is None:
+            return _as_archived(archive, path, fs, held, archived)
+        return _crc_holds(fs, held, archived, tip)
     finally:
-        close_read(fs, opened)
+        if opened is not None:
+            close_read(fs, opened)
 
 
 def ends_as_archived(
@@ -165,35 +183,46 @@ def ends_as_archived(
     """Whether the file open on `fd` holds the archive's last line of `path` just before byte
     `archived` (what `still_appended` checks first; the bytes before it are not read)."""
     tip = archive.tip(str(path))
-    return tip is not None and _ends_with(fs, path, fd, archived, tip.line)
+    return tip is not None and _ends_with(fs, fd, archived, tip.line)
 
 
-def _holds(fs: RetryingFS, path: Path, fd: int, archived: int, tip: Tip) -> bool:
-    """Whether the file open on `fd` holds `tip`'s generation as its first `archived` bytes."""
-    if not _ends_with(fs, path, fd, archived, tip.line):
-        return False
+def _crc_holds(fs: RetryingFS, fd: int, archived: int, tip: Tip) -> bool:
+    """Whether the first `archived` bytes of the file open on `fd` have `tip`'s checksum (of the
+    lines without their newlines: riffd.archive.packs.Run) and line count."""
     crc = newlines = 0
     for offset in range(0, archived, CHECK_BYTES):
-        try:
-            data = read_at(fs, fd, min(CHECK_BYTES, archived - offset), offset)
-        except OSError:  # (as unreadable as a last line that cannot be read: a new generation)
-            return False
+        data = read_at(fs, fd, min(CHECK_BYTES, archived - offset), offset)
         if not data:
             return False
         newlines += data.count(b"\n")
-        if tip.crc is not None:
-            crc = zlib.crc32(data.replace(b"\n", b""), crc)
-    return newlines == tip.lines - tip.unterminated and tip.crc in (None, crc)
+        crc = zlib.crc32(data.replace(b"\n", b""), crc)
+    return newlines == tip.lines - tip.unterminated and crc == tip.crc
 
 
-def _ends_with(fs: RetryingFS, path: Path, fd: int, archived: int, last: bytes) -> bool:
+def _as_archived(archive: Archive, path: Path, fs: RetryingFS, fd: int, archived: int) -> bool:
+    """Whether the first `archived` bytes of the file open on `fd` are the archive's latest
+    generation of `path`, line for line (read a CHECK_BYTES block at a time)."""
+    file_id = archive.file_id(str(path))
+    if file_id is None:
+        return False
+    block, block_at = b"", 0
+    position = 0
+    for line in archive.iter_file(file_id):
+        end = position + len(line)
+        if end > block_at + len(block):
+            block = read_at(fs, fd, max(CHECK_BYTES, len(line)), position)
+            block_at = position
+        if block[position - block_at : end - block_at] != line:
+            return False
+        position = end
+    return position == archived
+
+
+def _ends_with(fs: RetryingFS, fd: int, archived: int, last: bytes) -> bool:
     """Whether the file open on `fd` holds `last` just before byte `archived`."""
     if fs.fstat(fd).st_size < archived:
         return False
-    try:
-        return read_span(path, archived - len(last), len(last), fs=fs, fd=fd) == last
-    except OSError:
-        return False
+    return read_at(fs, fd, len(last), archived - len(last)) == last
 
 
 def ingest_files(
@@ -220,8 +249,11 @@ def ingest_files(
 
 
 def _where_now(archive: Archive, path: Path) -> tuple[int, bool] | None:
+    """`where_to_start` again, when the reader's first batch of a file judged before comes: the
+    archive's cursor and the last line only (the bytes before it were checked when it was judged,
+    on the same file)."""
     try:
-        return where_to_start(archive, path)
+        return where_to_start(archive, path, whole=False)
     except OSError:
         return None
 

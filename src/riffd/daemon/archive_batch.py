@@ -134,6 +134,8 @@ class ArchiveBatches:
         self.delay = delay
         self._archive, self._failed = archive, failed
         self._waiting: dict[str, Waiting] = {}
+        # file -> the archive's cursor (generation, bytes) once checked against the file (`_start`)
+        self._checked: dict[str, tuple[int, int]] = {}
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -170,9 +172,22 @@ class ArchiveBatches:
             generation, archived = archive.cursor(name)
         except ARCHIVE_ERRORS:
             generation, archived = -1, -1
+        if archived > offset and self._checked.get(name) != (generation, archived):
+            # The archive holds more of the file than the worker read: lines archived before a
+            # kill, or a read thrown away (riffd.daemon.reading.changed_under_read) past
+            # HELD_BYTES, which may be a splice. The lines go on that generation only when the file
+            # holds every byte of it (ingest_file: else the file as it is, a new generation).
+            try:
+                added = ingest_file(archive, Path(name))
+                self._checked[name] = archive.cursor(name)
+            except ARCHIVE_ERRORS as exc:
+                self._failed(archive, name, "check the archive against the file", exc)
+            else:
+                log.info("%s: checked the archive against the file: %d line(s) added", name, added)
         if archived != offset or self.delay <= 0:
             archive_lines(archive, self._failed, name, offset, lines, mtime_ns)
             return None
+        self._checked.pop(name, None)
         waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic(), generation)
         return waiting
 

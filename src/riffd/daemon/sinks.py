@@ -171,7 +171,10 @@ class ArchiveSink:
                     self.archive, Path(self.name), archived, fs=self.fs, fd=reading.fd
                 )
             except (sqlite3.Error, OSError, PackDamaged) as exc:
+                # (whether the file goes on the archive's generation cannot be checked: a new one,
+                # never lines glued to a version they did not follow)
                 self.errors.failed(self.archive, self.name, "ask the archive about it", exc)
+                return True
         return False
 
     def feed(self, chunk: Chunk) -> None:

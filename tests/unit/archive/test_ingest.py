@@ -21,7 +21,7 @@ from conftest import CORPUS_DIR, HAVE_CORPUS, corpus_transcripts, transcript_lin
 from helpers.damage import generated_session
 from helpers.run import run_riffd
 from riffd.archive.ingest import ingest_file, ingest_files
-from riffd.archive.packs import unpack
+from riffd.archive.packs import Run, unpack
 from riffd.archive.store import Archive
 
 TABLES = {  # every row the archive writes, in a fixed order
@@ -637,3 +637,43 @@ def test_a_file_recreated_with_other_lines_and_the_same_last_one_is_a_new_genera
     finally:
         alone.close()
         shared.close()
+
+
+@pytest.mark.parametrize("edited", [None, 4])
+def test_a_generation_archived_without_a_checksum_is_compared_line_for_line(
+    tmp_path: Path, edited: int | None
+) -> None:
+    """Run headers written by a riffd that recorded no checksum: the file is compared with the
+    archive's lines. A line changed in the middle at its length is a new generation; the file as
+    archived, with a line more, goes on the generation."""
+    old = [transcript_line(number, pad=60) for number in range(1, 11)]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(old))
+    archive = Archive(tmp_path / "archive.db")
+    ingest_file(archive, path)
+    db = archive.connection.db
+    for file_id, generation, pack, first, header in db.execute(
+        "SELECT file_id, generation, pack, first, header FROM runs"
+    ).fetchall():
+        run = Run(pack, first, header)
+        run.crc = None  # as an earlier riffd wrote it
+        db.execute(
+            "UPDATE runs SET header = ? WHERE file_id = ? AND generation = ? AND first = ?",
+            (run.encode(), file_id, generation, first),
+        )
+    db.commit()
+    archive.close()
+    archive = Archive(tmp_path / "archive.db")
+    try:
+        new = [*old]
+        if edited is not None:
+            new[edited] = old[edited].replace(b"x" * 10, b"y" * 10)
+            assert len(new[edited]) == len(old[edited]) and new[edited] != old[edited]
+        path.unlink()
+        path.write_bytes(b"".join([*new, transcript_line(11)]))
+        assert ingest_file(archive, path) == (1 if edited is None else 11)
+        ((file_id, *_),) = archive.files_of(str(path))
+        assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+        assert len(archive.generations(file_id)) == (1 if edited is None else 2)
+    finally:
+        archive.close()

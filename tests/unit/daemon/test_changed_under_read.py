@@ -348,3 +348,58 @@ def test_a_check_that_cannot_read_is_a_read_error_not_a_change(home) -> None:  #
     seam.failing = False
     assert worker.process(path).kind != "skipped"
     _kept_as_the_file_is(store, archive, path)
+
+
+class Killed(BaseException):
+    """The daemon's end at that instant (nothing of the worker's handles it)."""
+
+
+class ChangedThenKilled(FileSystem):
+    """At the pread at byte `at`, cuts the file to `cut` bytes and appends `then`, as Claude Code's
+    truncate and its next appends; at the pread at byte `kill_at`, the daemon is killed
+    (Killed)."""
+
+    def __init__(self) -> None:
+        self.at = self.kill_at = -1
+        self.cut, self.then, self.path = 0, b"", Path()
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if offset == self.kill_at:
+            raise Killed
+        if offset == self.at:
+            os.truncate(self.path, self.cut)
+            with open(self.path, "ab") as handle:
+                handle.write(self.then)
+        return super().pread(fd, size, offset)
+
+
+def test_a_splice_archived_then_a_kill_never_stays_the_newest_generation(home) -> None:  # type: ignore[no-untyped-def]
+    """An append of more than HELD_BYTES (its lines go to the archive as they are read) is cut and
+    rewritten behind the worker, which archives the splice; the daemon is killed before it finds
+    out. The next daemon reads the file from its watermark: the archive, ahead of it with the
+    splice, is checked against the file, and its newest generation is the file. Before, the new
+    lines went on the spliced generation (its last line was the file's)."""
+    project, settings, store, archive = home
+    path = project / "s.jsonl"
+    path.write_bytes(transcript_bytes(10, pad=200))
+    seam = ChangedThenKilled()
+    seam.path = path
+    first = Worker(store, settings, archive=archive, fs=seam)
+    first.process(path)
+    start = path.stat().st_size
+    appended = [transcript_line(number, pad=200) for number in range(11, 40_000)]
+    with open(path, "ab") as handle:
+        handle.write(b"".join(appended))
+    assert path.stat().st_size - start > 13 << 20  # past HELD_BYTES: archived as it is read
+    seam.at, seam.kill_at = start + (4 << 20), start + (10 << 20)
+    seam.cut = start + sum(map(len, appended[:9]))  # at line 20's start
+    seam.then = b"".join(line.replace(b"x" * 12, b"A" * 12, 1) for line in appended[9:])
+    with pytest.raises(Killed):
+        first.process(path)
+    spliced = _archived(archive, path)
+    assert len(spliced) > 8 << 20 and spliced != path.read_bytes()[: len(spliced)]
+    assert spliced.endswith(path.read_bytes()[len(spliced) - 1000 : len(spliced)])  # its last line
+    again = Worker(store, settings, archive=archive)
+    again.process(path)
+    again.batches.flush_all()
+    _kept_as_the_file_is(store, archive, path)
