@@ -140,7 +140,9 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
     assert [hit["session_id"] for hit in hits] == [home.deleted.session_id]
     assert hits[0]["transcript_exists"] is False
     assert "quokka" in hits[0]["snippet"]
-    assert hits[0]["go_back"].startswith(f"riffd archive restore {home.deleted.session_id} && ")
+    assert hits[0]["go_back"].startswith(
+        f"riffd --config {home.config} archive restore {home.deleted.session_id} && "
+    )
     assert [row["session_id"] for row in deleted] == [home.deleted.session_id]
     assert deleted[0]["deleted"] is True and deleted[0]["archived"] is True
     assert [row["session_id"] for row in on_disk] == [home.kept.session_id]
@@ -166,7 +168,8 @@ def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: 
     (hit,) = _talk(home, talk)
     assert hit["transcript_exists"] is False
     assert hit["go_back"] == (
-        f"riffd archive restore {path} && cd /home/user/app && claude --resume {name}"
+        f"riffd --config {home.config} archive restore {path} && cd /home/user/app && "
+        f"claude --resume {name}"
     )
     cli = run_riffd("archive", "search", "wombat", "--json", config=home.config, env=home.env)
     assert json.loads(cli.stdout)[0]["go_back"] == hit["go_back"]

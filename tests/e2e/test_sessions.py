@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_config
 from helpers.fusefs import Mount, fuse_unavailable
 from helpers.run import riffd_env, run_riffd
 from riffd.claude_code.projects import project_folder_name
@@ -401,22 +402,25 @@ def test_the_resume_command_names_the_file_as_claude_code_finds_it(tmp_path: Pat
 
 def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: Path) -> None:
     """A hit whose transcript Claude Code deleted: `claude --resume` alone would find no
-    conversation, so the command `archive search` prints restores it first. Run by `sh -c` as a
-    user pastes it (riffd on PATH, a stand-in `claude` that records where it ran and whether the
-    transcript it is to resume is there), it brings the file back byte for byte and resumes it in
-    its project; the JSON's `go_back` is the same command."""
+    conversation, so the command `archive search` prints restores it first, with the `--config` the
+    search was given (its state folder is not the default one). Run by `sh -c` as a user pastes it
+    (riffd on PATH, a stand-in `claude` that records where it ran and whether the transcript it is
+    to resume is there), it brings the file back byte for byte and resumes it in its project; the
+    JSON's `go_back` is the same command."""
     app, folder = setup(tmp_path)
+    config = write_config(tmp_path)
+    env = {"HOME": str(tmp_path / "home")}  # (the default state folder is another, empty one)
     path = folder / f"{SECOND}.jsonl"
     original = path.read_bytes()
-    assert riffd(tmp_path, "archive", "ingest").returncode == 0
+    assert run_riffd("archive", "ingest", config=config, env=env).returncode == 0
     path.unlink()
-    found = riffd(tmp_path, "archive", "search", "dark mode", "--json")
+    found = run_riffd("archive", "search", "dark mode", "--json", config=config, env=env)
     assert found.returncode == 0, found.stderr
     (hit,) = json.loads(found.stdout)
-    text = riffd(tmp_path, "archive", "search", "dark mode").stdout
+    text = run_riffd("archive", "search", "dark mode", config=config, env=env).stdout
     advised = text.rstrip().rsplit("; back to it: ", 1)[1]
     assert advised == hit["go_back"]
-    assert advised.startswith(f"riffd archive restore {SECOND} && cd ")
+    assert advised.startswith(f"riffd --config {config} archive restore {SECOND} && cd ")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     seen = tmp_path / "claude-ran"
@@ -426,17 +430,13 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     ):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = riffd_env(
-        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
-        RIFFD_STATE_DIR=str(tmp_path / "state"),
-        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-    )
+    shell = riffd_env(**env, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     ran = subprocess.run(
-        ["sh", "-c", advised], env=env, capture_output=True, text=True, timeout=120
+        ["sh", "-c", advised], env=shell, capture_output=True, text=True, timeout=120
     )
     assert ran.returncode == 0, ran.stderr
     assert path.read_bytes() == original
     assert seen.read_text().splitlines() == [str(app), f"--resume {SECOND}", "there"]
     # With the transcript back, the command is the resume alone
-    again = json.loads(riffd(tmp_path, "archive", "search", "dark mode", "--json").stdout)
-    assert again[0]["go_back"] == f"cd {app} && claude --resume {SECOND}"
+    again = run_riffd("archive", "search", "dark mode", "--json", config=config, env=env)
+    assert json.loads(again.stdout)[0]["go_back"] == f"cd {app} && claude --resume {SECOND}"

@@ -11,16 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.commands.output import riffd_words
 from riffd.config.model import Config
 from riffd.database import DatabaseDamaged
 from riffd.display import shell_command
 from riffd.state.database import STATE_NAME
-
-
-def _global_words(args: argparse.Namespace) -> list[str]:
-    """`riffd` and the options given before the command that change what it does (`--config`)."""
-    config = getattr(args, "config", None)
-    return ["riffd", *(["--config", str(config)] if config is not None else [])]
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ PLAIN_REPAIR_NOW = RepairNow()
 def repair_now(args: argparse.Namespace, config: Config) -> RepairNow:
     """The RepairNow of a `riffd fix` run with `args` (`--no-synthesize` and `--backup-dir` kept:
     the advised repair makes the same edits and puts its backup where this one would)."""
-    words = [*_global_words(args), "fix", "--quiet-period", "0"]
+    words = [*riffd_words(args), "fix", "--quiet-period", "0"]
     if args.no_synthesize:
         words.append("--no-synthesize")
     if args.backup_dir is not None:
@@ -80,7 +75,7 @@ def _under(path: Path, roots: tuple[Path, ...]) -> bool:
 def restore_words(args: argparse.Namespace) -> tuple[str, ...]:
     """The command `riffd backups restore` was given as `args`: the same backup folder, target,
     `--force` and backup id (not its quiet period)."""
-    words = [*_global_words(args), "backups"]
+    words = [*riffd_words(args), "backups"]
     if args.backup_dir is not None:
         words += ["--backup-dir", str(args.backup_dir)]
     words.append("restore")
@@ -94,7 +89,7 @@ def restore_words(args: argparse.Namespace) -> tuple[str, ...]:
 def archive_restore_words(args: argparse.Namespace) -> list[str]:
     """The command `riffd archive restore` was given as `args`, without its SESSION and quiet
     period: `--config`, `--to` and `--force` kept."""
-    words = [*_global_words(args), "archive", "restore"]
+    words = [*riffd_words(args), "archive", "restore"]
     if args.to is not None:
         words += ["--to", str(args.to)]
     if args.force:

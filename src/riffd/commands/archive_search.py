@@ -4,13 +4,12 @@ said on stderr when there are none."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 import orjson
 
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, riffd_words
 from riffd.display import display_json
 from riffd.transcript.sessions import (
     AmbiguousSession,
@@ -34,6 +33,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             print(f"riffd: error: --session {exc}", file=sys.stderr)
             return EXIT_ERROR
         session = named.pop() if len(named) == 1 else session_key(args.session)
+    riffd = riffd_words(args)  # (the restore it advises reads the same configuration)
     hits = archive.search(
         args.query,
         project=args.project,
@@ -51,7 +51,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
                         "time": local_time(hit.timestamp) if hit.timestamp else None,
                         "resume": claude_resume(hit.path, hit.session_id),
                         "go_back": go_back_command(
-                            hit.path, hit.session_id, hit.project, os.path.exists(hit.path)
+                            hit.path, hit.session_id, hit.project, riffd=riffd
                         ),
                     }
                     for hit in hits
@@ -67,11 +67,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             f"{title}\n    {hit.snippet}\n    {hit.path}:{hit.line}"
             + (
                 f"; back to it: {back}"
-                if (
-                    back := go_back_command(
-                        hit.path, hit.session_id, hit.project, os.path.exists(hit.path)
-                    )
-                )
+                if (back := go_back_command(hit.path, hit.session_id, hit.project, riffd=riffd))
                 else ""
             )
         )

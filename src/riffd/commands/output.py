@@ -7,7 +7,10 @@ import select
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import argparse
 
 EXIT_OK = 0  # nothing wrong (scan), or everything that could be repaired was (fix)
 
@@ -154,3 +157,10 @@ def print_json(document: object) -> None:
     from riffd.display import display_json
 
     sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def riffd_words(args: argparse.Namespace) -> list[str]:
+    """`riffd` and the options given before the command that change what it does (`--config`):
+    how a command riffd advises starts."""
+    config = getattr(args, "config", None)
+    return ["riffd", *(["--config", str(config)] if config is not None else [])]

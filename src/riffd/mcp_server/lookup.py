@@ -76,7 +76,7 @@ def search(
                 hit.path,
                 hit.line,
                 exists,
-                resume_command(hit.session_id, hit.project, exists, hit.path),
+                resume_command(hit.session_id, hit.project, None, hit.path, riffd=memory.riffd),
             )
         )
     return results
@@ -100,7 +100,7 @@ def list_sessions(
         archived = []  # the sessions on disk are listed all the same, as not archived
     if deleted:
         memory.archive()  # (without an archive: says there is none)
-        return _deleted(archived, wanted, limit)
+        return _deleted(archived, wanted, limit, memory.riffd)
     files = (
         session_files(find_project_folders(wanted, memory.config.roots))
         if wanted
@@ -137,14 +137,14 @@ def list_sessions(
                 str(path) in held,
                 False,
                 str(path),
-                resume_command(info.session_id, info.project, True, path),
+                resume_command(info.session_id, info.project, True, path, riffd=memory.riffd),
             )
         )
     return rows
 
 
 def _deleted(
-    archived: list[dict[str, Any]], wanted: str | None, limit: int
+    archived: list[dict[str, Any]], wanted: str | None, limit: int, riffd: tuple[str, ...]
 ) -> list[SessionSummary]:
     """The archived sessions whose transcript is gone, newest first."""
     gone = [
@@ -167,7 +167,7 @@ def _deleted(
                 True,
                 True,
                 item["path"],
-                resume_command(session, item["project"], False, item["path"]),
+                resume_command(session, item["project"], False, item["path"], riffd=riffd),
             )
         )
     return rows

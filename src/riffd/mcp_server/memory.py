@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,8 +59,11 @@ class SessionRef:
 class Memory:
     """riffd's sessions and archive as the MCP tools see them: `config` says where they are."""
 
-    def __init__(self, config: Config, cwd: Path | None = None) -> None:
+    def __init__(
+        self, config: Config, cwd: Path | None = None, riffd: Sequence[str] = ("riffd",)
+    ) -> None:
         self.config = config
+        self.riffd = tuple(riffd)  # how the commands it advises run riffd (`--config` kept)
         self.cwd = cwd or Path.cwd()  # Claude Code starts the server in the project's folder
         self.archive_path = config.state_dir / ARCHIVE_NAME
         self._archive: Archive | None = None
@@ -190,14 +194,20 @@ def archive_problem(path: Path, exc: BaseException) -> ToolProblem:
 
 
 def resume_command(
-    session_id: str | None, project: str | None, exists: bool, path: str | os.PathLike[str] | None
+    session_id: str | None,
+    project: str | None,
+    exists: bool | None,
+    path: str | os.PathLike[str] | None,
+    *,
+    riffd: Sequence[str] = ("riffd",),
 ) -> str | None:
     """The shell command that goes back to a session (riffd.transcript.sessions.go_back_command;
-    by `session_id` alone, as its transcript's name, when no transcript path is known)."""
+    `exists` None: whether its main transcript is there is looked at; by `session_id` alone, as its
+    transcript's name, when no transcript path is known)."""
     if path is None:
         assert session_id is not None
         path = f"{session_id}.jsonl"
-    return go_back_command(path, session_id, project, exists)
+    return go_back_command(path, session_id, project, exists=exists, riffd=riffd)
 
 
 def transcript_exists(path: str) -> bool:

@@ -75,5 +75,7 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
         run.exit_code == 0,
         run.summary,
         [text for kind, text in run.said if kind != "restored" and text != run.summary],
-        resume_command(ref.session_id, project, True, ref.path or ref.archived_path),
+        resume_command(
+            ref.session_id, project, True, ref.path or ref.archived_path, riffd=memory.riffd
+        ),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,5 +64,7 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_ERROR
     from riffd.mcp_server.memory import Memory
 
-    serve(Memory(config_for_folders(args)))
+    config = getattr(args, "config", None)
+    riffd = ["riffd", *(["--config", os.path.abspath(config)] if config is not None else [])]
+    serve(Memory(config_for_folders(args), riffd=riffd))
     return EXIT_OK

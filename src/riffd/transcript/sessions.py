@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -63,22 +63,41 @@ def claude_resume(path: str | os.PathLike[str], session_id: str | None) -> str |
 
 
 def go_back_command(
-    path: str | os.PathLike[str], session_id: str | None, project: str | None, exists: bool
+    path: str | os.PathLike[str],
+    session_id: str | None,
+    project: str | None,
+    *,
+    exists: bool | None = None,
+    riffd: Sequence[str] = ("riffd",),
 ) -> str | None:
     """The shell command that goes back to the session of the transcript at `path` now: `claude
     --resume` (claude_resume; None when there is none) in its project, after `riffd archive
-    restore` when the transcript is gone (the client finds no conversation without it): of the
-    whole session id (a prefix another archived session shares would restore neither), or of the
-    archived path when its lines name none."""
+    restore` (`riffd`: the words that run this riffd, `--config` kept) when the session's main
+    transcript is gone (`exists`: whether it is there, else looked at; the client finds no
+    conversation without it): of the whole session id (a prefix another archived session shares
+    would restore neither), or of the archived path when its lines name none."""
     resume = claude_resume(path, session_id)
     if resume is None:
         return None
     if project:
         resume = f"{shell_command('cd', project)} && {resume}"
-    if exists:
+    if exists if exists is not None else main_transcript(path, session_id).exists():
         return resume
-    restore = shell_command("riffd", "archive", "restore", session_id or os.fspath(path))
+    restore = shell_command(*riffd, "archive", "restore", session_id or os.fspath(path))
     return f"{restore} && {resume}"
+
+
+def main_transcript(path: str | os.PathLike[str], session_id: str | None) -> Path:
+    """The main transcript of the session of the transcript at `path` (itself unless it is a
+    subagent's: `<session>/subagents/agent-*.jsonl` beside `<session>.jsonl`, or 2.0.x's
+    `agent-*.jsonl`, beside the `<sessionId>.jsonl` its lines name)."""
+    path = Path(path)
+    if path.parent.name == "subagents":
+        folder = path.parent.parent
+        return folder.parent / f"{folder.name}.jsonl"
+    if path.name.startswith("agent-") and session_id:
+        return path.with_name(f"{session_id}.jsonl")
+    return path
 
 
 def describe_lines(lines: Iterable[bytes], fallback_id: str) -> SessionInfo:

@@ -13,6 +13,7 @@ from riffd.mcp_server.memory import resume_command
 from riffd.transcript.sessions import (
     AmbiguousSession,
     by_prefix,
+    go_back_command,
     last_activity,
     local_time,
     resume_id,
@@ -72,3 +73,29 @@ def test_the_mcp_servers_resume_command_names_the_file_and_restores_by_the_archi
     assert command == f"riffd archive restore {Y} && cd /home/me/app && claude --resume {X}"
     assert resume_command(Y, None, True, None) == f"claude --resume {Y}"
     assert resume_command(Y, None, True, "/p/-home-me-app/notes.jsonl") is None
+
+
+@pytest.mark.parametrize("layout", ["subagents", "2.0"])
+def test_a_subagents_hit_goes_back_by_its_sessions_main_transcript(
+    tmp_path: Path, layout: str
+) -> None:
+    """A hit in a subagent's transcript: `claude --resume` needs the session's main transcript, so
+    the restore comes first when that one is gone, whether or not the subagent's file is there."""
+    project = tmp_path / "-home-me-app"
+    project.mkdir()
+    if layout == "subagents":
+        agent = project / X / "subagents" / "agent-a1.jsonl"
+    else:
+        agent = project / "agent-a1.jsonl"
+    agent.parent.mkdir(parents=True, exist_ok=True)
+    agent.write_text("{}\n")
+    main = project / f"{X}.jsonl"
+    resume = f"cd /home/me/app && claude --resume {X}"
+    assert go_back_command(agent, X, "/home/me/app") == f"riffd archive restore {X} && {resume}"
+    main.write_text("{}\n")
+    assert go_back_command(agent, X, "/home/me/app") == resume
+    main.unlink()
+    agent.unlink()
+    assert go_back_command(agent, X, "/home/me/app", riffd=("riffd", "--config", "/c.toml")) == (
+        f"riffd --config /c.toml archive restore {X} && {resume}"
+    )
