@@ -31,7 +31,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from riffd.archive.ingest import archive_key, ends_as_archived, ingest_file
+from riffd.archive.generation import ends_as_archived
+from riffd.archive.ingest import archive_key, ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap
 from riffd.claude_code.session_files import SessionFile

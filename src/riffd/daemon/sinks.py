@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from riffd.archive.ingest import ingest_file, still_appended
+from riffd.archive.generation import still_appended
+from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive
 from riffd.daemon.archive_batch import ARCHIVE_ERRORS, ArchiveBatches, archive_lines

@@ -538,7 +538,7 @@ def test_a_transcript_archived_through_a_symlink_is_not_judged_rewritten(tmp_pat
     """The archive keeps a file the daemon reaches through a link under the link's name: judging
     whether it was rewritten reads the file the link leads to, as the read does (not the link's own
     size, which made every ingest archive it again whole)."""
-    from riffd.archive.ingest import still_appended
+    from riffd.archive.generation import still_appended
     from riffd.archive.verify import verify_file
 
     real = tmp_path / "elsewhere" / "s.jsonl"
