@@ -136,6 +136,8 @@ class ArchiveBatches:
         self._waiting: dict[str, Waiting] = {}
         # file -> the archive's cursor (generation, bytes) once checked against the file (`_start`)
         self._checked: dict[str, tuple[int, int]] = {}
+        # and once that check failed (the file's lines wait for the catch-up)
+        self._unchecked: dict[str, tuple[int, int]] = {}
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -176,18 +178,25 @@ class ArchiveBatches:
             # The archive holds more of the file than the worker read: lines archived before a
             # kill, or a read thrown away (riffd.daemon.reading.changed_under_read) past
             # HELD_BYTES, which may be a splice. The lines go on that generation only when the file
-            # holds every byte of it (ingest_file: else the file as it is, a new generation).
+            # holds every byte of it (ingest_file: else the file as it is, a new generation). When
+            # that cannot be checked now, none go: the catch-up archives the file from the
+            # archive's watermark, checked, once it can (the same cursor is not tried again here).
+            if self._unchecked.get(name) == (generation, archived):
+                return None
             try:
                 added = ingest_file(archive, Path(name))
                 self._checked[name] = archive.cursor(name)
             except ARCHIVE_ERRORS as exc:
+                self._unchecked[name] = (generation, archived)
                 self._failed(archive, name, "check the archive against the file", exc)
-            else:
-                log.info("%s: checked the archive against the file: %d line(s) added", name, added)
+                return None
+            self._unchecked.pop(name, None)
+            log.info("%s: checked the archive against the file: %d line(s) added", name, added)
         if archived != offset or self.delay <= 0:
             archive_lines(archive, self._failed, name, offset, lines, mtime_ns)
             return None
         self._checked.pop(name, None)
+        self._unchecked.pop(name, None)
         waiting = self._waiting[name] = Waiting(offset, offset, time.monotonic(), generation)
         return waiting
 

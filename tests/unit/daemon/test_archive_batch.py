@@ -249,3 +249,25 @@ def test_a_batch_another_process_archived_in_part_is_finished_in_the_same_genera
     worker.batches.flush_all()
     assert generations(archive, path) == [b"".join(LINES[:5])]
     assert archive.stats()["lines"] == 5
+
+
+def test_lines_offered_below_an_unchecked_archive_never_go_on_it(box) -> None:  # type: ignore[no-untyped-def]
+    """The archive holds more of a file than the worker offers (lines archived before a kill, or a
+    splice), and it cannot be checked against the file now (the file gone as the lines come): none
+    of the lines go on that generation, which a line changed before them would make a version that
+    never existed; the failure is told. Before, they were added after its last line."""
+    path, _store, archive, _settings = box
+    old = [b'{"n":1,"x":"old"}', b'{"n":2}', b'{"n":3}']
+    new_first = b'{"n":1,"x":"new"}'
+    assert len(new_first) == len(old[0])
+    archive.add_lines(str(path), 0, old)
+    failures: list[str] = []
+    batches = archive_batch.ArchiveBatches(
+        3600, lambda: archive, lambda _archive, _name, what, _exc: failures.append(what)
+    )
+    # the worker read the file (new_first, 2, 3, 4) from after its first line; it is gone now
+    batches.add(str(path), len(new_first) + 1, [*old[1:], b'{"n":4}'], None)
+    batches.add(str(path), len(new_first) + 1, [*old[1:], b'{"n":4}'], None)  # (read again)
+    batches.flush_all()
+    assert archived(archive, path) == b"".join(line + b"\n" for line in old)
+    assert failures == ["check the archive against the file"]
