@@ -71,6 +71,25 @@ def riffd_launcher() -> tuple[str, ...]:
     return (os.path.abspath(on_path),)
 
 
+def riffd_invocation(
+    config: str | os.PathLike[str] | None, *, launcher: bool = False, variables: bool = False
+) -> str:
+    """The shell words that run this riffd on the same configuration and state, for a command
+    riffd advises: `riffd` (`launcher`: riffd_launcher's absolute words), with `--config` as an
+    absolute path when one was given, after riffd's own variables set now (`variables`: RIFFD_CONFIG,
+    RIFFD_STATE_DIR as absolute paths; for a process whose environment the user's shell may not
+    have, as the MCP server's)."""
+    words = [*(riffd_launcher() if launcher else ("riffd",))]
+    if config is not None:
+        words += ["--config", os.path.abspath(config)]
+    assignments = [
+        f"{name}={shell_word(os.path.abspath(os.path.expanduser(os.environ[name])))}"
+        for name in ("RIFFD_CONFIG", "RIFFD_STATE_DIR")
+        if variables and os.environ.get(name, "").strip()
+    ]
+    return " ".join([*assignments, shell_command(*words)])
+
+
 def _display_replacement(error: UnicodeError) -> tuple[str, int]:
     """The codec error handler DISPLAY_ERRORS: a surrogate escape of a byte (U+DC80..U+DCFF) as
     `\\xNN`; any other character the encoding cannot hold as `\\xNN`, `\\uNNNN` or `\\UNNNNNNNN`

@@ -24,6 +24,7 @@ import pytest
 from conftest import dead_pid, write_config
 from helpers.run import riffd_command, riffd_env, run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
+from riffd.display import shell_command
 
 mcp = pytest.importorskip("mcp", reason="the MCP SDK (riffd[mcp]) is not installed")
 from mcp import ClientSession, StdioServerParameters  # noqa: E402
@@ -140,9 +141,9 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
     assert [hit["session_id"] for hit in hits] == [home.deleted.session_id]
     assert hits[0]["transcript_exists"] is False
     assert "quokka" in hits[0]["snippet"]
-    assert hits[0]["go_back"].startswith(
-        f"riffd --config {home.config} archive restore {home.deleted.session_id} && "
-    )
+    # riffd as Claude Code runs the server: the user's shell may not have it on its PATH
+    server = shell_command(*riffd_command(config=home.config))
+    assert hits[0]["go_back"].startswith(f"{server} archive restore {home.deleted.session_id} && ")
     assert [row["session_id"] for row in deleted] == [home.deleted.session_id]
     assert deleted[0]["deleted"] is True and deleted[0]["archived"] is True
     assert [row["session_id"] for row in on_disk] == [home.kept.session_id]
@@ -167,17 +168,43 @@ def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: 
 
     (hit,) = _talk(home, talk)
     assert hit["transcript_exists"] is False
-    assert hit["go_back"] == (
-        f"riffd --config {home.config} archive restore {path} && cd /home/user/app && "
-        f"claude --resume {name}"
-    )
+    server = shell_command(*riffd_command(config=home.config))
+    resume = f"cd /home/user/app && claude --resume {name}"
+    assert hit["go_back"] == f"{server} archive restore {path} && {resume}"
     cli = run_riffd("archive", "search", "wombat", "--json", config=home.config, env=home.env)
-    assert json.loads(cli.stdout)[0]["go_back"] == hit["go_back"]
-    restored = run_riffd(
-        "archive", "restore", str(path), config=home.config, env=home.env
-    )  # the command's first part, as it names the file
-    assert restored.returncode == 0, restored.stderr
+    assert json.loads(cli.stdout)[0]["go_back"] == (
+        f"riffd --config {home.config} archive restore {path} && {resume}"
+    )
+    # The restore as advised, run by a shell with none of riffd's variables nor riffd on its PATH
+    shell = {name: value for name, value in home.env.items() if not name.startswith("RIFFD_")}
+    restore = hit["go_back"].removesuffix(f" && {resume}")
+    ran = subprocess.run(["sh", "-c", restore], env=shell, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
     assert path.read_bytes() == line
+
+
+def test_the_commands_the_server_advises_keep_the_state_folder_it_was_given(
+    tmp_path: Path,
+) -> None:
+    """`riffd mcp install` registers the server with riffd's variables (RIFFD_STATE_DIR here): a
+    user's shell may not have them, so the restore the server advises sets them."""
+    home = _home(tmp_path, delete=False)
+    state = tmp_path / "elsewhere"
+    result = run_riffd(
+        "archive", "ingest", env={**home.env, "RIFFD_STATE_DIR": str(state)}, config=None
+    )
+    assert result.returncode == 0, result.stderr
+    delete_like_cleanup(home.deleted)
+    command = riffd_command("mcp")
+    env = {**home.env, "RIFFD_STATE_DIR": str(state)}
+
+    async def talk(session: ClientSession) -> Any:
+        return _data(await session.call_tool("search", {"query": "quokka"}))
+
+    (hit,) = _talk(home, talk, command=command[0], args=command[1:], env=env)
+    assert hit["go_back"].startswith(
+        f"RIFFD_STATE_DIR={state} {shell_command(*riffd_command())} archive restore "
+    ), hit["go_back"]
 
 
 def test_read_session_pages_join_to_the_whole_text(tmp_path: Path) -> None:

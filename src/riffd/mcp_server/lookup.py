@@ -144,7 +144,7 @@ def list_sessions(
 
 
 def _deleted(
-    archived: list[dict[str, Any]], wanted: str | None, limit: int, riffd: tuple[str, ...]
+    archived: list[dict[str, Any]], wanted: str | None, limit: int, riffd: str
 ) -> list[SessionSummary]:
     """The archived sessions whose transcript is gone, newest first."""
     gone = [

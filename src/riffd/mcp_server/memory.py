@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,11 +58,9 @@ class SessionRef:
 class Memory:
     """riffd's sessions and archive as the MCP tools see them: `config` says where they are."""
 
-    def __init__(
-        self, config: Config, cwd: Path | None = None, riffd: Sequence[str] = ("riffd",)
-    ) -> None:
+    def __init__(self, config: Config, cwd: Path | None = None, riffd: str = "riffd") -> None:
         self.config = config
-        self.riffd = tuple(riffd)  # how the commands it advises run riffd (`--config` kept)
+        self.riffd = riffd  # the shell words that run riffd in the commands it advises
         self.cwd = cwd or Path.cwd()  # Claude Code starts the server in the project's folder
         self.archive_path = config.state_dir / ARCHIVE_NAME
         self._archive: Archive | None = None
@@ -199,7 +196,7 @@ def resume_command(
     exists: bool | None,
     path: str | os.PathLike[str] | None,
     *,
-    riffd: Sequence[str] = ("riffd",),
+    riffd: str = "riffd",
 ) -> str | None:
     """The shell command that goes back to a session (riffd.transcript.sessions.go_back_command;
     `exists` None: whether its main transcript is there is looked at; by `session_id` alone, as its

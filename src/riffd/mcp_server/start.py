@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,9 +61,11 @@ def main(argv: Sequence[str]) -> int:
 
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_ERROR
+    from riffd.display import riffd_invocation
     from riffd.mcp_server.memory import Memory
 
-    config = getattr(args, "config", None)
-    riffd = ["riffd", *(["--config", os.path.abspath(config)] if config is not None else [])]
+    # The commands it advises run riffd as Claude Code runs the server (by its absolute path, on the
+    # same configuration and state): the user's shell may have neither on its PATH or environment
+    riffd = riffd_invocation(getattr(args, "config", None), launcher=True, variables=True)
     serve(Memory(config_for_folders(args), riffd=riffd))
     return EXIT_OK

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -68,11 +68,12 @@ def go_back_command(
     project: str | None,
     *,
     exists: bool | None = None,
-    riffd: Sequence[str] = ("riffd",),
+    riffd: str = "riffd",
 ) -> str | None:
     """The shell command that goes back to the session of the transcript at `path` now: `claude
     --resume` (claude_resume; None when there is none) in its project, after `riffd archive
-    restore` (`riffd`: the words that run this riffd, `--config` kept) when the session's main
+    restore` (`riffd`: the shell words that run this riffd on the same state, as
+    riffd.display.riffd_invocation gives them) when the session's main
     transcript is gone (`exists`: whether it is there, else looked at; the client finds no
     conversation without it): of the whole session id (a prefix another archived session shares
     would restore neither), or of the archived path when its lines name none."""
@@ -83,8 +84,8 @@ def go_back_command(
         resume = f"{shell_command('cd', project)} && {resume}"
     if exists if exists is not None else main_transcript(path, session_id).exists():
         return resume
-    restore = shell_command(*riffd, "archive", "restore", session_id or os.fspath(path))
-    return f"{restore} && {resume}"
+    restore = shell_command("archive", "restore", session_id or os.fspath(path))
+    return f"{riffd} {restore} && {resume}"
 
 
 def main_transcript(path: str | os.PathLike[str], session_id: str | None) -> Path:

@@ -96,6 +96,6 @@ def test_a_subagents_hit_goes_back_by_its_sessions_main_transcript(
     assert go_back_command(agent, X, "/home/me/app") == resume
     main.unlink()
     agent.unlink()
-    assert go_back_command(agent, X, "/home/me/app", riffd=("riffd", "--config", "/c.toml")) == (
+    assert go_back_command(agent, X, "/home/me/app", riffd="riffd --config /c.toml") == (
         f"riffd --config /c.toml archive restore {X} && {resume}"
     )
