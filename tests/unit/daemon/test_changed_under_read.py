@@ -367,6 +367,7 @@ class ChangedThenKilled(FileSystem):
         if offset == self.kill_at:
             raise Killed
         if offset == self.at:
+            self.at = -1  # once
             os.truncate(self.path, self.cut)
             with open(self.path, "ab") as handle:
                 handle.write(self.then)
