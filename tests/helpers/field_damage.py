@@ -134,10 +134,18 @@ class ClientView:
       timestamps the first in file order; none within 5 s: the walk stops there (the history is cut).
     """
 
-    def __init__(self, lines: Sequence[bytes], bridge: bool = True) -> None:
+    def __init__(
+        self,
+        lines: Sequence[bytes],
+        bridge: bool = True,
+        records: Sequence[dict[str, Any] | None] | None = None,
+    ) -> None:
         self.lines = list(lines)
         self.bridge = bridge
-        self.records = [client_parse(raw) for raw in self.lines]
+        # (`records`: the lines as client_parse gives them, when known; never changed in place)
+        self.records = (
+            list(records) if records is not None else [client_parse(raw) for raw in self.lines]
+        )
         self.by_uuid: dict[str, int] = {}
         for line, record in enumerate(self.records):
             if record and isinstance(record.get("uuid"), str):
@@ -148,6 +156,21 @@ class ClientView:
         self.cut_at: int | None = None  # the line whose parent was missing and not bridged
         self._walk()
         self.on_chain = set(self.chain)
+
+    def without(self, *dropped: int, bridge: bool = True) -> ClientView:
+        """The file with lines `dropped` taken out (its lines not parsed again)."""
+        keep = [number for number in range(len(self.lines)) if number not in dropped]
+        return ClientView(
+            [self.lines[number] for number in keep],
+            bridge,
+            [self.records[number] for number in keep],
+        )
+
+    def replaced(self, line: int, raw: bytes, bridge: bool = True) -> ClientView:
+        """The file with line `line` written as `raw` (the others not parsed again)."""
+        lines, records = list(self.lines), list(self.records)
+        lines[line], records[line] = raw, client_parse(raw)
+        return ClientView(lines, bridge, records)
 
     def record(self, line: int) -> dict[str, Any]:
         return self.records[line] or {}
@@ -552,7 +575,7 @@ def cut_points(view: ClientView, kinds: tuple[str, ...] = ("user", "assistant"))
         kids = [kid for kid in view.children(line) if kid in view.on_chain]
         if len(kids) != 1:
             continue
-        without = ClientView([raw for number, raw in enumerate(view.lines) if number != line])
+        without = view.without(line)
         if without.cut_at is not None and without.lines[without.cut_at] == view.lines[kids[0]]:
             points.append(line)
     return sorted(points)
@@ -596,11 +619,11 @@ def glued_points(view: ClientView, live: bool) -> list[int]:
         if not isinstance(parent, str) or view.by_uuid.get(parent) is None:
             continue
         if live:
-            split = [
-                raw if number != line else set_parent(raw, "00000000-0000-4000-8000-000000000000")
-                for number, raw in enumerate(view.lines)
-            ]
-            after = ClientView(split, bridge=False)
+            after = view.replaced(
+                line,
+                set_parent(view.lines[line], "00000000-0000-4000-8000-000000000000"),
+                bridge=False,
+            )
             if after.cut_at != line or after.rule_target(line) != view.by_uuid[parent]:
                 continue
         points.append(line)
@@ -656,14 +679,10 @@ def nul_points(view: ClientView) -> list[int]:
         parent = view.record(line).get("parentUuid")
         if not isinstance(parent, str) or view.by_uuid.get(parent) is None:
             continue
-        lost = ClientView(
-            [raw for number, raw in enumerate(view.lines) if number not in (line, line + 1)]
-        )
+        lost = view.without(line, line + 1)
         if lost.cut_at is None:
             continue
-        split = ClientView(
-            [raw for number, raw in enumerate(view.lines) if number != line], bridge=False
-        )
+        split = view.without(line, bridge=False)
         if split.cut_at == line and split.rule_target(line) == view.by_uuid[parent] - (
             view.by_uuid[parent] > line
         ):
@@ -931,8 +950,7 @@ def missing_points(view: ClientView) -> list[int]:
         parent = view.record(line).get("parentUuid")
         if not isinstance(parent, str) or view.by_uuid.get(parent) is None:
             continue
-        rest = [raw for number, raw in enumerate(view.lines) if number != line]
-        without = ClientView(rest)
+        without = view.without(line)
         orphan = without.cut_at
         if orphan is None:
             continue

@@ -30,19 +30,8 @@ pytestmark = requires_corpus  # every test here damages real transcripts
 
 def split_lines(data: bytes) -> list[bytes]:
     """Lines with their newlines; the last may lack one."""
-    return [
-        data[i : data.index(b"\n", i) + 1 if b"\n" in data[i:] else len(data)]
-        for i in _starts(data)
-    ]
-
-
-def _starts(data: bytes) -> list[int]:
-    starts, at = [], 0
-    while at < len(data):
-        starts.append(at)
-        end = data.find(b"\n", at)
-        at = len(data) if end == -1 else end + 1
-    return starts
+    parts = data.split(b"\n")
+    return [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def finding_counts(findings) -> Counter:
