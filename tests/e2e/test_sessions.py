@@ -421,6 +421,12 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     advised = text.rstrip().rsplit("; back to it: ", 1)[1]
     assert advised == hit["go_back"]
     assert advised.startswith(f"riffd --config {config} archive restore {SECOND} && cd ")
+    # `sessions --deleted` advises the same restore, --config kept
+    listed = run_riffd("sessions", "--deleted", "--json", config=config, env=env)
+    (row,) = json.loads(listed.stdout)["sessions"]
+    assert advised.startswith(row["restore"] + " && ")
+    text = run_riffd("sessions", "--deleted", config=config, env=env).stdout
+    assert f"`riffd --config {config} archive restore " in text, text
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     seen = tmp_path / "claude-ran"

@@ -23,7 +23,7 @@ from riffd.commands.arguments import Parser
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
 from riffd.database import DatabaseDamaged
-from riffd.display import shell_command
+from riffd.display import riffd_invocation, shell_command
 from riffd.state.database import STATE_NAME
 from riffd.state.store import StateStore
 from riffd.transcript.acks import acknowledged_in
@@ -88,7 +88,7 @@ def run_sessions(args: argparse.Namespace) -> int:
     )
     configs = config_folders(config.roots, config.claude_dir)
     rows = (
-        _deleted(view, args.project)
+        _deleted(view, args.project, riffd_invocation(getattr(args, "config", None)))
         if args.deleted and view is not None
         else _on_disk(
             session_files(folders, unfollowed),
@@ -117,7 +117,8 @@ def run_sessions(args: argparse.Namespace) -> int:
         if args.deleted:
             print(
                 "    deleted; "
-                f"`{shell_command('riffd', 'archive', 'restore', unique_prefix(row['session_id'], archived))}`"
+                f"`{riffd_invocation(getattr(args, 'config', None))} "
+                f"{shell_command('archive', 'restore', unique_prefix(row['session_id'], archived))}`"
                 f" brings it back to {row['path']}"
             )
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
@@ -320,7 +321,7 @@ def _on_disk(
     return rows
 
 
-def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
+def _deleted(view: ArchiveView, project: str | None, riffd: str) -> list[dict[str, Any]]:
     wanted = str(Path(project).expanduser().absolute()) if project else None
     rows = []
     for item in view.items:
@@ -338,7 +339,7 @@ def _deleted(view: ArchiveView, project: str | None) -> list[dict[str, Any]]:
                 "bytes": item["raw_bytes"],
                 "health": "deleted",
                 "archived": True,
-                "restore": shell_command("riffd", "archive", "restore", session),
+                "restore": f"{riffd} {shell_command('archive', 'restore', session)}",
                 "holds": view.holdings.holds(session, True),
                 "whole": view.deleted_whole.get(session, False),
             }
