@@ -10,11 +10,12 @@ import os
 import re
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from conftest import write_config
-from helpers.run import run_riffd
+from helpers.run import riffd_env, run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
 
 
@@ -140,7 +141,21 @@ def test_verify_compares_every_kind_of_file_and_fix_mends_a_damaged_one(tmp_path
         f"{meta}: the archive differs from the file: byte 15 on is not version 1 as archived"
         in differs.stdout
     )
-    assert _riffd(tmp_path, "archive", "verify", "--fix").returncode == 0
+    # The command it advises, run as a user pastes it in a shell with riffd on its PATH: on the
+    # same configuration (--config kept), it archives the file again
+    advised = differs.stdout.split(f"{meta}: the archive differs", 1)[1].split("`")[1]
+    assert advised == f"riffd --config {write_config(tmp_path)} archive verify --fix", advised
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "riffd").write_text(f'#!/bin/sh\nexec {sys.executable} -m riffd "$@"\n')
+    (bin_dir / "riffd").chmod(0o755)
+    shell = riffd_env(
+        CLAUDE_CONFIG_DIR=str(tmp_path / "claude"),
+        HOME=str(tmp_path / "home"),  # (the default state folder is another, empty one)
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+    )
+    ran = subprocess.run(["sh", "-c", advised], env=shell, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     assert _riffd(tmp_path, "archive", "verify").returncode == 0
     # A frame of a saved output damaged inside the archive: named, and stored afresh from the file
     # by --fix

@@ -13,7 +13,7 @@ import orjson
 
 from riffd.commands.arguments import transcript_targets
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.display import display_json, shell_command
+from riffd.display import display_json, riffd_invocation, shell_command
 
 OUTCOMES = (
     "whole",
@@ -126,7 +126,7 @@ def _damage(archive: Any, args: argparse.Namespace, counts: dict[str, int]) -> t
         print(
             f"a file kept whole is damaged in the archive: {why}; "
             + (
-                f"`{shell_command('riffd', 'archive', 'verify', '--fix')}` stores these bytes again from "
+                f"`{_riffd(args)} {shell_command('archive', 'verify', '--fix')}` stores these bytes again from "
                 f"{version.path}, which still exists (every file archived with the same bytes shares "
                 "them)"
                 if exists
@@ -167,7 +167,7 @@ def _transcripts(
                 ).decode()
             )
         elif verdict.outcome in FAULTS:
-            again = shell_command("riffd", "archive", "verify", "--fix", path)
+            again = f"{_riffd(args)} {shell_command('archive', 'verify', '--fix', path)}"
             print(
                 ("\r" if sys.stderr.isatty() else "")
                 + f"{verdict.path}: the archive differs from the file: "
@@ -224,7 +224,7 @@ def _whole_files(
                 + (
                     f"archived again as version {verdict.archived_again}"
                     if verdict.archived_again is not None
-                    else f"`{shell_command('riffd', 'archive', 'verify', '--fix')}` archives it again"
+                    else f"`{_riffd(args)} {shell_command('archive', 'verify', '--fix')}` archives it again"
                 )
             )
         faults += verdict.outcome in FAULTS and verdict.archived_again is None
@@ -237,3 +237,8 @@ def _whole_files(
         if gone:
             counts["gone"] = counts.get("gone", 0) + len(gone)
     return faults
+
+
+def _riffd(args: argparse.Namespace) -> str:
+    """How the commands `verify` advises start: riffd on the same configuration."""
+    return riffd_invocation(getattr(args, "config", None))

@@ -988,7 +988,8 @@ def test_verify_finds_a_hole_left_by_an_earlier_version_and_fix_archives_the_fil
     assert found.returncode == 1, found.stderr
     assert found.stdout.splitlines() == [
         f"{holed}: the archive differs from the file: line 21 (from byte {len(b''.join(lines[:20]))}) is not the line "
-        f"archived; `riffd archive verify --fix {holed}` archives it again as a new generation (the old one is kept)"
+        f"archived; `riffd --config {_config(tmp_path)} archive verify --fix {holed}` archives it again as a new "
+        "generation (the old one is kept)"
     ]
     assert (
         "verified 4 file(s)" in found.stderr
