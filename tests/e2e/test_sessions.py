@@ -427,6 +427,14 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     assert advised.startswith(row["restore"] + " && ")
     text = run_riffd("sessions", "--deleted", config=config, env=env).stdout
     assert f"`riffd --config {config} archive restore " in text, text
+    # and so do the commands that look for it in the project folders
+    for command in ("show", "scan", "fix", "export"):
+        extra = ["--to", str(tmp_path / "out")] if command == "export" else []
+        missing = run_riffd(command, SECOND, *extra, config=config, env=env)
+        assert missing.returncode == 2, (command, missing.stderr)
+        assert (
+            f"`riffd --config {config} archive restore {SECOND}` brings it back" in missing.stderr
+        ), (command, missing.stderr)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     seen = tmp_path / "claude-ran"

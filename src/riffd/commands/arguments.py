@@ -69,10 +69,10 @@ def date_seconds(text: str) -> int:
         )
 
 
-def archived_hint(target: str, archive_path: Path | None) -> str:
+def archived_hint(target: str, archive_path: Path | None, riffd: str = "riffd") -> str:
     """For a session id (or prefix) found in no project folder: when the archive at `archive_path`
     holds it (Claude Code deleted it), the words that say so and name the command that brings it
-    back; else nothing."""
+    back (`riffd`: how it starts, riffd.display.riffd_invocation); else nothing."""
     import sqlite3
 
     if archive_path is None or not archive_path.exists():
@@ -111,16 +111,20 @@ def archived_hint(target: str, archive_path: Path | None) -> str:
         )
     return (
         "; the archive holds it (Claude Code deleted it?): "
-        f"`{shell_command('riffd', 'archive', 'restore', target)}` brings it back"
+        f"`{riffd} {shell_command('archive', 'restore', target)}` brings it back"
     )
 
 
 def transcript_targets(
-    paths: list[Path], projects: Sequence[str] = (), *, archive_path: Path | None = None
+    paths: list[Path],
+    projects: Sequence[str] = (),
+    *,
+    archive_path: Path | None = None,
+    riffd: str = "riffd",
 ) -> tuple[list[Path], list[str]]:
     """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default
     roots when both are empty) and errors for bad paths (a session the archive at `archive_path`
-    holds, but no project folder, says so)."""
+    holds, but no project folder, says so, with the restore that starts with `riffd`)."""
     from riffd.claude_code.folders import default_roots
     from riffd.claude_code.walk import iter_transcripts
     from riffd.transcript.targets import resolve_target
@@ -155,7 +159,8 @@ def transcript_targets(
                 files.extend(resolve_target(str(path), default_roots()))
             except FileNotFoundError as exc:
                 errors.append(
-                    f"{exc}; nor is it a file or folder" + archived_hint(str(path), archive_path)
+                    f"{exc}; nor is it a file or folder"
+                    + archived_hint(str(path), archive_path, riffd)
                 )
         elif not os.path.lexists(path):
             errors.append(f"{path}: no such file or folder: check the path")

@@ -25,7 +25,7 @@ from riffd.archive.schema import ARCHIVE_NAME
 from riffd.commands.arguments import transcript_targets
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
-from riffd.display import display_path, key_path, path_key
+from riffd.display import display_path, key_path, path_key, riffd_invocation
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
@@ -348,7 +348,9 @@ def run_export(args: Any) -> int:
         )
         return EXIT_ERROR
     files, errors = transcript_targets(
-        args.paths, archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME
+        args.paths,
+        archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME,
+        riffd=riffd_invocation(getattr(args, "config", None)),
     )
     if not files:  # nothing to export: no folder made, no summary of nothing
         for error in errors:

@@ -41,6 +41,7 @@ from riffd.commands.output import (
     print_json,
 )
 from riffd.database import DatabaseDamaged
+from riffd.display import riffd_invocation
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
@@ -118,7 +119,10 @@ def run_fix(args: argparse.Namespace) -> int:
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     config = config_for_folders(args)
     files, errors = transcript_targets(
-        args.paths, args.project, archive_path=config.state_dir / ARCHIVE_NAME
+        args.paths,
+        args.project,
+        archive_path=config.state_dir / ARCHIVE_NAME,
+        riffd=riffd_invocation(getattr(args, "config", None)),
     )
     backup_dir = args.backup_dir or config.backups.dir
     acks = acknowledged_in(config.state_dir)

@@ -29,6 +29,7 @@ from riffd.commands.output import (
     print_json,
 )
 from riffd.config import RepairConfig
+from riffd.display import riffd_invocation
 from riffd.forking import usable_cpus
 from riffd.fsio import REAL_FILES, FileSystem, pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
@@ -307,7 +308,10 @@ def run_scan(args: argparse.Namespace) -> int:
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     config = config_for_folders(args)
     files, errors = transcript_targets(
-        args.paths, args.project, archive_path=config.state_dir / ARCHIVE_NAME
+        args.paths,
+        args.project,
+        archive_path=config.state_dir / ARCHIVE_NAME,
+        riffd=riffd_invocation(getattr(args, "config", None)),
     )
     reports = _reports(files, config.backups.dir, args.jobs or default_jobs())
     errors += [report.error for report in reports if report.error]
