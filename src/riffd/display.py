@@ -71,23 +71,40 @@ def riffd_launcher() -> tuple[str, ...]:
     return (os.path.abspath(on_path),)
 
 
+RIFFD_VARIABLES = ("RIFFD_CONFIG", "RIFFD_STATE_DIR")  # riffd's own variables
+
+
+def riffd_variables() -> dict[str, str]:
+    """riffd's own variables set here (RIFFD_VARIABLES), as absolute paths: for a process started
+    with another environment (Claude Code's, the user's shell) to find the same configuration and
+    state."""
+    return {
+        name: os.path.abspath(os.path.expanduser(os.environ[name]))
+        for name in RIFFD_VARIABLES
+        if os.environ.get(name, "").strip()
+    }
+
+
+def riffd_words(config: str | os.PathLike[str] | None, *, launcher: bool = False) -> list[str]:
+    """The words that run this riffd on the configuration `config`: `riffd` (`launcher`:
+    riffd_launcher's absolute words), with `--config` as an absolute path when one was given (a
+    command advised may run in another folder, and a path starting with `-` would be taken for an
+    option)."""
+    words = list(riffd_launcher() if launcher else ("riffd",))
+    return words + (["--config", os.path.abspath(config)] if config is not None else [])
+
+
 def riffd_invocation(
     config: str | os.PathLike[str] | None, *, launcher: bool = False, variables: bool = False
 ) -> str:
-    """The shell words that run this riffd on the same configuration and state, for a command
-    riffd advises: `riffd` (`launcher`: riffd_launcher's absolute words), with `--config` as an
-    absolute path when one was given, after riffd's own variables set now (`variables`: RIFFD_CONFIG,
-    RIFFD_STATE_DIR as absolute paths; for a process whose environment the user's shell may not
-    have, as the MCP server's)."""
-    words = [*(riffd_launcher() if launcher else ("riffd",))]
-    if config is not None:
-        words += ["--config", os.path.abspath(config)]
+    """riffd_words as the shell text a command riffd advises starts with, after riffd's own
+    variables set now (`variables`: for a process whose environment the user's shell may not have,
+    as the MCP server's)."""
     assignments = [
-        f"{name}={shell_word(os.path.abspath(os.path.expanduser(os.environ[name])))}"
-        for name in ("RIFFD_CONFIG", "RIFFD_STATE_DIR")
-        if variables and os.environ.get(name, "").strip()
+        f"{name}={shell_word(value)}"
+        for name, value in (riffd_variables() if variables else {}).items()
     ]
-    return " ".join([*assignments, shell_command(*words)])
+    return " ".join([*assignments, shell_command(*riffd_words(config, launcher=launcher))])
 
 
 def _display_replacement(error: UnicodeError) -> tuple[str, int]:

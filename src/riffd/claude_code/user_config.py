@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from riffd.display import RIFFD_VARIABLES  # (an entry may carry them: riffd's state and config)
+
 SERVERS = "mcpServers"
 LOCK_STALE_SECONDS = 10.0  # proper-lockfile's default, which Claude Code keeps
 LOCK_WAIT_SECONDS = 5.0
@@ -74,11 +76,6 @@ def held_lock(path: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
     finally:
         with contextlib.suppress(OSError):
             os.rmdir(lock)
-
-
-# The variables of riffd's own an entry may carry (where its state and config are), so that the
-# server Claude Code starts finds what the `riffd` that installed it uses
-RIFFD_VARIABLES = ("RIFFD_CONFIG", "RIFFD_STATE_DIR")
 
 
 def stdio_server(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:

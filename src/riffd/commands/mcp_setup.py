@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from riffd.claude_code.user_config import (
-    RIFFD_VARIABLES,
     SERVERS,
     ConfigFileError,
     held_lock,
@@ -35,7 +34,7 @@ from riffd.claude_code.user_config import (
 from riffd.commands.arguments import Parser
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK
-from riffd.display import riffd_launcher, shell_command
+from riffd.display import riffd_launcher, riffd_variables, shell_command
 from riffd.hooks.install import Change, SettingsError, apply, backup_folder
 
 INSTALL_HINT = (
@@ -169,16 +168,6 @@ def sdk_installed() -> bool:
         return importlib.util.find_spec("mcp") is not None
     except (ImportError, ValueError):  # (sys.modules["mcp"] set to None: as if missing)
         return False
-
-
-def riffd_variables() -> dict[str, str]:
-    """riffd's own variables set here (RIFFD_CONFIG, RIFFD_STATE_DIR), as absolute paths: Claude
-    Code starts the server with its own environment, which may not have them."""
-    return {
-        name: os.path.abspath(os.path.expanduser(os.environ[name]))
-        for name in RIFFD_VARIABLES
-        if os.environ.get(name, "").strip()
-    }
 
 
 def _command_of(entry: dict[str, Any]) -> str:

@@ -160,8 +160,7 @@ def print_json(document: object) -> None:
 
 
 def riffd_words(args: argparse.Namespace) -> list[str]:
-    """`riffd` and the options given before the command that change what it does (`--config`, as an
-    absolute path: a command advised may run in another folder, and a path starting with `-` would
-    be taken for an option): how a command riffd advises starts."""
-    config = getattr(args, "config", None)
-    return ["riffd", *(["--config", os.path.abspath(config)] if config is not None else [])]
+    """How a command riffd advises starts: riffd.display.riffd_words with the `--config` given."""
+    from riffd.display import riffd_words as words_for
+
+    return words_for(getattr(args, "config", None))

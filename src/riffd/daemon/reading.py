@@ -29,9 +29,8 @@ from riffd.transcript.records import read_record
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 # How much of the start and of the end of what a read took is compared with the file once read
 VERIFY_BYTES = 1 << 20
-SEAM_BYTES = (
-    1024  # and on each side of the place where one read of the file ended and the next began
-)
+# and on each side of the place where one read of the file ended and the next began
+SEAM_BYTES = 1024
 
 
 class Gone(Exception):
