@@ -143,7 +143,9 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
     assert "quokka" in hits[0]["snippet"]
     # riffd as Claude Code runs the server: the user's shell may not have it on its PATH
     server = shell_command(*riffd_command(config=home.config))
-    assert hits[0]["go_back"].startswith(f"{server} archive restore {home.deleted.session_id} && ")
+    assert hits[0]["go_back"].startswith(
+        f"{server} archive restore {home.deleted.session_id}; test -e {home.deleted.main} && "
+    )
     assert [row["session_id"] for row in deleted] == [home.deleted.session_id]
     assert deleted[0]["deleted"] is True and deleted[0]["archived"] is True
     assert [row["session_id"] for row in on_disk] == [home.kept.session_id]
@@ -169,15 +171,15 @@ def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: 
     (hit,) = _talk(home, talk)
     assert hit["transcript_exists"] is False
     server = shell_command(*riffd_command(config=home.config))
-    resume = f"cd /home/user/app && claude --resume {name}"
-    assert hit["go_back"] == f"{server} archive restore {path} && {resume}"
+    resume = f"test -e {path} && cd /home/user/app && claude --resume {name}"
+    assert hit["go_back"] == f"{server} archive restore {path}; {resume}"
     cli = run_riffd("archive", "search", "wombat", "--json", config=home.config, env=home.env)
     assert json.loads(cli.stdout)[0]["go_back"] == (
-        f"riffd --config {home.config} archive restore {path} && {resume}"
+        f"riffd --config {home.config} archive restore {path}; {resume}"
     )
     # The restore as advised, run by a shell with none of riffd's variables nor riffd on its PATH
     shell = {name: value for name, value in home.env.items() if not name.startswith("RIFFD_")}
-    restore = hit["go_back"].removesuffix(f" && {resume}")
+    restore = hit["go_back"].removesuffix(f"; {resume}")
     ran = subprocess.run(["sh", "-c", restore], env=shell, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr
     assert path.read_bytes() == line

@@ -406,25 +406,34 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     search was given (its state folder is not the default one). Run by `sh -c` as a user pastes it
     (riffd on PATH, a stand-in `claude` that records where it ran and whether the transcript it is
     to resume is there), it brings the file back byte for byte and resumes it in its project; the
-    JSON's `go_back` is the same command."""
+    JSON's `go_back` is the same command. It resumes once the transcript is back, also when the
+    restore exits 1 because a subagent's transcript on disk differs from the archive's."""
     app, folder = setup(tmp_path)
     config = write_config(tmp_path)
     env = {"HOME": str(tmp_path / "home")}  # (the default state folder is another, empty one)
     path = folder / f"{SECOND}.jsonl"
     original = path.read_bytes()
+    agent = folder / SECOND / "subagents" / "agent-a1.jsonl"
+    agent.parent.mkdir(parents=True)
+    agent_line = {"type": "user", "uuid": "a-1", "parentUuid": None, "sessionId": SECOND}
+    agent.write_text(json.dumps({**agent_line, "isSidechain": True}) + "\n")
     assert run_riffd("archive", "ingest", config=config, env=env).returncode == 0
     path.unlink()
+    agent.write_text(json.dumps({**agent_line, "isSidechain": False}) + "\n")  # (its length kept)
+    os.utime(agent, (time.time() - 7200,) * 2)
     found = run_riffd("archive", "search", "dark mode", "--json", config=config, env=env)
     assert found.returncode == 0, found.stderr
     (hit,) = json.loads(found.stdout)
     text = run_riffd("archive", "search", "dark mode", config=config, env=env).stdout
     advised = text.rstrip().rsplit("; back to it: ", 1)[1]
     assert advised == hit["go_back"]
-    assert advised.startswith(f"riffd --config {config} archive restore {SECOND} && cd ")
+    assert advised.startswith(
+        f"riffd --config {config} archive restore {SECOND}; test -e {path} && cd "
+    )
     # `sessions --deleted` advises the same restore, --config kept
     listed = run_riffd("sessions", "--deleted", "--json", config=config, env=env)
     (row,) = json.loads(listed.stdout)["sessions"]
-    assert advised.startswith(row["restore"] + " && ")
+    assert advised.startswith(row["restore"] + "; ")
     text = run_riffd("sessions", "--deleted", config=config, env=env).stdout
     assert f"`riffd --config {config} archive restore " in text, text
     # and so do the commands that look for it in the project folders
@@ -450,6 +459,7 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     )
     assert ran.returncode == 0, ran.stderr
     assert path.read_bytes() == original
+    assert f"{agent} exists and differs from the archive's copy" in ran.stderr  # (exit 1)
     assert seen.read_text().splitlines() == [str(app), f"--resume {SECOND}", "there"]
     # With the transcript back, the command is the resume alone
     again = run_riffd("archive", "search", "dark mode", "--json", config=config, env=env)

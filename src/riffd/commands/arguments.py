@@ -96,14 +96,12 @@ def archived_hint(target: str, archive_path: Path | None, riffd: str = "riffd") 
     if not held:
         return ""
     from riffd.display import display_path, key_path
+    from riffd.transcript.sessions import main_transcript
 
-    on_disk = sorted(
-        {
-            display_path(key_path(path))
-            for _id, path, _session in held
-            if os.path.lexists(key_path(path))
-        }
-    )
+    # The session's main transcripts still on disk (a subagent's transcript left behind does not
+    # make its session resumable: `claude --resume` reads the main one)
+    mains = {main_transcript(key_path(path), session) for _id, path, session in held}
+    on_disk = sorted({display_path(main) for main in mains if os.path.lexists(main)})
     if on_disk:  # its lines say that session id, its file is named otherwise: not deleted
         return (
             f"; its lines name it, but its file is named otherwise: {', '.join(on_disk[:3])}"

@@ -76,16 +76,24 @@ def go_back_command(
     riffd.display.riffd_invocation gives them) when the session's main
     transcript is gone (`exists`: whether it is there, else looked at; the client finds no
     conversation without it): of the whole session id (a prefix another archived session shares
-    would restore neither), or of the archived path when its lines name none."""
+    would restore neither), or of the archived path when its lines name none.
+
+    After the restore, the resume runs when the main transcript is there (`test -e`), not on the
+    restore's exit status: a restore exits 1 when another file of the session differs and is left
+    as it is (a subagent's transcript that went on), though the session is back; and it leaves the
+    main transcript out when the session could not come back whole."""
     resume = claude_resume(path, session_id)
     if resume is None:
         return None
     if project:
         resume = f"{shell_command('cd', project)} && {resume}"
-    if exists if exists is not None else main_transcript(path, session_id).exists():
+    main = main_transcript(path, session_id)
+    if exists if exists is not None else main.exists():
         return resume
-    restore = shell_command("archive", "restore", session_id or os.fspath(path))
-    return f"{riffd} {restore} && {resume}"
+    restore = f"{riffd} {shell_command('archive', 'restore', session_id or os.fspath(path))}"
+    if not main.is_absolute():  # (where it goes back to is not known: the restore's status says)
+        return f"{restore} && {resume}"
+    return f"{restore}; {shell_command('test', '-e', main)} && {resume}"
 
 
 def main_transcript(path: str | os.PathLike[str], session_id: str | None) -> Path:

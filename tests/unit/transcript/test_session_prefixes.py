@@ -70,7 +70,10 @@ def test_the_id_claude_resumes_a_transcript_by(
 
 def test_the_mcp_servers_resume_command_names_the_file_and_restores_by_the_archive_id() -> None:
     command = resume_command(Y, "/home/me/app", False, f"/p/-home-me-app/{X}.jsonl")
-    assert command == f"riffd archive restore {Y} && cd /home/me/app && claude --resume {X}"
+    assert command == (
+        f"riffd archive restore {Y}; test -e /p/-home-me-app/{X}.jsonl && cd /home/me/app && "
+        f"claude --resume {X}"
+    )
     assert resume_command(Y, None, True, None) == f"claude --resume {Y}"
     assert resume_command(Y, None, True, "/p/-home-me-app/notes.jsonl") is None
 
@@ -90,12 +93,12 @@ def test_a_subagents_hit_goes_back_by_its_sessions_main_transcript(
     agent.parent.mkdir(parents=True, exist_ok=True)
     agent.write_text("{}\n")
     main = project / f"{X}.jsonl"
-    resume = f"cd /home/me/app && claude --resume {X}"
-    assert go_back_command(agent, X, "/home/me/app") == f"riffd archive restore {X} && {resume}"
+    resume = f"test -e {main} && cd /home/me/app && claude --resume {X}"
+    assert go_back_command(agent, X, "/home/me/app") == f"riffd archive restore {X}; {resume}"
     main.write_text("{}\n")
-    assert go_back_command(agent, X, "/home/me/app") == resume
+    assert go_back_command(agent, X, "/home/me/app") == resume.partition(" && ")[2]
     main.unlink()
     agent.unlink()
     assert go_back_command(agent, X, "/home/me/app", riffd="riffd --config /c.toml") == (
-        f"riffd --config /c.toml archive restore {X} && {resume}"
+        f"riffd --config /c.toml archive restore {X}; {resume}"
     )
