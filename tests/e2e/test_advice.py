@@ -7,14 +7,17 @@ import json
 import os
 import shlex
 import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conftest import transcript_bytes
 from helpers import damage
 from helpers.daemon import Sandbox
-from helpers.run import run_riffd
+from helpers.run import riffd_env, run_riffd
 from riffd.display import shell_command, shell_word
 
 TRICKY = [
@@ -228,9 +231,15 @@ def test_a_restored_backup_says_when_the_daemon_will_repair_it_again(sandbox: Sa
     restored = sandbox.riffd("backups", "restore", "--quiet-period", "0", backup_id)
     assert restored.returncode == 0, restored.stderr
     assert path.read_bytes() == damaged
-    assert (
-        note in restored.stdout and "`riffd config set repair.mode report-only`" in restored.stdout
+    assert note in restored.stdout, restored.stdout
+    # the advised command changes the configuration this riffd runs on (not the default file)
+    (report_only,) = _advised(restored.stdout.split(note)[1])
+    assert shlex.split(report_only)[:3] == ["riffd", "--config", str(sandbox.config)]
+    changed = subprocess.run(
+        ["sh", "-c", report_only], env=_riffd_on_path(sandbox.root), capture_output=True, text=True
     )
+    assert changed.returncode == 0, changed.stderr
+    assert 'mode = "report-only"' in sandbox.config.read_text()
     daemon.stop()
     again = sandbox.riffd("backups", "restore", "--quiet-period", "0", backup_id)
     assert again.returncode == 0 and note not in again.stdout
@@ -260,3 +269,56 @@ def test_an_archive_restore_the_quiet_period_holds_back_says_how_to_restore_now(
     done = riffd(tmp_path, *now[1:])
     assert done.returncode == 0, done.stderr
     assert path.read_bytes() == archived
+
+
+def _riffd_on_path(root: Path) -> dict[str, str]:
+    """An environment whose `riffd` on PATH runs this checkout, as a user's shell has it."""
+    bin_dir = root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "riffd").write_text(f'#!/bin/sh\nexec {sys.executable} -m riffd "$@"\n')
+    (bin_dir / "riffd").chmod(0o755)
+    return riffd_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+@pytest.mark.slow  # a real daemon
+def test_status_advises_commands_on_the_configuration_it_was_given(sandbox: Sandbox) -> None:
+    """`riffd --config C status` over a finding a report-only daemon left: the repair it advises
+    names `--config C`, and run by `sh -c` as printed it repairs the file, its backup in C's
+    backup folder (`riffd fix` alone would read the default configuration)."""
+    sandbox.write_config(repair__mode="report-only")
+    path = sandbox.project / "acacacac-0000-4000-8000-000000000001.jsonl"
+    path.write_bytes(
+        b"".join(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines)
+    )
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+
+    def repairable() -> list[dict[str, Any]] | None:
+        status = json.loads(sandbox.riffd("status", "--json").stdout)
+        return [item for item in status["report"]["attention"] if item["repairable"]] or None
+
+    daemon = sandbox.start()
+    daemon.wait_until(repairable, "the finding, stored")
+    daemon.stop()
+    (item,) = repairable() or []
+    (command,) = _advised(item["action"])
+    assert shlex.split(command) == ["riffd", "--config", str(sandbox.config), "fix", str(path)]
+    ran = subprocess.run(
+        ["sh", "-c", command], env=_riffd_on_path(sandbox.root), capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert len(sandbox.backup_ids()) == 1
+    assert sandbox.riffd("scan", str(path)).returncode == 0
+
+
+def test_a_config_file_named_and_missing_advises_the_init_that_writes_it(tmp_path: Path) -> None:
+    named = tmp_path / "my riffd.toml"
+    missing = run_riffd("--config", str(named), "config", "validate", config=None)
+    assert missing.returncode == 2
+    (command,) = _advised(missing.stderr)
+    assert shlex.split(command) == ["riffd", "--config", str(named), "config", "init"]
+    done = subprocess.run(
+        ["sh", "-c", command], env=_riffd_on_path(tmp_path), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert named.exists()

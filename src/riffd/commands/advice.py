@@ -139,8 +139,12 @@ def repaired_again_note(path: Path, config: Config) -> str:
     restored; else nothing."""
     if not _under(path, repair_daemon_roots(config)):
         return ""
+    from riffd.config.load import advised_config
+    from riffd.display import riffd_invocation
+
+    report_only = f"{riffd_invocation(advised_config(config))} config set repair.mode report-only"
     return (
         "note: the riffd daemon runs in repair mode over this folder: once the session is idle, it "
-        "repairs the damage this backup holds again; `riffd config set repair.mode report-only` "
-        "(the daemon reloads it) keeps the file as restored"
+        f"repairs the damage this backup holds again; `{report_only}` (the daemon reloads it) keeps "
+        "the file as restored"
     )

@@ -144,7 +144,9 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
     live figures, or a stopped daemon's last ones, shown as stopped) and the running daemon's pid;
     with `page`, what latest.html draws too. Raise DatabaseDamaged or sqlite3.Error when the state
     cannot be read."""
+    from riffd.config.load import advised_config
     from riffd.daemon.lock import lock_time, running_pid
+    from riffd.display import riffd_invocation
     from riffd.reports.build import build_report
     from riffd.state.store import StateStore
 
@@ -174,7 +176,13 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
                 "started": lock_time(config.state_dir),
                 "unpublished": True,
             }
-        report = build_report(store, config.backups.dir, snapshot, installed_hook_problems(config))
+        report = build_report(
+            store,
+            config.backups.dir,
+            snapshot,
+            installed_hook_problems(config),
+            riffd_invocation(advised_config(config)),
+        )
         if not page:
             return CurrentReport(report, pid)
         return CurrentReport(report, pid, store.history(), store.recent_repairs())

@@ -189,7 +189,11 @@ def run_fix(args: argparse.Namespace) -> int:
         + (":" if left else ""),
         file=sys.stderr,
     )
-    print_remaining(left, frozenset(map(str, config.repair.classes)))
+    print_remaining(
+        left,
+        frozenset(map(str, config.repair.classes)),
+        riffd_invocation(getattr(args, "config", None)),
+    )
     if errors:
         return EXIT_ERROR
     return EXIT_FINDINGS if remaining else EXIT_OK

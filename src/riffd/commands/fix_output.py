@@ -133,22 +133,26 @@ def print_text(result: FixedFile) -> None:
 REMAINING_SHOWN = 20  # findings `fix` names at its end; `riffd scan` lists them all
 
 
-def print_remaining(left: Sequence[Finding], repairable: frozenset[str]) -> None:
+def print_remaining(
+    left: Sequence[Finding], repairable: frozenset[str], riffd: str = "riffd"
+) -> None:
     """Name the findings that remain after `fix` (on stderr, after its summary): file, line, class
     and what it is, the first REMAINING_SHOWN of them; for a class riffd never edits (not in
     `repairable`, the classes this configuration repairs), what to do about it, as `riffd status`
-    says it."""
+    says it (`riffd`: the words the commands advised start with)."""
     import sys
 
     from riffd.reports.attention import attention_item
 
     for finding in left[:REMAINING_SHOWN]:
         print(f"  {finding.path}:{finding.line}: {finding.cls}: {finding.message}", file=sys.stderr)
-        item = attention_item(finding.path, finding.to_json(), False, repairable=repairable)
+        item = attention_item(
+            finding.path, finding.to_json(), False, repairable=repairable, riffd=riffd
+        )
         if item.state == "never_repaired":
             print(f"    {item.action}", file=sys.stderr)
     if len(left) > REMAINING_SHOWN:
         print(
-            f"  and {len(left) - REMAINING_SHOWN} more (`riffd scan PATH` lists every one)",
+            f"  and {len(left) - REMAINING_SHOWN} more (`{riffd} scan PATH` lists every one)",
             file=sys.stderr,
         )

@@ -164,6 +164,15 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_config_dir(paths.APP_NAME)) / CONFIG_FILE_NAME
 
 
+def advised_config(config: Config) -> Path | None:
+    """The file a command riffd advises names with `--config` to act on the same configuration:
+    the one `config` was read from, unless it is the default one (which riffd reads unasked)."""
+    source = config.source
+    if source is None or source.absolute() == default_config_path().absolute():
+        return None
+    return source
+
+
 def config_path(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path:
     """Return the config file in use: `flag` (--config), else $RIFFD_CONFIG, else
     default_config_path()."""
@@ -211,9 +220,11 @@ def load_config(
     source: Path | None = None
     if file_path.exists() or explicit:
         if explicit and not file_path.exists():
+            from riffd.display import riffd_invocation
+
             errors.append(
-                f"{file_path}: no such file; expected a riffd config file (`riffd config init` writes "
-                "one)"
+                f"{file_path}: no such file; expected a riffd config file "
+                f"(`{riffd_invocation(file_path)} config init` writes one)"
             )
         else:
             document = _read_file(file_path, errors)

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
 from riffd.archive.schema import FORMAT as ARCHIVE_FORMAT
+from riffd.config.load import advised_config
 from riffd.daemon.counters import Counters, DaemonNow
 from riffd.daemon.disk_full import DiskWatch
 from riffd.daemon.jobs import archive_summary, store_snapshot
 from riffd.database import full_disk_note, is_full_error
+from riffd.display import riffd_invocation
 from riffd.fsio import IO_STATS
 from riffd.hooks.checking import hook_problems
 from riffd.reports.build import build_report
@@ -204,7 +206,13 @@ class Publisher:
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
             hooks = self._hook_problems(config.claude_dir, now.stopping)
-            report = build_report(store, config.backups.dir, snapshot, hooks)
+            report = build_report(
+                store,
+                config.backups.dir,
+                snapshot,
+                hooks,
+                riffd_invocation(advised_config(config)),
+            )
             try:
                 store.record_history(history_point(report), time.time())
             except sqlite3.Error as exc:

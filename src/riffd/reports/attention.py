@@ -65,10 +65,12 @@ def sort_findings(
     rechecking: set[str],
     timing: RepairTiming,
     repairable: frozenset[str] = DEFAULT_REPAIR_NAMES,
+    riffd: str = "riffd",
 ) -> SortedFindings:
     """Sort the stored findings, leaving out those of the files in `rechecking` (repaired since
     riffd read them: what is left of their findings is known once they are read again);
-    `repairable` names the classes riffd is configured to repair."""
+    `repairable` names the classes riffd is configured to repair; the commands advised start with
+    `riffd` (riffd.display.riffd_invocation: the configuration the report was made with)."""
     try:
         acks, ack_error = Acknowledged(load_acks(store.path.parent)), ""
     # a broken file must not hide damage: nothing counts as acknowledged
@@ -89,11 +91,13 @@ def sort_findings(
         ack = acks.of(path, item) if acks else None
         if ack is not None:
             acknowledged[cls] += 1
-            later.append(attention_item(path, item, waiting, mode, ack, timing, repairable))
+            later.append(attention_item(path, item, waiting, mode, ack, timing, repairable, riffd))
         else:
             damage[cls] += 1
             files.add(path)
-            listed.append(attention_item(path, item, waiting, mode, None, timing, repairable))
+            listed.append(
+                attention_item(path, item, waiting, mode, None, timing, repairable, riffd)
+            )
     return SortedFindings(
         damage, len(files), acknowledged, informational, listed + later, ack_error
     )
@@ -107,11 +111,12 @@ def attention_item(
     ack: Ack | None = None,
     timing: RepairTiming | None = None,
     repairable: frozenset[str] = DEFAULT_REPAIR_NAMES,
+    riffd: str = "riffd",
 ) -> AttentionItem:
     """One finding as the report lists it: the file, the class, the lines, its state
     (waiting_for_repair, not_repaired: riffd tried and it was not safe, never_repaired: a class
     riffd does not edit, acknowledged) and the advice that deals with it now (`timing`: when the
-    daemon repairs a waiting file by itself)."""
+    daemon repairs a waiting file by itself; `riffd`: the words the commands advised start with)."""
     cls = str(finding.get("class"))
     lines = finding.get("lines") or []
     quoted = shell_word(path)
@@ -122,39 +127,39 @@ def attention_item(
         action = (
             f"acknowledged {ack.at}"
             + (f" ({ack.note})" if ack.note else "")
-            + f"; `riffd ack --undo {where}` counts it again"
+            + f"; `{riffd} ack --undo {where}` counts it again"
         )
     elif cls in repairable and mode == "report-only":
         state = "waiting_for_repair"
-        action = f"report-only mode: riffd does not repair; `riffd fix {quoted}` does, once the session is idle"
+        action = f"report-only mode: riffd does not repair; `{riffd} fix {quoted}` does, once the session is idle"
     elif cls in repairable and waiting:
         state = "waiting_for_repair"
-        action = _waiting_advice(path, timing or RepairTiming())
+        action = _waiting_advice(path, timing or RepairTiming(), riffd)
     elif cls in repairable:
         state = "not_repaired"
         action = (
-            f"riffd could not repair it safely (see `repairs`); `riffd fix --dry-run {quoted}` says why; "
-            f"`riffd ack {where}` accepts it as it is"
+            f"riffd could not repair it safely (see `repairs`); `{riffd} fix --dry-run {quoted}` says "
+            f"why; `{riffd} ack {where}` accepts it as it is"
         )
     elif cls in OPT_IN_NAMES:
         state = "never_repaired"
         action = (
             f"current clients cope with this ({cls}); riffd repairs it only when `repair.classes` in "
-            f"the config names it (for older clients and other readers); `riffd show {quoted}` shows "
-            f"where; `riffd ack {where}` acknowledges it"
+            f"the config names it (for older clients and other readers); `{riffd} show {quoted}` "
+            f"shows where; `{riffd} ack {where}` acknowledges it"
         )
     elif waiting:  # the repair this file waits for may remove it (a duplicate line goes with it)
         state = "never_repaired"
         action = (
             f"riffd never edits this ({cls}) by itself, but the repair this file waits for may take it "
-            f"out with the lines it repairs: look again after that repair; `riffd show {quoted}` shows "
-            "where"
+            f"out with the lines it repairs: look again after that repair; `{riffd} show {quoted}` "
+            "shows where"
         )
     else:
         state = "never_repaired"
         action = (
-            f"riffd never edits this ({cls}): `riffd show {quoted}` shows where; if the session resumes "
-            f"well, `riffd ack {where}` acknowledges it"
+            f"riffd never edits this ({cls}): `{riffd} show {quoted}` shows where; if the session "
+            f"resumes well, `{riffd} ack {where}` acknowledges it"
         )
     return AttentionItem(
         path=path,
@@ -167,10 +172,10 @@ def attention_item(
     )
 
 
-def _waiting_advice(path: str, timing: RepairTiming) -> str:
+def _waiting_advice(path: str, timing: RepairTiming, riffd: str = "riffd") -> str:
     """What to say of a repair that waits: when the daemon makes it, and what makes it now."""
     due = timing.due_at(path)
-    now_command = shell_command("riffd", "fix", "--quiet-period", "0", path)
+    now_command = f"{riffd} {shell_command('fix', '--quiet-period', '0', path)}"
     if due is not None:
         return (
             f"riffd repairs it by itself at {time.strftime('%H:%M:%S', time.localtime(due))}, once "
@@ -181,9 +186,9 @@ def _waiting_advice(path: str, timing: RepairTiming) -> str:
         every = look_again_after(timing.quiet_period or RepairConfig().quiet_period)
         return (
             "riffd repairs it soon after no Claude Code process has the session open (it looks "
-            f"again every {every:g} s); `riffd fix --dry-run {shell_word(path)}` says what holds it"
+            f"again every {every:g} s); `{riffd} fix --dry-run {shell_word(path)}` says what holds it"
         )
     return (
-        f"no riffd daemon runs to repair it: `riffd fix {shell_word(path)}` does, once the session "
+        f"no riffd daemon runs to repair it: `{riffd} fix {shell_word(path)}` does, once the session "
         "is idle"
     )

@@ -59,14 +59,15 @@ def build_report(
     backup_dir: Path,
     daemon: dict[str, Any] | None,
     hook_problems: Sequence[str] = (),
+    riffd: str = "riffd",
 ) -> HealthReport:
     """Given the state store, the backup folder, the daemon's snapshot (its live figures, `running`
     true only when that daemon runs now; a stopped daemon's last figures; or None when none was ever
     seen) and the installed hooks that do not run (`riffd.hooks.checking.hook_problems`), return the
-    health report. The store is read in one snapshot: its findings, repairs and counters are those
+    health report, its advice starting with `riffd` (riffd.display.riffd_invocation). The store is read in one snapshot: its findings, repairs and counters are those
     of one moment."""
     with store.read_snapshot():
-        return _build(store, backup_dir, daemon or {}, hook_problems)
+        return _build(store, backup_dir, daemon or {}, hook_problems, riffd)
 
 
 def _build(
@@ -74,6 +75,7 @@ def _build(
     backup_dir: Path,
     daemon: dict[str, Any],
     hook_problems: Sequence[str],
+    riffd: str,
 ) -> HealthReport:
     now = time.time()
     rechecking = store.repaired_since_read()
@@ -91,6 +93,7 @@ def _build(
         rechecking,
         timing,
         frozenset(classes) if isinstance(classes, list) else DEFAULT_REPAIR_NAMES,
+        riffd,
     )
     repairs = store.repair_summary()
     counters = store.counters()
@@ -126,11 +129,11 @@ def _build(
     if not running and daemon.get("stopping"):
         problems.append(
             f"the riffd daemon (pid {daemon.get('pid')}) is stopping: it finishes what is queued and exits "
-            "(`riffd run`, or the service, starts it again)"
+            f"(`{riffd} run`, or the service, starts it again)"
         )
     elif not running:
         problems.append(
-            f"no riffd daemon runs{_last_seen(daemon)} (`riffd run`, or `riffd service install`)"
+            f"no riffd daemon runs{_last_seen(daemon)} (`{riffd} run`, or `{riffd} service install`)"
         )
     elif blocked is not None and blocked not in problems:
         problems.append(blocked)
@@ -149,14 +152,14 @@ def _build(
     )
     if moved_archive:
         problems.append(
-            f"the archive was damaged and moved aside to {moved_archive[-1]}: `riffd archive recover` "
-            "copies its readable lines into the new archive"
+            f"the archive was damaged and moved aside to {moved_archive[-1]}: `{riffd} archive "
+            "recover` copies its readable lines into the new archive"
         )
     if archive.cleanup_at_risk_count:
         problems.append(
             f"{archive.cleanup_at_risk_count} transcript(s) not (fully) archived are due for deletion by "
             f"Claude Code's cleanup (cleanupPeriodDays {archive.cleanup_days:g}) within a week: "
-            "`archive.cleanup_at_risk` names them; `riffd archive ingest` archives them now"
+            f"`archive.cleanup_at_risk` names them; `{riffd} archive ingest` archives them now"
         )
     if last_reload is not None and last_reload.ok is False:
         problems.append(
@@ -242,6 +245,7 @@ def _build(
             ),
         ),
         errors=errors,
+        riffd=riffd,
     )
 
 

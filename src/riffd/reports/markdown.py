@@ -64,7 +64,7 @@ def render_markdown(report: HealthReport) -> str:
         lines.append(
             "- archive database: damaged earlier, moved aside to "
             f"{', '.join(report.databases.archive.moved_aside)}"
-            " (`riffd archive recover` copies its readable lines into the new archive)"
+            f" (`{report.riffd} archive recover` copies its readable lines into the new archive)"
         )
     for error in report.errors[-5:]:
         lines.append(
@@ -136,7 +136,7 @@ def stopped_figures_note(report: HealthReport) -> str:
     age = (report.generated_at - daemon.last_seen).total_seconds()
     return (
         f"The files, findings, repairs and archive below are as the daemon last saw them, at "
-        f"{iso_seconds(daemon.last_seen)} ({age:.0f} s before this report); `riffd scan` looks at "
+        f"{iso_seconds(daemon.last_seen)} ({age:.0f} s before this report); `{report.riffd} scan` looks at "
         "the files as they are now."
     )
 

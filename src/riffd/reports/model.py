@@ -251,6 +251,9 @@ class HealthReport:
     archive: ArchiveFigures
     databases: Databases
     errors: tuple[ErrorRecord, ...]
+    # the words the commands its renderers advise start with (riffd.display.riffd_invocation: the
+    # configuration it was made with); not in the JSON
+    riffd: str = "riffd"
 
     @property
     def healthy(self) -> bool | None:

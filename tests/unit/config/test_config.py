@@ -26,6 +26,7 @@ from riffd.config import (
     load_config,
     loads_config,
 )
+from riffd.config.load import advised_config
 from riffd.fsio import RetryPolicy
 from riffd.transcript.findings import DEFAULT_REPAIRS, FindingClass
 
@@ -646,3 +647,21 @@ def test_a_notify_command_that_does_not_split_into_words_is_refused(
         == EXIT_OK
     )
     assert load_config(isolated).notify.command == "notify-send 'riffd says'"
+
+
+def test_advice_names_the_config_file_unless_riffd_reads_it_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("RIFFD_CONFIG", raising=False)
+    assert advised_config(load_config()) is None  # no file at all
+    default = tmp_path / "xdg" / "riffd" / "config.toml"
+    default.parent.mkdir(parents=True)
+    default.write_text("")
+    assert advised_config(load_config()) is None
+    assert advised_config(load_config(default)) is None  # named, but the one read unasked
+    named = tmp_path / "elsewhere.toml"
+    named.write_text("")
+    assert advised_config(load_config(named)) == named
+    monkeypatch.setenv("RIFFD_CONFIG", str(named))
+    assert advised_config(load_config()) == named
