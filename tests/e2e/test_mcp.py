@@ -297,7 +297,8 @@ def test_session_health_names_the_finding_and_the_api_error(tmp_path: Path) -> N
     assert [finding["finding"] for finding in report["findings"]] == ["duplicate_tool_result"]
     assert "each tool_use must have a single result" in report["findings"][0]["api_error"]
     assert report["findings"][0]["riffd_repairs"] is True
-    assert report["repair_now"].startswith("riffd fix ")
+    server = shell_command(*riffd_command(config=home.config))  # (as Claude Code runs it)
+    assert report["repair_now"].startswith(f"{server} fix ")
 
 
 def test_the_repair_now_command_repairs_it_now(tmp_path: Path) -> None:
@@ -310,9 +311,14 @@ def test_the_repair_now_command_repairs_it_now(tmp_path: Path) -> None:
         _talk(home, lambda session: session.call_tool("session_health", {"session": DAMAGED}))
     )
     words = shlex.split(report["repair_now"])
-    assert words[:2] == ["riffd", "fix"], report
-    done = run_riffd(*words[1:], config=home.config, env=home.env)
-    assert done.returncode == 0 and path.read_bytes() != _duplicate_result(), done.stdout
+    assert words[: len(words) - 4] == riffd_command(config=home.config), report
+    assert words[-4:] == ["fix", "--quiet-period", "0", str(path)], report
+    # run as printed, by a shell with none of riffd's variables nor riffd on its PATH
+    shell = {name: value for name, value in home.env.items() if not name.startswith("RIFFD_")}
+    done = subprocess.run(
+        ["sh", "-c", report["repair_now"]], env=shell, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and path.read_bytes() != _duplicate_result(), done.stderr
     assert any("sure the session is closed" in note for note in report["notes"]), report
     # a Claude Code process has it open: nothing repairs it now
     path.write_bytes(_duplicate_result())

@@ -71,9 +71,10 @@ def session_health(memory: Memory, conversations: Conversations, session: str) -
     if live:
         notes.insert(0, f"The session is live ({why}): riffd repairs it only once it is idle.")
     needs = any(item.riffd_repairs for item in findings) and ref.path is not None
-    repair_now = shell_command("riffd", "fix", str(ref.path)) if needs else None
+    # (riffd as Claude Code runs the server, on the same state: Memory.riffd)
+    repair_now = f"{memory.riffd} {shell_command('fix', str(ref.path))}" if needs else None
     if needs and live:
-        repair_now = _repair_now_while_live(path, config, ref.session_id, notes)
+        repair_now = _repair_now_while_live(path, config, ref.session_id, notes, memory.riffd)
     return Health(
         ref.session_id,
         str(ref.path or ref.archived_path or path),
@@ -85,7 +86,7 @@ def session_health(memory: Memory, conversations: Conversations, session: str) -
 
 
 def _repair_now_while_live(
-    path: Path, config: Config, session_id: str, notes: list[str]
+    path: Path, config: Config, session_id: str, notes: list[str], riffd: str
 ) -> str | None:
     """What repairs a live session's transcript now, as `riffd fix` says it: nothing while a
     Claude Code process has it open; `riffd fix --quiet-period 0` when only the quiet period holds
@@ -99,4 +100,4 @@ def _repair_now_while_live(
         "Only the quiet period holds it: repair_now repairs it now, but run it only if you are "
         "sure the session is closed (not the one you are in)."
     )
-    return shell_command("riffd", "fix", "--quiet-period", "0", str(path))
+    return f"{riffd} {shell_command('fix', '--quiet-period', '0', str(path))}"
