@@ -166,9 +166,15 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
 
 def advised_config(config: Config) -> Path | None:
     """The file a command riffd advises names with `--config` to act on the same configuration:
-    the one `config` was read from, unless it is the default one (which riffd reads unasked)."""
+    the one `config` was read from, unless it is the default one (which riffd reads unasked) or is
+    not there (a file named and missing: riffd went on with the defaults, and a command naming it
+    would stop at it)."""
     source = config.source
-    if source is None or source.absolute() == default_config_path().absolute():
+    if (
+        source is None
+        or source.absolute() == default_config_path().absolute()
+        or not source.exists()
+    ):
         return None
     return source
 

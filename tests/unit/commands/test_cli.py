@@ -259,8 +259,8 @@ def test_backups_restore_notes_a_config_with_errors_once(
     missing = tmp_path / "not-there.toml"
     assert main(["--config", str(missing), "backups", "restore", backup_id]) == EXIT_ERROR
     assert (
-        f"riffd: note: {missing}: no such file; expected a riffd config file (`riffd config init` "
-        "writes one); using the default folders\n"
+        f"riffd: note: {missing}: no such file; expected a riffd config file (`riffd --config "
+        f"{missing} config init` writes one); using the default folders\n"
     ) in capsys.readouterr().err
 
 

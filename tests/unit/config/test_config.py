@@ -665,3 +665,6 @@ def test_advice_names_the_config_file_unless_riffd_reads_it_unasked(
     assert advised_config(load_config(named)) == named
     monkeypatch.setenv("RIFFD_CONFIG", str(named))
     assert advised_config(load_config()) == named
+    # named and missing: riffd goes on with the defaults, and so does the command it advises
+    missing = tmp_path / "missing.toml"
+    assert advised_config(loads_config("", source=missing)) is None

@@ -215,9 +215,11 @@ def test_riffd_report_and_status_without_a_daemon(
     # and its figures are said to be what it last saw, with when
     assert re.search(
         r"The files, findings, repairs and archive below are as the daemon last saw them, at "
-        r"\S+ \((6\d) s before this report\); `riffd scan` looks at the files as they are now\.",
+        r"\S+ \((6\d) s before this report\); `riffd --config (\S+) scan` looks at the files as "
+        r"they are now\.",
         out,
     ), out
+    assert f"`riffd --config {config} scan`" in out  # (the configuration this status read)
 
 
 def test_status_sees_a_lock_holder(tmp_path: Path) -> None:
