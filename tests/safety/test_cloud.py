@@ -23,7 +23,9 @@ import pytest
 from helpers import damage
 from helpers.fusefs import Mount, fuse_unavailable
 from helpers.run import run_riffd
-from riffd.fsio import FileSystem
+from riffd.archive.store import Archive
+from riffd.daemon.archive_batch import ArchiveBatches
+from riffd.fsio import REAL_FILES, FileSystem, RetryingFS, RetryPolicy
 from riffd.repair.outcomes import ApplyOptions, Failed, Repaired
 from riffd.repair.plan import RepairOptions
 from riffd.repair.planner import plan_file_repair
@@ -341,3 +343,33 @@ def test_an_ingest_counts_as_kept_only_the_files_the_archive_holds(
     assert counted is not None, result.stderr
     held, looked, added = map(int, counted.groups())
     assert held == added == looked - 1 >= 5, result.stderr
+
+
+def test_the_archive_is_checked_against_a_cloud_file_with_the_workers_retries(
+    mount: Mount, tmp_path: Path
+) -> None:
+    """The archive holds more of a file than the worker read (lines archived before a kill): it is
+    checked against the file before the worker's lines go on it, read with the worker's retry
+    policy. A cloud folder that fails the first three reads with EIO: the configured five tries
+    read it, and the lines go on now. Before, the check read it with the default three tries,
+    failed, and the lines waited for the catch-up."""
+    path = mount.mountpoint / "s.jsonl"
+    lines = [b'{"n":1}', b'{"n":2}', b'{"n":3}']
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    archive = Archive(tmp_path / "archive.db")
+    archive.add_lines(str(path), 0, lines[:2])
+    mount.faults({"ops": ["read"], "glob": "/s.jsonl", "errno": errno.EIO, "times": 3})
+    failures: list[str] = []
+    policy = RetryPolicy(attempts=5, first_wait=0.01, max_wait=0.01)
+    batches = ArchiveBatches(
+        0,
+        lambda: archive,
+        lambda _archive, _name, what, _exc: failures.append(what),
+        lambda: RetryingFS.of(REAL_FILES, policy),
+    )
+    batches.add(str(path), len(lines[0]) + 1, lines[1:], None)  # read from its second line
+    batches.flush_all()
+    assert failures == []
+    ((file_id, _path, _session),) = archive.files_of(str(path))
+    assert b"".join(archive.iter_file(file_id)) == path.read_bytes()
+    archive.close()

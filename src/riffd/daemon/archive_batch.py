@@ -25,6 +25,7 @@ from pathlib import Path
 from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.store import Archive, ArchiveGap, ArchiveMismatch, ArchiveMovedOn
+from riffd.fsio import REAL_FILES, FileSystem
 
 log = logging.getLogger("riffd.daemon.worker")  # the worker's own lines
 
@@ -130,9 +131,11 @@ class ArchiveBatches:
         delay: float,
         archive: Callable[[], Archive | None],
         failed: Callable[[Archive, str, str, Exception], object],
+        fs: Callable[[], FileSystem] = lambda: REAL_FILES,
     ) -> None:
         self.delay = delay
         self._archive, self._failed = archive, failed
+        self._fs = fs  # what the worker reads files through (its retries on cloud-sync errors)
         self._waiting: dict[str, Waiting] = {}
         # file -> the archive's cursor (generation, bytes) once checked against the file (`_start`)
         self._checked: dict[str, tuple[int, int]] = {}
@@ -184,7 +187,7 @@ class ArchiveBatches:
             if self._unchecked.get(name) == (generation, archived):
                 return None
             try:
-                added = ingest_file(archive, Path(name))
+                added = ingest_file(archive, Path(name), fs=self._fs())
                 self._checked[name] = archive.cursor(name)
             except ARCHIVE_ERRORS as exc:
                 self._unchecked[name] = (generation, archived)

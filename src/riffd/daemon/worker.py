@@ -86,7 +86,10 @@ class Worker:
         self._unkept_repeats: dict[str, dict[str, RedundantCall]] = {}
         # the lines appended to known files, waiting to go to the archive together
         self.batches = ArchiveBatches(
-            settings.archive_delay, lambda: self.archive, self.archive_errors.failed
+            settings.archive_delay,
+            lambda: self.archive,
+            self.archive_errors.failed,
+            lambda: self.fs,
         )
         # The repairs whose old file a writer still held (riffd.repair.handover): the scheduler
         # finishes them.
