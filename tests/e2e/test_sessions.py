@@ -449,7 +449,11 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     seen = tmp_path / "claude-ran"
     for name, body in (
         ("riffd", f'exec {sys.executable} -m riffd "$@"'),
-        ("claude", f'{{ pwd; echo "$@"; test -f "{folder}/$2.jsonl" && echo there; }} > "{seen}"'),
+        (
+            "claude",
+            f'{{ pwd; echo "$@"; echo "$CLAUDE_CONFIG_DIR"; test -f "{folder}/$2.jsonl" && echo there; }}'
+            f' > "{seen}"',
+        ),
     ):
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -460,7 +464,11 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     assert ran.returncode == 0, ran.stderr
     assert path.read_bytes() == original
     assert f"{agent} exists and differs from the archive's copy" in ran.stderr  # (exit 1)
-    assert seen.read_text().splitlines() == [str(app), f"--resume {SECOND}", "there"]
+    # (the configuration's Claude folder is not the shell's ~/.claude: the client is told it)
+    claude = tmp_path / "claude"
+    assert seen.read_text().splitlines() == [str(app), f"--resume {SECOND}", str(claude), "there"]
     # With the transcript back, the command is the resume alone
     again = run_riffd("archive", "search", "dark mode", "--json", config=config, env=env)
-    assert json.loads(again.stdout)[0]["go_back"] == f"cd {app} && claude --resume {SECOND}"
+    assert json.loads(again.stdout)[0]["go_back"] == (
+        f"cd {app} && CLAUDE_CONFIG_DIR={claude} claude --resume {SECOND}"
+    )

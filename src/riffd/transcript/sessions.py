@@ -13,7 +13,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from riffd.display import shell_command
+from riffd.claude_code.folders import claude_config_dir
+from riffd.display import shell_command, shell_word
 from riffd.transcript.reader import parse_line
 
 HEAD_LINES = 400  # the title and project are near the start; the rest of the file is not read
@@ -57,9 +58,24 @@ def resume_id(path: str | os.PathLike[str], session_id: str | None) -> str | Non
 
 def claude_resume(path: str | os.PathLike[str], session_id: str | None) -> str | None:
     """The `claude --resume <id>` that resumes the session of the transcript at `path` (None: no id
-    the client takes: see resume_id)."""
+    the client takes: see resume_id). When the transcript lies in another Claude Code folder than
+    the one this process sees (`CLAUDE_CONFIG_DIR`, else ~/.claude), the client is told it: it
+    looks for the session only in its own folder's projects."""
     resume = resume_id(path, session_id)
-    return shell_command("claude", "--resume", resume) if resume is not None else None
+    if resume is None:
+        return None
+    command = shell_command("claude", "--resume", resume)
+    folder = claude_folder_of(main_transcript(path, session_id))
+    if folder is not None and os.path.abspath(folder) != os.path.abspath(claude_config_dir()):
+        command = f"CLAUDE_CONFIG_DIR={shell_word(os.path.abspath(folder))} {command}"
+    return command
+
+
+def claude_folder_of(main: Path) -> Path | None:
+    """The Claude Code folder a main transcript lies in (`<folder>/projects/<project>/<id>.jsonl`),
+    or None when it lies elsewhere."""
+    projects = main.parent.parent
+    return projects.parent if projects.name == "projects" else None
 
 
 def go_back_command(
