@@ -103,6 +103,7 @@ def riffd_invocation(
     assignments = [
         f"{name}={shell_word(value)}"
         for name, value in (riffd_variables() if variables else {}).items()
+        if not (name == "RIFFD_CONFIG" and config is not None)  # (--config wins over it)
     ]
     return " ".join([*assignments, shell_command(*riffd_words(config, launcher=launcher))])
 

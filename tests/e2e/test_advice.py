@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import transcript_bytes
+from conftest import transcript_bytes, write_config
 from helpers import damage
 from helpers.daemon import Sandbox
 from helpers.run import riffd_env, run_riffd
@@ -322,3 +322,56 @@ def test_a_config_file_named_and_missing_advises_the_init_that_writes_it(tmp_pat
     )
     assert done.returncode == 0, done.stderr
     assert named.exists()
+
+
+def test_commands_advised_without_a_daemon_keep_the_configuration_given(tmp_path: Path) -> None:
+    """A configuration that is not the default file, given by --config or by $RIFFD_CONFIG: what
+    `scan`, `ack`, `status` and the archive commands advise names it, and a config file with
+    errors is checked by the `config validate` that names it. Run as printed (riffd on PATH, no
+    --config, no RIFFD_* variables), the scan's fix puts its backup in that configuration's backup
+    folder."""
+    config = write_config(tmp_path)
+    project = tmp_path / "claude" / "projects" / "-home-me-app"
+    project.mkdir(parents=True)
+    path = project / "abab0000-0000-4000-8000-000000000001.jsonl"
+    path.write_bytes(
+        b"".join(damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines)
+    )
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    riffd = shell_command("riffd", "--config", str(config))
+    home = {"HOME": str(tmp_path / "home")}  # (the default configuration and state: others)
+    by_flag = run_riffd("scan", "--json", str(path), config=config, env=home)
+    by_variable = run_riffd("scan", "--json", str(path), env={**home, "RIFFD_CONFIG": str(config)})
+    for scanned in (by_flag, by_variable):
+        suggestions = json.loads(scanned.stdout)["files"][0]["suggestions"]
+        assert any(f"`{riffd} fix {path}`" in advice for advice in suggestions), suggestions
+    (fix,) = {word for advice in suggestions for word in _advised(advice) if " fix " in word}
+    # ack: how to take it back
+    line = json.loads(by_flag.stdout)["files"][0]["findings"][0]["lines"][0]
+    acked = run_riffd("ack", f"{path}:{line}", config=config, env=home)
+    assert f"`{riffd} ack --undo FILE:LINE` takes it back" in acked.stderr, acked.stderr
+    ran = subprocess.run(
+        ["sh", "-c", fix], env=_riffd_on_path(tmp_path), capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert list((tmp_path / "state" / "backups").glob("*.gz"))
+    unfound = run_riffd("ack", f"{path}:1", config=config, env=home)  # (repaired: none left)
+    assert f"`{riffd} scan {path}` lists its findings" in unfound.stderr, unfound.stderr
+    # no state yet (another state folder), no archive yet
+    fresh = tmp_path / "fresh.toml"
+    fresh.write_text(f'state_dir = "{tmp_path / "fresh"}"\n')
+    status = run_riffd("status", config=fresh, env=home)
+    assert f"(`{shell_command('riffd', '--config', str(fresh))} run`" in status.stdout
+    searched = run_riffd("archive", "search", "x", config=fresh, env=home)
+    assert f"`{shell_command('riffd', '--config', str(fresh))} archive ingest`" in searched.stderr
+    # a config file with errors: the check named is of that file
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[repair]\nquiet_period = "x"\nmode = 3\n')
+    noted = run_riffd("scan", str(path), config=bad, env=home)
+    (validate,) = [word for word in _advised(noted.stderr) if word.endswith("config validate")]
+    assert shlex.split(validate) == ["riffd", "--config", str(bad), "config", "validate"]
+    checked = subprocess.run(
+        ["sh", "-c", validate], env=_riffd_on_path(tmp_path), capture_output=True, text=True
+    )
+    assert checked.returncode == 2 and "quiet_period" in checked.stdout + checked.stderr

@@ -543,7 +543,7 @@ def test_a_damaged_database_is_moved_aside_and_repairs_go_on(
     assert Path(moved).read_bytes() == before  # kept byte for byte, beside the new one
     if database == "archive.db":
         assert any(
-            moved in problem and "riffd archive recover" in problem
+            moved in problem and f"riffd --config {sandbox.config} archive recover" in problem
             for problem in report["problems"]
         )
     for command in (["status"], ["report"], ["archive", "stats"]):
@@ -680,7 +680,7 @@ def test_status_shows_what_the_daemon_did_seconds_ago_not_at_its_last_report(
         timeout=20,
     )
     assert f"needs attention: {path} line 6: malformed_line" in status.stdout, status.stdout
-    assert f"`riffd ack {path}:6` acknowledges it" in status.stdout
+    assert f"`riffd --config {sandbox.config} ack {path}:6` acknowledges it" in status.stdout
     assert sandbox.riffd("ack", f"{path}:6").returncode == 0
     status = sandbox.riffd("status")  # the acknowledgement counts at once
     assert status.returncode == 0, status.stdout

@@ -147,8 +147,11 @@ def test_everything_riffd_says_is_true_at_each_moment_of_a_daemons_life(
     if actions and time.time() < second.stat().st_mtime + QUIET - 1:
         action = actions[0]
         assert "riffd repairs it by itself at" in action, action
-        assert f"`riffd fix --quiet-period 0 {second}` repairs it now" in action
-        assert "now: `riffd fix" not in waiting.status.stdout
+        assert (
+            f"`riffd --config {sandbox.config} fix --quiet-period 0 {second}` repairs it now"
+            in action
+        )
+        assert "now: `riffd" not in waiting.status.stdout
         assert waiting.status.returncode == 1 and waiting.report["healthy"] is False
     in_browser(sandbox, "waiting")
 

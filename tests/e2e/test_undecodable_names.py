@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from conftest import transcript_bytes, write_config
 from helpers.daemon import Sandbox
 from helpers.run import riffd_env, run_riffd
-from riffd.display import KEY_MARK, display_path, key_path, path_key
+from riffd.display import KEY_MARK, display_path, key_path, path_key, shell_command
 
 FOLDER = os.fsdecode(b"-home-u-\xffproj")
 NAME = os.fsdecode(b"s\xfe\xff.jsonl")
@@ -151,13 +151,14 @@ def test_the_daemon_keeps_running_repairs_and_reports_such_a_file(sandbox: Sandb
     assert f"written to {sandbox.state / 'reports'}: latest.json, latest.md" in printed.stderr
     # The command the report advises names the real file: acknowledged through a real shell, it
     # counts no more.
-    advised = next(word for word in item["action"].split("`") if word.startswith("riffd ack "))
-    assert advised.startswith("riffd ack $'")
+    riffd = shell_command("riffd", "--config", str(sandbox.config))  # (the daemon's configuration)
+    advised = next(word for word in item["action"].split("`") if word.startswith(f"{riffd} ack "))
+    assert advised.startswith(f"{riffd} ack $'")
     shell = subprocess.run(
         [
             "bash",
             "-c",
-            advised.replace("riffd", f"{sys.executable} -m riffd --config {sandbox.config}", 1),
+            advised.replace("riffd", f"{sys.executable} -m riffd", 1),
         ],
         capture_output=True,
         text=True,

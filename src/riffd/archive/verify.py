@@ -137,9 +137,11 @@ class PackUser:
     latest: bool  # the file's latest generation (what `riffd archive restore` writes)
     exists: bool  # the transcript is still there
 
-    def advice(self, fixing: bool = False) -> str:
+    def advice(self, fixing: bool = False, riffd: str = "riffd") -> str:
         """What the user can do about it (`fixing`: `riffd archive verify --fix` is at it), in
-        words."""
+        words, the commands it names starting with `riffd` (riffd.display.riffd_invocation)."""
+        from riffd.display import shell_command
+
         which = f"generation {self.generation}" + (
             " (its latest)" if self.latest else " (an earlier one)"
         )
@@ -149,12 +151,14 @@ class PackUser:
             return f"{which}: the transcript still exists: " + (
                 "it is archived again as a new generation below"
                 if fixing
-                else f"`riffd archive verify --fix {self.path}` archives it again as a new generation"
+                else f"`{riffd} {shell_command('archive', 'verify', '--fix', self.path)}` archives "
+                "it again as a new generation"
             )
         return (
-            f"{which}: the transcript is gone, so these lines are lost from the archive; `riffd archive restore` "
-            f"refuses it rather than write part of it; `riffd backups list {self.session_id or self.path}` shows "
-            "riffd's own backups of it"
+            f"{which}: the transcript is gone, so these lines are lost from the archive; `riffd archive "
+            "restore` refuses it rather than write part of it; "
+            f"`{riffd} {shell_command('backups', 'list', self.session_id or self.path)}` shows riffd's "
+            "own backups of it"
         )
 
 

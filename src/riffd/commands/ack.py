@@ -11,7 +11,7 @@ from pathlib import Path
 
 from riffd.commands.arguments import Parser, UsageError
 from riffd.commands.config_loading import load_despite_errors
-from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json, riffd_advice
 from riffd.display import shell_command
 from riffd.transcript.acks import Ack, AckFileError, finding_key, load_acks, save_acks
 from riffd.transcript.findings import INFORMATIONAL
@@ -89,7 +89,8 @@ def run_ack(args: argparse.Namespace) -> int:
             ]
             if len(kept) == len(acks):
                 print(
-                    f"riffd: error: {path}:{line}: nothing acknowledged there (`riffd ack --list`)",
+                    f"riffd: error: {path}:{line}: nothing acknowledged there "
+                    f"(`{riffd_advice(args)} ack --list`)",
                     file=sys.stderr,
                 )
                 status = EXIT_ERROR
@@ -102,7 +103,7 @@ def run_ack(args: argparse.Namespace) -> int:
         if not found:
             print(
                 f"riffd: error: {path}:{line}: no finding names this line; "
-                f"`{shell_command('riffd', 'scan', path)}` lists its findings",
+                f"`{riffd_advice(args)} {shell_command('scan', path)}` lists its findings",
                 file=sys.stderr,
             )
             status = EXIT_ERROR
@@ -123,7 +124,8 @@ def run_ack(args: argparse.Namespace) -> int:
     saved = save_acks(config.state_dir, acks)
     if status == EXIT_OK and not args.undo:
         print(
-            f"riffd: kept in {saved}; it stays listed as acknowledged; `riffd ack --undo FILE:LINE` takes it back",
+            f"riffd: kept in {saved}; it stays listed as acknowledged; `{riffd_advice(args)} ack --undo "
+            "FILE:LINE` takes it back",
             file=sys.stderr,
         )
     return status

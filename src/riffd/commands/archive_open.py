@@ -18,6 +18,7 @@ from typing import Any
 from riffd.archive.schema import ARCHIVE_NAME, FORMAT, ArchiveError, needs_move
 from riffd.commands.advice import daemon_figures
 from riffd.commands.config_loading import load_or_report
+from riffd.commands.output import riffd_advice
 from riffd.database import DatabaseDamaged
 
 
@@ -61,8 +62,9 @@ def open_archive(args: argparse.Namespace, *, existing: bool = True) -> Any:
     args.loaded_config = config
     if existing and not args.archive_path.exists():
         print(
-            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`riffd run`) makes it "
-            "as it reads the sessions, or `riffd archive ingest` at once",
+            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`{riffd_advice(args)} "
+            f"run`) makes it as it reads the sessions, or `{riffd_advice(args)} archive ingest` at "
+            "once",
             file=sys.stderr,
         )
         return None

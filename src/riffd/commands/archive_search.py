@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.display import display_json, riffd_invocation
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, riffd_advice
+from riffd.display import display_json
 from riffd.transcript.sessions import (
     AmbiguousSession,
     claude_resume,
@@ -33,7 +33,7 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             print(f"riffd: error: --session {exc}", file=sys.stderr)
             return EXIT_ERROR
         session = named.pop() if len(named) == 1 else session_key(args.session)
-    riffd = riffd_invocation(getattr(args, "config", None))  # (its restore: the same configuration)
+    riffd = riffd_advice(args)  # (its restore: the same configuration)
     hits = archive.search(
         args.query,
         project=args.project,

@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from riffd.commands.arguments import transcript_targets
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
-from riffd.display import display_json, riffd_invocation, shell_command
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, riffd_advice
+from riffd.display import display_json, shell_command
 
 OUTCOMES = (
     "whole",
@@ -104,7 +104,9 @@ def _damage(archive: Any, args: argparse.Namespace, counts: dict[str, int]) -> t
             f"{len(users)} archived file generation(s), or pieces of them:"
         )
         for user in users:
-            print(f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix)}")
+            print(
+                f"    {user.path} (session {user.session_id or '-'}), {user.advice(args.fix, riffd_advice(args))}"
+            )
     for version, why in archive.versions.damaged():
         files += 1
         counts["damaged file"] = counts.get("damaged file", 0) + 1
@@ -241,4 +243,4 @@ def _whole_files(
 
 def _riffd(args: argparse.Namespace) -> str:
     """How the commands `verify` advises start: riffd on the same configuration."""
-    return riffd_invocation(getattr(args, "config", None))
+    return riffd_advice(args)

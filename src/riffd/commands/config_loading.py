@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from riffd.config import Config, ConfigError, config_path, load_config, loads_config
+from riffd.config.load import validate_command
 
 
 def print_errors(errors: Sequence[str]) -> None:
@@ -43,7 +44,7 @@ def config_for_folders(args: argparse.Namespace) -> Config:
         what = (  # one error said as it is (a file that is not there, above all), more counted
             exc.errors[0]
             if len(exc.errors) == 1
-            else f"{path} has {len(exc.errors)} errors (`riffd config validate` lists them)"
+            else f"{path} has {len(exc.errors)} errors (`{validate_command(path)}` lists them)"
         )
         print(f"riffd: note: {what}; using the default folders", file=sys.stderr)
         return loads_config("", source=path)
@@ -61,7 +62,7 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
         for error in exc.errors:
             print(f"riffd: config error: {error}", file=sys.stderr)
     print(
-        f"riffd: {path} cannot be used as it is (`riffd config validate` checks it); a running daemon keeps the "
+        f"riffd: {path} cannot be used as it is (`{validate_command(path)}` checks it); a running daemon keeps the "
         "configuration it loaded before; this looks at the folders the file names, else the defaults",
         file=sys.stderr,
     )

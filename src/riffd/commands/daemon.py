@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd.commands.config_loading import load_despite_errors
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json, riffd_advice
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
 from riffd.state.database import STATE_NAME
@@ -240,7 +240,8 @@ def run_report(args: argparse.Namespace) -> int:
     report = current.report
     if report is None:
         print(
-            f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`riffd run` makes it)",
+            f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`{riffd_advice(args)} "
+            "run` makes it)",
             file=sys.stderr,
         )
         return EXIT_ERROR
@@ -298,8 +299,8 @@ def run_status(args: argparse.Namespace) -> int:
     else:
         if pid is None and report is None:
             print(
-                f"riffd daemon: not running; no riffd state in {config.state_dir} yet (`riffd run`, or `riffd "
-                "service install`)"
+                f"riffd daemon: not running; no riffd state in {config.state_dir} yet "
+                f"(`{riffd_advice(args)} run`, or `{riffd_advice(args)} service install`)"
             )
             for problem in installed_hook_problems(config):
                 print(f"- {problem}")

@@ -24,8 +24,8 @@ import orjson
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.commands.arguments import transcript_targets
 from riffd.commands.config_loading import config_for_folders
-from riffd.commands.output import EXIT_ERROR, EXIT_OK
-from riffd.display import display_path, key_path, path_key, riffd_invocation
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, riffd_advice
+from riffd.display import display_path, key_path, path_key
 from riffd.fsio import REAL_FS, create_private, ensure_private_folder, retrying_call
 from riffd.transcript.detect import loaded_conversation
 from riffd.transcript.index import SIDECHAIN, TranscriptIndex
@@ -350,7 +350,7 @@ def run_export(args: Any) -> int:
     files, errors = transcript_targets(
         args.paths,
         archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME,
-        riffd=riffd_invocation(getattr(args, "config", None)),
+        riffd=riffd_advice(args),
     )
     if not files:  # nothing to export: no folder made, no summary of nothing
         for error in errors:

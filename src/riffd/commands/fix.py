@@ -39,9 +39,9 @@ from riffd.commands.output import (
     REPORT_SCHEMA,
     Progress,
     print_json,
+    riffd_advice,
 )
 from riffd.database import DatabaseDamaged
-from riffd.display import riffd_invocation
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
 from riffd.repair.handover import PENDING
@@ -122,7 +122,7 @@ def run_fix(args: argparse.Namespace) -> int:
         args.paths,
         args.project,
         archive_path=config.state_dir / ARCHIVE_NAME,
-        riffd=riffd_invocation(getattr(args, "config", None)),
+        riffd=riffd_advice(args),
     )
     backup_dir = args.backup_dir or config.backups.dir
     acks = acknowledged_in(config.state_dir)
@@ -192,7 +192,7 @@ def run_fix(args: argparse.Namespace) -> int:
     print_remaining(
         left,
         frozenset(map(str, config.repair.classes)),
-        riffd_invocation(getattr(args, "config", None)),
+        riffd_advice(args),
     )
     if errors:
         return EXIT_ERROR

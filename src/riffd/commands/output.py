@@ -159,8 +159,25 @@ def print_json(document: object) -> None:
     sys.stdout.write(display_json(document, orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def advised_config_file(args: argparse.Namespace) -> str | None:
+    """The config file a command riffd advises names with `--config`: the one this command was
+    given, by `--config` or by $RIFFD_CONFIG (the shell the advice runs in may not have it)."""
+    flag = getattr(args, "config", None)
+    if flag is not None:
+        return str(flag)
+    return os.environ.get("RIFFD_CONFIG", "").strip() or None
+
+
 def riffd_words(args: argparse.Namespace) -> list[str]:
-    """How a command riffd advises starts: riffd.display.riffd_words with the `--config` given."""
+    """How a command riffd advises starts: riffd.display.riffd_words with the configuration this
+    command runs on (`advised_config_file`)."""
     from riffd.display import riffd_words as words_for
 
-    return words_for(getattr(args, "config", None))
+    return words_for(advised_config_file(args))
+
+
+def riffd_advice(args: argparse.Namespace) -> str:
+    """`riffd_words` as the shell text a command riffd advises starts with."""
+    from riffd.display import riffd_invocation
+
+    return riffd_invocation(advised_config_file(args))

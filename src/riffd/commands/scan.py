@@ -27,9 +27,9 @@ from riffd.commands.output import (
     Progress,
     ctrl_c_or_ignored,
     print_json,
+    riffd_advice,
 )
 from riffd.config import RepairConfig
-from riffd.display import riffd_invocation
 from riffd.forking import usable_cpus
 from riffd.fsio import REAL_FILES, FileSystem, pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
@@ -101,19 +101,28 @@ def _is_live(path: Path, session_id: str | None) -> bool:
 
 
 def _scan_one(
-    path: Path, backup_dir: str, decoder_process: bool = False, fs: FileSystem = REAL_FILES
+    path: Path,
+    backup_dir: str,
+    riffd: str,
+    decoder_process: bool = False,
+    fs: FileSystem = REAL_FILES,
 ) -> FileReport:
     return scan_file(
-        path, fs=fs, backup_dir=backup_dir, is_live=_is_live, decoder_process=decoder_process
+        path,
+        fs=fs,
+        backup_dir=backup_dir,
+        is_live=_is_live,
+        decoder_process=decoder_process,
+        riffd=riffd,
     )
 
 
-def _scan_in_worker(path: Path, backup_dir: str) -> FileReport:
+def _scan_in_worker(path: Path, backup_dir: str, riffd: str) -> FileReport:
     """`_scan_one` in a worker process: its reads stop once the parent asks (`_StoppableFiles`)."""
-    return _scan_one(path, backup_dir, fs=_STOPPABLE)
+    return _scan_one(path, backup_dir, riffd, fs=_STOPPABLE)
 
 
-def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]:
+def _reports(files: list[Path], backup_dir: Path, jobs: int, riffd: str) -> list[FileReport]:
     """Every file's report, in the order of `files`: scanned in up to `jobs` worker processes when
     the run is big enough to gain from them, else here."""
     progress = Progress(len(files))
@@ -122,13 +131,13 @@ def _reports(files: list[Path], backup_dir: Path, jobs: int) -> list[FileReport]
         sizes = [_size(path) for path in files] if jobs > 1 and len(files) > 1 else []
         if sum(sizes) >= PARALLEL_MIN_MB * 1_000_000:
             _scan_in_workers(
-                files, sizes, str(backup_dir), min(jobs, len(files)), reports, progress
+                files, sizes, str(backup_dir), riffd, min(jobs, len(files)), reports, progress
             )
         # every file here when serial; the rest if a worker died
         for number, path in enumerate(files):
             if reports[number] is None:
                 report = reports[number] = _scan_one(
-                    path, str(backup_dir), decoder_process=jobs > 1
+                    path, str(backup_dir), riffd, decoder_process=jobs > 1
                 )
                 progress.step(int(report.metrics.get("bytes", 0)))
     finally:
@@ -147,6 +156,7 @@ def _scan_in_workers(
     files: list[Path],
     sizes: list[int],
     backup_dir: str,
+    riffd: str,
     jobs: int,
     reports: list[FileReport | None],
     progress: Progress,
@@ -203,7 +213,7 @@ def _scan_in_workers(
         try:
             executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init)
             pending: dict[Future[FileReport], int] = {
-                executor.submit(_scan_in_worker, files[number], backup_dir): number
+                executor.submit(_scan_in_worker, files[number], backup_dir, riffd): number
                 for number in order
             }
         finally:
@@ -311,9 +321,9 @@ def run_scan(args: argparse.Namespace) -> int:
         args.paths,
         args.project,
         archive_path=config.state_dir / ARCHIVE_NAME,
-        riffd=riffd_invocation(getattr(args, "config", None)),
+        riffd=riffd_advice(args),
     )
-    reports = _reports(files, config.backups.dir, args.jobs or default_jobs())
+    reports = _reports(files, config.backups.dir, args.jobs or default_jobs(), riffd_advice(args))
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
     acks = acknowledged_in(config.state_dir)

@@ -21,9 +21,9 @@ from riffd.claude_code.projects import find_project_folders
 from riffd.claude_code.session_files import config_folders
 from riffd.commands.arguments import Parser
 from riffd.commands.config_loading import config_for_folders
-from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json, riffd_advice
 from riffd.database import DatabaseDamaged
-from riffd.display import riffd_invocation, shell_command
+from riffd.display import shell_command
 from riffd.state.database import STATE_NAME
 from riffd.state.store import StateStore
 from riffd.transcript.acks import acknowledged_in
@@ -88,7 +88,7 @@ def run_sessions(args: argparse.Namespace) -> int:
     )
     configs = config_folders(config.roots, config.claude_dir)
     rows = (
-        _deleted(view, args.project, riffd_invocation(getattr(args, "config", None)))
+        _deleted(view, args.project, riffd_advice(args))
         if args.deleted and view is not None
         else _on_disk(
             session_files(folders, unfollowed),
@@ -117,7 +117,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         if args.deleted:
             print(
                 "    deleted; "
-                f"`{riffd_invocation(getattr(args, 'config', None))} "
+                f"`{riffd_advice(args)} "
                 f"{shell_command('archive', 'restore', unique_prefix(row['session_id'], archived))}`"
                 f" brings it back to {row['path']}"
             )

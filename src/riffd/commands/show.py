@@ -41,8 +41,7 @@ from riffd.archive.schema import ARCHIVE_NAME
 from riffd.claude_code.folders import default_roots
 from riffd.commands.arguments import archived_hint
 from riffd.commands.config_loading import config_for_folders
-from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json
-from riffd.display import riffd_invocation
+from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json, riffd_advice
 from riffd.tracker.tracker import redundant_calls_in
 from riffd.transcript.conversation import Conversation, conversation_of
 from riffd.transcript.scan import ScannedFile, index_file
@@ -88,7 +87,7 @@ def run_show(args: argparse.Namespace) -> int:
         hint = archived_hint(
             args.target,
             config_for_folders(args).state_dir / ARCHIVE_NAME,
-            riffd_invocation(getattr(args, "config", None)),
+            riffd_advice(args),
         )
         print(f"riffd: error: {exc}{hint}", file=sys.stderr)
         return EXIT_ERROR

@@ -179,6 +179,15 @@ def advised_config(config: Config) -> Path | None:
     return source
 
 
+def validate_command(path: Path) -> str:
+    """The command that checks the config file at `path` (`riffd config validate`, naming it unless
+    it is the default file)."""
+    from riffd.display import riffd_invocation
+
+    named = None if path.absolute() == default_config_path().absolute() else path
+    return f"{riffd_invocation(named)} config validate"
+
+
 def config_path(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path:
     """Return the config file in use: `flag` (--config), else $RIFFD_CONFIG, else
     default_config_path()."""

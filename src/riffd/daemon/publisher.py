@@ -211,7 +211,9 @@ class Publisher:
                 config.backups.dir,
                 snapshot,
                 hooks,
-                riffd_invocation(advised_config(config)),
+                # (the daemon's variables too: its reports are read in a shell that may lack them,
+                # a service's above all)
+                riffd_invocation(advised_config(config), variables=True),
             )
             try:
                 store.record_history(history_point(report), time.time())

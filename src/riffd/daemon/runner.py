@@ -27,6 +27,7 @@ from riffd import logs
 from riffd.archive.schema import ARCHIVE_NAME
 from riffd.archive.store import Archive
 from riffd.config import ConfigError, config_path, file_stamp, load_config
+from riffd.config.load import validate_command
 from riffd.daemon.alerts import Alerts
 from riffd.daemon.archive_batch import ArchiveBatches
 from riffd.daemon.archiving import ArchiveSlot
@@ -341,7 +342,7 @@ class Daemon:
             self.counters.last_reload = {"time": time.time(), "ok": False, "errors": exc.errors}
             self.counters.error(
                 f"{RELOAD_FAILED}: {exc}",
-                "fix the file; `riffd config validate` checks it",
+                f"fix the file; `{validate_command(config_path(self.config_flag))}` checks it",
                 about=RELOAD_FAILED,
             )
             self.notifier.ready(self._status_line())

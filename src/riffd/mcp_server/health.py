@@ -32,7 +32,12 @@ def session_health(memory: Memory, conversations: Conversations, session: str) -
         if ref.path is not None
         else (False, "")
     )
-    report = scan_file(path, backup_dir=str(config.backups.dir), is_live=lambda _p, _s: live)
+    report = scan_file(
+        path,
+        backup_dir=str(config.backups.dir),
+        is_live=lambda _p, _s: live,
+        riffd=memory.riffd,
+    )
     if report.error is not None:
         raise ToolProblem(f"Session {ref.session_id} cannot be checked: {report.error}.")
     daemon = running_pid(config.state_dir) is not None

@@ -61,7 +61,7 @@ def search(
         hits = archive.search(query, project=project, session=session_id, since=after, limit=limit)
     except (sqlite3.Error, PackDamaged) as exc:
         memory.forget_archive()
-        raise archive_problem(memory.archive_path, exc) from exc
+        raise archive_problem(memory.archive_path, exc, memory.riffd) from exc
     results = []
     for hit in hits:
         exists = transcript_exists(hit.path)
@@ -96,7 +96,7 @@ def list_sessions(
         if deleted and isinstance(exc, ToolProblem):
             raise
         if deleted:
-            raise archive_problem(memory.archive_path, exc) from exc
+            raise archive_problem(memory.archive_path, exc, memory.riffd) from exc
         archived = []  # the sessions on disk are listed all the same, as not archived
     if deleted:
         memory.archive()  # (without an archive: says there is none)

@@ -74,13 +74,13 @@ class Memory:
 
         if not self.archive_path.exists():
             raise ToolProblem(
-                f"There is no archive at {self.archive_path} yet: the riffd daemon (`riffd run`) or "
-                "`riffd archive ingest` makes it."
+                f"There is no archive at {self.archive_path} yet: the riffd daemon (`{self.riffd} "
+                f"run`) or `{self.riffd} archive ingest` makes it."
             )
         try:
             self._archive = Archive(self.archive_path, read_only=True, lock_timeout=5.0)
         except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError) as exc:
-            raise archive_problem(self.archive_path, exc) from exc
+            raise archive_problem(self.archive_path, exc, self.riffd) from exc
         return self._archive
 
     def forget_archive(self) -> None:
@@ -127,7 +127,9 @@ class Memory:
         except (ToolProblem, sqlite3.Error, PackDamaged) as exc:  # the sessions on disk still count
             self.forget_archive()
             trouble = (
-                exc if isinstance(exc, ToolProblem) else archive_problem(self.archive_path, exc)
+                exc
+                if isinstance(exc, ToolProblem)
+                else archive_problem(self.archive_path, exc, self.riffd)
             )
             archived = {}
         paths: dict[str, Path] = {}
@@ -176,7 +178,7 @@ class Memory:
         return SessionRef(newest.stem, newest, held)
 
 
-def archive_problem(path: Path, exc: BaseException) -> ToolProblem:
+def archive_problem(path: Path, exc: BaseException, riffd: str = "riffd") -> ToolProblem:
     """The one sentence for an archive that cannot be read now: busy (try again) or damaged/other
     (what helps)."""
     if isinstance(exc, sqlite3.Error) and is_busy_error(exc):
@@ -185,8 +187,8 @@ def archive_problem(path: Path, exc: BaseException) -> ToolProblem:
             "moment."
         )
     return ToolProblem(
-        f"The archive at {path} cannot be read ({exc}); `riffd archive verify` says what is wrong "
-        "and what helps."
+        f"The archive at {path} cannot be read ({exc}); `{riffd} archive verify` says what is "
+        "wrong and what helps."
     )
 
 

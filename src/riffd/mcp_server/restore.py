@@ -42,7 +42,7 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
         )
     except (sqlite3.Error, PackDamaged) as exc:
         memory.forget_archive()
-        raise archive_problem(memory.archive_path, exc) from exc
+        raise archive_problem(memory.archive_path, exc, memory.riffd) from exc
     folders = {config.claude_dir}
     for _id, path, _session in files:
         folders.update(claude_dirs_for(Path(path), config.claude_dir, config.roots))
@@ -56,7 +56,7 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
         run = restore_session_files(archive, ref.session_id, config)
     except (sqlite3.Error, PackDamaged) as exc:
         memory.forget_archive()
-        raise archive_problem(memory.archive_path, exc) from exc
+        raise archive_problem(memory.archive_path, exc, memory.riffd) from exc
     errors = run.errors()
     if run.exit_code == EXIT_ERROR:
         raise ToolProblem(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir
 from riffd.claude_code.liveness import claude_dirs_for
+from riffd.display import shell_command
 from riffd.fsio import (
     DEFAULT_RETRY,
     REAL_FILES,
@@ -65,7 +66,7 @@ def symlink_detail(path: Path) -> str:
         return f"{path}: it is a symlink; riffd never rewrites a link: repair the file it points to instead"
     return (
         f"{path}: it is a symlink to {target}; riffd never rewrites a link: repair the file it points to "
-        f"instead (`riffd fix {target}`)"
+        f"instead (`{shell_command('riffd', 'fix', target)}`)"
     )
 
 

@@ -93,7 +93,7 @@ def render_page(
         f"<tr><td>{escape(_local(item.time))}</td><td><code>{escape(item.path)}</code></td>"
         f"<td>{escape(item.outcome + (': ' + item.reason if item.reason else ''))}</td>"
         f"<td>{escape(', '.join(f'{name} {count}' for name, count in item.fixes.items()) or '-')}</td>"
-        f"<td>{_backup(item.backup_id)}</td></tr>"
+        f"<td>{_backup(item.backup_id, report.riffd)}</td></tr>"
         for item in repairs
     )
     state = "stopped" if not daemon.running else "starting" if daemon.starting else "running"
@@ -178,8 +178,8 @@ def _commands(action: str) -> str:
     )
 
 
-def _backup(backup_id: str | None) -> str:
+def _backup(backup_id: str | None, riffd: str) -> str:
     if not backup_id:
         return "-"
-    restore = shell_command("riffd", "backups", "restore", backup_id)
+    restore = f"{riffd} {shell_command('backups', 'restore', backup_id)}"
     return f"<code>{escape(backup_id)}</code><br><code>{escape(restore)}</code>"

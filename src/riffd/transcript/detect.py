@@ -376,13 +376,13 @@ def oom_finding(index: TranscriptIndex, tool_id: str) -> Finding:
 
 
 def suggestions(
-    path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str
+    path: str, findings: list[Finding], metrics: FileMetrics, backup_dir: str, riffd: str = "riffd"
 ) -> list[str]:
     """Given a file's findings, return plain-words advice for the user (empty when nothing
-    helps)."""
+    helps), the commands it names starting with `riffd` (riffd.display.riffd_invocation)."""
     counts = Counter(finding.cls for finding in findings)
     advice: list[str] = []
-    fix = shell_command("riffd", "fix", path)
+    fix = f"{riffd} {shell_command('fix', path)}"
     duplicates = (
         counts[FindingClass.DUPLICATE_TOOL_RESULT] + counts[FindingClass.DUPLICATE_TOOL_USE]
     )
@@ -399,8 +399,8 @@ def suggestions(
     if metrics.blocks_invalid >= 5 or counts[FindingClass.MALFORMED_LINE] >= 5:
         advice.append(
             "many invalid blocks or lines: the file may be damaged beyond pairing; check it with "
-            f"`{shell_command('riffd', 'scan', '--json', path)}`, and compare with the backups in {backup_dir} "
-            "(`riffd backups list`)"
+            f"`{riffd} {shell_command('scan', '--json', path)}`, and compare with the backups in "
+            f"{backup_dir} (`{riffd} backups list`)"
         )
     if counts[FindingClass.TORN_TAIL]:
         advice.append(

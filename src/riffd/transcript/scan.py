@@ -143,11 +143,13 @@ def scan_file(
     backup_dir: str = "",
     is_live: Callable[[Path, str | None], bool] | None = None,
     decoder_process: bool = False,
+    riffd: str = "riffd",
 ) -> FileReport:
     """Scan one transcript and return its report; read errors become the report's `error`, not
     exceptions. `is_live(path, session_id)` says whether its session is live: unanswered tool calls
     of its latest turn are then pending, not missing (without it, they are missing).
-    `decoder_process` and `fs`: see index_file."""
+    `decoder_process` and `fs`: see index_file; `riffd`: the words the commands its suggestions
+    advise start with (riffd.display.riffd_invocation)."""
     fs = retrying(fs)
     try:
         scanned = index_file(path, fs=fs, decoder_process=decoder_process)
@@ -166,7 +168,7 @@ def scan_file(
     except OSError as exc:
         return FileReport(str(path), error=_describe_error(path, exc))
     advice = (
-        suggestions(str(path), findings, index.metrics, backup_dir)
+        suggestions(str(path), findings, index.metrics, backup_dir, riffd)
         if not doubt
         else [f"riffd does not edit this file: it is {NOT_A_TRANSCRIPT} ({doubt})"]
     )

@@ -114,7 +114,7 @@ def test_riffd_report_draws_the_stored_history_and_repairs(tmp_path: Path) -> No
     assert main(["--config", str(config), "report"]) == 1  # open findings, and no daemon runs
     html = (tmp_path / "state" / "reports" / "latest.html").read_text()
     assert html.count("<figure>") == 4 and html.count("<polyline") >= 6
-    assert "riffd backups restore 20261124T010000-abc123" in html
+    assert f"riffd --config {config} backups restore 20261124T010000-abc123" in html
 
 
 class CountingProxy:
