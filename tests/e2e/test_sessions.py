@@ -472,3 +472,22 @@ def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: P
     assert json.loads(again.stdout)[0]["go_back"] == (
         f"cd {app} && CLAUDE_CONFIG_DIR={claude} claude --resume {SECOND}"
     )
+
+
+def test_session_ids_are_looked_up_under_the_configurations_roots(tmp_path: Path) -> None:
+    """A configuration whose roots are not Claude Code's own folder (here the shell has no
+    CLAUDE_CONFIG_DIR, and ~/.claude is empty): `show`, `scan`, `fix` and `export` find a session by
+    its id prefix there, and `scan` alone scans those roots, as `sessions` and the daemon do."""
+    _app, folder = setup(tmp_path)
+    config = write_config(tmp_path)
+    env = {"HOME": str(tmp_path / "home")}
+    shown = run_riffd("show", FIRST[:8], "--format", "json", config=config, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["sessions"][0]["path"] == str(folder / f"{FIRST}.jsonl")
+    for command in ("scan", "fix"):
+        found = run_riffd(command, SECOND[:8], config=config, env=env)
+        assert found.returncode == 0, (command, found.stderr)
+    exported = run_riffd("export", THIRD[:8], "--to", str(tmp_path / "out"), config=config, env=env)
+    assert exported.returncode == 0, exported.stderr
+    everything = run_riffd("scan", config=config, env=env)
+    assert everything.returncode == 0 and "scanned 3 file(s)" in everything.stderr, everything

@@ -40,7 +40,7 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
 
     given: list[SessionFile] = []
     if args.paths:
-        files, errors = transcript_targets(args.paths)
+        files, errors = transcript_targets(args.paths, roots=args.roots)
         files, given = split_given(files, args, errors)
     else:  # the configured roots, and only those (not Claude Code's folder, which a config's roots replace)
         files, errors = files_under(args.roots)

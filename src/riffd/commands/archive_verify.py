@@ -34,7 +34,7 @@ def run_verify(args: argparse.Namespace, archive: Any) -> int:
     from riffd.archive.ingest import archive_key
 
     if args.paths:
-        files, errors = transcript_targets(args.paths)
+        files, errors = transcript_targets(args.paths, roots=args.roots)
     else:
         files, errors = (
             [Path(name) for _file_id, name in archive.files() if os.path.exists(name)],

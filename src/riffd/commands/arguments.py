@@ -119,30 +119,34 @@ def transcript_targets(
     *,
     archive_path: Path | None = None,
     riffd: str = "riffd",
+    roots: Sequence[Path] | None = None,
 ) -> tuple[list[Path], list[str]]:
-    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (default
-    roots when both are empty) and errors for bad paths (a session the archive at `archive_path`
-    holds, but no project folder, says so, with the restore that starts with `riffd`)."""
+    """Return the transcript files named by `paths` and the `projects`' Claude Code folders (the
+    `roots` when both are empty) and errors for bad paths (a session the archive at
+    `archive_path` holds, but no project folder, says so, with the restore that starts with
+    `riffd`). Session ids, prefixes and project paths are looked up under `roots`: the
+    configuration's (default: Claude Code's own, riffd.claude_code.folders.default_roots)."""
     from riffd.claude_code.folders import default_roots
     from riffd.claude_code.walk import iter_transcripts
     from riffd.transcript.targets import resolve_target
 
+    roots = list(roots) if roots is not None else default_roots()
     errors: list[str] = []
     files: list[Path] = []
     for project in projects:
         try:
-            files.extend(resolve_target(project, default_roots()))
+            files.extend(resolve_target(project, roots))
         except FileNotFoundError as exc:
             errors.append(str(exc))
     if not paths and not projects:
-        roots = [root for root in default_roots() if root.is_dir()]
-        if not roots:
+        there = [root for root in roots if root.is_dir()]
+        if not there:
             print(
-                f"riffd: no Claude Code transcripts here: {default_roots()[0]} does not exist "
-                "(set CLAUDE_CONFIG_DIR, or pass a file or folder)",
+                f"riffd: no Claude Code transcripts here: {roots[0] if roots else 'no root'} does "
+                "not exist (set CLAUDE_CONFIG_DIR or the config's roots, or pass a file or folder)",
                 file=sys.stderr,
             )
-        paths = roots
+        paths = there
 
     def unlistable(exc: OSError) -> None:
         errors.append(
@@ -154,7 +158,7 @@ def transcript_targets(
         # a session id, a unique prefix of one, or `latest`
         if not path.exists() and os.sep not in str(path):
             try:
-                files.extend(resolve_target(str(path), default_roots()))
+                files.extend(resolve_target(str(path), roots))
             except FileNotFoundError as exc:
                 errors.append(
                     f"{exc}; nor is it a file or folder"

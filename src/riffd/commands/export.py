@@ -347,10 +347,12 @@ def run_export(args: Any) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
+    config = config_for_folders(args)
     files, errors = transcript_targets(
         args.paths,
-        archive_path=config_for_folders(args).state_dir / ARCHIVE_NAME,
+        archive_path=config.state_dir / ARCHIVE_NAME,
         riffd=riffd_advice(args),
+        roots=config.roots,
     )
     if not files:  # nothing to export: no folder made, no summary of nothing
         for error in errors:

@@ -123,6 +123,7 @@ def run_fix(args: argparse.Namespace) -> int:
         args.project,
         archive_path=config.state_dir / ARCHIVE_NAME,
         riffd=riffd_advice(args),
+        roots=config.roots,
     )
     backup_dir = args.backup_dir or config.backups.dir
     acks = acknowledged_in(config.state_dir)

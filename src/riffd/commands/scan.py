@@ -322,6 +322,7 @@ def run_scan(args: argparse.Namespace) -> int:
         args.project,
         archive_path=config.state_dir / ARCHIVE_NAME,
         riffd=riffd_advice(args),
+        roots=config.roots,
     )
     reports = _reports(files, config.backups.dir, args.jobs or default_jobs(), riffd_advice(args))
     errors += [report.error for report in reports if report.error]

@@ -38,7 +38,6 @@ from typing import Any
 
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
-from riffd.claude_code.folders import default_roots
 from riffd.commands.arguments import archived_hint
 from riffd.commands.config_loading import config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_OK, print_json, riffd_advice
@@ -81,14 +80,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """`riffd show`: print each session's structure; exit 0, or 2 when a target cannot be found or
     read."""
-    try:
-        files = resolve_target(args.target, default_roots(), subagents=False)
+    config = config_for_folders(args)
+    try:  # (a session id, a prefix or `latest`: under the configuration's roots)
+        files = resolve_target(args.target, config.roots, subagents=False)
     except FileNotFoundError as exc:
-        hint = archived_hint(
-            args.target,
-            config_for_folders(args).state_dir / ARCHIVE_NAME,
-            riffd_advice(args),
-        )
+        hint = archived_hint(args.target, config.state_dir / ARCHIVE_NAME, riffd_advice(args))
         print(f"riffd: error: {exc}{hint}", file=sys.stderr)
         return EXIT_ERROR
     sessions: list[dict[str, Any]] = []
