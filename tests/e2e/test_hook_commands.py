@@ -400,3 +400,35 @@ def test_install_into_a_project_folder_that_does_not_exist_is_refused(tmp_path: 
     assert result.returncode == 2
     assert f"--project {missing}: no such folder" in result.stderr
     assert not missing.exists()
+
+
+def test_a_broken_user_hook_in_the_configurations_claude_folder_is_mended_there(
+    tmp_path: Path,
+) -> None:
+    """The configuration names a Claude Code folder that is not the shell's (claude_dir): a broken
+    hook in its user settings.json is that folder's user hook, not a project's. The command status
+    advises, run as printed in a shell without CLAUDE_CONFIG_DIR, writes a command that runs into
+    that same file, and leaves no project settings behind. Before, it advised `hook uninstall
+    --project FOLDER && hook install --project FOLDER`, which moved the hooks into a
+    settings.local.json no session reads."""
+    claude = tmp_path / "alt" / ".claude"
+    settings = claude / "settings.json"
+    settings_with(settings, "/gone/bin/riffd hook pre-tool-use")
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{claude}"\n')
+    home = {"HOME": str(tmp_path / "home")}
+    status = run_riffd("status", config=config, env=home, cwd=tmp_path)
+    (advised,) = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
+    done = subprocess.run(
+        ["/bin/sh", "-c", advised],
+        env=riffd_env(**home, PATH="/usr/bin:/bin"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not (claude / "settings.local.json").exists()
+    status = run_riffd("status", config=config, env=home, cwd=tmp_path)
+    assert "does not run" not in status.stdout, status.stdout
+    assert "hook pre-tool-use" in settings.read_text()

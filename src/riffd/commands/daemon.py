@@ -193,15 +193,15 @@ def current_report(config: Config, *, page: bool = False) -> CurrentReport:
 def installed_hook_problems(config: Config) -> tuple[str, ...]:
     """The riffd hooks that do not run, in the user's Claude Code settings and in the current
     folder's project settings (`riffd.hooks.checking`)."""
+    from riffd.config.load import advised_config
     from riffd.hooks.checking import hook_problems
 
     project = Path.cwd() / ".claude"
+    user = config.claude_dir / "settings.json"
     return hook_problems(
-        [
-            config.claude_dir / "settings.json",
-            project / "settings.local.json",
-            project / "settings.json",
-        ]
+        [user, project / "settings.local.json", project / "settings.json"],
+        user_settings=user,
+        config=advised_config(config),
     )
 
 

@@ -177,7 +177,9 @@ class Publisher:
             return
         counters.resolved("reports")
 
-    def _hook_problems(self, claude_dir: Path, stopping: bool) -> tuple[str, ...]:
+    def _hook_problems(
+        self, claude_dir: Path, stopping: bool, config: Path | None
+    ) -> tuple[str, ...]:
         """The installed hooks that do not run, checked at most every HOOK_RECHECK_SECONDS, and not
         again while stopping: a hook that hangs costs its timeout once, not at every report nor at
         the shutdown. The service's PATH is not Claude Code's: only hooks named by their path run."""
@@ -185,7 +187,8 @@ class Publisher:
         if problems is None or (
             not stopping and time.monotonic() - checked_at >= HOOK_RECHECK_SECONDS
         ):
-            problems = hook_problems([claude_dir / "settings.json"], by_path=False)
+            user = claude_dir / "settings.json"
+            problems = hook_problems([user], by_path=False, user_settings=user, config=config)
             self._hooks = (time.monotonic(), problems)
         return problems
 
@@ -205,7 +208,7 @@ class Publisher:
                 store_snapshot(store, snapshot)
             except sqlite3.Error as exc:
                 self._unstored(config, exc)
-            hooks = self._hook_problems(config.claude_dir, now.stopping)
+            hooks = self._hook_problems(config.claude_dir, now.stopping, advised_config(config))
             report = build_report(
                 store,
                 config.backups.dir,

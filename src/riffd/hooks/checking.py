@@ -188,16 +188,28 @@ def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
     )
 
 
-def mending_command(settings: Path) -> str:
+def mending_command(
+    settings: Path, user_settings: Path | None = None, config: Path | None = None
+) -> str:
     """The command that writes riffd's hooks into `settings` again, with a command that runs (this
-    riffd by its path: it may not be on PATH, which is often why a hook broke): `riffd hook install`, with `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its
-    shared `settings.json` (where an older riffd wrote them, and install no longer does), `hook
-    uninstall --project DIR` first, which takes them out of it."""
+    riffd by its path: it may not be on PATH, which is often why a hook broke, on the configuration
+    file `config` when one is named): `riffd hook install` for the user's settings (`user_settings`,
+    default Claude Code's folder's; in another folder, with `CLAUDE_CONFIG_DIR` naming it), with
+    `--project DIR` for a project's `DIR/.claude/settings.local.json`; for its shared
+    `settings.json` (where an older riffd wrote them, and install no longer does), `hook uninstall
+    --project DIR` first, which takes them out of it."""
     from riffd.claude_code.settings import user_settings_path
-    from riffd.display import riffd_launcher, shell_command
+    from riffd.display import riffd_words, shell_command, shell_word
 
-    riffd = riffd_launcher()  # the riffd that runs now: `riffd` may not be on PATH
-    if settings.absolute() == user_settings_path().absolute() or settings.parent.name != ".claude":
+    # the riffd that runs now: `riffd` may not be on PATH
+    riffd = riffd_words(config, launcher=True)
+    user = (user_settings or user_settings_path()).absolute()
+    if settings.absolute() == user:
+        install = shell_command(*riffd, "hook", "install")
+        if user == user_settings_path().absolute():
+            return install
+        return f"CLAUDE_CONFIG_DIR={shell_word(str(user.parent))} {install}"
+    if settings.parent.name != ".claude":
         return shell_command(*riffd, "hook", "install")
     install = shell_command(*riffd, "hook", "install", "--project", settings.parent.parent)
     if settings.name != "settings.json":
@@ -206,10 +218,15 @@ def mending_command(settings: Path) -> str:
     return f"{uninstall} && {install}"
 
 
-def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...]:
+def hook_problems(
+    paths: Sequence[Path],
+    by_path: bool = True,
+    user_settings: Path | None = None,
+    config: Path | None = None,
+) -> tuple[str, ...]:
     """Each riffd hook in the settings files `paths` that does not run, as a problem naming the
     file, the command, what went wrong and the command that mends it (`by_path`: see
-    check_settings)."""
+    check_settings; `user_settings` and `config`: see mending_command)."""
     problems = []
     seen: set[Path] = set()
     for path in paths:
@@ -222,6 +239,6 @@ def hook_problems(paths: Sequence[Path], by_path: bool = True) -> tuple[str, ...
             problems.append(
                 f"the {check.event} hook in {path} does not run (`{check.command}`: "
                 f"{check.problem}): Claude Code shows nothing and the hook does nothing; "
-                f"`{mending_command(path)}` writes a command that runs"
+                f"`{mending_command(path, user_settings, config)}` writes a command that runs"
             )
     return tuple(problems)
