@@ -119,16 +119,17 @@ def test_verify_names_the_damaged_pack_with_its_sessions_and_fix_archives_what_s
     found = _riffd(tmp_path, "archive", "verify")
     assert found.returncode == 1, found.stderr
     lines = found.stdout.splitlines()
+    riffd = f"riffd --config {tmp_path / 'config.toml'}"  # (the configuration verify ran on)
     assert lines[0].startswith(
         "pack 1 of the archive is damaged: pack 1 of the archive cannot be read ("
     )
     assert lines[0].endswith("it holds lines of 2 archived file generation(s), or pieces of them:")
     assert lines[1:3] == [
-        f"    {kept} (session {REAL.stem}), generation 0 (its latest): the transcript still exists: `riffd archive "
-        f"verify --fix {kept}` archives it again as a new generation",
+        f"    {kept} (session {REAL.stem}), generation 0 (its latest): the transcript still exists: `{riffd} "
+        f"archive verify --fix {kept}` archives it again as a new generation",
         f"    {gone} (session {SMALL_SESSION}), generation 0 (its latest): the transcript is gone, so "
         f"these lines are lost from the archive; `riffd archive restore` refuses it rather than write part of it; "
-        f"`riffd backups list {SMALL_SESSION}` shows riffd's own backups of it",
+        f"`{riffd} backups list {SMALL_SESSION}` shows riffd's own backups of it",
     ]
     assert lines[3].startswith(
         f"{kept}: the archive differs from the file: the archive cannot give its lines as "

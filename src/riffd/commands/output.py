@@ -161,11 +161,12 @@ def print_json(document: object) -> None:
 
 def advised_config_file(args: argparse.Namespace) -> str | None:
     """The config file a command riffd advises names with `--config`: the one this command was
-    given, by `--config` or by $RIFFD_CONFIG (the shell the advice runs in may not have it)."""
+    given, by `--config` or by $RIFFD_CONFIG (the shell the advice runs in may not have it), when
+    it is there (a file named and missing: riffd went on with the defaults, and a command naming
+    it would stop at it)."""
     flag = getattr(args, "config", None)
-    if flag is not None:
-        return str(flag)
-    return os.environ.get("RIFFD_CONFIG", "").strip() or None
+    named = str(flag) if flag is not None else os.environ.get("RIFFD_CONFIG", "").strip()
+    return named if named and os.path.exists(named) else None
 
 
 def riffd_words(args: argparse.Namespace) -> list[str]:
