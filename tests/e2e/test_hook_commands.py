@@ -301,23 +301,29 @@ def test_status_in_a_cloned_project_never_runs_the_projects_own_code(tmp_path: P
         assert not marker.exists(), (command, result.stdout)
 
 
+def mend_as_advised(status: str, env: dict[str, str], cwd: Path) -> None:
+    """Run the one command `status` advises for a broken hook as it stands, by `sh -c`: this riffd
+    by its path (`riffd` is not on PATH), with the variables `env` only."""
+    advised = re.findall(r"; `([^`]*)` writes a command that runs", status)
+    assert len(advised) == 1, status
+    done = subprocess.run(
+        ["/bin/sh", "-c", advised[0]],
+        env=riffd_env(**env, PATH="/usr/bin:/bin"),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_command_status_advises_for_a_projects_broken_hook_mends_it(tmp_path: Path) -> None:
     # an older riffd wrote the hooks into the project's shared settings.json; riffd moved since
     project = tmp_path / "app"
     settings_with(project / ".claude" / "settings.json", "/gone/bin/riffd hook pre-tool-use")
     folders = {"CLAUDE_CONFIG_DIR": str(tmp_path / "claude"), "RIFFD_STATE_DIR": str(tmp_path)}
     status = run_riffd("status", env=folders, cwd=project)
-    advised = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
-    assert len(advised) == 1, status.stdout
-    done = subprocess.run(  # as it stands: this riffd by its path, `riffd` not on PATH
-        ["/bin/sh", "-c", advised[0]],
-        env=riffd_env(**folders, PATH="/usr/bin:/bin"),
-        cwd=project,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    mend_as_advised(status.stdout, folders, project)
     status = run_riffd("status", env=folders, cwd=project)
     assert "does not run" not in status.stdout, status.stdout
 
@@ -418,16 +424,7 @@ def test_a_broken_user_hook_in_the_configurations_claude_folder_is_mended_there(
     config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{claude}"\n')
     home = {"HOME": str(tmp_path / "home")}
     status = run_riffd("status", config=config, env=home, cwd=tmp_path)
-    (advised,) = re.findall(r"; `([^`]*)` writes a command that runs", status.stdout)
-    done = subprocess.run(
-        ["/bin/sh", "-c", advised],
-        env=riffd_env(**home, PATH="/usr/bin:/bin"),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    mend_as_advised(status.stdout, home, tmp_path)
     assert not (claude / "settings.local.json").exists()
     status = run_riffd("status", config=config, env=home, cwd=tmp_path)
     assert "does not run" not in status.stdout, status.stdout
