@@ -85,6 +85,16 @@ def riffd_variables() -> dict[str, str]:
     }
 
 
+def config_named(named: str | os.PathLike[str] | None) -> str | None:
+    """The config file `named` (by `--config` or RIFFD_CONFIG) as a command riffd advises names it,
+    `~` expanded as riffd reads it; None when none is named or it is not there (riffd then goes on
+    with the defaults, and a command naming it would stop at it)."""
+    if named is None or not str(named).strip():
+        return None
+    path = os.path.expanduser(str(named).strip())
+    return path if os.path.exists(path) else None
+
+
 def riffd_words(config: str | os.PathLike[str] | None, *, launcher: bool = False) -> list[str]:
     """The words that run this riffd on the configuration `config`: `riffd` (`launcher`:
     riffd_launcher's absolute words), with `--config` as an absolute path when one was given (a
@@ -103,7 +113,9 @@ def riffd_invocation(
     assignments = [
         f"{name}={shell_word(value)}"
         for name, value in (riffd_variables() if variables else {}).items()
-        if not (name == "RIFFD_CONFIG" and config is not None)  # (--config wins over it)
+        # (--config wins over RIFFD_CONFIG; one naming no file: riffd goes on with the defaults,
+        # and a command given it would stop at it)
+        if not (name == "RIFFD_CONFIG" and (config is not None or not os.path.exists(value)))
     ]
     return " ".join([*assignments, shell_command(*riffd_words(config, launcher=launcher))])
 

@@ -429,3 +429,21 @@ def test_a_broken_user_hook_in_the_configurations_claude_folder_is_mended_there(
     status = run_riffd("status", config=config, env=home, cwd=tmp_path)
     assert "does not run" not in status.stdout, status.stdout
     assert "hook pre-tool-use" in settings.read_text()
+
+
+def test_a_broken_hook_in_the_shells_own_user_settings_is_mended_there(tmp_path: Path) -> None:
+    """Run in the home folder with a configuration naming another Claude Code folder: the shell's
+    own ~/.claude/settings.json is the user's settings, not a project's (a regression a review
+    found: the advice moved its hooks into ~/.claude/settings.local.json)."""
+    home = tmp_path / "home"
+    settings = home / ".claude" / "settings.json"
+    settings_with(settings, "/gone/bin/riffd hook pre-tool-use")
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nclaude_dir = "{tmp_path / "alt"}"\n')
+    env = {"HOME": str(home)}
+    status = run_riffd("status", config=config, env=env, cwd=home)
+    mend_as_advised(status.stdout, env, home)
+    assert not (home / ".claude" / "settings.local.json").exists()
+    assert "hook pre-tool-use" in settings.read_text()
+    status = run_riffd("status", config=config, env=env, cwd=home)
+    assert "does not run" not in status.stdout, status.stdout

@@ -135,7 +135,7 @@ def transcript_targets(
     files: list[Path] = []
     for project in projects:
         try:
-            files.extend(resolve_target(project, roots))
+            files.extend(resolve_target(project, roots, riffd=riffd))
         except FileNotFoundError as exc:
             errors.append(str(exc))
     if not paths and not projects:
@@ -158,7 +158,7 @@ def transcript_targets(
         # a session id, a unique prefix of one, or `latest`
         if not path.exists() and os.sep not in str(path):
             try:
-                files.extend(resolve_target(str(path), roots))
+                files.extend(resolve_target(str(path), roots, riffd=riffd))
             except FileNotFoundError as exc:
                 errors.append(
                     f"{exc}; nor is it a file or folder"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, default_roots
@@ -97,10 +98,11 @@ def _store(args: argparse.Namespace, config: Config | None = None) -> BackupStor
 
 def run_backups_list(args: argparse.Namespace) -> int:
     """`riffd backups list`: print every backup, oldest first."""
-    store = _store(args)
+    config = config_for_folders(args)
+    store = _store(args, config)
     records = store.list() if store.root.is_dir() else []
     if args.session:
-        records = [record for record in records if _names(args.session, record)]
+        records = [record for record in records if _names(args.session, record, config.roots)]
     if args.json:
         print_json(
             [
@@ -128,13 +130,11 @@ def run_backups_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _names(session: str, record: BackupRecord) -> bool:
-    """Whether SESSION names the session a backup was taken of."""
+def _names(session: str, record: BackupRecord, roots: Sequence[Path]) -> bool:
+    """Whether SESSION names the session a backup was taken of (`latest`: under `roots`)."""
     if session == "latest":
         try:
-            return record.source_path in {
-                str(path) for path in resolve_target("latest", default_roots())
-            }
+            return record.source_path in {str(path) for path in resolve_target("latest", roots)}
         except FileNotFoundError:
             return False
     return (

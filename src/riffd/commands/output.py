@@ -164,9 +164,10 @@ def advised_config_file(args: argparse.Namespace) -> str | None:
     given, by `--config` or by $RIFFD_CONFIG (the shell the advice runs in may not have it), when
     it is there (a file named and missing: riffd went on with the defaults, and a command naming
     it would stop at it)."""
+    from riffd.display import config_named
+
     flag = getattr(args, "config", None)
-    named = str(flag) if flag is not None else os.environ.get("RIFFD_CONFIG", "").strip()
-    return named if named and os.path.exists(named) else None
+    return config_named(flag if flag is not None else os.environ.get("RIFFD_CONFIG"))
 
 
 def riffd_words(args: argparse.Namespace) -> list[str]:

@@ -82,7 +82,7 @@ def run_show(args: argparse.Namespace) -> int:
     read."""
     config = config_for_folders(args)
     try:  # (a session id, a prefix or `latest`: under the configuration's roots)
-        files = resolve_target(args.target, config.roots, subagents=False)
+        files = resolve_target(args.target, config.roots, subagents=False, riffd=riffd_advice(args))
     except FileNotFoundError as exc:
         hint = archived_hint(args.target, config.state_dir / ARCHIVE_NAME, riffd_advice(args))
         print(f"riffd: error: {exc}{hint}", file=sys.stderr)

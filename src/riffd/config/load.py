@@ -80,10 +80,11 @@ def _read_file(path: Path, errors: list[str]) -> dict[str, Any] | None:
         errors.append(
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); expected a UTF-8 TOML file"
         )
+    except IsADirectoryError:
+        errors.append(f"{path}: a folder; --config and RIFFD_CONFIG name a riffd config file")
     except OSError as exc:
         errors.append(
-            f"{path}: cannot read the file: {exc.strerror or exc}; expected a readable riffd config file "
-            "(`riffd config init` writes one)"
+            f"{path}: cannot read the file: {exc.strerror or exc}; expected a readable riffd config file"
         )
     return None
 

@@ -203,14 +203,13 @@ def mending_command(
 
     # the riffd that runs now: `riffd` may not be on PATH
     riffd = riffd_words(config, launcher=True)
-    user = (user_settings or user_settings_path()).absolute()
-    if settings.absolute() == user:
-        install = shell_command(*riffd, "hook", "install")
-        if user == user_settings_path().absolute():
-            return install
-        return f"CLAUDE_CONFIG_DIR={shell_word(str(user.parent))} {install}"
-    if settings.parent.name != ".claude":
+    shells = user_settings_path().absolute()  # the user settings of the shell's Claude folder
+    user = (user_settings or shells).absolute()
+    if settings.absolute() == shells or settings.parent.name != ".claude":
         return shell_command(*riffd, "hook", "install")
+    if settings.absolute() == user:  # the configuration's Claude folder's, another one
+        install = shell_command(*riffd, "hook", "install")
+        return f"CLAUDE_CONFIG_DIR={shell_word(str(user.parent))} {install}"
     install = shell_command(*riffd, "hook", "install", "--project", settings.parent.parent)
     if settings.name != "settings.json":
         return install

@@ -61,11 +61,13 @@ def main(argv: Sequence[str]) -> int:
 
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_ERROR
-    from riffd.display import riffd_invocation
+    from riffd.display import config_named, riffd_invocation
     from riffd.mcp_server.memory import Memory
 
     # The commands it advises run riffd as Claude Code runs the server (by its absolute path, on the
     # same configuration and state): the user's shell may have neither on its PATH or environment
-    riffd = riffd_invocation(getattr(args, "config", None), launcher=True, variables=True)
+    # (the --config given, when it is there: riffd_invocation drops a RIFFD_CONFIG that is not)
+    named = config_named(getattr(args, "config", None))
+    riffd = riffd_invocation(named, launcher=True, variables=True)
     serve(Memory(config_for_folders(args), riffd=riffd))
     return EXIT_OK

@@ -66,7 +66,8 @@ def claude_resume(path: str | os.PathLike[str], session_id: str | None) -> str |
         return None
     command = shell_command("claude", "--resume", resume)
     folder = claude_folder_of(main_transcript(path, session_id))
-    if folder is not None and os.path.abspath(folder) != os.path.abspath(claude_config_dir()):
+    # (resolved: ~/.claude may be a link to the folder the roots name, which is then the same)
+    if folder is not None and os.path.realpath(folder) != os.path.realpath(claude_config_dir()):
         command = f"CLAUDE_CONFIG_DIR={shell_word(os.path.abspath(folder))} {command}"
     return command
 

@@ -77,7 +77,9 @@ def _is_agent_file(path: Path) -> bool:
     return path.name.startswith("agent-")
 
 
-def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) -> list[Path]:
+def resolve_target(
+    text: str, roots: Sequence[Path], *, subagents: bool = True, riffd: str = "riffd"
+) -> list[Path]:
     """Given what a user typed and the transcript roots, return the transcripts it names.
 
     A file: that file. A session id (UUID), or a prefix of one that only one session has:
@@ -86,7 +88,8 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
     the project in the current folder. A folder under a root: the transcripts in it. Any other path:
     a project's working directory (it need not exist any more), giving the transcripts of its Claude
     Code folder(s); without `subagents`, only the session files. Raise FileNotFoundError saying what
-    was tried when nothing matches.
+    was tried when nothing matches (and the command that lists the sessions, starting with
+    `riffd`: riffd.display.riffd_invocation).
     """
     path = Path(text).expanduser()
     if path.is_file():
@@ -98,7 +101,7 @@ def resolve_target(text: str, roots: Sequence[Path], *, subagents: bool = True) 
             raise FileNotFoundError(
                 f"latest: no session of the project {Path.cwd()} (the current folder) under "
                 f"{root_list}; run it in a project's folder, or name a session by its id "
-                "(`riffd sessions` lists them)"
+                f"(`{riffd} sessions` lists them)"
             )
         newest = max(sessions, key=last_activity)  # its last record, not a repair's mtime
         return [newest, *agent_files_of(newest, newest.stem)] if subagents else [newest]

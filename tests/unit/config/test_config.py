@@ -668,3 +668,10 @@ def test_advice_names_the_config_file_unless_riffd_reads_it_unasked(
     # named and missing: riffd goes on with the defaults, and so does the command it advises
     missing = tmp_path / "missing.toml"
     assert advised_config(loads_config("", source=missing)) is None
+
+
+def test_a_config_path_that_is_a_folder_says_so_and_advises_no_init(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_config(tmp_path)
+    (error,) = raised.value.errors
+    assert error == f"{tmp_path}: a folder; --config and RIFFD_CONFIG name a riffd config file"
