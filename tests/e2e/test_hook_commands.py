@@ -373,8 +373,16 @@ def test_the_daemons_report_names_a_broken_hook_and_leaves_a_path_lookup_alone(
     problems = [problem for problem in report["problems"] if "hook in" in problem]
     assert len(problems) == 1, report["problems"]  # the PATH lookup is not the service's to judge
     assert f"the PreToolUse hook in {settings} does not run" in problems[0]
-    advised = shell_command(os.path.abspath(sys.executable), "-m", "riffd", "hook", "install")
-    assert "exit 127 (not found)" in problems[0] and f"`{advised}`" in problems[0]
+    advised = shell_command(
+        os.path.abspath(sys.executable),
+        "-m",
+        "riffd",
+        "--config",
+        str(sandbox.config),
+        "hook",
+        "install",
+    )  # (the daemon's configuration)
+    assert "exit 127 (not found)" in problems[0] and f"{advised}`" in problems[0], problems[0]
     assert report["healthy"] is False
     daemon.stop()
 
