@@ -375,3 +375,17 @@ def test_commands_advised_without_a_daemon_keep_the_configuration_given(tmp_path
         ["sh", "-c", validate], env=_riffd_on_path(tmp_path), capture_output=True, text=True
     )
     assert checked.returncode == 2 and "quiet_period" in checked.stdout + checked.stderr
+
+
+def test_the_backups_a_wrong_id_points_to_are_those_of_the_configuration(tmp_path: Path) -> None:
+    """`riffd --config C backups restore nope`: the listing it advises, run as printed in a shell
+    without --config, lists the backup folder of C (the repairs' failure notes name backups so)."""
+    config = write_config(tmp_path)
+    wrong = run_riffd("backups", "restore", "nope", config=config, env={"HOME": str(tmp_path)})
+    assert wrong.returncode == 2, wrong.stderr
+    (listing,) = [word for word in _advised(wrong.stderr) if " list" in word]
+    listed = subprocess.run(
+        ["sh", "-c", listing], env=_riffd_on_path(tmp_path), capture_output=True, text=True
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert f"in {tmp_path / 'state' / 'backups'}" in listed.stderr

@@ -11,6 +11,7 @@ import pytest
 
 from riffd.archive.verify import PackUser
 from riffd.display import config_named, riffd_invocation
+from riffd.repair.backup import backups_command
 from riffd.repair.outcomes import symlink_detail
 from riffd.transcript.sessions import claude_resume
 from riffd.transcript.targets import resolve_target
@@ -107,3 +108,21 @@ def test_latest_without_a_session_names_the_sessions_command_of_this_riffd(tmp_p
     with pytest.raises(FileNotFoundError) as raised:
         resolve_target("latest", [tmp_path], riffd="riffd --config /c.toml")
     assert "`riffd --config /c.toml sessions` lists them" in str(raised.value)
+
+
+def test_a_backups_command_names_the_folder_unless_it_is_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    assert backups_command(tmp_path / "state" / "backups", "list") == "riffd backups list"
+    elsewhere = tmp_path / "my backups"
+    assert shlex.split(backups_command(elsewhere, "restore", "ID", "--to", "FILE")) == [
+        "riffd",
+        "backups",
+        "--backup-dir",
+        str(elsewhere),
+        "restore",
+        "ID",
+        "--to",
+        "FILE",
+    ]

@@ -73,6 +73,17 @@ class BackupCorrupt(BackupError):
     """A stored or freshly written backup does not decompress to the bytes its manifest names."""
 
 
+def backups_command(root: Path, *words: str) -> str:
+    """`riffd backups WORDS` as riffd advises it for the backups in `root`: naming the folder
+    (`--backup-dir`) unless it is the default one, so that the command finds them from any shell,
+    whatever configuration put them there."""
+    from riffd.display import shell_command
+    from riffd.paths import default_backup_dir
+
+    named = () if root.absolute() == default_backup_dir().absolute() else ("--backup-dir", root)
+    return shell_command("riffd", "backups", *named, *words)
+
+
 class UnknownBackup(BackupError):
     """No backup with the given id exists in the store."""
 
@@ -352,7 +363,7 @@ class BackupStore:
         if not is_backup_id(backup_id):
             raise UnknownBackup(
                 f"{backup_id!r} is not a backup id (they look like 20261122T101500.123456Z-…; "
-                "`riffd backups list` lists them)"
+                f"`{backups_command(self.root, 'list')}` lists them)"
             )
         return self._load(backup_id)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from riffd.fsio import (
     RetryingFS,
 )
-from riffd.repair.backup import BackupRecord, BackupStore
+from riffd.repair.backup import BackupRecord, BackupStore, backups_command
 from riffd.repair.outcomes import (
     Failed,
     FailReason,
@@ -79,8 +79,9 @@ def checked_failure(
                 FailReason.IO_ERROR,
                 f"{path}: not repaired, I/O error while {stage}: {exc.strerror or exc}; the filesystem lost "
                 f"the transcript during the failed rename and riffd could not put it back ({lost}): its "
-                f"bytes are in the verified backup {record.backup_id}; `riffd backups restore "
-                f"{record.backup_id}` puts it back once the disk or sync client works again",
+                f"bytes are in the verified backup {record.backup_id}; "
+                f"`{backups_command(store.root, 'restore', record.backup_id)}` puts it back once the "
+                "disk or sync client works again",
             )
         return Failed(
             path,

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from riffd.claude_code.liveness import session_liveness
 from riffd.fsio import NOFOLLOW, RetryingFS, fsync_file, fsync_folder
+from riffd.repair.backup import backups_command
 from riffd.repair.carry import carry_back, carry_forward, holders_of, verify_forward
 from riffd.repair.journal import CHECKED, SWAP, UNDO, Journal, Pair, SwapRecord
 from riffd.repair.lines import LineConflict, read_bytes
@@ -252,7 +253,8 @@ def undo(fs: RetryingFS, journal: Journal, detail: str, *, changed: bool = False
         return SwapResult(
             PENDING,
             f"{detail.split(';')[0]}; but this filesystem keeps no name for the old file, so "
-            "the repair cannot be undone: the old file is in the backup (`riffd backups list`)",
+            "the repair cannot be undone: the old file is in the backup "
+            f"{record.backup_id} (`{backups_command(Path(record.backup_dir), 'list')}`)",
         )
     journal.update(phase=UNDO, notes=(*record.notes, detail))
     _swap_back(fs, journal)

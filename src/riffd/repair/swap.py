@@ -42,7 +42,7 @@ from riffd.fsio import (
     remove_leftover,
     write_all,
 )
-from riffd.repair.backup import BackupError, BackupRecord, BackupStore
+from riffd.repair.backup import BackupError, BackupRecord, BackupStore, backups_command
 from riffd.repair.journal import Journal, old_name_for
 from riffd.repair.locks import temp_path_for
 from riffd.repair.outcomes import Failed, FailReason, FileChanged, FileGone
@@ -345,7 +345,8 @@ def late_append_failure(
     else:
         where = (
             f"the old file, with every line written to it, is in backup {late.backup_id} "
-            f"(`riffd backups restore {late.backup_id} --to FILE` writes it out); compare the two before resuming"
+            f"(`{backups_command(store.root, 'restore', late.backup_id, '--to', 'FILE')}` writes it "
+            "out); compare the two before resuming"
         )
     return Failed(
         path,
