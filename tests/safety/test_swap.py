@@ -12,12 +12,16 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shlex
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import transcript_bytes, transcript_line
+from helpers.run import riffd_env
 from riffd.fsio import FileSystem
 from riffd.repair.backup import BackupStore
 from riffd.repair.outcomes import Failed, FailReason, Repaired, Skipped, SkipReason
@@ -241,7 +245,16 @@ def test_late_lines_that_cannot_be_copied_are_kept_in_a_second_backup(tmp_path: 
     assert store.open_bytes(before.backup_id) == original
     # every line written to the old file
     assert store.open_bytes(old_file.backup_id) == original + late
-    assert (
-        f"backup {old_file.backup_id}" in outcome.detail
-        and "riffd backups restore" in outcome.detail
-    )
+    assert f"backup {old_file.backup_id}" in outcome.detail
+    # the command the note advises, run as printed (its backup folder is not the default one)
+    (command,) = [word for word in outcome.detail.split("`")[1::2] if " restore " in word]
+    out = tmp_path / "old file.jsonl"
+    command = command.replace(" FILE", f" {shlex.quote(str(out))}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "riffd").write_text(f'#!/bin/sh\nexec {sys.executable} -m riffd "$@"\n')
+    (bin_dir / "riffd").chmod(0o755)
+    env = riffd_env(HOME=str(tmp_path / "home"), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    ran = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert out.read_bytes() == original + late
