@@ -61,10 +61,10 @@ def open_archive(args: argparse.Namespace, *, existing: bool = True) -> Any:
     args.roots = config.roots  # what the daemon watches (and archives)
     args.loaded_config = config
     if existing and not args.archive_path.exists():
+        riffd = riffd_advice(args)
         print(
-            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`{riffd_advice(args)} "
-            f"run`) makes it as it reads the sessions, or `{riffd_advice(args)} archive ingest` at "
-            "once",
+            f"riffd: error: no archive at {args.archive_path} yet: the daemon (`{riffd} run`) makes "
+            f"it as it reads the sessions, or `{riffd} archive ingest` at once",
             file=sys.stderr,
         )
         return None

@@ -128,7 +128,7 @@ def _damage(archive: Any, args: argparse.Namespace, counts: dict[str, int]) -> t
         print(
             f"a file kept whole is damaged in the archive: {why}; "
             + (
-                f"`{_riffd(args)} {shell_command('archive', 'verify', '--fix')}` stores these bytes again from "
+                f"`{riffd_advice(args)} {shell_command('archive', 'verify', '--fix')}` stores these bytes again from "
                 f"{version.path}, which still exists (every file archived with the same bytes shares "
                 "them)"
                 if exists
@@ -169,7 +169,7 @@ def _transcripts(
                 ).decode()
             )
         elif verdict.outcome in FAULTS:
-            again = f"{_riffd(args)} {shell_command('archive', 'verify', '--fix', path)}"
+            again = f"{riffd_advice(args)} {shell_command('archive', 'verify', '--fix', path)}"
             print(
                 ("\r" if sys.stderr.isatty() else "")
                 + f"{verdict.path}: the archive differs from the file: "
@@ -226,7 +226,7 @@ def _whole_files(
                 + (
                     f"archived again as version {verdict.archived_again}"
                     if verdict.archived_again is not None
-                    else f"`{_riffd(args)} {shell_command('archive', 'verify', '--fix')}` archives it again"
+                    else f"`{riffd_advice(args)} {shell_command('archive', 'verify', '--fix')}` archives it again"
                 )
             )
         faults += verdict.outcome in FAULTS and verdict.archived_again is None
@@ -239,8 +239,3 @@ def _whole_files(
         if gone:
             counts["gone"] = counts.get("gone", 0) + len(gone)
     return faults
-
-
-def _riffd(args: argparse.Namespace) -> str:
-    """How the commands `verify` advises start: riffd on the same configuration."""
-    return riffd_advice(args)

@@ -298,9 +298,10 @@ def run_status(args: argparse.Namespace) -> int:
         print_json({"state": state, "running": pid is not None, "pid": pid, "report": document})
     else:
         if pid is None and report is None:
+            riffd = riffd_advice(args)
             print(
                 f"riffd daemon: not running; no riffd state in {config.state_dir} yet "
-                f"(`{riffd_advice(args)} run`, or `{riffd_advice(args)} service install`)"
+                f"(`{riffd} run`, or `{riffd} service install`)"
             )
             for problem in installed_hook_problems(config):
                 print(f"- {problem}")

@@ -317,14 +317,15 @@ def run_scan(args: argparse.Namespace) -> int:
     started = time.monotonic()
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
     config = config_for_folders(args)
+    riffd = riffd_advice(args)  # (how the commands it advises start)
     files, errors = transcript_targets(
         args.paths,
         args.project,
         archive_path=config.state_dir / ARCHIVE_NAME,
-        riffd=riffd_advice(args),
+        riffd=riffd,
         roots=config.roots,
     )
-    reports = _reports(files, config.backups.dir, args.jobs or default_jobs(), riffd_advice(args))
+    reports = _reports(files, config.backups.dir, args.jobs or default_jobs(), riffd)
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
     acks = acknowledged_in(config.state_dir)

@@ -80,11 +80,11 @@ def register(commands: argparse._SubParsersAction[Any]) -> None:
 def run_show(args: argparse.Namespace) -> int:
     """`riffd show`: print each session's structure; exit 0, or 2 when a target cannot be found or
     read."""
-    config = config_for_folders(args)
+    config, riffd = config_for_folders(args), riffd_advice(args)
     try:  # (a session id, a prefix or `latest`: under the configuration's roots)
-        files = resolve_target(args.target, config.roots, subagents=False, riffd=riffd_advice(args))
+        files = resolve_target(args.target, config.roots, subagents=False, riffd=riffd)
     except FileNotFoundError as exc:
-        hint = archived_hint(args.target, config.state_dir / ARCHIVE_NAME, riffd_advice(args))
+        hint = archived_hint(args.target, config.state_dir / ARCHIVE_NAME, riffd)
         print(f"riffd: error: {exc}{hint}", file=sys.stderr)
         return EXIT_ERROR
     sessions: list[dict[str, Any]] = []

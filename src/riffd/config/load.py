@@ -165,19 +165,20 @@ def default_config_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_config_dir(paths.APP_NAME)) / CONFIG_FILE_NAME
 
 
+def _unless_default(path: Path | None) -> Path | None:
+    """`path`, unless it is the default config file (which riffd reads unasked: a command riffd
+    advises need not name it)."""
+    return None if path is None or path.absolute() == default_config_path().absolute() else path
+
+
 def advised_config(config: Config) -> Path | None:
     """The file a command riffd advises names with `--config` to act on the same configuration:
-    the one `config` was read from, unless it is the default one (which riffd reads unasked) or is
-    not there (a file named and missing: riffd went on with the defaults, and a command naming it
-    would stop at it)."""
-    source = config.source
-    if (
-        source is None
-        or source.absolute() == default_config_path().absolute()
-        or not source.exists()
-    ):
-        return None
-    return source
+    the one `config` was read from, unless it is the default one or is not there
+    (riffd.display.config_named)."""
+    from riffd.display import config_named
+
+    named = config_named(_unless_default(config.source))
+    return None if named is None else Path(named)
 
 
 def validate_command(path: Path) -> str:
@@ -185,8 +186,7 @@ def validate_command(path: Path) -> str:
     it is the default file)."""
     from riffd.display import riffd_invocation
 
-    named = None if path.absolute() == default_config_path().absolute() else path
-    return f"{riffd_invocation(named)} config validate"
+    return f"{riffd_invocation(_unless_default(path))} config validate"
 
 
 def config_path(flag: Path | None, environ: Mapping[str, str] | None = None) -> Path:

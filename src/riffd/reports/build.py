@@ -64,8 +64,8 @@ def build_report(
     """Given the state store, the backup folder, the daemon's snapshot (its live figures, `running`
     true only when that daemon runs now; a stopped daemon's last figures; or None when none was ever
     seen) and the installed hooks that do not run (`riffd.hooks.checking.hook_problems`), return the
-    health report, its advice starting with `riffd` (riffd.display.riffd_invocation). The store is read in one snapshot: its findings, repairs and counters are those
-    of one moment."""
+    health report, its advice starting with `riffd` (riffd.display.riffd_invocation). The store is
+    read in one snapshot: its findings, repairs and counters are those of one moment."""
     with store.read_snapshot():
         return _build(store, backup_dir, daemon or {}, hook_problems, riffd)
 
