@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.folders import default_roots
 from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import repaired_again_note, restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
@@ -151,8 +151,8 @@ def run_backups_restore(args: argparse.Namespace) -> int:
     store = _store(args, config)
     options = ApplyOptions(
         backup_dir=store.root,
-        claude_dir=claude_config_dir(),
-        roots=tuple(default_roots()),
+        claude_dir=config.claude_dir,  # where a running client registers the session
+        roots=config.roots + tuple(default_roots()),
         quiet_period=(
             config.repair.quiet_period if args.quiet_period is None else args.quiet_period
         ),

@@ -14,7 +14,7 @@ from riffd.archive.ingest import ingest_file
 from riffd.archive.packs import PackDamaged
 from riffd.archive.schema import ARCHIVE_NAME, ArchiveError
 from riffd.archive.store import Archive, ArchiveGap
-from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.folders import default_roots
 from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import PLAIN_REPAIR_NOW, RepairNow, repair_now
 from riffd.commands.archive_open import move_waits
@@ -129,8 +129,12 @@ def run_fix(args: argparse.Namespace) -> int:
     acks = acknowledged_in(config.state_dir)
     options = ApplyOptions(
         backup_dir=backup_dir,
-        claude_dir=claude_config_dir(),
-        roots=tuple(default_roots()) + tuple(path for path in args.paths if path.is_dir()),
+        # the configured Claude folder and roots: where a running client registers the session
+        # (the shell's own folder and every transcript's are asked as well: claude_dirs_for)
+        claude_dir=config.claude_dir,
+        roots=config.roots
+        + tuple(default_roots())
+        + tuple(path for path in args.paths if path.is_dir()),
         quiet_period=(
             config.repair.quiet_period if args.quiet_period is None else args.quiet_period
         ),

@@ -10,12 +10,13 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from riffd import __version__
 from riffd.archive.schema import ARCHIVE_NAME
-from riffd.claude_code.folders import claude_config_dir, default_roots
+from riffd.claude_code.folders import default_roots
 from riffd.claude_code.liveness import claude_dirs_for, session_liveness
 from riffd.commands.arguments import Parser, transcript_targets
 from riffd.commands.config_loading import config_for_folders
@@ -29,7 +30,7 @@ from riffd.commands.output import (
     print_json,
     riffd_advice,
 )
-from riffd.config import RepairConfig
+from riffd.config import Config
 from riffd.forking import usable_cpus
 from riffd.fsio import REAL_FILES, FileSystem, pin_mmap_threshold
 from riffd.transcript.acks import acknowledged_in
@@ -93,17 +94,32 @@ def default_jobs() -> int:
     return max(1, min(MAX_JOBS, usable_cpus()))
 
 
-def _is_live(path: Path, session_id: str | None) -> bool:
-    """Whether a Claude Code process runs the session, or wrote to it within the default quiet
-    period."""
-    folders = claude_dirs_for(path, claude_config_dir(), default_roots())
-    return session_liveness(path, folders, RepairConfig.quiet_period, session_id=session_id)[0]
+@dataclass(frozen=True)
+class LiveCheck:
+    """Whether a Claude Code process runs a session, or wrote to it within the quiet period, as
+    `fix` would judge it: the configured Claude folder and roots (with the shell's) are asked.
+    Sent to the scan's worker processes, so plain values."""
+
+    claude_dir: Path
+    roots: tuple[Path, ...]
+    quiet_period: float
+
+    @classmethod
+    def of(cls, config: Config) -> LiveCheck:
+        return cls(
+            config.claude_dir, config.roots + tuple(default_roots()), config.repair.quiet_period
+        )
+
+    def __call__(self, path: Path, session_id: str | None) -> bool:
+        folders = claude_dirs_for(path, self.claude_dir, self.roots)
+        return session_liveness(path, folders, self.quiet_period, session_id=session_id)[0]
 
 
 def _scan_one(
     path: Path,
     backup_dir: str,
     riffd: str,
+    live: LiveCheck,
     decoder_process: bool = False,
     fs: FileSystem = REAL_FILES,
 ) -> FileReport:
@@ -111,18 +127,20 @@ def _scan_one(
         path,
         fs=fs,
         backup_dir=backup_dir,
-        is_live=_is_live,
+        is_live=live,
         decoder_process=decoder_process,
         riffd=riffd,
     )
 
 
-def _scan_in_worker(path: Path, backup_dir: str, riffd: str) -> FileReport:
+def _scan_in_worker(path: Path, backup_dir: str, riffd: str, live: LiveCheck) -> FileReport:
     """`_scan_one` in a worker process: its reads stop once the parent asks (`_StoppableFiles`)."""
-    return _scan_one(path, backup_dir, riffd, fs=_STOPPABLE)
+    return _scan_one(path, backup_dir, riffd, live, fs=_STOPPABLE)
 
 
-def _reports(files: list[Path], backup_dir: Path, jobs: int, riffd: str) -> list[FileReport]:
+def _reports(
+    files: list[Path], backup_dir: Path, jobs: int, riffd: str, live: LiveCheck
+) -> list[FileReport]:
     """Every file's report, in the order of `files`: scanned in up to `jobs` worker processes when
     the run is big enough to gain from them, else here."""
     progress = Progress(len(files))
@@ -131,13 +149,13 @@ def _reports(files: list[Path], backup_dir: Path, jobs: int, riffd: str) -> list
         sizes = [_size(path) for path in files] if jobs > 1 and len(files) > 1 else []
         if sum(sizes) >= PARALLEL_MIN_MB * 1_000_000:
             _scan_in_workers(
-                files, sizes, str(backup_dir), riffd, min(jobs, len(files)), reports, progress
+                files, sizes, str(backup_dir), riffd, live, min(jobs, len(files)), reports, progress
             )
         # every file here when serial; the rest if a worker died
         for number, path in enumerate(files):
             if reports[number] is None:
                 report = reports[number] = _scan_one(
-                    path, str(backup_dir), riffd, decoder_process=jobs > 1
+                    path, str(backup_dir), riffd, live, decoder_process=jobs > 1
                 )
                 progress.step(int(report.metrics.get("bytes", 0)))
     finally:
@@ -157,6 +175,7 @@ def _scan_in_workers(
     sizes: list[int],
     backup_dir: str,
     riffd: str,
+    live: LiveCheck,
     jobs: int,
     reports: list[FileReport | None],
     progress: Progress,
@@ -213,7 +232,7 @@ def _scan_in_workers(
         try:
             executor = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init)
             pending: dict[Future[FileReport], int] = {
-                executor.submit(_scan_in_worker, files[number], backup_dir, riffd): number
+                executor.submit(_scan_in_worker, files[number], backup_dir, riffd, live): number
                 for number in order
             }
         finally:
@@ -325,7 +344,9 @@ def run_scan(args: argparse.Namespace) -> int:
         riffd=riffd,
         roots=config.roots,
     )
-    reports = _reports(files, config.backups.dir, args.jobs or default_jobs(), riffd)
+    reports = _reports(
+        files, config.backups.dir, args.jobs or default_jobs(), riffd, LiveCheck.of(config)
+    )
     errors += [report.error for report in reports if report.error]
     findings = [finding for report in reports for finding in report.findings]
     acks = acknowledged_in(config.state_dir)

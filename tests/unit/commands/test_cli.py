@@ -406,3 +406,77 @@ def test_fix_json_keeps_schema_1s_keys_in_order(tmp_path: Path) -> None:
     [entry] = document["files"]
     assert list(entry) == ["path", "plan", "notes", "outcome"]
     assert entry["outcome"] == "would_repair" and entry["plan"]["edits"]
+
+
+def configured_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path, Path]:
+    """A configuration whose Claude folder is not the shell's, and whose root is not called
+    `projects`, with a real session in it: (the config file, its Claude folder, the session)."""
+    shell_claude, configured = tmp_path / "shell-claude", tmp_path / "configured-claude"
+    (shell_claude / "sessions").mkdir(parents=True)
+    (configured / "sessions").mkdir(parents=True)
+    root = tmp_path / "synced-transcripts"
+    project = root / "-path-to-Demo"
+    project.mkdir(parents=True)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(shell_claude))
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'claude_dir = "{configured}"\nroots = ["{root}"]\n')
+    path = project / f"{SESSION}.jsonl"
+    path.write_bytes(
+        (CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl").read_bytes()
+    )
+    return config, configured, path
+
+
+@requires_corpus
+def test_scan_asks_the_configured_claude_folder_whether_a_tool_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, configured, path = configured_elsewhere(tmp_path, monkeypatch)
+    lines = path.read_bytes().splitlines(keepends=True)
+    cut = max(number for number, line in enumerate(lines) if b'"type":"tool_use"' in line)
+    path.write_bytes(b"".join(lines[: cut + 1]))  # the tool's result is not written yet
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))  # quiet: only the registry says the client runs
+    entry = configured / "sessions" / f"{os.getpid()}.json"
+    entry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    for jobs in ("1", "2"):
+        assert main(["--config", str(config), "scan", "--jobs", jobs]) == EXIT_OK
+        assert f"line {cut + 1}: pending_tool_call: " in capsys.readouterr().out
+    entry.unlink()
+    assert main(["--config", str(config), "scan"]) == EXIT_FINDINGS
+    assert f"line {cut + 1}: missing_tool_result: " in capsys.readouterr().out
+
+
+@requires_corpus
+def test_fix_and_backups_restore_ask_the_configured_claude_folder_whether_a_session_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A configuration whose Claude folder is not the shell's: the running client registers the
+    session in the configured folder's sessions/, and `fix` and `backups restore` read that
+    registry before they write."""
+    config, configured, path = configured_elsewhere(tmp_path, monkeypatch)
+    damage_with_resumed_duplicate(path)
+    damaged = path.read_bytes()
+    entry = configured / "sessions" / f"{os.getpid()}.json"
+    entry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    assert main(["--config", str(config), "fix", "--quiet-period", "0"]) == EXIT_FINDINGS
+    assert path.read_bytes() == damaged
+    assert f"skipped {path}: live" in capsys.readouterr().out
+    # Once the client is gone, the repair runs; putting the backup back waits for it the same way.
+    entry.unlink()
+    assert main(["--config", str(config), "fix", "--quiet-period", "0"]) == EXIT_OK
+    assert path.read_bytes() != damaged
+    capsys.readouterr()
+    assert main(["--config", str(config), "backups", "list", "--json"]) == EXIT_OK
+    (record,) = json.loads(capsys.readouterr().out)
+    entry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    restore = ["--config", str(config), "backups", "restore", record["id"], "--quiet-period", "0"]
+    assert main(restore) != EXIT_OK
+    assert path.read_bytes() != damaged
+    assert "live" in capsys.readouterr().err
+    entry.unlink()
+    assert main(restore) == EXIT_OK
+    assert path.read_bytes() == damaged
