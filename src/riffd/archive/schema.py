@@ -19,6 +19,10 @@ riffd of format 2 fails to open the new archive to write ("no such column: key")
 of its rows. An archive of a format this riffd cannot read (1, or newer than its own) is refused
 (ArchiveError, `readable_format`; read-only openers too), never changed.
 
+An archive made before `file_texts` (where each file's texts lie among the text ids, for filtered
+searches: riffd.archive.textspans) gains it when first opened to write, filled from `seen` in the
+same transaction; opened read-only, such an archive is searched without it.
+
 An archive made before the whole files were kept gains them when first opened for writing: the
 missing tables are created (`CREATE TABLE IF NOT EXISTS`) and `files` gets its `mtime_ns` column
 (ALTER TABLE ADD COLUMN, which rewrites nothing); what it held stays as it was. Opened read-only,
@@ -32,6 +36,8 @@ import logging
 import sqlite3
 import time
 from pathlib import Path
+
+from riffd.archive import textspans
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +97,11 @@ CREATE TABLE IF NOT EXISTS seen (
     text INTEGER NOT NULL, file_id INTEGER NOT NULL, generation INTEGER NOT NULL, line INTEGER NOT NULL,
     ts INTEGER, role INTEGER, PRIMARY KEY (text, file_id)
 ) WITHOUT ROWID;
+-- Per file, spans of text ids (lo, hi: inclusive) holding every text it has a `seen` row for
+-- (riffd.archive.textspans): what a search filtered by session or project looks through.
+CREATE TABLE IF NOT EXISTS file_texts (
+    file_id INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL, PRIMARY KEY (file_id, lo)
+) WITHOUT ROWID;
 -- Words only, no positions (riffd quotes every word as its own term): the smallest FTS5 index.
 CREATE VIRTUAL TABLE IF NOT EXISTS search USING fts5(text, content='', detail='none', columnsize=0);
 -- Whole files by the SHA-256 of their bytes; `stored`: the bytes their frames take.
@@ -126,6 +137,7 @@ SCHEMA_NAMES = {
     "contents",
     "content_keys",
     "seen",
+    "file_texts",
     "search",
     "blobs",
     "blob_chunks",
@@ -243,6 +255,14 @@ def _set_up(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE contents RENAME TO contents_2")
         for statement in _statements(_SCHEMA):  # (executescript would commit first)
             db.execute(statement)
+        if "file_texts" not in names and "seen" in names:  # made before the spans were kept
+            started = time.monotonic()
+            textspans.fill(db)
+            log.info(
+                "noted where each file's texts lie in the archive %s, for filtered searches, in %.1f s",
+                db_name(db),
+                time.monotonic() - started,
+            )
         if older:
             started = time.monotonic()
             moved = _upgrade(db)

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from riffd.archive import textspans
 from riffd.archive.contents import ROLE_NAMES, ROLE_TOKEN, ROLES, normalise, text_of
 from riffd.archive.packs import PackDamaged
 from riffd.display import key_path
@@ -103,24 +104,23 @@ def search(
     terms = fts_query(query)
     if role:
         terms += f' "{ROLE_TOKEN.format(ROLES.get(role, 99))}"'
-    where = ""
+    # the files: their project and session
+    of_files = ""
     params: list[Any] = []
     if project:
-        where += " AND f.project LIKE ? ESCAPE '\\'"
+        of_files += " AND f.project LIKE ? ESCAPE '\\'"
         params.append(like_literal(project.rstrip("/")) + "%")
     if session:
-        where += " AND f.session_id = ?"
+        of_files += " AND f.session_id = ?"
         params.append(session)
+    # (a filter's files' spans of text ids; None: all of them)
+    ranges = textspans.spans_of(db, of_files, params) if of_files else None
+    where = of_files
     if since is not None:
         where += " AND s.ts >= ?"
         params.append(since)
     best: dict[int, tuple[Any, ...]] = {}
-    rows = db.execute(
-        "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts, f.title FROM search "
-        "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
-        f"WHERE search MATCH ?{where} ORDER BY search.rowid DESC",
-        [terms, *params],
-    )
+    rows = _matches(db, terms, where, params, ranges)
     for row in rows:
         text_id = row[0]
         if text_id in best:
@@ -165,6 +165,30 @@ def search(
         )
     results.sort(key=lambda hit: hit.timestamp or 0, reverse=True)
     return results
+
+
+def _matches(
+    db: sqlite3.Connection,
+    terms: str,
+    where: str,
+    params: list[Any],
+    ranges: list[tuple[int, int]] | None,
+) -> Iterator[tuple[Any, ...]]:
+    """The places of the texts matching `terms` that pass `where`, newest text first: looked for
+    only in `ranges` of text ids (highest first) when given, which yields the same rows in the same
+    order."""
+    query = (
+        "SELECT search.rowid, f.session_id, f.project, f.path, s.line, s.role, s.ts, f.title FROM search "
+        "JOIN seen s ON s.text = search.rowid JOIN files f ON f.id = s.file_id "
+        f"WHERE search MATCH ?{where}{{}} ORDER BY search.rowid DESC"
+    )
+    if ranges is None:
+        yield from db.execute(query.format(""), [terms, *params])
+        return
+    for low, high in ranges:
+        yield from db.execute(
+            query.format(" AND search.rowid BETWEEN ? AND ?"), [terms, *params, low, high]
+        )
 
 
 def shown_text(value: object) -> str:

@@ -19,6 +19,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from riffd.archive import textspans
 from riffd.archive.connection import ArchiveConnection
 from riffd.archive.contents import Parsed, parse
 from riffd.archive.dedup import Deduplicator
@@ -292,6 +293,8 @@ class ArchiveWriter:
                 for text, (line, gen, ts, role) in newest.items()
             ],
         )
+        if newest:
+            textspans.keep(db, file_id, newest)
         if older:
             generation, archived, count = latest
         # The time is that of the file ending where the archive now does: unknown (NULL) unless
