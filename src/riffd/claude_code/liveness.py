@@ -219,7 +219,9 @@ def project_folder_of(path: Path) -> Path:
     return path.parent
 
 
-def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
+def may_write(
+    registration: Registration, claude_dir: Path, path: Path, written: WrittenIn | None = None
+) -> bool:
     """Given a running process's complete registry entry (in `claude_dir`) naming another session,
     return False only when it is proven not to write the transcript `path`: its `cwd` names a
     project whose Claude Code folder is not the one holding `path`.
@@ -232,12 +234,21 @@ def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
     cd ...", anthropics/claude-code#74953). Claude Code keeps no transcript open between writes, so
     /proc/<pid>/fd proves nothing either. The folders are compared by name (both spellings of `cwd`,
     long names by prefix) and by device and inode (a symlinked `projects/` or project folder), at a
-    few stats per entry. No `cwd`: nothing is proven."""
+    few stats per entry. The folder's name does not always follow `cwd` (a session resumed through a
+    symlinked path keeps the folder of that path while the registry has the path resolved;
+    CLAUDE_CODE_PROJECT_DIR_NAME names it freely), so the `cwd` the transcript's last lines were
+    written in is compared too (`written`: `written_in(path)` when not given). No `cwd`: nothing is
+    proven."""
     if registration.cwd is None:
         return True
     project = project_folder_of(Path(os.path.abspath(path)))
     if any(folder_matches(project.name, spelling) for spelling in spellings(registration.cwd)):
         return True
+    written = written or written_in(path)
+    if written is None or set(spellings(registration.cwd)) & {
+        spelling for cwd in written.cwds for spelling in spellings(cwd)
+    }:
+        return True  # the transcript's lines were written in that folder (or cannot be read)
     try:
         held = os.stat(project)
     except OSError:
@@ -251,20 +262,69 @@ def may_write(registration: Registration, claude_dir: Path, path: Path) -> bool:
     return False
 
 
+TAIL_BYTES = 256 * 1024  # how much of a transcript's end `written_in` reads
+# a key as written (a key quoted inside a text has its quotes escaped) and its string value
+_KEYS = re.compile(rb'"(cwd|sessionId)":("(?:[^"\\]|\\.)*")')
+
+
+@dataclass(frozen=True)
+class WrittenIn:
+    """What a transcript's last lines say of where they were written: their `cwd` and `sessionId`
+    values."""
+
+    cwds: frozenset[str]
+    session_ids: frozenset[str]
+
+
+def written_in(path: Path) -> WrittenIn | None:
+    """The `cwd` and `sessionId` values the lines in the last TAIL_BYTES bytes of the transcript
+    `path` hold; None when it cannot be read or is not a regular file."""
+    try:
+        # (never waiting: a FIFO where a transcript was is opened without blocking, and not read)
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return None
+        tail = os.pread(descriptor, TAIL_BYTES, max(0, status.st_size - TAIL_BYTES))
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    found: dict[bytes, set[str]] = {b"cwd": set(), b"sessionId": set()}
+    for match in _KEYS.finditer(tail):
+        try:
+            value = json.loads(match.group(2))
+        except ValueError:
+            continue
+        if isinstance(value, str) and value:
+            found[match.group(1)].add(value)
+    return WrittenIn(frozenset(found[b"cwd"]), frozenset(found[b"sessionId"]))
+
+
 def claude_dirs_for(
     path: Path, claude_dir: Path | None = None, roots: Sequence[Path] = ()
 ) -> tuple[Path, ...]:
     """Given a transcript, the configured Claude Code folder and the watched roots, return every
     Claude Code config folder whose `sessions/` registry may name its session: `claude_dir`,
     $CLAUDE_CONFIG_DIR (else ~/.claude), the folder above each root that has a `sessions/` folder,
-    and the folder above the `projects/` holding `path`."""
+    and the folder above the `projects/` holding `path`: each root and `path` as given and with
+    their symlinks resolved."""
     candidates: list[Path] = [] if claude_dir is None else [claude_dir]
     candidates.append(claude_config_dir())
-    candidates += [root.parent for root in roots if (root.parent / "sessions").is_dir()]
-    for ancestor in Path(os.path.abspath(path)).parents:
-        if ancestor.name == "projects":
-            candidates.append(ancestor.parent)
-            break
+    # each root as given and with its links resolved (a root that links to a Claude folder's
+    # projects/), and the same for the transcript's own path (a link to a project folder)
+    for root in roots:
+        for spelling in dict.fromkeys((root, Path(os.path.realpath(root)))):
+            if (spelling.parent / "sessions").is_dir():
+                candidates.append(spelling.parent)
+    for written in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+        for ancestor in Path(written).parents:
+            if ancestor.name == "projects":
+                candidates.append(ancestor.parent)
+                break
     unique: dict[str, Path] = {}
     for folder in candidates:
         unique.setdefault(os.path.abspath(folder), folder)
@@ -292,8 +352,8 @@ def session_liveness(
 ) -> tuple[bool, str]:
     """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return
     (is_live, why): live (fail closed) when a running process has an entry in any of them that is
-    not proven another session's: one naming its session (from the path, or `session_id` when
-    given), one that cannot be read whole, or one whose process may write it (`may_write`: same
+    not proven another session's: one naming its session (from the path, `session_id` when given,
+    and the `sessionId` of its last lines: `written_in`), one that cannot be read whole, or one whose process may write it (`may_write`: same
     project); or when its mtime is within `quiet_period` seconds (0 turns that rule off); a file
     whose mtime cannot be read counts as live. An entry of a process that is gone counts for
     nothing. Reads retry EIO per `fs`'s policy (a seam gets the default one)."""
@@ -301,6 +361,10 @@ def session_liveness(
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)
+    # the ids its lines were written under (a 2.0 subagent's agent-*.jsonl, a file named otherwise)
+    written = written_in(path)
+    if written is not None:
+        wanted |= written.session_ids
     folders = [claude_dirs] if isinstance(claude_dirs, Path) else list(claude_dirs)
     for folder in folders:
         try:
@@ -323,7 +387,7 @@ def session_liveness(
                     f"session {registration.session_id} is registered as running by pid "
                     f"{registration.pid} ({entry.registry_file})"
                 )
-            if may_write(registration, folder, path):
+            if may_write(registration, folder, path, written):
                 where = (
                     f"in {registration.cwd}, the project of this transcript"
                     if registration.cwd

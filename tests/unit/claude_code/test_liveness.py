@@ -20,6 +20,7 @@ from riffd.claude_code.liveness import (
     pid_is_alive,
     session_liveness,
 )
+from riffd.claude_code.projects import project_folder_name
 from riffd.fsio import FileSystem
 from riffd.repair.outcomes import ApplyOptions, Skipped, SkipReason
 from riffd.repair.plan import RemoveLine, RepairPlan
@@ -195,6 +196,112 @@ def test_a_session_registered_in_a_second_claude_folder_is_never_rewritten(tmp_p
         ApplyOptions(backup_dir=tmp_path / "state" / "backups", claude_dir=first, quiet_period=0),
     )
     assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+
+
+def _apply_through(path: Path, data: bytes, tmp_path: Path, roots: tuple[Path, ...] = ()) -> object:
+    """Plan the removal of line 2 of the transcript `path` (which holds `data`) and apply it, with
+    riffd's own Claude folder elsewhere; return the outcome."""
+    plan = RepairPlan(identity_of(path), (RemoveLine(line_spans(data)[1], "duplicate"),))
+    options = ApplyOptions(
+        backup_dir=tmp_path / "state" / "backups",
+        claude_dir=tmp_path / "riffds-own",
+        roots=roots,
+        quiet_period=0,
+    )
+    return apply_plan(plan, options)
+
+
+def test_a_transcript_reached_through_a_link_asks_the_claude_folder_it_lies_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path through a symlinked project folder, or a root that links to another Claude folder's
+    projects/: the registry of the folder the transcript really lies in is asked (an attack found
+    `fix link/S.jsonl` and a daemon watching `watched -> claudeB/projects` repairing a live
+    session)."""
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "shells-own"))
+    other = tmp_path / "claudeB"
+    data = transcript_bytes(10)
+    real = old_transcript(other / "projects" / "-work-proj")
+    real.write_bytes(data)
+    long_ago = time.time() - 3600
+    os.utime(real, (long_ago, long_ago))
+    register(other, SESSION, os.getpid())
+    (tmp_path / "link").symlink_to(other / "projects" / "-work-proj")
+    (tmp_path / "watched").symlink_to(other / "projects")
+    for path, roots in (
+        (tmp_path / "link" / real.name, ()),
+        (tmp_path / "watched" / "-work-proj" / real.name, (tmp_path / "watched",)),
+    ):
+        assert other in claude_dirs_for(path, tmp_path / "riffds-own", roots)
+        outcome = _apply_through(path, data, tmp_path, roots)
+        assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+        assert real.read_bytes() == data
+
+
+def _with_cwd(data: bytes, cwd: str) -> bytes:
+    """The lines of `data`, each written in the working folder `cwd` (as Claude Code records it)."""
+    return b"".join(
+        line.replace(b'{"type"', b'{"cwd":' + json.dumps(cwd).encode() + b',"type"', 1)
+        for line in data.splitlines(keepends=True)
+    )
+
+
+def test_a_client_whose_folder_name_does_not_follow_its_cwd_keeps_the_session_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry entry names another session (after /clear, or a --continue that registered a new
+    id) and a `cwd` whose project folder is not the transcript's: a session resumed through a
+    symlinked path (the folder follows the link, the registry the resolved path), or a folder named
+    by CLAUDE_CODE_PROJECT_DIR_NAME. The transcript's own lines say where they were written, and
+    that keeps it live (an attack found both repaired)."""
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    claude = tmp_path / "claude"
+    (tmp_path / "real" / "proj").mkdir(parents=True)
+    (tmp_path / "proj").symlink_to(tmp_path / "real" / "proj")
+    logical, physical = str(tmp_path / "proj"), str(tmp_path / "real" / "proj")
+    for folder, written, registered in (
+        (project_folder_name(logical), logical, physical),  # resumed through the link
+        ("chosen-name", "/work/proj", "/work/proj"),  # CLAUDE_CODE_PROJECT_DIR_NAME
+    ):
+        data = _with_cwd(transcript_bytes(10), written)
+        path = old_transcript(claude / "projects" / folder)
+        path.write_bytes(data)
+        long_ago = time.time() - 3600
+        os.utime(path, (long_ago, long_ago))
+        entry = register(claude, "another-session-id", os.getpid())
+        entry.write_text(
+            json.dumps({"pid": os.getpid(), "sessionId": "another-session-id", "cwd": registered})
+        )
+        outcome = _apply_through(path, data, tmp_path)
+        assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+        assert "may be writing it" in outcome.detail
+        assert path.read_bytes() == data
+        # the same entry in another project, proven so: the repair goes on
+        entry.write_text(
+            json.dumps({"pid": os.getpid(), "sessionId": "another-session-id", "cwd": "/elsewhere"})
+        )
+        assert not isinstance(_apply_through(path, data, tmp_path), Skipped)
+        entry.unlink()
+
+
+def test_a_file_named_otherwise_is_live_while_the_session_its_lines_name_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2.0 subagent's `agent-*.jsonl` sits beside the sessions in the project folder, named by the
+    agent, its lines carrying the session's id: every writer (`backups restore` too, which passed no
+    id) asks the registry for the id its lines name (an attack restored a backup over one)."""
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    data = transcript_bytes(10).replace(b"11111111-2222-3333-4444-555555555555", SESSION.encode())
+    path = old_transcript(tmp_path / "claude" / "projects" / "chosen", "agent-b123456.jsonl")
+    path.write_bytes(data)
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    register(tmp_path / "claude", SESSION, os.getpid())
+    live, why = session_liveness(path, claude_dirs_for(path), quiet_period=0)
+    assert live and f"session {SESSION} is registered" in why
+    outcome = _apply_through(path, data, tmp_path)
+    assert isinstance(outcome, Skipped) and outcome.reason == SkipReason.LIVE, outcome
+    assert path.read_bytes() == data
 
 
 class UnreadableRegistryFS(FileSystem):
