@@ -263,8 +263,8 @@ def may_write(
 
 
 TAIL_BYTES = 256 * 1024  # how much of a transcript's end `written_in` reads
-# a key as written (a key quoted inside a text has its quotes escaped) and its string value
-_KEYS = re.compile(rb'"(cwd|sessionId)":("(?:[^"\\]|\\.)*")')
+LAST_VALUES = 8  # of each key, the last so many values `written_in` takes
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
 @dataclass(frozen=True)
@@ -277,8 +277,8 @@ class WrittenIn:
 
 
 def written_in(path: Path) -> WrittenIn | None:
-    """The `cwd` and `sessionId` values the lines in the last TAIL_BYTES bytes of the transcript
-    `path` hold; None when it cannot be read or is not a regular file."""
+    """The last LAST_VALUES `cwd` and `sessionId` values of the lines in the last TAIL_BYTES bytes
+    of the transcript `path`; None when it cannot be read or is not a regular file."""
     try:
         # (never waiting: a FIFO where a transcript was is opened without blocking, and not read)
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -294,13 +294,24 @@ def written_in(path: Path) -> WrittenIn | None:
     finally:
         os.close(descriptor)
     found: dict[bytes, set[str]] = {b"cwd": set(), b"sessionId": set()}
-    for match in _KEYS.finditer(tail):
-        try:
-            value = json.loads(match.group(2))
-        except ValueError:
-            continue
-        if isinstance(value, str) and value:
-            found[match.group(1)].add(value)
+    for key, values in found.items():
+        # the key as written: one quoted inside a text has its quotes escaped
+        marker = b'"' + key + b'":'
+        end = len(tail)
+        for _ in range(LAST_VALUES):
+            at = tail.rfind(marker, 0, end)
+            if at < 0:
+                break
+            end = at
+            value = _STRING.match(tail, at + len(marker))
+            if value is None:
+                continue
+            try:
+                text = json.loads(value.group())
+            except ValueError:
+                continue
+            if isinstance(text, str) and text:
+                values.add(text)
     return WrittenIn(frozenset(found[b"cwd"]), frozenset(found[b"sessionId"]))
 
 
