@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import riffd
 from conftest import dead_pid, write_config
 from helpers.run import riffd_command, riffd_env, run_riffd
 from helpers.sessiontree import SessionTree, build_session, delete_like_cleanup, snapshot
@@ -80,8 +81,14 @@ def _user(session: str, number: int, text: str) -> bytes:
     return (json.dumps(record) + "\n").encode()
 
 
-def _talk(home: Home, talk: Callable[[ClientSession], Awaitable[Any]], **server: Any) -> Any:
-    """Start `riffd mcp` as Claude Code does and run `talk` against it."""
+def _talk(
+    home: Home,
+    talk: Callable[[ClientSession], Awaitable[Any]],
+    initialized: list[Any] | None = None,
+    **server: Any,
+) -> Any:
+    """Start `riffd mcp` as Claude Code does and run `talk` against it (the answer to `initialize`
+    appended to `initialized` when given)."""
     command = riffd_command("mcp", config=home.config)
     params = StdioServerParameters(
         command=server.get("command", command[0]),
@@ -96,7 +103,9 @@ def _talk(home: Home, talk: Callable[[ClientSession], Awaitable[Any]], **server:
                 stdio_client(params, errlog=errors) as (read, write),
                 ClientSession(read, write) as session,
             ):
-                await session.initialize()
+                answer = await session.initialize()
+                if initialized is not None:
+                    initialized.append(answer)
                 return await talk(session)
 
     return asyncio.run(run())
@@ -111,7 +120,13 @@ def _data(result: Any) -> Any:
 
 def test_the_tools_and_their_schemas(tmp_path: Path) -> None:
     home = _home(tmp_path)
-    listed = _talk(home, lambda session: session.list_tools())
+    initialized: list[Any] = []
+    listed = _talk(home, lambda session: session.list_tools(), initialized)
+    # the server names itself and its own version, not the SDK's
+    assert (initialized[0].serverInfo.name, initialized[0].serverInfo.version) == (
+        "riffd",
+        riffd.__version__,
+    )
     tools = {tool.name: tool for tool in listed.tools}
     assert {name: set(tool.inputSchema["properties"]) for name, tool in tools.items()} == TOOLS
     assert tools["search"].inputSchema["required"] == ["query"]

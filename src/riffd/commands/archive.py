@@ -20,7 +20,7 @@ import orjson
 
 from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.archive_open import move_waits, open_archive
-from riffd.commands.arguments import date_seconds, nonnegative_number
+from riffd.commands.arguments import count_of_one_or_more, date_seconds, nonnegative_number
 from riffd.commands.config_loading import load_or_report
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.database import (
@@ -130,7 +130,12 @@ def register(commands: Any) -> None:
         metavar="DATE",
         help="only messages from this date on (YYYY-MM-DD)",
     )
-    search.add_argument("--limit", type=int, default=20, help="how many hits at most (default 20)")
+    search.add_argument(
+        "--limit",
+        type=count_of_one_or_more,
+        default=20,
+        help="how many hits at most, 1 or more (default 20)",
+    )
     search.add_argument("--json", action="store_true", help="print JSON")
     search.set_defaults(run=run_search)
     compact = actions.add_parser(

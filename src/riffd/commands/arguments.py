@@ -42,6 +42,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def count_of_one_or_more(text: str) -> int:
+    """argparse type of how many of something (hits): a whole number of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 1 or more")
+    return value
+
+
 def date_seconds(text: str) -> int:
     """argparse type of a date (YYYY-MM-DD, or an ISO 8601 time; local time unless it names its
     offset): the Unix time it starts at. Dates at the ends of the calendar, where local time cannot

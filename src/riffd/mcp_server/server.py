@@ -106,6 +106,8 @@ def build_server(recall: Recall) -> FastMCP:
     """The FastMCP server with riffd's five tools over `recall`."""
     memory = recall.memory
     server = FastMCP("riffd", instructions=INSTRUCTIONS, log_level="WARNING")
+    # The version `initialize` names: FastMCP takes none and would name the SDK's own
+    server._mcp_server.version = __version__
 
     @server.tool(annotations=READ_ONLY)
     @functools.partial(answered, memory)

@@ -50,6 +50,17 @@ def test_a_number_option_refuses_what_is_not_a_finite_amount(
     )
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "2.5", "ten"])
+def test_a_search_limit_of_no_hits_is_refused_not_taken_for_no_match(
+    tmp_path: Path, value: str
+) -> None:
+    """`--limit 0` said "no matches" (exit 1) for a word the archive holds."""
+    result = riffd(tmp_path, "archive", "search", "word", f"--limit={value}")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"argument --limit: '{value}' is not" in result.stderr
+    assert "no matches" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_the_hook_refuses_a_window_that_is_not_finite(capsys: pytest.CaptureFixture[str]) -> None:
     for value in ("nan", "inf", "-5", "0"):
         with pytest.raises(UsageError, match="--window must be"):
