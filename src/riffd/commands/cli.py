@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,6 +148,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not hasattr(args, "run"):
             parser.print_help(sys.stderr)
             return EXIT_ERROR
+        if sys.stdout is None:  # started with standard output closed (`riffd ... >&-`)
+            if args.run.__name__ != "run_daemon":
+                print(
+                    "riffd: error: standard output is closed, so what this command prints would be "
+                    "lost; send it somewhere (a file, a pipe, or >/dev/null to drop it)",
+                    file=sys.stderr,
+                )
+                return EXIT_ERROR
+            # the daemon prints nothing it needs there; open for the process's life
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
         return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)

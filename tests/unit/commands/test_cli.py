@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -480,3 +481,21 @@ def test_fix_and_backups_restore_ask_the_configured_claude_folder_whether_a_sess
     entry.unlink()
     assert main(restore) == EXIT_OK
     assert path.read_bytes() == damaged
+
+
+@requires_corpus
+def test_a_closed_standard_output_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    """`riffd scan FILE >&-` (stdout closed, not a pipe whose reader left) lost its findings and
+    exited 1; `riffd show FILE >&-` printed a traceback."""
+    sample = CORPUS_DIR / "marot-spotter" / "short.jsonl"
+    env = riffd_env(RIFFD_STATE_DIR=str(tmp_path / "state"), CLAUDE_CONFIG_DIR=str(tmp_path))
+    for words in (["scan", str(sample)], ["show", str(sample)], ["status", "--json"]):
+        command = " ".join(map(shlex.quote, [sys.executable, "-m", "riffd", *words]))
+        result = subprocess.run(
+            ["sh", "-c", f"{command} >&-"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == EXIT_ERROR, result.stderr
+        assert result.stderr.splitlines() == [
+            "riffd: error: standard output is closed, so what this command prints would be lost; "
+            "send it somewhere (a file, a pipe, or >/dev/null to drop it)"
+        ]
