@@ -289,6 +289,27 @@ def test_sessions_names_what_it_could_not_read_and_exits_2(tmp_path: Path) -> No
         assert f"riffd: error: {hidden}: Input/output error" in done.stderr
 
 
+def test_an_archive_that_cannot_be_read_is_said_not_taken_for_none(tmp_path: Path) -> None:
+    """A damaged archive.db: `sessions` said "no archive yet" and listed every session as "not
+    archived", exit 0."""
+    _app, _folder = setup(tmp_path)
+    assert (
+        riffd(tmp_path, "archive", "ingest", str(tmp_path / "claude" / "projects")).returncode == 0
+    )
+    archive = tmp_path / "state" / "archive.db"
+    archive.write_bytes(b"not a database, " * 4096)
+    for words in (("sessions",), ("sessions", "--json")):
+        result = riffd(tmp_path, *words)
+        assert result.returncode == 2, result.stderr
+        assert f"riffd: error: the archive {archive} cannot be read (" in result.stderr
+        assert "no archive yet" not in result.stderr and "Traceback" not in result.stderr
+    rows = json.loads(result.stdout)["sessions"]
+    assert [row["session_id"] for row in rows] == [FIRST, SECOND, THIRD]  # still listed
+    assert {row["archived"] for row in rows} == {None}
+    listed = riffd(tmp_path, "sessions").stdout
+    assert "archive unreadable" in listed and "not archived" not in listed
+
+
 def test_show_says_a_redundant_call_in_words_in_every_format(tmp_path: Path) -> None:
     _app, folder = setup(tmp_path)
     path = folder / f"{THIRD}.jsonl"

@@ -65,13 +65,16 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 
 def run_sessions(args: argparse.Namespace) -> int:
     """`riffd sessions`: exit 0; 2 when a transcript or folder cannot be read (each named; the rest
-    is listed), or the archive is needed (--deleted) and cannot be read."""
+    is listed), or when there is an archive that cannot be read (the sessions on disk are listed,
+    what it holds of them unknown), or none and --deleted needs it."""
     config = config_for_folders(args)
-    view = _archived(config.state_dir / ARCHIVE_NAME, args.deleted)
+    archive_path = config.state_dir / ARCHIVE_NAME
+    view, problem = _archived(archive_path, args.deleted)
     if view is None and args.deleted:
         print(
-            f"riffd: error: no archive at {config.state_dir / ARCHIVE_NAME} (the daemon makes it), or it cannot "
-            "be read; nothing deleted can be listed",
+            f"riffd: error: the archive {archive_path} cannot be read ({problem}); nothing deleted can be listed"
+            if problem
+            else f"riffd: error: no archive at {archive_path} (the daemon makes it); nothing deleted can be listed",
             file=sys.stderr,
         )
         return EXIT_ERROR
@@ -97,12 +100,20 @@ def run_sessions(args: argparse.Namespace) -> int:
             list(config.roots),
             configs,
             unfollowed,
+            problem is not None,
         )
     )
     rows.sort(key=lambda row: row.get("last_ts") or 0, reverse=True)
+    if problem and not args.deleted:
+        # (said first: a long listing does not hide it)
+        print(
+            f"riffd: error: the archive {archive_path} cannot be read ({problem}); what it holds is "
+            "not shown",
+            file=sys.stderr,
+        )
     if args.json:
         print_json({"sessions": rows})
-        return _unread(unread)
+        return EXIT_ERROR if problem else _unread(unread)
     archived = (
         {item["session_id"] or Path(item["path"]).stem for item in view.items}
         if args.deleted and view is not None
@@ -122,12 +133,14 @@ def run_sessions(args: argparse.Namespace) -> int:
                 f" brings it back to {row['path']}"
             )
     what = "deleted session(s) the archive holds" if args.deleted else "session(s)"
-    print(
-        f"riffd: {len(rows)} {what}"
-        + ("" if args.deleted or view is not None else "; no archive yet (the daemon makes it)"),
-        file=sys.stderr,
-    )
-    return _unread(unread)
+    if args.deleted or view is not None:
+        archive_words = ""
+    elif problem:
+        archive_words = "; the archive cannot be read (above)"
+    else:
+        archive_words = "; no archive yet (the daemon makes it)"
+    print(f"riffd: {len(rows)} {what}{archive_words}", file=sys.stderr)
+    return EXIT_ERROR if problem else _unread(unread)
 
 
 def unique_prefix(session: str, sessions: set[str], least: int = 8) -> str:
@@ -163,13 +176,15 @@ class ArchiveView:
     deleted_whole: dict[str, bool]
 
 
-def _archived(path: Path, deleted: bool) -> ArchiveView | None:
+def _archived(path: Path, deleted: bool) -> tuple[ArchiveView | None, str | None]:
+    """What the archive at `path` holds, or None, with why when there is an archive that cannot be
+    read (None: there is none)."""
     if not path.exists():
-        return None
+        return None, None
     try:
         archive = Archive(path, read_only=True)
-    except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError):
-        return None
+    except (ArchiveError, DatabaseDamaged, sqlite3.Error, OSError) as exc:
+        return None, str(exc)
     try:
         items, holdings = _with_titles(archive), Holdings.of(archive)
         gone = {
@@ -181,9 +196,9 @@ def _archived(path: Path, deleted: bool) -> ArchiveView | None:
             items,
             holdings,
             {session: whole_when_deleted(archive, session, holdings) for session in gone},
-        )
-    except (sqlite3.Error, OSError, PackDamaged):
-        return None
+        ), None
+    except (sqlite3.Error, OSError, PackDamaged) as exc:
+        return None, str(exc)
     finally:
         archive.close()
 
@@ -208,6 +223,8 @@ def _with_titles(archive: Archive) -> list[dict[str, Any]]:
 def _held_words(row: dict[str, Any]) -> str:
     """What the archive holds of a session, in words: `archived whole (transcript, 2 subagents,
     ...)`."""
+    if row["archived"] is None:
+        return "archive unreadable"
     if not row["archived"]:
         return "not archived"
     holds = row["holds"]
@@ -287,7 +304,9 @@ def _on_disk(
     roots: list[Path],
     configs: list[Path],
     on_error: Callable[[OSError], None],
+    unreadable: bool = False,
 ) -> list[dict[str, Any]]:
+    """A row for each of `files` (`archived` None when the archive exists but is `unreadable`)."""
     archived = {item["path"] for item in view.items} if view is not None else set()
     rows = []
     for path in files:
@@ -310,7 +329,7 @@ def _on_disk(
                 "last_ts": info.last_ts,
                 "bytes": status.st_size,
                 "health": health_words(health.get(str(path)), status),
-                "archived": held,
+                "archived": None if unreadable else held,
                 "resume": claude_resume(path, info.session_id),
                 "holds": view.holdings.holds(info.session_id, held) if view is not None else None,
                 "whole": held
