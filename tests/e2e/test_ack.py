@@ -164,3 +164,24 @@ def test_a_line_that_fails_to_read_once_is_still_told_by_its_bytes(tmp_path: Pat
     fs = FailsOnceFS()
     assert line_digest(str(path), offset, fs) == hashlib.sha256(GARBAGE[:-1]).hexdigest()
     assert fs.failed
+
+
+def test_an_acknowledgement_that_cannot_be_saved_is_not_said_to_be_made(tmp_path: Path) -> None:
+    """A state folder that refuses the write (read-only here): `ack` printed "acknowledged ..." and
+    then the error, exit 2; it now says only the error."""
+    from helpers.fusefs import Mount
+
+    path = damaged(tmp_path)
+    with Mount(tmp_path / "backing", tmp_path / "mount", tmp_path / "faults.json") as mount:
+        mount.faults({"ops": ["create", "rename"], "glob": "*acknowledged*", "errno": errno.EROFS})
+        env = {
+            "RIFFD_STATE_DIR": str(mount.mountpoint / "state"),
+            "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+            "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+        }
+        acked = run_riffd("ack", f"{path}:6", env=env, cwd=tmp_path)
+        assert acked.returncode == 2, acked.stderr
+        assert acked.stdout == ""
+        assert "riffd: error:" in acked.stderr and "Read-only file system" in acked.stderr
+        assert "acknowledged" not in acked.stderr.replace("acknowledged.json", "")
+        assert not (tmp_path / "backing" / "state" / "acknowledged.json").exists()

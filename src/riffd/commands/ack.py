@@ -74,6 +74,7 @@ def run_ack(args: argparse.Namespace) -> int:
         return _list(acks, args.json)
     targets = [parse_target(text) for text in args.targets]
     status = EXIT_OK
+    done: list[str] = []  # said once the file is saved: a save that fails leaves no claim behind
     for path, line in targets:
         found = _findings_at(path, line)
         if isinstance(found, str):
@@ -95,7 +96,7 @@ def run_ack(args: argparse.Namespace) -> int:
                 )
                 status = EXIT_ERROR
             else:
-                print(
+                done.append(
                     f"{path}:{line}: {len(acks) - len(kept)} acknowledgement(s) taken back; the finding counts again"
                 )
             acks = kept
@@ -115,13 +116,15 @@ def run_ack(args: argparse.Namespace) -> int:
                 acks.append(
                     Ack(str(path), cls, line, key, time.strftime("%Y-%m-%dT%H:%M:%S%z"), args.note)
                 )
-            print(f"acknowledged {path}:{line}: {cls}: {finding.get('message', '')}")
+            done.append(f"acknowledged {path}:{line}: {cls}: {finding.get('message', '')}")
             if cls in map(str, config.repair.classes):
-                print(
+                done.append(
                     f"  note: riffd still repairs {cls} once the session is idle; the acknowledgement only stops "
                     "it counting against health until then"
                 )
     saved = save_acks(config.state_dir, acks)
+    for said in done:
+        print(said)
     if status == EXIT_OK and not args.undo:
         print(
             f"riffd: kept in {saved}; it stays listed as acknowledged; `{riffd_advice(args)} ack --undo "
