@@ -455,3 +455,22 @@ def test_a_broken_hook_in_the_shells_own_user_settings_is_mended_there(tmp_path:
     assert "hook pre-tool-use" in settings.read_text()
     status = run_riffd("status", config=config, env=env, cwd=home)
     assert "does not run" not in status.stdout, status.stdout
+
+
+def test_install_into_a_read_only_settings_file_says_only_that(tmp_path: Path) -> None:
+    """A settings file marked read-only: `hook install` said "PreToolUse: added ..." and then that it
+    changes nothing (exit 2); what it would add is said only once written."""
+    env = claude_env(tmp_path)
+    settings = Path(env["CLAUDE_CONFIG_DIR"]) / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"theme": "dark"}\n')
+    settings.chmod(0o444)
+    refused = run_riffd("hook", "install", env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert "added" not in refused.stdout + refused.stderr
+    assert f"{settings} is read-only: riffd changes nothing" in refused.stderr
+    assert settings.read_text() == '{"theme": "dark"}\n'
+    settings.chmod(0o644)
+    done = run_riffd("hook", "install", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{settings}: PreToolUse: added" in done.stdout

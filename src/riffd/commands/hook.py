@@ -177,12 +177,19 @@ def run_uninstall(args: argparse.Namespace) -> int:
 
 
 def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
-    for note in change.notes:
-        print(f"{change.path}: {note}")
+    """Write `change` (or show it, `--dry-run`); what it does is said once it is done (a settings
+    file that cannot be written leaves no "added" behind), or, in a dry run, above its diff."""
+
+    def say_notes() -> None:
+        for note in change.notes:
+            print(f"{change.path}: {note}")
+
     if not change.changed:
+        say_notes()
         print(f"{change.path}: nothing to change")
         return EXIT_OK
     if args.dry_run:
+        say_notes()
         before = (change.before or b"").decode("utf-8").splitlines(keepends=True)
         after = (change.after or b"").decode("utf-8").splitlines(keepends=True)
         sys.stdout.writelines(
@@ -195,6 +202,7 @@ def _carry_out(args: argparse.Namespace, change: Any, kind: str) -> int:
     except SettingsError as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    say_notes()
     print(
         f"riffd: {change.path} {'removed' if change.after is None else 'written'}; the previous file is kept in "
         f"{saved}"
