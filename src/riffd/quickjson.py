@@ -56,6 +56,13 @@ def loads(data: str | bytes) -> Any:
         value, end = _scan(text, start)
     except StopIteration as stop:
         raise ValueError(f"Expecting value: char {stop.value}") from None
+    except SystemError:
+        # The accelerator words most errors (an unterminated string, a key that is not one) with
+        # json.decoder's JSONDecodeError, which it finds only once imported, failing without an
+        # exception before: json itself then gives the error as json.loads does.
+        import json
+
+        return json.loads(data)
     if end != len(text) and text[end:].strip(_WHITESPACE):
         raise ValueError(f"Extra data: char {end}")
     return value

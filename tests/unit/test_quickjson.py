@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
+from helpers.run import riffd_env
 from riffd import quickjson
 
 SCALARS = (
@@ -90,3 +94,36 @@ def test_loads_refuses_what_json_refuses(data: bytes) -> None:
 )
 def test_loads_reads_other_encodings_and_lone_surrogates_as_json_does(data: bytes) -> None:
     assert same(quickjson.loads(data), json.loads(data))
+
+
+def test_loads_refuses_bad_json_with_a_value_error_before_json_is_imported(
+    tmp_path: Path,
+) -> None:
+    """The hooks import no `json`: the accelerator then failed with a SystemError on an
+    unterminated string or a bad key (its error class lives in json.decoder), which the hooks
+    printed as `SystemError: <_json.Scanner ...> returned NULL`."""
+    script = (
+        "import sys\n"
+        "from riffd.quickjson import loads\n"
+        "assert 'json' not in sys.modules\n"
+        "for bad in ('{bad', '\"abc', '{\"a\" 1}', '[1, 2'):\n"
+        "    try:\n"
+        "        loads(bad)\n"
+        "    except ValueError as error:\n"
+        "        print(type(error).__name__, error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        capture_output=True,
+        text=True,
+        env=riffd_env(),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "JSONDecodeError Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "JSONDecodeError Unterminated string starting at: line 1 column 1 (char 0)",
+        "JSONDecodeError Expecting ':' delimiter: line 1 column 6 (char 5)",
+        "JSONDecodeError Expecting ',' delimiter: line 1 column 6 (char 5)",
+    ]
