@@ -445,6 +445,9 @@ def test_archive_commands_say_a_damaged_archive_in_one_line_and_recover_brings_i
     capsys.readouterr()
     assert main(["archive", "recover"]) == EXIT_OK  # nothing left to recover
     assert "nothing to recover" in capsys.readouterr().err
+    # a folder named in place of the archive file: said so (it said "no such file")
+    assert main(["archive", "recover", str(path.parent)]) == EXIT_ERROR
+    assert f"{path.parent}: a folder; name the archive file in it" in capsys.readouterr().err
 
 
 def test_riffd_report_on_a_damaged_state_store_is_one_line(

@@ -445,7 +445,13 @@ def run_recover(args: argparse.Namespace) -> int:
     try:
         for source in sources:
             if not source.is_file():
-                print(f"riffd: error: {source}: no such file", file=sys.stderr)
+                what = (
+                    "a folder; name the archive file in it (archive.db, or a moved-aside "
+                    "archive.db.damaged-*)"
+                    if source.is_dir()
+                    else "no such file"
+                )
+                print(f"riffd: error: {source}: {what}", file=sys.stderr)
                 return EXIT_ERROR
             result = recover(source, into)
             for part in result.unreadable:

@@ -101,10 +101,16 @@ def run_config_path(args: argparse.Namespace) -> int:
         if os.environ.get(CONFIG_ENV)
         else "the default location"
     )
+    from riffd.display import riffd_invocation
+
+    init = f"{riffd_invocation(None if origin == 'the default location' else target)} config init"
     state = (
         "exists"
         if target.is_file()
-        else "does not exist (the defaults apply; `riffd config init` writes one)"
+        else "a folder, not a riffd config file: name a file (`riffd --config FILE config init` "
+        "writes one)"
+        if target.is_dir()
+        else f"does not exist (the defaults apply; `{init}` writes one)"
     )
     print(target)
     print(f"riffd: {origin}; {state}", file=sys.stderr)

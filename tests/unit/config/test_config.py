@@ -430,7 +430,15 @@ def test_config_path_prints_the_path_and_whether_it_exists(
     captured = capsys.readouterr()
     assert captured.out == f"{isolated}\n"
     assert "from --config" in captured.err
-    assert "does not exist" in captured.err
+    # the init it advises writes this file, not the default one (run as printed, it wrote that)
+    assert (
+        f"does not exist (the defaults apply; `riffd --config {isolated} config init` writes one)"
+        in captured.err
+    )
+    folder = isolated.parent / "a-folder"
+    folder.mkdir(parents=True)
+    assert main(["--config", str(folder), "config", "path"]) == EXIT_OK
+    assert "a folder, not a riffd config file" in capsys.readouterr().err
     write(isolated, USER_FILE)
     assert main(["--config", str(isolated), "config", "path"]) == EXIT_OK
     assert "exists" in capsys.readouterr().err
