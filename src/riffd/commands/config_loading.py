@@ -53,14 +53,16 @@ def config_for_folders(args: argparse.Namespace) -> Config:
 def load_despite_errors(args: argparse.Namespace) -> Config | None:
     """For `status` and `report`, which matter most when something is wrong: load the configuration;
     when the file has errors, name every one and go on with the settings that do not come from the
-    file (defaults and the environment), saying so. Return None only when even those cannot be
-    used."""
+    file (defaults and the environment), saying so, with `args.config_to_mend` set to the command
+    that lists them (`start_advice`). Return None only when even those cannot be used."""
     path = config_path(getattr(args, "config", None))
     try:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         for error in exc.errors:
             print(f"riffd: config error: {error}", file=sys.stderr)
+    # (what these commands advise starts with mending the file: `riffd run` stops at its errors)
+    args.config_to_mend = validate_command(path)
     print(
         f"riffd: {path} cannot be used as it is (`{validate_command(path)}` checks it); a running daemon keeps the "
         "configuration it loaded before; this looks at the folders the file names, else the defaults",
@@ -92,3 +94,12 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
             if not overrides:
                 print_errors(exc.errors)
     return None
+
+
+def start_advice(args: argparse.Namespace, riffd: str) -> str:
+    """How to start the daemon, as a command riffd advises: `riffd run`, or `riffd service
+    install`; first mending the configuration when it has errors (load_despite_errors), at which
+    `riffd run` would stop."""
+    start = f"`{riffd} run`, or `{riffd} service install`"
+    mend = getattr(args, "config_to_mend", None)
+    return f"`{mend}` lists what to mend first; then {start}" if mend else start

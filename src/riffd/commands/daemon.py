@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from riffd.commands.config_loading import load_despite_errors
+from riffd.commands.config_loading import load_despite_errors, start_advice
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json, riffd_advice
 from riffd.config import Config
 from riffd.database import BUSY, DatabaseDamaged, full_disk_note, is_busy_error, is_full_error
@@ -240,8 +240,8 @@ def run_report(args: argparse.Namespace) -> int:
     report = current.report
     if report is None:
         print(
-            f"riffd: nothing to report yet: no riffd state in {config.state_dir} (`{riffd_advice(args)} "
-            "run` makes it)",
+            f"riffd: nothing to report yet: no riffd state in {config.state_dir} (the daemon makes it: "
+            f"{start_advice(args, riffd_advice(args))})",
             file=sys.stderr,
         )
         return EXIT_ERROR
@@ -301,7 +301,7 @@ def run_status(args: argparse.Namespace) -> int:
             riffd = riffd_advice(args)
             print(
                 f"riffd daemon: not running; no riffd state in {config.state_dir} yet "
-                f"(`{riffd} run`, or `{riffd} service install`)"
+                f"({start_advice(args, riffd)})"
             )
             for problem in installed_hook_problems(config):
                 print(f"- {problem}")

@@ -247,6 +247,11 @@ def test_status_with_a_bad_config_names_every_error_and_still_answers(
     assert "watcher.debounse" in captured.err and "log.level" in captured.err
     # the folder the file names
     assert f"no riffd state in {tmp_path / 'state'} yet" in captured.out
+    # `riffd run` would stop at the errors: mending the file is advised first
+    assert (
+        f"(`riffd --config {config} config validate` lists what to mend first; then `riffd "
+        f"--config {config} run`, or" in captured.out
+    )
 
 
 def test_files_with_only_informational_findings_do_not_count_as_having_findings(
