@@ -263,6 +263,11 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
     return EXIT_OK
 
 
+# What systemctl says when it cannot reach the user's systemd instance (no user bus: a container,
+# WSL without systemd, a shell outside the login session); its exit code is that of a dead service
+UNREACHABLE = "Failed to connect to bus"
+
+
 def show_status(plan: ServicePlan) -> int:
     """Print whether `plan`'s file exists and matches its content, then pass the service manager's
     status through; return 0 when installed, current and running, 1 otherwise, 2 when the manager
@@ -288,11 +293,26 @@ def show_status(plan: ServicePlan) -> int:
             )
     sys.stdout.flush()
     try:
-        # Passed through: the service manager's own words, on our stdout and stderr.
-        result = subprocess.run(plan.status.argv, check=False, timeout=COMMAND_TIMEOUT_SECONDS)
+        # Passed through: the service manager's own words, on our stdout and stderr (the latter
+        # read first, to tell a manager that cannot be reached from a service that is not running)
+        result = subprocess.run(
+            plan.status.argv,
+            check=False,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         print(
             f"riffd: error: could not run `{plan.status}`: {exc}\nhint: {plan.hint}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    sys.stderr.write(result.stderr)
+    if result.returncode != 0 and UNREACHABLE in result.stderr:
+        print(
+            f"riffd: error: `{plan.status}` could not reach the service manager\nhint: {plan.hint}",
             file=sys.stderr,
         )
         return EXIT_ERROR

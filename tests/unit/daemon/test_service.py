@@ -4,6 +4,7 @@ datagrams."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import plistlib
 import re
@@ -403,6 +404,33 @@ def test_install_status_uninstall_with_working_commands(
     assert not plan.path.exists()
     assert service.uninstall(plan, dry_run=False) == EXIT_OK  # nothing installed: nothing to do
     assert "not installed" in capsys.readouterr().err
+
+
+def test_status_says_when_the_service_manager_cannot_be_reached(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """systemctl without a user bus exits 1, as for a dead service: `service status` passed that
+    through as "not running" (exit 1); it is "cannot be asked" (exit 2), with the hint."""
+    plan = dataclasses.replace(
+        plan_with_commands(tmp_path, "pass"),
+        status=service.Command(
+            (
+                sys.executable,
+                "-c",
+                "import sys; print('Failed to connect to bus: No medium found', file=sys.stderr); "
+                "sys.exit(1)",
+            )
+        ),
+    )
+    assert service.show_status(plan) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("Failed to connect to bus: No medium found\n")  # its own words first
+    assert "could not reach the service manager\nhint: start a user manager" in err
+    # a service that is not running is still exit 1
+    stopped = dataclasses.replace(
+        plan, status=service.Command((sys.executable, "-c", "import sys; sys.exit(3)"))
+    )
+    assert service.show_status(stopped) == 1
 
 
 # --- notify --------------------------------------------------------------------------------------
