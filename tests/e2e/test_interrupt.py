@@ -59,3 +59,40 @@ def test_ctrl_c_while_waiting_for_claude_code_says_one_line_and_exits_130(
         _idle(process.pid)
         process.send_signal(signal.SIGINT)
         said_interrupted(process)
+
+
+def test_ctrl_c_during_an_ingest_says_how_far_it_got_and_no_error(tmp_path: Path) -> None:
+    """`riffd archive ingest` stopped by Ctrl-C says how far it got before the interrupt line; it
+    said the file it was on keeps what was stored "before the error"."""
+    from conftest import transcript_bytes
+    from helpers.fusefs import Mount
+
+    with Mount(tmp_path / "backing", tmp_path / "mount", tmp_path / "faults.json") as mount:
+        project = mount.mountpoint / "projects" / "-p"
+        project.mkdir(parents=True)
+        for name in ("a", "b"):
+            (project / f"{name}.jsonl").write_bytes(transcript_bytes(20))
+        # the second file's reads are slow, as a cloud folder's may be: the ingest waits there
+        mount.faults({"ops": ["read"], "glob": "*/b.jsonl", "delay": 4})
+        process = start_riffd(
+            "archive",
+            "ingest",
+            str(mount.mountpoint / "projects"),
+            env={"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path)},
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with killed_at_the_end(process):
+            _idle(process.pid, settle=1.0)
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=30)
+            _out, err = process.communicate()
+            mount.faults()
+    assert process.returncode == 130, err
+    lines = err.splitlines()
+    assert lines[-1].startswith("riffd: interrupted"), err
+    assert "stopped after archiving 20 new line(s) from 1 of 2 file(s)" in lines[-2], err
+    assert lines[-2].endswith("before Ctrl-C)") and "error" not in err, err

@@ -64,14 +64,15 @@ def run_ingest(args: argparse.Namespace, archive: Any) -> int:
             print(file=sys.stderr)
         found = session_files_of(args, archive, files, errors)
         kept = keep_whole_files(archive, itertools.chain(given, found), errors)
-    except BaseException:
+    except BaseException as exc:
         # What was stored stays: say how far the ingest got before the error (printed by
-        # _one_line_errors)
+        # _one_line_errors) or Ctrl-C (said by the command line)
+        cause = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "the error"
         print(
             ("\n" if sys.stderr.isatty() else "")
             + f"riffd: stopped after archiving {added} new line(s) from "
             f"{number} of {len(files)} file(s) into {archive.path} (the file it was on keeps what was stored of "
-            "it before the error)",
+            f"it before {cause})",
             file=sys.stderr,
         )
         archive.close()
