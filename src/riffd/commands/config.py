@@ -160,7 +160,8 @@ def run_config_set(args: argparse.Namespace) -> int:
         document = tomlkit.parse(text)
     except tomlkit.exceptions.ParseError as exc:
         print(
-            f"riffd: error: {target}: TOML syntax error: {exc}; fix it by hand first (nothing was written)",
+            f"riffd: error: {target}: TOML syntax error: {_syntax_error(text, exc)}; fix it by hand "
+            "first (nothing was written)",
             file=sys.stderr,
         )
         return EXIT_ERROR
@@ -209,6 +210,18 @@ def run_config_set(args: argparse.Namespace) -> int:
         print_errors(errors_after)
         return EXIT_ERROR
     return EXIT_OK
+
+
+def _syntax_error(text: str, error: Exception) -> str:
+    """The TOML syntax error in `text` as riffd's loader words it (the standard library's tomllib:
+    tomlkit names the end of a file as the character '\\x00' at line 1 column 0)."""
+    import tomllib
+
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return str(exc)
+    return str(error)
 
 
 def _errors_in(text: str, source: Path) -> list[str]:

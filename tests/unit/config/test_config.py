@@ -262,6 +262,18 @@ def test_toml_syntax_error_names_file_line_and_column(
     assert error.endswith("expected valid TOML (https://toml.io)")
 
 
+def test_config_set_on_a_file_that_does_not_parse_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tomlkit names the end of a file as the character '\\x00' at line 1 column 0: `config set`
+    said that of `roots = [`; it now words it as the loader does."""
+    path = write(tmp_path / "cut.toml", "roots = [\n")
+    assert main(["--config", str(path), "config", "set", "watcher.debounce", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "TOML syntax error: Invalid value (at end of document)" in err and "x00" not in err
+    assert path.read_text() == "roots = [\n"
+
+
 def test_override_errors_are_reported_with_the_file_errors(
     tmp_path: Path, environ: dict[str, str]
 ) -> None:
