@@ -187,14 +187,26 @@ def gone(path: Path) -> Skipped:
 
 
 def failure(
-    path: Path, exc: OSError, stage: str, *, replaced: bool = False, checked: bool = False
+    path: Path,
+    exc: OSError,
+    stage: str,
+    *,
+    replaced: bool = False,
+    checked: bool = False,
+    restoring: str | None = None,
 ) -> Failed:
     """Given an OSError met while `stage` (a phrase: "backing it up to ..."), return the Failed
     outcome whose message names the file, what happened, whether the transcript is untouched
-    (`checked`: riffd looked after the failure), and what to do."""
+    (`checked`: riffd looked after the failure), and what to do. `restoring`: a restore's, not a
+    repair's: "over" a file there, or "new" where there was none."""
+    done = "not repaired" if restoring is None else "not restored"
     state = (
         "the repaired file is in place but the last step failed"
         if replaced
+        else "nothing was written there"
+        if restoring == "new"
+        else "the file there is untouched"
+        if restoring is not None
         else "the transcript is untouched (checked)"
         if checked
         else "the transcript is untouched"
@@ -203,26 +215,26 @@ def failure(
         return Failed(
             path,
             FailReason.IO_ERROR,
-            f"{path}: not repaired while {stage} ({state}): {exc.strerror}",
+            f"{path}: {done} while {stage} ({state}): {exc.strerror}",
         )
     where = f" ({exc.filename})" if exc.filename else ""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return Failed(
             path,
             FailReason.NO_SPACE,
-            f"{path}: not repaired, no space left on the device while {stage}{where}; {state}. "
+            f"{path}: {done}, no space left on the device while {stage}{where}; {state}. "
             "Free some space (or choose a backup folder on another disk) and run again.",
         )
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return Failed(
             path,
             FailReason.PERMISSION,
-            f"{path}: not repaired, permission denied while {stage}{where}: {exc.strerror}; {state}. "
+            f"{path}: {done}, permission denied while {stage}{where}: {exc.strerror}; {state}. "
             "Check that you own the file, its folder and the backup folder.",
         )
     return Failed(
         path,
         FailReason.IO_ERROR,
-        f"{path}: not repaired, I/O error while {stage}{where}: {exc}; {state}. "
+        f"{path}: {done}, I/O error while {stage}{where}: {exc}; {state}. "
         "Check the disk and run again.",
     )

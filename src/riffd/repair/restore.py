@@ -135,7 +135,7 @@ def _restore_to_new_file(
             destination, FailReason.BACKUP_FAILED, f"{exc}; nothing was written to {destination}"
         )
     except OSError as exc:
-        return failure(destination, exc, stage)
+        return failure(destination, exc, stage, restoring="new")
     finally:
         remove_leftover(fs, temp_path)
     return Restored(destination, label, safety_backup_id=None, carried_over_bytes=0)
@@ -202,7 +202,7 @@ def put_back(
             )
         return _restore_to_new_file(chunks(), label, destination, fs, mtime_ns=mtime_ns)
     except OSError as exc:
-        return failure(destination, exc, "reading its status")
+        return failure(destination, exc, "reading its status", restoring="over")
     if stat.S_ISDIR(status.st_mode):  # never a file to replace, --force or not
         return Failed(
             destination,
@@ -223,7 +223,7 @@ def put_back(
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return Skipped(destination, SkipReason.SYMLINK, f"{destination}: it is a symlink")
-        return failure(destination, exc, "reading the current file")
+        return failure(destination, exc, "reading the current file", restoring="over")
     written = _Counted(chunks())
     outcome = rewrite(destination, current, written, (), options, edits=(), backup_reason=reason)
     if isinstance(outcome, Repaired):
@@ -235,6 +235,9 @@ def put_back(
             safety_backup_id=outcome.backup_id,
             carried_over_bytes=outcome.carried_over_bytes,
         )
+    if isinstance(outcome, Failed):
+        # (the rewrite words its failures as a repair's: "not repaired ... the repaired copy")
+        return Failed(outcome.path, outcome.reason, outcome.detail.replace("repaired", "restored"))
     return outcome
 
 
@@ -296,7 +299,7 @@ def put_back_file(
             chunks(), label, destination, fs, mode=private, mtime_ns=mtime_ns
         )
     except OSError as exc:
-        return failure(destination, exc, "reading its status")
+        return failure(destination, exc, "reading its status", restoring="over")
     if not stat.S_ISREG(status.st_mode):
         return Skipped(
             destination,
@@ -319,7 +322,7 @@ def put_back_file(
     try:
         fd = fs.open(destination, os.O_RDONLY | NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        return failure(destination, exc, "opening the current file")
+        return failure(destination, exc, "opening the current file", restoring="over")
     try:
         before = fs.fstat(fd)
         backup = BackupStore(options.backup_dir, fs=options.files).create(
@@ -330,7 +333,7 @@ def put_back_file(
             destination, FailReason.BACKUP_FAILED, f"{exc}; {destination} was not replaced"
         )
     except OSError as exc:
-        return failure(destination, exc, f"backing it up to {options.backup_dir}")
+        return failure(destination, exc, f"backing it up to {options.backup_dir}", restoring="over")
     finally:
         fs.close(fd)
     temp_path = temp_path_for(destination)
@@ -362,7 +365,9 @@ def put_back_file(
         fs.replace(temp_path, destination)
         fsync_folder(fs, destination.parent)
     except OSError as exc:
-        return failure(destination, exc, f"writing the restored copy beside {destination}")
+        return failure(
+            destination, exc, f"writing the restored copy beside {destination}", restoring="over"
+        )
     finally:
         remove_leftover(fs, temp_path)
     return Restored(destination, label, safety_backup_id=backup.backup_id, carried_over_bytes=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import gzip
 import hashlib
 import json
@@ -499,3 +500,41 @@ def test_a_closed_standard_output_is_one_error_line_not_a_traceback(tmp_path: Pa
             "riffd: error: standard output is closed, so what this command prints would be lost; "
             "send it somewhere (a file, a pipe, or >/dev/null to drop it)"
         ]
+
+
+@requires_corpus
+def test_a_restore_that_fails_says_it_was_not_restored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup put back where the disk is full: the message said "not repaired ... writing the
+    repaired copy" over the original, and "the transcript is untouched" for a new file."""
+    from helpers.fusefs import Mount
+
+    with Mount(tmp_path / "backing", tmp_path / "mount", tmp_path / "faults.json") as mount:
+        claude = mount.mountpoint / "claude"
+        project = claude / "projects" / "-path-to-Demo"
+        project.mkdir(parents=True)
+        monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+        monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+        path = project / f"{SESSION}.jsonl"
+        path.write_bytes(
+            (CORPUS_DIR / "d-kimuson-claude-code-viewer" / f"{SESSION}.jsonl").read_bytes()
+        )
+        damage_with_resumed_duplicate(path)
+        assert main(["fix", "--quiet-period", "0"]) == EXIT_OK
+        capsys.readouterr()
+        assert main(["backups", "list", "--json"]) == EXIT_OK
+        (record,) = json.loads(capsys.readouterr().out)
+        repaired = path.read_bytes()
+        mount.faults({"ops": ["create"], "glob": "*/-path-to-Demo/*", "errno": errno.ENOSPC})
+        restore = ["backups", "restore", record["id"], "--quiet-period", "0"]
+        assert main(restore) == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert f"{path}: not restored, no space left on the device" in err, err
+        assert "repaired" not in err and path.read_bytes() == repaired
+        new = project / "copy.jsonl"
+        assert main([*restore, "--to", str(new)]) == EXIT_ERROR
+        err = capsys.readouterr().err
+        assert f"{new}: not restored, no space left on the device" in err, err
+        assert "nothing was written there" in err and not new.exists()
+        mount.faults()
