@@ -34,6 +34,21 @@ def _idle(pid: int, settle: float = 0.3, timeout: float = 30) -> None:
     raise AssertionError(f"process {pid} never went idle")
 
 
+def _started(
+    command: tuple[str, ...], environment: dict[str, str], cwd: Path
+) -> subprocess.Popen[str]:
+    """`riffd COMMAND` started with pipes on its three streams (its standard input left open)."""
+    return start_riffd(
+        *command,
+        env=environment,
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.mark.parametrize(
     "command", [("hook", "pre-tool-use"), ("hook", "session-start"), ("mcp",)], ids=" ".join
 )
@@ -46,15 +61,7 @@ def test_ctrl_c_while_waiting_for_claude_code_says_one_line_and_exits_130(
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
     }
-    process = start_riffd(
-        *command,
-        env=environment,
-        cwd=tmp_path,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _started(command, environment, tmp_path)
     with killed_at_the_end(process):
         _idle(process.pid)
         process.send_signal(signal.SIGINT)
@@ -74,16 +81,10 @@ def test_ctrl_c_during_an_ingest_says_how_far_it_got_and_no_error(tmp_path: Path
             (project / f"{name}.jsonl").write_bytes(transcript_bytes(20))
         # the second file's reads are slow, as a cloud folder's may be: the ingest waits there
         mount.faults({"ops": ["read"], "glob": "*/b.jsonl", "delay": 4})
-        process = start_riffd(
-            "archive",
-            "ingest",
-            str(mount.mountpoint / "projects"),
-            env={"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path)},
-            cwd=tmp_path,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        process = _started(
+            ("archive", "ingest", str(mount.mountpoint / "projects")),
+            {"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path)},
+            tmp_path,
         )
         with killed_at_the_end(process):
             _idle(process.pid, settle=1.0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from riffd import __version__
 from riffd.commands.arguments import Parser, UsageError
 from riffd.commands.output import (
     EXIT_ERROR,
+    ClosedOutput,
     CtrlCNoted,
     leave_quietly_for_closed_stdout,
     say_interrupted,
@@ -149,15 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_ERROR
         if sys.stdout is None:  # started with standard output closed (`riffd ... >&-`)
-            if args.run.__name__ != "run_daemon":
-                print(
-                    "riffd: error: standard output is closed, so what this command prints would be "
-                    "lost; send it somewhere (a file, a pipe, or >/dev/null to drop it)",
-                    file=sys.stderr,
-                )
-                return EXIT_ERROR
-            # the daemon prints nothing it needs there; open for the process's life
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+            # a command that prints nothing there runs; one that prints stops at its first line
+            sys.stdout = ClosedOutput()
         return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import select
 import sys
@@ -183,3 +185,34 @@ def riffd_advice(args: argparse.Namespace) -> str:
     from riffd.display import riffd_invocation
 
     return riffd_invocation(advised_config_file(args))
+
+
+class ClosedOutput(io.TextIOBase):
+    """Standard output for a riffd started with it closed (`riffd ... >&-`, where Python leaves
+    sys.stdout None): a command that prints nothing there runs as usual (`archive ingest`, the
+    daemon); the first line one prints raises an OSError that says so, which the command line
+    turns into one line and exit 2, not a traceback nor a result lost in silence."""
+
+    def _closed(self) -> OSError:
+        return OSError(
+            errno.EBADF,
+            "closed, so what this command prints would be lost; send it somewhere (a file, a pipe, "
+            "or >/dev/null to drop it)",
+            "standard output",
+        )
+
+    def write(self, text: str) -> int:
+        if not text:
+            return 0
+        raise self._closed()
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    @property
+    def buffer(self) -> Any:
+        raise self._closed()
+
+    def isatty(self) -> bool:
+        return False

@@ -3,8 +3,8 @@ exactly what a walk over every match finds."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -12,9 +12,15 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import BENCH_DIR
 from riffd.archive import textspans
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
+
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import filtered_bench  # noqa: E402
 
 PROJECTS = ("/home/ana/alpha", "/home/ana/beta", "/home/bo/gamma")
 
@@ -87,15 +93,9 @@ def _build(tmp_path: Path) -> tuple[Path, list[Path]]:
 
 
 def _without_spans(db_path: Path, target: Path) -> Path:
-    """A copy of the archive as one made before the spans were kept."""
+    """A copy of the archive as one made before the spans were kept (the bench's anchor)."""
     target.mkdir(parents=True)
-    copy = target / "archive.db"
-    shutil.copy(db_path, copy)
-    db = sqlite3.connect(copy)
-    db.execute("DROP TABLE file_texts")
-    db.commit()
-    db.close()
-    return copy
+    return filtered_bench.without_spans(db_path, target)
 
 
 QUERIES = [

@@ -486,20 +486,29 @@ def test_fix_and_backups_restore_ask_the_configured_claude_folder_whether_a_sess
 
 @requires_corpus
 def test_a_closed_standard_output_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
-    """`riffd scan FILE >&-` (stdout closed, not a pipe whose reader left) lost its findings and
-    exited 1; `riffd show FILE >&-` printed a traceback."""
+    """`riffd show FILE >&-` (stdout closed, not a pipe whose reader left) printed a traceback and
+    exited 1. A command stops at the first line it prints there; one that prints nothing there runs
+    (`archive ingest` says what it did on stderr)."""
     sample = CORPUS_DIR / "marot-spotter" / "short.jsonl"
     env = riffd_env(RIFFD_STATE_DIR=str(tmp_path / "state"), CLAUDE_CONFIG_DIR=str(tmp_path))
-    for words in (["scan", str(sample)], ["show", str(sample)], ["status", "--json"]):
+
+    def closed(*words: str) -> subprocess.CompletedProcess[str]:
         command = " ".join(map(shlex.quote, [sys.executable, "-m", "riffd", *words]))
-        result = subprocess.run(
+        return subprocess.run(
             ["sh", "-c", f"{command} >&-"], env=env, capture_output=True, text=True, timeout=60
         )
+
+    ingest = closed("archive", "ingest", str(sample.parent))
+    assert ingest.returncode == EXIT_OK, ingest.stderr
+    assert "riffd: archived " in ingest.stderr
+    for words in (["show", str(sample)], ["status", "--json"], ["archive", "stats"]):
+        result = closed(*words)
         assert result.returncode == EXIT_ERROR, result.stderr
-        assert result.stderr.splitlines() == [
-            "riffd: error: standard output is closed, so what this command prints would be lost; "
+        assert result.stderr.splitlines()[-1] == (
+            "riffd: error: standard output: closed, so what this command prints would be lost; "
             "send it somewhere (a file, a pipe, or >/dev/null to drop it)"
-        ]
+        )
+        assert "Traceback" not in result.stderr
 
 
 @requires_corpus
