@@ -20,7 +20,7 @@ from riffd.archive.store import Archive
 if str(BENCH_DIR) not in sys.path:
     sys.path.insert(0, str(BENCH_DIR))
 
-import filtered_bench  # noqa: E402
+import filtered_bench
 
 PROJECTS = ("/home/ana/alpha", "/home/ana/beta", "/home/bo/gamma")
 
