@@ -12,13 +12,13 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import BENCH_DIR
+from conftest import REPO_DIR
 from riffd.archive import textspans
 from riffd.archive.ingest import ingest_file
 from riffd.archive.store import Archive
 
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
+if str(REPO_DIR / "bench") not in sys.path:
+    sys.path.insert(0, str(REPO_DIR / "bench"))
 
 import filtered_bench
 
