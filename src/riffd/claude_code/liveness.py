@@ -35,6 +35,7 @@ from pathlib import Path
 from riffd.claude_code.folders import claude_config_dir, session_id_for
 from riffd.claude_code.projects import find_project_folders, folder_matches, spellings
 from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
+from riffd.claude_code.written import WrittenIn, written_in
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 log = logging.getLogger(__name__)
@@ -221,10 +222,11 @@ def project_folder_of(path: Path) -> Path:
 
 def may_write(
     registration: Registration, claude_dir: Path, path: Path, written: WrittenIn | None = None
-) -> bool:
+) -> str | None:
     """Given a running process's complete registry entry (in `claude_dir`) naming another session,
-    return False only when it is proven not to write the transcript `path`: its `cwd` names a
-    project whose Claude Code folder is not the one holding `path`.
+    return None only when it is proven not to write the transcript `path` (its `cwd` names a
+    project whose Claude Code folder is not the one holding `path`), else why it may, in words
+    ("in CWD, the project of this transcript").
 
     Why that is the proof: Claude Code writes a session's lines into the project folder named after
     the working directory it started in (riffd.transcript.targets), under a session id that can
@@ -239,80 +241,28 @@ def may_write(
     CLAUDE_CODE_PROJECT_DIR_NAME names it freely), so the `cwd` the transcript's last lines were
     written in is compared too (`written`: `written_in(path)` when not given). No `cwd`: nothing is
     proven."""
-    if registration.cwd is None:
-        return True
+    cwd = registration.cwd
+    if cwd is None:
+        return "and names no working folder"
     project = project_folder_of(Path(os.path.abspath(path)))
-    if any(folder_matches(project.name, spelling) for spelling in spellings(registration.cwd)):
-        return True
+    if any(folder_matches(project.name, spelling) for spelling in spellings(cwd)):
+        return f"in {cwd}, the project of this transcript"
     written = written or written_in(path)
-    if written is None or set(spellings(registration.cwd)) & {
-        spelling for cwd in written.cwds for spelling in spellings(cwd)
-    }:
-        return True  # the transcript's lines were written in that folder (or cannot be read)
+    if written is None:
+        return f"in {cwd}, and the end of this transcript, which says its project, cannot be read"
+    if set(spellings(cwd)) & {spelling for line in written.cwds for spelling in spellings(line)}:
+        return f"in {cwd}, where this transcript's last lines were written"
     try:
         held = os.stat(project)
     except OSError:
-        return True  # cannot compare: not proven
-    for folder in find_project_folders(registration.cwd, [claude_dir / "projects"]):
+        return f"in {cwd}, and this transcript's folder cannot be looked at to tell"
+    for folder in find_project_folders(cwd, [claude_dir / "projects"]):
         try:
             if os.path.samestat(os.stat(folder), held):
-                return True
+                return f"in {cwd}, the project of this transcript (its folder by another path)"
         except OSError:
-            return True
-    return False
-
-
-TAIL_BYTES = 256 * 1024  # how much of a transcript's end `written_in` reads
-LAST_VALUES = 8  # of each key, the last so many values `written_in` takes
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-
-
-@dataclass(frozen=True)
-class WrittenIn:
-    """What a transcript's last lines say of where they were written: their `cwd` and `sessionId`
-    values."""
-
-    cwds: frozenset[str]
-    session_ids: frozenset[str]
-
-
-def written_in(path: Path) -> WrittenIn | None:
-    """The last LAST_VALUES `cwd` and `sessionId` values of the lines in the last TAIL_BYTES bytes
-    of the transcript `path`; None when it cannot be read or is not a regular file."""
-    try:
-        # (never waiting: a FIFO where a transcript was is opened without blocking, and not read)
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            return None
-        tail = os.pread(descriptor, TAIL_BYTES, max(0, status.st_size - TAIL_BYTES))
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
-    found: dict[bytes, set[str]] = {b"cwd": set(), b"sessionId": set()}
-    for key, values in found.items():
-        # the key as written: one quoted inside a text has its quotes escaped
-        marker = b'"' + key + b'":'
-        end = len(tail)
-        for _ in range(LAST_VALUES):
-            at = tail.rfind(marker, 0, end)
-            if at < 0:
-                break
-            end = at
-            value = _STRING.match(tail, at + len(marker))
-            if value is None:
-                continue
-            try:
-                text = json.loads(value.group())
-            except ValueError:
-                continue
-            if isinstance(text, str) and text:
-                values.add(text)
-    return WrittenIn(frozenset(found[b"cwd"]), frozenset(found[b"sessionId"]))
+            return f"in {cwd}, and its folder {folder} cannot be looked at to tell"
+    return None
 
 
 def claude_dirs_for(
@@ -398,12 +348,8 @@ def session_liveness(
                     f"session {registration.session_id} is registered as running by pid "
                     f"{registration.pid} ({entry.registry_file})"
                 )
-            if may_write(registration, folder, path, written):
-                where = (
-                    f"in {registration.cwd}, the project of this transcript"
-                    if registration.cwd
-                    else "and names no working folder"
-                )
+            where = may_write(registration, folder, path, written)
+            if where is not None:
                 return True, (
                     f"pid {registration.pid} ({entry.registry_file}) runs session "
                     f"{registration.session_id} {where}: it may be writing it (Claude Code changes session "

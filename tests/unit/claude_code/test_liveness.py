@@ -259,11 +259,13 @@ def test_a_client_whose_folder_name_does_not_follow_its_cwd_keeps_the_session_li
     (tmp_path / "real" / "proj").mkdir(parents=True)
     (tmp_path / "proj").symlink_to(tmp_path / "real" / "proj")
     logical, physical = str(tmp_path / "proj"), str(tmp_path / "real" / "proj")
-    for folder, written, registered in (
-        (project_folder_name(logical), logical, physical),  # resumed through the link
-        ("chosen-name", "/work/proj", "/work/proj"),  # CLAUDE_CODE_PROJECT_DIR_NAME
+    for folder, written, registered, pad in (
+        (project_folder_name(logical), logical, physical, 0),  # resumed through the link
+        ("chosen-name", "/work/proj", "/work/proj", 0),  # CLAUDE_CODE_PROJECT_DIR_NAME
+        # lines longer than the tail it reads (a pasted image): each followed to its start
+        ("chosen-long", "/work/proj", "/work/proj", 300_000),
     ):
-        data = _with_cwd(transcript_bytes(10), written)
+        data = _with_cwd(transcript_bytes(10, pad=pad), written)
         path = old_transcript(claude / "projects" / folder)
         path.write_bytes(data)
         long_ago = time.time() - 3600
