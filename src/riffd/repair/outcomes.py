@@ -201,7 +201,8 @@ def failure(
     repair's: "over" a file there, or "new" where there was none."""
     done = "not repaired" if restoring is None else "not restored"
     state = (
-        "the repaired file is in place but the last step failed"
+        f"the {'repaired' if restoring is None else 'restored'} file is in place but the last step "
+        "failed"
         if replaced
         else "nothing was written there"
         if restoring == "new"

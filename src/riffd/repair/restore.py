@@ -89,7 +89,7 @@ def _restore_to_new_file(
     mtime_ns: int | None = None,
 ) -> RestoreOutcome:
     temp_path = temp_path_for(destination)
-    stage = f"writing the restored copy beside {destination}"
+    stage, placed = f"writing the restored copy beside {destination}", False
     try:
         temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
         try:
@@ -129,13 +129,14 @@ def _restore_to_new_file(
                     f"{destination}: a file appeared there meanwhile",
                 )
             fs.replace(temp_path, destination)
+        stage, placed = f"flushing the folder of {destination}", True
         fsync_folder(fs, destination.parent)
     except BackupError as exc:
         return Failed(
             destination, FailReason.BACKUP_FAILED, f"{exc}; nothing was written to {destination}"
         )
     except OSError as exc:
-        return failure(destination, exc, stage, restoring="new")
+        return failure(destination, exc, stage, replaced=placed, restoring="new")
     finally:
         remove_leftover(fs, temp_path)
     return Restored(destination, label, safety_backup_id=None, carried_over_bytes=0)
@@ -236,8 +237,12 @@ def put_back(
             carried_over_bytes=outcome.carried_over_bytes,
         )
     if isinstance(outcome, Failed):
-        # (the rewrite words its failures as a repair's: "not repaired ... the repaired copy")
-        return Failed(outcome.path, outcome.reason, outcome.detail.replace("repaired", "restored"))
+        # (the rewrite words its failures as a repair's: "not repaired ... the repaired copy"; only
+        # those words change, not a path that holds "repaired")
+        detail = outcome.detail
+        for repair_words in ("not repaired", "the repaired copy", "the repaired file"):
+            detail = detail.replace(repair_words, repair_words.replace("repaired", "restored"))
+        return Failed(outcome.path, outcome.reason, detail)
     return outcome
 
 
@@ -337,6 +342,7 @@ def put_back_file(
     finally:
         fs.close(fd)
     temp_path = temp_path_for(destination)
+    placed = False
     try:
         temp_fd = fs.open(temp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600)
         try:
@@ -363,11 +369,15 @@ def put_back_file(
                 f"not replaced (the backup {backup.backup_id} holds what was there)",
             )
         fs.replace(temp_path, destination)
+        placed = True
         fsync_folder(fs, destination.parent)
     except OSError as exc:
-        return failure(
-            destination, exc, f"writing the restored copy beside {destination}", restoring="over"
+        stage = (
+            f"flushing the folder of {destination}"
+            if placed
+            else f"writing the restored copy beside {destination}"
         )
+        return failure(destination, exc, stage, replaced=placed, restoring="over")
     finally:
         remove_leftover(fs, temp_path)
     return Restored(destination, label, safety_backup_id=backup.backup_id, carried_over_bytes=0)

@@ -521,7 +521,8 @@ def test_a_restore_that_fails_says_it_was_not_restored(
 
     with Mount(tmp_path / "backing", tmp_path / "mount", tmp_path / "faults.json") as mount:
         claude = mount.mountpoint / "claude"
-        project = claude / "projects" / "-path-to-Demo"
+        # (a project whose name holds "repaired": the message's words change, not its path)
+        project = claude / "projects" / "-home-ana-unrepaired-bikes"
         project.mkdir(parents=True)
         monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
         monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
@@ -535,15 +536,41 @@ def test_a_restore_that_fails_says_it_was_not_restored(
         assert main(["backups", "list", "--json"]) == EXIT_OK
         (record,) = json.loads(capsys.readouterr().out)
         repaired = path.read_bytes()
-        mount.faults({"ops": ["create"], "glob": "*/-path-to-Demo/*", "errno": errno.ENOSPC})
+        mount.faults(
+            {"ops": ["create"], "glob": "*/-home-ana-unrepaired-bikes/*", "errno": errno.ENOSPC}
+        )
         restore = ["backups", "restore", record["id"], "--quiet-period", "0"]
         assert main(restore) == EXIT_ERROR
         err = capsys.readouterr().err
         assert f"{path}: not restored, no space left on the device" in err, err
-        assert "repaired" not in err and path.read_bytes() == repaired
+        assert "repaired" not in err.replace("unrepaired-bikes", "")
+        assert path.read_bytes() == repaired
         new = project / "copy.jsonl"
         assert main([*restore, "--to", str(new)]) == EXIT_ERROR
         err = capsys.readouterr().err
         assert f"{new}: not restored, no space left on the device" in err, err
         assert "nothing was written there" in err and not new.exists()
         mount.faults()
+
+
+def test_a_fifo_named_like_a_transcript_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO in a project folder, named as a session is: scan, fix and archive ingest of the folder
+    opened it to read and waited for a writer that never came (an attack). Each names it and goes
+    on."""
+    from conftest import transcript_bytes
+
+    project = tmp_path / "claude" / "projects" / "-p"
+    project.mkdir(parents=True)
+    os.mkfifo(project / f"{SESSION}.jsonl")
+    (project / "11111111-2222-3333-4444-555555555555.jsonl").write_bytes(transcript_bytes(5))
+    env = {
+        "RIFFD_STATE_DIR": str(tmp_path / "state"),
+        "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+    }
+    said = f"{project / SESSION}.jsonl: not a regular file (a FIFO, a device or a socket)"
+    for words in (["scan"], ["fix", "--quiet-period", "0"], ["archive", "ingest"]):
+        done = run_riffd(*words, str(tmp_path / "claude" / "projects"), env=env, timeout=60)
+        assert done.returncode == EXIT_ERROR, (words, done.stderr)
+        assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # the transcript beside it was read: archived
+    assert "archived 5 new line(s)" in done.stderr
