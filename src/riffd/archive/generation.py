@@ -5,7 +5,6 @@ goes on that generation (`still_appended`); else it is archived as a new one fro
 from __future__ import annotations
 
 import logging
-import os
 import zlib
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def still_appended(
         return False
     fs = retrying(fs)
     # the file the name leads to (through a symlink too), as the read that follows opens it
-    opened = fs.open(path, os.O_RDONLY) if fd is None else None
+    opened = fs.open_file(path) if fd is None else None
     try:
         held = fd if opened is None else opened
         assert held is not None

@@ -61,7 +61,7 @@ def ingest_file(archive: Archive, path: Path, *, fs: FileSystem = REAL_FILES) ->
     fs = retrying(fs)
     added = 0
     for attempt in range(3):
-        fd = fs.open(path, os.O_RDONLY)
+        fd = fs.open_file(path)
         try:
             start, rewritten = where_to_start(archive, path, fs=fs, fd=fd)
             for offset, lines, terminated in iter_chunks(path, fs=fs, start=start, fd=fd):
@@ -284,7 +284,7 @@ def _judged(
 ) -> tuple[tuple[int, bool], tuple[int, int]]:
     """`where_to_start` of the file at `path`, judged through one open of it, and that file's
     (st_dev, st_ino): the file the reader's lines must come from."""
-    fd = fs.open(path, os.O_RDONLY)
+    fd = fs.open_file(path)
     try:
         status = fs.fstat(fd)
         return where_to_start(archive, path, fs=fs, fd=fd), (status.st_dev, status.st_ino)
@@ -379,7 +379,7 @@ def _send_file(
     """Send the batches of the job's file, each naming the file read (one open of it: a file
     renamed over the name meanwhile is read whole or not at all); return the job's end, with the
     file's size and time once read. Raise OSError when reading fails."""
-    fd = fs.open(job.path, os.O_RDONLY)
+    fd = fs.open_file(job.path)
     try:
         opened = fs.fstat(fd)
         file = (opened.st_dev, opened.st_ino)

@@ -219,7 +219,7 @@ def _compare(
     """The verdict on the file at `path`, judged and compared through one open of it (a file
     replaced meanwhile is one file or the other, never a false "differs")."""
     try:
-        fd = fs.open(path, os.O_RDONLY)
+        fd = fs.open_file(path)
     except FileNotFoundError:
         return Verdict(path, "gone" if archived else "not archived")
     try:

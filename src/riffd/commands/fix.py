@@ -270,7 +270,7 @@ def _fix_one(
     except FileNotFoundError:
         return FixedFile(path, SKIPPED, 0, str(SkipReason.GONE), gone(path).detail)
     except (OSError, ReadFailed) as exc:
-        return FixedFile(path, ERROR, 0, detail=f"{path}: {exc}")
+        return FixedFile(path, ERROR, 0, detail=f"{path}: {exc.strerror or exc}")
     damage = _damage(scanned.findings)
     if not [finding for finding in scanned.findings if finding.cls in repair_options.classes]:
         return FixedFile(

@@ -289,7 +289,7 @@ def open_as(name: str, status: os.stat_result, fs: RetryingFS) -> tuple[int, os.
     """Open `name` for reading; return the descriptor and the status of the file it is open on.
     Raise Replaced (having closed it) when that is not the file `status` is of: what was judged on
     that file is read from it, or not at all."""
-    fd = fs.open(name, os.O_RDONLY)
+    fd = fs.open_file(name)
     try:
         opened = fs.fstat(fd)
     except BaseException:

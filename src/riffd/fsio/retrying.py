@@ -9,7 +9,9 @@ caller that judged a retry exact says so with `attempt`.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable
 from functools import partial
 
@@ -53,6 +55,24 @@ class RetryingFS(FileSystem):
         call = partial(self.seam.open, path, flags, mode)
         fd = call() if flags & _CREATES else self.attempt(call, f"{os.fspath(path)} (open)")
         self._names[fd] = os.fspath(path)
+        return fd
+
+    def open_file(self, path: PathLike) -> int:
+        """Open `path` to read, refusing what is not a regular file with an OSError that says so: a
+        FIFO (or device) named like a transcript is never waited on. It is opened without blocking
+        (a read of a FIFO then ends at once, should its status not be had), then looked at."""
+        fd = self.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            kind = self.seam.fstat(fd).st_mode
+        except OSError:
+            return fd  # (not told: the read that follows says what it meets)
+        if not stat.S_ISREG(kind):
+            self.close(fd)
+            raise OSError(
+                errno.EINVAL,
+                "not a regular file (a FIFO, a device or a socket); riffd reads only files",
+                os.fspath(path),
+            )
         return fd
 
     def stat(self, path: PathLike) -> os.stat_result:

@@ -126,7 +126,7 @@ def line_digest(path: str, offset: int, fs: FileSystem = REAL_FILES) -> str | No
     digest = hashlib.sha256()
     fs = retrying(fs)
     try:
-        fd = fs.open(path, os.O_RDONLY)
+        fd = fs.open_file(path)
     except OSError:
         return None
     try:

@@ -175,7 +175,7 @@ def iter_raw(
     """Yield `path`'s bytes from `start` to its end in chunks of up to `chunk_size` (see
     iter_fd)."""
     fs = retrying(fs)
-    fd = fs.open(path, os.O_RDONLY)
+    fd = fs.open_file(path)
     try:
         yield from iter_fd(fd, what=os.fspath(path), fs=fs, start=start, chunk_size=chunk_size)
     finally:
@@ -262,7 +262,7 @@ def read_span(
     """Return `length` bytes of `path` at `offset` (EIO retried; read from `fd` when given: `path`
     open already, which stays open); raise OSError if the file is shorter."""
     fs = retrying(fs)
-    opened = fs.open(path, os.O_RDONLY) if fd is None else None
+    opened = fs.open_file(path) if fd is None else None
     source = opened if opened is not None else fd
     assert source is not None
     try:
