@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -264,8 +265,10 @@ def uninstall(plan: ServicePlan, *, dry_run: bool) -> int:
 
 
 # What systemctl says when it cannot reach the user's systemd instance (no user bus: a container,
-# WSL without systemd, a shell outside the login session); its exit code is that of a dead service
-UNREACHABLE = "Failed to connect to bus"
+# WSL without systemd, a shell outside the login session), its exit code that of a dead service:
+# "Failed to connect to bus: ..." before systemd 257, "Failed to connect to user scope bus via local
+# transport: ..." since
+UNREACHABLE = re.compile(r"^Failed to connect to (?:\S+ )*?bus\b", re.MULTILINE)
 
 
 def show_status(plan: ServicePlan) -> int:
@@ -310,7 +313,7 @@ def show_status(plan: ServicePlan) -> int:
         )
         return EXIT_ERROR
     sys.stderr.write(result.stderr)
-    if result.returncode != 0 and UNREACHABLE in result.stderr:
+    if result.returncode != 0 and UNREACHABLE.search(result.stderr):
         print(
             f"riffd: error: `{plan.status}` could not reach the service manager\nhint: {plan.hint}",
             file=sys.stderr,
