@@ -1,5 +1,5 @@
-"""What a search filtered by session costs, with the spans of text ids (riffd.archive.textspans) and
-without them, on one archive.
+"""What a search filtered by session or project costs, with the spans of text ids
+(riffd.archive.textspans) and without them, on one archive.
 
 Run by hand from the repository root, on an archive archive_bench made and kept::
 
@@ -8,8 +8,9 @@ Run by hand from the repository root, on an archive archive_bench made and kept:
     python3 bench/filtered_bench.py --archive ... --write docs/figures/filtered.md
 
 The words: the `--words` words held by most texts in the archive's search index (where a filter
-walked furthest). The sessions: every session the archive holds. Each word
-is searched in each session (`Archive.search(word, session=...)`, limit 20) on a fresh read-only
+walked furthest). The filters: every session the archive holds, every project, and the prefix `/`
+that every file has (for which the spans are left out: walking serves it best). Each word is
+searched under each filter (`Archive.search(word, ...)`, limit 20) on a fresh read-only
 `Archive`, as one `riffd archive search` run opens it, once on the archive and once on a copy
 without `file_texts` (its anchor: a search that walks every match, as before the spans), the two
 alternating. Printed: p50, p95 and max of each, their ratio, and whether every search found the same
@@ -60,11 +61,13 @@ def without_spans(db_path: Path, folder: Path) -> Path:
     return copy
 
 
-def timed(db_path: Path, word: str, session: str) -> tuple[float, list[tuple[object, ...]]]:
+def timed(
+    db_path: Path, word: str, where: dict[str, str]
+) -> tuple[float, list[tuple[object, ...]]]:
     started = time.perf_counter()
     archive = Archive(db_path, read_only=True)
     try:
-        hits = archive.search(word, session=session)
+        hits = archive.search(word, **where)
     finally:
         archive.close()
     elapsed = (time.perf_counter() - started) * 1000
@@ -107,43 +110,56 @@ def main(argv: list[str] | None = None) -> int:
                     "SELECT DISTINCT session_id FROM files WHERE session_id IS NOT NULL"
                 )
             ]
-            texts = db.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
+            projects = [
+                row[0]
+                for row in db.execute(
+                    "SELECT DISTINCT project FROM files WHERE project IS NOT NULL"
+                )
+            ]
+            seen = db.execute("SELECT COUNT(*) FROM seen").fetchone()[0]
         finally:
             db.close()
         anchor_path = without_spans(args.archive, Path(folder))
-        spans: list[float] = []
-        anchor: list[float] = []
+        kinds = {
+            "session": [{"session": session} for session in sessions],
+            # each project, and a prefix every file has (the filter a walk serves best)
+            "project": [{"project": project} for project in projects] + [{"project": "/"}],
+        }
+        times: dict[str, tuple[list[float], list[float]]] = {kind: ([], []) for kind in kinds}
         same = True
         for word in words:
-            for session in sessions:
-                took, hits = timed(args.archive, word, session)
-                took_anchor, hits_anchor = timed(anchor_path, word, session)
-                spans.append(took)
-                anchor.append(took_anchor)
-                same = same and hits == hits_anchor
-    with_spans, walking = figures_of(spans), figures_of(anchor)
-    rows = [
-        (
-            "without spans (the anchor: every match walked)",
-            f"{walking['p50']:.1f} ms",
-            f"{walking['p95']:.1f} ms",
-            f"{walking['max']:.1f} ms",
-            "",
-        ),
-        (
-            "with `file_texts`",
-            f"**{with_spans['p50']:.1f} ms**",
-            f"**{with_spans['p95']:.1f} ms**",
-            f"{with_spans['max']:.1f} ms",
-            f"p50 {with_spans['p50'] / walking['p50']:.2f}, p95 {with_spans['p95'] / walking['p95']:.2f}",
-        ),
-    ]
+            for kind, filters in kinds.items():
+                for where in filters:
+                    took, hits = timed(args.archive, word, where)
+                    took_anchor, hits_anchor = timed(anchor_path, word, where)
+                    times[kind][0].append(took)
+                    times[kind][1].append(took_anchor)
+                    same = same and hits == hits_anchor
+    rows = []
+    for kind, (spans, anchor) in times.items():
+        with_spans, walking = figures_of(spans), figures_of(anchor)
+        rows += [
+            (
+                f"by {kind}, {len(spans)} searches: without spans (the anchor: every match walked)",
+                f"{walking['p50']:.1f} ms",
+                f"{walking['p95']:.1f} ms",
+                f"{walking['max']:.1f} ms",
+                "",
+            ),
+            (
+                f"by {kind}: with `file_texts`",
+                f"**{with_spans['p50']:.1f} ms**",
+                f"**{with_spans['p95']:.1f} ms**",
+                f"{with_spans['max']:.1f} ms",
+                f"p50 {with_spans['p50'] / walking['p50']:.2f}, p95 {with_spans['p95'] / walking['p95']:.2f}",
+            ),
+        ]
     table = figures.markdown_table(["search", "p50", "p95", "max", "ratio to the anchor"], rows)
     notes = [
-        f"{len(spans)} searches: the words "
+        "The words "
         + ", ".join(f"{word!r} ({texts:,} texts)" for word, texts in common)
-        + " (held by most texts) in "
-        f"each of {len(sessions)} sessions, an archive of {texts:,} texts seen; each on a fresh read-only "
+        + f" (held by most texts), in each of {len(sessions)} sessions and {len(projects)} projects and "
+        f"under `/`, an archive of {seen:,} texts seen; each on a fresh read-only "
         f"`Archive`, the two archives alternating. Same hits in every search: {'yes' if same else 'NO'}."
     ]
     print(table)

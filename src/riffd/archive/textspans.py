@@ -26,6 +26,7 @@ from typing import Any
 
 FILE_SPANS = 16  # spans kept per file, at most
 SEARCH_SPANS = 64  # spans a search asks the index for, at most
+SPAN_ROWS = 2048  # spans a search reads for its filter, at most (else it walks every match)
 
 
 def merged(spans: Iterable[tuple[int, int]], most: int) -> list[tuple[int, int]]:
@@ -90,15 +91,24 @@ def spans_of(
     db: sqlite3.Connection, of_files: str, params: list[Any]
 ) -> list[tuple[int, int]] | None:
     """The spans of text ids, highest first, that hold every text the files matching `of_files`
-    (conditions on `files f`, with `params`) have seen: [] when they have seen none; None when the
-    archive keeps no spans (made before them, opened read-only)."""
+    (conditions on `files f`, with `params`) have seen: [] when they have seen none. None when the
+    search is as well off walking every match: the archive keeps no spans (made before them,
+    opened read-only), or the filter takes so many files (a project prefix of most of them) that
+    their spans are more than SPAN_ROWS rows or hold most text ids."""
     try:
         found = db.execute(
-            f"SELECT t.lo, t.hi FROM files f JOIN file_texts t ON t.file_id = f.id WHERE 1{of_files}",
+            f"SELECT t.lo, t.hi FROM files f JOIN file_texts t ON t.file_id = f.id WHERE 1{of_files} "
+            f"LIMIT {SPAN_ROWS + 1}",
             params,
         ).fetchall()
+        top = db.execute("SELECT MAX(text) FROM seen").fetchone()[0] or 0
     except sqlite3.OperationalError as exc:
         if "no such table" not in str(exc):
             raise
         return None
-    return merged(found, SEARCH_SPANS)[::-1]
+    if len(found) > SPAN_ROWS:
+        return None
+    spans = merged(found, SEARCH_SPANS)
+    if sum(high - low + 1 for low, high in spans) > top / 2:
+        return None
+    return spans[::-1]
