@@ -5,6 +5,7 @@ aside)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -119,13 +120,24 @@ def test_riffd_report_draws_the_stored_history_and_repairs(tmp_path: Path) -> No
 
 class CountingProxy:
     """A proxy that Chromium must send every request through; it answers nothing and counts
-    connections."""
+    connections. A context manager: its thread ends with it (a thread left running keeps every
+    later test of the worker from forking: riffd.forking.can_fork)."""
 
     def __init__(self) -> None:
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.requests: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def __enter__(self) -> CountingProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # (wakes the accept a close alone may not)
+        self.server.close()
+        self.thread.join(10)
 
     def _serve(self) -> None:
         while True:
@@ -146,44 +158,45 @@ class CountingProxy:
 @needs_chromium
 def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path: Path) -> None:
     page = page_with_history(tmp_path)
-    proxy = CountingProxy()
-    common = chromium(tmp_path / "profile", proxy=f"http://127.0.0.1:{proxy.port}")
-    screenshot = tmp_path / "latest.png"
-    shot = subprocess.run(
-        [*common, f"--screenshot={screenshot}", "--window-size=1280,2200", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert shot.returncode == 0, shot.stderr[-2000:]
-    assert (
-        screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 20_000
-    )
-    dom = subprocess.run(
-        [*common, "--dump-dom", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    ).stdout
-    # rendered: the four charts and their lines
-    assert dom.count("<svg") == 4 and dom.count("<polyline") >= 6
-    assert "Open findings by class" in dom and "needs attention" in dom
-    assert [request for request in proxy.requests if not _browser_own(request)] == []
-    # The proxy does see what a page asks for: a page with one outside image, loaded the same way.
-    canary = tmp_path / "canary.html"
-    canary.write_text('<!DOCTYPE html><img src="http://riffd-canary.invalid/pixel.png">')
-    subprocess.run(
-        [*common, "--dump-dom", canary.as_uri()], capture_output=True, timeout=120, check=False
-    )
-    deadline = time.monotonic() + 10  # the proxy's thread may still be reading the request
-    while (
-        not any("riffd-canary.invalid" in request for request in proxy.requests)
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.05)
-    assert any("riffd-canary.invalid" in request for request in proxy.requests), proxy.requests
+    with CountingProxy() as proxy:
+        common = chromium(tmp_path / "profile", proxy=f"http://127.0.0.1:{proxy.port}")
+        screenshot = tmp_path / "latest.png"
+        shot = subprocess.run(
+            [*common, f"--screenshot={screenshot}", "--window-size=1280,2200", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert shot.returncode == 0, shot.stderr[-2000:]
+        assert (
+            screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            and screenshot.stat().st_size > 20_000
+        )
+        dom = subprocess.run(
+            [*common, "--dump-dom", page.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        ).stdout
+        # rendered: the four charts and their lines
+        assert dom.count("<svg") == 4 and dom.count("<polyline") >= 6
+        assert "Open findings by class" in dom and "needs attention" in dom
+        assert [request for request in proxy.requests if not _browser_own(request)] == []
+        # The proxy does see what a page asks for: a page with one outside image, loaded the same way.
+        canary = tmp_path / "canary.html"
+        canary.write_text('<!DOCTYPE html><img src="http://riffd-canary.invalid/pixel.png">')
+        subprocess.run(
+            [*common, "--dump-dom", canary.as_uri()], capture_output=True, timeout=120, check=False
+        )
+        deadline = time.monotonic() + 10  # the proxy's thread may still be reading the request
+        while (
+            not any("riffd-canary.invalid" in request for request in proxy.requests)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        assert any("riffd-canary.invalid" in request for request in proxy.requests), proxy.requests
 
 
 def _browser_own(request: str) -> bool:
