@@ -15,7 +15,10 @@ every match, less those the filter would drop.
 The writer keeps them with every batch's `seen` rows (`keep`), in the batch's transaction; an
 archive made before them gets them, from `seen`, when first opened to write
 (riffd.archive.schema), and one opened read-only without them is searched without them (`spans_of`
-returns None).
+returns None). Only this writer keeps them: a development build of format 3 made before them, still
+writing to the archive after it gained them, leaves them short, and a filtered search misses that
+writer's texts (riffd 0.2, of format 2, never writes to it: the move to format 3 waits for its
+daemon to be restarted, riffd.commands.archive_open).
 """
 
 from __future__ import annotations

@@ -314,10 +314,12 @@ def session_liveness(
     """Given a transcript and the Claude Code folders to look in (one, or `claude_dirs_for`), return
     (is_live, why): live (fail closed) when a running process has an entry in any of them that is
     not proven another session's: one naming its session (from the path, `session_id` when given,
-    and the `sessionId` of its last lines: `written_in`), one that cannot be read whole, or one whose process may write it (`may_write`: same
-    project); or when its mtime is within `quiet_period` seconds (0 turns that rule off); a file
-    whose mtime cannot be read counts as live. An entry of a process that is gone counts for
-    nothing. Reads retry EIO per `fs`'s policy (a seam gets the default one)."""
+    and the `sessionId` of its last lines: `written_in`), one that cannot be read whole, or one
+    whose process may write it (`may_write`: same project); or when its mtime is within
+    `quiet_period` seconds (0 turns that rule off); a file whose mtime cannot be read counts as
+    live. An entry of a process that is gone counts for nothing. Reads of the registry and the
+    mtime retry EIO per `fs`'s policy (a seam gets the default one); the transcript's last lines
+    are read directly, and when they cannot be, every client with a working folder may write it."""
     fs = _retrying(fs)
     wanted = {session_id_for(path)}
     if session_id:

@@ -106,11 +106,14 @@ class LiveCheck:
 
     @classmethod
     def of(cls, config: Config) -> LiveCheck:
+        """The check `config` asks for: its Claude folder, its roots and the default ones, and its
+        quiet period."""
         return cls(
             config.claude_dir, config.roots + tuple(default_roots()), config.repair.quiet_period
         )
 
     def __call__(self, path: Path, session_id: str | None) -> bool:
+        """Whether the session of the transcript `path` (also known as `session_id`) may be live."""
         folders = claude_dirs_for(path, self.claude_dir, self.roots)
         return session_liveness(path, folders, self.quiet_period, session_id=session_id)[0]
 

@@ -444,6 +444,10 @@ def test_scan_asks_the_configured_claude_folder_whether_a_tool_still_runs(
     os.utime(path, (long_ago, long_ago))  # quiet: only the registry says the client runs
     entry = configured / "sessions" / f"{os.getpid()}.json"
     entry.write_text(json.dumps({"pid": os.getpid(), "sessionId": SESSION}))
+    from conftest import transcript_bytes
+
+    for name in ("a", "b"):  # 34 MB in all: with --jobs 2, the files go to worker processes
+        (path.parent / f"{name}.jsonl").write_bytes(transcript_bytes(57, pad=300_000))
     for jobs in ("1", "2"):
         assert main(["--config", str(config), "scan", "--jobs", jobs]) == EXIT_OK
         assert f"line {cut + 1}: pending_tool_call: " in capsys.readouterr().out
