@@ -45,10 +45,10 @@ def chromium(profile: Path, proxy: str = "http://127.0.0.1:9") -> list[str]:
     ]
 
 
-def render(page: Path, profile: Path, screenshot: Path) -> str:
-    """Render `page` in headless Chromium (its profile in `profile`, no network); write a PNG
-    screenshot to `screenshot` and return the DOM after rendering."""
-    common = chromium(profile)
+def render(page: Path, profile: Path, screenshot: Path, proxy: str | None = None) -> str:
+    """Render `page` in headless Chromium (its profile in `profile`, no network, or every request
+    sent to `proxy`); write a PNG screenshot to `screenshot` and return the DOM after rendering."""
+    common = chromium(profile) if proxy is None else chromium(profile, proxy=proxy)
     shot = subprocess.run(
         [*common, f"--screenshot={screenshot}", "--window-size=1280,2400", page.as_uri()],
         capture_output=True,

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import write_config
-from helpers.browser import chromium, needs_chromium
+from helpers.browser import chromium, needs_chromium, render
 from riffd.commands.cli import main
 from riffd.reports.build import build_report
 from riffd.reports.html import history_point
@@ -159,27 +159,10 @@ class CountingProxy:
 def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path: Path) -> None:
     page = page_with_history(tmp_path)
     with CountingProxy() as proxy:
-        common = chromium(tmp_path / "profile", proxy=f"http://127.0.0.1:{proxy.port}")
+        address = f"http://127.0.0.1:{proxy.port}"
         screenshot = tmp_path / "latest.png"
-        shot = subprocess.run(
-            [*common, f"--screenshot={screenshot}", "--window-size=1280,2200", page.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert shot.returncode == 0, shot.stderr[-2000:]
-        assert (
-            screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-            and screenshot.stat().st_size > 20_000
-        )
-        dom = subprocess.run(
-            [*common, "--dump-dom", page.as_uri()],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        ).stdout
+        dom = render(page, tmp_path / "profile", screenshot, proxy=address)
+        assert screenshot.stat().st_size > 20_000
         # rendered: the four charts and their lines
         assert dom.count("<svg") == 4 and dom.count("<polyline") >= 6
         assert "Open findings by class" in dom and "needs attention" in dom
@@ -188,7 +171,10 @@ def test_chromium_renders_the_page_with_its_charts_and_makes_no_request(tmp_path
         canary = tmp_path / "canary.html"
         canary.write_text('<!DOCTYPE html><img src="http://riffd-canary.invalid/pixel.png">')
         subprocess.run(
-            [*common, "--dump-dom", canary.as_uri()], capture_output=True, timeout=120, check=False
+            [*chromium(tmp_path / "profile", proxy=address), "--dump-dom", canary.as_uri()],
+            capture_output=True,
+            timeout=120,
+            check=False,
         )
         deadline = time.monotonic() + 10  # the proxy's thread may still be reading the request
         while (
