@@ -6,10 +6,10 @@ the file's name nor its folder's name always says so (a 2.0 subagent's `agent-*.
 after a symlinked path, or by CLAUDE_CODE_PROJECT_DIR_NAME).
 
 Claude Code writes each line's `cwd` and `sessionId` near its start, before its `message`, so they
-are looked for in the first HEAD_BYTES of each of the last LAST_LINES lines, the first of each key in
-a line (a tool's input may hold a `cwd` of its own further on). The starts come from the last
-TAIL_BYTES of the file; a last line longer than that (a pasted image) is followed back to its start,
-up to START_LIMIT bytes. A key is matched as written, quotes and colon, with any spaces around the
+are looked for in the first HEAD_BYTES of each of the last LAST_LINES lines (up to MORE_LINES while
+none names a folder), the first of each key in a line (a tool's input may hold a `cwd` of its own
+further on). The starts come from the last TAIL_BYTES of the file; a last line longer than that (a
+pasted image) is followed back to its start, up to START_LIMIT bytes. A key is matched as written, quotes and colon, with any spaces around the
 colon: inside a text, a key's quotes are escaped, so it never matches there.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 
 TAIL_BYTES = 256 * 1024  # where the last lines' starts are looked for
 LAST_LINES = 8
+MORE_LINES = 64  # lines looked at, at most, while the last ones name no folder
 HEAD_BYTES = 16 * 1024  # of each line, where its own keys are
 START_LIMIT = 64 * 1024 * 1024  # how far back the start of one long last line is followed
 STEP = 64 * 1024  # read back by so much at a time
@@ -67,25 +68,42 @@ def _read(descriptor: int, size: int) -> WrittenIn | None:
     starts = [window + at + 1 for at in _newlines(tail) if window + at + 1 < size]
     if window == 0 and size:
         starts.insert(0, 0)
-    if window > 0 and len(starts) < LAST_LINES:
-        # the line the window starts inside of (all of it, when it is one long last line)
+    if window > 0 and not starts:
+        # one last line longer than the window: followed back to its start
         start = _line_start(descriptor, window)
         if start is None:
             return None
         starts.insert(0, start)
     found: dict[bytes, set[str]] = {key: set() for key in KEYS}
-    for start in starts[-LAST_LINES:]:
-        head = (
-            tail[start - window : start - window + HEAD_BYTES]
-            if start >= window
-            else os.pread(descriptor, HEAD_BYTES, start)
-        )
-        head = head.split(b"\n", 1)[0]
-        for key, values in found.items():
-            value = _first_value(head, key)
-            if value:
-                values.add(value)
+    # the last LAST_LINES lines, and further back in the window while none named a folder (a
+    # summary or a snapshot line names none)
+    for seen, start in enumerate(reversed(starts)):
+        if seen >= LAST_LINES and (found[b"cwd"] or seen >= MORE_LINES):
+            break
+        _take(descriptor, tail, window, start, found)
+    if not found[b"cwd"] and window > 0 and starts[0] > window:
+        # none named one: the line the window starts inside of, when it starts within reach (a
+        # long line before a last one that names no folder)
+        start = _line_start(descriptor, window)
+        if start is not None:
+            _take(descriptor, tail, window, start, found)
     return WrittenIn(frozenset(found[b"cwd"]), frozenset(found[b"sessionId"]))
+
+
+def _take(
+    descriptor: int, tail: bytes, window: int, start: int, found: dict[bytes, set[str]]
+) -> None:
+    """Add to `found` the first value of each key in the line starting at `start`."""
+    head = (
+        tail[start - window : start - window + HEAD_BYTES]
+        if start >= window
+        else os.pread(descriptor, HEAD_BYTES, start)
+    )
+    head = head.split(b"\n", 1)[0]
+    for key, values in found.items():
+        value = _first_value(head, key)
+        if value:
+            values.add(value)
 
 
 def _newlines(data: bytes) -> list[int]:

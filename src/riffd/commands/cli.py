@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,6 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stdout is None:  # started with standard output closed (`riffd ... >&-`)
             # a command that prints nothing there runs; one that prints stops at its first line
             sys.stdout = ClosedOutput()
+            # and descriptor 1 holds /dev/null, not the next file or socket opened (the daemon's
+            # guard socket took it, and passed it on when it started again in place), and no
+            # child is given it
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != 1:
+                os.dup2(null, 1, inheritable=False)
+                os.close(null)
+            else:
+                os.set_inheritable(1, False)
         return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
 
 from riffd.claude_code.written import START_LIMIT, TAIL_BYTES, WrittenIn, written_in
@@ -79,3 +80,21 @@ def test_a_fifo_is_not_waited_on_and_a_line_too_long_to_follow_fails_closed(
         out.truncate(START_LIMIT + 4 * TAIL_BYTES)  # one line of zeros, far longer than followed
     assert written_in(sparse) is None
     assert written_in(tmp_path / "gone.jsonl") is None
+
+
+def test_a_long_line_before_the_last_ones_is_not_followed_back(tmp_path: Path) -> None:
+    """A line longer than START_LIMIT before short last lines that name their folder: the review
+    found the whole file taken as unreadable (None: live while any client runs) and, below the
+    limit, the long line read back at every check (13 ms for 63 MB)."""
+    path = tmp_path / "s.jsonl"
+    with path.open("wb") as out:
+        out.write(_line("/first", "s0"))
+        out.seek(START_LIMIT + TAIL_BYTES)  # a line of zeros, past the limit
+        out.write(b"\n" + _line("/a", "s1") + _line("/b", "s1"))
+    started = time.monotonic()
+    assert written_in(path) == WrittenIn(frozenset({"/a", "/b"}), frozenset({"s1"}))
+    assert time.monotonic() - started < 1.0
+    # lines that name no folder after the last one that does (snapshots, summaries): looked past
+    snapshot = b'{"type":"file-history-snapshot","messageId":"m"}\n'
+    found = _written(tmp_path, _line("/work/proj", "s") + snapshot * 20)
+    assert found == WrittenIn(frozenset({"/work/proj"}), frozenset({"s"}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import gzip
 import hashlib
@@ -578,3 +579,28 @@ def test_a_fifo_named_like_a_transcript_is_an_error_not_a_hang(tmp_path: Path) -
         assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
     # the transcript beside it was read: archived
     assert "archived 5 new line(s)" in done.stderr
+
+
+def test_the_daemon_started_with_stdout_closed_holds_dev_null_there(tmp_path: Path) -> None:
+    """With descriptor 1 free, the daemon's next file or socket took it: its state folder's guard
+    socket, which it then passed on when it started again in place (the review). Descriptor 1 is
+    /dev/null now, and no child inherits it."""
+    env = riffd_env(
+        RIFFD_STATE_DIR=str(tmp_path / "state"), CLAUDE_CONFIG_DIR=str(tmp_path / "claude")
+    )
+    command = " ".join(map(shlex.quote, [sys.executable, "-m", "riffd", "run"]))
+    daemon = subprocess.Popen(
+        ["sh", "-c", f"exec {command} >&-"], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        held = ""
+        while time.monotonic() < deadline and held != os.devnull:
+            with contextlib.suppress(OSError):
+                held = os.readlink(f"/proc/{daemon.pid}/fd/1")
+            time.sleep(0.05)
+        assert held == os.devnull
+        assert (tmp_path / "state").is_dir() or daemon.poll() is None
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
