@@ -20,7 +20,6 @@ hits in both.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sqlite3
 import statistics
 import sys
@@ -53,8 +52,11 @@ def common_words(db: sqlite3.Connection, count: int) -> list[tuple[str, int]]:
 def without_spans(db_path: Path, folder: Path) -> Path:
     """A copy of the archive with no `file_texts`: searched as an archive made before them."""
     copy = folder / "archive.db"
-    shutil.copy(db_path, copy)
+    # (SQLite's own copy: what the archive's write-ahead log holds too)
+    source = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     db = sqlite3.connect(copy)
+    source.backup(db)
+    source.close()
     db.execute("DROP TABLE IF EXISTS file_texts")
     db.commit()
     db.close()

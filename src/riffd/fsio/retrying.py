@@ -9,6 +9,7 @@ caller that judged a retry exact says so with `attempt`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -73,6 +74,9 @@ class RetryingFS(FileSystem):
                 "not a regular file (a FIFO, a device or a socket); riffd reads only files",
                 os.fspath(path),
             )
+        # (a file: read as usual; a FUSE file system may honour O_NONBLOCK with EAGAIN)
+        with contextlib.suppress(OSError):
+            os.set_blocking(fd, True)
         return fd
 
     def stat(self, path: PathLike) -> os.stat_result:
