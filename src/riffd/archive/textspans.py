@@ -23,6 +23,7 @@ daemon to be restarted, riffd.commands.archive_open).
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Iterable
 from typing import Any
@@ -74,19 +75,14 @@ def fill(db: sqlite3.Connection) -> None:
     """Inside the caller's transaction, with `file_texts` empty: every file's spans, from `seen`
     (for an archive made before them)."""
     rows: list[tuple[int, int, int]] = []
-    texts: list[tuple[int, int]] = []  # one file's at a time, in order
-    current = None
-    for file_id, text in db.execute("SELECT file_id, text FROM seen ORDER BY file_id, text"):
-        if file_id != current:
-            if current is not None:
-                rows += [(current, low, high) for low, high in merged(texts, FILE_SPANS)]
-            current, texts = file_id, []
-        if texts and text <= texts[-1][1] + 1:
-            texts[-1] = (texts[-1][0], text)
-        else:
-            texts.append((text, text))
-    if current is not None:
-        rows += [(current, low, high) for low, high in merged(texts, FILE_SPANS)]
+    by_file = itertools.groupby(
+        db.execute("SELECT file_id, text FROM seen ORDER BY file_id"), key=lambda row: row[0]
+    )
+    for file_id, seen in by_file:  # (one file's texts in memory at a time)
+        rows += [
+            (file_id, low, high)
+            for low, high in merged(((text, text) for _file, text in seen), FILE_SPANS)
+        ]
     db.executemany("INSERT INTO file_texts(file_id, lo, hi) VALUES (?, ?, ?)", rows)
 
 

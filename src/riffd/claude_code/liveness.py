@@ -317,15 +317,15 @@ def session_liveness(
     and the `sessionId` of its last lines: `written_in`), one that cannot be read whole, or one
     whose process may write it (`may_write`: same project); or when its mtime is within
     `quiet_period` seconds (0 turns that rule off); a file whose mtime cannot be read counts as
-    live. An entry of a process that is gone counts for nothing. Reads of the registry and the
-    mtime retry EIO per `fs`'s policy (a seam gets the default one); the transcript's last lines
-    are read directly, and when they cannot be, every client with a working folder may write it."""
+    live. An entry of a process that is gone counts for nothing. Reads retry EIO per `fs`'s policy
+    (a seam gets the default one); when the transcript's last lines cannot be read, every client
+    with a working folder may write it."""
     fs = _retrying(fs)
     wanted = {session_id_for(path)}
     if session_id:
         wanted.add(session_id)
     # the ids its lines were written under (a 2.0 subagent's agent-*.jsonl, a file named otherwise)
-    written = written_in(path)
+    written = written_in(path, fs)
     if written is not None:
         wanted |= written.session_ids
     folders = [claude_dirs] if isinstance(claude_dirs, Path) else list(claude_dirs)

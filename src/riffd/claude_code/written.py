@@ -9,18 +9,20 @@ Claude Code writes each line's `cwd` and `sessionId` near its start, before its 
 are looked for in the first HEAD_BYTES of each of the last LAST_LINES lines (up to MORE_LINES while
 none names a folder), the first of each key in a line (a tool's input may hold a `cwd` of its own
 further on). The starts come from the last TAIL_BYTES of the file; a last line longer than that (a
-pasted image) is followed back to its start, up to START_LIMIT bytes. A key is matched as written, quotes and colon, with any spaces around the
-colon: inside a text, a key's quotes are escaped, so it never matches there.
+pasted image) is followed back to its start, up to START_LIMIT bytes. A key is matched as written,
+quotes and colon, with any spaces around the colon: inside a text, a key's quotes are escaped, so it
+never matches there. It is read through the `fs` seam, as the rest of the liveness check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from riffd.fsio import REAL_FILES, RetryingFS
 
 TAIL_BYTES = 256 * 1024  # where the last lines' starts are looked for
 LAST_LINES = 8
@@ -41,36 +43,33 @@ class WrittenIn:
     session_ids: frozenset[str]
 
 
-def written_in(path: Path) -> WrittenIn | None:
+def written_in(path: Path, fs: RetryingFS = REAL_FILES) -> WrittenIn | None:
     """The `cwd` and `sessionId` values of the last LAST_LINES lines of the transcript `path`; None
-    when it cannot be read, is not a regular file, or its last line starts further back than
-    START_LIMIT (the caller then fails closed)."""
+    when it cannot be read, is not a regular file (`RetryingFS.open_file`: never waited on), or its
+    last line starts further back than START_LIMIT (the caller then fails closed)."""
     try:
-        # (never waiting: a FIFO where a transcript was is opened without blocking, and not read)
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor = fs.open_file(path)
     except OSError:
         return None
     try:
-        status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            return None
-        return _read(descriptor, status.st_size)
+        return _read(fs, descriptor, fs.fstat(descriptor).st_size)
     except OSError:
         return None
     finally:
-        os.close(descriptor)
+        with contextlib.suppress(OSError):
+            fs.close(descriptor)
 
 
-def _read(descriptor: int, size: int) -> WrittenIn | None:
+def _read(fs: RetryingFS, descriptor: int, size: int) -> WrittenIn | None:
     window = max(0, size - TAIL_BYTES)
-    tail = os.pread(descriptor, size - window, window)
+    tail = fs.pread(descriptor, size - window, window)
     # the lines starting in the window (not one after the final newline: no line yet)
     starts = [window + at + 1 for at in _newlines(tail) if window + at + 1 < size]
     if window == 0 and size:
         starts.insert(0, 0)
     if window > 0 and not starts:
         # one last line longer than the window: followed back to its start
-        start = _line_start(descriptor, window)
+        start = _line_start(fs, descriptor, window)
         if start is None:
             return None
         starts.insert(0, start)
@@ -80,24 +79,29 @@ def _read(descriptor: int, size: int) -> WrittenIn | None:
     for seen, start in enumerate(reversed(starts)):
         if seen >= LAST_LINES and (found[b"cwd"] or seen >= MORE_LINES):
             break
-        _take(descriptor, tail, window, start, found)
+        _take(fs, descriptor, tail, window, start, found)
     if not found[b"cwd"] and window > 0 and starts[0] > window:
         # none named one: the line the window starts inside of, when it starts within reach (a
         # long line before a last one that names no folder)
-        start = _line_start(descriptor, window)
+        start = _line_start(fs, descriptor, window)
         if start is not None:
-            _take(descriptor, tail, window, start, found)
+            _take(fs, descriptor, tail, window, start, found)
     return WrittenIn(frozenset(found[b"cwd"]), frozenset(found[b"sessionId"]))
 
 
 def _take(
-    descriptor: int, tail: bytes, window: int, start: int, found: dict[bytes, set[str]]
+    fs: RetryingFS,
+    descriptor: int,
+    tail: bytes,
+    window: int,
+    start: int,
+    found: dict[bytes, set[str]],
 ) -> None:
     """Add to `found` the first value of each key in the line starting at `start`."""
     head = (
         tail[start - window : start - window + HEAD_BYTES]
         if start >= window
-        else os.pread(descriptor, HEAD_BYTES, start)
+        else fs.pread(descriptor, HEAD_BYTES, start)
     )
     head = head.split(b"\n", 1)[0]
     for key, values in found.items():
@@ -114,14 +118,14 @@ def _newlines(data: bytes) -> list[int]:
     return found
 
 
-def _line_start(descriptor: int, position: int) -> int | None:
+def _line_start(fs: RetryingFS, descriptor: int, position: int) -> int | None:
     """The offset where the line holding byte `position` starts, or None beyond START_LIMIT."""
     end = position
     while end > 0:
         if position - end > START_LIMIT:
             return None
         begin = max(0, end - STEP)
-        at = os.pread(descriptor, end - begin, begin).rfind(b"\n")
+        at = fs.pread(descriptor, end - begin, begin).rfind(b"\n")
         if at >= 0:
             return begin + at + 1
         end = begin
