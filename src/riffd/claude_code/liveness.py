@@ -221,7 +221,7 @@ def project_folder_of(path: Path) -> Path:
 
 
 def may_write(
-    registration: Registration, claude_dir: Path, path: Path, written: WrittenIn | None = None
+    registration: Registration, claude_dir: Path, path: Path, written: WrittenIn | None
 ) -> str | None:
     """Given a running process's complete registry entry (in `claude_dir`) naming another session,
     return None only when it is proven not to write the transcript `path` (its `cwd` names a
@@ -239,15 +239,14 @@ def may_write(
     few stats per entry. The folder's name does not always follow `cwd` (a session resumed through a
     symlinked path keeps the folder of that path while the registry has the path resolved;
     CLAUDE_CODE_PROJECT_DIR_NAME names it freely), so the `cwd` the transcript's last lines were
-    written in is compared too (`written`: `written_in(path)` when not given). No `cwd`: nothing is
-    proven."""
+    written in is compared too (`written`: `written_in(path)`, None when it could not be read). No
+    `cwd`: nothing is proven."""
     cwd = registration.cwd
     if cwd is None:
         return "and names no working folder"
     project = project_folder_of(Path(os.path.abspath(path)))
     if any(folder_matches(project.name, spelling) for spelling in spellings(cwd)):
         return f"in {cwd}, the project of this transcript"
-    written = written or written_in(path)
     if written is None:
         return f"in {cwd}, and the end of this transcript, which says its project, cannot be read"
     if set(spellings(cwd)) & {spelling for line in written.cwds for spelling in spellings(line)}:

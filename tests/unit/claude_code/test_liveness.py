@@ -496,3 +496,48 @@ def test_a_project_folder_reached_through_a_symlinked_projects_is_the_same_proje
     moved = disk / "demo-on-disk" / path.name
     live, why = session_liveness(moved, claude_dirs_for(moved, claude), quiet_period=0)
     assert live, why
+
+
+class TailFailsFS(FileSystem):
+    """Every read of a transcript's bytes fails with EIO (a cloud folder serving a file that is not
+    on this device); the registry reads fine."""
+
+    def __init__(self) -> None:
+        self.transcripts: set[int] = set()
+
+    def open(self, path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
+        fd = super().open(path, flags, mode)
+        if os.fspath(path).endswith(".jsonl"):
+            self.transcripts.add(fd)
+        return fd
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        if fd in self.transcripts:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pread(fd, size, offset)
+
+    def close(self, fd: int) -> None:
+        self.transcripts.discard(fd)
+        super().close(fd)
+
+
+def test_a_transcript_whose_end_cannot_be_read_stays_live_while_a_client_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a transcript says its project and session; when EIO keeps it from being read, a
+    client registered in another folder's name is not taken as proven elsewhere."""
+    from riffd.fsio import RetryingFS, RetryPolicy
+
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "chosen-name")
+    path.write_bytes(_with_cwd(transcript_bytes(5), "/work/proj"))
+    long_ago = time.time() - 3600
+    os.utime(path, (long_ago, long_ago))
+    entry = register(claude, "another-session-id", os.getpid())
+    entry.write_text(json.dumps({"pid": os.getpid(), "sessionId": "x", "cwd": "/elsewhere"}))
+    failing = RetryingFS(TailFailsFS(), RetryPolicy(attempts=2, first_wait=0.001, max_wait=0.002))
+    live, why = session_liveness(path, claude_dirs_for(path), 0, fs=failing)
+    assert live and "the end of this transcript, which says its project, cannot be read" in why
+    # read as it is, the same entry is proven another project's
+    assert not session_liveness(path, claude_dirs_for(path), 0)[0]
