@@ -185,3 +185,25 @@ def test_an_acknowledgement_that_cannot_be_saved_is_not_said_to_be_made(tmp_path
         assert "riffd: error:" in acked.stderr and "Read-only file system" in acked.stderr
         assert "acknowledged" not in acked.stderr.replace("acknowledged.json", "")
         assert not (tmp_path / "backing" / "state" / "acknowledged.json").exists()
+
+
+def test_fix_of_a_file_that_is_not_a_transcript_advises_what_works(tmp_path: Path) -> None:
+    """`fix` names what to do about each finding it leaves. `repair.classes` makes riffd repair a
+    malformed line in a transcript, never in a file it does not take for one: there it says riffd
+    does not edit the file, and the `ack` it advises does what it says."""
+    transcript = damaged(tmp_path)
+    other = transcript.with_name("notes.jsonl")
+    other.write_bytes(b'{"a": 1}\n{not json\n{"b": 2}\n')
+    fixed = riffd(tmp_path, "fix", str(transcript), str(other))
+    assert fixed.returncode == 1, fixed.stderr
+    by_file = fixed.stderr.split(f"  {other}:2: malformed_line")
+    assert "`repair.classes` in the config names it" in by_file[0]  # the transcript's advice
+    advice = by_file[1].splitlines()[1]
+    assert "riffd does not edit this file: it is not a Claude Code transcript" in advice, advice
+    assert "repair.classes" not in advice
+    command = advice.split("`")[-2]
+    assert command == f"riffd ack {other}:2"
+    assert riffd(tmp_path, *command.split()[1:]).returncode == 0
+    assert riffd(tmp_path, "ack", f"{transcript}:6").returncode == 0
+    again = riffd(tmp_path, "fix", str(transcript), str(other))
+    assert again.returncode == 0, again.stderr

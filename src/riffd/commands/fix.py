@@ -60,7 +60,9 @@ from riffd.repair.recovery import recover, recover_folder
 from riffd.repair.writer import apply_plan
 from riffd.transcript.acks import Acknowledged, acknowledged_in
 from riffd.transcript.findings import INFORMATIONAL, Finding
+from riffd.transcript.reader import read_span
 from riffd.transcript.scan import index_file
+from riffd.transcript.shape import transcript_doubt
 
 
 def register(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -154,6 +156,7 @@ def run_fix(args: argparse.Namespace) -> int:
     results: list[FixedFile] = []
     remaining = 0
     left: list[Finding] = []
+    not_transcripts: dict[str, str] = {}  # path: why riffd does not take it for a transcript
     counts: Counter[str] = Counter()
     progress = Progress(len(files))
     keeper = TailKeeper(config.state_dir / ARCHIVE_NAME)
@@ -165,6 +168,8 @@ def run_fix(args: argparse.Namespace) -> int:
             counts[outcome.outcome] += 1
             remaining += outcome.remaining
             left += outcome.left
+            if outcome.not_a_transcript:
+                not_transcripts[str(path)] = outcome.not_a_transcript
             if outcome.is_error:
                 errors.append(str(outcome.detail))
             if outcome.outcome != CLEAN:
@@ -198,6 +203,7 @@ def run_fix(args: argparse.Namespace) -> int:
         left,
         frozenset(map(str, config.repair.classes)),
         riffd_advice(args),
+        not_transcripts,
     )
     if errors:
         return EXIT_ERROR
@@ -273,8 +279,23 @@ def _fix_one(
         return FixedFile(path, ERROR, 0, detail=f"{path}: {exc.strerror or exc}")
     damage = _damage(scanned.findings)
     if not [finding for finding in scanned.findings if finding.cls in repair_options.classes]:
+        try:  # what is left is not riffd's to edit when the file is not a transcript
+            doubt = (
+                transcript_doubt(
+                    scanned.index, lambda line: read_span(path, *scanned.index.span(line)), path
+                )
+                if damage
+                else ""
+            )
+        except OSError:
+            doubt = ""  # (the advice is then the classes' own)
         return FixedFile(
-            path, CLEAN, len(damage), unrepaired=tuple(scanned.findings), left=tuple(damage)
+            path,
+            CLEAN,
+            len(damage),
+            unrepaired=tuple(scanned.findings),
+            left=tuple(damage),
+            not_a_transcript=doubt,
         )
     try:
         plan = plan_file_repair(scanned, repair_options)

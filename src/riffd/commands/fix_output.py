@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ class FixedFile:
     pending_swap: Path | None = None
     left: tuple[Finding, ...] = ()  # what still counts (after a repair: in the file riffd wrote)
     unrepaired: tuple[Finding, ...] = field(default=())  # a clean file's findings
+    not_a_transcript: str = ""  # why a file with findings left is not taken for a transcript
 
     @property
     def is_error(self) -> bool:
@@ -134,18 +135,32 @@ REMAINING_SHOWN = 20  # findings `fix` names at its end; `riffd scan` lists them
 
 
 def print_remaining(
-    left: Sequence[Finding], repairable: frozenset[str], riffd: str = "riffd"
+    left: Sequence[Finding],
+    repairable: frozenset[str],
+    riffd: str = "riffd",
+    not_transcripts: Mapping[str, str] | None = None,
 ) -> None:
     """Name the findings that remain after `fix` (on stderr, after its summary): file, line, class
     and what it is, the first REMAINING_SHOWN of them; for a class riffd never edits (not in
     `repairable`, the classes this configuration repairs), what to do about it, as `riffd status`
-    says it (`riffd`: the words the commands advised start with)."""
+    says it (`riffd`: the words the commands advised start with); for one in a file of
+    `not_transcripts` (path: why it is not taken for a transcript), that riffd does not edit it."""
     import sys
 
+    from riffd.display import shell_word
     from riffd.reports.attention import attention_item
+    from riffd.transcript.shape import NOT_A_TRANSCRIPT
 
     for finding in left[:REMAINING_SHOWN]:
         print(f"  {finding.path}:{finding.line}: {finding.cls}: {finding.message}", file=sys.stderr)
+        doubt = (not_transcripts or {}).get(finding.path)
+        if doubt:  # no class in the config makes riffd edit it
+            print(
+                f"    riffd does not edit this file: it is {NOT_A_TRANSCRIPT} ({doubt}); "
+                f"`{riffd} ack {shell_word(f'{finding.path}:{finding.line}')}` acknowledges it",
+                file=sys.stderr,
+            )
+            continue
         item = attention_item(
             finding.path, finding.to_json(), False, repairable=repairable, riffd=riffd
         )
