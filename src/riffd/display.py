@@ -165,6 +165,8 @@ def use_display_streams() -> None:
     """Make stdout and stderr show what they cannot encode as display_path does, instead of raising:
     every path riffd prints or logs, whatever its bytes."""
     _register_display_errors()
+    if _is_real_stdout(sys.stdout):
+        sys.stdout = _named_stdout(sys.stdout)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
@@ -176,6 +178,49 @@ def use_display_streams() -> None:
                 OSError,
             ):
                 continue
+
+
+STDOUT_NAME = "standard output"  # what an error writing there names, as a path is named
+
+
+def _is_real_stdout(stream: Any) -> bool:
+    """Whether `stream` is Python's own standard output on descriptor 1 (not a test's capture, and
+    not closed)."""
+    import io
+
+    try:
+        return (
+            stream is sys.__stdout__
+            and type(stream) is io.TextIOWrapper
+            and type(stream.buffer) in (io.BufferedWriter, io.FileIO)  # (FileIO: python -u)
+            and stream.fileno() == 1
+        )
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _named_stdout(stream: Any) -> Any:
+    """`stream` (sys.stdout) again, whose errors of writing name it: `riffd show FILE >/dev/full`
+    then says `standard output: No space left on device`, not only the error, which reads as if a
+    file riffd wrote were at fault."""
+    import io
+
+    class NamedOutput(io.FileIO):
+        def write(self, data: Any) -> int:
+            try:
+                return super().write(data)
+            except OSError as exc:  # (EPIPE stays a BrokenPipeError)
+                raise OSError(exc.errno, exc.strerror, STDOUT_NAME) from None
+
+    stream.flush()
+    raw = NamedOutput(1, "w", closefd=False)
+    return io.TextIOWrapper(
+        raw if type(stream.buffer) is io.FileIO else io.BufferedWriter(raw),
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=stream.line_buffering,
+        write_through=stream.write_through,
+    )
 
 
 def display_json(document: object, option: int | None = None) -> bytes:

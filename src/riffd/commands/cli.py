@@ -24,7 +24,7 @@ from riffd.commands.output import (
     say_interrupted,
     stdout_reader_gone,
 )
-from riffd.display import use_display_streams
+from riffd.display import STDOUT_NAME, use_display_streams
 
 # Each command: the module that registers and runs it, and its one-line help. Only the module of the
 # command that runs is imported (`riffd --help` imports none), so a command starts without the
@@ -161,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.close(null)
             else:
                 os.set_inheritable(1, False)
-        return int(args.run(args))
+        code = int(args.run(args))
+        # what is still buffered: a failure to write it is said here, not as Python exits
+        sys.stdout.flush()
+        return code
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
@@ -171,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # what no command expected (a disk or sync client failing): one line, never a traceback
+        if exc.filename == STDOUT_NAME and not isinstance(sys.stdout, ClosedOutput):
+            # (a full disk, say): what is left in its buffer goes nowhere, not again at the exit
+            leave_quietly_for_closed_stdout()
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
