@@ -39,7 +39,8 @@ def register(commands: Any) -> None:
         "--log-file",
         type=Path,
         default=None,
-        help="log to this file, rotated by size, instead of stderr (overrides log.file)",
+        help="log to this file (its folder made if missing), rotated by size, instead of stderr "
+        "(overrides log.file)",
     )
     run.set_defaults(run=run_daemon)
 
