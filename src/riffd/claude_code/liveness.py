@@ -40,6 +40,9 @@ from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 log = logging.getLogger(__name__)
 _DIGITS = re.compile(r"[0-9]+")
+# an entry's name: `<pid>.json`, or a file beside one that may be it being written (`<pid>.json.tmp`);
+# its pid is the digits (a hidden name is not an entry)
+_ENTRY_NAME = re.compile(r"([0-9]+)\.json(?:\..+)?")
 
 
 def look_again_after(quiet_period: float) -> float:
@@ -127,10 +130,13 @@ def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
     named = entry.get("pid") if isinstance(entry, dict) else None
     if isinstance(named, int) and not isinstance(named, bool):
         pids.append(named)
+    elif isinstance(named, float) and named.is_integer():  # (`1234.0`)
+        pids.append(int(named))
     elif isinstance(named, str) and _DIGITS.fullmatch(named.strip()):
         pids.append(int(named.strip()))
-    if _DIGITS.fullmatch(registry_file.stem):
-        pids.append(int(registry_file.stem))
+    by_name = _ENTRY_NAME.fullmatch(registry_file.name)
+    if by_name:
+        pids.append(int(by_name.group(1)))
     return list(dict.fromkeys(pid for pid in pids if pid > 0))
 
 
@@ -177,7 +183,7 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[Runni
         return []
     running: list[RunningEntry] = []
     for name in names:
-        if not name.endswith(".json") or name.startswith("."):
+        if name.startswith(".") or not (name.endswith(".json") or _ENTRY_NAME.fullmatch(name)):
             continue
         registry_file = registry / name
         raw: bytes | None = None
@@ -293,12 +299,23 @@ def claude_dirs_for(
 
 def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FILES) -> set[str]:
     """Given Claude Code's config folder, return the ids of sessions a running process has
-    registered (entries read whole)."""
+    registered (entries read whole), as session_key gives them."""
     return {
-        entry.registration.session_id
+        session_key(entry.registration.session_id)
         for entry in running_entries(claude_dir, fs)
         if entry.registration
     }
+
+
+def session_key(session_id: str) -> str:
+    """A session id as registry entries are compared by: without surrounding blanks, in lower
+    case (an entry written otherwise still names its session)."""
+    return session_id.strip().lower()
+
+
+def same_session(session_id: str, wanted: Iterable[str]) -> bool:
+    """Whether `session_id` is one of `wanted`, compared by session_key."""
+    return session_key(session_id) in {session_key(other) for other in wanted}
 
 
 def session_liveness(
@@ -344,7 +361,7 @@ def session_liveness(
                     f"it may be this session's (every session of {folder} waits while that process runs; "
                     "delete the entry if no Claude Code process uses it)"
                 )
-            if registration.session_id in wanted:
+            if same_session(registration.session_id, wanted):
                 return True, (
                     f"session {registration.session_id} is registered as running by pid "
                     f"{registration.pid} ({entry.registry_file})"

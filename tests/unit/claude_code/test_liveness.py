@@ -377,6 +377,23 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": PROJECT}))
     elif kind == "no_cwd_other_session":
         entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION}))
+    # written unlike Claude Code's, of a client in another project: only the id protects (an attack)
+    elif kind == "id_in_upper_case":
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": SESSION.upper(), "cwd": "/elsewhere"})
+        )
+    elif kind == "id_with_blanks":
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": f" {SESSION}\n", "cwd": "/elsewhere"})
+        )
+    elif kind == "pid_as_float_in_a_file_named_otherwise":
+        (registry / "client.json").write_text(
+            json.dumps({"pid": float(pid), "sessionId": SESSION, "cwd": "/elsewhere"})
+        )
+    elif kind == "being_written_beside_its_name":
+        (registry / f"{pid}.json.tmp").write_text(
+            json.dumps({"pid": pid, "sessionId": SESSION, "cwd": "/elsewhere"})
+        )
     else:
         raise AssertionError(kind)
 
@@ -389,6 +406,10 @@ IMPERFECT = [
     "pid_as_string",
     "new_session_id_same_project",
     "no_cwd_other_session",
+    "id_in_upper_case",
+    "id_with_blanks",
+    "pid_as_float_in_a_file_named_otherwise",
+    "being_written_beside_its_name",
 ]
 
 
