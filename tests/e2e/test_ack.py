@@ -207,3 +207,16 @@ def test_fix_of_a_file_that_is_not_a_transcript_advises_what_works(tmp_path: Pat
     assert riffd(tmp_path, "ack", f"{transcript}:6").returncode == 0
     again = riffd(tmp_path, "fix", str(transcript), str(other))
     assert again.returncode == 0, again.stderr
+    # with a class riffd repairs by default (a torn last line), or the class named in the config:
+    # the same advice for each finding
+    torn = transcript.with_name("torn.jsonl")
+    torn.write_bytes(b'{"a": 1}\n{not json\n{"b": 2}\n{"c": ')
+    config = tmp_path / "riffd.toml"
+    config.write_text('[repair]\nclasses = ["malformed_line", "torn_tail"]\n')
+    for words in ((), ("--config", str(config))):
+        fixed = riffd(tmp_path, *words, "fix", str(torn))
+        assert fixed.returncode == 1, fixed.stderr
+        advice = [line for line in fixed.stderr.splitlines() if line.startswith("    ")]
+        assert len(advice) == 2, fixed.stderr
+        assert all("riffd does not edit this file" in line for line in advice), advice
+        assert "repair.classes" not in fixed.stderr

@@ -278,17 +278,17 @@ def _fix_one(
     except (OSError, ReadFailed) as exc:
         return FixedFile(path, ERROR, 0, detail=f"{path}: {exc.strerror or exc}")
     damage = _damage(scanned.findings)
-    if not [finding for finding in scanned.findings if finding.cls in repair_options.classes]:
-        try:  # what is left is not riffd's to edit when the file is not a transcript
-            doubt = (
-                transcript_doubt(
-                    scanned.index, lambda line: read_span(path, *scanned.index.span(line)), path
-                )
-                if damage
-                else ""
+    try:  # what is left is not riffd's to edit when the file is not a transcript, whatever the class
+        doubt = (
+            transcript_doubt(
+                scanned.index, lambda line: read_span(path, *scanned.index.span(line)), path
             )
-        except OSError:
-            doubt = ""  # (the advice is then the classes' own)
+            if damage
+            else ""
+        )
+    except OSError:
+        doubt = ""  # (the advice is then the classes' own)
+    if not [finding for finding in scanned.findings if finding.cls in repair_options.classes]:
         return FixedFile(
             path,
             CLEAN,
@@ -302,7 +302,15 @@ def _fix_one(
     except FileNotFoundError:
         return FixedFile(path, SKIPPED, 0, str(SkipReason.GONE), gone(path).detail)
     except FileChanged as exc:
-        return FixedFile(path, SKIPPED, len(damage), str(exc.reason), str(exc), left=tuple(damage))
+        return FixedFile(
+            path,
+            SKIPPED,
+            len(damage),
+            str(exc.reason),
+            str(exc),
+            left=tuple(damage),
+            not_a_transcript=doubt,
+        )
     except (OSError, ValueError) as exc:
         return FixedFile(
             path,
@@ -310,13 +318,21 @@ def _fix_one(
             len(damage),
             detail=f"{path}: could not plan a repair: {exc}",
             left=tuple(damage),
+            not_a_transcript=doubt,
         )
     if not plan.is_empty and not dry_run:
         plan = keeper.checked(path, plan)
     if plan.is_empty:
         why = "; ".join(plan.notes) or "no safe repair"
         return FixedFile(
-            path, SKIPPED, len(damage), "nothing_safe_to_do", why, plan, left=tuple(damage)
+            path,
+            SKIPPED,
+            len(damage),
+            "nothing_safe_to_do",
+            why,
+            plan,
+            left=tuple(damage),
+            not_a_transcript=doubt,
         )
     left = tuple(damage)
     if dry_run:  # the same rules as a real run: a session that may be live is skipped
