@@ -214,13 +214,20 @@ def _named_stdout(stream: Any) -> Any:
 
     stream.flush()
     raw = NamedOutput(1, "w", closefd=False)
-    return io.TextIOWrapper(
-        raw if type(stream.buffer) is io.FileIO else io.BufferedWriter(raw),
+    raw.name = stream.name  # ('<stdout>', as Python names its own)
+    if type(stream.buffer) is io.FileIO:  # (python -u)
+        buffer: Any = raw
+    else:  # buffered by the block size, as Python's own is
+        buffer = io.BufferedWriter(raw, max(os.fstat(1).st_blksize, 1))
+    named = io.TextIOWrapper(
+        buffer,
         encoding=stream.encoding,
         errors=stream.errors,
         line_buffering=stream.line_buffering,
         write_through=stream.write_through,
     )
+    named.mode = "w"  # type: ignore[misc]
+    return named
 
 
 def display_json(document: object, option: int | None = None) -> bytes:

@@ -135,3 +135,50 @@ def test_a_ctrl_c_caught_inside_generated_code_still_exits_130(tmp_path: Path) -
         text=True,
     )
     said_interrupted(process)
+
+
+def test_a_ctrl_c_with_output_buffered_for_a_reader_gone_exits_130(tmp_path: Path) -> None:
+    """`riffd fix DIR | grep x` and Ctrl-C, which ends grep too: the lines `fix` had printed were
+    still buffered, and writing them as Python exited failed (exit 120, "Exception ignored"). One
+    line and exit 130. The Ctrl-C is sent at `fix`'s opening of its third file, by an audit hook in
+    the interpreter's `sitecustomize`."""
+    from conftest import transcript_bytes
+
+    project = tmp_path / "claude" / "projects" / "-p"
+    project.mkdir(parents=True)
+    names = [f"{number}1111111-2222-3333-4444-555555555555.jsonl" for number in range(3)]
+    for name in names:  # a torn last line each: each is named on standard output
+        (project / name).write_bytes(transcript_bytes(5) + b'{"type": "user"')
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "sent = []\n"
+        "def _at(event, args):\n"
+        f"    if event == 'open' and str(args[0]).endswith({names[2]!r}) and not sent:\n"
+        "        sent.append(1)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.addaudithook(_at)\n"
+    )
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone
+    try:
+        process = start_riffd(
+            "fix",
+            "--dry-run",
+            *(str(project / name) for name in names),
+            env={
+                "PYTHONPATH": os.pathsep.join([str(site), str(SRC_DIR)]),
+                "PYTHONUNBUFFERED": "",
+                "RIFFD_STATE_DIR": str(tmp_path / "state"),
+                "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
+            },
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(write)
+    said_interrupted(process)

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class UsageError(Exception):
@@ -19,6 +20,12 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops an error writing `--help` or `--version` (exit 0, nothing shown); it
+        # is riffd's one line and exit 2, as for any command's output
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def nonnegative_number(text: str) -> float:

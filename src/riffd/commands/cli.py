@@ -18,6 +18,8 @@ from riffd import __version__
 from riffd.commands.arguments import Parser, UsageError
 from riffd.commands.output import (
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_READER_GONE,
     ClosedOutput,
     CtrlCNoted,
     leave_quietly_for_closed_stdout,
@@ -133,6 +135,42 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run riffd with `argv` (default: sys.argv[1:]) and return the exit code."""
+    try:
+        code = _main(argv)
+    except SystemExit as exc:  # argparse's --help and --version
+        if not isinstance(exc.code, int):
+            raise
+        code = exc.code
+    return _with_stdout_flushed(code)
+
+
+def _with_stdout_flushed(code: int) -> int:
+    """`code`, once what is still buffered for standard output is written: a failure to write it
+    is one line and exit 2 (141 when its reader has gone; an interrupted command keeps 130), not
+    an error and exit 120 as Python exits."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except OSError as exc:
+        gone = isinstance(exc, BrokenPipeError) and stdout_reader_gone()
+        _drop_stdout()
+        if code == EXIT_INTERRUPTED:  # (said so already)
+            return code
+        if gone:
+            return EXIT_READER_GONE
+        print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    return code
+
+
+def _drop_stdout() -> None:
+    """Point descriptor 1 at /dev/null: what is left in standard output's buffer goes nowhere,
+    and does not fail again as Python exits."""
+    if not isinstance(sys.stdout, ClosedOutput):  # (which holds /dev/null there already)
+        leave_quietly_for_closed_stdout()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     use_display_streams()  # a file name that is not UTF-8 prints as \xff escapes, never a traceback
     with CtrlCNoted() as ctrl_c:  # the commands' imports
@@ -161,10 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.close(null)
             else:
                 os.set_inheritable(1, False)
-        code = int(args.run(args))
-        # what is still buffered: a failure to write it is said here, not as Python exits
-        sys.stdout.flush()
-        return code
+        return int(args.run(args))
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
@@ -174,9 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # what no command expected (a disk or sync client failing): one line, never a traceback
-        if exc.filename == STDOUT_NAME and not isinstance(sys.stdout, ClosedOutput):
-            # (a full disk, say): what is left in its buffer goes nowhere, not again at the exit
-            leave_quietly_for_closed_stdout()
+        if exc.filename == STDOUT_NAME:  # (a full disk, say)
+            _drop_stdout()
         print(f"riffd: error: {describe_os_error(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

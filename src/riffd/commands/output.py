@@ -26,6 +26,7 @@ EXIT_ERROR = 2  # bad arguments, unreadable files, failed repairs
 # The program reading riffd's output stopped reading (`riffd archive search x | head -1`): the code
 # a shell gives a process that SIGPIPE ended (128 + 13), as it does for grep or cat there.
 EXIT_READER_GONE = 141
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a command it ended)
 
 
 REPORT_SCHEMA = 1
@@ -102,7 +103,7 @@ def say_interrupted() -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     print(INTERRUPTED, file=sys.stderr)
-    return 130
+    return EXIT_INTERRUPTED
 
 
 class CtrlCNoted:

@@ -274,7 +274,7 @@ class LogConfig:
     file: str = field(
         default="",
         metadata=_meta(
-            'A file to log to instead of stderr ("" = stderr), rotated at 10 MB with 3 old files kept (the launchd '
+            'A file to log to instead of stderr ("" = stderr), its folder made if missing, rotated at 10 MB with 3 old files kept (the launchd '
             "agent uses this; journald rotates its own)."
         ),
     )

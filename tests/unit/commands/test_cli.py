@@ -516,21 +516,31 @@ def test_a_closed_standard_output_is_one_error_line_not_a_traceback(tmp_path: Pa
         assert "Traceback" not in result.stderr
 
 
-@requires_corpus
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 @pytest.mark.parametrize("unbuffered", ["", "1"], ids=["buffered", "python -u"])
 def test_a_full_standard_output_is_named_in_one_line(tmp_path: Path, unbuffered: str) -> None:
     """`riffd show FILE >/dev/full` said `riffd: error: No space left on device`, as if a file of
     riffd's were at fault; with Python's usual buffered output, what was still buffered failed
-    again at the exit: "Exception ignored" and a traceback, exit 120. One line naming standard
-    output, exit 2, with and without `python -u`."""
-    sample = CORPUS_DIR / "marot-spotter" / "short.jsonl"
+    again at the exit: "Exception ignored" and a traceback, exit 120, and `--help` or `--version`
+    there exited 0 or 120 (argparse drops the error). One line naming standard output, exit 2,
+    with and without `python -u`."""
+    from conftest import transcript_bytes
+
+    sample = tmp_path / "projects" / "-p" / f"{SESSION}.jsonl"
+    sample.parent.mkdir(parents=True)
+    sample.write_bytes(transcript_bytes(40))
     env = riffd_env(
         RIFFD_STATE_DIR=str(tmp_path / "state"),
         CLAUDE_CONFIG_DIR=str(tmp_path),
         PYTHONUNBUFFERED=unbuffered,
     )
-    for words in (["show", str(sample)], ["scan", "--json", str(sample)]):
+    for words in (
+        ["show", str(sample)],
+        ["scan", "--json", str(sample)],
+        ["--help"],
+        ["scan", "--help"],
+        ["--version"],
+    ):
         with open("/dev/full", "w") as full:
             result = subprocess.run(
                 [sys.executable, "-m", "riffd", *words],
@@ -540,10 +550,10 @@ def test_a_full_standard_output_is_named_in_one_line(tmp_path: Path, unbuffered:
                 text=True,
                 timeout=60,
             )
-        assert result.returncode == EXIT_ERROR, result.stderr
+        assert result.returncode == EXIT_ERROR, (words, result.stderr)
         assert result.stderr.splitlines()[-1] == (
             "riffd: error: standard output: No space left on device"
-        ), result.stderr
+        ), (words, result.stderr)
         assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
 
 
