@@ -69,6 +69,7 @@ def test_ctrl_c_while_waiting_for_claude_code_says_one_line_and_exits_130(
         said_interrupted(process)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_ingest_says_how_far_it_got_and_no_error(tmp_path: Path) -> None:
     """`riffd archive ingest` stopped by Ctrl-C says how far it got before the interrupt line; it
     said the file it was on keeps what was stored "before the error"."""

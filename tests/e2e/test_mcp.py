@@ -316,6 +316,7 @@ def test_session_health_names_the_finding_and_the_api_error(tmp_path: Path) -> N
     assert report["repair_now"].startswith(f"{server} fix ")
 
 
+@pytest.mark.slow
 def test_the_repair_now_command_repairs_it_now(tmp_path: Path) -> None:
     # written a moment ago: within the quiet period, `riffd fix PATH` skips it as live; the command
     # session_health gives must repair it when run now (the model sees the note on when to)

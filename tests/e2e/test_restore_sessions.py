@@ -141,6 +141,7 @@ def test_riffd_as_root_never_writes_a_users_bytes_into_roots_folders(tmp_path: P
 # --- two restores at once, and what appears meanwhile ------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_restores_at_once_both_succeed_and_replace_nothing(tmp_path: Path) -> None:
     """Without --force nothing is replaced: a file the other restore put there meanwhile is the
     archive's copy, so it counts as there."""

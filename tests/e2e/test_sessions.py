@@ -421,6 +421,7 @@ def test_the_resume_command_names_the_file_as_claude_code_finds_it(tmp_path: Pat
     assert text.rstrip().endswith(f"claude --resume {renamed}"), text
 
 
+@pytest.mark.slow
 def test_search_advises_a_command_that_brings_a_deleted_session_back(tmp_path: Path) -> None:
     """A hit whose transcript Claude Code deleted: `claude --resume` alone would find no
     conversation, so the command `archive search` prints restores it first, with the `--config` the

@@ -68,6 +68,7 @@ def _bodies(db_path: Path) -> dict[int, bytes]:
     return bodies
 
 
+@pytest.mark.slow
 def test_a_damaged_segment_of_a_full_pack_is_refused_and_never_compacted(tmp_path: Path) -> None:
     path, db_path = _ingested(tmp_path, packs=2.5, seed=31)
     before = _bodies(db_path)

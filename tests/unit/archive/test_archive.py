@@ -150,6 +150,7 @@ def _assert_each_line_once(db_path: Path, originals: dict[str, bytes]) -> None:
 
 
 @requires_corpus
+@pytest.mark.slow
 def test_real_corpus_restores_byte_for_byte_after_the_originals_are_deleted(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     assert any(not copy.read_bytes().endswith(b"\n") for copy in copies), (
@@ -585,6 +586,7 @@ def test_a_path_given_relative_is_archived_once_under_its_absolute_path(tmp_path
 
 
 @requires_corpus
+@pytest.mark.slow
 def test_ingesting_the_same_sessions_twice_adds_no_content(tmp_path: Path) -> None:
     copies = _copy_corpus(tmp_path / "projects")
     _riffd(tmp_path, "archive", "ingest", str(tmp_path / "projects"))

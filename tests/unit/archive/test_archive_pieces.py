@@ -165,6 +165,7 @@ def test_search_finds_json_with_spaces_and_pieces_whose_bytes_occur_twice(tmp_pa
 
 @requires_corpus
 @pytest.mark.parametrize("indent", [None, 1], ids=["spaces", "indented"])
+@pytest.mark.slow
 def test_real_lines_written_by_another_json_writer_keep_their_pieces_and_restore(
     tmp_path: Path, indent: int | None
 ) -> None:

@@ -143,6 +143,7 @@ def _settled_frames(archive_path: Path, first: int = 0) -> list[bool]:
     ]
 
 
+@pytest.mark.slow
 def test_a_compaction_stopped_inside_a_blob_goes_on_where_it_stopped(tmp_path: Path) -> None:
     """The daemon compacts for at most two minutes each quiet period: a blob that takes longer is
     settled over several, each going on from the frame the last stopped at (started again from its
@@ -360,6 +361,7 @@ TWO_COMPACTIONS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_compactions_at_once_settle_every_frame_once(tmp_path: Path) -> None:
     """The daemon's compaction and `riffd archive compact` at the same time, as two processes:
     every file reads back the same, each frame is counted by the one that replaced it (the saved
