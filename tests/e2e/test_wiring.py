@@ -274,6 +274,56 @@ def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_i
 
 
 @pytest.mark.parametrize(
+    "written", ["upper_case_id", "being_written", "pid_as_float_in_a_file_named_otherwise"]
+)
+def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
+    tmp_path: Path, other_claude: subprocess.Popen[bytes], written: str
+) -> None:
+    """The registry entries riffd's repairs count as a session's (riffd.claude_code.registry), the
+    hook counts too: an id in upper case, `<pid>.json.tmp`, `"pid": 1234.0` in `client.json`."""
+    entry = register(tmp_path / "claude", other_claude.pid)
+    fields = json.loads(entry.read_text())
+    if written == "upper_case_id":
+        entry.write_text(json.dumps(fields | {"sessionId": SESSION.upper()}))
+    elif written == "being_written":
+        entry.rename(entry.with_name(f"{entry.name}.tmp"))
+    else:
+        entry.unlink()
+        entry.with_name("client.json").write_text(
+            json.dumps(fields | {"pid": float(fields["pid"])})
+        )
+    result = riffd(tmp_path, "hook", "session-start", stdin=event(tmp_path))
+    assert result.returncode == 0 and result.stderr == b"", result.stderr
+    assert f"(pid {other_claude.pid}" in json.loads(result.stdout)["systemMessage"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_an_answer_standard_output_cannot_take_is_one_line_and_exit_0(
+    tmp_path: Path, other_claude: subprocess.Popen[bytes]
+) -> None:
+    """The warning written where it cannot go (a full disk; Claude Code's pipe gone): a traceback
+    and exit 1, or 120 as Python exited. The hooks exit 0 whatever fails (docs/hooks.md)."""
+    register(tmp_path / "claude", other_claude.pid)
+    for unbuffered in ("", "1"):
+        with open("/dev/full", "wb") as full:
+            result = subprocess.run(
+                [sys.executable, "-m", "riffd", "hook", "session-start"],
+                input=event(tmp_path),
+                stdout=full,
+                stderr=subprocess.PIPE,
+                env=riffd_env(
+                    CLAUDE_CONFIG_DIR=str(tmp_path / "claude"), PYTHONUNBUFFERED=unbuffered
+                ),
+                timeout=60,
+                check=False,
+            )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == (
+            b"riffd hook: standard output: No space left on device; the session starts as usual\n"
+        )
+
+
+@pytest.mark.parametrize(
     "stdin",
     [
         b"",

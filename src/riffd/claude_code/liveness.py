@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import stat
 import sys
 import time
@@ -34,15 +33,19 @@ from pathlib import Path
 
 from riffd.claude_code.folders import claude_config_dir, session_id_for
 from riffd.claude_code.projects import find_project_folders, folder_matches, spellings
-from riffd.claude_code.registry import ENTRY_LIMIT, Registration, parse_registration
+from riffd.claude_code.registry import (
+    ENTRY_LIMIT,
+    Registration,
+    is_entry_name,
+    parse_registration,
+    pid_of_entry_name,
+    pid_value,
+    session_key,
+)
 from riffd.claude_code.written import WrittenIn, written_in
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
 
 log = logging.getLogger(__name__)
-_DIGITS = re.compile(r"[0-9]+")
-# an entry's name: `<pid>.json`, or a file beside one that may be it being written (`<pid>.json.tmp`);
-# its pid is the digits (a hidden name is not an entry)
-_ENTRY_NAME = re.compile(r"([0-9]+)\.json(?:\..+)?")
 
 
 def look_again_after(quiet_period: float) -> float:
@@ -61,7 +64,7 @@ def pid_is_alive(pid: int) -> bool:
         return True
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (no such process; a number no pid can be)
         return False
     except PermissionError:
         return True
@@ -127,17 +130,13 @@ def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
             entry = json.loads(raw)
         except (ValueError, UnicodeDecodeError):
             entry = None
-    named = entry.get("pid") if isinstance(entry, dict) else None
-    if isinstance(named, int) and not isinstance(named, bool):
-        pids.append(named)
-    elif isinstance(named, float) and named.is_integer():  # (`1234.0`)
-        pids.append(int(named))
-    elif isinstance(named, str) and _DIGITS.fullmatch(named.strip()):
-        pids.append(int(named.strip()))
-    by_name = _ENTRY_NAME.fullmatch(registry_file.name)
-    if by_name:
-        pids.append(int(by_name.group(1)))
-    return list(dict.fromkeys(pid for pid in pids if pid > 0))
+    for pid in (
+        pid_value(entry.get("pid")) if isinstance(entry, dict) else None,
+        pid_of_entry_name(registry_file.name),
+    ):
+        if pid is not None:
+            pids.append(pid)
+    return list(dict.fromkeys(pids))
 
 
 def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | None:
@@ -151,7 +150,7 @@ def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | N
         if (
             not isinstance(entry, dict)
             or not isinstance(entry.get("sessionId"), str)
-            or not entry["sessionId"]
+            or not entry["sessionId"].strip()
         ):
             return None
         registration = Registration(
@@ -183,7 +182,7 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[Runni
         return []
     running: list[RunningEntry] = []
     for name in names:
-        if name.startswith(".") or not (name.endswith(".json") or _ENTRY_NAME.fullmatch(name)):
+        if not is_entry_name(name):
             continue
         registry_file = registry / name
         raw: bytes | None = None
@@ -248,20 +247,29 @@ def may_write(
     written in is compared too (`written`: `written_in(path)`, None when it could not be read). No
     `cwd`: nothing is proven."""
     cwd = registration.cwd
-    if cwd is None:
+    if cwd is None or not cwd.strip():
         return "and names no working folder"
+    if not os.path.isabs(cwd.strip()):
+        return f"and names a working folder that is not a full path ({cwd!r})"
+    # as written, and without blanks around it (either may be the project's)
+    variants = list(dict.fromkeys([cwd, cwd.strip()]))
+    names = {spelling for variant in variants for spelling in spellings(variant)}
     project = project_folder_of(Path(os.path.abspath(path)))
-    if any(folder_matches(project.name, spelling) for spelling in spellings(cwd)):
+    if any(folder_matches(project.name, spelling) for spelling in names):
         return f"in {cwd}, the project of this transcript"
     if written is None:
         return f"in {cwd}, and the end of this transcript, which says its project, cannot be read"
-    if set(spellings(cwd)) & {spelling for line in written.cwds for spelling in spellings(line)}:
+    if names & {spelling for line in written.cwds for spelling in spellings(line)}:
         return f"in {cwd}, where this transcript's last lines were written"
     try:
         held = os.stat(project)
     except OSError:
         return f"in {cwd}, and this transcript's folder cannot be looked at to tell"
-    for folder in find_project_folders(cwd, [claude_dir / "projects"]):
+    for folder in (
+        found
+        for variant in variants
+        for found in find_project_folders(variant, [claude_dir / "projects"])
+    ):
         try:
             if os.path.samestat(os.stat(folder), held):
                 return f"in {cwd}, the project of this transcript (its folder by another path)"
@@ -305,12 +313,6 @@ def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FILES) -> set[str]:
         for entry in running_entries(claude_dir, fs)
         if entry.registration
     }
-
-
-def session_key(session_id: str) -> str:
-    """A session id as registry entries are compared by: without surrounding blanks, in lower
-    case (an entry written otherwise still names its session)."""
-    return session_id.strip().lower()
 
 
 def same_session(session_id: str, wanted: Iterable[str]) -> bool:

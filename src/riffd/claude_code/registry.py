@@ -70,25 +70,66 @@ def file_stem(path: str | PathLike[str]) -> str:
     return name[:dot] if 0 < dot < len(name) - 1 else name
 
 
+MAX_PID = 2**31 - 1  # above it, no process (and os.kill refuses the number)
+
+
+def pid_value(value: object) -> int | None:
+    """The pid a registry entry's `pid` holds: a number (1234, or 1234.0) or digits in a string;
+    None for anything else, or a number no process can have."""
+    pid: int | None = None
+    if isinstance(value, bool):
+        pid = None
+    elif isinstance(value, int):
+        pid = value
+    elif isinstance(value, float) and value.is_integer():
+        pid = int(value)
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        pid = int(value.strip())
+    return pid if pid is not None and 0 < pid <= MAX_PID else None
+
+
+def pid_of_entry_name(name: str) -> int | None:
+    """The pid a registry file's name gives: `<pid>.json`, or a file beside one that may be it
+    being written (`<pid>.json.tmp`, `<pid>.json.<anything>`); None for another name."""
+    digits, found, rest = name.partition(".json")
+    if not found or not (digits.isascii() and digits.isdigit()):
+        return None
+    if rest and (not rest.startswith(".") or rest == "."):
+        return None
+    pid = int(digits)
+    return pid if 0 < pid <= MAX_PID else None
+
+
+def is_entry_name(name: str) -> bool:
+    """Whether a file of `sessions/` is read as a registry entry: `*.json`, or a name that gives a
+    pid (pid_of_entry_name); never a hidden one."""
+    return not name.startswith(".") and (
+        name.endswith(".json") or pid_of_entry_name(name) is not None
+    )
+
+
+def session_key(session_id: str) -> str:
+    """A session id as registry entries are compared by: without surrounding blanks, in lower case
+    (an entry written otherwise still names its session)."""
+    return session_id.strip().lower()
+
+
 def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Registration | None:
     """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
-    may come from the file name when the entry leaves it out)."""
+    may come from the file name when the entry leaves it out; a `sessionId` of blanks is none)."""
     try:
         entry = loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(entry, dict):
         return None
-    session_id, pid = entry.get("sessionId"), entry.get("pid")
-    stem = file_stem(registry_file)
-    if pid is None and stem.isdigit():
-        pid = int(stem)
-    if (
-        not isinstance(session_id, str)
-        or not session_id
-        or not isinstance(pid, int)
-        or isinstance(pid, bool)
-    ):
+    session_id = entry.get("sessionId")
+    pid = (
+        pid_value(entry["pid"])
+        if entry.get("pid") is not None
+        else pid_of_entry_name(os.path.basename(os.fspath(registry_file)))
+    )
+    if not isinstance(session_id, str) or not session_id.strip() or pid is None:
         return None
     cwd = entry.get("cwd") if isinstance(entry.get("cwd"), str) else None
     started = entry.get("startedAt")

@@ -31,6 +31,7 @@ import stat
 import sys
 import time
 
+from riffd.hooks.answer import answered
 from riffd.quickjson import dumps, loads
 from riffd.tracker.calls import DEFAULT_WINDOW, CallKey, call_key, parse_time, similar
 
@@ -126,8 +127,7 @@ def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
         print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
         return EXIT_OK
     if answer is not None:
-        stdout.write(dumps(answer, ensure_ascii=False))
-        stdout.flush()
+        answered(stdout, dumps(answer, ensure_ascii=False), "the call runs as usual")
     return EXIT_OK
 
 

@@ -29,8 +29,11 @@ from riffd.claude_code.registry import (
     Registration,
     clean_path,
     file_stem,
+    is_entry_name,
     parse_registration,
+    session_key,
 )
+from riffd.hooks.answer import answered
 from riffd.quickjson import dumps, loads
 
 TYPE_CHECKING = False
@@ -63,8 +66,7 @@ def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> in
         )
         return EXIT_OK
     if answer is not None:
-        stdout.write(dumps(answer, ensure_ascii=False))
-        stdout.flush()
+        answered(stdout, dumps(answer, ensure_ascii=False), "the session starts as usual")
     return EXIT_OK
 
 
@@ -83,9 +85,11 @@ def answer_event(
     transcript = (
         event.get("transcript_path") if isinstance(event.get("transcript_path"), str) else None
     )
-    names = {session_id} | ({file_stem(transcript)} if transcript else set())
+    names = {
+        session_key(name) for name in [session_id, *([file_stem(transcript)] if transcript else [])]
+    }
     for registration in registrations(config_dirs(environ, transcript)):
-        if registration.session_id not in names or not _alive(registration.pid):
+        if session_key(registration.session_id) not in names or not _alive(registration.pid):
             continue
         if ancestors is None:
             ancestors = ancestry(os.getpid())
@@ -151,7 +155,7 @@ def registrations(folders: list[str]) -> Iterator[Registration]:
         except OSError:
             continue
         for name in names:
-            if not name.endswith(".json") or name.startswith("."):
+            if not is_entry_name(name):
                 continue
             path = os.path.join(folder, "sessions", name)
             try:  # without blocking, and only a regular file: a FIFO there must not hold the session's start
@@ -175,7 +179,7 @@ def _alive(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except OSError:
         return True  # EPERM: it exists

@@ -12,7 +12,8 @@ import sqlite3
 from pathlib import Path
 
 from riffd.archive.packs import PackDamaged
-from riffd.claude_code.liveness import claude_dirs_for, live_session_ids, session_key
+from riffd.claude_code.liveness import claude_dirs_for, live_session_ids
+from riffd.claude_code.registry import session_key
 from riffd.commands.archive_restore import restore_session_files
 from riffd.commands.output import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command

@@ -390,6 +390,17 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         (registry / "client.json").write_text(
             json.dumps({"pid": float(pid), "sessionId": SESSION, "cwd": "/elsewhere"})
         )
+    # a folder written otherwise: blank, with blanks around it, relative; an id of blanks
+    elif kind == "cwd_empty":
+        entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": ""}))
+    elif kind == "cwd_with_blanks":
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": f"{PROJECT}\n"})
+        )
+    elif kind == "cwd_relative":
+        entry.write_text(json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": "demo"}))
+    elif kind == "id_of_blanks":
+        entry.write_text(json.dumps({"pid": pid, "sessionId": "   ", "cwd": "/elsewhere"}))
     elif kind == "being_written_beside_its_name":
         (registry / f"{pid}.json.tmp").write_text(
             json.dumps({"pid": pid, "sessionId": SESSION, "cwd": "/elsewhere"})
@@ -410,6 +421,10 @@ IMPERFECT = [
     "id_with_blanks",
     "pid_as_float_in_a_file_named_otherwise",
     "being_written_beside_its_name",
+    "cwd_empty",
+    "cwd_with_blanks",
+    "cwd_relative",
+    "id_of_blanks",
 ]
 
 
@@ -562,3 +577,22 @@ def test_a_transcript_whose_end_cannot_be_read_stays_live_while_a_client_runs(
     assert live and "the end of this transcript, which says its project, cannot be read" in why
     # read as it is, the same entry is proven another project's
     assert not session_liveness(path, claude_dirs_for(path), 0)[0]
+
+
+def test_entries_naming_pids_no_process_can_have_count_for_nothing_and_break_nothing(
+    tmp_path: Path,
+) -> None:
+    """A pid over what the system can give (a timestamp-named copy of an entry, `1e300`) made
+    `os.kill` raise OverflowError: `fix` and the daemon stopped at it with a traceback."""
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    registry = claude / "sessions"
+    registry.mkdir(parents=True)
+    (registry / "20261127225304.json.bak").write_text("{}")
+    (registry / "99999999999999999999.json").write_text(json.dumps({"sessionId": SESSION}))
+    (registry / "client.json").write_text(json.dumps({"pid": 1e300, "sessionId": SESSION}))
+    (registry / "other.json").write_text(json.dumps({"pid": 2**63, "sessionId": SESSION}))
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert not live, why
+    assert live_session_ids(claude) == set()
+    assert not pid_is_alive(2**70)
