@@ -203,7 +203,9 @@ def test_fix_of_a_file_that_is_not_a_transcript_advises_what_works(tmp_path: Pat
     assert "repair.classes" not in advice
     command = advice.split("`")[-2]
     assert command == f"riffd ack {other}:2"
-    assert riffd(tmp_path, *command.split()[1:]).returncode == 0
+    acked = riffd(tmp_path, *command.split()[1:])
+    assert acked.returncode == 0, acked.stderr
+    assert "still repairs" not in acked.stdout  # (not such a file, whatever the classes)
     assert riffd(tmp_path, "ack", f"{transcript}:6").returncode == 0
     again = riffd(tmp_path, "fix", str(transcript), str(other))
     assert again.returncode == 0, again.stderr
@@ -220,3 +222,5 @@ def test_fix_of_a_file_that_is_not_a_transcript_advises_what_works(tmp_path: Pat
         assert len(advice) == 2, fixed.stderr
         assert all("riffd does not edit this file" in line for line in advice), advice
         assert "repair.classes" not in fixed.stderr
+    acked = riffd(tmp_path, "--config", str(config), "ack", f"{torn}:2", f"{torn}:4")
+    assert acked.returncode == 0 and "still repairs" not in acked.stdout, acked.stdout

@@ -76,11 +76,12 @@ def run_ack(args: argparse.Namespace) -> int:
     status = EXIT_OK
     done: list[str] = []  # said once the file is saved: a save that fails leaves no claim behind
     for path, line in targets:
-        found = _findings_at(path, line)
-        if isinstance(found, str):
-            print(f"riffd: error: {found}", file=sys.stderr)
+        looked = _findings_at(path, line)
+        if isinstance(looked, str):
+            print(f"riffd: error: {looked}", file=sys.stderr)
             status = EXIT_ERROR
             continue
+        found, not_a_transcript = looked
         if args.undo:
             keys = {key for _, key in found}
             kept = [
@@ -117,7 +118,7 @@ def run_ack(args: argparse.Namespace) -> int:
                     Ack(str(path), cls, line, key, time.strftime("%Y-%m-%dT%H:%M:%S%z"), args.note)
                 )
             done.append(f"acknowledged {path}:{line}: {cls}: {finding.get('message', '')}")
-            if cls in map(str, config.repair.classes):
+            if cls in map(str, config.repair.classes) and not not_a_transcript:
                 done.append(
                     f"  note: riffd still repairs {cls} once the session is idle; the acknowledgement only stops "
                     "it counting against health until then"
@@ -134,9 +135,9 @@ def run_ack(args: argparse.Namespace) -> int:
     return status
 
 
-def _findings_at(path: Path, line: int) -> list[tuple[dict[str, object], str]] | str:
-    """Return (finding as JSON, key) for each finding naming `line` of `path`, or an error
-    message."""
+def _findings_at(path: Path, line: int) -> tuple[list[tuple[dict[str, object], str]], str] | str:
+    """Return (finding as JSON, key) for each finding naming `line` of `path`, with why the file is
+    not taken for a transcript ('' when it is: riffd repairs only those), or an error message."""
     if not path.is_file():
         return f"{path}: no such transcript"
     report = scan_file(path)
@@ -151,7 +152,7 @@ def _findings_at(path: Path, line: int) -> list[tuple[dict[str, object], str]] |
         if key is None:
             return f"{path}:{line}: the line cannot be read to acknowledge it"
         found.append((item, key))
-    return found
+    return found, report.not_a_transcript
 
 
 def _list(acks: list[Ack], as_json: bool) -> int:
