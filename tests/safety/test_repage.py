@@ -64,9 +64,8 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow
 def test_compact_moves_an_old_archive_to_4_kib_pages_keeping_every_line(tmp_path: Path) -> None:
-    db_path, held = old_archive(tmp_path, sessions=3, lines=300)
+    db_path, held = old_archive(tmp_path, sessions=2, lines=150)
     archive = Archive(db_path)
     word = next(iter(held.values())).split(b'"text":"')[1].split(b" ")[0].decode()
     before = [hit.snippet for hit in archive.search(word)]

@@ -374,7 +374,6 @@ class ChangedThenKilled(FileSystem):
         return super().pread(fd, size, offset)
 
 
-@pytest.mark.slow
 def test_a_splice_archived_then_a_kill_never_stays_the_newest_generation(home) -> None:  # type: ignore[no-untyped-def]
     """An append of more than HELD_BYTES (its lines go to the archive as they are read) is cut and
     rewritten behind the worker, which archives the splice; the daemon is killed before it finds
