@@ -33,7 +33,10 @@ from riffd.display import STDOUT_NAME, use_display_streams
 # others' imports; a test checks that these lines are the modules' own.
 COMMANDS: dict[str, tuple[str, str]] = {
     "scan": ("scan", "report damage in transcripts; changes nothing"),
-    "fix": ("fix", "repair tool-result pairing in idle sessions, after a verified backup"),
+    "fix": (
+        "fix",
+        "repair damage in idle sessions (tool results, chains, torn lines), after a verified backup",
+    ),
     "ack": (
         "ack",
         "acknowledge a finding (e.g. a malformed line riffd never edits) so it stops making riffd "

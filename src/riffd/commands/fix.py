@@ -1,4 +1,4 @@
-"""`riffd fix`: repair tool-result pairing in idle sessions, after a verified backup."""
+"""`riffd fix`: repair damage in idle sessions (tool results, chains, torn lines), after a verified backup."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
     """Add `riffd fix` to the riffd subcommands."""
     fix = commands.add_parser(
         "fix",
-        help="repair tool-result pairing in idle sessions, after a verified backup",
+        help="repair damage in idle sessions (tool results, chains, torn lines), after a verified backup",
         description="Repair duplicate, orphan and missing tool results and repeated tool_use ids, records glued "
         "to a torn one, and a lost parent where it cuts the history Claude Code loads. A file is "
         "rewritten only if its session is idle (not registered as running by Claude Code, not modified for the "
@@ -80,7 +80,11 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "riffd leaves); docs/findings.md lists each class and what is done.",
     )
     fix.add_argument(
-        "paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders"
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="transcript files or folders, session ids (or a prefix only one has), `latest`, or project paths",
     )
     fix.add_argument(
         "--dry-run", action="store_true", help="print the planned edits; write nothing"

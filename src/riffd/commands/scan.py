@@ -48,10 +48,14 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "scan",
         help="report damage in transcripts; changes nothing",
         description="Report damage in transcripts without changing anything. PATHs are "
-        "files or folders (default: Claude Code's projects folders).",
+        "files, folders, session ids or `latest` (default: Claude Code's projects folders).",
     )
     scan.add_argument(
-        "paths", nargs="*", type=Path, metavar="PATH", help="transcript files or folders"
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="transcript files or folders, session ids (or a prefix only one has), `latest`, or project paths",
     )
     scan.add_argument("--json", action="store_true", help="print one JSON report on stdout")
     scan.add_argument(
