@@ -219,6 +219,30 @@ def test_search_hits_name_the_session_its_project_and_how_to_go_back(tmp_path: P
         f"riffd: no matches for 'no such words' in the archive (--session {THIRD[:4].upper()})"
         in (none.stderr)
     )
+    assert "not have yet" not in none.stderr  # every transcript is archived
+    # a transcript written since (or never archived): "no matches" says the archive lacks it, and
+    # the command it advises takes it in
+    path = tmp_path / "claude" / "projects" / project_folder_name(str(app)) / f"{FIRST}.jsonl"
+    with path.open("ab") as handle:
+        handle.write(
+            json.dumps(
+                {
+                    "type": "user",
+                    "uuid": f"{FIRST}-u3",
+                    "parentUuid": f"{FIRST}-a1",
+                    "sessionId": FIRST,
+                }
+            ).encode()
+            + b"\n"
+        )
+    behind = riffd(tmp_path, "archive", "search", "no such words")
+    assert behind.returncode == 1
+    (note,) = [line for line in behind.stderr.splitlines() if "note:" in line]
+    assert note.startswith("riffd: note: 1 transcript(s) under the roots hold lines"), note
+    command = note.split("`")[1]
+    assert riffd(tmp_path, *command.split()[1:]).returncode == 0
+    again = riffd(tmp_path, "archive", "search", "no such words")
+    assert again.returncode == 1 and "note:" not in again.stderr, again.stderr
     # --session takes a prefix of one session's id, as every SESSION argument does
     by_prefix = riffd(tmp_path, "archive", "search", "release notes", "--session", THIRD[:6])
     assert by_prefix.returncode == 0 and THIRD in by_prefix.stdout, by_prefix.stderr

@@ -87,4 +87,25 @@ def print_hits(archive: Any, args: argparse.Namespace) -> int:
             + (f" ({', '.join(narrowed)})" if narrowed else ""),
             file=sys.stderr,
         )
+        behind = not_archived(archive, getattr(args, "roots", None))
+        if behind:  # what a search cannot find yet
+            print(
+                f"riffd: note: {behind} transcript(s) under the roots hold lines the archive does not "
+                f"have yet: `{riffd} archive ingest` adds them (a running daemon does as they change)",
+                file=sys.stderr,
+            )
     return EXIT_OK if hits else EXIT_FINDINGS
+
+
+def not_archived(archive: Any, roots: Any) -> int:
+    """How many transcripts under `roots` (the configuration's) hold bytes the archive has not
+    taken in (never archived, or written since); 0 when that cannot be told."""
+    from riffd.commands.arguments import transcript_targets
+
+    try:
+        files, _errors = transcript_targets([], roots=roots)
+        return sum(
+            archive.cursor(str(path))[1] < path.stat().st_size for path in files if path.exists()
+        )
+    except (OSError, ValueError):
+        return 0
