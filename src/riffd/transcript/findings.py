@@ -201,9 +201,9 @@ def torn_tail(path: str, line: int, offset: int | None) -> Finding:
         FindingClass.TORN_TAIL,
         path,
         (line,),
-        "the last line is incomplete (no newline): a write was cut off, or is still going on; once "
-        "the session is idle, `riffd fix` (or the daemon, when it repairs) cuts it off after "
-        "keeping it in the backup and the archive",
+        "the last line is incomplete (no newline): a write was cut off, or is still going on; in a "
+        "Claude Code transcript, once the session is idle, `riffd fix` (or the daemon, when it "
+        "repairs) cuts it off after keeping it in the backup and the archive",
         offset=offset,
     )
 
