@@ -39,6 +39,7 @@ from riffd.claude_code.registry import (
     is_entry_name,
     parse_registration,
     pid_of_entry_name,
+    pid_running,
     pid_value,
     session_key,
 )
@@ -55,24 +56,16 @@ def look_again_after(quiet_period: float) -> float:
 
 
 def pid_is_alive(pid: int) -> bool:
-    """Given a process id, return True when a process with it exists (EPERM counts as alive)."""
-    if pid <= 0:
-        # kill(0, ...) and kill(-n, ...) address process groups, never one process.
-        return False
-    if sys.platform == "win32":
+    """Given a process id, return True when a process with it exists (EPERM counts as alive; an
+    unexpected error of the probe too, logged: riffd.claude_code.registry.pid_running)."""
+    if sys.platform == "win32" and pid > 0:
         # os.kill(pid, 0) sends CTRL_C_EVENT on Windows; without a safe probe, assume alive.
         return True
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # (no such process; a number no pid can be)
-        return False
-    except PermissionError:
-        return True
-    except OSError as exc:
-        # Anything else is unexpected; "alive" is the answer that can only cost a skipped repair.
-        log.warning("cannot tell whether pid %d is running (%s); treating it as running", pid, exc)
-        return True
-    return True
+    return pid_running(pid, _unsure)
+
+
+def _unsure(pid: int, exc: OSError) -> None:
+    log.warning("cannot tell whether pid %d is running (%s); treating it as running", pid, exc)
 
 
 def _retrying(fs: FileSystem) -> RetryingFS:
@@ -140,25 +133,10 @@ def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
 
 
 def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | None:
-    """The entry read whole, with the running `pid` (a pid written as a string counts), or None."""
+    """The entry read whole, with the running `pid` (that of its JSON or of its name), or None."""
     registration = parse_registration(registry_file, raw)
     if registration is None:
-        try:
-            entry = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("sessionId"), str)
-            or not entry["sessionId"].strip()
-        ):
-            return None
-        registration = Registration(
-            entry["sessionId"],
-            pid,
-            registry_file,
-            entry["cwd"] if isinstance(entry.get("cwd"), str) else None,
-        )
+        return None
     return (
         registration
         if registration.pid == pid

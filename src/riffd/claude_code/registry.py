@@ -15,6 +15,7 @@ from riffd.quickjson import loads
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from os import PathLike
 
 # A registry entry is a few hundred bytes; anything far larger is not one.
@@ -73,6 +74,24 @@ def file_stem(path: str | PathLike[str]) -> str:
 MAX_PID = 2**31 - 1  # above it, no process (and os.kill refuses the number)
 
 
+def pid_running(pid: int, unsure: Callable[[int, OSError], None] | None = None) -> bool:
+    """Whether a process with id `pid` exists (EPERM: it does). Any other error of the probe is
+    told to `unsure` and answered "running": that answer can only cost a skipped repair."""
+    if pid <= 0:  # kill(0, ...) and kill(-n, ...) address process groups, never one process
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # (no such process; a number no pid can be)
+        return False
+    except PermissionError:
+        return True
+    except OSError as exc:
+        if unsure is not None:
+            unsure(pid, exc)
+        return True
+    return True
+
+
 def pid_value(value: object) -> int | None:
     """The pid a registry entry's `pid` holds: a number (1234, or 1234.0) or digits in a string;
     None for anything else, or a number no process can have."""
@@ -116,7 +135,8 @@ def session_key(session_id: str) -> str:
 
 def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Registration | None:
     """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
-    may come from the file name when the entry leaves it out; a `sessionId` of blanks is none)."""
+    may come from the file name when the entry's is missing or of no use; a `sessionId` of blanks
+    is none)."""
     try:
         entry = loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -124,10 +144,9 @@ def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Regist
     if not isinstance(entry, dict):
         return None
     session_id = entry.get("sessionId")
-    pid = (
-        pid_value(entry["pid"])
-        if entry.get("pid") is not None
-        else pid_of_entry_name(os.path.basename(os.fspath(registry_file)))
+    # (its own `pid`, else, left out or of no use, its file name's)
+    pid = pid_value(entry.get("pid")) or pid_of_entry_name(
+        os.path.basename(os.fspath(registry_file))
     )
     if not isinstance(session_id, str) or not session_id.strip() or pid is None:
         return None

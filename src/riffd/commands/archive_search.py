@@ -104,8 +104,12 @@ def not_archived(archive: Any, roots: Any) -> int:
 
     try:
         files, _errors = transcript_targets([], roots=roots)
-        return sum(
-            archive.cursor(str(path))[1] < path.stat().st_size for path in files if path.exists()
-        )
     except (OSError, ValueError):
         return 0
+    behind = 0
+    for path in files:
+        try:
+            behind += archive.cursor(str(path))[1] < path.stat().st_size
+        except OSError:  # (gone since the listing)
+            continue
+    return behind

@@ -31,6 +31,7 @@ from riffd.claude_code.registry import (
     file_stem,
     is_entry_name,
     parse_registration,
+    pid_running,
     session_key,
 )
 from riffd.hooks.answer import answered
@@ -89,7 +90,7 @@ def answer_event(
         session_key(name) for name in [session_id, *([file_stem(transcript)] if transcript else [])]
     }
     for registration in registrations(config_dirs(environ, transcript)):
-        if session_key(registration.session_id) not in names or not _alive(registration.pid):
+        if session_key(registration.session_id) not in names or not pid_running(registration.pid):
             continue
         if ancestors is None:
             ancestors = ancestry(os.getpid())
@@ -172,18 +173,6 @@ def registrations(folders: list[str]) -> Iterator[Registration]:
             registration = parse_registration(path, raw)
             if registration is not None:
                 yield registration
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except OSError:
-        return True  # EPERM: it exists
-    return True
 
 
 def ancestry(pid: int) -> set[int]:
