@@ -41,19 +41,26 @@ class _Context:
 _scan = make_scanner(_Context()) if ACCELERATED else None  # type: ignore[arg-type]
 
 
-def loads(data: str | bytes) -> Any:
-    """Parse one JSON document, as `json.loads` does; raise ValueError (UnicodeDecodeError for
-    bytes that are not UTF-8) when it is not one."""
+def loads(
+    data: str | bytes, *, object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None
+) -> Any:
+    """Parse one JSON document, as `json.loads` does (with `object_pairs_hook`, as it does with
+    it); raise ValueError (UnicodeDecodeError for bytes that are not UTF-8) when it is not one."""
     if _scan is None or (
         isinstance(data, bytes) and (data[:3] == b"\xef\xbb\xbf" or b"\x00" in data[:4])
     ):
         import json  # (byte-order marks, UTF-16 and UTF-32: json guesses the encoding)
 
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=object_pairs_hook)
     text = data.decode("utf-8", "surrogatepass") if isinstance(data, bytes) else data
     start = len(text) - len(text.lstrip(_WHITESPACE))
+    scan = _scan
+    if object_pairs_hook is not None:
+        context = _Context()
+        context.object_pairs_hook = object_pairs_hook  # type: ignore[assignment]
+        scan = make_scanner(context)  # type: ignore[arg-type]
     try:
-        value, end = _scan(text, start)
+        value, end = scan(text, start)
     except StopIteration as stop:
         raise ValueError(f"Expecting value: char {stop.value}") from None
     except SystemError:
@@ -62,7 +69,7 @@ def loads(data: str | bytes) -> Any:
         # exception before: json itself then gives the error as json.loads does.
         import json
 
-        return json.loads(data)
+        return json.loads(data, object_pairs_hook=object_pairs_hook)
     if end != len(text) and text[end:].strip(_WHITESPACE):
         raise ValueError(f"Extra data: char {end}")
     return value

@@ -274,19 +274,31 @@ def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_i
 
 
 @pytest.mark.parametrize(
-    "written", ["upper_case_id", "being_written", "pid_as_float_in_a_file_named_otherwise"]
+    "written",
+    [
+        "upper_case_id",
+        "being_written",
+        "pid_as_float_in_a_file_named_otherwise",
+        "id_in_braces",
+        "name_in_upper_case",
+    ],
 )
 def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
     tmp_path: Path, other_claude: subprocess.Popen[bytes], written: str
 ) -> None:
     """The registry entries riffd's repairs count as a session's (riffd.claude_code.registry), the
-    hook counts too: an id in upper case, `<pid>.json.tmp`, `"pid": 1234.0` in `client.json`."""
+    hook counts too: an id in upper case or in braces, `<pid>.json.tmp`, `<pid>.JSON`, `"pid":
+    1234.0` in `client.json`."""
     entry = register(tmp_path / "claude", other_claude.pid)
     fields = json.loads(entry.read_text())
     if written == "upper_case_id":
         entry.write_text(json.dumps(fields | {"sessionId": SESSION.upper()}))
     elif written == "being_written":
         entry.rename(entry.with_name(f"{entry.name}.tmp"))
+    elif written == "id_in_braces":
+        entry.write_text(json.dumps(fields | {"sessionId": "{" + SESSION + "}"}))
+    elif written == "name_in_upper_case":
+        entry.rename(entry.with_name(f"{entry.stem}.JSON"))
     else:
         entry.unlink()
         entry.with_name("client.json").write_text(

@@ -73,6 +73,18 @@ def test_loads_reads_what_json_reads(value: Any, space: str) -> None:
     assert same(quickjson.loads(text.encode()), json.loads(text.encode()))
 
 
+@pytest.mark.parametrize(
+    "data", [b'{"a": 1, "b": {"c": 2, "c": 3}, "a": 4}', '{"a": 1, "a": 2}'.encode("utf-16")]
+)
+def test_loads_hands_every_object_s_pairs_to_a_hook_as_json_does(data: bytes) -> None:
+    """Keys given twice reach the hook twice, innermost object first."""
+    seen: list[Any] = []
+    want: list[Any] = []
+    got = quickjson.loads(data, object_pairs_hook=lambda pairs: seen.append(pairs) or pairs)
+    assert got == json.loads(data, object_pairs_hook=lambda pairs: want.append(pairs) or pairs)
+    assert seen == want and len(seen[-1]) == 2 + (b"c" in data)
+
+
 @settings(max_examples=examples(500), deadline=None)
 @given(
     data=st.binary(max_size=30)

@@ -21,7 +21,6 @@ the configured one, `$CLAUDE_CONFIG_DIR` (else ~/.claude), the folder above ever
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import stat
@@ -36,6 +35,7 @@ from riffd.claude_code.projects import find_project_folders, folder_matches, spe
 from riffd.claude_code.registry import (
     ENTRY_LIMIT,
     Registration,
+    entry_fields,
     is_entry_name,
     parse_registration,
     pid_of_entry_name,
@@ -114,22 +114,12 @@ class RunningEntry:
 
 
 def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
-    """The pids an entry names: its `pid` (a number, or digits in a string) and its file name's
-    `<pid>`."""
-    pids: list[int] = []
-    entry: object = None
-    if raw is not None:
-        try:
-            entry = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
-            entry = None
-    for pid in (
-        pid_value(entry.get("pid")) if isinstance(entry, dict) else None,
-        pid_of_entry_name(registry_file.name),
-    ):
-        if pid is not None:
-            pids.append(pid)
-    return list(dict.fromkeys(pids))
+    """The pids an entry names: its `pid` (a number, or digits in a string; each, if it gives two)
+    and its file name's `<pid>`."""
+    fields = entry_fields(raw) if raw is not None else None
+    pids = [pid_value(value) for value in (fields or {}).get("pid", [])]
+    pids.append(pid_of_entry_name(registry_file.name))
+    return list(dict.fromkeys(pid for pid in pids if pid is not None))
 
 
 def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | None:
@@ -184,6 +174,9 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[Runni
                 "empty"
                 if not raw
                 else "not a whole entry with a sessionId (cut short, or being written)"
+                if entry_fields(raw) is None
+                else "not an entry as Claude Code writes one (no sessionId, or its sessionId, pid "
+                "or cwd given twice)"
             )
             log.debug(
                 "session registry entry %s names running pid %d but %s",

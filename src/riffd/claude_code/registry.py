@@ -93,8 +93,8 @@ def pid_running(pid: int, unsure: Callable[[int, OSError], None] | None = None) 
 
 
 def pid_value(value: object) -> int | None:
-    """The pid a registry entry's `pid` holds: a number (1234, or 1234.0) or digits in a string;
-    None for anything else, or a number no process can have."""
+    """The pid a registry entry's `pid` holds: a number (1234, or 1234.0) or digits in a string
+    ("1234", "1234.0"); None for anything else, or a number no process can have."""
     pid: int | None = None
     if isinstance(value, bool):
         pid = None
@@ -102,15 +102,18 @@ def pid_value(value: object) -> int | None:
         pid = value
     elif isinstance(value, float) and value.is_integer():
         pid = int(value)
-    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        pid = int(value.strip())
+    elif isinstance(value, str):
+        digits, _dot, zeros = value.strip().partition(".")
+        if digits.isascii() and digits.isdigit() and not zeros.strip("0"):
+            pid = int(digits)
     return pid if pid is not None and 0 < pid <= MAX_PID else None
 
 
 def pid_of_entry_name(name: str) -> int | None:
     """The pid a registry file's name gives: `<pid>.json`, or a file beside one that may be it
-    being written (`<pid>.json.tmp`, `<pid>.json.<anything>`); None for another name."""
-    digits, found, rest = name.partition(".json")
+    being written (`<pid>.json.tmp`, `<pid>.json.<anything>`), in any case; None for another
+    name."""
+    digits, found, rest = name.lower().partition(".json")
     if not found or not (digits.isascii() and digits.isdigit()):
         return None
     if rest and (not rest.startswith(".") or rest == "."):
@@ -120,29 +123,67 @@ def pid_of_entry_name(name: str) -> int | None:
 
 
 def is_entry_name(name: str) -> bool:
-    """Whether a file of `sessions/` is read as a registry entry: `*.json`, or a name that gives a
-    pid (pid_of_entry_name); never a hidden one."""
+    """Whether a file of `sessions/` is read as a registry entry: `*.json` (in any case), or a name
+    that gives a pid (pid_of_entry_name); never a hidden one."""
     return not name.startswith(".") and (
-        name.endswith(".json") or pid_of_entry_name(name) is not None
+        name.lower().endswith(".json") or pid_of_entry_name(name) is not None
     )
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
 def session_key(session_id: str) -> str:
-    """A session id as registry entries are compared by: without surrounding blanks, in lower case
-    (an entry written otherwise still names its session)."""
-    return session_id.strip().lower()
+    """A session id as registry entries are compared by: without surrounding blanks or byte-order
+    marks, in lower case, and a UUID however it is spelt (braces, `urn:uuid:`, without dashes) as
+    Claude Code spells it, `8-4-4-4-12` hex digits (an entry written otherwise still names its
+    session)."""
+    key = session_id.strip().strip("\ufeff").strip().lower()
+    bare = key.removeprefix("urn:uuid:")
+    if bare.startswith("{") and bare.endswith("}"):
+        bare = bare[1:-1]
+    bare = bare.replace("-", "")
+    if len(bare) != 32 or not _HEX.issuperset(bare):
+        return key
+    return f"{bare[:8]}-{bare[8:12]}-{bare[12:16]}-{bare[16:20]}-{bare[20:]}"
+
+
+def entry_fields(raw: bytes) -> dict[str, list[object]] | None:
+    """Given a registry entry's bytes, each key of its JSON object with every value it is given
+    (two for a key written twice), or None when the bytes are not one JSON object. NUL bytes after
+    the object (what a crash can leave at a file's end) are left out."""
+    if b"\x00" not in raw[:4]:  # (else UTF-16 or UTF-32, whose last character may end in NUL)
+        raw = raw.rstrip(b"\x00")
+    objects: list[list[tuple[str, object]]] = []
+
+    def keep(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        objects.append(pairs)
+        return dict(pairs)
+
+    try:
+        entry = loads(raw, object_pairs_hook=keep)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(entry, dict):
+        return None
+    fields: dict[str, list[object]] = {}
+    for key, value in objects[-1]:  # (the outermost object is the last one closed)
+        fields.setdefault(key, []).append(value)
+    return fields
 
 
 def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Registration | None:
     """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
     may come from the file name when the entry's is missing or of no use; a `sessionId` of blanks
-    is none)."""
-    try:
-        entry = loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    is none; an entry giving `sessionId`, `pid` or `cwd` twice, differently, is none)."""
+    fields = entry_fields(raw)
+    if fields is None:
         return None
-    if not isinstance(entry, dict):
-        return None
+    for key in ("sessionId", "pid", "cwd"):
+        values = fields.get(key, [])
+        if any(value != values[0] or type(value) is not type(values[0]) for value in values):
+            return None
+    entry = {key: values[-1] for key, values in fields.items()}
     session_id = entry.get("sessionId")
     # (its own `pid`, else, left out or of no use, its file name's)
     pid = pid_value(entry.get("pid")) or pid_of_entry_name(
@@ -150,7 +191,8 @@ def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Regist
     )
     if not isinstance(session_id, str) or not session_id.strip() or pid is None:
         return None
-    cwd = entry.get("cwd") if isinstance(entry.get("cwd"), str) else None
+    written_cwd = entry.get("cwd")
+    cwd = written_cwd if isinstance(written_cwd, str) else None
     started = entry.get("startedAt")
     started_at = (
         started / 1000

@@ -405,9 +405,44 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         (registry / f"{pid}.json.tmp").write_text(
             json.dumps({"pid": pid, "sessionId": SESSION, "cwd": "/elsewhere"})
         )
+    # the same session id spelt otherwise (a UUID's other spellings, a byte-order mark before it)
+    elif kind in SPELT_OTHERWISE:
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": SPELT_OTHERWISE[kind], "cwd": "/elsewhere"})
+        )
+    elif kind == "pid_as_float_string_in_a_file_named_otherwise":
+        (registry / "client.json").write_text(
+            json.dumps({"pid": f"{pid}.0", "sessionId": SESSION, "cwd": "/elsewhere"})
+        )
+    elif kind == "name_in_upper_case":
+        (registry / f"{pid}.JSON").write_text(
+            json.dumps({"pid": pid, "sessionId": SESSION, "cwd": "/elsewhere"})
+        )
+    elif kind == "nul_bytes_after_it_in_a_file_named_otherwise":  # a crash's zeroed end
+        (registry / "client.json").write_bytes(
+            json.dumps({"pid": pid, "sessionId": SESSION, "cwd": "/elsewhere"}).encode()
+            + b"\0" * 512
+        )
+    elif kind == "id_given_twice":  # the last one, another project's session, is what a parse keeps
+        entry.write_text(
+            f'{{"pid": {pid}, "sessionId": "{SESSION}", "cwd": "/elsewhere", '
+            f'"sessionId": "{OTHER_SESSION}"}}'
+        )
+    elif kind == "cwd_given_twice":
+        entry.write_text(
+            f'{{"pid": {pid}, "sessionId": "{OTHER_SESSION}", "cwd": "{PROJECT}", '
+            '"cwd": "/elsewhere"}'
+        )
     else:
         raise AssertionError(kind)
 
+
+SPELT_OTHERWISE = {
+    "id_after_a_byte_order_mark": "\ufeff" + SESSION,
+    "id_in_braces": "{" + SESSION.upper() + "}",
+    "id_as_a_urn": "urn:uuid:" + SESSION,
+    "id_without_dashes": SESSION.replace("-", ""),
+}
 
 IMPERFECT = [
     "empty",
@@ -425,6 +460,12 @@ IMPERFECT = [
     "cwd_with_blanks",
     "cwd_relative",
     "id_of_blanks",
+    *SPELT_OTHERWISE,
+    "pid_as_float_string_in_a_file_named_otherwise",
+    "name_in_upper_case",
+    "nul_bytes_after_it_in_a_file_named_otherwise",
+    "id_given_twice",
+    "cwd_given_twice",
 ]
 
 
