@@ -372,3 +372,16 @@ def test_a_file_that_keeps_changing_while_the_ingest_reads_it_is_named_and_the_r
     with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
         paths = [row[0] for row in db.execute("SELECT path FROM session_files")]
     assert paths and not [path for path in paths if path.endswith(growing.name)]
+
+
+def test_stats_of_an_archive_larger_than_what_it_holds_say_why(tmp_path: Path) -> None:
+    """A few hundred bytes archived take more room than they had (the database's first pages, its
+    log): the percentage alone (25312% of raw) read as a fault."""
+    project = tmp_path / "claude" / "projects" / "-work-tiny"
+    project.mkdir(parents=True)
+    line = {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": "s", "message": {}}
+    (project / "0f5b6c1e-1111-2222-3333-444444444444.jsonl").write_text(json.dumps(line) + "\n")
+    assert _riffd(tmp_path, "archive", "ingest").returncode == 0
+    shown = _riffd(tmp_path, "archive", "stats").stdout
+    stored = next(row for row in shown.splitlines() if row.startswith("bytes stored:"))
+    assert re.search(r"\(\d[\d,]*\.\d% of raw: the database's own pages and its log", stored), shown
