@@ -266,7 +266,7 @@ def test_fix_cuts_a_torn_tail_past_a_damaged_pack_after_archiving_it(
 ) -> None:
     """`riffd fix` archives a torn last line before it cuts it off; with a damaged pack in the
     archive that shares pieces with the file it went down with a traceback. Now the fragment is
-    archived and the repair done."""
+    archived, the repair done, and the repaired version archived after it."""
     project = _project(tmp_path)
     first = project / SMALL.name
     shutil.copyfile(SMALL, first)
@@ -281,7 +281,17 @@ def test_fix_cuts_a_torn_tail_past_a_damaged_pack_after_archiving_it(
     assert "Traceback" not in result.stderr
     assert result.returncode == 0, result.stderr + result.stdout
     assert torn.read_bytes() == SMALL.read_bytes()
+    # the version with the fragment, then the one `fix` left (which a restore writes back)
+    archive = Archive(tmp_path / "state" / "archive.db", read_only=True)
+    try:
+        ((file_id, _path, _session),) = archive.files_of(str(torn))
+        assert [
+            b"".join(archive.iter_file(file_id, generation))
+            for generation in archive.generations(file_id)
+        ] == [before, SMALL.read_bytes()]
+    finally:
+        archive.close()
     out = tmp_path / "out"
     restored = _riffd(tmp_path, "archive", "restore", str(torn), "--to", str(out / "torn.jsonl"))
     assert restored.returncode == 0, restored.stderr
-    assert (out / "torn.jsonl").read_bytes() == before
+    assert (out / "torn.jsonl").read_bytes() == SMALL.read_bytes()

@@ -5,6 +5,7 @@ it back whole."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -72,7 +73,13 @@ def test_fix_cuts_a_torn_last_line_after_keeping_it_in_the_backup_and_the_archiv
     assert (
         BackupStore(tmp_path / "state" / "backups").open_bytes(record.backup_id) == WHOLE + FRAGMENT
     )
-    assert archived_generations(tmp_path / "state" / "archive.db", path) == [WHOLE + FRAGMENT]
+    # the version it had, then the one it has: `sessions` says the archive holds it whole now
+    assert archived_generations(tmp_path / "state" / "archive.db", path) == [
+        WHOLE + FRAGMENT,
+        WHOLE,
+    ]
+    (session,) = json.loads(riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    assert session["archived"] and session["whole"] is True, session
     again = riffd(tmp_path, "fix", str(path))
     assert again.returncode == 0 and path.read_bytes() == WHOLE
 

@@ -214,6 +214,9 @@ def run_fix(args: argparse.Namespace) -> int:
     return EXIT_FINDINGS if remaining else EXIT_OK
 
 
+_ARCHIVE_ERRORS = (ArchiveError, ArchiveGap, DatabaseDamaged, PackDamaged, sqlite3.Error, OSError)
+
+
 class TailKeeper:
     """Puts a torn last line into riffd's archive before `fix` cuts it off (the daemon's archive,
     opened once, only when a plan needs it); a plan whose fragment cannot be archived keeps it."""
@@ -221,6 +224,7 @@ class TailKeeper:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._archive: Archive | None = None
+        self._archived: set[Path] = set()  # the files `checked` put in the archive
 
     def checked(self, path: Path, plan: RepairPlan) -> RepairPlan:
         """Return `plan` once the file is archived when it cuts bytes (a torn tail, a torn record, a
@@ -235,18 +239,27 @@ class TailKeeper:
                     raise ArchiveError(why)
                 self._archive = Archive(self.path)
             ingest_file(self._archive, path)
-        except (
-            ArchiveError,
-            ArchiveGap,
-            DatabaseDamaged,
-            PackDamaged,
-            sqlite3.Error,
-            OSError,
-        ) as exc:
+        except _ARCHIVE_ERRORS as exc:
             return keep_torn_tail(
                 plan, f"it could not be put in the archive {self.path} first ({exc})"
             )
+        self._archived.add(path)
         return plan
+
+    def taken_again(self, path: Path) -> str | None:
+        """After `fix` rewrote `path`, which `checked` archived: archive the new version too, so
+        the archive holds the file as it now is (else `riffd sessions` says "archived, not whole"
+        until the daemon or an ingest takes it). Return a warning when it cannot."""
+        if path not in self._archived or self._archive is None:
+            return None
+        try:
+            ingest_file(self._archive, path)
+        except _ARCHIVE_ERRORS as exc:
+            return (
+                f"{path}: repaired, but its new version is not in the archive {self.path} yet "
+                f"({exc}); riffd's daemon or `riffd archive ingest` puts it there"
+            )
+        return None
 
     def close(self) -> None:
         """Close the archive, if it was opened."""
@@ -357,6 +370,8 @@ def _fix_one(
         except OSError as exc:
             after = [finding for finding in damage if finding not in plan.fixes]
             warnings = (*warnings, f"{path}: could not scan it again: {exc}")
+        if outcome.pending_swap is None:
+            warnings = (*warnings, *filter(None, [keeper.taken_again(path)]))
         return FixedFile(
             path,
             REPAIRED,
