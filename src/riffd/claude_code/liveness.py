@@ -37,10 +37,10 @@ from riffd.claude_code.registry import (
     Registration,
     entry_fields,
     is_entry_name,
-    parse_registration,
     pid_of_entry_name,
     pid_running,
     pid_value,
+    registration_from,
     session_key,
 )
 from riffd.claude_code.written import WrittenIn, written_in
@@ -113,18 +113,19 @@ class RunningEntry:
     trouble: str = ""
 
 
-def _pids_named(registry_file: Path, raw: bytes | None) -> list[int]:
+def _pids_named(registry_file: Path, fields: dict[str, list[object]] | None) -> list[int]:
     """The pids an entry names: its `pid` (a number, or digits in a string; each, if it gives two)
     and its file name's `<pid>`."""
-    fields = entry_fields(raw) if raw is not None else None
     pids = [pid_value(value) for value in (fields or {}).get("pid", [])]
     pids.append(pid_of_entry_name(registry_file.name))
     return list(dict.fromkeys(pid for pid in pids if pid is not None))
 
 
-def _registration(registry_file: Path, raw: bytes, pid: int) -> Registration | None:
+def _registration(
+    registry_file: Path, fields: dict[str, list[object]] | None, pid: int
+) -> Registration | None:
     """The entry read whole, with the running `pid` (that of its JSON or of its name), or None."""
-    registration = parse_registration(registry_file, raw)
+    registration = registration_from(registry_file, fields)
     if registration is None:
         return None
     return (
@@ -165,16 +166,17 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[Runni
             trouble = str(exc)
         except OSError as exc:
             trouble = f"cannot be read ({exc.strerror or exc})"
-        alive = [pid for pid in _pids_named(registry_file, raw) if pid_is_alive(pid)]
+        fields = entry_fields(raw) if raw is not None else None
+        alive = [pid for pid in _pids_named(registry_file, fields) if pid_is_alive(pid)]
         if not alive:
             continue
-        registration = _registration(registry_file, raw, alive[0]) if raw is not None else None
+        registration = _registration(registry_file, fields, alive[0])
         if registration is None:
             trouble = trouble or (
                 "empty"
                 if not raw
                 else "not a whole entry with a sessionId (cut short, or being written)"
-                if entry_fields(raw) is None
+                if fields is None
                 else "not an entry as Claude Code writes one (no sessionId, or its sessionId, pid "
                 "or cwd given twice)"
             )

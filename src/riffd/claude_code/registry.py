@@ -176,7 +176,13 @@ def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Regist
     """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
     may come from the file name when the entry's is missing or of no use; a `sessionId` of blanks
     is none; an entry giving `sessionId`, `pid` or `cwd` twice, differently, is none)."""
-    fields = entry_fields(raw)
+    return registration_from(registry_file, entry_fields(raw))
+
+
+def registration_from(
+    registry_file: str | PathLike[str], fields: dict[str, list[object]] | None
+) -> Registration | None:
+    """parse_registration, given the entry's `fields` (entry_fields) rather than its bytes."""
     if fields is None:
         return None
     for key in ("sessionId", "pid", "cwd"):
