@@ -281,14 +281,20 @@ def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_i
         "pid_as_float_in_a_file_named_otherwise",
         "id_in_braces",
         "name_in_upper_case",
+        "id_as_a_urn_in_braces",
+        "dead_pid_in_a_file_named_after_a_running_one",
+        "id_given_twice_spelt_otherwise",
+        "after_an_entry_nested_too_deep",
     ],
 )
 def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
     tmp_path: Path, other_claude: subprocess.Popen[bytes], written: str
 ) -> None:
     """The registry entries riffd's repairs count as a session's (riffd.claude_code.registry), the
-    hook counts too: an id in upper case or in braces, `<pid>.json.tmp`, `<pid>.JSON`, `"pid":
-    1234.0` in `client.json`."""
+    hook counts too: an id in upper case, in braces or holding the session's digits among others,
+    `<pid>.json.tmp`, `<pid>.JSON`, `"pid": 1234.0` in `client.json`, the file name's pid when the
+    entry's has exited; and an entry the repairs count as unreadable (an id given twice), or one
+    before it that cannot be parsed, does not silence it."""
     entry = register(tmp_path / "claude", other_claude.pid)
     fields = json.loads(entry.read_text())
     if written == "upper_case_id":
@@ -299,6 +305,14 @@ def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
         entry.write_text(json.dumps(fields | {"sessionId": "{" + SESSION + "}"}))
     elif written == "name_in_upper_case":
         entry.rename(entry.with_name(f"{entry.stem}.JSON"))
+    elif written == "id_as_a_urn_in_braces":
+        entry.write_text(json.dumps(fields | {"sessionId": "{urn:uuid:" + SESSION + "}"}))
+    elif written == "dead_pid_in_a_file_named_after_a_running_one":
+        entry.write_text(json.dumps(fields | {"pid": 4_000_000}))
+    elif written == "id_given_twice_spelt_otherwise":  # (no whole entry: the hook reads both)
+        entry.write_text(json.dumps(fields)[:-1] + f', "sessionId": "{{{SESSION}}}"}}')
+    elif written == "after_an_entry_nested_too_deep":  # (listed first: "0" sorts before digits)
+        entry.with_name("0deep.json").write_text("[" * 100_000 + "]" * 100_000)
     else:
         entry.unlink()
         entry.with_name("client.json").write_text(

@@ -37,6 +37,7 @@ from riffd.claude_code.registry import (
     Registration,
     entry_fields,
     is_entry_name,
+    names_session,
     pid_of_entry_name,
     pid_running,
     pid_value,
@@ -222,6 +223,8 @@ def may_write(
     cwd = registration.cwd
     if cwd is None or not cwd.strip():
         return "and names no working folder"
+    if "\0" in cwd:
+        return f"and names a working folder with a NUL byte in it, which no folder has ({cwd!r})"
     if not os.path.isabs(cwd.strip()):
         return f"and names a working folder that is not a full path ({cwd!r})"
     # as written, and without blanks around it (either may be the project's)
@@ -289,8 +292,8 @@ def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FILES) -> set[str]:
 
 
 def same_session(session_id: str, wanted: Iterable[str]) -> bool:
-    """Whether `session_id` is one of `wanted`, compared by session_key."""
-    return session_key(session_id) in {session_key(other) for other in wanted}
+    """Whether a registry entry's `session_id` names one of `wanted` (names_session)."""
+    return any(names_session(session_id, other) for other in wanted)
 
 
 def session_liveness(

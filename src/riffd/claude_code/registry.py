@@ -148,6 +148,22 @@ def session_key(session_id: str) -> str:
     return f"{bare[:8]}-{bare[8:12]}-{bare[12:16]}-{bare[16:20]}-{bare[20:]}"
 
 
+def _hex_digits(text: str) -> str:
+    return "".join(char for char in text.lower() if char in _HEX)
+
+
+def names_session(entry_id: str, session_id: str) -> bool:
+    """Whether a registry entry's `entry_id` names the session `session_id`: the same by
+    session_key, or holding the session's 32 hex digits in order among other characters (an id
+    spelt in a way session_key does not know: `{urn:uuid:...}`, other dashes, invisible marks).
+    A wrong yes only keeps a session live; a wrong no could let riffd rewrite it."""
+    wanted = session_key(session_id)
+    if session_key(entry_id) == wanted:
+        return True
+    digits = _hex_digits(wanted)
+    return len(digits) == 32 and digits in _hex_digits(entry_id)
+
+
 def entry_fields(raw: bytes) -> dict[str, list[object]] | None:
     """Given a registry entry's bytes, each key of its JSON object with every value it is given
     (two for a key written twice), or None when the bytes are not one JSON object. NUL bytes after
@@ -162,7 +178,7 @@ def entry_fields(raw: bytes) -> dict[str, list[object]] | None:
 
     try:
         entry = loads(raw, object_pairs_hook=keep)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # (arrays nested 100,000 deep)
         return None
     if not isinstance(entry, dict):
         return None
@@ -206,3 +222,26 @@ def registration_from(
         else None
     )
     return Registration(session_id, pid, registry_file, cwd, started_at)
+
+
+def registrations_named(
+    registry_file: str | PathLike[str], fields: dict[str, list[object]] | None
+) -> list[Registration]:
+    """Every session and pid an entry may name, read leniently, for a warning (never to prove a
+    session idle): each `sessionId` it gives with each pid (its own, each if it gives two, and its
+    file name's), with its last `cwd` and `startedAt`."""
+    if fields is None:
+        return []
+    whole = registration_from(registry_file, fields)
+    cwd, started_at = (whole.cwd, whole.started_at) if whole is not None else (None, None)
+    ids = [
+        value for value in fields.get("sessionId", []) if isinstance(value, str) and value.strip()
+    ]
+    pids = [pid_value(value) for value in fields.get("pid", [])]
+    pids.append(pid_of_entry_name(os.path.basename(os.fspath(registry_file))))
+    return [
+        Registration(session_id, pid, registry_file, cwd, started_at)
+        for session_id in dict.fromkeys(ids)
+        for pid in dict.fromkeys(pids)
+        if pid is not None
+    ]

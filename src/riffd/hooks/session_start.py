@@ -28,11 +28,12 @@ from riffd.claude_code.registry import (
     ENTRY_LIMIT,
     Registration,
     clean_path,
+    entry_fields,
     file_stem,
     is_entry_name,
-    parse_registration,
+    names_session,
     pid_running,
-    session_key,
+    registrations_named,
 )
 from riffd.hooks.answer import answered
 from riffd.quickjson import dumps, loads
@@ -86,11 +87,11 @@ def answer_event(
     transcript = (
         event.get("transcript_path") if isinstance(event.get("transcript_path"), str) else None
     )
-    names = {
-        session_key(name) for name in [session_id, *([file_stem(transcript)] if transcript else [])]
-    }
+    names = [session_id, *([file_stem(transcript)] if transcript else [])]
     for registration in registrations(config_dirs(environ, transcript)):
-        if session_key(registration.session_id) not in names or not pid_running(registration.pid):
+        if not any(names_session(registration.session_id, name) for name in names):
+            continue
+        if not pid_running(registration.pid):
             continue
         if ancestors is None:
             ancestors = ancestry(os.getpid())
@@ -149,7 +150,8 @@ def config_dirs(environ: Mapping[str, str], transcript: str | None) -> list[str]
 
 
 def registrations(folders: list[str]) -> Iterator[Registration]:
-    """Every readable registry entry in `folders` (alive or not)."""
+    """Every session and pid the registry entries in `folders` may name (alive or not), read
+    leniently (registrations_named)."""
     for folder in folders:
         try:
             names = os.listdir(os.path.join(folder, "sessions"))
@@ -170,9 +172,7 @@ def registrations(folders: list[str]) -> Iterator[Registration]:
                     )
             except OSError:
                 continue
-            registration = parse_registration(path, raw)
-            if registration is not None:
-                yield registration
+            yield from registrations_named(path, entry_fields(raw))
 
 
 def ancestry(pid: int) -> set[int]:

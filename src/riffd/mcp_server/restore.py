@@ -12,8 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from riffd.archive.packs import PackDamaged
-from riffd.claude_code.liveness import claude_dirs_for, live_session_ids
-from riffd.claude_code.registry import session_key
+from riffd.claude_code.liveness import claude_dirs_for, live_session_ids, same_session
 from riffd.commands.archive_restore import restore_session_files
 from riffd.commands.output import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command
@@ -48,7 +47,7 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
     for _id, path, _session in files:
         folders.update(claude_dirs_for(Path(path), config.claude_dir, config.roots))
     for folder in folders:
-        if session_key(ref.session_id) in live_session_ids(folder):
+        if any(same_session(live, [ref.session_id]) for live in live_session_ids(folder)):
             raise ToolProblem(
                 f"Session {ref.session_id} is live (a running Claude Code process has it, per "
                 f"{folder / 'sessions'}); restore it once that process has ended."

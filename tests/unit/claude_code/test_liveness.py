@@ -428,6 +428,10 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
             f'{{"pid": {pid}, "sessionId": "{SESSION}", "cwd": "/elsewhere", '
             f'"sessionId": "{OTHER_SESSION}"}}'
         )
+    elif kind == "cwd_with_a_nul":  # (no folder can be looked up by it: it made `fix` crash)
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": "/work/other\0"})
+        )
     elif kind == "cwd_given_twice":
         entry.write_text(
             f'{{"pid": {pid}, "sessionId": "{OTHER_SESSION}", "cwd": "{PROJECT}", '
@@ -442,6 +446,11 @@ SPELT_OTHERWISE = {
     "id_in_braces": "{" + SESSION.upper() + "}",
     "id_as_a_urn": "urn:uuid:" + SESSION,
     "id_without_dashes": SESSION.replace("-", ""),
+    # spellings no rule foresees: the session's 32 hex digits among other characters
+    "id_as_a_urn_in_braces": "{urn:uuid:" + SESSION + "}",
+    "id_before_a_nul": SESSION + "\0",
+    "id_before_a_zero_width_space": SESSION + "\u200b",
+    "id_with_other_dashes": SESSION.replace("-", "\u2010"),
 }
 
 IMPERFECT = [
@@ -466,6 +475,7 @@ IMPERFECT = [
     "nul_bytes_after_it_in_a_file_named_otherwise",
     "id_given_twice",
     "cwd_given_twice",
+    "cwd_with_a_nul",
 ]
 
 
@@ -637,3 +647,19 @@ def test_entries_naming_pids_no_process_can_have_count_for_nothing_and_break_not
     assert not live, why
     assert live_session_ids(claude) == set()
     assert not pid_is_alive(2**70)
+
+
+def test_an_entry_nested_too_deep_to_parse_breaks_nothing(
+    tmp_path: Path, running_client: int
+) -> None:
+    """Arrays nested 100,000 deep made the parse raise RecursionError: `fix` stopped at it (exit 1,
+    a traceback) and the hook gave up on every entry after it."""
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    registry = claude / "sessions"
+    registry.mkdir(parents=True)
+    (registry / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert not session_liveness(path, claude, quiet_period=0)[0]
+    (registry / f"{running_client}.json").write_text("[" * 100_000 + "]" * 100_000)
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert live and f"names the running pid {running_client} but is not a whole entry" in why
