@@ -17,6 +17,7 @@ import pytest
 from helpers.run import riffd_env, run_riffd
 
 SESSION = "7f3c2a10-5b7e-4c1d-9e2f-0a1b2c3d4e5f"
+OTHER = "0f5b6c1e-aaaa-bbbb-cccc-444444444444"  # another session
 
 # What Claude Code writes: JSON.stringify(settings, null, 2), no newline at the end; here with
 # another tool's hook.
@@ -283,8 +284,10 @@ def test_no_warning_for_a_dead_process_another_session_or_the_resuming_process_i
         "name_in_upper_case",
         "id_as_a_urn_in_braces",
         "dead_pid_in_a_file_named_after_a_running_one",
-        "id_given_twice_spelt_otherwise",
+        "id_given_twice_other_first",
+        "id_given_twice_other_last",
         "after_an_entry_nested_too_deep",
+        "started_at_no_clock_can_show",
     ],
 )
 def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
@@ -309,10 +312,14 @@ def test_an_entry_written_unlike_claude_codes_is_warned_about_too(
         entry.write_text(json.dumps(fields | {"sessionId": "{urn:uuid:" + SESSION + "}"}))
     elif written == "dead_pid_in_a_file_named_after_a_running_one":
         entry.write_text(json.dumps(fields | {"pid": 4_000_000}))
-    elif written == "id_given_twice_spelt_otherwise":  # (no whole entry: the hook reads both)
-        entry.write_text(json.dumps(fields)[:-1] + f', "sessionId": "{{{SESSION}}}"}}')
-    elif written == "after_an_entry_nested_too_deep":  # (listed first: "0" sorts before digits)
+    elif written.startswith("id_given_twice"):  # (no whole entry: the hook reads both ids)
+        ids = [OTHER, SESSION] if written.endswith("other_first") else [SESSION, OTHER]
+        text = json.dumps(fields | {"sessionId": ids[1]})
+        entry.write_text(text.replace('"sessionId"', f'"sessionId": "{ids[0]}", "sessionId"'))
+    elif written == "after_an_entry_nested_too_deep":  # (read first: "0" sorts before digits)
         entry.with_name("0deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    elif written == "started_at_no_clock_can_show":
+        entry.write_text(json.dumps(fields | {"startedAt": 1e300}))
     else:
         entry.unlink()
         entry.with_name("client.json").write_text(

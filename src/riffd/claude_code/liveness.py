@@ -7,10 +7,11 @@ session's, and a modification time inside the quiet period (older releases did n
 themselves, and a session resumed by a tool we do not know about only shows up as recent writes).
 
 The registry is read failing closed: an entry whose process runs (its pid from the JSON, a number or
-a string of digits, or from the file name) counts for this transcript when it names this session,
-when it cannot be read whole (empty, cut short, over 1 MiB, not JSON, no sessionId: then it counts
-for every session of its folder), and when it names another session in this transcript's project
-(`may_write`). An entry of a process that is gone counts for nothing, so a crashed client's
+a string of digits, or from the file name) counts for this transcript when it names this session
+(`names_session`: its id in any spelling that keeps the session's 32 hex digits), when it cannot be
+read whole (empty, cut short, over 1 MiB, not JSON, no sessionId, its sessionId, pid or cwd given
+twice: then it counts for every session of its folder), and when it names another session in this
+transcript's project (`may_write`). An entry of a process that is gone counts for nothing, so a crashed client's
 leftovers block nothing.
 
 Each Claude Code config folder has its own `projects/` and its own `sessions/`
@@ -42,7 +43,6 @@ from riffd.claude_code.registry import (
     pid_running,
     pid_value,
     registration_from,
-    session_key,
 )
 from riffd.claude_code.written import WrittenIn, written_in
 from riffd.fsio import REAL_FILES, FileSystem, RetryingFS
@@ -223,8 +223,8 @@ def may_write(
     cwd = registration.cwd
     if cwd is None or not cwd.strip():
         return "and names no working folder"
-    if "\0" in cwd:
-        return f"and names a working folder with a NUL byte in it, which no folder has ({cwd!r})"
+    if not _nameable(cwd):
+        return f"and names a working folder no file system can name ({cwd!r})"
     if not os.path.isabs(cwd.strip()):
         return f"and names a working folder that is not a full path ({cwd!r})"
     # as written, and without blanks around it (either may be the project's)
@@ -235,7 +235,9 @@ def may_write(
         return f"in {cwd}, the project of this transcript"
     if written is None:
         return f"in {cwd}, and the end of this transcript, which says its project, cannot be read"
-    if names & {spelling for line in written.cwds for spelling in spellings(line)}:
+    if names & {
+        spelling for line in written.cwds if _nameable(line) for spelling in spellings(line)
+    }:
         return f"in {cwd}, where this transcript's last lines were written"
     try:
         held = os.stat(project)
@@ -252,6 +254,15 @@ def may_write(
         except OSError:
             return f"in {cwd}, and its folder {folder} cannot be looked at to tell"
     return None
+
+
+def _nameable(path: str) -> bool:
+    """Whether `path` can name a file (no NUL byte, no lone surrogate): one that cannot, written
+    in a registry entry or a transcript, made the folder lookups raise."""
+    try:
+        return b"\0" not in os.fsencode(path)
+    except UnicodeError:
+        return False
 
 
 def claude_dirs_for(
@@ -279,16 +290,6 @@ def claude_dirs_for(
     for folder in candidates:
         unique.setdefault(os.path.abspath(folder), folder)
     return tuple(unique.values())
-
-
-def live_session_ids(claude_dir: Path, fs: FileSystem = REAL_FILES) -> set[str]:
-    """Given Claude Code's config folder, return the ids of sessions a running process has
-    registered (entries read whole), as session_key gives them."""
-    return {
-        session_key(entry.registration.session_id)
-        for entry in running_entries(claude_dir, fs)
-        if entry.registration
-    }
 
 
 def same_session(session_id: str, wanted: Iterable[str]) -> bool:

@@ -104,7 +104,8 @@ def pid_value(value: object) -> int | None:
         pid = int(value)
     elif isinstance(value, str):
         digits, _dot, zeros = value.strip().partition(".")
-        if digits.isascii() and digits.isdigit() and not zeros.strip("0"):
+        # (past 10 digits no pid; and int() refuses over 4300)
+        if digits.isascii() and digits.isdigit() and len(digits) <= 10 and not zeros.strip("0"):
             pid = int(digits)
     return pid if pid is not None and 0 < pid <= MAX_PID else None
 
@@ -114,7 +115,7 @@ def pid_of_entry_name(name: str) -> int | None:
     being written (`<pid>.json.tmp`, `<pid>.json.<anything>`), in any case; None for another
     name."""
     digits, found, rest = name.lower().partition(".json")
-    if not found or not (digits.isascii() and digits.isdigit()):
+    if not found or not (digits.isascii() and digits.isdigit()) or len(digits) > 10:
         return None
     if rest and (not rest.startswith(".") or rest == "."):
         return None
@@ -215,13 +216,18 @@ def registration_from(
         return None
     written_cwd = entry.get("cwd")
     cwd = written_cwd if isinstance(written_cwd, str) else None
-    started = entry.get("startedAt")
-    started_at = (
-        started / 1000
-        if isinstance(started, int | float) and not isinstance(started, bool)
-        else None
-    )
-    return Registration(session_id, pid, registry_file, cwd, started_at)
+    return Registration(session_id, pid, registry_file, cwd, _seconds(entry.get("startedAt")))
+
+
+def _seconds(started: object) -> float | None:
+    """An entry's `startedAt` (ms) in Unix seconds, or None when it is not a time a clock shows."""
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return None
+    try:
+        seconds = started / 1000
+    except OverflowError:  # (an int of hundreds of digits)
+        return None
+    return seconds if 0 <= seconds < 1e11 else None  # (NaN fails both; 1e11 s: year 5138)
 
 
 def registrations_named(

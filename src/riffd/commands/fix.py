@@ -180,16 +180,19 @@ def run_fix(args: argparse.Namespace) -> int:
                 results.append(outcome)
                 if not args.json:
                     print_text(outcome)
+        progress.close()
+        for index, result in enumerate(results):  # a writer held the old file: it may have let go
+            if result.pending_swap is not None:
+                settled = recover(REAL_FILES, result.pending_swap)
+                if settled is not None and settled.state != PENDING:
+                    archived = keeper.taken_again(result.path)  # (the version it now has)
+                    results[index] = replace(
+                        result,
+                        pending_swap=None,
+                        warnings=(*result.warnings, settled.detail, *filter(None, [archived])),
+                    )
     finally:
         keeper.close()
-    progress.close()
-    for index, result in enumerate(results):  # a writer held the old file: it may have let go
-        if result.pending_swap is not None:
-            settled = recover(REAL_FILES, result.pending_swap)
-            if settled is not None and settled.state != PENDING:
-                results[index] = replace(
-                    result, pending_swap=None, warnings=(*result.warnings, settled.detail)
-                )
     if args.json:
         print_json(fix_document(REPORT_SCHEMA, args.dry_run, recovered, results, counts, errors))
     for error in errors:

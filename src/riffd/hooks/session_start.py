@@ -103,11 +103,14 @@ def answer_event(
 
 def warning(session_id: str, other: Registration) -> dict[str, Any]:
     """The answer naming the other process that has the session open."""
-    since = (
-        f", running since {time.strftime('%Y-%m-%d %H:%M', time.localtime(other.started_at))}"
-        if other.started_at
-        else ""
-    )
+    try:
+        since = (
+            f", running since {time.strftime('%Y-%m-%d %H:%M', time.localtime(other.started_at))}"
+            if other.started_at
+            else ""
+        )
+    except (OverflowError, ValueError, OSError):  # (a time the platform's clock cannot show)
+        since = ""
     where = f" in {other.cwd}" if other.cwd else ""
     return {
         "systemMessage": (
@@ -157,7 +160,7 @@ def registrations(folders: list[str]) -> Iterator[Registration]:
             names = os.listdir(os.path.join(folder, "sessions"))
         except OSError:
             continue
-        for name in names:
+        for name in sorted(names):  # (in one order whatever the file system's)
             if not is_entry_name(name):
                 continue
             path = os.path.join(folder, "sessions", name)

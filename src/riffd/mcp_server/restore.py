@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from riffd.archive.packs import PackDamaged
-from riffd.claude_code.liveness import claude_dirs_for, live_session_ids, same_session
+from riffd.claude_code.liveness import claude_dirs_for, running_entries, same_session
 from riffd.commands.archive_restore import restore_session_files
 from riffd.commands.output import EXIT_ERROR
 from riffd.mcp_server.memory import Memory, ToolProblem, archive_problem, resume_command
@@ -47,11 +47,25 @@ def restore_session(memory: Memory, session: str) -> RestoreResult:
     for _id, path, _session in files:
         folders.update(claude_dirs_for(Path(path), config.claude_dir, config.roots))
     for folder in folders:
-        if any(same_session(live, [ref.session_id]) for live in live_session_ids(folder)):
+        try:
+            entries = running_entries(folder)
+        except OSError as exc:  # (a session may then be running unseen)
             raise ToolProblem(
-                f"Session {ref.session_id} is live (a running Claude Code process has it, per "
-                f"{folder / 'sessions'}); restore it once that process has ended."
-            )
+                f"Claude Code's session registry {folder / 'sessions'} cannot be read ({exc}); "
+                "restore the session once it can."
+            ) from exc
+        for entry in entries:
+            if entry.registration is None:  # (it may be this session's: fail closed)
+                raise ToolProblem(
+                    f"{entry.registry_file} names the running pid {entry.pid} but is "
+                    f"{entry.trouble}, so session {ref.session_id} may be live; restore it once "
+                    "that process has ended, or delete the entry if no Claude Code process uses it."
+                )
+            if same_session(entry.registration.session_id, [ref.session_id]):
+                raise ToolProblem(
+                    f"Session {ref.session_id} is live (a running Claude Code process has it, per "
+                    f"{entry.registry_file}); restore it once that process has ended."
+                )
     try:
         run = restore_session_files(archive, ref.session_id, config)
     except (sqlite3.Error, PackDamaged) as exc:

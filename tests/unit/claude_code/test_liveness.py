@@ -16,8 +16,8 @@ import pytest
 from conftest import identity_of, line_spans, transcript_bytes
 from riffd.claude_code.liveness import (
     claude_dirs_for,
-    live_session_ids,
     pid_is_alive,
+    running_entries,
     session_liveness,
 )
 from riffd.claude_code.projects import project_folder_name
@@ -50,6 +50,15 @@ def old_transcript(folder: Path, name: str = f"{SESSION}.jsonl") -> Path:
     long_ago = time.time() - 3600
     os.utime(path, (long_ago, long_ago))
     return path
+
+
+def live_session_ids(claude_dir: Path) -> set[str]:
+    """The sessions running processes have registered in `claude_dir` (entries read whole)."""
+    return {
+        entry.registration.session_id
+        for entry in running_entries(claude_dir)
+        if entry.registration is not None
+    }
 
 
 def test_running_pid_in_registry_is_live(tmp_path: Path) -> None:
@@ -432,6 +441,10 @@ def entry_of_running_process(registry: Path, kind: str, pid: int, elsewhere: Pat
         entry.write_text(
             json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": "/work/other\0"})
         )
+    elif kind == "cwd_with_a_lone_surrogate":  # (the same: realpath raised UnicodeEncodeError)
+        entry.write_text(
+            json.dumps({"pid": pid, "sessionId": OTHER_SESSION, "cwd": "/work/other\ud800"})
+        )
     elif kind == "cwd_given_twice":
         entry.write_text(
             f'{{"pid": {pid}, "sessionId": "{OTHER_SESSION}", "cwd": "{PROJECT}", '
@@ -476,6 +489,7 @@ IMPERFECT = [
     "id_given_twice",
     "cwd_given_twice",
     "cwd_with_a_nul",
+    "cwd_with_a_lone_surrogate",
 ]
 
 
@@ -647,6 +661,26 @@ def test_entries_naming_pids_no_process_can_have_count_for_nothing_and_break_not
     assert not live, why
     assert live_session_ids(claude) == set()
     assert not pid_is_alive(2**70)
+
+
+def test_values_no_clock_or_pid_can_hold_break_nothing(tmp_path: Path, running_client: int) -> None:
+    """A `startedAt` of 400 digits made the division raise OverflowError, a `pid` string of 4,400
+    digits made int() raise ValueError, a last line's `cwd` with a NUL byte made the folder lookup
+    raise: `fix` stopped with a traceback at each."""
+    claude = tmp_path / "claude"
+    path = old_transcript(claude / "projects" / "-work-demo")
+    path.write_bytes(_with_cwd(transcript_bytes(5), "/work/demo\0"))
+    registry = claude / "sessions"
+    registry.mkdir(parents=True)
+    (registry / "client.json").write_text(
+        json.dumps({"pid": "9" * 4400 + ".0", "sessionId": SESSION, "cwd": "/elsewhere"})
+    )
+    (registry / f"{running_client}.json").write_text(
+        f'{{"pid": {running_client}, "sessionId": "{OTHER_SESSION}", "cwd": "/work/other", '
+        f'"startedAt": 1{"0" * 400}}}'
+    )
+    live, why = session_liveness(path, claude, quiet_period=0)
+    assert not live, why  # another project's client, read whole; the long pid is no pid
 
 
 def test_an_entry_nested_too_deep_to_parse_breaks_nothing(
