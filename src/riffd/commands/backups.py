@@ -12,7 +12,7 @@ from riffd.claude_code.folders import default_roots
 from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import repaired_again_note, restore_words
 from riffd.commands.arguments import Parser, UsageError, nonnegative_number
-from riffd.commands.config_loading import config_for_folders
+from riffd.commands.config_loading import config_for_edits, config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json, skipped_line
 from riffd.config.model import Config
 from riffd.display import shell_command
@@ -147,7 +147,9 @@ def _names(session: str, record: BackupRecord, roots: Sequence[Path]) -> bool:
 def run_backups_restore(args: argparse.Namespace) -> int:
     """`riffd backups restore ID [--to PATH]`: put a backup back; exit 0 done, 1 skipped, 2
     failed."""
-    config = config_for_folders(args)  # loaded once: a file with errors is noted once
+    config = config_for_edits(args, "`riffd backups restore`")
+    if config is None:
+        return EXIT_ERROR
     store = _store(args, config)
     options = ApplyOptions(
         backup_dir=store.root,

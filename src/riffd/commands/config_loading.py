@@ -1,6 +1,7 @@
 """How every command but `config` loads the configuration: reporting every error (`load_or_report`),
-going on with the folders a broken file names (`load_despite_errors`, for `status` and `report`), or
-with the defaults (`config_for_folders`). Light on imports: `riffd status` starts with it."""
+going on with the folders a broken file names (`load_despite_errors`, for `status` and `report`),
+with the defaults (`config_for_folders`), or, for commands that edit files, not at all
+(`config_for_edits`). Light on imports: `riffd status` starts with it."""
 
 from __future__ import annotations
 
@@ -48,6 +49,26 @@ def config_for_folders(args: argparse.Namespace) -> Config:
         )
         print(f"riffd: note: {what}; using the default folders", file=sys.stderr)
         return loads_config("", source=path)
+
+
+def config_for_edits(args: argparse.Namespace, command: str) -> Config | None:
+    """For commands that edit files (`fix`, `backups restore`): the configuration, or None, with
+    every error said, when the file has errors: such a command works by its settings (which classes
+    to repair, the quiet period, where backups go), and the defaults in their place could edit what
+    the file turns off."""
+    try:
+        return load_config(getattr(args, "config", None))
+    except ConfigError as exc:
+        path = config_path(getattr(args, "config", None))
+        for error in exc.errors:
+            print(f"riffd: error: {error}", file=sys.stderr)
+        print(
+            f"riffd: {command} edits files by the settings of {path}, so it does not run while the "
+            f"file has errors (the defaults could edit what it turns off); mend it "
+            f"(`{validate_command(path)}` checks it) and run again",
+            file=sys.stderr,
+        )
+        return None
 
 
 def load_despite_errors(args: argparse.Namespace) -> Config | None:

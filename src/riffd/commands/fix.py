@@ -19,7 +19,7 @@ from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import PLAIN_REPAIR_NOW, RepairNow, repair_now
 from riffd.commands.archive_open import move_waits
 from riffd.commands.arguments import Parser, nonnegative_number, transcript_targets
-from riffd.commands.config_loading import config_for_folders
+from riffd.commands.config_loading import config_for_edits
 from riffd.commands.fix_output import (
     CLEAN,
     ERROR,
@@ -123,7 +123,9 @@ def run_fix(args: argparse.Namespace) -> int:
     """`riffd fix`: repair idle files; exit 0 when nothing repairable remains, 1 when findings
     remain, 2 on errors."""
     pin_mmap_threshold()  # a steady peak memory (riffd.fsio says why)
-    config = config_for_folders(args)
+    config = config_for_edits(args, "`riffd fix`")
+    if config is None:
+        return EXIT_ERROR
     files, errors = transcript_targets(
         args.paths,
         args.project,

@@ -247,24 +247,52 @@ def test_backups_list_and_restore_round_trip(
     assert main(["backups", "restore", "20990101T000000.000000Z-nope-abcdef"]) == EXIT_ERROR
 
 
-def test_backups_restore_notes_a_config_with_errors_once(
+def test_backups_restore_refuses_a_config_with_errors_and_says_each_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`backups restore` reads the configuration for its folder, its quiet period and its note:
-    a file with errors is said once, not once per use."""
+    """`backups restore` writes a transcript by the configuration's quiet period and backup folder:
+    with errors in the file it does not go on with the defaults."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))  # the default folders: here
     config = tmp_path / "riffd.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n[repair]\nquiet_period = "x"\n')
     backup_id = "20990101T000000.000000Z-nope-abcdef"
     assert main(["--config", str(config), "backups", "restore", backup_id]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert err.count("using the default folders") == 1 and "quiet_period" in err
+    assert err.count("quiet_period") == 1, err
+    assert "`riffd backups restore` edits files by the settings of" in err and backup_id not in err
     missing = tmp_path / "not-there.toml"
     assert main(["--config", str(missing), "backups", "restore", backup_id]) == EXIT_ERROR
-    assert (
-        f"riffd: note: {missing}: no such file; expected a riffd config file (`riffd --config "
-        f"{missing} config init` writes one); using the default folders\n"
-    ) in capsys.readouterr().err
+    assert f"riffd: error: {missing}: no such file" in capsys.readouterr().err
+
+
+def test_fix_with_a_typo_in_the_config_repairs_nothing_the_file_turns_off(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One unknown key made `fix` use the defaults for every setting: it repaired a class the
+    file's `repair.classes` left out (here the torn last line, repaired by default)."""
+    from conftest import transcript_bytes
+
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))  # (with no config file too)
+    damaged = transcript_bytes(6) + b'{"type":"user","message":{"content":"cut o'
+    path = tmp_path / "claude" / "projects" / "-work-app" / f"{SESSION}.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(damaged)
+    config = tmp_path / "riffd.toml"
+    settings = (
+        f'state_dir = "{tmp_path / "state"}"\n[repair]\nclasses = ["duplicate_tool_result"]\n'
+    )
+    config.write_text(settings + "typo = 1\n")
+    assert main(["--config", str(config), "fix", "--quiet-period", "0", str(path)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "repair.typo" in err and "does not run while the file has errors" in err, err
+    assert path.read_bytes() == damaged
+    config.write_text(settings)  # mended: the file's classes hold, and leave the tail
+    assert main(["--config", str(config), "fix", "--quiet-period", "0", str(path)]) != EXIT_ERROR
+    assert path.read_bytes() == damaged
+    config.unlink()  # no file at all: the defaults, which cut it
+    assert main(["fix", "--quiet-period", "0", str(path)]) == EXIT_OK
+    assert path.read_bytes() == transcript_bytes(6)
 
 
 def test_real_subprocess_with_no_claude_folder_exits_0(tmp_path: Path) -> None:
