@@ -30,6 +30,11 @@ RepairMode = Literal["repair", "report-only"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["plain", "json"]
 
+# The longest a setting of seconds may be: past them, the scheduler's and datetime's arithmetic
+# overflows (a rescan interval of 1e14 s stopped the daemon) or a wait never ends.
+HOUR = 3600.0
+YEAR = 365 * 86400.0
+
 # Given the environment and the resolved state_dir, return a derived default.
 Derive = Callable[[dict[str, str], Path], object]
 
@@ -79,12 +84,15 @@ class WatcherConfig:
         ),
     )
     polling_interval: float = field(
-        default=5.0, metadata=_meta("Seconds between two polls when polling.", gt=0)
+        default=5.0,
+        metadata=_meta("Seconds between two polls when polling.", ge=0.1, le=HOUR),
     )
     debounce: float = field(
         default=1.0,
         metadata=_meta(
-            "Seconds a burst of changes to one file must settle before the file is looked at.", ge=0
+            "Seconds a burst of changes to one file must settle before the file is looked at.",
+            ge=0,
+            le=HOUR,
         ),
     )
     rescan_interval: float = field(
@@ -92,6 +100,7 @@ class WatcherConfig:
         metadata=_meta(
             "Seconds between full rescans, which catch changes no event reported (0 = never rescan).",
             ge=0,
+            le=YEAR,
         ),
     )
     file_settle: float = field(
@@ -101,6 +110,7 @@ class WatcherConfig:
             "subagent's settings) must stay unchanged before the daemon takes it; a file still being written is looked "
             "at again then.",
             ge=0,
+            le=HOUR,
         ),
     )
 
@@ -118,7 +128,7 @@ class RepairConfig:
     quiet_period: float = field(
         default=120.0,
         metadata=_meta(
-            "Seconds a file must be unmodified before its session counts as idle.", ge=0
+            "Seconds a file must be unmodified before its session counts as idle.", ge=0, le=YEAR
         ),
     )
     add_missing_results: bool = field(
@@ -151,20 +161,25 @@ class BackupConfig:
     )
     keep_per_file: int = field(
         default=10,
-        metadata=_meta("Backups kept per transcript (the newest one is always kept).", ge=1),
+        metadata=_meta(
+            "Backups kept per transcript (the newest one is always kept).", ge=1, le=1_000_000
+        ),
     )
     max_age_days: float = field(
-        default=90.0, metadata=_meta("Backups older than this many days are removed.", gt=0)
+        default=90.0,
+        metadata=_meta("Backups older than this many days are removed.", gt=0, le=36_500),
     )
     max_total_mb: float = field(
         default=0.0,
         metadata=_meta(
             "Then the oldest backups are removed until the store is under this many MB (0 = no size limit).",
             ge=0,
+            le=1e9,
         ),
     )
     retention_interval: float = field(
-        default=3600.0, metadata=_meta("Seconds between two retention passes.", gt=0)
+        default=3600.0,
+        metadata=_meta("Seconds between two retention passes.", gt=0, le=YEAR),
     )
 
 
@@ -173,18 +188,20 @@ class RetryConfig:
     """Retries of reads that fail with EIO, as cloud-synced folders do under WSL2."""
 
     attempts: int = field(
-        default=3, metadata=_meta("Tries in all before a read is given up.", ge=1)
+        default=3, metadata=_meta("Tries in all before a read is given up.", ge=1, le=100)
     )
     first_wait: float = field(
         default=0.5,
         metadata=_meta(
-            "Seconds to wait before the second try; the wait doubles after each try.", ge=0
+            "Seconds to wait before the second try; the wait doubles after each try.",
+            ge=0,
+            le=HOUR,
         ),
     )
     max_wait: float = field(
         default=8.0,
         metadata=_meta(
-            "The longest wait between two tries, in seconds (at least first_wait).", ge=0
+            "The longest wait between two tries, in seconds (at least first_wait).", ge=0, le=HOUR
         ),
     )
 
@@ -205,10 +222,14 @@ class TrackerConfig:
         metadata=_meta(
             "Seconds a tool call is remembered; a repeat within this window counts as redundant.",
             gt=0,
+            le=YEAR,
         ),
     )
     max_calls: int = field(
-        default=50, metadata=_meta("Tool calls remembered per session (the oldest go first).", ge=1)
+        default=50,
+        metadata=_meta(
+            "Tool calls remembered per session (the oldest go first).", ge=1, le=1_000_000
+        ),
     )
 
 
@@ -223,6 +244,7 @@ class ArchiveConfig:
             "and compacts the packs filled and the files kept whole meanwhile (for up to 2 minutes, stopping as soon "
             "as lines come in; the next time goes on where it stopped).",
             gt=0,
+            le=YEAR,
         ),
     )
     write_delay: float = field(
@@ -248,8 +270,10 @@ class ReportConfig:
             derive=lambda environ, state_dir: state_dir / "reports",
         )
     )
-    interval: float = field(default=300.0, metadata=_meta("Seconds between two reports.", gt=0))
-    keep: int = field(default=48, metadata=_meta("Timestamped reports kept.", ge=1))
+    interval: float = field(
+        default=300.0, metadata=_meta("Seconds between two reports.", gt=0, le=YEAR)
+    )
+    keep: int = field(default=48, metadata=_meta("Timestamped reports kept.", ge=1, le=1_000_000))
     metrics_readable: bool = field(
         default=False,
         metadata=_meta(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
@@ -230,12 +231,12 @@ write_delay = 3600
         "tracker: wrong type: integer 5; expected a table [tracker]",
         'watcher.debounse: unknown key (did you mean "watcher.debounce"?); expected one of: observer, '
         "polling_interval, debounce, rescan_interval",
-        "watcher.polling_interval: out of range: 0; expected a number > 0",
+        "watcher.polling_interval: out of range: 0; expected a number >= 0.1 and <= 3600",
         'watcher.observer: bad value: string "inotify"; expected one of "auto", "native", "polling"',
         'repair.classes: item 1: bad value: string "parent_cycle", item 2: wrong type: integer 3; expected a list of',
         'repair.add_missing_results: wrong type: string "yes"; expected true or false',
-        "backups.keep_per_file: wrong type: number 2.5; expected an integer >= 1",
-        "backups.max_age_days: out of range: inf; expected a number > 0",
+        "backups.keep_per_file: wrong type: number 2.5; expected an integer >= 1 and <= 1000000",
+        "backups.max_age_days: out of range: inf; expected a number > 0 and <= 36500",
         "retry.max_wait: out of range: 1 is less than retry.first_wait (4); expected a number >= retry.first_wait",
         'log.level: bad value: string "loud"; expected one of "debug", "info", "warning", "error"',
         "archive.write_delay: out of range: 3600; expected a number >= 0 and <= 60",
@@ -287,7 +288,10 @@ def test_override_errors_are_reported_with_the_file_errors(
     errors = caught.value.errors
     assert len(errors) == 4, errors
     assert any(error.startswith(f"{path}: log.format: bad value") for error in errors)
-    assert "command line: watcher.debounce: out of range: -1; expected a number >= 0" in errors
+    assert (
+        "command line: watcher.debounce: out of range: -1; expected a number >= 0 and <= 3600"
+        in errors
+    )
     assert any(
         error.startswith('command line: log.levl: unknown key (did you mean "log.level"?)')
         for error in errors
@@ -394,7 +398,7 @@ def test_loads_config_checks_text_as_if_it_were_the_file(
     with pytest.raises(ConfigError) as caught:
         loads_config("[tracker]\nmax_calls = 0\n", source=source, environ=environ)
     assert caught.value.errors == [
-        f"{source}: tracker.max_calls: out of range: 0; expected an integer >= 1"
+        f"{source}: tracker.max_calls: out of range: 0; expected an integer >= 1 and <= 1000000"
     ]
 
 
@@ -695,3 +699,34 @@ def test_a_config_path_that_is_a_folder_says_so_and_advises_no_init(tmp_path: Pa
         load_config(tmp_path)
     (error,) = raised.value.errors
     assert error == f"{tmp_path}: a folder; --config and RIFFD_CONFIG name a riffd config file"
+
+
+def _numeric_keys() -> list[tuple[str, str, dict[str, object]]]:
+    """(table, key, metadata) of every number the configuration's tables hold."""
+    keys = []
+    for table, table_type in typing.get_type_hints(Config).items():
+        if not dataclasses.is_dataclass(table_type):
+            continue
+        hints = typing.get_type_hints(table_type)
+        for field in dataclasses.fields(table_type):
+            if hints[field.name] in (int, float):
+                keys.append((table, field.name, dict(field.metadata)))
+    return keys
+
+
+def test_every_number_has_an_upper_bound_and_a_value_past_it_is_an_error(tmp_path: Path) -> None:
+    """A rescan interval of 1e14 s, or 1e308 for a retention, settle or report interval, passed
+    `config validate` and then stopped the daemon with a traceback, at start or at a reload."""
+    keys = _numeric_keys()
+    assert len(keys) >= 15, keys
+    unbounded = [f"{table}.{key}" for table, key, meta in keys if meta.get("le") is None]
+    assert not unbounded, f"numbers without an upper bound: {unbounded}"
+    merged: dict[str, list[str]] = {}
+    for table, key, _meta in keys:
+        merged.setdefault(table, []).append(f"{key} = 1e308")
+    text = "".join(f"[{table}]\n" + "\n".join(lines) + "\n" for table, lines in merged.items())
+    with pytest.raises(ConfigError) as raised:
+        loads_config(text, source=tmp_path / "c.toml")
+    said = "\n".join(raised.value.errors)
+    for table, key, _meta in keys:
+        assert f"{table}.{key}: " in said, (table, key, said)
