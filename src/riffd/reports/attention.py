@@ -24,6 +24,7 @@ from riffd.transcript.findings import DEFAULT_REPAIRS, INFORMATIONAL, OPT_IN_REP
 # What riffd repairs when the report knows no configuration (the daemon publishes its own)
 DEFAULT_REPAIR_NAMES = frozenset(map(str, DEFAULT_REPAIRS))
 OPT_IN_NAMES = frozenset(map(str, OPT_IN_REPAIRS))
+DEFAULT_NAMES = frozenset(map(str, DEFAULT_REPAIRS))
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,13 @@ def attention_item(
             f"current clients cope with this ({cls}); riffd repairs it only when `repair.classes` in "
             f"the config names it (for older clients and other readers); `{riffd} show {quoted}` "
             f"shows where; `{riffd} ack {where}` acknowledges it"
+        )
+    elif cls in DEFAULT_NAMES:  # repaired by default, and the config's repair.classes leaves it out
+        state = "never_repaired"
+        action = (
+            f"riffd repairs this ({cls}) by default, but `repair.classes` in the config leaves it "
+            f"out: add it there to have riffd repair it; `{riffd} show {quoted}` shows where; "
+            f"`{riffd} ack {where}` acknowledges it"
         )
     elif waiting:  # the repair this file waits for may remove it (a duplicate line goes with it)
         state = "never_repaired"

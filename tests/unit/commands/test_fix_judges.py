@@ -159,3 +159,26 @@ def test_fix_and_backups_restore_take_the_configured_quiet_period(
     path.write_bytes(b"".join(damaged.lines))
     assert main(["--config", str(config), "fix", "--dry-run", str(path)]) == EXIT_FINDINGS
     assert "within the quiet period of 30s" in capsys.readouterr().out
+
+
+def test_a_class_the_config_leaves_out_is_said_to_be_left_out_and_the_advice_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With `repair.classes` leaving out a class riffd repairs by default, `fix` said "riffd never
+    edits this (duplicate_tool_result)", which was not true: it names the setting now, and adding
+    the class there (as it says) has `fix` repair it."""
+    lines = damage.inject_resumed_duplicate(damage.generated_session(segments=2)).lines
+    path = idle(tmp_path / "projects" / "s.jsonl", b"".join(lines))
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[repair]\nclasses = ["torn_tail"]\n')
+    command = ["--config", str(config), "fix", "--quiet-period", "0", str(path)]
+    assert main(command) == EXIT_FINDINGS
+    err = capsys.readouterr().err
+    assert "riffd repairs this (duplicate_tool_result) by default, but `repair.classes`" in err
+    assert "never edits" not in err, err
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\n[repair]\n'
+        'classes = ["torn_tail", "duplicate_tool_result"]\n'
+    )
+    assert main(command) == EXIT_OK
+    assert scan_file(path).findings == []
