@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -104,12 +105,21 @@ def run_config_path(args: argparse.Namespace) -> int:
     from riffd.display import riffd_invocation
 
     init = f"{riffd_invocation(None if origin == 'the default location' else target)} config init"
+    explicit = origin != "the default location"
     state = (
         "exists"
         if target.is_file()
         else "a folder, not a riffd config file: name a file (`riffd --config FILE config init` "
         "writes one)"
         if target.is_dir()
+        else "not a regular file (a FIFO, socket or device): name a riffd config file"
+        if target.exists()
+        else "a symbolic link to nothing (a missing target or a loop): point it at a riffd config "
+        "file, or remove it"
+        if os.path.lexists(target)
+        else f"does not exist (riffd's commands refuse a config named {origin} that is not there; "
+        f"`{init}` writes one)"
+        if explicit
         else f"does not exist (the defaults apply; `{init}` writes one)"
     )
     print(target)
@@ -263,7 +273,10 @@ def write_atomically(target: Path, text: str) -> None:
     temp file in the same folder, fsync, rename. A symlinked config (dotfile managers) has its link
     target replaced; the file's permission bits are kept. Raise OSError when that fails (the old
     file is then untouched)."""
-    real = target.resolve() if target.is_symlink() else target
+    try:
+        real = target.resolve() if target.is_symlink() else target
+    except RuntimeError:  # (before Python 3.13; OSError after)
+        raise OSError(errno.ELOOP, "a symbolic link in a loop", str(target)) from None
     real.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o644
     fd, temp_name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=".tmp")

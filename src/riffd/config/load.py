@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -72,7 +73,18 @@ def _read_file(path: Path, errors: list[str]) -> dict[str, Any] | None:
     """Return the parsed TOML document at `path`; append an error and return None when it cannot be
     read."""
     try:
-        with path.open("rb") as handle:
+        # (without blocking: a FIFO named as the config must not hang every command)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(mode):
+                errors.append(
+                    f"{path}: not a regular file (a FIFO, socket or device); expected a riffd "
+                    "config file"
+                )
+                return None
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         errors.append(_syntax_error(path, exc))
@@ -216,6 +228,15 @@ def _locate(flag: Path | None, environ: Mapping[str, str] | None) -> tuple[Path,
     return default_config_path(env), False
 
 
+def _target_can_be_made(link: Path) -> bool:
+    """Whether the file a symbolic link names can be made (its folder's path resolves: no loop)."""
+    try:
+        link.resolve(strict=False)
+    except (RuntimeError, OSError):  # (a loop: RuntimeError before Python 3.13, OSError after)
+        return False
+    return True
+
+
 def load_config(
     path: Path | None = None,
     *,
@@ -239,7 +260,10 @@ def load_config(
             from riffd.display import riffd_invocation
 
             errors.append(
-                f"{file_path}: no such file; expected a riffd config file "
+                f"{file_path}: a symbolic link to nothing (its target is missing, or it links in "
+                "a loop); point it at a riffd config file, or remove it"
+                if os.path.lexists(file_path) and not _target_can_be_made(file_path)
+                else f"{file_path}: no such file; expected a riffd config file "
                 f"(`{riffd_invocation(file_path)} config init` writes one)"
             )
         else:

@@ -448,9 +448,9 @@ def test_config_path_prints_the_path_and_whether_it_exists(
     assert "from --config" in captured.err
     # the init it advises writes this file, not the default one (run as printed, it wrote that)
     assert (
-        f"does not exist (the defaults apply; `riffd --config {isolated} config init` writes one)"
-        in captured.err
-    )
+        "does not exist (riffd's commands refuse a config named from --config that is not there; "
+        f"`riffd --config {isolated} config init` writes one)"
+    ) in captured.err
     folder = isolated.parent / "a-folder"
     folder.mkdir(parents=True)
     assert main(["--config", str(folder), "config", "path"]) == EXIT_OK
@@ -730,3 +730,31 @@ def test_every_number_has_an_upper_bound_and_a_value_past_it_is_an_error(tmp_pat
     said = "\n".join(raised.value.errors)
     for table, key, _meta in keys:
         assert f"{table}.{key}: " in said, (table, key, said)
+
+
+def test_a_fifo_or_a_looping_link_as_the_config_is_one_line_and_no_hang(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO named by --config hung every command; a link in a loop was called "no such file",
+    with `config init` advised, which then stopped with a traceback."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError) as raised:
+        load_config(fifo)  # (returns: nothing opens the FIFO's other end)
+    assert raised.value.errors == [
+        f"{fifo}: not a regular file (a FIFO, socket or device); expected a riffd config file"
+    ]
+    loop = tmp_path / "loop.toml"
+    loop.symlink_to(loop.name)
+    with pytest.raises(ConfigError) as raised:
+        load_config(loop)
+    assert "a symbolic link to nothing" in raised.value.errors[0]
+    assert "config init" not in raised.value.errors[0]
+    capsys.readouterr()
+    assert main(["--config", str(loop), "config", "init"]) == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"riffd: error: {loop}: cannot write: a symbolic link in a loop\n"
+    )
+    missing = tmp_path / "nope.toml"
+    assert main(["--config", str(missing), "config", "path"]) == EXIT_OK
+    assert "the defaults apply" not in capsys.readouterr().err  # (the commands refuse it)
