@@ -40,8 +40,15 @@ class DatabaseDamaged(Exception):
     """A database file SQLite cannot use; the message names the file, the problem and what to do."""
 
     def __init__(self, path: Path, problem: str, advice: str) -> None:
-        self.path, self.problem = path, problem
+        self.path, self.problem, self.advice = path, problem, advice
         super().__init__(f"{path} is damaged ({problem}); {advice}")
+
+    def told(self, riffd: str) -> str:
+        """The message with the commands it advises started as `riffd` (riffd.display's
+        riffd_invocation: `riffd --config FILE` for a configuration not the default one)."""
+        return f"{self.path} is damaged ({self.problem}); " + self.advice.replace(
+            "`riffd ", f"`{riffd} "
+        )
 
 
 def make_private(path: Path) -> None:

@@ -7,7 +7,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -499,3 +503,42 @@ def test_on_a_filesystem_without_hard_links_a_new_database_never_replaces_anothe
         with pytest.raises(FileExistsError):
             rename_noreplace(made, path)
         assert path.read_bytes() == b"theirs" and made.read_bytes() == b"mine"
+
+
+@pytest.mark.slow  # (a daemon's start and stop: 3.4 s)
+def test_the_advice_for_a_damaged_database_names_the_config_and_works(tmp_path: Path) -> None:
+    """With the state folder set by a config file, the advice said `riffd run` and `riffd archive
+    recover`: run as printed, they acted on the default state folder. Followed as printed now, they
+    move the damaged archive aside and recover it."""
+    state = tmp_path / "state"
+    config = tmp_path / "riffd.toml"
+    claude = tmp_path / "claude"
+    (claude / "projects").mkdir(parents=True)
+    config.write_text(f'state_dir = "{state}"\nroots = ["{claude / "projects"}"]\n')
+    env = {"CLAUDE_CONFIG_DIR": str(claude), "XDG_STATE_HOME": str(tmp_path / "elsewhere")}
+    archive = Archive(state / ARCHIVE_NAME)
+    archive.close()
+    make_state(state / STATE_NAME)
+    damage(state / ARCHIVE_NAME, "garbage")
+    damage(state / STATE_NAME, "garbage")
+    said = run_riffd("--config", str(config), "archive", "stats", env=env)
+    assert said.returncode == EXIT_ERROR
+    assert f"`riffd --config {config} run`" in said.stderr, said.stderr
+    assert f"`riffd --config {config} archive recover`" in said.stderr, said.stderr
+    status = run_riffd("--config", str(config), "status", env=env)
+    assert f"`riffd --config {config} run`" in status.stderr + status.stdout, status
+    # as printed: the daemon (stopped at once) moves both aside, then the recovery
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "riffd", "--config", str(config), "run"],
+        env=riffd_env(**env),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not damaged_copies(state / ARCHIVE_NAME) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    daemon.send_signal(signal.SIGINT)
+    daemon.communicate(timeout=60)
+    assert damaged_copies(state / ARCHIVE_NAME) and damaged_copies(state / STATE_NAME)
+    recovered = run_riffd("--config", str(config), "archive", "recover", env=env)
+    assert recovered.returncode in (EXIT_OK, EXIT_FINDINGS), recovered.stderr

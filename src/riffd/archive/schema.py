@@ -147,8 +147,9 @@ SCHEMA_NAMES = {
 }
 
 RECOVER_ADVICE = (
-    "`riffd run` moves it aside and starts a new archive; then `riffd archive recover` copies every "
-    "readable line of the old one into the new one"
+    "the daemon moves it aside as it starts (`riffd run`; stop a running one first) and starts a "
+    "new archive; then `riffd archive recover` copies every readable line of the old one into the "
+    "new one"
 )
 
 

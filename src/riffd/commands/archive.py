@@ -22,7 +22,7 @@ from riffd.archive.schema import ARCHIVE_NAME, RECOVER_ADVICE, ArchiveError
 from riffd.commands.archive_open import move_waits, open_archive
 from riffd.commands.arguments import count_of_one_or_more, date_seconds, nonnegative_number
 from riffd.commands.config_loading import load_or_report
-from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
+from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, riffd_advice
 from riffd.database import (
     BUSY,
     DAMAGED,
@@ -230,7 +230,7 @@ def _one_line_errors(
             return EXIT_ERROR
         except PackDamaged as exc:
             print(
-                f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `riffd archive "
+                f"riffd: error: {getattr(args, 'archive_path', None) or 'the archive'}: {exc}; `{riffd_advice(args)} archive "
                 "verify` names every damaged pack, the sessions whose lines it holds and what can be done for "
                 "each",
                 file=sys.stderr,
@@ -255,7 +255,8 @@ def _one_line_errors(
             # a pack that cannot be read
             elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):
                 print(
-                    f"riffd: error: {where or 'the archive'} cannot be read ({exc}); {RECOVER_ADVICE}",
+                    f"riffd: error: {where or 'the archive'} cannot be read ({exc}); "
+                    + RECOVER_ADVICE.replace("`riffd ", f"`{riffd_advice(args)} "),
                     file=sys.stderr,
                 )
             else:

@@ -74,5 +74,6 @@ def open_archive(args: argparse.Namespace, *, existing: bool = True) -> Any:
             raise ArchiveError(why)
         return Archive(args.archive_path)
     except (ArchiveError, DatabaseDamaged) as exc:
-        print(f"riffd: error: {exc}", file=sys.stderr)
+        told = exc.told(riffd_advice(args)) if isinstance(exc, DatabaseDamaged) else str(exc)
+        print(f"riffd: error: {told}", file=sys.stderr)
         return None

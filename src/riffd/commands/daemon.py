@@ -208,7 +208,12 @@ def installed_hook_problems(config: Config) -> tuple[str, ...]:
 
 def _state_error(config: Config, exc: Exception) -> int:
     if isinstance(exc, DatabaseDamaged):
-        print(f"riffd: error: {exc}", file=sys.stderr)
+        from riffd.config.load import advised_config
+        from riffd.display import riffd_invocation
+
+        print(
+            f"riffd: error: {exc.told(riffd_invocation(advised_config(config)))}", file=sys.stderr
+        )
     elif is_full_error(exc, config.state_dir):
         print(
             f"riffd: error: {config.state_dir / STATE_NAME}: {exc}; {full_disk_note(config.state_dir)}, so even "

@@ -42,8 +42,9 @@ CREATE TABLE IF NOT EXISTS history (hour INTEGER PRIMARY KEY, point TEXT NOT NUL
 
 
 HEAL_ADVICE = (
-    "`riffd run` moves it aside and makes a new one, filled again by a rescan (it holds nothing that "
-    "cannot be derived again from the transcripts)"
+    "the daemon moves it aside as it starts (`riffd run`; stop a running one first) and makes a new "
+    "one, filled again by a rescan (it holds nothing that cannot be derived again from the "
+    "transcripts)"
 )
 
 
