@@ -40,7 +40,7 @@ def riffd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         "RIFFD_STATE_DIR": str(tmp_path / "state"),
         "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-        "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+        "XDG_CONFIG_HOME": str(tmp_path / "no-config"),  # (no config file: the defaults)
     }
     return run_riffd(*args, env=env, cwd=tmp_path)
 
@@ -177,7 +177,7 @@ def test_an_acknowledgement_that_cannot_be_saved_is_not_said_to_be_made(tmp_path
         env = {
             "RIFFD_STATE_DIR": str(mount.mountpoint / "state"),
             "CLAUDE_CONFIG_DIR": str(tmp_path / "claude"),
-            "RIFFD_CONFIG": str(tmp_path / "no-config.toml"),
+            "XDG_CONFIG_HOME": str(tmp_path / "no-config"),  # (no config file: the defaults)
         }
         acked = run_riffd("ack", f"{path}:6", env=env, cwd=tmp_path)
         assert acked.returncode == 2, acked.stderr
@@ -224,3 +224,19 @@ def test_fix_of_a_file_that_is_not_a_transcript_advises_what_works(tmp_path: Pat
         assert "repair.classes" not in fixed.stderr
     acked = riffd(tmp_path, "--config", str(config), "ack", f"{torn}:2", f"{torn}:4")
     assert acked.returncode == 0 and "still repairs" not in acked.stdout, acked.stdout
+
+
+def test_a_broken_acknowledgements_file_is_said_where_it_changes_the_answer(tmp_path: Path) -> None:
+    """`{bad` in acknowledged.json made `scan` count an acknowledged finding again and exit 1
+    instead of 0, and `fix` likewise, without a word."""
+    path = damaged(tmp_path)
+    assert riffd(tmp_path, "ack", f"{path}:6").returncode == 0
+    assert riffd(tmp_path, "scan", str(path)).returncode == 0
+    stored = tmp_path / "state" / "acknowledged.json"
+    stored.write_text("{bad")
+    for command in (["scan", str(path)], ["fix", "--dry-run", str(path)]):
+        result = riffd(tmp_path, *command)
+        assert result.returncode == 1, result.stderr
+        assert f"riffd: warning: acknowledgements not applied: {stored}" in result.stderr, (
+            result.stderr
+        )
