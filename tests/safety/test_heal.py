@@ -542,3 +542,15 @@ def test_the_advice_for_a_damaged_database_names_the_config_and_works(tmp_path: 
     assert damaged_copies(state / ARCHIVE_NAME) and damaged_copies(state / STATE_NAME)
     recovered = run_riffd("--config", str(config), "archive", "recover", env=env)
     assert recovered.returncode in (EXIT_OK, EXIT_FINDINGS), recovered.stderr
+
+
+def test_recover_with_no_archive_makes_none_and_says_so(tmp_path: Path) -> None:
+    """On a state folder with no archive, `archive recover` made an empty one and said it "passes
+    SQLite's check"; a search then said "no matches" where it should say there is no archive."""
+    env = {"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "c")}
+    result = run_riffd("archive", "recover", env=env)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert f"nothing to recover: no archive at {tmp_path / 'state' / ARCHIVE_NAME}" in result.stderr
+    assert not (tmp_path / "state" / ARCHIVE_NAME).exists()
+    search = run_riffd("archive", "search", "kalix", env=env)
+    assert search.returncode == EXIT_ERROR and "no archive at" in search.stderr, search.stderr

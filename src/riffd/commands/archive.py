@@ -429,6 +429,13 @@ def run_recover(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_OK
+        if not path.exists():  # (opening it would make an empty archive, then call it checked)
+            print(
+                f"riffd: nothing to recover: no archive at {path} and no {path.name}{DAMAGED}* in "
+                f"{config.state_dir}",
+                file=sys.stderr,
+            )
+            return EXIT_OK
         archive = Archive(path, heal=True, check=True)  # moves a damaged archive aside, if it is
         sources = [archive.moved_aside] if archive.moved_aside else []
         archive.close()
