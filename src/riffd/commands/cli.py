@@ -173,6 +173,16 @@ def _drop_stdout() -> None:
         leave_quietly_for_closed_stdout()
 
 
+def _group(parser: argparse.ArgumentParser, name: str | None) -> argparse.ArgumentParser:
+    """The parser of the command `name` (`riffd archive`: its own help, which lists its actions),
+    else `parser`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and name in action.choices:
+            chosen: argparse.ArgumentParser = action.choices[name]
+            return chosen
+    return parser
+
+
 def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     use_display_streams()  # a file name that is not UTF-8 prints as \xff escapes, never a traceback
@@ -187,8 +197,8 @@ def _main(argv: Sequence[str] | None) -> int:
             format="riffd: %(levelname)s: %(message)s",
             stream=sys.stderr,
         )
-        if not hasattr(args, "run"):
-            parser.print_help(sys.stderr)
+        if not hasattr(args, "run"):  # no command, or a command's group with no action named
+            _group(parser, getattr(args, "command", None)).print_help(sys.stderr)
             return EXIT_ERROR
         if sys.stdout is None:  # started with standard output closed (`riffd ... >&-`)
             # a command that prints nothing there runs; one that prints stops at its first line

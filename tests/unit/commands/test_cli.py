@@ -673,3 +673,21 @@ def test_the_daemon_started_with_stdout_closed_holds_dev_null_there(tmp_path: Pa
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("group", "action"),
+    [
+        ("archive", "search"),
+        ("config", "validate"),
+        ("backups", "restore"),
+        ("hook", "session-start"),
+    ],
+)
+def test_a_command_given_no_action_shows_its_own_help(
+    group: str, action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`riffd archive` printed riffd's own help listing only `archive`, not its actions."""
+    assert main([group]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: riffd {group} ") and action in err, err
