@@ -159,9 +159,11 @@ def transcript_targets(
     if not paths and not projects:
         there = [root for root in roots if root.is_dir()]
         if not there:
+            first = roots[0] if roots else None
             print(
-                f"riffd: no Claude Code transcripts here: {roots[0] if roots else 'no root'} does "
-                "not exist (set CLAUDE_CONFIG_DIR or the config's roots, or pass a file or folder)",
+                f"riffd: no Claude Code transcripts here: {first or 'no root'} "
+                + ("is not a folder" if first and os.path.lexists(first) else "does not exist")
+                + " (set CLAUDE_CONFIG_DIR or the config's roots, or pass a file or folder)",
                 file=sys.stderr,
             )
         paths = there

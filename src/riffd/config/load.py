@@ -331,6 +331,14 @@ def _build(
             f"{format_number(max_wait)} is less than retry.first_wait ({format_number(first_wait)}); "
             "expected a number >= retry.first_wait"
         )
+    roots = values.get("roots")
+    for number, root in enumerate(roots if isinstance(roots, tuple | list) else (), start=1):
+        # (a folder not there yet is waited for; a file is never one)
+        if isinstance(root, Path) and os.path.lexists(root) and not root.is_dir():
+            errors.append(
+                f"{settings['roots'].origin}: roots: item {number}: {root} is not a folder; expected the folders "
+                "holding Claude Code's project folders (its projects/)"
+            )
     if errors:
         raise ConfigError(errors)
     state_dir = values.get("state_dir") or _derive(SCHEMA["state_dir"], environ, Path())

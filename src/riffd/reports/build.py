@@ -5,6 +5,7 @@ the daemon runs, its live snapshot (uptime, watcher, queue, latency); `publish` 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -165,6 +166,14 @@ def _build(
         problems.append(
             "the last configuration reload failed; the previous configuration is still in use"
         )
+    roots = tuple(daemon.get("roots", []))
+    missing_roots = tuple(root for root in roots if not os.path.isdir(root))
+    for root in missing_roots:
+        if os.path.lexists(root):
+            problems.append(
+                f"the root {root} is not a folder: nothing is watched there; name a folder in the "
+                "config's `roots`"
+            )
     problems.extend(hook_problems)
     lines, read = counters.get("lines.processed", 0), counters.get("bytes.read", 0)
     return HealthReport(
@@ -185,9 +194,10 @@ def _build(
             last_reload=last_reload,
         ),
         watcher=WatcherFigures(
-            roots=tuple(daemon.get("roots", [])),
+            roots=roots,
             observer=daemon.get("observer"),
             observer_reason=daemon.get("observer_reason"),
+            missing_roots=missing_roots,
             events=daemon.get("events", 0),
             rescans=daemon.get("rescans", 0),
         ),

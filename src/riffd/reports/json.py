@@ -42,6 +42,7 @@ def report_document(report: HealthReport) -> dict[str, Any]:
             "roots": list(report.watcher.roots),
             "observer": report.watcher.observer,
             "observer_reason": report.watcher.observer_reason,
+            "missing_roots": list(report.watcher.missing_roots),
             "events": report.watcher.events,
             "rescans": report.watcher.rescans,
         },

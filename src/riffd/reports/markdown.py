@@ -34,7 +34,13 @@ def render_markdown(report: HealthReport) -> str:
         f"- daemon: {_daemon_words(daemon)}",
         _config_line(daemon),
         f"- watcher: {report.watcher.observer or '-'} over {', '.join(report.watcher.roots) or '-'}; "
-        f"{report.watcher.events} events, {report.watcher.rescans} rescans",
+        f"{report.watcher.events} events, {report.watcher.rescans} rescans"
+        + (
+            f"; not there as a folder: {', '.join(report.watcher.missing_roots)} (nothing watched "
+            "there; a folder that appears is watched then)"
+            if report.watcher.missing_roots
+            else ""
+        ),
         f"- files: {files.watched} watched, {files.with_findings} with findings, {files.repaired} repaired"
         + (f", {files.rechecking} being read again after their repair" if files.rechecking else ""),
         f"- open findings: {_counts(findings.open)}"

@@ -56,6 +56,8 @@ class WatcherFigures:
     roots: tuple[str, ...]
     observer: str | None
     observer_reason: str | None
+    # the roots not there as folders when the report was made (missing: watched once they appear)
+    missing_roots: tuple[str, ...]
     events: int
     rescans: int
 

@@ -758,3 +758,17 @@ def test_a_fifo_or_a_looping_link_as_the_config_is_one_line_and_no_hang(
     missing = tmp_path / "nope.toml"
     assert main(["--config", str(missing), "config", "path"]) == EXIT_OK
     assert "the defaults apply" not in capsys.readouterr().err  # (the commands refuse it)
+
+
+def test_a_root_that_is_a_file_is_an_error_and_a_missing_one_is_not(tmp_path: Path) -> None:
+    """`config validate` said ok of a root that is a file, and the daemon then watched nothing."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    source = tmp_path / "c.toml"
+    with pytest.raises(ConfigError) as raised:
+        loads_config(f'roots = ["{tmp_path / "later"}", "{a_file}"]\n', source=source)
+    assert raised.value.errors == [
+        f"{source}: roots: item 2: {a_file} is not a folder; expected the folders holding Claude "
+        "Code's project folders (its projects/)"
+    ]
+    assert loads_config(f'roots = ["{tmp_path / "later"}"]\n', source=source).roots

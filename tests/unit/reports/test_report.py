@@ -435,3 +435,25 @@ def test_advice_inside_the_quiet_period_says_when_and_what_repairs_now(tmp_path:
         "soon after no Claude Code process has the session open (it looks again every 60 s)"
         in action
     )
+
+
+def test_roots_not_there_as_folders_are_said_as_the_report_is_made(tmp_path: Path) -> None:
+    """With a root missing or a file, `status` said `watcher: native over /does/not/exist` and
+    exit 0, where the daemon watched nothing there."""
+    store = StateStore(tmp_path / "state.db")
+    there, missing, a_file = tmp_path / "there", tmp_path / "missing", tmp_path / "afile"
+    there.mkdir()
+    a_file.write_text("")
+    daemon = {"running": True, "pid": 7, "roots": [str(there), str(missing), str(a_file)]}
+    report = report_document(build_report(store, tmp_path, daemon))
+    assert report["watcher"]["missing_roots"] == [str(missing), str(a_file)]
+    assert [problem for problem in report["problems"] if "root" in problem] == [
+        f"the root {a_file} is not a folder: nothing is watched there; name a folder in the "
+        "config's `roots`"
+    ]
+    missing.mkdir()  # (true when the report is made: a folder that appears counts at once)
+    a_file.unlink()
+    report = report_document(build_report(store, tmp_path, daemon))
+    assert report["watcher"]["missing_roots"] == [str(a_file)]
+    assert not [problem for problem in report["problems"] if "root" in problem]
+    store.close()

@@ -63,7 +63,7 @@ SCHEMA_1 = {
         "last_reload",
     ],
     "daemon.last_reload": ["time", "ok", "errors"],
-    "watcher": ["roots", "observer", "observer_reason", "events", "rescans"],
+    "watcher": ["roots", "observer", "observer_reason", "missing_roots", "events", "rescans"],
     "queue": ["depth", "processed"],
     "files": ["watched", "with_findings", "repaired", "rechecking"],
     "attention.0": ["path", "class", "lines", "message", "repairable", "state", "action"],
