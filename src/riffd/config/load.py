@@ -228,6 +228,15 @@ def _locate(flag: Path | None, environ: Mapping[str, str] | None) -> tuple[Path,
     return default_config_path(env), False
 
 
+def _file_in_the_way(folder: Path) -> Path | None:
+    """The file at `folder` or at the nearest of its parents that exists, when it is not a folder
+    (nothing can be made below it); None when the folder is there or can be made."""
+    for place in (folder, *folder.parents):
+        if os.path.lexists(place):
+            return None if place.is_dir() else place
+    return None
+
+
 def _target_can_be_made(link: Path) -> bool:
     """Whether the file a symbolic link names can be made (its folder's path resolves: no loop)."""
     try:
@@ -331,6 +340,26 @@ def _build(
             f"{format_number(max_wait)} is less than retry.first_wait ({format_number(first_wait)}); "
             "expected a number >= retry.first_wait"
         )
+    # A folder riffd makes (or a log file's folder) where a file stands in the way: said here, as
+    # the setting it is, not as an errno when the daemon or a command first writes there.
+    for name, setting in settings.items():
+        value = values.get(name)
+        if name == "log.file" and isinstance(value, str) and value:
+            value = Path(value).expanduser().absolute()
+        if name in ("state_dir", "backups.dir", "reports.dir", "log.file") and isinstance(
+            value, Path
+        ):
+            blocked = _file_in_the_way(value.parent if name == "log.file" else value)
+            if name == "log.file" and value.is_dir():
+                errors.append(f"{setting.origin}: {name}: {value}: a folder; expected a file")
+            elif blocked is not None:
+                errors.append(
+                    f"{setting.origin}: {name}: {value}: "
+                    + (f"{blocked} is a file" if blocked != value else "a file")
+                    + ", not a folder; expected "
+                    + ("a file in a folder" if name == "log.file" else "a folder")
+                    + " riffd can make or use"
+                )
     roots = values.get("roots")
     for number, root in enumerate(roots if isinstance(roots, tuple | list) else (), start=1):
         # (a folder not there yet is waited for; a file is never one)

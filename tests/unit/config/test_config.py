@@ -772,3 +772,38 @@ def test_a_root_that_is_a_file_is_an_error_and_a_missing_one_is_not(tmp_path: Pa
         "Code's project folders (its projects/)"
     ]
     assert loads_config(f'roots = ["{tmp_path / "later"}"]\n', source=source).roots
+
+
+def test_a_file_where_riffd_makes_a_folder_is_said_as_the_setting_it_is(tmp_path: Path) -> None:
+    """A state folder that is a file (or lies below one), a log file below a file: `riffd run` said
+    `[Errno 17] File exists` or `Not a directory`, naming no setting."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    source = tmp_path / "c.toml"
+    with pytest.raises(ConfigError) as raised:
+        loads_config(
+            f'[reports]\ndir = "{a_file}"\n[log]\nfile = "{a_file / "x.log"}"\n',
+            source=source,
+            environ={"RIFFD_STATE_DIR": str(a_file / "sub")},
+        )
+    assert sorted(raised.value.errors) == sorted(
+        [
+            f"environment (RIFFD_STATE_DIR): state_dir: {a_file / 'sub'}: {a_file} is a file, not "
+            "a folder; expected a folder riffd can make or use",
+            f"{source}: reports.dir: {a_file}: a file, not a folder; expected a folder riffd can "
+            "make or use",
+            f"{source}: log.file: {a_file / 'x.log'}: {a_file} is a file, not a folder; expected a "
+            "file in a folder riffd can make or use",
+        ]
+    )
+    with pytest.raises(ConfigError) as raised:
+        loads_config(f'[log]\nfile = "{folder}"\n', source=source, environ={})
+    assert raised.value.errors == [f"{source}: log.file: {folder}: a folder; expected a file"]
+    # folders not there yet, below a folder: made when needed
+    assert loads_config(
+        f'state_dir = "{folder / "a" / "b"}"\n[log]\nfile = "{folder / "c" / "x.log"}"\n',
+        source=source,
+        environ={},
+    )
