@@ -124,6 +124,10 @@ def test_sessions_lists_id_project_title_dates_size_and_archived(tmp_path: Path)
     )
     # local, with offset
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d[+-]\d\d:\d\d", first_line.split()[1])
+    # a project with no folder here: said, as scan and fix say it (it listed 0 sessions, exit 0)
+    nowhere = riffd(tmp_path, "sessions", "--project", str(tmp_path / "nowhere"))
+    assert nowhere.returncode == 2 and nowhere.stdout == "", nowhere
+    assert f"{tmp_path / 'nowhere'}: no Claude Code project folder for it" in nowhere.stderr
 
 
 def test_a_deleted_session_is_listed_and_restored_by_prefix_byte_for_byte(tmp_path: Path) -> None:

@@ -66,7 +66,8 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
 def run_sessions(args: argparse.Namespace) -> int:
     """`riffd sessions`: exit 0; 2 when a transcript or folder cannot be read (each named; the rest
     is listed), or when there is an archive that cannot be read (the sessions on disk are listed,
-    what it holds of them unknown), or none and --deleted needs it."""
+    what it holds of them unknown), or none and --deleted needs it, or --project names a project
+    with no folder here (without --deleted)."""
     config = config_for_folders(args)
     archive_path = config.state_dir / ARCHIVE_NAME
     view, problem = _archived(archive_path, args.deleted)
@@ -89,6 +90,15 @@ def run_sessions(args: argparse.Namespace) -> int:
         if args.project
         else project_folders(config.roots, unfollowed)
     )
+    if args.project and not folders and not args.deleted:
+        # (--deleted lists a project whose folder went with its sessions: none is needed there)
+        print(
+            f"riffd: error: {args.project}: no Claude Code project folder for it under "
+            f"{', '.join(map(str, config.roots)) or 'no root'} (`{riffd_advice(args)} sessions "
+            "--deleted --project PATH` lists the archived sessions of a project whose folder is gone)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     configs = config_folders(config.roots, config.claude_dir)
     rows = (
         _deleted(view, args.project, riffd_advice(args))
