@@ -100,6 +100,17 @@ def run_backups_list(args: argparse.Namespace) -> int:
     """`riffd backups list`: print every backup, oldest first."""
     config = config_for_folders(args)
     store = _store(args, config)
+    if os.path.lexists(store.root) and not store.root.is_dir():
+        print(
+            f"riffd: error: {store.root}: not a folder; no backups can be listed", file=sys.stderr
+        )
+        return EXIT_ERROR
+    if args.session == "latest":
+        try:
+            resolve_target("latest", config.roots)
+        except FileNotFoundError as exc:
+            print(f"riffd: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
     records = store.list() if store.root.is_dir() else []
     if args.session:
         records = [record for record in records if _names(args.session, record, config.roots)]
@@ -126,7 +137,15 @@ def run_backups_list(args: argparse.Namespace) -> int:
             f"{record.backup_id}  {record.created_at:%Y-%m-%d %H:%M:%S}  {record.size:>12,} B  "
             f"{record.source_path}  ({len(record.findings)} finding(s))"
         )
-    print(f"riffd: {len(records)} backup(s) in {store.root}", file=sys.stderr)
+    print(
+        f"riffd: {len(records)} backup(s) in {store.root}"
+        + (
+            ""
+            if store.root.is_dir()
+            else " (no such folder yet: riffd makes it at its first backup)"
+        ),
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 

@@ -691,3 +691,25 @@ def test_a_command_given_no_action_shows_its_own_help(
     assert main([group]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert err.startswith(f"usage: riffd {group} ") and action in err, err
+
+
+def test_backups_list_names_a_folder_that_is_not_one_and_a_latest_that_is_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file as the backup folder, and `list latest` with no session here, each said "0
+    backup(s)" and exit 0; a folder not there said nothing of it."""
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.chdir(tmp_path)
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    assert main(["backups", "--backup-dir", str(a_file), "list"]) == EXIT_ERROR
+    assert capsys.readouterr().err == (
+        f"riffd: error: {a_file}: not a folder; no backups can be listed\n"
+    )
+    assert main(["backups", "--backup-dir", str(tmp_path / "nope"), "list"]) == EXIT_OK
+    assert "0 backup(s) in" in (said := capsys.readouterr().err) and "no such folder yet" in said
+    assert main(["backups", "list", "latest"]) == EXIT_ERROR
+    assert "riffd: error: latest: no session of the project" in capsys.readouterr().err
+    assert main(["backups", "list"]) == EXIT_OK  # the configured folder, not made yet: none
+    assert "0 backup(s)" in capsys.readouterr().err
