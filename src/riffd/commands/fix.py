@@ -41,6 +41,7 @@ from riffd.commands.output import (
     print_json,
     riffd_advice,
 )
+from riffd.config.load import file_in_the_way
 from riffd.database import DatabaseDamaged
 from riffd.fsio import REAL_FILES, ReadFailed, pin_mmap_threshold
 from riffd.repair.backup import BackupStore
@@ -134,6 +135,16 @@ def run_fix(args: argparse.Namespace) -> int:
         roots=config.roots,
     )
     backup_dir = args.backup_dir or config.backups.dir
+    blocked = file_in_the_way(backup_dir)
+    if blocked is not None:  # (a dry run says so too: it makes the real run's checks)
+        print(
+            f"riffd: error: {backup_dir}"
+            + (" (--backup-dir)" if args.backup_dir else " (the config's backups.dir)")
+            + f": {blocked} is a file, not a folder; no backup could be taken, so nothing is "
+            "repaired",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     acks = acknowledged_in(config.state_dir)
     options = ApplyOptions(
         backup_dir=backup_dir,

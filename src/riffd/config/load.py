@@ -228,7 +228,7 @@ def _locate(flag: Path | None, environ: Mapping[str, str] | None) -> tuple[Path,
     return default_config_path(env), False
 
 
-def _file_in_the_way(folder: Path) -> Path | None:
+def file_in_the_way(folder: Path) -> Path | None:
     """The file at `folder` or at the nearest of its parents that exists, when it is not a folder
     (nothing can be made below it); None when the folder is there or can be made."""
     for place in (folder, *folder.parents):
@@ -349,7 +349,7 @@ def _build(
         if name in ("state_dir", "backups.dir", "reports.dir", "log.file") and isinstance(
             value, Path
         ):
-            blocked = _file_in_the_way(value.parent if name == "log.file" else value)
+            blocked = file_in_the_way(value.parent if name == "log.file" else value)
             if name == "log.file" and value.is_dir():
                 errors.append(f"{setting.origin}: {name}: {value}: a folder; expected a file")
             elif blocked is not None:

@@ -713,3 +713,20 @@ def test_backups_list_names_a_folder_that_is_not_one_and_a_latest_that_is_none(
     assert "riffd: error: latest: no session of the project" in capsys.readouterr().err
     assert main(["backups", "list"]) == EXIT_OK  # the configured folder, not made yet: none
     assert "0 backup(s)" in capsys.readouterr().err
+
+
+def test_fix_and_its_dry_run_stop_at_a_backup_folder_below_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fix --dry-run` said "1 would repair (the same checks as a real run)" where the real run
+    stopped at `Not a directory`, naming no option."""
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    for dry_run in (["--dry-run"], []):
+        assert main(["fix", *dry_run, "--backup-dir", str(a_file / "b"), str(tmp_path)]) == 2
+        assert capsys.readouterr().err == (
+            f"riffd: error: {a_file / 'b'} (--backup-dir): {a_file} is a file, not a folder; no "
+            "backup could be taken, so nothing is repaired\n"
+        )
