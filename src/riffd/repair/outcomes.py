@@ -233,6 +233,15 @@ def failure(
             f"{path}: {done}, permission denied while {stage}{where}: {exc.strerror}; {state}. "
             "Check that you own the file, its folder and the backup folder.",
         )
+    if exc.errno in (errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG):
+        # (a path that cannot be: a file where a folder should be, a folder where a file should)
+        return Failed(
+            path,
+            FailReason.IO_ERROR,
+            f"{path}: {done}, while {stage}{where}: {exc.strerror}; {state}. A part of that path "
+            "is not what it must be (a file where a folder should be, or the reverse): name "
+            "another and run again.",
+        )
     return Failed(
         path,
         FailReason.IO_ERROR,

@@ -69,3 +69,23 @@ def test_a_restore_whose_last_step_fails_says_the_file_is_in_place(tmp_path: Pat
     assert "the restored file is in place but the last step failed" in outcome.detail
     assert "untouched" not in outcome.detail
     assert kept.read_bytes() == b"restored\n"
+
+
+def test_a_restore_through_a_file_says_the_path_is_wrong_not_the_disk(tmp_path: Path) -> None:
+    """`--to afile/x.jsonl` said "I/O error ... Check the disk and run again" where the path
+    runs through a file."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    options = ApplyOptions(backup_dir=tmp_path / "backups", quiet_period=0)
+    outcome = put_back(
+        lambda: [b"restored\n"],
+        a_file / "x.jsonl",
+        "backup-1",
+        replace=False,
+        options=options,
+        reason="test",
+    )
+    assert isinstance(outcome, Failed), outcome
+    assert "Check the disk" not in outcome.detail and "I/O error" not in outcome.detail
+    assert "a file where a folder should be" in outcome.detail, outcome.detail
+    assert a_file.read_text() == ""
