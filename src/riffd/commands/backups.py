@@ -11,7 +11,7 @@ from pathlib import Path
 from riffd.claude_code.folders import default_roots
 from riffd.claude_code.liveness import session_liveness
 from riffd.commands.advice import repaired_again_note, restore_words
-from riffd.commands.arguments import Parser, UsageError, nonnegative_number
+from riffd.commands.arguments import Parser, UsageError, count_of_one_or_more, nonnegative_number
 from riffd.commands.config_loading import config_for_edits, config_for_folders
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, print_json, skipped_line
 from riffd.config.model import Config
@@ -69,7 +69,11 @@ def register(commands: argparse._SubParsersAction[Parser]) -> None:
         "prune", help="remove old backups (the newest of each file is always kept)"
     )
     prune.add_argument(
-        "--keep", type=int, default=10, metavar="N", help="backups to keep per file (default: 10)"
+        "--keep",
+        type=count_of_one_or_more,
+        default=10,
+        metavar="N",
+        help="backups to keep per file, 1 or more (default: 10)",
     )
     prune.add_argument(
         "--max-age",

@@ -730,3 +730,9 @@ def test_fix_and_its_dry_run_stop_at_a_backup_folder_below_a_file(
             f"riffd: error: {a_file / 'b'} (--backup-dir): {a_file} is a file, not a folder; no "
             "backup could be taken, so nothing is repaired\n"
         )
+
+
+def test_prune_names_its_option_for_a_keep_of_0(capsys: pytest.CaptureFixture[str]) -> None:
+    """It said `keep_per_file must be at least 1`, a name the user never typed."""
+    assert main(["backups", "prune", "--keep", "0"]) == EXIT_ERROR
+    assert "argument --keep: '0' is not 1 or more" in capsys.readouterr().err
