@@ -33,6 +33,7 @@ from riffd.config import (
     loads_config,
     parse_toml_value,
 )
+from riffd.config.load import read_config_bytes
 
 
 def register(commands: argparse._SubParsersAction[Any]) -> None:
@@ -112,13 +113,13 @@ def run_config_path(args: argparse.Namespace) -> int:
         else "a folder, not a riffd config file: name a file (`riffd --config FILE config init` "
         "writes one)"
         if target.is_dir()
-        else "not a regular file (a FIFO, socket or device): name a riffd config file"
+        else "not a regular file (a FIFO or a device): read to its end as the config, up to 1 MiB"
         if target.exists()
         else "a symbolic link to nothing (a missing target or a loop): point it at a riffd config "
         "file, or remove it"
         if os.path.lexists(target)
-        else f"does not exist (riffd's commands refuse a config named {origin} that is not there; "
-        f"`{init}` writes one)"
+        else f"does not exist (`riffd run` and the commands that edit files refuse it, the others "
+        f"use the defaults; `{init}` writes one)"
         if explicit
         else f"does not exist (the defaults apply; `{init}` writes one)"
     )
@@ -161,8 +162,8 @@ def run_config_set(args: argparse.Namespace) -> int:
     result."""
     target = config_path(args.config)
     try:
-        original = target.read_text(encoding="utf-8") if target.exists() else None
-    except (OSError, UnicodeDecodeError) as exc:
+        original = read_config_bytes(target).decode("utf-8") if target.exists() else None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         print(f"riffd: error: {target}: cannot read: {exc}", file=sys.stderr)
         return EXIT_ERROR
     text = example_toml() if original is None else original

@@ -12,8 +12,9 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from riffd.commands.output import EXIT_ERROR
 from riffd.config import Config, ConfigError, config_path, load_config, loads_config
-from riffd.config.load import validate_command
+from riffd.config.load import read_config_bytes, validate_command
 
 
 def print_errors(errors: Sequence[str]) -> None:
@@ -47,8 +48,14 @@ def config_for_folders(args: argparse.Namespace) -> Config:
             if len(exc.errors) == 1
             else f"{path} has {len(exc.errors)} errors (`{validate_command(path)}` lists them)"
         )
+        try:
+            defaults = loads_config("", source=path)
+        except ConfigError as again:  # (the environment's own settings: RIFFD_STATE_DIR)
+            for error in again.errors:
+                print(f"riffd: error: {error}", file=sys.stderr)
+            raise SystemExit(EXIT_ERROR) from None
         print(f"riffd: note: {what}; using the default folders", file=sys.stderr)
-        return loads_config("", source=path)
+        return defaults
 
 
 def config_for_edits(args: argparse.Namespace, command: str) -> Config | None:
@@ -63,9 +70,9 @@ def config_for_edits(args: argparse.Namespace, command: str) -> Config | None:
         for error in exc.errors:
             print(f"riffd: error: {error}", file=sys.stderr)
         print(
-            f"riffd: {command} edits files by the settings of {path}, so it does not run while the "
-            f"file has errors (the defaults could edit what it turns off); mend it "
-            f"(`{validate_command(path)}` checks it) and run again",
+            f"riffd: {command} edits files by its configuration ({path}, and riffd's variables in "
+            "the environment), so it does not run while that has errors (the defaults could edit "
+            f"what it turns off); mend them (`{validate_command(path)}` checks them) and run again",
             file=sys.stderr,
         )
         return None
@@ -92,7 +99,7 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
     # The folders the file names, when it parses at all: they say where the daemon's state is.
     folders: dict[str, object] = {}
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(read_config_bytes(path).decode("utf-8"))
         for dotted in ("state_dir", "reports.dir", "backups.dir"):
             section, _, key = dotted.rpartition(".")
             value = (document.get(section) or {}).get(key) if section else document.get(key)
@@ -101,11 +108,11 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
     except (OSError, AttributeError):
         pass
     except ValueError:  # not TOML at all: the state folder may still be read off its own line
-        found = re.search(
-            r'^state_dir\s*=\s*"([^"\n]+)"',
-            path.read_text(encoding="utf-8", errors="replace"),
-            re.M,
-        )
+        try:
+            text = read_config_bytes(path).decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            text = ""
+        found = re.search(r'^state_dir\s*=\s*"([^"\n]+)"', text, re.M)
         if found:
             folders["state_dir"] = str((path.parent / Path(found.group(1)).expanduser()).absolute())
     for overrides in (folders, {}):

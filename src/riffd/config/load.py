@@ -4,6 +4,7 @@ precedence, every error collected with the place its value came from (see riffd.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import stat
@@ -73,19 +74,9 @@ def _read_file(path: Path, errors: list[str]) -> dict[str, Any] | None:
     """Return the parsed TOML document at `path`; append an error and return None when it cannot be
     read."""
     try:
-        # (without blocking: a FIFO named as the config must not hang every command)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(path)
-            if not stat.S_ISREG(mode):
-                errors.append(
-                    f"{path}: not a regular file (a FIFO, socket or device); expected a riffd "
-                    "config file"
-                )
-                return None
-            return tomllib.load(handle)
+        return tomllib.loads(read_config_bytes(path).decode("utf-8"))
+    except ConfigTooLarge as exc:
+        errors.append(f"{path}: {exc}; expected a riffd config file")
     except tomllib.TOMLDecodeError as exc:
         errors.append(_syntax_error(path, exc))
     except UnicodeDecodeError as exc:
@@ -233,8 +224,34 @@ def file_in_the_way(folder: Path) -> Path | None:
     (nothing can be made below it); None when the folder is there or can be made."""
     for place in (folder, *folder.parents):
         if os.path.lexists(place):
-            return None if place.is_dir() else place
+            # (a link to nothing, a drive not mounted yet: no claim on it)
+            return None if place.is_dir() or not os.path.exists(place) else place
     return None
+
+
+CONFIG_LIMIT = 1 << 20  # bytes: a config file is a few KiB; /dev/zero must not fill the memory
+
+
+class ConfigTooLarge(ValueError):
+    """What was read as the config is larger than CONFIG_LIMIT."""
+
+
+def read_config_bytes(path: Path) -> bytes:
+    """The bytes of the config file at `path`: a file, `/dev/null`, or a FIFO (`--config <(...)`)
+    read to its end, never waiting for a writer that is not there (it reads as empty), and never
+    more than CONFIG_LIMIT (ConfigTooLarge). Raise IsADirectoryError for a folder, OSError when it
+    cannot be read."""
+    # opened without blocking (a FIFO no one writes to must not hang every command), then read
+    # blocking: a FIFO's writer, if any, is waited for; none gives its end at once
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        os.set_blocking(fd, True)
+        data = handle.read(CONFIG_LIMIT + 1)
+    if len(data) > CONFIG_LIMIT:
+        raise ConfigTooLarge(f"more than {CONFIG_LIMIT // (1 << 20)} MiB")
+    return data
 
 
 def _target_can_be_made(link: Path) -> bool:
@@ -363,7 +380,7 @@ def _build(
     roots = values.get("roots")
     for number, root in enumerate(roots if isinstance(roots, tuple | list) else (), start=1):
         # (a folder not there yet is waited for; a file is never one)
-        if isinstance(root, Path) and os.path.lexists(root) and not root.is_dir():
+        if isinstance(root, Path) and os.path.exists(root) and not root.is_dir():
             errors.append(
                 f"{settings['roots'].origin}: roots: item {number}: {root} is not a folder; expected the folders "
                 "holding Claude Code's project folders (its projects/)"

@@ -167,7 +167,7 @@ class BackupConfig:
     )
     max_age_days: float = field(
         default=90.0,
-        metadata=_meta("Backups older than this many days are removed.", gt=0, le=36_500),
+        metadata=_meta("Backups older than this many days are removed.", gt=0, le=1e7),
     )
     max_total_mb: float = field(
         default=0.0,

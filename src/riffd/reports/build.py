@@ -169,7 +169,7 @@ def _build(
     roots = tuple(daemon.get("roots", []))
     missing_roots = tuple(root for root in roots if not os.path.isdir(root))
     for root in missing_roots:
-        if os.path.lexists(root):
+        if os.path.exists(root):  # (a link to nothing: missing, as a drive not mounted yet)
             problems.append(
                 f"the root {root} is not a folder: nothing is watched there; name a folder in the "
                 "config's `roots`"

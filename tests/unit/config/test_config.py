@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import time
 import tomllib
 import typing
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 import tomlkit
 
 from conftest import REPO_DIR
+from helpers.run import run_riffd
 from riffd import paths
 from riffd.claude_code import folders
 from riffd.commands.cli import main
@@ -236,7 +239,7 @@ write_delay = 3600
         'repair.classes: item 1: bad value: string "parent_cycle", item 2: wrong type: integer 3; expected a list of',
         'repair.add_missing_results: wrong type: string "yes"; expected true or false',
         "backups.keep_per_file: wrong type: number 2.5; expected an integer >= 1 and <= 1000000",
-        "backups.max_age_days: out of range: inf; expected a number > 0 and <= 36500",
+        "backups.max_age_days: out of range: inf; expected a number > 0 and <= 10000000",
         "retry.max_wait: out of range: 1 is less than retry.first_wait (4); expected a number >= retry.first_wait",
         'log.level: bad value: string "loud"; expected one of "debug", "info", "warning", "error"',
         "archive.write_delay: out of range: 3600; expected a number >= 0 and <= 60",
@@ -448,8 +451,8 @@ def test_config_path_prints_the_path_and_whether_it_exists(
     assert "from --config" in captured.err
     # the init it advises writes this file, not the default one (run as printed, it wrote that)
     assert (
-        "does not exist (riffd's commands refuse a config named from --config that is not there; "
-        f"`riffd --config {isolated} config init` writes one)"
+        "does not exist (`riffd run` and the commands that edit files refuse it, the others use "
+        f"the defaults; `riffd --config {isolated} config init` writes one)"
     ) in captured.err
     folder = isolated.parent / "a-folder"
     folder.mkdir(parents=True)
@@ -722,14 +725,17 @@ def test_every_number_has_an_upper_bound_and_a_value_past_it_is_an_error(tmp_pat
     unbounded = [f"{table}.{key}" for table, key, meta in keys if meta.get("le") is None]
     assert not unbounded, f"numbers without an upper bound: {unbounded}"
     merged: dict[str, list[str]] = {}
-    for table, key, _meta in keys:
-        merged.setdefault(table, []).append(f"{key} = 1e308")
+    for table, key, meta in keys:
+        # past each bound by its own type: an integer key given a float is a wrong type, not a
+        # value past its bound
+        big = "1e308" if isinstance(meta.get("le"), float) else str(10**15)
+        merged.setdefault(table, []).append(f"{key} = {big}")
     text = "".join(f"[{table}]\n" + "\n".join(lines) + "\n" for table, lines in merged.items())
     with pytest.raises(ConfigError) as raised:
         loads_config(text, source=tmp_path / "c.toml")
     said = "\n".join(raised.value.errors)
     for table, key, _meta in keys:
-        assert f"{table}.{key}: " in said, (table, key, said)
+        assert f"{table}.{key}: out of range: " in said, (table, key, said)
 
 
 def test_a_fifo_or_a_looping_link_as_the_config_is_one_line_and_no_hang(
@@ -739,11 +745,14 @@ def test_a_fifo_or_a_looping_link_as_the_config_is_one_line_and_no_hang(
     with `config init` advised, which then stopped with a traceback."""
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError) as raised:
-        load_config(fifo)  # (returns: nothing opens the FIFO's other end)
-    assert raised.value.errors == [
-        f"{fifo}: not a regular file (a FIFO, socket or device); expected a riffd config file"
-    ]
+    # (returns: a FIFO no one writes to reads as empty; one written to, as `--config <(...)`
+    # makes, is read to its end)
+    assert load_config(fifo).roots
+    writer = subprocess.Popen(["sh", "-c", f"printf '[watcher]\\ndebounce = 7\\n' > {fifo}"])
+    deadline = time.monotonic() + 10  # (until the writer waits at its end)
+    while load_config(fifo).watcher.debounce != 7 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert writer.wait(10) == 0
     loop = tmp_path / "loop.toml"
     loop.symlink_to(loop.name)
     with pytest.raises(ConfigError) as raised:
@@ -807,3 +816,44 @@ def test_a_file_where_riffd_makes_a_folder_is_said_as_the_setting_it_is(tmp_path
         source=source,
         environ={},
     )
+
+
+def test_what_the_folder_checks_leave_alone_still_loads(tmp_path: Path) -> None:
+    """A root or a state folder that is a link to nothing yet (a drive not mounted) was called a
+    file and refused; `--config /dev/null`, the usual "defaults only", was refused as not a
+    regular file; a long `max_age_days` (backups kept for good) was out of range."""
+    link = tmp_path / "not-mounted"
+    link.symlink_to(tmp_path / "nowhere")
+    source = tmp_path / "c.toml"
+    config = loads_config(
+        f'state_dir = "{link / "state"}"\nroots = ["{link}"]\n[backups]\nmax_age_days = 100000\n',
+        source=source,
+        environ={},
+    )
+    assert config.roots == (link,) and config.backups.max_age_days == 100000
+    assert load_config(Path("/dev/null"), environ={}).roots
+
+
+def test_an_error_in_the_environment_is_one_line_for_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RIFFD_STATE_DIR naming a file: the read-only commands fell back on the defaults, which read
+    the environment again and raised: a traceback and exit 1."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    monkeypatch.setenv("RIFFD_STATE_DIR", str(a_file))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    for command in (["scan"], ["sessions"], ["backups", "list"], ["fix"]):
+        assert main(command) == EXIT_ERROR, command
+        err = capsys.readouterr().err
+        assert f"environment (RIFFD_STATE_DIR): state_dir: {a_file}: a file" in err, err
+
+
+def test_a_fifo_config_hangs_no_command_that_reads_it(tmp_path: Path) -> None:
+    """`status`, `report` and `config set` read a FIFO named as the config the old way, and hung."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    env = {"RIFFD_STATE_DIR": str(tmp_path / "state"), "CLAUDE_CONFIG_DIR": str(tmp_path / "c")}
+    for command in (["status"], ["report"], ["config", "set", "watcher.debounce", "2"]):
+        result = run_riffd("--config", str(fifo), *command, env=env, timeout=60)
+        assert "Traceback" not in result.stderr, (command, result.stderr)
