@@ -224,7 +224,12 @@ def _restore_now_advice(path: Path, options: ApplyOptions, typed: tuple[str, ...
 
 def run_backups_prune(args: argparse.Namespace) -> int:
     """`riffd backups prune`: remove old backups, keeping the newest of each file."""
-    store = _store(args)
+    config = None
+    if not args.backup_dir:  # (the folder it removes from comes from the configuration)
+        config = config_for_edits(args, "`riffd backups prune`")
+        if config is None:
+            return EXIT_ERROR
+    store = _store(args, config)
     if not store.root.is_dir():
         print(f"riffd: no backups in {store.root}", file=sys.stderr)
         return EXIT_OK

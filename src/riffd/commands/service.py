@@ -16,7 +16,6 @@ from typing import TypeVar
 
 import platformdirs
 
-from riffd import paths
 from riffd.commands.arguments import Parser
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK
 from riffd.config import ConfigError, config_path, load_config
@@ -120,8 +119,12 @@ def plan_service(
             environment["RIFFD_STATE_DIR"] = str(
                 load_config(resolved if resolved.is_file() else None, environ=env).state_dir
             )
-        except ConfigError:
-            environment["RIFFD_STATE_DIR"] = str(paths.state_dir(dict(env)))
+        except ConfigError as exc:  # (the daemon would stop at them; a default folder pinned
+            # here would outlast their mending, and split the state from the configured one)
+            raise ServiceError(
+                "the configuration has errors; mend them first (`riffd config validate` lists "
+                "them): " + "; ".join(exc.errors)
+            ) from None
     if platform.startswith("linux"):
         systemctl = ("systemctl", "--user")
         return ServicePlan(

@@ -259,7 +259,9 @@ def test_backups_restore_refuses_a_config_with_errors_and_says_each_once(
     assert main(["--config", str(config), "backups", "restore", backup_id]) == EXIT_ERROR
     err = capsys.readouterr().err
     assert err.count("quiet_period") == 1, err
-    assert "`riffd backups restore` edits files by the settings of" in err and backup_id not in err
+    assert (
+        "`riffd backups restore` edits files by its configuration" in err and backup_id not in err
+    )
     missing = tmp_path / "not-there.toml"
     assert main(["--config", str(missing), "backups", "restore", backup_id]) == EXIT_ERROR
     assert f"riffd: error: {missing}: no such file" in capsys.readouterr().err
@@ -285,7 +287,7 @@ def test_fix_with_a_typo_in_the_config_repairs_nothing_the_file_turns_off(
     config.write_text(settings + "typo = 1\n")
     assert main(["--config", str(config), "fix", "--quiet-period", "0", str(path)]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert "repair.typo" in err and "does not run while the file has errors" in err, err
+    assert "repair.typo" in err and "does not run while that has errors" in err, err
     assert path.read_bytes() == damaged
     config.write_text(settings)  # mended: the file's classes hold, and leave the tail
     assert main(["--config", str(config), "fix", "--quiet-period", "0", str(path)]) != EXIT_ERROR
@@ -736,3 +738,18 @@ def test_prune_names_its_option_for_a_keep_of_0(capsys: pytest.CaptureFixture[st
     """It said `keep_per_file must be at least 1`, a name the user never typed."""
     assert main(["backups", "prune", "--keep", "0"]) == EXIT_ERROR
     assert "argument --keep: '0' is not 1 or more" in capsys.readouterr().err
+
+
+def test_prune_refuses_a_config_with_errors_and_removes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a typo beside `backups.dir`, prune went on in the default folder ("using the default
+    folders"), and it deletes."""
+    config = tmp_path / "riffd.toml"
+    config.write_text(
+        f'state_dir = "{tmp_path / "state"}"\n[backups]\ndir = "{tmp_path}/b"\ntypo = 1\n'
+    )
+    assert main(["--config", str(config), "backups", "prune"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "backups.typo" in err and "`riffd backups prune` edits files" in err, err
+    assert "using the default folders" not in err

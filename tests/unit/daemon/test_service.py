@@ -552,3 +552,18 @@ def test_with_xdg_folders_set_the_unit_pins_the_config_file_and_the_state_folder
     ]
     assert f"RIFFD_STATE_DIR={tmp_path}/xdg-state/riffd" in directive(plan.content, "Environment")
     assert f"XDG_STATE_HOME={tmp_path}/xdg-state" in directive(plan.content, "Environment")
+
+
+def test_a_config_with_errors_is_not_installed_with_a_default_state_folder(
+    home: Path, tmp_path: Path
+) -> None:
+    """A config with any error had the unit pin the default state folder in RIFFD_STATE_DIR, which
+    outlived the mending of the file (the environment wins): the daemon then kept its state apart
+    from the configured folder. The install refuses now, naming the errors."""
+    config = tmp_path / "riffd.toml"
+    config.write_text(f'state_dir = "{tmp_path / "svc"}"\n[watcher]\ndebounse = 1\n')
+    with pytest.raises(service.ServiceError, match=r"watcher\.debounse: unknown key"):
+        service.plan_service("linux", sys.executable, config, {"PATH": "/usr/bin"})
+    config.write_text(f'state_dir = "{tmp_path / "svc"}"\n')
+    plan = service.plan_service("linux", sys.executable, config, {"PATH": "/usr/bin"})
+    assert f"RIFFD_STATE_DIR={tmp_path / 'svc'}" in directive(plan.content, "Environment")
