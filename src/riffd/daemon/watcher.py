@@ -232,6 +232,8 @@ class Watcher:
     observer_kind: str = "none"
     observer_why: str = ""
     watched: set[Path] = field(default_factory=set)
+    # the observer's watch of each root watched (dropped when the root is removed)
+    _root_watches: dict[Path, ObservedWatch] = field(default_factory=dict)
     # Symlinked folders under the roots, each watched on its own (an observer does not follow
     # links): link -> watch
     linked: dict[Path, ObservedWatch] = field(default_factory=dict)
@@ -259,6 +261,7 @@ class Watcher:
             self._observer = observer
             self.observer_kind, self.observer_why = kind, why
             self.watched, self.linked = set(), {}
+            self._root_watches = {}
             observer.start()
         self.refresh()
         missing = self.missing_roots()
@@ -272,9 +275,14 @@ class Watcher:
 
     def missing_roots(self) -> list[Path]:
         """Return the roots not watched yet (they did not exist, or could not be read, when last
-        looked at)."""
+        looked at), and those watched that are no folder now (removed: watched again by `refresh`
+        once they are back)."""
         with self._lock:
-            return [root for root in self.filter.watched_folders if root not in self.watched]
+            return [
+                root
+                for root in self.filter.watched_folders
+                if root not in self.watched or not is_folder(root)
+            ]
 
     def refresh(self) -> list[Path]:
         """Watch roots that have appeared since start and return them; raise nothing for roots still
@@ -284,6 +292,14 @@ class Watcher:
             observer = self._observer
             if observer is None:
                 return appeared
+            for root in sorted(self.watched):
+                if not is_folder(root):  # removed (its watch went with it): again once it is back
+                    handle = self._root_watches.pop(root, None)
+                    if handle is not None:
+                        with contextlib.suppress(KeyError, OSError):
+                            observer.unschedule(handle)
+                    self.watched.discard(root)
+                    log.warning("%s is gone: riffd watches it again once it is back", root)
             for root in self.filter.watched_folders:
                 if root in self.watched or not is_folder(root):
                     continue
@@ -292,7 +308,7 @@ class Watcher:
                 target = Path(os.path.realpath(root))
                 alias = (target, root) if target != Path(os.path.abspath(root)) else None
                 try:
-                    observer.schedule(
+                    self._root_watches[root] = observer.schedule(
                         _Handler(self, alias), str(target), recursive=True, event_filter=EVENTS
                     )
                     self.watched.add(root)

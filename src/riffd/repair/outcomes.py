@@ -233,14 +233,18 @@ def failure(
             f"{path}: {done}, permission denied while {stage}{where}: {exc.strerror}; {state}. "
             "Check that you own the file, its folder and the backup folder.",
         )
-    if exc.errno in (errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG):
-        # (a path that cannot be: a file where a folder should be, a folder where a file should)
+    wrong_path = {
+        errno.ENOTDIR: "a part of that path is a file where a folder should be",
+        errno.EISDIR: "that path is a folder where a file should be",
+        errno.ELOOP: "a symbolic link on that path leads in a loop",
+        errno.ENAMETOOLONG: "a name on that path is longer than the file system takes",
+    }.get(exc.errno or 0)
+    if wrong_path is not None:  # (a path that cannot be, not a failing disk)
         return Failed(
             path,
             FailReason.IO_ERROR,
-            f"{path}: {done}, while {stage}{where}: {exc.strerror}; {state}. A part of that path "
-            "is not what it must be (a file where a folder should be, or the reverse): name "
-            "another and run again.",
+            f"{path}: {done}, while {stage}{where}: {exc.strerror}; {state}. It is the path: "
+            f"{wrong_path}" + ("; name another and run again." if restoring else "."),
         )
     return Failed(
         path,

@@ -37,7 +37,7 @@ def render_markdown(report: HealthReport) -> str:
         f"{report.watcher.events} events, {report.watcher.rescans} rescans"
         + (
             f"; not there as a folder: {', '.join(report.watcher.missing_roots)} (nothing watched "
-            "there; a folder that appears is watched then)"
+            "there; a root missing when the daemon started is watched once it appears)"
             if report.watcher.missing_roots
             else ""
         ),

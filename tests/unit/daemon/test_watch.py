@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -175,6 +176,33 @@ def test_a_root_that_appears_later_is_watched_after_refresh(
         root.mkdir()
         watcher.refresh()
         assert watcher.watched == {root}
+    finally:
+        watcher.stop()
+
+
+@pytest.mark.parametrize("kind", ["native", "polling"])
+def test_a_root_removed_and_made_again_is_watched_again(tmp_path: Path, kind: str) -> None:
+    """A root removed and made again kept its place among the roots watched, its watch gone with
+    it: the report said healthy, 0 files watched, and no event of it ever came."""
+    root = tmp_path / "projects"
+    (root / "-work-a").mkdir(parents=True)
+    seen: list[str] = []
+    watcher = Watcher(TranscriptFilter((root,)), seen.append, kind, polling_interval=0.1)
+    watcher.start()
+    try:
+        assert watcher.watched == {root} and watcher.missing_roots() == []
+        shutil.rmtree(root)
+        assert watcher.missing_roots() == [root]  # (what the daemon's tick looks at)
+        watcher.refresh()
+        assert watcher.watched == set()
+        (root / "-work-a").mkdir(parents=True)
+        assert watcher.refresh() == [root] and watcher.watched == {root}
+        path = root / "-work-a" / "11111111-2222-3333-4444-555555555555.jsonl"
+        path.write_bytes(LINE)
+        deadline = time.monotonic() + 10
+        while str(path) not in seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert str(path) in seen, seen
     finally:
         watcher.stop()
 

@@ -87,5 +87,7 @@ def test_a_restore_through_a_file_says_the_path_is_wrong_not_the_disk(tmp_path: 
     )
     assert isinstance(outcome, Failed), outcome
     assert "Check the disk" not in outcome.detail and "I/O error" not in outcome.detail
-    assert "a file where a folder should be" in outcome.detail, outcome.detail
+    assert "a part of that path is a file where a folder should be" in outcome.detail, (
+        outcome.detail
+    )
     assert a_file.read_text() == ""

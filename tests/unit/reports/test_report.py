@@ -451,7 +451,7 @@ def test_roots_not_there_as_folders_are_said_as_the_report_is_made(tmp_path: Pat
         f"the root {a_file} is not a folder: nothing is watched there; name a folder in the "
         "config's `roots`"
     ]
-    missing.mkdir()  # (true when the report is made: a folder that appears counts at once)
+    missing.mkdir()  # (as things are when the report is made)
     a_file.unlink()
     report = report_document(build_report(store, tmp_path, daemon))
     assert report["watcher"]["missing_roots"] == [str(a_file)]
