@@ -46,9 +46,13 @@ class DatabaseDamaged(Exception):
     def told(self, riffd: str) -> str:
         """The message with the commands it advises started as `riffd` (riffd.display's
         riffd_invocation: `riffd --config FILE` for a configuration not the default one)."""
-        return f"{self.path} is damaged ({self.problem}); " + self.advice.replace(
-            "`riffd ", f"`{riffd} "
-        )
+        return f"{self.path} is damaged ({self.problem}); " + started_as(self.advice, riffd)
+
+
+def started_as(advice: str, riffd: str) -> str:
+    """`advice` with the commands it names (between backquotes, `riffd ...`) started as `riffd`
+    (riffd.display.riffd_invocation: `riffd --config FILE` for a configuration not the default)."""
+    return advice.replace("`riffd ", f"`{riffd} ")
 
 
 def make_private(path: Path) -> None:

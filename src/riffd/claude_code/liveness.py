@@ -39,9 +39,8 @@ from riffd.claude_code.registry import (
     entry_fields,
     is_entry_name,
     names_session,
-    pid_of_entry_name,
     pid_running,
-    pid_value,
+    pids_named,
     registration_from,
 )
 from riffd.claude_code.written import WrittenIn, written_in
@@ -114,14 +113,6 @@ class RunningEntry:
     trouble: str = ""
 
 
-def _pids_named(registry_file: Path, fields: dict[str, list[object]] | None) -> list[int]:
-    """The pids an entry names: its `pid` (a number, or digits in a string; each, if it gives two)
-    and its file name's `<pid>`."""
-    pids = [pid_value(value) for value in (fields or {}).get("pid", [])]
-    pids.append(pid_of_entry_name(registry_file.name))
-    return list(dict.fromkeys(pid for pid in pids if pid is not None))
-
-
 def _registration(
     registry_file: Path, fields: dict[str, list[object]] | None, pid: int
 ) -> Registration | None:
@@ -168,7 +159,7 @@ def running_entries(claude_dir: Path, fs: FileSystem = REAL_FILES) -> list[Runni
         except OSError as exc:
             trouble = f"cannot be read ({exc.strerror or exc})"
         fields = entry_fields(raw) if raw is not None else None
-        alive = [pid for pid in _pids_named(registry_file, fields) if pid_is_alive(pid)]
+        alive = [pid for pid in pids_named(registry_file, fields) if pid_is_alive(pid)]
         if not alive:
             continue
         registration = _registration(registry_file, fields, alive[0])

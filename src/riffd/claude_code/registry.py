@@ -189,17 +189,23 @@ def entry_fields(raw: bytes) -> dict[str, list[object]] | None:
     return fields
 
 
-def parse_registration(registry_file: str | PathLike[str], raw: bytes) -> Registration | None:
-    """Given a registry file's name and bytes, return its entry, or None when it is not one (the pid
-    may come from the file name when the entry's is missing or of no use; a `sessionId` of blanks
-    is none; an entry giving `sessionId`, `pid` or `cwd` twice, differently, is none)."""
-    return registration_from(registry_file, entry_fields(raw))
+def pids_named(
+    registry_file: str | PathLike[str], fields: dict[str, list[object]] | None
+) -> list[int]:
+    """The pids an entry names, once each: its `pid` (each, if it gives two) and its file name's
+    `<pid>` (`fields`: entry_fields, None when it is not JSON)."""
+    pids = [pid_value(value) for value in (fields or {}).get("pid", [])]
+    pids.append(pid_of_entry_name(os.path.basename(os.fspath(registry_file))))
+    return list(dict.fromkeys(pid for pid in pids if pid is not None))
 
 
 def registration_from(
     registry_file: str | PathLike[str], fields: dict[str, list[object]] | None
 ) -> Registration | None:
-    """parse_registration, given the entry's `fields` (entry_fields) rather than its bytes."""
+    """Given a registry file's name and its `fields` (entry_fields), return its entry, or None when
+    it is not one (the pid may come from the file name when the entry's is missing or of no use; a
+    `sessionId` of blanks is none; an entry giving `sessionId`, `pid` or `cwd` twice, differently,
+    is none)."""
     if fields is None:
         return None
     for key in ("sessionId", "pid", "cwd"):
@@ -243,11 +249,8 @@ def registrations_named(
     ids = [
         value for value in fields.get("sessionId", []) if isinstance(value, str) and value.strip()
     ]
-    pids = [pid_value(value) for value in fields.get("pid", [])]
-    pids.append(pid_of_entry_name(os.path.basename(os.fspath(registry_file))))
     return [
         Registration(session_id, pid, registry_file, cwd, started_at)
         for session_id in dict.fromkeys(ids)
-        for pid in dict.fromkeys(pids)
-        if pid is not None
+        for pid in pids_named(registry_file, fields)
     ]

@@ -32,6 +32,7 @@ from riffd.database import (
     is_busy_error,
     is_damage_error,
     is_full_error,
+    started_as,
 )
 from riffd.display import display_json
 
@@ -256,7 +257,7 @@ def _one_line_errors(
             elif is_damage_error(exc) or isinstance(exc, zstandard.ZstdError):
                 print(
                     f"riffd: error: {where or 'the archive'} cannot be read ({exc}); "
-                    + RECOVER_ADVICE.replace("`riffd ", f"`{riffd_advice(args)} "),
+                    + started_as(RECOVER_ADVICE, riffd_advice(args)),
                     file=sys.stderr,
                 )
             else:

@@ -181,20 +181,18 @@ class Acknowledged:
         return keys.get(key) if key is not None else None
 
 
-def acknowledged_in(state_dir: Path, *, warn: bool = True) -> Acknowledged:
+def acknowledged_in(state_dir: Path) -> Acknowledged:
     """Return the acknowledgements in `state_dir` as an Acknowledged (empty when the file is
-    unreadable: a broken file must not hide damage, so nothing counts as acknowledged then, and
-    with `warn` a line on stderr says so: else a finding the user acknowledged counted again, and an
-    exit code changed, without a word)."""
+    unreadable: a broken file must not hide damage, so nothing counts as acknowledged then, and a
+    line on stderr says so: else a finding the user acknowledged counted again, and an exit code
+    changed, without a word)."""
     try:
         return Acknowledged(load_acks(state_dir))
     except AckFileError as exc:
-        if warn:
-            import sys
+        import sys
 
-            print(
-                f"riffd: warning: acknowledgements not applied: {exc}; until then every finding "
-                "counts",
-                file=sys.stderr,
-            )
+        print(
+            f"riffd: warning: acknowledgements not applied: {exc}; until then every finding counts",
+            file=sys.stderr,
+        )
         return Acknowledged(())
