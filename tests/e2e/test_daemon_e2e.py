@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -871,7 +872,10 @@ def test_a_notify_command_that_does_not_split_is_a_config_error_at_start_and_on_
     sandbox.write_config(notify__command="notify-send 'riffd")
     started = run_riffd("run", config=sandbox.config, cwd=sandbox.root, timeout=30)
     assert started.returncode == 2 and "Traceback" not in started.stderr, started.stderr
-    assert f"config error: {sandbox.config}: notify.command: bad value" in started.stderr
+    assert re.search(
+        rf"config error: {re.escape(str(sandbox.config))}: line \d+: notify\.command: bad value",
+        started.stderr,
+    ), started.stderr
 
     sandbox.write_config(notify__command="notify-send riffd")
     daemon = sandbox.start()

@@ -70,11 +70,12 @@ def _unknown(name: str, origin: str) -> str:
     return f"{origin}: {name}: unknown key{hint}; expected one of: {', '.join(known)}"
 
 
-def _read_file(path: Path, errors: list[str]) -> dict[str, Any] | None:
-    """Return the parsed TOML document at `path`; append an error and return None when it cannot be
-    read."""
+def _read_file(path: Path, errors: list[str]) -> tuple[dict[str, Any], str] | None:
+    """Return the parsed TOML document at `path` with its text; append an error and return None
+    when it cannot be read."""
     try:
-        return tomllib.loads(read_config_bytes(path).decode("utf-8"))
+        text = read_config_bytes(path).decode("utf-8")
+        return tomllib.loads(text), text
     except ConfigTooLarge as exc:
         errors.append(f"{path}: {exc}; expected a riffd config file")
     except tomllib.TOMLDecodeError as exc:
@@ -102,30 +103,80 @@ def _syntax_error(path: Path, exc: tomllib.TOMLDecodeError) -> str:
 
 
 def _file_settings(
-    document: Mapping[str, Any], path: Path, errors: list[str]
+    document: Mapping[str, Any], path: Path, text: str, errors: list[str]
 ) -> dict[str, _Setting]:
-    """Return the file's values by dotted key; append an error for every unknown key or misplaced
-    table."""
-    origin, base = str(path), path.parent
+    """Return the file's values by dotted key, each with the file and line it is on as its origin;
+    append an error for every unknown key or misplaced table."""
+    lines, base = key_lines(text), path.parent
+
+    def origin(dotted: str) -> str:
+        line = next((lines[key] for key in _prefixes(dotted) if key in lines), None)
+        return f"{path}: line {line}" if line else str(path)
+
     settings: dict[str, _Setting] = {}
     for name, value in document.items():
         if name in SECTIONS:
             if not isinstance(value, dict):
                 errors.append(
-                    f"{origin}: {name}: wrong type: {describe_value(value)}; expected a table [{name}]"
+                    f"{origin(name)}: {name}: wrong type: {describe_value(value)}; expected a table [{name}]"
                 )
                 continue
             for short, item in value.items():
                 dotted = f"{name}.{short}"
                 if "." not in short and dotted in SCHEMA:
-                    settings[dotted] = _Setting(item, origin, base)
+                    settings[dotted] = _Setting(item, origin(dotted), base)
                 else:
-                    errors.append(_unknown(dotted, origin))
+                    errors.append(_unknown(dotted, origin(dotted)))
         elif "." not in name and name in SCHEMA:
-            settings[name] = _Setting(value, origin, base)
+            settings[name] = _Setting(value, origin(name), base)
         else:
-            errors.append(_unknown(name, origin))
+            errors.append(_unknown(name, origin(name)))
     return settings
+
+
+def _prefixes(dotted: str) -> list[str]:
+    """Return `dotted` and each key it is inside, the longest first: `a.b.c`, `a.b`, `a`."""
+    parts = dotted.split(".")
+    return [".".join(parts[:end]) for end in range(len(parts), 0, -1)]
+
+
+_BARE_OR_QUOTED = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_DOTTED = rf"{_BARE_OR_QUOTED}(?:\s*\.\s*{_BARE_OR_QUOTED})*"
+_TABLE_LINE = re.compile(rf"\s*\[\s*({_DOTTED})\s*\]\s*(?:#.*)?")
+_KEY_LINE = re.compile(rf"\s*({_DOTTED})\s*=\s*(.*)")
+_KEY_PART = re.compile(_BARE_OR_QUOTED)
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Return the line (from 1) on which each dotted key and table of a TOML text that parsed is
+    given: a reading by lines that leaves multi-line strings out, for the errors found after
+    parsing (tomllib keeps no places), which name the line as its syntax errors do."""
+
+    def dotted(spelled: str) -> list[str]:
+        return [part[1:-1] if part[:1] in "\"'" else part for part in _KEY_PART.findall(spelled)]
+
+    found: dict[str, int] = {}
+    table: list[str] | None = []  # (None: in an array of tables, which riffd has none of)
+    closing = ""  # the quotes that end the multi-line string a line is in
+    for number, line in enumerate(text.split("\n"), start=1):
+        if closing:
+            closing = "" if closing in line else closing
+            continue
+        if line.lstrip().startswith("[["):
+            table = None
+            continue
+        if header := _TABLE_LINE.fullmatch(line.rstrip("\r")):
+            table = dotted(header.group(1))
+            found.setdefault(".".join(table), number)
+            continue
+        if pair := _KEY_LINE.fullmatch(line.rstrip("\r")):
+            if table is not None:
+                found.setdefault(".".join([*table, *dotted(pair.group(1))]), number)
+            value = pair.group(2)
+            for quotes in ('"""', "'''"):
+                if value.startswith(quotes) and quotes not in value[3:]:
+                    closing = quotes
+    return found
 
 
 def _override_settings(overrides: Mapping[str, object], errors: list[str]) -> dict[str, _Setting]:
@@ -293,10 +344,10 @@ def load_config(
                 f"(`{riffd_invocation(file_path)} config init` writes one)"
             )
         else:
-            document = _read_file(file_path, errors)
-            if document is not None:
+            read = _read_file(file_path, errors)
+            if read is not None:
                 source = file_path.absolute()
-                settings = _file_settings(document, source, errors)
+                settings = _file_settings(read[0], source, read[1], errors)
     return _build(settings, env, overrides or {}, source, errors)
 
 
@@ -314,7 +365,7 @@ def loads_config(
     settings: dict[str, _Setting] = {}
     source = source.absolute()
     try:
-        settings = _file_settings(tomllib.loads(text), source, errors)
+        settings = _file_settings(tomllib.loads(text), source, text, errors)
     except tomllib.TOMLDecodeError as exc:
         errors.append(_syntax_error(source, exc))
     return _build(

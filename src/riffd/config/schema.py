@@ -213,7 +213,7 @@ def _check_list(value: object, item_hint: Any, meta: Mapping[str, Any], base: Pa
         return None
     problems: list[str] = []
     items: list[object] = []
-    for position, item in enumerate(value):
+    for position, item in enumerate(value, start=1):  # (counted from 1, as people count)
         if isinstance(item_hint, type) and issubclass(item_hint, Enum):
             choices = _choices(item_hint, meta)
             if not isinstance(item, str):

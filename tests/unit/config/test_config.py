@@ -236,7 +236,7 @@ write_delay = 3600
         "polling_interval, debounce, rescan_interval",
         "watcher.polling_interval: out of range: 0; expected a number >= 0.1 and <= 3600",
         'watcher.observer: bad value: string "inotify"; expected one of "auto", "native", "polling"',
-        'repair.classes: item 1: bad value: string "parent_cycle", item 2: wrong type: integer 3; expected a list of',
+        'repair.classes: item 2: bad value: string "parent_cycle", item 3: wrong type: integer 3; expected a list of',
         'repair.add_missing_results: wrong type: string "yes"; expected true or false',
         "backups.keep_per_file: wrong type: number 2.5; expected an integer >= 1 and <= 1000000",
         "backups.max_age_days: out of range: inf; expected a number > 0 and <= 10000000",
@@ -249,7 +249,14 @@ write_delay = 3600
         assert any(fragment in error for error in errors), f"{fragment!r} not in:\n" + "\n".join(
             errors
         )
-    assert all(error.startswith(f"{path}: ") for error in errors)
+    # each names the line its key is on, as a syntax error does (tomllib gives no places)
+    lines = {"debounce": 1, "rootz": 2, "include": 3, "tracker": 4, "watcher.debounse": 7}
+    lines |= {"watcher.polling_interval": 8, "watcher.observer": 9, "repair.classes": 12}
+    lines |= {"repair.add_missing_results": 13, "backups.keep_per_file": 16}
+    lines |= {"backups.max_age_days": 17, "retry.max_wait": 21, "log.level": 24}
+    lines |= {"archive.write_delay": 27}
+    for key, line in lines.items():
+        assert sum(error.startswith(f"{path}: line {line}: {key}: ") for error in errors) == 1, key
     assert all("; expected " in error for error in errors)
     assert str(caught.value) == "\n".join(errors)
 
@@ -290,7 +297,7 @@ def test_override_errors_are_reported_with_the_file_errors(
         )
     errors = caught.value.errors
     assert len(errors) == 4, errors
-    assert any(error.startswith(f"{path}: log.format: bad value") for error in errors)
+    assert any(error.startswith(f"{path}: line 2: log.format: bad value") for error in errors)
     assert (
         "command line: watcher.debounce: out of range: -1; expected a number >= 0 and <= 3600"
         in errors
@@ -401,7 +408,7 @@ def test_loads_config_checks_text_as_if_it_were_the_file(
     with pytest.raises(ConfigError) as caught:
         loads_config("[tracker]\nmax_calls = 0\n", source=source, environ=environ)
     assert caught.value.errors == [
-        f"{source}: tracker.max_calls: out of range: 0; expected an integer >= 1 and <= 1000000"
+        f"{source}: line 2: tracker.max_calls: out of range: 0; expected an integer >= 1 and <= 1000000"
     ]
 
 
@@ -492,8 +499,8 @@ def test_config_validate_prints_every_error_or_ok(
     assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
     captured = capsys.readouterr()
     assert captured.out == ""
-    for key in ("watcher.observer", "watcher.debounce", "log.level"):
-        assert f"{isolated}: {key}: " in captured.err
+    for line, key in ((2, "watcher.observer"), (3, "watcher.debounce"), (5, "log.level")):
+        assert f"{isolated}: line {line}: {key}: " in captured.err
     assert "3 configuration error(s)" in captured.err
 
 
@@ -650,7 +657,7 @@ def test_a_notify_command_that_does_not_split_into_words_is_refused(
     write(isolated, f"[notify]\ncommand = {tomlkit.item(command).as_string()}\n")
     assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert f"{isolated}: notify.command: bad value: " in err and "expected a command line" in err
+    assert f"{isolated}: line 2: notify.command: bad value: " in err and "expected a command line" in err
     with pytest.raises(ConfigError, match=r"notify\.command: bad value"):
         load_config(isolated)
 
@@ -777,7 +784,7 @@ def test_a_root_that_is_a_file_is_an_error_and_a_missing_one_is_not(tmp_path: Pa
     with pytest.raises(ConfigError) as raised:
         loads_config(f'roots = ["{tmp_path / "later"}", "{a_file}"]\n', source=source)
     assert raised.value.errors == [
-        f"{source}: roots: item 2: {a_file} is not a folder; expected the folders holding Claude "
+        f"{source}: line 1: roots: item 2: {a_file} is not a folder; expected the folders holding Claude "
         "Code's project folders (its projects/)"
     ]
     assert loads_config(f'roots = ["{tmp_path / "later"}"]\n', source=source).roots
@@ -801,15 +808,15 @@ def test_a_file_where_riffd_makes_a_folder_is_said_as_the_setting_it_is(tmp_path
         [
             f"environment (RIFFD_STATE_DIR): state_dir: {a_file / 'sub'}: {a_file} is a file, not "
             "a folder; expected a folder riffd can make or use",
-            f"{source}: reports.dir: {a_file}: a file, not a folder; expected a folder riffd can "
+            f"{source}: line 2: reports.dir: {a_file}: a file, not a folder; expected a folder riffd can "
             "make or use",
-            f"{source}: log.file: {a_file / 'x.log'}: {a_file} is a file, not a folder; expected a "
+            f"{source}: line 4: log.file: {a_file / 'x.log'}: {a_file} is a file, not a folder; expected a "
             "file in a folder riffd can make or use",
         ]
     )
     with pytest.raises(ConfigError) as raised:
         loads_config(f'[log]\nfile = "{folder}"\n', source=source, environ={})
-    assert raised.value.errors == [f"{source}: log.file: {folder}: a folder; expected a file"]
+    assert raised.value.errors == [f"{source}: line 2: log.file: {folder}: a folder; expected a file"]
     # folders not there yet, below a folder: made when needed
     assert loads_config(
         f'state_dir = "{folder / "a" / "b"}"\n[log]\nfile = "{folder / "c" / "x.log"}"\n',
