@@ -82,13 +82,23 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
     """For `status` and `report`, which matter most when something is wrong: load the configuration;
     when the file has errors, name every one and go on with the settings that do not come from the
     file (defaults and the environment), saying so, with `args.config_to_mend` set to the command
-    that lists them (`start_advice`). Return None only when even those cannot be used."""
+    that lists them (`start_advice`). Return None only when even those cannot be used (riffd's
+    variables in the environment have errors)."""
     path = config_path(getattr(args, "config", None))
     try:
         return load_config(getattr(args, "config", None))
     except ConfigError as exc:
         for error in exc.errors:
             print(f"riffd: config error: {error}", file=sys.stderr)
+    try:
+        loads_config("", source=path)
+    except ConfigError:  # the environment's own settings (RIFFD_STATE_DIR): said above, once
+        print(
+            "riffd: riffd's variables in the environment cannot be used as they are; mend them "
+            "and run again",
+            file=sys.stderr,
+        )
+        return None
     # (what these commands advise starts with mending the file: `riffd run` stops at its errors)
     args.config_to_mend = validate_command(path)
     print(
@@ -115,13 +125,10 @@ def load_despite_errors(args: argparse.Namespace) -> Config | None:
         found = re.search(r'^state_dir\s*=\s*"([^"\n]+)"', text, re.M)
         if found:
             folders["state_dir"] = str((path.parent / Path(found.group(1)).expanduser()).absolute())
-    for overrides in (folders, {}):
-        try:
-            return loads_config("", source=path, overrides=overrides)
-        except ConfigError as exc:
-            if not overrides:
-                print_errors(exc.errors)
-    return None
+    try:  # (folders the file names that cannot be used were among its errors said above)
+        return loads_config("", source=path, overrides=folders)
+    except ConfigError:
+        return loads_config("", source=path)
 
 
 def start_advice(args: argparse.Namespace, riffd: str) -> str:

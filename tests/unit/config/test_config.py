@@ -657,7 +657,10 @@ def test_a_notify_command_that_does_not_split_into_words_is_refused(
     write(isolated, f"[notify]\ncommand = {tomlkit.item(command).as_string()}\n")
     assert main(["--config", str(isolated), "config", "validate"]) == EXIT_ERROR
     err = capsys.readouterr().err
-    assert f"{isolated}: line 2: notify.command: bad value: " in err and "expected a command line" in err
+    assert (
+        f"{isolated}: line 2: notify.command: bad value: " in err
+        and "expected a command line" in err
+    )
     with pytest.raises(ConfigError, match=r"notify\.command: bad value"):
         load_config(isolated)
 
@@ -816,7 +819,9 @@ def test_a_file_where_riffd_makes_a_folder_is_said_as_the_setting_it_is(tmp_path
     )
     with pytest.raises(ConfigError) as raised:
         loads_config(f'[log]\nfile = "{folder}"\n', source=source, environ={})
-    assert raised.value.errors == [f"{source}: line 2: log.file: {folder}: a folder; expected a file"]
+    assert raised.value.errors == [
+        f"{source}: line 2: log.file: {folder}: a folder; expected a file"
+    ]
     # folders not there yet, below a folder: made when needed
     assert loads_config(
         f'state_dir = "{folder / "a" / "b"}"\n[log]\nfile = "{folder / "c" / "x.log"}"\n',
@@ -850,10 +855,13 @@ def test_an_error_in_the_environment_is_one_line_for_every_command(
     a_file.write_text("")
     monkeypatch.setenv("RIFFD_STATE_DIR", str(a_file))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
-    for command in (["scan"], ["sessions"], ["backups", "list"], ["fix"]):
+    commands = (["scan"], ["sessions"], ["backups", "list"], ["fix"], ["status"], ["report"])
+    for command in (*commands, ["ack", "--list"]):
         assert main(command) == EXIT_ERROR, command
         err = capsys.readouterr().err
-        assert f"environment (RIFFD_STATE_DIR): state_dir: {a_file}: a file" in err, err
+        # said once (status said it three times, and that a config file with no error had some)
+        assert err.count(f"environment (RIFFD_STATE_DIR): state_dir: {a_file}: a file") == 1, err
+        assert "cannot be used as it is" not in err, err
 
 
 def test_a_fifo_config_hangs_no_command_that_reads_it(tmp_path: Path) -> None:
