@@ -681,6 +681,16 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
         sleeper.wait()
 
 
+def test_no_folder_to_sweep_is_no_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """`archive restore --to afile/x.jsonl` warned "cannot list afile to clean up riffd temp
+    files" before saying the path runs through a file: no folder holds no temp file."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    assert remove_stale_temps(a_file, 0) == [] and remove_stale_temps(tmp_path / "none", 0) == []
+    assert not caplog.records, [record.getMessage() for record in caplog.records]
+    assert a_file.read_text() == ""
+
+
 def test_apply_removes_stale_temps_of_its_folder(tmp_path: Path) -> None:
     original = transcript_bytes(10)
     path = make_transcript(tmp_path, original)

@@ -75,6 +75,8 @@ def remove_stale_temps(
     current_time = time.time() if now is None else now
     try:
         names = fs.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # no folder there: no temp file either (what needs it says so in its own words)
     except OSError as exc:
         log.warning("cannot list %s to clean up riffd temp files: %s", folder, exc)
         return []
