@@ -167,8 +167,9 @@ def test_search_and_list_find_a_deleted_session(tmp_path: Path) -> None:
 
 
 def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: Path) -> None:
-    """A deleted transcript whose lines carry no `sessionId`: the hit's `go_back` restores it by its
-    archived path and resumes it by its file name, as `riffd archive search` prints (it was None)."""
+    """A deleted transcript whose lines carry no `sessionId`: the hit's `go_back` restores it by
+    the session its file name gives, and resumes it so, as `riffd archive search` prints (it was
+    None)."""
     home = _home(tmp_path, delete=False)
     name = "5e5e5e5e-1111-4222-8333-444455556666"
     path = home.deleted.main.parent / f"{name}.jsonl"
@@ -187,10 +188,10 @@ def test_a_hit_whose_lines_name_no_session_has_a_way_back_by_its_file(tmp_path: 
     assert hit["transcript_exists"] is False
     server = shell_command(*riffd_command(config=home.config))
     resume = f"test -e {path} && cd /home/user/app && claude --resume {name}"
-    assert hit["go_back"] == f"{server} archive restore {path}; {resume}"
+    assert hit["go_back"] == f"{server} archive restore {name}; {resume}"
     cli = run_riffd("archive", "search", "wombat", "--json", config=home.config, env=home.env)
     assert json.loads(cli.stdout)[0]["go_back"] == (
-        f"riffd --config {home.config} archive restore {path}; {resume}"
+        f"riffd --config {home.config} archive restore {name}; {resume}"
     )
     # The restore as advised, run by a shell with none of riffd's variables nor riffd on its PATH
     shell = {name: value for name, value in home.env.items() if not name.startswith("RIFFD_")}

@@ -282,3 +282,56 @@ def test_a_restored_session_reads_as_whole_and_adds_no_version(tmp_path: Path) -
     assert {row["session_id"]: row["whole"] for row in rows}[tree.session_id] is True
     again = _riffd(tmp_path, "archive", "ingest")
     assert "(0 new or changed" in again.stderr, again.stderr
+
+
+def test_a_file_continued_from_another_is_its_names_session_and_comes_back_whole(
+    tmp_path: Path,
+) -> None:
+    """A transcript whose first lines were copied from another session keep that one's
+    `sessionId` (a resume of older releases). It was filed under that id: listed as the other
+    session, and its restore by its own id brought back the transcript alone, without its saved
+    outputs and checkpoints, with exit 0. An archive filed so is mended when next opened."""
+    claude = tmp_path / "claude"
+    first = build_session(claude, seed=1)
+    second = build_session(claude, seed=2)
+    second.main.write_bytes(
+        first.main.read_bytes().splitlines(keepends=True)[0] + second.main.read_bytes()
+    )
+    assert first.session_id.encode() in second.main.read_bytes().splitlines()[0]
+    _ingest(tmp_path)
+    whole = [path for path in second.whole if second.session_id in str(path)]
+    before = snapshot([second.main, *whole])
+    on_disk = json.loads(_riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    assert sorted(row["session_id"] for row in on_disk) == sorted(
+        [first.session_id, second.session_id]
+    )
+    delete_like_cleanup(second)
+
+    def listed() -> dict[str, bool]:
+        shown = json.loads(_riffd(tmp_path, "sessions", "--deleted", "--json").stdout)
+        return {row["session_id"]: row["whole"] for row in shown["sessions"]}
+
+    assert listed() == {second.session_id: True}
+    # An archive a riffd before this one wrote: the file under the first lines' id
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        written = db.execute(
+            "SELECT session_id FROM files WHERE path LIKE ?", (f"%/{second.main.name}",)
+        ).fetchall()
+        assert written == [(second.session_id,)]  # (searches name it so)
+        db.execute(
+            "UPDATE files SET session_id = ? WHERE path LIKE ?",
+            (first.session_id, f"%/{second.main.name}"),
+        )
+        db.execute("DELETE FROM meta WHERE key = 'sessions_named'")
+    db.close()
+    assert listed() == {second.session_id: True}
+    _ingest(tmp_path)  # (opened to write: the stored id is mended, for searches too)
+    with sqlite3.connect(tmp_path / "state" / "archive.db") as db:
+        stored = db.execute(
+            "SELECT session_id FROM files WHERE path LIKE ?", (f"%/{second.main.name}",)
+        ).fetchall()
+    db.close()
+    assert stored == [(second.session_id,)]
+    result = _riffd(tmp_path, "archive", "restore", second.session_id)
+    assert result.returncode == 0, result.stderr
+    assert snapshot([second.main, *whole]) == before

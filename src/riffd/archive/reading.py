@@ -25,6 +25,7 @@ from riffd.archive.contents import MARK, ROLE_NAMES, ROLES, epoch
 from riffd.archive.packs import PackDamaged, Run
 from riffd.archive.search import SearchHit, like_literal, search
 from riffd.archive.spans import read_spans
+from riffd.claude_code.projects import named_session
 from riffd.display import KEY_MARK, key_path, path_key
 from riffd.transcript.reader import parse_line
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
@@ -183,7 +184,7 @@ class ArchiveReader:
                         f"{target}: {len({row[2] for row in rows})} archived sessions start with "
                         f"it: {listed}; type more of the id"
                     )
-        return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
+        return [(int(row[0]), key_path(row[1]), _session(row[1], row[2])) for row in rows]
 
     def sessions(self) -> list[dict[str, Any]]:
         """Every archived session file (subagents' aside): path, session, project, title, first and
@@ -197,7 +198,7 @@ class ArchiveReader:
             {
                 "file_id": row[0],
                 "path": key_path(row[1]),
-                "session_id": row[2],
+                "session_id": _session(row[1], row[2]),
                 "project": row[3],
                 "title": row[4],
                 "first_ts": row[5],
@@ -214,7 +215,7 @@ class ArchiveReader:
             rows = self._connection.db.execute(
                 "SELECT id, path, session_id FROM files ORDER BY id"
             ).fetchall()
-        return [(int(row[0]), key_path(row[1]), row[2]) for row in rows]
+        return [(int(row[0]), key_path(row[1]), _session(row[1], row[2])) for row in rows]
 
     def archived_bytes(self) -> dict[str, int]:
         """Every archived path with the bytes of it the archive holds (its latest generation)."""
@@ -456,3 +457,10 @@ def _iso(seconds: int | None) -> str | None:
         if seconds
         else None
     )
+
+
+def _session(path: str, stored: str | None) -> str | None:
+    """The session of an archived file: its name's, for a main transcript (an archive riffd wrote
+    before 2026-11-28 may hold the first `sessionId` of its lines instead, until first opened to
+    write: riffd.archive.schema), else the one stored."""
+    return named_session(path) or stored

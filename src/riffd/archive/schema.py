@@ -181,7 +181,7 @@ def connect(path: Path, lock_timeout: float, create: bool = False) -> sqlite3.Co
         db.execute("PRAGMA wal_autocheckpoint = 8192")
         # Only a new or older archive is written to here: opening one to read it (`riffd archive
         # search` beside a busy daemon) takes no write lock
-        if not names >= SCHEMA_NAMES or stated != FORMAT:
+        if not names >= SCHEMA_NAMES or stated != FORMAT or not _sessions_named(db):
             _set_up(db)
     except BaseException:
         db.close()
@@ -277,6 +277,8 @@ def _set_up(db: sqlite3.Connection) -> None:
         if "mtime_ns" not in _columns(db, "files"):
             # made before riffd recorded it
             db.execute("ALTER TABLE files ADD COLUMN mtime_ns INTEGER")
+        if not _sessions_named(db):
+            _name_sessions(db)
         db.execute(
             "INSERT INTO meta(key, value) VALUES ('format', ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -291,6 +293,32 @@ def _set_up(db: sqlite3.Connection) -> None:
     # another process writing meanwhile)
     with contextlib.suppress(sqlite3.OperationalError):
         db.executescript("PRAGMA incremental_vacuum;")
+
+
+def _sessions_named(db: sqlite3.Connection) -> bool:
+    """Whether every archived main transcript is filed under the session its name gives (riffd
+    before 2026-11-28 filed it under the first `sessionId` its lines carry)."""
+    try:
+        return db.execute("SELECT 1 FROM meta WHERE key = 'sessions_named'").fetchone() is not None
+    except sqlite3.OperationalError:  # (no meta table yet: a new archive)
+        return False
+
+
+def _name_sessions(db: sqlite3.Connection) -> None:
+    """File each main transcript under its name's session (`named_session`), inside the caller's
+    transaction: a file continued from another, whose first lines keep that one's id, was listed
+    and restored as that session, without its own saved outputs and checkpoints."""
+    from riffd.claude_code.projects import named_session
+
+    moved = [
+        (named, file_id)
+        for file_id, path, session in db.execute("SELECT id, path, session_id FROM files")
+        if (named := named_session(path)) is not None and named != session
+    ]
+    db.executemany("UPDATE files SET session_id = ? WHERE id = ?", moved)
+    db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('sessions_named', '1')")
+    if moved:
+        log.info("filed %d archived transcript(s) under the session their names give", len(moved))
 
 
 def _statements(script: str) -> list[str]:

@@ -27,6 +27,7 @@ from riffd.archive.packs import RUN_LINES, PackDamaged, Run, tightened
 from riffd.archive.reading import ArchiveReader
 from riffd.archive.search import FTS_DEFAULT, fts_settings
 from riffd.archive.wholefiles import note_slugs
+from riffd.claude_code.projects import named_session
 from riffd.display import path_key
 
 
@@ -300,10 +301,12 @@ class ArchiveWriter:
         # The time is that of the file ending where the archive now does: unknown (NULL) unless
         # the caller knows it
         known = mtime_ns if not older and position == archived else None
+        # A main transcript is its file name's session, whatever id its (copied) lines carry
+        named = named_session(path)
         db.execute(
             "UPDATE files SET generation = ?, archived_bytes = ?, lines = ?, raw_bytes = raw_bytes + ?, "
             "stored_lines = stored_lines + ?, messages = messages + ?, "
-            "session_id = COALESCE(session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title, ?), "
+            "session_id = COALESCE(?, session_id, ?), project = COALESCE(project, ?), title = COALESCE(?, title, ?), "
             "first_ts = COALESCE(first_ts, ?), last_ts = COALESCE(?, last_ts), "
             "mtime_ns = CASE WHEN ? OR ? THEN mtime_ns ELSE ? END WHERE id = ?",
             (
@@ -313,6 +316,7 @@ class ArchiveWriter:
                 added_bytes,
                 added,
                 messages,
+                named,
                 info.get("session"),
                 info.get("project"),
                 info.get("title"),
@@ -327,8 +331,8 @@ class ArchiveWriter:
         )
         if known is not None:
             self._mtimes[key] = (archived, known)
-        if info.get("slugs") and info.get("session"):
-            note_slugs(db, info["session"], info["slugs"])
+        if info.get("slugs") and (named or info.get("session")):
+            note_slugs(db, named or info["session"], info["slugs"])
         return added
 
     def note_mtime(self, path: str, end: int, mtime_ns: int) -> None:

@@ -74,3 +74,18 @@ def find_project_folders(project_path: str | os.PathLike[str], roots: Iterable[P
                 if candidate.is_dir() and candidate not in found
             )
     return sorted(found)
+
+
+def named_session(path: str | os.PathLike[str]) -> str | None:
+    """The session a transcript's path names, None when only its lines can say: a main transcript's
+    file name (`<id>.jsonl`: `claude --resume` finds a session so, whatever `sessionId` its lines
+    carry; a file continued from another keeps that one's id in its copied lines), a 2.1.x
+    subagent's folder (`<id>/subagents/agent-*.jsonl`); a 2.0.x `agent-<id>.jsonl` names none."""
+    path = Path(path)
+    if path.parent.name == "subagents":
+        found = path.parent.parent.name
+    elif path.name.startswith("agent-"):
+        return None
+    else:
+        found = path.name.removesuffix(".jsonl")
+    return found if SESSION_ID.fullmatch(found) else None

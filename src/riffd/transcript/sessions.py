@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from riffd.claude_code.folders import claude_config_dir
+from riffd.claude_code.projects import named_session
 from riffd.display import shell_command, shell_word
 from riffd.transcript.reader import parse_line
 
@@ -47,12 +48,7 @@ def resume_id(path: str | os.PathLike[str], session_id: str | None) -> str | Non
     subagent's transcript resumes with its session's: the folder it is under (2.1.x), or the
     `sessionId` its lines carry (2.0.x `agent-<id>.jsonl`, named by no session)."""
     path = Path(path)
-    if path.parent.name == "subagents":
-        found: str | None = path.parent.parent.name
-    elif path.name.startswith("agent-"):
-        found = session_id
-    else:
-        found = path.name.removesuffix(".jsonl")
+    found = named_session(path) or (session_id if path.name.startswith("agent-") else None)
     return found if found is not None and _UUID.fullmatch(found) else None
 
 
@@ -179,6 +175,7 @@ def describe_file(path: Path) -> SessionInfo:
             if len(lines) >= HEAD_LINES:
                 break
     info = describe_lines(lines, path.stem)
+    info.session_id = named_session(path) or info.session_id  # (the name, as the client goes by it)
     info.last_ts = last_activity(path)
     return info
 
