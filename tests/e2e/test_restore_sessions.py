@@ -335,3 +335,23 @@ def test_a_file_continued_from_another_is_its_names_session_and_comes_back_whole
     result = _riffd(tmp_path, "archive", "restore", second.session_id)
     assert result.returncode == 0, result.stderr
     assert snapshot([second.main, *whole]) == before
+
+
+def test_a_saved_output_with_a_name_of_255_bytes_comes_back_with_its_session(
+    tmp_path: Path,
+) -> None:
+    """A name of 229 bytes or more in `tool-results/` (riffd keeps any file there) made restore's
+    temp name too long: that file failed and the session's transcript was held back, exit 2, with
+    `--to` too, and a warning to remove a partial file that was never made."""
+    tree = build_session(tmp_path / "claude")
+    long = tree.folder / "tool-results" / ("é" * 40 + "L" * 171 + ".txt")
+    assert len(os.fsencode(long.name)) == 255
+    long.write_bytes(b"a long name\n")
+    _ingest(tmp_path)
+    before = snapshot([tree.main, long])
+    delete_like_cleanup(tree)
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 0, result.stderr
+    assert "by hand" not in result.stderr
+    assert snapshot([tree.main, long]) == before
+    assert not [path for path in long.parent.iterdir() if path.name.startswith(".")]

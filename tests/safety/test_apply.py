@@ -26,7 +26,7 @@ from conftest import dead_pid, identity_of, line_spans, transcript_bytes, transc
 from helpers.run import riffd_env
 from riffd.fsio import FileSystem, RetryPolicy
 from riffd.repair.backup import BackupStore
-from riffd.repair.locks import lock_path_for, remove_stale_temps, temp_path_for
+from riffd.repair.locks import TEMP_NAME, lock_path_for, remove_stale_temps, temp_path_for
 from riffd.repair.outcomes import (
     ApplyOptions,
     Failed,
@@ -679,6 +679,24 @@ def test_remove_stale_temps_removes_temps_of_dead_processes_only(tmp_path: Path)
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["L" * 251 + ".txt", "é" * 125 + ".txt", os.fsdecode(b"\xff" * 250 + b".txt"), "short.jsonl"],
+)
+def test_a_temp_name_fits_beside_a_file_of_any_name(tmp_path: Path, name: str) -> None:
+    """A saved output of 229 bytes of name or more could not be restored: its temp name passed the
+    255 bytes of a name, so the session's transcript was held back too."""
+    temp = temp_path_for(tmp_path / name)
+    raw = os.fsencode(temp.name)
+    assert len(raw) + len(".swap.new") - len(".tmp") <= 255
+    assert TEMP_NAME.match(temp.name) and temp.parent == tmp_path
+    temp.write_bytes(b"x")  # (the filesystem takes it)
+    if name.isascii() or name.startswith("é"):
+        raw.decode("utf-8")  # (a character is never cut in two: macOS takes only UTF-8 names)
+    assert temp.name.startswith("." + name[:20])
+    assert temp_path_for(tmp_path / name) != temp
 
 
 def test_no_folder_to_sweep_is_no_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

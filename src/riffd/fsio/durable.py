@@ -144,6 +144,8 @@ def remove_leftover(fs: FileSystem, path: Path) -> None:
         except FileNotFoundError:
             return
         except OSError as exc:
+            if exc.errno in (errno.ENAMETOOLONG, errno.ENOTDIR):
+                return  # (a name no file can have, or a path through a file: never made)
             if is_cloud_sync_error(exc.__cause__ or exc) and attempt + 1 < REMOVE_ATTEMPTS:
                 continue
             log.warning(

@@ -15,6 +15,7 @@ daemon's start and by `riffd backups prune`.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import fcntl
 import hashlib
@@ -44,9 +45,22 @@ TEMP_NAME = re.compile(r"^\..+\.riffd-(?:(?P<pid>[0-9]+)-)?[0-9a-f]{12}\.tmp$")
 _NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
+# The bytes of a file's own name a temp name carries: with riffd's 35 around it and the 5 a swap's
+# journal adds (`.swap.new`), within the 255 of a name on every filesystem riffd runs on
+_NAME_BYTES = 200
+
+
 def temp_path_for(path: Path) -> Path:
-    """Given a transcript path, return a fresh temp name beside it that Claude Code ignores."""
-    return path.parent / f".{path.name}.riffd-{os.getpid()}-{secrets.token_hex(6)}.tmp"
+    """Given a file's path, return a fresh temp name beside it that Claude Code ignores: a name too
+    long to carry whole (a saved output may have up to 255 bytes) carries its start, cut between
+    characters, and a hash of the whole."""
+    name = path.name
+    raw = os.fsencode(name)
+    if len(raw) > _NAME_BYTES:
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+        start = decoder.decode(raw[: _NAME_BYTES - 17], final=False)  # (a cut character left out)
+        name = f"{start}~{hashlib.sha256(raw).hexdigest()[:16]}"
+    return path.parent / f".{name}.riffd-{os.getpid()}-{secrets.token_hex(6)}.tmp"
 
 
 def leftover_of_dead_process(name: str, age_seconds: float, older_than_seconds: float) -> bool:
