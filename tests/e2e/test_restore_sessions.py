@@ -355,3 +355,30 @@ def test_a_saved_output_with_a_name_of_255_bytes_comes_back_with_its_session(
     assert "by hand" not in result.stderr
     assert snapshot([tree.main, long]) == before
     assert not [path for path in long.parent.iterdir() if path.name.startswith(".")]
+
+
+def test_a_plan_slug_given_again_restores_each_session_its_own_plan(tmp_path: Path) -> None:
+    """Session A's plan, deleted by its age, and later the same slug given to session C: restoring
+    A wrote C's plan as A's (the newest version of the path), and A's own was never restored."""
+    claude = tmp_path / "claude"
+    project, plan = claude / "projects" / "-home-user-app", claude / "plans" / f"{SLUG}.md"
+    project.mkdir(parents=True)
+    plan.parent.mkdir()
+    sessions = {
+        "a0a0a0a0-0000-4000-8000-0000000000a0": (b"# A's plan\n", 1_790_000_000),
+        "c0c0c0c0-0000-4000-8000-0000000000c0": (b"# C's plan\n", 1_795_000_000),
+    }
+    for session_id, (text, ended) in sessions.items():
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ended))
+        transcript = project / f"{session_id}.jsonl"
+        transcript.write_bytes(line(session_id, 0, "plan it", slug=SLUG, timestamp=stamp))
+        plan.write_bytes(text)
+        os.utime(plan, (ended - 30, ended - 30))  # (written before the session's last line)
+        _ingest(tmp_path)
+    for session_id, (text, _ended) in sessions.items():
+        plan.unlink()
+        for transcript in project.iterdir():
+            transcript.unlink()
+        result = _riffd(tmp_path, "archive", "restore", session_id)
+        assert result.returncode == 0, result.stderr
+        assert plan.read_bytes() == text, session_id

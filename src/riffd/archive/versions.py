@@ -19,6 +19,10 @@ from riffd.archive.packs import PackDamaged
 from riffd.claude_code.session_files import PLAN, kept_mode
 from riffd.display import key_path
 
+# How long after a session's last line its plan may have been written (clocks, a last write in
+# flight), in seconds
+PLAN_SLACK = 60
+
 
 @dataclass(frozen=True)
 class Version:
@@ -96,9 +100,23 @@ class Versions:
         versions = [_version(row) for row in rows]
         if every:
             return versions
+        # A plan's slug may be given again to a later session, whose plan is then a newer version
+        # of the same path: this session's is the newest written by its last line (or its first)
+        ended = self._rows(
+            "SELECT MAX(last_ts) FROM files WHERE session_id = ? AND path NOT LIKE '%/subagents/%'",
+            (session_id,),
+        )
+        last_ns = None if not ended or ended[0][0] is None else (ended[0][0] + PLAN_SLACK) * 10**9
         newest: dict[tuple[str, str], Version] = {}
         for version in versions:
-            newest[(version.base, version.relative)] = version
+            key = (version.base, version.relative)
+            if (
+                version.kind != PLAN
+                or key not in newest
+                or last_ns is None
+                or version.mtime_ns <= last_ns
+            ):
+                newest[key] = version
         return list(newest.values())
 
     def sessions_with_files(self, prefix: str = "") -> list[str]:
