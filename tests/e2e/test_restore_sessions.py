@@ -382,3 +382,49 @@ def test_a_plan_slug_given_again_restores_each_session_its_own_plan(tmp_path: Pa
         result = _riffd(tmp_path, "archive", "restore", session_id)
         assert result.returncode == 0, result.stderr
         assert plan.read_bytes() == text, session_id
+
+
+def test_a_session_past_the_cleanup_comes_back_with_times_the_cleanup_keeps(
+    tmp_path: Path,
+) -> None:
+    """Restored with their own times, the saved outputs of a session older than cleanupPeriodDays
+    were deleted again at the client's next start, by their own age, even once it was resumed. They
+    get the time of now, said; the archive takes them in so (`riffd sessions` calls it whole at
+    once); the transcripts and the rest keep theirs; `--keep-times` gives every file its own."""
+    claude = tmp_path / "claude"
+    tree = build_session(claude, age_days=40)
+    (claude / "settings.json").write_text('{"cleanupPeriodDays": 60}')
+    _ingest(tmp_path)
+    history = claude / "file-history" / tree.session_id
+    deleted = [
+        path for path in tree.whole if tree.folder in path.parents or history in path.parents
+    ]
+    files = [*tree.transcripts, *deleted]  # (what the cleanup deletes: its task list, plan stay)
+    before = snapshot(files)
+    delete_like_cleanup(tree)
+    # within its config folder's 60 days: its own times
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(files) == before and "time of now" not in result.stderr
+
+    (claude / "settings.json").unlink()  # the default, 30 days
+    delete_like_cleanup(tree)
+    result = _riffd(tmp_path, "archive", "restore", "--keep-times", tree.session_id)
+    assert result.returncode == 0, result.stderr
+    assert snapshot(files) == before
+
+    delete_like_cleanup(tree)
+    started = time.time_ns()
+    result = _riffd(tmp_path, "archive", "restore", tree.session_id)
+    assert result.returncode == 0, result.stderr
+    outputs = tree.tool_results()
+    assert f"{len(outputs)} restored file(s) Claude Code deletes by their own age" in result.stderr
+    after = snapshot(files)
+    assert {path: digest for path, (digest, _time) in after.items()} == {
+        path: digest for path, (digest, _time) in before.items()
+    }
+    assert all(after[path][1] >= started for path in outputs)
+    # the rest goes with the session, by the transcript's time (`claude --continue` goes by it)
+    assert all(after[path] == before[path] for path in files if path not in outputs)
+    listed = json.loads(_riffd(tmp_path, "sessions", "--json").stdout)["sessions"]
+    assert [row["whole"] for row in listed if row["session_id"] == tree.session_id] == [True]

@@ -120,6 +120,7 @@ class ArchiveConnection:
         earlier format."""
         self.path = path
         self.lock_timeout = lock_timeout
+        self.read_only = read_only
         self.lock = threading.RLock()
         # where a damaged archive went (then `damage` says why)
         self.moved_aside: Path | None = None

@@ -71,7 +71,8 @@ def register(commands: Any) -> None:
         help="bring a whole session back, byte for byte as it was last archived",
         description="Write every file of a session back (its transcripts, saved tool outputs, subagents' settings, "
         "checkpoints, task list and plans) where `claude --resume` finds it, byte for byte as last archived, with its "
-        "modification time, checked against the checksums archived with it (a file the archive cannot give whole is "
+        "modification time (the time of now for a saved output, task list or plan Claude Code's cleanup would "
+        "delete again by its own age: --keep-times), checked against the checksums archived with it (a file the archive cannot give whole is "
         "not restored). Only what is missing is written: a file that is there and the same is left, as is a "
         "transcript that has only grown; one that differs is named and left, unless --force: then it is replaced "
         "only while its session is idle, after a verified backup of it. Nothing is written through a symlinked folder "
@@ -98,6 +99,13 @@ def register(commands: Any) -> None:
         action="store_true",
         help="replace files that exist and differ (only while their session is idle, after a "
         "backup of each)",
+    )
+    restore.add_argument(
+        "--keep-times",
+        action="store_true",
+        help="give every file its own modification time as archived, also a saved output, task list or "
+        "plan older than Claude Code's cleanupPeriodDays (by default such a file gets the time of now, "
+        "so the client's next start does not delete it again by its own age)",
     )
     restore.add_argument(
         "--quiet-period",

@@ -9,7 +9,8 @@ when any other file of it failed, so `claude --resume` never sees half a session
 
 What is not there is written beside its place and linked in (never over a file that appears
 meanwhile: one that did and is the same counts as there), with the owner of its folder, the owner's
-bits of its mode and its modification time as archived, and never through a symlinked folder below
+bits of its mode and its modification time as archived (the time of now for a file Claude Code's cleanup
+would delete again by its own age: riffd.commands.restore_items.renew_times), and never through a symlinked folder below
 the folder it is restored into (riffd.repair.folders). What is there and the same is left alone, as
 is a transcript that has only grown since it was archived: restore puts back what is missing. What
 is there and differs is named and left, unless `--force`: then a transcript is replaced as a repair
@@ -28,6 +29,7 @@ import errno
 import hashlib
 import os
 import re
+import sqlite3
 import stat
 import sys
 import time
@@ -39,7 +41,7 @@ from typing import Any
 
 from riffd.archive.packs import PackDamaged
 from riffd.commands.output import EXIT_ERROR, EXIT_FINDINGS, EXIT_OK, skipped_line
-from riffd.commands.restore_items import Item, restore_items, restore_targets
+from riffd.commands.restore_items import Item, renew_times, restore_items, restore_targets
 from riffd.display import shell_command
 from riffd.fsio import NOFOLLOW
 from riffd.repair.folders import check_folders, make_folder
@@ -127,6 +129,7 @@ def restore_files(archive: Any, args: argparse.Namespace) -> int:
         to=args.to,
         force=args.force,
         quiet_period=args.quiet_period,
+        keep_times=args.keep_times,
         say=print_said,
     )
     if run.skipped:
@@ -165,11 +168,13 @@ def restore_session_files(
     to: Path | None = None,
     force: bool = False,
     quiet_period: float | None = None,
+    keep_times: bool = False,
     say: Say | None = None,
 ) -> RestoreRun:
     """Restore what `session` (a session id, a prefix of one, or an archived path) names from the
     open archive, per `config` (see the module); each line said goes to `say` as it comes, and
-    into the result."""
+    into the result. A file whose own time Claude Code's cleanup would delete it by gets the time
+    of now (`renew_times`), unless `keep_times`."""
     run = RestoreRun()
 
     def said(kind: str, text: str) -> None:
@@ -189,6 +194,7 @@ def restore_session_files(
         )
         return run
     run.items = len(items)
+    items, renewed = (items, {}) if keep_times else renew_times(items, config.claude_dir)
     options = ApplyOptions(
         backup_dir=config.backups.dir,
         claude_dir=config.claude_dir,
@@ -217,6 +223,7 @@ def restore_session_files(
             f"the transcripts name the saved output .../{tail}, which the archive does not hold "
             "(deleted before riffd took it); it cannot be restored",
         )
+    _say_renewed(archive, run, renewed, config, said)
     run.tally["unheld"] = len(missing)
     summary = [f"{run.tally['restored']} restored"] + [
         f"{run.tally[name]} {words}" for name, words in SAID if run.tally[name]
@@ -224,6 +231,43 @@ def restore_session_files(
     run.summary = f"{len(items)} archived file(s): " + ", ".join(summary)
     said("info", run.summary)
     return run
+
+
+def _say_renewed(
+    archive: Any, run: RestoreRun, renewed: dict[str, int], config: Any, said: Say
+) -> None:
+    """Say which restored files got the time of now, not their own; and, where the archive can be
+    written, take them in as they now are (else `riffd sessions` would call the session not whole
+    until the daemon looks at them)."""
+    written = [(path, target) for path, target in run.written if path in renewed]
+    if not written:
+        return
+    oldest = min(renewed[path] for path, _target in written)
+    said(
+        "note",
+        f"{len(written)} restored file(s) Claude Code deletes by their own age (saved outputs, task "
+        "lists, plans) have the time of now, not their own (the oldest "
+        f"{time.strftime('%Y-%m-%d', time.localtime(oldest / 1e9))}), past its cleanupPeriodDays: "
+        "its next start would delete them again, even once the session is resumed; `--keep-times` "
+        "keeps their own",
+    )
+    if archive.connection.read_only:
+        return  # (the MCP server's: the daemon takes them in)
+    from riffd.archive.ingest import ingest_file
+    from riffd.claude_code.session_files import classify, config_folders
+
+    configs = config_folders(config.roots, config.claude_dir)
+    for path, target in written:
+        if os.path.abspath(path) != os.path.abspath(target):
+            continue  # (restored elsewhere, `--to`: not a session's file)
+        try:
+            found = classify(target, config.roots, configs)
+            if found is not None:
+                archive.whole.keep(found)
+            elif path.endswith(".jsonl"):  # (a transcript: its time noted, no line added)
+                ingest_file(archive, target)
+        except (OSError, sqlite3.Error) as exc:
+            said("note", f"{target}: restored; the archive takes its new time later ({exc})")
 
 
 def _restore_one(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +20,15 @@ from typing import Any
 
 from riffd.archive.holdings import named_outputs, output_tail
 from riffd.archive.packs import PackDamaged
-from riffd.claude_code.session_files import IN_SESSION_FOLDER, PLAN, TOOL_RESULT, session_config
+from riffd.claude_code.session_files import (
+    CONFIG_FOLDERS,
+    IN_SESSION_FOLDER,
+    PLAN,
+    TASKS,
+    TODOS,
+    TOOL_RESULT,
+    session_config,
+)
 from riffd.transcript.sessions import ID_PREFIX, AmbiguousSession, session_key
 
 
@@ -41,6 +50,7 @@ class Item:
     part_of: str | None = None
     base: Path | None = None
     project_link: bool = False
+    kind: str | None = None  # what a file kept whole is (riffd.claude_code.session_files)
 
 
 def restore_items(archive: Any, target: str, roots: Iterable[Path]) -> tuple[list[Item], list[str]]:
@@ -156,6 +166,7 @@ def _whole_item(archive: Any, version: Any, session: str) -> Item:
         part_of=session,
         base=Path(version.base) / relative.parts[0] if in_root else Path(version.base),
         project_link=in_root,
+        kind=version.kind,
     )
 
 
@@ -187,3 +198,46 @@ def restore_targets(
         (replace(item, base=to, project_link=False), to / os.path.relpath(item.path, shared))
         for item in items
     ], shared
+
+
+DAY_NS = 86400 * 10**9
+# What Claude Code's cleanup deletes by the file's own age, not with its session (shared/
+# transcript-format.md, section 1): a saved output even while its session is kept and resumed
+OWN_AGE = (TOOL_RESULT, TASKS, PLAN, TODOS)
+
+
+def renew_times(items: list[Item], claude_dir: Path | None) -> tuple[list[Item], dict[str, int]]:
+    """Return `items` with the time of now for each file the client's cleanup deletes by its own
+    age (`OWN_AGE`) whose archived time is older than `cleanupPeriodDays` (of its config folder)
+    less a day: restored with it, the client's next start would delete it again even once its
+    session is resumed. A transcript and what goes with it keep their time (by which `claude
+    --continue` and the resume list order sessions). Also the paths so renewed, each with its own
+    time."""
+    from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
+
+    now = time.time_ns()
+    days: dict[Path | None, float] = {}
+    renewed: list[Item] = []
+    own: dict[str, int] = {}
+    for item in items:
+        if item.kind in OWN_AGE and item.mtime_ns is not None:
+            folder = _config_folder(Path(item.path)) or claude_dir
+            if folder not in days:
+                days[folder] = cleanup_period_days(folder) if folder else CLEANUP_DEFAULT_DAYS
+            if item.mtime_ns < now - max(days[folder] - 1, 0) * DAY_NS:
+                own[item.path] = item.mtime_ns
+                item = replace(item, mtime_ns=now)
+        renewed.append(item)
+    return renewed, own
+
+
+def _config_folder(path: Path) -> Path | None:
+    """The Claude Code config folder a session's file is in: above `projects/` for a transcript or
+    a file of a session's folder, above `file-history/`, `tasks/`, `plans/` or `todos/` else."""
+    for parent in path.parents:
+        if parent.name == "projects":
+            return parent.parent
+    for parent in path.parents:
+        if parent.name in CONFIG_FOLDERS:
+            return parent.parent
+    return None
