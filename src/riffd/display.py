@@ -57,17 +57,20 @@ DISPLAY_ERRORS = "riffd-display"  # the codec error handler that shows undecodab
 KEY_MARK = "\\bytes:"  # begins a key whose path is not all text; no absolute path does
 
 
-def riffd_launcher() -> tuple[str, ...]:
+def riffd_launcher(elsewhere: bool = False) -> tuple[str, ...]:
     """The words that run this riffd from anywhere, for a command riffd writes or advises: the
     absolute path of the `riffd` console script that runs now; else, run as `python -m riffd`, this
-    Python (by its absolute path, a venv's too) with `-m riffd`; else the console script on PATH."""
+    Python (by its absolute path, a venv's too) with `-m riffd`; else the console script on PATH.
+    `elsewhere`: for a command another program runs in a folder of its choosing (Claude Code runs a
+    hook, and its MCP server, in the project's): `python -P -m riffd`, so that no `riffd.py` or
+    `json.py` of that folder is imported in riffd's place (`-m` puts the folder first on the path)."""
     import shutil  # (not on the hooks' path)
 
     if os.path.basename(sys.argv[0]) == "riffd":
         return (os.path.abspath(sys.argv[0]),)
     on_path = shutil.which("riffd")
     if os.path.basename(sys.argv[0]) == "__main__.py" or on_path is None:
-        return (os.path.abspath(sys.executable), "-m", "riffd")
+        return (os.path.abspath(sys.executable), *(["-P"] if elsewhere else []), "-m", "riffd")
     return (os.path.abspath(on_path),)
 
 

@@ -121,14 +121,17 @@ def transcript_with_a_read(tmp_path: Path) -> tuple[Path, Path]:
     return transcript, source
 
 
-def run_as_claude_code(command: str, event: dict[str, object], env: dict[str, str]) -> str:
-    """Run a hook command as Claude Code does (`sh -c`, the event on stdin); return its stdout."""
+def run_as_claude_code(
+    command: str, event: dict[str, object], env: dict[str, str], cwd: Path = Path("/")
+) -> str:
+    """Run a hook command as Claude Code does (`sh -c` in the project's folder, the event on
+    stdin); return its stdout."""
     done = subprocess.run(
         ["/bin/sh", "-c", command],
         input=json.dumps(event).encode(),
         capture_output=True,
         env=env,
-        cwd="/",
+        cwd=cwd,
         timeout=60,
         check=False,
     )
@@ -136,7 +139,7 @@ def run_as_claude_code(command: str, event: dict[str, object], env: dict[str, st
     return done.stdout.decode()
 
 
-def assert_hooks_run(tmp_path: Path, env: dict[str, str]) -> None:
+def assert_hooks_run(tmp_path: Path, env: dict[str, str], cwd: Path = Path("/")) -> None:
     commands = installed_commands(tmp_path / "claude" / "settings.json")
     assert set(commands) == {"PreToolUse", "SessionStart"}
     transcript, source = transcript_with_a_read(tmp_path)
@@ -149,10 +152,10 @@ def assert_hooks_run(tmp_path: Path, env: dict[str, str]) -> None:
         "tool_input": {"file_path": str(source)},
         "tool_use_id": "t2",
     }
-    answer = json.loads(run_as_claude_code(commands["PreToolUse"], event, env))
+    answer = json.loads(run_as_claude_code(commands["PreToolUse"], event, env, cwd))
     assert "repeats the identical call" in answer["hookSpecificOutput"]["additionalContext"]
     start = {"session_id": SESSION, "hook_event_name": "SessionStart", "source": "resume"}
-    assert run_as_claude_code(commands["SessionStart"], start, env) == ""  # ran, nothing to warn
+    assert run_as_claude_code(commands["SessionStart"], start, env, cwd) == ""  # nothing to warn
 
 
 @pytest.mark.parametrize("folder", ["bin", "my tools/bin"])
@@ -175,9 +178,24 @@ def test_python_m_riffd_from_a_venv_not_on_path_writes_hooks_that_run(tmp_path: 
         [str(python), "-m", "riffd", "hook", "install"], env=env, capture_output=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    commands = installed_commands(tmp_path / "claude" / "settings.json")
-    assert commands["SessionStart"].startswith(f"'{python}' -m riffd hook")
-    assert_hooks_run(tmp_path, env)
+    settings = tmp_path / "claude" / "settings.json"
+    commands = installed_commands(settings)
+    assert commands["SessionStart"].startswith(f"'{python}' -P -m riffd hook")
+    # Claude Code runs hooks in the project's folder, which `-m` alone puts first on the path: a
+    # cloned project's riffd.py (or json.py) ran in riffd's place, and its exit 2 blocked the tool
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("riffd.py", "json.py"):
+        (project / name).write_text(f"open({str(tmp_path / 'ran')!r}, 'w')\nraise SystemExit(2)\n")
+    assert_hooks_run(tmp_path, env, project)
+    assert not (tmp_path / "ran").exists()
+    # a hook an earlier riffd wrote without -P is mended by the next install
+    settings.write_text(settings.read_text().replace(" -P -m riffd", " -m riffd"))
+    again = subprocess.run(
+        [str(python), "-m", "riffd", "hook", "install"], env=env, capture_output=True, timeout=60
+    )
+    assert again.returncode == 0 and b"a project's riffd.py would run in its place" in again.stdout
+    assert all(" -P -m riffd hook" in command for command in installed_commands(settings).values())
 
 
 def test_a_hook_that_does_not_run_is_a_problem_and_install_mends_it(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def run_install(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     path = _settings_path(args)
     try:
-        change = plan_install(path, riffd_launcher())
+        change = plan_install(path, riffd_launcher(elsewhere=True))
     except SettingsError as exc:
         print(f"riffd: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -94,7 +94,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def server_command(config: Path | None) -> list[str]:
     """How Claude Code should start this riffd's server: the console script that runs now, by its
     absolute path, else this Python with `-m riffd`; with `--config` when one was given."""
-    command = list(riffd_launcher())
+    command = list(riffd_launcher(elsewhere=True))
     if config is not None:
         command += ["--config", os.path.abspath(config)]
     return [*command, "mcp"]

@@ -45,9 +45,9 @@ def daemon_arguments(
     log_file: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Given an interpreter, an optional config file and log file, return the argv of the daemon:
-    `python -m riffd [--config PATH] run [--log-file PATH]`, paths made absolute (a service starts
+    `python -P -m riffd [--config PATH] run [--log-file PATH]`, paths made absolute (a service starts
     in another folder)."""
-    arguments = [python, "-m", "riffd"]
+    arguments = [python, "-P", "-m", "riffd"]  # (-P: no riffd.py of the folder it starts in runs)
     if config is not None:
         arguments += ["--config", _absolute(os.fspath(config))]
     arguments.append("run")

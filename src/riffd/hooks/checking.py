@@ -12,8 +12,9 @@ the effective user (`runnable`), and only when it is plain words in riffd's form
 shell syntax beyond quoting, one of riffd's own launchers, then `hook pre-tool-use|session-start`
 and options); any other riffd hook is left unchecked. A project's settings file comes with a clone,
 and so may files beside it: a launcher is `riffd` (looked up on PATH), an absolute path to a `riffd`,
-or a Python with `-m riffd`, and the check runs in `/`, so that neither a relative path nor `python
--m` (the current folder first on sys.path) reaches the project's own code.
+or a Python with `-P -m riffd` (`imports_its_folder`: without `-P`, as riffd wrote it before, it
+is mended), and the check runs in `/`, so that neither a relative path nor `python -m` (the current
+folder first on sys.path) reaches the project's own code.
 """
 
 from __future__ import annotations
@@ -135,12 +136,23 @@ def _riffd_launcher(words: list[str]) -> bool:
                 os.path.isabs(words[0]) and os.path.basename(words[0]) == "riffd"
             )
         words = [words[0], "-m", words[1]]
-    if len(words) == 3 and words[1:] == ["-m", "riffd"]:
+    if words[1:] in (["-m", "riffd"], ["-P", "-m", "riffd"]):
         python = words[0]
         return bool(_PYTHON.fullmatch(os.path.basename(python))) and (
             os.path.isabs(python) or os.sep not in python
         )
     return False
+
+
+def imports_its_folder(command: str) -> bool:
+    """Whether a riffd hook command is `python -m riffd` without `-P`: Claude Code runs it in the
+    project's folder, which `-m` puts first on the path, so a project's `riffd.py` (or `json.py`)
+    would run in riffd's place (riffd before 2026-11-28 wrote it so)."""
+    words = riffd_words(command)
+    if words is None:
+        return False
+    launcher = words[: words.index("hook")]
+    return len(launcher) == 3 and launcher[1:] == ["-m", "riffd"]
 
 
 def runnable(path: Path, command: str) -> bool:

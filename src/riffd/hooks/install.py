@@ -37,7 +37,7 @@ from typing import Any
 
 from riffd.display import shell_command
 from riffd.fsio import REAL_FS, ensure_private_folder, replace_file
-from riffd.hooks.checking import hook_problem, is_riffd_group, runnable
+from riffd.hooks.checking import hook_problem, imports_its_folder, is_riffd_group, runnable
 
 PRE_TOOL_USE_MATCHER = "Read|Grep|Glob|WebFetch|WebSearch|Write|Edit|MultiEdit|mcp__.*"
 # Claude Code's default is 60; riffd's hooks answer in milliseconds or not at all
@@ -212,6 +212,11 @@ def _mend(
     of its own, in `hook`; return the note that says what became of it."""
     command = hook["command"]
     problem = runs(command)
+    if problem is None and imports_its_folder(command):
+        problem = (
+            "it runs in the project's folder, which `-m` without `-P` puts first on Python's "
+            "path: a project's riffd.py would run in its place"
+        )
     if problem is None:
         return f"{event}: riffd's hook is there already (`{command}`)"
     found = _HOOK_WORDS.search(command)

@@ -151,9 +151,9 @@ def test_rendered_unit_runs_this_interpreter(home: Path) -> None:
     (exec_start,) = directive(plan.content, "ExecStart")
     assert exec_start == " ".join(
         units._systemd_quote(word, exec_line=True)
-        for word in (sys.executable, "-m", "riffd", "run")
+        for word in (sys.executable, "-P", "-m", "riffd", "run")
     )
-    assert exec_start.endswith(" -m riffd run")
+    assert exec_start.endswith(" -P -m riffd run")
     # The state folder the CLI uses here is pinned: a service does not see the shell's environment.
     assert directive(plan.content, "Environment") == [f"RIFFD_STATE_DIR={paths.state_dir()}"]
 
@@ -170,7 +170,7 @@ def test_rendered_unit_passes_overrides_and_config_as_absolute_paths(
     }
     plan = service.plan_service("linux", "/opt/py/bin/python3", "riffd.toml", environ)
     assert directive(plan.content, "ExecStart") == [
-        f"/opt/py/bin/python3 -m riffd --config {tmp_path}/riffd.toml run"
+        f"/opt/py/bin/python3 -P -m riffd --config {tmp_path}/riffd.toml run"
     ]
     assert directive(plan.content, "Environment") == [
         f"RIFFD_STATE_DIR={tmp_path}/state",
@@ -230,6 +230,7 @@ def test_rendered_plist_parses_and_runs_the_interpreter(home: Path, tmp_path: Pa
     # riffd rotates it
     assert document["ProgramArguments"] == [
         python,
+        "-P",
         "-m",
         "riffd",
         "--config",
@@ -260,6 +261,7 @@ def test_plist_with_this_interpreter_and_no_environment(home: Path) -> None:
     log_file = str(plan.log_dir / "riffd.log")
     assert document["ProgramArguments"] == [
         sys.executable,
+        "-P",
         "-m",
         "riffd",
         "run",
@@ -330,7 +332,7 @@ def test_install_dry_run_writes_the_global_config_option_as_an_absolute_path(
         service.plan_service(sys.platform, sys.executable, tmp_path / "riffd.toml").content in out
     )
     if sys.platform.startswith("linux"):
-        assert f" -m riffd --config {tmp_path}/riffd.toml run\n" in out
+        assert f" -P -m riffd --config {tmp_path}/riffd.toml run\n" in out
 
 
 def test_uninstall_dry_run_leaves_the_file(
@@ -548,7 +550,7 @@ def test_with_xdg_folders_set_the_unit_pins_the_config_file_and_the_state_folder
     }
     plan = service.plan_service("linux", "/opt/py/bin/python3", None, environ)
     assert directive(plan.content, "ExecStart") == [
-        f"/opt/py/bin/python3 -m riffd --config {config} run"
+        f"/opt/py/bin/python3 -P -m riffd --config {config} run"
     ]
     assert f"RIFFD_STATE_DIR={tmp_path}/xdg-state/riffd" in directive(plan.content, "Environment")
     assert f"XDG_STATE_HOME={tmp_path}/xdg-state" in directive(plan.content, "Environment")
