@@ -112,14 +112,15 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as exc:
         print(f"riffd hook: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return run(mode, window, sys.stdin.buffer, sys.stdout)
+    return run(mode, window, getattr(sys.stdin, "buffer", None), sys.stdout)
 
 
 def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
     """Read one hook event from `stdin` (binary), write the answer (if any) to `stdout` (text);
     return 0."""
     try:
-        answer = answer_event(stdin.read(), mode, window)
+        # (started with standard input closed: no event)
+        answer = answer_event(stdin.read() if stdin is not None else b"", mode, window)
     except FileNotFoundError:
         return EXIT_OK  # a new session has no transcript yet
     # any failure lets the call run: it must never block the user's session
@@ -127,7 +128,8 @@ def run(mode: str, window: float, stdin: Any, stdout: Any) -> int:
         print(f"riffd hook: {type(exc).__name__}: {exc}; the call runs as usual", file=sys.stderr)
         return EXIT_OK
     if answer is not None:
-        answered(stdout, dumps(answer, ensure_ascii=False), "the call runs as usual")
+        # (ASCII: a lone surrogate, from a cut emoji in a result, is written as its escape)
+        answered(stdout, dumps(answer), "the call runs as usual")
     return EXIT_OK
 
 

@@ -54,21 +54,23 @@ def main(argv: Sequence[str]) -> int:
     if list(argv) != ["session-start"]:
         print(f"riffd hook: unexpected arguments {list(argv)[1:]}; {USAGE}", file=sys.stderr)
         return EXIT_USAGE
-    return run(sys.stdin.buffer, sys.stdout)
+    return run(getattr(sys.stdin, "buffer", None), sys.stdout)
 
 
 def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> int:
     """Read one SessionStart event from `stdin` (binary), write the warning (if any) to `stdout`;
     return 0."""
     try:
-        answer = answer_event(stdin.read(), os.environ if environ is None else environ)
+        data = stdin.read() if stdin is not None else b""  # (closed: no event)
+        answer = answer_event(data, os.environ if environ is None else environ)
     except Exception as exc:  # the session must start whatever happens here
         print(
             f"riffd hook: {type(exc).__name__}: {exc}; the session starts as usual", file=sys.stderr
         )
         return EXIT_OK
     if answer is not None:
-        answered(stdout, dumps(answer, ensure_ascii=False), "the session starts as usual")
+        # (ASCII: a lone surrogate, from a cut emoji in a result, is written as its escape)
+        answered(stdout, dumps(answer), "the session starts as usual")
     return EXIT_OK
 
 

@@ -247,6 +247,39 @@ def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
     assert "permissionDecision" not in too_big["hookSpecificOutput"]
 
 
+def test_a_cached_result_with_a_cut_emoji_is_answered_not_a_traceback(tmp_path: Path) -> None:
+    """A fetched text ending in half an emoji (JSON's lone surrogate escape) made the answer
+    unwritable: exit 1 with a traceback, the cached answer lost."""
+    transcript = tmp_path / "s.jsonl"
+    now = time.time()
+    fetch = {"url": "https://example.com/a", "prompt": "summarise"}
+    write_lines(
+        transcript,
+        [
+            tool_use("WebFetch", fetch, "w1", now - 20),
+            tool_result("w1", [{"type": "text", "text": "Cut \ud83d"}], now - 18),
+        ],
+    )
+    result = run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache")
+    assert b"Traceback" not in result.stderr, result.stderr
+    reason = answer(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.endswith("Its result:\nCut \ud83d")
+
+
+def test_a_hook_started_with_standard_input_closed_lets_the_call_run() -> None:
+    for words in (["pre-tool-use", "--mode", "warn"], ["session-start"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "riffd", "hook", *words],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env=riffd_env(),
+            timeout=60,
+            preexec_fn=lambda: os.close(0),
+        )
+        assert done.returncode == 0 and done.stdout == b"", done.stderr
+        assert b"Traceback" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(
     ("tool", "tool_input"),
     [
