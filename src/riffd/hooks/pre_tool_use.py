@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 EVENT = "PreToolUse"
 MODES = ("warn", "cache")
 BLOCK_BYTES = 64 * 1024
+# How much of a transcript's end the hook reads at most: Claude Code waits for it before every call
+# (a 64 MB line, a result's image, took 47 s to split before), and a call further back is not found
+SCAN_BYTES = 16 * 1024 * 1024
 CACHE_MAX_CHARS = 9_000  # Claude Code caps hook text given to the model at 10,000 characters
 # coarse file-system clocks: a change this close to the read may predate it on paper
 MTIME_SLACK_SECONDS = 2.0
@@ -198,23 +201,31 @@ def open_regular(path: str) -> io.BufferedReader:
         raise
 
 
-def iter_lines_backwards(path: str) -> Iterator[bytes]:
+def iter_lines_backwards(path: str, budget: int = SCAN_BYTES) -> Iterator[bytes]:
     """Yield the lines of `path` (a regular file: see open_regular), newest first, reading blocks
-    from its end (a line may be unfinished)."""
+    from its end (a line may be unfinished), until `budget` bytes were read: a line is joined once,
+    when its start is found, however many blocks it spans."""
     with open_regular(path) as handle:
         end = handle.seek(0, os.SEEK_END)
-        carry = b""
-        while end > 0:
-            start = max(0, end - BLOCK_BYTES)
+        parts: list[bytes] = []  # the newest line not yet whole: its blocks, the last read last
+        while end > 0 and budget > 0:
+            start = max(0, end - min(BLOCK_BYTES, budget))
             handle.seek(start)
-            pieces = (handle.read(end - start) + carry).split(b"\n")
-            end = start
-            carry = pieces.pop(0) if start > 0 else b""
-            for raw in reversed(pieces):
+            block = handle.read(end - start)
+            end, budget = start, budget - len(block)
+            lines = block.split(b"\n")
+            if len(lines) == 1:
+                parts.append(block)
+                continue
+            newest = lines[-1] + b"".join(reversed(parts))
+            if newest:
+                yield newest
+            for raw in reversed(lines[1:-1]):
                 if raw:
                     yield raw
-        if carry:
-            yield carry
+            parts = [lines[0]]
+        if end == 0 and (first := b"".join(reversed(parts))):
+            yield first  # (a line cut by the budget is not one)
 
 
 def _line_time(raw: bytes) -> float | None:

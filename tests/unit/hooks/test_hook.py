@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -15,7 +16,12 @@ from typing import Any
 import pytest
 
 from helpers.run import riffd_env, run_riffd
-from riffd.hooks.pre_tool_use import CACHE_MAX_CHARS, UsageError, parse_args
+from riffd.hooks.pre_tool_use import (
+    CACHE_MAX_CHARS,
+    UsageError,
+    iter_lines_backwards,
+    parse_args,
+)
 
 SESSION = "11111111-2222-3333-4444-555555555555"
 TEXT = "import os\n\nprint(os.getcwd())\n"
@@ -469,3 +475,43 @@ def test_the_hooks_import_no_module_slow_to_import(
     assert f"pid {other.pid}" in json.loads(stdout)["systemMessage"]
     assert not modules & SLOW_TO_IMPORT, sorted(modules & SLOW_TO_IMPORT)
     assert "riffd.claude_code.registry" in modules
+
+
+def test_lines_read_backwards_are_the_files_lines_whatever_blocks_they_span(
+    tmp_path: Path,
+) -> None:
+    """A line spanning many blocks was joined again at every block (a 64 MB line took the hook 47 s,
+    past Claude Code's 10 s): each is now joined once; the read stops at its budget."""
+    rng = random.Random(7)
+    lines = [
+        bytes(rng.choice(b'ab"{}') for _ in range(rng.choice([0, 1, 100, 70_000, 200_000])))
+        for _ in range(60)
+    ]
+    path = tmp_path / "t.jsonl"
+    for ending in (b"\n", b""):
+        path.write_bytes(b"\n".join(lines) + ending)
+        assert list(iter_lines_backwards(str(path))) == [line for line in reversed(lines) if line]
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    tail = sum(len(line) + 1 for line in lines[-5:])  # (the 5th from the end: its start unseen)
+    assert list(iter_lines_backwards(str(path), budget=tail)) == [
+        line for line in reversed(lines[-4:]) if line
+    ]
+
+
+def test_a_huge_last_line_is_read_within_claude_codes_timeout(tmp_path: Path) -> None:
+    transcript = tmp_path / "s.jsonl"
+    now = time.time()
+    fetch = {"url": "https://example.com/a", "prompt": "summarise"}
+    write_lines(
+        transcript,
+        [
+            tool_use("WebFetch", fetch, "w1", now - 20),
+            tool_result("w1", [{"type": "text", "text": "A summary."}], now - 18),
+        ],
+    )
+    with transcript.open("ab") as handle:
+        handle.write(b'{"type":"user","content":"' + b"x" * (64 * 1024 * 1024) + b'"}\n')
+    result = run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), timeout=10)
+    assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
+    # (a call more than SCAN_BYTES back is not looked for: nothing to say)
+    assert result.stdout == b""
