@@ -27,8 +27,10 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,13 +99,22 @@ _HOOK_WORDS = re.compile(r"\s+hook\s+(pre-tool-use|session-start)\b")
 
 def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # (a FIFO would be waited on for good)
+            raise SettingsError(f"{path}: not a regular file; riffd changed nothing")
         raw = path.read_bytes()
     except FileNotFoundError:
         return None, {}
     if not raw.strip():
         return raw, {}
     try:
-        document = json.loads(raw, object_pairs_hook=_no_duplicates)
+        document = json.loads(
+            raw.decode("utf-8-sig"),
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_not_json,
+            parse_float=_finite,
+        )
+    except _NotKept as exc:
+        raise SettingsError(f"{path}: {exc}; riffd changed nothing") from exc
     except _DuplicateKey as exc:
         raise SettingsError(
             f"{path}: the key {exc} appears twice in one object; Claude Code reads only the last, "
@@ -117,6 +128,8 @@ def _load(path: Path) -> tuple[bytes | None, dict[str, Any]]:
             f"{path}: line {exc.lineno} column {exc.colno}: not valid JSON ({exc.msg}); fix it "
             "(Claude Code cannot read it either), then run this again; riffd changed nothing"
         ) from exc
+    except ValueError as exc:  # (an integer of more digits than Python converts)
+        raise SettingsError(f"{path}: {exc}; riffd changed nothing") from exc
     if not isinstance(document, dict):
         raise SettingsError(
             f"{path}: holds {type(document).__name__}, not a JSON object; riffd changed nothing"
@@ -137,18 +150,39 @@ class _DuplicateKey(ValueError):
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [key for key, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise _DuplicateKey(json.dumps(key))
-    return dict(pairs)
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _DuplicateKey(json.dumps(key))
+            seen.add(key)
+    return document
+
+
+class _NotKept(ValueError):
+    """A value the file holds that riffd would not write back as it is."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotKept(f"it holds {constant}, which is not JSON (Claude Code cannot read it either)")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise _NotKept(
+            f"the number {text[:40]} is past what riffd can write back (it would be Infinity, "
+            "which Claude Code cannot read)"
+        )
+    return number
 
 
 def _style(raw: bytes | None) -> tuple[int | str, bool]:
     """The file's indent (2 when it has none to go by) and whether it ends with a newline."""
     if not raw:
         return 2, True
-    text = raw.decode("utf-8")
+    text = raw.decode("utf-8-sig")
     found = re.search(r"\n([ \t]+)\S", text)
     indent: int | str = 2
     if found:
@@ -159,9 +193,10 @@ def _style(raw: bytes | None) -> tuple[int | str, bool]:
 
 def _dump(document: dict[str, Any], raw: bytes | None) -> bytes:
     indent, newline = _style(raw)
+    # (a lone surrogate, which JSON escapes and UTF-8 cannot hold, written as its escape again)
     return (
         json.dumps(document, indent=indent, ensure_ascii=False) + ("\n" if newline else "")
-    ).encode()
+    ).encode("utf-8", "backslashreplace")
 
 
 def plan_install(
@@ -175,7 +210,9 @@ def plan_install(
     not be touched."""
     raw, document = _load(path)
     updated = copy.deepcopy(document)
-    hooks = updated.setdefault("hooks", {})
+    if updated.get("hooks") is None:  # (`"hooks": null` is none)
+        updated["hooks"] = {}
+    hooks = updated["hooks"]
     notes: list[str] = []
 
     def runs_here(command: str) -> str | None:

@@ -6,6 +6,7 @@ is never written over."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,44 @@ def test_a_file_made_after_the_plan_is_not_written_over(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="changed while riffd was changing it"):
         apply(change, tmp_path / "state", "install")
     assert settings.read_text() == '{"model": "opus"}'
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'{"effort": 1e400}', "past what riffd can write back"),
+        (b'{"effort": NaN}', "NaN, which is not JSON"),
+        (b'{"big": ' + b"9" * 5000 + b"}", "digits"),
+        ('{"x": 1}'.encode("utf-16"), "not UTF-8"),
+    ],
+)
+def test_a_settings_file_riffd_cannot_write_back_as_it_is_is_refused(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    """`1e400` was written back as `Infinity` (Claude Code then reads no setting at all); an
+    integer of 5,000 digits, UTF-16 and others gave a traceback."""
+    settings = tmp_path / "settings.json"
+    settings.write_bytes(content)
+    with pytest.raises(SettingsError, match=said):
+        plan_install(settings, ["/opt/riffd/bin/riffd"], runs=lambda _command: None)
+    assert settings.read_bytes() == content
+
+
+def test_odd_but_whole_settings_get_the_hooks_and_keep_every_value(tmp_path: Path) -> None:
+    """`"hooks": null` and a lone surrogate in a value gave a traceback; 20,000 keys took 7.7 s."""
+    settings = tmp_path / "settings.json"
+    many = {f"k{number}": number for number in range(20_000)}
+    raw = json.dumps({"hooks": None, "note": "\ud800 cut", **many}, indent=2).encode()
+    settings.write_bytes(raw)
+    change = plan_install(settings, ["/opt/riffd/bin/riffd"], runs=lambda _command: None)
+    apply(change, tmp_path / "state", "install")
+    written = json.loads(settings.read_bytes())
+    assert written["note"] == "\ud800 cut" and written["k19999"] == 19999
+    assert set(written["hooks"]) == {"PreToolUse", "SessionStart"}
+
+
+def test_a_fifo_named_settings_json_is_refused_not_waited_on(tmp_path: Path) -> None:
+    settings = tmp_path / "settings.json"
+    os.mkfifo(settings)
+    with pytest.raises(SettingsError, match="not a regular file"):
+        plan_install(settings, ["/opt/riffd/bin/riffd"], runs=lambda _command: None)
