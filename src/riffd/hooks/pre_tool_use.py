@@ -243,20 +243,26 @@ def find_earlier(
     transcript: str, key: CallKey, cutoff: float, current: str | None, agent: str | None
 ) -> Earlier | None:
     """Return the newest call in `transcript` made after `cutoff` (seconds since the epoch) that
-    `key` repeats, has a result that is not an error, and whose file (if any) was not written or
-    edited since; else None.
+    `key` repeats, has a result that is not an error, is in the conversation Claude Code loads,
+    and whose file (if any) was not written or edited since; else None.
 
     Lines are read newest first and the scan stops at the first line older than `cutoff`. Only lines
-    of the main conversation count, or of the subagent `agent` when the call is a subagent's.
-    """
-    results: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    of the main conversation count, or of the subagent `agent` when the call is a subagent's. The
+    conversation is followed as Claude Code loads it (riffd.transcript.loaded): the `parentUuid`
+    walk from the newest line, the other lines of each API message on it, the results hanging from
+    them; a call on a branch a rewind left, or before a compact boundary on the walk, is not in it.
+    A write on any branch counts as a change (it happened on disk)."""
+    results: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
     changed: set[str] = set()
+    wanted: str | None = None  # the next line of the walk (the parent of the last one on it)
+    started, walking = False, True
+    messages: set[str] = set()  # the API messages (message.id) of the walk
     for raw in iter_lines_backwards(transcript):
         when = _line_time(raw)
         if when is not None and when < cutoff:
             break
-        if b'"tool_' not in raw:
-            continue
+        if b'"uuid"' not in raw:
+            continue  # (not a line of the conversation: a summary, a snapshot)
         try:
             record = loads(raw)
         except ValueError:  # an unfinished last line, or one that is not JSON
@@ -266,48 +272,88 @@ def find_earlier(
         when = parse_time(record.get("timestamp"))  # the line's own, not one nested in its content
         if when is not None and when < cutoff:
             break
-        message = record.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list):
-            continue
         if (record.get("agentId") if record.get("isSidechain") is True else None) != agent:
             continue  # another context: a subagent's, or the main conversation's when this is a subagent
-        if record.get("type") == "user":
+        uuid, message = record.get("uuid"), record.get("message")
+        if not isinstance(uuid, str):
+            continue
+        if not started:
+            started, wanted = True, uuid  # (the newest line: the walk starts here)
+        if "parentUuid" not in record:
+            walking = False  # (lines that name no parent: no walk to follow, every line counts)
+        on_walk = uuid == wanted or not walking
+        if on_walk:
+            if record.get("subtype") == "compact_boundary" or "logicalParentUuid" in record:
+                return None  # (what came before is summarised, not in the conversation)
+            parent = record.get("parentUuid")
+            wanted = parent if isinstance(parent, str) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        message_id = message.get("id") if isinstance(message, dict) else None
+        if on_walk and isinstance(message_id, str):
+            messages.add(message_id)
+        loaded = on_walk or (isinstance(message_id, str) and message_id in messages)
+        if isinstance(content, list) and record.get("type") == "user":
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
                     tool_id = block.get("tool_use_id")
                     if isinstance(tool_id, str):
-                        results.setdefault(tool_id, (block, record))
+                        results.setdefault(tool_id, (block, record, on_walk))
+        elif isinstance(content, list):
+            found = _call_of(
+                content, record, key, current, uuid, loaded, results, changed, when or cutoff
+            )
+            if found is not None:
+                return found
+        if wanted is None and started and walking:
+            break  # (the root: nothing older is in the conversation)
+    return None
+
+
+def _call_of(
+    content: list[Any],
+    record: dict[str, Any],
+    key: CallKey,
+    current: str | None,
+    uuid: str,
+    loaded: bool,
+    results: dict[str, tuple[dict[str, Any], dict[str, Any], bool]],
+    changed: set[str],
+    when: float,
+) -> Earlier | None:
+    """The earlier call `key` repeats among an assistant line's tool_use blocks, when the line is
+    in the conversation (`loaded`) and so is its result (on the walk, or hanging from this line);
+    the files the line's calls write are noted in `changed`."""
+    cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
+    for block in reversed(content):
+        if (
+            not isinstance(block, dict)
+            or block.get("type") != "tool_use"
+            or block.get("id") == current
+        ):
             continue
-        cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
-        for block in reversed(content):
-            if (
-                not isinstance(block, dict)
-                or block.get("type") != "tool_use"
-                or block.get("id") == current
-            ):
-                continue
-            name = block.get("name")
-            other = call_key(name, block.get("input"), cwd) if isinstance(name, str) else None
-            if other is None:
-                continue
-            tool_id = block.get("id")
-            paired = results.get(tool_id) if isinstance(tool_id, str) else None
-            if (
-                paired is not None
-                and paired[0].get("is_error") is not True
-                and similar(other, key)
-                and (key.path is None or key.path not in changed)
-            ):
-                return Earlier(
-                    str(tool_id),
-                    when or cutoff,
-                    _line_time_of(paired[1]),
-                    paired[0],
-                    paired[1].get("toolUseResult"),
-                )
-            if other.mutates and other.path is not None:
-                changed.add(other.path)
+        name = block.get("name")
+        other = call_key(name, block.get("input"), cwd) if isinstance(name, str) else None
+        if other is None:
+            continue
+        tool_id = block.get("id")
+        paired = results.get(tool_id) if isinstance(tool_id, str) else None
+        if (
+            loaded
+            and paired is not None
+            and (paired[2] or paired[1].get("parentUuid") == uuid)
+            and paired[0].get("is_error") is not True
+            and similar(other, key)
+            and (key.path is None or key.path not in changed)
+        ):
+            return Earlier(
+                str(tool_id),
+                when,
+                _line_time_of(paired[1]),
+                paired[0],
+                paired[1].get("toolUseResult"),
+            )
+        if other.mutates and other.path is not None:
+            changed.add(other.path)
     return None
 
 

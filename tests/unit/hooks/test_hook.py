@@ -515,3 +515,58 @@ def test_a_huge_last_line_is_read_within_claude_codes_timeout(tmp_path: Path) ->
     assert result.returncode == 0 and b"Traceback" not in result.stderr, result.stderr
     # (a call more than SCAN_BYTES back is not looked for: nothing to say)
     assert result.stdout == b""
+
+
+def _linked(lines: list[dict[str, Any]], parent: str | None = None) -> list[dict[str, Any]]:
+    """The lines chained as the client writes them: each line's parent the one before it."""
+    for line in lines:
+        line["parentUuid"] = parent
+        parent = line["uuid"]
+    return lines
+
+
+@pytest.mark.parametrize("after", ["nothing", "compact", "rewind", "spliced"])
+def test_a_call_the_loaded_conversation_no_longer_holds_is_not_said_to_be_in_it(
+    tmp_path: Path, after: str
+) -> None:
+    """After /compact, or a rewind to before the Read, the hook still said its result "is already
+    in the conversation" and cache mode served it: the model sees only the summary, or the Read is
+    on a branch the client no longer loads."""
+    source = tmp_path / "a.py"
+    source.write_text(TEXT)
+    an_hour_ago = time.time() - 3600
+    os.utime(source, (an_hour_ago, an_hour_ago))
+    now = time.time()
+    prompt = {**tool_result("p", "read it", now - 60), "uuid": "prompt"}
+    prompt["message"] = {"role": "user", "content": "read a.py"}
+    lines = _linked(
+        [
+            prompt,
+            tool_use("Read", {"file_path": str(source)}, "t1", now - 59),
+            tool_result("t1", "     1\timport os\n", now - 58, read_result(source)),
+        ]
+    )
+    later = {**tool_result("q", "", now - 20), "uuid": "later"}
+    later["message"] = {"role": "user", "content": "and again"}
+    if after == "compact":
+        boundary = {**later, "uuid": "boundary", "type": "system", "subtype": "compact_boundary"}
+        boundary |= {"logicalParentUuid": lines[-1]["uuid"], "message": None}
+        lines += [boundary, {**later, "parentUuid": "boundary"}]
+    elif after == "rewind":  # (the new prompt hangs from the Read's parent: its branch is left)
+        lines.append({**later, "parentUuid": None})
+    elif (
+        after == "spliced"
+    ):  # (beside the result: the client splices a result hanging from the walk)
+        lines.append({**later, "parentUuid": lines[1]["uuid"]})
+    else:
+        lines.append({**later, "parentUuid": lines[-1]["uuid"]})
+    transcript = tmp_path / "s.jsonl"
+    write_lines(transcript, lines)
+    for mode in ("warn", "cache"):
+        result = run_hook(
+            json.dumps(event(transcript, "Read", {"file_path": str(source)})).encode(),
+            "--mode",
+            mode,
+        )
+        assert result.returncode == 0, result.stderr
+        assert (result.stdout != b"") == (after in ("nothing", "spliced")), (mode, result.stdout)
