@@ -56,11 +56,14 @@ USAGE = "usage: riffd hook pre-tool-use [--mode warn|cache] [--window SECONDS]"
 
 
 class Earlier:
-    """The earlier identical call found in the transcript, with its result: its `tool_id`, the
-    `time` of its tool_use line and the `result_time` of its tool_result line, the tool_result
-    block (`result`) and the result line's `toolUseResult` (`tool_use_result`)."""
+    """The earlier call found in the transcript that this one repeats, with its result: its
+    `tool_id`, the `time` of its tool_use line and the `result_time` of its tool_result line, the
+    tool_result block (`result`), the result line's `toolUseResult` (`tool_use_result`), and
+    `same`: None when the two calls are identical, else the arguments they share (an MCP call
+    judged a repeat by the tracker's rule: most of its arguments, or one that names what it acts
+    on)."""
 
-    __slots__ = ("result", "result_time", "time", "tool_id", "tool_use_result")
+    __slots__ = ("result", "result_time", "same", "time", "tool_id", "tool_use_result")
 
     def __init__(
         self,
@@ -69,9 +72,10 @@ class Earlier:
         result_time: float | None,
         result: dict[str, Any],
         tool_use_result: Any,
+        same: tuple[str, ...] | None = None,
     ) -> None:
         self.tool_id, self.time, self.result_time = tool_id, time, result_time
-        self.result, self.tool_use_result = result, tool_use_result
+        self.result, self.tool_use_result, self.same = result, tool_use_result, same
 
 
 class UsageError(Exception):
@@ -161,7 +165,7 @@ def answer_event(
     if earlier is None:
         return None
     when = time.strftime("%H:%M:%S", time.localtime(earlier.result_time or earlier.time))
-    if mode == "cache" and key.cacheable:
+    if mode == "cache" and key.cacheable and earlier.same is None:
         cached = cached_text(key, earlier)
         if cached is not None:
             return {
@@ -174,16 +178,17 @@ def answer_event(
                     ),
                 }
             }
-    return {
-        "hookSpecificOutput": {
-            "hookEventName": EVENT,
-            "additionalContext": (
-                f"riffd: this {tool} call repeats the identical call made at {when} ({now - earlier.time:.0f} s ago, "
-                f"tool_use {earlier.tool_id}); its result is already in the conversation. Reuse it unless something "
-                "may have changed since."
-            ),
-        }
-    }
+    made = time.strftime("%H:%M:%S", time.localtime(earlier.time))
+    ago = f"{now - earlier.time:.0f} s ago, tool_use {earlier.tool_id}"
+    said = (
+        f"riffd: this {tool} call repeats the identical call made at {made} ({ago}); its result is "
+        "already in the conversation. Reuse it unless something may have changed since."
+        if earlier.same is None
+        else f"riffd: this {tool} call may repeat the call made at {made} ({ago}), which had the "
+        f"same {', '.join(earlier.same) or 'arguments in part'} and other arguments that differ; if "
+        "it asks for the same thing, that result is already in the conversation."
+    )
+    return {"hookSpecificOutput": {"hookEventName": EVENT, "additionalContext": said}}
 
 
 def open_regular(path: str) -> io.BufferedReader:
@@ -345,12 +350,17 @@ def _call_of(
             and similar(other, key)
             and (key.path is None or key.path not in changed)
         ):
+            shared = None
+            if other.key != key.key:  # (alike by the rule, not identical)
+                first, second = other.properties or {}, key.properties or {}
+                shared = tuple(sorted(name for name in first if first[name] == second.get(name)))
             return Earlier(
                 str(tool_id),
                 when,
                 _line_time_of(paired[1]),
                 paired[0],
                 paired[1].get("toolUseResult"),
+                shared,
             )
         if other.mutates and other.path is not None:
             changed.add(other.path)

@@ -163,7 +163,10 @@ def test_warn_lets_the_call_run_and_tells_the_model(session: tuple[Path, Path, f
     )
     specific = output["hookSpecificOutput"]
     assert specific["hookEventName"] == "PreToolUse" and "permissionDecision" not in specific
-    assert f"repeats the identical call made at {local(read_at)}" in specific["additionalContext"]
+    # (the call's time, as "s ago" says it; the result came a second later)
+    assert (
+        f"repeats the identical call made at {local(read_at - 1)}" in specific["additionalContext"]
+    )
     assert "t1" in specific["additionalContext"]
 
 
@@ -570,3 +573,25 @@ def test_a_call_the_loaded_conversation_no_longer_holds_is_not_said_to_be_in_it(
         )
         assert result.returncode == 0, result.stderr
         assert (result.stdout != b"") == (after in ("nothing", "spliced")), (mode, result.stdout)
+
+
+def test_an_mcp_call_alike_but_not_identical_is_not_called_identical(tmp_path: Path) -> None:
+    """Page 2 of the same search was "the identical call" whose result to "reuse": the tracker's
+    rule for tools it does not know (most arguments, or one naming what it acts on, equal) says
+    may, not is."""
+    transcript = tmp_path / "s.jsonl"
+    now = time.time()
+    tool = "mcp__docs__search"
+    first = {"query": "hooks", "limit": 10, "offset": 0}
+    write_lines(
+        transcript,
+        [tool_use(tool, first, "m1", now - 20), tool_result("m1", "ten hits", now - 19)],
+    )
+    for tool_input, said in (
+        (first, "repeats the identical call"),
+        ({**first, "offset": 10}, "may repeat the call made at"),
+    ):
+        result = run_hook(json.dumps(event(transcript, tool, tool_input)).encode())
+        context = answer(result)["hookSpecificOutput"]["additionalContext"]
+        assert said in context, context
+    assert "same limit, query and other arguments that differ" in context
