@@ -74,6 +74,29 @@ def run(stdin: Any, stdout: Any, environ: Mapping[str, str] | None = None) -> in
     return EXIT_OK
 
 
+# How much later than its entry's `startedAt` a process may have started and still be the one that
+# wrote it (the entry is written after the start; clocks step)
+STARTED_SLACK = 60.0
+
+
+def _started_since(pid: int, started_at: float | None) -> bool:
+    """Whether the process `pid` started well after `started_at` (Unix seconds): the pid of an
+    entry whose process is gone, given to another. Linux only (its start time from /proc); False
+    when it cannot be told."""
+    if started_at is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            # (the name, in parentheses, may hold spaces: the fields after it are counted)
+            ticks = int(handle.read().rpartition(b")")[2].split()[19])
+        with open("/proc/stat", "rb") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith(b"btime "))
+        started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    return started > started_at + STARTED_SLACK
+
+
 def answer_event(
     data: bytes, environ: Mapping[str, str], ancestors: set[int] | None = None
 ) -> dict[str, Any] | None:
@@ -93,8 +116,10 @@ def answer_event(
     for registration in registrations(config_dirs(environ, transcript)):
         if not any(names_session(registration.session_id, name) for name in names):
             continue
-        if not pid_running(registration.pid):
-            continue
+        if not pid_running(registration.pid) or _started_since(
+            registration.pid, registration.started_at
+        ):
+            continue  # (gone, or its pid now another process's: the entry outlived its process)
         if ancestors is None:
             ancestors = ancestry(os.getpid())
         if registration.pid in ancestors:

@@ -460,7 +460,9 @@ def test_the_hooks_import_no_module_slow_to_import(
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (claude / "sessions" / f"{other.pid}.json").write_text(
-            json.dumps({"pid": other.pid, "sessionId": SESSION, "cwd": "/work", "startedAt": 1})
+            json.dumps(
+                {"pid": other.pid, "sessionId": SESSION, "startedAt": int(time.time() * 1000)}
+            )
         )
         start = {
             "session_id": SESSION,
@@ -595,3 +597,30 @@ def test_an_mcp_call_alike_but_not_identical_is_not_called_identical(tmp_path: P
         context = answer(result)["hookSpecificOutput"]["additionalContext"]
         assert said in context, context
     assert "same limit, query and other arguments that differ" in context
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="process start times from /proc")
+def test_an_entry_whose_pid_another_process_now_has_is_no_warning(tmp_path: Path) -> None:
+    """An entry left by a Claude Code that is gone, its pid given to another program since: the
+    hook said the session "is still open in another Claude Code process" (pid N, running since
+    its start in 2023)."""
+    claude = tmp_path / "claude"
+    (claude / "sessions").mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    start = {"session_id": SESSION, "hook_event_name": "SessionStart", "source": "resume"}
+    try:
+        for started, warned in ((1_700_000_000_000, False), (int(time.time() * 1000), True)):
+            entry = {"pid": other.pid, "sessionId": SESSION, "startedAt": started}
+            (claude / "sessions" / f"{other.pid}.json").write_text(json.dumps(entry))
+            done = run_riffd(
+                "hook",
+                "session-start",
+                input=json.dumps(start).encode(),
+                text=False,
+                env={"CLAUDE_CONFIG_DIR": str(claude)},
+            )
+            assert done.returncode == 0, done.stderr
+            assert (f"pid {other.pid}".encode() in done.stdout) == warned, done.stdout
+    finally:
+        other.kill()
+        other.wait()
