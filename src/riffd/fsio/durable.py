@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
-    pass
+    from collections.abc import Callable
 
 from riffd.fsio.mounts import is_remote
 from riffd.fsio.retry import DEFAULT_RETRY, RetryPolicy, is_cloud_sync_error, retrying_call
@@ -155,13 +155,19 @@ def remove_leftover(fs: FileSystem, path: Path) -> None:
 
 
 def replace_file(
-    path: Path, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None
+    path: Path,
+    data: bytes,
+    mode: int = 0o600,
+    owner: tuple[int, int] | None = None,
+    last_look: Callable[[], None] | None = None,
 ) -> None:
     """Write `data` to `path` so a reader sees the old file or the new one, never half of one: a
     temp file of this writer's own beside it (pid and thread in its name: writers at once never
     share one), written whole, given `mode` (and the `owner` uid and gid, when given: a file root
-    replaces in a user's folder stays the user's), fsynced, renamed over `path`. On failure
-    (PermissionError when the owner cannot be given) the temp file goes and `path` is untouched."""
+    replaces in a user's folder stays the user's), fsynced, renamed over `path`; `last_look` is
+    called right before the rename, and may raise to leave `path` as it is (a file another program
+    wrote meanwhile). On failure (PermissionError when the owner cannot be given) the temp file
+    goes and `path` is untouched."""
     temp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident():x}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -174,6 +180,8 @@ def replace_file(
             os.fsync(fd)
         finally:
             os.close(fd)
+        if last_look is not None:
+            last_look()
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

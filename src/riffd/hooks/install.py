@@ -379,11 +379,15 @@ def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -
     saved = folder / f"{kind}-{stamp}{'-absent' if change.before is None else ''}.json"
     replace_file(saved, change.before or b"", 0o600)
     replace_file(folder / "path.txt", (str(change.path.absolute()) + "\n").encode(), 0o600)
-    if _bytes_of(target) != change.before:  # (the last look: what another program wrote stays)
-        raise SettingsError(
-            f"{change.path} changed while riffd was changing it (another program, Claude Code say, "
-            "wrote it); riffd changed nothing: run this again"
-        )
+
+    def unchanged() -> None:  # (what another program wrote stays)
+        if _bytes_of(target) != change.before:
+            raise SettingsError(
+                f"{change.path} changed while riffd was changing it (another program, Claude Code "
+                "say, wrote it); riffd changed nothing: run this again"
+            )
+
+    unchanged()
     if change.after is None:  # a link stays: its target goes, as it was before the install
         target.unlink(missing_ok=True)
         return saved
@@ -395,7 +399,8 @@ def apply(change: Change, state_dir: Path, kind: str, what: str = "the hooks") -
         status, mode = target.parent.stat(), 0o600
     owner = (status.st_uid, status.st_gid)
     try:
-        replace_file(target, change.after, mode, owner=owner)
+        # (looked at again once the new bytes are on disk: the last instant before the rename)
+        replace_file(target, change.after, mode, owner=owner, last_look=unchanged)
     except PermissionError as exc:
         if owner == (os.geteuid(), os.getegid()):
             raise

@@ -74,3 +74,28 @@ def test_a_fifo_named_settings_json_is_refused_not_waited_on(tmp_path: Path) -> 
     os.mkfifo(settings)
     with pytest.raises(SettingsError, match="not a regular file"):
         plan_install(settings, ["/opt/riffd/bin/riffd"], runs=lambda _command: None)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names the file synced from /proc")
+def test_a_file_written_while_the_new_one_is_synced_is_not_written_over(tmp_path: Path) -> None:
+    """The last look came before the new bytes were written and synced: a save by Claude Code in
+    that time (milliseconds; 1.5 s on a slow disk) was lost to the rename. It comes right before
+    the rename now: a writer in the sync's place is found, and nothing is replaced."""
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"model": "opus"}, indent=2))
+    meanwhile = json.dumps({"model": "opus", "permissions": {"allow": ["Bash(ls)"]}}, indent=2)
+    real_fsync = os.fsync
+
+    def fsync_then_a_save(fd: int) -> None:  # (Claude Code saves while riffd's copy syncs)
+        real_fsync(fd)
+        written = os.readlink(f"/proc/self/fd/{fd}")
+        if written.endswith(".tmp") and "/.settings.json." in written:  # (not a backup's copy)
+            settings.write_text(meanwhile)
+
+    change = plan_install(settings, ["/opt/riffd/bin/riffd"], runs=lambda _command: None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "fsync", fsync_then_a_save)
+        with pytest.raises(SettingsError, match="changed while riffd was changing it"):
+            apply(change, tmp_path / "state", "install")
+    assert settings.read_text() == meanwhile
+    assert not [path for path in tmp_path.iterdir() if path.name.endswith(".tmp")]
