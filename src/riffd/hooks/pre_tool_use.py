@@ -254,14 +254,40 @@ def find_earlier(
     Lines are read newest first and the scan stops at the first line older than `cutoff`. Only lines
     of the main conversation count, or of the subagent `agent` when the call is a subagent's. The
     conversation is followed as Claude Code loads it (riffd.transcript.loaded): the `parentUuid`
-    walk from the newest line, the other lines of each API message on it, the results hanging from
-    them; a call on a branch a rewind left, or before a compact boundary on the walk, is not in it.
-    A write on any branch counts as a change (it happened on disk)."""
+    walk from the newest line, the other lines of each API message on it (the calls a message makes
+    at once, each on a line of its own), the results hanging from them; a call on a branch a rewind
+    left, or before a compact boundary on the walk, is not in it. A write on any branch counts as a
+    change (it happened on disk)."""
+    lines = _recent_lines(transcript, cutoff, agent)
+    loaded, results_loaded, end = _loaded(lines)
     results: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {}
     changed: set[str] = set()
-    wanted: str | None = None  # the next line of the walk (the parent of the last one on it)
-    started, walking = False, True
-    messages: set[str] = set()  # the API messages (message.id) of the walk
+    for number, (record, when) in enumerate(lines[:end]):
+        message = record.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        if record.get("type") == "user":
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    tool_id = block.get("tool_use_id")
+                    if isinstance(tool_id, str):
+                        results.setdefault(tool_id, (block, record, number in results_loaded))
+            continue
+        found = _call_of(
+            content, record, key, current, number in loaded, results, changed, when or cutoff
+        )
+        if found is not None:
+            return found
+    return None
+
+
+def _recent_lines(
+    transcript: str, cutoff: float, agent: str | None
+) -> list[tuple[dict[str, Any], float | None]]:
+    """The lines of the conversation (those with a `uuid`) of context `agent` since `cutoff`,
+    parsed, newest first, each with its time."""
+    lines: list[tuple[dict[str, Any], float | None]] = []
     for raw in iter_lines_backwards(transcript):
         when = _line_time(raw)
         if when is not None and when < cutoff:
@@ -272,46 +298,56 @@ def find_earlier(
             record = loads(raw)
         except ValueError:  # an unfinished last line, or one that is not JSON
             continue
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) or not isinstance(record.get("uuid"), str):
             continue
         when = parse_time(record.get("timestamp"))  # the line's own, not one nested in its content
         if when is not None and when < cutoff:
             break
         if (record.get("agentId") if record.get("isSidechain") is True else None) != agent:
             continue  # another context: a subagent's, or the main conversation's when this is a subagent
-        uuid, message = record.get("uuid"), record.get("message")
-        if not isinstance(uuid, str):
-            continue
-        if not started:
-            started, wanted = True, uuid  # (the newest line: the walk starts here)
-        if "parentUuid" not in record:
-            walking = False  # (lines that name no parent: no walk to follow, every line counts)
-        on_walk = uuid == wanted or not walking
-        if on_walk:
-            if record.get("subtype") == "compact_boundary" or "logicalParentUuid" in record:
-                return None  # (what came before is summarised, not in the conversation)
-            parent = record.get("parentUuid")
-            wanted = parent if isinstance(parent, str) else None
-        content = message.get("content") if isinstance(message, dict) else None
-        message_id = message.get("id") if isinstance(message, dict) else None
-        if on_walk and isinstance(message_id, str):
-            messages.add(message_id)
-        loaded = on_walk or (isinstance(message_id, str) and message_id in messages)
-        if isinstance(content, list) and record.get("type") == "user":
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    tool_id = block.get("tool_use_id")
-                    if isinstance(tool_id, str):
-                        results.setdefault(tool_id, (block, record, on_walk))
-        elif isinstance(content, list):
-            found = _call_of(
-                content, record, key, current, uuid, loaded, results, changed, when or cutoff
-            )
-            if found is not None:
-                return found
-        if wanted is None and started and walking:
-            break  # (the root: nothing older is in the conversation)
-    return None
+        lines.append((record, when))
+    return lines
+
+
+def _loaded(lines: list[tuple[dict[str, Any], float | None]]) -> tuple[set[int], set[int], int]:
+    """Of `lines` (newest first): those in the conversation Claude Code loads, the tool results
+    among them (on the walk, or hanging from a loaded line), and how many lines are newer than a
+    compact boundary on the walk (all when none is). Lines that name no parent: all are loaded."""
+    if any("parentUuid" not in record for record, _when in lines):
+        everything = set(range(len(lines)))
+        return everything, everything, len(lines)
+    where: dict[str, int] = {}
+    for number, (record, _when) in enumerate(lines):
+        where.setdefault(record["uuid"], number)  # (a line written twice: its newest)
+    walk: set[int] = set()
+    end = len(lines)
+    at: int | None = 0 if lines else None
+    while at is not None and at not in walk:
+        record = lines[at][0]
+        if record.get("subtype") == "compact_boundary" or "logicalParentUuid" in record:
+            end = at  # (what came before is summarised, not in the conversation)
+            break
+        walk.add(at)
+        parent = record.get("parentUuid")
+        at = where.get(parent) if isinstance(parent, str) else None
+    messages = {
+        message["id"]
+        for number in walk
+        if isinstance(message := lines[number][0].get("message"), dict)
+        and isinstance(message.get("id"), str)
+    }
+    loaded = walk | {
+        number
+        for number, (record, _when) in enumerate(lines[:end])
+        if isinstance(message := record.get("message"), dict) and message.get("id") in messages
+    }
+    uuids = {lines[number][0]["uuid"] for number in loaded}
+    hanging = {
+        number
+        for number, (record, _when) in enumerate(lines[:end])
+        if record.get("parentUuid") in uuids
+    }
+    return loaded, (walk | hanging), end
 
 
 def _call_of(
@@ -319,15 +355,14 @@ def _call_of(
     record: dict[str, Any],
     key: CallKey,
     current: str | None,
-    uuid: str,
     loaded: bool,
     results: dict[str, tuple[dict[str, Any], dict[str, Any], bool]],
     changed: set[str],
     when: float,
 ) -> Earlier | None:
     """The earlier call `key` repeats among an assistant line's tool_use blocks, when the line is
-    in the conversation (`loaded`) and so is its result (on the walk, or hanging from this line);
-    the files the line's calls write are noted in `changed`."""
+    in the conversation (`loaded`) and so is its result (`results`: each with whether it is); the
+    files the line's calls write are noted in `changed`."""
     cwd = record.get("cwd") if isinstance(record.get("cwd"), str) else None
     for block in reversed(content):
         if (
@@ -345,7 +380,7 @@ def _call_of(
         if (
             loaded
             and paired is not None
-            and (paired[2] or paired[1].get("parentUuid") == uuid)
+            and paired[2]
             and paired[0].get("is_error") is not True
             and similar(other, key)
             and (key.path is None or key.path not in changed)

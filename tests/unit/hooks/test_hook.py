@@ -555,7 +555,7 @@ def test_a_call_the_loaded_conversation_no_longer_holds_is_not_said_to_be_in_it(
     later["message"] = {"role": "user", "content": "and again"}
     if after == "compact":
         boundary = {**later, "uuid": "boundary", "type": "system", "subtype": "compact_boundary"}
-        boundary |= {"logicalParentUuid": lines[-1]["uuid"], "message": None}
+        boundary |= {"parentUuid": None, "logicalParentUuid": lines[-1]["uuid"], "message": None}
         lines += [boundary, {**later, "parentUuid": "boundary"}]
     elif after == "rewind":  # (the new prompt hangs from the Read's parent: its branch is left)
         lines.append({**later, "parentUuid": None})
@@ -624,3 +624,26 @@ def test_an_entry_whose_pid_another_process_now_has_is_no_warning(tmp_path: Path
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_repeat_of_one_of_several_calls_made_at_once_is_found(tmp_path: Path) -> None:
+    """A message making two calls at once (2.1.x: a line each, the second's parent the first, each
+    result hanging from its own call's line): the walk from the newest line passes the first call's
+    line only, and the second call, in the same message, was missed once the hook followed it."""
+    now = time.time()
+    search, glob = {"query": "hooks"}, {"pattern": "**/*.py"}
+    first = tool_use("WebSearch", search, "s1", now - 30)
+    second = tool_use("Glob", glob, "g1", now - 30)
+    for line in (first, second):
+        line["message"]["id"] = "msg_1"
+    first["parentUuid"], second["parentUuid"] = None, first["uuid"]
+    glob_result = {**tool_result("g1", "a.py", now - 29), "parentUuid": second["uuid"]}
+    search_result = {**tool_result("s1", "hits", now - 28), "parentUuid": first["uuid"]}
+    following = tool_use("Read", {"file_path": "/work/x"}, "r1", now - 20)
+    following["parentUuid"] = search_result["uuid"]
+    transcript = tmp_path / "s.jsonl"
+    write_lines(transcript, [first, second, glob_result, search_result, following])
+    for tool, tool_input, tool_id in (("Glob", glob, "g1"), ("WebSearch", search, "s1")):
+        result = run_hook(json.dumps(event(transcript, tool, tool_input)).encode())
+        context = answer(result)["hookSpecificOutput"]["additionalContext"]
+        assert f"tool_use {tool_id}" in context, context
