@@ -861,3 +861,42 @@ def plan_edits_for_kill(original: bytes) -> list[Edit]:
         InsertLine(spans[5], b'{"inserted":1}\n', "fix"),
         *[RemoveLine(spans[i], "dup") for i in range(10, len(spans), 50)],
     ]
+
+
+@pytest.mark.parametrize("length", [42, 205, 215, 216, 240, 255])
+def test_a_swap_journal_knows_the_temp_names_of_a_transcript_of_any_name_length(
+    tmp_path: Path, length: int
+) -> None:
+    """A hashed temp name (for a name too long to carry) was not a name riffd gives the transcript,
+    by the journal's check: a swap killed on a 205-byte name was left, the copy kept for good."""
+    from riffd.repair.journal import SwapRecord
+
+    name = SESSION + ("-" + "x" * (length - len(SESSION) - 7) if length > 42 else "") + ".jsonl"
+    assert len(name) == length
+    copy = temp_path_for(tmp_path / name)
+    old = copy.with_name(copy.name.removesuffix(".tmp") + ".old")
+    assert len(os.fsencode(copy.name.removesuffix(".tmp") + ".swap.new")) <= 255
+    record = SwapRecord(
+        name,
+        copy.name,
+        old.name,
+        (1, 2),
+        (1, 3),
+        0,
+        "",
+        0,
+        "",
+        0,
+        None,
+        (),
+        (),
+        None,
+        (),
+        "",
+        "",
+        1,
+    )
+    record.check_names()
+    other = dataclasses.replace(record, transcript="x" + name[1:])
+    with pytest.raises(ValueError, match="is not a name riffd gives"):
+        other.check_names()

@@ -30,7 +30,7 @@ from riffd.fsio import (
     fsync_folder,
     remove_leftover,
 )
-from riffd.repair.locks import try_flock
+from riffd.repair.locks import temp_stem, try_flock
 from riffd.transcript.reader import iter_fd
 
 JOURNAL_SUFFIX = ".swap"
@@ -126,7 +126,9 @@ class SwapRecord:
             raise ValueError(f"not a transcript's name: {self.transcript!r}")
         for name in (self.copy_name, self.old_name):
             match = None if name is None else _RIFFD_NAME.match(name)
-            if name is not None and (match is None or match.group("transcript") != self.transcript):
+            if name is not None and (
+                match is None or match.group("transcript") != temp_stem(self.transcript)
+            ):
                 raise ValueError(f"{name!r} is not a name riffd gives {self.transcript}")
 
 

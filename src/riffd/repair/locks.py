@@ -45,22 +45,28 @@ TEMP_NAME = re.compile(r"^\..+\.riffd-(?:(?P<pid>[0-9]+)-)?[0-9a-f]{12}\.tmp$")
 _NO_FLOCK = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL})
 
 
-# The bytes of a file's own name a temp name carries: with riffd's 35 around it and the 5 a swap's
-# journal adds (`.swap.new`), within the 255 of a name on every filesystem riffd runs on
-_NAME_BYTES = 200
+# The bytes of a file's own name a temp name carries whole: with riffd's 35 around it (a pid of up to
+# 10 digits) and the 5 a swap's journal adds (`.swap.new` for `.tmp`), 255, a name's most on every
+# filesystem riffd runs on
+_NAME_BYTES = 215
+
+
+def temp_stem(name: str) -> str:
+    """What a temp name beside the file `name` carries of it: the name itself; a name too long to
+    carry whole (a saved output may have up to 255 bytes), its start, cut between characters, and a
+    hash of the whole (riffd.repair.journal knows a swap's names by it)."""
+    raw = os.fsencode(name)
+    if len(raw) <= _NAME_BYTES:
+        return name
+    decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
+    start = decoder.decode(raw[: _NAME_BYTES - 17], final=False)  # (a cut character left out)
+    return f"{start}~{hashlib.sha256(raw).hexdigest()[:16]}"
 
 
 def temp_path_for(path: Path) -> Path:
-    """Given a file's path, return a fresh temp name beside it that Claude Code ignores: a name too
-    long to carry whole (a saved output may have up to 255 bytes) carries its start, cut between
-    characters, and a hash of the whole."""
-    name = path.name
-    raw = os.fsencode(name)
-    if len(raw) > _NAME_BYTES:
-        decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-        start = decoder.decode(raw[: _NAME_BYTES - 17], final=False)  # (a cut character left out)
-        name = f"{start}~{hashlib.sha256(raw).hexdigest()[:16]}"
-    return path.parent / f".{name}.riffd-{os.getpid()}-{secrets.token_hex(6)}.tmp"
+    """Given a file's path, return a fresh temp name beside it that Claude Code ignores
+    (`.<temp_stem>.riffd-<pid>-<12 hex>.tmp`)."""
+    return path.parent / f".{temp_stem(path.name)}.riffd-{os.getpid()}-{secrets.token_hex(6)}.tmp"
 
 
 def leftover_of_dead_process(name: str, age_seconds: float, older_than_seconds: float) -> bool:
