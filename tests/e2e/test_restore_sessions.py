@@ -412,6 +412,13 @@ def test_a_session_past_the_cleanup_comes_back_with_times_the_cleanup_keeps(
     assert snapshot(files) == before and "time of now" not in result.stderr
 
     (claude / "settings.json").unlink()  # the default, 30 days
+    elsewhere = tmp_path / "copy"
+    result = _riffd(tmp_path, "archive", "restore", "--to", str(elsewhere), tree.session_id)
+    assert result.returncode == 0 and "time of now" not in result.stderr, result.stderr
+    copies = snapshot(_files_below(elsewhere))  # (no Claude Code folder: their own times, 40 days)
+    assert copies and all(
+        when < time.time_ns() - 30 * 86400 * 10**9 for _d, when in copies.values()
+    )
     delete_like_cleanup(tree)
     result = _riffd(tmp_path, "archive", "restore", "--keep-times", tree.session_id)
     assert result.returncode == 0, result.stderr

@@ -194,7 +194,10 @@ def restore_session_files(
         )
         return run
     run.items = len(items)
-    items, renewed = (items, {}) if keep_times else renew_times(items, config.claude_dir)
+    # (a copy elsewhere, `--to`, is no Claude Code folder: its files keep their own times)
+    items, renewed = (
+        (items, {}) if keep_times or to is not None else renew_times(items, config.claude_dir)
+    )
     options = ApplyOptions(
         backup_dir=config.backups.dir,
         claude_dir=config.claude_dir,
