@@ -110,7 +110,11 @@ def _file_settings(
     lines, base = key_lines(text), path.parent
 
     def origin(dotted: str) -> str:
-        line = next((lines[key] for key in _prefixes(dotted) if key in lines), None)
+        # the key's own line; else its first key below (`classes.x = 1` gives `classes`); else the
+        # table's
+        below = [line for key, line in lines.items() if key.startswith(dotted + ".")]
+        line = lines.get(dotted) or min(below, default=None)
+        line = line or next((lines[key] for key in _prefixes(dotted) if key in lines), None)
         return f"{path}: line {line}" if line else str(path)
 
     settings: dict[str, _Setting] = {}
@@ -173,8 +177,8 @@ def key_lines(text: str) -> dict[str, int]:
             if table is not None:
                 found.setdefault(".".join([*table, *dotted(pair.group(1))]), number)
             value = pair.group(2)
-            for quotes in ('"""', "'''"):
-                if value.startswith(quotes) and quotes not in value[3:]:
+            for quotes in ('"""', "'''"):  # (one opened and not closed on this line)
+                if value.count(quotes) % 2:
                     closing = quotes
     return found
 

@@ -872,3 +872,24 @@ def test_a_fifo_config_hangs_no_command_that_reads_it(tmp_path: Path) -> None:
     for command in (["status"], ["report"], ["config", "set", "watcher.debounce", "2"]):
         result = run_riffd("--config", str(fifo), *command, env=env, timeout=60)
         assert "Traceback" not in result.stderr, (command, result.stderr)
+
+
+def test_an_error_names_the_line_of_its_key_in_toml_written_any_way(tmp_path: Path) -> None:
+    """A key given by the keys below it (`classes.x = 1`) was said on its table's line; a table
+    name inside a multi-line string after the start of a value was taken for a table."""
+    source = tmp_path / "c.toml"
+    text = (
+        "[repair]\n"
+        'mode = "report"\n'
+        "\n"
+        "classes.duplicate_results = false\n"
+        '[notify]\ncommand = { x = """\n[watcher]\ndebounse = 1\n""" }\n'
+        "[watcher]\r\n"
+        "debounse = 2\r\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        loads_config(text, source=source, environ={})
+    errors = raised.value.errors
+    assert any(error.startswith(f"{source}: line 4: repair.classes: ") for error in errors), errors
+    assert any(error.startswith(f"{source}: line 11: watcher.debounse: ") for error in errors)
+    assert any(error.startswith(f"{source}: line 6: notify.command: ") for error in errors)
