@@ -7,7 +7,7 @@ progress); `config_loading` loads the configuration for a command; `advice` the 
 groups: `scan`, `fix` (its results rendered by `fix_output`), `ack`, `show`, `sessions`, `export`,
 `backups`, `daemon` (`run`, `report`, `status`), `config`, `service`, `hook`, `mcp_setup` (`riffd
 mcp` and registering it with Claude Code), and `archive` with `archive_ingest`, `archive_restore`
-(what it writes: `restore_items`), `archive_search`, `archive_verify` and `archive_open` (opening
+(what it writes: `restore_items`), `archive_search`, `archive_stats`, `archive_verify` and `archive_open` (opening
 the archive for a command).
 Commands may import everything else in riffd below them; only the MCP server (`riffd.mcp_server`,
 which answers with what commands show) and the console script's front door (`riffd.entry`) import a
