@@ -327,7 +327,7 @@ def session_start_latency(folder: Path, runs: int, cache: Path) -> dict[str, Any
                         "pid": 400000 + number,
                         "sessionId": f"00000000-0000-4000-8000-{number:012d}",
                         "cwd": "/w",
-                        "startedAt": 1,
+                        "startedAt": int(time.time() * 1000),
                     }
                 )
             )
@@ -345,7 +345,15 @@ def session_start_latency(folder: Path, runs: int, cache: Path) -> dict[str, Any
         env = {"CLAUDE_CONFIG_DIR": str(claude)}
         quiet = time_command(hook, event, runs, cache, env)
         (claude / "sessions" / f"{other.pid}.json").write_text(
-            json.dumps({"pid": other.pid, "sessionId": SESSION, "cwd": "/w", "startedAt": 1})
+            # (started now, as the process it names did: the hook checks that on Linux)
+            json.dumps(
+                {
+                    "pid": other.pid,
+                    "sessionId": SESSION,
+                    "cwd": "/w",
+                    "startedAt": int(time.time() * 1000),
+                }
+            )
         )
         warned = subprocess.run(
             hook,
