@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from riffd.fsio import REAL_FILES
+
 
 def user_settings_path(environ: dict[str, str] | None = None) -> Path:
     """Claude Code's user settings: $CLAUDE_CONFIG_DIR/settings.json, else
@@ -37,7 +39,8 @@ def cleanup_period_days(claude_dir: Path) -> float:
     """Claude Code's `cleanupPeriodDays` in the user settings of `claude_dir` (30 when unset or
     unreadable)."""
     try:
-        value = json.loads((claude_dir / "settings.json").read_bytes()).get("cleanupPeriodDays")
+        raw = REAL_FILES.read_file(claude_dir / "settings.json")  # (a FIFO is not waited on)
+        value = json.loads(raw).get("cleanupPeriodDays")
     except (OSError, ValueError, AttributeError):
         return CLEANUP_DEFAULT_DAYS
     return (

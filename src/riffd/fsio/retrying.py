@@ -79,6 +79,18 @@ class RetryingFS(FileSystem):
             os.set_blocking(fd, True)
         return fd
 
+    def read_file(self, path: PathLike) -> bytes:
+        """The bytes of the regular file `path` (`open_file`: a FIFO or a device is refused, never
+        waited on)."""
+        fd = self.open_file(path)
+        try:
+            chunks = []
+            while chunk := self.attempt(partial(os.read, fd, 1 << 20), f"{os.fspath(path)} (read)"):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            self.close(fd)
+
     def stat(self, path: PathLike) -> os.stat_result:
         """The status of `path` (not following a last symlink)."""
         return self.attempt(partial(self.seam.stat, path), f"the status of {os.fspath(path)}")

@@ -170,8 +170,10 @@ def check_settings(path: Path, by_path: bool = True) -> tuple[HookCheck, ...]:
     when the file is absent, does not parse, or holds no riffd hook (`hook install` says what is
     wrong with such a file). Without `by_path`, a command whose executable is looked up on PATH is
     left unchecked (a service's PATH is not the one Claude Code runs hooks with)."""
-    try:
-        document = json.loads(path.read_bytes())
+    from riffd.fsio import REAL_FILES
+
+    try:  # (a FIFO named settings.json kept `riffd status` waiting for good)
+        document = json.loads(REAL_FILES.read_file(path))
     except (OSError, ValueError):
         return ()
     hooks = document.get("hooks") if isinstance(document, dict) else None

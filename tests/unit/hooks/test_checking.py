@@ -5,11 +5,13 @@ that the folder `riffd status` runs in (a cloned project) can put its own code i
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.run import run_riffd
 from riffd.hooks.checking import check_settings, is_riffd_group, riffd_words
 
 
@@ -99,3 +101,18 @@ def test_a_users_own_group_that_also_runs_riffd_is_not_riffds(command: str) -> N
 )
 def test_the_groups_riffd_writes_are_riffds(command: str) -> None:
     assert is_riffd_group({"matcher": "Read", "hooks": [{"type": "command", "command": command}]})
+
+
+def test_a_fifo_named_settings_json_keeps_no_command_waiting(tmp_path: Path) -> None:
+    """`riffd status` read a FIFO named settings.json to check its hooks, and waited for good (the
+    daemon's report read it for cleanupPeriodDays too)."""
+    claude = tmp_path / "claude"
+    claude.mkdir()
+    os.mkfifo(claude / "settings.json")
+    env = {"CLAUDE_CONFIG_DIR": str(claude), "RIFFD_STATE_DIR": str(tmp_path / "state")}
+    done = run_riffd("status", env=env, timeout=30)  # (TimeoutExpired before)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert check_settings(claude / "settings.json") == ()
+    from riffd.claude_code.settings import CLEANUP_DEFAULT_DAYS, cleanup_period_days
+
+    assert cleanup_period_days(claude) == CLEANUP_DEFAULT_DAYS
