@@ -228,7 +228,8 @@ def test_cache_needs_an_unchanged_size_and_a_cacheable_tool(
     assert "permissionDecision" not in grep["hookSpecificOutput"]
 
 
-def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
+def fetched(tmp_path: Path, text: str) -> tuple[Path, dict[str, str], float]:
+    """A transcript whose WebFetch of example.com gave `text` 18 s ago; its input; now."""
     transcript = tmp_path / "s.jsonl"
     now = time.time()
     fetch = {"url": "https://example.com/a", "prompt": "summarise"}
@@ -236,9 +237,14 @@ def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
         transcript,
         [
             tool_use("WebFetch", fetch, "w1", now - 20),
-            tool_result("w1", [{"type": "text", "text": "A summary."}], now - 18),
+            tool_result("w1", [{"type": "text", "text": text}], now - 18),
         ],
     )
+    return transcript, fetch, now
+
+
+def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
+    transcript, fetch, now = fetched(tmp_path, "A summary.")
     specific = answer(
         run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache")
     )
@@ -259,16 +265,7 @@ def test_cache_serves_a_repeated_fetch(tmp_path: Path) -> None:
 def test_a_cached_result_with_a_cut_emoji_is_answered_not_a_traceback(tmp_path: Path) -> None:
     """A fetched text ending in half an emoji (JSON's lone surrogate escape) made the answer
     unwritable: exit 1 with a traceback, the cached answer lost."""
-    transcript = tmp_path / "s.jsonl"
-    now = time.time()
-    fetch = {"url": "https://example.com/a", "prompt": "summarise"}
-    write_lines(
-        transcript,
-        [
-            tool_use("WebFetch", fetch, "w1", now - 20),
-            tool_result("w1", [{"type": "text", "text": "Cut \ud83d"}], now - 18),
-        ],
-    )
+    transcript, fetch, _now = fetched(tmp_path, "Cut \ud83d")
     result = run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), "--mode", "cache")
     assert b"Traceback" not in result.stderr, result.stderr
     reason = answer(result)["hookSpecificOutput"]["permissionDecisionReason"]
@@ -504,16 +501,7 @@ def test_lines_read_backwards_are_the_files_lines_whatever_blocks_they_span(
 
 
 def test_a_huge_last_line_is_read_within_claude_codes_timeout(tmp_path: Path) -> None:
-    transcript = tmp_path / "s.jsonl"
-    now = time.time()
-    fetch = {"url": "https://example.com/a", "prompt": "summarise"}
-    write_lines(
-        transcript,
-        [
-            tool_use("WebFetch", fetch, "w1", now - 20),
-            tool_result("w1", [{"type": "text", "text": "A summary."}], now - 18),
-        ],
-    )
+    transcript, fetch, _now = fetched(tmp_path, "A summary.")
     with transcript.open("ab") as handle:
         handle.write(b'{"type":"user","content":"' + b"x" * (64 * 1024 * 1024) + b'"}\n')
     result = run_hook(json.dumps(event(transcript, "WebFetch", fetch)).encode(), timeout=10)
